@@ -1,0 +1,347 @@
+//! Every type that lives in shared memory, in one place.
+//!
+//! These structs are read and written by several processes and by GPU kernels
+//! (through the C++ mirrors in `device-kernels/include/tandem/layout.h`, whose
+//! sizes and offsets `device-kernels` checks against these at build time).
+//! Rules for everything in this file:
+//!
+//! * `#[repr(C)]`, no pointers that mean something only in one process (use
+//!   offsets), no `bool` or Rust `enum` (any bit pattern another process writes
+//!   must be a valid value, so small enums are `u32` with checked conversion);
+//! * size, alignment and every field offset asserted right below the type;
+//! * atomics are the only fields written after initialisation by more than one
+//!   party; everything else is written once before the structure is published.
+//!
+//! Operations live in the module named after each concept (`ptr`, `arena`,
+//! `size_class`, `ring`, `lane_queue`, `future`); this module only fixes bytes.
+
+use core::marker::PhantomData;
+
+use crate::sync::{AtomicI32, AtomicU32, AtomicU64};
+
+/// Cache line size used for padding hot atomics apart (x86-64, Hopper L2 sector
+/// groups and AMD's 64-byte lines all agree on 64).
+pub const CACHE_LINE: usize = 64;
+
+/// Magic words identifying an initialised header, so that attaching to garbage
+/// or to the wrong structure is an error instead of undefined behaviour.
+pub mod magic {
+    pub const ARENA: u64 = 0x544e_444d_4152_4e41; // "TNDMARNA"
+    pub const SIZE_CLASS: u64 = 0x544e_444d_5343_4c53; // "TNDMSCLS"
+    pub const RING: u32 = 0x5452_4e47; // "TRNG"
+    pub const LANE_QUEUE: u32 = 0x544c_4e51; // "TLNQ"
+    pub const BLOCK_ALLOCATED: u32 = 0xA110_CA7E;
+    pub const BLOCK_FREE: u32 = 0x0F2E_E0F2;
+}
+
+// ---------------------------------------------------------------------------
+// Pointers
+// ---------------------------------------------------------------------------
+
+/// Names an allocator (and the memory backend it was initialised in).
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct AllocatorId {
+    pub major: u32,
+    pub minor: u32,
+}
+
+/// A pointer relative to its own address: valid wherever the segment holding
+/// both it and its target is mapped. `off == OFFSET_PTR_NULL` is null.
+#[repr(C)]
+pub struct OffsetPtr<T> {
+    pub(crate) off: i64,
+    pub(crate) _target: PhantomData<*mut T>,
+}
+
+/// The value of `OffsetPtr::off` that means null (an offset of 0 would be a
+/// pointer to itself, which is legitimate).
+pub const OFFSET_PTR_NULL: i64 = i64::MIN;
+
+/// The portable pointer: which allocator, and the byte offset from the base of
+/// that allocator's region. Null is `AllocatorId::NULL` with offset `u64::MAX`.
+#[repr(C)]
+pub struct ShmPtr<T> {
+    pub alloc_id: AllocatorId,
+    pub off: u64,
+    pub(crate) _target: PhantomData<*mut T>,
+}
+
+/// A local address together with the portable pointer it was made from.
+#[repr(C)]
+pub struct FullPtr<T> {
+    pub ptr: *mut T,
+    pub shm: ShmPtr<T>,
+}
+
+/// Where a memory backend's bytes live. Stored as `u32` in [`MemoryBackend`].
+#[repr(u32)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum BackendKind {
+    /// A host shared-memory segment (memfd / shm_open).
+    HostShm = 0,
+    /// Page-locked host memory mapped into a device's address space.
+    Pinned = 1,
+    /// Device memory.
+    Device = 2,
+    /// Managed (unified) memory.
+    Managed = 3,
+}
+
+/// Describes one region that allocators are placed in. `base` is the address
+/// of the region *in the process or kernel holding this descriptor* (a kernel
+/// gets the device address), so the descriptor is passed by value, never shared.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct MemoryBackend {
+    pub id: AllocatorId,
+    pub kind: u32,
+    pub flags: u32,
+    pub base: u64,
+    pub capacity: u64,
+}
+
+// ---------------------------------------------------------------------------
+// Allocators
+// ---------------------------------------------------------------------------
+
+/// An atomic on a cache line of its own.
+#[repr(C, align(64))]
+pub struct PaddedAtomicU64 {
+    pub value: AtomicU64,
+}
+
+/// Header of a lock-free bump allocator, placed at offset 0 of its region.
+/// Offsets (`heap_begin`, `heap_end`, `cursor`) are relative to the header.
+#[repr(C, align(64))]
+pub struct ArenaHeader {
+    pub magic: u64,
+    pub id: AllocatorId,
+    pub heap_begin: u64,
+    pub heap_end: u64,
+    /// Next free byte; only ever grows (until `reset`).
+    pub cursor: PaddedAtomicU64,
+}
+
+/// A sub-arena carved from an [`ArenaHeader`] by one atomic, then used by one
+/// thread (or one GPU block, from block-shared memory) with plain arithmetic.
+/// Offsets are relative to the parent arena's header.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ThreadArena {
+    pub id: AllocatorId,
+    pub cursor: u64,
+    pub end: u64,
+}
+
+/// Number of size classes of the freeing allocator: class `c` holds blocks of
+/// `MIN_BLOCK << c` bytes including the block header (16 B .. 128 MiB).
+pub const SIZE_CLASSES: usize = 24;
+/// Smallest block, header included.
+pub const MIN_BLOCK: u64 = 32;
+
+/// Header of the freeing (size-class) allocator, placed at offset 0 of its
+/// region. Blocks are carved from `[heap_begin, heap_end)` by the bump cursor
+/// and recycled through one lock-free free list per class. Each list head packs
+/// a 24-bit ABA tag above a 40-bit (offset / 16).
+#[repr(C, align(64))]
+pub struct SizeClassHeader {
+    pub magic: u64,
+    pub id: AllocatorId,
+    pub heap_begin: u64,
+    pub heap_end: u64,
+    pub bump: PaddedAtomicU64,
+    pub free_heads: [PaddedAtomicU64; SIZE_CLASSES],
+}
+
+/// Precedes every block handed out by the size-class allocator.
+#[repr(C, align(16))]
+pub struct BlockHeader {
+    /// `magic::BLOCK_ALLOCATED` or `magic::BLOCK_FREE`; a free of a block whose
+    /// state is not `BLOCK_ALLOCATED` is refused (double free, wild pointer).
+    pub state: AtomicU32,
+    pub class: u32,
+    /// Next free block's header offset while on a free list.
+    pub next: AtomicU64,
+}
+
+// ---------------------------------------------------------------------------
+// Queues
+// ---------------------------------------------------------------------------
+
+/// `RingHeader::kind` values.
+pub mod ring_kind {
+    pub const SPSC: u32 = 1;
+    pub const MPMC: u32 = 2;
+}
+
+/// Header of a bounded ring placed in a region; `capacity` slots of
+/// `slot_stride` bytes follow it at `RING_SLOTS_OFFSET`.
+///
+/// SPSC: `head` is the next slot to read, `tail` the next to write; slots are
+/// bare elements. MPMC: `head`/`tail` are the dequeue/enqueue tickets and each
+/// slot is a [`MpmcSlotHeader`] followed by the element.
+#[repr(C, align(64))]
+pub struct RingHeader {
+    pub magic: u32,
+    pub kind: u32,
+    pub capacity: u32,
+    pub elem_size: u32,
+    pub elem_align: u32,
+    pub slot_stride: u32,
+    pub head: PaddedAtomicU64,
+    pub tail: PaddedAtomicU64,
+}
+
+/// Where a ring's slots start, relative to its header.
+pub const RING_SLOTS_OFFSET: usize = core::mem::size_of::<RingHeader>();
+
+/// Per-slot sequence number of the MPMC ring (Vyukov's scheme): a slot whose
+/// `seq == ticket` is free for the producer holding `ticket`, one whose
+/// `seq == ticket + 1` holds the value for the consumer holding `ticket`.
+#[repr(C)]
+pub struct MpmcSlotHeader {
+    pub seq: AtomicU64,
+}
+
+/// Header of the runtime's task queue shape: `num_lanes` lanes, each with two
+/// MPMC rings (index 0: high priority, 1: low), `ring_bytes` apart, starting
+/// at `LANE_QUEUE_RINGS_OFFSET`.
+#[repr(C, align(64))]
+pub struct LaneQueueHeader {
+    pub magic: u32,
+    pub num_lanes: u32,
+    pub depth: u32,
+    pub elem_size: u32,
+    pub ring_bytes: u64,
+}
+
+/// Where a lane queue's first ring starts, relative to its header.
+pub const LANE_QUEUE_RINGS_OFFSET: usize = core::mem::size_of::<LaneQueueHeader>();
+
+// ---------------------------------------------------------------------------
+// Futures
+// ---------------------------------------------------------------------------
+
+/// `FutureShmHeader::flags` bits.
+pub mod future_flags {
+    /// The result is published: return code and output are final.
+    pub const COMPLETE: u32 = 1 << 0;
+    /// The task's input was serialized into the copy space by the client.
+    pub const COPY_FROM_CLIENT: u32 = 1 << 1;
+    /// `payload` points at a task object (zero-copy, runtime-internal).
+    pub const POINTER: u32 = 1 << 2;
+    /// Bits reserved for users of `FutureShm`.
+    pub const USER_MASK: u32 = 0xFFFF_0000;
+}
+
+/// A completion record shared between a submitter and whoever completes it,
+/// followed in memory by `copy_space_size` bytes of copy space.
+#[repr(C, align(16))]
+pub struct FutureShmHeader {
+    pub flags: AtomicU32,
+    pub return_code: AtomicI32,
+    pub copy_space_size: u32,
+    /// Bytes of input the submitter serialized into the copy space.
+    pub input_len: AtomicU32,
+    /// Bytes of output the completer serialized into the copy space.
+    pub output_len: AtomicU32,
+    pub reserved: u32,
+    /// For pointer futures: the task object.
+    pub payload: ShmPtr<u8>,
+}
+
+/// Where a future's copy space starts, relative to its header.
+pub const FUTURE_COPY_SPACE_OFFSET: usize = core::mem::size_of::<FutureShmHeader>();
+
+// ---------------------------------------------------------------------------
+// Layout assertions. Loom's atomics differ in size, so these hold for real
+// builds only; `device-kernels` checks the same numbers against the C++ side.
+// ---------------------------------------------------------------------------
+
+#[cfg(not(loom))]
+mod asserts {
+    use super::*;
+    use memoffset::offset_of;
+    use static_assertions::{assert_eq_align, assert_eq_size, const_assert_eq};
+
+    assert_eq_size!(AllocatorId, [u8; 8]);
+    const_assert_eq!(offset_of!(AllocatorId, major), 0);
+    const_assert_eq!(offset_of!(AllocatorId, minor), 4);
+
+    assert_eq_size!(OffsetPtr<u64>, [u8; 8]);
+    assert_eq_align!(OffsetPtr<u64>, u64);
+
+    assert_eq_size!(ShmPtr<u8>, [u8; 16]);
+    assert_eq_align!(ShmPtr<u8>, u64);
+    const_assert_eq!(offset_of!(ShmPtr<u8>, alloc_id), 0);
+    const_assert_eq!(offset_of!(ShmPtr<u8>, off), 8);
+
+    assert_eq_size!(FullPtr<u8>, [u8; 24]);
+    const_assert_eq!(offset_of!(FullPtr<u8>, ptr), 0);
+    const_assert_eq!(offset_of!(FullPtr<u8>, shm), 8);
+
+    assert_eq_size!(MemoryBackend, [u8; 32]);
+    const_assert_eq!(offset_of!(MemoryBackend, id), 0);
+    const_assert_eq!(offset_of!(MemoryBackend, kind), 8);
+    const_assert_eq!(offset_of!(MemoryBackend, flags), 12);
+    const_assert_eq!(offset_of!(MemoryBackend, base), 16);
+    const_assert_eq!(offset_of!(MemoryBackend, capacity), 24);
+
+    assert_eq_size!(PaddedAtomicU64, [u8; 64]);
+    const_assert_eq!(core::mem::align_of::<PaddedAtomicU64>(), 64);
+
+    assert_eq_size!(ArenaHeader, [u8; 128]);
+    const_assert_eq!(offset_of!(ArenaHeader, magic), 0);
+    const_assert_eq!(offset_of!(ArenaHeader, id), 8);
+    const_assert_eq!(offset_of!(ArenaHeader, heap_begin), 16);
+    const_assert_eq!(offset_of!(ArenaHeader, heap_end), 24);
+    const_assert_eq!(offset_of!(ArenaHeader, cursor), 64);
+
+    assert_eq_size!(ThreadArena, [u8; 24]);
+    const_assert_eq!(offset_of!(ThreadArena, id), 0);
+    const_assert_eq!(offset_of!(ThreadArena, cursor), 8);
+    const_assert_eq!(offset_of!(ThreadArena, end), 16);
+
+    assert_eq_size!(SizeClassHeader, [u8; 128 + 64 * SIZE_CLASSES]);
+    const_assert_eq!(offset_of!(SizeClassHeader, magic), 0);
+    const_assert_eq!(offset_of!(SizeClassHeader, id), 8);
+    const_assert_eq!(offset_of!(SizeClassHeader, heap_begin), 16);
+    const_assert_eq!(offset_of!(SizeClassHeader, heap_end), 24);
+    const_assert_eq!(offset_of!(SizeClassHeader, bump), 64);
+    const_assert_eq!(offset_of!(SizeClassHeader, free_heads), 128);
+
+    assert_eq_size!(BlockHeader, [u8; 16]);
+    const_assert_eq!(offset_of!(BlockHeader, state), 0);
+    const_assert_eq!(offset_of!(BlockHeader, class), 4);
+    const_assert_eq!(offset_of!(BlockHeader, next), 8);
+
+    assert_eq_size!(RingHeader, [u8; 192]);
+    const_assert_eq!(offset_of!(RingHeader, magic), 0);
+    const_assert_eq!(offset_of!(RingHeader, kind), 4);
+    const_assert_eq!(offset_of!(RingHeader, capacity), 8);
+    const_assert_eq!(offset_of!(RingHeader, elem_size), 12);
+    const_assert_eq!(offset_of!(RingHeader, elem_align), 16);
+    const_assert_eq!(offset_of!(RingHeader, slot_stride), 20);
+    const_assert_eq!(offset_of!(RingHeader, head), 64);
+    const_assert_eq!(offset_of!(RingHeader, tail), 128);
+
+    assert_eq_size!(MpmcSlotHeader, [u8; 8]);
+
+    assert_eq_size!(LaneQueueHeader, [u8; 64]);
+    const_assert_eq!(offset_of!(LaneQueueHeader, magic), 0);
+    const_assert_eq!(offset_of!(LaneQueueHeader, num_lanes), 4);
+    const_assert_eq!(offset_of!(LaneQueueHeader, depth), 8);
+    const_assert_eq!(offset_of!(LaneQueueHeader, elem_size), 12);
+    const_assert_eq!(offset_of!(LaneQueueHeader, ring_bytes), 16);
+
+    assert_eq_size!(FutureShmHeader, [u8; 48]);
+    const_assert_eq!(core::mem::align_of::<FutureShmHeader>(), 16);
+    const_assert_eq!(offset_of!(FutureShmHeader, flags), 0);
+    const_assert_eq!(offset_of!(FutureShmHeader, return_code), 4);
+    const_assert_eq!(offset_of!(FutureShmHeader, copy_space_size), 8);
+    const_assert_eq!(offset_of!(FutureShmHeader, input_len), 12);
+    const_assert_eq!(offset_of!(FutureShmHeader, output_len), 16);
+    const_assert_eq!(offset_of!(FutureShmHeader, reserved), 20);
+    const_assert_eq!(offset_of!(FutureShmHeader, payload), 24);
+}
