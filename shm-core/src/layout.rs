@@ -67,12 +67,28 @@ pub struct ShmPtr<T> {
     pub(crate) _target: PhantomData<*mut T>,
 }
 
+// Manual impls: a derive would demand `T: Copy`, but copying a pointer never
+// copies its target.
+impl<T> Clone for ShmPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for ShmPtr<T> {}
+
 /// A local address together with the portable pointer it was made from.
 #[repr(C)]
 pub struct FullPtr<T> {
     pub ptr: *mut T,
     pub shm: ShmPtr<T>,
 }
+
+impl<T> Clone for FullPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for FullPtr<T> {}
 
 /// Where a memory backend's bytes live. Stored as `u32` in [`MemoryBackend`].
 #[repr(u32)]
