@@ -1,0 +1,214 @@
+//! The vendor-neutral traits every backend implements.
+
+use core::time::Duration;
+
+use crate::error::{Backend, GpuResult};
+use crate::types::{
+    DeviceProperties, EventFlags, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig,
+    ModuleArtifacts,
+};
+
+/// A loaded GPU programming interface (driver or runtime library).
+///
+/// Backends are types, and every resource a backend hands out is an associated
+/// type of its [`GpuDevice`]: a CUDA buffer cannot be passed to a HIP call, and
+/// no call pays for dynamic dispatch (the launch path must stay within a few
+/// percent of raw vendor calls). Code that picks a backend at run time does so
+/// once, at the top, and is generic below (see `tandem-runtime`).
+pub trait GpuApi: Send + Sync + Sized + 'static {
+    const BACKEND: Backend;
+    type Device: GpuDevice<Api = Self>;
+
+    /// Loads the vendor library. `LibraryUnavailable` if it is not installed;
+    /// a machine with the library but no device loads fine and reports 0 devices
+    /// (or `NoDevice`, where the vendor reports that as an error).
+    fn load() -> GpuResult<Self>;
+
+    /// Number of devices this backend can use.
+    fn device_count(&self) -> GpuResult<usize>;
+
+    /// Opens device `ordinal` (its context is made current on the calling
+    /// thread by every call that needs it).
+    fn device(&self, ordinal: usize) -> GpuResult<Self::Device>;
+}
+
+/// Memory a kernel of backend `Api` can address.
+pub trait DeviceMemory: Send + Sync {
+    type Api: GpuApi;
+    /// The address kernels use.
+    fn device_ptr(&self) -> u64;
+    /// Bytes usable from `device_ptr`.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Memory the host can also address directly (pinned, registered, managed).
+pub trait HostMemory: DeviceMemory {
+    /// The address host code uses (differs from `device_ptr` in general).
+    fn host_ptr(&self) -> *mut u8;
+}
+
+/// One device of a backend. Every allocation it returns is an RAII owner that
+/// frees exactly once, on drop, and keeps the device's context alive.
+pub trait GpuDevice: Send + Sync + Sized {
+    type Api: GpuApi<Device = Self>;
+    /// Device memory (`cuMemAlloc`, `hipMalloc`).
+    type DeviceBuffer: DeviceMemory<Api = Self::Api>;
+    /// Page-locked host memory mapped into the device.
+    type PinnedBuffer: HostMemory<Api = Self::Api>;
+    /// An existing host region (e.g. a shared-memory segment) made reachable
+    /// from kernels; unregistered on drop.
+    type HostRegistration: HostMemory<Api = Self::Api>;
+    /// Managed (unified) memory.
+    type ManagedBuffer: HostMemory<Api = Self::Api>;
+    /// Another process's exported memory, opened here; closed on drop.
+    type IpcBuffer: DeviceMemory<Api = Self::Api>;
+    /// An in-order, non-blocking stream of work.
+    type Stream: Send + Sync;
+    type Event: Send + Sync;
+    type Module: Send + Sync;
+    type Kernel: Send + Sync;
+
+    fn ordinal(&self) -> usize;
+    fn properties(&self) -> GpuResult<DeviceProperties>;
+    /// Waits for all work on the device.
+    fn synchronize(&self) -> GpuResult<()>;
+
+    // --- memory -----------------------------------------------------------
+
+    /// Device memory. Zero or absurd sizes are `InvalidSize`.
+    fn alloc_device(&self, bytes: usize) -> GpuResult<Self::DeviceBuffer>;
+    /// Device memory that [`GpuDevice::ipc_export_memory`] accepts: a
+    /// dedicated allocation rounded up to [`crate::IPC_ALLOC_GRANULARITY`].
+    fn alloc_device_exportable(&self, bytes: usize) -> GpuResult<Self::DeviceBuffer>;
+    /// Page-locked host memory, mapped into the device (portable, device-mapped).
+    fn alloc_pinned_mapped(&self, bytes: usize) -> GpuResult<Self::PinnedBuffer>;
+    /// Registers `len` bytes at `ptr` (page-aligned) so kernels can reach them.
+    ///
+    /// # Safety
+    /// The region must stay mapped until the registration is dropped.
+    unsafe fn register_host(&self, ptr: *mut u8, len: usize) -> GpuResult<Self::HostRegistration>;
+    /// Managed memory, reachable by host and device.
+    fn alloc_managed(&self, bytes: usize) -> GpuResult<Self::ManagedBuffer>;
+
+    // --- copies and fills (bounds-checked) ---------------------------------
+
+    fn copy_to_device(
+        &self,
+        dst: &impl DeviceMemory<Api = Self::Api>,
+        dst_offset: usize,
+        src: &[u8],
+    ) -> GpuResult<()>;
+    fn copy_from_device(
+        &self,
+        dst: &mut [u8],
+        src: &impl DeviceMemory<Api = Self::Api>,
+        src_offset: usize,
+    ) -> GpuResult<()>;
+    fn copy_device_to_device(
+        &self,
+        dst: &impl DeviceMemory<Api = Self::Api>,
+        dst_offset: usize,
+        src: &impl DeviceMemory<Api = Self::Api>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<()>;
+    fn fill(
+        &self,
+        dst: &impl DeviceMemory<Api = Self::Api>,
+        offset: usize,
+        len: usize,
+        byte: u8,
+    ) -> GpuResult<()>;
+
+    /// Host to device on `stream`.
+    ///
+    /// # Safety
+    /// `src` must stay valid and unchanged until the stream has passed this copy.
+    unsafe fn copy_to_device_async(
+        &self,
+        stream: &Self::Stream,
+        dst: &impl DeviceMemory<Api = Self::Api>,
+        dst_offset: usize,
+        src: &[u8],
+    ) -> GpuResult<()>;
+    /// Device to host on `stream`.
+    ///
+    /// # Safety
+    /// `dst` must stay valid and unread until the stream has passed this copy.
+    unsafe fn copy_from_device_async(
+        &self,
+        stream: &Self::Stream,
+        dst: &mut [u8],
+        src: &impl DeviceMemory<Api = Self::Api>,
+        src_offset: usize,
+    ) -> GpuResult<()>;
+    fn copy_device_to_device_async(
+        &self,
+        stream: &Self::Stream,
+        dst: &impl DeviceMemory<Api = Self::Api>,
+        dst_offset: usize,
+        src: &impl DeviceMemory<Api = Self::Api>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<()>;
+    fn fill_async(
+        &self,
+        stream: &Self::Stream,
+        dst: &impl DeviceMemory<Api = Self::Api>,
+        offset: usize,
+        len: usize,
+        byte: u8,
+    ) -> GpuResult<()>;
+
+    // --- streams and events -----------------------------------------------
+
+    fn create_stream(&self) -> GpuResult<Self::Stream>;
+    fn synchronize_stream(&self, stream: &Self::Stream) -> GpuResult<()>;
+    fn create_event(&self, flags: EventFlags) -> GpuResult<Self::Event>;
+    fn record_event(&self, event: &Self::Event, stream: &Self::Stream) -> GpuResult<()>;
+    fn synchronize_event(&self, event: &Self::Event) -> GpuResult<()>;
+    /// Whether all work captured by the event's last record has completed.
+    fn query_event(&self, event: &Self::Event) -> GpuResult<bool>;
+    /// Makes future work on `stream` wait for `event`.
+    fn stream_wait_event(&self, stream: &Self::Stream, event: &Self::Event) -> GpuResult<()>;
+    /// Time between two recorded timing events.
+    fn elapsed(&self, start: &Self::Event, end: &Self::Event) -> GpuResult<Duration>;
+
+    // --- modules and launches ---------------------------------------------
+
+    /// Loads the artifact of `artifacts` this backend understands (compiling
+    /// CUDA source at most once per process and device).
+    fn load_module(&self, artifacts: &ModuleArtifacts<'_>) -> GpuResult<Self::Module>;
+    /// Looks up a kernel; `KernelNotFound` if absent from the module or from
+    /// the declared signatures.
+    fn kernel(&self, module: &Self::Module, name: &str) -> GpuResult<Self::Kernel>;
+    /// Launches `kernel` on `stream` after checking dimensions, shared memory
+    /// and `args` against its declared signature.
+    ///
+    /// # Safety
+    /// The kernel reads and writes whatever its pointer arguments address:
+    /// they must be valid for what the kernel does, until the stream passes it.
+    unsafe fn launch(
+        &self,
+        kernel: &Self::Kernel,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+        stream: &Self::Stream,
+    ) -> GpuResult<()>;
+
+    // --- IPC ----------------------------------------------------------------
+
+    /// Exports an allocation made by [`GpuDevice::alloc_device_exportable`].
+    fn ipc_export_memory(&self, buffer: &Self::DeviceBuffer) -> GpuResult<IpcMemHandle>;
+    /// Opens another process's exported memory. Opening the same handle twice
+    /// in one process shares one mapping (a per-process cache with a count);
+    /// opening a handle this process exported is `IpcSameProcess`.
+    fn ipc_open_memory(&self, handle: &IpcMemHandle) -> GpuResult<Self::IpcBuffer>;
+    /// Exports an event created with `interprocess: true`.
+    fn ipc_export_event(&self, event: &Self::Event) -> GpuResult<IpcEventHandle>;
+    /// Opens another process's exported event.
+    fn ipc_open_event(&self, handle: &IpcEventHandle) -> GpuResult<Self::Event>;
+}

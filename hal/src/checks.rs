@@ -1,0 +1,92 @@
+//! Argument checks every backend makes before calling its vendor, so misuse is
+//! the same typed error on every backend instead of undefined behaviour.
+
+use crate::error::{Backend, ErrorKind, GpuError, GpuResult};
+use crate::types::LaunchConfig;
+
+/// Largest single allocation any backend accepts (1 TiB): larger requests are
+/// bugs (a negative size cast to usize), not memory to ask a driver for.
+pub const MAX_ALLOCATION: usize = 1 << 40;
+
+/// Rejects zero and absurd allocation sizes.
+pub fn allocation_size(backend: Backend, call: &'static str, bytes: usize) -> GpuResult<()> {
+    if bytes == 0 || bytes > MAX_ALLOCATION {
+        return Err(GpuError::new(
+            backend,
+            call,
+            ErrorKind::InvalidSize {
+                bytes: bytes as u64,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that `[offset, offset + len)` lies inside `capacity` bytes.
+pub fn range(
+    backend: Backend,
+    call: &'static str,
+    offset: usize,
+    len: usize,
+    capacity: usize,
+) -> GpuResult<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= capacity => Ok(()),
+        _ => Err(GpuError::new(
+            backend,
+            call,
+            ErrorKind::OutOfBounds {
+                offset: offset as u64,
+                len: len as u64,
+                capacity: capacity as u64,
+            },
+        )),
+    }
+}
+
+/// Device limits a launch is checked against.
+#[derive(Clone, Copy, Debug)]
+pub struct LaunchLimits {
+    pub max_threads_per_block: u32,
+    pub max_block_dim: [u32; 3],
+    pub max_grid_dim: [u32; 3],
+    pub max_shared_mem_per_block: u32,
+}
+
+/// Rejects empty or oversized grids and blocks and too much shared memory.
+pub fn launch_config(
+    backend: Backend,
+    config: &LaunchConfig,
+    limits: &LaunchLimits,
+) -> GpuResult<()> {
+    let bad = |what: String| Err(GpuError::new(backend, "launch", ErrorKind::InvalidArgument(what)));
+    let grid = [config.grid.x, config.grid.y, config.grid.z];
+    let block = [config.block.x, config.block.y, config.block.z];
+    for axis in 0..3 {
+        if grid[axis] == 0 || block[axis] == 0 {
+            return bad(format!("empty launch: grid {:?}, block {:?}", config.grid, config.block));
+        }
+        if grid[axis] > limits.max_grid_dim[axis] {
+            return bad(format!("grid {:?} exceeds {:?}", config.grid, limits.max_grid_dim));
+        }
+        if block[axis] > limits.max_block_dim[axis] {
+            return bad(format!("block {:?} exceeds {:?}", config.block, limits.max_block_dim));
+        }
+    }
+    match config.block.count() {
+        Some(n) if n <= limits.max_threads_per_block as u64 => {}
+        _ => {
+            return bad(format!(
+                "block {:?} has more than {} threads",
+                config.block, limits.max_threads_per_block
+            ))
+        }
+    }
+    if config.shared_mem_bytes > limits.max_shared_mem_per_block {
+        return bad(format!(
+            "{} bytes of dynamic shared memory exceed {}",
+            config.shared_mem_bytes, limits.max_shared_mem_per_block
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,134 @@
+//! Typed errors: which call failed, and why, in vendor terms where there is one.
+
+use core::fmt;
+
+/// Which implementation of [`crate::GpuApi`] produced a value or an error.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Backend {
+    /// The CPU device (always available).
+    Host,
+    /// NVIDIA CUDA through the driver API.
+    Cuda,
+    /// AMD ROCm/HIP.
+    Hip,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Host => "host",
+            Backend::Cuda => "cuda",
+            Backend::Hip => "hip",
+        })
+    }
+}
+
+/// Why a call failed.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum ErrorKind {
+    /// The vendor library returned an error code.
+    Vendor { code: i64, name: String },
+    /// The vendor library (driver or runtime) could not be loaded.
+    LibraryUnavailable(String),
+    /// The backend loaded, but there is no device (or none with this ordinal).
+    NoDevice { requested: Option<usize>, available: usize },
+    /// A size of zero, or one too large to be real.
+    InvalidSize { bytes: u64 },
+    /// An access past the end of a buffer.
+    OutOfBounds { offset: u64, len: u64, capacity: u64 },
+    /// An argument that makes no sense (launch dimensions, alignment, flags...).
+    InvalidArgument(String),
+    /// Bytes that are not an IPC handle of this backend (garbage, wrong backend).
+    InvalidIpcHandle(String),
+    /// The exporting process tried to open its own handle (CUDA forbids it;
+    /// every backend refuses it alike).
+    IpcSameProcess,
+    /// The exported memory or event no longer exists (the exporter freed it).
+    IpcStale(String),
+    /// This buffer was not allocated as exportable.
+    NotExportable,
+    /// The module has no kernel by this name.
+    KernelNotFound(String),
+    /// Launch arguments do not match the kernel's parameters.
+    ArgumentMismatch { kernel: String, detail: String },
+    /// The backend cannot load this kind of module artifact.
+    UnsupportedArtifact(String),
+    /// The backend does not implement this operation on this system.
+    Unsupported(String),
+    /// A kernel running on the CPU device panicked or a backend thread died.
+    KernelFailed(String),
+    /// An OS call failed (host backend: shared memory, threads).
+    Os { errno: i32 },
+}
+
+/// An error from a [`crate::GpuApi`] call.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct GpuError {
+    pub backend: Backend,
+    /// The API call that failed, e.g. `"alloc_device"` or `"cuIpcOpenMemHandle"`.
+    pub call: &'static str,
+    pub kind: ErrorKind,
+}
+
+impl GpuError {
+    pub fn new(backend: Backend, call: &'static str, kind: ErrorKind) -> Self {
+        Self {
+            backend,
+            call,
+            kind,
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ErrorKind::Vendor { code, name } => write!(f, "vendor error {name} ({code})"),
+            ErrorKind::LibraryUnavailable(why) => write!(f, "library unavailable: {why}"),
+            ErrorKind::NoDevice {
+                requested: Some(i),
+                available,
+            } => write!(f, "no device {i} ({available} available)"),
+            ErrorKind::NoDevice {
+                requested: None, ..
+            } => write!(f, "no device"),
+            ErrorKind::InvalidSize { bytes } => write!(f, "invalid size {bytes} bytes"),
+            ErrorKind::OutOfBounds {
+                offset,
+                len,
+                capacity,
+            } => write!(
+                f,
+                "access of {len} bytes at offset {offset} exceeds capacity {capacity}"
+            ),
+            ErrorKind::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            ErrorKind::InvalidIpcHandle(why) => write!(f, "invalid IPC handle: {why}"),
+            ErrorKind::IpcSameProcess => {
+                write!(f, "IPC handle opened in the process that exported it")
+            }
+            ErrorKind::IpcStale(why) => write!(f, "IPC handle no longer valid: {why}"),
+            ErrorKind::NotExportable => write!(f, "buffer was not allocated as exportable"),
+            ErrorKind::KernelNotFound(name) => write!(f, "kernel `{name}` not found"),
+            ErrorKind::ArgumentMismatch { kernel, detail } => {
+                write!(f, "arguments do not match kernel `{kernel}`: {detail}")
+            }
+            ErrorKind::UnsupportedArtifact(what) => write!(f, "unsupported module artifact: {what}"),
+            ErrorKind::Unsupported(what) => write!(f, "unsupported: {what}"),
+            ErrorKind::KernelFailed(why) => write!(f, "kernel failed: {why}"),
+            ErrorKind::Os { errno } => {
+                write!(f, "{}", std::io::Error::from_raw_os_error(*errno))
+            }
+        }
+    }
+}
+
+impl fmt::Display for GpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} backend: {} failed: {}", self.backend, self.call, self.kind)
+    }
+}
+
+impl std::error::Error for GpuError {}
+
+/// Result of a [`crate::GpuApi`] call.
+pub type GpuResult<T> = Result<T, GpuError>;

@@ -1,0 +1,234 @@
+//! Plain values passed to and returned by [`crate::GpuApi`] calls.
+
+use core::ffi::c_void;
+
+use tandem_shm_core::ShmSafe;
+
+/// Grid or block dimensions.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Dim3 {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+}
+
+impl Dim3 {
+    pub const fn new(x: u32, y: u32, z: u32) -> Self {
+        Self { x, y, z }
+    }
+    pub const fn linear(x: u32) -> Self {
+        Self { x, y: 1, z: 1 }
+    }
+    /// `x * y * z`, or `None` on overflow.
+    pub fn count(&self) -> Option<u64> {
+        (self.x as u64)
+            .checked_mul(self.y as u64)?
+            .checked_mul(self.z as u64)
+    }
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct LaunchConfig {
+    pub grid: Dim3,
+    pub block: Dim3,
+    pub shared_mem_bytes: u32,
+}
+
+impl LaunchConfig {
+    /// A 1D launch of `blocks` blocks of `threads` threads.
+    pub const fn linear(blocks: u32, threads: u32) -> Self {
+        Self {
+            grid: Dim3::linear(blocks),
+            block: Dim3::linear(threads),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+/// The type of one kernel parameter, as declared in a [`KernelSignature`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum ArgKind {
+    U32,
+    I32,
+    U64,
+    I64,
+    F32,
+    F64,
+    /// A device address (`T*` in the kernel).
+    Ptr,
+    /// A struct passed by value, of this many bytes (e.g. a `MemoryBackend`).
+    Bytes(u32),
+}
+
+/// One launch argument. The value lives inside the enum, so a slice of
+/// arguments can be turned into the `void**` array every backend launches with.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum KernelArg<'a> {
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    I64(i64),
+    F32(f32),
+    F64(f64),
+    Ptr(u64),
+    Bytes(&'a [u8]),
+}
+
+impl<'a> KernelArg<'a> {
+    /// A by-value struct argument.
+    pub fn value_of<T: ShmSafe>(value: &'a T) -> Self {
+        // SAFETY: `T: ShmSafe` is plain `repr(C)` data, so viewing its bytes is
+        // sound; the slice borrows `value` for 'a.
+        let bytes = unsafe {
+            core::slice::from_raw_parts((value as *const T).cast::<u8>(), core::mem::size_of::<T>())
+        };
+        KernelArg::Bytes(bytes)
+    }
+
+    pub fn kind(&self) -> ArgKind {
+        match self {
+            KernelArg::U32(_) => ArgKind::U32,
+            KernelArg::I32(_) => ArgKind::I32,
+            KernelArg::U64(_) => ArgKind::U64,
+            KernelArg::I64(_) => ArgKind::I64,
+            KernelArg::F32(_) => ArgKind::F32,
+            KernelArg::F64(_) => ArgKind::F64,
+            KernelArg::Ptr(_) => ArgKind::Ptr,
+            KernelArg::Bytes(b) => ArgKind::Bytes(b.len() as u32),
+        }
+    }
+
+    /// Address of the argument's value, as a kernel parameter array wants it.
+    /// Valid while `self` is neither moved nor dropped.
+    pub fn value_ptr(&self) -> *const c_void {
+        match self {
+            KernelArg::U32(v) => (v as *const u32).cast(),
+            KernelArg::I32(v) => (v as *const i32).cast(),
+            KernelArg::U64(v) | KernelArg::Ptr(v) => (v as *const u64).cast(),
+            KernelArg::I64(v) => (v as *const i64).cast(),
+            KernelArg::F32(v) => (v as *const f32).cast(),
+            KernelArg::F64(v) => (v as *const f64).cast(),
+            KernelArg::Bytes(b) => b.as_ptr().cast(),
+        }
+    }
+}
+
+/// Most parameters a kernel may take; lets backends build the parameter
+/// array on the stack.
+pub const MAX_KERNEL_ARGS: usize = 16;
+
+/// Checks `args` against a declared parameter list. Backends call this before
+/// every launch, so a wrong count or type is an error instead of a kernel
+/// reading garbage.
+pub fn check_args(kernel: &str, params: &[ArgKind], args: &[KernelArg<'_>]) -> Result<(), String> {
+    if args.len() > MAX_KERNEL_ARGS {
+        return Err(format!("{} arguments exceed the limit of {MAX_KERNEL_ARGS}", args.len()));
+    }
+    if params.len() != args.len() {
+        return Err(format!(
+            "`{kernel}` takes {} arguments, {} given",
+            params.len(),
+            args.len()
+        ));
+    }
+    for (i, (p, a)) in params.iter().zip(args).enumerate() {
+        if *p != a.kind() {
+            return Err(format!("argument {i} of `{kernel}`: expected {p:?}, given {:?}", a.kind()));
+        }
+    }
+    Ok(())
+}
+
+/// A kernel's name and parameter types, as declared next to its source.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct KernelSignature {
+    pub name: &'static str,
+    pub params: &'static [ArgKind],
+}
+
+/// Every form one kernel library was built into. A backend loads the form it
+/// understands: the host backend the table, CUDA a cubin for its architecture,
+/// else PTX, else the source through NVRTC; HIP the code object for its gfx
+/// target. A library with no usable form is `UnsupportedArtifact`.
+#[derive(Clone, Copy, Debug)]
+pub struct ModuleArtifacts<'a> {
+    /// Library name, used in errors and as the NVRTC program name.
+    pub name: &'a str,
+    pub signatures: &'a [KernelSignature],
+    pub host_table: Option<&'a [crate::host_abi::HostKernel]>,
+    /// CUDA C++ source (self-contained: headers already inlined).
+    pub cuda_source: Option<&'a str>,
+    /// Extra NVRTC options (e.g. `-DTANDEM_...`); the architecture is added by the backend.
+    pub nvrtc_options: &'a [&'a str],
+    /// `(arch, ptx)` pairs, arch like `sm_90`.
+    pub ptx: &'a [(&'a str, &'a str)],
+    /// `(arch, cubin)` pairs.
+    pub cubins: &'a [(&'a str, &'a [u8])],
+    /// `(gfx target, code object)` pairs.
+    pub hip_code_objects: &'a [(&'a str, &'a [u8])],
+}
+
+impl<'a> ModuleArtifacts<'a> {
+    /// Looks up a kernel's declared signature.
+    pub fn signature(&self, name: &str) -> Option<&'a KernelSignature> {
+        self.signatures.iter().find(|s| s.name == name)
+    }
+}
+
+/// Where a device's host NUMA node came from.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum NumaSource {
+    /// The vendor driver reported it (CUDA's host-NUMA-id attribute, HIP's equivalent).
+    Driver,
+    /// Read from `/sys/bus/pci/devices/<bus id>/numa_node`.
+    Sysfs,
+    /// Not known (no NUMA on this machine, or the device is the CPU itself).
+    Unknown,
+}
+
+/// What a device is.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct DeviceProperties {
+    pub ordinal: usize,
+    pub name: String,
+    pub total_memory: u64,
+    /// Streaming multiprocessors (CUDA), compute units (HIP), worker threads (host).
+    pub multiprocessor_count: u32,
+    /// `sm_90`, `gfx90a`, `host-x86_64`.
+    pub arch: String,
+    pub warp_size: u32,
+    pub max_threads_per_block: u32,
+    pub max_shared_mem_per_block: u32,
+    pub can_map_host_memory: bool,
+    pub pci_bus_id: Option<String>,
+    /// The host NUMA node closest to the device.
+    pub host_numa_node: Option<u32>,
+    pub numa_source: NumaSource,
+}
+
+/// How an event is created.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct EventFlags {
+    /// Record timestamps (for [`crate::GpuDevice::elapsed`]).
+    pub timing: bool,
+    /// Shareable with other processes; implies no timing (vendor rule).
+    pub interprocess: bool,
+}
+
+/// A memory IPC handle: 64 plain bytes that can cross a pipe or a file.
+/// It names a whole exportable allocation.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct IpcMemHandle(pub [u8; 64]);
+
+/// An event IPC handle: 64 plain bytes.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct IpcEventHandle(pub [u8; 64]);
+
+/// Granularity exportable allocations are rounded up to, so that an importer
+/// never sees a neighbouring allocation (a legacy CUDA handle exposes the whole
+/// underlying block).
+pub const IPC_ALLOC_GRANULARITY: usize = 2 << 20;
