@@ -1,1 +1,79 @@
-//! See the crate description.
+//! The CUDA backend of Tandem's [`tandem_hal::GpuApi`], on the CUDA driver API
+//! through cudarc's raw bindings, loaded with `dlopen` at run time.
+//!
+//! # Design
+//! - **Loading.** cudarc panics when `libcuda` or one of its symbols is
+//!   missing, so [`CudaApi::load`] first probes the library without
+//!   panicking and resolves every symbol this crate calls; a machine without
+//!   the driver gets `LibraryUnavailable`, one with the driver but no GPU
+//!   loads with 0 devices.
+//! - **Contexts.** A device is its primary context, retained while any
+//!   device handle or resource made on it lives (each holds an `Arc`), and
+//!   made current on the calling thread by every call that needs it.
+//! - **Memory.** Device memory is plain `cuMemAlloc` (the stream-ordered
+//!   pool's memory cannot be exported); exportable memory is a dedicated
+//!   allocation rounded up to [`tandem_hal::IPC_ALLOC_GRANULARITY`]; pinned
+//!   and registered host memory are device-mapped and portable.
+//! - **Modules.** A cubin for the device's exact architecture, else the
+//!   newest suitable PTX, else the CUDA source compiled by NVRTC (once per
+//!   process and architecture) — see [`select_artifact`].
+//! - **Launches** are checked (dimensions, shared memory, argument types)
+//!   and then go straight to `cuLaunchKernel` with a stack parameter array.
+//! - **IPC.** Legacy handles; own handles are refused as `IpcSameProcess`
+//!   before the driver sees them, and opens share one mapping per handle.
+//!
+//! Synchronous copies and fills return once the data is in place (they wait
+//! for the legacy default stream they run on); they do not wait for work on
+//! this crate's streams, which are non-blocking: synchronize those first.
+
+mod api;
+mod artifact;
+mod context;
+mod device;
+mod driver;
+mod ipc;
+mod memory;
+mod module;
+mod nvrtc;
+mod stream;
+
+pub use api::CudaApi;
+pub use artifact::{select_artifact, ArtifactChoice, SmArch};
+pub use device::CudaDevice;
+pub use memory::{
+    CudaDeviceBuffer, CudaHostRegistration, CudaIpcBuffer, CudaManagedBuffer, CudaPinnedBuffer,
+};
+pub use module::{CudaKernel, CudaModule};
+pub use stream::{CudaEvent, CudaStream};
+
+#[cfg(test)]
+mod test_support {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// Names `start…` called as `prefix` `start…` `(` anywhere in `src/`,
+    /// where the character after `start` is uppercase (so `sys::cuInit(` is
+    /// a driver call and `sys::culib()` is not).
+    pub(crate) fn calls_in_sources(prefix: &str, start: &str) -> BTreeSet<String> {
+        let mut found = BTreeSet::new();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        for entry in std::fs::read_dir(src).expect("read src/") {
+            let text =
+                std::fs::read_to_string(entry.expect("dir entry").path()).expect("read source");
+            let needle = format!("{prefix}{start}");
+            for (at, _) in text.match_indices(&needle) {
+                let name: String = text[at + prefix.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                let follows_upper =
+                    name[start.len()..].starts_with(|c: char| c.is_ascii_uppercase());
+                let is_call = text[at + prefix.len() + name.len()..].starts_with('(');
+                if follows_upper && is_call {
+                    found.insert(name);
+                }
+            }
+        }
+        found
+    }
+}

@@ -30,3 +30,8 @@ pub use types::{
     KernelArg, KernelSignature, LaunchConfig, ModuleArtifacts, NumaSource, IPC_ALLOC_GRANULARITY,
     MAX_KERNEL_ARGS,
 };
+
+pub mod host;
+pub mod numa;
+
+pub use host::HostApi;

@@ -17,3 +17,35 @@ pub(crate) mod sync;
 
 pub use pod::ShmSafe;
 pub use layout::{AllocatorId, BackendKind, FullPtr, MemoryBackend, OffsetPtr, ShmPtr};
+
+pub mod lane_queue;
+pub mod mpmc;
+pub mod ring;
+pub mod spsc;
+
+pub use lane_queue::{LaneCursor, LaneQueue, NoSuchLane, Priority, PushError};
+pub use mpmc::MpmcRing;
+pub use ring::RingError;
+pub use spsc::{SpscConsumer, SpscProducer, SpscRing};
+
+pub mod future;
+pub mod ser;
+#[cfg(all(feature = "std", unix))]
+pub mod segment;
+
+pub use future::{FillError, FutureError, FutureShm, WaitOutcome};
+pub use ser::{Deserialize, Reader, SerError, Serialize, Writer};
+#[cfg(all(feature = "std", unix))]
+pub use segment::{Mapping, Segment, SegmentError};
+
+pub mod alloc_error;
+pub mod arena;
+pub mod ptr;
+mod region;
+pub mod size_class;
+
+pub use alloc_error::AllocError;
+pub use arena::ArenaAllocator;
+pub use ptr::PtrError;
+pub use region::REGION_ALIGN;
+pub use size_class::{SizeClassAllocator, SizeClassStats};

@@ -1,1 +1,206 @@
-fn main() {}
+//! Project automation for Tandem, run as `cargo xtask <command>` (an alias in
+//! `.cargo/config.toml`):
+//!
+//! - `test [LEG...]`: the test matrix (host, loom, cuda, hip, lint; all by default);
+//! - `bench [--gpu]`: every benchmark of the workspace, with CUDA variants under `--gpu`;
+//! - `gpu-bundle [--out DIR]`: CUDA test and bench binaries plus `run.sh`, for a GPU machine.
+
+mod backend;
+mod bench;
+mod bundle;
+mod cmd;
+mod error;
+mod legs;
+mod metadata;
+mod test_result;
+
+use backend::HipToolchain;
+use error::XtaskError;
+use metadata::Metadata;
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  test [LEG...]          run test legs: host, loom, cuda, hip, lint (default: all).
+                         A leg that cannot run here is a note, or a failure when named
+                         or when CI=true.
+  bench [--gpu]          run every bench target; --gpu adds the CUDA variants
+  gpu-bundle [--out DIR] build CUDA test/bench binaries and run.sh into DIR
+                         (default: gpu-bundle/ in the repository root)
+  help                   print this";
+
+/// A parsed command line.
+#[derive(Debug, PartialEq, Eq)]
+enum Command {
+    Test { legs: Vec<String> },
+    Bench { gpu: bool },
+    GpuBundle { out: Option<PathBuf> },
+    Help,
+}
+
+fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, XtaskError> {
+    let mut args = args.into_iter();
+    let text = |arg: OsString| {
+        arg.into_string()
+            .map_err(|arg| XtaskError::Usage(format!("argument is not UTF-8: {arg:?}")))
+    };
+    let Some(command) = args.next() else {
+        return Ok(Command::Help);
+    };
+    match text(command)?.as_str() {
+        "test" => {
+            let legs = args.map(text).collect::<Result<Vec<_>, _>>()?;
+            if let Some(flag) = legs.iter().find(|leg| leg.starts_with('-')) {
+                return Err(XtaskError::Usage(format!(
+                    "test takes leg names, not `{flag}`"
+                )));
+            }
+            Ok(Command::Test { legs })
+        }
+        "bench" => {
+            let mut gpu = false;
+            for arg in args {
+                match text(arg)?.as_str() {
+                    "--gpu" => gpu = true,
+                    other => return Err(XtaskError::Usage(format!("bench: unknown `{other}`"))),
+                }
+            }
+            Ok(Command::Bench { gpu })
+        }
+        "gpu-bundle" => {
+            let mut out = None;
+            while let Some(arg) = args.next() {
+                let arg = text(arg)?;
+                if arg == "--out" {
+                    let dir = args.next().ok_or_else(|| {
+                        XtaskError::Usage("gpu-bundle: --out needs a folder".into())
+                    })?;
+                    out = Some(PathBuf::from(dir));
+                } else if let Some(dir) = arg.strip_prefix("--out=") {
+                    out = Some(PathBuf::from(dir));
+                } else {
+                    return Err(XtaskError::Usage(format!("gpu-bundle: unknown `{arg}`")));
+                }
+            }
+            Ok(Command::GpuBundle { out })
+        }
+        "help" | "-h" | "--help" => Ok(Command::Help),
+        other => Err(XtaskError::Usage(format!("unknown command `{other}`"))),
+    }
+}
+
+/// Where to ask cargo about the workspace: the parent of xtask's folder, as `cargo run` reports
+/// it at run time (a path compiled in with `env!` goes stale when the checkout is moved, and
+/// cargo does not rebuild for that), else the current folder, from which cargo finds the
+/// workspace itself.
+fn repo_root() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .and_then(|xtask_dir| xtask_dir.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn run(command: Command) -> Result<ExitCode, XtaskError> {
+    let metadata = || Metadata::load(&repo_root());
+    match command {
+        Command::Help => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Test { legs } => {
+            let ci = legs::ci_requires_all(std::env::var("CI").ok().as_deref());
+            let planned = legs::plan(&legs, ci)?;
+            let metadata = metadata()?;
+            let ctx = legs::TestContext {
+                metadata: &metadata,
+                ci,
+                hip: HipToolchain::probe(),
+            };
+            Ok(legs::run(&ctx, &planned))
+        }
+        Command::Bench { gpu } => bench::run(&metadata()?, gpu),
+        Command::GpuBundle { out } => {
+            let metadata = metadata()?;
+            let out = out.unwrap_or_else(|| metadata.workspace_root.join("gpu-bundle"));
+            bundle::run(&metadata, &out)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let command = match parse_args(std::env::args_os().skip(1)) {
+        Ok(command) => command,
+        Err(err) => {
+            eprintln!("xtask: {err}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(command) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("xtask: error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Command, XtaskError> {
+        parse_args(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn parses_each_command() {
+        assert_eq!(parse(&[]).unwrap(), Command::Help);
+        assert_eq!(
+            parse(&["test", "hip", "lint"]).unwrap(),
+            Command::Test {
+                legs: vec!["hip".into(), "lint".into()]
+            }
+        );
+        assert_eq!(
+            parse(&["bench", "--gpu"]).unwrap(),
+            Command::Bench { gpu: true }
+        );
+        assert_eq!(
+            parse(&["gpu-bundle", "--out", "/tmp/b"]).unwrap(),
+            Command::GpuBundle {
+                out: Some("/tmp/b".into())
+            }
+        );
+        assert_eq!(
+            parse(&["gpu-bundle", "--out=rel"]).unwrap(),
+            Command::GpuBundle {
+                out: Some("rel".into())
+            }
+        );
+    }
+
+    #[test]
+    fn bad_command_lines_are_usage_errors() {
+        for args in [
+            &["frobnicate"][..],
+            &["bench", "--cpu"],
+            &["gpu-bundle", "--out"],
+            &["gpu-bundle", "extra"],
+            &["test", "--release"],
+        ] {
+            assert!(matches!(parse(args), Err(XtaskError::Usage(_))), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn repo_root_holds_the_workspace_manifest() {
+        assert!(repo_root().join("Cargo.toml").is_file());
+        assert!(repo_root().join("xtask").is_dir());
+    }
+}

@@ -1,0 +1,726 @@
+//! One HIP device: its properties, and every [`GpuDevice`] operation.
+//!
+//! HIP has no context object to hold: each thread has a current device, so
+//! every call that acts on a device makes this one current first
+//! (`hipSetDevice` only writes a thread-local in the runtime, cheap enough to
+//! do unconditionally, and robust against other code on the same thread
+//! switching devices in between). Argument checks come before that, so
+//! misuse is reported as misuse even where the runtime would fail anyway.
+
+use core::ffi::{c_char, c_void, CStr};
+use core::fmt;
+use core::time::Duration;
+use std::sync::Arc;
+
+use hip_runtime_sys::{
+    hipDeviceGetPCIBusId, hipDeviceProp_t, hipDeviceSynchronize, hipDeviceptr_t, hipEventRecord,
+    hipEventSynchronize, hipGetDeviceProperties, hipMemcpyDtoD, hipMemcpyDtoDAsync, hipMemcpyDtoH,
+    hipMemcpyDtoHAsync, hipMemcpyHtoD, hipMemcpyHtoDAsync, hipMemsetD8, hipMemsetD8Async,
+    hipSetDevice, hipStreamSynchronize, hipStreamWaitEvent,
+};
+use tandem_hal::checks::{range, LaunchLimits};
+use tandem_hal::ipc_cache::IpcOpenCache;
+use tandem_hal::numa::numa_node_of_pci;
+use tandem_hal::{
+    Backend, DeviceMemory, DeviceProperties, EventFlags, GpuDevice, GpuResult, IpcEventHandle,
+    IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts, NumaSource,
+};
+
+use crate::error::check;
+use crate::ipc::{self, HipIpcBuffer, IpcMapping};
+use crate::memory::{
+    self, HipDeviceBuffer, HipHostRegistration, HipManagedBuffer, HipPinnedBuffer,
+};
+use crate::module::{self, HipKernel, HipModule};
+use crate::stream::{HipEvent, HipStream};
+use crate::target::processor_of;
+use crate::HipApi;
+
+/// Makes device `ordinal` current on the calling thread.
+pub(crate) fn bind_device(ordinal: i32) -> GpuResult<()> {
+    // SAFETY: hipSetDevice validates the ordinal and only changes this
+    // thread's current device.
+    check("hipSetDevice", unsafe { hipSetDevice(ordinal) })
+}
+
+/// The text of a fixed-size, NUL-terminated C string field.
+fn c_text(chars: &[c_char]) -> String {
+    let bytes: Vec<u8> = chars.iter().map(|&c| c as u8).collect();
+    match CStr::from_bytes_until_nul(&bytes) {
+        Ok(text) => text.to_string_lossy().into_owned(),
+        // No terminator: the whole field is text.
+        Err(_) => String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+/// A device count or limit the runtime reports as `int`; negative is 0.
+fn non_negative(value: i32) -> u32 {
+    u32::try_from(value).unwrap_or(0)
+}
+
+/// What a device is, read once when it is opened.
+struct Description {
+    properties: DeviceProperties,
+    /// Full target id, e.g. `gfx90a:sramecc+:xnack-`.
+    target_id: String,
+    limits: LaunchLimits,
+}
+
+/// Reads the properties of device `ordinal` (current).
+fn describe(ordinal: i32) -> GpuResult<Description> {
+    let mut prop = hipDeviceProp_t::default();
+    // SAFETY: `prop` is a valid out-pointer to a struct of the layout the
+    // linked runtime writes (checked against the ROCm 5.2 header).
+    check("hipGetDeviceProperties", unsafe {
+        hipGetDeviceProperties(&mut prop, ordinal)
+    })?;
+    let mut bus_id: [c_char; 64] = [0; 64];
+    // SAFETY: the buffer holds `len` bytes; the runtime NUL-terminates within it.
+    check("hipDeviceGetPCIBusId", unsafe {
+        hipDeviceGetPCIBusId(bus_id.as_mut_ptr(), bus_id.len() as i32, ordinal)
+    })?;
+    let pci_bus_id = c_text(&bus_id);
+    // HIP 5.2 has no host-NUMA device attribute: sysfs it is.
+    let host_numa_node = numa_node_of_pci(&pci_bus_id);
+    let target_id = c_text(&prop.gcnArchName);
+    let limits = LaunchLimits {
+        max_threads_per_block: non_negative(prop.maxThreadsPerBlock),
+        max_block_dim: prop.maxThreadsDim.map(non_negative),
+        max_grid_dim: prop.maxGridSize.map(non_negative),
+        max_shared_mem_per_block: u32::try_from(prop.sharedMemPerBlock).unwrap_or(u32::MAX),
+    };
+    let properties = DeviceProperties {
+        ordinal: ordinal as usize,
+        name: c_text(&prop.name),
+        total_memory: prop.totalGlobalMem as u64,
+        multiprocessor_count: non_negative(prop.multiProcessorCount),
+        arch: processor_of(&target_id).to_owned(),
+        warp_size: non_negative(prop.warpSize),
+        max_threads_per_block: limits.max_threads_per_block,
+        max_shared_mem_per_block: limits.max_shared_mem_per_block,
+        can_map_host_memory: prop.canMapHostMemory != 0,
+        pci_bus_id: Some(pci_bus_id),
+        host_numa_node,
+        numa_source: if host_numa_node.is_some() {
+            NumaSource::Sysfs
+        } else {
+            NumaSource::Unknown
+        },
+    };
+    Ok(Description {
+        properties,
+        target_id,
+        limits,
+    })
+}
+
+/// A device address `offset` bytes into `mem` (the range is checked first).
+fn device_addr(mem: &impl DeviceMemory<Api = HipApi>, offset: usize) -> hipDeviceptr_t {
+    mem.device_ptr().wrapping_add(offset as u64) as usize as hipDeviceptr_t
+}
+
+/// One HIP device of this process.
+pub struct HipDevice {
+    ordinal: i32,
+    properties: DeviceProperties,
+    target_id: String,
+    limits: LaunchLimits,
+    ipc_cache: Arc<IpcOpenCache<IpcMapping>>,
+}
+
+impl fmt::Debug for HipDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HipDevice")
+            .field("ordinal", &self.ordinal)
+            .field("name", &self.properties.name)
+            .field("target_id", &self.target_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HipDevice {
+    /// Opens device `ordinal`, which the caller checked exists.
+    pub(crate) fn open(ordinal: i32) -> GpuResult<Self> {
+        bind_device(ordinal)?;
+        let Description {
+            properties,
+            target_id,
+            limits,
+        } = describe(ordinal)?;
+        Ok(HipDevice {
+            ordinal,
+            properties,
+            target_id,
+            limits,
+            ipc_cache: ipc::open_cache(ordinal),
+        })
+    }
+
+    /// The full AMDGPU target id, e.g. `gfx90a:sramecc+:xnack-`
+    /// ([`DeviceProperties::arch`] is its processor part, `gfx90a`).
+    pub fn target_id(&self) -> &str {
+        &self.target_id
+    }
+
+    /// Makes this device current on the calling thread.
+    fn bind(&self) -> GpuResult<()> {
+        bind_device(self.ordinal)
+    }
+}
+
+impl GpuDevice for HipDevice {
+    type Api = HipApi;
+    type DeviceBuffer = HipDeviceBuffer;
+    type PinnedBuffer = HipPinnedBuffer;
+    type HostRegistration = HipHostRegistration;
+    type ManagedBuffer = HipManagedBuffer;
+    type IpcBuffer = HipIpcBuffer;
+    type Stream = HipStream;
+    type Event = HipEvent;
+    type Module = HipModule;
+    type Kernel = HipKernel;
+
+    fn ordinal(&self) -> usize {
+        self.properties.ordinal
+    }
+
+    fn properties(&self) -> GpuResult<DeviceProperties> {
+        Ok(self.properties.clone())
+    }
+
+    fn synchronize(&self) -> GpuResult<()> {
+        self.bind()?;
+        // SAFETY: waits for the current device; no pointers involved.
+        check("hipDeviceSynchronize", unsafe { hipDeviceSynchronize() })
+    }
+
+    // --- memory -----------------------------------------------------------
+
+    fn alloc_device(&self, bytes: usize) -> GpuResult<HipDeviceBuffer> {
+        memory::alloc_device(self.ordinal, bytes, false)
+    }
+
+    fn alloc_device_exportable(&self, bytes: usize) -> GpuResult<HipDeviceBuffer> {
+        memory::alloc_device(self.ordinal, bytes, true)
+    }
+
+    fn alloc_pinned_mapped(&self, bytes: usize) -> GpuResult<HipPinnedBuffer> {
+        memory::alloc_pinned_mapped(self.ordinal, bytes)
+    }
+
+    unsafe fn register_host(&self, ptr: *mut u8, len: usize) -> GpuResult<HipHostRegistration> {
+        // SAFETY: the caller keeps the region mapped (this fn's contract).
+        unsafe { memory::register_host(self.ordinal, ptr, len) }
+    }
+
+    fn alloc_managed(&self, bytes: usize) -> GpuResult<HipManagedBuffer> {
+        memory::alloc_managed(self.ordinal, bytes)
+    }
+
+    // --- copies and fills ---------------------------------------------------
+
+    fn copy_to_device(
+        &self,
+        dst: &impl DeviceMemory<Api = HipApi>,
+        dst_offset: usize,
+        src: &[u8],
+    ) -> GpuResult<()> {
+        range(
+            Backend::Hip,
+            "copy_to_device",
+            dst_offset,
+            src.len(),
+            dst.len(),
+        )?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the destination range lies inside `dst`; `src` is readable
+        // for its length (HIP declares it mutable but only reads it) and the
+        // synchronous copy has consumed it when the call returns.
+        check("hipMemcpyHtoD", unsafe {
+            hipMemcpyHtoD(
+                device_addr(dst, dst_offset),
+                src.as_ptr().cast_mut().cast::<c_void>(),
+                src.len(),
+            )
+        })
+    }
+
+    fn copy_from_device(
+        &self,
+        dst: &mut [u8],
+        src: &impl DeviceMemory<Api = HipApi>,
+        src_offset: usize,
+    ) -> GpuResult<()> {
+        range(
+            Backend::Hip,
+            "copy_from_device",
+            src_offset,
+            dst.len(),
+            src.len(),
+        )?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the source range lies inside `src`; `dst` is writable for
+        // its length and the synchronous copy is complete on return.
+        check("hipMemcpyDtoH", unsafe {
+            hipMemcpyDtoH(
+                dst.as_mut_ptr().cast(),
+                device_addr(src, src_offset),
+                dst.len(),
+            )
+        })
+    }
+
+    fn copy_device_to_device(
+        &self,
+        dst: &impl DeviceMemory<Api = HipApi>,
+        dst_offset: usize,
+        src: &impl DeviceMemory<Api = HipApi>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<()> {
+        range(
+            Backend::Hip,
+            "copy_device_to_device",
+            dst_offset,
+            len,
+            dst.len(),
+        )?;
+        range(
+            Backend::Hip,
+            "copy_device_to_device",
+            src_offset,
+            len,
+            src.len(),
+        )?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: both ranges lie inside their buffers.
+        check("hipMemcpyDtoD", unsafe {
+            hipMemcpyDtoD(
+                device_addr(dst, dst_offset),
+                device_addr(src, src_offset),
+                len,
+            )
+        })
+    }
+
+    fn fill(
+        &self,
+        dst: &impl DeviceMemory<Api = HipApi>,
+        offset: usize,
+        len: usize,
+        byte: u8,
+    ) -> GpuResult<()> {
+        range(Backend::Hip, "fill", offset, len, dst.len())?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the range lies inside `dst`.
+        check("hipMemsetD8", unsafe {
+            hipMemsetD8(device_addr(dst, offset), byte, len)
+        })
+    }
+
+    unsafe fn copy_to_device_async(
+        &self,
+        stream: &HipStream,
+        dst: &impl DeviceMemory<Api = HipApi>,
+        dst_offset: usize,
+        src: &[u8],
+    ) -> GpuResult<()> {
+        range(
+            Backend::Hip,
+            "copy_to_device_async",
+            dst_offset,
+            src.len(),
+            dst.len(),
+        )?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the destination range lies inside `dst`; the caller keeps
+        // `src` valid and unchanged until the stream passes the copy.
+        check("hipMemcpyHtoDAsync", unsafe {
+            hipMemcpyHtoDAsync(
+                device_addr(dst, dst_offset),
+                src.as_ptr().cast_mut().cast::<c_void>(),
+                src.len(),
+                stream.raw(),
+            )
+        })
+    }
+
+    unsafe fn copy_from_device_async(
+        &self,
+        stream: &HipStream,
+        dst: &mut [u8],
+        src: &impl DeviceMemory<Api = HipApi>,
+        src_offset: usize,
+    ) -> GpuResult<()> {
+        range(
+            Backend::Hip,
+            "copy_from_device_async",
+            src_offset,
+            dst.len(),
+            src.len(),
+        )?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the source range lies inside `src`; the caller keeps `dst`
+        // valid and unread until the stream passes the copy.
+        check("hipMemcpyDtoHAsync", unsafe {
+            hipMemcpyDtoHAsync(
+                dst.as_mut_ptr().cast(),
+                device_addr(src, src_offset),
+                dst.len(),
+                stream.raw(),
+            )
+        })
+    }
+
+    fn copy_device_to_device_async(
+        &self,
+        stream: &HipStream,
+        dst: &impl DeviceMemory<Api = HipApi>,
+        dst_offset: usize,
+        src: &impl DeviceMemory<Api = HipApi>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<()> {
+        let call = "copy_device_to_device_async";
+        range(Backend::Hip, call, dst_offset, len, dst.len())?;
+        range(Backend::Hip, call, src_offset, len, src.len())?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: both ranges lie inside their buffers. Dropping a buffer
+        // before the stream passes the copy is harmless: hipFree waits for
+        // the device's outstanding work first.
+        check("hipMemcpyDtoDAsync", unsafe {
+            hipMemcpyDtoDAsync(
+                device_addr(dst, dst_offset),
+                device_addr(src, src_offset),
+                len,
+                stream.raw(),
+            )
+        })
+    }
+
+    fn fill_async(
+        &self,
+        stream: &HipStream,
+        dst: &impl DeviceMemory<Api = HipApi>,
+        offset: usize,
+        len: usize,
+        byte: u8,
+    ) -> GpuResult<()> {
+        range(Backend::Hip, "fill_async", offset, len, dst.len())?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the range lies inside `dst` (and hipFree waits for queued
+        // work, as in copy_device_to_device_async).
+        check("hipMemsetD8Async", unsafe {
+            hipMemsetD8Async(device_addr(dst, offset), byte, len, stream.raw())
+        })
+    }
+
+    // --- streams and events -------------------------------------------------
+
+    fn create_stream(&self) -> GpuResult<HipStream> {
+        self.bind()?;
+        HipStream::create(self.ordinal)
+    }
+
+    fn synchronize_stream(&self, stream: &HipStream) -> GpuResult<()> {
+        self.bind()?;
+        // SAFETY: the stream is live.
+        check("hipStreamSynchronize", unsafe {
+            hipStreamSynchronize(stream.raw())
+        })
+    }
+
+    fn create_event(&self, flags: EventFlags) -> GpuResult<HipEvent> {
+        self.bind()?;
+        HipEvent::create(self.ordinal, flags)
+    }
+
+    fn record_event(&self, event: &HipEvent, stream: &HipStream) -> GpuResult<()> {
+        self.bind()?;
+        // SAFETY: event and stream are live.
+        check("hipEventRecord", unsafe {
+            hipEventRecord(event.raw(), stream.raw())
+        })
+    }
+
+    fn synchronize_event(&self, event: &HipEvent) -> GpuResult<()> {
+        self.bind()?;
+        // SAFETY: the event is live.
+        check("hipEventSynchronize", unsafe {
+            hipEventSynchronize(event.raw())
+        })
+    }
+
+    fn query_event(&self, event: &HipEvent) -> GpuResult<bool> {
+        self.bind()?;
+        event.query()
+    }
+
+    fn stream_wait_event(&self, stream: &HipStream, event: &HipEvent) -> GpuResult<()> {
+        self.bind()?;
+        // SAFETY: stream and event are live; flags must be 0.
+        check("hipStreamWaitEvent", unsafe {
+            hipStreamWaitEvent(stream.raw(), event.raw(), 0)
+        })
+    }
+
+    fn elapsed(&self, start: &HipEvent, end: &HipEvent) -> GpuResult<Duration> {
+        HipEvent::elapsed(self.ordinal, start, end)
+    }
+
+    // --- modules and launches -----------------------------------------------
+
+    fn load_module(&self, artifacts: &ModuleArtifacts<'_>) -> GpuResult<HipModule> {
+        module::load_module(self.ordinal, &self.target_id, artifacts)
+    }
+
+    fn kernel(&self, module: &HipModule, name: &str) -> GpuResult<HipKernel> {
+        module::kernel(self.ordinal, module, name)
+    }
+
+    unsafe fn launch(
+        &self,
+        kernel: &HipKernel,
+        config: &LaunchConfig,
+        args: &[KernelArg<'_>],
+        stream: &HipStream,
+    ) -> GpuResult<()> {
+        // SAFETY: the caller vouches for the kernel's pointer arguments
+        // (this fn's contract).
+        unsafe { module::launch(self.ordinal, &self.limits, kernel, config, args, stream) }
+    }
+
+    // --- IPC ----------------------------------------------------------------
+
+    fn ipc_export_memory(&self, buffer: &HipDeviceBuffer) -> GpuResult<IpcMemHandle> {
+        ipc::export_memory(self.ordinal, buffer)
+    }
+
+    fn ipc_open_memory(&self, handle: &IpcMemHandle) -> GpuResult<HipIpcBuffer> {
+        ipc::open_memory(&self.ipc_cache, handle, self.ordinal)
+    }
+
+    fn ipc_export_event(&self, event: &HipEvent) -> GpuResult<IpcEventHandle> {
+        ipc::export_event(self.ordinal, event)
+    }
+
+    fn ipc_open_event(&self, handle: &IpcEventHandle) -> GpuResult<HipEvent> {
+        self.bind()?;
+        ipc::open_event(handle, self.ordinal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_hal::{ErrorKind, GpuError, KernelSignature};
+
+    /// An ordinal no machine has: every runtime call on it fails, so each
+    /// operation's path up to the runtime runs even where a GPU exists.
+    const ABSENT: i32 = i32::MAX;
+
+    /// A device handle for [`ABSENT`], as `open` would build for an MI200.
+    fn absent_device() -> HipDevice {
+        HipDevice {
+            ordinal: ABSENT,
+            properties: DeviceProperties {
+                ordinal: ABSENT as usize,
+                name: "absent".into(),
+                total_memory: 0,
+                multiprocessor_count: 0,
+                arch: "gfx90a".into(),
+                warp_size: 64,
+                max_threads_per_block: 1024,
+                max_shared_mem_per_block: 65536,
+                can_map_host_memory: true,
+                pci_bus_id: None,
+                host_numa_node: None,
+                numa_source: NumaSource::Unknown,
+            },
+            target_id: "gfx90a:sramecc+:xnack-".into(),
+            limits: LaunchLimits {
+                max_threads_per_block: 1024,
+                max_block_dim: [1024; 3],
+                max_grid_dim: [u32::MAX; 3],
+                max_shared_mem_per_block: 65536,
+            },
+            ipc_cache: ipc::open_cache(ABSENT),
+        }
+    }
+
+    /// Device memory that some other code claims to own.
+    struct ForeignMemory(usize);
+
+    impl DeviceMemory for ForeignMemory {
+        type Api = HipApi;
+        fn device_ptr(&self) -> u64 {
+            0x7f00_0000_0000
+        }
+        fn len(&self) -> usize {
+            self.0
+        }
+    }
+
+    /// The error of a call that reached the runtime: setting the device failed.
+    fn assert_runtime_refused<T: fmt::Debug>(result: GpuResult<T>) {
+        let err: GpuError = result.unwrap_err();
+        assert_eq!(err.backend, Backend::Hip);
+        assert_eq!(err.call, "hipSetDevice", "{err}");
+        assert!(
+            matches!(&err.kind, ErrorKind::Vendor { name, .. } if name.starts_with("hipError")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn allocations_check_sizes_first_then_fail_in_the_runtime() {
+        let dev = absent_device();
+        for bytes in [0, tandem_hal::checks::MAX_ALLOCATION + 1] {
+            let expected = ErrorKind::InvalidSize {
+                bytes: bytes as u64,
+            };
+            assert_eq!(dev.alloc_device(bytes).unwrap_err().kind, expected);
+            assert_eq!(
+                dev.alloc_device_exportable(bytes).unwrap_err().kind,
+                expected
+            );
+            assert_eq!(dev.alloc_pinned_mapped(bytes).unwrap_err().kind, expected);
+            assert_eq!(dev.alloc_managed(bytes).unwrap_err().kind, expected);
+        }
+        assert_runtime_refused(dev.alloc_device(16));
+        assert_runtime_refused(dev.alloc_device_exportable(16));
+        assert_runtime_refused(dev.alloc_pinned_mapped(16));
+        assert_runtime_refused(dev.alloc_managed(16));
+    }
+
+    #[test]
+    fn registration_needs_a_page_aligned_region() {
+        let dev = absent_device();
+        let mut region = vec![0u64; 4096];
+        let page = page_aligned(&mut region);
+        // SAFETY: `region` outlives every registration attempt (all fail).
+        unsafe {
+            let err = dev.register_host(page.add(1), 64).unwrap_err();
+            assert!(matches!(err.kind, ErrorKind::InvalidArgument(_)), "{err}");
+            let err = dev.register_host(page, 0).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::InvalidSize { bytes: 0 });
+            assert_runtime_refused(dev.register_host(page, 4096));
+        }
+    }
+
+    /// The first page boundary inside `region` (which spans more than a page).
+    fn page_aligned(region: &mut [u64]) -> *mut u8 {
+        let start = region.as_mut_ptr().cast::<u8>();
+        // SAFETY: `region` is 32 KiB, more than a page past any start.
+        unsafe { start.add(start.align_offset(memory::page_size())) }
+    }
+
+    #[test]
+    fn copies_and_fills_are_bounds_checked_before_the_runtime() {
+        let dev = absent_device();
+        let mem = ForeignMemory(64);
+        let mut host = [0u8; 16];
+        let oob = |r: GpuResult<()>| {
+            assert!(matches!(r.unwrap_err().kind, ErrorKind::OutOfBounds { .. }));
+        };
+        oob(dev.copy_to_device(&mem, 60, &host));
+        oob(dev.copy_from_device(&mut host, &mem, usize::MAX));
+        oob(dev.copy_device_to_device(&mem, 0, &mem, 63, 2));
+        oob(dev.copy_device_to_device(&mem, 63, &mem, 0, 2));
+        oob(dev.fill(&mem, 1, 64, 0));
+        // Empty transfers in range are no-ops that never reach the runtime.
+        assert_eq!(dev.copy_to_device(&mem, 64, &[]), Ok(()));
+        assert_eq!(dev.copy_from_device(&mut [], &mem, 0), Ok(()));
+        assert_eq!(dev.fill(&mem, 10, 0, 1), Ok(()));
+        assert_runtime_refused(dev.copy_to_device(&mem, 48, &host));
+        assert_runtime_refused(dev.copy_from_device(&mut host, &mem, 0));
+        assert_runtime_refused(dev.copy_device_to_device(&mem, 0, &mem, 32, 32));
+        assert_runtime_refused(dev.fill(&mem, 0, 64, 0xAB));
+    }
+
+    #[test]
+    fn streams_events_and_sync_fail_in_the_runtime() {
+        let dev = absent_device();
+        assert_runtime_refused(dev.synchronize());
+        assert_runtime_refused(dev.create_stream());
+        assert_runtime_refused(dev.create_event(EventFlags::default()));
+        assert_runtime_refused(dev.create_event(EventFlags {
+            timing: false,
+            interprocess: true,
+        }));
+    }
+
+    #[test]
+    fn modules_are_chosen_by_target_before_loading() {
+        let dev = absent_device();
+        const SIGNATURES: &[KernelSignature] = &[];
+        let mut artifacts = ModuleArtifacts {
+            name: "lib",
+            signatures: SIGNATURES,
+            host_table: None,
+            cuda_source: Some("__global__ void k() {}"),
+            nvrtc_options: &[],
+            ptx: &[],
+            cubins: &[],
+            hip_code_objects: &[("gfx1030", b"\x7fELF")],
+        };
+        let err = dev.load_module(&artifacts).unwrap_err();
+        let ErrorKind::UnsupportedArtifact(why) = &err.kind else {
+            panic!("{err}");
+        };
+        assert!(why.contains("`lib`") && why.contains("gfx90a:sramecc+:xnack-"));
+        assert!(why.contains("gfx1030"), "{why}");
+        artifacts.hip_code_objects = &[("gfx90a", b"\x7fELF")];
+        assert_runtime_refused(dev.load_module(&artifacts));
+    }
+
+    #[test]
+    fn ipc_opens_fail_cleanly() {
+        let dev = absent_device();
+        assert_runtime_refused(dev.ipc_open_memory(&IpcMemHandle([0x5A; 64])));
+        assert_runtime_refused(dev.ipc_open_event(&IpcEventHandle([0x5A; 64])));
+    }
+
+    #[test]
+    fn properties_are_those_read_at_open() {
+        let dev = absent_device();
+        assert_eq!(dev.ordinal(), ABSENT as usize);
+        assert_eq!(dev.properties().unwrap().arch, "gfx90a");
+        assert_eq!(dev.target_id(), "gfx90a:sramecc+:xnack-");
+    }
+
+    #[test]
+    fn c_text_stops_at_the_terminator() {
+        let field: Vec<c_char> = b"gfx90a:xnack-\0junk"
+            .iter()
+            .map(|&b| b as c_char)
+            .collect();
+        assert_eq!(c_text(&field), "gfx90a:xnack-");
+        let unterminated: Vec<c_char> = b"gfx90a".iter().map(|&b| b as c_char).collect();
+        assert_eq!(c_text(&unterminated), "gfx90a");
+    }
+}

@@ -1,0 +1,430 @@
+//! Memory of the CPU device. Every kind of allocation is host memory in a
+//! shared-memory segment, so its device address *is* its host address and
+//! another process can map it (exportable buffers by name).
+//!
+//! # Validity of addresses
+//! Copies and fills take any `impl DeviceMemory<Api = HostApi>`, a trait
+//! anyone can implement, and on this backend a device address is a host
+//! address a bad value of which would be undefined behaviour. So every live
+//! allocation, registration and IPC mapping is entered in a process-wide
+//! registry of regions, and a copy or fill first finds the region that
+//! contains the whole memory object (else `InvalidArgument`, like a GPU
+//! driver rejecting an unknown pointer). The region is reference-counted:
+//! asynchronous commands hold it, so dropping a buffer with work still queued
+//! is safe (the unmap waits for the work), as on CUDA.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use tandem_shm_core::segment::Segment;
+
+use super::ipc::{self, HandleFields, HandleKind};
+use super::stream::{Address, Command};
+use super::wait::wait_until;
+use super::{host_error, segment_error, HostApi};
+use crate::api::{DeviceMemory, HostMemory};
+use crate::checks;
+use crate::error::{Backend, ErrorKind, GpuResult};
+use crate::ipc_cache::IpcOpenCache;
+use crate::types::{IpcMemHandle, IPC_ALLOC_GRANULARITY};
+
+/// A mapped range of host memory that kernels and copies may address.
+pub(crate) struct Region {
+    base: *mut u8,
+    len: usize,
+    /// The mapping, if this region owns one (registered regions do not).
+    _segment: Option<Segment>,
+}
+
+// SAFETY: `base` is the address of a shared mapping (or a registered region
+// the caller keeps mapped); the region only hands the address out, and all
+// accesses through it are the commands' and kernels' business.
+unsafe impl Send for Region {}
+// SAFETY: as above; `Region` has no interior mutability of its own.
+unsafe impl Sync for Region {}
+
+impl Region {
+    fn of_segment(segment: Segment) -> Self {
+        Self {
+            base: segment.as_ptr(),
+            len: segment.len(),
+            _segment: Some(segment),
+        }
+    }
+}
+
+type Registry = BTreeMap<usize, Arc<Region>>;
+
+fn registry() -> MutexGuard<'static, Registry> {
+    static REGISTRY: OnceLock<Mutex<Registry>> = OnceLock::new();
+    // Entries are inserted and removed whole; a poisoned map is consistent.
+    REGISTRY
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The registered region that contains `[start, start + len)`, if any.
+fn containing(registry: &Registry, start: usize, len: usize) -> Option<&Arc<Region>> {
+    let (&base, region) = registry.range(..=start).next_back()?;
+    let end = start.checked_add(len)?;
+    (end <= base + region.len).then_some(region)
+}
+
+/// Enters a region; `InvalidArgument` if it overlaps a registered one.
+fn register(call: &'static str, region: Region) -> GpuResult<Arc<Region>> {
+    let mut registry = registry();
+    let start = region.base as usize;
+    let overlaps_before = registry
+        .range(..=start)
+        .next_back()
+        .is_some_and(|(&base, r)| base + r.len > start);
+    let overlaps_after = registry
+        .range(start..)
+        .next()
+        .is_some_and(|(&base, _)| base < start + region.len);
+    if overlaps_before || overlaps_after {
+        return Err(host_error(
+            call,
+            ErrorKind::InvalidArgument(format!(
+                "{:p}+{} overlaps memory already registered with the device",
+                region.base, region.len
+            )),
+        ));
+    }
+    let region = Arc::new(region);
+    registry.insert(start, Arc::clone(&region));
+    Ok(region)
+}
+
+fn unregister(region: &Region) {
+    registry().remove(&(region.base as usize));
+}
+
+/// The address of `[offset, offset + len)` of `memory` after checking it is
+/// in bounds and that `memory` lies in live memory of this backend, with the
+/// region that keeps it alive.
+fn resolve(
+    call: &'static str,
+    memory: &impl DeviceMemory<Api = HostApi>,
+    offset: usize,
+    len: usize,
+) -> GpuResult<(Address, Arc<Region>)> {
+    checks::range(Backend::Host, call, offset, len, memory.len())?;
+    let start = usize::try_from(memory.device_ptr()).unwrap_or(usize::MAX);
+    let registry = registry();
+    let region = containing(&registry, start, memory.len()).ok_or_else(|| {
+        host_error(
+            call,
+            ErrorKind::InvalidArgument(format!(
+                "{start:#x}+{} is not live memory of the host device",
+                memory.len()
+            )),
+        )
+    })?;
+    // In bounds of `memory` (checked), which is inside the region.
+    Ok((Address((start + offset) as *mut u8), Arc::clone(region)))
+}
+
+/// A command copying host bytes into `dst`.
+///
+/// # Safety
+/// The command reads `src` whenever it runs: `src` must stay valid and
+/// unchanged until then.
+pub(crate) unsafe fn copy_in(
+    call: &'static str,
+    dst: &impl DeviceMemory<Api = HostApi>,
+    dst_offset: usize,
+    src: &[u8],
+) -> GpuResult<Command> {
+    let (to, region) = resolve(call, dst, dst_offset, src.len())?;
+    Ok(Command::Copy {
+        dst: to,
+        src: Address(src.as_ptr().cast_mut()),
+        len: src.len(),
+        keep: vec![region],
+    })
+}
+
+/// A command copying from `src` into host bytes.
+///
+/// # Safety
+/// The command writes `dst` whenever it runs: `dst` must stay valid and
+/// unused until then.
+pub(crate) unsafe fn copy_out(
+    call: &'static str,
+    dst: &mut [u8],
+    src: &impl DeviceMemory<Api = HostApi>,
+    src_offset: usize,
+) -> GpuResult<Command> {
+    let (from, region) = resolve(call, src, src_offset, dst.len())?;
+    Ok(Command::Copy {
+        dst: Address(dst.as_mut_ptr()),
+        src: from,
+        len: dst.len(),
+        keep: vec![region],
+    })
+}
+
+/// A command copying between two memory objects of the device.
+pub(crate) fn copy_between(
+    call: &'static str,
+    dst: &impl DeviceMemory<Api = HostApi>,
+    dst_offset: usize,
+    src: &impl DeviceMemory<Api = HostApi>,
+    src_offset: usize,
+    len: usize,
+) -> GpuResult<Command> {
+    let (to, dst_region) = resolve(call, dst, dst_offset, len)?;
+    let (from, src_region) = resolve(call, src, src_offset, len)?;
+    Ok(Command::Copy {
+        dst: to,
+        src: from,
+        len,
+        keep: vec![dst_region, src_region],
+    })
+}
+
+/// A command setting `len` bytes of `dst` from `offset` to `byte`.
+pub(crate) fn fill(
+    call: &'static str,
+    dst: &impl DeviceMemory<Api = HostApi>,
+    offset: usize,
+    len: usize,
+    byte: u8,
+) -> GpuResult<Command> {
+    let (to, region) = resolve(call, dst, offset, len)?;
+    Ok(Command::Fill {
+        dst: to,
+        len,
+        byte,
+        keep: region,
+    })
+}
+
+/// What a [`HostBuffer`] was allocated as.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum BufferKind {
+    /// `alloc_device`: an anonymous segment.
+    Device,
+    /// `alloc_device_exportable`: a named segment, rounded up to
+    /// [`IPC_ALLOC_GRANULARITY`].
+    Exportable,
+    /// `alloc_pinned_mapped`: an anonymous segment.
+    Pinned,
+    /// `alloc_managed`: an anonymous segment.
+    Managed,
+}
+
+/// An allocation of the CPU device (device, pinned or managed memory are all
+/// zeroed host memory in a shared-memory segment). Frees on drop, once the
+/// stream work that uses it has run.
+pub struct HostBuffer {
+    region: Arc<Region>,
+    len: usize,
+    kind: BufferKind,
+}
+
+impl core::fmt::Debug for HostBuffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HostBuffer")
+            .field("ptr", &self.region.base)
+            .field("len", &self.len)
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+impl HostBuffer {
+    /// Allocates `bytes` of `kind`.
+    pub(crate) fn allocate(call: &'static str, kind: BufferKind, bytes: usize) -> GpuResult<Self> {
+        checks::allocation_size(Backend::Host, call, bytes)?;
+        let segment = if kind == BufferKind::Exportable {
+            // Cannot overflow: bytes <= MAX_ALLOCATION.
+            ipc::create_named_segment(call, bytes.next_multiple_of(IPC_ALLOC_GRANULARITY))?
+        } else {
+            Segment::create_anonymous(bytes).map_err(|e| segment_error(call, e))?
+        };
+        Ok(Self {
+            region: register(call, Region::of_segment(segment))?,
+            len: bytes,
+            kind,
+        })
+    }
+
+    /// What this buffer was allocated as.
+    pub fn kind(&self) -> BufferKind {
+        self.kind
+    }
+
+    /// An IPC handle for an exportable buffer (`NotExportable` otherwise).
+    pub(crate) fn export(&self) -> GpuResult<IpcMemHandle> {
+        const CALL: &str = "ipc_export_memory";
+        let name = match &self.region._segment {
+            Some(segment) if self.kind == BufferKind::Exportable => segment.name(),
+            _ => None,
+        };
+        let name = name.ok_or_else(|| host_error(CALL, ErrorKind::NotExportable))?;
+        Ok(IpcMemHandle(
+            HandleFields {
+                kind: HandleKind::Memory,
+                exporter_pid: ipc::own_pid(),
+                len: self.len as u64,
+                name: name.to_owned(),
+            }
+            .encode(),
+        ))
+    }
+}
+
+impl DeviceMemory for HostBuffer {
+    type Api = HostApi;
+    fn device_ptr(&self) -> u64 {
+        self.region.base as u64
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl HostMemory for HostBuffer {
+    fn host_ptr(&self) -> *mut u8 {
+        self.region.base
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        // The mapping itself goes with the last `Arc` (queued commands may
+        // still hold one); an exportable buffer's name is unlinked then too.
+        unregister(&self.region);
+    }
+}
+
+/// A host region registered with the CPU device (`register_host`). Dropping
+/// it waits until no queued stream command still uses the region (a stream
+/// blocked forever on an event would block the drop too).
+pub struct HostRegistration {
+    region: Arc<Region>,
+}
+
+impl core::fmt::Debug for HostRegistration {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HostRegistration")
+            .field("ptr", &self.region.base)
+            .field("len", &self.region.len)
+            .finish()
+    }
+}
+
+impl HostRegistration {
+    /// # Safety
+    /// `[ptr, ptr + len)` must stay mapped until the registration is dropped.
+    pub(crate) unsafe fn register(ptr: *mut u8, len: usize) -> GpuResult<Self> {
+        const CALL: &str = "register_host";
+        let invalid = |what: String| host_error(CALL, ErrorKind::InvalidArgument(what));
+        checks::allocation_size(Backend::Host, CALL, len)?;
+        if ptr.is_null() || (ptr as usize) % crate::numa::page_size() != 0 {
+            return Err(invalid(format!("{ptr:p} is not a page-aligned address")));
+        }
+        if (ptr as usize).checked_add(len).is_none() {
+            return Err(invalid(format!(
+                "{ptr:p}+{len} wraps around the address space"
+            )));
+        }
+        let region = Region {
+            base: ptr,
+            len,
+            _segment: None,
+        };
+        Ok(Self {
+            region: register(CALL, region)?,
+        })
+    }
+}
+
+impl DeviceMemory for HostRegistration {
+    type Api = HostApi;
+    fn device_ptr(&self) -> u64 {
+        self.region.base as u64
+    }
+    fn len(&self) -> usize {
+        self.region.len
+    }
+}
+
+impl HostMemory for HostRegistration {
+    fn host_ptr(&self) -> *mut u8 {
+        self.region.base
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        unregister(&self.region);
+        // The caller may unmap the region as soon as this returns, so wait
+        // until no queued command holds it (CUDA's unregister also waits).
+        // `get_mut` succeeding means every other `Arc` is gone, with Acquire
+        // ordering against their release, so their accesses happened before.
+        wait_until(|| Arc::get_mut(&mut self.region).is_some());
+    }
+}
+
+/// A mapping of another process's exported memory, shared by every open of
+/// the same handle in this process.
+pub(crate) struct IpcMapping {
+    region: Arc<Region>,
+}
+
+impl Drop for IpcMapping {
+    fn drop(&mut self) {
+        unregister(&self.region);
+    }
+}
+
+/// Another process's exported memory, opened here; closed on drop (the
+/// mapping goes with the last open of the same handle).
+pub struct HostIpcBuffer {
+    mapping: Arc<IpcMapping>,
+    len: usize,
+}
+
+impl core::fmt::Debug for HostIpcBuffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HostIpcBuffer")
+            .field("ptr", &self.mapping.region.base)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl HostIpcBuffer {
+    pub(crate) fn open(handle: &IpcMemHandle) -> GpuResult<Self> {
+        const CALL: &str = "ipc_open_memory";
+        static OPEN: OnceLock<IpcOpenCache<IpcMapping>> = OnceLock::new();
+        let fields = HandleFields::decode(&handle.0, HandleKind::Memory)
+            .map_err(|why| host_error(CALL, ErrorKind::InvalidIpcHandle(why)))?;
+        let len = usize::try_from(fields.len).map_err(|_| {
+            host_error(CALL, ErrorKind::InvalidIpcHandle("length overflows".into()))
+        })?;
+        let mapping = OPEN
+            .get_or_init(IpcOpenCache::default)
+            .get_or_open(handle, || {
+                let segment = ipc::open_named_segment(CALL, &fields)?;
+                Ok(IpcMapping {
+                    region: register(CALL, Region::of_segment(segment))?,
+                })
+            })?;
+        Ok(Self { mapping, len })
+    }
+}
+
+impl DeviceMemory for HostIpcBuffer {
+    type Api = HostApi;
+    fn device_ptr(&self) -> u64 {
+        self.mapping.region.base as u64
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}

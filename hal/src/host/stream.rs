@@ -1,0 +1,217 @@
+//! Streams of the CPU device: an in-order FIFO of commands executed by one
+//! worker thread per stream, so work on different streams overlaps and the
+//! submitting thread never waits (like a GPU stream).
+//!
+//! A kernel failure is latched on the stream and returned (once) by its next
+//! [`StreamShared::synchronize`]; later commands still run, so events
+//! recorded after a failed launch still complete and nobody waiting on them
+//! hangs. Dropping a stream returns at once; its worker finishes the queued
+//! commands and exits (CUDA's `cuStreamDestroy` behaves the same).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use super::event::{EventCore, EventWait};
+use super::launch::{self, LaunchSpec};
+use super::memory::Region;
+
+/// A raw address a command reads or writes; see [`Command`] for why the
+/// memory behind it stays valid.
+#[derive(Clone, Copy)]
+pub(crate) struct Address(pub(crate) *mut u8);
+
+// SAFETY: a plain address; the command that carries it keeps the memory
+// alive (a `Region`) or runs under the caller's `unsafe` promise.
+unsafe impl Send for Address {}
+
+/// One unit of stream work. Device memory a command touches is kept alive by
+/// the `Region`s it holds, so dropping a buffer with work pending is safe;
+/// caller memory (async copies from and to host slices) is covered by the
+/// `unsafe` contract of those calls.
+pub(crate) enum Command {
+    Copy {
+        dst: Address,
+        src: Address,
+        len: usize,
+        keep: Vec<Arc<Region>>,
+    },
+    Fill {
+        dst: Address,
+        len: usize,
+        byte: u8,
+        keep: Arc<Region>,
+    },
+    Launch(Arc<LaunchSpec>),
+    Record {
+        event: Arc<EventCore>,
+        sequence: u64,
+    },
+    Wait(EventWait),
+}
+
+impl Command {
+    /// Runs the command on the stream's worker; `Err` is a kernel failure.
+    pub(crate) fn execute(self) -> Result<(), String> {
+        match self {
+            Command::Copy {
+                dst,
+                src,
+                len,
+                keep,
+                ..
+            } => {
+                // SAFETY: both ranges were bounds-checked against live memory
+                // when enqueued and are kept alive by `keep` (device side) or
+                // by the async call's contract (host side). `copy` tolerates
+                // overlap, which a device-to-device copy within one buffer has.
+                unsafe { core::ptr::copy(src.0.cast_const(), dst.0, len) };
+                drop(keep);
+                Ok(())
+            }
+            Command::Fill {
+                dst,
+                len,
+                byte,
+                keep,
+            } => {
+                // SAFETY: bounds-checked when enqueued; `keep` holds the memory.
+                unsafe { dst.0.write_bytes(byte, len) };
+                drop(keep);
+                Ok(())
+            }
+            Command::Launch(spec) => launch::execute(spec),
+            Command::Record { event, sequence } => {
+                event.complete(sequence);
+                Ok(())
+            }
+            Command::Wait(wait) => {
+                wait.wait();
+                Ok(())
+            }
+        }
+    }
+}
+
+struct StreamState {
+    queue: VecDeque<Command>,
+    /// Commands ever enqueued / finished; a sync waits for `completed` to
+    /// reach the `submitted` it saw.
+    submitted: u64,
+    completed: u64,
+    /// First kernel failure not yet reported.
+    failure: Option<String>,
+    /// The owner dropped the stream: drain and exit.
+    closed: bool,
+}
+
+/// The part of a stream its worker thread shares with its owner.
+pub(crate) struct StreamShared {
+    state: Mutex<StreamState>,
+    /// Signalled when a command is enqueued or the stream closes.
+    work: Condvar,
+    /// Signalled when a command completes.
+    progress: Condvar,
+}
+
+impl StreamShared {
+    fn state(&self) -> MutexGuard<'_, StreamState> {
+        // Every critical section leaves the state whole (a push, a pop, a
+        // counter bump), so a poisoned lock's data is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn enqueue(&self, command: Command) {
+        let mut state = self.state();
+        state.queue.push_back(command);
+        state.submitted += 1;
+        drop(state);
+        self.work.notify_one();
+    }
+
+    /// Waits until everything enqueued so far has run; returns (and clears)
+    /// the first kernel failure since the last synchronisation.
+    pub(crate) fn synchronize(&self) -> Result<(), String> {
+        let mut state = self.state();
+        let target = state.submitted;
+        while state.completed < target {
+            state = self
+                .progress
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.failure.take().map_or(Ok(()), Err)
+    }
+
+    fn work_loop(&self) {
+        loop {
+            let mut state = self.state();
+            let command = loop {
+                if let Some(command) = state.queue.pop_front() {
+                    break command;
+                }
+                if state.closed {
+                    return;
+                }
+                state = self
+                    .work
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            };
+            drop(state);
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| command.execute()))
+                    .unwrap_or_else(|_| Err("host stream worker panicked".to_owned()));
+            let mut state = self.state();
+            state.completed += 1;
+            if let Err(why) = outcome {
+                state.failure.get_or_insert(why);
+            }
+            drop(state);
+            self.progress.notify_all();
+        }
+    }
+}
+
+/// An in-order, non-blocking stream of the CPU device.
+pub struct HostStream {
+    pub(crate) shared: Arc<StreamShared>,
+}
+
+impl core::fmt::Debug for HostStream {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let state = self.shared.state();
+        f.debug_struct("HostStream")
+            .field("submitted", &state.submitted)
+            .field("completed", &state.completed)
+            .finish()
+    }
+}
+
+impl HostStream {
+    /// Starts a stream and its worker thread.
+    pub(crate) fn start() -> std::io::Result<Self> {
+        let shared = Arc::new(StreamShared {
+            state: Mutex::new(StreamState {
+                queue: VecDeque::new(),
+                submitted: 0,
+                completed: 0,
+                failure: None,
+                closed: false,
+            }),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+        });
+        let worker = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("tandem-host-stream".into())
+            .spawn(move || worker.work_loop())?;
+        Ok(Self { shared })
+    }
+}
+
+impl Drop for HostStream {
+    fn drop(&mut self) {
+        self.shared.state().closed = true;
+        self.shared.work.notify_one();
+    }
+}

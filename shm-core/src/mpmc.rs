@@ -1,0 +1,265 @@
+//! A bounded multi-producer multi-consumer ring in shared memory: Dmitry
+//! Vyukov's bounded queue, which needs only 64-bit loads, stores and CAS, so
+//! GPU kernels can run the same algorithm on the same bytes.
+//!
+//! `tail` is the next enqueue ticket and `head` the next dequeue ticket. Every
+//! slot carries a sequence number (`MpmcSlotHeader::seq`) saying whose turn
+//! it is: `seq == 2t` means free for the producer holding ticket `t`;
+//! `seq == 2t + 1` means it holds the item for the consumer holding ticket
+//! `t`, who then frees it for the next lap with `seq = 2(t + capacity)`. A
+//! party claims a ticket with a CAS on `tail`/`head` only after the slot's
+//! sequence says it is its turn, and publishes its work with a Release store
+//! of `seq`. (Vyukov's original uses `t`, `t + 1` and `t + capacity`, which
+//! cannot tell "full for ticket t" from "free for ticket t + 1" when the
+//! capacity is 1; doubling keeps the three states apart for every capacity.)
+//!
+//! `try_push` and `try_pop` never wait: when the slot at the next ticket is
+//! not yet released by the previous lap's consumer (or not yet filled by its
+//! producer) they report full (or empty), even if that peer is only midway
+//! through its copy. A peer that dies mid-operation therefore cannot hang the
+//! others; it leaves its one slot unusable instead.
+
+use core::fmt;
+use core::marker::PhantomData;
+use core::ptr::addr_of_mut;
+
+use crate::layout::{ring_kind, MpmcSlotHeader};
+use crate::pod::ShmSafe;
+use crate::ring::{RingError, RingShape, RingView};
+use crate::sync::{spin_hint, AtomicU64, Ordering};
+
+/// The sequence number of a slot free for the producer of `ticket`.
+#[inline(always)]
+fn free_for(ticket: u64) -> u64 {
+    ticket.wrapping_mul(2)
+}
+
+/// The sequence number of a slot holding the item of `ticket`.
+#[inline(always)]
+fn full_for(ticket: u64) -> u64 {
+    free_for(ticket).wrapping_add(1)
+}
+
+/// A handle to an MPMC ring living in a region. Any number of handles, in
+/// any number of threads and processes, may push and pop concurrently.
+pub struct MpmcRing<'r, T: ShmSafe> {
+    view: RingView<'r>,
+    _elem: PhantomData<T>,
+}
+
+// SAFETY: every shared access goes through the atomics of the header and the
+// slots' sequence numbers, and a slot's element is touched only by the one
+// party whose turn the sequence number gives; that is exactly what makes the
+// ring safe to use from several processes, so also from several threads.
+// `T: ShmSafe` is plain bytes with no meaning tied to one thread.
+unsafe impl<T: ShmSafe> Send for MpmcRing<'_, T> {}
+// SAFETY: as for `Send`; all methods take `&self`.
+unsafe impl<T: ShmSafe> Sync for MpmcRing<'_, T> {}
+
+impl<T: ShmSafe> Clone for MpmcRing<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T: ShmSafe> Copy for MpmcRing<'_, T> {}
+
+impl<'r, T: ShmSafe> MpmcRing<'r, T> {
+    pub(crate) const SHAPE: RingShape = RingShape::new::<T>(ring_kind::MPMC);
+    const STRIDE: usize = Self::SHAPE.stride;
+
+    /// Bytes of region a ring of `capacity` elements needs (saturating at
+    /// `usize::MAX`; `init_in` rejects capacities that are not powers of two).
+    /// Each slot is an 8-byte sequence number followed by the element:
+    /// `round_up(round_up(8, align) + size, max(8, align))` bytes.
+    pub fn required_bytes(capacity: u32) -> usize {
+        Self::SHAPE.required_bytes(capacity)
+    }
+
+    /// Initialises an empty ring of `capacity` slots (a power of two) in
+    /// place at `region`, which must be 64-byte aligned and at least
+    /// [`required_bytes`](Self::required_bytes) long.
+    ///
+    /// # Safety
+    /// `region` must be valid for reads and writes of `len` bytes for `'r`,
+    /// and nobody (no other handle, process or kernel) may use it during this
+    /// call. Re-initialising a ring others are attached to is undefined.
+    pub unsafe fn init_in(region: *mut u8, len: usize, capacity: u32) -> Result<Self, RingError> {
+        // SAFETY: forwarded to the caller; each slot starts with its
+        // 8-aligned sequence number, which starts free for the producer of
+        // ticket `index`.
+        let view = unsafe {
+            Self::SHAPE.init(region, len, capacity, |slot, index| {
+                addr_of_mut!((*slot.cast::<MpmcSlotHeader>()).seq)
+                    .write(AtomicU64::new(free_for(index)));
+            })?
+        };
+        Ok(Self {
+            view,
+            _elem: PhantomData,
+        })
+    }
+
+    /// Attaches to a ring another handle (perhaps in another process, at
+    /// another address) initialised, after validating its header.
+    ///
+    /// # Safety
+    /// `region` must be valid for reads and writes of `len` bytes for `'r`
+    /// and must not be re-initialised while this handle is in use.
+    pub unsafe fn attach(region: *mut u8, len: usize) -> Result<Self, RingError> {
+        // SAFETY: forwarded to the caller.
+        let view = unsafe { Self::SHAPE.attach(region, len)? };
+        Ok(Self {
+            view,
+            _elem: PhantomData,
+        })
+    }
+
+    /// The sequence number of the slot for ticket `ticket`, and the slot.
+    #[inline(always)]
+    fn slot(&self, ticket: u64) -> (&'r AtomicU64, *mut u8) {
+        let slot = self.view.slot(ticket, Self::STRIDE);
+        // SAFETY: every slot starts with its sequence number, initialised in
+        // `init_in` before the ring was published, valid for 'r.
+        let seq = unsafe { &(*slot.cast::<MpmcSlotHeader>()).seq };
+        (seq, slot)
+    }
+
+    /// Appends `item`, or gives it back when the ring is full (including the
+    /// moment while the consumer of the slot's previous lap is still copying
+    /// out of it).
+    #[inline]
+    pub fn try_push(&self, item: T) -> Result<(), T> {
+        let tail = &self.view.header.tail.value;
+        // Relaxed: tickets only pick a slot; whether it is ours is decided by
+        // the slot's sequence number, read with Acquire below.
+        let mut ticket = tail.load(Ordering::Relaxed);
+        loop {
+            let (seq, slot) = self.slot(ticket);
+            // Acquire: pairs with the Release store of the consumer that
+            // freed this slot, so its read of the old element is finished
+            // before we overwrite it.
+            let turn = seq.load(Ordering::Acquire);
+            match turn.wrapping_sub(free_for(ticket)) as i64 {
+                0 => {
+                    // Relaxed: the CAS only arbitrates between producers that
+                    // all saw the slot free; the data hand-off is ordered by
+                    // `seq`. Weak: a spurious failure just loops.
+                    match tail.compare_exchange_weak(
+                        ticket,
+                        ticket.wrapping_add(1),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            // SAFETY: winning the CAS for a ticket whose slot
+                            // was free makes the slot ours until we release it.
+                            unsafe { Self::SHAPE.write_elem(slot, item) };
+                            // Release: pairs with the consumer's Acquire load
+                            // of `seq`, publishing the element.
+                            seq.store(full_for(ticket), Ordering::Release);
+                            return Ok(());
+                        }
+                        Err(current) => ticket = current,
+                    }
+                }
+                // The slot still holds the item of the previous lap: full.
+                lag if lag < 0 => return Err(item),
+                // Another producer took this ticket already: catch up. The
+                // pause also lets the model checker see this as a spin that
+                // another thread must end (a reload may keep returning a
+                // stale ticket until the newer one becomes visible).
+                _ => {
+                    spin_hint();
+                    ticket = tail.load(Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Takes the oldest available item, or `None` when the ring is empty
+    /// (including the moment while the producer of the next item is still
+    /// copying into its slot).
+    #[inline]
+    pub fn try_pop(&self) -> Option<T> {
+        let head = &self.view.header.head.value;
+        // Relaxed: as for `tail` in `try_push`.
+        let mut ticket = head.load(Ordering::Relaxed);
+        loop {
+            let (seq, slot) = self.slot(ticket);
+            // Acquire: pairs with the producer's Release store of `seq`, so
+            // its element is visible.
+            let turn = seq.load(Ordering::Acquire);
+            match turn.wrapping_sub(full_for(ticket)) as i64 {
+                0 => {
+                    // Relaxed / weak: as in `try_push`.
+                    match head.compare_exchange_weak(
+                        ticket,
+                        ticket.wrapping_add(1),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            // SAFETY: the slot holds the item for our ticket,
+                            // published (Acquire above) and ours to read until
+                            // we release it.
+                            let item = unsafe { Self::SHAPE.read_elem(slot) };
+                            // Release: pairs with the next lap's producer's
+                            // Acquire load of `seq`, so our read finishes
+                            // before it overwrites the slot.
+                            let next_lap = ticket.wrapping_add(self.view.mask + 1);
+                            seq.store(free_for(next_lap), Ordering::Release);
+                            return Some(item);
+                        }
+                        Err(current) => ticket = current,
+                    }
+                }
+                // The slot is not filled for this ticket yet: empty.
+                lag if lag < 0 => return None,
+                // Another consumer took this ticket already: catch up (and
+                // pause, as in `try_push`).
+                _ => {
+                    spin_hint();
+                    ticket = head.load(Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// The number of slots.
+    pub fn capacity(&self) -> usize {
+        self.view.capacity()
+    }
+
+    /// Items in the ring, estimated from the two tickets: with pushes and
+    /// pops in flight it may count items still being written or already
+    /// being read, and is stale when returned. Never exceeds the capacity.
+    pub fn len(&self) -> usize {
+        self.view.approximate_len()
+    }
+
+    /// Whether [`len`](Self::len) is zero (an estimate, likewise).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// A handle to an already validated ring.
+    ///
+    /// # Safety
+    /// As [`RingView::new`]; the ring must be an MPMC ring of `T`.
+    pub(crate) unsafe fn from_validated(region: *mut u8, capacity: u32) -> Self {
+        Self {
+            // SAFETY: forwarded to the caller.
+            view: unsafe { RingView::new(region, capacity) },
+            _elem: PhantomData,
+        }
+    }
+}
+
+impl<T: ShmSafe> fmt::Debug for MpmcRing<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MpmcRing")
+            .field("capacity", &self.capacity())
+            .field("len", &self.len())
+            .finish()
+    }
+}

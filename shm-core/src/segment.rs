@@ -1,0 +1,429 @@
+//! Shared-memory segments: pages that several processes (and the host GPU
+//! backend) map, anonymous (`memfd_create`, shared by passing the fd) or named
+//! (`shm_open`, shared by name).
+//!
+//! Every mapping is `MAP_SHARED` with `PROT_READ | PROT_WRITE`, so writes
+//! through one mapping are seen through every other mapping of the same
+//! pages, in this process or another; its base is page-aligned (so at least
+//! 64-byte aligned, as every shared layout needs).
+
+use std::ffi::CString;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::{self, NonNull};
+
+/// Longest segment name accepted (bytes, without the leading `/` that is
+/// added when calling `shm_open`): the OS's file-name limit for
+/// `/dev/shm/<name>` on Linux, `PSHMNAMLEN` on Apple systems.
+#[cfg(not(target_vendor = "apple"))]
+pub const MAX_NAME_LEN: usize = 255;
+/// Longest segment name accepted (bytes, without the leading `/` that is
+/// added when calling `shm_open`): the OS's file-name limit for
+/// `/dev/shm/<name>` on Linux, `PSHMNAMLEN` on Apple systems.
+#[cfg(target_vendor = "apple")]
+pub const MAX_NAME_LEN: usize = 30;
+
+/// Why a segment name was refused.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum NameError {
+    /// The name is empty.
+    Empty,
+    /// The name is longer than [`MAX_NAME_LEN`].
+    TooLong { len: usize, max: usize },
+    /// The name contains `/` (names are a single path component).
+    ContainsSlash,
+    /// The name contains a NUL byte.
+    ContainsNul,
+    /// The name is `.` or `..`.
+    DotName,
+}
+
+impl fmt::Display for NameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Empty => f.write_str("name is empty"),
+            Self::TooLong { len, max } => write!(f, "name is {len} bytes long, at most {max}"),
+            Self::ContainsSlash => f.write_str("name contains '/'"),
+            Self::ContainsNul => f.write_str("name contains a NUL byte"),
+            Self::DotName => f.write_str("name is '.' or '..'"),
+        }
+    }
+}
+
+impl std::error::Error for NameError {}
+
+/// Why a segment could not be created, opened or mapped.
+#[derive(Debug)]
+pub enum SegmentError {
+    /// The segment name is not acceptable.
+    InvalidName(NameError),
+    /// A segment of zero bytes was requested, or the one opened is empty (a
+    /// named segment whose creator has not sized it yet reads as empty).
+    ZeroLength,
+    /// The length does not fit the OS's file offset or this address space.
+    TooLarge { len: u64 },
+    /// An OS call failed; `source` carries its errno.
+    Os {
+        call: &'static str,
+        source: io::Error,
+    },
+}
+
+impl SegmentError {
+    /// The error of the OS call `call` that just failed (from `errno`).
+    fn last_os(call: &'static str) -> Self {
+        Self::Os {
+            call,
+            source: io::Error::last_os_error(),
+        }
+    }
+
+    /// The errno of a failed OS call, `None` for the other errors.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Self::Os { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for SegmentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidName(e) => write!(f, "invalid segment name: {e}"),
+            Self::ZeroLength => f.write_str("segment length is zero"),
+            Self::TooLarge { len } => write!(f, "segment length {len} is too large"),
+            Self::Os { call, source } => write!(f, "{call} failed: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for SegmentError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::InvalidName(e) => Some(e),
+            Self::Os { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl From<NameError> for SegmentError {
+    fn from(e: NameError) -> Self {
+        Self::InvalidName(e)
+    }
+}
+
+/// One mapping of a segment's pages, unmapped on drop. It stays valid after
+/// the [`Segment`] it came from is dropped (the mapping keeps the pages).
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a mapping is an address range owned by this value; the methods only
+// hand out its address (what is done through it is the caller's `unsafe`),
+// and `munmap` in `drop` runs with exclusive access.
+unsafe impl Send for Mapping {}
+// SAFETY: as for `Send`; `&Mapping` gives nothing but the address and length.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `len` bytes of `fd` shared, readable and writable.
+    fn new(fd: BorrowedFd<'_>, len: usize) -> Result<Self, SegmentError> {
+        // SAFETY: a fresh mapping at an address the kernel picks; it aliases
+        // no Rust object. The fd is open for the duration of the call.
+        let addr = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Err(SegmentError::last_os("mmap"));
+        }
+        let ptr = NonNull::new(addr.cast::<u8>()).ok_or(SegmentError::Os {
+            call: "mmap",
+            source: io::Error::other("mmap returned a null address"),
+        })?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// The base address (page-aligned).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Mapped length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always `false`: zero-length segments are refused.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: exactly the range `mmap` returned, unmapped once. Failure is
+        // only possible for invalid arguments, which this range is not.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A shared-memory segment: its fd, a mapping of all of it and, for named
+/// segments, the name. Dropping it unmaps and closes; a segment created by
+/// name also unlinks the name (processes that opened it keep their mappings).
+#[derive(Debug)]
+pub struct Segment {
+    map: Mapping,
+    fd: OwnedFd,
+    name: Option<String>,
+    /// The `shm_open` path of a name this value created, unlinked on drop.
+    unlink_on_drop: Option<CString>,
+}
+
+// `Segment` is Send + Sync without an unsafe impl: `Mapping` is (argued
+// above), and the fd and name are plain owned values. Nothing is mutated
+// through `&Segment`.
+
+impl Segment {
+    /// Creates an anonymous segment of `len` bytes (`memfd_create` with
+    /// `MFD_CLOEXEC` where the OS has it), shared with other processes by
+    /// passing [`fd`](Self::fd) (e.g. over a UNIX socket).
+    pub fn create_anonymous(len: usize) -> Result<Segment, SegmentError> {
+        let size = file_size(len)?;
+        let fd = anonymous_fd()?;
+        resize(fd.as_fd(), size)?;
+        let map = Mapping::new(fd.as_fd(), len)?;
+        Ok(Segment {
+            map,
+            fd,
+            name: None,
+            unlink_on_drop: None,
+        })
+    }
+
+    /// Creates the named segment `name` of `len` bytes (`shm_open` with
+    /// `O_CREAT | O_EXCL | O_RDWR`, mode 0600, then `ftruncate`). An existing
+    /// name is an error (`EEXIST`). The returned segment unlinks the name when
+    /// dropped; if creation fails after the name exists, it is unlinked at once.
+    pub fn create_named(name: &str, len: usize) -> Result<Segment, SegmentError> {
+        let path = shm_path(name)?;
+        let size = file_size(len)?;
+        // SAFETY: `path` is a NUL-terminated string that outlives the call.
+        let raw = unsafe {
+            libc::shm_open(
+                path.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        };
+        if raw < 0 {
+            return Err(SegmentError::last_os("shm_open"));
+        }
+        // SAFETY: `raw` is a freshly opened fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mapped = resize(fd.as_fd(), size).and_then(|()| Mapping::new(fd.as_fd(), len));
+        match mapped {
+            Ok(map) => Ok(Segment {
+                map,
+                fd,
+                name: Some(name.to_owned()),
+                unlink_on_drop: Some(path),
+            }),
+            Err(e) => {
+                unlink(&path);
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens and maps the existing named segment `name`, all of it (the size
+    /// comes from `fstat`). A missing name is an error with `ENOENT`; an
+    /// empty segment is [`SegmentError::ZeroLength`]. The name is not
+    /// unlinked when this segment is dropped.
+    pub fn open_named(name: &str) -> Result<Segment, SegmentError> {
+        let path = shm_path(name)?;
+        // SAFETY: `path` is a NUL-terminated string that outlives the call.
+        let raw = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDWR, 0) };
+        if raw < 0 {
+            return Err(SegmentError::last_os("shm_open"));
+        }
+        // SAFETY: `raw` is a freshly opened fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut segment = Self::from_fd(fd)?;
+        segment.name = Some(name.to_owned());
+        Ok(segment)
+    }
+
+    /// Maps all of the shared-memory object `fd` refers to (e.g. one received
+    /// from another process); its size comes from `fstat`.
+    pub fn from_fd(fd: OwnedFd) -> Result<Segment, SegmentError> {
+        let len = mapped_len(fd.as_fd())?;
+        let map = Mapping::new(fd.as_fd(), len)?;
+        Ok(Segment {
+            map,
+            fd,
+            name: None,
+            unlink_on_drop: None,
+        })
+    }
+
+    /// The base address of this segment's mapping (page-aligned).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Always `false`: zero-length segments are refused.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The name of a named segment.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The segment's fd, to pass to another process or to register the pages.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Maps the same pages again, at another address.
+    pub fn map_again(&self) -> Result<Mapping, SegmentError> {
+        Mapping::new(self.fd(), self.len())
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        if let Some(path) = &self.unlink_on_drop {
+            unlink(path);
+        }
+        // `map` and `fd` are unmapped and closed by their own drops.
+    }
+}
+
+/// Checks a segment name and builds the `shm_open` path `/<name>`.
+fn shm_path(name: &str) -> Result<CString, NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(NameError::TooLong {
+            len: name.len(),
+            max: MAX_NAME_LEN,
+        });
+    }
+    if name.contains('/') {
+        return Err(NameError::ContainsSlash);
+    }
+    if name == "." || name == ".." {
+        return Err(NameError::DotName);
+    }
+    CString::new(format!("/{name}")).map_err(|_| NameError::ContainsNul)
+}
+
+/// `len` as a file size, refusing zero and sizes the OS cannot represent.
+fn file_size(len: usize) -> Result<libc::off_t, SegmentError> {
+    if len == 0 {
+        return Err(SegmentError::ZeroLength);
+    }
+    libc::off_t::try_from(len).map_err(|_| SegmentError::TooLarge { len: len as u64 })
+}
+
+/// Sizes the object behind `fd` to `size` bytes.
+fn resize(fd: BorrowedFd<'_>, size: libc::off_t) -> Result<(), SegmentError> {
+    // SAFETY: plain syscall on an fd that is open for the call.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
+        return Err(SegmentError::last_os("ftruncate"));
+    }
+    Ok(())
+}
+
+/// The size of the object behind `fd`, as a length to map.
+fn mapped_len(fd: BorrowedFd<'_>) -> Result<usize, SegmentError> {
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `stat` is writable storage for one `struct stat`.
+    if unsafe { libc::fstat(fd.as_raw_fd(), stat.as_mut_ptr()) } != 0 {
+        return Err(SegmentError::last_os("fstat"));
+    }
+    // SAFETY: `fstat` succeeded, so it filled `stat`.
+    let size = unsafe { stat.assume_init() }.st_size;
+    match usize::try_from(size) {
+        Ok(0) => Err(SegmentError::ZeroLength),
+        Ok(len) => Ok(len),
+        // A negative size is impossible from the kernel; report it as is.
+        Err(_) => Err(SegmentError::TooLarge { len: size as u64 }),
+    }
+}
+
+/// Removes a segment name; failure (already removed by someone else) is not
+/// an error to the owner, whose pages stay mapped either way.
+fn unlink(path: &CString) {
+    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    unsafe { libc::shm_unlink(path.as_ptr()) };
+}
+
+/// A new anonymous shared-memory object.
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
+fn anonymous_fd() -> Result<OwnedFd, SegmentError> {
+    // SAFETY: the name is a NUL-terminated literal.
+    let raw = unsafe { libc::memfd_create(c"tandem-segment".as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(SegmentError::last_os("memfd_create"));
+    }
+    // SAFETY: `raw` is a freshly created fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// A new anonymous shared-memory object: where there is no `memfd_create`, a
+/// named object under a name unique to this process, unlinked at once so only
+/// the fd refers to it.
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+fn anonymous_fd() -> Result<OwnedFd, SegmentError> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // Relaxed: only uniqueness of the values matters.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    loop {
+        let name = format!(
+            "tnd-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = shm_path(&name)?;
+        // SAFETY: `path` is a NUL-terminated string that outlives the call.
+        let raw = unsafe {
+            libc::shm_open(
+                path.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        };
+        if raw < 0 {
+            let e = SegmentError::last_os("shm_open");
+            // A stale object of a dead process with our pid: try the next name.
+            if e.raw_os_error() == Some(libc::EEXIST) {
+                continue;
+            }
+            return Err(e);
+        }
+        unlink(&path);
+        // SAFETY: `raw` is a freshly opened fd that nothing else owns.
+        return Ok(unsafe { OwnedFd::from_raw_fd(raw) });
+    }
+}

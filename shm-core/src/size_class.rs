@@ -1,0 +1,815 @@
+//! The freeing allocator: power-of-two size classes with lock-free free lists,
+//! placed in a shared region ([`SizeClassHeader`] at offset 0).
+//!
+//! # Design
+//!
+//! * The heap starts [`HEAP_ALIGN`] bytes into the region. Class `c` blocks are
+//!   `MIN_BLOCK << c` bytes, header included, and *naturally aligned*: a block
+//!   of `s` bytes starts at a multiple of `s` from the heap start. Blocks are
+//!   carved from the bump cursor; the padding that aligning a carve skips is
+//!   itself cut into naturally aligned smaller blocks and put on their free
+//!   lists, so no byte is lost. A block keeps its class forever (no splitting
+//!   or coalescing), which is what makes the free lists' `next` fields
+//!   always-valid atomics.
+//! * User data follows a [`BlockHeader`], so it is 16-byte aligned. For an
+//!   alignment `a > 16` (up to [`MAX_ALIGN`]) the data starts `a` bytes (at
+//!   least two headers) into a block of at least `2a` bytes, hence aligned; a
+//!   second header right before the data lets `free` find the block, whose own
+//!   header is then marked as holding such an allocation.
+//! * Free lists are Treiber stacks whose heads pack a 24-bit ABA tag above
+//!   a 40-bit (offset / 16); offset 0 (the region header) means empty. Every
+//!   successful push or pop bumps the tag, so a pop that read a stale `next`
+//!   fails its compare-and-swap unless 2^24 list operations happened in
+//!   between.
+//! * Everything in shared memory is an offset, so any process that maps the
+//!   region (at any address aligned as in [`SizeClassAllocator::allocate`])
+//!   can allocate and free.
+
+use core::fmt;
+use core::marker::PhantomData;
+use core::mem::size_of;
+use core::ptr::{addr_of, addr_of_mut};
+
+use crate::alloc_error::AllocError;
+use crate::layout::{
+    magic, AllocatorId, BackendKind, BlockHeader, FullPtr, MemoryBackend, PaddedAtomicU64, ShmPtr,
+    SizeClassHeader, MIN_BLOCK, SIZE_CLASSES,
+};
+use crate::ptr::PtrError;
+use crate::region::{
+    address, align_down, align_up, check_region, check_request, load_magic, publish_magic,
+};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+/// Offset of the heap from the region base. Blocks are aligned relative to it,
+/// so it bounds the alignment the allocator can give.
+pub const HEAP_ALIGN: u64 = 4096;
+/// The largest alignment [`SizeClassAllocator::allocate`] accepts.
+pub const MAX_ALIGN: u64 = HEAP_ALIGN;
+/// The largest block, header included.
+pub const MAX_BLOCK: u64 = MIN_BLOCK << (SIZE_CLASSES - 1);
+
+/// Bytes a block header occupies before user data (16 in real builds).
+const HEADER: u64 = (size_of::<BlockHeader>() as u64).next_multiple_of(MIN_DATA_ALIGN);
+/// Alignment every allocation gets without asking.
+const MIN_DATA_ALIGN: u64 = 16;
+// The smallest block must hold a header (gap blocks are as small as MIN_BLOCK).
+const _: () = assert!(HEADER <= MIN_BLOCK);
+
+/// `BlockHeader::state` of a block start whose allocation's header is inside
+/// the block (an over-aligned allocation); neither `BLOCK_ALLOCATED` nor
+/// `BLOCK_FREE`, so a free aimed at the block start is refused.
+const BLOCK_HOLDS_ALIGNED: u32 = 0;
+
+/// Free-list head packing: offsets are stored divided by 16 in the low bits.
+const OFFSET_SHIFT: u32 = 4;
+const OFFSET_BITS: u32 = 40;
+const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
+const TAG_MASK: u64 = (1 << (64 - OFFSET_BITS)) - 1;
+/// Offsets must fit the head's 40 bits after division by 16 (16 TiB).
+const MAX_HEAP_END: u64 = 1 << (OFFSET_BITS + OFFSET_SHIFT);
+
+/// Bytes of a class-`class` block, header included.
+pub const fn block_size(class: usize) -> u64 {
+    MIN_BLOCK << class
+}
+
+/// Offset of user data from its block's start for a given alignment.
+const fn data_offset(align: u64) -> u64 {
+    if align <= MIN_DATA_ALIGN {
+        HEADER
+    } else {
+        // Room for the block's header and the allocation's own one.
+        (2 * HEADER).next_multiple_of(align)
+    }
+}
+
+fn pack_head(off: u64, tag: u64) -> u64 {
+    ((tag & TAG_MASK) << OFFSET_BITS) | (off >> OFFSET_SHIFT)
+}
+
+fn head_offset(head: u64) -> u64 {
+    (head & OFFSET_MASK) << OFFSET_SHIFT
+}
+
+fn head_tag(head: u64) -> u64 {
+    head >> OFFSET_BITS
+}
+
+/// A snapshot of a size-class allocator, for debugging and tests. Exact only
+/// while no one allocates or frees concurrently.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SizeClassStats {
+    /// Bytes of the heap.
+    pub heap_bytes: u64,
+    /// Bytes the bump cursor has carved into blocks so far.
+    pub carved_bytes: u64,
+    /// Blocks on each class's free list.
+    pub free_blocks: [u64; SIZE_CLASSES],
+}
+
+impl SizeClassStats {
+    /// Bytes (headers included) sitting on free lists.
+    pub fn free_bytes(&self) -> u64 {
+        (0..SIZE_CLASSES)
+            .map(|class| self.free_blocks[class] * block_size(class))
+            .sum()
+    }
+}
+
+/// A handle on a size-class allocator living in a shared region. Handles are
+/// cheap to copy; all copies, in every process, share the same heap.
+#[derive(Clone, Copy)]
+pub struct SizeClassAllocator<'r> {
+    header: &'r SizeClassHeader,
+    /// The region's base in this process (where the header is).
+    base: *mut u8,
+    _region: PhantomData<&'r [u8]>,
+}
+
+// SAFETY: the handle reads header fields that are immutable once published and
+// changes shared state only through atomics (bump cursor, list heads, block
+// states and links) or in blocks it has exclusively claimed through them.
+// `base` is used for address arithmetic only; nothing is tied to a thread.
+unsafe impl Send for SizeClassAllocator<'_> {}
+// SAFETY: as above; every method takes `&self` and is safe to run concurrently.
+unsafe impl Sync for SizeClassAllocator<'_> {}
+
+impl<'r> SizeClassAllocator<'r> {
+    /// Places a new allocator in `len` bytes at `region`: writes the header in
+    /// place and publishes it. The heap is `[HEAP_ALIGN, len)` (capped at
+    /// 16 TiB, what free-list heads can address).
+    ///
+    /// # Safety
+    /// `region` must be valid for reads and writes of `len` bytes for `'r`,
+    /// not in use by anything else while it is initialised, and accessed from
+    /// now on only through allocator handles and the allocations they return.
+    pub unsafe fn init_in(
+        region: *mut u8,
+        len: usize,
+        id: AllocatorId,
+    ) -> Result<Self, AllocError> {
+        check_region(region, len, size_of::<SizeClassHeader>())?;
+        if id.is_null() {
+            return Err(AllocError::NullAllocatorId);
+        }
+        let heap_begin = (size_of::<SizeClassHeader>() as u64).next_multiple_of(HEAP_ALIGN);
+        let heap_end = align_down((len as u64).min(MAX_HEAP_END), MIN_BLOCK);
+        if heap_end < heap_begin + MIN_BLOCK {
+            return Err(AllocError::RegionTooSmall {
+                needed: heap_begin + MIN_BLOCK,
+                available: len as u64,
+            });
+        }
+        let header = region.cast::<SizeClassHeader>();
+        // SAFETY: `check_region` verified `region` is non-null, 64-byte aligned
+        // (the header's alignment) and a header long; the caller guarantees
+        // exclusive access. Fields are written one by one, atomics through
+        // `new`, and the magic last with Release (`publish_magic`).
+        unsafe {
+            addr_of_mut!((*header).id).write(id);
+            addr_of_mut!((*header).heap_begin).write(heap_begin);
+            addr_of_mut!((*header).heap_end).write(heap_end);
+            addr_of_mut!((*header).bump).write(PaddedAtomicU64 {
+                value: AtomicU64::new(heap_begin),
+            });
+            let heads = addr_of_mut!((*header).free_heads).cast::<PaddedAtomicU64>();
+            for class in 0..SIZE_CLASSES {
+                heads.add(class).write(PaddedAtomicU64 {
+                    value: AtomicU64::new(pack_head(0, 0)),
+                });
+            }
+            publish_magic(addr_of_mut!((*header).magic), magic::SIZE_CLASS);
+            Self::attach(region, len)
+        }
+    }
+
+    /// Attaches to an allocator initialised (in this or another process) in
+    /// the region mapped at `region`.
+    ///
+    /// # Safety
+    /// `region` must be valid for reads and writes of `len` bytes for `'r`
+    /// and, if it holds an allocator, accessed only through allocator handles
+    /// and the allocations they return.
+    pub unsafe fn attach(region: *mut u8, len: usize) -> Result<Self, AllocError> {
+        check_region(region, len, size_of::<SizeClassHeader>())?;
+        let header = region.cast::<SizeClassHeader>();
+        // SAFETY: the header lies in the region and is aligned (checked above);
+        // the magic is only ever accessed atomically.
+        let found = unsafe { load_magic(addr_of_mut!((*header).magic)) };
+        if found != magic::SIZE_CLASS {
+            return Err(AllocError::BadMagic { found });
+        }
+        // SAFETY: the magic's Acquire load made the published header visible;
+        // its plain fields are never written again.
+        let header = unsafe { &*header };
+        if header.heap_end > len as u64 {
+            return Err(AllocError::RegionTooSmall {
+                needed: header.heap_end,
+                available: len as u64,
+            });
+        }
+        if header.id.is_null()
+            || header.heap_begin < size_of::<SizeClassHeader>() as u64
+            || header.heap_begin % HEAP_ALIGN != 0
+            || header.heap_begin > header.heap_end
+            || header.heap_end > MAX_HEAP_END
+        {
+            return Err(AllocError::CorruptHeader);
+        }
+        Ok(SizeClassAllocator {
+            header,
+            base: region,
+            _region: PhantomData,
+        })
+    }
+
+    /// The class that serves `size` bytes aligned to `align`.
+    pub fn class_for(size: u64, align: u64) -> Result<usize, AllocError> {
+        check_request(size, align)?;
+        if align > MAX_ALIGN {
+            return Err(AllocError::BadAlignment(align));
+        }
+        let pad = data_offset(align);
+        let too_large = AllocError::TooLarge {
+            requested: size,
+            max: MAX_BLOCK - pad,
+        };
+        let block = size
+            .checked_add(pad)
+            .and_then(u64::checked_next_power_of_two)
+            .ok_or(too_large)?
+            .max(MIN_BLOCK);
+        if block > MAX_BLOCK {
+            return Err(too_large);
+        }
+        Ok((block / MIN_BLOCK).trailing_zeros() as usize)
+    }
+
+    /// Allocates `size` bytes aligned to `align` (a power of two up to
+    /// [`MAX_ALIGN`]), from the class's free list if it has a block, else by
+    /// carving a new block. Offsets are aligned relative to the region base,
+    /// so the address is aligned wherever the mapping's base is aligned at
+    /// least as far; an alignment beyond this mapping's base alignment is
+    /// refused with `BadAlignment`.
+    pub fn allocate(&self, size: u64, align: u64) -> Result<ShmPtr<u8>, AllocError> {
+        let class = Self::class_for(size, align)?;
+        if align > 1 << address(self.base).trailing_zeros() {
+            return Err(AllocError::BadAlignment(align));
+        }
+        let pad = data_offset(align);
+        let block = match self.pop(class)? {
+            Some(block) => block,
+            None => {
+                let block = self.carve(class, size)?;
+                // SAFETY: `carve` handed this freshly carved block to us
+                // alone, and no one has ever read a header there.
+                unsafe { self.write_header(block, class, magic::BLOCK_FREE) };
+                block
+            }
+        };
+        // The block's header existed before we got it: a pop that loaded this
+        // block as a list head just before we took it may still read its
+        // `next`, so the header is updated field by field, atomically, never
+        // rewritten whole.
+        // SAFETY: `block` is a block of the heap, exclusively ours.
+        let block_state = unsafe { self.state(block) };
+        if pad == HEADER {
+            // Relaxed: whoever frees the block received the pointer through
+            // its own synchronisation, which orders this store before it.
+            block_state.store(magic::BLOCK_ALLOCATED, Ordering::Relaxed);
+        } else {
+            block_state.store(BLOCK_HOLDS_ALIGNED, Ordering::Relaxed);
+            // SAFETY: the allocation's header lies inside our block past the
+            // block's own header, where only the block's owner ever writes.
+            unsafe { self.write_header(block + pad - HEADER, class, magic::BLOCK_ALLOCATED) };
+        }
+        Ok(ShmPtr::new(self.header.id, block + pad))
+    }
+
+    /// [`allocate`](Self::allocate), also returning the local address.
+    pub fn allocate_full(&self, size: u64, align: u64) -> Result<FullPtr<u8>, AllocError> {
+        let shm = self.allocate(size, align)?;
+        Ok(FullPtr {
+            ptr: self.base.wrapping_add(shm.off as usize),
+            shm,
+        })
+    }
+
+    /// Returns an allocation to its class's free list.
+    ///
+    /// Checks that the pointer is this allocator's, inside the heap, the data
+    /// start of an allocated block (its header's state and class agree with
+    /// the block geometry), and claims the block by a compare-and-swap of its
+    /// state, so a second free of the same pointer is a `DoubleFree`. The
+    /// checks read the header before the pointer: they catch stale and wild
+    /// pointers, but a wild pointer into another live allocation reads bytes
+    /// its owner may be writing, so they are a guard, not a proof.
+    pub fn free(&self, ptr: ShmPtr<u8>) -> Result<(), AllocError> {
+        if ptr.alloc_id != self.header.id {
+            return Err(AllocError::WrongAllocator {
+                expected: self.header.id,
+                found: ptr.alloc_id,
+            });
+        }
+        let data = ptr.off;
+        let not_owned = AllocError::NotOwned { off: data };
+        let heap_begin = self.header.heap_begin;
+        if data % MIN_DATA_ALIGN != 0 || data < heap_begin + HEADER || data >= self.header.heap_end
+        {
+            return Err(not_owned);
+        }
+        let header_off = data - HEADER;
+        // SAFETY: `header_off` is 16-aligned and inside the heap.
+        let state = unsafe { self.state(header_off) };
+        // Relaxed: an early check only; the CAS below decides.
+        match state.load(Ordering::Relaxed) {
+            magic::BLOCK_ALLOCATED => {}
+            magic::BLOCK_FREE => return Err(AllocError::DoubleFree { off: data }),
+            _ => return Err(not_owned),
+        }
+        // SAFETY: as above; the class is written before the header is handed
+        // out and never changes while the block is allocated.
+        let class = unsafe { self.class(header_off) };
+        if class >= SIZE_CLASSES {
+            return Err(not_owned);
+        }
+        let size = block_size(class);
+        let block = heap_begin + align_down(header_off - heap_begin, size);
+        // Relaxed: the block was carved before the pointer reached us, so the
+        // cursor we read is at least past it if the pointer is genuine.
+        let carved_end = self.header.bump.value.load(Ordering::Relaxed);
+        if block.checked_add(size).is_none_or(|end| end > carved_end) {
+            return Err(not_owned);
+        }
+        let aligned = data - block != HEADER;
+        if aligned {
+            // SAFETY: `block` is a block start inside the carved heap.
+            let (block_state, block_class) = unsafe { (self.state(block), self.class(block)) };
+            if data - block < 2 * HEADER
+                || block_state.load(Ordering::Relaxed) != BLOCK_HOLDS_ALIGNED
+                || block_class != class
+            {
+                return Err(not_owned);
+            }
+        }
+        // Relaxed: atomicity alone makes one of two racing frees win; the
+        // block's contents are handed on by the push's Release.
+        state
+            .compare_exchange(
+                magic::BLOCK_ALLOCATED,
+                magic::BLOCK_FREE,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .map_err(|_| AllocError::DoubleFree { off: data })?;
+        if aligned {
+            // SAFETY: we own the block until it is pushed.
+            unsafe { self.state(block) }.store(magic::BLOCK_FREE, Ordering::Relaxed);
+        }
+        self.push(class, block);
+        Ok(())
+    }
+
+    /// Counts carved bytes and free blocks by walking every free list.
+    /// Meant for debugging and tests: exact only while the allocator is
+    /// quiescent; a list that does not end within the heap's worth of blocks
+    /// is reported as corrupt.
+    pub fn stats(&self) -> Result<SizeClassStats, AllocError> {
+        let heap_bytes = self.header.heap_end - self.header.heap_begin;
+        let mut free_blocks = [0; SIZE_CLASSES];
+        for (class, count) in free_blocks.iter_mut().enumerate() {
+            // Acquire pairs with the pushes' Release: the links of every
+            // block on the list are visible.
+            let mut off = head_offset(self.header.free_heads[class].value.load(Ordering::Acquire));
+            while off != 0 {
+                if !self.is_block(class, off) || *count >= heap_bytes / block_size(class) {
+                    return Err(AllocError::CorruptFreeList { class, off });
+                }
+                *count += 1;
+                // SAFETY: `off` is a block of this class inside the heap.
+                off = unsafe { self.next(off) }.load(Ordering::Relaxed);
+            }
+        }
+        // Relaxed: a statistic.
+        let bump = self.header.bump.value.load(Ordering::Relaxed);
+        Ok(SizeClassStats {
+            heap_bytes,
+            carved_bytes: bump.saturating_sub(self.header.heap_begin),
+            free_blocks,
+        })
+    }
+
+    /// The allocator id every pointer from this allocator carries.
+    pub fn id(&self) -> AllocatorId {
+        self.header.id
+    }
+
+    /// A descriptor of this allocator's region in this process.
+    pub fn backend(&self, kind: BackendKind) -> MemoryBackend {
+        MemoryBackend::new(self.header.id, kind, self.base, self.header.heap_end)
+    }
+
+    /// Resolves a pointer of this allocator in this process.
+    pub fn to_full<T>(&self, ptr: ShmPtr<T>) -> Result<FullPtr<T>, PtrError> {
+        ptr.to_full(&self.backend(BackendKind::HostShm))
+    }
+
+    /// Whether `off` is a whole class-`class` block inside the heap.
+    fn is_block(&self, class: usize, off: u64) -> bool {
+        let size = block_size(class);
+        let heap_begin = self.header.heap_begin;
+        off >= heap_begin
+            && (off - heap_begin) & (size - 1) == 0
+            && off
+                .checked_add(size)
+                .is_some_and(|end| end <= self.header.heap_end)
+    }
+
+    /// Takes a block off the class's free list.
+    fn pop(&self, class: usize) -> Result<Option<u64>, AllocError> {
+        let head = &self.header.free_heads[class].value;
+        // Acquire (load and both CAS outcomes) pairs with the Release of the
+        // push that put the block on the list: its `next` and the previous
+        // owner's writes to it happen before we read or reuse it. All later
+        // changes of the head are RMWs, which continue that push's release
+        // sequence, so a head written by a pop still synchronises.
+        let mut current = head.load(Ordering::Acquire);
+        loop {
+            let block = head_offset(current);
+            if block == 0 {
+                return Ok(None);
+            }
+            if !self.is_block(class, block) {
+                return Err(AllocError::CorruptFreeList { class, off: block });
+            }
+            // The block may have been popped and reused since we loaded the
+            // head: `next` is only ever written atomically (so reading it is
+            // not a race) and then the tag has moved, so the CAS below fails
+            // and the stale value is never installed. Relaxed: the Acquire
+            // above already ordered the push that wrote it before us.
+            // SAFETY: `block` is a block of this class inside the heap.
+            let next = unsafe { self.next(block) }.load(Ordering::Relaxed);
+            let replacement = pack_head(next, head_tag(current) + 1);
+            match head.compare_exchange_weak(
+                current,
+                replacement,
+                Ordering::Acquire,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(Some(block)),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Puts a block, already marked free, on the class's free list.
+    fn push(&self, class: usize, block: u64) {
+        let head = &self.header.free_heads[class].value;
+        // Relaxed: the value only seeds the CAS, which checks it.
+        let mut current = head.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `block` is a block of this class that we own.
+            unsafe { self.next(block) }.store(head_offset(current), Ordering::Relaxed);
+            // Release pairs with the Acquire in `pop` and `stats`: the `next`
+            // just stored and everything done with the block before the free
+            // happen before the next owner sees it.
+            match head.compare_exchange_weak(
+                current,
+                pack_head(block, head_tag(current) + 1),
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Carves a new class-`class` block from the bump cursor; `requested` is
+    /// the user's size, for the error. The skipped alignment padding goes to
+    /// the smaller classes' free lists.
+    fn carve(&self, class: usize, requested: u64) -> Result<u64, AllocError> {
+        let size = block_size(class);
+        let heap_begin = self.header.heap_begin;
+        let heap_end = self.header.heap_end;
+        let bump = &self.header.bump.value;
+        // Relaxed throughout: the cursor only hands out disjoint ranges, which
+        // needs the CAS's atomicity and no ordering; blocks reach other
+        // threads through free-list pushes (Release) or the caller.
+        let mut current = bump.load(Ordering::Relaxed);
+        loop {
+            let carved = current
+                .checked_sub(heap_begin)
+                .filter(|carved| carved % MIN_BLOCK == 0)
+                .ok_or(AllocError::CorruptHeader)?;
+            let exhausted = AllocError::Exhausted {
+                requested,
+                available: heap_end.saturating_sub(current),
+            };
+            let start = align_up(carved, size)
+                .and_then(|aligned| aligned.checked_add(heap_begin))
+                .ok_or(exhausted)?;
+            let end = start.checked_add(size).ok_or(exhausted)?;
+            if end > heap_end {
+                return Err(exhausted);
+            }
+            match bump.compare_exchange_weak(current, end, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    self.recycle_padding(current, start);
+                    return Ok(start);
+                }
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Cuts `[from, to)`, padding skipped to align a carve, into naturally
+    /// aligned blocks (each as large as its start's alignment allows; sizes
+    /// grow towards `to`, which is aligned to more than all of them) and frees
+    /// them.
+    fn recycle_padding(&self, from: u64, to: u64) {
+        let mut at = from;
+        while at < to {
+            // `at > heap_begin` here: the heap start is aligned for every
+            // class, so a carve from it skips nothing.
+            let size = 1 << (at - self.header.heap_begin).trailing_zeros();
+            let class = (size / MIN_BLOCK).trailing_zeros() as usize;
+            // SAFETY: `[at, at + size)` was just carved for us alone, and no
+            // one has ever read a header there.
+            unsafe { self.write_header(at, class, magic::BLOCK_FREE) };
+            self.push(class, at);
+            at += size;
+        }
+    }
+
+    fn header_ptr(&self, off: u64) -> *mut BlockHeader {
+        self.base.wrapping_add(off as usize).cast()
+    }
+
+    /// Writes a whole block header at `off`.
+    ///
+    /// # Safety
+    /// `off` is 16-aligned with a header's worth of heap bytes, owned by the
+    /// caller, and no one else may access a header there concurrently.
+    unsafe fn write_header(&self, off: u64, class: usize, state: u32) {
+        // SAFETY: per the contract; atomics are created with `new`.
+        unsafe {
+            self.header_ptr(off).write(BlockHeader {
+                state: AtomicU32::new(state),
+                class: class as u32,
+                next: AtomicU64::new(0),
+            });
+        }
+    }
+
+    /// The state word of the header at `off`.
+    ///
+    /// # Safety
+    /// `off` is 16-aligned and a header's worth of bytes fits in the heap.
+    unsafe fn state(&self, off: u64) -> &AtomicU32 {
+        // SAFETY: per the contract; the field is an atomic, shared by design.
+        unsafe { &*addr_of!((*self.header_ptr(off)).state) }
+    }
+
+    /// The free-list link of the header at `off`.
+    ///
+    /// # Safety
+    /// As for [`state`](Self::state).
+    unsafe fn next(&self, off: u64) -> &AtomicU64 {
+        // SAFETY: per the contract; the field is an atomic, shared by design.
+        unsafe { &*addr_of!((*self.header_ptr(off)).next) }
+    }
+
+    /// The class recorded in the header at `off`.
+    ///
+    /// # Safety
+    /// As for [`state`](Self::state).
+    unsafe fn class(&self, off: u64) -> usize {
+        // SAFETY: per the contract.
+        unsafe { addr_of!((*self.header_ptr(off)).class).read() as usize }
+    }
+}
+
+impl fmt::Debug for SizeClassAllocator<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SizeClassAllocator")
+            .field("id", &self.header.id)
+            .field("base", &self.base)
+            .field("heap_begin", &self.header.heap_begin)
+            .field("heap_end", &self.header.heap_end)
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    const ID: AllocatorId = AllocatorId::new(4, 0);
+    const LEN: usize = 64 * 1024;
+
+    #[repr(C, align(4096))]
+    struct Region([u8; LEN]);
+
+    fn region() -> Box<Region> {
+        Box::new(Region([0; LEN]))
+    }
+
+    #[test]
+    fn head_packing_round_trips() {
+        let head = pack_head(0x1234_5670, 0xab_cdef);
+        assert_eq!(head_offset(head), 0x1234_5670);
+        assert_eq!(head_tag(head), 0xab_cdef);
+        // The tag wraps instead of spilling into the offset.
+        let wrapped = pack_head(16, TAG_MASK + 1);
+        assert_eq!(head_tag(wrapped), 0);
+        assert_eq!(head_offset(wrapped), 16);
+        assert_eq!(
+            head_offset(pack_head(MAX_HEAP_END - 16, 0)),
+            MAX_HEAP_END - 16
+        );
+    }
+
+    #[test]
+    fn classes() {
+        type A<'a> = SizeClassAllocator<'a>;
+        assert_eq!(A::class_for(1, 1), Ok(0));
+        assert_eq!(A::class_for(16, 16), Ok(0));
+        assert_eq!(A::class_for(17, 8), Ok(1));
+        assert_eq!(A::class_for(1, 32), Ok(1));
+        assert_eq!(A::class_for(33, 32), Ok(2));
+        assert_eq!(A::class_for(1, 4096), Ok(class_of_block(8192)));
+        assert_eq!(A::class_for(MAX_BLOCK - 16, 8), Ok(SIZE_CLASSES - 1));
+        assert_eq!(
+            A::class_for(MAX_BLOCK, 8),
+            Err(AllocError::TooLarge {
+                requested: MAX_BLOCK,
+                max: MAX_BLOCK - 16
+            })
+        );
+        assert_eq!(
+            A::class_for(u64::MAX, 8),
+            Err(AllocError::TooLarge {
+                requested: u64::MAX,
+                max: MAX_BLOCK - 16
+            })
+        );
+        assert_eq!(A::class_for(8, 8192), Err(AllocError::BadAlignment(8192)));
+        assert_eq!(A::class_for(8, 12), Err(AllocError::BadAlignment(12)));
+        assert_eq!(A::class_for(0, 8), Err(AllocError::ZeroSize));
+    }
+
+    fn class_of_block(block: u64) -> usize {
+        (block / MIN_BLOCK).trailing_zeros() as usize
+    }
+
+    #[test]
+    fn free_reuses_and_validates() {
+        let mut r = region();
+        // SAFETY: `r` outlives the handle and is used only through it.
+        let alloc = unsafe { SizeClassAllocator::init_in(r.0.as_mut_ptr(), LEN, ID).unwrap() };
+        let a = alloc.allocate(20, 8).unwrap();
+        assert_eq!(a.off, HEAP_ALIGN + 16);
+        let carved = alloc.stats().unwrap().carved_bytes;
+        assert_eq!(alloc.free(a), Ok(()));
+        assert_eq!(alloc.free(a), Err(AllocError::DoubleFree { off: a.off }));
+        let b = alloc.allocate(30, 16).unwrap();
+        assert_eq!(b, a, "the freed block of the same class comes back");
+        assert_eq!(alloc.stats().unwrap().carved_bytes, carved);
+
+        let other = AllocatorId::new(5, 0);
+        assert_eq!(
+            alloc.free(ShmPtr::new(other, b.off)),
+            Err(AllocError::WrongAllocator {
+                expected: ID,
+                found: other
+            })
+        );
+        for off in [
+            0,
+            16,
+            HEAP_ALIGN,
+            b.off + 16,
+            b.off + 1,
+            LEN as u64,
+            u64::MAX,
+        ] {
+            assert_eq!(
+                alloc.free(ShmPtr::new(ID, off)),
+                Err(AllocError::NotOwned { off }),
+                "offset {off}"
+            );
+        }
+        assert!(alloc.free(ShmPtr::null()).is_err());
+        alloc.free(b).unwrap();
+    }
+
+    #[test]
+    fn aligned_allocations_free_and_reject_the_block_start() {
+        let mut r = region();
+        // SAFETY: `r` outlives the handle and is used only through it.
+        let alloc = unsafe { SizeClassAllocator::init_in(r.0.as_mut_ptr(), LEN, ID).unwrap() };
+        let p = alloc.allocate_full(100, 256).unwrap();
+        assert_eq!(p.ptr.addr() % 256, 0);
+        let block = p.shm.off - 256;
+        assert_eq!(
+            alloc.free(ShmPtr::new(ID, block + HEADER)),
+            Err(AllocError::NotOwned {
+                off: block + HEADER
+            })
+        );
+        alloc.free(p.shm).unwrap();
+        assert_eq!(
+            alloc.free(p.shm),
+            Err(AllocError::DoubleFree { off: p.shm.off })
+        );
+        // The block (class of 512 bytes) serves an ordinary request next.
+        let q = alloc.allocate(400, 8).unwrap();
+        assert_eq!(q.off, block + HEADER);
+    }
+
+    #[test]
+    fn carving_padding_is_recycled_and_exhaustion_is_reported() {
+        let mut r = region();
+        // SAFETY: `r` outlives the handle and is used only through it.
+        let alloc = unsafe { SizeClassAllocator::init_in(r.0.as_mut_ptr(), LEN, ID).unwrap() };
+        alloc.allocate(1, 1).unwrap(); // a 32-byte block at the heap start
+        let big = alloc.allocate(1000, 8).unwrap(); // a 1 KiB block at +1 KiB
+        assert_eq!(big.off, HEAP_ALIGN + 1024 + HEADER);
+        let stats = alloc.stats().unwrap();
+        // 32 + 64 + 128 + 256 + 512 bytes of padding went to free lists.
+        assert_eq!(stats.free_blocks[..5], [1, 1, 1, 1, 1]);
+        assert_eq!(stats.free_bytes() + 32 + 1024, stats.carved_bytes);
+
+        let heap = LEN as u64 - HEAP_ALIGN;
+        assert_eq!(stats.heap_bytes, heap);
+        assert_eq!(
+            alloc.allocate(heap, 8),
+            Err(AllocError::Exhausted {
+                requested: heap,
+                available: heap - 2048
+            })
+        );
+    }
+
+    #[test]
+    fn init_attach_errors() {
+        let mut r = region();
+        let base = r.0.as_mut_ptr();
+        // SAFETY: all calls stay inside `r`, which outlives the handles.
+        unsafe {
+            assert_eq!(
+                SizeClassAllocator::attach(base, LEN).unwrap_err(),
+                AllocError::BadMagic { found: 0 }
+            );
+            assert_eq!(
+                SizeClassAllocator::init_in(base, 4096, ID).unwrap_err(),
+                AllocError::RegionTooSmall {
+                    needed: 4096 + 32,
+                    available: 4096
+                }
+            );
+            assert_eq!(
+                SizeClassAllocator::init_in(base.add(32), LEN - 32, ID).unwrap_err(),
+                AllocError::BadRegionBase {
+                    addr: address(base) + 32
+                }
+            );
+            // An arena's header is refused by its magic.
+            crate::arena::ArenaAllocator::init_in(base, LEN, ID).unwrap();
+            assert_eq!(
+                SizeClassAllocator::attach(base, LEN).unwrap_err(),
+                AllocError::BadMagic {
+                    found: magic::ARENA
+                }
+            );
+            SizeClassAllocator::init_in(base, LEN, ID).unwrap();
+            assert!(SizeClassAllocator::attach(base, LEN).is_ok());
+            assert_eq!(
+                SizeClassAllocator::attach(base, LEN / 2).unwrap_err(),
+                AllocError::RegionTooSmall {
+                    needed: LEN as u64,
+                    available: LEN as u64 / 2
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn corrupt_free_list_is_reported() {
+        let mut r = region();
+        // SAFETY: `r` outlives the handle and is used only through it.
+        let alloc = unsafe { SizeClassAllocator::init_in(r.0.as_mut_ptr(), LEN, ID).unwrap() };
+        // A head pointing at an offset that is not a class-3 block.
+        alloc.header.free_heads[3]
+            .value
+            .store(pack_head(HEAP_ALIGN + 16, 0), Ordering::Relaxed);
+        let err = AllocError::CorruptFreeList {
+            class: 3,
+            off: HEAP_ALIGN + 16,
+        };
+        assert_eq!(alloc.allocate(200, 8), Err(err));
+        assert_eq!(alloc.stats(), Err(err));
+    }
+}

@@ -1,0 +1,441 @@
+//! Model, stress and cross-mapping tests of the bump arena and the size-class
+//! allocator.
+#![cfg(not(loom))]
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use tandem_shm_core::layout::{AllocatorId, ShmPtr, SIZE_CLASSES};
+use tandem_shm_core::size_class::HEAP_ALIGN;
+use tandem_shm_core::{AllocError, ArenaAllocator, SizeClassAllocator};
+
+const ID: AllocatorId = AllocatorId::new(7, 1);
+/// Size of the arena header, where its heap starts.
+const ARENA_HEAP_BEGIN: u64 = 128;
+
+/// A zeroed, page-aligned heap buffer standing in for a shared region.
+struct Region {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Region {
+    fn new(len: usize) -> Self {
+        let layout = Layout::from_size_align(len, 4096).expect("valid layout");
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory");
+        Region { ptr, layout }
+    }
+
+    fn len(&self) -> usize {
+        self.layout.size()
+    }
+
+    fn size_class(&self) -> SizeClassAllocator<'_> {
+        // SAFETY: the region outlives the handle (its lifetime is tied to
+        // `self`) and is used only through allocator handles.
+        unsafe { SizeClassAllocator::init_in(self.ptr, self.len(), ID) }.expect("init")
+    }
+
+    fn arena(&self) -> ArenaAllocator<'_> {
+        // SAFETY: as in `size_class`.
+        unsafe { ArenaAllocator::init_in(self.ptr, self.len(), ID) }.expect("init")
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// Live ranges `[start, end)` by start; checks a new one overlaps none.
+#[derive(Default)]
+struct Ranges(BTreeMap<u64, u64>);
+
+impl Ranges {
+    fn insert(&mut self, start: u64, len: u64) {
+        let end = start + len;
+        if let Some((&s, &e)) = self.0.range(..end).next_back() {
+            assert!(
+                e <= start,
+                "[{start:#x}, {end:#x}) overlaps live [{s:#x}, {e:#x})"
+            );
+        }
+        self.0.insert(start, end);
+    }
+
+    fn remove(&mut self, start: u64) {
+        assert!(self.0.remove(&start).is_some());
+    }
+}
+
+/// Fills `len` bytes at `ptr` with a pattern derived from `tag`.
+///
+/// # Safety
+/// `ptr` is valid for writes of `len` bytes.
+unsafe fn fill(ptr: *mut u8, len: u64, tag: u64) {
+    for i in 0..len {
+        // SAFETY: `i < len`.
+        unsafe { ptr.add(i as usize).write(pattern(tag, i)) };
+    }
+}
+
+/// Checks what [`fill`] wrote.
+///
+/// # Safety
+/// `ptr` is valid for reads of `len` bytes.
+unsafe fn check(ptr: *const u8, len: u64, tag: u64) {
+    for i in 0..len {
+        // SAFETY: `i < len`.
+        let byte = unsafe { ptr.add(i as usize).read() };
+        assert_eq!(byte, pattern(tag, i), "byte {i} of block tagged {tag:#x}");
+    }
+}
+
+fn pattern(tag: u64, i: u64) -> u8 {
+    (tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8 ^ i as u8
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc { size: u64, align: u64 },
+    Free { pick: usize },
+}
+
+fn align_strategy(max_log2: u32) -> impl Strategy<Value = u64> {
+    (0..=max_log2).prop_map(|log2| 1u64 << log2)
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (1u64..300, align_strategy(12)).prop_map(|(size, align)| Op::Alloc { size, align }),
+        1 => (1u64..40_000, align_strategy(6)).prop_map(|(size, align)| Op::Alloc { size, align }),
+        3 => any::<usize>().prop_map(|pick| Op::Free { pick }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Random allocate/free sequences against a model of the live ranges.
+    #[test]
+    fn size_class_model(ops in prop::collection::vec(op_strategy(), 1..200)) {
+        let region = Region::new(256 * 1024);
+        let alloc = region.size_class();
+        let base = region.ptr.addr() as u64;
+        let heap_end = region.len() as u64;
+        let mut ranges = Ranges::default();
+        let mut live: Vec<(ShmPtr<u8>, u64, u64)> = Vec::new();
+        for (step, op) in ops.into_iter().enumerate() {
+            let tag = step as u64;
+            match op {
+                Op::Alloc { size, align } => {
+                    let class = SizeClassAllocator::class_for(size, align).expect("valid request");
+                    let before = alloc.stats().expect("stats");
+                    match alloc.allocate_full(size, align) {
+                        Ok(full) => {
+                            let off = full.shm.off;
+                            prop_assert_eq!(full.shm.alloc_id, ID);
+                            prop_assert_eq!((base + off) % align, 0);
+                            prop_assert_eq!(off % 16, 0);
+                            prop_assert!(off >= HEAP_ALIGN && off + size <= heap_end);
+                            ranges.insert(off, size);
+                            let after = alloc.stats().expect("stats");
+                            if before.free_blocks[class] > 0 {
+                                // Served from the free list: the heap did not grow.
+                                prop_assert_eq!(after.carved_bytes, before.carved_bytes);
+                                prop_assert_eq!(after.free_blocks[class], before.free_blocks[class] - 1);
+                            }
+                            // SAFETY: `full` is `size` bytes that are ours.
+                            unsafe { fill(full.ptr, size, tag) };
+                            live.push((full.shm, size, tag));
+                        }
+                        Err(AllocError::Exhausted { requested, .. }) => {
+                            prop_assert_eq!(requested, size);
+                            // A free block of the class would have been used.
+                            prop_assert_eq!(before.free_blocks[class], 0);
+                            prop_assert_eq!(alloc.stats().expect("stats"), before);
+                        }
+                        Err(e) => prop_assert!(false, "unexpected error {e:?}"),
+                    }
+                }
+                Op::Free { pick } => {
+                    if live.is_empty() {
+                        continue;
+                    }
+                    let (ptr, size, tag) = live.swap_remove(pick % live.len());
+                    let full = alloc.to_full(ptr).expect("resolves");
+                    // SAFETY: the block is still ours, `size` bytes long.
+                    unsafe { check(full.ptr, size, tag) };
+                    prop_assert_eq!(alloc.free(ptr), Ok(()));
+                    prop_assert_eq!(alloc.free(ptr), Err(AllocError::DoubleFree { off: ptr.off }));
+                    ranges.remove(ptr.off);
+                }
+            }
+        }
+        for (ptr, size, tag) in live {
+            let full = alloc.to_full(ptr).expect("resolves");
+            // SAFETY: as above.
+            unsafe { check(full.ptr, size, tag) };
+            prop_assert_eq!(alloc.free(ptr), Ok(()));
+        }
+        // Every carved byte is back on a free list.
+        let stats = alloc.stats().expect("stats");
+        prop_assert_eq!(stats.free_bytes(), stats.carved_bytes);
+    }
+
+    /// Random allocations and carves against a model of the handed-out ranges.
+    #[test]
+    fn arena_model(
+        requests in prop::collection::vec(
+            (1u64..1500, align_strategy(12), prop::option::of(prop::collection::vec((1u64..100, align_strategy(6)), 0..8))),
+            1..80,
+        )
+    ) {
+        let region = Region::new(32 * 1024);
+        let arena = region.arena();
+        let base = region.ptr.addr() as u64;
+        let heap_end = region.len() as u64;
+        let mut ranges = Ranges::default();
+        for (size, align, sub_requests) in requests {
+            let cursor = ARENA_HEAP_BEGIN + arena.used();
+            match sub_requests {
+                None => match arena.allocate(size, align) {
+                    Ok(ptr) => {
+                        prop_assert_eq!(ptr.alloc_id, ID);
+                        prop_assert_eq!((base + ptr.off) % align, 0);
+                        prop_assert!(ptr.off >= ARENA_HEAP_BEGIN && ptr.off + size <= heap_end);
+                        ranges.insert(ptr.off, size);
+                    }
+                    Err(AllocError::Exhausted { requested, available }) => {
+                        prop_assert_eq!(requested, size);
+                        prop_assert_eq!(available, heap_end - cursor);
+                        let start = (base + cursor).next_multiple_of(align) - base;
+                        prop_assert!(start + size > heap_end, "{size} bytes would have fit");
+                        prop_assert_eq!(ARENA_HEAP_BEGIN + arena.used(), cursor);
+                    }
+                    Err(e) => prop_assert!(false, "unexpected error {e:?}"),
+                },
+                Some(subs) => match arena.carve(size) {
+                    Ok(mut sub) => {
+                        prop_assert_eq!(sub.cursor % 64, 0);
+                        prop_assert_eq!(sub.remaining(), size);
+                        ranges.insert(sub.cursor, size);
+                        let (begin, end) = (sub.cursor, sub.end);
+                        let mut inner = Ranges::default();
+                        for (sub_size, sub_align) in subs {
+                            let remaining = sub.remaining();
+                            match sub.allocate(sub_size, sub_align) {
+                                Ok(ptr) => {
+                                    prop_assert_eq!(ptr.alloc_id, ID);
+                                    prop_assert_eq!(ptr.off % sub_align, 0);
+                                    prop_assert!(ptr.off >= begin && ptr.off + sub_size <= end);
+                                    inner.insert(ptr.off, sub_size);
+                                }
+                                Err(AllocError::Exhausted { available, .. }) => {
+                                    prop_assert_eq!(available, remaining);
+                                    prop_assert_eq!(sub.remaining(), remaining);
+                                    let start = (end - remaining).next_multiple_of(sub_align);
+                                    prop_assert!(start + sub_size > end);
+                                }
+                                Err(e) => prop_assert!(false, "unexpected error {e:?}"),
+                            }
+                        }
+                    }
+                    Err(AllocError::Exhausted { .. }) => {
+                        let start = (base + cursor).next_multiple_of(64) - base;
+                        prop_assert!(start + size > heap_end, "{size} bytes would have fit");
+                    }
+                    Err(e) => prop_assert!(false, "unexpected error {e:?}"),
+                },
+            }
+        }
+    }
+}
+
+/// A small deterministic generator for the stress threads.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn size_class_stress_four_threads() {
+    const THREADS: u64 = 4;
+    const ITERATIONS: u64 = 20_000;
+    const LIVE: usize = 8;
+    let region = Region::new(4 << 20);
+    let alloc = region.size_class();
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let alloc = &alloc;
+            scope.spawn(move || {
+                let mut rng = XorShift(0x1234_5678 + thread);
+                let mut live: Vec<(ShmPtr<u8>, u64, u64)> = Vec::new();
+                let release = |(ptr, size, tag): (ShmPtr<u8>, u64, u64)| {
+                    let full = alloc.to_full(ptr).expect("resolves");
+                    // SAFETY: the block is ours until the free below.
+                    unsafe { check(full.ptr, size, tag) };
+                    alloc.free(ptr).expect("free");
+                };
+                for iteration in 0..ITERATIONS {
+                    if live.len() == LIVE || (!live.is_empty() && rng.next() % 3 == 0) {
+                        let pick = rng.next() as usize % live.len();
+                        release(live.swap_remove(pick));
+                        continue;
+                    }
+                    let size = 1 + rng.next() % 2048;
+                    let align = [8, 16, 64, 256][rng.next() as usize % 4];
+                    let tag = thread << 32 | iteration;
+                    let full = alloc.allocate_full(size, align).expect("4 MiB is plenty");
+                    assert_eq!(full.ptr.addr() as u64 % align, 0);
+                    // SAFETY: `size` fresh bytes that are ours.
+                    unsafe { fill(full.ptr, size, tag) };
+                    live.push((full.shm, size, tag));
+                }
+                live.into_iter().for_each(release);
+            });
+        }
+    });
+    let stats = alloc.stats().expect("stats");
+    assert!(stats.carved_bytes > 0);
+    assert_eq!(stats.free_bytes(), stats.carved_bytes);
+    assert_eq!(stats.free_blocks.len(), SIZE_CLASSES);
+}
+
+#[test]
+fn arena_concurrent_allocations_never_overlap() {
+    const THREADS: u64 = 4;
+    let region = Region::new(1 << 20);
+    let arena = region.arena();
+    let per_thread: Vec<Vec<(u64, u64)>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let arena = &arena;
+                scope.spawn(move || {
+                    let mut rng = XorShift(0x9876 + thread);
+                    let mut got = Vec::new();
+                    loop {
+                        let size = 1 + rng.next() % 512;
+                        let align = 1 << (rng.next() % 8);
+                        let result = if rng.next() % 4 == 0 {
+                            arena.carve(size).map(|sub| ShmPtr::new(sub.id, sub.cursor))
+                        } else {
+                            arena.allocate(size, align)
+                        };
+                        match result {
+                            Ok(ptr) => got.push((ptr.off, size)),
+                            Err(AllocError::Exhausted { .. }) => break got,
+                            Err(e) => panic!("unexpected error {e:?}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    let mut ranges = Ranges::default();
+    let mut total = 0;
+    for (off, size) in per_thread.into_iter().flatten() {
+        assert!(off >= ARENA_HEAP_BEGIN && off + size <= region.len() as u64);
+        ranges.insert(off, size);
+        total += size;
+    }
+    assert!(total <= arena.used());
+    assert!(
+        arena.used() > arena.capacity() - 1024,
+        "ran until nearly full"
+    );
+}
+
+/// Two mappings of the same pages at different addresses, as two processes
+/// would have: what one allocates and writes, the other resolves and reads.
+#[cfg(unix)]
+mod cross_mapping {
+    use super::*;
+    use tandem_shm_core::{Mapping, Segment};
+
+    const LEN: usize = 1 << 20;
+
+    fn two_mappings() -> (Segment, Mapping) {
+        let segment = Segment::create_anonymous(LEN).expect("memfd segment");
+        let again = segment.map_again().expect("second mapping");
+        assert_ne!(segment.as_ptr(), again.as_ptr());
+        (segment, again)
+    }
+
+    #[test]
+    fn size_class_allocator_across_mappings() {
+        let (segment, again) = two_mappings();
+        // SAFETY: both mappings outlive the handles and are used only through
+        // them.
+        let (a, b) = unsafe {
+            (
+                SizeClassAllocator::init_in(segment.as_ptr(), LEN, ID).expect("init"),
+                SizeClassAllocator::attach(again.as_ptr(), LEN).expect("attach"),
+            )
+        };
+        let mut written = Vec::new();
+        for (i, size) in [24u64, 100, 5000, 64].into_iter().enumerate() {
+            let full = a.allocate_full(size, 64).expect("allocate");
+            // SAFETY: `size` fresh bytes of ours.
+            unsafe { fill(full.ptr, size, i as u64) };
+            written.push((full.shm, size, i as u64));
+        }
+        for &(ptr, size, tag) in &written {
+            let seen = b.to_full(ptr).expect("resolves in the second mapping");
+            assert_ne!(seen.ptr, a.to_full(ptr).expect("resolves").ptr);
+            // SAFETY: the same pages, another address.
+            unsafe { check(seen.ptr, size, tag) };
+        }
+        // Freed through one mapping, reused through the other.
+        let (first, ..) = written[0];
+        b.free(first).expect("free through the second mapping");
+        assert_eq!(
+            a.free(first),
+            Err(AllocError::DoubleFree { off: first.off })
+        );
+        assert_eq!(a.allocate(24, 64).expect("allocate"), first);
+        // An allocation made by B is readable through A.
+        let from_b = b.allocate_full(40, 16).expect("allocate");
+        // SAFETY: 40 fresh bytes of ours.
+        unsafe { fill(from_b.ptr, 40, 99) };
+        // SAFETY: the same bytes through the first mapping.
+        unsafe { check(a.to_full(from_b.shm).expect("resolves").ptr, 40, 99) };
+    }
+
+    #[test]
+    fn arena_across_mappings() {
+        let (segment, again) = two_mappings();
+        // SAFETY: as above.
+        let (a, b) = unsafe {
+            (
+                ArenaAllocator::init_in(segment.as_ptr(), LEN, ID).expect("init"),
+                ArenaAllocator::attach(again.as_ptr(), LEN).expect("attach"),
+            )
+        };
+        let p = a.allocate_full(300, 4096).expect("allocate");
+        let q = b.allocate_full(300, 4096).expect("allocate");
+        assert!(q.shm.off >= p.shm.off + 300, "the cursor is shared");
+        // Both mappings are page-aligned, so the alignment holds in both.
+        assert_eq!(b.to_full(p.shm).expect("resolves").ptr.addr() % 4096, 0);
+        // SAFETY: 300 fresh bytes of ours.
+        unsafe { fill(p.ptr, 300, 5) };
+        // SAFETY: the same bytes through the second mapping.
+        unsafe { check(b.to_full(p.shm).expect("resolves").ptr, 300, 5) };
+        assert_eq!(a.used(), b.used());
+    }
+}

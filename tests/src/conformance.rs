@@ -1,0 +1,577 @@
+//! Behaviour every [`GpuApi`] backend must show, written once. Each `pub fn`
+//! takes a device of backend `A` and panics (fails its test) on a deviation;
+//! `tests/conformance.rs` runs each one on every backend built in.
+//!
+//! Synchronous copies do not wait for stream work on every backend, so the
+//! functions synchronise a stream before they read what it wrote.
+
+use tandem_hal::checks::MAX_ALLOCATION;
+use tandem_hal::{
+    DeviceMemory, Dim3, ErrorKind, EventFlags, GpuApi, GpuDevice, GpuResult, HostMemory,
+    IpcMemHandle, KernelArg, LaunchConfig, NumaSource,
+};
+use tandem_shm_core::segment::Segment;
+
+/// The device kernels library, loaded on `device`.
+pub fn kernels<D: GpuDevice>(device: &D) -> D::Module {
+    device
+        .load_module(&tandem_device_kernels::library())
+        .expect("loading the device kernels")
+}
+
+/// Launches kernel `name` of `module` and panics if the launch is refused.
+pub fn launch<D: GpuDevice>(
+    device: &D,
+    module: &D::Module,
+    name: &str,
+    config: LaunchConfig,
+    args: &[KernelArg<'_>],
+    stream: &D::Stream,
+) {
+    let kernel = device.kernel(module, name).expect("looking up a kernel");
+    // SAFETY: every caller passes pointers to live allocations sized for the
+    // `n` it passes, and synchronises before freeing them.
+    unsafe { device.launch(&kernel, &config, args, stream) }.expect("launching");
+}
+
+/// The first `count` u32s of `memory`.
+pub fn read_u32s<D: GpuDevice>(
+    device: &D,
+    memory: &impl DeviceMemory<Api = D::Api>,
+    count: usize,
+) -> Vec<u32> {
+    let mut bytes = vec![0u8; count * 4];
+    device
+        .copy_from_device(&mut bytes, memory, 0)
+        .expect("copy_from_device");
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn u32_bytes(values: &[u32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Bytes that differ from position to position, so shifted copies show.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn kind<T>(result: GpuResult<T>) -> ErrorKind {
+    match result {
+        Ok(_) => panic!("expected an error, the call succeeded"),
+        Err(e) => e.kind,
+    }
+}
+
+fn assert_invalid_size<T>(result: GpuResult<T>) {
+    let kind = kind(result);
+    assert!(
+        matches!(kind, ErrorKind::InvalidSize { .. }),
+        "expected InvalidSize, got {kind:?}"
+    );
+}
+
+fn assert_out_of_bounds<T>(result: GpuResult<T>) {
+    let kind = kind(result);
+    assert!(
+        matches!(kind, ErrorKind::OutOfBounds { .. }),
+        "expected OutOfBounds, got {kind:?}"
+    );
+}
+
+fn assert_invalid_argument<T>(result: GpuResult<T>) {
+    let kind = kind(result);
+    assert!(
+        matches!(kind, ErrorKind::InvalidArgument(_)),
+        "expected InvalidArgument, got {kind:?}"
+    );
+}
+
+fn assert_argument_mismatch<T>(result: GpuResult<T>) {
+    let kind = kind(result);
+    assert!(
+        matches!(kind, ErrorKind::ArgumentMismatch { .. }),
+        "expected ArgumentMismatch, got {kind:?}"
+    );
+}
+
+/// Properties are filled in and consistent.
+pub fn properties_are_sane<A: GpuApi>(device: &A::Device) {
+    let p = device.properties().unwrap();
+    assert_eq!(p.ordinal, device.ordinal());
+    assert!(!p.name.is_empty() && !p.arch.is_empty(), "{p:?}");
+    assert!(p.total_memory >= 1 << 30, "less than 1 GiB: {p:?}");
+    assert!(p.multiprocessor_count >= 1, "{p:?}");
+    assert!(p.warp_size.is_power_of_two() && p.warp_size <= 64, "{p:?}");
+    assert!((64..=1024).contains(&p.max_threads_per_block), "{p:?}");
+    assert!(p.max_shared_mem_per_block >= 16 * 1024, "{p:?}");
+    assert!(p.can_map_host_memory, "{p:?}");
+    assert_eq!(
+        p.host_numa_node.is_none(),
+        p.numa_source == NumaSource::Unknown,
+        "{p:?}"
+    );
+}
+
+/// Zero and absurd sizes are `InvalidSize` for every kind of allocation.
+pub fn allocations_reject_bad_sizes<A: GpuApi>(device: &A::Device) {
+    for bytes in [0, MAX_ALLOCATION + 1, usize::MAX] {
+        assert_invalid_size(device.alloc_device(bytes));
+        assert_invalid_size(device.alloc_device_exportable(bytes));
+        assert_invalid_size(device.alloc_pinned_mapped(bytes));
+        assert_invalid_size(device.alloc_managed(bytes));
+    }
+}
+
+/// Bytes copied in come back out, at any offset.
+pub fn copies_round_trip<A: GpuApi>(device: &A::Device) {
+    let buffer = device.alloc_device(4096).unwrap();
+    assert_eq!(buffer.len(), 4096);
+    let whole = pattern(4096, 1);
+    device.copy_to_device(&buffer, 0, &whole).unwrap();
+    let patch = pattern(100, 77);
+    device.copy_to_device(&buffer, 1000, &patch).unwrap();
+    let mut expected = whole.clone();
+    expected[1000..1100].copy_from_slice(&patch);
+    let mut back = vec![0u8; 4096];
+    device.copy_from_device(&mut back, &buffer, 0).unwrap();
+    assert_eq!(back, expected);
+    let mut middle = vec![0u8; 50];
+    device.copy_from_device(&mut middle, &buffer, 1025).unwrap();
+    assert_eq!(middle, expected[1025..1075]);
+}
+
+/// Every copy or fill past the end of a buffer is `OutOfBounds`, sync or async.
+pub fn out_of_bounds_accesses_are_refused<A: GpuApi>(device: &A::Device) {
+    let buffer = device.alloc_device(256).unwrap();
+    let other = device.alloc_device(256).unwrap();
+    let stream = device.create_stream().unwrap();
+    assert_out_of_bounds(device.copy_to_device(&buffer, 0, &[0; 257]));
+    assert_out_of_bounds(device.copy_to_device(&buffer, 256, &[0; 1]));
+    assert_out_of_bounds(device.copy_to_device(&buffer, usize::MAX, &[0; 2]));
+    assert_out_of_bounds(device.copy_from_device(&mut [0; 16], &buffer, 250));
+    assert_out_of_bounds(device.copy_device_to_device(&buffer, 0, &other, 200, 57));
+    assert_out_of_bounds(device.copy_device_to_device(&buffer, 255, &other, 0, 2));
+    assert_out_of_bounds(device.fill(&buffer, 100, 157, 0));
+    assert_out_of_bounds(device.fill_async(&stream, &buffer, 0, 257, 0));
+    assert_out_of_bounds(device.copy_device_to_device_async(&stream, &buffer, 0, &other, 1, 256));
+    let mut sink = [0u8; 8];
+    // SAFETY: refused before anything is enqueued (asserted).
+    assert_out_of_bounds(unsafe {
+        device.copy_from_device_async(&stream, &mut sink, &buffer, 249)
+    });
+    // SAFETY: as above.
+    assert_out_of_bounds(unsafe { device.copy_to_device_async(&stream, &buffer, 252, &[1; 8]) });
+    device.synchronize_stream(&stream).unwrap();
+}
+
+/// `fill` sets exactly the bytes asked for.
+pub fn fill_sets_a_range<A: GpuApi>(device: &A::Device) {
+    let buffer = device.alloc_device(1024).unwrap();
+    device.fill(&buffer, 0, 1024, 0).unwrap();
+    device.fill(&buffer, 10, 20, 0xab).unwrap();
+    let mut back = vec![0u8; 1024];
+    device.copy_from_device(&mut back, &buffer, 0).unwrap();
+    let mut expected = vec![0u8; 1024];
+    expected[10..30].fill(0xab);
+    assert_eq!(back, expected);
+}
+
+/// Device-to-device copies move the right bytes, sync and async.
+pub fn device_to_device_copies<A: GpuApi>(device: &A::Device) {
+    let src = device.alloc_device(512).unwrap();
+    let dst = device.alloc_device(512).unwrap();
+    let bytes = pattern(512, 9);
+    device.copy_to_device(&src, 0, &bytes).unwrap();
+    device.fill(&dst, 0, 512, 0).unwrap();
+    device
+        .copy_device_to_device(&dst, 8, &src, 16, 100)
+        .unwrap();
+    let stream = device.create_stream().unwrap();
+    device
+        .copy_device_to_device_async(&stream, &dst, 300, &src, 0, 50)
+        .unwrap();
+    device.synchronize_stream(&stream).unwrap();
+    let mut back = vec![0u8; 512];
+    device.copy_from_device(&mut back, &dst, 0).unwrap();
+    let mut expected = vec![0u8; 512];
+    expected[8..108].copy_from_slice(&bytes[16..116]);
+    expected[300..350].copy_from_slice(&bytes[..50]);
+    assert_eq!(back, expected);
+}
+
+/// A kernel's writes to pinned mapped memory are visible to the host.
+pub fn kernel_writes_pinned_memory<A: GpuApi>(device: &A::Device) {
+    const N: usize = 4096;
+    let pinned = device.alloc_pinned_mapped(N * 4).unwrap();
+    assert_eq!(
+        pinned.host_ptr() as usize % 64,
+        0,
+        "pinned memory is not 64-aligned"
+    );
+    let module = kernels(device);
+    let stream = device.create_stream().unwrap();
+    let args = [
+        KernelArg::Ptr(pinned.device_ptr()),
+        KernelArg::U64(N as u64),
+        KernelArg::U32(0xfeed),
+    ];
+    launch(
+        device,
+        &module,
+        "tandem_fill_u32",
+        LaunchConfig::linear(4, 128),
+        &args,
+        &stream,
+    );
+    device.synchronize_stream(&stream).unwrap();
+    // SAFETY: N u32s of live, aligned pinned memory; the kernel has finished.
+    let seen = unsafe { core::slice::from_raw_parts(pinned.host_ptr().cast::<u32>(), N) };
+    assert!(seen.iter().all(|&v| v == 0xfeed));
+}
+
+/// A registered shared-memory segment is written by a kernel, and the bytes
+/// show through a second mapping of the segment.
+pub fn kernel_writes_registered_segment<A: GpuApi>(device: &A::Device) {
+    const LEN: usize = 64 * 1024;
+    let segment = Segment::create_anonymous(LEN).unwrap();
+    let other_view = segment.map_again().unwrap();
+    // SAFETY: `segment` stays mapped until after `registration` is dropped.
+    let registration = unsafe { device.register_host(segment.as_ptr(), LEN) }.unwrap();
+    assert_eq!(registration.host_ptr(), segment.as_ptr());
+    let module = kernels(device);
+    let stream = device.create_stream().unwrap();
+    let n = (LEN / 4) as u64;
+    let args = [
+        KernelArg::Ptr(registration.device_ptr()),
+        KernelArg::U64(n),
+        KernelArg::U32(0x5eed),
+    ];
+    launch(
+        device,
+        &module,
+        "tandem_fill_u32",
+        LaunchConfig::linear(8, 64),
+        &args,
+        &stream,
+    );
+    device.synchronize_stream(&stream).unwrap();
+    // SAFETY: the second mapping has LEN bytes, page-aligned; the kernel finished.
+    let seen = unsafe { core::slice::from_raw_parts(other_view.as_ptr().cast::<u32>(), LEN / 4) };
+    assert!(seen.iter().all(|&v| v == 0x5eed));
+    drop(registration);
+}
+
+/// Managed memory is written by the host, updated by a kernel, read by the host.
+pub fn managed_memory_is_shared<A: GpuApi>(device: &A::Device) {
+    const N: usize = 1000;
+    let managed = device.alloc_managed(N * 4).unwrap();
+    let words = managed.host_ptr().cast::<u32>();
+    for i in 0..N {
+        // SAFETY: N u32s of live, aligned managed memory; no kernel runs yet.
+        unsafe { words.add(i).write(i as u32) };
+    }
+    let module = kernels(device);
+    let stream = device.create_stream().unwrap();
+    let args = [
+        KernelArg::Ptr(managed.device_ptr()),
+        KernelArg::U64(N as u64),
+        KernelArg::U32(3),
+    ];
+    launch(
+        device,
+        &module,
+        "tandem_add_u32",
+        LaunchConfig::linear(3, 96),
+        &args,
+        &stream,
+    );
+    device.synchronize_stream(&stream).unwrap();
+    // SAFETY: as above; the kernel has finished.
+    let seen = unsafe { core::slice::from_raw_parts(words, N) };
+    assert!(seen.iter().enumerate().all(|(i, &v)| v == i as u32 + 3));
+}
+
+/// A stream runs its work in order: fill, then add, then the copy back.
+pub fn stream_work_runs_in_order<A: GpuApi>(device: &A::Device) {
+    const N: usize = 1 << 16;
+    let buffer = device.alloc_device(N * 4).unwrap();
+    let module = kernels(device);
+    let stream = device.create_stream().unwrap();
+    let data = KernelArg::Ptr(buffer.device_ptr());
+    device.fill_async(&stream, &buffer, 0, N * 4, 0xff).unwrap();
+    let config = LaunchConfig::linear(32, 256);
+    launch(
+        device,
+        &module,
+        "tandem_fill_u32",
+        config,
+        &[data, KernelArg::U64(N as u64), KernelArg::U32(3)],
+        &stream,
+    );
+    launch(
+        device,
+        &module,
+        "tandem_add_u32",
+        config,
+        &[data, KernelArg::U64(N as u64), KernelArg::U32(4)],
+        &stream,
+    );
+    let mut back = vec![0u8; N * 4];
+    // SAFETY: `back` is neither read nor moved until the stream is synchronised.
+    unsafe { device.copy_from_device_async(&stream, &mut back, &buffer, 0) }.unwrap();
+    device.synchronize_stream(&stream).unwrap();
+    assert_eq!(back, u32_bytes(&vec![7; N]));
+}
+
+/// Events record, query, synchronise and time.
+pub fn events_record_query_and_time<A: GpuApi>(device: &A::Device) {
+    let timing = EventFlags {
+        timing: true,
+        interprocess: false,
+    };
+    let start = device.create_event(timing).unwrap();
+    let end = device.create_event(timing).unwrap();
+    let module = kernels(device);
+    let stream = device.create_stream().unwrap();
+    let buffer = device.alloc_device(1 << 20).unwrap();
+    let args = [
+        KernelArg::Ptr(buffer.device_ptr()),
+        KernelArg::U64(1 << 18),
+        KernelArg::U32(1),
+    ];
+    device.record_event(&start, &stream).unwrap();
+    launch(
+        device,
+        &module,
+        "tandem_fill_u32",
+        LaunchConfig::linear(16, 256),
+        &args,
+        &stream,
+    );
+    device.record_event(&end, &stream).unwrap();
+    device.synchronize_event(&end).unwrap();
+    assert!(device.query_event(&end).unwrap());
+    assert!(
+        device.query_event(&start).unwrap(),
+        "an earlier record of the same stream"
+    );
+    let elapsed = device.elapsed(&start, &end).unwrap();
+    assert!(elapsed.as_secs() < 60, "{elapsed:?}");
+    device.synchronize_stream(&stream).unwrap();
+}
+
+/// Work on one stream waits for an event recorded on another.
+pub fn streams_wait_on_events<A: GpuApi>(device: &A::Device) {
+    const N: usize = 1 << 18;
+    const ROUNDS: u32 = 8;
+    let buffer = device.alloc_device(N * 4).unwrap();
+    let module = kernels(device);
+    let producer = device.create_stream().unwrap();
+    let consumer = device.create_stream().unwrap();
+    let done = device.create_event(EventFlags::default()).unwrap();
+    let data = KernelArg::Ptr(buffer.device_ptr());
+    let config = LaunchConfig::linear(16, 256);
+    launch(
+        device,
+        &module,
+        "tandem_fill_u32",
+        config,
+        &[data, KernelArg::U64(N as u64), KernelArg::U32(1)],
+        &producer,
+    );
+    for _ in 0..ROUNDS {
+        launch(
+            device,
+            &module,
+            "tandem_add_u32",
+            config,
+            &[data, KernelArg::U64(N as u64), KernelArg::U32(1)],
+            &producer,
+        );
+    }
+    device.record_event(&done, &producer).unwrap();
+    device.stream_wait_event(&consumer, &done).unwrap();
+    let mut back = vec![0u8; N * 4];
+    // SAFETY: `back` is neither read nor moved until the consumer is synchronised.
+    unsafe { device.copy_from_device_async(&consumer, &mut back, &buffer, 0) }.unwrap();
+    device.synchronize_stream(&consumer).unwrap();
+    assert_eq!(back, u32_bytes(&vec![1 + ROUNDS; N]));
+    device.synchronize_stream(&producer).unwrap();
+}
+
+/// What `tandem_block_sum_u32` must produce: per block, the sum of the
+/// elements its threads visit in a grid-stride loop.
+fn block_sums_reference(input: &[u32], grid: Dim3, block: Dim3) -> Vec<u32> {
+    let blocks = grid.count().unwrap();
+    let threads = block.count().unwrap();
+    let stride = blocks * threads;
+    (0..blocks)
+        .map(|b| {
+            (0..threads)
+                .flat_map(|t| (b * threads + t..input.len() as u64).step_by(stride as usize))
+                .fold(0u32, |sum, i| sum.wrapping_add(input[i as usize]))
+        })
+        .collect()
+}
+
+/// 1D, 2D and 3D launches of the block-sum kernel (block-shared memory and
+/// the barrier) match a CPU reference.
+pub fn block_sums_match_reference<A: GpuApi>(device: &A::Device) {
+    const N: usize = 50_000;
+    let input: Vec<u32> = (0..N as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) >> 7)
+        .collect();
+    let input_buffer = device.alloc_device(N * 4).unwrap();
+    device
+        .copy_to_device(&input_buffer, 0, &u32_bytes(&input))
+        .unwrap();
+    let module = kernels(device);
+    let stream = device.create_stream().unwrap();
+    for (grid, block) in [
+        (Dim3::linear(7), Dim3::linear(128)),
+        (Dim3::linear(3), Dim3::linear(1000)),
+        (Dim3::new(3, 2, 1), Dim3::new(16, 8, 1)),
+        (Dim3::new(2, 2, 2), Dim3::new(8, 4, 4)),
+        (Dim3::new(2, 1, 1), Dim3::new(32, 32, 1)),
+        (Dim3::linear(1), Dim3::linear(1)),
+    ] {
+        let blocks = grid.count().unwrap() as usize;
+        let out = device.alloc_device(blocks * 4).unwrap();
+        let config = LaunchConfig {
+            grid,
+            block,
+            shared_mem_bytes: 0,
+        };
+        let args = [
+            KernelArg::Ptr(input_buffer.device_ptr()),
+            KernelArg::Ptr(out.device_ptr()),
+            KernelArg::U64(N as u64),
+        ];
+        launch(
+            device,
+            &module,
+            "tandem_block_sum_u32",
+            config,
+            &args,
+            &stream,
+        );
+        device.synchronize_stream(&stream).unwrap();
+        assert_eq!(
+            read_u32s(device, &out, blocks),
+            block_sums_reference(&input, grid, block),
+            "grid {grid:?}, block {block:?}"
+        );
+    }
+}
+
+/// Bad launches are refused with typed errors before anything runs.
+pub fn bad_launches_are_refused<A: GpuApi>(device: &A::Device) {
+    let module = kernels(device);
+    let missing = device.kernel(&module, "tandem_no_such_kernel");
+    assert!(matches!(kind(missing), ErrorKind::KernelNotFound(_)));
+    let fill = device.kernel(&module, "tandem_fill_u32").unwrap();
+    let stream = device.create_stream().unwrap();
+    let buffer = device.alloc_device(4096).unwrap();
+    let ptr = KernelArg::Ptr(buffer.device_ptr());
+    let good = [ptr, KernelArg::U64(1024), KernelArg::U32(1)];
+    let one = LaunchConfig::linear(1, 32);
+    // SAFETY: (every launch below) each is refused before it could run,
+    // and `buffer` holds the 1024 u32s the well-formed arguments name.
+    unsafe {
+        assert_argument_mismatch(device.launch(&fill, &one, &good[..2], &stream));
+        assert_argument_mismatch(device.launch(
+            &fill,
+            &one,
+            &[ptr, KernelArg::U32(1024), KernelArg::U32(1)],
+            &stream,
+        ));
+        assert_argument_mismatch(device.launch(
+            &fill,
+            &one,
+            &[good[0], good[1], good[2], KernelArg::U32(0)],
+            &stream,
+        ));
+        for config in [
+            LaunchConfig::linear(0, 32),
+            LaunchConfig::linear(1, 0),
+            LaunchConfig {
+                grid: Dim3::new(1, 0, 1),
+                block: Dim3::linear(1),
+                shared_mem_bytes: 0,
+            },
+            LaunchConfig::linear(1, 1025),
+            LaunchConfig {
+                grid: Dim3::linear(1),
+                block: Dim3::new(32, 32, 2),
+                shared_mem_bytes: 0,
+            },
+            LaunchConfig {
+                grid: Dim3::linear(1),
+                block: Dim3::new(1, 1, 65),
+                shared_mem_bytes: 0,
+            },
+            LaunchConfig {
+                grid: Dim3::new(1, 65536, 1),
+                block: Dim3::linear(1),
+                shared_mem_bytes: 0,
+            },
+            LaunchConfig {
+                grid: Dim3::linear(1),
+                block: Dim3::linear(32),
+                shared_mem_bytes: u32::MAX,
+            },
+        ] {
+            assert_invalid_argument(device.launch(&fill, &config, &good, &stream));
+        }
+        device.launch(&fill, &one, &good, &stream).unwrap();
+    }
+    device.synchronize_stream(&stream).unwrap();
+    assert!(read_u32s(device, &buffer, 1024).iter().all(|&v| v == 1));
+}
+
+/// Opening a handle in the process that exported it is `IpcSameProcess`.
+pub fn ipc_same_process_open_is_refused<A: GpuApi>(device: &A::Device) {
+    let memory = device.alloc_device_exportable(4096).unwrap();
+    assert!(memory.len() >= 4096);
+    let handle = device.ipc_export_memory(&memory).unwrap();
+    assert_eq!(
+        kind(device.ipc_open_memory(&handle)),
+        ErrorKind::IpcSameProcess
+    );
+    let event = device
+        .create_event(EventFlags {
+            timing: false,
+            interprocess: true,
+        })
+        .unwrap();
+    let handle = device.ipc_export_event(&event).unwrap();
+    assert_eq!(
+        kind(device.ipc_open_event(&handle)),
+        ErrorKind::IpcSameProcess
+    );
+}
+
+/// 64 random bytes (and 64 zeros) are an `InvalidIpcHandle`, not a crash.
+pub fn garbage_ipc_handles_are_invalid<A: GpuApi>(device: &A::Device) {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new();
+    let mut bytes = [0u8; 64];
+    for (i, chunk) in bytes.chunks_exact_mut(8).enumerate() {
+        let mut hasher = random.build_hasher();
+        hasher.write_usize(i);
+        chunk.copy_from_slice(&hasher.finish().to_le_bytes());
+    }
+    for handle in [IpcMemHandle(bytes), IpcMemHandle([0; 64])] {
+        let kind = kind(device.ipc_open_memory(&handle));
+        assert!(
+            matches!(kind, ErrorKind::InvalidIpcHandle(_)),
+            "{handle:?}: {kind:?}"
+        );
+    }
+}

@@ -1,0 +1,37 @@
+//! Finding a device for a test, or skipping it.
+
+use tandem_hal::{Backend, GpuApi};
+
+/// Set to `1` to make a missing device fail GPU tests instead of skipping
+/// them (CI machines that do have the GPU).
+pub const REQUIRE_GPU_ENV: &str = "TANDEM_REQUIRE_GPU";
+
+/// How a backend's devices are named in skip messages.
+fn device_noun(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Host => "host",
+        Backend::Cuda => "CUDA",
+        Backend::Hip => "HIP",
+    }
+}
+
+/// Device 0 of backend `A`, or `None` after printing why the test `label` is
+/// skipped when the backend cannot load or has no device. With
+/// `TANDEM_REQUIRE_GPU=1` that case panics instead, failing the test.
+pub fn device_or_skip<A: GpuApi>(label: &str) -> Option<A::Device> {
+    let noun = device_noun(A::BACKEND);
+    let found = A::load().and_then(|api| match api.device_count()? {
+        0 => Ok(None),
+        _ => api.device(0).map(Some),
+    });
+    let why = match found {
+        Ok(Some(device)) => return Some(device),
+        Ok(None) => format!("no {noun} device"),
+        Err(e) => format!("no {noun} device ({e})"),
+    };
+    if std::env::var(REQUIRE_GPU_ENV).as_deref() == Ok("1") {
+        panic!("{label}: {why}, but {REQUIRE_GPU_ENV}=1 requires one");
+    }
+    println!("{label}: skipped: {why}");
+    None
+}

@@ -1,0 +1,71 @@
+//! The conformance suite: one `#[test]` per behaviour of
+//! `tandem_tests::conformance` (and the two-process IPC tests of
+//! `tandem_tests::ipc`) per backend: `host` always, `cuda` and `hip` with
+//! their features. GPU tests skip without a device unless
+//! `TANDEM_REQUIRE_GPU=1` (see `tandem_tests::gpu::device_or_skip`).
+
+use std::path::Path;
+
+/// The `ipc_child` binary cargo built next to this test.
+fn ipc_child() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_ipc_child"))
+}
+
+/// `backend_tests!(module_name, Api)` stamps out the suite for one backend.
+macro_rules! backend_tests {
+    ($backend:ident, $api:ty) => {
+        mod $backend {
+            use super::*;
+            use tandem_tests::{conformance, gpu::device_or_skip, ipc};
+
+            backend_tests!(@device $api, conformance: [
+                properties_are_sane,
+                allocations_reject_bad_sizes,
+                copies_round_trip,
+                out_of_bounds_accesses_are_refused,
+                fill_sets_a_range,
+                device_to_device_copies,
+                kernel_writes_pinned_memory,
+                kernel_writes_registered_segment,
+                managed_memory_is_shared,
+                stream_work_runs_in_order,
+                events_record_query_and_time,
+                streams_wait_on_events,
+                block_sums_match_reference,
+                bad_launches_are_refused,
+                ipc_same_process_open_is_refused,
+                garbage_ipc_handles_are_invalid,
+            ]);
+            backend_tests!(@device_and_child $api, ipc: [
+                add_in_child_process,
+                stale_handle_in_child_process,
+            ]);
+        }
+    };
+    (@device $api:ty, $module:ident: [$($behaviour:ident),* $(,)?]) => {
+        $(
+            #[test]
+            fn $behaviour() {
+                if let Some(device) = device_or_skip::<$api>(stringify!($behaviour)) {
+                    $module::$behaviour::<$api>(&device);
+                }
+            }
+        )*
+    };
+    (@device_and_child $api:ty, $module:ident: [$($behaviour:ident),* $(,)?]) => {
+        $(
+            #[test]
+            fn $behaviour() {
+                if let Some(device) = device_or_skip::<$api>(stringify!($behaviour)) {
+                    $module::$behaviour::<$api>(&device, ipc_child());
+                }
+            }
+        )*
+    };
+}
+
+backend_tests!(host, tandem_hal::HostApi);
+#[cfg(feature = "cuda")]
+backend_tests!(cuda, tandem_hal_cuda::CudaApi);
+#[cfg(feature = "hip")]
+backend_tests!(hip, tandem_hal_hip::HipApi);

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Runs a Tandem GPU bundle (written by `cargo xtask gpu-bundle`) on a machine with an NVIDIA GPU:
+# every test binary, then every bench binary. No Rust toolchain is needed here.
+#
+#   bash gpu-bundle/run.sh [--test-threads N]    (or TANDEM_TEST_THREADS=N; default: parallel)
+#
+# GPU tests must not skip: TANDEM_REQUIRE_GPU=1 makes a missing device a failure.
+# TANDEM_BIN_DIR names the folder of the bundled programs (helpers that tests start). Each binary
+# runs in crates/<its crate folder>/ (as under cargo, where the cwd is the crate root), which
+# holds the files its crate's gpu-bundle-files.txt listed. Full logs go to
+# ${OUT:-/tmp}/tandem-gpu-logs/. Ends with a table; exits non-zero if any binary failed.
+set -uo pipefail
+
+bundle_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+test_threads=${TANDEM_TEST_THREADS:-}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --test-threads) test_threads=${2:-}; shift $(( $# > 1 ? 2 : 1 )) ;;
+    --test-threads=*) test_threads=${1#*=}; shift ;;
+    -h | --help) sed -n '2,11p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+if [ -n "$test_threads" ] && ! [[ $test_threads =~ ^[1-9][0-9]*$ ]]; then
+  echo "run.sh: --test-threads needs a positive integer, got '$test_threads'" >&2
+  exit 2
+fi
+
+export TANDEM_REQUIRE_GPU=1
+export TANDEM_BIN_DIR="$bundle_dir/bin"
+# No trailing ':' when LD_LIBRARY_PATH was unset: an empty entry would mean the current folder.
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+log_dir="${OUT:-/tmp}/tandem-gpu-logs"
+mkdir -p "$log_dir" || { echo "run.sh: cannot create $log_dir" >&2; exit 1; }
+
+echo "== GPU"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
+    || echo "nvidia-smi failed"
+else
+  echo "nvidia-smi not found"
+fi
+
+rows=()
+failures=0
+
+# Sums passed/failed/ignored over every "test result:" line of a log (one per harness);
+# prints nothing when there is none.
+tally() {
+  awk '/^test result: / {
+         n++
+         for (i = 1; i < NF; i++) {
+           if ($(i + 1) ~ /^passed;?$/) p += $i
+           if ($(i + 1) ~ /^failed;?$/) f += $i
+           if ($(i + 1) ~ /^ignored;?$/) g += $i
+         }
+       }
+       END { if (n) print p, f, g }' "$1"
+}
+
+# run_binary KIND NAME CRATE: runs one binary, logs it, and adds its row to the table.
+run_binary() {
+  local kind=$1 name=$2 crate=$3
+  local bin="$bundle_dir/bin/$name" log="$log_dir/$name.log" workdir="$bundle_dir/crates/$crate"
+  local args=() rc counts passed=- failed=- ignored=- status
+  echo
+  echo "== $kind $name"
+  if [ ! -x "$bin" ]; then
+    rows+=("$name|-|-|-|FAIL (missing)")
+    failures=$((failures + 1))
+    return
+  fi
+  if [ "$kind" = test ]; then
+    [ -n "$test_threads" ] && args+=("--test-threads=$test_threads")
+    (cd "$workdir" && exec "$bin" ${args[@]+"${args[@]}"}) </dev/null >"$log" 2>&1
+    rc=$?
+    grep -E '^test result: ' "$log"
+    counts=$(tally "$log")
+    [ -n "$counts" ] && read -r passed failed ignored <<<"$counts"
+    if [ "$rc" -ne 0 ]; then
+      status="FAIL (exit $rc)"
+    elif [ -z "$counts" ]; then
+      status="FAIL (no test result line)"
+    else
+      status=ok
+    fi
+    if [ "$status" != ok ]; then
+      echo "-- last lines of $log:"
+      tail -n 40 "$log"
+    fi
+  else
+    # Benches print the comparison tables that are the point of running them: show them live.
+    (cd "$workdir" && exec "$bin" --bench) </dev/null 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 0 ]; then status=ok; else status="FAIL (exit $rc)"; fi
+  fi
+  [ "$status" = ok ] || failures=$((failures + 1))
+  rows+=("$name|$passed|$failed|$ignored|$status")
+}
+
+for wanted in test bench; do
+  while IFS=$'\t' read -r -u 3 kind name crate; do
+    [ "$kind" = "$wanted" ] && run_binary "$kind" "$name" "$crate"
+  done 3<"$bundle_dir/binaries.tsv"
+done
+
+echo
+echo "== summary (logs in $log_dir)"
+printf '%-56s %7s %7s %8s  %s\n' binary passed failed ignored status
+for row in ${rows[@]+"${rows[@]}"}; do
+  IFS='|' read -r name passed failed ignored status <<<"$row"
+  printf '%-56s %7s %7s %8s  %s\n' "$name" "$passed" "$failed" "$ignored" "$status"
+done
+echo "run.sh: ${#rows[@]} binaries, $failures failed"
+[ "$failures" -eq 0 ]

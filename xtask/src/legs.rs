@@ -1,0 +1,515 @@
+//! `cargo xtask test [LEG...]`: the test legs, which of them must run, and the summary.
+//!
+//! A leg that runs and fails is always a failure. A leg that cannot run (no loom tests, no HIP
+//! toolchain) is a failure only when it is required: named on the command line, or every leg
+//! under `CI=true`; otherwise it is a note in the summary.
+
+use crate::{
+    backend::{Backend, HipToolchain},
+    cmd::Cmd,
+    error::XtaskError,
+    metadata::Metadata,
+    test_result::TestTally,
+};
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::{Duration, Instant},
+};
+
+/// One leg of the test matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leg {
+    /// Workspace tests with default features (the host backend).
+    Host,
+    /// The loom models in `shm-core/tests/loom_*.rs`.
+    Loom,
+    /// The CUDA backend's crates with the `cuda` features.
+    Cuda,
+    /// The HIP backend's crates with the `hip` features (needs ROCm).
+    Hip,
+    /// rustfmt and clippy.
+    Lint,
+}
+
+impl Leg {
+    /// Every leg, in the order a plain `cargo xtask test` runs them.
+    pub const ALL: [Leg; 5] = [Leg::Host, Leg::Loom, Leg::Cuda, Leg::Hip, Leg::Lint];
+
+    /// The name used on the command line and in the summary.
+    pub fn name(self) -> &'static str {
+        match self {
+            Leg::Host => "host",
+            Leg::Loom => "loom",
+            Leg::Cuda => "cuda",
+            Leg::Hip => "hip",
+            Leg::Lint => "lint",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|leg| leg.name() == name)
+    }
+}
+
+/// A leg to run and whether it must run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlannedLeg {
+    /// The leg.
+    pub leg: Leg,
+    /// A leg that cannot run is then a failure rather than a note.
+    pub required: bool,
+}
+
+/// Which legs to run: the named ones (each once, in the order given, all required), or every
+/// leg when none is named (required only when `ci`).
+pub fn plan(named: &[String], ci: bool) -> Result<Vec<PlannedLeg>, XtaskError> {
+    if named.is_empty() {
+        return Ok(Leg::ALL
+            .into_iter()
+            .map(|leg| PlannedLeg { leg, required: ci })
+            .collect());
+    }
+    let mut planned: Vec<PlannedLeg> = Vec::new();
+    for name in named {
+        let leg = Leg::from_name(name).ok_or_else(|| {
+            XtaskError::Usage(format!(
+                "unknown test leg `{name}`; legs are: host, loom, cuda, hip, lint"
+            ))
+        })?;
+        if !planned.iter().any(|p| p.leg == leg) {
+            planned.push(PlannedLeg {
+                leg,
+                required: true,
+            });
+        }
+    }
+    Ok(planned)
+}
+
+/// Whether the `CI` environment variable asks for every leg to be required.
+pub fn ci_requires_all(ci_var: Option<&str>) -> bool {
+    ci_var.is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// How a leg ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LegResult {
+    Passed,
+    /// Ran and failed; the text says which commands.
+    Failed(String),
+    /// Could not run; the text says why.
+    NotRun(String),
+}
+
+/// What a leg's result counts as, given whether it was required.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Passed,
+    Failed,
+    /// Not run and not required: reported, not counted.
+    Note,
+}
+
+impl LegResult {
+    fn verdict(&self, required: bool) -> Verdict {
+        match self {
+            LegResult::Passed => Verdict::Passed,
+            LegResult::Failed(_) => Verdict::Failed,
+            LegResult::NotRun(_) if required => Verdict::Failed,
+            LegResult::NotRun(_) => Verdict::Note,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            LegResult::Passed => "passed".into(),
+            LegResult::Failed(why) => format!("FAILED: {why}"),
+            LegResult::NotRun(why) => format!("not run: {why}"),
+        }
+    }
+}
+
+/// What one leg did.
+struct LegReport {
+    planned: PlannedLeg,
+    result: LegResult,
+    /// Things worth saying that do not change the result (a part skipped on this machine).
+    notes: Vec<String>,
+    tests: TestTally,
+    elapsed: Duration,
+}
+
+/// The environment the legs run in.
+pub struct TestContext<'a> {
+    /// Workspace description (target dir, root).
+    pub metadata: &'a Metadata,
+    /// `CI=true`: every part of every leg must run.
+    pub ci: bool,
+    /// The HIP toolchain, or why there is none.
+    pub hip: Result<HipToolchain, String>,
+}
+
+/// Runs the planned legs one after another, prints the summary, and says how to exit.
+pub fn run(ctx: &TestContext<'_>, planned: &[PlannedLeg]) -> ExitCode {
+    if let Some(value) = std::env::var_os("TANDEM_REQUIRE_GPU") {
+        println!(
+            "xtask: TANDEM_REQUIRE_GPU={} (passed through to the tests)",
+            value.to_string_lossy()
+        );
+    }
+    let reports: Vec<LegReport> = planned.iter().map(|&p| run_leg(ctx, p)).collect();
+    print_summary(&reports)
+}
+
+fn run_leg(ctx: &TestContext<'_>, planned: PlannedLeg) -> LegReport {
+    let name = planned.leg.name();
+    let need = if planned.required {
+        "required"
+    } else {
+        "optional"
+    };
+    println!("\n=== leg {name} ({need}) ===");
+    let start = Instant::now();
+    let mut notes = Vec::new();
+    let mut tests = TestTally::default();
+    let result = match leg_commands(ctx, planned.leg, &mut notes) {
+        Err(why) => LegResult::NotRun(why),
+        Ok(commands) => run_commands(&commands, &mut tests),
+    };
+    let report = LegReport {
+        planned,
+        result,
+        notes,
+        tests,
+        elapsed: start.elapsed(),
+    };
+    for note in &report.notes {
+        println!("note: {note}");
+    }
+    println!(
+        "=== leg {name}: {} in {:.1} s (tests passed/failed/ignored: {})",
+        report.result.describe(),
+        report.elapsed.as_secs_f64(),
+        report.tests.short()
+    );
+    report
+}
+
+/// The commands of a leg, or why the leg cannot run here. Parts that are optional on this
+/// machine and missing are added to `notes`.
+fn leg_commands(
+    ctx: &TestContext<'_>,
+    leg: Leg,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Cmd>, String> {
+    let root = ctx.metadata.workspace_root.as_path();
+    let cargo = || Cmd::cargo(root);
+    match leg {
+        Leg::Host => {
+            let mut cmd = cargo().args(["test", "--workspace"]);
+            for backend in Backend::ALL {
+                cmd = cmd.args(["--exclude", backend.hal_package()]);
+            }
+            Ok(vec![cmd])
+        }
+        Leg::Loom => {
+            let tests_dir = root.join("shm-core/tests");
+            let models = loom_tests(&tests_dir)?;
+            let mut cmd = cargo()
+                .args(["test", "-p", "tandem-shm-core", "--release"])
+                .env("RUSTFLAGS", loom_rustflags(std::env::var_os("RUSTFLAGS")))
+                // `--cfg loom` changes every crate's build; a target dir of its own keeps the
+                // normal builds from being invalidated by each loom run.
+                .env(
+                    "CARGO_TARGET_DIR",
+                    ctx.metadata.target_directory.join("loom"),
+                );
+            for model in models {
+                cmd = cmd.args(["--test", &model]);
+            }
+            Ok(vec![cmd])
+        }
+        Leg::Cuda => Ok(vec![backend_tests(cargo(), Backend::Cuda)]),
+        Leg::Hip => {
+            let hip = ctx.hip.as_ref().map_err(Clone::clone)?;
+            Ok(vec![hip.configure(backend_tests(cargo(), Backend::Hip))])
+        }
+        Leg::Lint => {
+            let mut commands = vec![
+                cargo().args(["fmt", "--all", "--check"]),
+                clippy(cargo(), Backend::Cuda),
+            ];
+            match &ctx.hip {
+                Ok(hip) => commands.push(hip.configure(clippy(cargo(), Backend::Hip))),
+                Err(why) if ctx.ci => return Err(format!("clippy with hip features: {why}")),
+                Err(why) => notes.push(format!("clippy with hip features not run: {why}")),
+            }
+            Ok(commands)
+        }
+    }
+}
+
+/// `cargo test` over a backend's crates with its features.
+fn backend_tests(cargo: Cmd, backend: Backend) -> Cmd {
+    cargo
+        .arg("test")
+        .args(backend.test_package_args())
+        .args(["--features".to_owned(), backend.features_value()])
+}
+
+/// `cargo clippy` over the workspace with a backend's features. The other backend's own crate
+/// is left out: it does not depend on these features, and the HIP one needs ROCm to build.
+fn clippy(cargo: Cmd, backend: Backend) -> Cmd {
+    let other = match backend {
+        Backend::Cuda => Backend::Hip,
+        Backend::Hip => Backend::Cuda,
+    };
+    cargo
+        .args(["clippy", "--workspace", "--exclude", other.hal_package()])
+        .args(["--all-targets", "--features"])
+        .arg(backend.features_value())
+        .args(["--", "-D", "warnings"])
+}
+
+/// `RUSTFLAGS` for the loom build: the caller's flags, if any, plus `--cfg loom`.
+fn loom_rustflags(existing: Option<OsString>) -> OsString {
+    match existing {
+        Some(mut flags) if !flags.is_empty() => {
+            flags.push(" --cfg loom");
+            flags
+        }
+        _ => "--cfg loom".into(),
+    }
+}
+
+/// The names of the loom test targets: the stems of `loom_*.rs` in `dir`, sorted.
+fn loom_tests(dir: &Path) -> Result<Vec<String>, String> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot list {} for loom_*.rs: {e}", dir.display()))?;
+    let mut models: Vec<String> = entries
+        .filter_map(|entry| entry.ok().map(|e| PathBuf::from(e.file_name())))
+        .filter(|name| name.extension().is_some_and(|ext| ext == "rs"))
+        .filter_map(|name| name.file_stem()?.to_str().map(str::to_owned))
+        .filter(|stem| stem.starts_with("loom_"))
+        .collect();
+    if models.is_empty() {
+        return Err(format!("no loom_*.rs in {}", dir.display()));
+    }
+    models.sort();
+    Ok(models)
+}
+
+/// Runs every command (all of them, so that one failure does not hide another) and returns
+/// the leg's result.
+fn run_commands(commands: &[Cmd], tests: &mut TestTally) -> LegResult {
+    let mut failures = Vec::new();
+    for cmd in commands {
+        let outcome = cmd.run_lines(|line| {
+            println!("{line}");
+            tests.observe(line);
+        });
+        match outcome {
+            Ok(outcome) if outcome.success() => {}
+            Ok(outcome) => failures.push(format!("`{}` ({})", cmd.display(), outcome.status)),
+            Err(err) => failures.push(err.to_string()),
+        }
+    }
+    if failures.is_empty() {
+        LegResult::Passed
+    } else {
+        LegResult::Failed(failures.join("; "))
+    }
+}
+
+fn print_summary(reports: &[LegReport]) -> ExitCode {
+    println!("\n=== summary ===");
+    println!(
+        "{:<6} {:<9} {:>14} {:>9}  detail",
+        "leg", "result", "tests p/f/i", "seconds"
+    );
+    let (mut passed, mut failed) = (0, 0);
+    for report in reports {
+        let verdict = report.result.verdict(report.planned.required);
+        let word = match verdict {
+            Verdict::Passed => {
+                passed += 1;
+                "passed"
+            }
+            Verdict::Failed => {
+                failed += 1;
+                "FAILED"
+            }
+            Verdict::Note => "note",
+        };
+        let mut detail = match &report.result {
+            LegResult::Passed => String::new(),
+            LegResult::Failed(why) => why.clone(),
+            LegResult::NotRun(why) => format!("not run: {why}"),
+        };
+        for note in &report.notes {
+            if !detail.is_empty() {
+                detail.push_str("; ");
+            }
+            detail.push_str(note);
+        }
+        println!(
+            "{:<6} {word:<9} {:>14} {:>9.1}  {detail}",
+            report.planned.leg.name(),
+            report.tests.short(),
+            report.elapsed.as_secs_f64(),
+        );
+    }
+    println!("xtask: {passed} passed, {failed} failed");
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(legs: &[&str]) -> Vec<String> {
+        legs.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn no_named_leg_runs_all_required_only_under_ci() {
+        let local = plan(&[], false).unwrap();
+        assert_eq!(
+            local.iter().map(|p| p.leg).collect::<Vec<_>>(),
+            Leg::ALL.to_vec()
+        );
+        assert!(local.iter().all(|p| !p.required));
+        assert!(plan(&[], true).unwrap().iter().all(|p| p.required));
+    }
+
+    #[test]
+    fn named_legs_are_required_deduplicated_and_ordered_as_given() {
+        let planned = plan(&names(&["lint", "hip", "lint"]), false).unwrap();
+        assert_eq!(
+            planned,
+            [
+                PlannedLeg {
+                    leg: Leg::Lint,
+                    required: true
+                },
+                PlannedLeg {
+                    leg: Leg::Hip,
+                    required: true
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_leg_is_a_usage_error() {
+        let err = plan(&names(&["host", "rocm"]), false).unwrap_err();
+        assert!(
+            matches!(&err, XtaskError::Usage(m) if m.contains("rocm")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn ci_variable_values() {
+        assert!(ci_requires_all(Some("true")));
+        assert!(ci_requires_all(Some("TRUE")));
+        assert!(ci_requires_all(Some("1")));
+        assert!(!ci_requires_all(Some("false")));
+        assert!(!ci_requires_all(Some("")));
+        assert!(!ci_requires_all(None));
+    }
+
+    #[test]
+    fn a_leg_that_cannot_run_fails_only_when_required() {
+        let not_run = LegResult::NotRun("hipcc is not on PATH".into());
+        assert_eq!(not_run.verdict(true), Verdict::Failed);
+        assert_eq!(not_run.verdict(false), Verdict::Note);
+        assert_eq!(
+            LegResult::Failed("x".into()).verdict(false),
+            Verdict::Failed
+        );
+        assert_eq!(LegResult::Passed.verdict(true), Verdict::Passed);
+    }
+
+    #[test]
+    fn loom_flags_keep_the_callers_flags() {
+        assert_eq!(loom_rustflags(None), "--cfg loom");
+        assert_eq!(loom_rustflags(Some("".into())), "--cfg loom");
+        assert_eq!(
+            loom_rustflags(Some("-C target-cpu=native".into())),
+            "-C target-cpu=native --cfg loom"
+        );
+    }
+
+    #[test]
+    fn loom_tests_are_discovered_by_name_and_sorted() {
+        let dir = std::env::temp_dir().join(format!("xtask-loom-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in [
+            "loom_spsc.rs",
+            "loom_future.rs",
+            "proptest_ring.rs",
+            "loom_notes.md",
+        ] {
+            std::fs::write(dir.join(file), "").unwrap();
+        }
+        let found = loom_tests(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(found.unwrap(), ["loom_future", "loom_spsc"]);
+        assert!(loom_tests(&dir).unwrap_err().contains("cannot list"));
+    }
+
+    fn context(meta: &Metadata, ci: bool, hip: Result<HipToolchain, String>) -> TestContext<'_> {
+        TestContext {
+            metadata: meta,
+            ci,
+            hip,
+        }
+    }
+
+    #[test]
+    fn host_and_cuda_commands() {
+        let meta = Metadata::parse(crate::metadata::SAMPLE).unwrap();
+        let ctx = context(&meta, false, Err("none".into()));
+        let mut notes = Vec::new();
+        let host = leg_commands(&ctx, Leg::Host, &mut notes).unwrap();
+        assert_eq!(
+            host[0].display(),
+            "cargo test --workspace --exclude tandem-hal-cuda --exclude tandem-hal-hip"
+        );
+        let cuda = leg_commands(&ctx, Leg::Cuda, &mut notes).unwrap();
+        assert_eq!(
+            cuda[0].display(),
+            "cargo test -p tandem-hal-cuda -p tandem-device-kernels -p tandem-runtime \
+             -p tandem-tests --features tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda"
+        );
+        assert!(notes.is_empty());
+    }
+
+    #[test]
+    fn missing_hip_skips_the_leg_and_notes_the_lint_part_unless_ci() {
+        let meta = Metadata::parse(crate::metadata::SAMPLE).unwrap();
+        let why = "hipcc is not on PATH".to_owned();
+        let ctx = context(&meta, false, Err(why.clone()));
+        let mut notes = Vec::new();
+        assert_eq!(leg_commands(&ctx, Leg::Hip, &mut notes).unwrap_err(), why);
+        let lint = leg_commands(&ctx, Leg::Lint, &mut notes).unwrap();
+        assert_eq!(lint.len(), 2);
+        assert_eq!(lint[0].display(), "cargo fmt --all --check");
+        assert!(lint[1].display().starts_with(
+            "cargo clippy --workspace --exclude tandem-hal-hip --all-targets --features"
+        ));
+        assert!(lint[1].display().ends_with("-- -D warnings"));
+        assert_eq!(notes.len(), 1);
+
+        let ci = context(&meta, true, Err(why));
+        let err = leg_commands(&ci, Leg::Lint, &mut Vec::new()).unwrap_err();
+        assert!(err.contains("hipcc"), "{err}");
+    }
+}

@@ -1,0 +1,182 @@
+//! The workspace as `cargo metadata --format-version 1 --no-deps` describes it: its packages,
+//! their targets and features, and where cargo puts build output.
+
+use crate::error::XtaskError;
+use serde::Deserialize;
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+/// The parts of `cargo metadata` output that xtask uses.
+#[derive(Debug, Deserialize)]
+pub struct Metadata {
+    /// Packages; with `--no-deps`, the workspace members.
+    pub packages: Vec<Package>,
+    /// Package ids of the workspace members.
+    pub workspace_members: Vec<String>,
+    /// The repository root.
+    pub workspace_root: PathBuf,
+    /// Cargo's target directory (honours `CARGO_TARGET_DIR`).
+    pub target_directory: PathBuf,
+}
+
+/// One package.
+#[derive(Debug, Deserialize)]
+pub struct Package {
+    /// The package name, e.g. `tandem-shm-core`.
+    pub name: String,
+    /// The package id, as compiler messages name it.
+    pub id: String,
+    /// Path of its `Cargo.toml`.
+    pub manifest_path: PathBuf,
+    /// Its build targets.
+    pub targets: Vec<Target>,
+    /// Its features (name to what each enables).
+    #[serde(default)]
+    pub features: BTreeMap<String, Vec<String>>,
+}
+
+/// One build target of a package (also used for the target in compiler-artifact messages).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Target {
+    /// The target name (a bench's or test's file stem, the lib's crate name).
+    pub name: String,
+    /// Its kinds: `lib`, `bin`, `test`, `bench`, `example`, `custom-build`, ...
+    pub kind: Vec<String>,
+}
+
+impl Target {
+    /// Whether `kind` is among the target's kinds.
+    pub fn is(&self, kind: &str) -> bool {
+        self.kind.iter().any(|k| k == kind)
+    }
+}
+
+impl Metadata {
+    /// Runs `cargo metadata` in `root`.
+    pub fn load(root: &Path) -> Result<Self, XtaskError> {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let output = Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--no-deps"])
+            .current_dir(root)
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|source| XtaskError::Spawn {
+                command: "cargo metadata --format-version 1 --no-deps".into(),
+                source,
+            })?;
+        if !output.status.success() {
+            return Err(XtaskError::Metadata(format!(
+                "exited with {} (its message is above)",
+                output.status
+            )));
+        }
+        let json = String::from_utf8(output.stdout)
+            .map_err(|_| XtaskError::Metadata("output is not UTF-8".into()))?;
+        Self::parse(&json)
+    }
+
+    /// Parses `cargo metadata --format-version 1` JSON.
+    pub fn parse(json: &str) -> Result<Self, XtaskError> {
+        serde_json::from_str(json).map_err(|e| XtaskError::Metadata(e.to_string()))
+    }
+
+    /// The workspace member packages.
+    pub fn workspace_packages(&self) -> impl Iterator<Item = &Package> {
+        self.packages
+            .iter()
+            .filter(|p| self.workspace_members.contains(&p.id))
+    }
+
+    /// The workspace member with package id `id`, if any.
+    pub fn workspace_package(&self, id: &str) -> Option<&Package> {
+        self.workspace_packages().find(|p| p.id == id)
+    }
+}
+
+impl Package {
+    /// Whether the package declares `feature`.
+    pub fn has_feature(&self, feature: &str) -> bool {
+        self.features.contains_key(feature)
+    }
+
+    /// The package's folder.
+    pub fn folder(&self) -> &Path {
+        self.manifest_path.parent().unwrap_or(Path::new("."))
+    }
+}
+
+/// Sample `cargo metadata` output shared by the unit tests of several modules.
+#[cfg(test)]
+pub(crate) const SAMPLE: &str = r#"{
+  "packages": [
+    {"name": "tandem-runtime", "id": "path+file:///ws/runtime#tandem-runtime@0.1.0",
+     "manifest_path": "/ws/runtime/Cargo.toml",
+     "features": {"cuda": ["dep:tandem-hal-cuda"], "hip": []},
+     "targets": [
+       {"name": "tandem_runtime", "kind": ["lib"], "src_path": "/ws/runtime/src/lib.rs"},
+       {"name": "tandem", "kind": ["bin"], "src_path": "/ws/runtime/src/bin/tandem.rs"},
+       {"name": "launch", "kind": ["bench"], "src_path": "/ws/runtime/benches/launch.rs"}
+     ]},
+    {"name": "tandem-hal-cuda", "id": "path+file:///ws/hal-cuda#tandem-hal-cuda@0.1.0",
+     "manifest_path": "/ws/hal-cuda/Cargo.toml", "features": {},
+     "targets": [
+       {"name": "tandem_hal_cuda", "kind": ["lib"], "src_path": "/ws/hal-cuda/src/lib.rs"},
+       {"name": "copy", "kind": ["bench"], "src_path": "/ws/hal-cuda/benches/copy.rs"}
+     ]},
+    {"name": "tandem-hal-hip", "id": "path+file:///ws/hal-hip#tandem-hal-hip@0.1.0",
+     "manifest_path": "/ws/hal-hip/Cargo.toml", "features": {},
+     "targets": [
+       {"name": "tandem_hal_hip", "kind": ["lib"], "src_path": "/ws/hal-hip/src/lib.rs"},
+       {"name": "hipcopy", "kind": ["bench"], "src_path": "/ws/hal-hip/benches/hipcopy.rs"}
+     ]},
+    {"name": "tandem-shm-core", "id": "path+file:///ws/shm-core#tandem-shm-core@0.1.0",
+     "manifest_path": "/ws/shm-core/Cargo.toml",
+     "features": {"default": ["std"], "std": []},
+     "targets": [
+       {"name": "tandem_shm_core", "kind": ["lib"], "src_path": "/ws/shm-core/src/lib.rs"},
+       {"name": "rings", "kind": ["bench"], "src_path": "/ws/shm-core/benches/rings.rs"},
+       {"name": "alloc", "kind": ["bench"], "src_path": "/ws/shm-core/benches/alloc.rs"}
+     ]}
+  ],
+  "workspace_members": [
+    "path+file:///ws/runtime#tandem-runtime@0.1.0",
+    "path+file:///ws/hal-cuda#tandem-hal-cuda@0.1.0",
+    "path+file:///ws/hal-hip#tandem-hal-hip@0.1.0",
+    "path+file:///ws/shm-core#tandem-shm-core@0.1.0"
+  ],
+  "workspace_root": "/ws",
+  "target_directory": "/ws/target",
+  "version": 1
+}"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_packages_targets_and_features() {
+        let meta = Metadata::parse(SAMPLE).expect("sample parses");
+        assert_eq!(meta.workspace_root, Path::new("/ws"));
+        assert_eq!(meta.target_directory, Path::new("/ws/target"));
+        assert_eq!(meta.workspace_packages().count(), 4);
+        let runtime = meta
+            .workspace_package("path+file:///ws/runtime#tandem-runtime@0.1.0")
+            .expect("runtime is a member");
+        assert!(runtime.has_feature("cuda"));
+        assert!(!runtime.has_feature("std"));
+        assert_eq!(runtime.folder(), Path::new("/ws/runtime"));
+        assert!(runtime.targets[2].is("bench"));
+        assert!(!runtime.targets[2].is("bin"));
+        assert!(meta.workspace_package("registry+foo").is_none());
+    }
+
+    #[test]
+    fn malformed_output_is_a_typed_error() {
+        let err = Metadata::parse("{\"packages\": 3}").unwrap_err();
+        assert!(matches!(err, XtaskError::Metadata(_)), "{err}");
+    }
+}
