@@ -99,13 +99,22 @@ impl fmt::Display for FutureError {
         match *self {
             Self::NullRegion => f.write_str("region pointer is null"),
             Self::Misaligned { address, required } => {
-                write!(f, "region at {address:#x} is not aligned to {required} bytes")
+                write!(
+                    f,
+                    "region at {address:#x} is not aligned to {required} bytes"
+                )
             }
             Self::RegionTooSmall { needed, available } => {
-                write!(f, "region too small: {needed} bytes needed, {available} available")
+                write!(
+                    f,
+                    "region too small: {needed} bytes needed, {available} available"
+                )
             }
             Self::UnknownFlags(flags) => {
-                write!(f, "header flags {flags:#010x} hold undefined bits: not a future")
+                write!(
+                    f,
+                    "header flags {flags:#010x} hold undefined bits: not a future"
+                )
             }
             Self::CopySpaceTooSmall { needed, available } => write!(
                 f,
@@ -717,7 +726,12 @@ impl<'r> FutureShm<'r> {
         self.input_len_atomic().store(0, Ordering::Relaxed);
         self.output_len_atomic().store(0, Ordering::Relaxed);
         // SAFETY: inside the header; exclusive access is the caller's contract.
-        unsafe { ptr::write(addr_of_mut!((*self.header.as_ptr()).payload), ShmPtr::null()) };
+        unsafe {
+            ptr::write(
+                addr_of_mut!((*self.header.as_ptr()).payload),
+                ShmPtr::null(),
+            )
+        };
     }
 }
 

@@ -16,7 +16,8 @@
 //!   `u32` is [`SerError::LengthOverflow`] when written.
 //! * `[T; N]`: the `N` elements back to back, with no length prefix (the
 //!   length is part of the type).
-//! * structs: their fields in declaration order (see [`impl_serialize_fields!`]).
+//! * structs: their fields in declaration order (see
+//!   [`impl_serialize_fields!`](crate::impl_serialize_fields)).
 //!
 //! There is no padding, no alignment and no self-description: reader and
 //! writer must agree on the sequence of types.

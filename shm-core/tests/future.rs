@@ -58,7 +58,10 @@ fn no_stop() -> AtomicU32 {
 #[test]
 fn required_bytes_is_header_plus_copy_space() {
     assert_eq!(FutureShm::required_bytes(0), FUTURE_COPY_SPACE_OFFSET);
-    assert_eq!(FutureShm::required_bytes(100), FUTURE_COPY_SPACE_OFFSET + 100);
+    assert_eq!(
+        FutureShm::required_bytes(100),
+        FUTURE_COPY_SPACE_OFFSET + 100
+    );
 }
 
 #[test]
@@ -399,7 +402,10 @@ fn waiter_and_completer_on_two_mappings_of_one_memfd() {
     let (waiter, completer) = unsafe {
         let waiter = FutureShm::init_in(segment.as_ptr(), segment.len(), 256).unwrap();
         waiter.write_input_value("ping").unwrap();
-        (waiter, FutureShm::attach(second.as_ptr(), second.len()).unwrap())
+        (
+            waiter,
+            FutureShm::attach(second.as_ptr(), second.len()).unwrap(),
+        )
     };
     let stop = no_stop();
     thread::scope(|s| {

@@ -96,16 +96,14 @@ fn waiter_sees_what_the_completer_wrote() {
             let payload = Arc::clone(&payload);
             thread::spawn(move || {
                 let future = region.attach();
+                let write_output = |buf: &mut [u8]| {
+                    // SAFETY: loom checks this write against every read.
+                    payload.0.with_mut(|p| unsafe { *p = PAYLOAD });
+                    buf[..4].copy_from_slice(&[1, 2, 3, 4]);
+                    Ok::<_, ()>(4)
+                };
                 // SAFETY: this thread is the only completer.
-                unsafe {
-                    future.complete(5, |buf| {
-                        // SAFETY: loom checks this write against every read.
-                        payload.0.with_mut(|p| unsafe { *p = PAYLOAD });
-                        buf[..4].copy_from_slice(&[1, 2, 3, 4]);
-                        Ok::<_, ()>(4)
-                    })
-                }
-                .unwrap();
+                unsafe { future.complete(5, write_output) }.unwrap();
             })
         };
 

@@ -51,7 +51,13 @@ fn named_create_and_open_share_bytes_at_different_addresses() {
 fn open_of_missing_name_reports_enoent() {
     let err = Segment::open_named(&unique_name("missing")).unwrap_err();
     assert!(
-        matches!(err, SegmentError::Os { call: "shm_open", .. }),
+        matches!(
+            err,
+            SegmentError::Os {
+                call: "shm_open",
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
@@ -178,7 +184,10 @@ fn zero_lengths_are_refused() {
         libc::close(fd);
         libc::shm_unlink(path.as_ptr());
     }
-    assert!(matches!(result, Err(SegmentError::ZeroLength)), "{result:?}");
+    assert!(
+        matches!(result, Err(SegmentError::ZeroLength)),
+        "{result:?}"
+    );
 }
 
 #[test]

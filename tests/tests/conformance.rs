@@ -4,11 +4,16 @@
 //! their features. GPU tests skip without a device unless
 //! `TANDEM_REQUIRE_GPU=1` (see `tandem_tests::gpu::device_or_skip`).
 
-use std::path::Path;
+use std::path::PathBuf;
 
-/// The `ipc_child` binary cargo built next to this test.
-fn ipc_child() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_ipc_child"))
+/// The `ipc_child` binary: from `$TANDEM_BIN_DIR` when set (a GPU bundle,
+/// carried away from the build machine), else the one cargo built next to
+/// this test.
+fn ipc_child() -> PathBuf {
+    match std::env::var_os("TANDEM_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir).join("ipc_child"),
+        None => PathBuf::from(env!("CARGO_BIN_EXE_ipc_child")),
+    }
 }
 
 /// `backend_tests!(module_name, Api)` stamps out the suite for one backend.
@@ -57,7 +62,7 @@ macro_rules! backend_tests {
             #[test]
             fn $behaviour() {
                 if let Some(device) = device_or_skip::<$api>(stringify!($behaviour)) {
-                    $module::$behaviour::<$api>(&device, ipc_child());
+                    $module::$behaviour::<$api>(&device, &ipc_child());
                 }
             }
         )*

@@ -1,0 +1,313 @@
+//! Two processes exchanging records through shm-core alone: one shared
+//! segment, mapped at a different address in each, holding a size-class
+//! allocator (the records' bytes) and an SPSC ring (the records' `ShmPtr`s).
+//!
+//! The producer allocates a block, writes a record into it and publishes its
+//! `ShmPtr` through the ring; the consumer verifies and frees it. A record is
+//! only ever reachable once it is complete (the ring's push is the Release that
+//! publishes it), so a producer that dies mid-stream leaves nothing half-written
+//! in view: the consumer drains what was sent and reports the death.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tandem_shm_core::{
+    AllocError, AllocatorId, Segment, ShmPtr, SizeClassAllocator, SpscRing,
+};
+
+/// Segment header, at offset 0.
+#[repr(C, align(64))]
+pub struct ExchangeHeader {
+    /// `MAGIC` once everything below and the allocator and ring are initialised.
+    pub magic: AtomicU64,
+    pub producer_pid: AtomicU32,
+    /// 1 once the producer has pushed its last record.
+    pub done: AtomicU32,
+    /// 1 once the consumer has attached (the producer may then drop its name).
+    pub consumer_attached: AtomicU32,
+    pub _reserved: u32,
+    pub records_planned: AtomicU64,
+}
+
+static_assertions::assert_eq_size!(ExchangeHeader, [u8; 64]);
+static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, magic), 0);
+static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, producer_pid), 8);
+static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, done), 12);
+static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, consumer_attached), 16);
+static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, records_planned), 24);
+
+const MAGIC: u64 = 0x544e_444d_5843_4847; // "TNDMXCHG"
+const ALLOCATOR_OFFSET: usize = 4096;
+const ALLOCATOR_BYTES: usize = 8 << 20;
+const RING_OFFSET: usize = ALLOCATOR_OFFSET + ALLOCATOR_BYTES;
+const RING_CAPACITY: u32 = 1024;
+const ALLOCATOR_ID: AllocatorId = AllocatorId::new(7, 0);
+
+/// Bytes the segment needs.
+pub fn segment_bytes() -> usize {
+    RING_OFFSET + SpscRing::<ShmPtr<u8>>::required_bytes(RING_CAPACITY)
+}
+
+/// Each record: `seq`, payload length, FNV-1a of the payload, then the payload,
+/// a function of `seq` so the consumer can check every byte.
+const RECORD_HEADER: usize = 16;
+
+fn payload_len(seq: u64) -> usize {
+    16 + (seq % 241) as usize
+}
+
+fn payload_byte(seq: u64, i: usize) -> u8 {
+    (seq.wrapping_mul(31).wrapping_add(i as u64)) as u8
+}
+
+fn fnv1a(bytes: impl Iterator<Item = u8>) -> u32 {
+    bytes.fold(0x811c_9dc5, |h, b| (h ^ b as u32).wrapping_mul(0x0100_0193))
+}
+
+/// What went wrong in a peer.
+#[derive(Debug)]
+pub enum ExchangeError {
+    Setup(String),
+    Corrupt(String),
+    /// The producer died; `received` records arrived intact before that.
+    ProducerDied { pid: u32, received: u64 },
+    ConsumerNeverAttached,
+}
+
+impl std::fmt::Display for ExchangeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExchangeError::Setup(why) => write!(f, "setup failed: {why}"),
+            ExchangeError::Corrupt(why) => write!(f, "corrupt record: {why}"),
+            ExchangeError::ProducerDied { pid, received } => write!(
+                f,
+                "producer (pid {pid}) died mid-stream; {received} records received intact, in order"
+            ),
+            ExchangeError::ConsumerNeverAttached => {
+                write!(f, "no consumer attached within the time limit")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ExchangeError {}
+
+fn setup(what: &str, e: impl std::fmt::Display) -> ExchangeError {
+    ExchangeError::Setup(format!("{what}: {e}"))
+}
+
+struct Mapped<'s> {
+    header: &'s ExchangeHeader,
+    allocator: SizeClassAllocator<'s>,
+    ring: SpscRing<'s, ShmPtr<u8>>,
+}
+
+/// Runs the producer: creates segment `name`, prints `ready <base address>`,
+/// sends `records` records, and waits (bounded) for a consumer to attach so
+/// that the name outlives its own exit.
+pub fn produce(name: &str, records: u64) -> Result<(), ExchangeError> {
+    let segment = Segment::create_named(name, segment_bytes()).map_err(|e| setup("create", e))?;
+    let base = segment.as_ptr();
+    // SAFETY: the segment is fresh, page-aligned and `segment_bytes()` long;
+    // each structure gets its own disjoint range and nobody else has attached
+    // (the magic is not yet published).
+    let mapped = unsafe {
+        let header = &*(base as *const ExchangeHeader);
+        header.producer_pid.store(std::process::id(), Ordering::Relaxed);
+        header.records_planned.store(records, Ordering::Relaxed);
+        let allocator =
+            SizeClassAllocator::init_in(base.add(ALLOCATOR_OFFSET), ALLOCATOR_BYTES, ALLOCATOR_ID)
+                .map_err(|e| setup("allocator", e))?;
+        let ring = SpscRing::init_in(base.add(RING_OFFSET), segment_bytes() - RING_OFFSET, RING_CAPACITY)
+            .map_err(|e| setup("ring", e))?;
+        // Release: a consumer that reads MAGIC with Acquire sees the fields above.
+        header.magic.store(MAGIC, Ordering::Release);
+        Mapped {
+            header,
+            allocator,
+            ring,
+        }
+    };
+    announce(&format!("ready {:#x}", base as usize));
+
+    // SAFETY: this process is the ring's only producer.
+    let mut producer = unsafe { mapped.ring.producer() };
+    for seq in 0..records {
+        let len = payload_len(seq);
+        let block = loop {
+            match mapped.allocator.allocate((RECORD_HEADER + len) as u64, 16) {
+                Ok(block) => break block,
+                // Back-pressure: the consumer frees blocks as it drains.
+                Err(AllocError::Exhausted { .. }) => std::thread::yield_now(),
+                Err(e) => return Err(setup("allocate", e)),
+            }
+        };
+        let full = mapped
+            .allocator
+            .to_full(block)
+            .map_err(|e| setup("to_full", e))?;
+        // SAFETY: the block is ours alone until its ShmPtr is pushed, and holds
+        // RECORD_HEADER + len bytes.
+        unsafe {
+            let p = full.ptr;
+            p.cast::<u64>().write_unaligned(seq);
+            p.add(8).cast::<u32>().write_unaligned(len as u32);
+            p.add(12)
+                .cast::<u32>()
+                .write_unaligned(fnv1a((0..len).map(|i| payload_byte(seq, i))));
+            for i in 0..len {
+                p.add(RECORD_HEADER + i).write(payload_byte(seq, i));
+            }
+        }
+        let mut item = block;
+        while let Err(back) = producer.try_push(item) {
+            item = back;
+            std::thread::yield_now();
+        }
+    }
+    mapped.header.done.store(1, Ordering::Release);
+    announce(&format!("sent {records}"));
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while mapped.header.consumer_attached.load(Ordering::Acquire) == 0 {
+        if Instant::now() > deadline {
+            return Err(ExchangeError::ConsumerNeverAttached);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// Runs the consumer: opens segment `name` at another address, verifies and
+/// frees every record, and returns how many arrived. Prints `attached <base>`
+/// and `received <n>` progress lines.
+pub fn consume(name: &str) -> Result<u64, ExchangeError> {
+    // Map something first so this process's mapping of the segment cannot land
+    // at the producer's address even with address randomisation off.
+    let _shift = Segment::create_anonymous(1 << 20).map_err(|e| setup("shift mapping", e))?;
+    let segment = Segment::open_named(name).map_err(|e| setup("open", e))?;
+    if segment.len() < segment_bytes() {
+        return Err(setup("open", format!("segment is {} bytes", segment.len())));
+    }
+    let base = segment.as_ptr();
+    // SAFETY: the segment is at least segment_bytes() long and page-aligned;
+    // the header is only accessed through atomics.
+    let header = unsafe { &*(base as *const ExchangeHeader) };
+    if header.magic.load(Ordering::Acquire) != MAGIC {
+        return Err(setup("open", "segment not initialised by a producer"));
+    }
+    // SAFETY: MAGIC (Acquire) shows both structures were initialised in place.
+    let mapped = unsafe {
+        Mapped {
+            header,
+            allocator: SizeClassAllocator::attach(base.add(ALLOCATOR_OFFSET), ALLOCATOR_BYTES)
+                .map_err(|e| setup("attach allocator", e))?,
+            ring: SpscRing::attach(base.add(RING_OFFSET), segment_bytes() - RING_OFFSET)
+                .map_err(|e| setup("attach ring", e))?,
+        }
+    };
+    mapped.header.consumer_attached.store(1, Ordering::Release);
+    announce(&format!("attached {:#x}", base as usize));
+    let pid = mapped.header.producer_pid.load(Ordering::Relaxed);
+    // SAFETY: this process is the ring's only consumer.
+    let mut consumer = unsafe { mapped.ring.consumer() };
+    let mut received = 0u64;
+    let mut idle_since: Option<Instant> = None;
+    loop {
+        if let Some(block) = consumer.try_pop() {
+            check_record(&mapped, block, received)?;
+            received += 1;
+            if received % 10_000 == 0 {
+                announce(&format!("received {received}"));
+            }
+            idle_since = None;
+            continue;
+        }
+        // Acquire pairs with the producer's Release of `done`, after its last push.
+        if mapped.header.done.load(Ordering::Acquire) == 1 && consumer.is_empty() {
+            break;
+        }
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() > Duration::from_millis(2) && !process_alive(pid) {
+            // Everything pushed before the death is complete: drain it.
+            while let Some(block) = consumer.try_pop() {
+                check_record(&mapped, block, received)?;
+                received += 1;
+            }
+            // The creator can no longer remove the name; do it for it.
+            if let Ok(cname) = std::ffi::CString::new(format!("/{name}")) {
+                // SAFETY: a valid C string; failure only means it is gone already.
+                unsafe { libc::shm_unlink(cname.as_ptr()) };
+            }
+            return Err(ExchangeError::ProducerDied { pid, received });
+        }
+        std::thread::yield_now();
+    }
+    let stats = mapped
+        .allocator
+        .stats()
+        .map_err(|e| setup("stats", e))?;
+    if stats.free_bytes() != stats.carved_bytes {
+        return Err(ExchangeError::Corrupt(format!(
+            "allocator leaked: {} bytes carved, {} free",
+            stats.carved_bytes,
+            stats.free_bytes()
+        )));
+    }
+    announce(&format!(
+        "received {received} records intact; allocator: {} bytes carved, all free",
+        stats.carved_bytes
+    ));
+    Ok(received)
+}
+
+fn check_record(m: &Mapped<'_>, block: ShmPtr<u8>, expected_seq: u64) -> Result<(), ExchangeError> {
+    let full = m
+        .allocator
+        .to_full(block)
+        .map_err(|e| ExchangeError::Corrupt(format!("bad pointer {block:?}: {e}")))?;
+    // SAFETY: `to_full` checked the pointer lies in this allocator's heap; the
+    // block is complete (published by the push) and now ours alone.
+    let (seq, len, sum, payload_ok) = unsafe {
+        let p = full.ptr;
+        let seq = p.cast::<u64>().read_unaligned();
+        let len = p.add(8).cast::<u32>().read_unaligned() as usize;
+        let sum = p.add(12).cast::<u32>().read_unaligned();
+        let ok = len == payload_len(expected_seq)
+            && fnv1a((0..len).map(|i| p.add(RECORD_HEADER + i).read())) == sum
+            && (0..len).all(|i| p.add(RECORD_HEADER + i).read() == payload_byte(expected_seq, i));
+        (seq, len, sum, ok)
+    };
+    if seq != expected_seq || !payload_ok {
+        return Err(ExchangeError::Corrupt(format!(
+            "expected record {expected_seq}, found seq {seq} len {len} sum {sum:#x}"
+        )));
+    }
+    m.allocator
+        .free(block)
+        .map_err(|e| ExchangeError::Corrupt(format!("free of record {seq}: {e}")))
+}
+
+/// Whether `pid` is a live process (a zombie awaiting its parent counts as dead).
+fn process_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks for existence and permission.
+    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
+        return std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(true),
+        Err(_) => false,
+    }
+}
+
+fn announce(line: &str) {
+    let mut out = std::io::stdout().lock();
+    // A closed stdout only loses progress lines; the exit status still tells.
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
