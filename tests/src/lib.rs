@@ -3,10 +3,7 @@
 //! way GPU tests find a device or skip ([`gpu`]), and both sides of the
 //! two-process IPC test ([`ipc`]; the child is the `ipc_child` binary).
 //! `tests/conformance.rs` stamps one `#[test]` per behaviour per backend.
-//! [`shm_exchange`] is the two-process shm-core exchange (the `shm_peer`
-//! binary runs either side; `tests/shm_multiprocess.rs` drives it).
 
 pub mod conformance;
 pub mod gpu;
 pub mod ipc;
-pub mod shm_exchange;

@@ -12,9 +12,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tandem_shm_core::{
-    AllocError, AllocatorId, Segment, ShmPtr, SizeClassAllocator, SpscRing,
-};
+use tandem_shm_core::{AllocError, AllocatorId, Segment, ShmPtr, SizeClassAllocator, SpscRing};
 
 /// Segment header, at offset 0.
 #[repr(C, align(64))]
@@ -71,7 +69,10 @@ pub enum ExchangeError {
     Setup(String),
     Corrupt(String),
     /// The producer died; `received` records arrived intact before that.
-    ProducerDied { pid: u32, received: u64 },
+    ProducerDied {
+        pid: u32,
+        received: u64,
+    },
     ConsumerNeverAttached,
 }
 
@@ -114,13 +115,19 @@ pub fn produce(name: &str, records: u64) -> Result<(), ExchangeError> {
     // (the magic is not yet published).
     let mapped = unsafe {
         let header = &*(base as *const ExchangeHeader);
-        header.producer_pid.store(std::process::id(), Ordering::Relaxed);
+        header
+            .producer_pid
+            .store(std::process::id(), Ordering::Relaxed);
         header.records_planned.store(records, Ordering::Relaxed);
         let allocator =
             SizeClassAllocator::init_in(base.add(ALLOCATOR_OFFSET), ALLOCATOR_BYTES, ALLOCATOR_ID)
                 .map_err(|e| setup("allocator", e))?;
-        let ring = SpscRing::init_in(base.add(RING_OFFSET), segment_bytes() - RING_OFFSET, RING_CAPACITY)
-            .map_err(|e| setup("ring", e))?;
+        let ring = SpscRing::init_in(
+            base.add(RING_OFFSET),
+            segment_bytes() - RING_OFFSET,
+            RING_CAPACITY,
+        )
+        .map_err(|e| setup("ring", e))?;
         // Release: a consumer that reads MAGIC with Acquire sees the fields above.
         header.magic.store(MAGIC, Ordering::Release);
         Mapped {
@@ -244,10 +251,7 @@ pub fn consume(name: &str) -> Result<u64, ExchangeError> {
         }
         std::thread::yield_now();
     }
-    let stats = mapped
-        .allocator
-        .stats()
-        .map_err(|e| setup("stats", e))?;
+    let stats = mapped.allocator.stats().map_err(|e| setup("stats", e))?;
     if stats.free_bytes() != stats.carved_bytes {
         return Err(ExchangeError::Corrupt(format!(
             "allocator leaked: {} bytes carved, {} free",

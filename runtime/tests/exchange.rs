@@ -8,13 +8,17 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// `tandem exchange ...`: from `$TANDEM_BIN_DIR` when set (a GPU bundle), else
+/// the binary cargo built for this package.
 fn peer() -> Command {
     let exe = match std::env::var_os("TANDEM_BIN_DIR") {
-        Some(dir) => std::path::PathBuf::from(dir).join("shm_peer"),
-        None => env!("CARGO_BIN_EXE_shm_peer").into(),
+        Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
+        None => env!("CARGO_BIN_EXE_tandem").into(),
     };
     let mut cmd = Command::new(exe);
-    cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+    cmd.arg("exchange")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
     cmd
 }
 
@@ -66,7 +70,10 @@ fn wait_with_deadline(child: &mut Child, limit: Duration) -> ExitStatus {
         if let Some(status) = child.try_wait().expect("try_wait") {
             return status;
         }
-        assert!(Instant::now() < deadline, "process did not exit within {limit:?}: hang");
+        assert!(
+            Instant::now() < deadline,
+            "process did not exit within {limit:?}: hang"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -80,7 +87,12 @@ fn address(line: &str) -> usize {
 fn every_record_arrives_once_intact() {
     const RECORDS: u64 = 200_000;
     let name = unique_name("clean");
-    let mut producer = Reaped(peer().args(["produce", &name, &RECORDS.to_string()]).spawn().unwrap());
+    let mut producer = Reaped(
+        peer()
+            .args(["produce", &name, &RECORDS.to_string()])
+            .spawn()
+            .unwrap(),
+    );
     let from_producer = lines(&mut producer.0);
     let mut seen = Vec::new();
     let ready = next_line_with(&from_producer, "ready", &mut seen);
@@ -88,7 +100,11 @@ fn every_record_arrives_once_intact() {
     let mut consumer = Reaped(peer().args(["consume", &name]).spawn().unwrap());
     let from_consumer = lines(&mut consumer.0);
     let attached = next_line_with(&from_consumer, "attached", &mut seen);
-    assert_ne!(address(&ready), address(&attached), "both processes mapped one address");
+    assert_ne!(
+        address(&ready),
+        address(&attached),
+        "both processes mapped one address"
+    );
 
     let done = next_line_with(&from_consumer, "received 200000 records intact", &mut seen);
     assert!(done.contains("all free"), "{done}");
@@ -104,7 +120,12 @@ fn every_record_arrives_once_intact() {
 fn killed_producer_leaves_consumer_with_an_error_not_a_hang() {
     let name = unique_name("killed");
     // Far more records than can be sent before the kill.
-    let mut producer = Reaped(peer().args(["produce", &name, "1000000000"]).spawn().unwrap());
+    let mut producer = Reaped(
+        peer()
+            .args(["produce", &name, "1000000000"])
+            .spawn()
+            .unwrap(),
+    );
     let from_producer = lines(&mut producer.0);
     let mut seen = Vec::new();
     next_line_with(&from_producer, "ready", &mut seen);
@@ -122,7 +143,11 @@ fn killed_producer_leaves_consumer_with_an_error_not_a_hang() {
     assert!(error.contains("died mid-stream"), "{error}");
     let received: u64 = error
         .split_whitespace()
-        .find_map(|w| w.parse().ok().filter(|_| error.contains("records received intact")))
+        .find_map(|w| {
+            w.parse()
+                .ok()
+                .filter(|_| error.contains("records received intact"))
+        })
         .expect("a count");
     assert!(received >= 20_000, "{error}");
     assert!(
