@@ -59,18 +59,33 @@ pub fn launch_config(
     config: &LaunchConfig,
     limits: &LaunchLimits,
 ) -> GpuResult<()> {
-    let bad = |what: String| Err(GpuError::new(backend, "launch", ErrorKind::InvalidArgument(what)));
+    let bad = |what: String| {
+        Err(GpuError::new(
+            backend,
+            "launch",
+            ErrorKind::InvalidArgument(what),
+        ))
+    };
     let grid = [config.grid.x, config.grid.y, config.grid.z];
     let block = [config.block.x, config.block.y, config.block.z];
     for axis in 0..3 {
         if grid[axis] == 0 || block[axis] == 0 {
-            return bad(format!("empty launch: grid {:?}, block {:?}", config.grid, config.block));
+            return bad(format!(
+                "empty launch: grid {:?}, block {:?}",
+                config.grid, config.block
+            ));
         }
         if grid[axis] > limits.max_grid_dim[axis] {
-            return bad(format!("grid {:?} exceeds {:?}", config.grid, limits.max_grid_dim));
+            return bad(format!(
+                "grid {:?} exceeds {:?}",
+                config.grid, limits.max_grid_dim
+            ));
         }
         if block[axis] > limits.max_block_dim[axis] {
-            return bad(format!("block {:?} exceeds {:?}", config.block, limits.max_block_dim));
+            return bad(format!(
+                "block {:?} exceeds {:?}",
+                config.block, limits.max_block_dim
+            ));
         }
     }
     match config.block.count() {

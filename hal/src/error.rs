@@ -31,11 +31,18 @@ pub enum ErrorKind {
     /// The vendor library (driver or runtime) could not be loaded.
     LibraryUnavailable(String),
     /// The backend loaded, but there is no device (or none with this ordinal).
-    NoDevice { requested: Option<usize>, available: usize },
+    NoDevice {
+        requested: Option<usize>,
+        available: usize,
+    },
     /// A size of zero, or one too large to be real.
     InvalidSize { bytes: u64 },
     /// An access past the end of a buffer.
-    OutOfBounds { offset: u64, len: u64, capacity: u64 },
+    OutOfBounds {
+        offset: u64,
+        len: u64,
+        capacity: u64,
+    },
     /// An argument that makes no sense (launch dimensions, alignment, flags...).
     InvalidArgument(String),
     /// Bytes that are not an IPC handle of this backend (garbage, wrong backend).
@@ -112,7 +119,9 @@ impl fmt::Display for ErrorKind {
             ErrorKind::ArgumentMismatch { kernel, detail } => {
                 write!(f, "arguments do not match kernel `{kernel}`: {detail}")
             }
-            ErrorKind::UnsupportedArtifact(what) => write!(f, "unsupported module artifact: {what}"),
+            ErrorKind::UnsupportedArtifact(what) => {
+                write!(f, "unsupported module artifact: {what}")
+            }
             ErrorKind::Unsupported(what) => write!(f, "unsupported: {what}"),
             ErrorKind::KernelFailed(why) => write!(f, "kernel failed: {why}"),
             ErrorKind::Os { errno } => {
@@ -124,7 +133,11 @@ impl fmt::Display for ErrorKind {
 
 impl fmt::Display for GpuError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} backend: {} failed: {}", self.backend, self.call, self.kind)
+        write!(
+            f,
+            "{} backend: {} failed: {}",
+            self.backend, self.call, self.kind
+        )
     }
 }
 

@@ -124,7 +124,10 @@ pub const MAX_KERNEL_ARGS: usize = 16;
 /// reading garbage.
 pub fn check_args(kernel: &str, params: &[ArgKind], args: &[KernelArg<'_>]) -> Result<(), String> {
     if args.len() > MAX_KERNEL_ARGS {
-        return Err(format!("{} arguments exceed the limit of {MAX_KERNEL_ARGS}", args.len()));
+        return Err(format!(
+            "{} arguments exceed the limit of {MAX_KERNEL_ARGS}",
+            args.len()
+        ));
     }
     if params.len() != args.len() {
         return Err(format!(
@@ -135,7 +138,10 @@ pub fn check_args(kernel: &str, params: &[ArgKind], args: &[KernelArg<'_>]) -> R
     }
     for (i, (p, a)) in params.iter().zip(args).enumerate() {
         if *p != a.kind() {
-            return Err(format!("argument {i} of `{kernel}`: expected {p:?}, given {:?}", a.kind()));
+            return Err(format!(
+                "argument {i} of `{kernel}`: expected {p:?}, given {:?}",
+                a.kind()
+            ));
         }
     }
     Ok(())
