@@ -39,7 +39,11 @@ pub struct NoSuchLane {
 
 impl fmt::Display for NoSuchLane {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "no lane {} in a queue of {} lanes", self.lane, self.lanes)
+        write!(
+            f,
+            "no lane {} in a queue of {} lanes",
+            self.lane, self.lanes
+        )
     }
 }
 
@@ -173,7 +177,12 @@ impl<'r, T: ShmSafe> LaneQueue<'r, T> {
     /// `region` must be valid for reads and writes of `len` bytes for `'r`
     /// and must not be re-initialised while this handle is in use.
     pub unsafe fn attach(region: *mut u8, len: usize) -> Result<Self, RingError> {
-        check_region(region, len, align_of::<LaneQueueHeader>(), LANE_QUEUE_RINGS_OFFSET)?;
+        check_region(
+            region,
+            len,
+            align_of::<LaneQueueHeader>(),
+            LANE_QUEUE_RINGS_OFFSET,
+        )?;
         let header = region.cast::<LaneQueueHeader>();
         // SAFETY: the header lies inside the region (checked).
         let found = unsafe { read_magic(addr_of_mut!((*header).magic)) };

@@ -209,12 +209,17 @@ pub struct RingHeader {
     pub tail: PaddedAtomicU64,
 }
 
-/// Where a ring's slots start, relative to its header.
-pub const RING_SLOTS_OFFSET: usize = core::mem::size_of::<RingHeader>();
+/// Where a ring's slots start, relative to its header: one spare cache line
+/// after the header, because x86 prefetches 64-byte lines in 128-byte pairs and
+/// `tail` (offset 128) would otherwise share a pair with the first slots,
+/// coupling the producer's index with the consumer's data.
+pub const RING_SLOTS_OFFSET: usize = core::mem::size_of::<RingHeader>() + CACHE_LINE;
 
-/// Per-slot sequence number of the MPMC ring (Vyukov's scheme): a slot whose
-/// `seq == ticket` is free for the producer holding `ticket`, one whose
-/// `seq == ticket + 1` holds the value for the consumer holding `ticket`.
+/// Per-slot sequence number of the MPMC ring (Vyukov's scheme with doubled
+/// sequence values, so that a capacity of 1 works): `seq == 2t` means the slot
+/// is free for the producer holding ticket `t`, `seq == 2t + 1` that it holds
+/// ticket `t`'s element for its consumer, who frees it for the next lap with
+/// `seq = 2(t + capacity)`. The element follows at `round_up(8, align)`.
 #[repr(C)]
 pub struct MpmcSlotHeader {
     pub seq: AtomicU64,

@@ -15,8 +15,8 @@ pub mod layout;
 pub mod pod;
 pub(crate) mod sync;
 
-pub use pod::ShmSafe;
 pub use layout::{AllocatorId, BackendKind, FullPtr, MemoryBackend, OffsetPtr, ShmPtr};
+pub use pod::ShmSafe;
 
 pub mod lane_queue;
 pub mod mpmc;
@@ -29,14 +29,14 @@ pub use ring::RingError;
 pub use spsc::{SpscConsumer, SpscProducer, SpscRing};
 
 pub mod future;
-pub mod ser;
 #[cfg(all(feature = "std", unix))]
 pub mod segment;
+pub mod ser;
 
 pub use future::{FillError, FutureError, FutureShm, WaitOutcome};
-pub use ser::{Deserialize, Reader, SerError, Serialize, Writer};
 #[cfg(all(feature = "std", unix))]
 pub use segment::{Mapping, Segment, SegmentError};
+pub use ser::{Deserialize, Reader, SerError, Serialize, Writer};
 
 pub mod alloc_error;
 pub mod arena;

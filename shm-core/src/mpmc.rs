@@ -40,6 +40,30 @@ fn full_for(ticket: u64) -> u64 {
     free_for(ticket).wrapping_add(1)
 }
 
+/// Exponential pause after losing a race for a ticket (as crossbeam's queues
+/// do): retrying at once keeps the contending cores trading the index's cache
+/// line back and forth, which under real parallelism costs more than the
+/// pause.
+struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    /// At most 2^6 pause instructions per retry.
+    const LIMIT: u32 = 6;
+
+    fn new() -> Self {
+        Self { step: 0 }
+    }
+
+    fn pause(&mut self) {
+        for _ in 0..1u32 << self.step {
+            spin_hint();
+        }
+        self.step = (self.step + 1).min(Self::LIMIT);
+    }
+}
+
 /// A handle to an MPMC ring living in a region. Any number of handles, in
 /// any number of threads and processes, may push and pop concurrently.
 pub struct MpmcRing<'r, T: ShmSafe> {
@@ -133,6 +157,7 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
         // Relaxed: tickets only pick a slot; whether it is ours is decided by
         // the slot's sequence number, read with Acquire below.
         let mut ticket = tail.load(Ordering::Relaxed);
+        let mut backoff = Backoff::new();
         loop {
             let (seq, slot) = self.slot(ticket);
             // Acquire: pairs with the Release store of the consumer that
@@ -159,7 +184,10 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
                             seq.store(full_for(ticket), Ordering::Release);
                             return Ok(());
                         }
-                        Err(current) => ticket = current,
+                        Err(current) => {
+                            ticket = current;
+                            backoff.pause();
+                        }
                     }
                 }
                 // The slot still holds the item of the previous lap: full.
@@ -169,7 +197,7 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
                 // another thread must end (a reload may keep returning a
                 // stale ticket until the newer one becomes visible).
                 _ => {
-                    spin_hint();
+                    backoff.pause();
                     ticket = tail.load(Ordering::Relaxed);
                 }
             }
@@ -184,6 +212,7 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
         let head = &self.view.header.head.value;
         // Relaxed: as for `tail` in `try_push`.
         let mut ticket = head.load(Ordering::Relaxed);
+        let mut backoff = Backoff::new();
         loop {
             let (seq, slot) = self.slot(ticket);
             // Acquire: pairs with the producer's Release store of `seq`, so
@@ -210,7 +239,10 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
                             seq.store(free_for(next_lap), Ordering::Release);
                             return Some(item);
                         }
-                        Err(current) => ticket = current,
+                        Err(current) => {
+                            ticket = current;
+                            backoff.pause();
+                        }
                     }
                 }
                 // The slot is not filled for this ticket yet: empty.
@@ -218,7 +250,7 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
                 // Another consumer took this ticket already: catch up (and
                 // pause, as in `try_push`).
                 _ => {
-                    spin_hint();
+                    backoff.pause();
                     ticket = head.load(Ordering::Relaxed);
                 }
             }

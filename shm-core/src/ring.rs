@@ -57,11 +57,17 @@ impl fmt::Display for RingError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Self::RegionTooSmall { needed, available } => {
-                write!(f, "region too small: {needed} bytes needed, {available} available")
+                write!(
+                    f,
+                    "region too small: {needed} bytes needed, {available} available"
+                )
             }
             Self::NullRegion => f.write_str("region pointer is null"),
             Self::Misaligned { address, required } => {
-                write!(f, "region at {address:#x} is not aligned to {required} bytes")
+                write!(
+                    f,
+                    "region at {address:#x} is not aligned to {required} bytes"
+                )
             }
             Self::BadMagic { found } => write!(f, "no initialised header (magic {found:#010x})"),
             Self::WrongKind { expected, found } => {
@@ -211,7 +217,10 @@ impl RingShape {
     /// a cache line (slots start at a 64-byte offset) or too large for the
     /// header's `u32` fields.
     pub(crate) const fn new<T: ShmSafe>(kind: u32) -> Self {
-        assert!(align_of::<T>() <= CACHE_LINE, "ring elements may be aligned to at most 64 bytes");
+        assert!(
+            align_of::<T>() <= CACHE_LINE,
+            "ring elements may be aligned to at most 64 bytes"
+        );
         let prefix = if kind == ring_kind::MPMC {
             size_of::<MpmcSlotHeader>()
         } else {
@@ -219,14 +228,28 @@ impl RingShape {
         };
         let elem_offset = round_up(prefix, align_of::<T>());
         let elem_end = elem_offset + size_of::<T>();
-        let slot_align = max(align_of::<T>(), if prefix > 0 { align_of::<MpmcSlotHeader>() } else { 1 });
+        let slot_align = max(
+            align_of::<T>(),
+            if prefix > 0 {
+                align_of::<MpmcSlotHeader>()
+            } else {
+                1
+            },
+        );
         #[cfg(loom)]
         let (shadow_offset, elem_end, slot_align) = {
             let at = round_up(elem_end, align_of::<SlotShadow>());
-            (at, at + size_of::<SlotShadow>(), max(slot_align, align_of::<SlotShadow>()))
+            (
+                at,
+                at + size_of::<SlotShadow>(),
+                max(slot_align, align_of::<SlotShadow>()),
+            )
         };
         let stride = round_up(elem_end, slot_align);
-        assert!(stride <= u32::MAX as usize, "ring elements must be smaller than 4 GiB");
+        assert!(
+            stride <= u32::MAX as usize,
+            "ring elements must be smaller than 4 GiB"
+        );
         Self {
             kind,
             elem_size: size_of::<T>() as u32,
@@ -260,7 +283,12 @@ impl RingShape {
         mut init_slot: impl FnMut(*mut u8, u64),
     ) -> Result<RingView<'r>, RingError> {
         check_capacity(capacity)?;
-        check_region(region, len, align_of::<RingHeader>(), self.required_bytes(capacity))?;
+        check_region(
+            region,
+            len,
+            align_of::<RingHeader>(),
+            self.required_bytes(capacity),
+        )?;
         let header = region.cast::<RingHeader>();
         // SAFETY: the region is valid, aligned and large enough (checked
         // above); fields are written through raw pointers, the atomics with
@@ -352,7 +380,12 @@ impl RingShape {
             });
         }
         check_capacity(capacity)?;
-        check_region(region, len, align_of::<RingHeader>(), self.required_bytes(capacity))?;
+        check_region(
+            region,
+            len,
+            align_of::<RingHeader>(),
+            self.required_bytes(capacity),
+        )?;
         // SAFETY: initialised (magic seen), aligned, and `capacity` slots fit
         // in the region (checked above).
         Ok(unsafe { RingView::new(region, capacity) })
@@ -376,8 +409,7 @@ impl RingShape {
         #[cfg(loom)]
         // SAFETY: as above; the shadow was initialised with the slot.
         unsafe {
-            (*slot.add(self.shadow_offset).cast::<SlotShadow>())
-                .with_mut(|_| elem.write(value))
+            (*slot.add(self.shadow_offset).cast::<SlotShadow>()).with_mut(|_| elem.write(value))
         };
     }
 

@@ -1,7 +1,10 @@
-//! Loom model of the lane queue: one producer pushes high, low, high items to
-//! a lane of depth 2 while a consumer drains it with a `LaneCursor` that
-//! prefers low every second call. Every item arrives exactly once, intact,
-//! in order within its priority. Loom's reach is as in `loom_spsc.rs`.
+//! Loom model of the lane queue: the main thread offers high, low, high
+//! items to a lane of depth 2 while a consumer thread pops it three times
+//! with a `LaneCursor` that prefers low every second call; after joining,
+//! the lane is drained with the same cursor. Every accepted item arrives exactly once, intact,
+//! in order within its priority. Threads make a fixed number of `try` calls
+//! instead of spinning, for the reason given in `loom_mpmc.rs`; loom's reach
+//! is as described in `loom_spsc.rs`.
 #![cfg(loom)]
 
 mod ring_support;
@@ -11,38 +14,51 @@ use std::num::NonZeroU32;
 use loom::sync::Arc;
 use loom::thread;
 use ring_support::{model, AlignedRegion};
-use tandem_shm_core::{LaneCursor, LaneQueue, Priority, PushError};
+use tandem_shm_core::{LaneCursor, LaneQueue, Priority};
 
 #[test]
-fn cursor_drains_both_priorities() {
+fn cursor_and_producer_race_on_both_priorities() {
     model(|| {
         let region = Arc::new(AlignedRegion::new(LaneQueue::<u64>::required_bytes(1, 2)));
-        // SAFETY: the region outlives the producer thread (joined below).
+        // SAFETY: the region outlives the consumer thread (joined below).
         let queue: LaneQueue<'static, u64> =
             unsafe { LaneQueue::init_in(region.ptr(), region.len(), 1, 2) }.unwrap();
-        let sent = [(Priority::High, 0x11), (Priority::Low, 0x22), (Priority::High, 0x33)];
-        let producer = thread::spawn(move || {
-            for (priority, item) in sent {
-                let mut item = item;
-                while let Err(PushError::Full(back)) = queue.push(0, priority, item) {
-                    item = back;
-                    thread::yield_now();
-                }
-            }
+        // The consumer is spawned first and the main thread pushes, so loom's
+        // first schedule runs the pushes before the pops (see `loom_mpmc.rs`
+        // on why the direction matters) and backtracking explores the rest.
+        let consumer = thread::spawn(move || {
+            let mut cursor = LaneCursor::new(NonZeroU32::new(2).unwrap());
+            let popped: Vec<(Priority, u64)> = (0..3)
+                .filter_map(|_| cursor.pop(&queue, 0).unwrap())
+                .collect();
+            (cursor, popped)
         });
-        let mut cursor = LaneCursor::new(NonZeroU32::new(2).unwrap());
-        let mut got = Vec::new();
-        while got.len() < 3 {
-            match cursor.pop(&queue, 0).unwrap() {
-                Some(entry) => got.push(entry),
-                None => thread::yield_now(),
-            }
-        }
-        producer.join().unwrap();
-        let high: Vec<u64> = got.iter().filter(|e| e.0 == Priority::High).map(|e| e.1).collect();
-        assert_eq!(high, vec![0x11, 0x33]);
-        assert!(got.contains(&(Priority::Low, 0x22)));
+        let offered = [
+            (Priority::High, 0x1111),
+            (Priority::Low, 0x2222),
+            (Priority::High, 0x3333),
+        ];
+        let accepted: Vec<(Priority, u64)> = offered
+            .into_iter()
+            .filter(|&(priority, item)| queue.push(0, priority, item).is_ok())
+            .collect();
+        let (mut cursor, mut popped) = consumer.join().unwrap();
+        popped.extend((0..3).filter_map(|_| cursor.pop(&queue, 0).unwrap()));
         assert_eq!(queue.pop(0), Ok(None));
+        for priority in [Priority::High, Priority::Low] {
+            let of = |items: &[(Priority, u64)]| -> Vec<u64> {
+                items
+                    .iter()
+                    .filter(|e| e.0 == priority)
+                    .map(|e| e.1)
+                    .collect()
+            };
+            assert_eq!(
+                of(&popped),
+                of(&accepted),
+                "{priority:?} items lost, duplicated or reordered"
+            );
+        }
         drop(region);
     });
 }

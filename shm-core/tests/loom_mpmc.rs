@@ -1,17 +1,30 @@
-//! Loom models of the MPMC ring (two slots, three items, so a slot is
+//! Loom models of the MPMC ring, two slots and three items (so a slot can be
 //! reused): two producers and one consumer, and one producer and two
-//! consumers. Every item arrives exactly once and intact; one producer's
-//! items arrive in its order.
+//! consumers. Every item a push accepted arrives exactly once and intact,
+//! and one producer's items arrive in its order.
+//!
+//! Each thread makes a fixed number of `try_` calls, which may legitimately
+//! report full or empty (even spuriously, while a peer is mid-operation);
+//! after joining, the main thread drains what is left, when nothing is in
+//! flight and the ring answers exactly. No thread spins: loom cannot bound a
+//! model in which two threads yield-spin while a third is mid-operation (the
+//! schedule that keeps picking the spinners is infinite).
 //!
 //! What loom checks and what it cannot see: as in `loom_spsc.rs` — slot
 //! element accesses go through a loom cell under `--cfg loom`, so a missing
 //! Release/Acquire on a slot's sequence number is a reported causality
-//! violation; the raw element bytes themselves are invisible to loom.
+//! violation; the raw element bytes themselves are invisible to loom. Loom's
+//! DPOR remembers only the last access to each atomic, so it can miss the
+//! race between a load and a later store when the storing thread loaded the
+//! same atomic in between; the models are therefore arranged so that the
+//! default schedule already runs each hand-off in the direction under test
+//! (pushes before pops in the first model, the one producer first in the
+//! second). Checked by mutation: making either `seq` store Relaxed fails
+//! these models.
 #![cfg(loom)]
 
 mod ring_support;
 
-use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use ring_support::{model, AlignedRegion};
@@ -20,21 +33,6 @@ use tandem_shm_core::MpmcRing;
 /// See `loom_spsc.rs`.
 fn payload(i: u64) -> u64 {
     (i + 1).wrapping_mul(0x0101_0101_0101_0101)
-}
-
-fn push_until(ring: &MpmcRing<'_, u64>, item: u64) {
-    while ring.try_push(item).is_err() {
-        thread::yield_now();
-    }
-}
-
-fn pop_until(ring: &MpmcRing<'_, u64>) -> u64 {
-    loop {
-        match ring.try_pop() {
-            Some(item) => return item,
-            None => thread::yield_now(),
-        }
-    }
 }
 
 /// A two-slot ring in a fresh region; the `Arc` must outlive every handle.
@@ -46,31 +44,63 @@ fn two_slot_ring() -> (Arc<AlignedRegion>, MpmcRing<'static, u64>) {
     (region, ring)
 }
 
+/// Tries to push each item once; returns those accepted, in order.
+fn push_each(ring: &MpmcRing<'_, u64>, items: &[u64]) -> Vec<u64> {
+    items
+        .iter()
+        .copied()
+        .filter(|&item| ring.try_push(item).is_ok())
+        .collect()
+}
+
+/// Tries to pop `attempts` times; returns what came out, in order.
+fn pop_times(ring: &MpmcRing<'_, u64>, attempts: usize) -> Vec<u64> {
+    (0..attempts).filter_map(|_| ring.try_pop()).collect()
+}
+
+/// Everything popped (concurrently, then by the final drain) is exactly the
+/// multiset of accepted pushes, and a refused push means the ring was full
+/// at some point (so it accepted at least its capacity of items).
+fn assert_conserved(accepted: &[u64], popped: &[u64], refused: usize) {
+    let mut accepted = accepted.to_vec();
+    let mut popped = popped.to_vec();
+    accepted.sort_unstable();
+    popped.sort_unstable();
+    assert_eq!(popped, accepted, "items lost or duplicated");
+    assert!(
+        refused == 0 || accepted.len() >= 2,
+        "refused a push into a non-full ring"
+    );
+}
+
 #[test]
 fn two_producers_one_consumer() {
     model(|| {
         let (region, ring) = two_slot_ring();
-        // Producer 0 sends items 0 and 1, producer 1 sends item 2.
-        let producers: Vec<_> = [vec![0, 1], vec![2]]
-            .into_iter()
-            .map(|items| {
-                thread::spawn(move || {
-                    for i in items {
-                        push_until(&ring, payload(i));
-                    }
-                })
-            })
+        // Producer 0 offers items 0 and 1, producer 1 offers item 2. All
+        // three parties are spawned threads, producers first, so loom's
+        // first schedule runs pushes before pops and the publication edge is
+        // exercised before backtracking explores the other orders.
+        let offers = [vec![payload(0), payload(1)], vec![payload(2)]];
+        let producers: Vec<_> = offers
+            .iter()
+            .cloned()
+            .map(|items| thread::spawn(move || push_each(&ring, &items)))
             .collect();
-        let got: Vec<u64> = (0..3).map(|_| pop_until(&ring)).collect();
-        for producer in producers {
-            producer.join().unwrap();
-        }
-        let position = |i| got.iter().position(|&item| item == payload(i));
-        assert!(position(0) < position(1), "producer order lost: {got:x?}");
-        let mut sorted = got.clone();
-        sorted.sort_unstable();
-        assert_eq!(sorted, vec![payload(0), payload(1), payload(2)]);
+        let consumer = thread::spawn(move || pop_times(&ring, 2));
+        let accepted: Vec<Vec<u64>> = producers.into_iter().map(|p| p.join().unwrap()).collect();
+        let mut popped = consumer.join().unwrap();
+        popped.extend(pop_times(&ring, 3));
         assert_eq!(ring.try_pop(), None);
+        let all_accepted: Vec<u64> = accepted.concat();
+        assert_conserved(&all_accepted, &popped, 3 - all_accepted.len());
+        // Producer 0's accepted items come out in its order.
+        let order: Vec<u64> = popped
+            .iter()
+            .copied()
+            .filter(|i| accepted[0].contains(i))
+            .collect();
+        assert_eq!(order, accepted[0]);
         drop(region);
     });
 }
@@ -79,37 +109,21 @@ fn two_producers_one_consumer() {
 fn one_producer_two_consumers() {
     model(|| {
         let (region, ring) = two_slot_ring();
-        let taken = Arc::new(AtomicUsize::new(0));
         let consumers: Vec<_> = (0..2)
-            .map(|_| {
-                let taken = Arc::clone(&taken);
-                thread::spawn(move || {
-                    let mut got = Vec::new();
-                    // Relaxed: only bounds the loop; items are checked after join.
-                    while taken.load(Ordering::Relaxed) < 3 {
-                        match ring.try_pop() {
-                            Some(item) => {
-                                got.push(item);
-                                taken.fetch_add(1, Ordering::Relaxed);
-                            }
-                            None => thread::yield_now(),
-                        }
-                    }
-                    got
-                })
-            })
+            .map(|_| thread::spawn(move || pop_times(&ring, 2)))
             .collect();
-        for i in 0..3 {
-            push_until(&ring, payload(i));
-        }
-        let mut all: Vec<u64> = Vec::new();
+        let offered = [payload(0), payload(1), payload(2)];
+        let accepted = push_each(&ring, &offered);
+        let mut popped = Vec::new();
         for consumer in consumers {
             let got = consumer.join().unwrap();
+            // Each consumer sees the producer's items in order.
             assert!(got.windows(2).all(|w| w[0] < w[1]), "order lost: {got:x?}");
-            all.extend(got);
+            popped.extend(got);
         }
-        all.sort_unstable();
-        assert_eq!(all, vec![payload(0), payload(1), payload(2)]);
+        popped.extend(pop_times(&ring, 3));
+        assert_eq!(ring.try_pop(), None);
+        assert_conserved(&accepted, &popped, offered.len() - accepted.len());
         drop(region);
     });
 }

@@ -11,7 +11,8 @@
 //! with `ptr::read`/`ptr::write`), only the cell standing for them, so an
 //! access that bypassed the slot accessors would go unnoticed; and it does
 //! not model the magic-word publication (initialisation happens before the
-//! threads are spawned).
+//! threads are spawned). Checked by mutation: making any of the four
+//! head/tail Release stores or Acquire loads Relaxed fails this model.
 #![cfg(loom)]
 
 mod ring_support;

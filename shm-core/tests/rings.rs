@@ -74,9 +74,17 @@ fn mpmc_op() -> impl Strategy<Value = MpmcOp> {
 #[derive(Clone, Debug)]
 enum LaneOp {
     /// `lane` may be out of range on purpose.
-    Push { lane: u32, low: bool, item: u64 },
-    Pop { lane: u32 },
-    CursorPop { lane: u32 },
+    Push {
+        lane: u32,
+        low: bool,
+        item: u64,
+    },
+    Pop {
+        lane: u32,
+    },
+    CursorPop {
+        lane: u32,
+    },
 }
 
 fn lane_op(lanes: u32) -> impl Strategy<Value = LaneOp> {
@@ -239,7 +247,7 @@ proptest! {
 fn init_rejects_bad_arguments() {
     let region = mpmc_region(8);
     let (ptr, len) = (region.ptr(), region.len());
-    // SAFETY (every call below): `ptr` is valid for `len` bytes; the calls
+    // SAFETY: (every call below) `ptr` is valid for `len` bytes; the calls
     // that pass other pointers must fail before touching them.
     unsafe {
         assert_eq!(
@@ -283,7 +291,7 @@ fn init_rejects_bad_arguments() {
 fn attach_validates_header() {
     let region = mpmc_region(8);
     let (ptr, len) = (region.ptr(), region.len());
-    // SAFETY (every call below): `ptr` is valid for `len` bytes and only
+    // SAFETY: (every call below) `ptr` is valid for `len` bytes and only
     // this thread uses it.
     unsafe {
         assert_eq!(
@@ -349,7 +357,7 @@ fn attach_validates_header() {
 fn lane_queue_attach_validates_header() {
     let region = lane_region(2, 4);
     let (ptr, len) = (region.ptr(), region.len());
-    // SAFETY (every call below): `ptr` is valid for `len` bytes and only
+    // SAFETY: (every call below) `ptr` is valid for `len` bytes and only
     // this thread uses it.
     unsafe {
         assert_eq!(
@@ -378,7 +386,9 @@ fn lane_queue_attach_validates_header() {
             LaneQueue::<u64>::attach(ptr, len).unwrap_err(),
             RingError::BadMagic { found: 0xdead }
         );
-        second_ring.cast::<u32>().write(tandem_shm_core::layout::magic::RING);
+        second_ring
+            .cast::<u32>()
+            .write(tandem_shm_core::layout::magic::RING);
         let attached = LaneQueue::<u64>::attach(ptr, len).unwrap();
         assert_eq!((attached.num_lanes(), attached.depth()), (2, 4));
         assert_eq!(attached.pop(1), Ok(Some((Priority::Low, 7))));
@@ -418,7 +428,9 @@ fn errors_display_their_numbers() {
     }
     .to_string();
     assert!(shown.contains("320") && shown.contains("100"), "{shown}");
-    assert!(RingError::CapacityNotPowerOfTwo(6).to_string().contains('6'));
+    assert!(RingError::CapacityNotPowerOfTwo(6)
+        .to_string()
+        .contains('6'));
     let lane = PushError::NoSuchLane {
         lane: 9,
         lanes: 2,
@@ -634,7 +646,14 @@ fn low_priority_drains_under_concurrent_high_flood() {
         s.spawn(|| {
             start.wait();
             for i in 0..LOW {
-                push_until(|v| queue.push(0, Priority::Low, v).map_err(PushError::into_inner), i);
+                push_until(
+                    |v| {
+                        queue
+                            .push(0, Priority::Low, v)
+                            .map_err(PushError::into_inner)
+                    },
+                    i,
+                );
             }
         });
         let mut cursor = LaneCursor::default();
@@ -676,7 +695,10 @@ mod two_mappings {
         // handles.
         let (tx, rx) = unsafe {
             let tx = MpmcRing::<u64>::init_in(map.first(), map.len(), 16).unwrap();
-            (tx, MpmcRing::<u64>::attach(map.second(), map.len()).unwrap())
+            (
+                tx,
+                MpmcRing::<u64>::attach(map.second(), map.len()).unwrap(),
+            )
         };
         mpmc_exactly_once(2, 2, 50_000, |v| tx.try_push(v), || || rx.try_pop());
     }
@@ -687,7 +709,10 @@ mod two_mappings {
         // SAFETY: as above.
         let (tx, rx) = unsafe {
             let tx = LaneQueue::<u64>::init_in(map.first(), map.len(), 2, 8).unwrap();
-            (tx, LaneQueue::<u64>::attach(map.second(), map.len()).unwrap())
+            (
+                tx,
+                LaneQueue::<u64>::attach(map.second(), map.len()).unwrap(),
+            )
         };
         tx.push(1, Priority::Low, 11).unwrap();
         tx.push(1, Priority::High, 12).unwrap();

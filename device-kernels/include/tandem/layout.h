@@ -157,9 +157,11 @@ struct alignas(64) RingHeader {
 };
 
 /// Where a ring's slots start, relative to its header.
-constexpr u64 RING_SLOTS_OFFSET = sizeof(RingHeader);
+// One spare cache line after the header (see layout.rs: prefetch pairs).
+constexpr u64 RING_SLOTS_OFFSET = sizeof(RingHeader) + CACHE_LINE;
 
-/// Per-slot sequence number of the MPMC ring (Vyukov's scheme).
+/// Per-slot sequence number of the MPMC ring: Vyukov's scheme with doubled
+/// values (2t free for ticket t, 2t+1 full for ticket t; see layout.rs).
 struct MpmcSlotHeader {
   u64 seq;
 };

@@ -1,8 +1,8 @@
 //! The loom settings every ring model runs under.
 
 /// Runs `body` under loom with at most `PREEMPTIONS` forced preemptions per
-/// execution (loom's recommended bound: bugs needing more are rare, and
-/// without a bound three threads with retry loops explode combinatorially).
+/// execution (the bound loom's documentation recommends: bugs needing more
+/// are rare, and it keeps the three-thread models to seconds).
 /// `LOOM_MAX_PREEMPTIONS` in the environment still overrides it.
 pub fn model(body: impl Fn() + Sync + Send + 'static) {
     const PREEMPTIONS: usize = 3;

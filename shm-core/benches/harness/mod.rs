@@ -20,11 +20,16 @@ pub fn rate(ops: u64, reps: usize, mut op: impl FnMut()) -> f64 {
 }
 
 /// Prints one comparison row: Tandem's rate, the peer's, and their ratio.
-pub fn compare(what: &str, tandem: f64, peer_name: &str, peer: f64, target: f64) {
+/// `target`, when set, is the ratio Tandem must reach.
+pub fn compare(what: &str, tandem: f64, peer_name: &str, peer: f64, target: Option<f64>) {
     let ratio = tandem / peer;
-    let verdict = if ratio >= target { "meets" } else { "BELOW" };
+    let verdict = match target {
+        Some(t) if ratio >= t => format!("(target >= {t}x: meets)"),
+        Some(t) => format!("(target >= {t}x: BELOW)"),
+        None => "(no target)".to_owned(),
+    };
     println!(
-        "{what:<34} tandem {:>9.2} M/s | {peer_name:<22} {:>9.2} M/s | ratio {ratio:>6.2}x (target >= {target}x: {verdict})",
+        "{what:<34} tandem {:>9.2} M/s | {peer_name:<22} {:>9.2} M/s | ratio {ratio:>6.2}x {verdict}",
         tandem / 1e6,
         peer / 1e6,
     );
