@@ -1,0 +1,139 @@
+//! The one way the cross-language tests run kernels, on any backend: the
+//! library loaded on a device, and memory both Rust and kernels address
+//! (mapped pinned memory: on CUDA the only kind a Rust thread can read while
+//! a kernel writes it).
+
+use tandem_device_kernels::library;
+use tandem_hal::{DeviceMemory, Dim3, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig};
+
+/// A device with Tandem's kernels loaded.
+pub struct Gpu<A: GpuApi> {
+    pub device: A::Device,
+    module: <A::Device as GpuDevice>::Module,
+    /// Where `run_one` launches.
+    #[allow(dead_code)] // read by `run_one`, which not every test binary uses
+    stream: <A::Device as GpuDevice>::Stream,
+}
+
+/// Mapped pinned memory, zeroed: `host` for Rust, `arg()` for kernels.
+pub struct Shared<A: GpuApi> {
+    buffer: <A::Device as GpuDevice>::PinnedBuffer,
+}
+
+impl<A: GpuApi> Shared<A> {
+    /// The address Rust uses.
+    pub fn host(&self) -> *mut u8 {
+        self.buffer.host_ptr()
+    }
+
+    /// The kernel argument naming the memory, `offset` bytes in.
+    pub fn arg_at(&self, offset: usize) -> KernelArg<'static> {
+        assert!(offset <= self.buffer.len(), "offset inside the buffer");
+        KernelArg::Ptr(self.buffer.device_ptr() + offset as u64)
+    }
+
+    /// The kernel argument naming the memory.
+    pub fn arg(&self) -> KernelArg<'static> {
+        self.arg_at(0)
+    }
+
+    /// Bytes of memory.
+    pub fn len(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// The memory as `T`s (for result words a kernel wrote; no kernel may be
+    /// writing them during the call).
+    pub fn read<T: Copy>(&self, index: usize) -> T {
+        assert!(
+            (index + 1) * size_of::<T>() <= self.len(),
+            "index inside the buffer"
+        );
+        // SAFETY: in bounds (checked); pinned memory is page-aligned, so
+        // aligned for `T` at a multiple of its size; the caller's contract
+        // rules out a concurrent writer.
+        unsafe { self.host().cast::<T>().add(index).read_volatile() }
+    }
+
+    /// A copy of all bytes (no kernel may be writing them).
+    #[allow(dead_code)] // not every test binary that includes this module compares bytes
+    pub fn bytes(&self) -> Vec<u8> {
+        // SAFETY: `len` bytes at `host` are the buffer's; no concurrent writer
+        // is the caller's contract.
+        unsafe { core::slice::from_raw_parts(self.host(), self.len()).to_vec() }
+    }
+}
+
+impl<A: GpuApi> Gpu<A> {
+    /// Loads the library on `device`.
+    pub fn new(device: A::Device) -> Self {
+        let module = device
+            .load_module(&library())
+            .expect("the library loads on the device");
+        let stream = device.create_stream().expect("a stream");
+        Self {
+            device,
+            module,
+            stream,
+        }
+    }
+
+    /// `bytes` of zeroed mapped pinned memory.
+    pub fn shared(&self, bytes: usize) -> Shared<A> {
+        let buffer = self
+            .device
+            .alloc_pinned_mapped(bytes)
+            .expect("pinned memory");
+        // SAFETY: a fresh allocation of `bytes` bytes nobody else uses yet.
+        unsafe { buffer.host_ptr().write_bytes(0, bytes) };
+        Shared { buffer }
+    }
+
+    /// A new stream, for launches that must run beside others.
+    #[allow(dead_code)] // not every test binary that includes this module needs it
+    pub fn stream(&self) -> <A::Device as GpuDevice>::Stream {
+        self.device.create_stream().expect("a stream")
+    }
+
+    /// Launches kernel `name` over `grid` x `block` on `stream`.
+    ///
+    /// # Safety
+    /// Every pointer argument must cover what the kernel touches until the
+    /// stream is synchronized.
+    pub unsafe fn launch(
+        &self,
+        stream: &<A::Device as GpuDevice>::Stream,
+        name: &str,
+        grid: Dim3,
+        block: Dim3,
+        args: &[KernelArg<'_>],
+    ) {
+        let kernel = self.device.kernel(&self.module, name).expect("kernel");
+        let config = LaunchConfig {
+            grid,
+            block,
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: forwarded to the caller.
+        unsafe { self.device.launch(&kernel, &config, args, stream) }.expect("launch");
+    }
+
+    /// Waits for `stream`, failing the test if a kernel failed.
+    pub fn sync(&self, stream: &<A::Device as GpuDevice>::Stream) {
+        self.device
+            .synchronize_stream(stream)
+            .expect("the kernels ran");
+    }
+
+    /// Runs kernel `name` on one thread and waits for it.
+    ///
+    /// # Safety
+    /// As for [`launch`](Self::launch).
+    #[allow(dead_code)] // not every test binary that includes this module needs it
+    pub unsafe fn run_one(&self, name: &str, args: &[KernelArg<'_>]) {
+        let one = Dim3::linear(1);
+        // SAFETY: forwarded to the caller; synchronized before returning.
+        unsafe { self.launch(&self.stream, name, one, one, args) };
+        self.sync(&self.stream);
+    }
+}

@@ -1,0 +1,409 @@
+//! tandem/mpmc.h against tandem-shm-core's `MpmcRing` on the same bytes:
+//! operation sequences split between Rust and C++ leave exactly the bytes an
+//! all-Rust run leaves; C++ producers with Rust consumers (and the reverse)
+//! lose and duplicate nothing; both sides refuse the same malformed rings.
+
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use proptest::prelude::*;
+use tandem_device_kernels::names;
+use tandem_hal::{Dim3, GpuApi, KernelArg};
+use tandem_shm_core::layout::{RingHeader, RING_SLOTS_OFFSET};
+use tandem_shm_core::{MpmcRing, SpscRing};
+
+use super::harness::{Gpu, Shared};
+
+/// `tandem::ring_status` values the tests expect.
+pub mod ring_status {
+    pub const OK: u64 = 0;
+    pub const MISALIGNED: u64 = 2;
+    pub const REGION_TOO_SMALL: u64 = 3;
+    pub const BAD_MAGIC: u64 = 4;
+    pub const WRONG_KIND: u64 = 5;
+    pub const CAPACITY_NOT_POWER_OF_TWO: u64 = 6;
+    pub const ZERO_CAPACITY: u64 = 7;
+    pub const ELEMENT_MISMATCH: u64 = 8;
+}
+
+/// One ring operation of a generated sequence.
+#[derive(Clone, Copy, Debug)]
+pub enum RingOp {
+    Push(u64),
+    Pop,
+}
+
+/// Sequences of (operation, run it in C++) biased towards filling the ring.
+pub fn op_sequences() -> impl Strategy<Value = Vec<(RingOp, bool)>> {
+    let op = prop_oneof![3 => any::<u64>().prop_map(RingOp::Push), 2 => Just(RingOp::Pop)];
+    proptest::collection::vec((op, any::<bool>()), 1..48)
+}
+
+/// A ring of u64 with `capacity` slots in zeroed pinned memory.
+fn ring_memory<A: GpuApi>(gpu: &Gpu<A>, capacity: u32) -> Shared<A> {
+    gpu.shared(MpmcRing::<u64>::required_bytes(capacity))
+}
+
+/// The bytes of a ring that carry its state: the header's fields (not the
+/// padding of its cache-line-sized atomics, which Rust's in-place
+/// initialisation fills from its stack) and every slot.
+fn state_bytes<A: GpuApi>(mem: &Shared<A>) -> Vec<u8> {
+    let head = offset_of!(RingHeader, head);
+    let tail = offset_of!(RingHeader, tail);
+    let bytes = mem.bytes();
+    [
+        &bytes[..head],
+        &bytes[head..head + 8],
+        &bytes[tail..tail + 8],
+        &bytes[RING_SLOTS_OFFSET..],
+    ]
+    .concat()
+}
+
+/// Initialises the ring in `mem` from Rust.
+fn rust_init<A: GpuApi>(mem: &Shared<A>, capacity: u32) -> MpmcRing<'_, u64> {
+    // SAFETY: the memory is ours, pinned (64-aligned), as long as the ring
+    // needs, and used only through ring handles and the ring kernels.
+    unsafe { MpmcRing::init_in(mem.host(), mem.len(), capacity) }.expect("ring init")
+}
+
+/// Initialises the ring in `mem` with the C++ `mpmc_init`, and attaches Rust.
+fn cpp_init<'m, A: GpuApi>(gpu: &Gpu<A>, mem: &'m Shared<A>, capacity: u32) -> MpmcRing<'m, u64> {
+    let status = gpu.shared(8);
+    // SAFETY: `mem` holds the ring's bytes and `status` one u32.
+    unsafe {
+        gpu.run_one(
+            names::TANDEM_MPMC_INIT_U64,
+            &[
+                mem.arg(),
+                KernelArg::U64(mem.len() as u64),
+                KernelArg::U32(capacity),
+                status.arg(),
+            ],
+        )
+    };
+    assert_eq!(status.read::<u32>(0), 0, "C++ init succeeds");
+    // SAFETY: as in `rust_init`; the kernel's release store of the magic is
+    // ordered before us by the stream synchronisation.
+    unsafe { MpmcRing::attach(mem.host(), mem.len()) }.expect("Rust attaches to a C++ ring")
+}
+
+/// Runs `op` on the ring in `mem` through the C++ kernels. Returns what a
+/// Rust `try_push` (`Some(v)` = given back) or `try_pop` returned, in one
+/// shape: `(succeeded, value)`.
+fn cpp_op<A: GpuApi>(gpu: &Gpu<A>, mem: &Shared<A>, result: &Shared<A>, op: RingOp) -> (bool, u64) {
+    let len = KernelArg::U64(mem.len() as u64);
+    // SAFETY: `mem` holds an initialised ring of `len` bytes, `result` three u64.
+    unsafe {
+        match op {
+            RingOp::Push(v) => gpu.run_one(
+                names::TANDEM_MPMC_TRY_PUSH_U64,
+                &[mem.arg(), len, KernelArg::U64(v), result.arg()],
+            ),
+            RingOp::Pop => gpu.run_one(
+                names::TANDEM_MPMC_TRY_POP_U64,
+                &[mem.arg(), len, result.arg()],
+            ),
+        }
+    }
+    assert_eq!(
+        result.read::<u64>(0),
+        ring_status::OK,
+        "C++ attaches to the ring"
+    );
+    let value = match op {
+        RingOp::Push(v) => v,
+        RingOp::Pop => result.read::<u64>(2),
+    };
+    (result.read::<u64>(1) == 1, value)
+}
+
+fn rust_op(ring: &MpmcRing<'_, u64>, op: RingOp) -> (bool, u64) {
+    match op {
+        RingOp::Push(v) => (ring.try_push(v).is_ok(), v),
+        RingOp::Pop => ring.try_pop().map_or((false, 0), |v| (true, v)),
+    }
+}
+
+/// Applies `ops` to a ring of `capacity` slots, each in C++ or Rust as it
+/// says, and to an all-Rust reference ring: every outcome and, at the end,
+/// every byte of the two regions agree. With `init_in_cpp` the mixed ring is
+/// initialised by the C++ `mpmc_init`.
+pub fn mixed_sequence_matches_all_rust<A: GpuApi>(
+    gpu: &Gpu<A>,
+    capacity: u32,
+    init_in_cpp: bool,
+    ops: &[(RingOp, bool)],
+) -> Result<(), TestCaseError> {
+    let mixed_mem = ring_memory(gpu, capacity);
+    let reference_mem = ring_memory(gpu, capacity);
+    let result = gpu.shared(3 * 8);
+    let mixed = if init_in_cpp {
+        cpp_init(gpu, &mixed_mem, capacity)
+    } else {
+        rust_init(&mixed_mem, capacity)
+    };
+    let reference = rust_init(&reference_mem, capacity);
+    prop_assert_eq!(
+        state_bytes(&mixed_mem),
+        state_bytes(&reference_mem),
+        "initialised rings differ"
+    );
+    for (i, &(op, in_cpp)) in ops.iter().enumerate() {
+        let got = if in_cpp {
+            cpp_op(gpu, &mixed_mem, &result, op)
+        } else {
+            rust_op(&mixed, op)
+        };
+        let want = rust_op(&reference, op);
+        prop_assert_eq!(got, want, "op {} {:?} (in C++: {})", i, op, in_cpp);
+    }
+    prop_assert_eq!(
+        state_bytes(&mixed_mem),
+        state_bytes(&reference_mem),
+        "ring states differ"
+    );
+    Ok(())
+}
+
+/// Most consecutive full (empty) rounds a kernel thread waits before giving
+/// a value up: far more than any test needs, so a give-up is a failure
+/// report rather than a hang.
+const MAX_RETRIES: u64 = 1 << 22;
+
+/// A kernel of `grid` x `block` threads pushes `count` values (from `base`)
+/// into a ring of `capacity` while `consumers` Rust threads drain it: every
+/// value arrives exactly once. `aggregated` selects the warp-aggregated push.
+pub fn cpp_producers_rust_consumers<A: GpuApi>(
+    gpu: &Gpu<A>,
+    (grid, block): (Dim3, Dim3),
+    capacity: u32,
+    count: u64,
+    consumers: usize,
+    aggregated: bool,
+) {
+    let base = 1_000_000;
+    let mem = ring_memory(gpu, capacity);
+    let ring = rust_init(&mem, capacity);
+    let stats = gpu.shared(2 * 8);
+    let stream = gpu.stream();
+    let done = AtomicBool::new(false);
+    let mut got: Vec<u64> = std::thread::scope(|s| {
+        let drains: Vec<_> = (0..consumers)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        match ring.try_pop() {
+                            Some(v) => mine.push(v),
+                            // Acquire: pairs with the Release below, after
+                            // the kernel finished: then one more empty pop
+                            // means the ring is drained for good.
+                            None if done.load(Ordering::Acquire) => match ring.try_pop() {
+                                Some(v) => mine.push(v),
+                                None => return mine,
+                            },
+                            None => std::thread::yield_now(),
+                        }
+                    }
+                })
+            })
+            .collect();
+        // SAFETY: the ring and `stats` stay allocated until after `sync`.
+        unsafe {
+            gpu.launch(
+                &stream,
+                names::TANDEM_MPMC_PUSH_U64,
+                grid,
+                block,
+                &[
+                    mem.arg(),
+                    KernelArg::U64(mem.len() as u64),
+                    KernelArg::U64(count),
+                    KernelArg::U64(base),
+                    KernelArg::U32(u32::from(aggregated)),
+                    KernelArg::U64(MAX_RETRIES),
+                    stats.arg(),
+                ],
+            )
+        };
+        gpu.sync(&stream);
+        done.store(true, Ordering::Release);
+        drains
+            .into_iter()
+            .flat_map(|d| d.join().expect("consumer"))
+            .collect()
+    });
+    assert_eq!(stats.read::<u64>(1), 0, "every C++ thread attached");
+    assert_eq!(stats.read::<u64>(0), 0, "no value given up");
+    got.sort_unstable();
+    let want: Vec<u64> = (base..base + count).collect();
+    assert!(
+        got == want,
+        "{} values arrived, {count} pushed; lost or duplicated",
+        got.len()
+    );
+    assert!(ring.is_empty());
+}
+
+/// `producers` Rust threads push `count` values (from `base`) into a ring of
+/// `capacity` while a kernel of `grid` x `block` threads pops them: the
+/// kernel sees every value exactly once.
+pub fn rust_producers_cpp_consumers<A: GpuApi>(
+    gpu: &Gpu<A>,
+    (grid, block): (Dim3, Dim3),
+    capacity: u32,
+    count: u64,
+    producers: u64,
+) {
+    let base = 7u64 << 40;
+    let mem = ring_memory(gpu, capacity);
+    let ring = rust_init(&mem, capacity);
+    let seen = gpu.shared(count as usize * 4);
+    let stats = gpu.shared(4 * 8);
+    let stream = gpu.stream();
+    // SAFETY: the ring, `seen` and `stats` stay allocated until after `sync`.
+    unsafe {
+        gpu.launch(
+            &stream,
+            names::TANDEM_MPMC_POP_SUM_U64,
+            grid,
+            block,
+            &[
+                mem.arg(),
+                KernelArg::U64(mem.len() as u64),
+                KernelArg::U64(count),
+                KernelArg::U64(base),
+                KernelArg::U64(MAX_RETRIES),
+                seen.arg(),
+                stats.arg(),
+            ],
+        )
+    };
+    std::thread::scope(|s| {
+        for p in 0..producers {
+            let ring = &ring;
+            s.spawn(move || {
+                for v in (p..count).step_by(producers as usize) {
+                    while ring.try_push(base + v).is_err() {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+        }
+    });
+    gpu.sync(&stream);
+    assert_eq!(stats.read::<u64>(2), 0, "every C++ thread attached");
+    assert_eq!(stats.read::<u64>(1), 0, "no pop given up");
+    assert_eq!(stats.read::<u64>(3), 0, "no value outside the pushed range");
+    let twice: Vec<usize> = (0..count as usize)
+        .filter(|&i| seen.read::<u32>(i) != 1)
+        .collect();
+    assert!(twice.is_empty(), "values not seen exactly once: {twice:?}");
+    let sum = (base..base + count).fold(0u64, u64::wrapping_add);
+    assert_eq!(stats.read::<u64>(0), sum);
+    assert!(ring.is_empty());
+}
+
+/// What `tandem_mpmc_try_push_u64` reports for the ring at `mem` + `offset`
+/// with a region of `len` bytes.
+fn cpp_attach_status<A: GpuApi>(gpu: &Gpu<A>, mem: &Shared<A>, offset: usize, len: usize) -> u64 {
+    let result = gpu.shared(3 * 8);
+    // SAFETY: `len` bytes from `offset` lie inside `mem` (or the kernel
+    // refuses before touching more than the header); `result` holds 3 u64.
+    unsafe {
+        gpu.run_one(
+            names::TANDEM_MPMC_TRY_PUSH_U64,
+            &[
+                mem.arg_at(offset),
+                KernelArg::U64(len as u64),
+                KernelArg::U64(1),
+                result.arg(),
+            ],
+        )
+    };
+    result.read(0)
+}
+
+/// What `tandem_mpmc_init_u64` reports for `capacity` slots at `mem` +
+/// `offset` in `len` bytes.
+fn cpp_init_status<A: GpuApi>(
+    gpu: &Gpu<A>,
+    mem: &Shared<A>,
+    offset: usize,
+    len: usize,
+    capacity: u32,
+) -> u32 {
+    let status = gpu.shared(8);
+    // SAFETY: as in `cpp_attach_status`; init writes only after its checks.
+    unsafe {
+        gpu.run_one(
+            names::TANDEM_MPMC_INIT_U64,
+            &[
+                mem.arg_at(offset),
+                KernelArg::U64(len as u64),
+                KernelArg::U32(capacity),
+                status.arg(),
+            ],
+        )
+    };
+    status.read(0)
+}
+
+/// The C++ side refuses what Rust's `attach`/`init_in` refuse, with the
+/// matching `RingError` variant.
+pub fn malformed_rings_are_refused<A: GpuApi>(gpu: &Gpu<A>) {
+    let capacity = 8;
+    let len = MpmcRing::<u64>::required_bytes(capacity);
+    let zeroed = ring_memory(gpu, capacity);
+    assert_eq!(
+        cpp_attach_status(gpu, &zeroed, 0, len),
+        ring_status::BAD_MAGIC
+    );
+
+    let mem = ring_memory(gpu, capacity);
+    rust_init(&mem, capacity);
+    assert_eq!(cpp_attach_status(gpu, &mem, 0, len), ring_status::OK);
+    assert_eq!(
+        cpp_attach_status(gpu, &mem, 0, len - 1),
+        ring_status::REGION_TOO_SMALL
+    );
+    assert_eq!(
+        cpp_attach_status(gpu, &mem, 8, len - 8),
+        ring_status::MISALIGNED
+    );
+
+    let of_u32 = gpu.shared(MpmcRing::<u32>::required_bytes(capacity));
+    // SAFETY: as in `rust_init`, for a ring of u32.
+    unsafe { MpmcRing::<u32>::init_in(of_u32.host(), of_u32.len(), capacity) }.expect("init");
+    assert_eq!(
+        cpp_attach_status(gpu, &of_u32, 0, of_u32.len()),
+        ring_status::ELEMENT_MISMATCH
+    );
+
+    let spsc = gpu.shared(SpscRing::<u64>::required_bytes(capacity));
+    // SAFETY: as in `rust_init`, for an SPSC ring.
+    unsafe { SpscRing::<u64>::init_in(spsc.host(), spsc.len(), capacity) }.expect("init");
+    assert_eq!(
+        cpp_attach_status(gpu, &spsc, 0, spsc.len()),
+        ring_status::WRONG_KIND
+    );
+
+    let fresh = ring_memory(gpu, 16);
+    let fresh_len = fresh.len();
+    let refused = [
+        (0, fresh_len, 0, ring_status::ZERO_CAPACITY),
+        (0, fresh_len, 12, ring_status::CAPACITY_NOT_POWER_OF_TWO),
+        (0, fresh_len, 32, ring_status::REGION_TOO_SMALL),
+        (64, fresh_len - 64, 8, ring_status::OK),
+        (8, fresh_len - 8, 8, ring_status::MISALIGNED),
+    ];
+    for (offset, len, capacity, want) in refused {
+        let got = cpp_init_status(gpu, &fresh, offset, len, capacity);
+        assert_eq!(
+            u64::from(got),
+            want,
+            "C++ init of {capacity} slots at +{offset} in {len} bytes"
+        );
+    }
+}

@@ -1,0 +1,258 @@
+//! GPU benchmarks of the device kernels (`cargo bench -p tandem-tests --bench
+//! device_kernels --features cuda`, or `cargo xtask bench --gpu`):
+//!
+//! * allocation in a kernel: every thread makes the same number of
+//!   same-sized allocations from tandem's arena (one device-scope CAS per
+//!   thread to carve a ThreadArena, then plain arithmetic) and from the
+//!   device's malloc/free, in the same run;
+//! * MPMC ring push into mapped pinned host memory while host threads drain
+//!   it (tandem/mpmc.h against shm-core's MpmcRing), one CAS per item
+//!   against one CAS per warp (mpmc_try_push_aggregated): records/s and GB/s.
+//!
+//! Without a CUDA device (or without feature `cuda`) it prints
+//! "skipped: no CUDA device", and fails instead under `TANDEM_REQUIRE_GPU=1`.
+
+#[cfg(feature = "cuda")]
+#[path = "../../device-kernels/tests/cross_language/harness.rs"]
+#[allow(dead_code)] // the bench uses part of the test harness
+mod harness;
+
+#[cfg(feature = "cuda")]
+fn main() {
+    type Api = tandem_hal_cuda::CudaApi;
+    if let Some(device) = tandem_tests::gpu::device_or_skip::<Api>("device_kernels bench") {
+        cuda::run(harness::Gpu::<Api>::new(device));
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    let why = "no CUDA device (built without feature `cuda`)";
+    if std::env::var(tandem_tests::gpu::REQUIRE_GPU_ENV).as_deref() == Ok("1") {
+        panic!(
+            "device_kernels bench: {why}, but {}=1 requires one",
+            tandem_tests::gpu::REQUIRE_GPU_ENV
+        );
+    }
+    println!("device_kernels bench: skipped: {why}");
+}
+
+#[cfg(feature = "cuda")]
+mod cuda {
+    use std::alloc::{alloc_zeroed, dealloc, Layout};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use tandem_device_kernels::names;
+    use tandem_hal::{DeviceMemory, Dim3, EventFlags, GpuApi, GpuDevice, KernelArg};
+    use tandem_shm_core::layout::{AllocatorId, ArenaHeader};
+    use tandem_shm_core::{ArenaAllocator, MpmcRing};
+
+    use super::harness::{Gpu, Shared};
+
+    /// Runs every benchmark on `gpu`.
+    pub fn run<A: GpuApi>(gpu: Gpu<A>) {
+        let props = gpu.device.properties().expect("device properties");
+        println!("device_kernels bench on {} ({})", props.name, props.arch);
+        allocation(&gpu);
+        ring_push(&gpu, props.multiprocessor_count.max(1));
+    }
+
+    /// Runs `launch` on a fresh stream between two timing events and returns
+    /// the GPU time it took.
+    fn timed<A: GpuApi>(
+        gpu: &Gpu<A>,
+        launch: impl FnOnce(&<A::Device as GpuDevice>::Stream),
+    ) -> Duration {
+        let flags = EventFlags {
+            timing: true,
+            interprocess: false,
+        };
+        let stream = gpu.stream();
+        let start = gpu.device.create_event(flags).expect("event");
+        let end = gpu.device.create_event(flags).expect("event");
+        gpu.device.record_event(&start, &stream).expect("record");
+        launch(&stream);
+        gpu.device.record_event(&end, &stream).expect("record");
+        gpu.sync(&stream);
+        gpu.device.elapsed(&start, &end).expect("elapsed")
+    }
+
+    /// Per-thread allocation: tandem's arena against device malloc/free.
+    fn allocation<A: GpuApi>(gpu: &Gpu<A>) {
+        // 64 Ki threads each holding one 64-byte malloc at a time stay within
+        // the device heap's default 8 MiB (this API cannot raise the limit).
+        let (grid, block) = (Dim3::linear(256), Dim3::linear(256));
+        let threads = 256 * 256u64;
+        let (allocs, size) = (64u64, 64u64);
+        let total = threads * allocs;
+
+        // The arena lives in device memory; its header is initialised in a
+        // host image (untouched heap pages of a zeroed allocation cost
+        // nothing) and copied in before every run, which resets the cursor.
+        let len = (size_of::<ArenaHeader>() as u64 + total * size) as usize;
+        let arena = gpu.device.alloc_device(len).expect("arena memory");
+        let layout = Layout::from_size_align(len, 64).expect("layout");
+        // SAFETY: a non-zero size with a valid alignment.
+        let image = unsafe { alloc_zeroed(layout) };
+        assert!(!image.is_null(), "host image of the arena");
+        // SAFETY: `image` is ours, 64-aligned and `len` bytes long.
+        unsafe { ArenaAllocator::init_in(image, len, AllocatorId::new(1, 1)) }.expect("arena init");
+        // SAFETY: the header's bytes were just initialised.
+        let header =
+            unsafe { core::slice::from_raw_parts(image, size_of::<ArenaHeader>()) }.to_vec();
+        // SAFETY: allocated above with this layout; no reference to it remains.
+        unsafe { dealloc(image, layout) };
+
+        let arena_run = |stats: &Shared<A>| {
+            gpu.device
+                .copy_to_device(&arena, 0, &header)
+                .expect("arena header");
+            timed(gpu, |stream| {
+                // SAFETY: the arena covers every carve; `stats` two words.
+                unsafe {
+                    gpu.launch(
+                        stream,
+                        names::TANDEM_BENCH_THREAD_ARENA,
+                        grid,
+                        block,
+                        &[
+                            KernelArg::Ptr(arena.device_ptr()),
+                            KernelArg::U64(allocs),
+                            KernelArg::U64(size),
+                            stats.arg(),
+                        ],
+                    )
+                }
+            })
+        };
+        let malloc_run = |stats: &Shared<A>| {
+            timed(gpu, |stream| {
+                // SAFETY: `stats` holds two words.
+                unsafe {
+                    gpu.launch(
+                        stream,
+                        names::TANDEM_BENCH_DEVICE_MALLOC,
+                        grid,
+                        block,
+                        &[KernelArg::U64(allocs), KernelArg::U64(size), stats.arg()],
+                    )
+                }
+            })
+        };
+
+        println!("\nper-thread allocation, {threads} threads x {allocs} allocations of {size} B");
+        for (name, run) in [
+            (
+                "tandem ThreadArena",
+                &arena_run as &dyn Fn(&Shared<A>) -> Duration,
+            ),
+            ("device malloc+free", &malloc_run),
+        ] {
+            run(&gpu.shared(2 * 8)); // warm-up: first launch, heap set-up
+            let stats = gpu.shared(2 * 8);
+            let best = (0..5).map(|_| run(&stats)).min().expect("runs");
+            let failed = stats.read::<u64>(0);
+            if stats.read::<u64>(1) != 0 {
+                println!("  {name:<20} unsupported on this backend");
+                continue;
+            }
+            println!(
+                "  {name:<20} {:>9.3} ms  {:>8.1} M allocs/s  {:>6.2} ns/alloc  ({failed} failed over 5 runs)",
+                best.as_secs_f64() * 1e3,
+                total as f64 / best.as_secs_f64() / 1e6,
+                best.as_secs_f64() * 1e9 / total as f64,
+            );
+        }
+    }
+
+    /// GPU threads push u64 records into a ring in mapped pinned memory
+    /// while host threads drain it.
+    fn ring_push<A: GpuApi>(gpu: &Gpu<A>, sms: u32) {
+        let capacity = 1u32 << 16;
+        let count = 1u64 << 24;
+        let consumers = 4;
+        let grid = Dim3::linear(sms * 2);
+        let block = Dim3::linear(256);
+        println!(
+            "\nMPMC ring push into pinned host memory: {count} u64 records, {capacity} slots, \
+             {} x 256 GPU threads, {consumers} host consumers",
+            sms * 2
+        );
+        for aggregated in [false, true] {
+            let mem = gpu.shared(MpmcRing::<u64>::required_bytes(capacity));
+            // SAFETY: the pinned memory is ours, page-aligned and long enough,
+            // used only by this ring's handles and the push kernel.
+            let ring =
+                unsafe { MpmcRing::<u64>::init_in(mem.host(), mem.len(), capacity) }.expect("ring");
+            let stats = gpu.shared(2 * 8);
+            let stream = gpu.stream();
+            let done = AtomicBool::new(false);
+            let drained = AtomicU64::new(0);
+            let started = Instant::now();
+            std::thread::scope(|s| {
+                for _ in 0..consumers {
+                    s.spawn(|| {
+                        let mut mine = 0u64;
+                        loop {
+                            match ring.try_pop() {
+                                Some(_) => mine += 1,
+                                // Acquire: pairs with the Release after the
+                                // kernel ended; one more empty pop then
+                                // means drained for good.
+                                None if done.load(Ordering::Acquire) => {
+                                    if ring.try_pop().is_none() {
+                                        break;
+                                    }
+                                    mine += 1;
+                                }
+                                None => core::hint::spin_loop(),
+                            }
+                        }
+                        drained.fetch_add(mine, Ordering::Relaxed);
+                    });
+                }
+                // SAFETY: the ring and `stats` outlive the kernel (synced below).
+                unsafe {
+                    gpu.launch(
+                        &stream,
+                        names::TANDEM_MPMC_PUSH_U64,
+                        grid,
+                        block,
+                        &[
+                            mem.arg(),
+                            KernelArg::U64(mem.len() as u64),
+                            KernelArg::U64(count),
+                            KernelArg::U64(0),
+                            KernelArg::U32(u32::from(aggregated)),
+                            KernelArg::U64(u64::MAX),
+                            stats.arg(),
+                        ],
+                    )
+                };
+                gpu.sync(&stream);
+                done.store(true, Ordering::Release);
+            });
+            let secs = started.elapsed().as_secs_f64();
+            let got = drained.load(Ordering::Relaxed);
+            assert_eq!(got, count, "every record drained");
+            assert_eq!(
+                (stats.read::<u64>(0), stats.read::<u64>(1)),
+                (0, 0),
+                "no failures"
+            );
+            let name = if aggregated {
+                "one CAS per warp"
+            } else {
+                "one CAS per record"
+            };
+            println!(
+                "  {name:<20} {:>8.3} s  {:>8.2} M records/s  {:>6.3} GB/s payload  {:>6.3} GB/s slots",
+                secs,
+                count as f64 / secs / 1e6,
+                count as f64 * 8.0 / secs / 1e9,
+                count as f64 * 16.0 / secs / 1e9,
+            );
+        }
+    }
+}
