@@ -21,7 +21,7 @@ use crate::layout::{
 };
 use crate::ptr::PtrError;
 use crate::region::{address, align_up, check_region, check_request, load_magic, publish_magic};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Ordering;
 
 /// A handle on a bump arena living in a shared region. Handles are cheap to
 /// copy; every copy (and every handle attached in another process) allocates
@@ -71,9 +71,7 @@ impl<'r> ArenaAllocator<'r> {
             addr_of_mut!((*header).id).write(id);
             addr_of_mut!((*header).heap_begin).write(heap_begin as u64);
             addr_of_mut!((*header).heap_end).write(len as u64);
-            addr_of_mut!((*header).cursor).write(PaddedAtomicU64 {
-                value: AtomicU64::new(heap_begin as u64),
-            });
+            PaddedAtomicU64::init_at(addr_of_mut!((*header).cursor), heap_begin as u64);
             publish_magic(addr_of_mut!((*header).magic), magic::ARENA);
             Self::attach(region, len)
         }

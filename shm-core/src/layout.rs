@@ -127,6 +127,22 @@ pub struct PaddedAtomicU64 {
     pub value: AtomicU64,
 }
 
+impl PaddedAtomicU64 {
+    /// Initialises the padded atomic at `slot` in place to `value`, with its
+    /// padding zeroed: writing a whole `PaddedAtomicU64` would copy 56 bytes
+    /// of uninitialised stack into memory other processes read.
+    ///
+    /// # Safety
+    /// `slot` must be valid for writes and aligned, and nobody may use it yet.
+    pub(crate) unsafe fn init_at(slot: *mut Self, value: u64) {
+        // SAFETY: the caller guarantees `slot` is writable, aligned, unshared.
+        unsafe {
+            core::ptr::write_bytes(slot.cast::<u8>(), 0, core::mem::size_of::<Self>());
+            core::ptr::addr_of_mut!((*slot).value).write(AtomicU64::new(value));
+        }
+    }
+}
+
 /// Header of a lock-free bump allocator, placed at offset 0 of its region.
 /// Offsets (`heap_begin`, `heap_end`, `cursor`) are relative to the header.
 #[repr(C, align(64))]

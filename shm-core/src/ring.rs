@@ -16,7 +16,7 @@ use crate::layout::{
     magic, ring_kind, MpmcSlotHeader, PaddedAtomicU64, RingHeader, CACHE_LINE, RING_SLOTS_OFFSET,
 };
 use crate::pod::ShmSafe;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Ordering;
 
 /// Why a ring (or a lane queue of rings) could not be initialised or attached.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -300,12 +300,8 @@ impl RingShape {
             addr_of_mut!((*header).elem_size).write(self.elem_size);
             addr_of_mut!((*header).elem_align).write(self.elem_align);
             addr_of_mut!((*header).slot_stride).write(self.stride as u32);
-            addr_of_mut!((*header).head).write(PaddedAtomicU64 {
-                value: AtomicU64::new(0),
-            });
-            addr_of_mut!((*header).tail).write(PaddedAtomicU64 {
-                value: AtomicU64::new(0),
-            });
+            PaddedAtomicU64::init_at(addr_of_mut!((*header).head), 0);
+            PaddedAtomicU64::init_at(addr_of_mut!((*header).tail), 0);
         }
         // SAFETY: RING_SLOTS_OFFSET + capacity * stride <= len (checked).
         let slots = unsafe { region.add(RING_SLOTS_OFFSET) };

@@ -170,14 +170,10 @@ impl<'r> SizeClassAllocator<'r> {
             addr_of_mut!((*header).id).write(id);
             addr_of_mut!((*header).heap_begin).write(heap_begin);
             addr_of_mut!((*header).heap_end).write(heap_end);
-            addr_of_mut!((*header).bump).write(PaddedAtomicU64 {
-                value: AtomicU64::new(heap_begin),
-            });
+            PaddedAtomicU64::init_at(addr_of_mut!((*header).bump), heap_begin);
             let heads = addr_of_mut!((*header).free_heads).cast::<PaddedAtomicU64>();
             for class in 0..SIZE_CLASSES {
-                heads.add(class).write(PaddedAtomicU64 {
-                    value: AtomicU64::new(pack_head(0, 0)),
-                });
+                PaddedAtomicU64::init_at(heads.add(class), pack_head(0, 0));
             }
             publish_magic(addr_of_mut!((*header).magic), magic::SIZE_CLASS);
             Self::attach(region, len)
