@@ -51,7 +51,7 @@ enum class ring_status : u32 {
 template <typename T>
 struct MpmcShape {
   static_assert(alignof(T) <= CACHE_LINE, "ring elements may be aligned to at most 64 bytes");
-  static constexpr u64 round_up(u64 n, u64 align) { return (n + align - 1) & ~(align - 1); }
+  TANDEM_HOST_DEVICE static constexpr u64 round_up(u64 n, u64 align) { return (n + align - 1) & ~(align - 1); }
   static constexpr u64 slot_align = alignof(T) > alignof(MpmcSlotHeader) ? alignof(T)
                                                                           : alignof(MpmcSlotHeader);
   static constexpr u64 elem_offset = round_up(sizeof(MpmcSlotHeader), alignof(T));
