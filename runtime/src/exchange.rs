@@ -12,6 +12,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::liveness::process_alive;
 use tandem_shm_core::{AllocError, AllocatorId, Segment, ShmPtr, SizeClassAllocator, SpscRing};
 
 /// Segment header, at offset 0.
@@ -291,22 +292,6 @@ fn check_record(m: &Mapped<'_>, block: ShmPtr<u8>, expected_seq: u64) -> Result<
     m.allocator
         .free(block)
         .map_err(|e| ExchangeError::Corrupt(format!("free of record {seq}: {e}")))
-}
-
-/// Whether `pid` is a live process (a zombie awaiting its parent counts as dead).
-fn process_alive(pid: u32) -> bool {
-    // SAFETY: signal 0 only checks for existence and permission.
-    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
-        return std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
-            .unwrap_or(true),
-        Err(_) => false,
-    }
 }
 
 fn announce(line: &str) {

@@ -1,5 +1,41 @@
-//! Tandem's runtime and the `tandem` binary.
+//! Tandem's runtime: GPU kernels and host clients submit tasks to CPU workers
+//! through queues in shared memory, and wait for the answers, with no kernel
+//! launch per request.
 //!
-//! [`exchange`] is the two-process shm-core exchange that `tandem demo` runs.
+//! * [`Runtime`] (generic over the GPU backend) creates one queue segment per
+//!   device in pinned host memory mapped into it (NUMA-bound to the device's
+//!   node), one named CPU segment for host clients, and N worker threads.
+//! * A task names a pool and a method ([`Registry`], [`Pool`], [`Task`]);
+//!   its arguments are serialized into a future's copy space (a copy future,
+//!   usable from kernels, see `tandem/runtime.h`) or into a heap block (a
+//!   pointer future, zero copy, host-only).
+//! * [`Client`] attaches to a runtime's CPU segment from another process, or
+//!   starts one in a child process ([`Client::fork_runtime`]).
+//!
+//! Segment layouts: [`layout`]. [`exchange`] is the earlier two-process
+//! shm-core exchange (`tandem exchange`).
 
+pub mod client;
+pub mod config;
+pub mod error;
 pub mod exchange;
+pub mod kernels;
+pub mod layout;
+pub mod liveness;
+pub mod registry;
+pub mod runtime;
+pub mod segment;
+pub mod submit;
+pub mod task;
+pub mod worker;
+
+pub use client::Client;
+pub use config::{Config, ConfigError, DeviceSelection};
+pub use error::RuntimeError;
+pub use liveness::{HEARTBEAT_PERIOD, HEARTBEAT_STALE};
+pub use registry::{Handler, HandlerReply, Pool, Registry};
+pub use runtime::{DeviceQueues, NumaPlacement, Runtime};
+pub use segment::QueueSegment;
+pub use submit::{Pending, Route};
+pub use task::{MethodId, PoolId, Task, TaskError};
+pub use worker::StatsSnapshot;

@@ -1,0 +1,354 @@
+// Kernel side of Tandem's runtime (runtime/src): send tasks to the CPU
+// workers through the device's queue segment and wait for the answers.
+//
+//   TANDEM_SHARED(tandem::RtContext, rt);
+//   tandem::rt_init(rt, segment, 64 * 1024);        // every thread, once
+//   tandem::RtFuture f;
+//   tandem::rt_future_alloc(rt, 128, &f);          // once per thread, reused
+//   tandem::rt_make_task(f, POOL, METHOD, [&](tandem::Writer& w) { ... });
+//   tandem::rt_send(rt, f, lane, tandem::rt_priority::high, stop, budget);
+//   tandem::rt_wait(f, stop, budget, &rc);         // completed/stopped/budget
+//   tandem::rt_output(f, &data, &len);             // then rt_make_task again
+//
+// The segment (runtime/src/layout.rs, mirrored below) is passed to the
+// kernel as a by-value MemoryBackend: base = the device address of the
+// segment. Futures come from the segment's kernel arena (one carve per
+// block, then block-local bumps); a future is reused for the thread's next
+// task (rt_make_task re-initialises it once the last one completed). Every
+// task pointer pushed into the queue is a ShmPtr relative to the segment's
+// base with the segment's id, which is how the CPU workers resolve it.
+//
+// Memory order: the queue push is a system-scope release (mpmc.h) that
+// publishes the future's input to the worker; the worker's completion is a
+// release that rt_wait's system-scope acquire pairs with (future.h).
+// Waiting: call rt_wait from any lane; it spins on memory the CPU writes,
+// never on another lane of the same warp/wavefront.
+#pragma once
+
+#include "tandem/arena.h"
+#include "tandem/future.h"
+#include "tandem/layout.h"
+#include "tandem/mpmc.h"
+#include "tandem/portability.h"
+#include "tandem/ser.h"
+
+// Field offsets, without <cstddef> (Tandem headers include no system header).
+#define TANDEM_RT_OFFSETOF(type, field) __builtin_offsetof(type, field)
+
+namespace tandem {
+
+/// `SEGMENT_MAGIC` ("TNDMRTSG").
+constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
+/// `SEGMENT_VERSION`.
+constexpr u32 RT_SEGMENT_VERSION = 1;
+/// `TASK_VERSION`.
+constexpr u32 RT_TASK_VERSION = 1;
+/// `TASK_HEADER_BYTES`.
+constexpr u64 RT_TASK_HEADER_BYTES = 16;
+/// `SEGMENT_HEADER_RESERVED`.
+constexpr u64 RT_SEGMENT_HEADER_RESERVED = 4096;
+
+/// `runtime::layout::SegmentHeader`: at offset 0 of a queue segment. The
+/// Rust atomics are plain words here, read with tandem/atomic.h.
+struct alignas(64) RuntimeSegmentHeader {
+  u64 magic;
+  u32 version;
+  u32 kind;
+  AllocatorId id;
+  i32 device_ordinal;
+  i32 numa_node;
+  u64 segment_bytes;
+  u64 queue_offset;
+  u64 queue_bytes;
+  u64 heap_offset;
+  u64 heap_bytes;
+  u64 arena_offset;
+  u64 arena_bytes;
+  u32 num_lanes;
+  u32 copy_space;
+  u32 runtime_pid;
+  u32 state;
+  u64 heartbeat;
+  /// Raised (nonzero) by the host to release waiting kernels.
+  u32 stop;
+  u32 reserved;
+};
+
+static_assert(sizeof(RuntimeSegmentHeader) == 128, "SegmentHeader size");
+static_assert(alignof(RuntimeSegmentHeader) == 64, "SegmentHeader alignment");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, version) == 8, "SegmentHeader::version");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, kind) == 12, "SegmentHeader::kind");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, id) == 16, "SegmentHeader::id");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, device_ordinal) == 24, "SegmentHeader::device_ordinal");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, numa_node) == 28, "SegmentHeader::numa_node");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, segment_bytes) == 32, "SegmentHeader::segment_bytes");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, queue_offset) == 40, "SegmentHeader::queue_offset");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, queue_bytes) == 48, "SegmentHeader::queue_bytes");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, heap_offset) == 56, "SegmentHeader::heap_offset");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, heap_bytes) == 64, "SegmentHeader::heap_bytes");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, arena_offset) == 72, "SegmentHeader::arena_offset");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, arena_bytes) == 80, "SegmentHeader::arena_bytes");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, num_lanes) == 88, "SegmentHeader::num_lanes");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, copy_space) == 92, "SegmentHeader::copy_space");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, runtime_pid) == 96, "SegmentHeader::runtime_pid");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, state) == 100, "SegmentHeader::state");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, heartbeat) == 104, "SegmentHeader::heartbeat");
+static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, stop) == 112, "SegmentHeader::stop");
+
+/// `runtime::layout::TaskHeader`, serialized as four little-endian u32s at
+/// the start of a task's bytes.
+struct TaskHeader {
+  u32 pool;
+  u32 method;
+  u32 args_len;
+  u32 version;
+};
+
+static_assert(sizeof(TaskHeader) == RT_TASK_HEADER_BYTES, "TaskHeader size");
+static_assert(TANDEM_RT_OFFSETOF(TaskHeader, method) == 4, "TaskHeader::method");
+static_assert(TANDEM_RT_OFFSETOF(TaskHeader, args_len) == 8, "TaskHeader::args_len");
+static_assert(TANDEM_RT_OFFSETOF(TaskHeader, version) == 12, "TaskHeader::version");
+
+/// Runtime return codes (runtime/src/task.rs).
+constexpr i32 RT_RC_UNKNOWN_POOL = RC_OUTPUT_TOO_LARGE + 16;
+constexpr i32 RT_RC_UNKNOWN_METHOD = RC_OUTPUT_TOO_LARGE + 17;
+constexpr i32 RT_RC_BAD_TASK = RC_OUTPUT_TOO_LARGE + 18;
+constexpr i32 RT_RC_BAD_ARGS = RC_OUTPUT_TOO_LARGE + 19;
+constexpr i32 RT_RC_HANDLER_PANICKED = RC_OUTPUT_TOO_LARGE + 20;
+
+/// What a runtime call on the device reports (u32, so kernels can store it).
+enum class rt_status : u32 {
+  ok = 0,
+  /// The MemoryBackend is not a published runtime segment of this version.
+  bad_segment = 1,
+  /// The segment's lane queue header or a ring is not valid.
+  bad_queue = 2,
+  /// The block's arena share cannot hold another future.
+  no_memory = 3,
+  /// The task does not fit the future's copy space (never truncated).
+  args_too_large = 4,
+  /// The arguments could not be serialized.
+  ser_failed = 5,
+  /// The lane stayed full for the whole spin budget (nothing was pushed).
+  queue_full = 6,
+  /// The stop flag was raised.
+  stopped = 7,
+  /// A future operation failed (previous task not complete, corrupt future).
+  future_error = 8,
+  /// No such lane.
+  bad_lane = 9,
+};
+
+/// `lane_queue::Priority`.
+enum class rt_priority : u32 { high = 0, low = 1 };
+
+/// A block's view of its device's segment, declared
+/// `TANDEM_SHARED(tandem::RtContext, rt)` and set up by rt_init.
+struct RtContext {
+  RuntimeSegmentHeader* header;
+  u8* base;
+  AllocatorId id;
+  u64 arena_offset;
+  u8* rings;
+  u64 ring_bytes;
+  u32 num_lanes;
+  u32 depth;
+  BlockArena arena;
+  rt_status status;
+};
+
+/// A future the kernel owns: its view and its segment-relative pointer.
+struct RtFuture {
+  FutureView view;
+  ShmPtr<u8> ptr;
+  u64 bytes;
+};
+
+namespace detail {
+
+/// Bytes between consecutive rings of a lane queue (`ring_bytes` in
+/// lane_queue.rs: one ring, rounded up to a cache line).
+TANDEM_HOST_DEVICE u64 rt_ring_bytes(u32 depth) {
+  return (mpmc_required_bytes<ShmPtr<u8>>(depth) + CACHE_LINE - 1) & ~(CACHE_LINE - 1);
+}
+
+/// Whether [offset, offset + bytes) lies in a segment of `capacity` bytes.
+TANDEM_DEVICE bool rt_region_fits(u64 offset, u64 bytes, u64 capacity) {
+  return offset >= RT_SEGMENT_HEADER_RESERVED && offset <= capacity && bytes <= capacity - offset;
+}
+
+/// Thread 0's half of rt_init: validates the header and the lane queue.
+TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment) {
+  if (segment.base == 0 || segment.capacity < RT_SEGMENT_HEADER_RESERVED ||
+      segment.base % alignof(RuntimeSegmentHeader) != 0) {
+    return rt_status::bad_segment;
+  }
+  RuntimeSegmentHeader* h = reinterpret_cast<RuntimeSegmentHeader*>(segment.base);
+  // Acquire: pairs with the runtime's release of the magic (publish), so
+  // every plain field below is final.
+  if (load_acquire<scope::system>(&h->magic) != RT_SEGMENT_MAGIC || h->version != RT_SEGMENT_VERSION ||
+      h->id.major != segment.id.major || h->id.minor != segment.id.minor ||
+      h->segment_bytes > segment.capacity ||
+      !rt_region_fits(h->queue_offset, h->queue_bytes, h->segment_bytes) ||
+      !rt_region_fits(h->arena_offset, h->arena_bytes, h->segment_bytes)) {
+    return rt_status::bad_segment;
+  }
+  u8* const base = reinterpret_cast<u8*>(segment.base);
+  LaneQueueHeader* q = reinterpret_cast<LaneQueueHeader*>(base + h->queue_offset);
+  if (load_acquire<scope::system>(&q->magic) != magic::LANE_QUEUE || q->num_lanes == 0 ||
+      q->elem_size != sizeof(ShmPtr<u8>) || detail::check_ring_capacity(q->depth) != ring_status::ok ||
+      q->ring_bytes != rt_ring_bytes(q->depth) ||
+      LANE_QUEUE_RINGS_OFFSET + 2ull * q->num_lanes * q->ring_bytes > h->queue_bytes) {
+    return rt_status::bad_queue;
+  }
+  u8* const rings = base + h->queue_offset + LANE_QUEUE_RINGS_OFFSET;
+  for (u32 i = 0; i < 2 * q->num_lanes; ++i) {
+    MpmcRing<ShmPtr<u8>> ring;
+    RingHeader* rh = reinterpret_cast<RingHeader*>(rings + i * q->ring_bytes);
+    if (mpmc_attach<ShmPtr<u8>>(rh, q->ring_bytes, &ring) != ring_status::ok ||
+        ring.capacity() != q->depth) {
+      return rt_status::bad_queue;
+    }
+  }
+  ctx.header = h;
+  ctx.base = base;
+  ctx.id = h->id;
+  ctx.arena_offset = h->arena_offset;
+  ctx.rings = rings;
+  ctx.ring_bytes = q->ring_bytes;
+  ctx.num_lanes = q->num_lanes;
+  ctx.depth = q->depth;
+  return rt_status::ok;
+}
+
+}  // namespace detail
+
+/// Sets up the block's context over `segment` and carves `block_arena_bytes`
+/// of the segment's kernel arena for the block's futures. Every thread of
+/// the block must call it, as it would reach a barrier; afterwards
+/// `ctx.status` says whether the runtime can be used (the same in every
+/// thread).
+TANDEM_DEVICE void rt_init(RtContext& ctx, const MemoryBackend& segment, u64 block_arena_bytes) {
+  if (thread_rank() == 0) {
+    ctx.status = detail::rt_validate(ctx, segment);
+  }
+  block_barrier();
+  if (ctx.status != rt_status::ok) {
+    return;
+  }
+  ArenaHeader* arena = reinterpret_cast<ArenaHeader*>(ctx.base + ctx.arena_offset);
+  block_arena_init(ctx.arena, arena, block_arena_bytes);
+  if (thread_rank() == 0 && ctx.arena.carved != alloc_status::ok) {
+    ctx.status = rt_status::no_memory;
+  }
+  block_barrier();
+}
+
+/// Allocates a future with `copy_space` bytes of copy space from the block's
+/// arena share. Any thread, after rt_init.
+TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture* out) {
+  if (ctx.status != rt_status::ok) {
+    return ctx.status;
+  }
+  const u64 bytes = future_required_bytes(copy_space);
+  const FullPtr<u8> mem = block_arena_allocate(ctx.arena, bytes, alignof(FutureShmHeader));
+  if (mem.ptr == nullptr) {
+    return rt_status::no_memory;
+  }
+  if (future_init(mem.ptr, bytes, copy_space, &out->view) != future_status::ok) {
+    return rt_status::future_error;
+  }
+  out->ptr = ShmPtr<u8>{ctx.id, ctx.arena_offset + mem.shm.off};
+  out->bytes = bytes;
+  return rt_status::ok;
+}
+
+/// Makes `f` carry the task (pool, method, arguments written by
+/// `write_args(Writer&) -> ser_status`): re-initialises the future (it must
+/// be fresh or complete: the kernel owns it again), then serializes the task
+/// header and the arguments into the copy space. args_too_large when they do
+/// not fit (nothing is truncated).
+template <typename W>
+TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_args) {
+  const u32 flags = load_acquire<scope::system>(&f.view.header->flags);
+  if ((flags & (future_flags::COPY_FROM_CLIENT | future_flags::COMPLETE)) == future_flags::COPY_FROM_CLIENT) {
+    return rt_status::future_error;  // the previous task is still in flight
+  }
+  FutureView view;
+  if (future_init(reinterpret_cast<u8*>(f.view.header), f.bytes, f.view.copy_space_size, &view) !=
+      future_status::ok) {
+    return rt_status::future_error;
+  }
+  Writer counter = Writer::counting();
+  if (write_args(counter) != ser_status::ok || counter.pos > 0xFFFFFFFFull) {
+    return rt_status::ser_failed;
+  }
+  const u32 args_len = static_cast<u32>(counter.pos);
+  const u64 needed = RT_TASK_HEADER_BYTES + counter.pos;
+  if (needed > view.copy_space_size) {
+    return rt_status::args_too_large;
+  }
+  Writer w = Writer::over(view.copy_space(), view.copy_space_size);
+  ser_status s = w.put_u32(pool);
+  if (s == ser_status::ok) s = w.put_u32(method);
+  if (s == ser_status::ok) s = w.put_u32(args_len);
+  if (s == ser_status::ok) s = w.put_u32(RT_TASK_VERSION);
+  if (s == ser_status::ok) s = write_args(w);
+  if (s != ser_status::ok || w.pos != needed) {
+    return rt_status::ser_failed;
+  }
+  // The input is recorded with plain (relaxed) stores rather than
+  // future_write_input's read-modify-writes: the future was just initialised
+  // and is not published, so nobody else reads these words until the queue
+  // push (a system-scope release) publishes them. On a GPU this saves two
+  // system-scope RMWs on host memory per task, the scarcest resource here
+  // (about 30 M/s for the whole device).
+  store_relaxed<scope::system>(&view.header->input_len, static_cast<u32>(needed));
+  store_relaxed<scope::system>(&view.header->flags, future_flags::COPY_FROM_CLIENT);
+  f.view = view;
+  return rt_status::ok;
+}
+
+/// Pushes `f`'s pointer to `lane` at `priority` of the device's queue. A full
+/// lane is retried (back-pressure: nothing is dropped) for up to
+/// `spin_budget` rounds or until `*stop` (may be null) is raised.
+TANDEM_DEVICE rt_status rt_send(const RtContext& ctx, const RtFuture& f, u32 lane, rt_priority priority,
+                                const u32* stop, u64 spin_budget) {
+  if (ctx.status != rt_status::ok) {
+    return ctx.status;
+  }
+  if (lane >= ctx.num_lanes) {
+    return rt_status::bad_lane;
+  }
+  const u64 index = 2ull * lane + static_cast<u32>(priority);
+  RingHeader* header = reinterpret_cast<RingHeader*>(ctx.rings + index * ctx.ring_bytes);
+  // Validated by rt_init.
+  const MpmcRing<ShmPtr<u8>> ring = detail::mpmc_view<ShmPtr<u8>>(header, ctx.depth);
+  for (u64 round = 0;; ++round) {
+    if (mpmc_try_push<ShmPtr<u8>>(ring, f.ptr)) {
+      return rt_status::ok;
+    }
+    // Acquire: as future_wait's stop check.
+    if (stop != nullptr && load_acquire<scope::system>(stop) != 0) {
+      return rt_status::stopped;
+    }
+    if (round >= spin_budget) {
+      return rt_status::queue_full;
+    }
+    spin_pause();
+  }
+}
+
+/// Waits for `f`'s completion (see future_wait): completed (with
+/// `*return_code`), stopped, or budget_exhausted.
+TANDEM_DEVICE wait_outcome rt_wait(const RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
+  return future_wait<scope::system>(f.view, stop, spin_budget, return_code);
+}
+
+/// The output of a completed `f`, to read with Reader::over(*data, *len).
+TANDEM_DEVICE rt_status rt_output(const RtFuture& f, const u8** data, u32* len) {
+  return future_output<scope::system>(f.view, data, len) == future_status::ok ? rt_status::ok
+                                                                             : rt_status::future_error;
+}
+
+}  // namespace tandem

@@ -1,0 +1,114 @@
+// Kernels over the runtime's device API (tandem/runtime.h): threads that
+// send tasks to the CPU workers and wait for the answers, and the raw
+// pinned-memory ping-pong the runtime's round trip is measured against.
+#include "tandem/runtime.h"
+
+using tandem::i32;
+using tandem::u32;
+using tandem::u64;
+using tandem::u8;
+
+/// `runtime::task::math` (pool 1: noop = 0, add(u64 a, u64 b) -> u64 = 1).
+namespace math {
+constexpr u32 POOL = 1;
+constexpr u32 NOOP = 0;
+constexpr u32 ADD = 1;
+}  // namespace math
+
+/// Copy space of each thread's future: task header + two u64s, with room.
+constexpr u32 ECHO_COPY_SPACE = 64;
+
+/// Every thread sends `tasks_per_thread` tasks of the math pool, one at a
+/// time, to lane (block rank mod lanes) of the segment at `segment` (`len`
+/// bytes; its device address), and waits for each. `method` = math::ADD:
+/// task i of global rank r is add(r, i), and results[r] is the wrapping sum
+/// of the answers; math::NOOP: results[r] counts completions. `priority`: 0
+/// high, 1 low, 2 alternating. status[r] = rt_status (ok, or why the thread
+/// stopped early); on a task failure status[r] = 0x100 and results[r] = the
+/// return code.
+TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u32 method,
+                                   u32 priority, const u32* stop, u64 spin_budget, u64* results,
+                                   u32* status) {
+  TANDEM_SHARED(tandem::RtContext, rt);
+  const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
+  const tandem::MemoryBackend backend{h->id, tandem::backend_kind::PINNED, 0,
+                                      reinterpret_cast<u64>(segment), len};
+  // One future per thread plus alignment slack.
+  tandem::rt_init(rt, backend, static_cast<u64>(tandem::block_size()) * 128 + 64);
+  const u64 r = tandem::global_rank();
+  results[r] = 0;
+  tandem::RtFuture f{};
+  tandem::rt_status st = tandem::rt_future_alloc(rt, ECHO_COPY_SPACE, &f);
+  const u32 lane = static_cast<u32>(tandem::block_rank() % (rt.status == tandem::rt_status::ok ? rt.num_lanes : 1));
+  u64 acc = 0;
+  for (u64 i = 0; st == tandem::rt_status::ok && i < tasks_per_thread; ++i) {
+    if (method == math::ADD) {
+      st = tandem::rt_make_task(f, math::POOL, math::ADD, [&](tandem::Writer& w) {
+        const tandem::ser_status s = w.put_u64(r);
+        return s == tandem::ser_status::ok ? w.put_u64(i) : s;
+      });
+    } else {
+      st = tandem::rt_make_task(f, math::POOL, method, [](tandem::Writer&) { return tandem::ser_status::ok; });
+    }
+    if (st != tandem::rt_status::ok) {
+      break;
+    }
+    const tandem::rt_priority p = priority == 2 ? static_cast<tandem::rt_priority>(i & 1)
+                                                : static_cast<tandem::rt_priority>(priority & 1);
+    st = tandem::rt_send(rt, f, lane, p, stop, spin_budget);
+    if (st != tandem::rt_status::ok) {
+      break;
+    }
+    i32 rc = 0;
+    const tandem::wait_outcome outcome = tandem::rt_wait(f, stop, spin_budget, &rc);
+    if (outcome != tandem::wait_outcome::completed) {
+      // The future stays queued or in a worker's hands: it is not reused.
+      st = outcome == tandem::wait_outcome::stopped ? tandem::rt_status::stopped : tandem::rt_status::queue_full;
+      break;
+    }
+    if (rc != 0) {
+      status[r] = 0x100;
+      results[r] = static_cast<u64>(static_cast<tandem::i64>(rc));
+      return;
+    }
+    if (method == math::ADD) {
+      const u8* out = nullptr;
+      u32 out_len = 0;
+      st = tandem::rt_output(f, &out, &out_len);
+      u64 sum = 0;
+      tandem::Reader reader = tandem::Reader::over(out, out_len);
+      if (st == tandem::rt_status::ok && reader.get_u64(&sum) != tandem::ser_status::ok) {
+        st = tandem::rt_status::ser_failed;
+      }
+      acc += sum;
+    } else {
+      acc += 1;
+    }
+  }
+  results[r] = acc;
+  status[r] = static_cast<u32>(st);
+}
+
+/// The round-trip floor: global rank 0 writes i to words[0] (system-scope
+/// release) and spins (system-scope acquire) until a host thread echoes i
+/// into words[1], for i = 1..=rounds; gives up after `spin_budget` spins on
+/// one round. *done = rounds completed.
+TANDEM_KERNEL tandem_rt_pingpong(u64* words, u64 rounds, u64 spin_budget, u64* done) {
+  if (tandem::global_rank() != 0) {
+    return;
+  }
+  u64 completed = 0;
+  for (u64 i = 1; i <= rounds; ++i) {
+    tandem::store_release<tandem::scope::system>(&words[0], i);
+    u64 spins = 0;
+    while (tandem::load_acquire<tandem::scope::system>(&words[1]) != i && spins < spin_budget) {
+      tandem::spin_pause();
+      ++spins;
+    }
+    if (spins >= spin_budget) {
+      break;
+    }
+    completed = i;
+  }
+  *done = completed;
+}

@@ -1,0 +1,146 @@
+//! Task round trip and throughput of the runtime, against the floors it is
+//! built on (one run, ratios printed):
+//!
+//! * floor: a kernel thread and a host thread ping-pong a value through two
+//!   words of mapped pinned memory (`tandem_rt_pingpong`);
+//! * one kernel launch + stream synchronisation per request;
+//! * the runtime: one kernel thread's task round trip (`math.noop`), and
+//!   many kernel threads with 4 workers (no-op tasks per second).
+//!
+//! Runs on the CPU device always, and on CUDA when built with `--features
+//! cuda` and a device is present (else "skipped: no CUDA device", or a
+//! failure with TANDEM_REQUIRE_GPU=1). Targets (issue 5, on the H100): round
+//! trip at most 1.5x the floor; at least 10 M no-op tasks/s.
+
+use std::time::Duration;
+
+use tandem_hal::{GpuApi, HostApi};
+use tandem_runtime::config::DeviceSelection;
+use tandem_runtime::kernels::{EchoLaunch, EchoPriority, RuntimeKernels};
+use tandem_runtime::task::math;
+use tandem_runtime::{Config, Registry, Runtime};
+
+/// Sizes of one backend's run.
+struct Scale {
+    pingpong_rounds: u64,
+    launches: u32,
+    single_tasks: u64,
+    grid: (u32, u32),
+    tasks_per_thread: u64,
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
+    let config = Config {
+        workers: 4,
+        devices: DeviceSelection::Only(vec![0]),
+        ..Config::default()
+    };
+    let runtime =
+        Runtime::start_with(api, config, Registry::with_builtins()).map_err(|e| e.to_string())?;
+    let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).map_err(|e| e.to_string())?;
+    let floor = kernels
+        .pingpong(scale.pingpong_rounds)
+        .map_err(|e| e.to_string())?;
+    let launch_sync = kernels
+        .launch_and_sync(scale.launches)
+        .map_err(|e| e.to_string())?;
+    let noop = |blocks, threads, tasks| EchoLaunch {
+        blocks,
+        threads,
+        tasks_per_thread: tasks,
+        method: math::NOOP,
+        priority: EchoPriority::High,
+        spin_budget: 1 << 40,
+    };
+    // Warm up the workers and the module, then measure.
+    kernels.echo(&noop(1, 1, 100)).map_err(|e| e.to_string())?;
+    let single = kernels
+        .echo(&noop(1, 1, scale.single_tasks))
+        .map_err(|e| e.to_string())?;
+    if single.failed_threads() > 0 {
+        return Err(format!("single-thread run failed: {:?}", single.status));
+    }
+    let round_trip = single.elapsed / scale.single_tasks as u32;
+    let (blocks, threads) = scale.grid;
+    let many = kernels
+        .echo(&noop(blocks, threads, scale.tasks_per_thread))
+        .map_err(|e| e.to_string())?;
+    if many.failed_threads() > 0 {
+        return Err(format!("{} threads failed", many.failed_threads()));
+    }
+    let tasks = u64::from(blocks * threads) * scale.tasks_per_thread;
+    let rate = tasks as f64 / many.elapsed.as_secs_f64();
+    println!("{label}:");
+    println!("  pinned-memory ping-pong floor:      {:8.2} us", us(floor));
+    println!(
+        "  kernel launch + sync per request:   {:8.2} us",
+        us(launch_sync)
+    );
+    println!(
+        "  task round trip, one kernel thread: {:8.2} us  ({:.2}x floor; launch + sync is {:.2}x the round trip)",
+        us(round_trip),
+        round_trip.as_secs_f64() / floor.as_secs_f64(),
+        launch_sync.as_secs_f64() / round_trip.as_secs_f64()
+    );
+    println!(
+        "  {blocks} x {threads} kernel threads, 4 workers: {tasks} no-op tasks in {:.3} s = {:.2} M tasks/s",
+        many.elapsed.as_secs_f64(),
+        rate / 1e6
+    );
+    Ok(())
+}
+
+fn main() {
+    let host = Scale {
+        pingpong_rounds: 20_000,
+        launches: 2_000,
+        single_tasks: 20_000,
+        grid: (8, 16),
+        tasks_per_thread: 500,
+    };
+    if let Err(e) = bench(HostApi::with_devices(1), "CPU device (host backend)", &host) {
+        eprintln!("host backend bench failed: {e}");
+        std::process::exit(1);
+    }
+    cuda();
+}
+
+#[cfg(feature = "cuda")]
+fn cuda() {
+    let gpu = Scale {
+        pingpong_rounds: 100_000,
+        launches: 10_000,
+        single_tasks: 100_000,
+        grid: (264, 256),
+        tasks_per_thread: 64,
+    };
+    let api = tandem_hal_cuda::CudaApi::load()
+        .ok()
+        .filter(|api| api.device_count().is_ok_and(|n| n > 0));
+    match api {
+        Some(api) => {
+            if let Err(e) = bench(api, "CUDA device 0", &gpu) {
+                eprintln!("CUDA bench failed: {e}");
+                std::process::exit(1);
+            }
+        }
+        None => skip(),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda() {
+    skip();
+}
+
+fn skip() {
+    if std::env::var("TANDEM_REQUIRE_GPU").as_deref() == Ok("1") {
+        eprintln!("CUDA: no device (or not compiled in), but TANDEM_REQUIRE_GPU=1");
+        std::process::exit(1);
+    }
+    println!("CUDA: skipped: no CUDA device");
+}

@@ -1,0 +1,224 @@
+//! The runtime's configuration: a TOML file, every field optional.
+//!
+//! ```toml
+//! workers = 4                 # CPU worker threads
+//! queue_depth = 1024          # slots per lane and priority (a power of two)
+//! lanes = 4                   # lanes per queue (each with two priorities)
+//! gpu_segment_size = 67108864 # bytes of pinned memory per device
+//! cpu_segment_size = 16777216 # bytes of the host clients' segment
+//! copy_space = 256            # copy space of the futures clients allocate
+//! devices = "all"             # or a list of ordinals: [0, 2]
+//! cpu_segment_name = "tandem-runtime"  # default: tandem-<pid>-<n>
+//! ```
+
+use std::fmt;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// Which devices the runtime opens.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub enum DeviceSelection {
+    /// Every device the backend reports.
+    #[default]
+    All,
+    /// These ordinals (none: CPU queues only).
+    Only(Vec<usize>),
+}
+
+/// Runtime settings, with the defaults of [`Config::default`].
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Config {
+    /// Worker threads polling the queues.
+    pub workers: usize,
+    /// Slots per lane and priority; a power of two.
+    pub queue_depth: u32,
+    /// Lanes per queue.
+    pub lanes: u32,
+    /// Bytes of each device's pinned segment.
+    pub gpu_segment_size: usize,
+    /// Bytes of the CPU segment host clients attach to.
+    pub cpu_segment_size: usize,
+    /// Copy space of futures allocated on the host.
+    pub copy_space: u32,
+    /// Devices to serve.
+    pub devices: DeviceSelection,
+    /// Name of the CPU segment (in `/dev/shm`); `None`: `tandem-<pid>-<n>`.
+    pub cpu_segment_name: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            workers: 4,
+            queue_depth: 1024,
+            lanes: 4,
+            gpu_segment_size: 64 << 20,
+            cpu_segment_size: 16 << 20,
+            copy_space: 256,
+            devices: DeviceSelection::All,
+            cpu_segment_name: None,
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The file could not be read.
+    Io { path: String, error: std::io::Error },
+    /// The text is not valid TOML for this schema.
+    Parse(String),
+    /// A value is out of range.
+    Invalid { field: &'static str, why: String },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io { path, error } => write!(f, "cannot read config {path}: {error}"),
+            Self::Parse(why) => write!(f, "bad config: {why}"),
+            Self::Invalid { field, why } => write!(f, "bad config value `{field}`: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The file's schema: every field optional, unknown fields refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    workers: Option<usize>,
+    queue_depth: Option<u32>,
+    lanes: Option<u32>,
+    gpu_segment_size: Option<usize>,
+    cpu_segment_size: Option<usize>,
+    copy_space: Option<u32>,
+    devices: Option<DevicesField>,
+    cpu_segment_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum DevicesField {
+    Word(String),
+    List(Vec<usize>),
+}
+
+impl Config {
+    /// Parses TOML text; fields left out keep their defaults.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let file: ConfigFile =
+            toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        let d = Config::default();
+        let devices = match file.devices {
+            None => d.devices,
+            Some(DevicesField::Word(w)) if w == "all" => DeviceSelection::All,
+            Some(DevicesField::Word(w)) => {
+                return Err(ConfigError::Invalid {
+                    field: "devices",
+                    why: format!("{w:?} is neither \"all\" nor a list of ordinals"),
+                })
+            }
+            Some(DevicesField::List(list)) => DeviceSelection::Only(list),
+        };
+        let config = Config {
+            workers: file.workers.unwrap_or(d.workers),
+            queue_depth: file.queue_depth.unwrap_or(d.queue_depth),
+            lanes: file.lanes.unwrap_or(d.lanes),
+            gpu_segment_size: file.gpu_segment_size.unwrap_or(d.gpu_segment_size),
+            cpu_segment_size: file.cpu_segment_size.unwrap_or(d.cpu_segment_size),
+            copy_space: file.copy_space.unwrap_or(d.copy_space),
+            devices,
+            cpu_segment_name: file.cpu_segment_name,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and parses a TOML file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
+            path: path.display().to_string(),
+            error,
+        })?;
+        Self::from_toml(&text)
+    }
+
+    /// Checks every value's range (what [`crate::Runtime::start`] relies on).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, why: String| Err(ConfigError::Invalid { field, why });
+        if self.workers == 0 || self.workers > 1024 {
+            return invalid("workers", format!("{} is not in 1..=1024", self.workers));
+        }
+        if !self.queue_depth.is_power_of_two() || self.queue_depth > 1 << 20 {
+            return invalid(
+                "queue_depth",
+                format!("{} is not a power of two up to 2^20", self.queue_depth),
+            );
+        }
+        if self.lanes == 0 || self.lanes > 1024 {
+            return invalid("lanes", format!("{} is not in 1..=1024", self.lanes));
+        }
+        if self.copy_space < crate::task::MIN_COPY_SPACE || self.copy_space > 1 << 20 {
+            return invalid(
+                "copy_space",
+                format!(
+                    "{} is not in {}..=2^20",
+                    self.copy_space,
+                    crate::task::MIN_COPY_SPACE
+                ),
+            );
+        }
+        for (field, size) in [
+            ("gpu_segment_size", self.gpu_segment_size),
+            ("cpu_segment_size", self.cpu_segment_size),
+        ] {
+            if size > 1 << 40 {
+                return invalid(field, format!("{size} bytes is more than 1 TiB"));
+            }
+            let needed = crate::segment::SegmentGeometry::min_bytes(self.lanes, self.queue_depth);
+            if size < needed {
+                return invalid(
+                    field,
+                    format!(
+                        "{size} bytes cannot hold {} lanes of depth {} and a heap ({needed} needed)",
+                        self.lanes, self.queue_depth
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// The configuration as TOML that [`from_toml`](Self::from_toml) reads
+    /// back to an equal value.
+    pub fn to_toml(&self) -> String {
+        let mut text = format!(
+            "workers = {}\nqueue_depth = {}\nlanes = {}\ngpu_segment_size = {}\n\
+             cpu_segment_size = {}\ncopy_space = {}\n",
+            self.workers,
+            self.queue_depth,
+            self.lanes,
+            self.gpu_segment_size,
+            self.cpu_segment_size,
+            self.copy_space
+        );
+        match &self.devices {
+            DeviceSelection::All => text.push_str("devices = \"all\"\n"),
+            DeviceSelection::Only(list) => {
+                let items: Vec<String> = list.iter().map(|o| o.to_string()).collect();
+                text.push_str(&format!("devices = [{}]\n", items.join(", ")));
+            }
+        }
+        if let Some(name) = &self.cpu_segment_name {
+            // Debug quoting escapes like a TOML basic string for the
+            // characters a segment name may hold.
+            text.push_str(&format!("cpu_segment_name = {name:?}\n"));
+        }
+        text
+    }
+}

@@ -1,0 +1,82 @@
+//! The runtime's error type.
+
+use std::fmt;
+
+use tandem_hal::GpuError;
+use tandem_shm_core::{AllocError, FutureError, RingError, SegmentError};
+
+use crate::config::ConfigError;
+
+/// Why the runtime, a segment or a client could not be set up or used.
+#[derive(Debug)]
+pub enum RuntimeError {
+    /// The configuration was refused.
+    Config(ConfigError),
+    /// Creating, opening or mapping shared memory failed.
+    Segment(SegmentError),
+    /// A segment's allocator could not be set up or attached.
+    Alloc(AllocError),
+    /// A segment's queue could not be set up or attached.
+    Queue(RingError),
+    /// A future could not be set up.
+    Future(FutureError),
+    /// The GPU backend refused a call.
+    Gpu(GpuError),
+    /// A segment's header is not a runtime segment of this version, or its
+    /// geometry does not fit the mapping.
+    BadSegment(String),
+    /// A worker or heartbeat thread could not be started.
+    Thread(std::io::Error),
+    /// Starting or talking to a runtime process failed.
+    Process(String),
+}
+
+impl fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => e.fmt(f),
+            Self::Segment(e) => write!(f, "shared memory: {e}"),
+            Self::Alloc(e) => write!(f, "segment allocator: {e}"),
+            Self::Queue(e) => write!(f, "segment queue: {e}"),
+            Self::Future(e) => write!(f, "future: {e}"),
+            Self::Gpu(e) => write!(f, "GPU backend: {e}"),
+            Self::BadSegment(why) => write!(f, "not a usable runtime segment: {why}"),
+            Self::Thread(e) => write!(f, "cannot start a runtime thread: {e}"),
+            Self::Process(why) => write!(f, "runtime process: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for RuntimeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Config(e) => Some(e),
+            Self::Segment(e) => Some(e),
+            Self::Alloc(e) => Some(e),
+            Self::Queue(e) => Some(e),
+            Self::Future(e) => Some(e),
+            Self::Gpu(e) => Some(e),
+            Self::Thread(e) => Some(e),
+            Self::BadSegment(_) | Self::Process(_) => None,
+        }
+    }
+}
+
+macro_rules! from_error {
+    ($($source:ty => $variant:ident),* $(,)?) => {
+        $(impl From<$source> for RuntimeError {
+            fn from(e: $source) -> Self {
+                Self::$variant(e)
+            }
+        })*
+    };
+}
+
+from_error! {
+    ConfigError => Config,
+    SegmentError => Segment,
+    AllocError => Alloc,
+    RingError => Queue,
+    FutureError => Future,
+    GpuError => Gpu,
+}

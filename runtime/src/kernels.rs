@@ -1,0 +1,214 @@
+//! Launching the runtime's kernels (`kernels/runtime.cu`) on a served
+//! device: the echo kernel whose threads send tasks to the CPU workers, the
+//! pinned-memory ping-pong floor, and an empty kernel for launch + sync.
+//! Generic over the backend, so the host backend's tests exercise exactly
+//! the code the GPU runs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig};
+
+use crate::error::RuntimeError;
+use crate::runtime::DeviceQueues;
+use crate::task::MethodId;
+
+/// Which priority the echo kernel's tasks use.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum EchoPriority {
+    High = 0,
+    Low = 1,
+    /// Alternating, task by task.
+    Alternate = 2,
+}
+
+/// One launch of `tandem_rt_echo_tasks`.
+#[derive(Clone, Copy, Debug)]
+pub struct EchoLaunch {
+    pub blocks: u32,
+    pub threads: u32,
+    pub tasks_per_thread: u64,
+    /// `math::ADD` or `math::NOOP` (or any method id, to test error codes).
+    pub method: MethodId,
+    pub priority: EchoPriority,
+    /// Spin rounds a full lane or a wait may take before the thread gives up.
+    pub spin_budget: u64,
+}
+
+/// `rt_status::ok` and the echo kernel's "task failed" status.
+pub const ECHO_OK: u32 = 0;
+/// Status of a thread whose task completed with a nonzero return code.
+pub const ECHO_TASK_FAILED: u32 = 0x100;
+
+/// What an echo launch did, per thread (global rank order).
+#[derive(Clone, Debug)]
+pub struct EchoOutcome {
+    /// Sum of the answers (add), completion count (noop), or the return code
+    /// of a failed task.
+    pub results: Vec<u64>,
+    /// `rt_status` per thread, or [`ECHO_TASK_FAILED`].
+    pub status: Vec<u32>,
+    /// Launch to synchronisation.
+    pub elapsed: Duration,
+}
+
+impl EchoOutcome {
+    /// Threads whose status is not ok.
+    pub fn failed_threads(&self) -> usize {
+        self.status.iter().filter(|&&s| s != ECHO_OK).count()
+    }
+}
+
+/// The expected `results[r]` of an `add` echo: sum over i < n of r + i.
+pub fn expected_add_sum(rank: u64, tasks: u64) -> u64 {
+    rank.wrapping_mul(tasks)
+        .wrapping_add(tasks.wrapping_mul(tasks.wrapping_sub(1)) / 2)
+}
+
+/// The runtime kernels, loaded on one served device.
+pub struct RuntimeKernels<'q, A: GpuApi> {
+    queues: &'q DeviceQueues<A>,
+    // Declared before the module they come from.
+    echo: <A::Device as GpuDevice>::Kernel,
+    pingpong: <A::Device as GpuDevice>::Kernel,
+    empty: <A::Device as GpuDevice>::Kernel,
+    stream: <A::Device as GpuDevice>::Stream,
+    _module: <A::Device as GpuDevice>::Module,
+    /// Whether every future of the last echo launch completed, so the
+    /// kernel arena can be reset before the next one.
+    arena_reusable: bool,
+}
+
+impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
+    /// Loads the device-kernels library on `queues`' device.
+    pub fn load(queues: &'q DeviceQueues<A>) -> Result<Self, RuntimeError> {
+        let device = queues.device();
+        let module = device.load_module(&tandem_device_kernels::library())?;
+        Ok(Self {
+            echo: device.kernel(&module, "tandem_rt_echo_tasks")?,
+            pingpong: device.kernel(&module, "tandem_rt_pingpong")?,
+            empty: device.kernel(&module, "tandem_empty")?,
+            stream: device.create_stream()?,
+            _module: module,
+            queues,
+            arena_reusable: true,
+        })
+    }
+
+    /// Launches the echo kernel and waits for it. Kernel threads wait with
+    /// the segment's stop word, so [`DeviceQueues::raise_stop`] from another
+    /// thread releases them.
+    pub fn echo(&mut self, launch: &EchoLaunch) -> Result<EchoOutcome, RuntimeError> {
+        let device = self.queues.device();
+        let threads = launch.blocks as usize * launch.threads as usize;
+        let results = device.alloc_pinned_mapped(threads.max(1) * 8)?;
+        let status = device.alloc_pinned_mapped(threads.max(1) * 4)?;
+        if self.arena_reusable {
+            // SAFETY: the previous launch (if any) was synchronised and every
+            // one of its futures completed (arena_reusable), so nothing uses
+            // the arena; launches are serialised by `&mut self`.
+            unsafe { self.queues.segment().reset_kernel_arena() };
+        }
+        let segment = self.queues.segment();
+        let args = [
+            KernelArg::Ptr(self.queues.kernel_backend().base),
+            KernelArg::U64(segment.len() as u64),
+            KernelArg::U64(launch.tasks_per_thread),
+            KernelArg::U32(launch.method),
+            KernelArg::U32(launch.priority as u32),
+            KernelArg::Ptr(self.queues.stop_flag_device_ptr()),
+            KernelArg::U64(launch.spin_budget),
+            KernelArg::Ptr(results.device_ptr()),
+            KernelArg::Ptr(status.device_ptr()),
+        ];
+        let config = LaunchConfig::linear(launch.blocks, launch.threads);
+        let start = Instant::now();
+        // SAFETY: the segment stays mapped and registered while `self`
+        // borrows its queues; results/status hold one entry per thread and
+        // live until after the synchronisation below.
+        unsafe { device.launch(&self.echo, &config, &args, &self.stream) }?;
+        device.synchronize_stream(&self.stream)?;
+        let elapsed = start.elapsed();
+        // SAFETY: the kernel finished (synchronised); the buffers hold
+        // `threads` u64s / u32s, written by it.
+        let (results, status) = unsafe {
+            (
+                std::slice::from_raw_parts(results.host_ptr().cast::<u64>(), threads).to_vec(),
+                std::slice::from_raw_parts(status.host_ptr().cast::<u32>(), threads).to_vec(),
+            )
+        };
+        // A thread that stopped or ran out of budget may have left its
+        // future queued: keep the arena until the runtime is gone.
+        self.arena_reusable = status
+            .iter()
+            .all(|&s| s == ECHO_OK || s == ECHO_TASK_FAILED);
+        Ok(EchoOutcome {
+            results,
+            status,
+            elapsed,
+        })
+    }
+
+    /// The raw round-trip floor: one kernel thread and one host thread
+    /// exchange `rounds` values through two words of mapped pinned memory.
+    /// Returns the time per round trip.
+    pub fn pingpong(&self, rounds: u64) -> Result<Duration, RuntimeError> {
+        let device = self.queues.device();
+        let words = device.alloc_pinned_mapped(16)?;
+        let done = device.alloc_pinned_mapped(8)?;
+        // SAFETY: 16 fresh bytes, 8-aligned; only accessed atomically by
+        // both sides from here on.
+        let (request, answer) = unsafe {
+            let p = words.host_ptr().cast::<u64>();
+            p.write(0);
+            p.add(1).write(0);
+            (AtomicU64::from_ptr(p), AtomicU64::from_ptr(p.add(1)))
+        };
+        let spin_budget = 1u64 << 32;
+        let args = [
+            KernelArg::Ptr(words.device_ptr()),
+            KernelArg::U64(rounds),
+            KernelArg::U64(spin_budget),
+            KernelArg::Ptr(done.device_ptr()),
+        ];
+        let start = Instant::now();
+        // SAFETY: words/done live until after the synchronisation.
+        unsafe {
+            device.launch(
+                &self.pingpong,
+                &LaunchConfig::linear(1, 1),
+                &args,
+                &self.stream,
+            )
+        }?;
+        let deadline = start + Duration::from_secs(60);
+        let mut seen = 0;
+        while seen < rounds && Instant::now() < deadline {
+            // Acquire pairs with the kernel's system-scope release.
+            let value = request.load(Ordering::Acquire);
+            if value != seen {
+                seen = value;
+                // Release pairs with the kernel's system-scope acquire.
+                answer.store(value, Ordering::Release);
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        device.synchronize_stream(&self.stream)?;
+        let elapsed = start.elapsed();
+        Ok(elapsed / rounds.max(1) as u32)
+    }
+
+    /// One empty-kernel launch + stream synchronisation per request, `n`
+    /// times: the per-request cost without a runtime. Returns time per request.
+    pub fn launch_and_sync(&self, n: u32) -> Result<Duration, RuntimeError> {
+        let device = self.queues.device();
+        let start = Instant::now();
+        for _ in 0..n {
+            // SAFETY: the empty kernel touches no memory.
+            unsafe { device.launch(&self.empty, &LaunchConfig::linear(1, 1), &[], &self.stream) }?;
+            device.synchronize_stream(&self.stream)?;
+        }
+        Ok(start.elapsed() / n.max(1))
+    }
+}

@@ -1,0 +1,161 @@
+//! The runtime's shared-memory layouts: the header at offset 0 of every queue
+//! segment (the CPU segment and one per device) and the task header at the
+//! start of every task's bytes. Mirrored field by field in
+//! `device-kernels/include/tandem/runtime.h` (static_asserts there repeat the
+//! ones below).
+//!
+//! A queue segment is laid out as
+//!
+//! ```text
+//! 0              SegmentHeader (one page reserved)
+//! queue_offset   LaneQueue<ShmPtr<u8>>: lanes x 2 priorities of task pointers
+//! heap_offset    SizeClassAllocator: futures and payloads the host allocates
+//! arena_offset   ArenaAllocator: futures kernels allocate (per-block carves)
+//! ```
+//!
+//! Every task pointer in the queue is a `ShmPtr` whose `alloc_id` is the
+//! segment's id and whose `off` is a byte offset from the segment's base, so
+//! one pointer means the same future to the host (host address) and to a
+//! kernel (device address), whichever allocator the future came from.
+
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
+
+use tandem_shm_core::AllocatorId;
+
+/// `SegmentHeader::magic` once the segment is fully initialised ("TNDMRTSG").
+pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
+/// Layout version; bumped on any change to this file.
+pub const SEGMENT_VERSION: u32 = 1;
+/// Bytes reserved for the header at the start of a segment (one page, so
+/// the queue and allocators start page-aligned).
+pub const SEGMENT_HEADER_RESERVED: usize = 4096;
+
+/// `SegmentHeader::kind`.
+pub mod segment_kind {
+    /// Host clients' queues (named shared memory).
+    pub const CPU: u32 = 0;
+    /// A device's queues (pinned host memory mapped into the device).
+    pub const DEVICE: u32 = 1;
+}
+
+/// `SegmentHeader::state`.
+pub mod runtime_state {
+    /// Being set up; no worker polls yet.
+    pub const STARTING: u32 = 0;
+    /// Workers are polling: tasks pushed now will be completed.
+    pub const READY: u32 = 1;
+    /// The runtime is shutting down or gone; nothing new will be completed.
+    pub const STOPPED: u32 = 2;
+}
+
+/// `AllocatorId::major` of every runtime segment ("TNRT"); the minor is the
+/// segment index (0 = CPU, 1 + ordinal = device).
+pub const SEGMENT_ID_MAJOR: u32 = 0x544e_5254;
+/// `AllocatorId::major` of a segment's size-class heap.
+pub const HEAP_ID_MAJOR: u32 = 0x544e_4850;
+/// `AllocatorId::major` of a segment's kernel arena.
+pub const ARENA_ID_MAJOR: u32 = 0x544e_4152;
+
+/// The header at offset 0 of a queue segment. Written once at setup (plain
+/// fields before `magic`, which is published with `Release`), except the
+/// atomics, which are live.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct SegmentHeader {
+    /// [`SEGMENT_MAGIC`] once everything in the segment is initialised.
+    pub magic: AtomicU64,
+    /// [`SEGMENT_VERSION`].
+    pub version: u32,
+    /// A [`segment_kind`] value.
+    pub kind: u32,
+    /// The id every task pointer in this segment's queue carries.
+    pub id: AllocatorId,
+    /// The device this segment serves; -1 for the CPU segment.
+    pub device_ordinal: i32,
+    /// The NUMA node the pages were found on after binding; -1 if unknown.
+    /// Written once before `magic` is published (`Relaxed`).
+    pub numa_node: AtomicI32,
+    /// Length of the whole segment.
+    pub segment_bytes: u64,
+    /// Where the lane queue starts, and its length.
+    pub queue_offset: u64,
+    pub queue_bytes: u64,
+    /// Where the size-class heap starts, and its length.
+    pub heap_offset: u64,
+    pub heap_bytes: u64,
+    /// Where the kernel arena starts, and its length.
+    pub arena_offset: u64,
+    pub arena_bytes: u64,
+    /// Lanes of the queue (each with two priorities).
+    pub num_lanes: u32,
+    /// Copy space a future should have to carry typical tasks.
+    pub copy_space: u32,
+    /// Process id of the runtime serving this segment.
+    pub runtime_pid: AtomicU32,
+    /// A [`runtime_state`] value.
+    pub state: AtomicU32,
+    /// Incremented by the runtime every [`crate::HEARTBEAT_PERIOD`]; a value
+    /// that stops moving means a hung runtime.
+    pub heartbeat: AtomicU64,
+    /// Raised (nonzero) by the host to release every kernel waiting with it.
+    pub stop: AtomicU32,
+    pub reserved: u32,
+}
+
+/// The task header: the first [`TASK_HEADER_BYTES`] of a task's bytes (a
+/// copy future's input, or a pointer future's payload), serialized as four
+/// little-endian `u32`s, followed by `args_len` bytes of serialized
+/// arguments.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct TaskHeader {
+    /// The pool (module) that handles the task.
+    pub pool: u32,
+    /// The method within the pool.
+    pub method: u32,
+    /// Bytes of serialized arguments after the header.
+    pub args_len: u32,
+    /// [`TASK_VERSION`]; anything else is refused.
+    pub version: u32,
+}
+
+/// Bytes of a serialized [`TaskHeader`].
+pub const TASK_HEADER_BYTES: usize = 16;
+/// `TaskHeader::version`.
+pub const TASK_VERSION: u32 = 1;
+
+static_assertions::assert_eq_size!(SegmentHeader, [u8; 128]);
+static_assertions::const_assert_eq!(core::mem::align_of::<SegmentHeader>(), 64);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, magic), 0);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, version), 8);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, kind), 12);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, id), 16);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, device_ordinal), 24);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, numa_node), 28);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, segment_bytes), 32);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, queue_offset), 40);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, queue_bytes), 48);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, heap_offset), 56);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, heap_bytes), 64);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, arena_offset), 72);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, arena_bytes), 80);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, num_lanes), 88);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, copy_space), 92);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, runtime_pid), 96);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, state), 100);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, heartbeat), 104);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, stop), 112);
+static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
+
+static_assertions::assert_eq_size!(TaskHeader, [u8; TASK_HEADER_BYTES]);
+static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, pool), 0);
+static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, method), 4);
+static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, args_len), 8);
+static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, version), 12);
+
+tandem_shm_core::impl_serialize_fields!(TaskHeader {
+    pool,
+    method,
+    args_len,
+    version
+});

@@ -1,0 +1,393 @@
+//! The runtime: per-device pinned queue segments, the CPU segment host
+//! clients attach to, worker threads, and a heartbeat.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use tandem_hal::numa::{bind_to_node, node_of_address};
+use tandem_hal::{DeviceMemory, DeviceProperties, GpuApi, GpuDevice};
+use tandem_shm_core::layout::{BackendKind, MemoryBackend};
+use tandem_shm_core::Segment;
+
+use crate::config::{Config, DeviceSelection};
+use crate::error::RuntimeError;
+use crate::layout::{runtime_state, segment_kind, SegmentHeader};
+use crate::liveness::HEARTBEAT_PERIOD;
+use crate::registry::Registry;
+use crate::segment::{QueueSegment, SegmentSpec};
+use crate::submit::{self, Pending, Route};
+use crate::task::{Task, TaskError};
+use crate::worker::{self, Source, StatsSnapshot, WorkerStats};
+
+/// Where a device segment's pages ended up.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum NumaPlacement {
+    /// Bound to the device's host node and found there after first touch.
+    Verified { node: u32 },
+    /// Bound, but the first page was found elsewhere (or not placed).
+    Mismatch { wanted: u32, found: Option<u32> },
+    /// Binding failed (e.g. no NUMA support in the kernel); pages are wherever
+    /// the OS put them.
+    BindFailed { wanted: u32, error: String },
+    /// The device reports no host NUMA node: nothing to bind to.
+    Unknown,
+}
+
+impl std::fmt::Display for NumaPlacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Verified { node } => write!(f, "NUMA node {node} (bound, verified)"),
+            Self::Mismatch { wanted, found } => {
+                write!(f, "bound to NUMA node {wanted} but found on {found:?}")
+            }
+            Self::BindFailed { wanted, error } => {
+                write!(f, "binding to NUMA node {wanted} failed: {error}")
+            }
+            Self::Unknown => f.write_str("no NUMA information for the device"),
+        }
+    }
+}
+
+/// One device's queue segment and its registration with the device.
+pub struct DeviceQueues<A: GpuApi> {
+    // Declared before `segment`: the registration must be dropped (the pages
+    // unregistered) before the mapping can go.
+    registration: <A::Device as GpuDevice>::HostRegistration,
+    segment: Arc<QueueSegment>,
+    device: A::Device,
+    properties: DeviceProperties,
+    placement: NumaPlacement,
+}
+
+impl<A: GpuApi> DeviceQueues<A> {
+    /// Creates, places, registers and initialises `device`'s segment.
+    fn create(device: A::Device, config: &Config, index: u32) -> Result<Self, RuntimeError> {
+        let properties = device.properties()?;
+        let memory = Segment::create_anonymous(config.gpu_segment_size)?;
+        // Bind before anything touches the pages (registration pins them).
+        let wanted = properties.host_numa_node;
+        let bind = wanted.map(|node| (node, bind_to_node(memory.as_ptr(), memory.len(), node)));
+        // SAFETY: the mapping is owned by the segment, which this struct keeps
+        // until after the registration is dropped (field order).
+        let registration = unsafe { device.register_host(memory.as_ptr(), memory.len()) }?;
+        let segment = QueueSegment::init(
+            memory,
+            SegmentSpec {
+                kind: segment_kind::DEVICE,
+                index,
+                device_ordinal: Some(device.ordinal()),
+                lanes: config.lanes,
+                depth: config.queue_depth,
+                copy_space: config.copy_space,
+            },
+        )?;
+        // init wrote the header page: its node is where the binding put it.
+        let found = node_of_address(segment.base());
+        let placement = match bind {
+            None => NumaPlacement::Unknown,
+            Some((wanted, Err(e))) => NumaPlacement::BindFailed {
+                wanted,
+                error: e.to_string(),
+            },
+            Some((wanted, Ok(()))) if found == Some(wanted) => {
+                NumaPlacement::Verified { node: wanted }
+            }
+            Some((wanted, Ok(()))) => NumaPlacement::Mismatch { wanted, found },
+        };
+        segment.publish(found);
+        Ok(Self {
+            registration,
+            segment: Arc::new(segment),
+            device,
+            properties,
+            placement,
+        })
+    }
+
+    /// The device.
+    pub fn device(&self) -> &A::Device {
+        &self.device
+    }
+
+    /// Its properties, read at start.
+    pub fn properties(&self) -> &DeviceProperties {
+        &self.properties
+    }
+
+    /// The segment, host side.
+    pub fn segment(&self) -> &QueueSegment {
+        &self.segment
+    }
+
+    /// Where the segment's pages are.
+    pub fn placement(&self) -> &NumaPlacement {
+        &self.placement
+    }
+
+    /// The segment descriptor a kernel is launched with (device address).
+    pub fn kernel_backend(&self) -> MemoryBackend {
+        self.segment
+            .backend_at(self.registration.device_ptr(), BackendKind::Pinned)
+    }
+
+    /// The device address of the segment's stop word (what
+    /// [`raise_stop`](Self::raise_stop) raises), for kernels' waits.
+    pub fn stop_flag_device_ptr(&self) -> u64 {
+        self.registration.device_ptr() + memoffset::offset_of!(SegmentHeader, stop) as u64
+    }
+
+    /// Raises the segment's stop word: every kernel waiting with it returns
+    /// `stopped`. `Release`, pairing with the kernels' acquire loads.
+    pub fn raise_stop(&self) {
+        self.segment.header().stop.store(1, Ordering::Release);
+    }
+
+    /// Lowers the stop word again (before launching new waiters).
+    pub fn clear_stop(&self) {
+        self.segment.header().stop.store(0, Ordering::Release);
+    }
+}
+
+/// `tandem-<pid>-<n>`: unique among the runtimes of this process.
+fn default_segment_name() -> String {
+    static STARTED: AtomicU32 = AtomicU32::new(0);
+    // Relaxed: only uniqueness matters, which the RMW gives.
+    let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    format!("tandem-{}-{n}", std::process::id())
+}
+
+/// The running runtime on backend `A`. Dropping it stops the workers after
+/// they drain the queues, and marks every segment STOPPED.
+pub struct Runtime<A: GpuApi> {
+    workers: Vec<JoinHandle<()>>,
+    heartbeat: Option<JoinHandle<()>>,
+    shutdown: Arc<AtomicBool>,
+    stats: Arc<WorkerStats>,
+    // Dropped after the threads are joined (in Drop), in this order:
+    // devices (registrations first), then the CPU segment.
+    devices: Vec<DeviceQueues<A>>,
+    cpu: Arc<QueueSegment>,
+    registry: Arc<Registry>,
+    config: Config,
+    notes: Vec<String>,
+    api: A,
+}
+
+impl<A: GpuApi> Runtime<A> {
+    /// Loads backend `A` and starts a runtime on it.
+    pub fn start(config: Config, registry: Registry) -> Result<Self, RuntimeError> {
+        Self::start_with(A::load()?, config, registry)
+    }
+
+    /// Starts a runtime on an already loaded backend.
+    pub fn start_with(api: A, config: Config, registry: Registry) -> Result<Self, RuntimeError> {
+        config.validate()?;
+        let mut notes = Vec::new();
+        let count = api.device_count()?;
+        let ordinals: Vec<usize> = match &config.devices {
+            DeviceSelection::All => (0..count).collect(),
+            DeviceSelection::Only(list) => {
+                if let Some(bad) = list.iter().find(|&&o| o >= count) {
+                    return Err(RuntimeError::Config(crate::config::ConfigError::Invalid {
+                        field: "devices",
+                        why: format!("device {bad} does not exist ({count} present)"),
+                    }));
+                }
+                list.clone()
+            }
+        };
+        if ordinals.is_empty() {
+            notes.push(format!(
+                "{:?} backend: no devices in use; serving CPU queues only",
+                A::BACKEND
+            ));
+        }
+        let mut devices = Vec::with_capacity(ordinals.len());
+        for (i, &ordinal) in ordinals.iter().enumerate() {
+            let device = api.device(ordinal)?;
+            let queues = DeviceQueues::create(device, &config, 1 + i as u32)?;
+            notes.push(format!(
+                "device {ordinal} ({}): {} MiB pinned segment, {}",
+                queues.properties.name,
+                config.gpu_segment_size >> 20,
+                queues.placement
+            ));
+            devices.push(queues);
+        }
+        let name = config
+            .cpu_segment_name
+            .clone()
+            .unwrap_or_else(default_segment_name);
+        let cpu_memory = Segment::create_named(&name, config.cpu_segment_size)?;
+        let cpu = QueueSegment::init(
+            cpu_memory,
+            SegmentSpec {
+                kind: segment_kind::CPU,
+                index: 0,
+                device_ordinal: None,
+                lanes: config.lanes,
+                depth: config.queue_depth,
+                copy_space: config.copy_space,
+            },
+        )?;
+        notes.push(format!(
+            "CPU segment /dev/shm/{name}: not NUMA-bound (shared by host clients anywhere)"
+        ));
+        cpu.publish(None);
+        let cpu = Arc::new(cpu);
+
+        let mut runtime = Self {
+            workers: Vec::new(),
+            heartbeat: None,
+            shutdown: Arc::new(AtomicBool::new(false)),
+            stats: Arc::new(WorkerStats::default()),
+            devices,
+            cpu,
+            registry: Arc::new(registry),
+            config,
+            notes,
+            api,
+        };
+        runtime.spawn_threads()?;
+        for segment in runtime.segments() {
+            segment.set_state(runtime_state::READY);
+        }
+        Ok(runtime)
+    }
+
+    /// Every segment: the CPU one first, then the devices'.
+    fn segments(&self) -> impl Iterator<Item = &Arc<QueueSegment>> {
+        std::iter::once(&self.cpu).chain(self.devices.iter().map(|d| &d.segment))
+    }
+
+    /// Starts the workers and the heartbeat; on failure, stops what started
+    /// (Drop joins them).
+    fn spawn_threads(&mut self) -> Result<(), RuntimeError> {
+        let sources: Vec<Source> = self
+            .segments()
+            .flat_map(|segment| {
+                (0..segment.queue().num_lanes()).map(|lane| Source {
+                    segment: Arc::clone(segment),
+                    lane,
+                })
+            })
+            .collect();
+        for (w, mine) in worker::assign(&sources, self.config.workers)
+            .into_iter()
+            .enumerate()
+        {
+            let registry = Arc::clone(&self.registry);
+            let stats = Arc::clone(&self.stats);
+            let shutdown = Arc::clone(&self.shutdown);
+            let handle = std::thread::Builder::new()
+                .name(format!("tandem-worker-{w}"))
+                .spawn(move || worker::run(mine, registry, stats, shutdown))
+                .map_err(RuntimeError::Thread)?;
+            self.workers.push(handle);
+        }
+        let segments: Vec<Arc<QueueSegment>> = self.segments().cloned().collect();
+        let shutdown = Arc::clone(&self.shutdown);
+        let heartbeat = std::thread::Builder::new()
+            .name("tandem-heartbeat".into())
+            .spawn(move || {
+                // Relaxed: the shutdown flag only ends the loop.
+                while !shutdown.load(Ordering::Relaxed) {
+                    for segment in &segments {
+                        // Relaxed: waiters only compare values over time.
+                        segment.header().heartbeat.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::thread::park_timeout(HEARTBEAT_PERIOD);
+                }
+            })
+            .map_err(RuntimeError::Thread)?;
+        self.heartbeat = Some(heartbeat);
+        Ok(())
+    }
+
+    /// The backend.
+    pub fn api(&self) -> &A {
+        &self.api
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// What setup found worth saying (devices, NUMA placement, no devices).
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The served devices.
+    pub fn devices(&self) -> &[DeviceQueues<A>] {
+        &self.devices
+    }
+
+    /// The CPU segment host clients attach to.
+    pub fn cpu_segment(&self) -> &QueueSegment {
+        &self.cpu
+    }
+
+    /// The registry the workers dispatch through.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The workers' counters.
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// Submits a copy-future task to the CPU queues from this process.
+    pub fn submit<T: Task>(&self, route: Route, task: &T) -> Result<Pending<'_, T>, TaskError> {
+        submit::submit(&self.cpu, route, task)
+    }
+
+    /// Submits a pointer-future task (zero copy of the arguments) to the CPU
+    /// queues; its output may use `output_space` bytes.
+    pub fn submit_pointer<T: Task>(
+        &self,
+        route: Route,
+        task: &T,
+        output_space: u32,
+    ) -> Result<Pending<'_, T>, TaskError> {
+        submit::submit_pointer(&self.cpu, route, task, output_space)
+    }
+
+    /// Stops the runtime: marks the segments STOPPED, lets the workers drain
+    /// the queues and joins every thread. Also what Drop does.
+    pub fn shutdown(mut self) -> Result<(), RuntimeError> {
+        self.stop_threads()
+    }
+
+    fn stop_threads(&mut self) -> Result<(), RuntimeError> {
+        // Release pairs with the workers' Acquire: they drain what was
+        // pushed before and exit.
+        self.shutdown.store(true, Ordering::Release);
+        let mut panicked = 0;
+        for handle in self.workers.drain(..).chain(self.heartbeat.take()) {
+            handle.thread().unpark();
+            if handle.join().is_err() {
+                panicked += 1;
+            }
+        }
+        for segment in self.segments() {
+            segment.set_state(runtime_state::STOPPED);
+        }
+        if panicked > 0 {
+            return Err(RuntimeError::Process(format!(
+                "{panicked} runtime threads panicked"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl<A: GpuApi> Drop for Runtime<A> {
+    fn drop(&mut self) {
+        // Errors (a panicked thread) have no one to go to here.
+        let _ = self.stop_threads();
+    }
+}

@@ -1,0 +1,400 @@
+//! A queue segment: the header, lane queue, heap and kernel arena of
+//! [`crate::layout`], in one shared-memory [`Segment`], seen from the host.
+
+use std::ptr::addr_of_mut;
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+
+use tandem_shm_core::future::FutureShm;
+use tandem_shm_core::layout::{BackendKind, MemoryBackend};
+use tandem_shm_core::{
+    AllocatorId, ArenaAllocator, LaneQueue, Segment, ShmPtr, SizeClassAllocator,
+};
+
+use crate::error::RuntimeError;
+use crate::layout::{
+    runtime_state, SegmentHeader, ARENA_ID_MAJOR, HEAP_ID_MAJOR, SEGMENT_HEADER_RESERVED,
+    SEGMENT_ID_MAJOR, SEGMENT_MAGIC, SEGMENT_VERSION,
+};
+
+/// Page granularity of the regions inside a segment.
+const REGION_ALIGN: usize = 4096;
+/// The smallest heap (and arena) a segment is given.
+const MIN_REGION: usize = 64 << 10;
+
+fn align_up(n: usize) -> usize {
+    n.next_multiple_of(REGION_ALIGN)
+}
+
+/// Where the regions of a segment lie.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SegmentGeometry {
+    pub queue_offset: usize,
+    pub queue_bytes: usize,
+    pub heap_offset: usize,
+    pub heap_bytes: usize,
+    pub arena_offset: usize,
+    pub arena_bytes: usize,
+}
+
+impl SegmentGeometry {
+    /// The smallest segment that holds a queue of `lanes` x `depth` and the
+    /// minimum heap and arena.
+    pub fn min_bytes(lanes: u32, depth: u32) -> usize {
+        SEGMENT_HEADER_RESERVED
+            + align_up(LaneQueue::<ShmPtr<u8>>::required_bytes(lanes, depth))
+            + 2 * MIN_REGION
+    }
+
+    /// Lays out `total` bytes: header, queue, then what is left split evenly
+    /// between the heap and the kernel arena.
+    pub fn plan(total: usize, lanes: u32, depth: u32) -> Result<Self, RuntimeError> {
+        let queue_bytes = align_up(LaneQueue::<ShmPtr<u8>>::required_bytes(lanes, depth));
+        if total < Self::min_bytes(lanes, depth) {
+            return Err(RuntimeError::BadSegment(format!(
+                "{total} bytes cannot hold the queue and heaps ({} needed)",
+                Self::min_bytes(lanes, depth)
+            )));
+        }
+        let queue_offset = SEGMENT_HEADER_RESERVED;
+        let heap_offset = queue_offset + queue_bytes;
+        let rest = total - heap_offset;
+        let heap_bytes = (rest / 2) & !(REGION_ALIGN - 1);
+        Ok(Self {
+            queue_offset,
+            queue_bytes,
+            heap_offset,
+            heap_bytes,
+            arena_offset: heap_offset + heap_bytes,
+            arena_bytes: rest - heap_bytes,
+        })
+    }
+
+    /// Checks that every region lies inside `total` bytes, in order, aligned.
+    fn check(&self, total: usize) -> Result<(), RuntimeError> {
+        let regions = [
+            (self.queue_offset, self.queue_bytes),
+            (self.heap_offset, self.heap_bytes),
+            (self.arena_offset, self.arena_bytes),
+        ];
+        let mut end_of_previous = SEGMENT_HEADER_RESERVED;
+        for (offset, bytes) in regions {
+            let end = offset.checked_add(bytes);
+            if offset < end_of_previous
+                || offset % REGION_ALIGN != 0
+                || end.is_none_or(|e| e > total)
+            {
+                return Err(RuntimeError::BadSegment(format!(
+                    "region {offset:#x}+{bytes:#x} does not fit a {total}-byte segment"
+                )));
+            }
+            end_of_previous = offset + bytes;
+        }
+        Ok(())
+    }
+}
+
+/// What a new segment is for.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentSpec {
+    /// A [`crate::layout::segment_kind`] value.
+    pub kind: u32,
+    /// 0 for the CPU segment, 1 + ordinal for a device's.
+    pub index: u32,
+    /// The device it serves, if any.
+    pub device_ordinal: Option<usize>,
+    pub lanes: u32,
+    pub depth: u32,
+    pub copy_space: u32,
+}
+
+/// A task pointer that does not name a future in this segment.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ForeignPointer(pub ShmPtr<u8>);
+
+impl std::fmt::Display for ForeignPointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "task pointer {:?} names no future in this segment",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for ForeignPointer {}
+
+/// A mapped queue segment and handles to everything in it.
+pub struct QueueSegment {
+    // The handles borrow the mapping: they are declared 'static but never
+    // handed out for longer than `&self`, and none has drop glue, so the
+    // mapping (dropped with `memory`) outlives every use.
+    header: &'static SegmentHeader,
+    queue: LaneQueue<'static, ShmPtr<u8>>,
+    heap: SizeClassAllocator<'static>,
+    arena: ArenaAllocator<'static>,
+    geometry: SegmentGeometry,
+    id: AllocatorId,
+    memory: Segment,
+}
+
+impl QueueSegment {
+    /// Initialises a runtime segment in `memory` (whose pages the caller has
+    /// already placed, e.g. bound to a NUMA node): everything but the magic,
+    /// which [`publish`](Self::publish) writes once the caller is ready.
+    pub fn init(memory: Segment, spec: SegmentSpec) -> Result<Self, RuntimeError> {
+        let geometry = SegmentGeometry::plan(memory.len(), spec.lanes, spec.depth)?;
+        let base = memory.as_ptr();
+        let id = AllocatorId::new(SEGMENT_ID_MAJOR, spec.index);
+        let header = base.cast::<SegmentHeader>();
+        // SAFETY: `memory` is a fresh mapping of at least min_bytes (plan
+        // checked), page-aligned, and nobody else has it yet (the magic is
+        // not published). Each structure gets a disjoint range of it. Header
+        // fields are written through raw field pointers, atomics with `new`.
+        let (queue, heap, arena) = unsafe {
+            let h = header;
+            addr_of_mut!((*h).magic).write(AtomicU64::new(0));
+            addr_of_mut!((*h).version).write(SEGMENT_VERSION);
+            addr_of_mut!((*h).kind).write(spec.kind);
+            addr_of_mut!((*h).id).write(id);
+            let ordinal = spec.device_ordinal.map_or(-1, |o| o as i32);
+            addr_of_mut!((*h).device_ordinal).write(ordinal);
+            addr_of_mut!((*h).numa_node).write(AtomicI32::new(-1));
+            addr_of_mut!((*h).segment_bytes).write(memory.len() as u64);
+            addr_of_mut!((*h).queue_offset).write(geometry.queue_offset as u64);
+            addr_of_mut!((*h).queue_bytes).write(geometry.queue_bytes as u64);
+            addr_of_mut!((*h).heap_offset).write(geometry.heap_offset as u64);
+            addr_of_mut!((*h).heap_bytes).write(geometry.heap_bytes as u64);
+            addr_of_mut!((*h).arena_offset).write(geometry.arena_offset as u64);
+            addr_of_mut!((*h).arena_bytes).write(geometry.arena_bytes as u64);
+            addr_of_mut!((*h).num_lanes).write(spec.lanes);
+            addr_of_mut!((*h).copy_space).write(spec.copy_space);
+            addr_of_mut!((*h).runtime_pid).write(AtomicU32::new(std::process::id()));
+            addr_of_mut!((*h).state).write(AtomicU32::new(runtime_state::STARTING));
+            addr_of_mut!((*h).heartbeat).write(AtomicU64::new(0));
+            addr_of_mut!((*h).stop).write(AtomicU32::new(0));
+            addr_of_mut!((*h).reserved).write(0);
+            let queue = LaneQueue::init_in(
+                base.add(geometry.queue_offset),
+                geometry.queue_bytes,
+                spec.lanes,
+                spec.depth,
+            )?;
+            let heap = SizeClassAllocator::init_in(
+                base.add(geometry.heap_offset),
+                geometry.heap_bytes,
+                AllocatorId::new(HEAP_ID_MAJOR, spec.index),
+            )?;
+            let arena = ArenaAllocator::init_in(
+                base.add(geometry.arena_offset),
+                geometry.arena_bytes,
+                AllocatorId::new(ARENA_ID_MAJOR, spec.index),
+            )?;
+            (queue, heap, arena)
+        };
+        Ok(Self {
+            // SAFETY: initialised above; lives as long as `memory` (see the
+            // struct's comment).
+            header: unsafe { &*header },
+            queue,
+            heap,
+            arena,
+            geometry,
+            id,
+            memory,
+        })
+    }
+
+    /// Records the NUMA node found for the pages and publishes the segment
+    /// (magic, `Release`), so attachers see everything written before.
+    pub fn publish(&self, numa_node: Option<u32>) {
+        let node = numa_node.and_then(|n| i32::try_from(n).ok()).unwrap_or(-1);
+        // Relaxed: ordered before the Release of the magic below.
+        self.header.numa_node.store(node, Ordering::Relaxed);
+        self.header.magic.store(SEGMENT_MAGIC, Ordering::Release);
+    }
+
+    /// Attaches to a segment a runtime (perhaps in another process) published.
+    pub fn attach(memory: Segment) -> Result<Self, RuntimeError> {
+        let base = memory.as_ptr();
+        if memory.len() < SEGMENT_HEADER_RESERVED {
+            return Err(RuntimeError::BadSegment(format!(
+                "{} bytes is smaller than the header",
+                memory.len()
+            )));
+        }
+        // SAFETY: the mapping holds the header (checked) and is page-aligned;
+        // the header is read through atomics until the magic is seen.
+        let header = unsafe { &*base.cast::<SegmentHeader>() };
+        // Acquire pairs with `publish`'s Release: the plain fields are final.
+        let magic = header.magic.load(Ordering::Acquire);
+        if magic != SEGMENT_MAGIC {
+            return Err(RuntimeError::BadSegment(format!(
+                "magic {magic:#x} (runtime not ready, or not a runtime segment)"
+            )));
+        }
+        if header.version != SEGMENT_VERSION {
+            return Err(RuntimeError::BadSegment(format!(
+                "layout version {} (this build speaks {SEGMENT_VERSION})",
+                header.version
+            )));
+        }
+        let to_usize = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        let geometry = SegmentGeometry {
+            queue_offset: to_usize(header.queue_offset),
+            queue_bytes: to_usize(header.queue_bytes),
+            heap_offset: to_usize(header.heap_offset),
+            heap_bytes: to_usize(header.heap_bytes),
+            arena_offset: to_usize(header.arena_offset),
+            arena_bytes: to_usize(header.arena_bytes),
+        };
+        geometry.check(memory.len())?;
+        // SAFETY: each region lies inside the mapping (checked) and holds a
+        // structure the runtime initialised before publishing the magic.
+        let (queue, heap, arena) = unsafe {
+            (
+                LaneQueue::attach(base.add(geometry.queue_offset), geometry.queue_bytes)?,
+                SizeClassAllocator::attach(base.add(geometry.heap_offset), geometry.heap_bytes)?,
+                ArenaAllocator::attach(base.add(geometry.arena_offset), geometry.arena_bytes)?,
+            )
+        };
+        Ok(Self {
+            header,
+            queue,
+            heap,
+            arena,
+            geometry,
+            id: header.id,
+            memory,
+        })
+    }
+
+    /// The header.
+    pub fn header(&self) -> &SegmentHeader {
+        self.header
+    }
+
+    /// The lane queue of task pointers.
+    pub fn queue(&self) -> &LaneQueue<'_, ShmPtr<u8>> {
+        &self.queue
+    }
+
+    /// The id every task pointer of this segment carries.
+    pub fn id(&self) -> AllocatorId {
+        self.id
+    }
+
+    /// Base address in this process.
+    pub fn base(&self) -> *mut u8 {
+        self.memory.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.memory.len()
+    }
+
+    /// Whether the segment is empty (never: a segment holds at least its header).
+    pub fn is_empty(&self) -> bool {
+        self.memory.is_empty()
+    }
+
+    /// The shared-memory name, for a named segment.
+    pub fn name(&self) -> Option<&str> {
+        self.memory.name()
+    }
+
+    /// Where the regions lie.
+    pub fn geometry(&self) -> SegmentGeometry {
+        self.geometry
+    }
+
+    /// The descriptor kernels get: the whole segment at `base` (the device
+    /// address of the mapping).
+    pub fn backend_at(&self, base: u64, kind: BackendKind) -> MemoryBackend {
+        MemoryBackend::new(self.id, kind, base as *mut u8, self.len() as u64)
+    }
+
+    /// The heap's statistics (for leak checks).
+    pub fn heap(&self) -> &SizeClassAllocator<'_> {
+        &self.heap
+    }
+
+    /// Allocates `bytes` (16-aligned) from the heap; returns the
+    /// segment-relative pointer and the host address.
+    pub fn allocate(&self, bytes: usize) -> Result<(ShmPtr<u8>, *mut u8), RuntimeError> {
+        let full = self.heap.allocate_full(bytes as u64, 16)?;
+        let off = self.geometry.heap_offset as u64 + full.shm.off;
+        Ok((ShmPtr::new(self.id, off), full.ptr))
+    }
+
+    /// Frees what [`allocate`](Self::allocate) returned.
+    pub fn free(&self, ptr: ShmPtr<u8>) -> Result<(), RuntimeError> {
+        let heap_off = ptr
+            .off
+            .checked_sub(self.geometry.heap_offset as u64)
+            .filter(|_| ptr.alloc_id == self.id)
+            .ok_or_else(|| RuntimeError::BadSegment(ForeignPointer(ptr).to_string()))?;
+        Ok(self.heap.free(ShmPtr::new(self.heap.id(), heap_off))?)
+    }
+
+    /// The host address of `len` bytes at segment pointer `ptr`, if they lie
+    /// inside the segment.
+    pub fn resolve(&self, ptr: ShmPtr<u8>, len: usize) -> Result<*mut u8, ForeignPointer> {
+        let inside = ptr.alloc_id == self.id
+            && ptr
+                .off
+                .checked_add(len as u64)
+                .is_some_and(|end| end <= self.len() as u64)
+            && ptr.off >= SEGMENT_HEADER_RESERVED as u64;
+        if !inside {
+            return Err(ForeignPointer(ptr));
+        }
+        // SAFETY: off + len lies inside the mapping (checked).
+        Ok(unsafe { self.base().add(ptr.off as usize) })
+    }
+
+    /// Attaches to the future at segment pointer `ptr` (as popped from the
+    /// queue: its initialisation happened-before the pop).
+    pub fn future(&self, ptr: ShmPtr<u8>) -> Result<FutureShm<'_>, RuntimeError> {
+        let at = self
+            .resolve(ptr, 0)
+            .map_err(|e| RuntimeError::BadSegment(e.to_string()))?;
+        let len = self.len() - ptr.off as usize;
+        // SAFETY: [at, at + len) is the rest of the mapping (resolve checked
+        // `off` is inside); the future's initialisation happened-before the
+        // queue pop that delivered `ptr` (caller's contract, checked by attach
+        // as far as bytes can be).
+        Ok(unsafe { FutureShm::attach(at, len) }?)
+    }
+
+    /// Takes back every allocation of the kernel arena.
+    ///
+    /// # Safety
+    /// No kernel may be running against this segment, and no future a kernel
+    /// allocated may still be queued or in a worker's hands.
+    pub unsafe fn reset_kernel_arena(&self) {
+        // SAFETY: forwarded contract.
+        unsafe { self.arena.reset() }
+    }
+
+    /// Bytes of the kernel arena in use.
+    pub fn kernel_arena_used(&self) -> u64 {
+        self.arena.used()
+    }
+
+    /// Sets the runtime state word (`Release`: a client that reads READY with
+    /// `Acquire` sees the setup before it).
+    pub fn set_state(&self, state: u32) {
+        self.header.state.store(state, Ordering::Release);
+    }
+}
+
+impl std::fmt::Debug for QueueSegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueSegment")
+            .field("id", &self.id)
+            .field("len", &self.len())
+            .field("geometry", &self.geometry)
+            .finish()
+    }
+}

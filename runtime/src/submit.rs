@@ -1,0 +1,248 @@
+//! Submitting tasks from the host into a segment's queue and waiting for
+//! them: what the in-process [`crate::Runtime`] and the out-of-process
+//! [`crate::Client`] share.
+
+use std::marker::PhantomData;
+use std::sync::atomic::AtomicU32;
+use std::time::Instant;
+
+use tandem_shm_core::future::FutureShm;
+use tandem_shm_core::ser::{serialized_len, Reader};
+use tandem_shm_core::{FillError, Priority, PushError, ShmPtr, WaitOutcome};
+
+use crate::layout::TASK_HEADER_BYTES;
+use crate::liveness::LivenessWatch;
+use crate::segment::QueueSegment;
+use crate::task::{encode_task, Task, TaskError};
+
+/// Where and how to submit.
+#[derive(Clone, Copy, Debug)]
+pub struct Route {
+    /// The lane (taken modulo the queue's lane count).
+    pub lane: u32,
+    pub priority: Priority,
+    /// Give up on a full queue at this time (`None`: retry while the runtime
+    /// lives). Back-pressure never drops a task.
+    pub deadline: Option<Instant>,
+}
+
+impl Route {
+    /// Lane `lane`, high priority, no deadline.
+    pub fn lane(lane: u32) -> Self {
+        Self {
+            lane,
+            priority: Priority::High,
+            deadline: None,
+        }
+    }
+}
+
+/// A submitted task: owns its future (and payload) until dropped.
+///
+/// Dropping it frees them, unless the task was published and neither
+/// completed nor abandoned by a dead runtime: then a worker may still write
+/// into the future, so it is deliberately leaked rather than freed.
+pub struct Pending<'s, T: Task> {
+    segment: &'s QueueSegment,
+    ptr: ShmPtr<u8>,
+    future: FutureShm<'s>,
+    payload: Option<ShmPtr<u8>>,
+    published: bool,
+    runtime_dead: bool,
+    _task: PhantomData<fn() -> T>,
+}
+
+impl<T: Task> std::fmt::Debug for Pending<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("ptr", &self.ptr)
+            .field("pointer_future", &self.payload.is_some())
+            .field("complete", &self.future.is_complete())
+            .finish()
+    }
+}
+
+/// Allocates and initialises a future with `copy_space` bytes of copy space.
+fn new_future(
+    segment: &QueueSegment,
+    copy_space: u32,
+) -> Result<(ShmPtr<u8>, FutureShm<'_>), TaskError> {
+    let bytes = FutureShm::required_bytes(copy_space);
+    let (ptr, at) = segment
+        .allocate(bytes)
+        .map_err(|e| TaskError::OutOfMemory(e.to_string()))?;
+    // SAFETY: a fresh heap block of `bytes` bytes, 16-aligned, ours alone
+    // until published.
+    match unsafe { FutureShm::init_in(at, bytes, copy_space) } {
+        Ok(future) => Ok((ptr, future)),
+        Err(e) => {
+            // Freeing a block we just allocated cannot fail but for a bug;
+            // the init error is the one to report.
+            let _ = segment.free(ptr);
+            Err(TaskError::Future(e))
+        }
+    }
+}
+
+/// Submits `task` as a copy future: its bytes go into the copy space of a new
+/// future with the segment's configured copy space.
+pub fn submit<'s, T: Task>(
+    segment: &'s QueueSegment,
+    route: Route,
+    task: &T,
+) -> Result<Pending<'s, T>, TaskError> {
+    let (ptr, future) = new_future(segment, segment.header().copy_space)?;
+    let mut pending = Pending {
+        segment,
+        ptr,
+        future,
+        payload: None,
+        published: false,
+        runtime_dead: false,
+        _task: PhantomData,
+    };
+    // SAFETY: the future is fresh and unpublished: we are its submitter.
+    unsafe {
+        pending
+            .future
+            .write_input(|buf| encode_task(T::POOL, T::METHOD, task, buf))
+    }
+    .map_err(|e| match e {
+        FillError::Fill(e) => e,
+        FillError::Future(e) => TaskError::Future(e),
+    })?;
+    pending.publish(route)?;
+    Ok(pending)
+}
+
+/// Submits `task` as a pointer future: its bytes are written once into a
+/// heap block the future's payload names (no copy into the copy space, which
+/// only carries the output, `output_space` bytes).
+pub fn submit_pointer<'s, T: Task>(
+    segment: &'s QueueSegment,
+    route: Route,
+    task: &T,
+    output_space: u32,
+) -> Result<Pending<'s, T>, TaskError> {
+    let task_bytes = TASK_HEADER_BYTES + serialized_len(task).map_err(TaskError::Ser)?;
+    let (payload, at) = segment
+        .allocate(task_bytes)
+        .map_err(|e| TaskError::OutOfMemory(e.to_string()))?;
+    let (ptr, future) = match new_future(segment, output_space) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = segment.free(payload);
+            return Err(e);
+        }
+    };
+    let pending = Pending {
+        segment,
+        ptr,
+        future,
+        payload: Some(payload),
+        published: false,
+        runtime_dead: false,
+        _task: PhantomData,
+    };
+    // SAFETY: the block is fresh, `task_bytes` long, ours until published.
+    let buf = unsafe { std::slice::from_raw_parts_mut(at, task_bytes) };
+    encode_task(T::POOL, T::METHOD, task, buf)?;
+    // SAFETY: unpublished future: we are its submitter.
+    unsafe { pending.future.set_payload(payload) };
+    let mut pending = pending;
+    pending.publish(route)?;
+    Ok(pending)
+}
+
+impl<'s, T: Task> Pending<'s, T> {
+    /// Pushes the future's pointer, retrying while the lane is full until the
+    /// deadline or the runtime's death.
+    fn publish(&mut self, route: Route) -> Result<(), TaskError> {
+        let queue = self.segment.queue();
+        let lane = route.lane % queue.num_lanes();
+        let mut watch = LivenessWatch::new(self.segment.header());
+        let mut spins = 0u32;
+        loop {
+            match queue.push(lane, route.priority, self.ptr) {
+                Ok(()) => {
+                    self.published = true;
+                    return Ok(());
+                }
+                Err(PushError::Full(_)) => {}
+                // The lane was reduced modulo the count above.
+                Err(PushError::NoSuchLane { .. }) => return Err(TaskError::QueueFull),
+            }
+            if route.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(TaskError::QueueFull);
+            }
+            if !watch.alive() {
+                return Err(TaskError::RuntimeDead { pid: watch.pid() });
+            }
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// The future's segment pointer (what was queued).
+    pub fn ptr(&self) -> ShmPtr<u8> {
+        self.ptr
+    }
+
+    /// Whether a worker has completed it.
+    pub fn is_complete(&self) -> bool {
+        self.future.is_complete()
+    }
+
+    /// Waits until completion, `stop` raised, `deadline` passed, or the
+    /// runtime found dead (checked every few milliseconds, so a dead runtime
+    /// is reported within about [`crate::liveness::HEARTBEAT_STALE`] at most,
+    /// and within milliseconds when its process is gone).
+    pub fn wait(
+        &mut self,
+        stop: &AtomicU32,
+        deadline: Option<Instant>,
+    ) -> Result<T::Output, TaskError> {
+        let mut watch = LivenessWatch::new(self.segment.header());
+        let mut dead = false;
+        let outcome = self.future.wait(stop, || {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return true;
+            }
+            dead = !watch.alive();
+            dead
+        });
+        match outcome {
+            WaitOutcome::Completed { return_code: 0 } => {
+                let output = self.future.output().map_err(TaskError::Future)?;
+                let mut r = Reader::new(output);
+                r.get::<T::Output>().map_err(TaskError::BadOutput)
+            }
+            WaitOutcome::Completed { return_code } => Err(TaskError::Failed { return_code }),
+            WaitOutcome::Stopped => Err(TaskError::Stopped),
+            WaitOutcome::TimedOut if dead => {
+                self.runtime_dead = true;
+                Err(TaskError::RuntimeDead { pid: watch.pid() })
+            }
+            WaitOutcome::TimedOut => Err(TaskError::TimedOut),
+        }
+    }
+}
+
+impl<T: Task> Drop for Pending<'_, T> {
+    fn drop(&mut self) {
+        let reclaimable = !self.published || self.runtime_dead || self.future.is_complete();
+        if !reclaimable {
+            return;
+        }
+        // Frees of our own blocks fail only if the heap is corrupt; a drop
+        // has no one to report that to, and leaking is the safe outcome.
+        let _ = self.segment.free(self.ptr);
+        if let Some(payload) = self.payload {
+            let _ = self.segment.free(payload);
+        }
+    }
+}

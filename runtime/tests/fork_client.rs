@@ -1,0 +1,142 @@
+//! Host clients in another process than the runtime: a forked runtime is
+//! ready when `fork_runtime` returns, serves several clients, and when it is
+//! killed (or hangs) waiting clients get an error in bounded time.
+
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+use tandem_runtime::config::DeviceSelection;
+use tandem_runtime::task::math;
+use tandem_runtime::{Client, Config, Route, TaskError, HEARTBEAT_STALE};
+
+fn forked() -> Client {
+    let config = Config {
+        workers: 1,
+        queue_depth: 64,
+        lanes: 2,
+        cpu_segment_size: 2 << 20,
+        devices: DeviceSelection::Only(vec![]),
+        ..Config::default()
+    };
+    Client::fork_runtime_with(env!("CARGO_BIN_EXE_tandem").as_ref(), &config).expect("fork")
+}
+
+fn child_pid(client: &mut Client) -> libc::pid_t {
+    client.child_mut().expect("forked").id() as libc::pid_t
+}
+
+fn signal(pid: libc::pid_t, sig: libc::c_int) {
+    // SAFETY: sends a signal to our own child process (not reaped before
+    // the client is dropped, so the pid cannot be reused meanwhile).
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// SIGSTOP, then waits until every thread of `pid` is stopped (delivery is
+/// asynchronous: a worker may run on for a moment).
+fn freeze(pid: libc::pid_t) {
+    signal(pid, libc::SIGSTOP);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let stopped = |tid: &std::path::Path| {
+        std::fs::read_to_string(tid.join("stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().starts_with('T'))
+            })
+            .unwrap_or(true)
+    };
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("proc");
+        if tasks.filter_map(Result::ok).all(|t| stopped(&t.path())) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "runtime did not stop");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn forked_runtime_is_ready_and_serves_clients() {
+    let client = forked();
+    let stop = AtomicU32::new(0);
+    assert_ne!(client.runtime_pid(), std::process::id());
+    let sum = client
+        .call(Route::lane(0), &math::Add { a: 40, b: 2 }, &stop, None)
+        .expect("call");
+    assert_eq!(sum, 42);
+    // A second client attaches by name, at another address.
+    let name = client.segment().name().expect("named").to_string();
+    let other = Client::attach(&name).expect("attach");
+    assert_ne!(other.segment().base(), client.segment().base());
+    for i in 0..100u64 {
+        let sum = other
+            .call(Route::lane(1), &math::Add { a: i, b: i }, &stop, None)
+            .expect("call");
+        assert_eq!(sum, 2 * i);
+    }
+}
+
+#[test]
+fn killed_runtime_releases_waiting_clients() {
+    let mut client = forked();
+    let pid = child_pid(&mut client);
+    let stop = AtomicU32::new(0);
+    // Freeze the runtime so the task below stays queued, then kill it while
+    // a client waits.
+    freeze(pid);
+    let mut pending = client
+        .submit(Route::lane(0), &math::Add { a: 1, b: 2 })
+        .expect("submit");
+    let killed_at = std::thread::scope(|s| {
+        let waiter = s.spawn(|| pending.wait(&stop, None));
+        std::thread::sleep(Duration::from_millis(100));
+        let killed_at = Instant::now();
+        signal(pid, libc::SIGKILL);
+        let result = waiter.join().expect("waiter");
+        assert!(
+            matches!(result, Err(TaskError::RuntimeDead { .. })),
+            "{result:?}"
+        );
+        killed_at
+    });
+    assert!(
+        killed_at.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        killed_at.elapsed()
+    );
+    // A later call fails fast too, instead of hanging.
+    let start = Instant::now();
+    let result = client.call(Route::lane(0), &math::Add { a: 1, b: 1 }, &stop, None);
+    assert!(
+        matches!(result, Err(TaskError::RuntimeDead { .. })),
+        "{result:?}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn hung_runtime_is_detected_by_its_heartbeat() {
+    let mut client = forked();
+    let pid = child_pid(&mut client);
+    let stop = AtomicU32::new(0);
+    freeze(pid);
+    let start = Instant::now();
+    let result = client.call(Route::lane(0), &math::Add { a: 1, b: 1 }, &stop, None);
+    assert!(
+        matches!(result, Err(TaskError::RuntimeDead { .. })),
+        "{result:?}"
+    );
+    let took = start.elapsed();
+    assert!(
+        took >= HEARTBEAT_STALE && took < HEARTBEAT_STALE + Duration::from_secs(1),
+        "{took:?}"
+    );
+    signal(pid, libc::SIGKILL);
+}
+
+#[test]
+fn fork_with_a_bad_binary_is_an_error() {
+    let err = Client::fork_runtime_with("/nonexistent/tandem".as_ref(), &Config::default())
+        .expect_err("must fail");
+    assert!(err.to_string().contains("cannot start"), "{err}");
+}

@@ -1,0 +1,423 @@
+//! Host-side task paths of an in-process runtime on the CPU device: typed
+//! tasks, copy and pointer futures, error codes, back-pressure, no leaks.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tandem_hal::HostApi;
+use tandem_runtime::config::DeviceSelection;
+use tandem_runtime::task::{
+    math, Task, TaskError, RC_BAD_ARGS, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD, RC_UNKNOWN_POOL,
+};
+use tandem_runtime::{Config, Pool, Registry, Route, Runtime};
+use tandem_shm_core::future::RC_OUTPUT_TOO_LARGE;
+use tandem_shm_core::impl_serialize_fields;
+use tandem_shm_core::Priority;
+
+fn config(workers: usize, depth: u32) -> Config {
+    Config {
+        workers,
+        queue_depth: depth,
+        lanes: 2,
+        cpu_segment_size: 2 << 20,
+        devices: DeviceSelection::Only(vec![]),
+        ..Config::default()
+    }
+}
+
+/// `echo(bytes) -> bytes`, and tasks naming pools/methods nobody serves.
+#[derive(Debug)]
+struct Echo {
+    bytes: Vec<u8>,
+}
+impl_serialize_fields!(Echo { bytes });
+impl Task for Echo {
+    const POOL: u32 = 5;
+    const METHOD: u32 = 0;
+    type Output = Vec<u8>;
+}
+
+/// Panics in its handler.
+struct Explode;
+impl tandem_shm_core::ser::Serialize for Explode {
+    fn serialize(
+        &self,
+        _: &mut tandem_shm_core::Writer<'_>,
+    ) -> Result<(), tandem_shm_core::SerError> {
+        Ok(())
+    }
+}
+impl tandem_shm_core::ser::Deserialize<'_> for Explode {
+    fn deserialize(_: &mut tandem_shm_core::Reader<'_>) -> Result<Self, tandem_shm_core::SerError> {
+        Ok(Explode)
+    }
+}
+impl Task for Explode {
+    const POOL: u32 = 5;
+    const METHOD: u32 = 1;
+    type Output = u64;
+}
+
+/// Same pool, a method that is not registered.
+struct Missing;
+impl tandem_shm_core::ser::Serialize for Missing {
+    fn serialize(
+        &self,
+        _: &mut tandem_shm_core::Writer<'_>,
+    ) -> Result<(), tandem_shm_core::SerError> {
+        Ok(())
+    }
+}
+impl Task for Missing {
+    const POOL: u32 = 5;
+    const METHOD: u32 = 9;
+    type Output = u64;
+}
+
+/// A pool nobody registered.
+struct Nowhere;
+impl tandem_shm_core::ser::Serialize for Nowhere {
+    fn serialize(
+        &self,
+        _: &mut tandem_shm_core::Writer<'_>,
+    ) -> Result<(), tandem_shm_core::SerError> {
+        Ok(())
+    }
+}
+impl Task for Nowhere {
+    const POOL: u32 = 77;
+    const METHOD: u32 = 0;
+    type Output = u64;
+}
+
+/// `math.add` with the wrong argument shape (one u64 instead of two).
+struct ShortAdd(u64);
+impl tandem_shm_core::ser::Serialize for ShortAdd {
+    fn serialize(
+        &self,
+        w: &mut tandem_shm_core::Writer<'_>,
+    ) -> Result<(), tandem_shm_core::SerError> {
+        w.put_u64(self.0)
+    }
+}
+impl Task for ShortAdd {
+    const POOL: u32 = math::POOL;
+    const METHOD: u32 = math::ADD;
+    type Output = u64;
+}
+
+fn registry() -> Registry {
+    let mut registry = Registry::with_builtins();
+    registry
+        .register(
+            Pool::new(5, "test")
+                .task::<Echo, _>("echo", |e| Ok(e.bytes))
+                .task::<Explode, _>("explode", |_| panic!("handler panics on purpose")),
+        )
+        .expect("register");
+    registry
+}
+
+fn start(workers: usize, depth: u32, registry: Registry) -> Runtime<HostApi> {
+    Runtime::start_with(HostApi::with_devices(0), config(workers, depth), registry).expect("start")
+}
+
+fn assert_no_leak(runtime: &Runtime<HostApi>) {
+    let stats = runtime.cpu_segment().heap().stats().expect("stats");
+    assert_eq!(stats.free_bytes(), stats.carved_bytes, "heap blocks leaked");
+}
+
+#[test]
+fn copy_and_pointer_futures_round_trip() {
+    let runtime = start(2, 64, registry());
+    let stop = AtomicU32::new(0);
+    for len in [0usize, 1, 100, 200] {
+        let bytes: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let echo = Echo {
+            bytes: bytes.clone(),
+        };
+        let copied = runtime
+            .submit(Route::lane(0), &echo)
+            .and_then(|mut p| p.wait(&stop, None));
+        let pointed = runtime
+            .submit_pointer(Route::lane(1), &echo, 512)
+            .and_then(|mut p| p.wait(&stop, None));
+        assert_eq!(pointed.expect("pointer future"), bytes);
+        // The copy space (256 bytes by default) holds the task header, the
+        // 4-byte length and up to 236 bytes.
+        assert_eq!(copied.expect("copy future"), bytes);
+    }
+    assert_no_leak(&runtime);
+}
+
+#[test]
+fn errors_complete_with_codes_and_workers_live_on() {
+    let runtime = start(1, 64, registry());
+    let stop = AtomicU32::new(0);
+    let call = |r: Result<u64, TaskError>| match r {
+        Err(TaskError::Failed { return_code }) => return_code,
+        other => panic!("expected a failure code, got {other:?}"),
+    };
+    let route = Route::lane(0);
+    assert_eq!(
+        call(
+            runtime
+                .submit(route, &Nowhere)
+                .and_then(|mut p| p.wait(&stop, None))
+        ),
+        RC_UNKNOWN_POOL
+    );
+    assert_eq!(
+        call(
+            runtime
+                .submit(route, &Missing)
+                .and_then(|mut p| p.wait(&stop, None))
+        ),
+        RC_UNKNOWN_METHOD
+    );
+    assert_eq!(
+        call(
+            runtime
+                .submit(route, &ShortAdd(3))
+                .and_then(|mut p| p.wait(&stop, None))
+        ),
+        RC_BAD_ARGS
+    );
+    assert_eq!(
+        call(
+            runtime
+                .submit(route, &Explode)
+                .and_then(|mut p| p.wait(&stop, None))
+        ),
+        RC_HANDLER_PANICKED
+    );
+    // Output larger than the copy space: never truncated.
+    let big = Echo {
+        bytes: vec![7; 200],
+    };
+    match runtime
+        .submit_pointer(route, &big, 64)
+        .and_then(|mut p| p.wait(&stop, None))
+    {
+        Err(TaskError::Failed { return_code }) => assert_eq!(return_code, RC_OUTPUT_TOO_LARGE),
+        other => panic!("expected RC_OUTPUT_TOO_LARGE, got {other:?}"),
+    }
+    // Arguments larger than the copy space are refused at submission.
+    match runtime.submit(
+        route,
+        &Echo {
+            bytes: vec![1; 1000],
+        },
+    ) {
+        Err(TaskError::ArgsTooLarge { needed, available }) => {
+            assert_eq!(needed, 16 + 4 + 1000);
+            assert_eq!(available, 256);
+        }
+        other => panic!("expected ArgsTooLarge, got {other:?}"),
+    }
+    // The single worker is still alive.
+    let mut p = runtime
+        .submit(route, &math::Add { a: 1, b: 2 })
+        .expect("submit");
+    assert_eq!(p.wait(&stop, None).expect("add"), 3);
+    drop(p);
+    let stats = runtime.stats();
+    assert_eq!(stats.completed, 6);
+    assert_eq!(stats.failed, 5);
+    assert_no_leak(&runtime);
+}
+
+/// A full queue pushes back: submission waits (or gives up at its
+/// deadline) and nothing is dropped.
+#[test]
+fn full_queue_is_back_pressure_not_loss() {
+    let release = Arc::new(AtomicBool::new(false));
+    let gate = Arc::clone(&release);
+    let mut registry = Registry::new();
+    registry
+        .register(
+            Pool::new(math::POOL, "gated math").task::<math::Add, _>("add", move |t| {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !gate.load(Ordering::Acquire) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(t.a + t.b)
+            }),
+        )
+        .expect("register");
+    // One worker, lanes of depth 2 per priority.
+    let runtime = start(1, 2, registry);
+    let stop = AtomicU32::new(0);
+    let route = Route {
+        lane: 0,
+        priority: Priority::High,
+        deadline: Some(Instant::now() + Duration::from_millis(300)),
+    };
+    let mut pending = Vec::new();
+    let mut refused = 0;
+    for i in 0..6u64 {
+        match runtime.submit(route, &math::Add { a: i, b: 100 }) {
+            Ok(p) => pending.push((i, p)),
+            Err(TaskError::QueueFull) => refused += 1,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    // The worker holds one task, the ring two more: the rest are refused
+    // at the deadline, none taken and lost.
+    assert_eq!(pending.len(), 3, "accepted");
+    assert_eq!(refused, 3);
+    release.store(true, Ordering::Release);
+    for (i, mut p) in pending {
+        assert_eq!(p.wait(&stop, None).expect("wait"), i + 100);
+    }
+    // With no deadline, submission rides out the back-pressure.
+    let blocking = Route::lane(0);
+    let all: Vec<_> = (0..20u64)
+        .map(|i| {
+            runtime
+                .submit(blocking, &math::Add { a: i, b: 1 })
+                .expect("submit")
+        })
+        .collect::<Vec<_>>();
+    for (i, mut p) in all.into_iter().enumerate() {
+        assert_eq!(p.wait(&stop, None).expect("wait"), i as u64 + 1);
+    }
+    assert_no_leak(&runtime);
+}
+
+/// Low priority work is served while high priority work is waiting: with
+/// the worker held up, one low task queued behind 100 high ones runs among
+/// the first few (the cursor takes low first every 8th pop).
+#[test]
+fn low_priority_is_not_starved() {
+    let release = Arc::new(AtomicBool::new(false));
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (gate, log) = (Arc::clone(&release), Arc::clone(&order));
+    let mut registry = Registry::new();
+    registry
+        .register(
+            Pool::new(math::POOL, "logged").task::<math::Add, _>("add", move |t| {
+                while t.a == u64::MAX && !gate.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                log.lock().map_err(|_| 1)?.push(t.a);
+                Ok(t.a.wrapping_add(t.b))
+            }),
+        )
+        .expect("register");
+    let runtime = start(1, 1024, registry);
+    let stop = AtomicU32::new(0);
+    let mut blocker = runtime
+        .submit(Route::lane(0), &math::Add { a: u64::MAX, b: 0 })
+        .expect("blocker");
+    // Wait until the worker holds the blocker, so everything below queues.
+    while runtime
+        .cpu_segment()
+        .queue()
+        .lane_len(0, Priority::High)
+        .expect("lane")
+        != 0
+    {
+        std::thread::yield_now();
+    }
+    let mut highs: Vec<_> = (0..100u64)
+        .map(|i| {
+            runtime
+                .submit(Route::lane(0), &math::Add { a: i, b: 0 })
+                .expect("high")
+        })
+        .collect();
+    let low = Route {
+        priority: Priority::Low,
+        ..Route::lane(0)
+    };
+    let mut low_task = runtime
+        .submit(low, &math::Add { a: 1000, b: 0 })
+        .expect("low");
+    release.store(true, Ordering::Release);
+    blocker.wait(&stop, None).expect("blocker");
+    assert_eq!(low_task.wait(&stop, None).expect("low"), 1000);
+    for h in &mut highs {
+        h.wait(&stop, None).expect("high");
+    }
+    let order = order.lock().expect("log").clone();
+    let position = order.iter().position(|&a| a == 1000).expect("low ran");
+    assert!(position <= 9, "low task ran {position}th: {order:?}");
+}
+
+/// A stop flag or deadline ends a wait; the task completes anyway and the
+/// future can be waited on again.
+#[test]
+fn stop_and_deadline_end_waits_without_losing_the_task() {
+    let release = Arc::new(AtomicBool::new(false));
+    let gate = Arc::clone(&release);
+    let mut registry = Registry::new();
+    registry
+        .register(
+            Pool::new(math::POOL, "gated").task::<math::Add, _>("add", move |t| {
+                while !gate.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(t.a + t.b)
+            }),
+        )
+        .expect("register");
+    let runtime = start(1, 64, registry);
+    let mut p = runtime
+        .submit(Route::lane(0), &math::Add { a: 2, b: 3 })
+        .expect("submit");
+    let stop = AtomicU32::new(1);
+    assert_eq!(p.wait(&stop, None).err(), Some(TaskError::Stopped));
+    let go = AtomicU32::new(0);
+    let deadline = Some(Instant::now() + Duration::from_millis(50));
+    assert_eq!(p.wait(&go, deadline).err(), Some(TaskError::TimedOut));
+    release.store(true, Ordering::Release);
+    assert_eq!(p.wait(&go, None).expect("completes"), 5);
+}
+
+#[test]
+fn config_parses_defaults_and_refuses_bad_values() {
+    let d = Config::from_toml("").expect("empty");
+    assert_eq!(d, Config::default());
+    assert_eq!(
+        (d.workers, d.queue_depth, d.gpu_segment_size),
+        (4, 1024, 64 << 20)
+    );
+    let c = Config::from_toml("workers = 2\ndevices = [0, 1]\nqueue_depth = 64").expect("parse");
+    assert_eq!(c.devices, DeviceSelection::Only(vec![0, 1]));
+    assert_eq!(Config::from_toml(&c.to_toml()).expect("round trip"), c);
+    for bad in [
+        "workers = 0",
+        "queue_depth = 1000",
+        "devices = \"some\"",
+        "unknown_field = 1",
+        "lanes = 0",
+        "gpu_segment_size = 4096",
+        "workers = \"four\"",
+    ] {
+        assert!(Config::from_toml(bad).is_err(), "{bad} accepted");
+    }
+}
+
+/// A queue entry that names no future of the segment is counted and
+/// skipped; the worker serves the next task.
+#[test]
+fn garbage_task_pointer_does_not_kill_the_worker() {
+    let runtime = start(1, 64, Registry::with_builtins());
+    let queue = runtime.cpu_segment().queue();
+    let id = runtime.cpu_segment().id();
+    for garbage in [
+        tandem_shm_core::ShmPtr::new(id, u64::MAX - 4),
+        tandem_shm_core::ShmPtr::new(tandem_shm_core::AllocatorId::new(1, 2), 8192),
+        tandem_shm_core::ShmPtr::new(id, 0),
+    ] {
+        queue.push(0, Priority::High, garbage).expect("push");
+    }
+    let stop = AtomicU32::new(0);
+    let mut p = runtime
+        .submit(Route::lane(0), &math::Add { a: 5, b: 6 })
+        .expect("submit");
+    assert_eq!(p.wait(&stop, None).expect("served"), 11);
+    assert_eq!(runtime.stats().bad_pointers, 3);
+}

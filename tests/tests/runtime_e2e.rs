@@ -1,0 +1,270 @@
+//! The runtime end to end: kernel threads (the same C++ kernels on the CPU
+//! device, and on CUDA/HIP with their features) send tasks through their
+//! device's queue segment to CPU workers and wait. Every task completes
+//! exactly once with the right output; errors come back as return codes
+//! and the workers live on; a raised stop flag releases waiting kernels.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tandem_hal::{GpuApi, HostApi};
+use tandem_runtime::config::DeviceSelection;
+use tandem_runtime::kernels::{
+    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, RuntimeKernels, ECHO_OK,
+    ECHO_TASK_FAILED,
+};
+use tandem_runtime::task::{math, RC_UNKNOWN_METHOD};
+use tandem_runtime::{Config, Pool, Registry, Runtime};
+
+/// `rt_status::stopped` (tandem/runtime.h).
+const RT_STOPPED: u32 = 7;
+
+fn config(devices: DeviceSelection, workers: usize, depth: u32) -> Config {
+    Config {
+        workers,
+        queue_depth: depth,
+        lanes: 2,
+        gpu_segment_size: 16 << 20,
+        cpu_segment_size: 2 << 20,
+        devices,
+        ..Config::default()
+    }
+}
+
+fn add_launch(blocks: u32, threads: u32, tasks: u64, priority: EchoPriority) -> EchoLaunch {
+    EchoLaunch {
+        blocks,
+        threads,
+        tasks_per_thread: tasks,
+        method: math::ADD,
+        priority,
+        spin_budget: 1 << 40,
+    }
+}
+
+fn assert_all_added(outcome: &EchoOutcome, tasks: u64) {
+    for (rank, (&sum, &status)) in outcome.results.iter().zip(&outcome.status).enumerate() {
+        assert_eq!(status, ECHO_OK, "thread {rank} status");
+        assert_eq!(
+            sum,
+            expected_add_sum(rank as u64, tasks),
+            "thread {rank} sum"
+        );
+    }
+}
+
+/// Many blocks and threads at once through a small queue (back-pressure on
+/// the device side): every answer right, every future completed once.
+fn many_threads_every_task_once<A: GpuApi>(api: A, blocks: u32, threads: u32, tasks: u64) {
+    let runtime = Runtime::start_with(
+        api,
+        config(DeviceSelection::Only(vec![0]), 4, 16),
+        Registry::with_builtins(),
+    )
+    .expect("start");
+    let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
+    for priority in [EchoPriority::High, EchoPriority::Alternate] {
+        let before = runtime.stats();
+        let outcome = kernels
+            .echo(&add_launch(blocks, threads, tasks, priority))
+            .expect("echo");
+        assert_all_added(&outcome, tasks);
+        let after = runtime.stats();
+        let total = u64::from(blocks * threads) * tasks;
+        assert_eq!(after.completed - before.completed, total);
+        assert_eq!(after.failed, 0);
+        assert_eq!(after.double_completions, 0);
+        assert_eq!(after.bad_pointers, 0);
+    }
+}
+
+/// Unknown methods complete with an error code; the workers serve the next
+/// launch normally.
+fn unknown_method_is_an_error_code<A: GpuApi>(api: A) {
+    let runtime = Runtime::start_with(
+        api,
+        config(DeviceSelection::Only(vec![0]), 2, 64),
+        Registry::with_builtins(),
+    )
+    .expect("start");
+    let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
+    let bad = EchoLaunch {
+        method: 99,
+        ..add_launch(2, 4, 3, EchoPriority::High)
+    };
+    let outcome = kernels.echo(&bad).expect("echo");
+    for (&status, &result) in outcome.status.iter().zip(&outcome.results) {
+        assert_eq!(status, ECHO_TASK_FAILED);
+        assert_eq!(result as i64, i64::from(RC_UNKNOWN_METHOD));
+    }
+    let outcome = kernels
+        .echo(&add_launch(2, 4, 10, EchoPriority::Low))
+        .expect("echo");
+    assert_all_added(&outcome, 10);
+    assert_eq!(runtime.stats().failed, 8);
+}
+
+/// Kernel threads waiting on tasks no worker gets to are released by the
+/// host raising the segment's stop word; queued tasks complete later.
+fn stop_flag_releases_waiting_kernels<A: GpuApi>(api: A) {
+    let release = Arc::new(AtomicBool::new(false));
+    let gate = Arc::clone(&release);
+    // A blocking pool on the math pool id: the kernel's noop tasks block.
+    let blocking =
+        Pool::new(math::POOL, "blocking math").task::<math::Noop, _>("noop", move |_| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !gate.load(Ordering::Acquire) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(math::Noop)
+        });
+    let mut registry = Registry::new();
+    registry.register(blocking).expect("register");
+    let runtime = Runtime::start_with(api, config(DeviceSelection::Only(vec![0]), 1, 64), registry)
+        .expect("start");
+    let queues = &runtime.devices()[0];
+    let mut kernels = RuntimeKernels::load(queues).expect("load");
+    let launch = EchoLaunch {
+        method: math::NOOP,
+        ..add_launch(2, 4, 1, EchoPriority::High)
+    };
+    let outcome = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            queues.raise_stop();
+        });
+        kernels.echo(&launch).expect("echo")
+    });
+    assert!(
+        outcome.status.iter().all(|&s| s == RT_STOPPED),
+        "statuses {:?}",
+        outcome.status
+    );
+    release.store(true, Ordering::Release);
+    queues.clear_stop();
+    // The queued tasks still complete (the futures live in the arena, which
+    // is kept since the kernel left them behind).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while runtime.stats().completed < 8 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(runtime.stats().completed, 8);
+    assert_eq!(runtime.stats().double_completions, 0);
+}
+
+#[test]
+fn host_many_threads_every_task_once() {
+    many_threads_every_task_once(HostApi::with_devices(1), 16, 16, 25);
+}
+
+#[test]
+fn host_unknown_method_is_an_error_code() {
+    unknown_method_is_an_error_code(HostApi::with_devices(1));
+}
+
+#[test]
+fn host_stop_flag_releases_waiting_kernels() {
+    stop_flag_releases_waiting_kernels(HostApi::with_devices(1));
+}
+
+/// Zero devices: CPU queues only, and host submissions are served.
+#[test]
+fn host_zero_devices_serves_cpu_queues() {
+    let runtime = Runtime::start_with(
+        HostApi::with_devices(0),
+        config(DeviceSelection::All, 2, 64),
+        Registry::with_builtins(),
+    )
+    .expect("start");
+    assert!(runtime.devices().is_empty());
+    assert!(runtime
+        .notes()
+        .iter()
+        .any(|n| n.contains("CPU queues only")));
+    let stop = std::sync::atomic::AtomicU32::new(0);
+    let mut pending = runtime
+        .submit(tandem_runtime::Route::lane(1), &math::Add { a: 40, b: 2 })
+        .expect("submit");
+    assert_eq!(pending.wait(&stop, None).expect("wait"), 42);
+}
+
+/// Several (pretend) devices: one segment each, kernels on all of them at
+/// once, the workers serving every segment.
+#[test]
+fn host_several_devices_each_with_its_own_segment() {
+    let runtime = Runtime::start_with(
+        HostApi::with_devices(3),
+        config(DeviceSelection::All, 3, 32),
+        Registry::with_builtins(),
+    )
+    .expect("start");
+    assert_eq!(runtime.devices().len(), 3);
+    let ids: Vec<_> = runtime.devices().iter().map(|d| d.segment().id()).collect();
+    assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+    std::thread::scope(|s| {
+        for queues in runtime.devices() {
+            s.spawn(move || {
+                let mut kernels = RuntimeKernels::load(queues).expect("load");
+                let outcome = kernels
+                    .echo(&add_launch(4, 8, 20, EchoPriority::Alternate))
+                    .expect("echo");
+                assert_all_added(&outcome, 20);
+            });
+        }
+    });
+    assert_eq!(runtime.stats().completed, 3 * 4 * 8 * 20);
+}
+
+/// A configuration naming a device that does not exist is refused.
+#[test]
+fn host_missing_device_is_a_config_error() {
+    let Err(err) = Runtime::start_with(
+        HostApi::with_devices(1),
+        config(DeviceSelection::Only(vec![3]), 1, 64),
+        Registry::with_builtins(),
+    ) else {
+        panic!("a missing device must be refused");
+    };
+    assert!(err.to_string().contains("device 3"), "{err}");
+}
+
+#[cfg(any(feature = "cuda", feature = "hip"))]
+macro_rules! gpu_tests {
+    ($backend:ident, $api:ty) => {
+        mod $backend {
+            use tandem_tests::gpu::device_or_skip;
+
+            fn api(label: &str) -> Option<$api> {
+                device_or_skip::<$api>(label)?;
+                Some(<$api as tandem_hal::GpuApi>::load().expect("load"))
+            }
+
+            #[test]
+            fn many_threads_every_task_once() {
+                if let Some(api) = api("runtime many_threads_every_task_once") {
+                    super::many_threads_every_task_once(api, 132, 128, 16);
+                }
+            }
+
+            #[test]
+            fn unknown_method_is_an_error_code() {
+                if let Some(api) = api("runtime unknown_method_is_an_error_code") {
+                    super::unknown_method_is_an_error_code(api);
+                }
+            }
+
+            #[test]
+            fn stop_flag_releases_waiting_kernels() {
+                if let Some(api) = api("runtime stop_flag_releases_waiting_kernels") {
+                    super::stop_flag_releases_waiting_kernels(api);
+                }
+            }
+        }
+    };
+}
+
+#[cfg(feature = "cuda")]
+gpu_tests!(cuda, tandem_hal_cuda::CudaApi);
+#[cfg(feature = "hip")]
+gpu_tests!(hip, tandem_hal_hip::HipApi);
