@@ -4,6 +4,9 @@
 #
 #   bash gpu-bundle/run.sh [--test-threads N]    (or TANDEM_TEST_THREADS=N; default: parallel)
 #
+# Each binary may run TANDEM_BINARY_TIMEOUT seconds (default 240): a hung GPU test fails its
+# binary, names the tests still running, and the run goes on to the next binary.
+#
 # GPU tests must not skip: TANDEM_REQUIRE_GPU=1 makes a missing device a failure.
 # TANDEM_BIN_DIR names the folder of the bundled programs (helpers that tests start). Each binary
 # runs in crates/<its crate folder>/ (as under cargo, where the cwd is the crate root), which
@@ -13,11 +16,12 @@ set -uo pipefail
 
 bundle_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 test_threads=${TANDEM_TEST_THREADS:-}
+binary_timeout=${TANDEM_BINARY_TIMEOUT:-240}
 while [ $# -gt 0 ]; do
   case "$1" in
     --test-threads) test_threads=${2:-}; shift $(( $# > 1 ? 2 : 1 )) ;;
     --test-threads=*) test_threads=${1#*=}; shift ;;
-    -h | --help) sed -n '2,11p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,14p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -72,8 +76,15 @@ run_binary() {
   fi
   if [ "$kind" = test ]; then
     [ -n "$test_threads" ] && args+=("--test-threads=$test_threads")
-    (cd "$workdir" && exec "$bin" ${args[@]+"${args[@]}"}) </dev/null >"$log" 2>&1
+    (cd "$workdir" && exec timeout -k 5 "$binary_timeout" "$bin" ${args[@]+"${args[@]}"}) \
+      </dev/null >"$log" 2>&1
     rc=$?
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      echo "-- timed out after ${binary_timeout}s; tests that never finished:"
+      (cd "$workdir" && "$bin" --list 2>/dev/null) | sed -n 's/: test$//p' | while read -r t; do
+        grep -q "^test $t \.\.\. " "$log" || echo "   $t"
+      done
+    fi
     grep -E '^test result: ' "$log"
     counts=$(tally "$log")
     [ -n "$counts" ] && read -r passed failed ignored <<<"$counts"
@@ -90,7 +101,8 @@ run_binary() {
     fi
   else
     # Benches print the comparison tables that are the point of running them: show them live.
-    (cd "$workdir" && exec "$bin" --bench) </dev/null 2>&1 | tee "$log"
+    (cd "$workdir" && exec timeout -k 5 "$binary_timeout" "$bin" --bench) </dev/null 2>&1 \
+      | tee "$log"
     rc=${PIPESTATUS[0]}
     if [ "$rc" -eq 0 ]; then status=ok; else status="FAIL (exit $rc)"; fi
   fi
