@@ -18,7 +18,12 @@ fn forked() -> Client {
         devices: DeviceSelection::Only(vec![]),
         ..Config::default()
     };
-    Client::fork_runtime_with(env!("CARGO_BIN_EXE_tandem").as_ref(), &config).expect("fork")
+    // A GPU bundle carries the binary away from the build machine.
+    let exe = match std::env::var_os("TANDEM_BIN_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
+        None => env!("CARGO_BIN_EXE_tandem").into(),
+    };
+    Client::fork_runtime_with(&exe, &config).expect("fork")
 }
 
 fn child_pid(client: &mut Client) -> libc::pid_t {

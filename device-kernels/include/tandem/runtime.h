@@ -32,9 +32,6 @@
 #include "tandem/portability.h"
 #include "tandem/ser.h"
 
-// Field offsets, without <cstddef> (Tandem headers include no system header).
-#define TANDEM_RT_OFFSETOF(type, field) __builtin_offsetof(type, field)
-
 namespace tandem {
 
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
@@ -76,24 +73,24 @@ struct alignas(64) RuntimeSegmentHeader {
 
 static_assert(sizeof(RuntimeSegmentHeader) == 128, "SegmentHeader size");
 static_assert(alignof(RuntimeSegmentHeader) == 64, "SegmentHeader alignment");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, version) == 8, "SegmentHeader::version");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, kind) == 12, "SegmentHeader::kind");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, id) == 16, "SegmentHeader::id");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, device_ordinal) == 24, "SegmentHeader::device_ordinal");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, numa_node) == 28, "SegmentHeader::numa_node");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, segment_bytes) == 32, "SegmentHeader::segment_bytes");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, queue_offset) == 40, "SegmentHeader::queue_offset");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, queue_bytes) == 48, "SegmentHeader::queue_bytes");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, heap_offset) == 56, "SegmentHeader::heap_offset");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, heap_bytes) == 64, "SegmentHeader::heap_bytes");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, arena_offset) == 72, "SegmentHeader::arena_offset");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, arena_bytes) == 80, "SegmentHeader::arena_bytes");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, num_lanes) == 88, "SegmentHeader::num_lanes");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, copy_space) == 92, "SegmentHeader::copy_space");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, runtime_pid) == 96, "SegmentHeader::runtime_pid");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, state) == 100, "SegmentHeader::state");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, heartbeat) == 104, "SegmentHeader::heartbeat");
-static_assert(TANDEM_RT_OFFSETOF(RuntimeSegmentHeader, stop) == 112, "SegmentHeader::stop");
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, version, 8);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, kind, 12);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, id, 16);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_ordinal, 24);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, numa_node, 28);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, segment_bytes, 32);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, queue_offset, 40);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, queue_bytes, 48);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, heap_offset, 56);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, heap_bytes, 64);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, arena_offset, 72);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, arena_bytes, 80);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, num_lanes, 88);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, copy_space, 92);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, runtime_pid, 96);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, state, 100);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, heartbeat, 104);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, stop, 112);
 
 /// `runtime::layout::TaskHeader`, serialized as four little-endian u32s at
 /// the start of a task's bytes.
@@ -105,9 +102,9 @@ struct TaskHeader {
 };
 
 static_assert(sizeof(TaskHeader) == RT_TASK_HEADER_BYTES, "TaskHeader size");
-static_assert(TANDEM_RT_OFFSETOF(TaskHeader, method) == 4, "TaskHeader::method");
-static_assert(TANDEM_RT_OFFSETOF(TaskHeader, args_len) == 8, "TaskHeader::args_len");
-static_assert(TANDEM_RT_OFFSETOF(TaskHeader, version) == 12, "TaskHeader::version");
+TANDEM_ASSERT_OFFSET(TaskHeader, method, 4);
+TANDEM_ASSERT_OFFSET(TaskHeader, args_len, 8);
+TANDEM_ASSERT_OFFSET(TaskHeader, version, 12);
 
 /// Runtime return codes (runtime/src/task.rs).
 constexpr i32 RT_RC_UNKNOWN_POOL = RC_OUTPUT_TOO_LARGE + 16;
