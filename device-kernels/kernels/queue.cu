@@ -67,6 +67,7 @@ TANDEM_KERNEL tandem_mpmc_push_u64(tandem::RingHeader* ring, u64 len, u64 count,
   }
   u64 given_up = 0;
   for (u64 i = tandem::global_rank(); i < count; i += tandem::grid_size()) {
+    tandem::Backoff backoff;
     for (u64 tries = 0;; ++tries) {
       const bool pushed = aggregated != 0 ? tandem::mpmc_try_push_aggregated(r, base + i)
                                           : tandem::mpmc_try_push(r, base + i);
@@ -77,7 +78,7 @@ TANDEM_KERNEL tandem_mpmc_push_u64(tandem::RingHeader* ring, u64 len, u64 count,
         ++given_up;
         break;
       }
-      tandem::spin_pause();
+      backoff.idle();
     }
   }
   count_if_any(&stats[0], given_up);
@@ -98,6 +99,7 @@ TANDEM_KERNEL tandem_mpmc_pop_sum_u64(tandem::RingHeader* ring, u64 len, u64 cou
   }
   u64 sum = 0, given_up = 0, stray = 0;
   for (u64 i = tandem::global_rank(); i < count; i += tandem::grid_size()) {
+    tandem::Backoff backoff;
     for (u64 tries = 0;; ++tries) {
       u64 item;
       if (tandem::mpmc_try_pop(r, &item)) {
@@ -113,7 +115,7 @@ TANDEM_KERNEL tandem_mpmc_pop_sum_u64(tandem::RingHeader* ring, u64 len, u64 cou
         ++given_up;
         break;
       }
-      tandem::spin_pause();
+      backoff.idle();
     }
   }
   count_if_any(&stats[0], sum);

@@ -391,4 +391,47 @@ TANDEM_DEVICE void spin_pause() {
 #endif
 }
 
+/// Exponential back-off for loops that retry against other agents: a lost
+/// CAS, a full ring, a future not yet complete. Thousands of GPU threads
+/// re-polling or re-CASing one word of pinned host memory without it saturate
+/// the link and starve the one operation that would let them progress (seen on
+/// the H100: 16 Ki threads pushing into one ring in pinned memory while host
+/// threads drained it made no visible progress for minutes). Sleeps double
+/// from 32 ns to MAX_NS.
+struct Backoff {
+  static constexpr u32 MAX_NS = 4096;
+  u32 ns = 32;
+
+  /// After losing a race with a peer (a failed CAS). The CPU device retries
+  /// at once: its peers are running threads, not a link to saturate.
+  TANDEM_DEVICE void contended() {
+#if defined(TANDEM_BACKEND_GPU)
+    sleep();
+#endif
+  }
+
+  /// While waiting for another agent (the CPU, another block). The CPU device
+  /// yields: its waiting threads may outnumber the cores.
+  TANDEM_DEVICE void idle() {
+#if defined(TANDEM_BACKEND_GPU)
+    sleep();
+#else
+    sched_yield();
+#endif
+  }
+
+ private:
+  TANDEM_DEVICE void sleep() {
+#if defined(TANDEM_BACKEND_CUDA)
+    __nanosleep(ns);
+#elif defined(TANDEM_BACKEND_HIP)
+    // s_sleep takes an immediate (units of 64 cycles): loop for longer sleeps.
+    for (u32 i = 0; i <= ns / 64; ++i) {
+      __builtin_amdgcn_s_sleep(1);
+    }
+#endif
+    ns = ns < MAX_NS ? ns * 2 : MAX_NS;
+  }
+};
+
 }  // namespace tandem

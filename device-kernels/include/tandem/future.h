@@ -333,11 +333,12 @@ TANDEM_DEVICE future_status future_output(const FutureView& f, const u8** data, 
 /// `FutureShm::wait`: completion is checked first in every round and again
 /// after a stop or an exhausted budget, so a future completed before the stop
 /// was raised is always reported completed (with `*return_code`). Each round
-/// ends with spin_pause(). Call it from ONE lane per warp/wavefront.
+/// ends with an idle back-off. Call it from ONE lane per warp/wavefront.
 template <scope S = scope::system>
 TANDEM_DEVICE wait_outcome future_wait(const FutureView& f, const u32* stop, u64 spin_budget,
                                        i32* return_code) {
   wait_outcome outcome = wait_outcome::budget_exhausted;
+  Backoff backoff;
   for (u64 round = 0;; ++round) {
     if (future_return_code<S>(f, return_code) == future_status::ok) {
       return wait_outcome::completed;
@@ -351,7 +352,7 @@ TANDEM_DEVICE wait_outcome future_wait(const FutureView& f, const u32* stop, u64
     if (round >= spin_budget) {
       break;
     }
-    spin_pause();
+    backoff.idle();
   }
   return future_return_code<S>(f, return_code) == future_status::ok ? wait_outcome::completed
                                                                     : outcome;

@@ -208,6 +208,7 @@ TANDEM_DEVICE bool mpmc_try_push(const MpmcRing<T>& ring, const T& item) {
   // Relaxed: a ticket only picks a slot; whether it is ours is decided by the
   // slot's sequence number, read with acquire below.
   u64 ticket = load_relaxed<S>(tail);
+  Backoff backoff;
   for (;;) {
     u8* const slot = ring.slot(ticket);
     u64* const seq = MpmcRing<T>::seq(slot);
@@ -226,10 +227,12 @@ TANDEM_DEVICE bool mpmc_try_push(const MpmcRing<T>& ring, const T& item) {
         return true;
       }
       ticket = seen;
+      backoff.contended();
     } else if (lag < 0) {
       return false;  // the slot still holds the previous lap's item: full
     } else {
       ticket = load_relaxed<S>(tail);  // another producer took it: catch up
+      backoff.contended();
     }
   }
 }
@@ -242,6 +245,7 @@ TANDEM_DEVICE bool mpmc_try_pop(const MpmcRing<T>& ring, T* out) {
   u64* const head = &ring.header->head.value;
   // Relaxed: as for `tail` in mpmc_try_push.
   u64 ticket = load_relaxed<S>(head);
+  Backoff backoff;
   for (;;) {
     u8* const slot = ring.slot(ticket);
     u64* const seq = MpmcRing<T>::seq(slot);
@@ -259,10 +263,12 @@ TANDEM_DEVICE bool mpmc_try_pop(const MpmcRing<T>& ring, T* out) {
         return true;
       }
       ticket = seen;
+      backoff.contended();
     } else if (lag < 0) {
       return false;  // not filled for this ticket yet: empty
     } else {
       ticket = load_relaxed<S>(head);  // another consumer took it: catch up
+      backoff.contended();
     }
   }
 }

@@ -321,6 +321,7 @@ TANDEM_DEVICE rt_status rt_send(const RtContext& ctx, const RtFuture& f, u32 lan
   RingHeader* header = reinterpret_cast<RingHeader*>(ctx.rings + index * ctx.ring_bytes);
   // Validated by rt_init.
   const MpmcRing<ShmPtr<u8>> ring = detail::mpmc_view<ShmPtr<u8>>(header, ctx.depth);
+  Backoff backoff;
   for (u64 round = 0;; ++round) {
     if (mpmc_try_push<ShmPtr<u8>>(ring, f.ptr)) {
       return rt_status::ok;
@@ -332,7 +333,7 @@ TANDEM_DEVICE rt_status rt_send(const RtContext& ctx, const RtFuture& f, u32 lan
     if (round >= spin_budget) {
       return rt_status::queue_full;
     }
-    spin_pause();
+    backoff.idle();
   }
 }
 
