@@ -393,11 +393,10 @@ TANDEM_DEVICE void spin_pause() {
 
 /// Exponential back-off for loops that retry against other agents: a lost
 /// CAS, a full ring, a future not yet complete. Thousands of GPU threads
-/// re-polling or re-CASing one word of pinned host memory without it saturate
-/// the link and starve the one operation that would let them progress (seen on
-/// the H100: 16 Ki threads pushing into one ring in pinned memory while host
-/// threads drained it made no visible progress for minutes). Sleeps double
-/// from 32 ns to MAX_NS.
+/// re-polling or re-CASing one word of pinned host memory fill the link with
+/// traffic that does no work; doubling sleeps (32 ns up to MAX_NS) bound it.
+/// (It does not cure the many-thread ring stall seen on the H100; see the
+/// GPU notes in the README.)
 struct Backoff {
   static constexpr u32 MAX_NS = 4096;
   u32 ns = 32;
