@@ -52,26 +52,31 @@ TANDEM_DEVICE void count_if_any(u64* counter, u64 n) {
 }
 
 /// Every thread pushes the values base + i for its grid-stride share of
-/// i < count, with mpmc_try_push_aggregated when `aggregated` is nonzero.
-/// While the ring is full a thread pauses and retries: progress then depends
-/// on the ring's consumers (the CPU, other kernels), never on another lane of
-/// its warp, so this is allowed on AMD too. After `max_full_retries`
-/// consecutive full rounds a value is given up. stats[0] += values given up,
-/// stats[1] += threads that could not attach the ring.
-TANDEM_KERNEL tandem_mpmc_push_u64(tandem::RingHeader* ring, u64 len, u64 count, u64 base,
-                                   u32 aggregated, u64 max_full_retries, u64* stats) {
+/// i < count with mpmc_push_ticketed, its tickets from `tickets` (a
+/// DeviceTickets in device memory, zeroed with the ring). While the ring is
+/// full a thread pauses and retries: progress then depends on the ring's consumers (the
+/// CPU), never on another lane of its warp, so this is allowed on AMD too.
+/// After `max_full_retries` consecutive full rounds a value is given up.
+/// stats[0] += values given up, stats[1] += threads that could not attach
+/// the ring, stats[2] += pushes that found a foreign ticket.
+TANDEM_KERNEL tandem_mpmc_push_u64(tandem::RingHeader* ring, u64 len, u64* tickets, u64 count,
+                                   u64 base, u64 max_full_retries, u64* stats) {
   tandem::MpmcRing<u64> r;
   if (tandem::mpmc_attach<u64>(ring, len, &r) != tandem::ring_status::ok) {
     count_if_any(&stats[1], 1);
     return;
   }
-  u64 given_up = 0;
+  tandem::DeviceTickets* const mine = reinterpret_cast<tandem::DeviceTickets*>(tickets);
+  u64 given_up = 0, foreign = 0;
   for (u64 i = tandem::global_rank(); i < count; i += tandem::grid_size()) {
     tandem::Backoff backoff;
     for (u64 tries = 0;; ++tries) {
-      const bool pushed = aggregated != 0 ? tandem::mpmc_try_push_aggregated(r, base + i)
-                                          : tandem::mpmc_try_push(r, base + i);
-      if (pushed) {
+      const tandem::ticket_result res = tandem::mpmc_push_ticketed(r, mine, base + i, nullptr);
+      if (res == tandem::ticket_result::done) {
+        break;
+      }
+      if (res == tandem::ticket_result::foreign_ticket) {
+        ++foreign;
         break;
       }
       if (tries >= max_full_retries) {
@@ -82,33 +87,42 @@ TANDEM_KERNEL tandem_mpmc_push_u64(tandem::RingHeader* ring, u64 len, u64 count,
     }
   }
   count_if_any(&stats[0], given_up);
+  count_if_any(&stats[2], foreign);
 }
 
-/// Every thread pops its grid-stride share of `count` items, pausing while
+/// Every thread pops its grid-stride share of `count` items with
+/// mpmc_pop_ticketed (tickets as for tandem_mpmc_push_u64), pausing while
 /// the ring is empty (progress depends on the producers, another agent) and
 /// giving up after `max_empty_retries` consecutive empty rounds. For each
 /// item v: seen[v - base] += 1 when base <= v < base + count. stats[0] +=
 /// wrapping sum of the items, stats[1] += pops given up, stats[2] += threads
-/// that could not attach, stats[3] += items outside [base, base + count).
-TANDEM_KERNEL tandem_mpmc_pop_sum_u64(tandem::RingHeader* ring, u64 len, u64 count, u64 base,
-                                      u64 max_empty_retries, u32* seen, u64* stats) {
+/// that could not attach, stats[3] += items outside [base, base + count),
+/// stats[4] += pops that found a foreign ticket.
+TANDEM_KERNEL tandem_mpmc_pop_sum_u64(tandem::RingHeader* ring, u64 len, u64* tickets, u64 count,
+                                      u64 base, u64 max_empty_retries, u32* seen, u64* stats) {
   tandem::MpmcRing<u64> r;
   if (tandem::mpmc_attach<u64>(ring, len, &r) != tandem::ring_status::ok) {
     count_if_any(&stats[2], 1);
     return;
   }
-  u64 sum = 0, given_up = 0, stray = 0;
+  tandem::DeviceTickets* const mine = reinterpret_cast<tandem::DeviceTickets*>(tickets);
+  u64 sum = 0, given_up = 0, stray = 0, foreign = 0;
   for (u64 i = tandem::global_rank(); i < count; i += tandem::grid_size()) {
     tandem::Backoff backoff;
     for (u64 tries = 0;; ++tries) {
       u64 item;
-      if (tandem::mpmc_try_pop(r, &item)) {
+      const tandem::ticket_result res = tandem::mpmc_pop_ticketed(r, mine, &item, nullptr);
+      if (res == tandem::ticket_result::done) {
         sum += item;
         if (item - base < count) {
           tandem::fetch_add<tandem::scope::system, tandem::order::relaxed>(&seen[item - base], 1u);
         } else {
           ++stray;
         }
+        break;
+      }
+      if (res == tandem::ticket_result::foreign_ticket) {
+        ++foreign;
         break;
       }
       if (tries >= max_empty_retries) {
@@ -121,4 +135,5 @@ TANDEM_KERNEL tandem_mpmc_pop_sum_u64(tandem::RingHeader* ring, u64 len, u64 cou
   count_if_any(&stats[0], sum);
   count_if_any(&stats[1], given_up);
   count_if_any(&stats[3], stray);
+  count_if_any(&stats[4], foreign);
 }

@@ -25,7 +25,7 @@ use tandem_shm_core::AllocatorId;
 /// `SegmentHeader::magic` once the segment is fully initialised ("TNDMRTSG").
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file.
-pub const SEGMENT_VERSION: u32 = 1;
+pub const SEGMENT_VERSION: u32 = 2;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -100,6 +100,13 @@ pub struct SegmentHeader {
     /// Raised (nonzero) by the host to release every kernel waiting with it.
     pub stop: AtomicU32,
     pub reserved: u32,
+    /// Device address of the producer tickets of this segment's queue, one
+    /// `tandem::DeviceTickets` per ring (lane `l`, priority `p` at index
+    /// `2l + p`), in device memory; 0 in the CPU segment. A device queue's producers are all GPU
+    /// threads, so they take tickets with a device-memory fetch_add
+    /// (tandem/mpmc.h, "Device tickets") instead of an RMW on the ring's
+    /// `tail` in host memory; the workers pop as usual.
+    pub device_tickets: u64,
 }
 
 /// The task header: the first [`TASK_HEADER_BYTES`] of a task's bytes (a
@@ -145,6 +152,7 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, runtime
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, state), 100);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, heartbeat), 104);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, stop), 112);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, device_tickets), 120);
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
 
 static_assertions::assert_eq_size!(TaskHeader, [u8; TASK_HEADER_BYTES]);

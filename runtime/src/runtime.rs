@@ -54,6 +54,9 @@ pub struct DeviceQueues<A: GpuApi> {
     // Declared before `segment`: the registration must be dropped (the pages
     // unregistered) before the mapping can go.
     registration: <A::Device as GpuDevice>::HostRegistration,
+    /// The queue's producer tickets ([`SegmentHeader::device_tickets`]):
+    /// held for the kernels, which find them through the header.
+    _tickets: <A::Device as GpuDevice>::DeviceBuffer,
     segment: Arc<QueueSegment>,
     device: A::Device,
     properties: DeviceProperties,
@@ -71,6 +74,9 @@ impl<A: GpuApi> DeviceQueues<A> {
         // SAFETY: the mapping is owned by the segment, which this struct keeps
         // until after the registration is dropped (field order).
         let registration = unsafe { device.register_host(memory.as_ptr(), memory.len()) }?;
+        let ticket_bytes = 2 * config.lanes as usize * tandem_device_kernels::DEVICE_TICKETS_BYTES;
+        let tickets = device.alloc_device(ticket_bytes)?;
+        device.fill(&tickets, 0, ticket_bytes, 0)?;
         let segment = QueueSegment::init(
             memory,
             SegmentSpec {
@@ -80,6 +86,7 @@ impl<A: GpuApi> DeviceQueues<A> {
                 lanes: config.lanes,
                 depth: config.queue_depth,
                 copy_space: config.copy_space,
+                device_tickets: tickets.device_ptr(),
             },
         )?;
         // init wrote the header page: its node is where the binding put it.
@@ -98,6 +105,7 @@ impl<A: GpuApi> DeviceQueues<A> {
         segment.publish(found);
         Ok(Self {
             registration,
+            _tickets: tickets,
             segment: Arc::new(segment),
             device,
             properties,
@@ -229,6 +237,7 @@ impl<A: GpuApi> Runtime<A> {
                 lanes: config.lanes,
                 depth: config.queue_depth,
                 copy_space: config.copy_space,
+                device_tickets: 0,
             },
         )?;
         notes.push(format!(

@@ -105,6 +105,8 @@ pub struct SegmentSpec {
     pub lanes: u32,
     pub depth: u32,
     pub copy_space: u32,
+    /// [`SegmentHeader::device_tickets`]: 0 for the CPU segment.
+    pub device_tickets: u64,
 }
 
 /// A task pointer that does not name a future in this segment.
@@ -173,6 +175,7 @@ impl QueueSegment {
             addr_of_mut!((*h).heartbeat).write(AtomicU64::new(0));
             addr_of_mut!((*h).stop).write(AtomicU32::new(0));
             addr_of_mut!((*h).reserved).write(0);
+            addr_of_mut!((*h).device_tickets).write(spec.device_tickets);
             let queue = LaneQueue::init_in(
                 base.add(geometry.queue_offset),
                 geometry.queue_bytes,

@@ -6,8 +6,8 @@
 //!   thread to carve a ThreadArena, then plain arithmetic) and from the
 //!   device's malloc/free, in the same run;
 //! * MPMC ring push into mapped pinned host memory while host threads drain
-//!   it (tandem/mpmc.h against shm-core's MpmcRing), one CAS per item
-//!   against one CAS per warp (mpmc_try_push_aggregated): records/s and GB/s.
+//!   it (tandem/mpmc.h's device tickets against shm-core's MpmcRing):
+//!   records/s and GB/s, against the device-to-host copy bandwidth.
 //!
 //! Without a CUDA device (or without feature `cuda`) it prints
 //! "skipped: no CUDA device", and fails instead under `TANDEM_REQUIRE_GPU=1`.
@@ -43,7 +43,7 @@ mod cuda {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
-    use tandem_device_kernels::names;
+    use tandem_device_kernels::{names, DEVICE_TICKETS_BYTES};
     use tandem_hal::{DeviceMemory, Dim3, EventFlags, GpuApi, GpuDevice, KernelArg};
     use tandem_shm_core::layout::{AllocatorId, ArenaHeader};
     use tandem_shm_core::{ArenaAllocator, MpmcRing};
@@ -166,26 +166,50 @@ mod cuda {
         }
     }
 
-    /// GPU threads push u64 records into a ring in mapped pinned memory
-    /// while host threads drain it.
+    /// Device-to-host copy bandwidth into pinned memory through GpuApi, in
+    /// GB/s: the yardstick for what the ring pushes across the same link.
+    fn copy_bandwidth<A: GpuApi>(gpu: &Gpu<A>) -> f64 {
+        let bytes = 64usize << 20;
+        let src = gpu.device.alloc_device(bytes).expect("device buffer");
+        gpu.device.fill(&src, 0, bytes, 7).expect("fill");
+        let dst = gpu.shared(bytes);
+        // SAFETY: `dst` is `bytes` of pinned memory no kernel touches here.
+        let dst = unsafe { core::slice::from_raw_parts_mut(dst.host(), bytes) };
+        let best = (0..6)
+            .map(|_| {
+                let start = Instant::now();
+                gpu.device.copy_from_device(dst, &src, 0).expect("copy");
+                start.elapsed()
+            })
+            .skip(1)
+            .min()
+            .expect("runs");
+        bytes as f64 / best.as_secs_f64() / 1e9
+    }
+
+    /// GPU threads push u64 records into a ring in mapped pinned memory (one
+    /// device-memory fetch_add per record for the ticket, per-slot sequence
+    /// stores to publish) while host threads drain it.
     fn ring_push<A: GpuApi>(gpu: &Gpu<A>, sms: u32) {
         let capacity = 1u32 << 16;
         let count = 1u64 << 24;
-        let consumers = 4;
         let grid = Dim3::linear(sms * 2);
         let block = Dim3::linear(256);
+        let copy = copy_bandwidth(gpu);
         println!(
-            "\nMPMC ring push into pinned host memory: {count} u64 records, {capacity} slots, \
-             {} x 256 GPU threads, {consumers} host consumers",
+            "\nMPMC ring push into pinned host memory (device tickets): {count} u64 records, \
+             {capacity} slots, {} x 256 GPU threads; device-to-host copy through GpuApi: \
+             {copy:.2} GB/s",
             sms * 2
         );
-        for aggregated in [false, true] {
+        for consumers in [2, 4, 8] {
             let mem = gpu.shared(MpmcRing::<u64>::required_bytes(capacity));
             // SAFETY: the pinned memory is ours, page-aligned and long enough,
             // used only by this ring's handles and the push kernel.
             let ring =
                 unsafe { MpmcRing::<u64>::init_in(mem.host(), mem.len(), capacity) }.expect("ring");
-            let stats = gpu.shared(2 * 8);
+            let tickets = gpu.device_words(DEVICE_TICKETS_BYTES / 8);
+            let stats = gpu.shared(3 * 8);
             let stream = gpu.stream();
             let done = AtomicBool::new(false);
             let drained = AtomicU64::new(0);
@@ -212,7 +236,8 @@ mod cuda {
                         drained.fetch_add(mine, Ordering::Relaxed);
                     });
                 }
-                // SAFETY: the ring and `stats` outlive the kernel (synced below).
+                // SAFETY: the ring, tickets and `stats` outlive the kernel
+                // (synced below).
                 unsafe {
                     gpu.launch(
                         &stream,
@@ -222,9 +247,9 @@ mod cuda {
                         &[
                             mem.arg(),
                             KernelArg::U64(mem.len() as u64),
+                            tickets.arg(),
                             KernelArg::U64(count),
                             KernelArg::U64(0),
-                            KernelArg::U32(u32::from(aggregated)),
                             KernelArg::U64(u64::MAX),
                             stats.arg(),
                         ],
@@ -237,21 +262,22 @@ mod cuda {
             let got = drained.load(Ordering::Relaxed);
             assert_eq!(got, count, "every record drained");
             assert_eq!(
-                (stats.read::<u64>(0), stats.read::<u64>(1)),
-                (0, 0),
+                (
+                    stats.read::<u64>(0),
+                    stats.read::<u64>(1),
+                    stats.read::<u64>(2)
+                ),
+                (0, 0, 0),
                 "no failures"
             );
-            let name = if aggregated {
-                "one CAS per warp"
-            } else {
-                "one CAS per record"
-            };
+            let slots_gbs = count as f64 * 16.0 / secs / 1e9;
             println!(
-                "  {name:<20} {:>8.3} s  {:>8.2} M records/s  {:>6.3} GB/s payload  {:>6.3} GB/s slots",
+                "  {consumers} host consumers {:>8.3} s  {:>8.2} M records/s  {:>6.3} GB/s payload  \
+                 {slots_gbs:>6.3} GB/s slots ({:.1}% of the copy bandwidth)",
                 secs,
                 count as f64 / secs / 1e6,
                 count as f64 * 8.0 / secs / 1e9,
-                count as f64 * 16.0 / secs / 1e9,
+                slots_gbs / copy * 100.0,
             );
         }
     }

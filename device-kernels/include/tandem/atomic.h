@@ -395,11 +395,15 @@ TANDEM_DEVICE void spin_pause() {
 /// CAS, a full ring, a future not yet complete. Thousands of GPU threads
 /// re-polling or re-CASing one word of pinned host memory fill the link with
 /// traffic that does no work; doubling sleeps (32 ns up to MAX_NS) bound it.
-/// (It does not cure the many-thread ring stall seen on the H100; see the
-/// GPU notes in the README.)
+/// A wait first re-polls IDLE_POLLS times without sleeping: on a GPU each
+/// poll of host memory is itself a PCIe round trip (about a microsecond), and
+/// an answer usually comes within a few, so sleeping at once would only add
+/// latency to a round trip (see runtime/benches/roundtrip.rs).
 struct Backoff {
   static constexpr u32 MAX_NS = 4096;
+  static constexpr u32 IDLE_POLLS = 8;
   u32 ns = 32;
+  u32 polls = 0;
 
   /// After losing a race with a peer (a failed CAS). The CPU device retries
   /// at once: its peers are running threads, not a link to saturate.
@@ -413,6 +417,10 @@ struct Backoff {
   /// yields: its waiting threads may outnumber the cores.
   TANDEM_DEVICE void idle() {
 #if defined(TANDEM_BACKEND_GPU)
+    if (polls < IDLE_POLLS) {
+      ++polls;
+      return;
+    }
     sleep();
 #else
     sched_yield();

@@ -12,21 +12,18 @@
 // host memory, a registered shared-memory segment, managed memory). Use
 // scope::device only for a ring that no CPU thread or other device touches.
 //
-// Cost on a GPU: each push or pop is one compare-and-swap on `tail`/`head`. A
-// system-scope RMW on mapped host memory crosses PCIe; the whole H100 manages
-// about 30 M of them per second (shared/notes/gpu-pitfalls.md).
-// mpmc_try_push_aggregated claims tickets for a whole warp/wavefront with one
-// CAS, which the algorithm allows because tickets are consecutive: the leader
-// moves `tail` from t to t + k after the k lanes each saw the slot of their
-// own ticket t + i free (with their own acquire load, which is what orders
-// their element write after the previous lap's read). Everything else (the
-// slot checks, the element writes, the release stores of `seq`) is per lane.
+// Two ways to take a ticket:
+// - mpmc_try_push/mpmc_try_pop: one compare-and-swap on the ring's `tail` /
+//   `head`, exactly as Rust does. Lock-free and non-blocking; right for the
+//   CPU device and for a few GPU threads at a time.
+// - mpmc_push_ticketed/mpmc_pop_ticketed ("Device tickets" below): when one
+//   side of the ring is GPU threads only, its counter lives in device memory
+//   and is taken with a fetch_add. This is the path for many GPU threads.
 #pragma once
 
 #include "tandem/atomic.h"
 #include "tandem/layout.h"
 #include "tandem/portability.h"
-#include "tandem/warp.h"
 
 namespace tandem {
 
@@ -273,68 +270,195 @@ TANDEM_DEVICE bool mpmc_try_pop(const MpmcRing<T>& ring, T* out) {
   }
 }
 
-/// mpmc_try_push for every lane of the warp/wavefront that calls it together:
-/// one CAS on `tail` claims consecutive tickets for as many of them as have
-/// free slots, in lane order. Returns, per lane, whether its item was pushed;
-/// false means the ring was full at this lane's turn (and then at every later
-/// lane's turn of this call too). The same lanes must reach the call together
-/// (see tandem/warp.h); on the CPU device this is mpmc_try_push.
-///
-/// Nothing here waits on another lane: a round either claims tickets, finds
-/// the ring full, or retries because another producer moved `tail`, so the
-/// AMD spinning rule holds.
-template <typename T, scope S = scope::system>
-TANDEM_DEVICE bool mpmc_try_push_aggregated(const MpmcRing<T>& ring, const T& item) {
-  // What the leader tells the group after each round.
-  constexpr u64 RETRY = 0, CLAIMED = 1, FULL = 2;
-  const lane_mask group = active_lanes();
-  const u32 me = lane_id();
-  u64* const tail = &ring.header->tail.value;
-  bool pending = true;
-  bool pushed = false;
-  for (;;) {
-    const lane_mask waiting = ballot(group, pending);
-    if (waiting == 0) {
-      return pushed;
-    }
-    const u32 leader = lowest_lane(waiting);
-    // Relaxed: as in mpmc_try_push; one load for the group.
-    const u64 ticket = broadcast(group, me == leader ? load_relaxed<S>(tail) : 0, leader);
-    // Waiting lanes take consecutive tickets in lane order.
-    const u64 mine = ticket + lane_count(waiting & lanes_below(me));
-    u8* const slot = ring.slot(mine);
-    i64 lag = 1;
-    if (pending) {
-      // Acquire, by the lane that will write the slot: as in mpmc_try_push.
-      lag = static_cast<i64>(load_acquire<S>(MpmcRing<T>::seq(slot)) - detail::mpmc_free_for(mine));
-    }
-    // The longest run of waiting lanes, from the leader on, whose slots are free.
-    const lane_mask blocked = waiting & ~ballot(group, pending && lag == 0);
-    const lane_mask claim = blocked == 0 ? waiting : waiting & lanes_below(lowest_lane(blocked));
-    u64 verdict = RETRY;
-    if (me == leader) {
-      if (claim == 0) {
-        // The leader's own slot decides: still full (lag < 0) or a ticket
-        // another producer already took (lag > 0, reload and retry).
-        verdict = lag < 0 ? FULL : RETRY;
-      } else {
-        // Relaxed: arbitration only, as in mpmc_try_push. Success means no
-        // other producer holds any of the tickets [ticket, ticket + k).
-        const u64 k = lane_count(claim);
-        verdict = cas<S, order::relaxed>(tail, ticket, ticket + k) == ticket ? CLAIMED : RETRY;
-      }
-    }
-    verdict = broadcast(group, verdict, leader);
-    if (verdict == FULL) {
-      pending = false;
-    } else if (verdict == CLAIMED && ((claim >> me) & 1) != 0) {
-      *MpmcRing<T>::elem(slot) = item;
-      // Release: as in mpmc_try_push, per lane and per slot.
-      store_release<S>(MpmcRing<T>::seq(slot), detail::mpmc_full_for(mine));
-      pending = false;
-      pushed = true;
-    }
+// ---------------------------------------------------------------------------
+// Device tickets: one side of a ring entirely on the GPU
+// ---------------------------------------------------------------------------
+// mpmc_try_push/mpmc_try_pop take their ticket with a compare-and-swap on the
+// ring's `tail`/`head`. From a GPU that word is in host memory, and a
+// system-scope RMW there crosses PCIe (the whole H100 does about 30 M/s), and
+// the CAS window spans a round trip to read the slot, so thousands of threads
+// mostly fail and retry: progress collapses (seen on the H100: a 16 K-thread
+// push of 1 M records had not finished after 280 s). Worse, without
+// hostNativeAtomicSupported (x86 hosts over PCIe) GPU RMWs on host memory are
+// not atomic with respect to the CPU's, so a counter must never be shared by
+// GPU and CPU threads that run at the same time.
+//
+// So when every producer (or every consumer) of a ring is a GPU thread, that
+// side's counter moves off the ring into device memory (DeviceTickets),
+// taken with one device-scope fetch_add per operation: it never fails and
+// costs a device-memory atomic, not a PCIe round trip. The slot protocol is
+// unchanged (wait for seq == 2t, fill, release 2t + 1; the consumer frees
+// with 2(t + capacity)), so Rust threads on the other side run the ordinary
+// try_pop/try_push on the same ring: Vyukov's algorithm has each side read
+// only its own counter and the slots. The ring's own counter for the ticketed
+// side stays untouched, so Rust's `len()` does not count that side.
+//
+// A fetch_add cannot be taken back, so a claimed ticket is waited out: the
+// producer until its slot's previous lap was consumed, the consumer until its
+// item was published. Both depend on the other side (the CPU), never on a
+// lane of the same warp, so the wait is allowed on AMD too. A check before
+// claiming turns a ring that is already full (empty) into `unavailable`
+// without claiming anything; it reads a device-memory copy of the other
+// side's counter and crosses PCIe only when the copy says full (empty). A
+// producer released by `stop` while holding a ticket leaves its slot unfilled
+// and the consumers stall at it: raise that flag only when the consumers are
+// gone. A consumer gives a claimed ticket up on `stop` only if no producer
+// has claimed it yet (see mpmc_pop_ticketed).
+
+/// What mpmc_push_ticketed / mpmc_pop_ticketed did.
+enum class ticket_result : u32 {
+  /// Pushed / popped.
+  done = 0,
+  /// The ring was full (push) or empty (pop) before a ticket was claimed:
+  /// nothing happened, retry later.
+  unavailable = 1,
+  /// `*stop` was raised while waiting on a claimed ticket (see above).
+  stopped = 2,
+  /// The slot of the claimed ticket was already past it: something outside
+  /// these tickets used this side of the ring (e.g. a CPU producer on a ring
+  /// whose producers take device tickets). Nothing was written.
+  foreign_ticket = 3,
+};
+
+/// One side's tickets of a ring, in device memory (zeroed when the ring is
+/// initialised; no CPU thread touches it): the next ticket, and the last
+/// value read of the other side's counter.
+struct DeviceTickets {
+  u64 next;
+  u64 other_seen;
+};
+static_assert(sizeof(DeviceTickets) == 16, "runtime/src/layout.rs: DEVICE_TICKETS_BYTES");
+
+namespace detail {
+
+/// Whether the other side's counter `other` is at least `needed` ahead of
+/// `next`: first by the copy in `t->other_seen`, which costs no PCIe round
+/// trip, and only when that says no, by reading `other` itself (then
+/// refreshing the copy). Relaxed loads and stores: a hint only. Every value
+/// of the copy was once read from `other`, which only grows, so a stale copy
+/// (or a racing refresh storing an older value) only errs towards "no" and a
+/// re-read. Signed differences: `next` is read first and may be overtaken.
+TANDEM_DEVICE bool ticket_room(DeviceTickets* t, const u64* other, u64 next, i64 needed) {
+  if (static_cast<i64>(load_relaxed<scope::device>(&t->other_seen) - next) >= needed) {
+    return true;
   }
+  // System scope: `other` may be a word the CPU writes.
+  const u64 now = load_relaxed<scope::system>(other);
+  store_relaxed<scope::device>(&t->other_seen, now);
+  return static_cast<i64>(now - next) >= needed;
+}
+
+}  // namespace detail
+
+/// Pushes `item` on a ring whose producers all take their tickets from
+/// `tickets`; `consumed` is the consumers' counter: the ring's `head` when
+/// they are CPU threads (the overload below), their DeviceTickets::next when
+/// they are GPU threads too. See "Device tickets" above.
+template <typename T, scope S = scope::system>
+TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
+                                               const u64* consumed, const T& item, const u32* stop) {
+  // Room when consumed + capacity > next. A stale `next` makes the ring look
+  // emptier than it is; the claimed ticket then waits for its slot.
+  const u64 next = load_relaxed<scope::device>(&tickets->next);
+  if (!detail::ticket_room(tickets, consumed, next, 1 - static_cast<i64>(ring.capacity()))) {
+    return ticket_result::unavailable;
+  }
+  // Relaxed: the fetch_add only makes tickets unique; the hand-off of the
+  // slot is ordered by its sequence number.
+  const u64 ticket = fetch_add<scope::device, order::relaxed>(&tickets->next, u64{1});
+  u8* const slot = ring.slot(ticket);
+  u64* const seq = MpmcRing<T>::seq(slot);
+  const u64 free = detail::mpmc_free_for(ticket);
+  Backoff backoff;
+  for (;;) {
+    // Acquire: pairs with the release store of the consumer that freed the
+    // slot, so its read of the old element is finished before we overwrite.
+    const i64 lag = static_cast<i64>(load_acquire<S>(seq) - free);
+    if (lag == 0) {
+      break;
+    }
+    if (lag > 0) {
+      return ticket_result::foreign_ticket;
+    }
+    // Acquire: pairs with the host's release of the flag, like future_wait.
+    // The ticket is abandoned (see above).
+    if (stop != nullptr && load_acquire<scope::system>(stop) != 0) {
+      return ticket_result::stopped;
+    }
+    backoff.idle();
+  }
+  *MpmcRing<T>::elem(slot) = item;
+  // Release: pairs with the consumer's acquire load of `seq`, publishing the
+  // element (at system scope: to the CPU as well).
+  store_release<S>(seq, detail::mpmc_full_for(ticket));
+  return ticket_result::done;
+}
+
+/// mpmc_push_ticketed for a ring whose consumers are CPU threads (Rust's
+/// try_pop, counting in the ring's `head`).
+template <typename T, scope S = scope::system>
+TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
+                                               const T& item, const u32* stop) {
+  return mpmc_push_ticketed<T, S>(ring, tickets, &ring.header->head.value, item, stop);
+}
+
+/// Pops into `*out` from a ring whose consumers all take their tickets from
+/// `tickets`; `produced` is the producers' counter: the ring's `tail` for
+/// CPU producers (the overload below), their DeviceTickets::next for GPU
+/// producers. See "Device tickets" above. When `*stop`
+/// is raised while this thread waits on a claimed ticket, it gives up only if
+/// no producer has claimed that ticket (`produced` is not past it): an item
+/// already on its way is still taken, so raising `stop` after the producers
+/// have finished loses nothing.
+template <typename T, scope S = scope::system>
+TANDEM_DEVICE ticket_result mpmc_pop_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
+                                              const u64* produced, T* out, const u32* stop) {
+  // Something to take when produced > next. `produced` counts tickets
+  // producers claimed; an item may still be on its way into its slot, which
+  // the wait below covers.
+  const u64 next = load_relaxed<scope::device>(&tickets->next);
+  if (!detail::ticket_room(tickets, produced, next, 1)) {
+    return ticket_result::unavailable;
+  }
+  // Relaxed: as in mpmc_push_ticketed.
+  const u64 ticket = fetch_add<scope::device, order::relaxed>(&tickets->next, u64{1});
+  u8* const slot = ring.slot(ticket);
+  u64* const seq = MpmcRing<T>::seq(slot);
+  const u64 full = detail::mpmc_full_for(ticket);
+  Backoff backoff;
+  for (;;) {
+    // Acquire: pairs with the producer's release store of `seq`, so its
+    // element is visible.
+    const i64 lag = static_cast<i64>(load_acquire<S>(seq) - full);
+    if (lag == 0) {
+      break;
+    }
+    if (lag > 0) {
+      return ticket_result::foreign_ticket;
+    }
+    // Acquire: as in mpmc_push_ticketed. Relaxed `produced`: whether a
+    // producer holds our ticket; one that claims it later than this read
+    // belongs to a producer still running after `stop`, which the caller
+    // rules out.
+    if (stop != nullptr && load_acquire<scope::system>(stop) != 0 &&
+        static_cast<i64>(load_relaxed<scope::system>(produced) - ticket) <= 0) {
+      return ticket_result::stopped;
+    }
+    backoff.idle();
+  }
+  *out = *MpmcRing<T>::elem(slot);
+  // Release: pairs with the next lap's producer's acquire load of `seq`, so
+  // our read finishes before it overwrites the slot.
+  store_release<S>(seq, detail::mpmc_free_for(ticket + ring.capacity()));
+  return ticket_result::done;
+}
+
+/// mpmc_pop_ticketed for a ring whose producers are CPU threads (Rust's
+/// try_push, counting in the ring's `tail`).
+template <typename T, scope S = scope::system>
+TANDEM_DEVICE ticket_result mpmc_pop_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets, T* out,
+                                              const u32* stop) {
+  return mpmc_pop_ticketed<T, S>(ring, tickets, &ring.header->tail.value, out, stop);
 }
 
 }  // namespace tandem

@@ -18,8 +18,9 @@
 // task pointer pushed into the queue is a ShmPtr relative to the segment's
 // base with the segment's id, which is how the CPU workers resolve it.
 //
-// Memory order: the queue push is a system-scope release (mpmc.h) that
-// publishes the future's input to the worker; the worker's completion is a
+// Memory order: the queue push (a device ticket, then the slot's
+// system-scope release store; mpmc.h) publishes the future's input to the
+// worker; the worker's completion is a
 // release that rt_wait's system-scope acquire pairs with (future.h).
 // Waiting: call rt_wait from any lane; it spins on memory the CPU writes,
 // never on another lane of the same warp/wavefront.
@@ -37,7 +38,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 1;
+constexpr u32 RT_SEGMENT_VERSION = 2;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -69,6 +70,9 @@ struct alignas(64) RuntimeSegmentHeader {
   /// Raised (nonzero) by the host to release waiting kernels.
   u32 stop;
   u32 reserved;
+  /// Device address of the queue's producer tickets (a DeviceTickets per
+  /// ring, at 2 * lane + priority), in device memory; see rt_send.
+  u64 device_tickets;
 };
 
 static_assert(sizeof(RuntimeSegmentHeader) == 128, "SegmentHeader size");
@@ -91,6 +95,7 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, runtime_pid, 96);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, state, 100);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, heartbeat, 104);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, stop, 112);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_tickets, 120);
 
 /// `runtime::layout::TaskHeader`, serialized as four little-endian u32s at
 /// the start of a task's bytes.
@@ -118,7 +123,8 @@ enum class rt_status : u32 {
   ok = 0,
   /// The MemoryBackend is not a published runtime segment of this version.
   bad_segment = 1,
-  /// The segment's lane queue header or a ring is not valid.
+  /// The segment's lane queue header or a ring is not valid, or a ring
+  /// was pushed to outside the device tickets (see rt_send).
   bad_queue = 2,
   /// The block's arena share cannot hold another future.
   no_memory = 3,
@@ -148,6 +154,7 @@ struct RtContext {
   u64 arena_offset;
   u8* rings;
   u64 ring_bytes;
+  DeviceTickets* tickets;
   u32 num_lanes;
   u32 depth;
   BlockArena arena;
@@ -187,7 +194,8 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
       h->id.major != segment.id.major || h->id.minor != segment.id.minor ||
       h->segment_bytes > segment.capacity ||
       !rt_region_fits(h->queue_offset, h->queue_bytes, h->segment_bytes) ||
-      !rt_region_fits(h->arena_offset, h->arena_bytes, h->segment_bytes)) {
+      !rt_region_fits(h->arena_offset, h->arena_bytes, h->segment_bytes) ||
+      h->device_tickets == 0 || h->device_tickets % alignof(DeviceTickets) != 0) {
     return rt_status::bad_segment;
   }
   u8* const base = reinterpret_cast<u8*>(segment.base);
@@ -213,6 +221,7 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
   ctx.arena_offset = h->arena_offset;
   ctx.rings = rings;
   ctx.ring_bytes = q->ring_bytes;
+  ctx.tickets = reinterpret_cast<DeviceTickets*>(h->device_tickets);
   ctx.num_lanes = q->num_lanes;
   ctx.depth = q->depth;
   return rt_status::ok;
@@ -306,9 +315,13 @@ TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_
   return rt_status::ok;
 }
 
-/// Pushes `f`'s pointer to `lane` at `priority` of the device's queue. A full
-/// lane is retried (back-pressure: nothing is dropped) for up to
-/// `spin_budget` rounds or until `*stop` (may be null) is raised.
+/// Pushes `f`'s pointer to `lane` at `priority` of the device's queue, with
+/// a ticket from the segment's device tickets (mpmc.h, "Device tickets": one
+/// device-memory fetch_add, no RMW on host memory). A full lane is retried
+/// (back-pressure: nothing is dropped) for up to `spin_budget` rounds or until
+/// `*stop` (may be null) is raised; queue_full then means nothing was pushed.
+/// Once a ticket is claimed the push waits for its slot, which the workers
+/// free; only `*stop` ends that wait (when the runtime is gone).
 TANDEM_DEVICE rt_status rt_send(const RtContext& ctx, const RtFuture& f, u32 lane, rt_priority priority,
                                 const u32* stop, u64 spin_budget) {
   if (ctx.status != rt_status::ok) {
@@ -323,8 +336,15 @@ TANDEM_DEVICE rt_status rt_send(const RtContext& ctx, const RtFuture& f, u32 lan
   const MpmcRing<ShmPtr<u8>> ring = detail::mpmc_view<ShmPtr<u8>>(header, ctx.depth);
   Backoff backoff;
   for (u64 round = 0;; ++round) {
-    if (mpmc_try_push<ShmPtr<u8>>(ring, f.ptr)) {
-      return rt_status::ok;
+    switch (mpmc_push_ticketed<ShmPtr<u8>>(ring, ctx.tickets + index, f.ptr, stop)) {
+      case ticket_result::done:
+        return rt_status::ok;
+      case ticket_result::stopped:
+        return rt_status::stopped;
+      case ticket_result::foreign_ticket:
+        return rt_status::bad_queue;
+      case ticket_result::unavailable:
+        break;
     }
     // Acquire: as future_wait's stop check.
     if (stop != nullptr && load_acquire<scope::system>(stop) != 0) {

@@ -64,6 +64,21 @@ impl<A: GpuApi> Shared<A> {
     }
 }
 
+/// Zeroed device memory, for kernels only (e.g. the device tickets of a
+/// ring side that only GPU threads use).
+#[allow(dead_code)] // not every test binary that includes this module needs it
+pub struct DeviceWords<A: GpuApi> {
+    buffer: <A::Device as GpuDevice>::DeviceBuffer,
+}
+
+#[allow(dead_code)] // as for the struct
+impl<A: GpuApi> DeviceWords<A> {
+    /// The kernel argument naming the memory.
+    pub fn arg(&self) -> KernelArg<'static> {
+        KernelArg::Ptr(self.buffer.device_ptr())
+    }
+}
+
 impl<A: GpuApi> Gpu<A> {
     /// Loads the library on `device`.
     pub fn new(device: A::Device) -> Self {
@@ -87,6 +102,17 @@ impl<A: GpuApi> Gpu<A> {
         // SAFETY: a fresh allocation of `bytes` bytes nobody else uses yet.
         unsafe { buffer.host_ptr().write_bytes(0, bytes) };
         Shared { buffer }
+    }
+
+    /// `words` zeroed u64s of device memory.
+    #[allow(dead_code)] // not every test binary that includes this module needs it
+    pub fn device_words(&self, words: usize) -> DeviceWords<A> {
+        let bytes = words * size_of::<u64>();
+        let buffer = self.device.alloc_device(bytes).expect("device memory");
+        self.device
+            .fill(&buffer, 0, bytes, 0)
+            .expect("zeroing device memory");
+        DeviceWords { buffer }
     }
 
     /// A new stream, for launches that must run beside others.

@@ -7,7 +7,7 @@ use std::mem::offset_of;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use proptest::prelude::*;
-use tandem_device_kernels::names;
+use tandem_device_kernels::{names, DEVICE_TICKETS_BYTES};
 use tandem_hal::{Dim3, GpuApi, KernelArg};
 use tandem_shm_core::layout::{RingHeader, RING_SLOTS_OFFSET};
 use tandem_shm_core::{MpmcRing, SpscRing};
@@ -172,20 +172,20 @@ pub fn mixed_sequence_matches_all_rust<A: GpuApi>(
 const MAX_RETRIES: u64 = 1 << 22;
 
 /// A kernel of `grid` x `block` threads pushes `count` values (from `base`)
-/// into a ring of `capacity` while `consumers` Rust threads drain it: every
-/// value arrives exactly once. `aggregated` selects the warp-aggregated push.
+/// into a ring of `capacity`, with device tickets, while `consumers` Rust
+/// threads drain it: every value arrives exactly once.
 pub fn cpp_producers_rust_consumers<A: GpuApi>(
     gpu: &Gpu<A>,
     (grid, block): (Dim3, Dim3),
     capacity: u32,
     count: u64,
     consumers: usize,
-    aggregated: bool,
 ) {
     let base = 1_000_000;
     let mem = ring_memory(gpu, capacity);
     let ring = rust_init(&mem, capacity);
-    let stats = gpu.shared(2 * 8);
+    let tickets = gpu.device_words(DEVICE_TICKETS_BYTES / 8);
+    let stats = gpu.shared(3 * 8);
     let stream = gpu.stream();
     let done = AtomicBool::new(false);
     let mut got: Vec<u64> = std::thread::scope(|s| {
@@ -219,9 +219,9 @@ pub fn cpp_producers_rust_consumers<A: GpuApi>(
                 &[
                     mem.arg(),
                     KernelArg::U64(mem.len() as u64),
+                    tickets.arg(),
                     KernelArg::U64(count),
                     KernelArg::U64(base),
-                    KernelArg::U32(u32::from(aggregated)),
                     KernelArg::U64(MAX_RETRIES),
                     stats.arg(),
                 ],
@@ -236,6 +236,7 @@ pub fn cpp_producers_rust_consumers<A: GpuApi>(
     });
     assert_eq!(stats.read::<u64>(1), 0, "every C++ thread attached");
     assert_eq!(stats.read::<u64>(0), 0, "no value given up");
+    assert_eq!(stats.read::<u64>(2), 0, "no foreign ticket");
     got.sort_unstable();
     let want: Vec<u64> = (base..base + count).collect();
     assert!(
@@ -243,12 +244,12 @@ pub fn cpp_producers_rust_consumers<A: GpuApi>(
         "{} values arrived, {count} pushed; lost or duplicated",
         got.len()
     );
-    assert!(ring.is_empty());
+    assert_eq!(ring.try_pop(), None, "nothing left behind");
 }
 
 /// `producers` Rust threads push `count` values (from `base`) into a ring of
-/// `capacity` while a kernel of `grid` x `block` threads pops them: the
-/// kernel sees every value exactly once.
+/// `capacity` while a kernel of `grid` x `block` threads pops them with
+/// device tickets: the kernel sees every value exactly once.
 pub fn rust_producers_cpp_consumers<A: GpuApi>(
     gpu: &Gpu<A>,
     (grid, block): (Dim3, Dim3),
@@ -259,8 +260,9 @@ pub fn rust_producers_cpp_consumers<A: GpuApi>(
     let base = 7u64 << 40;
     let mem = ring_memory(gpu, capacity);
     let ring = rust_init(&mem, capacity);
+    let tickets = gpu.device_words(DEVICE_TICKETS_BYTES / 8);
     let seen = gpu.shared(count as usize * 4);
-    let stats = gpu.shared(4 * 8);
+    let stats = gpu.shared(5 * 8);
     let stream = gpu.stream();
     // SAFETY: the ring, `seen` and `stats` stay allocated until after `sync`.
     unsafe {
@@ -272,6 +274,7 @@ pub fn rust_producers_cpp_consumers<A: GpuApi>(
             &[
                 mem.arg(),
                 KernelArg::U64(mem.len() as u64),
+                tickets.arg(),
                 KernelArg::U64(count),
                 KernelArg::U64(base),
                 KernelArg::U64(MAX_RETRIES),
@@ -296,13 +299,18 @@ pub fn rust_producers_cpp_consumers<A: GpuApi>(
     assert_eq!(stats.read::<u64>(2), 0, "every C++ thread attached");
     assert_eq!(stats.read::<u64>(1), 0, "no pop given up");
     assert_eq!(stats.read::<u64>(3), 0, "no value outside the pushed range");
+    assert_eq!(stats.read::<u64>(4), 0, "no foreign ticket");
     let twice: Vec<usize> = (0..count as usize)
         .filter(|&i| seen.read::<u32>(i) != 1)
         .collect();
     assert!(twice.is_empty(), "values not seen exactly once: {twice:?}");
     let sum = (base..base + count).fold(0u64, u64::wrapping_add);
     assert_eq!(stats.read::<u64>(0), sum);
-    assert!(ring.is_empty());
+    assert_eq!(
+        ring.try_push(0),
+        Ok(()),
+        "every slot was freed for the next lap"
+    );
 }
 
 /// What `tandem_mpmc_try_push_u64` reports for the ring at `mem` + `offset`
