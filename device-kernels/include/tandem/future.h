@@ -328,6 +328,9 @@ TANDEM_DEVICE future_status future_output(const FutureView& f, const u8** data, 
   return future_status::ok;
 }
 
+/// How often future_wait polls the stop flag, in rounds.
+constexpr u64 STOP_POLL_EVERY = 8;
+
 /// Waits for completion for at most `spin_budget` rounds, or until `*stop`
 /// (nonzero = stop; may be null for none) is raised, as Rust's
 /// `FutureShm::wait`: completion is checked first in every round and again
@@ -344,8 +347,9 @@ TANDEM_DEVICE wait_outcome future_wait(const FutureView& f, const u32* stop, u64
       return wait_outcome::completed;
     }
     // Acquire: a completion that happened-before the stop was raised is then
-    // visible to the re-check below.
-    if (stop != nullptr && load_acquire<S>(stop) != 0) {
+    // visible to the re-check below. Every STOP_POLL_EVERY rounds only: on a
+    // GPU each poll is a PCIe round trip, and the stop flag is the rare case.
+    if (stop != nullptr && round % STOP_POLL_EVERY == 0 && load_acquire<S>(stop) != 0) {
       outcome = wait_outcome::stopped;
       break;
     }

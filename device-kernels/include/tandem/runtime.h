@@ -166,6 +166,9 @@ struct RtFuture {
   FutureView view;
   ShmPtr<u8> ptr;
   u64 bytes;
+  /// Sent and not yet seen complete by rt_wait: kept here, so rt_make_task
+  /// need not read the flags back across PCIe to know the future is ours.
+  bool in_flight;
 };
 
 namespace detail {
@@ -266,6 +269,7 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   }
   out->ptr = ShmPtr<u8>{ctx.id, ctx.arena_offset + mem.shm.off};
   out->bytes = bytes;
+  out->in_flight = false;
   return rt_status::ok;
 }
 
@@ -276,9 +280,8 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
 /// not fit (nothing is truncated).
 template <typename W>
 TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_args) {
-  const u32 flags = load_acquire<scope::system>(&f.view.header->flags);
-  if ((flags & (future_flags::COPY_FROM_CLIENT | future_flags::COMPLETE)) == future_flags::COPY_FROM_CLIENT) {
-    return rt_status::future_error;  // the previous task is still in flight
+  if (f.in_flight) {
+    return rt_status::future_error;  // the previous task was not seen complete
   }
   FutureView view;
   if (future_init(reinterpret_cast<u8*>(f.view.header), f.bytes, f.view.copy_space_size, &view) !=
@@ -322,7 +325,7 @@ TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_
 /// `*stop` (may be null) is raised; queue_full then means nothing was pushed.
 /// Once a ticket is claimed the push waits for its slot, which the workers
 /// free; only `*stop` ends that wait (when the runtime is gone).
-TANDEM_DEVICE rt_status rt_send(const RtContext& ctx, const RtFuture& f, u32 lane, rt_priority priority,
+TANDEM_DEVICE rt_status rt_send(const RtContext& ctx, RtFuture& f, u32 lane, rt_priority priority,
                                 const u32* stop, u64 spin_budget) {
   if (ctx.status != rt_status::ok) {
     return ctx.status;
@@ -338,6 +341,7 @@ TANDEM_DEVICE rt_status rt_send(const RtContext& ctx, const RtFuture& f, u32 lan
   for (u64 round = 0;; ++round) {
     switch (mpmc_push_ticketed<ShmPtr<u8>>(ring, ctx.tickets + index, f.ptr, stop)) {
       case ticket_result::done:
+        f.in_flight = true;
         return rt_status::ok;
       case ticket_result::stopped:
         return rt_status::stopped;
@@ -359,8 +363,12 @@ TANDEM_DEVICE rt_status rt_send(const RtContext& ctx, const RtFuture& f, u32 lan
 
 /// Waits for `f`'s completion (see future_wait): completed (with
 /// `*return_code`), stopped, or budget_exhausted.
-TANDEM_DEVICE wait_outcome rt_wait(const RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
-  return future_wait<scope::system>(f.view, stop, spin_budget, return_code);
+TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
+  const wait_outcome outcome = future_wait<scope::system>(f.view, stop, spin_budget, return_code);
+  if (outcome == wait_outcome::completed) {
+    f.in_flight = false;
+  }
+  return outcome;
 }
 
 /// The output of a completed `f`, to read with Reader::over(*data, *len).
