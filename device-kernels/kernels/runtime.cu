@@ -18,17 +18,69 @@ constexpr u32 ADD = 1;
 /// Copy space of each thread's future: task header + two u64s, with room.
 constexpr u32 ECHO_COPY_SPACE = 64;
 
+/// The math pool on the device, as runtime::task::math serves it on the CPU:
+/// what the GPU service runs.
+struct MathOnDevice {
+  TANDEM_DEVICE i32 operator()(u32 pool, u32 method, tandem::Reader& args, tandem::Writer& out) const {
+    if (pool != math::POOL) {
+      return tandem::RT_RC_UNKNOWN_POOL;
+    }
+    if (method == math::NOOP) {
+      return 0;
+    }
+    if (method != math::ADD) {
+      return tandem::RT_RC_UNKNOWN_METHOD;
+    }
+    u64 a = 0, b = 0;
+    if (args.get_u64(&a) != tandem::ser_status::ok || args.get_u64(&b) != tandem::ser_status::ok ||
+        args.pos != args.len) {
+      return tandem::RT_RC_BAD_ARGS;
+    }
+    return out.put_u64(a + b) == tandem::ser_status::ok ? 0 : tandem::RC_OUTPUT_TOO_LARGE;
+  }
+};
+
+/// Adds `n` to `*counter` unless it is zero.
+TANDEM_DEVICE void add_if_any(u64* counter, u64 n) {
+  if (n != 0) {
+    tandem::fetch_add<tandem::scope::system, tandem::order::relaxed>(counter, n);
+  }
+}
+
+/// The GPU service (tandem::rt_serve with the math pool) over the device
+/// segment at `segment` (`len` bytes; its device address): every thread
+/// serves until the segment's service_stop is raised and the inbox is
+/// drained. stats[0] += tasks served, stats[1] += bad pointers, stats[2] +=
+/// foreign tickets; stats[3] = the rt_status of a thread that could not
+/// serve at all (0 if all could).
+TANDEM_KERNEL tandem_rt_gpu_service(u8* segment, u64 len, u64* stats) {
+  TANDEM_SHARED(tandem::RtContext, rt);
+  const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
+  const tandem::MemoryBackend backend{h->id, tandem::backend_kind::PINNED, 0,
+                                      reinterpret_cast<u64>(segment), len};
+  tandem::rt_attach(rt, backend);
+  tandem::RtServeStats served{};
+  const tandem::rt_status st = tandem::rt_serve(rt, MathOnDevice{}, &served);
+  add_if_any(&stats[0], served.served);
+  add_if_any(&stats[1], served.bad_pointers);
+  add_if_any(&stats[2], served.foreign);
+  if (st != tandem::rt_status::ok) {
+    tandem::store_relaxed<tandem::scope::system>(&stats[3], static_cast<u64>(st));
+  }
+}
+
 /// Every thread sends `tasks_per_thread` tasks of the math pool, one at a
-/// time, to lane (block rank mod lanes) of the segment at `segment` (`len`
-/// bytes; its device address), and waits for each. `method` = math::ADD:
+/// time, and waits for each: with `route` 0 to the CPU workers, on lane
+/// (block rank mod lanes) of the segment at `segment` (`len` bytes; its
+/// device address); with `route` 1 to the device's GPU service. `method` = math::ADD:
 /// task i of global rank r is add(r, i), and results[r] is the wrapping sum
 /// of the answers; math::NOOP: results[r] counts completions. `priority`: 0
 /// high, 1 low, 2 alternating. status[r] = rt_status (ok, or why the thread
 /// stopped early); on a task failure status[r] = 0x100 and results[r] = the
 /// return code.
 TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u32 method,
-                                   u32 priority, const u32* stop, u64 spin_budget, u64* results,
-                                   u32* status) {
+                                   u32 priority, u32 route, const u32* stop, u64 spin_budget,
+                                   u64* results, u32* status) {
   TANDEM_SHARED(tandem::RtContext, rt);
   const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
   const tandem::MemoryBackend backend{h->id, tandem::backend_kind::PINNED, 0,
@@ -55,7 +107,8 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
     }
     const tandem::rt_priority p = priority == 2 ? static_cast<tandem::rt_priority>(i & 1)
                                                 : static_cast<tandem::rt_priority>(priority & 1);
-    st = tandem::rt_send(rt, f, lane, p, stop, spin_budget);
+    st = route == 1 ? tandem::rt_send_to_gpu(rt, f, stop, spin_budget)
+                    : tandem::rt_send_to_cpu(rt, f, lane, p, stop, spin_budget);
     if (st != tandem::rt_status::ok) {
       break;
     }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tandem_hal::{GpuApi, HostApi};
 use tandem_runtime::config::DeviceSelection;
-use tandem_runtime::kernels::{EchoLaunch, EchoPriority, RuntimeKernels};
+use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, RuntimeKernels};
 use tandem_runtime::task::math;
 use tandem_runtime::{Config, Registry, Runtime};
 
@@ -54,6 +54,7 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         tasks_per_thread: tasks,
         method: math::NOOP,
         priority: EchoPriority::High,
+        route: EchoRoute::CpuWorkers,
         spin_budget: 1 << 40,
     };
     // Warm up the workers and the module, then measure.

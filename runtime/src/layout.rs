@@ -13,6 +13,14 @@
 //! arena_offset   ArenaAllocator: futures kernels allocate (per-block carves)
 //! ```
 //!
+//! A device segment's queue region also holds the device's GPU inbox after
+//! the lane queue: two MPMC rings of task pointers that the device's GPU
+//! service kernel (tandem/runtime.h, `rt_serve`) consumes, one the host
+//! pushes into ([`inbox::FROM_HOST`]), one kernels push into
+//! ([`inbox::FROM_KERNELS`]). A ring side whose threads are all on the GPU
+//! counts its tickets in device memory ([`SegmentHeader::device_tickets`],
+//! indices in [`device_ticket`]).
+//!
 //! Every task pointer in the queue is a `ShmPtr` whose `alloc_id` is the
 //! segment's id and whose `off` is a byte offset from the segment's base, so
 //! one pointer means the same future to the host (host address) and to a
@@ -25,7 +33,7 @@ use tandem_shm_core::AllocatorId;
 /// `SegmentHeader::magic` once the segment is fully initialised ("TNDMRTSG").
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file.
-pub const SEGMENT_VERSION: u32 = 2;
+pub const SEGMENT_VERSION: u32 = 3;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -36,6 +44,42 @@ pub mod segment_kind {
     pub const CPU: u32 = 0;
     /// A device's queues (pinned host memory mapped into the device).
     pub const DEVICE: u32 = 1;
+}
+
+/// The rings of a device's GPU inbox, at `inbox_offset + i * inbox_ring_bytes`.
+pub mod inbox {
+    /// Host threads push (the ring's own `tail`); the GPU service pops.
+    pub const FROM_HOST: u32 = 0;
+    /// Kernels push; the GPU service pops (both sides with device tickets).
+    pub const FROM_KERNELS: u32 = 1;
+    /// Rings in an inbox.
+    pub const RINGS: u32 = 2;
+}
+
+/// Indices of a device segment's device tickets (`tandem::DeviceTickets`,
+/// `tandem_device_kernels::DEVICE_TICKETS_BYTES` each): the producers of lane
+/// `l` at priority `p` at `2l + p`, then the inbox's GPU-side counters.
+pub mod device_ticket {
+    /// Producers of lane `lane` at `priority` (0 high, 1 low).
+    pub const fn lane_producers(lane: u32, priority: u32) -> u32 {
+        2 * lane + priority
+    }
+    /// The GPU service's tickets on the from-host inbox ring.
+    pub const fn inbox_from_host_consumers(lanes: u32) -> u32 {
+        2 * lanes
+    }
+    /// Kernels' tickets on the from-kernels inbox ring.
+    pub const fn inbox_from_kernels_producers(lanes: u32) -> u32 {
+        2 * lanes + 1
+    }
+    /// The GPU service's tickets on the from-kernels inbox ring.
+    pub const fn inbox_from_kernels_consumers(lanes: u32) -> u32 {
+        2 * lanes + 2
+    }
+    /// How many a segment of `lanes` lanes has.
+    pub const fn count(lanes: u32) -> u32 {
+        2 * lanes + 3
+    }
 }
 
 /// `SegmentHeader::state`.
@@ -100,13 +144,23 @@ pub struct SegmentHeader {
     /// Raised (nonzero) by the host to release every kernel waiting with it.
     pub stop: AtomicU32,
     pub reserved: u32,
-    /// Device address of the producer tickets of this segment's queue, one
-    /// `tandem::DeviceTickets` per ring (lane `l`, priority `p` at index
-    /// `2l + p`), in device memory; 0 in the CPU segment. A device queue's producers are all GPU
-    /// threads, so they take tickets with a device-memory fetch_add
-    /// (tandem/mpmc.h, "Device tickets") instead of an RMW on the ring's
-    /// `tail` in host memory; the workers pop as usual.
+    /// Device address of the segment's device tickets, [`device_ticket::count`]
+    /// `tandem::DeviceTickets` in device memory; 0 in the CPU segment. The
+    /// lane queue's producers (kernels) and the inbox's GPU sides take their
+    /// tickets there with a device-memory fetch_add (tandem/mpmc.h, "Device
+    /// tickets") instead of an RMW on a ring counter in host memory; the
+    /// workers (and host submitters to the inbox) use the rings as usual.
     pub device_tickets: u64,
+    /// Where the GPU inbox's rings start (inside the queue region); 0 when
+    /// the segment has none (the CPU segment).
+    pub inbox_offset: u64,
+    /// Bytes between the inbox's rings.
+    pub inbox_ring_bytes: u64,
+    /// Slots of each inbox ring.
+    pub inbox_depth: u32,
+    /// Raised (nonzero) by the host to end the GPU service kernel once the
+    /// inbox is drained.
+    pub service_stop: AtomicU32,
 }
 
 /// The task header: the first [`TASK_HEADER_BYTES`] of a task's bytes (a
@@ -131,7 +185,7 @@ pub const TASK_HEADER_BYTES: usize = 16;
 /// `TaskHeader::version`.
 pub const TASK_VERSION: u32 = 1;
 
-static_assertions::assert_eq_size!(SegmentHeader, [u8; 128]);
+static_assertions::assert_eq_size!(SegmentHeader, [u8; 192]);
 static_assertions::const_assert_eq!(core::mem::align_of::<SegmentHeader>(), 64);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, magic), 0);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, version), 8);
@@ -153,6 +207,10 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, state),
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, heartbeat), 104);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, stop), 112);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, device_tickets), 120);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_offset), 128);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_ring_bytes), 136);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_depth), 144);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, service_stop), 148);
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
 
 static_assertions::assert_eq_size!(TaskHeader, [u8; TASK_HEADER_BYTES]);

@@ -12,7 +12,7 @@ use tandem_shm_core::Segment;
 
 use crate::config::{Config, DeviceSelection};
 use crate::error::RuntimeError;
-use crate::layout::{runtime_state, segment_kind, SegmentHeader};
+use crate::layout::{device_ticket, runtime_state, segment_kind, SegmentHeader};
 use crate::liveness::HEARTBEAT_PERIOD;
 use crate::registry::Registry;
 use crate::segment::{QueueSegment, SegmentSpec};
@@ -74,7 +74,8 @@ impl<A: GpuApi> DeviceQueues<A> {
         // SAFETY: the mapping is owned by the segment, which this struct keeps
         // until after the registration is dropped (field order).
         let registration = unsafe { device.register_host(memory.as_ptr(), memory.len()) }?;
-        let ticket_bytes = 2 * config.lanes as usize * tandem_device_kernels::DEVICE_TICKETS_BYTES;
+        let ticket_bytes = device_ticket::count(config.lanes) as usize
+            * tandem_device_kernels::DEVICE_TICKETS_BYTES;
         let tickets = device.alloc_device(ticket_bytes)?;
         device.fill(&tickets, 0, ticket_bytes, 0)?;
         let segment = QueueSegment::init(
@@ -87,6 +88,7 @@ impl<A: GpuApi> DeviceQueues<A> {
                 depth: config.queue_depth,
                 copy_space: config.copy_space,
                 device_tickets: tickets.device_ptr(),
+                inbox: true,
             },
         )?;
         // init wrote the header page: its node is where the binding put it.
@@ -238,6 +240,7 @@ impl<A: GpuApi> Runtime<A> {
                 depth: config.queue_depth,
                 copy_space: config.copy_space,
                 device_tickets: 0,
+                inbox: false,
             },
         )?;
         notes.push(format!(
@@ -363,6 +366,24 @@ impl<A: GpuApi> Runtime<A> {
         output_space: u32,
     ) -> Result<Pending<'_, T>, TaskError> {
         submit::submit_pointer(&self.cpu, route, task, output_space)
+    }
+
+    /// Submits a copy-future task to device `device`'s GPU inbox (an index
+    /// into [`devices`](Self::devices)), where the device's GPU service
+    /// kernel ([`crate::kernels::GpuService`]) runs it. Nothing serves the
+    /// inbox while no service runs: the task then waits there. A full inbox
+    /// is retried until `deadline` (back-pressure; nothing is dropped).
+    pub fn submit_to_gpu<T: Task>(
+        &self,
+        device: usize,
+        task: &T,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Pending<'_, T>, TaskError> {
+        let queues = self.devices.get(device).ok_or(TaskError::NoSuchDevice {
+            device,
+            devices: self.devices.len(),
+        })?;
+        submit::submit_to_gpu(&queues.segment, task, deadline)
     }
 
     /// Stops the runtime: marks the segments STOPPED, lets the workers drain

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use tandem_shm_core::future::FutureShm;
 use tandem_shm_core::layout::{BackendKind, MemoryBackend};
 use tandem_shm_core::{
-    AllocatorId, ArenaAllocator, LaneQueue, Segment, ShmPtr, SizeClassAllocator,
+    AllocatorId, ArenaAllocator, LaneQueue, MpmcRing, Segment, ShmPtr, SizeClassAllocator,
 };
 
 use crate::error::RuntimeError;
 use crate::layout::{
-    runtime_state, SegmentHeader, ARENA_ID_MAJOR, HEAP_ID_MAJOR, SEGMENT_HEADER_RESERVED,
+    inbox, runtime_state, SegmentHeader, ARENA_ID_MAJOR, HEAP_ID_MAJOR, SEGMENT_HEADER_RESERVED,
     SEGMENT_ID_MAJOR, SEGMENT_MAGIC, SEGMENT_VERSION,
 };
 
@@ -23,6 +23,19 @@ const MIN_REGION: usize = 64 << 10;
 
 fn align_up(n: usize) -> usize {
     n.next_multiple_of(REGION_ALIGN)
+}
+
+/// Bytes between the GPU inbox's rings (`rt_ring_bytes` in runtime.h): one
+/// ring of task pointers, rounded up to a cache line.
+pub fn inbox_ring_bytes(depth: u32) -> usize {
+    MpmcRing::<ShmPtr<u8>>::required_bytes(depth).next_multiple_of(64)
+}
+
+/// Bytes of the queue region: the lane queue, then room for a GPU inbox
+/// (every segment gets the room, so one size fits the configuration check).
+fn queue_region_bytes(lanes: u32, depth: u32) -> usize {
+    let lane_queue = LaneQueue::<ShmPtr<u8>>::required_bytes(lanes, depth).next_multiple_of(64);
+    align_up(lane_queue + inbox::RINGS as usize * inbox_ring_bytes(depth))
 }
 
 /// Where the regions of a segment lie.
@@ -40,15 +53,13 @@ impl SegmentGeometry {
     /// The smallest segment that holds a queue of `lanes` x `depth` and the
     /// minimum heap and arena.
     pub fn min_bytes(lanes: u32, depth: u32) -> usize {
-        SEGMENT_HEADER_RESERVED
-            + align_up(LaneQueue::<ShmPtr<u8>>::required_bytes(lanes, depth))
-            + 2 * MIN_REGION
+        SEGMENT_HEADER_RESERVED + queue_region_bytes(lanes, depth) + 2 * MIN_REGION
     }
 
     /// Lays out `total` bytes: header, queue, then what is left split evenly
     /// between the heap and the kernel arena.
     pub fn plan(total: usize, lanes: u32, depth: u32) -> Result<Self, RuntimeError> {
-        let queue_bytes = align_up(LaneQueue::<ShmPtr<u8>>::required_bytes(lanes, depth));
+        let queue_bytes = queue_region_bytes(lanes, depth);
         if total < Self::min_bytes(lanes, depth) {
             return Err(RuntimeError::BadSegment(format!(
                 "{total} bytes cannot hold the queue and heaps ({} needed)",
@@ -107,6 +118,8 @@ pub struct SegmentSpec {
     pub copy_space: u32,
     /// [`SegmentHeader::device_tickets`]: 0 for the CPU segment.
     pub device_tickets: u64,
+    /// Whether to set up a GPU inbox (device segments).
+    pub inbox: bool,
 }
 
 /// A task pointer that does not name a future in this segment.
@@ -132,6 +145,8 @@ pub struct QueueSegment {
     // mapping (dropped with `memory`) outlives every use.
     header: &'static SegmentHeader,
     queue: LaneQueue<'static, ShmPtr<u8>>,
+    /// The GPU inbox's from-host ring, in device segments.
+    inbox_from_host: Option<MpmcRing<'static, ShmPtr<u8>>>,
     heap: SizeClassAllocator<'static>,
     arena: ArenaAllocator<'static>,
     geometry: SegmentGeometry,
@@ -152,7 +167,7 @@ impl QueueSegment {
         // checked), page-aligned, and nobody else has it yet (the magic is
         // not published). Each structure gets a disjoint range of it. Header
         // fields are written through raw field pointers, atomics with `new`.
-        let (queue, heap, arena) = unsafe {
+        let (queue, inbox_from_host, heap, arena) = unsafe {
             let h = header;
             addr_of_mut!((*h).magic).write(AtomicU64::new(0));
             addr_of_mut!((*h).version).write(SEGMENT_VERSION);
@@ -176,12 +191,33 @@ impl QueueSegment {
             addr_of_mut!((*h).stop).write(AtomicU32::new(0));
             addr_of_mut!((*h).reserved).write(0);
             addr_of_mut!((*h).device_tickets).write(spec.device_tickets);
+            let lane_queue_bytes = LaneQueue::<ShmPtr<u8>>::required_bytes(spec.lanes, spec.depth)
+                .next_multiple_of(64);
             let queue = LaneQueue::init_in(
                 base.add(geometry.queue_offset),
-                geometry.queue_bytes,
+                lane_queue_bytes,
                 spec.lanes,
                 spec.depth,
             )?;
+            let ring_bytes = inbox_ring_bytes(spec.depth);
+            let (inbox_offset, inbox_from_host) = if spec.inbox {
+                let offset = geometry.queue_offset + lane_queue_bytes;
+                let mut from_host = None;
+                for ring in 0..inbox::RINGS {
+                    let at = base.add(offset + ring as usize * ring_bytes);
+                    let handle = MpmcRing::<ShmPtr<u8>>::init_in(at, ring_bytes, spec.depth)?;
+                    if ring == inbox::FROM_HOST {
+                        from_host = Some(handle);
+                    }
+                }
+                (offset, from_host)
+            } else {
+                (0, None)
+            };
+            addr_of_mut!((*h).inbox_offset).write(inbox_offset as u64);
+            addr_of_mut!((*h).inbox_ring_bytes).write(ring_bytes as u64);
+            addr_of_mut!((*h).inbox_depth).write(spec.depth);
+            addr_of_mut!((*h).service_stop).write(AtomicU32::new(0));
             let heap = SizeClassAllocator::init_in(
                 base.add(geometry.heap_offset),
                 geometry.heap_bytes,
@@ -192,13 +228,14 @@ impl QueueSegment {
                 geometry.arena_bytes,
                 AllocatorId::new(ARENA_ID_MAJOR, spec.index),
             )?;
-            (queue, heap, arena)
+            (queue, inbox_from_host, heap, arena)
         };
         Ok(Self {
             // SAFETY: initialised above; lives as long as `memory` (see the
             // struct's comment).
             header: unsafe { &*header },
             queue,
+            inbox_from_host,
             heap,
             arena,
             geometry,
@@ -251,8 +288,29 @@ impl QueueSegment {
             arena_bytes: to_usize(header.arena_bytes),
         };
         geometry.check(memory.len())?;
+        let inbox_offset = to_usize(header.inbox_offset);
+        let ring_bytes = to_usize(header.inbox_ring_bytes);
+        let inbox_end = ring_bytes
+            .checked_mul(inbox::RINGS as usize)
+            .and_then(|b| b.checked_add(inbox_offset));
+        if inbox_offset != 0
+            && (inbox_offset < geometry.queue_offset
+                || inbox_end.is_none_or(|end| end > geometry.queue_offset + geometry.queue_bytes))
+        {
+            return Err(RuntimeError::BadSegment(format!(
+                "GPU inbox at {inbox_offset:#x} lies outside the queue region"
+            )));
+        }
         // SAFETY: each region lies inside the mapping (checked) and holds a
-        // structure the runtime initialised before publishing the magic.
+        // structure the runtime initialised before publishing the magic; so
+        // does the inbox (checked to lie in the queue region).
+        let inbox_from_host = (inbox_offset != 0)
+            .then(|| unsafe {
+                let at = base.add(inbox_offset + inbox::FROM_HOST as usize * ring_bytes);
+                MpmcRing::<ShmPtr<u8>>::attach(at, ring_bytes)
+            })
+            .transpose()?;
+        // SAFETY: as above.
         let (queue, heap, arena) = unsafe {
             (
                 LaneQueue::attach(base.add(geometry.queue_offset), geometry.queue_bytes)?,
@@ -263,6 +321,7 @@ impl QueueSegment {
         Ok(Self {
             header,
             queue,
+            inbox_from_host,
             heap,
             arena,
             geometry,
@@ -279,6 +338,11 @@ impl QueueSegment {
     /// The lane queue of task pointers.
     pub fn queue(&self) -> &LaneQueue<'_, ShmPtr<u8>> {
         &self.queue
+    }
+
+    /// The GPU inbox's ring host threads push into (device segments only).
+    pub fn inbox_from_host(&self) -> Option<&MpmcRing<'_, ShmPtr<u8>>> {
+        self.inbox_from_host.as_ref()
     }
 
     /// The id every task pointer of this segment carries.

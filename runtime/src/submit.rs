@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use tandem_shm_core::future::FutureShm;
 use tandem_shm_core::ser::{serialized_len, Reader};
-use tandem_shm_core::{FillError, Priority, PushError, ShmPtr, WaitOutcome};
+use tandem_shm_core::{FillError, Priority, ShmPtr, WaitOutcome};
 
 use crate::layout::TASK_HEADER_BYTES;
 use crate::liveness::LivenessWatch;
@@ -115,6 +115,38 @@ pub fn submit<'s, T: Task>(
     Ok(pending)
 }
 
+/// Submits `task` as a copy future to `segment`'s GPU inbox, served by the
+/// device's GPU service kernel; a full inbox is retried until `deadline`.
+pub fn submit_to_gpu<'s, T: Task>(
+    segment: &'s QueueSegment,
+    task: &T,
+    deadline: Option<Instant>,
+) -> Result<Pending<'s, T>, TaskError> {
+    let inbox = segment.inbox_from_host().ok_or(TaskError::NoGpuInbox)?;
+    let (ptr, future) = new_future(segment, segment.header().copy_space)?;
+    let mut pending = Pending {
+        segment,
+        ptr,
+        future,
+        payload: None,
+        published: false,
+        runtime_dead: false,
+        _task: PhantomData,
+    };
+    // SAFETY: the future is fresh and unpublished: we are its submitter.
+    unsafe {
+        pending
+            .future
+            .write_input(|buf| encode_task(T::POOL, T::METHOD, task, buf))
+    }
+    .map_err(|e| match e {
+        FillError::Fill(e) => e,
+        FillError::Future(e) => TaskError::Future(e),
+    })?;
+    pending.publish_with(deadline, |ptr| inbox.try_push(ptr).is_ok())?;
+    Ok(pending)
+}
+
 /// Submits `task` as a pointer future: its bytes are written once into a
 /// heap block the future's payload names (no copy into the copy space, which
 /// only carries the output, `output_space` bytes).
@@ -160,19 +192,27 @@ impl<'s, T: Task> Pending<'s, T> {
     fn publish(&mut self, route: Route) -> Result<(), TaskError> {
         let queue = self.segment.queue();
         let lane = route.lane % queue.num_lanes();
+        // The lane was reduced modulo the count, so only Full can come back.
+        self.publish_with(route.deadline, |ptr| {
+            queue.push(lane, route.priority, ptr).is_ok()
+        })
+    }
+
+    /// Runs `push` (true when the pointer went in) until it succeeds, the
+    /// deadline passes, or the runtime dies.
+    fn publish_with(
+        &mut self,
+        deadline: Option<Instant>,
+        push: impl Fn(ShmPtr<u8>) -> bool,
+    ) -> Result<(), TaskError> {
         let mut watch = LivenessWatch::new(self.segment.header());
         let mut spins = 0u32;
         loop {
-            match queue.push(lane, route.priority, self.ptr) {
-                Ok(()) => {
-                    self.published = true;
-                    return Ok(());
-                }
-                Err(PushError::Full(_)) => {}
-                // The lane was reduced modulo the count above.
-                Err(PushError::NoSuchLane { .. }) => return Err(TaskError::QueueFull),
+            if push(self.ptr) {
+                self.published = true;
+                return Ok(());
             }
-            if route.deadline.is_some_and(|d| Instant::now() >= d) {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(TaskError::QueueFull);
             }
             if !watch.alive() {

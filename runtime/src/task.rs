@@ -86,6 +86,10 @@ pub enum TaskError {
     /// The future itself refused an operation (e.g. a corrupt output length
     /// written by a broken peer).
     Future(FutureError),
+    /// No served device has this index.
+    NoSuchDevice { device: usize, devices: usize },
+    /// The segment has no GPU inbox (it is not a device segment).
+    NoGpuInbox,
 }
 
 impl fmt::Display for TaskError {
@@ -112,6 +116,10 @@ impl fmt::Display for TaskError {
             Self::QueueFull => f.write_str("queue stayed full until the deadline"),
             Self::OutOfMemory(why) => write!(f, "no memory for the task: {why}"),
             Self::Future(e) => write!(f, "future: {e}"),
+            Self::NoSuchDevice { device, devices } => {
+                write!(f, "no device {device}: the runtime serves {devices}")
+            }
+            Self::NoGpuInbox => f.write_str("the segment has no GPU inbox"),
         }
     }
 }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use tandem_hal::{GpuApi, HostApi};
 use tandem_runtime::config::DeviceSelection;
 use tandem_runtime::kernels::{
-    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, RuntimeKernels, ECHO_OK,
-    ECHO_TASK_FAILED,
+    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, GpuService, RuntimeKernels,
+    ECHO_OK, ECHO_TASK_FAILED,
 };
 use tandem_runtime::task::{math, RC_UNKNOWN_METHOD};
 use tandem_runtime::{Config, Pool, Registry, Runtime};
@@ -39,6 +39,7 @@ fn add_launch(blocks: u32, threads: u32, tasks: u64, priority: EchoPriority) -> 
         tasks_per_thread: tasks,
         method: math::ADD,
         priority,
+        route: EchoRoute::CpuWorkers,
         spin_budget: 1 << 40,
     }
 }
@@ -153,6 +154,61 @@ fn stop_flag_releases_waiting_kernels<A: GpuApi>(api: A) {
     assert_eq!(runtime.stats().double_completions, 0);
 }
 
+/// The GPU service runs tasks routed to the device, from the host and from
+/// kernels, with the right outputs and error codes, and the CPU workers run
+/// none of them; stopping it drains the inbox.
+fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, threads: u32) {
+    let runtime = Runtime::start_with(
+        api,
+        config(DeviceSelection::Only(vec![0]), 2, 64),
+        Registry::with_builtins(),
+    )
+    .expect("start");
+    let queues = &runtime.devices()[0];
+    let service = GpuService::start(queues, 1, 4).expect("service");
+    let stop = std::sync::atomic::AtomicU32::new(0);
+    // From the host: more tasks than the inbox holds (back-pressure).
+    let host_tasks = 150u64;
+    let pending: Vec<_> = (0..host_tasks)
+        .map(|i| {
+            runtime
+                .submit_to_gpu(0, &math::Add { a: i, b: 1000 }, None)
+                .expect("submit to the GPU")
+        })
+        .collect();
+    for (i, mut p) in pending.into_iter().enumerate() {
+        assert_eq!(p.wait(&stop, None).expect("GPU answer"), i as u64 + 1000);
+    }
+    // From kernels: every thread's tasks, on the device only.
+    let mut kernels = RuntimeKernels::load(queues).expect("kernels");
+    let tasks = 8;
+    let launch = EchoLaunch {
+        route: EchoRoute::GpuService,
+        ..add_launch(blocks, threads, tasks, EchoPriority::High)
+    };
+    let outcome = kernels.echo(&launch).expect("echo");
+    assert_all_added(&outcome, tasks);
+    let bad = EchoLaunch {
+        method: 99,
+        ..launch
+    };
+    let outcome = kernels.echo(&bad).expect("echo");
+    for (&status, &result) in outcome.status.iter().zip(&outcome.results) {
+        assert_eq!(status, ECHO_TASK_FAILED);
+        assert_eq!(result as i64, i64::from(RC_UNKNOWN_METHOD));
+    }
+    let stats = service.stop().expect("the service ends");
+    let kernel_tasks = u64::from(blocks * threads) * (tasks + 1);
+    assert_eq!(stats.served, host_tasks + kernel_tasks);
+    assert_eq!((stats.bad_pointers, stats.foreign_tickets), (0, 0));
+    assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
+}
+
+#[test]
+fn host_gpu_service_runs_tasks_routed_to_the_device() {
+    gpu_service_runs_tasks_routed_to_the_device(HostApi::load().expect("host"), 2, 4);
+}
+
 #[test]
 fn host_many_threads_every_task_once() {
     many_threads_every_task_once(HostApi::with_devices(1), 16, 16, 25);
@@ -251,6 +307,13 @@ macro_rules! gpu_tests {
             fn unknown_method_is_an_error_code() {
                 if let Some(api) = api("runtime unknown_method_is_an_error_code") {
                     super::unknown_method_is_an_error_code(api);
+                }
+            }
+
+            #[test]
+            fn gpu_service_runs_tasks_routed_to_the_device() {
+                if let Some(api) = api("runtime gpu_service_runs_tasks_routed_to_the_device") {
+                    super::gpu_service_runs_tasks_routed_to_the_device(api, 16, 64);
                 }
             }
 

@@ -6,7 +6,8 @@
 //   tandem::RtFuture f;
 //   tandem::rt_future_alloc(rt, 128, &f);          // once per thread, reused
 //   tandem::rt_make_task(f, POOL, METHOD, [&](tandem::Writer& w) { ... });
-//   tandem::rt_send(rt, f, lane, tandem::rt_priority::high, stop, budget);
+//   tandem::rt_send_to_cpu(rt, f, lane, tandem::rt_priority::high, stop, budget);
+//   (or tandem::rt_send_to_gpu(rt, f, stop, budget): the GPU service runs it)
 //   tandem::rt_wait(f, stop, budget, &rc);         // completed/stopped/budget
 //   tandem::rt_output(f, &data, &len);             // then rt_make_task again
 //
@@ -38,7 +39,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 2;
+constexpr u32 RT_SEGMENT_VERSION = 3;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -70,12 +71,19 @@ struct alignas(64) RuntimeSegmentHeader {
   /// Raised (nonzero) by the host to release waiting kernels.
   u32 stop;
   u32 reserved;
-  /// Device address of the queue's producer tickets (a DeviceTickets per
-  /// ring, at 2 * lane + priority), in device memory; see rt_send.
+  /// Device address of the segment's DeviceTickets (RtTicket), in device
+  /// memory.
   u64 device_tickets;
+  /// The GPU inbox: two rings (RtInbox) `inbox_ring_bytes` apart from
+  /// `inbox_offset` (0: none), `inbox_depth` slots each.
+  u64 inbox_offset;
+  u64 inbox_ring_bytes;
+  u32 inbox_depth;
+  /// Raised by the host to end the GPU service once the inbox is drained.
+  u32 service_stop;
 };
 
-static_assert(sizeof(RuntimeSegmentHeader) == 128, "SegmentHeader size");
+static_assert(sizeof(RuntimeSegmentHeader) == 192, "SegmentHeader size");
 static_assert(alignof(RuntimeSegmentHeader) == 64, "SegmentHeader alignment");
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, version, 8);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, kind, 12);
@@ -96,6 +104,21 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, state, 100);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, heartbeat, 104);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, stop, 112);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_tickets, 120);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_offset, 128);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_ring_bytes, 136);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_depth, 144);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, service_stop, 148);
+
+/// `runtime::layout::inbox`: the rings of a device's GPU inbox.
+enum class RtInbox : u32 { from_host = 0, from_kernels = 1 };
+
+/// `runtime::layout::device_ticket`: indices into the segment's tickets.
+struct RtTicket {
+  static TANDEM_HOST_DEVICE u32 lane_producers(u32 lane, u32 priority) { return 2 * lane + priority; }
+  static TANDEM_HOST_DEVICE u32 inbox_from_host_consumers(u32 lanes) { return 2 * lanes; }
+  static TANDEM_HOST_DEVICE u32 inbox_from_kernels_producers(u32 lanes) { return 2 * lanes + 1; }
+  static TANDEM_HOST_DEVICE u32 inbox_from_kernels_consumers(u32 lanes) { return 2 * lanes + 2; }
+};
 
 /// `runtime::layout::TaskHeader`, serialized as four little-endian u32s at
 /// the start of a task's bytes.
@@ -124,7 +147,7 @@ enum class rt_status : u32 {
   /// The MemoryBackend is not a published runtime segment of this version.
   bad_segment = 1,
   /// The segment's lane queue header or a ring is not valid, or a ring
-  /// was pushed to outside the device tickets (see rt_send).
+  /// was pushed to outside the device tickets (see detail::rt_push).
   bad_queue = 2,
   /// The block's arena share cannot hold another future.
   no_memory = 3,
@@ -140,6 +163,8 @@ enum class rt_status : u32 {
   future_error = 8,
   /// No such lane.
   bad_lane = 9,
+  /// The segment has no GPU inbox (rt_send_to_gpu, rt_serve).
+  no_inbox = 10,
 };
 
 /// `lane_queue::Priority`.
@@ -155,6 +180,10 @@ struct RtContext {
   u8* rings;
   u64 ring_bytes;
   DeviceTickets* tickets;
+  /// The GPU inbox's rings, or null.
+  u8* inbox;
+  u64 inbox_ring_bytes;
+  u32 inbox_depth;
   u32 num_lanes;
   u32 depth;
   BlockArena arena;
@@ -225,6 +254,24 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
   ctx.rings = rings;
   ctx.ring_bytes = q->ring_bytes;
   ctx.tickets = reinterpret_cast<DeviceTickets*>(h->device_tickets);
+  ctx.inbox = nullptr;
+  if (h->inbox_offset != 0) {
+    if (detail::check_ring_capacity(h->inbox_depth) != ring_status::ok ||
+        h->inbox_ring_bytes != rt_ring_bytes(h->inbox_depth) || h->inbox_offset < h->queue_offset ||
+        h->inbox_offset + 2 * h->inbox_ring_bytes > h->queue_offset + h->queue_bytes) {
+      return rt_status::bad_queue;
+    }
+    for (u32 i = 0; i < 2; ++i) {
+      MpmcRing<ShmPtr<u8>> ring;
+      RingHeader* rh = reinterpret_cast<RingHeader*>(base + h->inbox_offset + i * h->inbox_ring_bytes);
+      if (mpmc_attach<ShmPtr<u8>>(rh, h->inbox_ring_bytes, &ring) != ring_status::ok) {
+        return rt_status::bad_queue;
+      }
+    }
+    ctx.inbox = base + h->inbox_offset;
+    ctx.inbox_ring_bytes = h->inbox_ring_bytes;
+    ctx.inbox_depth = h->inbox_depth;
+  }
   ctx.num_lanes = q->num_lanes;
   ctx.depth = q->depth;
   return rt_status::ok;
@@ -232,16 +279,24 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
 
 }  // namespace detail
 
+/// Sets up the block's context over `segment` without an arena share (a
+/// block that allocates no futures: the GPU service). Every thread of the
+/// block must call it, as it would reach a barrier; afterwards `ctx.status`
+/// says whether the runtime can be used.
+TANDEM_DEVICE void rt_attach(RtContext& ctx, const MemoryBackend& segment) {
+  if (thread_rank() == 0) {
+    ctx.status = detail::rt_validate(ctx, segment);
+  }
+  block_barrier();
+}
+
 /// Sets up the block's context over `segment` and carves `block_arena_bytes`
 /// of the segment's kernel arena for the block's futures. Every thread of
 /// the block must call it, as it would reach a barrier; afterwards
 /// `ctx.status` says whether the runtime can be used (the same in every
 /// thread).
 TANDEM_DEVICE void rt_init(RtContext& ctx, const MemoryBackend& segment, u64 block_arena_bytes) {
-  if (thread_rank() == 0) {
-    ctx.status = detail::rt_validate(ctx, segment);
-  }
-  block_barrier();
+  rt_attach(ctx, segment);
   if (ctx.status != rt_status::ok) {
     return;
   }
@@ -318,28 +373,20 @@ TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_
   return rt_status::ok;
 }
 
-/// Pushes `f`'s pointer to `lane` at `priority` of the device's queue, with
-/// a ticket from the segment's device tickets (mpmc.h, "Device tickets": one
-/// device-memory fetch_add, no RMW on host memory). A full lane is retried
+namespace detail {
+
+/// Pushes `f`'s pointer on `ring` with a ticket from `tickets` (mpmc.h,
+/// "Device tickets": one device-memory fetch_add, no RMW on host memory);
+/// `consumed` is the ring's consumer counter. A full ring is retried
 /// (back-pressure: nothing is dropped) for up to `spin_budget` rounds or until
 /// `*stop` (may be null) is raised; queue_full then means nothing was pushed.
-/// Once a ticket is claimed the push waits for its slot, which the workers
-/// free; only `*stop` ends that wait (when the runtime is gone).
-TANDEM_DEVICE rt_status rt_send(const RtContext& ctx, RtFuture& f, u32 lane, rt_priority priority,
-                                const u32* stop, u64 spin_budget) {
-  if (ctx.status != rt_status::ok) {
-    return ctx.status;
-  }
-  if (lane >= ctx.num_lanes) {
-    return rt_status::bad_lane;
-  }
-  const u64 index = 2ull * lane + static_cast<u32>(priority);
-  RingHeader* header = reinterpret_cast<RingHeader*>(ctx.rings + index * ctx.ring_bytes);
-  // Validated by rt_init.
-  const MpmcRing<ShmPtr<u8>> ring = detail::mpmc_view<ShmPtr<u8>>(header, ctx.depth);
+/// Once a ticket is claimed the push waits for its slot, which the consumers
+/// free; only `*stop` ends that wait (when they are gone).
+TANDEM_DEVICE rt_status rt_push(const MpmcRing<ShmPtr<u8>>& ring, DeviceTickets* tickets, const u64* consumed,
+                                RtFuture& f, const u32* stop, u64 spin_budget) {
   Backoff backoff;
   for (u64 round = 0;; ++round) {
-    switch (mpmc_push_ticketed<ShmPtr<u8>>(ring, ctx.tickets + index, f.ptr, stop)) {
+    switch (mpmc_push_ticketed<ShmPtr<u8>>(ring, tickets, consumed, f.ptr, stop)) {
       case ticket_result::done:
         f.in_flight = true;
         return rt_status::ok;
@@ -361,6 +408,50 @@ TANDEM_DEVICE rt_status rt_send(const RtContext& ctx, RtFuture& f, u32 lane, rt_
   }
 }
 
+/// Inbox ring `which` of a context whose segment has an inbox.
+TANDEM_DEVICE MpmcRing<ShmPtr<u8>> rt_inbox_ring(const RtContext& ctx, RtInbox which) {
+  RingHeader* header =
+      reinterpret_cast<RingHeader*>(ctx.inbox + static_cast<u32>(which) * ctx.inbox_ring_bytes);
+  // Validated by rt_attach.
+  return mpmc_view<ShmPtr<u8>>(header, ctx.inbox_depth);
+}
+
+}  // namespace detail
+
+/// Sends `f` to the CPU workers: its pointer goes to `lane` at `priority` of
+/// the device's queue (see detail::rt_push for full lanes and `stop`).
+TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 lane, rt_priority priority,
+                                       const u32* stop, u64 spin_budget) {
+  if (ctx.status != rt_status::ok) {
+    return ctx.status;
+  }
+  if (lane >= ctx.num_lanes) {
+    return rt_status::bad_lane;
+  }
+  const u32 index = RtTicket::lane_producers(lane, static_cast<u32>(priority));
+  RingHeader* header = reinterpret_cast<RingHeader*>(ctx.rings + u64{index} * ctx.ring_bytes);
+  // Validated by rt_init.
+  const MpmcRing<ShmPtr<u8>> ring = detail::mpmc_view<ShmPtr<u8>>(header, ctx.depth);
+  // The workers pop with the ring's own `head`.
+  return detail::rt_push(ring, ctx.tickets + index, &header->head.value, f, stop, spin_budget);
+}
+
+/// Sends `f` to the device's GPU service (rt_serve, a persistent kernel the
+/// host started): its pointer goes to the GPU inbox's from-kernels ring. The
+/// task stays on the device. no_inbox when the segment has none.
+TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const u32* stop, u64 spin_budget) {
+  if (ctx.status != rt_status::ok) {
+    return ctx.status;
+  }
+  if (ctx.inbox == nullptr) {
+    return rt_status::no_inbox;
+  }
+  const MpmcRing<ShmPtr<u8>> ring = detail::rt_inbox_ring(ctx, RtInbox::from_kernels);
+  DeviceTickets* const consumers = ctx.tickets + RtTicket::inbox_from_kernels_consumers(ctx.num_lanes);
+  return detail::rt_push(ring, ctx.tickets + RtTicket::inbox_from_kernels_producers(ctx.num_lanes),
+                         &consumers->next, f, stop, spin_budget);
+}
+
 /// Waits for `f`'s completion (see future_wait): completed (with
 /// `*return_code`), stopped, or budget_exhausted.
 TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
@@ -375,6 +466,127 @@ TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget
 TANDEM_DEVICE rt_status rt_output(const RtFuture& f, const u8** data, u32* len) {
   return future_output<scope::system>(f.view, data, len) == future_status::ok ? rt_status::ok
                                                                              : rt_status::future_error;
+}
+
+/// Bytes of output a device handler may write (rt_serve stages it locally,
+/// because the output overwrites the input in the copy space).
+constexpr u32 RT_DEVICE_OUTPUT_MAX = 256;
+
+namespace detail {
+
+/// Runs the task of the future at `ptr` with `handle` and completes it.
+/// Returns false when `ptr` names no future of this segment (nothing to
+/// complete: a corrupt pointer), true otherwise.
+template <typename H>
+TANDEM_DEVICE bool rt_run_on_device(const RtContext& ctx, ShmPtr<u8> ptr, H& handle) {
+  const u64 segment_bytes = ctx.header->segment_bytes;
+  if (ptr.alloc_id.major != ctx.id.major || ptr.alloc_id.minor != ctx.id.minor ||
+      ptr.off < RT_SEGMENT_HEADER_RESERVED || ptr.off >= segment_bytes) {
+    return false;
+  }
+  FutureView f;
+  if (future_attach<scope::system>(ctx.base + ptr.off, segment_bytes - ptr.off, &f) != future_status::ok) {
+    return false;
+  }
+  const u8* input = nullptr;
+  u32 input_len = 0;
+  i32 rc = RT_RC_BAD_TASK;
+  u8 out[RT_DEVICE_OUTPUT_MAX];
+  Writer w = Writer::over(out, RT_DEVICE_OUTPUT_MAX);
+  // A pointer future (no COPY_FROM_CLIENT) carries no input here: bad task.
+  if (future_input<scope::system>(f, &input, &input_len) == future_status::ok && input_len != 0) {
+    Reader r = Reader::over(input, input_len);
+    u32 pool = 0, method = 0, args_len = 0, version = 0;
+    if (r.get_u32(&pool) == ser_status::ok && r.get_u32(&method) == ser_status::ok &&
+        r.get_u32(&args_len) == ser_status::ok && r.get_u32(&version) == ser_status::ok &&
+        version == RT_TASK_VERSION && args_len <= input_len - RT_TASK_HEADER_BYTES) {
+      Reader args = Reader::over(input + RT_TASK_HEADER_BYTES, args_len);
+      rc = handle(pool, method, args, w);
+    }
+  }
+  if (rc != 0) {
+    w.pos = 0;  // a failed task carries no output
+  }
+  future_complete<scope::system>(f, rc, [&](u8* buf, u32 cap, u64* written) {
+    *written = w.pos;
+    if (w.pos <= cap) {
+      for (u64 i = 0; i < w.pos; ++i) {
+        buf[i] = out[i];
+      }
+    }
+    return true;  // too long: future_complete stores RC_OUTPUT_TOO_LARGE
+  });
+  return true;
+}
+
+}  // namespace detail
+
+/// What rt_serve did, per thread.
+struct RtServeStats {
+  u64 served;
+  /// Pointers that named no future of the segment (skipped).
+  u64 bad_pointers;
+  /// Pops that found a foreign ticket (a ring used outside its tickets).
+  u64 foreign;
+};
+
+/// The GPU service: the body of a persistent kernel that runs the tasks sent
+/// to the device's GPU inbox, from the host (Runtime::submit_to_gpu) and from
+/// kernels (rt_send_to_gpu), with `handle(pool, method, Reader& args,
+/// Writer& out) -> i32` (0 = success; RT_RC_UNKNOWN_POOL / _METHOD for what it
+/// does not serve; output up to RT_DEVICE_OUTPUT_MAX bytes), then completes
+/// each future (system-scope release: the host or the sending kernel is
+/// waiting). Any number of threads may call it, each taking one task at a
+/// time (device tickets on both rings; nothing waits on another lane). It
+/// returns once the segment's `service_stop` is raised and both rings are
+/// drained; the host raises it after its own submitters are done, so nothing
+/// pushed before is lost (mpmc_pop_ticketed). Call after rt_attach.
+template <typename H>
+TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* stats) {
+  *stats = RtServeStats{0, 0, 0};
+  if (ctx.status != rt_status::ok) {
+    return ctx.status;
+  }
+  if (ctx.inbox == nullptr) {
+    return rt_status::no_inbox;
+  }
+  const u32* const stop = &ctx.header->service_stop;
+  const MpmcRing<ShmPtr<u8>> from_host = detail::rt_inbox_ring(ctx, RtInbox::from_host);
+  const MpmcRing<ShmPtr<u8>> from_kernels = detail::rt_inbox_ring(ctx, RtInbox::from_kernels);
+  DeviceTickets* const host_consumers = ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes);
+  DeviceTickets* const kernel_producers = ctx.tickets + RtTicket::inbox_from_kernels_producers(ctx.num_lanes);
+  DeviceTickets* const kernel_consumers = ctx.tickets + RtTicket::inbox_from_kernels_consumers(ctx.num_lanes);
+  Backoff backoff;
+  for (;;) {
+    // Acquire, read before the rings: pairs with the host's release of the
+    // flag, so everything pushed before it was raised is seen below.
+    const bool stopping = load_acquire<scope::system>(stop) != 0;
+    ShmPtr<u8> ptr;
+    // Host tasks: the ring's own `tail` counts what host threads pushed.
+    ticket_result r = mpmc_pop_ticketed<ShmPtr<u8>>(from_host, host_consumers, &ptr, stop);
+    if (r == ticket_result::unavailable) {
+      r = mpmc_pop_ticketed<ShmPtr<u8>>(from_kernels, kernel_consumers, &kernel_producers->next, &ptr, stop);
+    }
+    if (r == ticket_result::done) {
+      if (detail::rt_run_on_device(ctx, ptr, handle)) {
+        ++stats->served;
+      } else {
+        ++stats->bad_pointers;
+      }
+      backoff = Backoff{};
+      continue;
+    }
+    if (r == ticket_result::foreign_ticket) {
+      ++stats->foreign;
+      continue;
+    }
+    // Both rings empty after the stop was seen, or our claimed ticket has
+    // no producer: done.
+    if (r == ticket_result::stopped || stopping) {
+      return rt_status::ok;
+    }
+    backoff.idle();
+  }
 }
 
 }  // namespace tandem

@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::config::DeviceSelection;
 use tandem_runtime::exchange::{consume, produce, ExchangeError};
-use tandem_runtime::kernels::{expected_add_sum, EchoLaunch, EchoPriority, RuntimeKernels};
+use tandem_runtime::kernels::{
+    expected_add_sum, EchoLaunch, EchoPriority, EchoRoute, GpuService, RuntimeKernels,
+};
 use tandem_runtime::task::math;
 use tandem_runtime::{Config, Registry, Route, Runtime};
 
@@ -205,6 +207,7 @@ fn demo<A: GpuApi>(api: A, backend: &str) -> Result<(), String> {
         tasks_per_thread: if gpu { 64 } else { 200 },
         method: math::ADD,
         priority: EchoPriority::Alternate,
+        route: EchoRoute::CpuWorkers,
         spin_budget: 1 << 40,
     };
     println!(
@@ -277,9 +280,56 @@ fn demo<A: GpuApi>(api: A, backend: &str) -> Result<(), String> {
         percentile(&host, 99.0),
         host[host.len() - 1]
     );
+
+    // Tasks routed to the device: the GPU service (a persistent kernel)
+    // runs them, from kernels and from the host.
+    let service_threads = if gpu { 64 } else { 4 };
+    let service = GpuService::start(queues, 1, service_threads).map_err(|e| e.to_string())?;
+    let to_gpu = EchoLaunch {
+        blocks: if gpu { 132 } else { 4 },
+        threads: if gpu { 64 } else { 8 },
+        tasks_per_thread: if gpu { 16 } else { 50 },
+        route: EchoRoute::GpuService,
+        ..launch
+    };
+    let routed = kernels.echo(&to_gpu).map_err(|e| e.to_string())?;
+    let routed_tasks = routed.results.len() as u64 * to_gpu.tasks_per_thread;
+    let routed_wrong = routed
+        .results
+        .iter()
+        .enumerate()
+        .filter(|(r, &sum)| sum != expected_add_sum(*r as u64, to_gpu.tasks_per_thread))
+        .count();
+    let mut host_to_gpu = Vec::with_capacity(500);
+    for i in 0..500u64 {
+        let start = Instant::now();
+        let sum = runtime
+            .submit_to_gpu(0, &math::Add { a: i, b: 2 }, None)
+            .and_then(|mut p| p.wait(&stop, None))
+            .map_err(|e| e.to_string())?;
+        host_to_gpu.push(start.elapsed());
+        if sum != i + 2 {
+            return Err(format!("GPU-routed add({i}, 2) returned {sum}"));
+        }
+    }
+    let served = service.stop().map_err(|e| e.to_string())?;
+    host_to_gpu.sort();
+    println!(
+        "  routed to the GPU service ({service_threads} service threads): kernel {} x {} threads sent {routed_tasks} math.add tasks in {:.3} s ({:.2} M tasks/s; {} threads failed, {routed_wrong} wrong); \
+         host -> GPU round trip (500 tasks): p50 {:?} p90 {:?}; the service ran {} tasks",
+        to_gpu.blocks,
+        to_gpu.threads,
+        routed.elapsed.as_secs_f64(),
+        routed_tasks as f64 / routed.elapsed.as_secs_f64() / 1e6,
+        routed.failed_threads(),
+        percentile(&host_to_gpu, 50.0),
+        percentile(&host_to_gpu, 90.0),
+        served.served
+    );
     drop(kernels);
     runtime.shutdown().map_err(|e| e.to_string())?;
-    if wrong > 0 || outcome.failed_threads() > 0 {
+    if wrong > 0 || outcome.failed_threads() > 0 || routed_wrong > 0 || routed.failed_threads() > 0
+    {
         return Err("the demo saw failures (above)".into());
     }
     Ok(())

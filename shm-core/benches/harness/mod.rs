@@ -1,22 +1,35 @@
-//! The small benchmark harness every shm-core benchmark shares: run a closure
-//! that performs `n` operations, repeat, keep the median, and print rows that
-//! compare Tandem against its peers measured in the same run.
+//! The small benchmark harness every shm-core benchmark shares: time closures
+//! that each perform `n` operations, taking turns, keep each one's median, and
+//! print rows that compare Tandem against its peers measured in the same run.
+
+pub mod cpus;
 
 use std::time::{Duration, Instant};
 
-/// Operations per second of `op`, which must perform `ops` operations per call.
-/// Runs one warm-up call, then `reps` timed calls, and returns the median rate.
-pub fn rate(ops: u64, reps: usize, mut op: impl FnMut()) -> f64 {
-    op();
-    let mut times: Vec<Duration> = (0..reps)
-        .map(|_| {
+/// Operations per second of each of `runs`, every one of which performs `ops`
+/// operations per call. A warm-up round comes first; then each of `reps`
+/// rounds calls every run once, in turn (A, B, C, A, B, C, ...), so that
+/// drift (clock speed, machine load) hits all of them alike rather than
+/// whichever ran last. Returns each run's median rate, in `runs`' order.
+pub fn interleaved_rates<const N: usize>(
+    ops: u64,
+    reps: usize,
+    mut runs: [&mut dyn FnMut(); N],
+) -> [f64; N] {
+    let mut times: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(reps));
+    for round in 0..=reps {
+        for (run, times) in runs.iter_mut().zip(&mut times) {
             let start = Instant::now();
-            op();
-            start.elapsed()
-        })
-        .collect();
-    times.sort();
-    ops as f64 / times[reps / 2].as_secs_f64()
+            run();
+            if round > 0 {
+                times.push(start.elapsed());
+            }
+        }
+    }
+    times.map(|mut times| {
+        times.sort();
+        ops as f64 / times[reps / 2].as_secs_f64()
+    })
 }
 
 /// Prints one comparison row: Tandem's rate, the peer's, and their ratio.
@@ -33,4 +46,20 @@ pub fn compare(what: &str, tandem: f64, peer_name: &str, peer: f64, target: Opti
         tandem / 1e6,
         peer / 1e6,
     );
+}
+
+/// The CPU model and how many CPUs this process may use, for the header line
+/// of a benchmark's output (results from different hosts differ).
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split(':').nth(1))
+                .map(|name| name.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{cpu}, {cpus} CPUs available")
 }
