@@ -199,6 +199,7 @@ assert_same_value! {
     rs::future_flags::COMPLETE => c::future_flags::COMPLETE,
     rs::future_flags::COPY_FROM_CLIENT => c::future_flags::COPY_FROM_CLIENT,
     rs::future_flags::POINTER => c::future_flags::POINTER,
+    rs::future_flags::SUCCEEDED => c::future_flags::SUCCEEDED,
     rs::future_flags::USER_MASK => c::future_flags::USER_MASK,
     rs::FUTURE_COPY_SPACE_OFFSET => c::FUTURE_COPY_SPACE_OFFSET,
 }

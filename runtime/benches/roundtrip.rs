@@ -25,8 +25,21 @@ struct Scale {
     pingpong_rounds: u64,
     launches: u32,
     single_tasks: u64,
-    grid: (u32, u32),
+    /// Launch shapes (blocks, threads per block) of the throughput runs.
+    grids: &'static [(u32, u32)],
     tasks_per_thread: u64,
+}
+
+/// Issue 5's targets: round trip at most this many floors; tasks per second.
+const ROUND_TRIP_TARGET: f64 = 1.5;
+const TASKS_PER_S_TARGET: f64 = 10e6;
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "meets"
+    } else {
+        "BELOW"
+    }
 }
 
 fn us(d: Duration) -> f64 {
@@ -66,32 +79,36 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         return Err(format!("single-thread run failed: {:?}", single.status));
     }
     let round_trip = single.elapsed / scale.single_tasks as u32;
-    let (blocks, threads) = scale.grid;
-    let many = kernels
-        .echo(&noop(blocks, threads, scale.tasks_per_thread))
-        .map_err(|e| e.to_string())?;
-    if many.failed_threads() > 0 {
-        return Err(format!("{} threads failed", many.failed_threads()));
-    }
-    let tasks = u64::from(blocks * threads) * scale.tasks_per_thread;
-    let rate = tasks as f64 / many.elapsed.as_secs_f64();
     println!("{label}:");
     println!("  pinned-memory ping-pong floor:      {:8.2} us", us(floor));
     println!(
         "  kernel launch + sync per request:   {:8.2} us",
         us(launch_sync)
     );
+    let vs_floor = round_trip.as_secs_f64() / floor.as_secs_f64();
     println!(
-        "  task round trip, one kernel thread: {:8.2} us  ({:.2}x floor; launch + sync is {:.2}x the round trip)",
+        "  task round trip, one kernel thread: {:8.2} us  ({vs_floor:.2}x floor, target <= {ROUND_TRIP_TARGET}x: {}; launch + sync is {:.2}x the round trip)",
         us(round_trip),
-        round_trip.as_secs_f64() / floor.as_secs_f64(),
+        verdict(vs_floor <= ROUND_TRIP_TARGET),
         launch_sync.as_secs_f64() / round_trip.as_secs_f64()
     );
-    println!(
-        "  {blocks} x {threads} kernel threads, 4 workers: {tasks} no-op tasks in {:.3} s = {:.2} M tasks/s",
-        many.elapsed.as_secs_f64(),
-        rate / 1e6
-    );
+    for &(blocks, threads) in scale.grids {
+        let many = kernels
+            .echo(&noop(blocks, threads, scale.tasks_per_thread))
+            .map_err(|e| e.to_string())?;
+        if many.failed_threads() > 0 {
+            return Err(format!("{} threads failed", many.failed_threads()));
+        }
+        let tasks = u64::from(blocks * threads) * scale.tasks_per_thread;
+        let rate = tasks as f64 / many.elapsed.as_secs_f64();
+        println!(
+            "  {blocks} x {threads} kernel threads, 4 workers: {tasks} no-op tasks in {:.3} s = {:.2} M tasks/s (target >= {} M/s: {})",
+            many.elapsed.as_secs_f64(),
+            rate / 1e6,
+            TASKS_PER_S_TARGET / 1e6,
+            verdict(rate >= TASKS_PER_S_TARGET)
+        );
+    }
     Ok(())
 }
 
@@ -100,7 +117,7 @@ fn main() {
         pingpong_rounds: 20_000,
         launches: 2_000,
         single_tasks: 20_000,
-        grid: (8, 16),
+        grids: &[(8, 16)],
         tasks_per_thread: 500,
     };
     if let Err(e) = bench(HostApi::with_devices(1), "CPU device (host backend)", &host) {
@@ -116,7 +133,7 @@ fn cuda() {
         pingpong_rounds: 100_000,
         launches: 10_000,
         single_tasks: 100_000,
-        grid: (264, 256),
+        grids: &[(132, 32), (132, 128), (264, 256)],
         tasks_per_thread: 64,
     };
     let api = tandem_hal_cuda::CudaApi::load()

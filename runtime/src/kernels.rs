@@ -9,8 +9,11 @@ use std::time::{Duration, Instant};
 
 use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig};
 
+use tandem_shm_core::ShmPtr;
+
 use crate::error::RuntimeError;
 use crate::runtime::DeviceQueues;
+use crate::segment::QueueSegment;
 use crate::task::MethodId;
 
 /// Which priority the echo kernel's tasks use.
@@ -113,8 +116,11 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
     pub fn echo(&mut self, launch: &EchoLaunch) -> Result<EchoOutcome, RuntimeError> {
         let device = self.queues.device();
         let threads = launch.blocks as usize * launch.threads as usize;
-        let results = device.alloc_pinned_mapped(threads.max(1) * 8)?;
-        let status = device.alloc_pinned_mapped(threads.max(1) * 4)?;
+        // From the segment's heap, not the driver: freeing pinned memory
+        // synchronises the whole device, which would wait forever for a
+        // running GpuService.
+        let results = SegmentBlock::new(self.queues, threads.max(1) * 8)?;
+        let status = SegmentBlock::new(self.queues, threads.max(1) * 4)?;
         if self.arena_reusable {
             // SAFETY: the previous launch (if any) was synchronised and every
             // one of its futures completed (arena_reusable), so nothing uses
@@ -131,8 +137,8 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
             KernelArg::U32(launch.route as u32),
             KernelArg::Ptr(self.queues.stop_flag_device_ptr()),
             KernelArg::U64(launch.spin_budget),
-            KernelArg::Ptr(results.device_ptr()),
-            KernelArg::Ptr(status.device_ptr()),
+            KernelArg::Ptr(results.device),
+            KernelArg::Ptr(status.device),
         ];
         let config = LaunchConfig::linear(launch.blocks, launch.threads);
         let start = Instant::now();
@@ -146,8 +152,8 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         // `threads` u64s / u32s, written by it.
         let (results, status) = unsafe {
             (
-                std::slice::from_raw_parts(results.host_ptr().cast::<u64>(), threads).to_vec(),
-                std::slice::from_raw_parts(status.host_ptr().cast::<u32>(), threads).to_vec(),
+                std::slice::from_raw_parts(results.host.cast::<u64>(), threads).to_vec(),
+                std::slice::from_raw_parts(status.host.cast::<u32>(), threads).to_vec(),
             )
         };
         // A thread that stopped or ran out of budget may have left its
@@ -226,6 +232,35 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
     }
 }
 
+/// A block of a device segment's heap (pinned, mapped into the device),
+/// freed on drop: kernel result buffers that cost no driver call.
+struct SegmentBlock<'q> {
+    segment: &'q QueueSegment,
+    ptr: ShmPtr<u8>,
+    host: *mut u8,
+    device: u64,
+}
+
+impl<'q> SegmentBlock<'q> {
+    fn new<A: GpuApi>(queues: &'q DeviceQueues<A>, bytes: usize) -> Result<Self, RuntimeError> {
+        let segment = queues.segment();
+        let (ptr, host) = segment.allocate(bytes)?;
+        Ok(Self {
+            segment,
+            ptr,
+            host,
+            device: queues.kernel_backend().base + ptr.off,
+        })
+    }
+}
+
+impl Drop for SegmentBlock<'_> {
+    fn drop(&mut self) {
+        // Cannot fail: the pointer came from this segment's heap.
+        let _ = self.segment.free(self.ptr);
+    }
+}
+
 /// What a GPU service did, summed over its threads.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct ServiceStats {
@@ -243,6 +278,12 @@ pub struct ServiceStats {
 /// ([`crate::Runtime::submit_to_gpu`]) and from kernels (`rt_send_to_gpu`)
 /// stay on the device. [`stop`](Self::stop) (or drop) raises the segment's
 /// service stop flag, lets the service drain the inbox, and waits for it.
+///
+/// While it runs, nothing in the process may make a driver call that waits
+/// for the whole device to be idle (on CUDA: freeing device or pinned
+/// memory, unregistering host memory, unloading a module): such a call would
+/// wait for the service, which only ends when told. Load modules and allocate
+/// before starting it; [`RuntimeKernels::echo`] allocates from the segment.
 pub struct GpuService<'q, A: GpuApi> {
     queues: &'q DeviceQueues<A>,
     stats: <A::Device as GpuDevice>::PinnedBuffer,

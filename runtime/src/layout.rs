@@ -161,6 +161,17 @@ pub struct SegmentHeader {
     /// Raised (nonzero) by the host to end the GPU service kernel once the
     /// inbox is drained.
     pub service_stop: AtomicU32,
+    /// Device address of the free-slot hints (tandem/mpmc.h) of the rings
+    /// kernels push into, in device memory, zeroed: [`free_hint_rings`]
+    /// rings of `depth` u64s, the lane rings in [`device_ticket::lane_producers`]
+    /// order, then the inbox's from-kernels ring; 0 in the CPU segment.
+    pub device_free_hints: u64,
+}
+
+/// Rings of a device segment that have free-slot hints: every lane ring,
+/// then the inbox's from-kernels ring.
+pub const fn free_hint_rings(lanes: u32) -> u32 {
+    2 * lanes + 1
 }
 
 /// The task header: the first [`TASK_HEADER_BYTES`] of a task's bytes (a
@@ -211,6 +222,7 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_o
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_ring_bytes), 136);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_depth), 144);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, service_stop), 148);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, device_free_hints), 152);
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
 
 static_assertions::assert_eq_size!(TaskHeader, [u8; TASK_HEADER_BYTES]);

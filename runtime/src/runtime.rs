@@ -12,7 +12,7 @@ use tandem_shm_core::Segment;
 
 use crate::config::{Config, DeviceSelection};
 use crate::error::RuntimeError;
-use crate::layout::{device_ticket, runtime_state, segment_kind, SegmentHeader};
+use crate::layout::{device_ticket, free_hint_rings, runtime_state, segment_kind, SegmentHeader};
 use crate::liveness::HEARTBEAT_PERIOD;
 use crate::registry::Registry;
 use crate::segment::{QueueSegment, SegmentSpec};
@@ -54,7 +54,8 @@ pub struct DeviceQueues<A: GpuApi> {
     // Declared before `segment`: the registration must be dropped (the pages
     // unregistered) before the mapping can go.
     registration: <A::Device as GpuDevice>::HostRegistration,
-    /// The queue's producer tickets ([`SegmentHeader::device_tickets`]):
+    /// The device tickets and free-slot hints
+    /// ([`SegmentHeader::device_tickets`], [`SegmentHeader::device_free_hints`]):
     /// held for the kernels, which find them through the header.
     _tickets: <A::Device as GpuDevice>::DeviceBuffer,
     segment: Arc<QueueSegment>,
@@ -74,10 +75,13 @@ impl<A: GpuApi> DeviceQueues<A> {
         // SAFETY: the mapping is owned by the segment, which this struct keeps
         // until after the registration is dropped (field order).
         let registration = unsafe { device.register_host(memory.as_ptr(), memory.len()) }?;
+        // One zeroed device allocation: the tickets, then the free-slot hints.
         let ticket_bytes = device_ticket::count(config.lanes) as usize
             * tandem_device_kernels::DEVICE_TICKETS_BYTES;
-        let tickets = device.alloc_device(ticket_bytes)?;
-        device.fill(&tickets, 0, ticket_bytes, 0)?;
+        let hint_bytes =
+            free_hint_rings(config.lanes) as usize * config.queue_depth as usize * size_of::<u64>();
+        let tickets = device.alloc_device(ticket_bytes + hint_bytes)?;
+        device.fill(&tickets, 0, ticket_bytes + hint_bytes, 0)?;
         let segment = QueueSegment::init(
             memory,
             SegmentSpec {
@@ -88,6 +92,7 @@ impl<A: GpuApi> DeviceQueues<A> {
                 depth: config.queue_depth,
                 copy_space: config.copy_space,
                 device_tickets: tickets.device_ptr(),
+                device_free_hints: tickets.device_ptr() + ticket_bytes as u64,
                 inbox: true,
             },
         )?;
@@ -240,6 +245,7 @@ impl<A: GpuApi> Runtime<A> {
                 depth: config.queue_depth,
                 copy_space: config.copy_space,
                 device_tickets: 0,
+                device_free_hints: 0,
                 inbox: false,
             },
         )?;

@@ -118,6 +118,8 @@ pub struct SegmentSpec {
     pub copy_space: u32,
     /// [`SegmentHeader::device_tickets`]: 0 for the CPU segment.
     pub device_tickets: u64,
+    /// [`SegmentHeader::device_free_hints`]: 0 for the CPU segment.
+    pub device_free_hints: u64,
     /// Whether to set up a GPU inbox (device segments).
     pub inbox: bool,
 }
@@ -191,6 +193,7 @@ impl QueueSegment {
             addr_of_mut!((*h).stop).write(AtomicU32::new(0));
             addr_of_mut!((*h).reserved).write(0);
             addr_of_mut!((*h).device_tickets).write(spec.device_tickets);
+            addr_of_mut!((*h).device_free_hints).write(spec.device_free_hints);
             let lane_queue_bytes = LaneQueue::<ShmPtr<u8>>::required_bytes(spec.lanes, spec.depth)
                 .next_multiple_of(64);
             let queue = LaneQueue::init_in(

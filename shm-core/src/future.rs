@@ -50,6 +50,7 @@ use crate::sync::{spin_hint, AtomicI32, AtomicU32, Ordering};
 const KNOWN_FLAGS: u32 = future_flags::COMPLETE
     | future_flags::COPY_FROM_CLIENT
     | future_flags::POINTER
+    | future_flags::SUCCEEDED
     | future_flags::USER_MASK;
 
 /// Return codes at or below this value are reserved for the ones Tandem
@@ -579,9 +580,12 @@ impl<'r> FutureShm<'r> {
         self.output_len_atomic().store(len, Ordering::Relaxed);
         // Release: publishes the copy space, return code and output length to
         // waiters that load COMPLETE with Acquire.
-        let previous = self
-            .flags_atomic()
-            .fetch_or(future_flags::COMPLETE, Ordering::Release);
+        let done = if code == 0 {
+            future_flags::COMPLETE | future_flags::SUCCEEDED
+        } else {
+            future_flags::COMPLETE
+        };
+        let previous = self.flags_atomic().fetch_or(done, Ordering::Release);
         if previous & future_flags::COMPLETE != 0 {
             return Err(FutureError::AlreadyComplete.into());
         }

@@ -268,6 +268,9 @@ pub mod future_flags {
     pub const COPY_FROM_CLIENT: u32 = 1 << 1;
     /// `payload` points at a task object (zero-copy, runtime-internal).
     pub const POINTER: u32 = 1 << 2;
+    /// Set together with COMPLETE when the return code is 0: a waiter that
+    /// reads the flags across PCIe learns the outcome without a second read.
+    pub const SUCCEEDED: u32 = 1 << 3;
     /// Bits reserved for users of `FutureShm`.
     pub const USER_MASK: u32 = 0xFFFF_0000;
 }

@@ -165,6 +165,8 @@ fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, t
     )
     .expect("start");
     let queues = &runtime.devices()[0];
+    // Loaded first: see GpuService on driver calls while it runs.
+    let mut kernels = RuntimeKernels::load(queues).expect("kernels");
     let service = GpuService::start(queues, 1, 4).expect("service");
     let stop = std::sync::atomic::AtomicU32::new(0);
     // From the host: more tasks than the inbox holds (back-pressure).
@@ -180,7 +182,6 @@ fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, t
         assert_eq!(p.wait(&stop, None).expect("GPU answer"), i as u64 + 1000);
     }
     // From kernels: every thread's tasks, on the device only.
-    let mut kernels = RuntimeKernels::load(queues).expect("kernels");
     let tasks = 8;
     let launch = EchoLaunch {
         route: EchoRoute::GpuService,
@@ -289,37 +290,48 @@ fn host_missing_device_is_a_config_error() {
 macro_rules! gpu_tests {
     ($backend:ident, $api:ty) => {
         mod $backend {
+            use std::sync::{Mutex, MutexGuard};
+
             use tandem_tests::gpu::device_or_skip;
 
-            fn api(label: &str) -> Option<$api> {
+            /// One device test at a time: a test's GPU service must not run
+            /// while another test's driver calls wait for the device to be
+            /// idle (see GpuService).
+            static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+            fn api(label: &str) -> Option<($api, MutexGuard<'static, ()>)> {
                 device_or_skip::<$api>(label)?;
-                Some(<$api as tandem_hal::GpuApi>::load().expect("load"))
+                // A failed test poisons the lock; the next one still runs.
+                let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                Some((<$api as tandem_hal::GpuApi>::load().expect("load"), guard))
             }
 
             #[test]
             fn many_threads_every_task_once() {
-                if let Some(api) = api("runtime many_threads_every_task_once") {
+                if let Some((api, _one)) = api("runtime many_threads_every_task_once") {
                     super::many_threads_every_task_once(api, 132, 128, 16);
                 }
             }
 
             #[test]
             fn unknown_method_is_an_error_code() {
-                if let Some(api) = api("runtime unknown_method_is_an_error_code") {
+                if let Some((api, _one)) = api("runtime unknown_method_is_an_error_code") {
                     super::unknown_method_is_an_error_code(api);
                 }
             }
 
             #[test]
             fn gpu_service_runs_tasks_routed_to_the_device() {
-                if let Some(api) = api("runtime gpu_service_runs_tasks_routed_to_the_device") {
+                if let Some((api, _one)) =
+                    api("runtime gpu_service_runs_tasks_routed_to_the_device")
+                {
                     super::gpu_service_runs_tasks_routed_to_the_device(api, 16, 64);
                 }
             }
 
             #[test]
             fn stop_flag_releases_waiting_kernels() {
-                if let Some(api) = api("runtime stop_flag_releases_waiting_kernels") {
+                if let Some((api, _one)) = api("runtime stop_flag_releases_waiting_kernels") {
                     super::stop_flag_releases_waiting_kernels(api);
                 }
             }

@@ -83,7 +83,8 @@ namespace detail {
 
 /// Every flag bit with a meaning (`KNOWN_FLAGS`).
 constexpr u32 FUTURE_KNOWN_FLAGS = future_flags::COMPLETE | future_flags::COPY_FROM_CLIENT |
-                                   future_flags::POINTER | future_flags::USER_MASK;
+                                   future_flags::POINTER | future_flags::SUCCEEDED |
+                                   future_flags::USER_MASK;
 
 /// `FutureShm::check_region`.
 TANDEM_DEVICE future_status check_future_region(const void* mem, u64 len, u64 needed) {
@@ -293,7 +294,8 @@ TANDEM_DEVICE future_status future_complete(const FutureView& f, i32 return_code
   store_relaxed<S>(&f.header->output_len, len);
   // Release: publishes the copy space, return code and output length to
   // waiters that load COMPLETE with acquire (Rust's `is_complete` included).
-  const u32 previous = fetch_or<S, order::release>(flags, future_flags::COMPLETE);
+  const u32 done = code == 0 ? future_flags::COMPLETE | future_flags::SUCCEEDED : future_flags::COMPLETE;
+  const u32 previous = fetch_or<S, order::release>(flags, done);
   if ((previous & future_flags::COMPLETE) != 0) {
     return future_status::already_complete;
   }
@@ -303,11 +305,16 @@ TANDEM_DEVICE future_status future_complete(const FutureView& f, i32 return_code
 /// `FutureShm::return_code`: not_complete before completion.
 template <scope S = scope::system>
 TANDEM_DEVICE future_status future_return_code(const FutureView& f, i32* code) {
-  if (!future_is_complete<S>(f)) {
+  // Acquire: pairs with the completer's release fetch_or (future_is_complete).
+  const u32 flags = load_acquire<S>(&f.header->flags);
+  if ((flags & future_flags::COMPLETE) == 0) {
     return future_status::not_complete;
   }
-  // Relaxed: ordered by the acquire in future_is_complete.
-  *code = static_cast<i32>(load_relaxed<S>(detail::as_word(&f.header->return_code)));
+  // SUCCEEDED says the code is 0 without a second read across the link;
+  // otherwise relaxed: ordered by the acquire above.
+  *code = (flags & future_flags::SUCCEEDED) != 0
+              ? 0
+              : static_cast<i32>(load_relaxed<S>(detail::as_word(&f.header->return_code)));
   return future_status::ok;
 }
 

@@ -187,6 +187,7 @@ namespace future_flags {
 constexpr u32 COMPLETE = 1u << 0;
 constexpr u32 COPY_FROM_CLIENT = 1u << 1;
 constexpr u32 POINTER = 1u << 2;
+constexpr u32 SUCCEEDED = 1u << 3;
 constexpr u32 USER_MASK = 0xFFFF0000u;
 }  // namespace future_flags
 

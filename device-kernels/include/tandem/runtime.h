@@ -81,6 +81,11 @@ struct alignas(64) RuntimeSegmentHeader {
   u32 inbox_depth;
   /// Raised by the host to end the GPU service once the inbox is drained.
   u32 service_stop;
+  /// Device address of the free-slot hints (mpmc.h) of the rings kernels
+  /// push into: `depth` u64s per ring (the inbox has the lanes' depth), lane
+  /// rings first
+  /// (RtTicket::lane_producers order), then the inbox's from-kernels ring.
+  u64 device_free_hints;
 };
 
 static_assert(sizeof(RuntimeSegmentHeader) == 192, "SegmentHeader size");
@@ -108,6 +113,7 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_offset, 128);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_ring_bytes, 136);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_depth, 144);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, service_stop, 148);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_free_hints, 152);
 
 /// `runtime::layout::inbox`: the rings of a device's GPU inbox.
 enum class RtInbox : u32 { from_host = 0, from_kernels = 1 };
@@ -180,6 +186,8 @@ struct RtContext {
   u8* rings;
   u64 ring_bytes;
   DeviceTickets* tickets;
+  /// Free-slot hints of the rings kernels push into (see the header).
+  u64* free_hints;
   /// The GPU inbox's rings, or null.
   u8* inbox;
   u64 inbox_ring_bytes;
@@ -198,6 +206,9 @@ struct RtFuture {
   /// Sent and not yet seen complete by rt_wait: kept here, so rt_make_task
   /// need not read the flags back across PCIe to know the future is ours.
   bool in_flight;
+  /// What rt_wait records once the task is answered: its queue slot is free
+  /// again (mpmc.h free-slot hints).
+  ConsumedNote consumed;
 };
 
 namespace detail {
@@ -227,7 +238,8 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
       h->segment_bytes > segment.capacity ||
       !rt_region_fits(h->queue_offset, h->queue_bytes, h->segment_bytes) ||
       !rt_region_fits(h->arena_offset, h->arena_bytes, h->segment_bytes) ||
-      h->device_tickets == 0 || h->device_tickets % alignof(DeviceTickets) != 0) {
+      h->device_tickets == 0 || h->device_tickets % alignof(DeviceTickets) != 0 ||
+      h->device_free_hints == 0 || h->device_free_hints % alignof(u64) != 0) {
     return rt_status::bad_segment;
   }
   u8* const base = reinterpret_cast<u8*>(segment.base);
@@ -254,9 +266,10 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
   ctx.rings = rings;
   ctx.ring_bytes = q->ring_bytes;
   ctx.tickets = reinterpret_cast<DeviceTickets*>(h->device_tickets);
+  ctx.free_hints = reinterpret_cast<u64*>(h->device_free_hints);
   ctx.inbox = nullptr;
   if (h->inbox_offset != 0) {
-    if (detail::check_ring_capacity(h->inbox_depth) != ring_status::ok ||
+    if (h->inbox_depth != q->depth ||
         h->inbox_ring_bytes != rt_ring_bytes(h->inbox_depth) || h->inbox_offset < h->queue_offset ||
         h->inbox_offset + 2 * h->inbox_ring_bytes > h->queue_offset + h->queue_bytes) {
       return rt_status::bad_queue;
@@ -325,6 +338,7 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   out->ptr = ShmPtr<u8>{ctx.id, ctx.arena_offset + mem.shm.off};
   out->bytes = bytes;
   out->in_flight = false;
+  out->consumed = ConsumedNote{nullptr, 0};
   return rt_status::ok;
 }
 
@@ -377,18 +391,21 @@ namespace detail {
 
 /// Pushes `f`'s pointer on `ring` with a ticket from `tickets` (mpmc.h,
 /// "Device tickets": one device-memory fetch_add, no RMW on host memory);
-/// `consumed` is the ring's consumer counter. A full ring is retried
+/// `consumed` is the ring's consumer counter, `free_hints` its free-slot
+/// hints. A full ring is retried
 /// (back-pressure: nothing is dropped) for up to `spin_budget` rounds or until
 /// `*stop` (may be null) is raised; queue_full then means nothing was pushed.
 /// Once a ticket is claimed the push waits for its slot, which the consumers
 /// free; only `*stop` ends that wait (when they are gone).
 TANDEM_DEVICE rt_status rt_push(const MpmcRing<ShmPtr<u8>>& ring, DeviceTickets* tickets, const u64* consumed,
-                                RtFuture& f, const u32* stop, u64 spin_budget) {
+                                u64* free_hints, RtFuture& f, const u32* stop, u64 spin_budget) {
   Backoff backoff;
   for (u64 round = 0;; ++round) {
-    switch (mpmc_push_ticketed<ShmPtr<u8>>(ring, tickets, consumed, f.ptr, stop)) {
+    u64 ticket = 0;
+    switch (mpmc_push_ticketed<ShmPtr<u8>>(ring, tickets, consumed, f.ptr, stop, free_hints, &ticket)) {
       case ticket_result::done:
         f.in_flight = true;
+        f.consumed = mpmc_consumed_note(ring, free_hints, ticket);
         return rt_status::ok;
       case ticket_result::stopped:
         return rt_status::stopped;
@@ -433,7 +450,8 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
   // Validated by rt_init.
   const MpmcRing<ShmPtr<u8>> ring = detail::mpmc_view<ShmPtr<u8>>(header, ctx.depth);
   // The workers pop with the ring's own `head`.
-  return detail::rt_push(ring, ctx.tickets + index, &header->head.value, f, stop, spin_budget);
+  return detail::rt_push(ring, ctx.tickets + index, &header->head.value,
+                         ctx.free_hints + u64{index} * ctx.depth, f, stop, spin_budget);
 }
 
 /// Sends `f` to the device's GPU service (rt_serve, a persistent kernel the
@@ -448,8 +466,9 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
   }
   const MpmcRing<ShmPtr<u8>> ring = detail::rt_inbox_ring(ctx, RtInbox::from_kernels);
   DeviceTickets* const consumers = ctx.tickets + RtTicket::inbox_from_kernels_consumers(ctx.num_lanes);
+  u64* const hints = ctx.free_hints + 2ull * ctx.num_lanes * ctx.depth;
   return detail::rt_push(ring, ctx.tickets + RtTicket::inbox_from_kernels_producers(ctx.num_lanes),
-                         &consumers->next, f, stop, spin_budget);
+                         &consumers->next, hints, f, stop, spin_budget);
 }
 
 /// Waits for `f`'s completion (see future_wait): completed (with
@@ -458,6 +477,9 @@ TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget
   const wait_outcome outcome = future_wait<scope::system>(f.view, stop, spin_budget, return_code);
   if (outcome == wait_outcome::completed) {
     f.in_flight = false;
+    // The consumer freed the slot before it completed the future, whose
+    // completion we just acquired.
+    mpmc_note_consumed(f.consumed);
   }
   return outcome;
 }
