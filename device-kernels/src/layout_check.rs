@@ -162,7 +162,7 @@ assert_same_layout!(
         copy_space_size,
         input_len,
         output_len,
-        reserved,
+        notify,
         payload,
     }
 );

@@ -1,7 +1,7 @@
 //! Worker threads: each polls its share of the (segment, lane) pairs, one
 //! task at a time, and completes the futures it takes.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -200,7 +200,9 @@ fn process(
             }
         }
     };
-    complete(&future, reply, &scratch.output, stats);
+    if complete(&future, reply, &scratch.output, stats) {
+        notify(segment, &future, ptr, stats);
+    }
 }
 
 /// Runs the task of a pointer future, whose bytes lie in the payload block.
@@ -237,7 +239,13 @@ fn run_pointer_task(
 }
 
 /// Completes `future` with `reply`, copying the output into the copy space.
-fn complete(future: &FutureShm<'_>, reply: HandlerReply, output: &[u8], stats: &WorkerStats) {
+/// Returns whether this call completed it (false: someone already had).
+fn complete(
+    future: &FutureShm<'_>,
+    reply: HandlerReply,
+    output: &[u8],
+    stats: &WorkerStats,
+) -> bool {
     // SAFETY: this worker popped the future: the single completer, holding no
     // input slice any more.
     let result = unsafe {
@@ -259,10 +267,40 @@ fn complete(future: &FutureShm<'_>, reply: HandlerReply, output: &[u8], stats: &
         }
         Err(FillError::Future(FutureError::AlreadyComplete)) => {
             stats.double_completions.fetch_add(1, Ordering::Relaxed);
+            return false;
         }
         Ok(()) | Err(_) => {
             stats.completed.fetch_add(1, Ordering::Relaxed);
             stats.failed.fetch_add(1, Ordering::Relaxed);
         }
     }
+    true
+}
+
+/// Announces the completed future at `ptr` at its notify word, if it has one
+/// ([`FutureShmHeader::notify`](tandem_shm_core::layout::FutureShmHeader)):
+/// the future's segment offset, bit 0 set when it succeeded. A kernel thread
+/// polls that word, which its warp's neighbours keep in the same cache line,
+/// instead of the future's flags (tandem/runtime.h, rt_wait).
+fn notify(segment: &QueueSegment, future: &FutureShm<'_>, ptr: ShmPtr<u8>, stats: &WorkerStats) {
+    let at = future.notify();
+    if at == 0 {
+        return;
+    }
+    let word = segment
+        .resolve(ShmPtr::new(segment.id(), u64::from(at)), size_of::<u32>())
+        .ok()
+        .filter(|w| w.align_offset(align_of::<AtomicU32>()) == 0);
+    let (Some(word), Ok(tag)) = (word, u32::try_from(ptr.off)) else {
+        stats.bad_pointers.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let succeeded = future.return_code() == Ok(0);
+    // SAFETY: resolve checked the 4 bytes lie in the segment, alignment is
+    // checked; the word is only ever accessed atomically (the kernel polls it
+    // with atomic loads).
+    let word = unsafe { AtomicU32::from_ptr(word.cast()) };
+    // Release: pairs with the kernel's acquire after it sees the tag, so the
+    // completion (flags, return code, output) is visible to it.
+    word.store(tag | u32::from(succeeded), Ordering::Release);
 }

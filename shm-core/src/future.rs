@@ -288,7 +288,7 @@ impl<'r> FutureShm<'r> {
             ptr::write(addr_of_mut!((*h).copy_space_size), copy_space);
             ptr::write(addr_of_mut!((*h).input_len), AtomicU32::new(0));
             ptr::write(addr_of_mut!((*h).output_len), AtomicU32::new(0));
-            ptr::write(addr_of_mut!((*h).reserved), 0);
+            ptr::write(addr_of_mut!((*h).notify), 0);
             ptr::write(addr_of_mut!((*h).payload), ShmPtr::null());
         }
         Ok(FutureShm {
@@ -485,6 +485,26 @@ impl<'r> FutureShm<'r> {
         unsafe { ptr::write(addr_of_mut!((*self.header.as_ptr()).payload), payload) };
         self.flags_atomic()
             .fetch_or(future_flags::POINTER, Ordering::Relaxed);
+    }
+
+    /// Sets [`FutureShmHeader::notify`].
+    ///
+    /// # Safety
+    /// Submitter only, before publishing the future: no one else may read the
+    /// field during the call.
+    pub unsafe fn set_notify(&self, notify: u32) {
+        // SAFETY: the field is inside the header; no concurrent reader is the
+        // caller's contract.
+        unsafe { ptr::write(addr_of_mut!((*self.header.as_ptr()).notify), notify) };
+    }
+
+    /// [`FutureShmHeader::notify`], as the submitter set it before publishing
+    /// (read by whoever received the future through the publication).
+    pub fn notify(&self) -> u32 {
+        // SAFETY: the field is inside the header and written only before
+        // publication, which happened-before any holder of this handle read
+        // the future's pointer from a queue (Release/Acquire).
+        unsafe { ptr::read(addr_of!((*self.header.as_ptr()).notify)) }
     }
 
     /// The task object of a pointer future, `None` if

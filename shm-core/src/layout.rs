@@ -286,7 +286,12 @@ pub struct FutureShmHeader {
     pub input_len: AtomicU32,
     /// Bytes of output the completer serialized into the copy space.
     pub output_len: AtomicU32,
-    pub reserved: u32,
+    /// 0, or where the completer also announces completion: a word the
+    /// submitter polls more cheaply than `flags` (tandem-runtime: the byte
+    /// offset, in the future's segment, of a u32 the completer stores the
+    /// future's offset into, bit 0 set when it succeeded). Written by the
+    /// submitter before publishing; its meaning is the two parties'.
+    pub notify: u32,
     /// For pointer futures: the task object.
     pub payload: ShmPtr<u8>,
 }
@@ -382,6 +387,6 @@ mod asserts {
     const_assert_eq!(offset_of!(FutureShmHeader, copy_space_size), 8);
     const_assert_eq!(offset_of!(FutureShmHeader, input_len), 12);
     const_assert_eq!(offset_of!(FutureShmHeader, output_len), 16);
-    const_assert_eq!(offset_of!(FutureShmHeader, reserved), 20);
+    const_assert_eq!(offset_of!(FutureShmHeader, notify), 20);
     const_assert_eq!(offset_of!(FutureShmHeader, payload), 24);
 }

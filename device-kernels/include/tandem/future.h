@@ -137,7 +137,7 @@ TANDEM_DEVICE future_status future_init(u8* mem, u64 len, u32 copy_space, Future
   h->copy_space_size = copy_space;
   h->input_len = 0;
   h->output_len = 0;
-  h->reserved = 0;
+  h->notify = 0;
   h->payload = null_shm_ptr<u8>();
   *out = FutureView{h, copy_space};
   return future_status::ok;

@@ -198,7 +198,7 @@ struct alignas(16) FutureShmHeader {
   u32 copy_space_size;
   u32 input_len;
   u32 output_len;
-  u32 reserved;
+  u32 notify;
   ShmPtr<u8> payload;
 };
 

@@ -176,6 +176,10 @@ enum class rt_status : u32 {
 /// `lane_queue::Priority`.
 enum class rt_priority : u32 { high = 0, low = 1 };
 
+/// Threads of a block that get a notify word (the most a CUDA or HIP block
+/// has); threads beyond poll their futures' flags.
+constexpr u32 RT_NOTIFY_THREADS = 1024;
+
 /// A block's view of its device's segment, declared
 /// `TANDEM_SHARED(tandem::RtContext, rt)` and set up by rt_init.
 struct RtContext {
@@ -195,6 +199,12 @@ struct RtContext {
   u32 num_lanes;
   u32 depth;
   BlockArena arena;
+  /// The block's notify words (one per thread, from its arena share) and
+  /// their segment offset; null when they did not fit.
+  u32* notify_words;
+  u64 notify_offset;
+  /// Whether thread i's notify word is taken (by its first future).
+  bool notify_taken[RT_NOTIFY_THREADS];
   rt_status status;
 };
 
@@ -209,6 +219,11 @@ struct RtFuture {
   /// What rt_wait records once the task is answered: its queue slot is free
   /// again (mpmc.h free-slot hints).
   ConsumedNote consumed;
+  /// The future's notify word and its segment offset (FutureShmHeader::
+  /// notify), or null/0: after completing the future, the completer stores
+  /// its offset there, bit 0 set when it succeeded.
+  u32* notify;
+  u32 notify_offset;
 };
 
 namespace detail {
@@ -315,8 +330,19 @@ TANDEM_DEVICE void rt_init(RtContext& ctx, const MemoryBackend& segment, u64 blo
   }
   ArenaHeader* arena = reinterpret_cast<ArenaHeader*>(ctx.base + ctx.arena_offset);
   block_arena_init(ctx.arena, arena, block_arena_bytes);
-  if (thread_rank() == 0 && ctx.arena.carved != alloc_status::ok) {
-    ctx.status = rt_status::no_memory;
+  if (thread_rank() < RT_NOTIFY_THREADS) {
+    ctx.notify_taken[thread_rank()] = false;
+  }
+  if (thread_rank() == 0) {
+    if (ctx.arena.carved != alloc_status::ok) {
+      ctx.status = rt_status::no_memory;
+    } else {
+      // One notify word per thread, consecutive, so a warp's words share a
+      // cache line and its lanes' polls coalesce (see rt_wait).
+      const FullPtr<u8> words = block_arena_allocate(ctx.arena, u64{block_size()} * sizeof(u32), 128);
+      ctx.notify_words = reinterpret_cast<u32*>(words.ptr);
+      ctx.notify_offset = ctx.arena_offset + words.shm.off;
+    }
   }
   block_barrier();
 }
@@ -339,6 +365,19 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   out->bytes = bytes;
   out->in_flight = false;
   out->consumed = ConsumedNote{nullptr, 0};
+  // The thread's notify word goes to its first future, when the word and the
+  // future have 32-bit offsets (the word names the future by its offset).
+  // One future per word: rt_wait trusts the word alone (see there).
+  const u32 me = thread_rank();
+  const u64 word_offset = ctx.notify_offset + u64{me} * sizeof(u32);
+  const bool notified = ctx.notify_words != nullptr && me < RT_NOTIFY_THREADS &&
+                        !ctx.notify_taken[me] && word_offset <= 0xFFFFFFFFull &&
+                        out->ptr.off <= 0xFFFFFFFFull;
+  if (notified) {
+    ctx.notify_taken[me] = true;
+  }
+  out->notify = notified ? &ctx.notify_words[me] : nullptr;
+  out->notify_offset = notified ? static_cast<u32>(word_offset) : 0;
   return rt_status::ok;
 }
 
@@ -382,7 +421,13 @@ TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_
   // system-scope RMWs on host memory per task, the scarcest resource here
   // (about 30 M/s for the whole device).
   store_relaxed<scope::system>(&view.header->input_len, static_cast<u32>(needed));
+  store_relaxed<scope::system>(&view.header->notify, f.notify_offset);
   store_relaxed<scope::system>(&view.header->flags, future_flags::COPY_FROM_CLIENT);
+  if (f.notify != nullptr) {
+    // Cleared before the push publishes the task: a completion of this same
+    // future earlier left its own tag there.
+    store_relaxed<scope::system>(f.notify, 0u);
+  }
   f.view = view;
   return rt_status::ok;
 }
@@ -471,10 +516,61 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
                          &consumers->next, hints, f, stop, spin_budget);
 }
 
-/// Waits for `f`'s completion (see future_wait): completed (with
-/// `*return_code`), stopped, or budget_exhausted.
+namespace detail {
+
+/// Whether the notify word shows `f` completed; then `*return_code`.
+TANDEM_DEVICE bool rt_notified(const RtFuture& f, i32* return_code) {
+  // Relaxed: the lanes of a warp poll consecutive words, so their loads
+  // coalesce into one transaction across the link; the fence below makes a
+  // hit an acquire.
+  const u32 seen = load_relaxed<scope::system>(f.notify);
+  if ((seen & ~1u) != static_cast<u32>(f.ptr.off)) {
+    return false;
+  }
+  // Acquire: pairs with the completer's release store of the word, which
+  // follows its completion of the future (flags, return code, output).
+  fence_acq_rel<scope::system>();
+  if ((seen & 1u) != 0) {
+    *return_code = 0;
+  } else if (future_return_code<scope::system>(f.view, return_code) != future_status::ok) {
+    *return_code = RT_RC_BAD_TASK;  // unreachable: the completion came first
+  }
+  return true;
+}
+
+/// rt_wait through the future's notify word. Only the word counts, never the
+/// flags: the completer stores the word after completing, so once a kernel
+/// sees the word it may reuse the future; had it acted on COMPLETE instead,
+/// the late word store could land on the next task's wait.
+TANDEM_DEVICE wait_outcome rt_wait_notified(const RtFuture& f, const u32* stop, u64 spin_budget,
+                                            i32* return_code) {
+  Backoff backoff;
+  for (u64 round = 0;; ++round) {
+    if (rt_notified(f, return_code)) {
+      return wait_outcome::completed;
+    }
+    // Acquire: as in future_wait, every STOP_POLL_EVERY rounds; then the
+    // word once more, as future_wait re-checks the flags.
+    if (stop != nullptr && round % STOP_POLL_EVERY == 0 && load_acquire<scope::system>(stop) != 0) {
+      return rt_notified(f, return_code) ? wait_outcome::completed : wait_outcome::stopped;
+    }
+    if (round >= spin_budget) {
+      return rt_notified(f, return_code) ? wait_outcome::completed : wait_outcome::budget_exhausted;
+    }
+    backoff.idle();
+  }
+}
+
+}  // namespace detail
+
+/// Waits for `f`'s completion: completed (with `*return_code`), stopped, or
+/// budget_exhausted, as future_wait, but polling the thread's notify word
+/// when it has one. Call it from any lane; it spins on memory the host
+/// writes, never on another lane.
 TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
-  const wait_outcome outcome = future_wait<scope::system>(f.view, stop, spin_budget, return_code);
+  const wait_outcome outcome =
+      f.notify != nullptr ? detail::rt_wait_notified(f, stop, spin_budget, return_code)
+                          : future_wait<scope::system>(f.view, stop, spin_budget, return_code);
   if (outcome == wait_outcome::completed) {
     f.in_flight = false;
     // The consumer freed the slot before it completed the future, whose
@@ -529,7 +625,9 @@ TANDEM_DEVICE bool rt_run_on_device(const RtContext& ctx, ShmPtr<u8> ptr, H& han
   if (rc != 0) {
     w.pos = 0;  // a failed task carries no output
   }
-  future_complete<scope::system>(f, rc, [&](u8* buf, u32 cap, u64* written) {
+  // Relaxed: written by the sender before its push, which we acquired.
+  const u64 notify = load_relaxed<scope::system>(&f.header->notify);
+  const future_status done = future_complete<scope::system>(f, rc, [&](u8* buf, u32 cap, u64* written) {
     *written = w.pos;
     if (w.pos <= cap) {
       for (u64 i = 0; i < w.pos; ++i) {
@@ -538,6 +636,15 @@ TANDEM_DEVICE bool rt_run_on_device(const RtContext& ctx, ShmPtr<u8> ptr, H& han
     }
     return true;  // too long: future_complete stores RC_OUTPUT_TOO_LARGE
   });
+  // The sender's notify word (RtFuture::notify), as the CPU workers do it.
+  if (done != future_status::already_complete && notify != 0 && notify % sizeof(u32) == 0 &&
+      notify >= RT_SEGMENT_HEADER_RESERVED && notify + sizeof(u32) <= segment_bytes &&
+      ptr.off <= 0xFFFFFFFFull) {
+    const u32 succeeded = done == future_status::ok && rc == 0 ? 1u : 0u;
+    // Release: after the completion, which the sender then sees (rt_wait).
+    store_release<scope::system>(reinterpret_cast<u32*>(ctx.base + notify),
+                                 static_cast<u32>(ptr.off) | succeeded);
+  }
   return true;
 }
 
