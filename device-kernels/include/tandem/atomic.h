@@ -399,11 +399,26 @@ TANDEM_DEVICE void spin_pause() {
 /// poll of host memory is itself a PCIe round trip (about a microsecond), and
 /// an answer usually comes within a few, so sleeping at once would only add
 /// latency to a round trip (see runtime/benches/roundtrip.rs).
+///
+/// The longest sleep depends on what is awaited: a lost race or a short wait
+/// (MAX_NS); an answer from the CPU (ANSWER_MAX_NS), which thousands of
+/// threads may await at once, each poll a PCIe read; room in a full ring
+/// (FULL_MAX_NS), which frees at the consumers' pace, a slot per item.
 struct Backoff {
   static constexpr u32 MAX_NS = 4096;
+  static constexpr u32 ANSWER_MAX_NS = 32 * 1024;
+  static constexpr u32 FULL_MAX_NS = 256 * 1024;
   static constexpr u32 IDLE_POLLS = 8;
   u32 ns = 32;
   u32 polls = 0;
+  u32 max_ns = MAX_NS;
+
+  /// A back-off whose sleeps grow to `max` ns.
+  static TANDEM_DEVICE Backoff up_to(u32 max) {
+    Backoff b;
+    b.max_ns = max;
+    return b;
+  }
 
   /// After losing a race with a peer (a failed CAS). The CPU device retries
   /// at once: its peers are running threads, not a link to saturate.
@@ -437,7 +452,7 @@ struct Backoff {
       __builtin_amdgcn_s_sleep(1);
     }
 #endif
-    ns = ns < MAX_NS ? ns * 2 : MAX_NS;
+    ns = ns < max_ns ? ns * 2 : max_ns;
   }
 };
 

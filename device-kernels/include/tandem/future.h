@@ -348,7 +348,7 @@ template <scope S = scope::system>
 TANDEM_DEVICE wait_outcome future_wait(const FutureView& f, const u32* stop, u64 spin_budget,
                                        i32* return_code) {
   wait_outcome outcome = wait_outcome::budget_exhausted;
-  Backoff backoff;
+  Backoff backoff = Backoff::up_to(Backoff::ANSWER_MAX_NS);
   for (u64 round = 0;; ++round) {
     if (future_return_code<S>(f, return_code) == future_status::ok) {
       return wait_outcome::completed;

@@ -411,7 +411,8 @@ TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTi
   // Acquire: see mpmc_note_consumed.
   const bool hinted = free_hints != nullptr &&
                       load_acquire<scope::device>(&free_hints[ticket & ring.mask]) == free;
-  Backoff backoff;
+  // A slot still full waits for the consumers: a full ring.
+  Backoff backoff = Backoff::up_to(Backoff::FULL_MAX_NS);
   for (; !hinted;) {
     // Acquire: pairs with the release store of the consumer that freed the
     // slot, so its read of the old element is finished before we overwrite.

@@ -444,7 +444,7 @@ namespace detail {
 /// free; only `*stop` ends that wait (when they are gone).
 TANDEM_DEVICE rt_status rt_push(const MpmcRing<ShmPtr<u8>>& ring, DeviceTickets* tickets, const u64* consumed,
                                 u64* free_hints, RtFuture& f, const u32* stop, u64 spin_budget) {
-  Backoff backoff;
+  Backoff backoff = Backoff::up_to(Backoff::FULL_MAX_NS);
   for (u64 round = 0;; ++round) {
     u64 ticket = 0;
     switch (mpmc_push_ticketed<ShmPtr<u8>>(ring, tickets, consumed, f.ptr, stop, free_hints, &ticket)) {
@@ -520,16 +520,13 @@ namespace detail {
 
 /// Whether the notify word shows `f` completed; then `*return_code`.
 TANDEM_DEVICE bool rt_notified(const RtFuture& f, i32* return_code) {
-  // Relaxed: the lanes of a warp poll consecutive words, so their loads
-  // coalesce into one transaction across the link; the fence below makes a
-  // hit an acquire.
-  const u32 seen = load_relaxed<scope::system>(f.notify);
+  // Acquire: pairs with the completer's release store of the word, which
+  // follows its completion of the future (flags, return code, output). The
+  // lanes of a warp poll consecutive words, one cache line.
+  const u32 seen = load_acquire<scope::system>(f.notify);
   if ((seen & ~1u) != static_cast<u32>(f.ptr.off)) {
     return false;
   }
-  // Acquire: pairs with the completer's release store of the word, which
-  // follows its completion of the future (flags, return code, output).
-  fence_acq_rel<scope::system>();
   if ((seen & 1u) != 0) {
     *return_code = 0;
   } else if (future_return_code<scope::system>(f.view, return_code) != future_status::ok) {
@@ -544,7 +541,7 @@ TANDEM_DEVICE bool rt_notified(const RtFuture& f, i32* return_code) {
 /// the late word store could land on the next task's wait.
 TANDEM_DEVICE wait_outcome rt_wait_notified(const RtFuture& f, const u32* stop, u64 spin_budget,
                                             i32* return_code) {
-  Backoff backoff;
+  Backoff backoff = Backoff::up_to(Backoff::ANSWER_MAX_NS);
   for (u64 round = 0;; ++round) {
     if (rt_notified(f, return_code)) {
       return wait_outcome::completed;

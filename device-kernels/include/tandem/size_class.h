@@ -1,0 +1,581 @@
+// Device-side operations of tandem-shm-core's freeing allocator
+// (shm-core/src/size_class.rs) over the SizeClassHeader and BlockHeader of
+// tandem/layout.h: the same bytes and the same algorithm, so a block a kernel
+// allocates can be freed by Rust and the reverse, while both run.
+//
+//   * Class c blocks are MIN_BLOCK << c bytes, header included, naturally
+//     aligned from the heap start, carved from the bump cursor; the padding a
+//     carve skips is cut into smaller naturally aligned blocks and freed. A
+//     block keeps its class forever.
+//   * Each class has a Treiber stack of free blocks whose head packs a 24-bit
+//     ABA tag above (offset / 16) in 40 bits; offset 0 means empty. Every
+//     successful push or pop bumps the tag.
+//   * User data follows the block's header (16-aligned); an alignment above
+//     16 puts the data `align` bytes (at least two headers) into the block,
+//     with a second header right before it, and marks the block's own header
+//     BLOCK_HOLDS_ALIGNED.
+//
+// Scope S: scope::system (the default) for a heap in memory the CPU or other
+// devices use too (mapped pinned memory, shared memory); scope::device for a
+// heap only this GPU's kernels use (device memory).
+//
+// Waiting: every loop here is lock-free. A failed compare-and-swap means some
+// other agent's operation succeeded, so no lane ever waits for another lane of
+// its warp (AMD has no independent thread scheduling, see tandem/atomic.h).
+//
+// Throughput: every shared operation is a compare-and-swap on one word per
+// class, so thousands of GPU threads allocating one size serialise on it. The
+// thread cache at the end of this file (SizeClassCache, like glibc's tcache)
+// sits above the shared heap and serves a thread's frees back to its own
+// allocations without touching the class heads.
+#pragma once
+
+#include "tandem/atomic.h"
+#include "tandem/layout.h"
+#include "tandem/portability.h"
+
+namespace tandem {
+
+/// Why a size-class operation failed: shm-core's `AllocError` as a u32 a
+/// kernel can report through memory. The first five values are those of
+/// alloc_status (tandem/arena.h). `NullAllocatorId` has no counterpart: it
+/// is an `init_in` error, and kernels only attach.
+enum class size_class_status : u32 {
+  ok = 0,
+  zero_size = 1,
+  bad_alignment = 2,
+  too_large = 3,
+  exhausted = 4,
+  region_too_small = 5,
+  bad_region_base = 6,
+  bad_magic = 7,
+  corrupt_header = 8,
+  corrupt_free_list = 9,
+  not_owned = 10,
+  double_free = 11,
+  wrong_allocator = 12,
+};
+
+/// Outcome of an allocation or a free: on success the allocation's offset
+/// (its data, relative to the header); on failure the offset Rust's error
+/// carries (`CorruptFreeList`: the bad list entry; `NotOwned` and
+/// `DoubleFree`: the freed offset), 0 for the other errors.
+struct SizeClassResult {
+  size_class_status status;
+  u64 off;
+};
+
+/// A validated size-class heap: the header's immutable fields read once by
+/// size_class_attach, so a peer scribbling over the header later cannot move
+/// an operation outside the region.
+struct SizeClassHeap {
+  SizeClassHeader* header;
+  AllocatorId id;
+  u64 heap_begin;
+  u64 heap_end;
+
+  /// The block header at offset `off`.
+  TANDEM_DEVICE BlockHeader* block(u64 off) const {
+    return reinterpret_cast<BlockHeader*>(reinterpret_cast<u8*>(header) + off);
+  }
+  /// The local address of offset `off`.
+  TANDEM_DEVICE u8* address(u64 off) const { return reinterpret_cast<u8*>(header) + off; }
+};
+
+/// Constants of size_class.rs.
+namespace size_class {
+/// Offset of the heap from the region base (and the largest alignment).
+constexpr u64 HEAP_ALIGN = 4096;
+constexpr u64 MAX_ALIGN = HEAP_ALIGN;
+/// The largest block, header included.
+constexpr u64 MAX_BLOCK = MIN_BLOCK << (SIZE_CLASSES - 1);
+/// Bytes a block header occupies before user data.
+constexpr u64 HEADER = sizeof(BlockHeader);
+/// Alignment every allocation gets without asking.
+constexpr u64 MIN_DATA_ALIGN = 16;
+/// BlockHeader::state of a block whose allocation's header is inside it.
+constexpr u32 BLOCK_HOLDS_ALIGNED = 0;
+/// Free-list head packing.
+constexpr u32 OFFSET_SHIFT = 4;
+constexpr u32 OFFSET_BITS = 40;
+constexpr u64 OFFSET_MASK = (1ull << OFFSET_BITS) - 1;
+constexpr u64 TAG_MASK = (1ull << (64 - OFFSET_BITS)) - 1;
+/// Offsets must fit a head's 40 bits after division by 16 (16 TiB).
+constexpr u64 MAX_HEAP_END = 1ull << (OFFSET_BITS + OFFSET_SHIFT);
+/// REGION_ALIGN of region.rs: the header's alignment.
+constexpr u64 REGION_ALIGN = CACHE_LINE;
+
+static_assert(HEADER == MIN_DATA_ALIGN, "a block header is 16 bytes, as in Rust");
+static_assert(HEADER <= MIN_BLOCK, "the smallest block holds a header");
+static_assert(MIN_BLOCK == 32, "class arithmetic below assumes 32-byte minimum blocks");
+}  // namespace size_class
+
+namespace detail {
+
+/// floor(log2(v)) for v != 0.
+TANDEM_DEVICE u32 log2_floor(u64 v) {
+#if defined(TANDEM_BACKEND_CUDA)
+  return 63 - static_cast<u32>(__clzll(static_cast<long long>(v)));
+#else
+  return 63 - static_cast<u32>(__builtin_clzll(v));
+#endif
+}
+
+/// `u64::trailing_zeros` for v != 0.
+TANDEM_DEVICE u32 trailing_zeros(u64 v) { return log2_floor(v & (~v + 1)); }
+
+/// `block_size`: bytes of a class-`cls` block.
+TANDEM_HOST_DEVICE u64 sc_block_size(u64 cls) { return MIN_BLOCK << cls; }
+
+/// `data_offset`: where user data starts in a block for `align`.
+TANDEM_HOST_DEVICE u64 sc_data_offset(u64 align) {
+  using namespace size_class;
+  if (align <= MIN_DATA_ALIGN) {
+    return HEADER;
+  }
+  // `align` is at least 2 * HEADER here: room for the block's header and the
+  // allocation's own one, as Rust's `(2 * HEADER).next_multiple_of(align)`.
+  return align;
+}
+
+TANDEM_HOST_DEVICE u64 sc_pack_head(u64 off, u64 tag) {
+  using namespace size_class;
+  return ((tag & TAG_MASK) << OFFSET_BITS) | (off >> OFFSET_SHIFT);
+}
+TANDEM_HOST_DEVICE u64 sc_head_offset(u64 head) {
+  using namespace size_class;
+  return (head & OFFSET_MASK) << OFFSET_SHIFT;
+}
+TANDEM_HOST_DEVICE u64 sc_head_tag(u64 head) { return head >> size_class::OFFSET_BITS; }
+
+/// A request turned into its class and data offset (`class_for` plus the
+/// base-alignment check of `allocate`).
+struct SizeClassRequest {
+  size_class_status status;
+  u32 cls;
+  u64 pad;
+};
+
+/// `SizeClassAllocator::class_for` and the check of `allocate` that the
+/// mapping's base is aligned at least as far as the request.
+TANDEM_DEVICE SizeClassRequest sc_request(const SizeClassHeap& heap, u64 size, u64 align) {
+  using namespace size_class;
+  SizeClassRequest r{size_class_status::ok, 0, 0};
+  if (size == 0) {
+    r.status = size_class_status::zero_size;
+    return r;
+  }
+  if (align == 0 || (align & (align - 1)) != 0 || align > MAX_ALIGN) {
+    r.status = size_class_status::bad_alignment;
+    return r;
+  }
+  r.pad = sc_data_offset(align);
+  const u64 need = size + r.pad;
+  // The block is the next power of two of `need`: above MAX_BLOCK (or past
+  // u64) exactly when `need` is.
+  if (need < size || need > MAX_BLOCK) {
+    r.status = size_class_status::too_large;
+    return r;
+  }
+  // ceil(log2(need)) - log2(MIN_BLOCK), at least 0.
+  r.cls = need <= MIN_BLOCK ? 0 : log2_floor(need - 1) + 1 - 5;
+  const u64 base = reinterpret_cast<u64>(heap.header);
+  if (align > (1ull << trailing_zeros(base))) {
+    r.status = size_class_status::bad_alignment;
+  }
+  return r;
+}
+
+/// `is_block`: whether `off` is a whole class-`cls` block inside the heap.
+TANDEM_DEVICE bool sc_is_block(const SizeClassHeap& heap, u64 cls, u64 off) {
+  const u64 size = sc_block_size(cls);
+  return off >= heap.heap_begin && ((off - heap.heap_begin) & (size - 1)) == 0 &&
+         off + size >= off && off + size <= heap.heap_end;
+}
+
+/// `write_header`: a whole header at `off`, which the caller owns and no one
+/// else reads (freshly carved memory, or inside the caller's block): plain
+/// stores, published later by a release (a push) or by handing the pointer on.
+TANDEM_DEVICE void sc_write_header(const SizeClassHeap& heap, u64 off, u64 cls, u32 state) {
+  *heap.block(off) = BlockHeader{state, static_cast<u32>(cls), 0};
+}
+
+/// `push`, generalised to a chain: puts the blocks `first` -> ... -> `last`
+/// (linked through `next`, all already marked free, all of class `cls`) on
+/// the class's free list with one compare-and-swap. With first == last this is
+/// Rust's push; a longer chain is what any number of single pushes could have
+/// built, and it bumps the tag once, which keeps the ABA argument (every
+/// successful change of the head moves the tag).
+template <scope S>
+TANDEM_DEVICE void sc_push_chain(const SizeClassHeap& heap, u64 cls, u64 first, u64 last) {
+  u64* const head = &heap.header->free_heads[cls].value;
+  u64* const link = &heap.block(last)->next;
+  Backoff backoff;
+  // Relaxed: the value only seeds the CAS, which checks it.
+  u64 current = load_relaxed<S>(head);
+  for (;;) {
+    // Relaxed: `next` is an atomic word only because a stale pop may read it;
+    // the release CAS below publishes it.
+    store_relaxed<S>(link, sc_head_offset(current));
+    // Release pairs with the acquire in pop (C++ and Rust) and in Rust's
+    // stats: the links just stored, and everything done with the blocks
+    // before they were freed, happen before the next owner sees them.
+    const u64 seen = cas<S, order::release>(head, current, sc_pack_head(first, sc_head_tag(current) + 1));
+    if (seen == current) {
+      return;
+    }
+    current = seen;
+    backoff.contended();
+  }
+}
+
+/// `pop`: takes a block off the class's free list; ok with off 0 when the
+/// list is empty.
+template <scope S>
+TANDEM_DEVICE SizeClassResult sc_pop(const SizeClassHeap& heap, u64 cls) {
+  u64* const head = &heap.header->free_heads[cls].value;
+  Backoff backoff;
+  // Acquire (the load and both outcomes of the CAS) pairs with the release
+  // of the push that put the block on the list: its `next` and the previous
+  // owner's writes to it happen before we read or reuse it. Later changes of
+  // the head are all RMWs, which continue that push's release sequence.
+  u64 current = load_acquire<S>(head);
+  for (;;) {
+    const u64 block = sc_head_offset(current);
+    if (block == 0) {
+      return SizeClassResult{size_class_status::ok, 0};
+    }
+    if (!sc_is_block(heap, cls, block)) {
+      return SizeClassResult{size_class_status::corrupt_free_list, block};
+    }
+    // The block may have been popped and reused since we loaded the head:
+    // `next` is only ever written atomically, and then the tag has moved, so
+    // the CAS fails and the stale value is never installed. Relaxed: the
+    // acquire above ordered the push that wrote it before us.
+    const u64 next = load_relaxed<S>(&heap.block(block)->next);
+    const u64 seen = cas<S, order::acquire>(head, current, sc_pack_head(next, sc_head_tag(current) + 1));
+    if (seen == current) {
+      return SizeClassResult{size_class_status::ok, block};
+    }
+    current = seen;
+    backoff.contended();
+  }
+}
+
+/// `recycle_padding`: cuts `[from, to)`, padding a carve skipped, into
+/// naturally aligned blocks and frees them.
+template <scope S>
+TANDEM_DEVICE void sc_recycle_padding(const SizeClassHeap& heap, u64 from, u64 to) {
+  for (u64 at = from; at < to;) {
+    // at > heap_begin: the heap start is aligned for every class, so a carve
+    // from it skips nothing.
+    const u64 size = 1ull << trailing_zeros(at - heap.heap_begin);
+    const u64 cls = trailing_zeros(size / MIN_BLOCK);
+    sc_write_header(heap, at, cls, magic::BLOCK_FREE);
+    sc_push_chain<S>(heap, cls, at, at);
+    at += size;
+  }
+}
+
+/// `carve`: a new class-`cls` block from the bump cursor.
+template <scope S>
+TANDEM_DEVICE SizeClassResult sc_carve(const SizeClassHeap& heap, u64 cls) {
+  const u64 size = sc_block_size(cls);
+  u64* const bump = &heap.header->bump.value;
+  Backoff backoff;
+  // Relaxed throughout: the cursor only hands out disjoint ranges, which
+  // needs the CAS's atomicity and no ordering; blocks reach other threads
+  // through pushes (release) or through the caller.
+  u64 current = load_relaxed<S>(bump);
+  for (;;) {
+    if (current < heap.heap_begin || (current - heap.heap_begin) % MIN_BLOCK != 0) {
+      return SizeClassResult{size_class_status::corrupt_header, 0};
+    }
+    const u64 start = heap.heap_begin + ((current - heap.heap_begin + size - 1) & ~(size - 1));
+    const u64 end = start + size;
+    if (start < current || end < start || end > heap.heap_end) {
+      return SizeClassResult{size_class_status::exhausted, 0};
+    }
+    const u64 seen = cas<S, order::relaxed>(bump, current, end);
+    if (seen == current) {
+      sc_recycle_padding<S>(heap, current, start);
+      return SizeClassResult{size_class_status::ok, start};
+    }
+    current = seen;
+    backoff.contended();
+  }
+}
+
+/// The tail of `allocate`: marks `block` (class `cls`, exclusively the
+/// caller's, its header marked free) allocated for data at `block + pad`, and
+/// returns the data offset.
+template <scope S>
+TANDEM_DEVICE SizeClassResult sc_hand_out(const SizeClassHeap& heap, u64 block, u64 cls, u64 pad) {
+  // The header existed before we got the block: a pop that loaded it as a
+  // list head just before we took it may still read its `next`, so the
+  // header is updated field by field, atomically, never rewritten whole.
+  // Relaxed: whoever frees the block received the pointer through its own
+  // synchronisation, which orders these stores before it.
+  u32* const state = &heap.block(block)->state;
+  if (pad == size_class::HEADER) {
+    store_relaxed<S>(state, magic::BLOCK_ALLOCATED);
+  } else {
+    store_relaxed<S>(state, size_class::BLOCK_HOLDS_ALIGNED);
+    // Inside our block past its own header, where only its owner writes.
+    sc_write_header(heap, block + pad - size_class::HEADER, cls, magic::BLOCK_ALLOCATED);
+  }
+  return SizeClassResult{size_class_status::ok, block + pad};
+}
+
+/// A block a free has claimed: checked and marked free, not yet on a list.
+struct SizeClassClaim {
+  SizeClassResult result;
+  u64 block;
+  u64 cls;
+};
+
+/// `free` up to its push: validates `ptr` exactly as Rust does and claims the
+/// block by a compare-and-swap of its state.
+template <scope S>
+TANDEM_DEVICE SizeClassClaim sc_claim(const SizeClassHeap& heap, ShmPtr<u8> ptr) {
+  using namespace size_class;
+  SizeClassClaim c{{size_class_status::ok, ptr.off}, 0, 0};
+  if (ptr.alloc_id.major != heap.id.major || ptr.alloc_id.minor != heap.id.minor) {
+    c.result = SizeClassResult{size_class_status::wrong_allocator, 0};
+    return c;
+  }
+  const u64 data = ptr.off;
+  const SizeClassResult not_owned{size_class_status::not_owned, data};
+  if (data % MIN_DATA_ALIGN != 0 || data < heap.heap_begin + HEADER || data >= heap.heap_end) {
+    c.result = not_owned;
+    return c;
+  }
+  const u64 header_off = data - HEADER;
+  u32* const state = &heap.block(header_off)->state;
+  // Relaxed: an early check only; the CAS below decides.
+  const u32 seen_state = load_relaxed<S>(state);
+  if (seen_state == magic::BLOCK_FREE) {
+    c.result = SizeClassResult{size_class_status::double_free, data};
+    return c;
+  }
+  if (seen_state != magic::BLOCK_ALLOCATED) {
+    c.result = not_owned;
+    return c;
+  }
+  // Relaxed (Rust reads it plainly): the class is written before the header
+  // is handed out and never changes while the block is allocated; an atomic
+  // load only keeps a GPU from reading a stale cached copy.
+  const u64 cls = load_relaxed<S>(&heap.block(header_off)->class_);
+  if (cls >= SIZE_CLASSES) {
+    c.result = not_owned;
+    return c;
+  }
+  const u64 size = sc_block_size(cls);
+  const u64 block = heap.heap_begin + ((header_off - heap.heap_begin) & ~(size - 1));
+  // Relaxed: the block was carved before the pointer reached us, so the
+  // cursor we read is at least past it if the pointer is genuine.
+  const u64 carved_end = load_relaxed<S>(&heap.header->bump.value);
+  if (block + size < block || block + size > carved_end) {
+    c.result = not_owned;
+    return c;
+  }
+  const bool aligned = data - block != HEADER;
+  if (aligned) {
+    BlockHeader* const outer = heap.block(block);
+    if (data - block < 2 * HEADER || load_relaxed<S>(&outer->state) != BLOCK_HOLDS_ALIGNED ||
+        load_relaxed<S>(&outer->class_) != cls) {
+      c.result = not_owned;
+      return c;
+    }
+  }
+  // Relaxed: atomicity alone makes one of two racing frees win; the block's
+  // contents are handed on by the push's release.
+  if (cas<S, order::relaxed>(state, magic::BLOCK_ALLOCATED, magic::BLOCK_FREE) !=
+      magic::BLOCK_ALLOCATED) {
+    c.result = SizeClassResult{size_class_status::double_free, data};
+    return c;
+  }
+  if (aligned) {
+    // Relaxed: we own the block until it is pushed (release).
+    store_relaxed<S>(&heap.block(block)->state, magic::BLOCK_FREE);
+  }
+  c.block = block;
+  c.cls = cls;
+  return c;
+}
+
+}  // namespace detail
+
+/// `SizeClassAllocator::attach`: validates the allocator header at `header`
+/// (offset 0 of a region of `len` bytes) and fills `*out`. Nothing is written.
+template <scope S = scope::system>
+TANDEM_DEVICE size_class_status size_class_attach(SizeClassHeader* header, u64 len,
+                                                  SizeClassHeap* out) {
+  using namespace size_class;
+  const u64 addr = reinterpret_cast<u64>(header);
+  if (addr == 0 || addr % REGION_ALIGN != 0) {
+    return size_class_status::bad_region_base;
+  }
+  if (len < sizeof(SizeClassHeader)) {
+    return size_class_status::region_too_small;
+  }
+  // Acquire: pairs with the initialiser's release store of the magic word
+  // (Rust's publish_magic), so the plain fields read below are the
+  // initialised ones; they are never written again.
+  if (load_acquire<S>(&header->magic) != magic::SIZE_CLASS) {
+    return size_class_status::bad_magic;
+  }
+  const u64 heap_begin = header->heap_begin;
+  const u64 heap_end = header->heap_end;
+  const AllocatorId id = header->id;
+  if (heap_end > len) {
+    return size_class_status::region_too_small;
+  }
+  const bool null_id = id.major == NULL_ALLOCATOR_ID.major && id.minor == NULL_ALLOCATOR_ID.minor;
+  if (null_id || heap_begin < sizeof(SizeClassHeader) || heap_begin % HEAP_ALIGN != 0 ||
+      heap_begin > heap_end || heap_end > MAX_HEAP_END) {
+    return size_class_status::corrupt_header;
+  }
+  *out = SizeClassHeap{header, id, heap_begin, heap_end};
+  return size_class_status::ok;
+}
+
+namespace detail {
+
+/// `allocate` after its checks: a block of the request's class from the free
+/// list, else carved, handed out.
+template <scope S>
+TANDEM_DEVICE SizeClassResult sc_allocate(const SizeClassHeap& heap, const SizeClassRequest& req) {
+  SizeClassResult got = sc_pop<S>(heap, req.cls);
+  if (got.status != size_class_status::ok) {
+    return got;
+  }
+  if (got.off == 0) {
+    got = sc_carve<S>(heap, req.cls);
+    if (got.status != size_class_status::ok) {
+      return got;
+    }
+    sc_write_header(heap, got.off, req.cls, magic::BLOCK_FREE);
+  }
+  return sc_hand_out<S>(heap, got.off, req.cls, req.pad);
+}
+
+}  // namespace detail
+
+/// `SizeClassAllocator::allocate`: `size` bytes aligned to `align` (a power
+/// of two up to size_class::MAX_ALIGN, and no more than the region base's own
+/// alignment), from the class's free list if it has a block, else carved.
+template <scope S = scope::system>
+TANDEM_DEVICE SizeClassResult size_class_allocate(const SizeClassHeap& heap, u64 size, u64 align) {
+  const detail::SizeClassRequest req = detail::sc_request(heap, size, align);
+  if (req.status != size_class_status::ok) {
+    return SizeClassResult{req.status, 0};
+  }
+  return detail::sc_allocate<S>(heap, req);
+}
+
+/// `SizeClassAllocator::free`: returns an allocation to its class's free
+/// list, refusing what Rust refuses (another allocator's pointer, an offset
+/// that is not an allocation's data start, a double free). Like Rust's, the
+/// checks catch stale and wild pointers but are a guard, not a proof.
+template <scope S = scope::system>
+TANDEM_DEVICE SizeClassResult size_class_free(const SizeClassHeap& heap, ShmPtr<u8> ptr) {
+  const detail::SizeClassClaim c = detail::sc_claim<S>(heap, ptr);
+  if (c.result.status == size_class_status::ok) {
+    detail::sc_push_chain<S>(heap, c.cls, c.block, c.block);
+  }
+  return c.result;
+}
+
+// ---------------------------------------------------------------------------
+// Thread cache
+// ---------------------------------------------------------------------------
+
+/// One thread's cache of free blocks, a C++-side layer above the shared heap
+/// (like glibc's tcache): size_class_cached_free validates and claims a block
+/// exactly as size_class_free does (so a double free is still refused, from
+/// C++ and from Rust), but keeps it in the thread's bin for its class instead
+/// of pushing it; size_class_cached_allocate serves from that bin first. A
+/// thread that frees what it allocated thus never touches the class's head,
+/// the one word every thread would otherwise serialise on.
+///
+/// Blocks in a cache are marked free but are on no list: invisible to every
+/// other thread and to Rust (its stats count them as neither free nor
+/// allocated) until size_class_flush pushes them back. Flush before the
+/// thread ends or the cache is dropped, or they are lost to the heap.
+///
+/// Bins link blocks through their headers' `next` words (written atomically,
+/// as a push does, since a stale pop may read them) and hold at most
+/// BIN_CAPACITY blocks; a free into a full bin goes to the shared list. A
+/// cache belongs to one thread and lives in its registers or local memory;
+/// start it empty: `tandem::SizeClassCache cache = {};`.
+struct SizeClassCache {
+  static constexpr u32 BIN_CAPACITY = 16;
+  /// First block of each class's bin (offset 0: empty).
+  u64 first[SIZE_CLASSES];
+  /// Blocks in each bin.
+  u32 count[SIZE_CLASSES];
+};
+
+/// size_class_allocate, served from the thread's cache when its bin for the
+/// request's class has a block (same outcome as popping it from the list).
+template <scope S = scope::system>
+TANDEM_DEVICE SizeClassResult size_class_cached_allocate(const SizeClassHeap& heap,
+                                                         SizeClassCache& cache, u64 size,
+                                                         u64 align) {
+  const detail::SizeClassRequest req = detail::sc_request(heap, size, align);
+  if (req.status != size_class_status::ok) {
+    return SizeClassResult{req.status, 0};
+  }
+  const u64 block = cache.first[req.cls];
+  if (block == 0) {
+    return detail::sc_allocate<S>(heap, req);
+  }
+  // Relaxed: this thread wrote the link itself.
+  cache.first[req.cls] = load_relaxed<S>(&heap.block(block)->next);
+  --cache.count[req.cls];
+  return detail::sc_hand_out<S>(heap, block, req.cls, req.pad);
+}
+
+/// size_class_free into the thread's cache (or to the shared list when the
+/// class's bin is full).
+template <scope S = scope::system>
+TANDEM_DEVICE SizeClassResult size_class_cached_free(const SizeClassHeap& heap,
+                                                     SizeClassCache& cache, ShmPtr<u8> ptr) {
+  const detail::SizeClassClaim c = detail::sc_claim<S>(heap, ptr);
+  if (c.result.status != size_class_status::ok) {
+    return c.result;
+  }
+  if (cache.count[c.cls] == SizeClassCache::BIN_CAPACITY) {
+    detail::sc_push_chain<S>(heap, c.cls, c.block, c.block);
+    return c.result;
+  }
+  // Relaxed: only this thread follows the link until a flush publishes it
+  // with a release.
+  store_relaxed<S>(&heap.block(c.block)->next, cache.first[c.cls]);
+  cache.first[c.cls] = c.block;
+  ++cache.count[c.cls];
+  return c.result;
+}
+
+/// Pushes every cached block back onto its class's shared list, one
+/// compare-and-swap per non-empty bin, and empties the cache.
+template <scope S = scope::system>
+TANDEM_DEVICE void size_class_flush(const SizeClassHeap& heap, SizeClassCache& cache) {
+  for (u64 cls = 0; cls < SIZE_CLASSES; ++cls) {
+    const u64 first = cache.first[cls];
+    if (first == 0) {
+      continue;
+    }
+    u64 last = first;
+    for (u32 i = 1; i < cache.count[cls]; ++i) {
+      // Relaxed: links this thread wrote.
+      last = load_relaxed<S>(&heap.block(last)->next);
+    }
+    detail::sc_push_chain<S>(heap, cls, first, last);
+    cache.first[cls] = 0;
+    cache.count[cls] = 0;
+  }
+}
+
+}  // namespace tandem
