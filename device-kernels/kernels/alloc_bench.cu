@@ -1,7 +1,9 @@
 // Kernels of the GPU allocation benchmark (tandem-tests, bench
-// `device_kernels`): per-thread allocation from tandem's arena against the
-// device's own malloc/free, same thread counts, same sizes.
+// `device_kernels`): per-thread allocation from tandem's arena and from its
+// freeing allocator against the device's own malloc/free, same thread counts,
+// same sizes.
 #include "tandem/arena.h"
+#include "tandem/size_class.h"
 
 using tandem::u64;
 using tandem::u8;
@@ -13,15 +15,22 @@ TANDEM_DEVICE void add_failures(u64* counter, u64 n) {
   }
 }
 
-/// Every thread carves `allocs * size` bytes from the arena at `arena` (one
-/// device-scope CAS: the arena lives in device memory), then makes `allocs`
-/// allocations of `size` bytes from its ThreadArena (plain arithmetic) and
-/// writes the first word of each. stats[0] += allocations that failed.
+/// The arena hierarchy: thread 0 of each block carves the block's share of
+/// the arena at `arena` (one device-scope CAS per block: the arena lives in
+/// device memory), every thread carves its ThreadArena from that share (one
+/// shared-memory atomic), then makes `allocs` allocations of `size` bytes
+/// from it (plain arithmetic) and writes the first word of each.
+/// stats[0] += allocations that failed.
 TANDEM_KERNEL tandem_bench_thread_arena(tandem::ArenaHeader* arena, u64 allocs, u64 size,
                                         u64* stats) {
+  TANDEM_SHARED(tandem::BlockArena, block);
+  const u64 per_thread = allocs * size;
+  // Each carve starts a cache line of its own: room for the rounding.
+  const u64 per_thread_carve = (per_thread + tandem::CACHE_LINE - 1) & ~(tandem::CACHE_LINE - 1);
+  tandem::block_arena_init<tandem::scope::device>(block, arena,
+                                                  u64{tandem::block_size()} * per_thread_carve);
   tandem::ThreadArena mine;
-  if (tandem::arena_carve<tandem::scope::device>(arena, allocs * size, &mine) !=
-      tandem::alloc_status::ok) {
+  if (tandem::block_arena_carve(block, per_thread, &mine) != tandem::alloc_status::ok) {
     add_failures(&stats[0], allocs);
     return;
   }
@@ -62,4 +71,40 @@ TANDEM_KERNEL tandem_bench_device_malloc(u64 allocs, u64 size, u64* stats) {
     stats[1] = 1;
   }
 #endif
+}
+
+/// Every thread makes `allocs` allocation+free pairs of `size` bytes (8-aligned)
+/// with tandem's freeing allocator at `heap` (a region of `len` bytes in
+/// device memory, hence device-scope atomics), writing the first word of each
+/// block, as tandem_bench_device_malloc does. With `cached` non-zero through a
+/// per-thread SizeClassCache (flushed at the end), else on the shared free
+/// lists directly. stats[0] += pairs whose allocation or free failed.
+TANDEM_KERNEL tandem_bench_size_class(tandem::SizeClassHeader* heap, u64 len, u64 allocs,
+                                      u64 size, tandem::u32 cached, u64* stats) {
+  constexpr tandem::scope device = tandem::scope::device;
+  tandem::SizeClassHeap h;
+  if (tandem::size_class_attach<device>(heap, len, &h) != tandem::size_class_status::ok) {
+    add_failures(&stats[0], allocs);
+    return;
+  }
+  tandem::SizeClassCache cache = {};
+  u64 failed = 0;
+  for (u64 i = 0; i < allocs; ++i) {
+    const tandem::SizeClassResult a =
+        cached ? tandem::size_class_cached_allocate<device>(h, cache, size, 8)
+               : tandem::size_class_allocate<device>(h, size, 8);
+    if (a.status != tandem::size_class_status::ok) {
+      ++failed;
+      continue;
+    }
+    *reinterpret_cast<u64*>(h.address(a.off)) = i;
+    const tandem::ShmPtr<u8> p{h.id, a.off};
+    const tandem::SizeClassResult f = cached ? tandem::size_class_cached_free<device>(h, cache, p)
+                                             : tandem::size_class_free<device>(h, p);
+    failed += f.status != tandem::size_class_status::ok;
+  }
+  if (cached) {
+    tandem::size_class_flush<device>(h, cache);
+  }
+  add_failures(&stats[0], failed);
 }

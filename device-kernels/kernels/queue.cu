@@ -69,7 +69,7 @@ TANDEM_KERNEL tandem_mpmc_push_u64(tandem::RingHeader* ring, u64 len, u64* ticke
   tandem::DeviceTickets* const mine = reinterpret_cast<tandem::DeviceTickets*>(tickets);
   u64 given_up = 0, foreign = 0;
   for (u64 i = tandem::global_rank(); i < count; i += tandem::grid_size()) {
-    tandem::Backoff backoff = tandem::Backoff::up_to(tandem::Backoff::FULL_MAX_NS);
+    tandem::Backoff backoff;
     for (u64 tries = 0;; ++tries) {
       const tandem::ticket_result res = tandem::mpmc_push_ticketed(r, mine, base + i, nullptr);
       if (res == tandem::ticket_result::done) {

@@ -35,7 +35,7 @@ pub const LIBRARY_NAME: &str = "tandem-device-kernels";
 /// Bytes of one side's device tickets of a ring (`tandem::DeviceTickets` in
 /// tandem/mpmc.h, which asserts the same size): device memory, zeroed when
 /// the ring is initialised.
-pub const DEVICE_TICKETS_BYTES: usize = 16;
+pub const DEVICE_TICKETS_BYTES: usize = 32;
 
 /// NVRTC options the embedded source needs (the backend adds the architecture).
 pub const NVRTC_OPTIONS: &[&str] = &["--std=c++17"];

@@ -3,8 +3,12 @@
 //!
 //! * allocation in a kernel: every thread makes the same number of
 //!   same-sized allocations from tandem's arena (one device-scope CAS per
-//!   thread to carve a ThreadArena, then plain arithmetic) and from the
-//!   device's malloc/free, in the same run;
+//!   block to carve its share, one shared-memory atomic per thread to carve
+//!   a ThreadArena from it, then plain arithmetic), allocation+free
+//!   pairs from tandem's freeing allocator (through a per-thread cache, and on
+//!   the shared free lists alone) and from the device's malloc/free, in the
+//!   same run, each Tandem row with its speed-up over malloc+free and its
+//!   target (ThreadArena >= 1000x, freeing allocator >= 100x);
 //! * MPMC ring push into mapped pinned host memory while host threads drain
 //!   it (tandem/mpmc.h's device tickets against shm-core's MpmcRing):
 //!   records/s and GB/s, against the device-to-host copy bandwidth.
@@ -45,8 +49,9 @@ mod cuda {
 
     use tandem_device_kernels::{names, DEVICE_TICKETS_BYTES};
     use tandem_hal::{DeviceMemory, Dim3, EventFlags, GpuApi, GpuDevice, KernelArg};
-    use tandem_shm_core::layout::{AllocatorId, ArenaHeader};
-    use tandem_shm_core::{ArenaAllocator, MpmcRing};
+    use tandem_shm_core::layout::{AllocatorId, ArenaHeader, SizeClassHeader};
+    use tandem_shm_core::size_class::{block_size, HEAP_ALIGN};
+    use tandem_shm_core::{ArenaAllocator, MpmcRing, SizeClassAllocator};
 
     use super::harness::{Gpu, Shared};
 
@@ -78,7 +83,48 @@ mod cuda {
         gpu.device.elapsed(&start, &end).expect("elapsed")
     }
 
-    /// Per-thread allocation: tandem's arena against device malloc/free.
+    /// Zeroed host memory aligned like a region base, for building an
+    /// allocator's header on the host (untouched pages of a zeroed
+    /// allocation cost nothing) and for reading a heap back.
+    struct HostImage {
+        ptr: *mut u8,
+        layout: Layout,
+    }
+
+    impl HostImage {
+        fn new(len: usize) -> Self {
+            let layout = Layout::from_size_align(len, 64).expect("layout");
+            // SAFETY: a non-zero size with a valid alignment.
+            let ptr = unsafe { alloc_zeroed(layout) };
+            assert!(!ptr.is_null(), "host image of {len} bytes");
+            Self { ptr, layout }
+        }
+
+        fn bytes_mut(&mut self) -> &mut [u8] {
+            // SAFETY: `ptr` holds `layout.size()` initialised (zeroed) bytes,
+            // borrowed mutably through `self`.
+            unsafe { core::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+        }
+    }
+
+    impl Drop for HostImage {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `new` with this layout; no borrow remains.
+            unsafe { dealloc(self.ptr, self.layout) };
+        }
+    }
+
+    /// One allocator measured by `allocation`.
+    struct Row<'a, A: GpuApi> {
+        name: &'static str,
+        /// The speed-up over device malloc+free it must reach.
+        target: Option<f64>,
+        run: &'a dyn Fn(&Shared<A>) -> Duration,
+    }
+
+    /// Per-thread allocation: tandem's arena and its freeing allocator
+    /// against device malloc/free, with each Tandem row's speed-up over
+    /// malloc+free and its target.
     fn allocation<A: GpuApi>(gpu: &Gpu<A>) {
         // 64 Ki threads each holding one 64-byte malloc at a time stay within
         // the device heap's default 8 MiB (this API cannot raise the limit).
@@ -88,25 +134,34 @@ mod cuda {
         let total = threads * allocs;
 
         // The arena lives in device memory; its header is initialised in a
-        // host image (untouched heap pages of a zeroed allocation cost
-        // nothing) and copied in before every run, which resets the cursor.
-        let len = (size_of::<ArenaHeader>() as u64 + total * size) as usize;
+        // host image and copied in before every run, which resets the cursor.
+        // Each block's carve starts a cache line of its own: room for that.
+        let len = (size_of::<ArenaHeader>() as u64 + total * size + 256 * 64) as usize;
         let arena = gpu.device.alloc_device(len).expect("arena memory");
-        let layout = Layout::from_size_align(len, 64).expect("layout");
-        // SAFETY: a non-zero size with a valid alignment.
-        let image = unsafe { alloc_zeroed(layout) };
-        assert!(!image.is_null(), "host image of the arena");
+        let mut image = HostImage::new(len);
         // SAFETY: `image` is ours, 64-aligned and `len` bytes long.
-        unsafe { ArenaAllocator::init_in(image, len, AllocatorId::new(1, 1)) }.expect("arena init");
-        // SAFETY: the header's bytes were just initialised.
-        let header =
-            unsafe { core::slice::from_raw_parts(image, size_of::<ArenaHeader>()) }.to_vec();
-        // SAFETY: allocated above with this layout; no reference to it remains.
-        unsafe { dealloc(image, layout) };
+        unsafe { ArenaAllocator::init_in(image.ptr, len, AllocatorId::new(1, 1)) }
+            .expect("arena init");
+        let arena_header = image.bytes_mut()[..size_of::<ArenaHeader>()].to_vec();
+        drop(image);
+
+        // The freeing allocator's heap, in device memory too, reset the same
+        // way. Each thread holds one block at a time (the thread cache keeps
+        // the one it freed), so the heap needs a block per thread; twice
+        // that leaves room to spare.
+        let class = SizeClassAllocator::class_for(size, 8).expect("a size class");
+        let heap_len = (HEAP_ALIGN + 2 * threads * block_size(class)) as usize;
+        let heap = gpu.device.alloc_device(heap_len).expect("heap memory");
+        let mut image = HostImage::new(heap_len);
+        // SAFETY: as for the arena's image.
+        unsafe { SizeClassAllocator::init_in(image.ptr, heap_len, AllocatorId::new(1, 2)) }
+            .expect("heap init");
+        let heap_header = image.bytes_mut()[..size_of::<SizeClassHeader>()].to_vec();
+        drop(image);
 
         let arena_run = |stats: &Shared<A>| {
             gpu.device
-                .copy_to_device(&arena, 0, &header)
+                .copy_to_device(&arena, 0, &arena_header)
                 .expect("arena header");
             timed(gpu, |stream| {
                 // SAFETY: the arena covers every carve; `stats` two words.
@@ -126,6 +181,50 @@ mod cuda {
                 }
             })
         };
+        let size_class_run = |cached: bool, stats: &Shared<A>| {
+            gpu.device
+                .copy_to_device(&heap, 0, &heap_header)
+                .expect("heap header");
+            let took = timed(gpu, |stream| {
+                // SAFETY: the heap is `heap_len` bytes of device memory with
+                // an initialised header; `stats` two words.
+                unsafe {
+                    gpu.launch(
+                        stream,
+                        names::TANDEM_BENCH_SIZE_CLASS,
+                        grid,
+                        block,
+                        &[
+                            KernelArg::Ptr(heap.device_ptr()),
+                            KernelArg::U64(heap_len as u64),
+                            KernelArg::U64(allocs),
+                            KernelArg::U64(size),
+                            KernelArg::U32(cached.into()),
+                            stats.arg(),
+                        ],
+                    )
+                }
+            });
+            // Untimed: every block must be back on its free list (the caches
+            // flushed, nothing lost), as Rust sees the heap's bytes.
+            let mut back = HostImage::new(heap_len);
+            gpu.device
+                .copy_from_device(back.bytes_mut(), &heap, 0)
+                .expect("heap read back");
+            // SAFETY: `back` is ours, 64-aligned, `heap_len` bytes holding a
+            // copy of the heap, used only through this handle.
+            let heap_stats = unsafe { SizeClassAllocator::attach(back.ptr, heap_len) }
+                .and_then(|h| h.stats())
+                .expect("a sound heap after the run");
+            assert_eq!(
+                heap_stats.free_bytes(),
+                heap_stats.carved_bytes,
+                "every block back on a free list"
+            );
+            took
+        };
+        let cached_run = |stats: &Shared<A>| size_class_run(true, stats);
+        let lists_run = |stats: &Shared<A>| size_class_run(false, stats);
         let malloc_run = |stats: &Shared<A>| {
             timed(gpu, |stream| {
                 // SAFETY: `stats` holds two words.
@@ -140,27 +239,69 @@ mod cuda {
                 }
             })
         };
+        let rows: [Row<'_, A>; 4] = [
+            Row {
+                name: "tandem ThreadArena",
+                target: Some(1000.0),
+                run: &arena_run,
+            },
+            Row {
+                name: "tandem SizeClass+cache",
+                target: Some(100.0),
+                run: &cached_run,
+            },
+            // The shared free lists alone (every thread on one class head):
+            // what the thread cache is for.
+            Row {
+                name: "tandem SizeClass lists",
+                target: None,
+                run: &lists_run,
+            },
+            Row {
+                name: "device malloc+free",
+                target: None,
+                run: &malloc_run,
+            },
+        ];
 
-        println!("\nper-thread allocation, {threads} threads x {allocs} allocations of {size} B");
-        for (name, run) in [
-            (
-                "tandem ThreadArena",
-                &arena_run as &dyn Fn(&Shared<A>) -> Duration,
-            ),
-            ("device malloc+free", &malloc_run),
-        ] {
-            run(&gpu.shared(2 * 8)); // warm-up: first launch, heap set-up
+        println!(
+            "\nper-thread allocation, {threads} threads x {allocs} allocations of {size} B \
+             (freeing allocators: allocation+free pairs)"
+        );
+        // (row, best time, failed allocations) of every supported row.
+        let mut measured = Vec::new();
+        for row in &rows {
+            (row.run)(&gpu.shared(2 * 8)); // warm-up: first launch, heap set-up
             let stats = gpu.shared(2 * 8);
-            let best = (0..5).map(|_| run(&stats)).min().expect("runs");
-            let failed = stats.read::<u64>(0);
+            let best = (0..5).map(|_| (row.run)(&stats)).min().expect("runs");
             if stats.read::<u64>(1) != 0 {
-                println!("  {name:<20} unsupported on this backend");
+                println!("  {:<24} unsupported on this backend", row.name);
                 continue;
             }
+            measured.push((row, best, stats.read::<u64>(0)));
+        }
+        let rate = |best: Duration| total as f64 / best.as_secs_f64();
+        let malloc_rate = measured
+            .iter()
+            .find(|(row, ..)| row.name == "device malloc+free")
+            .map(|&(_, best, _)| rate(best));
+        for (row, best, failed) in &measured {
+            let versus = match (row.target, malloc_rate) {
+                (Some(target), Some(malloc)) => {
+                    let ratio = rate(*best) / malloc;
+                    let verdict = if ratio >= target { "met" } else { "NOT MET" };
+                    format!("  {ratio:>8.1}x malloc+free (target >= {target:.0}x: {verdict})")
+                }
+                (Some(target), None) => {
+                    format!("  (target >= {target:.0}x malloc+free: no malloc to compare)")
+                }
+                (None, _) => String::new(),
+            };
             println!(
-                "  {name:<20} {:>9.3} ms  {:>8.1} M allocs/s  {:>6.2} ns/alloc  ({failed} failed over 5 runs)",
+                "  {:<24} {:>9.3} ms  {:>9.1} M allocs/s  {:>7.3} ns/alloc  ({failed} failed over 5 runs){versus}",
+                row.name,
                 best.as_secs_f64() * 1e3,
-                total as f64 / best.as_secs_f64() / 1e6,
+                rate(*best) / 1e6,
                 best.as_secs_f64() * 1e9 / total as f64,
             );
         }

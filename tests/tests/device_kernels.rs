@@ -1,5 +1,5 @@
-//! The device kernels' cross-language tests (tandem/mpmc.h, future.h, ser.h
-//! against tandem-shm-core on the same bytes) on the GPU backends: the
+//! The device kernels' cross-language tests (tandem/mpmc.h, future.h, ser.h,
+//! size_class.h against tandem-shm-core on the same bytes) on the GPU backends: the
 //! bodies are tandem-device-kernels' `tests/cross_language` module, which
 //! that crate runs on the CPU device; here they run on CUDA and HIP (with
 //! their features), at GPU scale, with every shared structure in mapped
@@ -18,7 +18,7 @@ macro_rules! gpu_tests {
         mod $backend {
             use super::cross_language::future::{self, Task};
             use super::cross_language::harness::Gpu;
-            use super::cross_language::{mpmc, ser};
+            use super::cross_language::{mpmc, ser, size_class};
             use proptest::prelude::*;
             use tandem_hal::Dim3;
             use tandem_tests::gpu::device_or_skip;
@@ -67,6 +67,58 @@ macro_rules! gpu_tests {
                     if let Some(gpu) = gpu("ser_rust_writes_what_cpp_reads") {
                         ser::rust_writes_cpp_reads(&gpu, &sample, cut);
                     }
+                }
+
+                #[test]
+                fn size_class_mixed_sequences_match_all_rust(ops in size_class::op_sequences()) {
+                    if let Some(gpu) = gpu("size_class_mixed_sequences_match_all_rust") {
+                        size_class::mixed_sequence_matches_all_rust(&gpu, &ops)?;
+                    }
+                }
+            }
+
+            #[test]
+            fn size_class_cpp_allocates_rust_frees_and_back() {
+                if let Some(gpu) = gpu("size_class_cpp_allocates_rust_frees_and_back") {
+                    size_class::cpp_allocates_rust_frees_and_back(&gpu);
+                }
+            }
+
+            #[test]
+            fn size_class_cache_serves_own_frees_until_flushed() {
+                if let Some(gpu) = gpu("size_class_cache_serves_own_frees_until_flushed") {
+                    size_class::cache_serves_own_frees_until_flushed(&gpu);
+                }
+            }
+
+            #[test]
+            fn size_class_racing_frees_have_one_winner() {
+                if let Some(gpu) = gpu("size_class_racing_frees_have_one_winner") {
+                    let launch = (Dim3::linear(8), Dim3::linear(256));
+                    size_class::racing_frees_have_one_winner(&gpu, launch);
+                }
+            }
+
+            #[test]
+            fn size_class_gpu_and_rust_threads_at_once() {
+                if let Some(gpu) = gpu("size_class_gpu_and_rust_threads_at_once") {
+                    // 2 K threads on the shared lists and through thread
+                    // caches (every list operation crosses PCIe: a few hundred
+                    // rounds keep it to seconds), 4 Rust threads throughout.
+                    let launch = (Dim3::linear(16), Dim3::linear(128));
+                    for cached in [false, true] {
+                        size_class::cpp_and_rust_threads_at_once(&gpu, launch, 256, 4, cached);
+                    }
+                    // A partial last warp, a 3D block.
+                    let launch = (Dim3::linear(5), Dim3::new(7, 3, 2));
+                    size_class::cpp_and_rust_threads_at_once(&gpu, launch, 256, 2, true);
+                }
+            }
+
+            #[test]
+            fn size_class_malformed_heaps_are_refused() {
+                if let Some(gpu) = gpu("size_class_malformed_heaps_are_refused") {
+                    size_class::malformed_heaps_are_refused(&gpu);
                 }
             }
 

@@ -206,4 +206,17 @@ TANDEM_DEVICE FullPtr<u8> block_arena_allocate(BlockArena& ctx, u64 size, u64 al
   }
 }
 
+/// Carves a ThreadArena of `size` bytes (on a cache line of its own) for the
+/// calling thread from the block's sub-arena: one shared-memory atomic, after
+/// which the thread allocates with plain arithmetic (thread_arena_allocate).
+/// The per-thread path of the arena -> block -> thread hierarchy.
+TANDEM_DEVICE alloc_status block_arena_carve(BlockArena& ctx, u64 size, ThreadArena* out) {
+  const FullPtr<u8> mem = block_arena_allocate(ctx, size, CACHE_LINE);
+  if (mem.ptr == nullptr) {
+    return ctx.carved != alloc_status::ok ? ctx.carved : alloc_status::exhausted;
+  }
+  *out = ThreadArena{ctx.arena.id, mem.shm.off, mem.shm.off + size};
+  return alloc_status::ok;
+}
+
 }  // namespace tandem

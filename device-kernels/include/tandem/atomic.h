@@ -391,6 +391,27 @@ TANDEM_DEVICE void spin_pause() {
 #endif
 }
 
+/// How often a wait loop polls its stop flag, in rounds: on a GPU each poll
+/// is a PCIe read, and with thousands of threads waiting the stop flag is
+/// the one line every one of them would read, for the rare case.
+constexpr u64 STOP_POLL_EVERY = 8;
+
+/// Sleeps about `ns` nanoseconds on a GPU (a sleeping warp leaves its issue
+/// slots to others); the CPU device yields instead.
+TANDEM_DEVICE void sleep_for(u32 ns) {
+#if defined(TANDEM_BACKEND_CUDA)
+  __nanosleep(ns);
+#elif defined(TANDEM_BACKEND_HIP)
+  // s_sleep takes an immediate (units of 64 cycles): loop for longer sleeps.
+  for (u32 i = 0; i <= ns / 64; ++i) {
+    __builtin_amdgcn_s_sleep(1);
+  }
+#else
+  (void)ns;
+  sched_yield();
+#endif
+}
+
 /// Exponential back-off for loops that retry against other agents: a lost
 /// CAS, a full ring, a future not yet complete. Thousands of GPU threads
 /// re-polling or re-CASing one word of pinned host memory fill the link with
@@ -402,11 +423,11 @@ TANDEM_DEVICE void spin_pause() {
 ///
 /// The longest sleep depends on what is awaited: a lost race or a short wait
 /// (MAX_NS); an answer from the CPU (ANSWER_MAX_NS), which thousands of
-/// threads may await at once, each poll a PCIe read; room in a full ring
-/// (FULL_MAX_NS), which frees at the consumers' pace, a slot per item.
+/// threads may await at once, each poll a PCIe read. FULL_MAX_NS bounds the
+/// wait of a ticket far back in the line for a full ring (mpmc.h).
 struct Backoff {
   static constexpr u32 MAX_NS = 4096;
-  static constexpr u32 ANSWER_MAX_NS = 32 * 1024;
+  static constexpr u32 ANSWER_MAX_NS = 64 * 1024;
   static constexpr u32 FULL_MAX_NS = 256 * 1024;
   static constexpr u32 IDLE_POLLS = 8;
   u32 ns = 32;
@@ -444,14 +465,7 @@ struct Backoff {
 
  private:
   TANDEM_DEVICE void sleep() {
-#if defined(TANDEM_BACKEND_CUDA)
-    __nanosleep(ns);
-#elif defined(TANDEM_BACKEND_HIP)
-    // s_sleep takes an immediate (units of 64 cycles): loop for longer sleeps.
-    for (u32 i = 0; i <= ns / 64; ++i) {
-      __builtin_amdgcn_s_sleep(1);
-    }
-#endif
+    sleep_for(ns);
     ns = ns < max_ns ? ns * 2 : max_ns;
   }
 };

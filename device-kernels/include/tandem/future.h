@@ -335,9 +335,6 @@ TANDEM_DEVICE future_status future_output(const FutureView& f, const u8** data, 
   return future_status::ok;
 }
 
-/// How often future_wait polls the stop flag, in rounds.
-constexpr u64 STOP_POLL_EVERY = 8;
-
 /// Waits for completion for at most `spin_budget` rounds, or until `*stop`
 /// (nonzero = stop; may be null for none) is raised, as Rust's
 /// `FutureShm::wait`: completion is checked first in every round and again

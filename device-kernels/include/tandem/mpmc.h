@@ -321,31 +321,79 @@ enum class ticket_result : u32 {
 };
 
 /// One side's tickets of a ring, in device memory (zeroed when the ring is
-/// initialised; no CPU thread touches it): the next ticket, and the last
-/// value read of the other side's counter.
-struct DeviceTickets {
+/// initialised; no CPU thread touches it): the next ticket, a copy of the
+/// other side's counter as last read, and the lock that lets one thread at a
+/// time read it again. 32 bytes: one L2 sector per ring side.
+struct alignas(32) DeviceTickets {
   u64 next;
   u64 other_seen;
+  u32 refreshing;
 };
-static_assert(sizeof(DeviceTickets) == 16, "runtime/src/layout.rs: DEVICE_TICKETS_BYTES");
+static_assert(sizeof(DeviceTickets) == 32, "tandem_device_kernels::DEVICE_TICKETS_BYTES");
 
 namespace detail {
 
-/// Whether the other side's counter `other` is at least `needed` ahead of
-/// `next`: first by the copy in `t->other_seen`, which costs no PCIe round
-/// trip, and only when that says no, by reading `other` itself (then
-/// refreshing the copy). Relaxed loads and stores: a hint only. Every value
-/// of the copy was once read from `other`, which only grows, so a stale copy
-/// (or a racing refresh storing an older value) only errs towards "no" and a
-/// re-read. Signed differences: `next` is read first and may be overtaken.
-TANDEM_DEVICE bool ticket_room(DeviceTickets* t, const u64* other, u64 next, i64 needed) {
-  if (static_cast<i64>(load_relaxed<scope::device>(&t->other_seen) - next) >= needed) {
+/// Reads the other side's counter `other` across PCIe into `t->other_seen`,
+/// unless another thread is doing so (then returns at once): thousands of
+/// threads waiting on a full (empty) ring then make one read of the line the
+/// other side keeps writing, not thousands. Relaxed throughout: the copy is
+/// a hint, and the lock only limits traffic. The copy only grows (the
+/// refresher, its one writer, keeps the larger value), and every value it
+/// holds was once `other`'s, so a stale copy only errs towards "no room".
+TANDEM_DEVICE void refresh_other_side(DeviceTickets* t, const u64* other) {
+  if (cas<scope::device, order::relaxed>(&t->refreshing, 0u, 1u) != 0) {
+    return;
+  }
+  // System scope: `other` is a word the CPU writes (or another ring side's
+  // device tickets).
+  const u64 now = load_relaxed<scope::system>(other);
+  if (static_cast<i64>(now - load_relaxed<scope::device>(&t->other_seen)) > 0) {
+    store_relaxed<scope::device>(&t->other_seen, now);
+  }
+  store_relaxed<scope::device>(&t->refreshing, 0u);
+}
+
+/// Whether the copy of the other side's counter is at least `needed` ahead
+/// of `ticket` (signed: `ticket` may have been read before others claimed).
+TANDEM_DEVICE bool ticket_ready(const DeviceTickets* t, u64 ticket, i64 needed) {
+  return static_cast<i64>(load_relaxed<scope::device>(&t->other_seen) - ticket) >= needed;
+}
+
+/// ticket_ready, refreshing the copy once when it says no.
+TANDEM_DEVICE bool ticket_room(DeviceTickets* t, const u64* other, u64 ticket, i64 needed) {
+  if (ticket_ready(t, ticket, needed)) {
     return true;
   }
-  // System scope: `other` may be a word the CPU writes.
-  const u64 now = load_relaxed<scope::system>(other);
-  store_relaxed<scope::device>(&t->other_seen, now);
-  return static_cast<i64>(now - next) >= needed;
+  refresh_other_side(t, other);
+  return ticket_ready(t, ticket, needed);
+}
+
+/// Nanoseconds a waiting ticket sleeps per ticket still ahead of it: about
+/// what the other side takes per item. A thread far back in the line then
+/// sleeps long (no traffic), one at the front polls often (the consumer is
+/// never left idle while the producer of the next item sleeps).
+constexpr u32 TICKET_WAIT_NS_PER_ITEM = 64;
+
+/// After a fetch_add claimed `ticket`, which may lie past what the other
+/// side has reached (many threads passed the check at once): waits on the
+/// device-memory copy (refreshed by one thread at a time) until it has, so
+/// the wait costs no PCIe traffic per thread. False when `*stop` was raised
+/// (may be null; polled every 8th round) and `other` itself, read then, is
+/// not far enough either.
+TANDEM_DEVICE bool wait_ticket_ready(DeviceTickets* t, const u64* other, u64 ticket, i64 needed,
+                                     const u32* stop) {
+  for (u64 round = 0; !ticket_room(t, other, ticket, needed); ++round) {
+    // Acquire: pairs with the host's release of the flag, like future_wait.
+    if (stop != nullptr && round % STOP_POLL_EVERY == STOP_POLL_EVERY - 1 &&
+        load_acquire<scope::system>(stop) != 0) {
+      // The copy may lag: only the counter itself may say "never".
+      return static_cast<i64>(load_relaxed<scope::system>(other) - ticket) >= needed;
+    }
+    const i64 behind = needed - static_cast<i64>(load_relaxed<scope::device>(&t->other_seen) - ticket);
+    const i64 ns = behind * TICKET_WAIT_NS_PER_ITEM;
+    sleep_for(ns < 64 ? 64u : ns > Backoff::FULL_MAX_NS ? Backoff::FULL_MAX_NS : static_cast<u32>(ns));
+  }
+  return true;
 }
 
 }  // namespace detail
@@ -396,24 +444,30 @@ template <typename T, scope S = scope::system>
 TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
                                                const u64* consumed, const T& item, const u32* stop,
                                                const u64* free_hints = nullptr, u64* claimed = nullptr) {
-  // Room when consumed + capacity > next. A stale `next` makes the ring look
-  // emptier than it is; the claimed ticket then waits for its slot.
+  // Room for ticket t when consumed + capacity > t. A stale `next` makes the
+  // ring look emptier than it is; the claimed ticket then waits (below).
+  const i64 room = 1 - static_cast<i64>(ring.capacity());
   const u64 next = load_relaxed<scope::device>(&tickets->next);
-  if (!detail::ticket_room(tickets, consumed, next, 1 - static_cast<i64>(ring.capacity()))) {
+  if (!detail::ticket_room(tickets, consumed, next, room)) {
     return ticket_result::unavailable;
   }
   // Relaxed: the fetch_add only makes tickets unique; the hand-off of the
   // slot is ordered by its sequence number.
   const u64 ticket = fetch_add<scope::device, order::relaxed>(&tickets->next, u64{1});
+  // Until a consumer has taken the slot's previous lap, without polling it.
+  if (!detail::wait_ticket_ready(tickets, consumed, ticket, room, stop)) {
+    return ticket_result::stopped;  // the ticket is abandoned (see above)
+  }
   u8* const slot = ring.slot(ticket);
   u64* const seq = MpmcRing<T>::seq(slot);
   const u64 free = detail::mpmc_free_for(ticket);
   // Acquire: see mpmc_note_consumed.
   const bool hinted = free_hints != nullptr &&
                       load_acquire<scope::device>(&free_hints[ticket & ring.mask]) == free;
-  // A slot still full waits for the consumers: a full ring.
-  Backoff backoff = Backoff::up_to(Backoff::FULL_MAX_NS);
-  for (; !hinted;) {
+  // A consumer has taken the previous lap (wait_ticket_ready): it frees the
+  // slot right after its copy, so this wait is short.
+  Backoff backoff;
+  for (u64 round = 0; !hinted; ++round) {
     // Acquire: pairs with the release store of the consumer that freed the
     // slot, so its read of the old element is finished before we overwrite.
     const i64 lag = static_cast<i64>(load_acquire<S>(seq) - free);
@@ -425,7 +479,8 @@ TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTi
     }
     // Acquire: pairs with the host's release of the flag, like future_wait.
     // The ticket is abandoned (see above).
-    if (stop != nullptr && load_acquire<scope::system>(stop) != 0) {
+    if (stop != nullptr && round % STOP_POLL_EVERY == STOP_POLL_EVERY - 1 &&
+        load_acquire<scope::system>(stop) != 0) {
       return ticket_result::stopped;
     }
     backoff.idle();
@@ -470,9 +525,15 @@ TANDEM_DEVICE ticket_result mpmc_pop_ticketed(const MpmcRing<T>& ring, DeviceTic
   }
   // Relaxed: as in mpmc_push_ticketed.
   const u64 ticket = fetch_add<scope::device, order::relaxed>(&tickets->next, u64{1});
+  // Until a producer has claimed it, without polling the slot. A stop then
+  // gives the ticket up: no producer holds it.
+  if (!detail::wait_ticket_ready(tickets, produced, ticket, 1, stop)) {
+    return ticket_result::stopped;
+  }
   u8* const slot = ring.slot(ticket);
   u64* const seq = MpmcRing<T>::seq(slot);
   const u64 full = detail::mpmc_full_for(ticket);
+  // A producer holds the ticket (wait_ticket_ready): its item is on its way.
   Backoff backoff;
   for (;;) {
     // Acquire: pairs with the producer's release store of `seq`, so its
@@ -483,14 +544,6 @@ TANDEM_DEVICE ticket_result mpmc_pop_ticketed(const MpmcRing<T>& ring, DeviceTic
     }
     if (lag > 0) {
       return ticket_result::foreign_ticket;
-    }
-    // Acquire: as in mpmc_push_ticketed. Relaxed `produced`: whether a
-    // producer holds our ticket; one that claims it later than this read
-    // belongs to a producer still running after `stop`, which the caller
-    // rules out.
-    if (stop != nullptr && load_acquire<scope::system>(stop) != 0 &&
-        static_cast<i64>(load_relaxed<scope::system>(produced) - ticket) <= 0) {
-      return ticket_result::stopped;
     }
     backoff.idle();
   }

@@ -444,7 +444,9 @@ namespace detail {
 /// free; only `*stop` ends that wait (when they are gone).
 TANDEM_DEVICE rt_status rt_push(const MpmcRing<ShmPtr<u8>>& ring, DeviceTickets* tickets, const u64* consumed,
                                 u64* free_hints, RtFuture& f, const u32* stop, u64 spin_budget) {
-  Backoff backoff = Backoff::up_to(Backoff::FULL_MAX_NS);
+  // Short sleeps: a full ring is re-checked in device memory only (mpmc.h,
+  // refresh_other_side), and a long sleep would let the consumer run dry.
+  Backoff backoff;
   for (u64 round = 0;; ++round) {
     u64 ticket = 0;
     switch (mpmc_push_ticketed<ShmPtr<u8>>(ring, tickets, consumed, f.ptr, stop, free_hints, &ticket)) {
@@ -459,8 +461,10 @@ TANDEM_DEVICE rt_status rt_push(const MpmcRing<ShmPtr<u8>>& ring, DeviceTickets*
       case ticket_result::unavailable:
         break;
     }
-    // Acquire: as future_wait's stop check.
-    if (stop != nullptr && load_acquire<scope::system>(stop) != 0) {
+    // Acquire: as future_wait's stop check, and rarer still: thousands of
+    // threads may be waiting here for a full lane, on short sleeps.
+    constexpr u64 every = 8 * STOP_POLL_EVERY;
+    if (stop != nullptr && round % every == every - 1 && load_acquire<scope::system>(stop) != 0) {
       return rt_status::stopped;
     }
     if (round >= spin_budget) {

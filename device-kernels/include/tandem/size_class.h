@@ -107,7 +107,9 @@ constexpr u64 REGION_ALIGN = CACHE_LINE;
 
 static_assert(HEADER == MIN_DATA_ALIGN, "a block header is 16 bytes, as in Rust");
 static_assert(HEADER <= MIN_BLOCK, "the smallest block holds a header");
-static_assert(MIN_BLOCK == 32, "class arithmetic below assumes 32-byte minimum blocks");
+/// log2(MIN_BLOCK), for class arithmetic.
+constexpr u32 MIN_BLOCK_SHIFT = 5;
+static_assert(MIN_BLOCK == 1ull << MIN_BLOCK_SHIFT, "MIN_BLOCK_SHIFT is log2(MIN_BLOCK)");
 }  // namespace size_class
 
 namespace detail {
@@ -178,7 +180,7 @@ TANDEM_DEVICE SizeClassRequest sc_request(const SizeClassHeap& heap, u64 size, u
     return r;
   }
   // ceil(log2(need)) - log2(MIN_BLOCK), at least 0.
-  r.cls = need <= MIN_BLOCK ? 0 : log2_floor(need - 1) + 1 - 5;
+  r.cls = need <= MIN_BLOCK ? 0 : log2_floor(need - 1) + 1 - MIN_BLOCK_SHIFT;
   const u64 base = reinterpret_cast<u64>(heap.header);
   if (align > (1ull << trailing_zeros(base))) {
     r.status = size_class_status::bad_alignment;
@@ -220,7 +222,8 @@ TANDEM_DEVICE void sc_push_chain(const SizeClassHeap& heap, u64 cls, u64 first, 
     // Release pairs with the acquire in pop (C++ and Rust) and in Rust's
     // stats: the links just stored, and everything done with the blocks
     // before they were freed, happen before the next owner sees them.
-    const u64 seen = cas<S, order::release>(head, current, sc_pack_head(first, sc_head_tag(current) + 1));
+    const u64 replacement = sc_pack_head(first, sc_head_tag(current) + 1);
+    const u64 seen = cas<S, order::release>(head, current, replacement);
     if (seen == current) {
       return;
     }
@@ -253,7 +256,8 @@ TANDEM_DEVICE SizeClassResult sc_pop(const SizeClassHeap& heap, u64 cls) {
     // the CAS fails and the stale value is never installed. Relaxed: the
     // acquire above ordered the push that wrote it before us.
     const u64 next = load_relaxed<S>(&heap.block(block)->next);
-    const u64 seen = cas<S, order::acquire>(head, current, sc_pack_head(next, sc_head_tag(current) + 1));
+    const u64 replacement = sc_pack_head(next, sc_head_tag(current) + 1);
+    const u64 seen = cas<S, order::acquire>(head, current, replacement);
     if (seen == current) {
       return SizeClassResult{size_class_status::ok, block};
     }
@@ -381,6 +385,8 @@ TANDEM_DEVICE SizeClassClaim sc_claim(const SizeClassHeap& heap, ShmPtr<u8> ptr)
   }
   const bool aligned = data - block != HEADER;
   if (aligned) {
+    // Relaxed, as the loads above: checks of fields the block's owner wrote
+    // before the pointer reached us.
     BlockHeader* const outer = heap.block(block);
     if (data - block < 2 * HEADER || load_relaxed<S>(&outer->state) != BLOCK_HOLDS_ALIGNED ||
         load_relaxed<S>(&outer->class_) != cls) {

@@ -8,3 +8,4 @@ pub mod future;
 pub mod harness;
 pub mod mpmc;
 pub mod ser;
+pub mod size_class;
