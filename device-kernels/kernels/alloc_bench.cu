@@ -75,12 +75,12 @@ TANDEM_KERNEL tandem_bench_device_malloc(u64 allocs, u64 size, u64* stats) {
 
 /// Every thread makes `allocs` allocation+free pairs of `size` bytes (8-aligned)
 /// with tandem's freeing allocator at `heap` (a region of `len` bytes in
-/// device memory, hence device-scope atomics), writing the first word of each
-/// block, as tandem_bench_device_malloc does. With `cached` non-zero through a
-/// per-thread SizeClassCache (flushed at the end), else on the shared free
-/// lists directly. stats[0] += pairs whose allocation or free failed.
+/// device memory, hence device-scope atomics) through a per-thread
+/// SizeClassCache (flushed at the end), writing the first word of each block,
+/// as tandem_bench_device_malloc does. stats[0] += pairs whose allocation or
+/// free failed.
 TANDEM_KERNEL tandem_bench_size_class(tandem::SizeClassHeader* heap, u64 len, u64 allocs,
-                                      u64 size, tandem::u32 cached, u64* stats) {
+                                      u64 size, u64* stats) {
   constexpr tandem::scope device = tandem::scope::device;
   tandem::SizeClassHeap h;
   if (tandem::size_class_attach<device>(heap, len, &h) != tandem::size_class_status::ok) {
@@ -90,21 +90,16 @@ TANDEM_KERNEL tandem_bench_size_class(tandem::SizeClassHeader* heap, u64 len, u6
   tandem::SizeClassCache cache = {};
   u64 failed = 0;
   for (u64 i = 0; i < allocs; ++i) {
-    const tandem::SizeClassResult a =
-        cached ? tandem::size_class_cached_allocate<device>(h, cache, size, 8)
-               : tandem::size_class_allocate<device>(h, size, 8);
+    const tandem::SizeClassResult a = tandem::size_class_cached_allocate<device>(h, cache, size, 8);
     if (a.status != tandem::size_class_status::ok) {
       ++failed;
       continue;
     }
     *reinterpret_cast<u64*>(h.address(a.off)) = i;
     const tandem::ShmPtr<u8> p{h.id, a.off};
-    const tandem::SizeClassResult f = cached ? tandem::size_class_cached_free<device>(h, cache, p)
-                                             : tandem::size_class_free<device>(h, p);
+    const tandem::SizeClassResult f = tandem::size_class_cached_free<device>(h, cache, p);
     failed += f.status != tandem::size_class_status::ok;
   }
-  if (cached) {
-    tandem::size_class_flush<device>(h, cache);
-  }
+  tandem::size_class_flush<device>(h, cache);
   add_failures(&stats[0], failed);
 }

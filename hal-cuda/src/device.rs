@@ -186,6 +186,9 @@ impl GpuDevice for CudaDevice {
             max_shared_mem_per_block: self.ctx.limits.max_shared_mem_per_block,
             can_map_host_memory: attr(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)?
                 != 0,
+            host_native_atomics: attr(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED,
+            )? != 0,
             pci_bus_id: Some(pci_bus_id),
             host_numa_node,
             numa_source,
@@ -211,19 +214,30 @@ impl GpuDevice for CudaDevice {
     fn alloc_pinned_mapped(&self, bytes: usize) -> GpuResult<CudaPinnedBuffer> {
         checks::allocation_size(CUDA, "alloc_pinned_mapped", bytes)?;
         self.ctx.bind()?;
-        let mut host: *mut c_void = core::ptr::null_mut();
+        // cuMemHostAlloc suballocates small requests (on the lent H100, 4 to
+        // 64 KiB buffers start 2 KiB into a page), but the trait promises
+        // page alignment: what an allocator region in the buffer accepts
+        // (a 4096-aligned request) must not depend on where the pool put it.
+        // One page more, and the buffer starts at the first page boundary.
+        let page = numa::page_size();
+        let padded = bytes + page; // cannot overflow: bytes <= MAX_ALLOCATION
+        let mut base: *mut c_void = core::ptr::null_mut();
         // SAFETY: valid out-pointer; portable so every context may use it,
         // device-mapped so kernels can address it.
         check("cuMemHostAlloc", unsafe {
             sys::cuMemHostAlloc(
-                &mut host,
-                bytes,
+                &mut base,
+                padded,
                 sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
             )
         })?;
+        let base = base.cast::<u8>();
+        // SAFETY: at most page - 1 bytes into the `padded`-byte allocation,
+        // which leaves `bytes` after it.
+        let host = unsafe { base.add(base.align_offset(page)) };
         // Owned from here: a failure below frees it.
-        let mut buffer = CudaPinnedBuffer::new(Arc::clone(&self.ctx), host.cast(), bytes);
-        buffer.set_device_ptr(self.mapped_device_ptr(host.cast())?);
+        let mut buffer = CudaPinnedBuffer::new(Arc::clone(&self.ctx), base, host, bytes);
+        buffer.set_device_ptr(self.mapped_device_ptr(host)?);
         Ok(buffer)
     }
 

@@ -59,18 +59,22 @@ impl Drop for CudaDeviceBuffer {
 /// Page-locked host memory from `cuMemHostAlloc(DEVICEMAP | PORTABLE)`.
 pub struct CudaPinnedBuffer {
     ctx: Arc<Context>,
+    /// The cuMemHostAlloc, freed on drop.
+    base: *mut u8,
+    /// The buffer: the first page boundary in it.
     host: *mut u8,
     device: CUdeviceptr,
     len: usize,
 }
 
 impl CudaPinnedBuffer {
-    /// Takes ownership of `host`, a `cuMemHostAlloc` of `len` bytes; the
-    /// device address is looked up by the caller after this owner exists,
-    /// so a failed lookup frees the allocation.
-    pub(crate) fn new(ctx: Arc<Context>, host: *mut u8, len: usize) -> Self {
+    /// Takes ownership of `base`, a `cuMemHostAlloc` holding the `len`-byte
+    /// buffer at `host`; the device address is looked up by the caller after
+    /// this owner exists, so a failed lookup frees the allocation.
+    pub(crate) fn new(ctx: Arc<Context>, base: *mut u8, host: *mut u8, len: usize) -> Self {
         Self {
             ctx,
+            base,
             host,
             device: 0,
             len,
@@ -84,10 +88,10 @@ impl CudaPinnedBuffer {
 
 impl Drop for CudaPinnedBuffer {
     fn drop(&mut self) {
-        let host = self.host;
-        // SAFETY: `host` is this buffer's own cuMemHostAlloc, freed only here.
+        let base = self.base;
+        // SAFETY: `base` is this buffer's own cuMemHostAlloc, freed only here.
         self.ctx
-            .release(|| unsafe { sys::cuMemFreeHost(host.cast()) });
+            .release(|| unsafe { sys::cuMemFreeHost(base.cast()) });
     }
 }
 

@@ -13,10 +13,11 @@ use core::time::Duration;
 use std::sync::Arc;
 
 use hip_runtime_sys::{
-    hipDeviceGetPCIBusId, hipDeviceProp_t, hipDeviceSynchronize, hipDeviceptr_t, hipEventRecord,
-    hipEventSynchronize, hipGetDeviceProperties, hipMemcpyDtoD, hipMemcpyDtoDAsync, hipMemcpyDtoH,
-    hipMemcpyDtoHAsync, hipMemcpyHtoD, hipMemcpyHtoDAsync, hipMemsetD8, hipMemsetD8Async,
-    hipSetDevice, hipStreamSynchronize, hipStreamWaitEvent,
+    hipDeviceAttribute_t, hipDeviceGetAttribute, hipDeviceGetPCIBusId, hipDeviceProp_t,
+    hipDeviceSynchronize, hipDeviceptr_t, hipError_t, hipEventRecord, hipEventSynchronize,
+    hipGetDeviceProperties, hipMemcpyDtoD, hipMemcpyDtoDAsync, hipMemcpyDtoH, hipMemcpyDtoHAsync,
+    hipMemcpyHtoD, hipMemcpyHtoDAsync, hipMemsetD8, hipMemsetD8Async, hipSetDevice,
+    hipStreamSynchronize, hipStreamWaitEvent,
 };
 use tandem_hal::checks::{range, LaunchLimits};
 use tandem_hal::ipc_cache::IpcOpenCache;
@@ -66,6 +67,22 @@ struct Description {
     limits: LaunchLimits,
 }
 
+/// Whether device `ordinal`'s RMWs on host memory are atomic with respect to
+/// the CPU's. ROCm marks the attribute "CUDA only"; where the runtime does not
+/// answer, assume not: the cautious answer only makes GPU and CPU take turns.
+fn host_native_atomics(ordinal: i32) -> bool {
+    let mut value = 0;
+    // SAFETY: a valid out-pointer; the attribute is a plain enum value.
+    let answered = unsafe {
+        hipDeviceGetAttribute(
+            &mut value,
+            hipDeviceAttribute_t::hipDeviceAttributeHostNativeAtomicSupported,
+            ordinal,
+        )
+    } == hipError_t::hipSuccess;
+    answered && value != 0
+}
+
 /// Reads the properties of device `ordinal` (current).
 fn describe(ordinal: i32) -> GpuResult<Description> {
     let mut prop = hipDeviceProp_t::default();
@@ -99,6 +116,7 @@ fn describe(ordinal: i32) -> GpuResult<Description> {
         max_threads_per_block: limits.max_threads_per_block,
         max_shared_mem_per_block: limits.max_shared_mem_per_block,
         can_map_host_memory: prop.canMapHostMemory != 0,
+        host_native_atomics: host_native_atomics(ordinal),
         pci_bus_id: Some(pci_bus_id),
         host_numa_node,
         numa_source: if host_numa_node.is_some() {
@@ -557,6 +575,7 @@ mod tests {
                 max_threads_per_block: 1024,
                 max_shared_mem_per_block: 65536,
                 can_map_host_memory: true,
+                host_native_atomics: false,
                 pci_bus_id: None,
                 host_numa_node: None,
                 numa_source: NumaSource::Unknown,

@@ -134,6 +134,8 @@ impl DeviceMemory for HipDeviceBuffer {
 #[derive(Debug)]
 pub struct HipPinnedBuffer {
     alloc: Allocation,
+    /// Where the buffer starts in `alloc`: its first page boundary.
+    offset: usize,
     device_ptr: u64,
     len: usize,
 }
@@ -150,7 +152,9 @@ impl DeviceMemory for HipPinnedBuffer {
 
 impl HostMemory for HipPinnedBuffer {
     fn host_ptr(&self) -> *mut u8 {
-        self.alloc.ptr.as_ptr().cast()
+        // SAFETY: `offset` < one page, inside the allocation (see
+        // alloc_pinned_mapped).
+        unsafe { self.alloc.ptr.as_ptr().cast::<u8>().add(self.offset) }
     }
 }
 
@@ -250,15 +254,28 @@ fn mapped_device_ptr(host: &Allocation) -> GpuResult<u64> {
 pub(crate) fn alloc_pinned_mapped(ordinal: i32, bytes: usize) -> GpuResult<HipPinnedBuffer> {
     allocation_size(Backend::Hip, "alloc_pinned_mapped", bytes)?;
     bind_device(ordinal)?;
+    // The trait promises page alignment; a pinned-memory pool need not give
+    // it (CUDA's does not for small requests): one page more, and the buffer
+    // starts at the first page boundary, host and device address alike.
+    let page = page_size();
+    let padded = bytes + page; // cannot overflow: bytes <= MAX_ALLOCATION
     let mut raw = ptr::null_mut();
     // SAFETY: `raw` is a valid out-pointer; the size was checked above.
     check("hipHostMalloc", unsafe {
-        hipHostMalloc(&mut raw, bytes, hipHostMallocMapped | hipHostMallocPortable)
+        hipHostMalloc(
+            &mut raw,
+            padded,
+            hipHostMallocMapped | hipHostMallocPortable,
+        )
     })?;
     // Owned before the next call, so a failure below still frees it.
     let alloc = Allocation::new(raw, Release::HostFree, ordinal, "hipHostMalloc")?;
+    let offset = alloc.ptr.as_ptr().cast::<u8>().align_offset(page);
     Ok(HipPinnedBuffer {
-        device_ptr: mapped_device_ptr(&alloc)?,
+        // The mapping is one contiguous range: the device address moves with
+        // the host one.
+        device_ptr: mapped_device_ptr(&alloc)? + offset as u64,
+        offset,
         alloc,
         len: bytes,
     })

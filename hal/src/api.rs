@@ -83,7 +83,8 @@ pub trait GpuDevice: Send + Sync + Sized {
     /// Device memory that [`GpuDevice::ipc_export_memory`] accepts: a
     /// dedicated allocation rounded up to [`crate::IPC_ALLOC_GRANULARITY`].
     fn alloc_device_exportable(&self, bytes: usize) -> GpuResult<Self::DeviceBuffer>;
-    /// Page-locked host memory, mapped into the device (portable, device-mapped).
+    /// Page-locked host memory, mapped into the device (portable,
+    /// device-mapped), starting on a page boundary (host and device address).
     fn alloc_pinned_mapped(&self, bytes: usize) -> GpuResult<Self::PinnedBuffer>;
     /// Registers `len` bytes at `ptr` (page-aligned) so kernels can reach them.
     ///

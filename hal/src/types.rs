@@ -208,6 +208,14 @@ pub struct DeviceProperties {
     pub max_threads_per_block: u32,
     pub max_shared_mem_per_block: u32,
     pub can_map_host_memory: bool,
+    /// Whether the device's atomic read-modify-writes on host memory are
+    /// atomic with respect to the CPU's (CUDA's hostNativeAtomicSupported:
+    /// false on x86 hosts over PCIe). When false, a word in host memory must
+    /// never be RMW'd by GPU and CPU threads at the same time: a kernel and
+    /// host threads may share a structure in mapped memory only by taking
+    /// turns, or through protocols where each word has one RMW side (plain
+    /// loads and stores across the link are fine).
+    pub host_native_atomics: bool,
     pub pci_bus_id: Option<String>,
     /// The host NUMA node closest to the device.
     pub host_numa_node: Option<u32>,

@@ -205,7 +205,7 @@ TANDEM_DEVICE bool mpmc_try_push(const MpmcRing<T>& ring, const T& item) {
   // Relaxed: a ticket only picks a slot; whether it is ours is decided by the
   // slot's sequence number, read with acquire below.
   u64 ticket = load_relaxed<S>(tail);
-  Backoff backoff;
+  Backoff backoff = Backoff::for_races<S>();
   for (;;) {
     u8* const slot = ring.slot(ticket);
     u64* const seq = MpmcRing<T>::seq(slot);
@@ -223,13 +223,13 @@ TANDEM_DEVICE bool mpmc_try_push(const MpmcRing<T>& ring, const T& item) {
         store_release<S>(seq, detail::mpmc_full_for(ticket));
         return true;
       }
-      ticket = seen;
-      backoff.contended();
+      // After a sleep, reload: see Backoff::contended.
+      ticket = backoff.contended() ? load_relaxed<S>(tail) : seen;
     } else if (lag < 0) {
       return false;  // the slot still holds the previous lap's item: full
     } else {
-      ticket = load_relaxed<S>(tail);  // another producer took it: catch up
-      backoff.contended();
+      backoff.contended();  // another producer took it: catch up
+      ticket = load_relaxed<S>(tail);
     }
   }
 }
@@ -242,7 +242,7 @@ TANDEM_DEVICE bool mpmc_try_pop(const MpmcRing<T>& ring, T* out) {
   u64* const head = &ring.header->head.value;
   // Relaxed: as for `tail` in mpmc_try_push.
   u64 ticket = load_relaxed<S>(head);
-  Backoff backoff;
+  Backoff backoff = Backoff::for_races<S>();
   for (;;) {
     u8* const slot = ring.slot(ticket);
     u64* const seq = MpmcRing<T>::seq(slot);
@@ -259,13 +259,13 @@ TANDEM_DEVICE bool mpmc_try_pop(const MpmcRing<T>& ring, T* out) {
         store_release<S>(seq, detail::mpmc_free_for(ticket + ring.capacity()));
         return true;
       }
-      ticket = seen;
-      backoff.contended();
+      // After a sleep, reload: see Backoff::contended.
+      ticket = backoff.contended() ? load_relaxed<S>(head) : seen;
     } else if (lag < 0) {
       return false;  // not filled for this ticket yet: empty
     } else {
-      ticket = load_relaxed<S>(head);  // another consumer took it: catch up
-      backoff.contended();
+      backoff.contended();  // another consumer took it: catch up
+      ticket = load_relaxed<S>(head);
     }
   }
 }

@@ -24,15 +24,20 @@
 // its warp (AMD has no independent thread scheduling, see tandem/atomic.h).
 //
 // Throughput: every shared operation is a compare-and-swap on one word per
-// class, so thousands of GPU threads allocating one size serialise on it. The
-// thread cache at the end of this file (SizeClassCache, like glibc's tcache)
-// sits above the shared heap and serves a thread's frees back to its own
-// allocations without touching the class heads.
+// class, so thousands of GPU threads allocating one size serialise on it (on
+// the H100, 64 K threads each allocating once from one class head take about
+// a quarter of a second: every success costs a round of failed attempts).
+// The thread cache at the end of this file (SizeClassCache, like glibc's
+// tcache) sits above the shared heap and serves a thread's frees back to its
+// own allocations without touching the class heads, and the lanes of a warp
+// that miss their caches or flush them at once pool the shared work: one run
+// popped, one run carved, one chain pushed per warp and class (tandem/warp.h).
 #pragma once
 
 #include "tandem/atomic.h"
 #include "tandem/layout.h"
 #include "tandem/portability.h"
+#include "tandem/warp.h"
 
 namespace tandem {
 
@@ -113,15 +118,6 @@ static_assert(MIN_BLOCK == 1ull << MIN_BLOCK_SHIFT, "MIN_BLOCK_SHIFT is log2(MIN
 }  // namespace size_class
 
 namespace detail {
-
-/// floor(log2(v)) for v != 0.
-TANDEM_DEVICE u32 log2_floor(u64 v) {
-#if defined(TANDEM_BACKEND_CUDA)
-  return 63 - static_cast<u32>(__clzll(static_cast<long long>(v)));
-#else
-  return 63 - static_cast<u32>(__builtin_clzll(v));
-#endif
-}
 
 /// `u64::trailing_zeros` for v != 0.
 TANDEM_DEVICE u32 trailing_zeros(u64 v) { return log2_floor(v & (~v + 1)); }
@@ -212,7 +208,7 @@ template <scope S>
 TANDEM_DEVICE void sc_push_chain(const SizeClassHeap& heap, u64 cls, u64 first, u64 last) {
   u64* const head = &heap.header->free_heads[cls].value;
   u64* const link = &heap.block(last)->next;
-  Backoff backoff;
+  Backoff backoff = Backoff::for_races<S>();
   // Relaxed: the value only seeds the CAS, which checks it.
   u64 current = load_relaxed<S>(head);
   for (;;) {
@@ -227,8 +223,8 @@ TANDEM_DEVICE void sc_push_chain(const SizeClassHeap& heap, u64 cls, u64 first, 
     if (seen == current) {
       return;
     }
-    current = seen;
-    backoff.contended();
+    // After a sleep, reload: see Backoff::contended.
+    current = backoff.contended() ? load_relaxed<S>(head) : seen;
   }
 }
 
@@ -237,7 +233,7 @@ TANDEM_DEVICE void sc_push_chain(const SizeClassHeap& heap, u64 cls, u64 first, 
 template <scope S>
 TANDEM_DEVICE SizeClassResult sc_pop(const SizeClassHeap& heap, u64 cls) {
   u64* const head = &heap.header->free_heads[cls].value;
-  Backoff backoff;
+  Backoff backoff = Backoff::for_races<S>();
   // Acquire (the load and both outcomes of the CAS) pairs with the release
   // of the push that put the block on the list: its `next` and the previous
   // owner's writes to it happen before we read or reuse it. Later changes of
@@ -261,8 +257,60 @@ TANDEM_DEVICE SizeClassResult sc_pop(const SizeClassHeap& heap, u64 cls) {
     if (seen == current) {
       return SizeClassResult{size_class_status::ok, block};
     }
-    current = seen;
-    backoff.contended();
+    // After a sleep, reload: see Backoff::contended.
+    current = backoff.contended() ? load_acquire<S>(head) : seen;
+  }
+}
+
+/// Up to `want` blocks taken off a class's free list in one compare-and-swap:
+/// `taken` of them, linked from `first` through their `next` words.
+struct SizeClassRun {
+  size_class_status status;
+  /// The first block; on corrupt_free_list, the bad entry.
+  u64 first;
+  u64 taken;
+};
+
+/// `pop`, generalised to a run: takes up to `want` (>= 1) blocks off the
+/// class's free list with one compare-and-swap; none when it is empty. With
+/// want 1 this is Rust's pop; more is what as many pops in a row would have
+/// taken. The walk along the list may read links of blocks that others pop
+/// and reuse meanwhile, which only happens if the head moved, and then the
+/// compare-and-swap (tag included) fails and the walk is redone: so each
+/// link is checked to be a block before it is followed, and a bad one ends
+/// the run there (installed as the new head only if the head did not move,
+/// that is, if the list really holds it, which is what pops in a row would
+/// have installed).
+template <scope S>
+TANDEM_DEVICE SizeClassRun sc_pop_run(const SizeClassHeap& heap, u64 cls, u64 want) {
+  u64* const head = &heap.header->free_heads[cls].value;
+  Backoff backoff = Backoff::for_races<S>();
+  // Acquire, as in sc_pop: the pushes of every block of the run (each
+  // push's CAS continues the release sequences of the earlier ones) happen
+  // before we read their links or hand them out.
+  u64 current = load_acquire<S>(head);
+  for (;;) {
+    const u64 first = sc_head_offset(current);
+    if (first == 0) {
+      return SizeClassRun{size_class_status::ok, 0, 0};
+    }
+    if (!sc_is_block(heap, cls, first)) {
+      return SizeClassRun{size_class_status::corrupt_free_list, first, 0};
+    }
+    u64 taken = 1;
+    // Relaxed: ordered by the acquire above, as in sc_pop.
+    u64 after = load_relaxed<S>(&heap.block(first)->next);
+    for (u64 last = first; taken < want && after != 0 && sc_is_block(heap, cls, after); ++taken) {
+      last = after;
+      after = load_relaxed<S>(&heap.block(last)->next);
+    }
+    const u64 replacement = sc_pack_head(after, sc_head_tag(current) + 1);
+    const u64 seen = cas<S, order::acquire>(head, current, replacement);
+    if (seen == current) {
+      return SizeClassRun{size_class_status::ok, first, taken};
+    }
+    // After a sleep, reload: see Backoff::contended.
+    current = backoff.contended() ? load_acquire<S>(head) : seen;
   }
 }
 
@@ -281,12 +329,15 @@ TANDEM_DEVICE void sc_recycle_padding(const SizeClassHeap& heap, u64 from, u64 t
   }
 }
 
-/// `carve`: a new class-`cls` block from the bump cursor.
+/// `carve`: `count` new class-`cls` blocks, consecutive, from the bump
+/// cursor in one compare-and-swap; returns the first. With count 1 this is
+/// Rust's carve; more is what as many carves in a row would have made (the
+/// first is aligned for the class, so each following one is too).
 template <scope S>
-TANDEM_DEVICE SizeClassResult sc_carve(const SizeClassHeap& heap, u64 cls) {
+TANDEM_DEVICE SizeClassResult sc_carve(const SizeClassHeap& heap, u64 cls, u64 count = 1) {
   const u64 size = sc_block_size(cls);
   u64* const bump = &heap.header->bump.value;
-  Backoff backoff;
+  Backoff backoff = Backoff::for_races<S>();
   // Relaxed throughout: the cursor only hands out disjoint ranges, which
   // needs the CAS's atomicity and no ordering; blocks reach other threads
   // through pushes (release) or through the caller.
@@ -296,7 +347,8 @@ TANDEM_DEVICE SizeClassResult sc_carve(const SizeClassHeap& heap, u64 cls) {
       return SizeClassResult{size_class_status::corrupt_header, 0};
     }
     const u64 start = heap.heap_begin + ((current - heap.heap_begin + size - 1) & ~(size - 1));
-    const u64 end = start + size;
+    // count <= 64 lanes and size <= MAX_BLOCK: no overflow of the product.
+    const u64 end = start + count * size;
     if (start < current || end < start || end > heap.heap_end) {
       return SizeClassResult{size_class_status::exhausted, 0};
     }
@@ -305,8 +357,8 @@ TANDEM_DEVICE SizeClassResult sc_carve(const SizeClassHeap& heap, u64 cls) {
       sc_recycle_padding<S>(heap, current, start);
       return SizeClassResult{size_class_status::ok, start};
     }
-    current = seen;
-    backoff.contended();
+    // After a sleep, reload: see Backoff::contended.
+    current = backoff.contended() ? load_relaxed<S>(bump) : seen;
   }
 }
 
@@ -466,6 +518,86 @@ TANDEM_DEVICE SizeClassResult sc_allocate(const SizeClassHeap& heap, const SizeC
   return sc_hand_out<S>(heap, got.off, req.cls, req.pad);
 }
 
+/// sc_allocate for the lanes of `group` (led by `leader`), which all need a
+/// block of the request's class at once: the leader takes one run off the
+/// free list and carves the rest in one more run, so the group pays two
+/// shared compare-and-swaps however many lanes it has, and hands the blocks
+/// out lane by lane. Every lane of `group` must call it. A lane left without
+/// a block (the carve found the heap too short for the whole rest) goes on
+/// alone, as sc_allocate would, so exhaustion is reported only when a
+/// single block cannot be had either.
+template <scope S>
+TANDEM_DEVICE SizeClassResult sc_allocate_group(const SizeClassHeap& heap,
+                                                const SizeClassRequest& req, lane_mask group,
+                                                u32 leader) {
+  const u32 lane = lane_id();
+  const u64 lanes = lane_count(group);
+  const u64 rank = lane_count(group & lanes_below(lane));
+  SizeClassRun popped{size_class_status::ok, 0, 0};
+  u64 carved = 0;
+  if (lane == leader) {
+    popped = sc_pop_run<S>(heap, req.cls, lanes);
+    if (popped.status == size_class_status::ok && popped.taken < lanes) {
+      const SizeClassResult c = sc_carve<S>(heap, req.cls, lanes - popped.taken);
+      carved = c.status == size_class_status::ok ? c.off : 0;
+    }
+  }
+  const auto status = static_cast<size_class_status>(
+      broadcast(group, static_cast<u64>(popped.status), leader));
+  if (status != size_class_status::ok) {
+    return SizeClassResult{status, broadcast(group, popped.first, leader)};
+  }
+  // The popped blocks one by one along their links, which the leader
+  // follows (the run is its own now); then each lane's place in the carve.
+  const u64 taken = broadcast(group, popped.taken, leader);
+  u64 mine = 0;
+  u64 block = popped.first;
+  for (u64 i = 0; i < taken; ++i) {
+    const u64 handed = broadcast(group, block, leader);
+    if (rank == i) {
+      mine = handed;
+    }
+    if (lane == leader && i + 1 < taken) {
+      // Relaxed: links of our own run, ordered by sc_pop_run's acquire.
+      block = load_relaxed<S>(&heap.block(block)->next);
+    }
+  }
+  carved = broadcast(group, carved, leader);
+  const bool fresh = mine == 0 && carved != 0;
+  if (fresh) {
+    mine = carved + (rank - taken) * sc_block_size(req.cls);
+  }
+  // The leader's acquire (and its carve) happen before the lanes use the
+  // blocks it handed them.
+  warp_sync(group);
+  if (mine == 0) {
+    return sc_allocate<S>(heap, req);
+  }
+  if (fresh) {
+    sc_write_header(heap, mine, req.cls, magic::BLOCK_FREE);
+  }
+  return sc_hand_out<S>(heap, mine, req.cls, req.pad);
+}
+
+/// sc_allocate for every lane that calls it together (the cache-miss path):
+/// the lanes split into groups by class, and each group allocates with
+/// sc_allocate_group, so a warp whose threads all miss at once costs each
+/// class's head one or two operations instead of one per lane.
+template <scope S>
+TANDEM_DEVICE SizeClassResult sc_allocate_together(const SizeClassHeap& heap,
+                                                   const SizeClassRequest& req) {
+  lane_mask pending = active_lanes();
+  for (;;) {
+    const u32 leader = lowest_lane(pending);
+    const u64 cls = broadcast(pending, req.cls, leader);
+    const lane_mask group = ballot(pending, req.cls == cls);
+    if (req.cls == cls) {
+      return sc_allocate_group<S>(heap, req, group, leader);
+    }
+    pending &= ~group;
+  }
+}
+
 }  // namespace detail
 
 /// `SizeClassAllocator::allocate`: `size` bytes aligned to `align` (a power
@@ -510,6 +642,11 @@ TANDEM_DEVICE SizeClassResult size_class_free(const SizeClassHeap& heap, ShmPtr<
 /// allocated) until size_class_flush pushes them back. Flush before the
 /// thread ends or the cache is dropped, or they are lost to the heap.
 ///
+/// A miss goes to the shared heap together with the lanes of the warp that
+/// miss at the same time (sc_allocate_together), and size_class_flush pools
+/// the bins of the lanes that flush together: call both from code the lanes
+/// of a warp may reach together, never from inside a lane-private spin.
+///
 /// Bins link blocks through their headers' `next` words (written atomically,
 /// as a push does, since a stale pop may read them) and hold at most
 /// BIN_CAPACITY blocks; a free into a full bin goes to the shared list. A
@@ -535,7 +672,7 @@ TANDEM_DEVICE SizeClassResult size_class_cached_allocate(const SizeClassHeap& he
   }
   const u64 block = cache.first[req.cls];
   if (block == 0) {
-    return detail::sc_allocate<S>(heap, req);
+    return detail::sc_allocate_together<S>(heap, req);
   }
   // Relaxed: this thread wrote the link itself.
   cache.first[req.cls] = load_relaxed<S>(&heap.block(block)->next);
@@ -564,21 +701,41 @@ TANDEM_DEVICE SizeClassResult size_class_cached_free(const SizeClassHeap& heap,
   return c.result;
 }
 
-/// Pushes every cached block back onto its class's shared list, one
-/// compare-and-swap per non-empty bin, and empties the cache.
+/// Pushes every cached block back onto its class's shared list and empties
+/// the cache. The lanes that flush together pool their bins: for each class,
+/// the holders' chains are linked lane to lane and the lowest holder pushes
+/// the whole chain with one compare-and-swap. Every lane that reaches the
+/// call together takes part (the loop over classes is the same for all).
 template <scope S = scope::system>
 TANDEM_DEVICE void size_class_flush(const SizeClassHeap& heap, SizeClassCache& cache) {
+  const lane_mask lanes = active_lanes();
+  const u32 lane = lane_id();
   for (u64 cls = 0; cls < SIZE_CLASSES; ++cls) {
     const u64 first = cache.first[cls];
-    if (first == 0) {
-      continue;
-    }
     u64 last = first;
     for (u32 i = 1; i < cache.count[cls]; ++i) {
       // Relaxed: links this thread wrote.
       last = load_relaxed<S>(&heap.block(last)->next);
     }
-    detail::sc_push_chain<S>(heap, cls, first, last);
+    const lane_mask holders = ballot(lanes, first != 0);
+    if (holders == 0) {
+      continue;
+    }
+    // Each holder links its chain to the next holder's above it.
+    const lane_mask above = holders & ~lanes_below(lane) & ~(lane_mask{1} << lane);
+    const u64 next_first = broadcast(lanes, first, above != 0 ? lowest_lane(above) : lane);
+    if (first != 0 && above != 0) {
+      // Relaxed: the pushing lane's release covers it (warp_sync below).
+      store_relaxed<S>(&heap.block(last)->next, next_first);
+    }
+    const u64 chain_last = broadcast(lanes, last, highest_lane(holders));
+    const u64 chain_first = broadcast(lanes, first, lowest_lane(holders));
+    // Every holder's links (and its earlier writes to its blocks) happen
+    // before the push's release.
+    warp_sync(lanes);
+    if (lane == lowest_lane(holders)) {
+      detail::sc_push_chain<S>(heap, cls, chain_first, chain_last);
+    }
     cache.first[cls] = 0;
     cache.count[cls] = 0;
   }

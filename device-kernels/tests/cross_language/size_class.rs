@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use proptest::prelude::*;
 use tandem_device_kernels::names;
-use tandem_hal::{Dim3, GpuApi, KernelArg};
+use tandem_hal::{Dim3, GpuApi, GpuDevice, KernelArg};
 use tandem_shm_core::layout::{AllocatorId, SizeClassHeader};
 use tandem_shm_core::size_class::{block_size, HEAP_ALIGN};
 use tandem_shm_core::{AllocError, ArenaAllocator, ShmPtr, SizeClassAllocator};
@@ -509,7 +509,11 @@ fn rust_stress(
 /// A kernel of `grid` x `block` threads (tandem_size_class_stress, through
 /// thread caches with `cached`) and `rust_threads` Rust threads allocate,
 /// fill, check and free on one heap at once: `rounds` rounds each, the Rust
-/// threads going on until the kernel has finished. Halfway
+/// threads going on until the kernel has finished. On a device whose RMWs on
+/// host memory are not atomic with respect to the CPU's (no host-native
+/// atomics: CUDA on x86 over PCIe), GPU and CPU must not share the heap's
+/// words at the same time, so the Rust threads run right after the kernel
+/// instead, and say so; the kernel threads still race each other. Halfway
 /// through, each kernel thread frees a block Rust allocated for it before the
 /// launch; afterwards Rust frees what the kernel left allocated. No
 /// allocation is found overwritten, nothing fails, and at the end every
@@ -559,7 +563,19 @@ pub fn cpp_and_rust_threads_at_once<A: GpuApi>(
             ],
         )
     };
-    let done = AtomicBool::new(false);
+    let together = gpu
+        .device
+        .properties()
+        .expect("device properties")
+        .host_native_atomics;
+    if !together {
+        gpu.sync(&stream);
+        println!(
+            "size_class stress: the device's atomics on host memory are not atomic with respect \
+             to the CPU's (no host-native atomics): Rust threads run after the kernel, not during it"
+        );
+    }
+    let done = AtomicBool::new(!together);
     let rust_counts: Vec<[u64; 3]> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..rust_threads)
             .map(|t| {
@@ -567,8 +583,10 @@ pub fn cpp_and_rust_threads_at_once<A: GpuApi>(
                 s.spawn(move || rust_stress(alloc, threads + t, rounds, done))
             })
             .collect();
-        gpu.sync(&stream);
-        done.store(true, Ordering::Relaxed);
+        if together {
+            gpu.sync(&stream);
+            done.store(true, Ordering::Relaxed);
+        }
         workers
             .into_iter()
             .map(|w| w.join().expect("Rust stress thread"))

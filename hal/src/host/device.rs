@@ -113,6 +113,8 @@ impl GpuDevice for HostDevice {
             max_threads_per_block: HOST_LAUNCH_LIMITS.max_threads_per_block,
             max_shared_mem_per_block: HOST_LAUNCH_LIMITS.max_shared_mem_per_block,
             can_map_host_memory: true,
+            // The CPU device's atomics are the CPU's.
+            host_native_atomics: true,
             pci_bus_id: None,
             host_numa_node,
             numa_source: if host_numa_node.is_some() {

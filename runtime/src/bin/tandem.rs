@@ -343,13 +343,14 @@ fn list_devices<A: GpuApi>(label: &str) {
             for ordinal in 0..count {
                 match api.device(ordinal).and_then(|d| d.properties()) {
                     Ok(p) => println!(
-                        "  [{ordinal}] {} ({}), {} MiB, {} SMs/CUs/threads, warp {}, maps host memory: {}, PCI {}, host NUMA node {} ({:?})",
+                        "  [{ordinal}] {} ({}), {} MiB, {} SMs/CUs/threads, warp {}, maps host memory: {}, host-native atomics: {}, PCI {}, host NUMA node {} ({:?})",
                         p.name,
                         p.arch,
                         p.total_memory >> 20,
                         p.multiprocessor_count,
                         p.warp_size,
                         p.can_map_host_memory,
+                        p.host_native_atomics,
                         p.pci_bus_id.as_deref().unwrap_or("-"),
                         p.host_numa_node.map_or("unknown".to_string(), |n| n.to_string()),
                         p.numa_source
