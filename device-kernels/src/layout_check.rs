@@ -143,7 +143,7 @@ assert_same_layout!(
         tail,
     }
 );
-assert_same_layout!(rs::MpmcSlotHeader, c::MpmcSlotHeader { seq });
+assert_same_layout!(rs::RingSlotHeader, c::RingSlotHeader { seq });
 assert_same_layout!(
     rs::LaneQueueHeader,
     c::LaneQueueHeader {

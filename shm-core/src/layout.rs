@@ -210,9 +210,9 @@ pub mod ring_kind {
 /// Header of a bounded ring placed in a region; `capacity` slots of
 /// `slot_stride` bytes follow it at `RING_SLOTS_OFFSET`.
 ///
-/// SPSC: `head` is the next slot to read, `tail` the next to write; slots are
-/// bare elements. MPMC: `head`/`tail` are the dequeue/enqueue tickets and each
-/// slot is a [`MpmcSlotHeader`] followed by the element.
+/// `head`/`tail` are the next positions to read and write (MPMC: the dequeue
+/// and enqueue tickets); each slot is a [`RingSlotHeader`] followed by the
+/// element, for both kinds.
 #[repr(C, align(64))]
 pub struct RingHeader {
     pub magic: u32,
@@ -231,13 +231,13 @@ pub struct RingHeader {
 /// coupling the producer's index with the consumer's data.
 pub const RING_SLOTS_OFFSET: usize = core::mem::size_of::<RingHeader>() + CACHE_LINE;
 
-/// Per-slot sequence number of the MPMC ring (Vyukov's scheme with doubled
+/// Per-slot sequence number of both ring kinds (Vyukov's scheme with doubled
 /// sequence values, so that a capacity of 1 works): `seq == 2t` means the slot
-/// is free for the producer holding ticket `t`, `seq == 2t + 1` that it holds
-/// ticket `t`'s element for its consumer, who frees it for the next lap with
+/// is free for the producer of position `t`, `seq == 2t + 1` that it holds
+/// position `t`'s element for its consumer, who frees it for the next lap with
 /// `seq = 2(t + capacity)`. The element follows at `round_up(8, align)`.
 #[repr(C)]
-pub struct MpmcSlotHeader {
+pub struct RingSlotHeader {
     pub seq: AtomicU64,
 }
 
@@ -371,7 +371,7 @@ mod asserts {
     const_assert_eq!(offset_of!(RingHeader, head), 64);
     const_assert_eq!(offset_of!(RingHeader, tail), 128);
 
-    assert_eq_size!(MpmcSlotHeader, [u8; 8]);
+    assert_eq_size!(RingSlotHeader, [u8; 8]);
 
     assert_eq_size!(LaneQueueHeader, [u8; 64]);
     const_assert_eq!(offset_of!(LaneQueueHeader, magic), 0);

@@ -3,7 +3,7 @@
 //! GPU kernels can run the same algorithm on the same bytes.
 //!
 //! `tail` is the next enqueue ticket and `head` the next dequeue ticket. Every
-//! slot carries a sequence number (`MpmcSlotHeader::seq`) saying whose turn
+//! slot carries a sequence number (`RingSlotHeader::seq`) saying whose turn
 //! it is: `seq == 2t` means free for the producer holding ticket `t`;
 //! `seq == 2t + 1` means it holds the item for the consumer holding ticket
 //! `t`, who then frees it for the next lap with `seq = 2(t + capacity)`. A
@@ -21,24 +21,11 @@
 
 use core::fmt;
 use core::marker::PhantomData;
-use core::ptr::addr_of_mut;
 
-use crate::layout::{ring_kind, MpmcSlotHeader};
+use crate::layout::ring_kind;
 use crate::pod::ShmSafe;
-use crate::ring::{RingError, RingShape, RingView};
-use crate::sync::{spin_hint, AtomicU64, Ordering};
-
-/// The sequence number of a slot free for the producer of `ticket`.
-#[inline(always)]
-fn free_for(ticket: u64) -> u64 {
-    ticket.wrapping_mul(2)
-}
-
-/// The sequence number of a slot holding the item of `ticket`.
-#[inline(always)]
-fn full_for(ticket: u64) -> u64 {
-    free_for(ticket).wrapping_add(1)
-}
+use crate::ring::{free_for, full_for, RingError, RingShape, RingView};
+use crate::sync::{spin_hint, Ordering};
 
 /// Exponential pause after losing a race for a ticket (as crossbeam's queues
 /// do): retrying at once keeps the contending cores trading the index's cache
@@ -108,15 +95,8 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
     /// and nobody (no other handle, process or kernel) may use it during this
     /// call. Re-initialising a ring others are attached to is undefined.
     pub unsafe fn init_in(region: *mut u8, len: usize, capacity: u32) -> Result<Self, RingError> {
-        // SAFETY: forwarded to the caller; each slot starts with its
-        // 8-aligned sequence number, which starts free for the producer of
-        // ticket `index`.
-        let view = unsafe {
-            Self::SHAPE.init(region, len, capacity, |slot, index| {
-                addr_of_mut!((*slot.cast::<MpmcSlotHeader>()).seq)
-                    .write(AtomicU64::new(free_for(index)));
-            })?
-        };
+        // SAFETY: forwarded to the caller.
+        let view = unsafe { Self::SHAPE.init(region, len, capacity)? };
         Ok(Self {
             view,
             _elem: PhantomData,
@@ -138,16 +118,6 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
         })
     }
 
-    /// The sequence number of the slot for ticket `ticket`, and the slot.
-    #[inline(always)]
-    fn slot(&self, ticket: u64) -> (&'r AtomicU64, *mut u8) {
-        let slot = self.view.slot(ticket, Self::STRIDE);
-        // SAFETY: every slot starts with its sequence number, initialised in
-        // `init_in` before the ring was published, valid for 'r.
-        let seq = unsafe { &(*slot.cast::<MpmcSlotHeader>()).seq };
-        (seq, slot)
-    }
-
     /// Appends `item`, or gives it back when the ring is full (including the
     /// moment while the consumer of the slot's previous lap is still copying
     /// out of it).
@@ -159,7 +129,7 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
         let mut ticket = tail.load(Ordering::Relaxed);
         let mut backoff = Backoff::new();
         loop {
-            let (seq, slot) = self.slot(ticket);
+            let (seq, slot) = self.view.slot(ticket, Self::STRIDE);
             // Acquire: pairs with the Release store of the consumer that
             // freed this slot, so its read of the old element is finished
             // before we overwrite it.
@@ -214,7 +184,7 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
         let mut ticket = head.load(Ordering::Relaxed);
         let mut backoff = Backoff::new();
         loop {
-            let (seq, slot) = self.slot(ticket);
+            let (seq, slot) = self.view.slot(ticket, Self::STRIDE);
             // Acquire: pairs with the producer's Release store of `seq`, so
             // its element is visible.
             let turn = seq.load(Ordering::Acquire);

@@ -13,10 +13,23 @@ use core::mem::{align_of, size_of};
 use core::ptr::{addr_of, addr_of_mut, NonNull};
 
 use crate::layout::{
-    magic, ring_kind, MpmcSlotHeader, PaddedAtomicU64, RingHeader, CACHE_LINE, RING_SLOTS_OFFSET,
+    magic, PaddedAtomicU64, RingHeader, RingSlotHeader, CACHE_LINE, RING_SLOTS_OFFSET,
 };
 use crate::pod::ShmSafe;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
+
+/// The sequence number of a slot free for the producer of position `pos`
+/// (see [`RingSlotHeader`]).
+#[inline(always)]
+pub(crate) fn free_for(pos: u64) -> u64 {
+    pos.wrapping_mul(2)
+}
+
+/// The sequence number of a slot holding the item of position `pos`.
+#[inline(always)]
+pub(crate) fn full_for(pos: u64) -> u64 {
+    free_for(pos).wrapping_add(1)
+}
 
 /// Why a ring (or a lane queue of rings) could not be initialised or attached.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -186,7 +199,7 @@ pub(crate) unsafe fn read_magic(word: *mut u32) -> u32 {
 type SlotShadow = loom::cell::UnsafeCell<()>;
 
 /// How a ring of one kind lays out slots of one element type: per-slot
-/// metadata (MPMC: a [`MpmcSlotHeader`]), then the element at `elem_offset`,
+/// metadata (MPMC: a [`RingSlotHeader`]), then the element at `elem_offset`,
 /// slots `stride` bytes apart starting at [`RING_SLOTS_OFFSET`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) struct RingShape {
@@ -221,21 +234,10 @@ impl RingShape {
             align_of::<T>() <= CACHE_LINE,
             "ring elements may be aligned to at most 64 bytes"
         );
-        let prefix = if kind == ring_kind::MPMC {
-            size_of::<MpmcSlotHeader>()
-        } else {
-            0
-        };
-        let elem_offset = round_up(prefix, align_of::<T>());
+        // Every slot starts with its sequence number (both kinds).
+        let elem_offset = round_up(size_of::<RingSlotHeader>(), align_of::<T>());
         let elem_end = elem_offset + size_of::<T>();
-        let slot_align = max(
-            align_of::<T>(),
-            if prefix > 0 {
-                align_of::<MpmcSlotHeader>()
-            } else {
-                1
-            },
-        );
+        let slot_align = max(align_of::<T>(), align_of::<RingSlotHeader>());
         #[cfg(loom)]
         let (shadow_offset, elem_end, slot_align) = {
             let at = round_up(elem_end, align_of::<SlotShadow>());
@@ -269,8 +271,9 @@ impl RingShape {
             .saturating_add(RING_SLOTS_OFFSET)
     }
 
-    /// Validates the arguments, writes a fresh header (empty ring), calls
-    /// `init_slot(slot, index)` for every slot, then publishes the magic word.
+    /// Validates the arguments, writes a fresh header (empty ring) and every
+    /// slot's sequence number (free for the producer of position `index`),
+    /// then publishes the magic word.
     ///
     /// # Safety
     /// `region` must be valid for reads and writes of `len` bytes for `'r`,
@@ -280,7 +283,6 @@ impl RingShape {
         region: *mut u8,
         len: usize,
         capacity: u32,
-        mut init_slot: impl FnMut(*mut u8, u64),
     ) -> Result<RingView<'r>, RingError> {
         check_capacity(capacity)?;
         check_region(
@@ -315,7 +317,11 @@ impl RingShape {
                     .cast::<SlotShadow>()
                     .write(SlotShadow::new(()));
             }
-            init_slot(slot, index);
+            // SAFETY: every slot starts with its 8-aligned sequence number.
+            unsafe {
+                addr_of_mut!((*slot.cast::<RingSlotHeader>()).seq)
+                    .write(AtomicU64::new(free_for(index)));
+            }
         }
         // SAFETY: every field and slot is written; magic is at offset 0 of
         // the 64-aligned header.
@@ -467,13 +473,18 @@ impl<'r> RingView<'r> {
         self.mask as usize + 1
     }
 
-    /// The slot that position (index or ticket) `pos` maps to.
+    /// The slot that position (index or ticket) `pos` maps to, and its
+    /// sequence number.
     #[inline(always)]
-    pub(crate) fn slot(&self, pos: u64, stride: usize) -> *mut u8 {
+    pub(crate) fn slot(&self, pos: u64, stride: usize) -> (&'r AtomicU64, *mut u8) {
         let index = (pos & self.mask) as usize;
         // SAFETY: index <= mask < capacity, and `capacity` slots of `stride`
         // bytes lie in the region (validated when the view was made).
-        unsafe { self.slots.as_ptr().add(index * stride) }
+        let slot = unsafe { self.slots.as_ptr().add(index * stride) };
+        // SAFETY: every slot starts with its sequence number, initialised
+        // before the ring was published, valid for 'r.
+        let seq = unsafe { &(*slot.cast::<RingSlotHeader>()).seq };
+        (seq, slot)
     }
 
     /// `tail - head` as a count of items: clamped to the capacity, and 0

@@ -1,11 +1,24 @@
 //! A bounded single-producer single-consumer ring in shared memory.
 //!
-//! `tail` (next slot to write) is stored only by the producer and `head` (next
-//! slot to read) only by the consumer; both are free-running 64-bit counters,
-//! masked to a slot. Each side keeps its own index locally and a cached copy
-//! of the other side's, and re-reads the shared atomic only when the cache
-//! says full (producer) or empty (consumer) — so in steady state a push or pop
-//! touches the peer's cache line once per lap, not once per item.
+//! The producer and the consumer hand each slot over through the slot's own
+//! sequence number (the MPMC ring's protocol, [`RingSlotHeader`], without
+//! the tickets' compare-and-swap): the producer of position `t` waits for
+//! nothing, it finds the slot free (`seq == 2t`) or reports full, fills it and
+//! publishes `2t + 1`; the consumer finds it full or reports empty, reads it
+//! and frees it for the next lap. So neither side ever reads the other's
+//! index: the only cache lines that travel between the two cores are the
+//! slots, which carry the data anyway. (An index-based SPSC ring, like rtrb,
+//! re-reads the producer's `tail` whenever its consumer has caught up, which
+//! is most of the time when the consumer is the faster side: one more line
+//! moved per item.)
+//!
+//! `tail` (next position to write) and `head` (next to read) are still
+//! stored in the header after every operation, each by its one writer and
+//! read by nobody on the hot path, so their lines stay put: they tell
+//! [`SpscRing::len`] and a producer or consumer taking over (after a
+//! process died) where the ring stands.
+//!
+//! [`RingSlotHeader`]: crate::layout::RingSlotHeader
 //!
 //! A full ring refuses the push (back-pressure) and returns the item; it
 //! never overwrites unread data.
@@ -15,7 +28,7 @@ use core::marker::PhantomData;
 
 use crate::layout::ring_kind;
 use crate::pod::ShmSafe;
-use crate::ring::{RingError, RingShape, RingView};
+use crate::ring::{free_for, full_for, RingError, RingShape, RingView};
 use crate::sync::Ordering;
 
 /// A handle to an SPSC ring living in a region; hands out the one producer
@@ -52,8 +65,8 @@ impl<'r, T: ShmSafe> SpscRing<'r, T> {
     /// and nobody (no other handle, process or kernel) may use it during this
     /// call. Re-initialising a ring others are attached to is undefined.
     pub unsafe fn init_in(region: *mut u8, len: usize, capacity: u32) -> Result<Self, RingError> {
-        // SAFETY: forwarded to the caller. SPSC slots need no initialisation.
-        let view = unsafe { Self::SHAPE.init(region, len, capacity, |_, _| {})? };
+        // SAFETY: forwarded to the caller.
+        let view = unsafe { Self::SHAPE.init(region, len, capacity)? };
         Ok(Self {
             view,
             _elem: PhantomData,
@@ -82,15 +95,12 @@ impl<'r, T: ShmSafe> SpscRing<'r, T> {
     /// handles, processes and kernels: two producers would write the same
     /// slot. A new producer may take over once the previous one is gone.
     pub unsafe fn producer(&self) -> SpscProducer<'r, T> {
-        // Acquire on tail: pairs with the previous producer's Release store,
-        // so its slot writes are ours to build on. Acquire on head: as in
-        // `try_push`.
+        // Acquire: pairs with the previous producer's Release store of tail,
+        // so its slot writes are ours to build on.
         let tail = self.view.header.tail.value.load(Ordering::Acquire);
-        let cached_head = self.view.header.head.value.load(Ordering::Acquire);
         SpscProducer {
             view: self.view,
             tail,
-            cached_head,
             _elem: PhantomData,
         }
     }
@@ -102,14 +112,11 @@ impl<'r, T: ShmSafe> SpscRing<'r, T> {
     /// handles, processes and kernels: two consumers would both take an item.
     /// A new consumer may take over once the previous one is gone.
     pub unsafe fn consumer(&self) -> SpscConsumer<'r, T> {
-        // Acquire on head: pairs with the previous consumer's Release store.
-        // Acquire on tail: as in `try_pop`.
+        // Acquire: pairs with the previous consumer's Release store of head.
         let head = self.view.header.head.value.load(Ordering::Acquire);
-        let cached_tail = self.view.header.tail.value.load(Ordering::Acquire);
         SpscConsumer {
             view: self.view,
             head,
-            cached_tail,
             _elem: PhantomData,
         }
     }
@@ -153,9 +160,6 @@ pub struct SpscProducer<'r, T: ShmSafe> {
     /// Next position to write; only this producer stores `header.tail`, so
     /// the local copy is always current.
     tail: u64,
-    /// The consumer's `head` as last read; stale means "less free space than
-    /// there really is", never more.
-    cached_head: u64,
     _elem: PhantomData<T>,
 }
 
@@ -167,72 +171,71 @@ unsafe impl<T: ShmSafe> Send for SpscProducer<'_, T> {}
 impl<T: ShmSafe> SpscProducer<'_, T> {
     const STRIDE: usize = SpscRing::<T>::SHAPE.stride;
 
-    /// Appends `item`, or gives it back when the ring is full.
-    #[inline]
-    pub fn try_push(&mut self, item: T) -> Result<(), T> {
-        let tail = self.tail;
-        // wrapping_sub > mask: full (or a corrupt head ahead of tail, which
-        // also refuses rather than overwriting).
-        if tail.wrapping_sub(self.cached_head) > self.view.mask {
-            // Acquire: pairs with the consumer's Release store of head, so
-            // its read of the slot we are about to reuse has finished.
-            self.cached_head = self.view.header.head.value.load(Ordering::Acquire);
-            if tail.wrapping_sub(self.cached_head) > self.view.mask {
-                return Err(item);
-            }
+    /// Fills the slot of position `tail` with `item` if it is free, and
+    /// publishes it; false when it still holds an unread item (full).
+    #[inline(always)]
+    fn fill(&self, tail: u64, item: T) -> bool {
+        let (seq, slot) = self.view.slot(tail, Self::STRIDE);
+        // Acquire: pairs with the consumer's Release store that freed the
+        // slot, so its read of the old element has finished before we
+        // overwrite it. Anything but "free for this position" refuses (full,
+        // or a corrupt sequence), never overwrites.
+        if seq.load(Ordering::Acquire) != free_for(tail) {
+            return false;
         }
-        let slot = self.view.slot(tail, Self::STRIDE);
-        // SAFETY: the slot at `tail` is free (tail - head < capacity) and only
-        // this producer writes slots.
+        // SAFETY: the slot is free for our position and only this producer
+        // writes slots.
         unsafe { SpscRing::<T>::SHAPE.write_elem(slot, item) };
-        self.tail = tail.wrapping_add(1);
-        // Release: pairs with the consumer's Acquire load of tail, making the
-        // element written above visible before the index that announces it.
+        // Release: pairs with the consumer's Acquire load of `seq`,
+        // publishing the element.
+        seq.store(full_for(tail), Ordering::Release);
+        true
+    }
+
+    /// Records `tail` in the header (for `len` and a later producer).
+    #[inline(always)]
+    fn announce(&self) {
+        // Release: a producer taking over (Acquire in `SpscRing::producer`)
+        // then sees our slot writes.
         self.view
             .header
             .tail
             .value
             .store(self.tail, Ordering::Release);
+    }
+
+    /// Appends `item`, or gives it back when the ring is full.
+    #[inline]
+    pub fn try_push(&mut self, item: T) -> Result<(), T> {
+        if !self.fill(self.tail, item) {
+            return Err(item);
+        }
+        self.tail = self.tail.wrapping_add(1);
+        self.announce();
         Ok(())
     }
 
     /// Pushes items from the front of `items` until the ring is full;
-    /// returns how many were pushed. Announces them with one index store.
+    /// returns how many were pushed. Records the new tail once.
     pub fn push_slice(&mut self, items: &[T]) -> usize {
-        let tail = self.tail;
-        let mut free = self.free_slots(tail);
-        if free < items.len() as u64 {
-            // Acquire: as in `try_push`.
-            self.cached_head = self.view.header.head.value.load(Ordering::Acquire);
-            free = self.free_slots(tail);
+        let pushed = items
+            .iter()
+            .take_while(|&&item| {
+                let filled = self.fill(self.tail, item);
+                self.tail = self.tail.wrapping_add(u64::from(filled));
+                filled
+            })
+            .count();
+        if pushed > 0 {
+            self.announce();
         }
-        let count = free.min(items.len() as u64);
-        for (offset, item) in (0..count).zip(items) {
-            let slot = self.view.slot(tail.wrapping_add(offset), Self::STRIDE);
-            // SAFETY: tail..tail+count are free slots (count <= free), only
-            // this producer writes slots.
-            unsafe { SpscRing::<T>::SHAPE.write_elem(slot, *item) };
-        }
-        if count > 0 {
-            self.tail = tail.wrapping_add(count);
-            // Release: as in `try_push`.
-            self.view
-                .header
-                .tail
-                .value
-                .store(self.tail, Ordering::Release);
-        }
-        count as usize
+        pushed
     }
 
-    /// Free slots according to the cached head (0 for a corrupt head).
-    fn free_slots(&self, tail: u64) -> u64 {
-        (self.view.mask + 1).saturating_sub(tail.wrapping_sub(self.cached_head))
-    }
-
-    /// Items in the ring; the consumer may be taking some meanwhile.
+    /// Items in the ring as this producer sees it (an estimate while the
+    /// consumer is active).
     pub fn len(&self) -> usize {
-        // Relaxed: a count; nothing is read on the strength of it.
+        // Relaxed: an estimate; no data is read on its strength.
         let head = self.view.header.head.value.load(Ordering::Relaxed);
         self.view.occupied(head, self.tail)
     }
@@ -252,7 +255,6 @@ impl<T: ShmSafe> fmt::Debug for SpscProducer<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SpscProducer")
             .field("tail", &self.tail)
-            .field("cached_head", &self.cached_head)
             .finish()
     }
 }
@@ -262,9 +264,6 @@ pub struct SpscConsumer<'r, T: ShmSafe> {
     view: RingView<'r>,
     /// Next position to read; only this consumer stores `header.head`.
     head: u64,
-    /// The producer's `tail` as last read; stale means "fewer items than
-    /// there really are", never more.
-    cached_tail: u64,
     _elem: PhantomData<T>,
 }
 
@@ -274,64 +273,69 @@ unsafe impl<T: ShmSafe> Send for SpscConsumer<'_, T> {}
 impl<T: ShmSafe> SpscConsumer<'_, T> {
     const STRIDE: usize = SpscRing::<T>::SHAPE.stride;
 
-    /// Takes the oldest item, or `None` when the ring is empty.
-    #[inline]
-    pub fn try_pop(&mut self) -> Option<T> {
-        let head = self.head;
-        if head == self.cached_tail {
-            // Acquire: pairs with the producer's Release store of tail, so
-            // the elements it announces are visible.
-            self.cached_tail = self.view.header.tail.value.load(Ordering::Acquire);
-            if head == self.cached_tail {
-                return None;
-            }
+    /// Takes the item of position `head` if it is published, and frees the
+    /// slot for the next lap.
+    #[inline(always)]
+    fn take(&self, head: u64) -> Option<T> {
+        let (seq, slot) = self.view.slot(head, Self::STRIDE);
+        // Acquire: pairs with the producer's Release store of `seq`, so its
+        // element is visible.
+        if seq.load(Ordering::Acquire) != full_for(head) {
+            return None;
         }
-        let slot = self.view.slot(head, Self::STRIDE);
-        // SAFETY: head != tail, so the producer wrote this slot and announced
-        // it (Acquire above), and will not touch it until head moves past it.
+        // SAFETY: the slot holds the published item of our position and the
+        // producer will not touch it until we free it below.
         let item = unsafe { SpscRing::<T>::SHAPE.read_elem(slot) };
-        self.head = head.wrapping_add(1);
-        // Release: pairs with the producer's Acquire load of head, so our
-        // read of the slot finishes before the producer may reuse it.
+        // Release: pairs with the next lap's Acquire load in `fill`, so our
+        // read finishes before the producer overwrites the slot.
+        let next_lap = head.wrapping_add(self.view.mask + 1);
+        seq.store(free_for(next_lap), Ordering::Release);
+        Some(item)
+    }
+
+    /// Records `head` in the header (for `len` and a later consumer).
+    #[inline(always)]
+    fn announce(&self) {
+        // Release: a consumer taking over (Acquire in `SpscRing::consumer`)
+        // then continues after our reads.
         self.view
             .header
             .head
             .value
             .store(self.head, Ordering::Release);
+    }
+
+    /// Takes the oldest item, or `None` when the ring is empty.
+    #[inline]
+    pub fn try_pop(&mut self) -> Option<T> {
+        let item = self.take(self.head)?;
+        self.head = self.head.wrapping_add(1);
+        self.announce();
         Some(item)
     }
 
     /// Pops into the front of `out` until it is full or the ring is empty;
-    /// returns how many were taken. Frees them with one index store.
+    /// returns how many were taken. Records the new head once.
     pub fn pop_slice(&mut self, out: &mut [T]) -> usize {
-        let head = self.head;
-        if self.cached_tail.wrapping_sub(head) < out.len() as u64 {
-            // Acquire: as in `try_pop`.
-            self.cached_tail = self.view.header.tail.value.load(Ordering::Acquire);
+        let mut taken = 0;
+        for dst in out.iter_mut() {
+            let Some(item) = self.take(self.head) else {
+                break;
+            };
+            *dst = item;
+            self.head = self.head.wrapping_add(1);
+            taken += 1;
         }
-        let count = self.view.occupied(head, self.cached_tail).min(out.len()) as u64;
-        for (offset, dst) in (0..count).zip(out.iter_mut()) {
-            let slot = self.view.slot(head.wrapping_add(offset), Self::STRIDE);
-            // SAFETY: head..head+count were announced by the producer
-            // (Acquire above) and are ours until head moves past them.
-            *dst = unsafe { SpscRing::<T>::SHAPE.read_elem(slot) };
+        if taken > 0 {
+            self.announce();
         }
-        if count > 0 {
-            self.head = head.wrapping_add(count);
-            // Release: as in `try_pop`.
-            self.view
-                .header
-                .head
-                .value
-                .store(self.head, Ordering::Release);
-        }
-        count as usize
+        taken
     }
 
-    /// Items in the ring; the producer may be adding some meanwhile.
+    /// Items in the ring as this consumer sees it (an estimate while the
+    /// producer is active).
     pub fn len(&self) -> usize {
-        // Relaxed: a count; `try_pop` re-reads tail with Acquire before
-        // reading any slot.
+        // Relaxed: an estimate; no data is read on its strength.
         let tail = self.view.header.tail.value.load(Ordering::Relaxed);
         self.view.occupied(self.head, tail)
     }
@@ -351,7 +355,6 @@ impl<T: ShmSafe> fmt::Debug for SpscConsumer<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SpscConsumer")
             .field("head", &self.head)
-            .field("cached_tail", &self.cached_tail)
             .finish()
     }
 }

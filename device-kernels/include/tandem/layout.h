@@ -143,8 +143,8 @@ constexpr u32 MPMC = 2;
 }  // namespace ring_kind
 
 /// Header of a bounded ring; `capacity` slots of `slot_stride` bytes follow
-/// at RING_SLOTS_OFFSET. MPMC: `head`/`tail` are the dequeue/enqueue tickets
-/// and each slot is an MpmcSlotHeader followed by the element.
+/// at RING_SLOTS_OFFSET. `head`/`tail` are the next positions to read/write
+/// (MPMC: tickets) and each slot is a RingSlotHeader followed by the element.
 struct alignas(64) RingHeader {
   u32 magic;
   u32 kind;
@@ -160,9 +160,9 @@ struct alignas(64) RingHeader {
 // One spare cache line after the header (see layout.rs: prefetch pairs).
 constexpr u64 RING_SLOTS_OFFSET = sizeof(RingHeader) + CACHE_LINE;
 
-/// Per-slot sequence number of the MPMC ring: Vyukov's scheme with doubled
-/// values (2t free for ticket t, 2t+1 full for ticket t; see layout.rs).
-struct MpmcSlotHeader {
+/// Per-slot sequence number of both ring kinds: Vyukov's scheme with doubled
+/// values (2t free for position t, 2t+1 full for position t; see layout.rs).
+struct RingSlotHeader {
   u64 seq;
 };
 
@@ -240,7 +240,7 @@ static_assert(sizeof(RingHeader) == 192, "RingHeader");
 TANDEM_ASSERT_OFFSET(RingHeader, slot_stride, 20);
 TANDEM_ASSERT_OFFSET(RingHeader, head, 64);
 TANDEM_ASSERT_OFFSET(RingHeader, tail, 128);
-static_assert(sizeof(MpmcSlotHeader) == 8, "MpmcSlotHeader");
+static_assert(sizeof(RingSlotHeader) == 8, "RingSlotHeader");
 static_assert(sizeof(LaneQueueHeader) == 64, "LaneQueueHeader");
 TANDEM_ASSERT_OFFSET(LaneQueueHeader, ring_bytes, 16);
 static_assert(sizeof(FutureShmHeader) == 48 && alignof(FutureShmHeader) == 16, "FutureShmHeader");

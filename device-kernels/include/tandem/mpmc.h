@@ -49,9 +49,9 @@ template <typename T>
 struct MpmcShape {
   static_assert(alignof(T) <= CACHE_LINE, "ring elements may be aligned to at most 64 bytes");
   TANDEM_HOST_DEVICE static constexpr u64 round_up(u64 n, u64 align) { return (n + align - 1) & ~(align - 1); }
-  static constexpr u64 slot_align = alignof(T) > alignof(MpmcSlotHeader) ? alignof(T)
-                                                                          : alignof(MpmcSlotHeader);
-  static constexpr u64 elem_offset = round_up(sizeof(MpmcSlotHeader), alignof(T));
+  static constexpr u64 slot_align = alignof(T) > alignof(RingSlotHeader) ? alignof(T)
+                                                                          : alignof(RingSlotHeader);
+  static constexpr u64 elem_offset = round_up(sizeof(RingSlotHeader), alignof(T));
   static constexpr u64 stride = round_up(elem_offset + sizeof(T), slot_align);
   static_assert(stride <= 0xFFFFFFFFull, "ring elements must be smaller than 4 GiB");
 };
@@ -70,7 +70,7 @@ struct MpmcRing {
     return slots + (ticket & mask) * MpmcShape<T>::stride;
   }
   /// The sequence number of `slot`.
-  static TANDEM_DEVICE u64* seq(u8* slot) { return &reinterpret_cast<MpmcSlotHeader*>(slot)->seq; }
+  static TANDEM_DEVICE u64* seq(u8* slot) { return &reinterpret_cast<RingSlotHeader*>(slot)->seq; }
   /// The element of `slot`.
   static TANDEM_DEVICE T* elem(u8* slot) {
     return reinterpret_cast<T*>(slot + MpmcShape<T>::elem_offset);
