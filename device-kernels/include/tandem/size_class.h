@@ -228,40 +228,6 @@ TANDEM_DEVICE void sc_push_chain(const SizeClassHeap& heap, u64 cls, u64 first, 
   }
 }
 
-/// `pop`: takes a block off the class's free list; ok with off 0 when the
-/// list is empty.
-template <scope S>
-TANDEM_DEVICE SizeClassResult sc_pop(const SizeClassHeap& heap, u64 cls) {
-  u64* const head = &heap.header->free_heads[cls].value;
-  Backoff backoff = Backoff::for_races<S>();
-  // Acquire (the load and both outcomes of the CAS) pairs with the release
-  // of the push that put the block on the list: its `next` and the previous
-  // owner's writes to it happen before we read or reuse it. Later changes of
-  // the head are all RMWs, which continue that push's release sequence.
-  u64 current = load_acquire<S>(head);
-  for (;;) {
-    const u64 block = sc_head_offset(current);
-    if (block == 0) {
-      return SizeClassResult{size_class_status::ok, 0};
-    }
-    if (!sc_is_block(heap, cls, block)) {
-      return SizeClassResult{size_class_status::corrupt_free_list, block};
-    }
-    // The block may have been popped and reused since we loaded the head:
-    // `next` is only ever written atomically, and then the tag has moved, so
-    // the CAS fails and the stale value is never installed. Relaxed: the
-    // acquire above ordered the push that wrote it before us.
-    const u64 next = load_relaxed<S>(&heap.block(block)->next);
-    const u64 replacement = sc_pack_head(next, sc_head_tag(current) + 1);
-    const u64 seen = cas<S, order::acquire>(head, current, replacement);
-    if (seen == current) {
-      return SizeClassResult{size_class_status::ok, block};
-    }
-    // After a sleep, reload: see Backoff::contended.
-    current = backoff.contended() ? load_acquire<S>(head) : seen;
-  }
-}
-
 /// Up to `want` blocks taken off a class's free list in one compare-and-swap:
 /// `taken` of them, linked from `first` through their `next` words.
 struct SizeClassRun {
@@ -285,9 +251,11 @@ template <scope S>
 TANDEM_DEVICE SizeClassRun sc_pop_run(const SizeClassHeap& heap, u64 cls, u64 want) {
   u64* const head = &heap.header->free_heads[cls].value;
   Backoff backoff = Backoff::for_races<S>();
-  // Acquire, as in sc_pop: the pushes of every block of the run (each
-  // push's CAS continues the release sequences of the earlier ones) happen
-  // before we read their links or hand them out.
+  // Acquire (the load and both outcomes of the CAS) pairs with the release
+  // of the push that put the first block on the list; the pushes of the
+  // blocks under it came earlier, and every later change of the head is an
+  // RMW continuing their release sequences: so their links and their
+  // previous owners' writes happen before we read or reuse them.
   u64 current = load_acquire<S>(head);
   for (;;) {
     const u64 first = sc_head_offset(current);
@@ -298,7 +266,9 @@ TANDEM_DEVICE SizeClassRun sc_pop_run(const SizeClassHeap& heap, u64 cls, u64 wa
       return SizeClassRun{size_class_status::corrupt_free_list, first, 0};
     }
     u64 taken = 1;
-    // Relaxed: ordered by the acquire above, as in sc_pop.
+    // Relaxed: `next` is only ever written atomically, and a link of a block
+    // popped and reused since our load comes with a moved tag, so the CAS
+    // fails and the stale value is never installed.
     u64 after = load_relaxed<S>(&heap.block(first)->next);
     for (u64 last = first; taken < want && after != 0 && sc_is_block(heap, cls, after); ++taken) {
       last = after;
@@ -504,7 +474,8 @@ namespace detail {
 /// list, else carved, handed out.
 template <scope S>
 TANDEM_DEVICE SizeClassResult sc_allocate(const SizeClassHeap& heap, const SizeClassRequest& req) {
-  SizeClassResult got = sc_pop<S>(heap, req.cls);
+  const SizeClassRun popped = sc_pop_run<S>(heap, req.cls, 1);
+  SizeClassResult got{popped.status, popped.first};
   if (got.status != size_class_status::ok) {
     return got;
   }
