@@ -77,10 +77,13 @@ TANDEM_KERNEL tandem_rt_gpu_service(u8* segment, u64 len, u64* stats) {
 /// of the answers; math::NOOP: results[r] counts completions. `priority`: 0
 /// high, 1 low, 2 alternating. status[r] = rt_status (ok, or why the thread
 /// stopped early); on a task failure status[r] = 0x100 and results[r] = the
-/// return code.
+/// return code. With `phase_ns` (may be null), global rank 0 adds the
+/// nanoseconds it spent making its tasks, sending them, waiting for the
+/// answers and reading them (tandem::timer_ns) to phase_ns[0..4], and
+/// phase_ns[4] += the tasks it timed: where one round trip goes.
 TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u32 method,
                                    u32 priority, u32 route, const u32* stop, u64 spin_budget,
-                                   u64* results, u32* status) {
+                                   u64* results, u32* status, u64* phase_ns) {
   TANDEM_SHARED(tandem::RtContext, rt);
   const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
   const tandem::MemoryBackend backend{h->id, tandem::backend_kind::PINNED, 0,
@@ -93,6 +96,18 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
   tandem::rt_status st = tandem::rt_future_alloc(rt, ECHO_COPY_SPACE, &f);
   const u32 lane = static_cast<u32>(tandem::block_rank() % (rt.status == tandem::rt_status::ok ? rt.num_lanes : 1));
   u64 acc = 0;
+  // Phase sums of rank 0 (see above): make, send, wait, output.
+  const bool timed = phase_ns != nullptr && r == 0;
+  u64 spent[4] = {0, 0, 0, 0};
+  u64 timed_tasks = 0;
+  u64 t = timed ? tandem::timer_ns() : 0;
+  const auto phase_done = [&](int phase) {
+    if (timed) {
+      const u64 now = tandem::timer_ns();
+      spent[phase] += now - t;
+      t = now;
+    }
+  };
   for (u64 i = 0; st == tandem::rt_status::ok && i < tasks_per_thread; ++i) {
     if (method == math::ADD) {
       st = tandem::rt_make_task(f, math::POOL, math::ADD, [&](tandem::Writer& w) {
@@ -105,6 +120,7 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
     if (st != tandem::rt_status::ok) {
       break;
     }
+    phase_done(0);
     const tandem::rt_priority p = priority == 2 ? static_cast<tandem::rt_priority>(i & 1)
                                                 : static_cast<tandem::rt_priority>(priority & 1);
     st = route == 1 ? tandem::rt_send_to_gpu(rt, f, stop, spin_budget)
@@ -112,8 +128,10 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
     if (st != tandem::rt_status::ok) {
       break;
     }
+    phase_done(1);
     i32 rc = 0;
     const tandem::wait_outcome outcome = tandem::rt_wait(f, stop, spin_budget, &rc);
+    phase_done(2);
     if (outcome != tandem::wait_outcome::completed) {
       // The future stays queued or in a worker's hands: it is not reused.
       st = outcome == tandem::wait_outcome::stopped ? tandem::rt_status::stopped : tandem::rt_status::queue_full;
@@ -137,6 +155,14 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
     } else {
       acc += 1;
     }
+    phase_done(3);
+    ++timed_tasks;
+  }
+  if (timed) {
+    for (int phase = 0; phase < 4; ++phase) {
+      phase_ns[phase] += spent[phase];
+    }
+    phase_ns[4] += timed_tasks;
   }
   results[r] = acc;
   status[r] = static_cast<u32>(st);

@@ -52,6 +52,16 @@ pub struct HostKernel {
     pub params: &'static [ArgKind],
 }
 
+/// The CPU device's clock for kernels (`tandem::timer_ns()` in
+/// tandem/atomic.h; GPUs read their global timers instead): monotonic
+/// nanoseconds since the first call in the process. Never unwinds.
+#[no_mangle]
+pub extern "C" fn tandem_host_timer_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
 mod asserts {
     use super::*;
     use memoffset::offset_of;

@@ -74,6 +74,25 @@ impl EchoOutcome {
     }
 }
 
+/// Where global rank 0's round trips went, per task, as the kernel's own
+/// clock saw them (`tandem::timer_ns`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EchoPhases {
+    /// Tasks timed.
+    pub tasks: u64,
+    /// `rt_make_task`: initialising the future, serializing the task.
+    pub make: Duration,
+    /// `rt_send_to_cpu` / `rt_send_to_gpu`: the queue push.
+    pub send: Duration,
+    /// `rt_wait`: from the push to the answer seen.
+    pub wait: Duration,
+    /// Reading the output (`add` only).
+    pub output: Duration,
+}
+
+/// Words of the echo kernel's `phase_ns` argument.
+const PHASE_WORDS: usize = 5;
+
 /// The expected `results[r]` of an `add` echo: sum over i < n of r + i.
 pub fn expected_add_sum(rank: u64, tasks: u64) -> u64 {
     rank.wrapping_mul(tasks)
@@ -114,6 +133,37 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
     /// the segment's stop word, so [`DeviceQueues::raise_stop`] from another
     /// thread releases them.
     pub fn echo(&mut self, launch: &EchoLaunch) -> Result<EchoOutcome, RuntimeError> {
+        self.run_echo(launch, None)
+    }
+
+    /// [`echo`](Self::echo), timing global rank 0's phases as well.
+    pub fn echo_with_phases(
+        &mut self,
+        launch: &EchoLaunch,
+    ) -> Result<(EchoOutcome, EchoPhases), RuntimeError> {
+        let phase_ns = SegmentBlock::new(self.queues, PHASE_WORDS * 8)?;
+        // SAFETY: a fresh block of PHASE_WORDS u64s, no kernel uses it yet.
+        unsafe { phase_ns.host.write_bytes(0, PHASE_WORDS * 8) };
+        let outcome = self.run_echo(launch, Some(&phase_ns))?;
+        // SAFETY: the kernel finished (run_echo synchronised); it wrote the words.
+        let words = unsafe { std::slice::from_raw_parts(phase_ns.host.cast::<u64>(), PHASE_WORDS) };
+        let tasks = words[4];
+        let per_task = |ns: u64| Duration::from_nanos(ns.checked_div(tasks).unwrap_or(0));
+        let phases = EchoPhases {
+            tasks,
+            make: per_task(words[0]),
+            send: per_task(words[1]),
+            wait: per_task(words[2]),
+            output: per_task(words[3]),
+        };
+        Ok((outcome, phases))
+    }
+
+    fn run_echo(
+        &mut self,
+        launch: &EchoLaunch,
+        phase_ns: Option<&SegmentBlock<'_>>,
+    ) -> Result<EchoOutcome, RuntimeError> {
         let device = self.queues.device();
         let threads = launch.blocks as usize * launch.threads as usize;
         // From the segment's heap, not the driver: freeing pinned memory
@@ -139,6 +189,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
             KernelArg::U64(launch.spin_budget),
             KernelArg::Ptr(results.device),
             KernelArg::Ptr(status.device),
+            KernelArg::Ptr(phase_ns.map_or(0, |block| block.device)),
         ];
         let config = LaunchConfig::linear(launch.blocks, launch.threads);
         let start = Instant::now();

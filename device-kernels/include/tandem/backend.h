@@ -52,6 +52,8 @@
 // Declared rather than included: Tandem headers include no system header (see
 // types.h), and this matches glibc's declaration in <sched.h>.
 extern "C" int sched_yield(void) noexcept;
+/// The CPU device's clock (tandem_hal::host_abi::tandem_host_timer_ns).
+extern "C" tandem::u64 tandem_host_timer_ns(void) noexcept;
 
 namespace tandem {
 namespace host {

@@ -347,13 +347,11 @@ TANDEM_DEVICE wait_outcome future_wait(const FutureView& f, const u32* stop, u64
   wait_outcome outcome = wait_outcome::budget_exhausted;
   Backoff backoff = Backoff::up_to(Backoff::ANSWER_MAX_NS);
   for (u64 round = 0;; ++round) {
+    const bool stopped = detail::stop_raised<S>(stop, round, round >= spin_budget);
     if (future_return_code<S>(f, return_code) == future_status::ok) {
       return wait_outcome::completed;
     }
-    // Acquire: a completion that happened-before the stop was raised is then
-    // visible to the re-check below. Every STOP_POLL_EVERY rounds only: on a
-    // GPU each poll is a PCIe round trip, and the stop flag is the rare case.
-    if (stop != nullptr && round % STOP_POLL_EVERY == 0 && load_acquire<S>(stop) != 0) {
+    if (stopped) {
       outcome = wait_outcome::stopped;
       break;
     }

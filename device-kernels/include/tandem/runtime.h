@@ -547,12 +547,12 @@ TANDEM_DEVICE wait_outcome rt_wait_notified(const RtFuture& f, const u32* stop, 
                                             i32* return_code) {
   Backoff backoff = Backoff::up_to(Backoff::ANSWER_MAX_NS);
   for (u64 round = 0;; ++round) {
+    const bool stopped = stop_raised<scope::system>(stop, round, round >= spin_budget);
     if (rt_notified(f, return_code)) {
       return wait_outcome::completed;
     }
-    // Acquire: as in future_wait, every STOP_POLL_EVERY rounds; then the
-    // word once more, as future_wait re-checks the flags.
-    if (stop != nullptr && round % STOP_POLL_EVERY == 0 && load_acquire<scope::system>(stop) != 0) {
+    // Then the word once more, as future_wait re-checks the flags.
+    if (stopped) {
       return rt_notified(f, return_code) ? wait_outcome::completed : wait_outcome::stopped;
     }
     if (round >= spin_budget) {
