@@ -75,6 +75,9 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
     let (single, phases) = kernels
         .echo_with_phases(&noop(1, 1, scale.single_tasks))
         .map_err(|e| e.to_string())?;
+    if single.failed_threads() > 0 {
+        return Err(format!("single-thread run failed: {:?}", single.status));
+    }
     let round_trip = single.elapsed / scale.single_tasks as u32;
     println!("{label}:");
     println!("  pinned-memory ping-pong floor:      {:8.2} us", us(floor));

@@ -205,6 +205,45 @@ fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, t
     assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
 }
 
+/// The echo kernel's phase timing: rank 0 times every one of its tasks, each
+/// phase is counted, and together they fit in the launch.
+fn echo_phases_cover_rank_zero<A: GpuApi>(api: A) {
+    let runtime = Runtime::start_with(
+        api,
+        config(DeviceSelection::Only(vec![0]), 2, 64),
+        Registry::with_builtins(),
+    )
+    .expect("start");
+    let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
+    let tasks = 200;
+    let (outcome, phases) = kernels
+        .echo_with_phases(&add_launch(2, 4, tasks, EchoPriority::High))
+        .expect("echo");
+    assert_all_added(&outcome, tasks);
+    assert_eq!(phases.tasks, tasks, "rank 0 alone is timed, every task");
+    // Every task crosses to a worker and back, so waiting takes time; `add`
+    // reads its output.
+    assert!(phases.wait > Duration::ZERO, "{phases:?}");
+    let per_task = phases.make + phases.send + phases.wait + phases.output;
+    assert!(
+        per_task * tasks as u32 <= outcome.elapsed,
+        "{phases:?} per task does not fit in {:?}",
+        outcome.elapsed
+    );
+    // The plain echo leaves no phases behind (null `phase_ns`).
+    assert_all_added(
+        &kernels
+            .echo(&add_launch(2, 4, tasks, EchoPriority::High))
+            .expect("echo"),
+        tasks,
+    );
+}
+
+#[test]
+fn host_echo_phases_cover_rank_zero() {
+    echo_phases_cover_rank_zero(HostApi::with_devices(1));
+}
+
 #[test]
 fn host_gpu_service_runs_tasks_routed_to_the_device() {
     gpu_service_runs_tasks_routed_to_the_device(HostApi::load().expect("host"), 2, 4);
@@ -326,6 +365,13 @@ macro_rules! gpu_tests {
                     api("runtime gpu_service_runs_tasks_routed_to_the_device")
                 {
                     super::gpu_service_runs_tasks_routed_to_the_device(api, 16, 64);
+                }
+            }
+
+            #[test]
+            fn echo_phases_cover_rank_zero() {
+                if let Some((api, _one)) = api("runtime echo_phases_cover_rank_zero") {
+                    super::echo_phases_cover_rank_zero(api);
                 }
             }
 

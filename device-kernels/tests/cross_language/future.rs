@@ -266,7 +266,7 @@ fn stop_flag<A: GpuApi>(stop: &Shared<A>) -> &AtomicU32 {
 /// Every block of a kernel waits (thread 0 spinning, the others at the
 /// barrier): Rust completing the future releases all with its return code
 /// and output; Rust raising the stop flag releases all with Stopped; a
-/// budget of a few rounds runs out.
+/// budget of a few rounds runs out, unless the flag is already raised.
 pub fn cpp_blocks_wait_on_rust<A: GpuApi>(gpu: &Gpu<A>, launch: (Dim3, Dim3)) {
     let forever = u64::MAX;
     let token = 0x5EED_F00D_u64;
@@ -303,5 +303,14 @@ pub fn cpp_blocks_wait_on_rust<A: GpuApi>(gpu: &Gpu<A>, launch: (Dim3, Dim3)) {
         got.iter()
             .all(|&(outcome, _, _)| outcome == wait_outcome::BUDGET_EXHAUSTED),
         "budget exhausted for every thread: {got:?}"
+    );
+
+    // A flag already raised ends a wait whose budget is shorter than the
+    // stop-poll period: the last round of the budget checks it too.
+    let got = wait_in_cpp(gpu, &mem, &stop, launch, 3, || {});
+    assert!(
+        got.iter()
+            .all(|&(outcome, _, _)| outcome == wait_outcome::STOPPED),
+        "raised stop seen within a 3-round budget: {got:?}"
     );
 }
