@@ -8,15 +8,19 @@ using tandem::u32;
 using tandem::u64;
 using tandem::u8;
 
-/// `runtime::task::math` (pool 1: noop = 0, add(u64 a, u64 b) -> u64 = 1).
+/// `runtime::task::math` (pool 1: noop = 0, add(u64 a, u64 b) -> u64 = 1,
+/// sum(u64 values[6]) -> u64 = 2).
 namespace math {
 constexpr u32 POOL = 1;
 constexpr u32 NOOP = 0;
 constexpr u32 ADD = 1;
+constexpr u32 SUM = 2;
+constexpr u32 SUM_VALUES = 6;
 }  // namespace math
 
-/// Copy space of each thread's future: task header + two u64s, with room.
-constexpr u32 ECHO_COPY_SPACE = 64;
+/// Copy space of each thread's future: task header + six u64s (a sum's
+/// arguments, too large to travel inline in a lane record), with room.
+constexpr u32 ECHO_COPY_SPACE = 80;
 
 /// The math pool on the device, as runtime::task::math serves it on the CPU:
 /// what the GPU service runs.
@@ -28,15 +32,22 @@ struct MathOnDevice {
     if (method == math::NOOP) {
       return 0;
     }
-    if (method != math::ADD) {
+    const u32 values = method == math::ADD ? 2 : method == math::SUM ? math::SUM_VALUES : 0;
+    if (values == 0) {
       return tandem::RT_RC_UNKNOWN_METHOD;
     }
-    u64 a = 0, b = 0;
-    if (args.get_u64(&a) != tandem::ser_status::ok || args.get_u64(&b) != tandem::ser_status::ok ||
-        args.pos != args.len) {
+    u64 sum = 0;
+    for (u32 i = 0; i < values; ++i) {
+      u64 v = 0;
+      if (args.get_u64(&v) != tandem::ser_status::ok) {
+        return tandem::RT_RC_BAD_ARGS;
+      }
+      sum += v;
+    }
+    if (args.pos != args.len) {
       return tandem::RT_RC_BAD_ARGS;
     }
-    return out.put_u64(a + b) == tandem::ser_status::ok ? 0 : tandem::RC_OUTPUT_TOO_LARGE;
+    return out.put_u64(sum) == tandem::ser_status::ok ? 0 : tandem::RC_OUTPUT_TOO_LARGE;
   }
 };
 
@@ -74,7 +85,10 @@ TANDEM_KERNEL tandem_rt_gpu_service(u8* segment, u64 len, u64* stats) {
 /// (block rank mod lanes) of the segment at `segment` (`len` bytes; its
 /// device address); with `route` 1 to the device's GPU service. `method` = math::ADD:
 /// task i of global rank r is add(r, i), and results[r] is the wrapping sum
-/// of the answers; math::NOOP: results[r] counts completions. `priority`: 0
+/// of the answers; math::SUM: the same answers, but odd tasks are
+/// sum(r, i, 0, 0, 0, 0), whose arguments go through the future's copy
+/// space (too large for a lane record), so one future alternates between
+/// both ways; math::NOOP: results[r] counts completions. `priority`: 0
 /// high, 1 low, 2 alternating. status[r] = rt_status (ok, or why the thread
 /// stopped early); on a task failure status[r] = 0x100 and results[r] = the
 /// return code. With `phase_ns` (may be null), global rank 0 adds the
@@ -88,8 +102,9 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
   const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
   const tandem::MemoryBackend backend{h->id, tandem::backend_kind::PINNED, 0,
                                       reinterpret_cast<u64>(segment), len};
-  // One future per thread plus alignment slack.
-  tandem::rt_init(rt, backend, static_cast<u64>(tandem::block_size()) * 128 + 64);
+  // One future (48 + ECHO_COPY_SPACE bytes) and one notify word per thread,
+  // plus alignment slack.
+  tandem::rt_init(rt, backend, static_cast<u64>(tandem::block_size()) * 160 + 256);
   const u64 r = tandem::global_rank();
   results[r] = 0;
   tandem::RtFuture f{};
@@ -109,7 +124,15 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
     }
   };
   for (u64 i = 0; st == tandem::rt_status::ok && i < tasks_per_thread; ++i) {
-    if (method == math::ADD) {
+    if (method == math::SUM && i % 2 == 1) {
+      st = tandem::rt_make_task(f, math::POOL, math::SUM, [&](tandem::Writer& w) {
+        tandem::ser_status s = w.put_u64(r);
+        for (u32 k = 1; k < math::SUM_VALUES && s == tandem::ser_status::ok; ++k) {
+          s = w.put_u64(k == 1 ? i : 0);
+        }
+        return s;
+      });
+    } else if (method == math::ADD || method == math::SUM) {
       st = tandem::rt_make_task(f, math::POOL, math::ADD, [&](tandem::Writer& w) {
         const tandem::ser_status s = w.put_u64(r);
         return s == tandem::ser_status::ok ? w.put_u64(i) : s;
@@ -142,7 +165,7 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
       results[r] = static_cast<u64>(static_cast<tandem::i64>(rc));
       return;
     }
-    if (method == math::ADD) {
+    if (method == math::ADD || method == math::SUM) {
       const u8* out = nullptr;
       u32 out_len = 0;
       st = tandem::rt_output(f, &out, &out_len);

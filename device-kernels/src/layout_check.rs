@@ -144,6 +144,7 @@ assert_same_layout!(
     }
 );
 assert_same_layout!(rs::RingSlotHeader, c::RingSlotHeader { seq });
+assert_same_layout!(rs::LlSlot, c::LlSlot { seq, words });
 assert_same_layout!(
     rs::LaneQueueHeader,
     c::LaneQueueHeader {
@@ -194,6 +195,8 @@ assert_same_value! {
     rs::MIN_BLOCK => c::MIN_BLOCK,
     rs::ring_kind::SPSC => c::ring_kind::SPSC,
     rs::ring_kind::MPMC => c::ring_kind::MPMC,
+    rs::ring_kind::LL => c::ring_kind::LL,
+    rs::LL_RECORD_WORDS => c::LL_RECORD_WORDS,
     rs::RING_SLOTS_OFFSET => c::RING_SLOTS_OFFSET,
     rs::LANE_QUEUE_RINGS_OFFSET => c::LANE_QUEUE_RINGS_OFFSET,
     rs::future_flags::COMPLETE => c::future_flags::COMPLETE,

@@ -31,7 +31,8 @@ pub struct EchoLaunch {
     pub blocks: u32,
     pub threads: u32,
     pub tasks_per_thread: u64,
-    /// `math::ADD` or `math::NOOP` (or any method id, to test error codes).
+    /// `math::ADD`, `math::SUM` (odd tasks through the copy space, same
+    /// answers as ADD) or `math::NOOP` (or any method id, to test error codes).
     pub method: MethodId,
     pub priority: EchoPriority,
     /// Who runs the tasks.

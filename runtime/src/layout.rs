@@ -8,7 +8,7 @@
 //!
 //! ```text
 //! 0              SegmentHeader (one page reserved)
-//! queue_offset   LaneQueue<ShmPtr<u8>>: lanes x 2 priorities of task pointers
+//! queue_offset   LaneQueue: lanes x 2 priorities of task records (task_record)
 //! heap_offset    SizeClassAllocator: futures and payloads the host allocates
 //! arena_offset   ArenaAllocator: futures kernels allocate (per-block carves)
 //! ```
@@ -21,10 +21,10 @@
 //! counts its tickets in device memory ([`SegmentHeader::device_tickets`],
 //! indices in [`device_ticket`]).
 //!
-//! Every task pointer in the queue is a `ShmPtr` whose `alloc_id` is the
-//! segment's id and whose `off` is a byte offset from the segment's base, so
-//! one pointer means the same future to the host (host address) and to a
-//! kernel (device address), whichever allocator the future came from.
+//! Every future a task record or an inbox pointer names is given by its byte
+//! offset from the segment's base (an inbox `ShmPtr` also carries the
+//! segment's id), so it means the same future to the host (host address) and
+//! to a kernel (device address), whichever allocator the future came from.
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
@@ -33,7 +33,7 @@ use tandem_shm_core::AllocatorId;
 /// `SegmentHeader::magic` once the segment is fully initialised ("TNDMRTSG").
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file.
-pub const SEGMENT_VERSION: u32 = 3;
+pub const SEGMENT_VERSION: u32 = 4;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -112,7 +112,7 @@ pub struct SegmentHeader {
     pub version: u32,
     /// A [`segment_kind`] value.
     pub kind: u32,
-    /// The id every task pointer in this segment's queue carries.
+    /// The id of this segment's allocators and of every inbox pointer.
     pub id: AllocatorId,
     /// The device this segment serves; -1 for the CPU segment.
     pub device_ordinal: i32,
@@ -172,6 +172,39 @@ pub struct SegmentHeader {
 /// then the inbox's from-kernels ring.
 pub const fn free_hint_rings(lanes: u32) -> u32 {
     2 * lanes + 1
+}
+
+/// The words of a lane record (shm-core's `LlRecord`, tagged words that need
+/// no fence to publish): which future a task completes, where its submitter
+/// waits, and, for a task small enough, the task itself.
+///
+/// A record of [`IN_FUTURE_WORDS`](task_record::IN_FUTURE_WORDS) words has
+/// its task in the future (copy space, or payload for a pointer future),
+/// published by a Release fence before the record. A longer record is an
+/// inline task: pool, method, argument bytes, then the arguments, four
+/// little-endian bytes a word; its future is not written by the submitter at
+/// all (the worker re-arms it: `FutureShm::restart`). Mirrored in
+/// tandem/runtime.h (`rt_record`).
+pub mod task_record {
+    use tandem_shm_core::layout::LL_RECORD_WORDS;
+
+    /// The future's byte offset in the segment.
+    pub const FUTURE: usize = 0;
+    /// The byte offset of the submitter's notify word (a u32); 0 for none.
+    pub const NOTIFY: usize = 1;
+    /// The task's token: the completer stores `token << 1 | succeeded` in
+    /// the notify word, after completing the future.
+    pub const TOKEN: usize = 2;
+    /// Words of a record whose task is in the future.
+    pub const IN_FUTURE_WORDS: usize = 3;
+    /// An inline task's pool, method and argument bytes.
+    pub const POOL: usize = 3;
+    pub const METHOD: usize = 4;
+    pub const ARGS_LEN: usize = 5;
+    /// Its first argument word.
+    pub const ARGS: usize = 6;
+    /// Argument bytes an inline task may carry.
+    pub const INLINE_ARGS_MAX: usize = (LL_RECORD_WORDS - ARGS) * 4;
 }
 
 /// The task header: the first [`TASK_HEADER_BYTES`] of a task's bytes (a

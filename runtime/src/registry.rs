@@ -181,7 +181,10 @@ impl Registry {
         let mut registry = Self::new();
         let math = Pool::new(math::POOL, "math")
             .task::<math::Noop, _>("noop", |_| Ok(math::Noop))
-            .task::<math::Add, _>("add", |t| Ok(t.a.wrapping_add(t.b)));
+            .task::<math::Add, _>("add", |t| Ok(t.a.wrapping_add(t.b)))
+            .task::<math::Sum, _>("sum", |t| {
+                Ok(t.values.iter().fold(0u64, |s, v| s.wrapping_add(*v)))
+            });
         // A fresh registry has no pools, so this cannot collide.
         registry.pools.insert(math.id(), math);
         registry

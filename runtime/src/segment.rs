@@ -18,6 +18,9 @@ use crate::layout::{
 
 /// Page granularity of the regions inside a segment.
 const REGION_ALIGN: usize = 4096;
+/// The largest segment: lane records name futures by 32-bit offsets
+/// ([`crate::layout::task_record`]).
+pub const MAX_SEGMENT_BYTES: usize = 1 << 32;
 /// The smallest heap (and arena) a segment is given.
 const MIN_REGION: usize = 64 << 10;
 
@@ -25,8 +28,8 @@ fn align_up(n: usize) -> usize {
     n.next_multiple_of(REGION_ALIGN)
 }
 
-/// Bytes between the GPU inbox's rings (`rt_ring_bytes` in runtime.h): one
-/// ring of task pointers, rounded up to a cache line.
+/// Bytes between the GPU inbox's rings (`rt_inbox_ring_bytes` in
+/// runtime.h): one ring of task pointers, rounded up to a cache line.
 pub fn inbox_ring_bytes(depth: u32) -> usize {
     MpmcRing::<ShmPtr<u8>>::required_bytes(depth).next_multiple_of(64)
 }
@@ -34,7 +37,7 @@ pub fn inbox_ring_bytes(depth: u32) -> usize {
 /// Bytes of the queue region: the lane queue, then room for a GPU inbox
 /// (every segment gets the room, so one size fits the configuration check).
 fn queue_region_bytes(lanes: u32, depth: u32) -> usize {
-    let lane_queue = LaneQueue::<ShmPtr<u8>>::required_bytes(lanes, depth).next_multiple_of(64);
+    let lane_queue = LaneQueue::required_bytes(lanes, depth).next_multiple_of(64);
     align_up(lane_queue + inbox::RINGS as usize * inbox_ring_bytes(depth))
 }
 
@@ -60,6 +63,11 @@ impl SegmentGeometry {
     /// between the heap and the kernel arena.
     pub fn plan(total: usize, lanes: u32, depth: u32) -> Result<Self, RuntimeError> {
         let queue_bytes = queue_region_bytes(lanes, depth);
+        if total > MAX_SEGMENT_BYTES {
+            return Err(RuntimeError::BadSegment(format!(
+                "{total} bytes: segments hold at most {MAX_SEGMENT_BYTES} (task records carry 32-bit offsets)"
+            )));
+        }
         if total < Self::min_bytes(lanes, depth) {
             return Err(RuntimeError::BadSegment(format!(
                 "{total} bytes cannot hold the queue and heaps ({} needed)",
@@ -146,7 +154,7 @@ pub struct QueueSegment {
     // handed out for longer than `&self`, and none has drop glue, so the
     // mapping (dropped with `memory`) outlives every use.
     header: &'static SegmentHeader,
-    queue: LaneQueue<'static, ShmPtr<u8>>,
+    queue: LaneQueue<'static>,
     /// The GPU inbox's from-host ring, in device segments.
     inbox_from_host: Option<MpmcRing<'static, ShmPtr<u8>>>,
     heap: SizeClassAllocator<'static>,
@@ -194,8 +202,8 @@ impl QueueSegment {
             addr_of_mut!((*h).reserved).write(0);
             addr_of_mut!((*h).device_tickets).write(spec.device_tickets);
             addr_of_mut!((*h).device_free_hints).write(spec.device_free_hints);
-            let lane_queue_bytes = LaneQueue::<ShmPtr<u8>>::required_bytes(spec.lanes, spec.depth)
-                .next_multiple_of(64);
+            let lane_queue_bytes =
+                LaneQueue::required_bytes(spec.lanes, spec.depth).next_multiple_of(64);
             let queue = LaneQueue::init_in(
                 base.add(geometry.queue_offset),
                 lane_queue_bytes,
@@ -338,8 +346,8 @@ impl QueueSegment {
         self.header
     }
 
-    /// The lane queue of task pointers.
-    pub fn queue(&self) -> &LaneQueue<'_, ShmPtr<u8>> {
+    /// The lane queue of task records ([`crate::layout::task_record`]).
+    pub fn queue(&self) -> &LaneQueue<'_> {
         &self.queue
     }
 

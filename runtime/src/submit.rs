@@ -3,14 +3,14 @@
 //! [`crate::Client`] share.
 
 use std::marker::PhantomData;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Instant;
 
 use tandem_shm_core::future::FutureShm;
 use tandem_shm_core::ser::{serialized_len, Reader};
-use tandem_shm_core::{FillError, Priority, ShmPtr, WaitOutcome};
+use tandem_shm_core::{FillError, LlRecord, Priority, ShmPtr, WaitOutcome};
 
-use crate::layout::TASK_HEADER_BYTES;
+use crate::layout::{task_record, TASK_HEADER_BYTES};
 use crate::liveness::LivenessWatch;
 use crate::segment::QueueSegment;
 use crate::task::{encode_task, Task, TaskError};
@@ -192,9 +192,23 @@ impl<'s, T: Task> Pending<'s, T> {
     fn publish(&mut self, route: Route) -> Result<(), TaskError> {
         let queue = self.segment.queue();
         let lane = route.lane % queue.num_lanes();
+        // A task in the future, with no notify word: host submitters wait on
+        // the future's flags. Segments are at most 4 GiB (SegmentGeometry).
+        let mut words = [0; task_record::IN_FUTURE_WORDS];
+        words[task_record::FUTURE] = u32::try_from(self.ptr.off).map_err(|_| {
+            TaskError::OutOfMemory(format!(
+                "future at {:#x} lies past what a task record can name",
+                self.ptr.off
+            ))
+        })?;
+        let record = LlRecord::from_array(words);
+        // Release: the record's words carry no ordering (shm-core ll_ring);
+        // this fence, with the worker's Acquire fence after its pop, makes
+        // the future's input visible to it.
+        fence(Ordering::Release);
         // The lane was reduced modulo the count, so only Full can come back.
-        self.publish_with(route.deadline, |ptr| {
-            queue.push(lane, route.priority, ptr).is_ok()
+        self.publish_with(route.deadline, |_| {
+            queue.push(lane, route.priority, record).is_ok()
         })
     }
 

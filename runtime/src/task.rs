@@ -179,6 +179,9 @@ pub mod math {
     pub const NOOP: MethodId = 0;
     /// `add(a, b)`: returns `a + b` (wrapping).
     pub const ADD: MethodId = 1;
+    /// `sum(values)`: returns their wrapping sum. Its 48 bytes of arguments
+    /// do not fit a lane record, so a kernel sends it through the copy space.
+    pub const SUM: MethodId = 2;
 
     /// Arguments of [`ADD`].
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -191,6 +194,19 @@ pub mod math {
     impl Task for Add {
         const POOL: PoolId = POOL;
         const METHOD: MethodId = ADD;
+        type Output = u64;
+    }
+
+    /// Arguments of [`SUM`].
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    pub struct Sum {
+        pub values: [u64; 6],
+    }
+    impl_serialize_fields!(Sum { values });
+
+    impl Task for Sum {
+        const POOL: PoolId = POOL;
+        const METHOD: MethodId = SUM;
         type Output = u64;
     }
 

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_shm_core::future::FutureShm;
-use tandem_shm_core::{FillError, FutureError, LaneCursor, ShmPtr};
+use tandem_shm_core::{FillError, FutureError, LaneCursor, LlRecord, ShmPtr};
 
-use crate::layout::TASK_HEADER_BYTES;
+use crate::layout::{task_record, TASK_HEADER_BYTES, TASK_VERSION};
 use crate::registry::{HandlerReply, Registry};
 use crate::segment::QueueSegment;
 use crate::task::{decode_task, RC_BAD_TASK};
@@ -142,8 +142,8 @@ pub(crate) fn run(
         let mut found = false;
         for (source, cursor) in sources.iter().zip(&mut cursors) {
             // A lane index from our own assignment always exists.
-            if let Ok(Some((_, ptr))) = cursor.pop(source.segment.queue(), source.lane) {
-                process(&source.segment, ptr, &registry, &stats, &mut scratch);
+            if let Ok(Some((_, record))) = cursor.pop(source.segment.queue(), source.lane) {
+                process(&source.segment, record, &registry, &stats, &mut scratch);
                 found = true;
             }
         }
@@ -167,41 +167,84 @@ struct Scratch {
     output: Vec<u8>,
 }
 
-/// Runs one task and completes its future.
+/// An inline task of a record (`task_record`): its task bytes (header and
+/// arguments, as a copy future would carry them) into `task`; false when the
+/// record's words do not make one.
+fn inline_task(words: &[u32], task: &mut Vec<u8>) -> bool {
+    let (Some(&pool), Some(&method), Some(&args_len), Some(args)) = (
+        words.get(task_record::POOL),
+        words.get(task_record::METHOD),
+        words.get(task_record::ARGS_LEN),
+        words.get(task_record::ARGS..),
+    ) else {
+        return false;
+    };
+    let args_len = args_len as usize;
+    if args.len() != args_len.div_ceil(4) {
+        return false;
+    }
+    task.clear();
+    for word in [pool, method, args_len as u32, TASK_VERSION] {
+        task.extend_from_slice(&word.to_le_bytes());
+    }
+    task.extend(args.iter().flat_map(|w| w.to_le_bytes()).take(args_len));
+    true
+}
+
+/// Runs the task of one lane record and completes its future.
 fn process(
     segment: &QueueSegment,
-    ptr: ShmPtr<u8>,
+    record: LlRecord,
     registry: &Registry,
     stats: &WorkerStats,
     scratch: &mut Scratch,
 ) {
+    let words = record.words();
+    let ptr = ShmPtr::new(
+        segment.id(),
+        u64::from(words.get(task_record::FUTURE).copied().unwrap_or(0)),
+    );
     let Ok(future) = segment.future(ptr) else {
         stats.bad_pointers.fetch_add(1, Ordering::Relaxed);
         return;
     };
     let capacity = future.copy_space_size() as usize;
     scratch.output.resize(capacity, 0);
-    let reply = match future.payload() {
-        Some(payload) => run_pointer_task(segment, payload, registry, &mut scratch.output),
-        None => {
-            // SAFETY: this worker popped the future, so it is its single
-            // completer; the slice is dropped before completing.
-            match unsafe { future.input() } {
-                Ok(input) => {
-                    scratch.input.clear();
-                    scratch.input.extend_from_slice(input);
-                    registry.dispatch(&scratch.input, &mut scratch.output)
+    let reply = if words.len() > task_record::IN_FUTURE_WORDS {
+        // SAFETY: the record's submitter does not touch the future until it
+        // sees it answered (which we do after completing it), and this worker
+        // popped the record: nobody else uses the future meanwhile.
+        unsafe { future.reset() };
+        if inline_task(words, &mut scratch.input) {
+            registry.dispatch(&scratch.input, &mut scratch.output)
+        } else {
+            HandlerReply::code(RC_BAD_TASK)
+        }
+    } else {
+        match future.payload() {
+            Some(payload) => run_pointer_task(segment, payload, registry, &mut scratch.output),
+            None => {
+                // SAFETY: this worker popped the future, so it is its single
+                // completer; the slice is dropped before completing.
+                match unsafe { future.input() } {
+                    Ok(input) => {
+                        scratch.input.clear();
+                        scratch.input.extend_from_slice(input);
+                        registry.dispatch(&scratch.input, &mut scratch.output)
+                    }
+                    Err(FutureError::AlreadyComplete) => {
+                        stats.double_completions.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(_) => HandlerReply::code(RC_BAD_TASK),
                 }
-                Err(FutureError::AlreadyComplete) => {
-                    stats.double_completions.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                Err(_) => HandlerReply::code(RC_BAD_TASK),
             }
         }
     };
     if complete(&future, reply, &scratch.output, stats) {
-        notify(segment, &future, ptr, stats);
+        let notify = words.get(task_record::NOTIFY).copied().unwrap_or(0);
+        let token = words.get(task_record::TOKEN).copied().unwrap_or(0);
+        notify_submitter(segment, &future, notify, token, stats);
     }
 }
 
@@ -277,13 +320,18 @@ fn complete(
     true
 }
 
-/// Announces the completed future at `ptr` at its notify word, if it has one
-/// ([`FutureShmHeader::notify`](tandem_shm_core::layout::FutureShmHeader)):
-/// the future's segment offset, bit 0 set when it succeeded. A kernel thread
-/// polls that word, which its warp's neighbours keep in the same cache line,
-/// instead of the future's flags (tandem/runtime.h, rt_wait).
-fn notify(segment: &QueueSegment, future: &FutureShm<'_>, ptr: ShmPtr<u8>, stats: &WorkerStats) {
-    let at = future.notify();
+/// Announces the completed `future` at its submitter's notify word (the
+/// record's `NOTIFY` offset, if not 0): `token << 1`, bit 0 set when it
+/// succeeded. A kernel thread polls that word, which its warp's neighbours
+/// keep in the same cache line, instead of the future's flags (tandem/
+/// runtime.h, rt_wait).
+fn notify_submitter(
+    segment: &QueueSegment,
+    future: &FutureShm<'_>,
+    at: u32,
+    token: u32,
+    stats: &WorkerStats,
+) {
     if at == 0 {
         return;
     }
@@ -291,7 +339,7 @@ fn notify(segment: &QueueSegment, future: &FutureShm<'_>, ptr: ShmPtr<u8>, stats
         .resolve(ShmPtr::new(segment.id(), u64::from(at)), size_of::<u32>())
         .ok()
         .filter(|w| w.align_offset(align_of::<AtomicU32>()) == 0);
-    let (Some(word), Ok(tag)) = (word, u32::try_from(ptr.off)) else {
+    let Some(word) = word else {
         stats.bad_pointers.fetch_add(1, Ordering::Relaxed);
         return;
     };
@@ -300,7 +348,7 @@ fn notify(segment: &QueueSegment, future: &FutureShm<'_>, ptr: ShmPtr<u8>, stats
     // checked; the word is only ever accessed atomically (the kernel polls it
     // with atomic loads).
     let word = unsafe { AtomicU32::from_ptr(word.cast()) };
-    // Release: pairs with the kernel's acquire after it sees the tag, so the
-    // completion (flags, return code, output) is visible to it.
-    word.store(tag | u32::from(succeeded), Ordering::Release);
+    // Release: pairs with the kernel's acquire after it sees the token, so
+    // the completion (flags, return code, output) is visible to it.
+    word.store(token << 1 | u32::from(succeeded), Ordering::Release);
 }

@@ -13,7 +13,7 @@ use tandem_runtime::task::{
 use tandem_runtime::{Config, Pool, Registry, Route, Runtime};
 use tandem_shm_core::future::RC_OUTPUT_TOO_LARGE;
 use tandem_shm_core::impl_serialize_fields;
-use tandem_shm_core::Priority;
+use tandem_shm_core::{LlRecord, Priority};
 
 fn config(workers: usize, depth: u32) -> Config {
     Config {
@@ -400,17 +400,17 @@ fn config_parses_defaults_and_refuses_bad_values() {
     }
 }
 
-/// A queue entry that names no future of the segment is counted and
+/// A queue record that names no future of the segment is counted and
 /// skipped; the worker serves the next task.
 #[test]
-fn garbage_task_pointer_does_not_kill_the_worker() {
+fn garbage_task_record_does_not_kill_the_worker() {
     let runtime = start(1, 64, Registry::with_builtins());
     let queue = runtime.cpu_segment().queue();
-    let id = runtime.cpu_segment().id();
     for garbage in [
-        tandem_shm_core::ShmPtr::new(id, u64::MAX - 4),
-        tandem_shm_core::ShmPtr::new(tandem_shm_core::AllocatorId::new(1, 2), 8192),
-        tandem_shm_core::ShmPtr::new(id, 0),
+        // Past the segment, in its header, and no future word at all.
+        LlRecord::from_array([u32::MAX - 4, 0, 0]),
+        LlRecord::from_array([0, 0, 0]),
+        LlRecord::from_array([]),
     ] {
         queue.push(0, Priority::High, garbage).expect("push");
     }

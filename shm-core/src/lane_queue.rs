@@ -1,5 +1,5 @@
-//! The runtime's task queue shape: `num_lanes` lanes, each a pair of MPMC
-//! rings (high and low priority) of `depth` slots, in one region.
+//! The runtime's task queue shape: `num_lanes` lanes, each a pair of LL
+//! rings ([`LlRing`]: high and low priority) of `depth` slots, in one region.
 //!
 //! Producers push to a lane at a priority; consumers pop a lane high first
 //! ([`LaneQueue::pop`]) or through a [`LaneCursor`], which takes low first
@@ -13,8 +13,7 @@ use core::num::NonZeroU32;
 use core::ptr::{addr_of, addr_of_mut, NonNull};
 
 use crate::layout::{magic, LaneQueueHeader, CACHE_LINE, LANE_QUEUE_RINGS_OFFSET};
-use crate::mpmc::MpmcRing;
-use crate::pod::ShmSafe;
+use crate::ll_ring::{LlRecord, LlRing};
 use crate::ring::{check_capacity, check_region, publish_magic, read_magic, RingError};
 
 /// A lane's two rings. Stored in shared memory as the ring index within the
@@ -86,7 +85,7 @@ impl<T: fmt::Debug> std::error::Error for PushError<T> {}
 
 /// A handle to a lane queue living in a region. Any number of handles, in
 /// any number of threads and processes, may push and pop concurrently.
-pub struct LaneQueue<'r, T: ShmSafe> {
+pub struct LaneQueue<'r> {
     /// Where ring 0 starts; ring `2 * lane + priority` is `ring_bytes` further
     /// on per index.
     rings: NonNull<u8>,
@@ -94,20 +93,19 @@ pub struct LaneQueue<'r, T: ShmSafe> {
     depth: u32,
     ring_bytes: usize,
     _region: PhantomData<&'r [u8]>,
-    _elem: PhantomData<T>,
 }
 
 // SAFETY: the handle holds only validated geometry (local copies) and
-// operates through `MpmcRing`, which is Send + Sync for the same reasons.
-unsafe impl<T: ShmSafe> Send for LaneQueue<'_, T> {}
+// operates through `LlRing`, which is Send + Sync for the same reasons.
+unsafe impl Send for LaneQueue<'_> {}
 // SAFETY: as for `Send`; all methods take `&self`.
-unsafe impl<T: ShmSafe> Sync for LaneQueue<'_, T> {}
+unsafe impl Sync for LaneQueue<'_> {}
 
-impl<'r, T: ShmSafe> LaneQueue<'r, T> {
+impl<'r> LaneQueue<'r> {
     /// Bytes between consecutive rings: one ring of `depth` slots, rounded up
     /// to a cache line so no two rings share one.
     fn ring_bytes(depth: u32) -> usize {
-        MpmcRing::<T>::required_bytes(depth).saturating_add(CACHE_LINE - 1) & !(CACHE_LINE - 1)
+        LlRing::required_bytes(depth).saturating_add(CACHE_LINE - 1) & !(CACHE_LINE - 1)
     }
 
     /// Bytes of region a queue of `num_lanes` lanes of `depth` slots per
@@ -145,7 +143,7 @@ impl<'r, T: ShmSafe> LaneQueue<'r, T> {
         unsafe {
             addr_of_mut!((*header).num_lanes).write(num_lanes);
             addr_of_mut!((*header).depth).write(depth);
-            addr_of_mut!((*header).elem_size).write(MpmcRing::<T>::SHAPE.elem_size);
+            addr_of_mut!((*header).elem_size).write(LlRing::SHAPE.elem_size);
             addr_of_mut!((*header).ring_bytes).write(ring_bytes as u64);
         }
         // SAFETY: header offset + 2 * num_lanes rings fit (checked).
@@ -154,7 +152,7 @@ impl<'r, T: ShmSafe> LaneQueue<'r, T> {
             // SAFETY: ring `index` lies inside the region, 64-aligned, and is
             // ours alone during init (per the caller).
             unsafe {
-                MpmcRing::<T>::init_in(rings.as_ptr().add(index * ring_bytes), ring_bytes, depth)?;
+                LlRing::init_in(rings.as_ptr().add(index * ring_bytes), ring_bytes, depth)?;
             }
         }
         // SAFETY: header and every ring are initialised.
@@ -165,7 +163,6 @@ impl<'r, T: ShmSafe> LaneQueue<'r, T> {
             depth,
             ring_bytes,
             _region: PhantomData,
-            _elem: PhantomData,
         })
     }
 
@@ -203,17 +200,17 @@ impl<'r, T: ShmSafe> LaneQueue<'r, T> {
             return Err(RingError::ZeroLanes);
         }
         check_capacity(depth)?;
-        if elem_size != MpmcRing::<T>::SHAPE.elem_size {
+        if elem_size != LlRing::SHAPE.elem_size {
             // The lane header records only the size; ring 0's header has the
             // whole element layout, so let it report the mismatch.
             let ring_region_len = len - LANE_QUEUE_RINGS_OFFSET;
             // SAFETY: ring 0 starts right after the header, inside the region.
             unsafe {
-                MpmcRing::<T>::attach(region.add(LANE_QUEUE_RINGS_OFFSET), ring_region_len)?;
+                LlRing::attach(region.add(LANE_QUEUE_RINGS_OFFSET), ring_region_len)?;
             }
             return Err(RingError::HeaderMismatch {
                 field: "elem_size",
-                expected: u64::from(MpmcRing::<T>::SHAPE.elem_size),
+                expected: u64::from(LlRing::SHAPE.elem_size),
                 found: u64::from(elem_size),
             });
         }
@@ -236,7 +233,7 @@ impl<'r, T: ShmSafe> LaneQueue<'r, T> {
         for index in 0..2 * num_lanes as usize {
             // SAFETY: ring `index` lies inside the region, valid for 'r.
             let ring = unsafe {
-                MpmcRing::<T>::attach(
+                LlRing::attach(
                     rings.as_ptr().add(index * expected_ring_bytes),
                     expected_ring_bytes,
                 )?
@@ -255,12 +252,11 @@ impl<'r, T: ShmSafe> LaneQueue<'r, T> {
             depth,
             ring_bytes: expected_ring_bytes,
             _region: PhantomData,
-            _elem: PhantomData,
         })
     }
 
     /// The ring of `lane` at `priority`.
-    fn ring(&self, lane: u32, priority: Priority) -> Result<MpmcRing<'r, T>, NoSuchLane> {
+    fn ring(&self, lane: u32, priority: Priority) -> Result<LlRing<'r>, NoSuchLane> {
         if lane >= self.num_lanes {
             return Err(NoSuchLane {
                 lane,
@@ -269,14 +265,19 @@ impl<'r, T: ShmSafe> LaneQueue<'r, T> {
         }
         let index = 2 * lane as usize + priority as usize;
         // SAFETY: index < 2 * num_lanes, and every ring was validated (or
-        // initialised) as an MPMC ring of `T` with `depth` slots.
+        // initialised) as an LL ring with `depth` slots.
         Ok(unsafe {
-            MpmcRing::from_validated(self.rings.as_ptr().add(index * self.ring_bytes), self.depth)
+            LlRing::from_validated(self.rings.as_ptr().add(index * self.ring_bytes), self.depth)
         })
     }
 
     /// Appends `item` to `lane` at `priority`.
-    pub fn push(&self, lane: u32, priority: Priority, item: T) -> Result<(), PushError<T>> {
+    pub fn push(
+        &self,
+        lane: u32,
+        priority: Priority,
+        item: LlRecord,
+    ) -> Result<(), PushError<LlRecord>> {
         match self.ring(lane, priority) {
             Ok(ring) => ring.try_push(item).map_err(PushError::Full),
             Err(NoSuchLane { lane, lanes }) => Err(PushError::NoSuchLane { lane, lanes, item }),
@@ -285,7 +286,7 @@ impl<'r, T: ShmSafe> LaneQueue<'r, T> {
 
     /// Takes the oldest item of `lane`, high priority first; `Ok(None)` when
     /// both of its rings are empty.
-    pub fn pop(&self, lane: u32) -> Result<Option<(Priority, T)>, NoSuchLane> {
+    pub fn pop(&self, lane: u32) -> Result<Option<(Priority, LlRecord)>, NoSuchLane> {
         self.pop_in_order(lane, [Priority::High, Priority::Low])
     }
 
@@ -294,7 +295,7 @@ impl<'r, T: ShmSafe> LaneQueue<'r, T> {
         &self,
         lane: u32,
         order: [Priority; 2],
-    ) -> Result<Option<(Priority, T)>, NoSuchLane> {
+    ) -> Result<Option<(Priority, LlRecord)>, NoSuchLane> {
         for priority in order {
             if let Some(item) = self.ring(lane, priority)?.try_pop() {
                 return Ok(Some((priority, item)));
@@ -313,20 +314,20 @@ impl<'r, T: ShmSafe> LaneQueue<'r, T> {
         self.depth
     }
 
-    /// Items in `lane` at `priority`: an estimate, as [`MpmcRing::len`].
+    /// Items in `lane` at `priority`: an estimate, as [`LlRing::len`].
     pub fn lane_len(&self, lane: u32, priority: Priority) -> Result<usize, NoSuchLane> {
         Ok(self.ring(lane, priority)?.len())
     }
 }
 
-impl<T: ShmSafe> Clone for LaneQueue<'_, T> {
+impl Clone for LaneQueue<'_> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<T: ShmSafe> Copy for LaneQueue<'_, T> {}
+impl Copy for LaneQueue<'_> {}
 
-impl<T: ShmSafe> fmt::Debug for LaneQueue<'_, T> {
+impl fmt::Debug for LaneQueue<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LaneQueue")
             .field("num_lanes", &self.num_lanes)
@@ -370,11 +371,11 @@ impl LaneCursor {
     /// Takes an item of `lane`: high priority first, except on every k-th
     /// call (counting every call that names an existing lane), which takes
     /// low first. `Ok(None)` when both rings are empty.
-    pub fn pop<T: ShmSafe>(
+    pub fn pop(
         &mut self,
-        queue: &LaneQueue<'_, T>,
+        queue: &LaneQueue<'_>,
         lane: u32,
-    ) -> Result<Option<(Priority, T)>, NoSuchLane> {
+    ) -> Result<Option<(Priority, LlRecord)>, NoSuchLane> {
         if lane >= queue.num_lanes() {
             return Err(NoSuchLane {
                 lane,

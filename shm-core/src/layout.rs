@@ -205,6 +205,8 @@ pub struct BlockHeader {
 pub mod ring_kind {
     pub const SPSC: u32 = 1;
     pub const MPMC: u32 = 2;
+    /// [`LlSlot`](super::LlSlot)s: records whose words carry their own tags.
+    pub const LL: u32 = 3;
 }
 
 /// Header of a bounded ring placed in a region; `capacity` slots of
@@ -241,8 +243,23 @@ pub struct RingSlotHeader {
     pub seq: AtomicU64,
 }
 
+/// Data words an [`LlSlot`] carries (besides its tagged length word).
+pub const LL_RECORD_WORDS: usize = 14;
+
+/// A slot of an LL ring (`ll_ring`): the sequence number (written only by
+/// consumers and the initialiser: "free for the producer of position t" =
+/// 2t), then `1 + LL_RECORD_WORDS` words, each `tag << 32 | data`. Word 0's
+/// data is the record's length in data words. A producer stores each word
+/// with one 8-byte atomic store and no fence; the record is published for
+/// position t once every word of it carries tag `(2t + 1) as u32`.
+#[repr(C)]
+pub struct LlSlot {
+    pub seq: AtomicU64,
+    pub words: [AtomicU64; 1 + LL_RECORD_WORDS],
+}
+
 /// Header of the runtime's task queue shape: `num_lanes` lanes, each with two
-/// MPMC rings (index 0: high priority, 1: low), `ring_bytes` apart, starting
+/// LL rings (index 0: high priority, 1: low), `ring_bytes` apart, starting
 /// at `LANE_QUEUE_RINGS_OFFSET`.
 #[repr(C, align(64))]
 pub struct LaneQueueHeader {
@@ -287,10 +304,9 @@ pub struct FutureShmHeader {
     /// Bytes of output the completer serialized into the copy space.
     pub output_len: AtomicU32,
     /// 0, or where the completer also announces completion: a word the
-    /// submitter polls more cheaply than `flags` (tandem-runtime: the byte
-    /// offset, in the future's segment, of a u32 the completer stores the
-    /// future's offset into, bit 0 set when it succeeded). Written by the
-    /// submitter before publishing; its meaning is the two parties'.
+    /// submitter polls more cheaply than `flags`. Written by the submitter
+    /// before publishing; its meaning is the two parties' (tandem-runtime
+    /// carries its notify words in lane records instead and leaves it 0).
     pub notify: u32,
     /// For pointer futures: the task object.
     pub payload: ShmPtr<u8>,
@@ -372,6 +388,10 @@ mod asserts {
     const_assert_eq!(offset_of!(RingHeader, tail), 128);
 
     assert_eq_size!(RingSlotHeader, [u8; 8]);
+
+    assert_eq_size!(LlSlot, [u8; 128]);
+    const_assert_eq!(offset_of!(LlSlot, seq), 0);
+    const_assert_eq!(offset_of!(LlSlot, words), 8);
 
     assert_eq_size!(LaneQueueHeader, [u8; 64]);
     const_assert_eq!(offset_of!(LaneQueueHeader, magic), 0);

@@ -19,11 +19,13 @@ pub use layout::{AllocatorId, BackendKind, FullPtr, MemoryBackend, OffsetPtr, Sh
 pub use pod::ShmSafe;
 
 pub mod lane_queue;
+pub mod ll_ring;
 pub mod mpmc;
 pub mod ring;
 pub mod spsc;
 
 pub use lane_queue::{LaneCursor, LaneQueue, NoSuchLane, Priority, PushError};
+pub use ll_ring::{LlRecord, LlRing};
 pub use mpmc::MpmcRing;
 pub use ring::RingError;
 pub use spsc::{SpscConsumer, SpscProducer, SpscRing};

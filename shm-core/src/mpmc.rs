@@ -243,18 +243,6 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// A handle to an already validated ring.
-    ///
-    /// # Safety
-    /// As [`RingView::new`]; the ring must be an MPMC ring of `T`.
-    pub(crate) unsafe fn from_validated(region: *mut u8, capacity: u32) -> Self {
-        Self {
-            // SAFETY: forwarded to the caller.
-            view: unsafe { RingView::new(region, capacity) },
-            _elem: PhantomData,
-        }
-    }
 }
 
 impl<T: ShmSafe> fmt::Debug for MpmcRing<'_, T> {

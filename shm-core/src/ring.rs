@@ -230,14 +230,20 @@ impl RingShape {
     /// a cache line (slots start at a 64-byte offset) or too large for the
     /// header's `u32` fields.
     pub(crate) const fn new<T: ShmSafe>(kind: u32) -> Self {
+        Self::with_layout(kind, size_of::<T>(), align_of::<T>())
+    }
+
+    /// The shape of a `kind` ring whose elements are `size` bytes aligned to
+    /// `align` (as [`new`](Self::new)).
+    pub(crate) const fn with_layout(kind: u32, size: usize, align: usize) -> Self {
         assert!(
-            align_of::<T>() <= CACHE_LINE,
+            align <= CACHE_LINE,
             "ring elements may be aligned to at most 64 bytes"
         );
-        // Every slot starts with its sequence number (both kinds).
-        let elem_offset = round_up(size_of::<RingSlotHeader>(), align_of::<T>());
-        let elem_end = elem_offset + size_of::<T>();
-        let slot_align = max(align_of::<T>(), align_of::<RingSlotHeader>());
+        // Every slot starts with its sequence number (every kind).
+        let elem_offset = round_up(size_of::<RingSlotHeader>(), align);
+        let elem_end = elem_offset + size;
+        let slot_align = max(align, align_of::<RingSlotHeader>());
         #[cfg(loom)]
         let (shadow_offset, elem_end, slot_align) = {
             let at = round_up(elem_end, align_of::<SlotShadow>());
@@ -254,8 +260,8 @@ impl RingShape {
         );
         Self {
             kind,
-            elem_size: size_of::<T>() as u32,
-            elem_align: align_of::<T>() as u32,
+            elem_size: size as u32,
+            elem_align: align as u32,
             elem_offset,
             stride,
             #[cfg(loom)]

@@ -7,10 +7,10 @@
 //! with `Atomic*::new` (never by zeroing memory) so that both builds work.
 
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+pub(crate) use core::sync::atomic::{fence, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 /// Spin-loop hint; under loom a yield so the model can schedule other threads.
 #[inline]

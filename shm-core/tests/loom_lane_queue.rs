@@ -14,22 +14,33 @@ use std::num::NonZeroU32;
 use loom::sync::Arc;
 use loom::thread;
 use ring_support::{model, AlignedRegion};
-use tandem_shm_core::{LaneCursor, LaneQueue, Priority};
+use tandem_shm_core::{LaneCursor, LaneQueue, LlRecord, Priority};
+
+fn record(item: u32) -> LlRecord {
+    LlRecord::new(&[item, !item]).unwrap()
+}
+
+/// The item of a whole record; panics on a torn one.
+fn item(r: LlRecord) -> u32 {
+    let i = r.words()[0];
+    assert_eq!(r, record(i), "torn record");
+    i
+}
 
 #[test]
 fn cursor_and_producer_race_on_both_priorities() {
     model(|| {
-        let region = Arc::new(AlignedRegion::new(LaneQueue::<u64>::required_bytes(1, 2)));
+        let region = Arc::new(AlignedRegion::new(LaneQueue::required_bytes(1, 2)));
         // SAFETY: the region outlives the consumer thread (joined below).
-        let queue: LaneQueue<'static, u64> =
+        let queue: LaneQueue<'static> =
             unsafe { LaneQueue::init_in(region.ptr(), region.len(), 1, 2) }.unwrap();
         // The consumer is spawned first and the main thread pushes, so loom's
         // first schedule runs the pushes before the pops (see `loom_mpmc.rs`
         // on why the direction matters) and backtracking explores the rest.
         let consumer = thread::spawn(move || {
             let mut cursor = LaneCursor::new(NonZeroU32::new(2).unwrap());
-            let popped: Vec<(Priority, u64)> = (0..3)
-                .filter_map(|_| cursor.pop(&queue, 0).unwrap())
+            let popped: Vec<(Priority, u32)> = (0..3)
+                .filter_map(|_| cursor.pop(&queue, 0).unwrap().map(|(p, r)| (p, item(r))))
                 .collect();
             (cursor, popped)
         });
@@ -38,15 +49,17 @@ fn cursor_and_producer_race_on_both_priorities() {
             (Priority::Low, 0x2222),
             (Priority::High, 0x3333),
         ];
-        let accepted: Vec<(Priority, u64)> = offered
+        let accepted: Vec<(Priority, u32)> = offered
             .into_iter()
-            .filter(|&(priority, item)| queue.push(0, priority, item).is_ok())
+            .filter(|&(priority, i)| queue.push(0, priority, record(i)).is_ok())
             .collect();
         let (mut cursor, mut popped) = consumer.join().unwrap();
-        popped.extend((0..3).filter_map(|_| cursor.pop(&queue, 0).unwrap()));
+        popped.extend(
+            (0..3).filter_map(|_| cursor.pop(&queue, 0).unwrap().map(|(p, r)| (p, item(r)))),
+        );
         assert_eq!(queue.pop(0), Ok(None));
         for priority in [Priority::High, Priority::Low] {
-            let of = |items: &[(Priority, u64)]| -> Vec<u64> {
+            let of = |items: &[(Priority, u32)]| -> Vec<u32> {
                 items
                     .iter()
                     .filter(|e| e.0 == priority)

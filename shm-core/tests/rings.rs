@@ -14,8 +14,75 @@ use proptest::prelude::*;
 use ring_support::AlignedRegion;
 use tandem_shm_core::layout::{LANE_QUEUE_RINGS_OFFSET, RING_SLOTS_OFFSET};
 use tandem_shm_core::{
-    LaneCursor, LaneQueue, MpmcRing, NoSuchLane, Priority, PushError, RingError, SpscRing,
+    LaneCursor, LaneQueue, LlRecord, LlRing, MpmcRing, NoSuchLane, Priority, PushError, RingError,
+    SpscRing,
 };
+
+/// A lane queue carrying u64s (as two-word records), so its tests read like
+/// the rings'.
+#[derive(Clone, Copy, Debug)]
+struct U64Lanes<'r>(LaneQueue<'r>);
+
+fn record(item: u64) -> LlRecord {
+    LlRecord::new(&[item as u32, (item >> 32) as u32]).unwrap()
+}
+
+fn item(record: LlRecord) -> u64 {
+    match *record.words() {
+        [lo, hi] => u64::from(hi) << 32 | u64::from(lo),
+        _ => panic!("not a u64 record: {record:?}"),
+    }
+}
+
+impl U64Lanes<'_> {
+    unsafe fn init_in(
+        region: *mut u8,
+        len: usize,
+        lanes: u32,
+        depth: u32,
+    ) -> Result<Self, RingError> {
+        // SAFETY: forwarded to the caller.
+        unsafe { LaneQueue::init_in(region, len, lanes, depth) }.map(Self)
+    }
+
+    unsafe fn attach(region: *mut u8, len: usize) -> Result<Self, RingError> {
+        // SAFETY: forwarded to the caller.
+        unsafe { LaneQueue::attach(region, len) }.map(Self)
+    }
+
+    fn push(&self, lane: u32, priority: Priority, v: u64) -> Result<(), PushError<u64>> {
+        self.0.push(lane, priority, record(v)).map_err(|e| match e {
+            PushError::Full(r) => PushError::Full(item(r)),
+            PushError::NoSuchLane {
+                lane,
+                lanes,
+                item: r,
+            } => PushError::NoSuchLane {
+                lane,
+                lanes,
+                item: item(r),
+            },
+        })
+    }
+
+    fn pop(&self, lane: u32) -> Result<Option<(Priority, u64)>, NoSuchLane> {
+        self.0.pop(lane).map(|o| o.map(|(p, r)| (p, item(r))))
+    }
+
+    fn cursor_pop(
+        &self,
+        cursor: &mut LaneCursor,
+        lane: u32,
+    ) -> Result<Option<(Priority, u64)>, NoSuchLane> {
+        cursor
+            .pop(&self.0, lane)
+            .map(|o| o.map(|(p, r)| (p, item(r))))
+    }
+
+    fn lane_len(&self, lane: u32, priority: Priority) -> Result<usize, NoSuchLane> {
+        self.0.lane_len(lane, priority)
+    }
+}
 
 fn spsc_region(capacity: u32) -> AlignedRegion {
     AlignedRegion::new(SpscRing::<u64>::required_bytes(capacity))
@@ -26,7 +93,7 @@ fn mpmc_region(capacity: u32) -> AlignedRegion {
 }
 
 fn lane_region(lanes: u32, depth: u32) -> AlignedRegion {
-    AlignedRegion::new(LaneQueue::<u64>::required_bytes(lanes, depth))
+    AlignedRegion::new(LaneQueue::required_bytes(lanes, depth))
 }
 
 /// Capacities 1, 2, 4 .. 64.
@@ -171,6 +238,43 @@ proptest! {
     }
 
     #[test]
+    fn ll_ring_matches_vecdeque(
+        cap in capacity(),
+        ops in prop::collection::vec(
+            prop_oneof![
+                prop::collection::vec(any::<u32>(), 0..=tandem_shm_core::layout::LL_RECORD_WORDS)
+                    .prop_map(Some),
+                Just(None),
+            ],
+            1..300,
+        ),
+    ) {
+        let region = AlignedRegion::new(LlRing::required_bytes(cap));
+        // SAFETY: the region is ours, sized by required_bytes, outlives both.
+        let ring = unsafe { LlRing::init_in(region.ptr(), region.len(), cap) }.unwrap();
+        // SAFETY: as above; attached after init.
+        let attached = unsafe { LlRing::attach(region.ptr(), region.len()) }.unwrap();
+        let mut model = VecDeque::new();
+        for (i, op) in ops.into_iter().enumerate() {
+            let handle = if i % 3 == 0 { &attached } else { &ring };
+            match op {
+                Some(words) => {
+                    let record = LlRecord::new(&words).unwrap();
+                    let result = handle.try_push(record);
+                    if model.len() == cap as usize {
+                        prop_assert_eq!(result, Err(record));
+                    } else {
+                        prop_assert_eq!(result, Ok(()));
+                        model.push_back(record);
+                    }
+                }
+                None => prop_assert_eq!(handle.try_pop(), model.pop_front()),
+            }
+            prop_assert_eq!(ring.len(), model.len());
+        }
+    }
+
+    #[test]
     fn lane_queue_matches_model(
         lanes in 1u32..4,
         depth in capacity(),
@@ -179,7 +283,7 @@ proptest! {
     ) {
         let region = lane_region(lanes, depth);
         // SAFETY: the region is ours, sized by required_bytes, outlives the queue.
-        let queue = unsafe { LaneQueue::<u64>::init_in(region.ptr(), region.len(), lanes, depth) }.unwrap();
+        let queue = unsafe { U64Lanes::init_in(region.ptr(), region.len(), lanes, depth) }.unwrap();
         let mut cursor = LaneCursor::new(NonZeroU32::new(low_every).unwrap());
         let mut model: Vec<[VecDeque<u64>; 2]> = (0..lanes).map(|_| Default::default()).collect();
         // Calls since the cursor last put low first (the fairness rule).
@@ -224,7 +328,7 @@ proptest! {
                             Ok(pop_model(rings, order))
                         }
                     };
-                    prop_assert_eq!(cursor.pop(&queue, lane), expected);
+                    prop_assert_eq!(queue.cursor_pop(&mut cursor, lane), expected);
                 }
             }
             for (lane, rings) in model.iter().enumerate() {
@@ -277,11 +381,11 @@ fn init_rejects_bad_arguments() {
             }
         );
         assert_eq!(
-            LaneQueue::<u64>::init_in(ptr, len, 0, 1).unwrap_err(),
+            U64Lanes::init_in(ptr, len, 0, 1).unwrap_err(),
             RingError::ZeroLanes
         );
         assert_eq!(
-            LaneQueue::<u64>::init_in(ptr, len, 1, 3).unwrap_err(),
+            U64Lanes::init_in(ptr, len, 1, 3).unwrap_err(),
             RingError::CapacityNotPowerOfTwo(3)
         );
     }
@@ -361,36 +465,40 @@ fn lane_queue_attach_validates_header() {
     // this thread uses it.
     unsafe {
         assert_eq!(
-            LaneQueue::<u64>::attach(ptr, len).unwrap_err(),
+            U64Lanes::attach(ptr, len).unwrap_err(),
             RingError::BadMagic { found: 0 }
         );
-        let queue = LaneQueue::<u64>::init_in(ptr, len, 2, 4).unwrap();
+        let queue = U64Lanes::init_in(ptr, len, 2, 4).unwrap();
         queue.push(1, Priority::Low, 7).unwrap();
+        // Its rings are LL rings: an MPMC handle refuses them.
         assert_eq!(
-            LaneQueue::<u32>::attach(ptr, len).unwrap_err(),
-            RingError::ElementMismatch {
-                expected_size: 4,
-                found_size: 8,
-                expected_align: 4,
-                found_align: 8
+            MpmcRing::<u64>::attach(
+                ptr.add(LANE_QUEUE_RINGS_OFFSET),
+                len - LANE_QUEUE_RINGS_OFFSET
+            )
+            .unwrap_err(),
+            RingError::WrongKind {
+                expected: tandem_shm_core::layout::ring_kind::MPMC,
+                found: tandem_shm_core::layout::ring_kind::LL
             }
         );
         assert!(matches!(
-            LaneQueue::<u64>::attach(ptr, len - 64).unwrap_err(),
+            U64Lanes::attach(ptr, len - 64).unwrap_err(),
             RingError::RegionTooSmall { .. }
         ));
         // A ring magic overwritten: the lane queue refuses to attach.
-        let second_ring = ptr.add(LANE_QUEUE_RINGS_OFFSET + MpmcRing::<u64>::required_bytes(4));
+        let second_ring =
+            ptr.add(LANE_QUEUE_RINGS_OFFSET + LlRing::required_bytes(4).next_multiple_of(64));
         second_ring.cast::<u32>().write(0xdead);
         assert_eq!(
-            LaneQueue::<u64>::attach(ptr, len).unwrap_err(),
+            U64Lanes::attach(ptr, len).unwrap_err(),
             RingError::BadMagic { found: 0xdead }
         );
         second_ring
             .cast::<u32>()
             .write(tandem_shm_core::layout::magic::RING);
-        let attached = LaneQueue::<u64>::attach(ptr, len).unwrap();
-        assert_eq!((attached.num_lanes(), attached.depth()), (2, 4));
+        let attached = U64Lanes::attach(ptr, len).unwrap();
+        assert_eq!((attached.0.num_lanes(), attached.0.depth()), (2, 4));
         assert_eq!(attached.pop(1), Ok(Some((Priority::Low, 7))));
     }
 }
@@ -399,7 +507,7 @@ fn lane_queue_attach_validates_header() {
 fn lane_queue_refuses_missing_lanes() {
     let region = lane_region(2, 2);
     // SAFETY: the region is ours and outlives the queue.
-    let queue = unsafe { LaneQueue::<u64>::init_in(region.ptr(), region.len(), 2, 2) }.unwrap();
+    let queue = unsafe { U64Lanes::init_in(region.ptr(), region.len(), 2, 2) }.unwrap();
     let missing = NoSuchLane { lane: 2, lanes: 2 };
     let err = queue.push(2, Priority::High, 5).unwrap_err();
     assert_eq!(
@@ -413,7 +521,7 @@ fn lane_queue_refuses_missing_lanes() {
     assert_eq!(err.into_inner(), 5);
     assert_eq!(queue.pop(2), Err(missing));
     assert_eq!(queue.lane_len(2, Priority::Low), Err(missing));
-    assert_eq!(LaneCursor::default().pop(&queue, 7).unwrap_err().lane, 7);
+    assert_eq!(LaneCursor::default().pop(&queue.0, 7).unwrap_err().lane, 7);
     assert_eq!(
         LaneCursor::default().low_every(),
         LaneCursor::DEFAULT_LOW_EVERY
@@ -561,12 +669,46 @@ fn mpmc_stress_4x4_small_ring() {
 }
 
 #[test]
+fn ll_ring_stress_exactly_once() {
+    let region = AlignedRegion::new(LlRing::required_bytes(8));
+    // SAFETY: the region is ours and outlives the ring.
+    let ring = unsafe { LlRing::init_in(region.ptr(), region.len(), 8) }.unwrap();
+    // Records of 2 to 14 words, every word derived from the item: a torn
+    // record (words of two laps) fails `item`'s check.
+    let long = |v: u64| {
+        let n = 2 + (v % 13) as usize;
+        let words: Vec<u32> = (0..n)
+            .map(|i| {
+                if i < 2 {
+                    [v as u32, (v >> 32) as u32][i]
+                } else {
+                    (v as u32).rotate_left(i as u32)
+                }
+            })
+            .collect();
+        LlRecord::new(&words).unwrap()
+    };
+    let check = |r: LlRecord| {
+        let w = r.words();
+        let v = u64::from(w[1]) << 32 | u64::from(w[0]);
+        assert_eq!(r, long(v), "torn record");
+        v
+    };
+    mpmc_exactly_once(
+        3,
+        3,
+        30_000,
+        |v| ring.try_push(long(v)).map_err(|r| check(r)),
+        || || ring.try_pop().map(check),
+    );
+}
+
+#[test]
 fn lane_queue_stress_everything_once() {
     const LANES: u32 = 3;
     let region = lane_region(LANES, 16);
     // SAFETY: the region is ours and outlives the queue.
-    let queue =
-        unsafe { LaneQueue::<u64>::init_in(region.ptr(), region.len(), LANES, 16) }.unwrap();
+    let queue = unsafe { U64Lanes::init_in(region.ptr(), region.len(), LANES, 16) }.unwrap();
     // Producer p sends to lane p % LANES at priority p % 2 (so lane 0 gets
     // both), keeping each producer's items in one FIFO ring; consumers poll
     // the lanes round robin, each with its own cursor.
@@ -593,7 +735,10 @@ fn lane_queue_stress_everything_once() {
             move || {
                 (0..LANES).find_map(|_| {
                     lane = (lane + 1) % LANES;
-                    cursor.pop(queue, lane).unwrap().map(|(_, item)| item)
+                    queue
+                        .cursor_pop(&mut cursor, lane)
+                        .unwrap()
+                        .map(|(_, item)| item)
                 })
             }
         },
@@ -604,7 +749,7 @@ fn lane_queue_stress_everything_once() {
 fn low_priority_drains_while_high_stays_full() {
     let region = lane_region(1, 8);
     // SAFETY: the region is ours and outlives the queue.
-    let queue = unsafe { LaneQueue::<u64>::init_in(region.ptr(), region.len(), 1, 8) }.unwrap();
+    let queue = unsafe { U64Lanes::init_in(region.ptr(), region.len(), 1, 8) }.unwrap();
     let refill_high = || while queue.push(0, Priority::High, 0).is_ok() {};
     for i in 0..8 {
         queue.push(0, Priority::Low, i).unwrap();
@@ -616,7 +761,7 @@ fn low_priority_drains_while_high_stays_full() {
         refill_high();
         pops += 1;
         assert!(pops <= 8 * 4, "low starved: {low:?} after {pops} pops");
-        if let Some((Priority::Low, item)) = cursor.pop(&queue, 0).unwrap() {
+        if let Some((Priority::Low, item)) = queue.cursor_pop(&mut cursor, 0).unwrap() {
             low.push(item);
         }
     }
@@ -630,7 +775,7 @@ fn low_priority_drains_while_high_stays_full() {
 fn low_priority_drains_under_concurrent_high_flood() {
     let region = lane_region(1, 16);
     // SAFETY: the region is ours and outlives the queue.
-    let queue = unsafe { LaneQueue::<u64>::init_in(region.ptr(), region.len(), 1, 16) }.unwrap();
+    let queue = unsafe { U64Lanes::init_in(region.ptr(), region.len(), 1, 16) }.unwrap();
     const LOW: u64 = 10_000;
     let done = AtomicBool::new(false);
     let start = Barrier::new(2);
@@ -659,7 +804,7 @@ fn low_priority_drains_under_concurrent_high_flood() {
         let mut cursor = LaneCursor::default();
         let mut next_low = 0;
         while next_low < LOW {
-            match cursor.pop(&queue, 0).unwrap() {
+            match queue.cursor_pop(&mut cursor, 0).unwrap() {
                 Some((Priority::Low, item)) => {
                     assert_eq!(item, next_low);
                     next_low += 1;
@@ -705,14 +850,11 @@ mod two_mappings {
 
     #[test]
     fn lane_queue_across_mappings() {
-        let map = DoubleMapping::new(LaneQueue::<u64>::required_bytes(2, 8));
+        let map = DoubleMapping::new(LaneQueue::required_bytes(2, 8));
         // SAFETY: as above.
         let (tx, rx) = unsafe {
-            let tx = LaneQueue::<u64>::init_in(map.first(), map.len(), 2, 8).unwrap();
-            (
-                tx,
-                LaneQueue::<u64>::attach(map.second(), map.len()).unwrap(),
-            )
+            let tx = U64Lanes::init_in(map.first(), map.len(), 2, 8).unwrap();
+            (tx, U64Lanes::attach(map.second(), map.len()).unwrap())
         };
         tx.push(1, Priority::Low, 11).unwrap();
         tx.push(1, Priority::High, 12).unwrap();

@@ -80,6 +80,31 @@ fn many_threads_every_task_once<A: GpuApi>(api: A, blocks: u32, threads: u32, ta
     }
 }
 
+/// Tasks too large for a lane record go through the future's copy space (a
+/// fenced publication), alternating with inline ones on the same futures:
+/// every answer right, every future completed once.
+fn large_and_inline_tasks_alternate<A: GpuApi>(api: A, blocks: u32, threads: u32, tasks: u64) {
+    let runtime = Runtime::start_with(
+        api,
+        config(DeviceSelection::Only(vec![0]), 4, 16),
+        Registry::with_builtins(),
+    )
+    .expect("start");
+    let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
+    let launch = EchoLaunch {
+        method: math::SUM,
+        ..add_launch(blocks, threads, tasks, EchoPriority::Alternate)
+    };
+    let outcome = kernels.echo(&launch).expect("echo");
+    assert_all_added(&outcome, tasks);
+    let stats = runtime.stats();
+    assert_eq!(stats.completed, u64::from(blocks * threads) * tasks);
+    assert_eq!(
+        (stats.failed, stats.double_completions, stats.bad_pointers),
+        (0, 0, 0)
+    );
+}
+
 /// Unknown methods complete with an error code; the workers serve the next
 /// launch normally.
 fn unknown_method_is_an_error_code<A: GpuApi>(api: A) {
@@ -255,6 +280,11 @@ fn host_many_threads_every_task_once() {
 }
 
 #[test]
+fn host_large_and_inline_tasks_alternate() {
+    large_and_inline_tasks_alternate(HostApi::with_devices(1), 4, 16, 40);
+}
+
+#[test]
 fn host_unknown_method_is_an_error_code() {
     unknown_method_is_an_error_code(HostApi::with_devices(1));
 }
@@ -349,6 +379,13 @@ macro_rules! gpu_tests {
             fn many_threads_every_task_once() {
                 if let Some((api, _one)) = api("runtime many_threads_every_task_once") {
                     super::many_threads_every_task_once(api, 132, 128, 16);
+                }
+            }
+
+            #[test]
+            fn large_and_inline_tasks_alternate() {
+                if let Some((api, _one)) = api("runtime large_and_inline_tasks_alternate") {
+                    super::large_and_inline_tasks_alternate(api, 132, 64, 16);
                 }
             }
 

@@ -140,6 +140,8 @@ struct alignas(16) BlockHeader {
 namespace ring_kind {
 constexpr u32 SPSC = 1;
 constexpr u32 MPMC = 2;
+/// LlSlot rings (tandem/ll_ring.h).
+constexpr u32 LL = 3;
 }  // namespace ring_kind
 
 /// Header of a bounded ring; `capacity` slots of `slot_stride` bytes follow
@@ -166,7 +168,20 @@ struct RingSlotHeader {
   u64 seq;
 };
 
-/// Header of the runtime's lane queue: `num_lanes` lanes of two MPMC rings.
+/// Data words an LlSlot carries besides its tagged length word.
+constexpr u64 LL_RECORD_WORDS = 14;
+
+/// A slot of an LL ring (shm-core ll_ring.rs): the sequence number (written
+/// by consumers only: 2t = free for position t), then 1 + LL_RECORD_WORDS
+/// words `tag << 32 | data`; word 0's data is the record's length. Each word
+/// is one 8-byte atomic store; position t's record is whole once every word
+/// of it has tag (2t + 1) mod 2^32.
+struct LlSlot {
+  u64 seq;
+  u64 words[1 + LL_RECORD_WORDS];
+};
+
+/// Header of the runtime's lane queue: `num_lanes` lanes of two LL rings.
 struct alignas(64) LaneQueueHeader {
   u32 magic;
   u32 num_lanes;
@@ -241,6 +256,8 @@ TANDEM_ASSERT_OFFSET(RingHeader, slot_stride, 20);
 TANDEM_ASSERT_OFFSET(RingHeader, head, 64);
 TANDEM_ASSERT_OFFSET(RingHeader, tail, 128);
 static_assert(sizeof(RingSlotHeader) == 8, "RingSlotHeader");
+static_assert(sizeof(LlSlot) == 128, "LlSlot");
+TANDEM_ASSERT_OFFSET(LlSlot, words, 8);
 static_assert(sizeof(LaneQueueHeader) == 64, "LaneQueueHeader");
 TANDEM_ASSERT_OFFSET(LaneQueueHeader, ring_bytes, 16);
 static_assert(sizeof(FutureShmHeader) == 48 && alignof(FutureShmHeader) == 16, "FutureShmHeader");

@@ -421,8 +421,8 @@ struct ConsumedNote {
 };
 
 /// The note to record once the item pushed with `ticket` is known consumed.
-template <typename T>
-TANDEM_DEVICE ConsumedNote mpmc_consumed_note(const MpmcRing<T>& ring, u64* free_hints, u64 ticket) {
+template <typename Ring>
+TANDEM_DEVICE ConsumedNote mpmc_consumed_note(const Ring& ring, u64* free_hints, u64 ticket) {
   return ConsumedNote{free_hints == nullptr ? nullptr : &free_hints[ticket & ring.mask],
                       detail::mpmc_free_for(ticket + ring.capacity())};
 }
@@ -434,38 +434,38 @@ TANDEM_DEVICE void mpmc_note_consumed(const ConsumedNote& note) {
   }
 }
 
-/// Pushes `item` on a ring whose producers all take their tickets from
-/// `tickets`; `consumed` is the consumers' counter: the ring's `head` when
-/// they are CPU threads (the overload below), their DeviceTickets::next when
-/// they are GPU threads too. See "Device tickets" above. With `free_hints`
-/// (may be null; see mpmc_note_consumed) a hinted free slot costs no PCIe
-/// read; `*claimed` (may be null) gets the ticket pushed with.
-template <typename T, scope S = scope::system>
-TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
-                                               const u64* consumed, const T& item, const u32* stop,
-                                               const u64* free_hints = nullptr, u64* claimed = nullptr) {
+namespace detail {
+
+/// The producer's half of a ticketed push, shared by MPMC and LL rings
+/// (tandem/ll_ring.h): checks for room, claims a ticket from `tickets` and
+/// waits until the slot of its previous lap was consumed and freed, which
+/// `seq_of(ticket)` (that slot's sequence number) or the free-slot hint
+/// says. `consumed` is the consumers' counter; see "Device tickets" above.
+template <scope S, typename SeqOf>
+TANDEM_DEVICE ticket_result claim_free_slot(u64 capacity, SeqOf seq_of, DeviceTickets* tickets,
+                                            const u64* consumed, const u32* stop, const u64* free_hints,
+                                            u64* claimed) {
   // Room for ticket t when consumed + capacity > t. A stale `next` makes the
   // ring look emptier than it is; the claimed ticket then waits (below).
-  const i64 room = 1 - static_cast<i64>(ring.capacity());
+  const i64 room = 1 - static_cast<i64>(capacity);
   const u64 next = load_relaxed<scope::device>(&tickets->next);
-  if (!detail::ticket_room(tickets, consumed, next, room)) {
+  if (!ticket_room(tickets, consumed, next, room)) {
     return ticket_result::unavailable;
   }
   // Relaxed: the fetch_add only makes tickets unique; the hand-off of the
   // slot is ordered by its sequence number.
   const u64 ticket = fetch_add<scope::device, order::relaxed>(&tickets->next, u64{1});
   // Until a consumer has taken the slot's previous lap, without polling it.
-  if (!detail::wait_ticket_ready(tickets, consumed, ticket, room, stop)) {
+  if (!wait_ticket_ready(tickets, consumed, ticket, room, stop)) {
     return ticket_result::stopped;  // the ticket is abandoned (see above)
   }
-  u8* const slot = ring.slot(ticket);
-  u64* const seq = MpmcRing<T>::seq(slot);
-  const u64 free = detail::mpmc_free_for(ticket);
+  const u64 free = mpmc_free_for(ticket);
   // Acquire: see mpmc_note_consumed.
   const bool hinted = free_hints != nullptr &&
-                      load_acquire<scope::device>(&free_hints[ticket & ring.mask]) == free;
+                      load_acquire<scope::device>(&free_hints[ticket & (capacity - 1)]) == free;
   // A consumer has taken the previous lap (wait_ticket_ready): it frees the
   // slot right after its copy, so this wait is short.
+  u64* const seq = seq_of(ticket);
   Backoff backoff;
   for (u64 round = 0; !hinted; ++round) {
     // Acquire: pairs with the release store of the consumer that freed the
@@ -485,10 +485,34 @@ TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTi
     }
     backoff.idle();
   }
+  *claimed = ticket;
+  return ticket_result::done;
+}
+
+}  // namespace detail
+
+/// Pushes `item` on a ring whose producers all take their tickets from
+/// `tickets`; `consumed` is the consumers' counter: the ring's `head` when
+/// they are CPU threads (the overload below), their DeviceTickets::next when
+/// they are GPU threads too. See "Device tickets" above. With `free_hints`
+/// (may be null; see mpmc_note_consumed) a hinted free slot costs no PCIe
+/// read; `*claimed` (may be null) gets the ticket pushed with.
+template <typename T, scope S = scope::system>
+TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
+                                               const u64* consumed, const T& item, const u32* stop,
+                                               const u64* free_hints = nullptr, u64* claimed = nullptr) {
+  u64 ticket = 0;
+  const ticket_result r = detail::claim_free_slot<S>(
+      ring.capacity(), [&](u64 t) { return MpmcRing<T>::seq(ring.slot(t)); }, tickets, consumed, stop,
+      free_hints, &ticket);
+  if (r != ticket_result::done) {
+    return r;
+  }
+  u8* const slot = ring.slot(ticket);
   *MpmcRing<T>::elem(slot) = item;
   // Release: pairs with the consumer's acquire load of `seq`, publishing the
   // element (at system scope: to the CPU as well).
-  store_release<S>(seq, detail::mpmc_full_for(ticket));
+  store_release<S>(MpmcRing<T>::seq(slot), detail::mpmc_full_for(ticket));
   if (claimed != nullptr) {
     *claimed = ticket;
   }

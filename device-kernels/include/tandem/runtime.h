@@ -15,14 +15,17 @@
 // kernel as a by-value MemoryBackend: base = the device address of the
 // segment. Futures come from the segment's kernel arena (one carve per
 // block, then block-local bumps); a future is reused for the thread's next
-// task (rt_make_task re-initialises it once the last one completed). Every
-// task pointer pushed into the queue is a ShmPtr relative to the segment's
-// base with the segment's id, which is how the CPU workers resolve it.
+// task once the last one completed. A lane record names its future by its
+// byte offset from the segment's base (rt_record), which is how the CPU
+// workers resolve it; the GPU inbox carries ShmPtrs with the segment's id.
 //
-// Memory order: the queue push (a device ticket, then the slot's
-// system-scope release store; mpmc.h) publishes the future's input to the
-// worker; the worker's completion is a
-// release that rt_wait's system-scope acquire pairs with (future.h).
+// Memory order: a task small enough goes to the workers whole in its lane
+// record (tandem/ll_ring.h), whose tagged words need no fence: the kernel
+// writes nothing else for it (not even the future, which the worker
+// re-arms). A larger task is written into the future's copy space, and one
+// system-scope release fence before the record publishes it. The worker's
+// answer is a release store of the thread's notify word, which rt_wait's
+// system-scope acquire pairs with (so the future's output is then visible).
 // Waiting: call rt_wait from any lane; it spins on memory the CPU writes,
 // never on another lane of the same warp/wavefront.
 #pragma once
@@ -30,6 +33,7 @@
 #include "tandem/arena.h"
 #include "tandem/future.h"
 #include "tandem/layout.h"
+#include "tandem/ll_ring.h"
 #include "tandem/mpmc.h"
 #include "tandem/portability.h"
 #include "tandem/ser.h"
@@ -39,7 +43,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 3;
+constexpr u32 RT_SEGMENT_VERSION = 4;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -140,6 +144,26 @@ TANDEM_ASSERT_OFFSET(TaskHeader, method, 4);
 TANDEM_ASSERT_OFFSET(TaskHeader, args_len, 8);
 TANDEM_ASSERT_OFFSET(TaskHeader, version, 12);
 
+/// `runtime::layout::task_record`: the words of a lane record (LlSlot).
+namespace rt_record {
+/// The future's byte offset in the segment.
+constexpr u32 FUTURE = 0;
+/// The byte offset of the sender's notify word; 0 for none.
+constexpr u32 NOTIFY = 1;
+/// The task's token: the completer stores token << 1 | succeeded there.
+constexpr u32 TOKEN = 2;
+/// Words of a record whose task is in the future (copy space or payload).
+constexpr u32 IN_FUTURE_WORDS = 3;
+/// An inline task's pool, method and argument bytes, then the arguments,
+/// four little-endian bytes a word, the last one zero-padded.
+constexpr u32 POOL = 3;
+constexpr u32 METHOD = 4;
+constexpr u32 ARGS_LEN = 5;
+constexpr u32 ARGS = 6;
+/// Argument bytes an inline task may carry.
+constexpr u32 INLINE_ARGS_MAX = (LL_RECORD_WORDS - ARGS) * 4;
+}  // namespace rt_record
+
 /// Runtime return codes (runtime/src/task.rs).
 constexpr i32 RT_RC_UNKNOWN_POOL = RC_OUTPUT_TOO_LARGE + 16;
 constexpr i32 RT_RC_UNKNOWN_METHOD = RC_OUTPUT_TOO_LARGE + 17;
@@ -219,18 +243,35 @@ struct RtFuture {
   /// What rt_wait records once the task is answered: its queue slot is free
   /// again (mpmc.h free-slot hints).
   ConsumedNote consumed;
-  /// The future's notify word and its segment offset (FutureShmHeader::
-  /// notify), or null/0: after completing the future, the completer stores
-  /// its offset there, bit 0 set when it succeeded.
+  /// The thread's notify word and its segment offset, or null/0: after
+  /// completing the future, the worker stores `token << 1 | succeeded` there.
   u32* notify;
   u32 notify_offset;
+  /// The current task's token: nonzero, below 2^31, new for every task, so
+  /// an earlier answer never passes for this one's and the word needs no
+  /// clearing (which, unfenced, could land after the answer).
+  u32 token;
+  /// The task rt_make_task staged for its lane record (pool, method,
+  /// args_len, argument words: `staged_len` words), or staged_len 0 when
+  /// it went into the copy space.
+  u32 staged[LL_RECORD_WORDS - rt_record::POOL];
+  u32 staged_len;
+  /// The task in flight went to the GPU service, which answers through the
+  /// future's flags only.
+  bool via_gpu;
 };
 
 namespace detail {
 
 /// Bytes between consecutive rings of a lane queue (`ring_bytes` in
-/// lane_queue.rs: one ring, rounded up to a cache line).
+/// lane_queue.rs: one LL ring, rounded up to a cache line).
 TANDEM_HOST_DEVICE u64 rt_ring_bytes(u32 depth) {
+  return (ll_required_bytes(depth) + CACHE_LINE - 1) & ~(CACHE_LINE - 1);
+}
+
+/// Bytes between the GPU inbox's rings (`inbox_ring_bytes` in segment.rs:
+/// one MPMC ring of task pointers, rounded up to a cache line).
+TANDEM_HOST_DEVICE u64 rt_inbox_ring_bytes(u32 depth) {
   return (mpmc_required_bytes<ShmPtr<u8>>(depth) + CACHE_LINE - 1) & ~(CACHE_LINE - 1);
 }
 
@@ -260,17 +301,16 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
   u8* const base = reinterpret_cast<u8*>(segment.base);
   LaneQueueHeader* q = reinterpret_cast<LaneQueueHeader*>(base + h->queue_offset);
   if (load_acquire<scope::system>(&q->magic) != magic::LANE_QUEUE || q->num_lanes == 0 ||
-      q->elem_size != sizeof(ShmPtr<u8>) || detail::check_ring_capacity(q->depth) != ring_status::ok ||
+      q->elem_size != sizeof(LlSlot::words) || detail::check_ring_capacity(q->depth) != ring_status::ok ||
       q->ring_bytes != rt_ring_bytes(q->depth) ||
       LANE_QUEUE_RINGS_OFFSET + 2ull * q->num_lanes * q->ring_bytes > h->queue_bytes) {
     return rt_status::bad_queue;
   }
   u8* const rings = base + h->queue_offset + LANE_QUEUE_RINGS_OFFSET;
   for (u32 i = 0; i < 2 * q->num_lanes; ++i) {
-    MpmcRing<ShmPtr<u8>> ring;
+    LlRing ring;
     RingHeader* rh = reinterpret_cast<RingHeader*>(rings + i * q->ring_bytes);
-    if (mpmc_attach<ShmPtr<u8>>(rh, q->ring_bytes, &ring) != ring_status::ok ||
-        ring.capacity() != q->depth) {
+    if (ll_attach(rh, q->ring_bytes, &ring) != ring_status::ok || ring.capacity() != q->depth) {
       return rt_status::bad_queue;
     }
   }
@@ -285,7 +325,7 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
   ctx.inbox = nullptr;
   if (h->inbox_offset != 0) {
     if (h->inbox_depth != q->depth ||
-        h->inbox_ring_bytes != rt_ring_bytes(h->inbox_depth) || h->inbox_offset < h->queue_offset ||
+        h->inbox_ring_bytes != rt_inbox_ring_bytes(h->inbox_depth) || h->inbox_offset < h->queue_offset ||
         h->inbox_offset + 2 * h->inbox_ring_bytes > h->queue_offset + h->queue_bytes) {
       return rt_status::bad_queue;
     }
@@ -365,9 +405,11 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   out->bytes = bytes;
   out->in_flight = false;
   out->consumed = ConsumedNote{nullptr, 0};
-  // The thread's notify word goes to its first future, when the word and the
-  // future have 32-bit offsets (the word names the future by its offset).
-  // One future per word: rt_wait trusts the word alone (see there).
+  out->token = 0;
+  out->staged_len = 0;
+  out->via_gpu = false;
+  // The thread's notify word goes to its first future (one future per word:
+  // rt_wait trusts the word alone, see there); records carry 32-bit offsets.
   const u32 me = thread_rank();
   const u64 word_offset = ctx.notify_offset + u64{me} * sizeof(u32);
   const bool notified = ctx.notify_words != nullptr && me < RT_NOTIFY_THREADS &&
@@ -375,33 +417,32 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
                         out->ptr.off <= 0xFFFFFFFFull;
   if (notified) {
     ctx.notify_taken[me] = true;
+    // No earlier launch's answer may pass for one of ours.
+    store_relaxed<scope::system>(&ctx.notify_words[me], 0u);
   }
   out->notify = notified ? &ctx.notify_words[me] : nullptr;
   out->notify_offset = notified ? static_cast<u32>(word_offset) : 0;
+  // Release, once per future: its header (the copy-space size a worker
+  // checks) and the cleared word reach the host before any record naming
+  // them, since records carry no fence of their own.
+  fence_acq_rel<scope::system>();
   return rt_status::ok;
 }
 
-/// Makes `f` carry the task (pool, method, arguments written by
-/// `write_args(Writer&) -> ser_status`): re-initialises the future (it must
-/// be fresh or complete: the kernel owns it again), then serializes the task
-/// header and the arguments into the copy space. args_too_large when they do
-/// not fit (nothing is truncated).
+namespace detail {
+
+/// Writes the task (header, then `args_len` argument bytes from `args`, or
+/// from `write_args` when `args` is null) into `f`'s copy space, after
+/// re-initialising the future. args_too_large when it does not fit.
 template <typename W>
-TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_args) {
-  if (f.in_flight) {
-    return rt_status::future_error;  // the previous task was not seen complete
-  }
+TANDEM_DEVICE rt_status rt_fill_copy_space(RtFuture& f, u32 pool, u32 method, u32 args_len, const u8* args,
+                                           W write_args) {
   FutureView view;
   if (future_init(reinterpret_cast<u8*>(f.view.header), f.bytes, f.view.copy_space_size, &view) !=
       future_status::ok) {
     return rt_status::future_error;
   }
-  Writer counter = Writer::counting();
-  if (write_args(counter) != ser_status::ok || counter.pos > 0xFFFFFFFFull) {
-    return rt_status::ser_failed;
-  }
-  const u32 args_len = static_cast<u32>(counter.pos);
-  const u64 needed = RT_TASK_HEADER_BYTES + counter.pos;
+  const u64 needed = RT_TASK_HEADER_BYTES + u64{args_len};
   if (needed > view.copy_space_size) {
     return rt_status::args_too_large;
   }
@@ -410,49 +451,95 @@ TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_
   if (s == ser_status::ok) s = w.put_u32(method);
   if (s == ser_status::ok) s = w.put_u32(args_len);
   if (s == ser_status::ok) s = w.put_u32(RT_TASK_VERSION);
-  if (s == ser_status::ok) s = write_args(w);
+  if (s == ser_status::ok) {
+    if (args != nullptr) {
+      for (u32 i = 0; i < args_len; ++i) {
+        view.copy_space()[RT_TASK_HEADER_BYTES + i] = args[i];
+      }
+      w.pos += args_len;
+    } else {
+      s = write_args(w);
+    }
+  }
   if (s != ser_status::ok || w.pos != needed) {
     return rt_status::ser_failed;
   }
-  // The input is recorded with plain (relaxed) stores rather than
-  // future_write_input's read-modify-writes: the future was just initialised
-  // and is not published, so nobody else reads these words until the queue
-  // push (a system-scope release) publishes them. On a GPU this saves two
-  // system-scope RMWs on host memory per task, the scarcest resource here
-  // (about 30 M/s for the whole device).
+  // Plain (relaxed) stores rather than future_write_input's read-modify-
+  // writes: the future is not published until the fenced push that follows,
+  // and a GPU's system-scope RMWs on host memory are its scarcest resource.
   store_relaxed<scope::system>(&view.header->input_len, static_cast<u32>(needed));
-  store_relaxed<scope::system>(&view.header->notify, f.notify_offset);
   store_relaxed<scope::system>(&view.header->flags, future_flags::COPY_FROM_CLIENT);
-  if (f.notify != nullptr) {
-    // Cleared before the push publishes the task: a completion of this same
-    // future earlier left its own tag there.
-    store_relaxed<scope::system>(f.notify, 0u);
-  }
   f.view = view;
+  return rt_status::ok;
+}
+
+/// No arguments: rt_fill_copy_space's `write_args` when they are given.
+struct NoArgs {
+  TANDEM_DEVICE ser_status operator()(Writer&) const { return ser_status::ok; }
+};
+
+}  // namespace detail
+
+/// Makes `f` carry the task (pool, method, arguments written by
+/// `write_args(Writer&) -> ser_status`); `f` must be fresh or its last task
+/// seen complete (the kernel owns it again). Arguments of at most
+/// rt_record::INLINE_ARGS_MAX bytes are staged in `f` and go to the workers
+/// inside the lane record (nothing is written to host memory yet); larger
+/// ones are serialized into the copy space. args_too_large when they do not
+/// fit there either (nothing is truncated).
+template <typename W>
+TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_args) {
+  if (f.in_flight) {
+    return rt_status::future_error;  // the previous task was not seen complete
+  }
+  Writer counter = Writer::counting();
+  if (write_args(counter) != ser_status::ok || counter.pos > 0xFFFFFFFFull) {
+    return rt_status::ser_failed;
+  }
+  const u32 args_len = static_cast<u32>(counter.pos);
+  // 31-bit, never 0 (a cleared word), different from the last task's.
+  f.token = f.token % 0x7FFFFFFFu + 1;
+  if (args_len > rt_record::INLINE_ARGS_MAX) {
+    f.staged_len = 0;
+    return detail::rt_fill_copy_space(f, pool, method, args_len, nullptr, write_args);
+  }
+  u8 args[rt_record::INLINE_ARGS_MAX] = {};
+  Writer w = Writer::over(args, rt_record::INLINE_ARGS_MAX);
+  if (write_args(w) != ser_status::ok || w.pos != args_len) {
+    return rt_status::ser_failed;
+  }
+  f.staged[0] = pool;
+  f.staged[1] = method;
+  f.staged[2] = args_len;
+  const u32 words = (args_len + 3) / 4;
+  for (u32 i = 0; i < words; ++i) {
+    f.staged[3 + i] = u32{args[4 * i]} | u32{args[4 * i + 1]} << 8 | u32{args[4 * i + 2]} << 16 |
+                      u32{args[4 * i + 3]} << 24;
+  }
+  f.staged_len = 3 + words;
   return rt_status::ok;
 }
 
 namespace detail {
 
-/// Pushes `f`'s pointer on `ring` with a ticket from `tickets` (mpmc.h,
-/// "Device tickets": one device-memory fetch_add, no RMW on host memory);
-/// `consumed` is the ring's consumer counter, `free_hints` its free-slot
-/// hints. A full ring is retried
-/// (back-pressure: nothing is dropped) for up to `spin_budget` rounds or until
-/// `*stop` (may be null) is raised; queue_full then means nothing was pushed.
-/// Once a ticket is claimed the push waits for its slot, which the consumers
-/// free; only `*stop` ends that wait (when they are gone).
-TANDEM_DEVICE rt_status rt_push(const MpmcRing<ShmPtr<u8>>& ring, DeviceTickets* tickets, const u64* consumed,
-                                u64* free_hints, RtFuture& f, const u32* stop, u64 spin_budget) {
+/// Runs `push()` (a ticketed push of `f`'s task; mpmc.h, "Device tickets":
+/// one device-memory fetch_add, no RMW on host memory) until it lands: a
+/// full ring is retried (back-pressure: nothing is dropped) for up to
+/// `spin_budget` rounds or until `*stop` (may be null) is raised; queue_full
+/// then means nothing was pushed. Once a ticket is claimed the push waits for
+/// its slot, which the consumers free; only `*stop` ends that wait (when
+/// they are gone). `note(ticket)` makes the ConsumedNote of the ticket.
+template <typename Push, typename Note>
+TANDEM_DEVICE rt_status rt_push(RtFuture& f, const u32* stop, u64 spin_budget, Push push, Note note) {
   // Short sleeps: a full ring is re-checked in device memory only (mpmc.h,
   // refresh_other_side), and a long sleep would let the consumer run dry.
   Backoff backoff;
   for (u64 round = 0;; ++round) {
     u64 ticket = 0;
-    switch (mpmc_push_ticketed<ShmPtr<u8>>(ring, tickets, consumed, f.ptr, stop, free_hints, &ticket)) {
+    switch (push(&ticket)) {
       case ticket_result::done:
         f.in_flight = true;
-        f.consumed = mpmc_consumed_note(ring, free_hints, ticket);
+        f.consumed = note(ticket);
         return rt_status::ok;
       case ticket_result::stopped:
         return rt_status::stopped;
@@ -484,8 +571,10 @@ TANDEM_DEVICE MpmcRing<ShmPtr<u8>> rt_inbox_ring(const RtContext& ctx, RtInbox w
 
 }  // namespace detail
 
-/// Sends `f` to the CPU workers: its pointer goes to `lane` at `priority` of
-/// the device's queue (see detail::rt_push for full lanes and `stop`).
+/// Sends `f`'s task to the CPU workers: its lane record (the task itself
+/// when rt_make_task staged it, else the future's offset) goes to `lane` at
+/// `priority` of the device's queue (see detail::rt_push for full lanes and
+/// `stop`). A staged task costs no fence (tandem/ll_ring.h).
 TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 lane, rt_priority priority,
                                        const u32* stop, u64 spin_budget) {
   if (ctx.status != rt_status::ok) {
@@ -494,18 +583,37 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
   if (lane >= ctx.num_lanes) {
     return rt_status::bad_lane;
   }
+  if (f.ptr.off > 0xFFFFFFFFull) {
+    return rt_status::future_error;  // rt_future_alloc's futures never are
+  }
+  u32 record[LL_RECORD_WORDS];
+  record[rt_record::FUTURE] = static_cast<u32>(f.ptr.off);
+  record[rt_record::NOTIFY] = f.notify_offset;
+  record[rt_record::TOKEN] = f.token;
+  for (u32 i = 0; i < f.staged_len; ++i) {
+    record[rt_record::POOL + i] = f.staged[i];
+  }
+  const u32 words = rt_record::IN_FUTURE_WORDS + f.staged_len;
+  const bool in_future = f.staged_len == 0;
   const u32 index = RtTicket::lane_producers(lane, static_cast<u32>(priority));
   RingHeader* header = reinterpret_cast<RingHeader*>(ctx.rings + u64{index} * ctx.ring_bytes);
   // Validated by rt_init.
-  const MpmcRing<ShmPtr<u8>> ring = detail::mpmc_view<ShmPtr<u8>>(header, ctx.depth);
-  // The workers pop with the ring's own `head`.
-  return detail::rt_push(ring, ctx.tickets + index, &header->head.value,
-                         ctx.free_hints + u64{index} * ctx.depth, f, stop, spin_budget);
+  const LlRing ring{header, reinterpret_cast<LlSlot*>(reinterpret_cast<u8*>(header) + RING_SLOTS_OFFSET),
+                    u64{ctx.depth} - 1};
+  u64* const hints = ctx.free_hints + u64{index} * ctx.depth;
+  f.via_gpu = false;
+  return detail::rt_push(
+      f, stop, spin_budget,
+      [&](u64* ticket) {
+        return ll_push_ticketed(ring, ctx.tickets + index, record, words, in_future, stop, hints, ticket);
+      },
+      [&](u64 ticket) { return mpmc_consumed_note(ring, hints, ticket); });
 }
 
-/// Sends `f` to the device's GPU service (rt_serve, a persistent kernel the
-/// host started): its pointer goes to the GPU inbox's from-kernels ring. The
-/// task stays on the device. no_inbox when the segment has none.
+/// Sends `f`'s task to the device's GPU service (rt_serve, a persistent
+/// kernel the host started): the task goes into the copy space (if it was
+/// staged) and the future's pointer to the GPU inbox's from-kernels ring.
+/// The task stays on the device. no_inbox when the segment has none.
 TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const u32* stop, u64 spin_budget) {
   if (ctx.status != rt_status::ok) {
     return ctx.status;
@@ -513,22 +621,40 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
   if (ctx.inbox == nullptr) {
     return rt_status::no_inbox;
   }
+  if (f.staged_len != 0) {
+    u8 args[rt_record::INLINE_ARGS_MAX];
+    for (u32 i = 0; i < f.staged[2]; ++i) {
+      args[i] = static_cast<u8>(f.staged[3 + i / 4] >> (8 * (i % 4)));
+    }
+    const rt_status st = detail::rt_fill_copy_space(f, f.staged[0], f.staged[1], f.staged[2], args, detail::NoArgs{});
+    if (st != rt_status::ok) {
+      return st;
+    }
+    f.staged_len = 0;
+  }
   const MpmcRing<ShmPtr<u8>> ring = detail::rt_inbox_ring(ctx, RtInbox::from_kernels);
+  DeviceTickets* const producers = ctx.tickets + RtTicket::inbox_from_kernels_producers(ctx.num_lanes);
   DeviceTickets* const consumers = ctx.tickets + RtTicket::inbox_from_kernels_consumers(ctx.num_lanes);
   u64* const hints = ctx.free_hints + 2ull * ctx.num_lanes * ctx.depth;
-  return detail::rt_push(ring, ctx.tickets + RtTicket::inbox_from_kernels_producers(ctx.num_lanes),
-                         &consumers->next, hints, f, stop, spin_budget);
+  f.via_gpu = true;
+  // The slot's release store publishes the copy space (mpmc_push_ticketed).
+  return detail::rt_push(
+      f, stop, spin_budget,
+      [&](u64* ticket) {
+        return mpmc_push_ticketed<ShmPtr<u8>>(ring, producers, &consumers->next, f.ptr, stop, hints, ticket);
+      },
+      [&](u64 ticket) { return mpmc_consumed_note(ring, hints, ticket); });
 }
 
 namespace detail {
 
-/// Whether the notify word shows `f` completed; then `*return_code`.
+/// Whether the notify word shows `f`'s task answered; then `*return_code`.
 TANDEM_DEVICE bool rt_notified(const RtFuture& f, i32* return_code) {
-  // Acquire: pairs with the completer's release store of the word, which
+  // Acquire: pairs with the worker's release store of the word, which
   // follows its completion of the future (flags, return code, output). The
   // lanes of a warp poll consecutive words, one cache line.
   const u32 seen = load_acquire<scope::system>(f.notify);
-  if ((seen & ~1u) != static_cast<u32>(f.ptr.off)) {
+  if ((seen >> 1) != f.token) {
     return false;
   }
   if ((seen & 1u) != 0) {
@@ -539,8 +665,8 @@ TANDEM_DEVICE bool rt_notified(const RtFuture& f, i32* return_code) {
   return true;
 }
 
-/// rt_wait through the future's notify word. Only the word counts, never the
-/// flags: the completer stores the word after completing, so once a kernel
+/// rt_wait through the thread's notify word. Only the word counts, never the
+/// flags: the worker stores the word after completing, so once a kernel
 /// sees the word it may reuse the future; had it acted on COMPLETE instead,
 /// the late word store could land on the next task's wait.
 TANDEM_DEVICE wait_outcome rt_wait_notified(const RtFuture& f, const u32* stop, u64 spin_budget,
@@ -566,12 +692,12 @@ TANDEM_DEVICE wait_outcome rt_wait_notified(const RtFuture& f, const u32* stop, 
 
 /// Waits for `f`'s completion: completed (with `*return_code`), stopped, or
 /// budget_exhausted, as future_wait, but polling the thread's notify word
-/// when it has one. Call it from any lane; it spins on memory the host
-/// writes, never on another lane.
+/// when it has one and the task went to the CPU workers. Call it from any
+/// lane; it spins on memory the host writes, never on another lane.
 TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
   const wait_outcome outcome =
-      f.notify != nullptr ? detail::rt_wait_notified(f, stop, spin_budget, return_code)
-                          : future_wait<scope::system>(f.view, stop, spin_budget, return_code);
+      f.notify != nullptr && !f.via_gpu ? detail::rt_wait_notified(f, stop, spin_budget, return_code)
+                                        : future_wait<scope::system>(f.view, stop, spin_budget, return_code);
   if (outcome == wait_outcome::completed) {
     f.in_flight = false;
     // The consumer freed the slot before it completed the future, whose
@@ -626,9 +752,8 @@ TANDEM_DEVICE bool rt_run_on_device(const RtContext& ctx, ShmPtr<u8> ptr, H& han
   if (rc != 0) {
     w.pos = 0;  // a failed task carries no output
   }
-  // Relaxed: written by the sender before its push, which we acquired.
-  const u64 notify = load_relaxed<scope::system>(&f.header->notify);
-  const future_status done = future_complete<scope::system>(f, rc, [&](u8* buf, u32 cap, u64* written) {
+  // A second completion (a duplicated pointer) is refused and changes nothing.
+  (void)future_complete<scope::system>(f, rc, [&](u8* buf, u32 cap, u64* written) {
     *written = w.pos;
     if (w.pos <= cap) {
       for (u64 i = 0; i < w.pos; ++i) {
@@ -637,15 +762,6 @@ TANDEM_DEVICE bool rt_run_on_device(const RtContext& ctx, ShmPtr<u8> ptr, H& han
     }
     return true;  // too long: future_complete stores RC_OUTPUT_TOO_LARGE
   });
-  // The sender's notify word (RtFuture::notify), as the CPU workers do it.
-  if (done != future_status::already_complete && notify != 0 && notify % sizeof(u32) == 0 &&
-      notify >= RT_SEGMENT_HEADER_RESERVED && notify + sizeof(u32) <= segment_bytes &&
-      ptr.off <= 0xFFFFFFFFull) {
-    const u32 succeeded = done == future_status::ok && rc == 0 ? 1u : 0u;
-    // Release: after the completion, which the sender then sees (rt_wait).
-    store_release<scope::system>(reinterpret_cast<u32*>(ctx.base + notify),
-                                 static_cast<u32>(ptr.off) | succeeded);
-  }
   return true;
 }
 

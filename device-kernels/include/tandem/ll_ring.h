@@ -1,0 +1,116 @@
+// Device side of tandem-shm-core's LL ring (shm-core/src/ll_ring.rs) over the
+// RingHeader and LlSlots of tandem/layout.h: records of up to
+// LL_RECORD_WORDS u32s whose every 8-byte word carries its own tag, so a
+// producer publishes with plain 8-byte stores and no fence.
+//
+// Why: a GPU thread that publishes data in host memory behind a flag needs a
+// system-scope fence between the two (stores to different addresses may
+// reach the host in any order), and on an H100 that fence alone costs about
+// 0.75 us. An aligned 8-byte store reaches the host whole, so each word here
+// says by its tag, (2t + 1) mod 2^32 for position t, whether it is position
+// t's; a consumer takes a record only once all its words do (NCCL's LL
+// protocol makes the same bet on 8-byte stores, over the same links).
+//
+// Kernels only push, with device tickets (mpmc.h "Device tickets"); the
+// consumers are CPU threads (Rust's LlRing::try_pop). A kernel that also
+// wrote memory the consumer will read (a future's copy space) fences before
+// pushing (ll_push_ticketed's `publish_first`).
+#pragma once
+
+#include "tandem/atomic.h"
+#include "tandem/layout.h"
+#include "tandem/mpmc.h"
+#include "tandem/portability.h"
+
+namespace tandem {
+
+/// A validated LL ring: geometry read from the header once, then kept.
+struct LlRing {
+  RingHeader* header;
+  LlSlot* slots;
+  u64 mask;
+
+  TANDEM_DEVICE LlSlot* slot(u64 ticket) const { return slots + (ticket & mask); }
+  TANDEM_DEVICE u64 capacity() const { return mask + 1; }
+};
+
+/// The tag of position `ticket`'s words (`ll_tag` in ll_ring.rs).
+TANDEM_HOST_DEVICE u32 ll_tag(u64 ticket) { return static_cast<u32>(2 * ticket + 1); }
+
+/// Bytes a ring of `capacity` slots needs (`LlRing::required_bytes`).
+TANDEM_HOST_DEVICE u64 ll_required_bytes(u32 capacity) {
+  return RING_SLOTS_OFFSET + static_cast<u64>(capacity) * sizeof(LlSlot);
+}
+
+/// `LlRing::attach`: validates the ring header at `header` (`len` bytes):
+/// magic, kind, element layout, stride, capacity, and that the slots fit.
+TANDEM_DEVICE ring_status ll_attach(RingHeader* header, u64 len, LlRing* out) {
+  ring_status st = detail::check_ring_region(header, len, RING_SLOTS_OFFSET);
+  if (st != ring_status::ok) {
+    return st;
+  }
+  // Acquire: pairs with the initialiser's release store of the magic.
+  if (load_acquire<scope::system>(&header->magic) != magic::RING) {
+    return ring_status::bad_magic;
+  }
+  if (header->kind != ring_kind::LL) {
+    return ring_status::wrong_kind;
+  }
+  if (header->elem_size != sizeof(LlSlot::words) || header->elem_align != alignof(u64)) {
+    return ring_status::element_mismatch;
+  }
+  if (header->slot_stride != sizeof(LlSlot)) {
+    return ring_status::header_mismatch;
+  }
+  const u32 capacity = header->capacity;
+  st = detail::check_ring_capacity(capacity);
+  if (st != ring_status::ok) {
+    return st;
+  }
+  if (len < ll_required_bytes(capacity)) {
+    return ring_status::region_too_small;
+  }
+  *out = LlRing{header, reinterpret_cast<LlSlot*>(reinterpret_cast<u8*>(header) + RING_SLOTS_OFFSET),
+                static_cast<u64>(capacity) - 1};
+  return ring_status::ok;
+}
+
+/// Pushes the record `data[0..n)` (n <= LL_RECORD_WORDS) on a ring whose
+/// producers all take their tickets from `tickets` and whose consumers count
+/// in the ring's `head` (CPU threads). With `publish_first`, a system-scope
+/// release fence first publishes what this thread wrote before (the only
+/// fence on this path). Otherwise as mpmc_push_ticketed, whose waits,
+/// `stop`, free-slot hints and `*claimed` it shares.
+template <scope S = scope::system>
+TANDEM_DEVICE ticket_result ll_push_ticketed(const LlRing& ring, DeviceTickets* tickets, const u32* data,
+                                             u32 n, bool publish_first, const u32* stop,
+                                             const u64* free_hints = nullptr, u64* claimed = nullptr) {
+  if (n > LL_RECORD_WORDS) {
+    return ticket_result::unavailable;  // not a record: callers check first
+  }
+  u64 ticket = 0;
+  const ticket_result r = detail::claim_free_slot<S>(
+      ring.capacity(), [&](u64 t) { return &ring.slot(t)->seq; }, tickets, &ring.header->head.value, stop,
+      free_hints, &ticket);
+  if (r != ticket_result::done) {
+    return r;
+  }
+  if (publish_first) {
+    fence_acq_rel<S>();
+  }
+  u64* const words = ring.slot(ticket)->words;
+  const u64 tag = u64{ll_tag(ticket)} << 32;
+  // Relaxed, one 8-byte store per word, in any order: each word is checked
+  // on its own by its tag. The length word goes last only as a courtesy to a
+  // consumer polling it.
+  for (u32 i = 0; i < n; ++i) {
+    store_relaxed<S>(&words[1 + i], tag | data[i]);
+  }
+  store_relaxed<S>(&words[0], tag | n);
+  if (claimed != nullptr) {
+    *claimed = ticket;
+  }
+  return ticket_result::done;
+}
+
+}  // namespace tandem
