@@ -161,17 +161,11 @@ pub struct SegmentHeader {
     /// Raised (nonzero) by the host to end the GPU service kernel once the
     /// inbox is drained.
     pub service_stop: AtomicU32,
-    /// Device address of the free-slot hints (tandem/mpmc.h) of the rings
-    /// kernels push into, in device memory, zeroed: [`free_hint_rings`]
-    /// rings of `depth` u64s, the lane rings in [`device_ticket::lane_producers`]
-    /// order, then the inbox's from-kernels ring; 0 in the CPU segment.
+    /// Device address of the free-slot hints (tandem/mpmc.h) of the GPU
+    /// inbox's from-kernels ring, in device memory, zeroed: `depth` u64s; 0
+    /// in the CPU segment. (The lane rings are LL rings, whose kernel
+    /// producers learn a slot is free from the workers' counter alone.)
     pub device_free_hints: u64,
-}
-
-/// Rings of a device segment that have free-slot hints: every lane ring,
-/// then the inbox's from-kernels ring.
-pub const fn free_hint_rings(lanes: u32) -> u32 {
-    2 * lanes + 1
 }
 
 /// The words of a lane record (shm-core's `LlRecord`, tagged words that need

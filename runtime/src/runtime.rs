@@ -12,7 +12,7 @@ use tandem_shm_core::Segment;
 
 use crate::config::{Config, DeviceSelection};
 use crate::error::RuntimeError;
-use crate::layout::{device_ticket, free_hint_rings, runtime_state, segment_kind, SegmentHeader};
+use crate::layout::{device_ticket, runtime_state, segment_kind, SegmentHeader};
 use crate::liveness::HEARTBEAT_PERIOD;
 use crate::registry::Registry;
 use crate::segment::{QueueSegment, SegmentSpec};
@@ -78,8 +78,7 @@ impl<A: GpuApi> DeviceQueues<A> {
         // One zeroed device allocation: the tickets, then the free-slot hints.
         let ticket_bytes = device_ticket::count(config.lanes) as usize
             * tandem_device_kernels::DEVICE_TICKETS_BYTES;
-        let hint_bytes =
-            free_hint_rings(config.lanes) as usize * config.queue_depth as usize * size_of::<u64>();
+        let hint_bytes = config.queue_depth as usize * size_of::<u64>();
         let tickets = device.alloc_device(ticket_bytes + hint_bytes)?;
         device.fill(&tickets, 0, ticket_bytes + hint_bytes, 0)?;
         let segment = QueueSegment::init(

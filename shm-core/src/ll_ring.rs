@@ -19,7 +19,10 @@
 //! before it claims the position with its CAS on `head`: a record not yet
 //! whole is "empty for now", so no consumer ever waits on a producer, and a
 //! producer that dies midway leaves its position unusable (as in
-//! `MpmcRing`), never a consumer spinning.
+//! `MpmcRing`), never a consumer spinning. Because the reads come first, a
+//! `head` past a position (moved with Release) also says its slot is free
+//! to rewrite: producers that count their tickets elsewhere (GPU threads)
+//! need nothing else.
 //!
 //! Data outside the record (a future's copy space) still needs ordering: a
 //! producer that wrote any issues a Release fence before the words, and the
@@ -318,10 +321,13 @@ impl<'r> LlRing<'r> {
         let mut backoff = Backoff { step: 0 };
         loop {
             match self.read(ticket) {
+                // Release on success: our reads of the record happen-before
+                // anything a producer does after it sees `head` past it (GPU
+                // producers take that as the slot being free: tandem/ll_ring.h).
                 Seen::Whole(record) => match head.compare_exchange_weak(
                     ticket,
                     ticket.wrapping_add(1),
-                    Ordering::Relaxed,
+                    Ordering::Release,
                     Ordering::Relaxed,
                 ) {
                     // The words read before the CAS are the position's: its

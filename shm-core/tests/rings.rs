@@ -698,7 +698,7 @@ fn ll_ring_stress_exactly_once() {
         3,
         3,
         30_000,
-        |v| ring.try_push(long(v)).map_err(|r| check(r)),
+        |v| ring.try_push(long(v)).map_err(check),
         || || ring.try_pop().map(check),
     );
 }

@@ -140,6 +140,10 @@ struct ptx_rmw;
     static __device__ __forceinline__ void store_relaxed(u64* p, u64 v) {                  \
       asm volatile("st.relaxed." SCOPE ".u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");      \
     }                                                                                       \
+    static __device__ __forceinline__ void store_relaxed_pair(u64* p, u64 a, u64 b) {      \
+      asm volatile("st.relaxed." SCOPE ".v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b)  \
+                   : "memory");                                                             \
+    }                                                                                       \
     static __device__ __forceinline__ void store_release(u32* p, u32 v) {                  \
       asm volatile("st.release." SCOPE ".u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");      \
     }                                                                                       \
@@ -259,6 +263,19 @@ TANDEM_DEVICE void store_relaxed(T* p, T v) {
   __hip_atomic_store(p, v, __ATOMIC_RELAXED, detail::hip_scope<S>::value);
 #else
   __atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+/// Two relaxed atomic stores, p[0] = a and p[1] = b (`p` 16-aligned), as one
+/// instruction where there is one (CUDA's v2 store): each word on its own is
+/// single-copy atomic, the pair is not, and the two may land in either order.
+template <scope S>
+TANDEM_DEVICE void store_relaxed_pair(u64* p, u64 a, u64 b) {
+#if defined(TANDEM_BACKEND_CUDA)
+  detail::ptx_ld_st<S>::store_relaxed_pair(p, a, b);
+#else
+  store_relaxed<S>(p, a);
+  store_relaxed<S>(p + 1, b);
 #endif
 }
 

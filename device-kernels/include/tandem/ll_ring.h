@@ -76,22 +76,27 @@ TANDEM_DEVICE ring_status ll_attach(RingHeader* header, u64 len, LlRing* out) {
 }
 
 /// Pushes the record `data[0..n)` (n <= LL_RECORD_WORDS) on a ring whose
-/// producers all take their tickets from `tickets` and whose consumers count
-/// in the ring's `head` (CPU threads). With `publish_first`, a system-scope
-/// release fence first publishes what this thread wrote before (the only
-/// fence on this path). Otherwise as mpmc_push_ticketed, whose waits,
-/// `stop`, free-slot hints and `*claimed` it shares.
+/// producers all take their tickets from `tickets` and whose consumers are
+/// CPU threads (Rust's LlRing::try_pop, counting in the ring's `head`). With
+/// `publish_first`, a system-scope release fence first publishes what this
+/// thread wrote before (the only fence on this path). `stop` and the waits
+/// are mpmc_push_ticketed's; `*claimed` (may be null) gets the ticket.
+///
+/// The slot needs no sequence number or free-slot hint: a consumer reads a
+/// record whole before it moves `head` past it (with release), and the
+/// ticket's wait for `head` acquires that move (mpmc.h refresh_other_side),
+/// so the previous lap's reads happen-before these stores. A ring pushed
+/// here must have no other producers (Rust's try_push would not see the
+/// device tickets).
 template <scope S = scope::system>
 TANDEM_DEVICE ticket_result ll_push_ticketed(const LlRing& ring, DeviceTickets* tickets, const u32* data,
                                              u32 n, bool publish_first, const u32* stop,
-                                             const u64* free_hints = nullptr, u64* claimed = nullptr) {
+                                             u64* claimed = nullptr) {
   if (n > LL_RECORD_WORDS) {
     return ticket_result::unavailable;  // not a record: callers check first
   }
   u64 ticket = 0;
-  const ticket_result r = detail::claim_free_slot<S>(
-      ring.capacity(), [&](u64 t) { return &ring.slot(t)->seq; }, tickets, &ring.header->head.value, stop,
-      free_hints, &ticket);
+  const ticket_result r = detail::claim_ticket(ring.capacity(), tickets, &ring.header->head.value, stop, &ticket);
   if (r != ticket_result::done) {
     return r;
   }
@@ -100,11 +105,19 @@ TANDEM_DEVICE ticket_result ll_push_ticketed(const LlRing& ring, DeviceTickets* 
   }
   u64* const words = ring.slot(ticket)->words;
   const u64 tag = u64{ll_tag(ticket)} << 32;
-  // Relaxed, one 8-byte store per word, in any order: each word is checked
-  // on its own by its tag. The length word goes last only as a courtesy to a
-  // consumer polling it.
-  for (u32 i = 0; i < n; ++i) {
-    store_relaxed<S>(&words[1 + i], tag | data[i]);
+  // Relaxed 8-byte stores, in any order: each word is checked on its own by
+  // its tag. Words 1 and 2, 3 and 4, ... share 16-aligned pairs (words[0]
+  // is 8 bytes into the slot), stored two at a time. Constant loop bounds,
+  // so `data` can stay in registers; the length word goes last only as a
+  // courtesy to a consumer polling it.
+  static_assert(sizeof(LlSlot) % 16 == 0 && LL_RECORD_WORDS % 2 == 0, "LL word pairs");
+  TANDEM_UNROLL
+  for (u32 i = 0; i < LL_RECORD_WORDS; i += 2) {
+    if (i + 1 < n) {
+      store_relaxed_pair<S>(&words[1 + i], tag | data[i], tag | data[i + 1]);
+    } else if (i < n) {
+      store_relaxed<S>(&words[1 + i], tag | data[i]);
+    }
   }
   store_relaxed<S>(&words[0], tag | n);
   if (claimed != nullptr) {

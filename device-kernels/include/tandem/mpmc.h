@@ -336,27 +336,45 @@ namespace detail {
 /// Reads the other side's counter `other` across PCIe into `t->other_seen`,
 /// unless another thread is doing so (then returns at once): thousands of
 /// threads waiting on a full (empty) ring then make one read of the line the
-/// other side keeps writing, not thousands. Relaxed throughout: the copy is
-/// a hint, and the lock only limits traffic. The copy only grows (the
-/// refresher, its one writer, keeps the larger value), and every value it
-/// holds was once `other`'s, so a stale copy only errs towards "no room".
+/// other side keeps writing, not thousands. The lock only limits traffic
+/// (relaxed). The copy only grows (the refresher, its one writer, keeps the
+/// larger value), and every value it holds was once `other`'s, so a stale
+/// copy only errs towards "no room".
+///
+/// The counter is read with acquire and the copy stored with release (and
+/// read with acquire, ticket_ready), so what the other side did before
+/// moving its counter happens-before whatever a thread does once the copy
+/// says so: an LL ring's consumers read a slot's record before they move
+/// `head` past it (ll_ring.h relies on this to reuse slots).
 TANDEM_DEVICE void refresh_other_side(DeviceTickets* t, const u64* other) {
   if (cas<scope::device, order::relaxed>(&t->refreshing, 0u, 1u) != 0) {
     return;
   }
   // System scope: `other` is a word the CPU writes (or another ring side's
   // device tickets).
-  const u64 now = load_relaxed<scope::system>(other);
+  const u64 now = load_acquire<scope::system>(other);
   if (static_cast<i64>(now - load_relaxed<scope::device>(&t->other_seen)) > 0) {
-    store_relaxed<scope::device>(&t->other_seen, now);
+    store_release<scope::device>(&t->other_seen, now);
   }
   store_relaxed<scope::device>(&t->refreshing, 0u);
 }
 
+/// Whether `seen` (a copy of the other side's counter) is at least `needed`
+/// ahead of `ticket` (signed: `ticket` may have been read before others
+/// claimed).
+TANDEM_DEVICE bool counter_ready(u64 seen, u64 ticket, i64 needed) {
+  return static_cast<i64>(seen - ticket) >= needed;
+}
+
+/// The copy of the other side's counter (acquire: see refresh_other_side).
+TANDEM_DEVICE u64 other_seen(const DeviceTickets* t) {
+  return load_acquire<scope::device>(&t->other_seen);
+}
+
 /// Whether the copy of the other side's counter is at least `needed` ahead
-/// of `ticket` (signed: `ticket` may have been read before others claimed).
+/// of `ticket`.
 TANDEM_DEVICE bool ticket_ready(const DeviceTickets* t, u64 ticket, i64 needed) {
-  return static_cast<i64>(load_relaxed<scope::device>(&t->other_seen) - ticket) >= needed;
+  return counter_ready(other_seen(t), ticket, needed);
 }
 
 /// ticket_ready, refreshing the copy once when it says no.
@@ -386,8 +404,9 @@ TANDEM_DEVICE bool wait_ticket_ready(DeviceTickets* t, const u64* other, u64 tic
     // Acquire: pairs with the host's release of the flag, like future_wait.
     if (stop != nullptr && round % STOP_POLL_EVERY == STOP_POLL_EVERY - 1 &&
         load_acquire<scope::system>(stop) != 0) {
-      // The copy may lag: only the counter itself may say "never".
-      return static_cast<i64>(load_relaxed<scope::system>(other) - ticket) >= needed;
+      // The copy may lag: only the counter itself may say "never" (read
+      // with acquire, as refresh_other_side reads it).
+      return static_cast<i64>(load_acquire<scope::system>(other) - ticket) >= needed;
     }
     const i64 behind = needed - static_cast<i64>(load_relaxed<scope::device>(&t->other_seen) - ticket);
     const i64 ns = behind * TICKET_WAIT_NS_PER_ITEM;
@@ -436,36 +455,63 @@ TANDEM_DEVICE void mpmc_note_consumed(const ConsumedNote& note) {
 
 namespace detail {
 
-/// The producer's half of a ticketed push, shared by MPMC and LL rings
-/// (tandem/ll_ring.h): checks for room, claims a ticket from `tickets` and
-/// waits until the slot of its previous lap was consumed and freed, which
-/// `seq_of(ticket)` (that slot's sequence number) or the free-slot hint
-/// says. `consumed` is the consumers' counter; see "Device tickets" above.
-template <scope S, typename SeqOf>
-TANDEM_DEVICE ticket_result claim_free_slot(u64 capacity, SeqOf seq_of, DeviceTickets* tickets,
-                                            const u64* consumed, const u32* stop, const u64* free_hints,
-                                            u64* claimed) {
+/// Claims a producer's ticket from `tickets` on a ring of `capacity` slots
+/// whose consumers count in `consumed`, and waits until the consumers have
+/// taken the ticket's slot's previous lap (see "Device tickets" above).
+/// When the ring has room: two device-memory loads, the fetch_add, and one
+/// load beside it.
+TANDEM_DEVICE ticket_result claim_ticket(u64 capacity, DeviceTickets* tickets, const u64* consumed,
+                                         const u32* stop, u64* claimed) {
   // Room for ticket t when consumed + capacity > t. A stale `next` makes the
   // ring look emptier than it is; the claimed ticket then waits (below).
   const i64 room = 1 - static_cast<i64>(capacity);
+  // Relaxed: this check only keeps a full ring from being claimed.
   const u64 next = load_relaxed<scope::device>(&tickets->next);
-  if (!ticket_room(tickets, consumed, next, room)) {
+  const u64 seen = load_relaxed<scope::device>(&tickets->other_seen);
+  if (!counter_ready(seen, next, room) && !ticket_room(tickets, consumed, next, room)) {
     return ticket_result::unavailable;
   }
   // Relaxed: the fetch_add only makes tickets unique; the hand-off of the
-  // slot is ordered by its sequence number.
+  // slot is ordered through the consumers' counter (and, for MPMC rings,
+  // the slot's sequence number).
   const u64 ticket = fetch_add<scope::device, order::relaxed>(&tickets->next, u64{1});
-  // Until a consumer has taken the slot's previous lap, without polling it.
-  if (!wait_ticket_ready(tickets, consumed, ticket, room, stop)) {
+  // Acquire (see refresh_other_side), and after the fetch_add, which it may
+  // overlap: an acquire load before it would hold the fetch_add back (on the
+  // H100, 0.2 us of every push). Then until a consumer has taken the slot's
+  // previous lap, without polling it.
+  if (!counter_ready(other_seen(tickets), ticket, room) &&
+      !wait_ticket_ready(tickets, consumed, ticket, room, stop)) {
     return ticket_result::stopped;  // the ticket is abandoned (see above)
   }
-  const u64 free = mpmc_free_for(ticket);
+  *claimed = ticket;
+  return ticket_result::done;
+}
+
+}  // namespace detail
+
+/// Pushes `item` on a ring whose producers all take their tickets from
+/// `tickets`; `consumed` is the consumers' counter: the ring's `head` when
+/// they are CPU threads (the overload below), their DeviceTickets::next when
+/// they are GPU threads too. See "Device tickets" above. With `free_hints`
+/// (may be null; see mpmc_note_consumed) a hinted free slot costs no PCIe
+/// read; `*claimed` (may be null) gets the ticket pushed with.
+template <typename T, scope S = scope::system>
+TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
+                                               const u64* consumed, const T& item, const u32* stop,
+                                               const u64* free_hints = nullptr, u64* claimed = nullptr) {
+  u64 ticket = 0;
+  const ticket_result r = detail::claim_ticket(ring.capacity(), tickets, consumed, stop, &ticket);
+  if (r != ticket_result::done) {
+    return r;
+  }
+  u8* const slot = ring.slot(ticket);
+  u64* const seq = MpmcRing<T>::seq(slot);
+  const u64 free = detail::mpmc_free_for(ticket);
   // Acquire: see mpmc_note_consumed.
   const bool hinted = free_hints != nullptr &&
-                      load_acquire<scope::device>(&free_hints[ticket & (capacity - 1)]) == free;
-  // A consumer has taken the previous lap (wait_ticket_ready): it frees the
-  // slot right after its copy, so this wait is short.
-  u64* const seq = seq_of(ticket);
+                      load_acquire<scope::device>(&free_hints[ticket & ring.mask]) == free;
+  // A consumer has taken the previous lap (claim_ticket): it frees the slot
+  // right after its copy, so this wait is short.
   Backoff backoff;
   for (u64 round = 0; !hinted; ++round) {
     // Acquire: pairs with the release store of the consumer that freed the
@@ -485,34 +531,10 @@ TANDEM_DEVICE ticket_result claim_free_slot(u64 capacity, SeqOf seq_of, DeviceTi
     }
     backoff.idle();
   }
-  *claimed = ticket;
-  return ticket_result::done;
-}
-
-}  // namespace detail
-
-/// Pushes `item` on a ring whose producers all take their tickets from
-/// `tickets`; `consumed` is the consumers' counter: the ring's `head` when
-/// they are CPU threads (the overload below), their DeviceTickets::next when
-/// they are GPU threads too. See "Device tickets" above. With `free_hints`
-/// (may be null; see mpmc_note_consumed) a hinted free slot costs no PCIe
-/// read; `*claimed` (may be null) gets the ticket pushed with.
-template <typename T, scope S = scope::system>
-TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
-                                               const u64* consumed, const T& item, const u32* stop,
-                                               const u64* free_hints = nullptr, u64* claimed = nullptr) {
-  u64 ticket = 0;
-  const ticket_result r = detail::claim_free_slot<S>(
-      ring.capacity(), [&](u64 t) { return MpmcRing<T>::seq(ring.slot(t)); }, tickets, consumed, stop,
-      free_hints, &ticket);
-  if (r != ticket_result::done) {
-    return r;
-  }
-  u8* const slot = ring.slot(ticket);
   *MpmcRing<T>::elem(slot) = item;
   // Release: pairs with the consumer's acquire load of `seq`, publishing the
   // element (at system scope: to the CPU as well).
-  store_release<S>(MpmcRing<T>::seq(slot), detail::mpmc_full_for(ticket));
+  store_release<S>(seq, detail::mpmc_full_for(ticket));
   if (claimed != nullptr) {
     *claimed = ticket;
   }

@@ -26,6 +26,14 @@
 #define TANDEM_DYNAMIC_SHARED_DECL extern __shared__ __attribute__((aligned(16))) unsigned char
 #endif
 
+/// Unrolls the loop that follows: on a GPU a small array indexed by a
+/// constant-bound loop then lives in registers, not in (slow) local memory.
+#if defined(TANDEM_BACKEND_GPU)
+#define TANDEM_UNROLL _Pragma("unroll")
+#else
+#define TANDEM_UNROLL _Pragma("GCC unroll 16")
+#endif
+
 #if defined(TANDEM_BACKEND_GPU)
 /// Declares a block-shared variable `name` of type `T` (arrays too:
 /// `TANDEM_SHARED(u32[256], partial)`). Uninitialised, as on every backend.

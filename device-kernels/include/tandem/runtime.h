@@ -85,10 +85,8 @@ struct alignas(64) RuntimeSegmentHeader {
   u32 inbox_depth;
   /// Raised by the host to end the GPU service once the inbox is drained.
   u32 service_stop;
-  /// Device address of the free-slot hints (mpmc.h) of the rings kernels
-  /// push into: `depth` u64s per ring (the inbox has the lanes' depth), lane
-  /// rings first
-  /// (RtTicket::lane_producers order), then the inbox's from-kernels ring.
+  /// Device address of the free-slot hints (mpmc.h) of the GPU inbox's
+  /// from-kernels ring: `depth` u64s (the inbox has the lanes' depth).
   u64 device_free_hints;
 };
 
@@ -214,7 +212,7 @@ struct RtContext {
   u8* rings;
   u64 ring_bytes;
   DeviceTickets* tickets;
-  /// Free-slot hints of the rings kernels push into (see the header).
+  /// Free-slot hints of the inbox's from-kernels ring (see the header).
   u64* free_hints;
   /// The GPU inbox's rings, or null.
   u8* inbox;
@@ -511,12 +509,13 @@ TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_
   f.staged[0] = pool;
   f.staged[1] = method;
   f.staged[2] = args_len;
-  const u32 words = (args_len + 3) / 4;
-  for (u32 i = 0; i < words; ++i) {
+  // Constant bounds, so the staged words can stay in registers.
+TANDEM_UNROLL
+  for (u32 i = 0; i < rt_record::INLINE_ARGS_MAX / 4; ++i) {
     f.staged[3 + i] = u32{args[4 * i]} | u32{args[4 * i + 1]} << 8 | u32{args[4 * i + 2]} << 16 |
                       u32{args[4 * i + 3]} << 24;
   }
-  f.staged_len = 3 + words;
+  f.staged_len = 3 + (args_len + 3) / 4;
   return rt_status::ok;
 }
 
@@ -586,12 +585,14 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
   if (f.ptr.off > 0xFFFFFFFFull) {
     return rt_status::future_error;  // rt_future_alloc's futures never are
   }
+  // Constant indices throughout, so the record stays in registers.
   u32 record[LL_RECORD_WORDS];
   record[rt_record::FUTURE] = static_cast<u32>(f.ptr.off);
   record[rt_record::NOTIFY] = f.notify_offset;
   record[rt_record::TOKEN] = f.token;
-  for (u32 i = 0; i < f.staged_len; ++i) {
-    record[rt_record::POOL + i] = f.staged[i];
+TANDEM_UNROLL
+  for (u32 i = 0; i < LL_RECORD_WORDS - rt_record::POOL; ++i) {
+    record[rt_record::POOL + i] = i < f.staged_len ? f.staged[i] : 0;
   }
   const u32 words = rt_record::IN_FUTURE_WORDS + f.staged_len;
   const bool in_future = f.staged_len == 0;
@@ -600,14 +601,12 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
   // Validated by rt_init.
   const LlRing ring{header, reinterpret_cast<LlSlot*>(reinterpret_cast<u8*>(header) + RING_SLOTS_OFFSET),
                     u64{ctx.depth} - 1};
-  u64* const hints = ctx.free_hints + u64{index} * ctx.depth;
   f.via_gpu = false;
+  // No free-slot note: an LL slot is known free from the consumers' counter.
   return detail::rt_push(
       f, stop, spin_budget,
-      [&](u64* ticket) {
-        return ll_push_ticketed(ring, ctx.tickets + index, record, words, in_future, stop, hints, ticket);
-      },
-      [&](u64 ticket) { return mpmc_consumed_note(ring, hints, ticket); });
+      [&](u64* ticket) { return ll_push_ticketed(ring, ctx.tickets + index, record, words, in_future, stop, ticket); },
+      [](u64) { return ConsumedNote{nullptr, 0}; });
 }
 
 /// Sends `f`'s task to the device's GPU service (rt_serve, a persistent
@@ -622,8 +621,10 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
     return rt_status::no_inbox;
   }
   if (f.staged_len != 0) {
+    // Constant indices into `staged`, which may then stay in registers.
     u8 args[rt_record::INLINE_ARGS_MAX];
-    for (u32 i = 0; i < f.staged[2]; ++i) {
+    TANDEM_UNROLL
+    for (u32 i = 0; i < rt_record::INLINE_ARGS_MAX; ++i) {
       args[i] = static_cast<u8>(f.staged[3 + i / 4] >> (8 * (i % 4)));
     }
     const rt_status st = detail::rt_fill_copy_space(f, f.staged[0], f.staged[1], f.staged[2], args, detail::NoArgs{});
@@ -635,7 +636,7 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
   const MpmcRing<ShmPtr<u8>> ring = detail::rt_inbox_ring(ctx, RtInbox::from_kernels);
   DeviceTickets* const producers = ctx.tickets + RtTicket::inbox_from_kernels_producers(ctx.num_lanes);
   DeviceTickets* const consumers = ctx.tickets + RtTicket::inbox_from_kernels_consumers(ctx.num_lanes);
-  u64* const hints = ctx.free_hints + 2ull * ctx.num_lanes * ctx.depth;
+  u64* const hints = ctx.free_hints;
   f.via_gpu = true;
   // The slot's release store publishes the copy space (mpmc_push_ticketed).
   return detail::rt_push(
