@@ -34,8 +34,8 @@ use core::mem::{align_of, size_of};
 use core::ptr::addr_of_mut;
 
 use crate::layout::{ring_kind, LlSlot, LL_RECORD_WORDS};
-use crate::ring::{free_for, full_for, RingError, RingShape, RingView};
-use crate::sync::{fence, spin_hint, AtomicU64, Ordering};
+use crate::ring::{free_for, full_for, Backoff, RingError, RingShape, RingView};
+use crate::sync::{fence, AtomicU64, Ordering};
 
 /// Up to [`LL_RECORD_WORDS`] 32-bit words: what a producer pushes and a
 /// consumer pops.
@@ -101,22 +101,6 @@ pub fn ll_tag(ticket: u64) -> u32 {
 #[inline(always)]
 fn tagged(tag: u32, data: u32) -> u64 {
     u64::from(tag) << 32 | u64::from(data)
-}
-
-/// Exponential pause after losing a race for a ticket (as `MpmcRing`'s).
-struct Backoff {
-    step: u32,
-}
-
-impl Backoff {
-    const LIMIT: u32 = 6;
-
-    fn pause(&mut self) {
-        for _ in 0..1u32 << self.step {
-            spin_hint();
-        }
-        self.step = (self.step + 1).min(Self::LIMIT);
-    }
 }
 
 /// What reading a slot for one position found.
@@ -233,7 +217,7 @@ impl<'r> LlRing<'r> {
         // Relaxed: as in `MpmcRing::try_push`, the slot's sequence number
         // decides whose turn it is.
         let mut ticket = tail.load(Ordering::Relaxed);
-        let mut backoff = Backoff { step: 0 };
+        let mut backoff = Backoff::new();
         loop {
             let (seq, _) = self.slot(ticket);
             // Acquire: pairs with the Release store of the consumer that
@@ -318,7 +302,7 @@ impl<'r> LlRing<'r> {
         let head = &self.view.header.head.value;
         // Relaxed: as in `try_push`.
         let mut ticket = head.load(Ordering::Relaxed);
-        let mut backoff = Backoff { step: 0 };
+        let mut backoff = Backoff::new();
         loop {
             match self.read(ticket) {
                 // Release on success: our reads of the record happen-before
@@ -384,5 +368,42 @@ impl fmt::Debug for LlRing<'_> {
             .field("capacity", &self.capacity())
             .field("len", &self.len())
             .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    extern crate std;
+
+    use std::alloc::{alloc_zeroed, dealloc, Layout};
+
+    use super::*;
+
+    /// A producer's words landing one by one, in any order: the record is
+    /// taken only once the last of them is there, and a corrupt length is
+    /// taken as an empty record so the ring moves on.
+    #[test]
+    fn a_record_is_taken_only_whole() {
+        let len = LlRing::required_bytes(4);
+        let layout = Layout::from_size_align(len, 4096).unwrap();
+        // SAFETY: a non-zero size.
+        let region = unsafe { alloc_zeroed(layout) };
+        // SAFETY: a fresh 4096-aligned region of `len` bytes, freed below.
+        let ring = unsafe { LlRing::init_in(region, len, 4) }.unwrap();
+        let (_, words) = ring.slot(0);
+        let tag = ll_tag(0);
+        words[2].store(tagged(tag, 8), Ordering::Relaxed);
+        assert_eq!(ring.try_pop(), None, "no length word yet");
+        words[0].store(tagged(tag, 3), Ordering::Relaxed);
+        words[1].store(tagged(tag, 7), Ordering::Relaxed);
+        assert_eq!(ring.try_pop(), None, "word 3 is still the initial one");
+        words[3].store(tagged(tag, 9), Ordering::Relaxed);
+        assert_eq!(ring.try_pop(), Some(LlRecord::from_array([7, 8, 9])));
+        assert_eq!(ring.try_pop(), None);
+        let (_, words) = ring.slot(1);
+        words[0].store(tagged(ll_tag(1), 99), Ordering::Relaxed);
+        assert_eq!(ring.try_pop().map(|r| r.words().len()), Some(0));
+        // SAFETY: allocated above with this layout; the ring is not used again.
+        unsafe { dealloc(region, layout) };
     }
 }

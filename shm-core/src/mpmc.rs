@@ -24,32 +24,8 @@ use core::marker::PhantomData;
 
 use crate::layout::ring_kind;
 use crate::pod::ShmSafe;
-use crate::ring::{free_for, full_for, RingError, RingShape, RingView};
-use crate::sync::{spin_hint, Ordering};
-
-/// Exponential pause after losing a race for a ticket (as crossbeam's queues
-/// do): retrying at once keeps the contending cores trading the index's cache
-/// line back and forth, which under real parallelism costs more than the
-/// pause.
-struct Backoff {
-    step: u32,
-}
-
-impl Backoff {
-    /// At most 2^6 pause instructions per retry.
-    const LIMIT: u32 = 6;
-
-    fn new() -> Self {
-        Self { step: 0 }
-    }
-
-    fn pause(&mut self) {
-        for _ in 0..1u32 << self.step {
-            spin_hint();
-        }
-        self.step = (self.step + 1).min(Self::LIMIT);
-    }
-}
+use crate::ring::{free_for, full_for, Backoff, RingError, RingShape, RingView};
+use crate::sync::Ordering;
 
 /// A handle to an MPMC ring living in a region. Any number of handles, in
 /// any number of threads and processes, may push and pop concurrently.

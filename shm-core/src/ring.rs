@@ -16,7 +16,7 @@ use crate::layout::{
     magic, PaddedAtomicU64, RingHeader, RingSlotHeader, CACHE_LINE, RING_SLOTS_OFFSET,
 };
 use crate::pod::ShmSafe;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{spin_hint, AtomicU64, Ordering};
 
 /// The sequence number of a slot free for the producer of position `pos`
 /// (see [`RingSlotHeader`]).
@@ -29,6 +29,30 @@ pub(crate) fn free_for(pos: u64) -> u64 {
 #[inline(always)]
 pub(crate) fn full_for(pos: u64) -> u64 {
     free_for(pos).wrapping_add(1)
+}
+
+/// Exponential pause after losing a race for a ticket (as crossbeam's queues
+/// do): retrying at once keeps the contending cores trading the index's cache
+/// line back and forth, which under real parallelism costs more than the
+/// pause.
+pub(crate) struct Backoff {
+    step: u32,
+}
+
+impl Backoff {
+    /// At most 2^6 pause instructions per retry.
+    const LIMIT: u32 = 6;
+
+    pub(crate) fn new() -> Self {
+        Self { step: 0 }
+    }
+
+    pub(crate) fn pause(&mut self) {
+        for _ in 0..1u32 << self.step {
+            spin_hint();
+        }
+        self.step = (self.step + 1).min(Self::LIMIT);
+    }
 }
 
 /// Why a ring (or a lane queue of rings) could not be initialised or attached.
