@@ -212,13 +212,27 @@ impl Registry {
     /// into `out`. Never panics: malformed tasks, unknown pools or methods and
     /// panicking handlers become error codes.
     pub fn dispatch(&self, task_bytes: &[u8], out: &mut [u8]) -> HandlerReply {
-        let Some((header, args)) = decode_task(task_bytes) else {
-            return HandlerReply::code(RC_BAD_TASK);
-        };
-        let Some(pool) = self.pools.get(&header.pool) else {
+        match decode_task(task_bytes) {
+            Some((header, args)) => self.call(header.pool, header.method, args, out),
+            None => HandlerReply::code(RC_BAD_TASK),
+        }
+    }
+
+    /// Runs method `method` of pool `pool` on the serialized arguments
+    /// `args`, as [`dispatch`](Self::dispatch) does once it has decoded a
+    /// task's header (a task that came as parts, not bytes: a kernel's
+    /// inline lane record).
+    pub fn call(
+        &self,
+        pool: PoolId,
+        method: MethodId,
+        args: &[u8],
+        out: &mut [u8],
+    ) -> HandlerReply {
+        let Some(pool) = self.pools.get(&pool) else {
             return HandlerReply::code(RC_UNKNOWN_POOL);
         };
-        let Some((_, handler)) = pool.methods.get(&header.method) else {
+        let Some((_, handler)) = pool.methods.get(&method) else {
             return HandlerReply::code(RC_UNKNOWN_METHOD);
         };
         // A panicking handler must not take the worker down; its partial

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tandem_shm_core::future::FutureShm;
 use tandem_shm_core::{FillError, FutureError, LaneCursor, LlRecord, ShmPtr};
 
-use crate::layout::{task_record, TASK_HEADER_BYTES, TASK_VERSION};
+use crate::layout::{task_record, TASK_HEADER_BYTES};
 use crate::registry::{HandlerReply, Registry};
 use crate::segment::QueueSegment;
 use crate::task::{decode_task, RC_BAD_TASK};
@@ -160,35 +160,42 @@ pub(crate) fn run(
 }
 
 /// Worker-local buffers: the input copied out of a copy future (its copy
-/// space is overwritten by the output) and the output before it is copied in.
+/// space is overwritten by the output) or an inline record's argument bytes,
+/// and the output before it is copied in.
 #[derive(Default)]
 struct Scratch {
     input: Vec<u8>,
     output: Vec<u8>,
 }
 
-/// An inline task of a record (`task_record`): its task bytes (header and
-/// arguments, as a copy future would carry them) into `task`; false when the
-/// record's words do not make one.
-fn inline_task(words: &[u32], task: &mut Vec<u8>) -> bool {
-    let (Some(&pool), Some(&method), Some(&args_len), Some(args)) = (
+/// Runs the inline task of a record (`task_record`), its argument bytes
+/// gathered into `args`; RC_BAD_TASK when the words do not make one.
+fn run_inline_task(
+    words: &[u32],
+    registry: &Registry,
+    args: &mut Vec<u8>,
+    out: &mut [u8],
+) -> HandlerReply {
+    let (Some(&pool), Some(&method), Some(&args_len), Some(arg_words)) = (
         words.get(task_record::POOL),
         words.get(task_record::METHOD),
         words.get(task_record::ARGS_LEN),
         words.get(task_record::ARGS..),
     ) else {
-        return false;
+        return HandlerReply::code(RC_BAD_TASK);
     };
     let args_len = args_len as usize;
-    if args.len() != args_len.div_ceil(4) {
-        return false;
+    if arg_words.len() != args_len.div_ceil(4) {
+        return HandlerReply::code(RC_BAD_TASK);
     }
-    task.clear();
-    for word in [pool, method, args_len as u32, TASK_VERSION] {
-        task.extend_from_slice(&word.to_le_bytes());
-    }
-    task.extend(args.iter().flat_map(|w| w.to_le_bytes()).take(args_len));
-    true
+    args.clear();
+    args.extend(
+        arg_words
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .take(args_len),
+    );
+    registry.call(pool, method, args, out)
 }
 
 /// Runs the task of one lane record and completes its future.
@@ -215,11 +222,7 @@ fn process(
         // sees it answered (which we do after completing it), and this worker
         // popped the record: nobody else uses the future meanwhile.
         unsafe { future.reset() };
-        if inline_task(words, &mut scratch.input) {
-            registry.dispatch(&scratch.input, &mut scratch.output)
-        } else {
-            HandlerReply::code(RC_BAD_TASK)
-        }
+        run_inline_task(words, registry, &mut scratch.input, &mut scratch.output)
     } else {
         match future.payload() {
             Some(payload) => run_pointer_task(segment, payload, registry, &mut scratch.output),

@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 use tandem_hal::HostApi;
 use tandem_runtime::config::DeviceSelection;
 use tandem_runtime::task::{
-    math, Task, TaskError, RC_BAD_ARGS, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD, RC_UNKNOWN_POOL,
+    math, Task, TaskError, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD,
+    RC_UNKNOWN_POOL,
 };
 use tandem_runtime::{Config, Pool, Registry, Route, Runtime};
-use tandem_shm_core::future::RC_OUTPUT_TOO_LARGE;
+use tandem_shm_core::future::{FutureShm, RC_OUTPUT_TOO_LARGE};
 use tandem_shm_core::impl_serialize_fields;
-use tandem_shm_core::{LlRecord, Priority};
+use tandem_shm_core::{LlRecord, Priority, WaitOutcome};
 
 fn config(workers: usize, depth: u32) -> Config {
     Config {
@@ -420,4 +421,46 @@ fn garbage_task_record_does_not_kill_the_worker() {
         .expect("submit");
     assert_eq!(p.wait(&stop, None).expect("served"), 11);
     assert_eq!(runtime.stats().bad_pointers, 3);
+}
+
+/// An inline record, as a kernel sends a small task, runs from its words
+/// alone (the future is re-armed by the worker); one whose argument words
+/// disagree with its length completes its future with RC_BAD_TASK.
+#[test]
+fn inline_records_run_and_malformed_ones_fail() {
+    let runtime = start(1, 64, Registry::with_builtins());
+    let segment = runtime.cpu_segment();
+    let stop = AtomicU32::new(0);
+    let new_future = || {
+        let bytes = FutureShm::required_bytes(64);
+        let (ptr, at) = segment.allocate(bytes).expect("allocate");
+        // SAFETY: a fresh heap block of `bytes` bytes, ours until pushed.
+        let future = unsafe { FutureShm::init_in(at, bytes, 64) }.expect("future");
+        (u32::try_from(ptr.off).expect("32-bit offset"), future)
+    };
+    // add(5, 6): 16 bytes of arguments, as four little-endian words.
+    let (off, added) = new_future();
+    let record = [off, 0, 0, math::POOL, math::ADD, 16, 5, 0, 6, 0];
+    segment
+        .queue()
+        .push(0, Priority::High, LlRecord::new(&record).unwrap())
+        .expect("push");
+    let outcome = added.wait_timeout(&stop, Duration::from_secs(10));
+    assert_eq!(outcome, WaitOutcome::Completed { return_code: 0 });
+    assert_eq!(added.read_output::<u64>(), Ok(11));
+    // The length says 16 bytes, one word follows.
+    let (off, bad) = new_future();
+    let record = [off, 0, 0, math::POOL, math::ADD, 16, 5];
+    segment
+        .queue()
+        .push(0, Priority::High, LlRecord::new(&record).unwrap())
+        .expect("push");
+    let outcome = bad.wait_timeout(&stop, Duration::from_secs(10));
+    assert_eq!(
+        outcome,
+        WaitOutcome::Completed {
+            return_code: RC_BAD_TASK
+        }
+    );
+    assert_eq!(runtime.stats().failed, 1);
 }

@@ -42,6 +42,12 @@ TANDEM_HOST_DEVICE u64 ll_required_bytes(u32 capacity) {
   return RING_SLOTS_OFFSET + static_cast<u64>(capacity) * sizeof(LlSlot);
 }
 
+/// The view of an already validated ring of `capacity` slots.
+TANDEM_DEVICE LlRing ll_view(RingHeader* header, u32 capacity) {
+  return LlRing{header, reinterpret_cast<LlSlot*>(reinterpret_cast<u8*>(header) + RING_SLOTS_OFFSET),
+                static_cast<u64>(capacity) - 1};
+}
+
 /// `LlRing::attach`: validates the ring header at `header` (`len` bytes):
 /// magic, kind, element layout, stride, capacity, and that the slots fit.
 TANDEM_DEVICE ring_status ll_attach(RingHeader* header, u64 len, LlRing* out) {
@@ -70,8 +76,7 @@ TANDEM_DEVICE ring_status ll_attach(RingHeader* header, u64 len, LlRing* out) {
   if (len < ll_required_bytes(capacity)) {
     return ring_status::region_too_small;
   }
-  *out = LlRing{header, reinterpret_cast<LlSlot*>(reinterpret_cast<u8*>(header) + RING_SLOTS_OFFSET),
-                static_cast<u64>(capacity) - 1};
+  *out = ll_view(header, capacity);
   return ring_status::ok;
 }
 

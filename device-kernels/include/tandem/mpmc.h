@@ -440,8 +440,8 @@ struct ConsumedNote {
 };
 
 /// The note to record once the item pushed with `ticket` is known consumed.
-template <typename Ring>
-TANDEM_DEVICE ConsumedNote mpmc_consumed_note(const Ring& ring, u64* free_hints, u64 ticket) {
+template <typename T>
+TANDEM_DEVICE ConsumedNote mpmc_consumed_note(const MpmcRing<T>& ring, u64* free_hints, u64 ticket) {
   return ConsumedNote{free_hints == nullptr ? nullptr : &free_hints[ticket & ring.mask],
                       detail::mpmc_free_for(ticket + ring.capacity())};
 }

@@ -429,12 +429,11 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
 
 namespace detail {
 
-/// Writes the task (header, then `args_len` argument bytes from `args`, or
-/// from `write_args` when `args` is null) into `f`'s copy space, after
-/// re-initialising the future. args_too_large when it does not fit.
+/// Writes the task (header, then the `args_len` argument bytes
+/// `write_args` puts) into `f`'s copy space, after re-initialising the
+/// future. args_too_large when it does not fit.
 template <typename W>
-TANDEM_DEVICE rt_status rt_fill_copy_space(RtFuture& f, u32 pool, u32 method, u32 args_len, const u8* args,
-                                           W write_args) {
+TANDEM_DEVICE rt_status rt_fill_copy_space(RtFuture& f, u32 pool, u32 method, u32 args_len, W write_args) {
   FutureView view;
   if (future_init(reinterpret_cast<u8*>(f.view.header), f.bytes, f.view.copy_space_size, &view) !=
       future_status::ok) {
@@ -449,16 +448,7 @@ TANDEM_DEVICE rt_status rt_fill_copy_space(RtFuture& f, u32 pool, u32 method, u3
   if (s == ser_status::ok) s = w.put_u32(method);
   if (s == ser_status::ok) s = w.put_u32(args_len);
   if (s == ser_status::ok) s = w.put_u32(RT_TASK_VERSION);
-  if (s == ser_status::ok) {
-    if (args != nullptr) {
-      for (u32 i = 0; i < args_len; ++i) {
-        view.copy_space()[RT_TASK_HEADER_BYTES + i] = args[i];
-      }
-      w.pos += args_len;
-    } else {
-      s = write_args(w);
-    }
-  }
+  if (s == ser_status::ok) s = write_args(w);
   if (s != ser_status::ok || w.pos != needed) {
     return rt_status::ser_failed;
   }
@@ -470,11 +460,6 @@ TANDEM_DEVICE rt_status rt_fill_copy_space(RtFuture& f, u32 pool, u32 method, u3
   f.view = view;
   return rt_status::ok;
 }
-
-/// No arguments: rt_fill_copy_space's `write_args` when they are given.
-struct NoArgs {
-  TANDEM_DEVICE ser_status operator()(Writer&) const { return ser_status::ok; }
-};
 
 }  // namespace detail
 
@@ -499,7 +484,7 @@ TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_
   f.token = f.token % 0x7FFFFFFFu + 1;
   if (args_len > rt_record::INLINE_ARGS_MAX) {
     f.staged_len = 0;
-    return detail::rt_fill_copy_space(f, pool, method, args_len, nullptr, write_args);
+    return detail::rt_fill_copy_space(f, pool, method, args_len, write_args);
   }
   u8 args[rt_record::INLINE_ARGS_MAX] = {};
   Writer w = Writer::over(args, rt_record::INLINE_ARGS_MAX);
@@ -510,7 +495,7 @@ TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_
   f.staged[1] = method;
   f.staged[2] = args_len;
   // Constant bounds, so the staged words can stay in registers.
-TANDEM_UNROLL
+  TANDEM_UNROLL
   for (u32 i = 0; i < rt_record::INLINE_ARGS_MAX / 4; ++i) {
     f.staged[3 + i] = u32{args[4 * i]} | u32{args[4 * i + 1]} << 8 | u32{args[4 * i + 2]} << 16 |
                       u32{args[4 * i + 3]} << 24;
@@ -590,7 +575,7 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
   record[rt_record::FUTURE] = static_cast<u32>(f.ptr.off);
   record[rt_record::NOTIFY] = f.notify_offset;
   record[rt_record::TOKEN] = f.token;
-TANDEM_UNROLL
+  TANDEM_UNROLL
   for (u32 i = 0; i < LL_RECORD_WORDS - rt_record::POOL; ++i) {
     record[rt_record::POOL + i] = i < f.staged_len ? f.staged[i] : 0;
   }
@@ -599,8 +584,7 @@ TANDEM_UNROLL
   const u32 index = RtTicket::lane_producers(lane, static_cast<u32>(priority));
   RingHeader* header = reinterpret_cast<RingHeader*>(ctx.rings + u64{index} * ctx.ring_bytes);
   // Validated by rt_init.
-  const LlRing ring{header, reinterpret_cast<LlSlot*>(reinterpret_cast<u8*>(header) + RING_SLOTS_OFFSET),
-                    u64{ctx.depth} - 1};
+  const LlRing ring = ll_view(header, ctx.depth);
   f.via_gpu = false;
   // No free-slot note: an LL slot is known free from the consumers' counter.
   return detail::rt_push(
@@ -621,13 +605,20 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
     return rt_status::no_inbox;
   }
   if (f.staged_len != 0) {
-    // Constant indices into `staged`, which may then stay in registers.
-    u8 args[rt_record::INLINE_ARGS_MAX];
-    TANDEM_UNROLL
-    for (u32 i = 0; i < rt_record::INLINE_ARGS_MAX; ++i) {
-      args[i] = static_cast<u8>(f.staged[3 + i / 4] >> (8 * (i % 4)));
-    }
-    const rt_status st = detail::rt_fill_copy_space(f, f.staged[0], f.staged[1], f.staged[2], args, detail::NoArgs{});
+    // The staged argument bytes, by constant indices into `staged` (which
+    // may then stay in registers).
+    const u32 args_len = f.staged[2];
+    const auto staged_args = [&](Writer& w) {
+      ser_status s = ser_status::ok;
+      TANDEM_UNROLL
+      for (u32 i = 0; i < rt_record::INLINE_ARGS_MAX; ++i) {
+        if (i < args_len && s == ser_status::ok) {
+          s = w.put_u8(static_cast<u8>(f.staged[3 + i / 4] >> (8 * (i % 4))));
+        }
+      }
+      return s;
+    };
+    const rt_status st = detail::rt_fill_copy_space(f, f.staged[0], f.staged[1], args_len, staged_args);
     if (st != rt_status::ok) {
       return st;
     }
