@@ -37,6 +37,12 @@ pub const LIBRARY_NAME: &str = "tandem-device-kernels";
 /// the ring is initialised.
 pub const DEVICE_TICKETS_BYTES: usize = 32;
 
+/// Lane depths from which a kernel thread may claim a lane slot without
+/// probing the lane first, when its last push there found it nearly empty
+/// (`tandem::NEARLY_EMPTY_MIN_CAPACITY` in tandem/mpmc.h, which asserts the
+/// same value).
+pub const NEARLY_EMPTY_MIN_CAPACITY: u32 = 256;
+
 /// NVRTC options the embedded source needs (the backend adds the architecture).
 pub const NVRTC_OPTIONS: &[&str] = &["--std=c++17"];
 

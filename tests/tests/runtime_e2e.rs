@@ -55,12 +55,19 @@ fn assert_all_added(outcome: &EchoOutcome, tasks: u64) {
     }
 }
 
-/// Many blocks and threads at once through a small queue (back-pressure on
-/// the device side): every answer right, every future completed once.
-fn many_threads_every_task_once<A: GpuApi>(api: A, blocks: u32, threads: u32, tasks: u64) {
+/// Many blocks and threads at once through `depth`-slot lanes, more threads
+/// than slots (back-pressure on the device side): every answer right, every
+/// future completed once.
+fn many_threads_every_task_once<A: GpuApi>(
+    api: A,
+    blocks: u32,
+    threads: u32,
+    tasks: u64,
+    depth: u32,
+) {
     let runtime = Runtime::start_with(
         api,
-        config(DeviceSelection::Only(vec![0]), 4, 16),
+        config(DeviceSelection::Only(vec![0]), 4, depth),
         Registry::with_builtins(),
     )
     .expect("start");
@@ -78,6 +85,46 @@ fn many_threads_every_task_once<A: GpuApi>(api: A, blocks: u32, threads: u32, ta
         assert_eq!(after.double_completions, 0);
         assert_eq!(after.bad_pointers, 0);
     }
+}
+
+/// Lanes deep enough that a thread whose last push found its lane nearly
+/// empty claims the next slot without probing (tandem/mpmc.h claim_mode),
+/// more threads per lane than slots, and workers slowed down (each `add`
+/// spins 100 us): the first threads find their lane nearly empty, and their
+/// next, direct claims meet it full and wait for their slots. Every answer
+/// right, every future completed once.
+fn direct_claims_wait_on_full_lanes<A: GpuApi>(api: A, blocks: u32, threads: u32, tasks: u64) {
+    let slow_add = Pool::new(math::POOL, "math").task::<math::Add, _>("add", |t| {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_micros(100) {
+            std::hint::spin_loop();
+        }
+        Ok(t.a.wrapping_add(t.b))
+    });
+    let mut registry = Registry::new();
+    registry.register(slow_add).expect("one pool");
+    let depth = tandem_device_kernels::NEARLY_EMPTY_MIN_CAPACITY;
+    let runtime = Runtime::start_with(
+        api,
+        config(DeviceSelection::Only(vec![0]), 4, depth),
+        registry,
+    )
+    .expect("start");
+    let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
+    assert!(
+        u64::from(blocks * threads) > 2 * u64::from(depth),
+        "more threads per lane (of two) than slots"
+    );
+    let outcome = kernels
+        .echo(&add_launch(blocks, threads, tasks, EchoPriority::High))
+        .expect("echo");
+    assert_all_added(&outcome, tasks);
+    let stats = runtime.stats();
+    assert_eq!(stats.completed, u64::from(blocks * threads) * tasks);
+    assert_eq!(
+        (stats.failed, stats.double_completions, stats.bad_pointers),
+        (0, 0, 0)
+    );
 }
 
 /// Tasks too large for a lane record go through the future's copy space (a
@@ -276,7 +323,12 @@ fn host_gpu_service_runs_tasks_routed_to_the_device() {
 
 #[test]
 fn host_many_threads_every_task_once() {
-    many_threads_every_task_once(HostApi::with_devices(1), 16, 16, 25);
+    many_threads_every_task_once(HostApi::with_devices(1), 16, 16, 25, 16);
+}
+
+#[test]
+fn host_direct_claims_wait_on_full_lanes() {
+    direct_claims_wait_on_full_lanes(HostApi::with_devices(1), 2, 512, 4);
 }
 
 #[test]
@@ -378,7 +430,14 @@ macro_rules! gpu_tests {
             #[test]
             fn many_threads_every_task_once() {
                 if let Some((api, _one)) = api("runtime many_threads_every_task_once") {
-                    super::many_threads_every_task_once(api, 132, 128, 16);
+                    super::many_threads_every_task_once(api, 132, 128, 16, 16);
+                }
+            }
+
+            #[test]
+            fn direct_claims_wait_on_full_lanes() {
+                if let Some((api, _one)) = api("runtime direct_claims_wait_on_full_lanes") {
+                    super::direct_claims_wait_on_full_lanes(api, 132, 128, 4);
                 }
             }
 

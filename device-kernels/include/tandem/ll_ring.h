@@ -80,12 +80,13 @@ TANDEM_DEVICE ring_status ll_attach(RingHeader* header, u64 len, LlRing* out) {
   return ring_status::ok;
 }
 
-/// Pushes the record `data[0..n)` (n <= LL_RECORD_WORDS) on a ring whose
-/// producers all take their tickets from `tickets` and whose consumers are
-/// CPU threads (Rust's LlRing::try_pop, counting in the ring's `head`). With
-/// `publish_first`, a system-scope release fence first publishes what this
-/// thread wrote before (the only fence on this path). `stop` and the waits
-/// are mpmc_push_ticketed's; `*claimed` (may be null) gets the ticket.
+/// Pushes the record `data[0..n)` (n <= LL_RECORD_WORDS; `data` holds
+/// LL_RECORD_WORDS words, those past n ignored) on a ring whose producers all
+/// take their tickets from `tickets` (claimed as `mode` says) and whose
+/// consumers are CPU threads (Rust's LlRing::try_pop, counting in the ring's
+/// `head`). With `publish_first`, a system-scope release fence first
+/// publishes what this thread wrote before (the only fence on this path).
+/// `stop` and the waits are mpmc_push_ticketed's; `*claimed` gets the claim.
 ///
 /// The slot needs no sequence number or free-slot hint: a consumer reads a
 /// record whole before it moves `head` past it (with release), and the
@@ -94,40 +95,38 @@ TANDEM_DEVICE ring_status ll_attach(RingHeader* header, u64 len, LlRing* out) {
 /// here must have no other producers (Rust's try_push would not see the
 /// device tickets).
 template <scope S = scope::system>
-TANDEM_DEVICE ticket_result ll_push_ticketed(const LlRing& ring, DeviceTickets* tickets, const u32* data,
-                                             u32 n, bool publish_first, const u32* stop,
-                                             u64* claimed = nullptr) {
+TANDEM_DEVICE ticket_result ll_push_ticketed(const LlRing& ring, DeviceTickets* tickets,
+                                             const u32 (&data)[LL_RECORD_WORDS], u32 n, bool publish_first,
+                                             claim_mode mode, const u32* stop, TicketClaim* claimed) {
   if (n > LL_RECORD_WORDS) {
     return ticket_result::unavailable;  // not a record: callers check first
   }
-  u64 ticket = 0;
-  const ticket_result r = detail::claim_ticket(ring.capacity(), tickets, &ring.header->head.value, stop, &ticket);
+  const ticket_result r =
+      detail::claim_ticket(ring.capacity(), tickets, &ring.header->head.value, mode, stop, claimed);
   if (r != ticket_result::done) {
     return r;
   }
   if (publish_first) {
     fence_acq_rel<S>();
   }
+  const u64 ticket = claimed->ticket;
   u64* const words = ring.slot(ticket)->words;
   const u64 tag = u64{ll_tag(ticket)} << 32;
   // Relaxed 8-byte stores, in any order: each word is checked on its own by
   // its tag. Words 1 and 2, 3 and 4, ... share 16-aligned pairs (words[0]
-  // is 8 bytes into the slot), stored two at a time. Constant loop bounds,
-  // so `data` can stay in registers; the length word goes last only as a
-  // courtesy to a consumer polling it.
+  // is 8 bytes into the slot), stored two at a time, the last pair of an
+  // odd length with one word past the record (ignored: the consumer reads
+  // n words). Constant loop bounds, so `data` can stay in registers; the
+  // length word goes last only as a courtesy to a consumer polling it.
   static_assert(sizeof(LlSlot) % 16 == 0 && LL_RECORD_WORDS % 2 == 0, "LL word pairs");
   TANDEM_UNROLL
   for (u32 i = 0; i < LL_RECORD_WORDS; i += 2) {
-    if (i + 1 < n) {
+    if (i < n) {
       store_relaxed_pair<S>(&words[1 + i], tag | data[i], tag | data[i + 1]);
-    } else if (i < n) {
-      store_relaxed<S>(&words[1 + i], tag | data[i]);
     }
   }
   store_relaxed<S>(&words[0], tag | n);
-  if (claimed != nullptr) {
-    *claimed = ticket;
-  }
+  detail::refresh_if_due(*claimed, ring.capacity(), tickets, &ring.header->head.value);
   return ticket_result::done;
 }
 

@@ -300,6 +300,9 @@ TANDEM_DEVICE bool mpmc_try_pop(const MpmcRing<T>& ring, T* out) {
 // claiming turns a ring that is already full (empty) into `unavailable`
 // without claiming anything; it reads a device-memory copy of the other
 // side's counter and crosses PCIe only when the copy says full (empty). A
+// producer whose last claim found the ring nearly empty may skip that check
+// (claim_mode::direct) and save its round trip; should the ring have filled
+// meanwhile, its ticket waits like one that passed the check with others. A
 // producer released by `stop` while holding a ticket leaves its slot unfilled
 // and the consumers stall at it: raise that flag only when the consumers are
 // gone. A consumer gives a claimed ticket up on `stop` only if no producer
@@ -330,6 +333,40 @@ struct alignas(32) DeviceTickets {
   u32 refreshing;
 };
 static_assert(sizeof(DeviceTickets) == 32, "tandem_device_kernels::DEVICE_TICKETS_BYTES");
+
+/// How a producer claims its ticket.
+enum class claim_mode : u32 {
+  /// Check first that the ring has room, from the device-memory copy of the
+  /// consumers' counter (one more device-memory round trip, about 0.17 us on
+  /// the H100): a ring already full returns `unavailable`, nothing claimed.
+  probe = 0,
+  /// Claim at once: on a full ring the claimed ticket waits for its slot
+  /// (until `stop`) instead. For a producer whose last claim found the ring
+  /// nearly empty (TicketClaim::nearly_empty): a lone thread's every push.
+  direct = 1,
+};
+
+/// Rings of fewer slots never count as nearly empty: keeping the copy of the
+/// consumers' counter that fresh would cost a PCIe read every few claims.
+constexpr u64 NEARLY_EMPTY_MIN_CAPACITY = 256;
+static_assert(NEARLY_EMPTY_MIN_CAPACITY == 256, "tandem_device_kernels::NEARLY_EMPTY_MIN_CAPACITY");
+
+/// Free slots that make a ring of `capacity` nearly empty: seven eighths.
+TANDEM_HOST_DEVICE i64 nearly_empty_free(u64 capacity) {
+  return capacity >= NEARLY_EMPTY_MIN_CAPACITY ? static_cast<i64>(capacity - capacity / 8)
+                                               : static_cast<i64>(~0ull >> 1);
+}
+
+/// A claimed producer ticket and the slots still free behind it, as far as
+/// the copy of the consumers' counter knew when it was claimed.
+struct TicketClaim {
+  u64 ticket;
+  i64 free;
+
+  /// Whether the claim found a ring of `capacity` nearly empty, so the
+  /// producer's next claim may be direct.
+  TANDEM_DEVICE bool nearly_empty(u64 capacity) const { return free >= nearly_empty_free(capacity); }
+};
 
 namespace detail {
 
@@ -458,18 +495,20 @@ namespace detail {
 /// Claims a producer's ticket from `tickets` on a ring of `capacity` slots
 /// whose consumers count in `consumed`, and waits until the consumers have
 /// taken the ticket's slot's previous lap (see "Device tickets" above).
-/// When the ring has room: two device-memory loads, the fetch_add, and one
-/// load beside it.
+/// With claim_mode::probe, two device-memory loads come first; then the
+/// fetch_add and one load beside it (one round trip for both).
 TANDEM_DEVICE ticket_result claim_ticket(u64 capacity, DeviceTickets* tickets, const u64* consumed,
-                                         const u32* stop, u64* claimed) {
+                                         claim_mode mode, const u32* stop, TicketClaim* claimed) {
   // Room for ticket t when consumed + capacity > t. A stale `next` makes the
   // ring look emptier than it is; the claimed ticket then waits (below).
-  const i64 room = 1 - static_cast<i64>(capacity);
-  // Relaxed: this check only keeps a full ring from being claimed.
-  const u64 next = load_relaxed<scope::device>(&tickets->next);
-  const u64 seen = load_relaxed<scope::device>(&tickets->other_seen);
-  if (!counter_ready(seen, next, room) && !ticket_room(tickets, consumed, next, room)) {
-    return ticket_result::unavailable;
+  const i64 needed = 1 - static_cast<i64>(capacity);
+  if (mode == claim_mode::probe) {
+    // Relaxed: this check only keeps a full ring from being claimed.
+    const u64 next = load_relaxed<scope::device>(&tickets->next);
+    const u64 seen = load_relaxed<scope::device>(&tickets->other_seen);
+    if (!counter_ready(seen, next, needed) && !ticket_room(tickets, consumed, next, needed)) {
+      return ticket_result::unavailable;
+    }
   }
   // Relaxed: the fetch_add only makes tickets unique; the hand-off of the
   // slot is ordered through the consumers' counter (and, for MPMC rings,
@@ -479,12 +518,28 @@ TANDEM_DEVICE ticket_result claim_ticket(u64 capacity, DeviceTickets* tickets, c
   // overlap: an acquire load before it would hold the fetch_add back (on the
   // H100, 0.2 us of every push). Then until a consumer has taken the slot's
   // previous lap, without polling it.
-  if (!counter_ready(other_seen(tickets), ticket, room) &&
-      !wait_ticket_ready(tickets, consumed, ticket, room, stop)) {
-    return ticket_result::stopped;  // the ticket is abandoned (see above)
+  u64 seen = other_seen(tickets);
+  if (!counter_ready(seen, ticket, needed)) {
+    if (!wait_ticket_ready(tickets, consumed, ticket, needed, stop)) {
+      return ticket_result::stopped;  // the ticket is abandoned (see above)
+    }
+    seen = other_seen(tickets);
   }
-  *claimed = ticket;
+  claimed->ticket = ticket;
+  claimed->free = static_cast<i64>(seen - ticket) - needed;
   return ticket_result::done;
+}
+
+/// After a push published the item of `claim`: the claim that found exactly
+/// the nearly-empty count of slots free refreshes the copy of the consumers'
+/// counter (one claim per value of the copy, so the refreshes never contend).
+/// A lone producer's claims then keep finding the ring nearly empty, for one
+/// PCIe read every capacity / 8 pushes, made while its item travels.
+TANDEM_DEVICE void refresh_if_due(const TicketClaim& claim, u64 capacity, DeviceTickets* tickets,
+                                  const u64* consumed) {
+  if (claim.free == nearly_empty_free(capacity)) {
+    refresh_other_side(tickets, consumed);
+  }
 }
 
 }  // namespace detail
@@ -499,11 +554,12 @@ template <typename T, scope S = scope::system>
 TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
                                                const u64* consumed, const T& item, const u32* stop,
                                                const u64* free_hints = nullptr, u64* claimed = nullptr) {
-  u64 ticket = 0;
-  const ticket_result r = detail::claim_ticket(ring.capacity(), tickets, consumed, stop, &ticket);
+  TicketClaim claim{};
+  const ticket_result r = detail::claim_ticket(ring.capacity(), tickets, consumed, claim_mode::probe, stop, &claim);
   if (r != ticket_result::done) {
     return r;
   }
+  const u64 ticket = claim.ticket;
   u8* const slot = ring.slot(ticket);
   u64* const seq = MpmcRing<T>::seq(slot);
   const u64 free = detail::mpmc_free_for(ticket);
@@ -535,6 +591,7 @@ TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTi
   // Release: pairs with the consumer's acquire load of `seq`, publishing the
   // element (at system scope: to the CPU as well).
   store_release<S>(seq, detail::mpmc_full_for(ticket));
+  detail::refresh_if_due(claim, ring.capacity(), tickets, consumed);
   if (claimed != nullptr) {
     *claimed = ticket;
   }

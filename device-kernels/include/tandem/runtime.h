@@ -257,6 +257,9 @@ struct RtFuture {
   /// The task in flight went to the GPU service, which answers through the
   /// future's flags only.
   bool via_gpu;
+  /// 1 + the lane ring this future's last push found nearly empty (its next
+  /// push there claims without probing: mpmc.h claim_mode), or 0.
+  u32 nearly_empty_ring;
 };
 
 namespace detail {
@@ -405,7 +408,11 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   out->consumed = ConsumedNote{nullptr, 0};
   out->token = 0;
   out->staged_len = 0;
+  for (u32 i = 0; i < LL_RECORD_WORDS - rt_record::POOL; ++i) {
+    out->staged[i] = 0;  // records copy all of it (rt_send_to_cpu)
+  }
   out->via_gpu = false;
+  out->nearly_empty_ring = 0;
   // The thread's notify word goes to its first future (one future per word:
   // rt_wait trusts the word alone, see there); records carry 32-bit offsets.
   const u32 me = thread_rank();
@@ -512,7 +519,10 @@ namespace detail {
 /// `spin_budget` rounds or until `*stop` (may be null) is raised; queue_full
 /// then means nothing was pushed. Once a ticket is claimed the push waits for
 /// its slot, which the consumers free; only `*stop` ends that wait (when
-/// they are gone). `note(ticket)` makes the ConsumedNote of the ticket.
+/// they are gone). A lane push claims without looking when the future's last
+/// push found the lane nearly empty (rt_send_to_cpu), so a lane that filled
+/// up since is waited on, not reported full. `note(ticket)` makes the
+/// ConsumedNote of the ticket.
 template <typename Push, typename Note>
 TANDEM_DEVICE rt_status rt_push(RtFuture& f, const u32* stop, u64 spin_budget, Push push, Note note) {
   // Short sleeps: a full ring is re-checked in device memory only (mpmc.h,
@@ -570,14 +580,16 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
   if (f.ptr.off > 0xFFFFFFFFull) {
     return rt_status::future_error;  // rt_future_alloc's futures never are
   }
-  // Constant indices throughout, so the record stays in registers.
+  // Constant indices throughout, so the record stays in registers. Words
+  // past the task's are left as `staged` holds them (ll_push_ticketed
+  // ignores them).
   u32 record[LL_RECORD_WORDS];
   record[rt_record::FUTURE] = static_cast<u32>(f.ptr.off);
   record[rt_record::NOTIFY] = f.notify_offset;
   record[rt_record::TOKEN] = f.token;
   TANDEM_UNROLL
   for (u32 i = 0; i < LL_RECORD_WORDS - rt_record::POOL; ++i) {
-    record[rt_record::POOL + i] = i < f.staged_len ? f.staged[i] : 0;
+    record[rt_record::POOL + i] = f.staged[i];
   }
   const u32 words = rt_record::IN_FUTURE_WORDS + f.staged_len;
   const bool in_future = f.staged_len == 0;
@@ -586,11 +598,18 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
   // Validated by rt_init.
   const LlRing ring = ll_view(header, ctx.depth);
   f.via_gpu = false;
+  const auto push = [&](u64* ticket) {
+    // Straight to the fetch_add when this future's last push found the ring
+    // nearly empty (mpmc.h claim_mode): a lone thread's every push.
+    const claim_mode mode = f.nearly_empty_ring == index + 1 ? claim_mode::direct : claim_mode::probe;
+    TicketClaim claim{};
+    const ticket_result r = ll_push_ticketed(ring, ctx.tickets + index, record, words, in_future, mode, stop, &claim);
+    f.nearly_empty_ring = r == ticket_result::done && claim.nearly_empty(ring.capacity()) ? index + 1 : 0;
+    *ticket = claim.ticket;
+    return r;
+  };
   // No free-slot note: an LL slot is known free from the consumers' counter.
-  return detail::rt_push(
-      f, stop, spin_budget,
-      [&](u64* ticket) { return ll_push_ticketed(ring, ctx.tickets + index, record, words, in_future, stop, ticket); },
-      [](u64) { return ConsumedNote{nullptr, 0}; });
+  return detail::rt_push(f, stop, spin_budget, push, [](u64) { return ConsumedNote{nullptr, 0}; });
 }
 
 /// Sends `f`'s task to the device's GPU service (rt_serve, a persistent
