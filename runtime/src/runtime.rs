@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use tandem_hal::numa::{bind_to_node, node_of_address};
-use tandem_hal::{DeviceMemory, DeviceProperties, GpuApi, GpuDevice};
+use tandem_hal::{Backend, DeviceMemory, DeviceProperties, GpuApi, GpuDevice};
 use tandem_shm_core::layout::{BackendKind, MemoryBackend};
 use tandem_shm_core::Segment;
 
@@ -290,6 +290,10 @@ impl<A: GpuApi> Runtime<A> {
                 })
             })
             .collect();
+        // The CPU device's kernel threads are threads of this process, and
+        // workers that fill the cores leave host submitters none.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let share_cores = A::BACKEND == Backend::Host || cores <= self.config.workers;
         for (w, mine) in worker::assign(&sources, self.config.workers)
             .into_iter()
             .enumerate()
@@ -299,7 +303,7 @@ impl<A: GpuApi> Runtime<A> {
             let shutdown = Arc::clone(&self.shutdown);
             let handle = std::thread::Builder::new()
                 .name(format!("tandem-worker-{w}"))
-                .spawn(move || worker::run(mine, registry, stats, shutdown))
+                .spawn(move || worker::run(mine, registry, stats, shutdown, share_cores))
                 .map_err(RuntimeError::Thread)?;
             self.workers.push(handle);
         }

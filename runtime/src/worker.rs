@@ -77,12 +77,15 @@ pub(crate) fn assign(sources: &[Source], workers: usize) -> Vec<Vec<Source>> {
 }
 
 /// Idle back-off: spin (a completion round trip stays in the microseconds),
-/// then yield, then park for short, growing naps. While spinning it yields
-/// every [`YIELD_EVERY`] sweeps: when the submitter is a thread on the same
-/// core (a host client, or the CPU device's kernel threads), a worker that
-/// only spins would hold the core for its whole time slice while the
-/// submitter waits to push the next task.
+/// then yield, then park for short, growing naps. With `share_cores`, it
+/// also yields every [`YIELD_EVERY`] sweeps while spinning: when the
+/// submitter is a thread on the same core (a host client, or the CPU
+/// device's kernel threads), a worker that only spins would hold the core for
+/// its whole time slice while the submitter waits to push the next task.
+/// Without it (GPU submitters, cores to spare) the worker spins unbroken: a
+/// record landing during a yield's system call waits that call out.
 struct IdleBackoff {
+    share_cores: bool,
     idle_since: Option<Instant>,
     sweeps: u32,
     nap: Duration,
@@ -95,8 +98,9 @@ const FIRST_NAP: Duration = Duration::from_micros(20);
 const LONGEST_NAP: Duration = Duration::from_micros(500);
 
 impl IdleBackoff {
-    fn new() -> Self {
+    fn new(share_cores: bool) -> Self {
         Self {
+            share_cores,
             idle_since: None,
             sweeps: 0,
             nap: FIRST_NAP,
@@ -111,7 +115,7 @@ impl IdleBackoff {
     fn idle(&mut self) {
         let idle = self.idle_since.get_or_insert_with(Instant::now).elapsed();
         self.sweeps = self.sweeps.wrapping_add(1);
-        if idle < SPIN_FOR && self.sweeps % YIELD_EVERY != 0 {
+        if idle < SPIN_FOR && (!self.share_cores || self.sweeps % YIELD_EVERY != 0) {
             std::hint::spin_loop();
         } else if idle < YIELD_FOR {
             std::thread::yield_now();
@@ -125,18 +129,20 @@ impl IdleBackoff {
 /// A worker's loop: sweeps its sources, taking at most one task from each per
 /// sweep (fair between CPU and device queues; the cursor keeps the low
 /// priority ring draining), until `shutdown` is raised and a sweep finds
-/// nothing.
+/// nothing. `share_cores`: submitters may need this worker's core while it
+/// spins (see [`IdleBackoff`]).
 pub(crate) fn run(
     sources: Vec<Source>,
     registry: Arc<Registry>,
     stats: Arc<WorkerStats>,
     shutdown: Arc<AtomicBool>,
+    share_cores: bool,
 ) {
     // A cursor per source: one shared cursor counts pops of every lane, so
     // with an even number of sources its every-8th low-first pop can always
     // land on the same (perhaps empty) lane and starve another's low ring.
     let mut cursors = vec![LaneCursor::default(); sources.len()];
-    let mut backoff = IdleBackoff::new();
+    let mut backoff = IdleBackoff::new(share_cores);
     let mut scratch = Scratch::default();
     loop {
         let mut found = false;
