@@ -15,7 +15,7 @@ use tandem_runtime::kernels::{
     ECHO_OK, ECHO_TASK_FAILED,
 };
 use tandem_runtime::task::{math, RC_UNKNOWN_METHOD};
-use tandem_runtime::{Config, Pool, Registry, Runtime};
+use tandem_runtime::{Config, Pool, Registry, Runtime, StatsSnapshot};
 
 /// `rt_status::stopped` (tandem/runtime.h).
 const RT_STOPPED: u32 = 7;
@@ -53,6 +53,16 @@ fn assert_all_added(outcome: &EchoOutcome, tasks: u64) {
             "thread {rank} sum"
         );
     }
+}
+
+/// A fresh runtime's `stats` after `total` tasks: each completed once, none
+/// failed, no stray pointers.
+fn assert_completed_once(stats: StatsSnapshot, total: u64) {
+    assert_eq!(stats.completed, total);
+    assert_eq!(
+        (stats.failed, stats.double_completions, stats.bad_pointers),
+        (0, 0, 0)
+    );
 }
 
 /// Many blocks and threads at once through `depth`-slot lanes, more threads
@@ -119,12 +129,7 @@ fn direct_claims_wait_on_full_lanes<A: GpuApi>(api: A, blocks: u32, threads: u32
         .echo(&add_launch(blocks, threads, tasks, EchoPriority::High))
         .expect("echo");
     assert_all_added(&outcome, tasks);
-    let stats = runtime.stats();
-    assert_eq!(stats.completed, u64::from(blocks * threads) * tasks);
-    assert_eq!(
-        (stats.failed, stats.double_completions, stats.bad_pointers),
-        (0, 0, 0)
-    );
+    assert_completed_once(runtime.stats(), u64::from(blocks * threads) * tasks);
 }
 
 /// Tasks too large for a lane record go through the future's copy space (a
@@ -144,12 +149,7 @@ fn large_and_inline_tasks_alternate<A: GpuApi>(api: A, blocks: u32, threads: u32
     };
     let outcome = kernels.echo(&launch).expect("echo");
     assert_all_added(&outcome, tasks);
-    let stats = runtime.stats();
-    assert_eq!(stats.completed, u64::from(blocks * threads) * tasks);
-    assert_eq!(
-        (stats.failed, stats.double_completions, stats.bad_pointers),
-        (0, 0, 0)
-    );
+    assert_completed_once(runtime.stats(), u64::from(blocks * threads) * tasks);
 }
 
 /// Unknown methods complete with an error code; the workers serve the next
