@@ -197,6 +197,7 @@ assert_same_value! {
     rs::ring_kind::MPMC => c::ring_kind::MPMC,
     rs::ring_kind::LL => c::ring_kind::LL,
     rs::LL_RECORD_WORDS => c::LL_RECORD_WORDS,
+    crate::NEARLY_EMPTY_MIN_CAPACITY => c::NEARLY_EMPTY_MIN_CAPACITY,
     rs::RING_SLOTS_OFFSET => c::RING_SLOTS_OFFSET,
     rs::LANE_QUEUE_RINGS_OFFSET => c::LANE_QUEUE_RINGS_OFFSET,
     rs::future_flags::COMPLETE => c::future_flags::COMPLETE,

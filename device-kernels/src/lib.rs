@@ -39,8 +39,8 @@ pub const DEVICE_TICKETS_BYTES: usize = 32;
 
 /// Lane depths from which a kernel thread may claim a lane slot without
 /// probing the lane first, when its last push there found it nearly empty
-/// (`tandem::NEARLY_EMPTY_MIN_CAPACITY` in tandem/mpmc.h, which asserts the
-/// same value).
+/// (`tandem::NEARLY_EMPTY_MIN_CAPACITY` in tandem/layout.h, compared with
+/// this one at compile time).
 pub const NEARLY_EMPTY_MIN_CAPACITY: u32 = 256;
 
 /// NVRTC options the embedded source needs (the backend adds the architecture).

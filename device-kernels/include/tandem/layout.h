@@ -171,6 +171,12 @@ struct RingSlotHeader {
 /// Data words an LlSlot carries besides its tagged length word.
 constexpr u64 LL_RECORD_WORDS = 14;
 
+/// Rings of fewer slots never count as nearly empty for direct claims
+/// (tandem/mpmc.h claim_mode): keeping the device copy of the consumers'
+/// counter that fresh would cost a PCIe read every few claims. Checked
+/// against `tandem_device_kernels::NEARLY_EMPTY_MIN_CAPACITY`.
+constexpr u64 NEARLY_EMPTY_MIN_CAPACITY = 256;
+
 /// A slot of an LL ring (shm-core ll_ring.rs): the sequence number (written
 /// by consumers only: 2t = free for position t), then 1 + LL_RECORD_WORDS
 /// words `tag << 32 | data`; word 0's data is the record's length. Each word

@@ -346,12 +346,8 @@ enum class claim_mode : u32 {
   direct = 1,
 };
 
-/// Rings of fewer slots never count as nearly empty: keeping the copy of the
-/// consumers' counter that fresh would cost a PCIe read every few claims.
-constexpr u64 NEARLY_EMPTY_MIN_CAPACITY = 256;
-static_assert(NEARLY_EMPTY_MIN_CAPACITY == 256, "tandem_device_kernels::NEARLY_EMPTY_MIN_CAPACITY");
-
 /// Free slots that make a ring of `capacity` nearly empty: seven eighths.
+/// Never for rings of fewer than NEARLY_EMPTY_MIN_CAPACITY slots (layout.h).
 TANDEM_HOST_DEVICE i64 nearly_empty_free(u64 capacity) {
   return capacity >= NEARLY_EMPTY_MIN_CAPACITY ? static_cast<i64>(capacity - capacity / 8)
                                                : static_cast<i64>(~0ull >> 1);
