@@ -80,6 +80,29 @@ TANDEM_KERNEL tandem_rt_gpu_service(u8* segment, u64 len, u64* stats) {
   }
 }
 
+/// A no-op task on `f` to `lane`: ok once it completed with return code 0
+/// and empty output, future_error for another answer.
+TANDEM_DEVICE tandem::rt_status echo_noop(const tandem::RtContext& rt, tandem::RtFuture& f, u32 lane,
+                                          const u32* stop, u64 spin_budget) {
+  tandem::rt_status st =
+      tandem::rt_make_task(f, math::POOL, math::NOOP, [](tandem::Writer&) { return tandem::ser_status::ok; });
+  if (st == tandem::rt_status::ok) {
+    st = tandem::rt_send_to_cpu(rt, f, lane, tandem::rt_priority::high, stop, spin_budget);
+  }
+  if (st != tandem::rt_status::ok) {
+    return st;
+  }
+  i32 rc = 0;
+  const tandem::wait_outcome outcome = tandem::rt_wait(f, stop, spin_budget, &rc);
+  if (outcome != tandem::wait_outcome::completed) {
+    return outcome == tandem::wait_outcome::stopped ? tandem::rt_status::stopped : tandem::rt_status::queue_full;
+  }
+  const u8* out = nullptr;
+  u32 out_len = 0;
+  st = tandem::rt_output(f, &out, &out_len);
+  return st == tandem::rt_status::ok && (rc != 0 || out_len != 0) ? tandem::rt_status::future_error : st;
+}
+
 /// Every thread sends `tasks_per_thread` tasks of the math pool, one at a
 /// time, and waits for each: with `route` 0 to the CPU workers, on lane
 /// (block rank mod lanes) of the segment at `segment` (`len` bytes; its
@@ -88,7 +111,10 @@ TANDEM_KERNEL tandem_rt_gpu_service(u8* segment, u64 len, u64* stats) {
 /// of the answers; math::SUM: the same answers, but odd tasks are
 /// sum(r, i, 0, 0, 0, 0), whose arguments go through the future's copy
 /// space (too large for a lane record), so one future alternates between
-/// both ways; math::NOOP: results[r] counts completions. `priority`: 0
+/// both ways, and each even task is followed by a no-op on the same future
+/// (echo_noop: its empty answer comes in the notify word alone, while the
+/// future still holds the last output); math::NOOP: results[r] counts
+/// completions, each checked to have empty output. `priority`: 0
 /// high, 1 low, 2 alternating. status[r] = rt_status (ok, or why the thread
 /// stopped early); on a task failure status[r] = 0x100 and results[r] = the
 /// return code. With `phase_ns` (may be null), global rank 0 adds the
@@ -176,10 +202,19 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
       }
       acc += sum;
     } else {
+      const u8* out = nullptr;
+      u32 out_len = 0;
+      st = tandem::rt_output(f, &out, &out_len);
+      if (st == tandem::rt_status::ok && out_len != 0) {
+        st = tandem::rt_status::future_error;
+      }
       acc += 1;
     }
     phase_done(3);
     ++timed_tasks;
+    if (st == tandem::rt_status::ok && route == 0 && method == math::SUM && i % 2 == 0) {
+      st = echo_noop(rt, f, lane, stop, spin_budget);
+    }
   }
   if (timed) {
     for (int phase = 0; phase < 4; ++phase) {

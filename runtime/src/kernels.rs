@@ -32,7 +32,9 @@ pub struct EchoLaunch {
     pub threads: u32,
     pub tasks_per_thread: u64,
     /// `math::ADD`, `math::SUM` (odd tasks through the copy space, same
-    /// answers as ADD) or `math::NOOP` (or any method id, to test error codes).
+    /// answers as ADD; on the CPU route, each even task followed by a no-op
+    /// whose output must be empty) or `math::NOOP` (or any method id, to
+    /// test error codes).
     pub method: MethodId,
     pub priority: EchoPriority,
     /// Who runs the tasks.

@@ -33,7 +33,7 @@ use tandem_shm_core::AllocatorId;
 /// `SegmentHeader::magic` once the segment is fully initialised ("TNDMRTSG").
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file.
-pub const SEGMENT_VERSION: u32 = 4;
+pub const SEGMENT_VERSION: u32 = 5;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -177,8 +177,8 @@ pub struct SegmentHeader {
 /// published by a Release fence before the record. A longer record is an
 /// inline task: pool, method, argument bytes, then the arguments, four
 /// little-endian bytes a word; its future is not written by the submitter at
-/// all (the worker re-arms it: `FutureShm::restart`). Mirrored in
-/// tandem/runtime.h (`rt_record`).
+/// all (the worker re-arms it, `FutureShm::reset`, when the answer needs
+/// it: see [`notify_word`]). Mirrored in tandem/runtime.h (`rt_record`).
 pub mod task_record {
     use tandem_shm_core::layout::LL_RECORD_WORDS;
 
@@ -186,8 +186,9 @@ pub mod task_record {
     pub const FUTURE: usize = 0;
     /// The byte offset of the submitter's notify word (a u32); 0 for none.
     pub const NOTIFY: usize = 1;
-    /// The task's token: the completer stores `token << 1 | succeeded` in
-    /// the notify word, after completing the future.
+    /// The task's token, which the completer's [`notify_word`] carries.
+    ///
+    /// [`notify_word`]: super::notify_word
     pub const TOKEN: usize = 2;
     /// Words of a record whose task is in the future.
     pub const IN_FUTURE_WORDS: usize = 3;
@@ -199,6 +200,30 @@ pub mod task_record {
     pub const ARGS: usize = 6;
     /// Argument bytes an inline task may carry.
     pub const INLINE_ARGS_MAX: usize = (LL_RECORD_WORDS - ARGS) * 4;
+}
+
+/// The word a completer stores at a record's `NOTIFY` offset once the task
+/// is answered (Release; the kernel thread polls it with acquire): the
+/// record's token above two flags. Mirrored in tandem/runtime.h
+/// (`rt_notify`).
+pub mod notify_word {
+    /// The task succeeded: return code 0, which the kernel then need not
+    /// read from the future.
+    pub const SUCCEEDED: u32 = 1;
+    /// An inline task's answer with return code 0 and no output, which the
+    /// word alone carries: the completer left the future as it was (the
+    /// kernel reads no output from it). Set only with [`SUCCEEDED`].
+    pub const NO_OUTPUT: u32 = 2;
+    /// Bits below the token.
+    pub const TOKEN_SHIFT: u32 = 2;
+    /// The largest token: kernels count theirs 1..=TOKEN_MAX, so a cleared
+    /// word (0) is never an answer.
+    pub const TOKEN_MAX: u32 = u32::MAX >> TOKEN_SHIFT;
+
+    /// The word answering the task of `token`.
+    pub const fn answer(token: u32, succeeded: bool, no_output: bool) -> u32 {
+        token << TOKEN_SHIFT | (no_output as u32) << 1 | succeeded as u32
+    }
 }
 
 /// The task header: the first [`TASK_HEADER_BYTES`] of a task's bytes (a

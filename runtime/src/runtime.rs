@@ -177,7 +177,8 @@ pub struct Runtime<A: GpuApi> {
     workers: Vec<JoinHandle<()>>,
     heartbeat: Option<JoinHandle<()>>,
     shutdown: Arc<AtomicBool>,
-    stats: Arc<WorkerStats>,
+    /// One per worker (each writes only its own).
+    stats: Vec<Arc<WorkerStats>>,
     // Dropped after the threads are joined (in Drop), in this order:
     // devices (registrations first), then the CPU segment.
     devices: Vec<DeviceQueues<A>>,
@@ -258,7 +259,7 @@ impl<A: GpuApi> Runtime<A> {
             workers: Vec::new(),
             heartbeat: None,
             shutdown: Arc::new(AtomicBool::new(false)),
-            stats: Arc::new(WorkerStats::default()),
+            stats: Vec::new(),
             devices,
             cpu,
             registry: Arc::new(registry),
@@ -299,7 +300,8 @@ impl<A: GpuApi> Runtime<A> {
             .enumerate()
         {
             let registry = Arc::clone(&self.registry);
-            let stats = Arc::clone(&self.stats);
+            let stats = Arc::new(WorkerStats::default());
+            self.stats.push(Arc::clone(&stats));
             let shutdown = Arc::clone(&self.shutdown);
             let handle = std::thread::Builder::new()
                 .name(format!("tandem-worker-{w}"))
@@ -356,9 +358,9 @@ impl<A: GpuApi> Runtime<A> {
         &self.registry
     }
 
-    /// The workers' counters.
+    /// The workers' counters, added up.
     pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
+        StatsSnapshot::sum(self.stats.iter().map(|w| &**w))
     }
 
     /// Submits a copy-future task to the CPU queues from this process.

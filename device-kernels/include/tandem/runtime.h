@@ -43,7 +43,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 4;
+constexpr u32 RT_SEGMENT_VERSION = 5;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -148,7 +148,7 @@ namespace rt_record {
 constexpr u32 FUTURE = 0;
 /// The byte offset of the sender's notify word; 0 for none.
 constexpr u32 NOTIFY = 1;
-/// The task's token: the completer stores token << 1 | succeeded there.
+/// The task's token, which the completer's notify word carries (rt_notify).
 constexpr u32 TOKEN = 2;
 /// Words of a record whose task is in the future (copy space or payload).
 constexpr u32 IN_FUTURE_WORDS = 3;
@@ -161,6 +161,19 @@ constexpr u32 ARGS = 6;
 /// Argument bytes an inline task may carry.
 constexpr u32 INLINE_ARGS_MAX = (LL_RECORD_WORDS - ARGS) * 4;
 }  // namespace rt_record
+
+/// `runtime::layout::notify_word`: what the completer stores in a kernel
+/// thread's notify word, the task's token above two flags.
+namespace rt_notify {
+/// Return code 0 (not read from the future then).
+constexpr u32 SUCCEEDED = 1;
+/// No output either, and the future was left as it was: rt_output must
+/// not read it. Only with SUCCEEDED, only for inline tasks.
+constexpr u32 NO_OUTPUT = 2;
+constexpr u32 TOKEN_SHIFT = 2;
+/// Tokens run 1..=TOKEN_MAX (0 is a cleared word).
+constexpr u32 TOKEN_MAX = 0xFFFFFFFFu >> TOKEN_SHIFT;
+}  // namespace rt_notify
 
 /// Runtime return codes (runtime/src/task.rs).
 constexpr i32 RT_RC_UNKNOWN_POOL = RC_OUTPUT_TOO_LARGE + 16;
@@ -241,14 +254,18 @@ struct RtFuture {
   /// What rt_wait records once the task is answered: its queue slot is free
   /// again (mpmc.h free-slot hints).
   ConsumedNote consumed;
-  /// The thread's notify word and its segment offset, or null/0: after
-  /// completing the future, the worker stores `token << 1 | succeeded` there.
+  /// The thread's notify word and its segment offset, or null/0: once the
+  /// task is answered, the worker stores the token and flags there
+  /// (rt_notify).
   u32* notify;
   u32 notify_offset;
-  /// The current task's token: nonzero, below 2^31, new for every task, so
-  /// an earlier answer never passes for this one's and the word needs no
-  /// clearing (which, unfenced, could land after the answer).
+  /// The current task's token: 1..=rt_notify::TOKEN_MAX, new for every
+  /// task, so an earlier answer never passes for this one's and the word
+  /// needs no clearing (which, unfenced, could land after the answer).
   u32 token;
+  /// The last answer was rt_notify::NO_OUTPUT: rt_output answers from here,
+  /// as the future still holds whatever an earlier task left.
+  bool no_output;
   /// The task rt_make_task staged for its lane record (pool, method,
   /// args_len, argument words: `staged_len` words), or staged_len 0 when
   /// it went into the copy space.
@@ -412,6 +429,7 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
     out->staged[i] = 0;  // records copy all of it (rt_send_to_cpu)
   }
   out->via_gpu = false;
+  out->no_output = false;
   out->nearly_empty_ring = 0;
   // The thread's notify word goes to its first future (one future per word:
   // rt_wait trusts the word alone, see there); records carry 32-bit offsets.
@@ -487,8 +505,8 @@ TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_
     return rt_status::ser_failed;
   }
   const u32 args_len = static_cast<u32>(counter.pos);
-  // 31-bit, never 0 (a cleared word), different from the last task's.
-  f.token = f.token % 0x7FFFFFFFu + 1;
+  // Never 0 (a cleared word), different from the last task's.
+  f.token = f.token % rt_notify::TOKEN_MAX + 1;
   if (args_len > rt_record::INLINE_ARGS_MAX) {
     f.staged_len = 0;
     return detail::rt_fill_copy_space(f, pool, method, args_len, write_args);
@@ -659,16 +677,19 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
 
 namespace detail {
 
-/// Whether the notify word shows `f`'s task answered; then `*return_code`.
-TANDEM_DEVICE bool rt_notified(const RtFuture& f, i32* return_code) {
+/// Whether the notify word shows `f`'s task answered; then `*return_code`
+/// and `f.no_output`.
+TANDEM_DEVICE bool rt_notified(RtFuture& f, i32* return_code) {
   // Acquire: pairs with the worker's release store of the word, which
-  // follows its completion of the future (flags, return code, output). The
-  // lanes of a warp poll consecutive words, one cache line.
+  // follows its completion of the future (flags, return code, output), if
+  // it completed it. The lanes of a warp poll consecutive words, one cache
+  // line.
   const u32 seen = load_acquire<scope::system>(f.notify);
-  if ((seen >> 1) != f.token) {
+  if ((seen >> rt_notify::TOKEN_SHIFT) != f.token) {
     return false;
   }
-  if ((seen & 1u) != 0) {
+  f.no_output = (seen & rt_notify::NO_OUTPUT) != 0;
+  if ((seen & rt_notify::SUCCEEDED) != 0) {
     *return_code = 0;
   } else if (future_return_code<scope::system>(f.view, return_code) != future_status::ok) {
     *return_code = RT_RC_BAD_TASK;  // unreachable: the completion came first
@@ -680,7 +701,7 @@ TANDEM_DEVICE bool rt_notified(const RtFuture& f, i32* return_code) {
 /// flags: the worker stores the word after completing, so once a kernel
 /// sees the word it may reuse the future; had it acted on COMPLETE instead,
 /// the late word store could land on the next task's wait.
-TANDEM_DEVICE wait_outcome rt_wait_notified(const RtFuture& f, const u32* stop, u64 spin_budget,
+TANDEM_DEVICE wait_outcome rt_wait_notified(RtFuture& f, const u32* stop, u64 spin_budget,
                                             i32* return_code) {
   Backoff backoff = Backoff::up_to(Backoff::ANSWER_MAX_NS);
   for (u64 round = 0;; ++round) {
@@ -706,6 +727,7 @@ TANDEM_DEVICE wait_outcome rt_wait_notified(const RtFuture& f, const u32* stop, 
 /// when it has one and the task went to the CPU workers. Call it from any
 /// lane; it spins on memory the host writes, never on another lane.
 TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
+  f.no_output = false;
   const wait_outcome outcome =
       f.notify != nullptr && !f.via_gpu ? detail::rt_wait_notified(f, stop, spin_budget, return_code)
                                         : future_wait<scope::system>(f.view, stop, spin_budget, return_code);
@@ -720,6 +742,11 @@ TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget
 
 /// The output of a completed `f`, to read with Reader::over(*data, *len).
 TANDEM_DEVICE rt_status rt_output(const RtFuture& f, const u8** data, u32* len) {
+  if (f.no_output) {
+    *data = f.view.copy_space();
+    *len = 0;
+    return rt_status::ok;
+  }
   return future_output<scope::system>(f.view, data, len) == future_status::ok ? rt_status::ok
                                                                              : rt_status::future_error;
 }
