@@ -485,7 +485,7 @@ TANDEM_DEVICE u64 timer_ns() {
 /// The longest sleep depends on what is awaited: a lost race or a short wait
 /// (MAX_NS); an answer from the CPU (ANSWER_MAX_NS), which thousands of
 /// threads may await at once, each poll a PCIe read. FULL_MAX_NS bounds the
-/// wait of a ticket far back in the line for a full ring (mpmc.h).
+/// waits for a full ring (mpmc.h: a ticket far back in the line, a retry).
 struct Backoff {
   static constexpr u32 MAX_NS = 4096;
   static constexpr u32 RACE_DEVICE_MAX_NS = 1024;

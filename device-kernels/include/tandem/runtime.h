@@ -531,9 +531,10 @@ TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_
 
 namespace detail {
 
-/// Runs `push()` (a ticketed push of `f`'s task; mpmc.h, "Device tickets":
-/// one device-memory fetch_add, no RMW on host memory) until it lands: a
-/// full ring is retried (back-pressure: nothing is dropped) for up to
+/// Runs `push()` (a ticketed push of `f`'s task on a ring of `capacity`
+/// slots; mpmc.h, "Device tickets": one device-memory fetch_add, no RMW on
+/// host memory) until it lands: a full ring is retried (back-pressure:
+/// nothing is dropped), with sleeps up to full_ring_max_sleep_ns, for up to
 /// `spin_budget` rounds or until `*stop` (may be null) is raised; queue_full
 /// then means nothing was pushed. Once a ticket is claimed the push waits for
 /// its slot, which the consumers free; only `*stop` ends that wait (when
@@ -542,10 +543,9 @@ namespace detail {
 /// up since is waited on, not reported full. `note(ticket)` makes the
 /// ConsumedNote of the ticket.
 template <typename Push, typename Note>
-TANDEM_DEVICE rt_status rt_push(RtFuture& f, const u32* stop, u64 spin_budget, Push push, Note note) {
-  // Short sleeps: a full ring is re-checked in device memory only (mpmc.h,
-  // refresh_other_side), and a long sleep would let the consumer run dry.
-  Backoff backoff;
+TANDEM_DEVICE rt_status rt_push(RtFuture& f, u64 capacity, const u32* stop, u64 spin_budget, Push push,
+                                Note note) {
+  Backoff backoff = Backoff::up_to(full_ring_max_sleep_ns(capacity));
   for (u64 round = 0;; ++round) {
     u64 ticket = 0;
     switch (push(&ticket)) {
@@ -627,7 +627,8 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
     return r;
   };
   // No free-slot note: an LL slot is known free from the consumers' counter.
-  return detail::rt_push(f, stop, spin_budget, push, [](u64) { return ConsumedNote{nullptr, 0}; });
+  return detail::rt_push(f, ring.capacity(), stop, spin_budget, push,
+                         [](u64) { return ConsumedNote{nullptr, 0}; });
 }
 
 /// Sends `f`'s task to the device's GPU service (rt_serve, a persistent
@@ -668,7 +669,7 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
   f.via_gpu = true;
   // The slot's release store publishes the copy space (mpmc_push_ticketed).
   return detail::rt_push(
-      f, stop, spin_budget,
+      f, ring.capacity(), stop, spin_budget,
       [&](u64* ticket) {
         return mpmc_push_ticketed<ShmPtr<u8>>(ring, producers, &consumers->next, f.ptr, stop, hints, ticket);
       },
