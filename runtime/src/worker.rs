@@ -45,15 +45,13 @@ pub struct StatsSnapshot {
 impl StatsSnapshot {
     /// The counts of `workers`, added up.
     pub(crate) fn sum<'a>(workers: impl IntoIterator<Item = &'a WorkerStats>) -> Self {
-        workers
-            .into_iter()
-            .fold(Self::default(), |total, w| Self {
-                completed: total.completed + w.completed.load(Ordering::Relaxed),
-                failed: total.failed + w.failed.load(Ordering::Relaxed),
-                bad_pointers: total.bad_pointers + w.bad_pointers.load(Ordering::Relaxed),
-                double_completions: total.double_completions
-                    + w.double_completions.load(Ordering::Relaxed),
-            })
+        workers.into_iter().fold(Self::default(), |total, w| Self {
+            completed: total.completed + w.completed.load(Ordering::Relaxed),
+            failed: total.failed + w.failed.load(Ordering::Relaxed),
+            bad_pointers: total.bad_pointers + w.bad_pointers.load(Ordering::Relaxed),
+            double_completions: total.double_completions
+                + w.double_completions.load(Ordering::Relaxed),
+        })
     }
 }
 
@@ -298,8 +296,12 @@ fn process(
         }
     }
     // After completing: a kernel that sees the word may reuse the future.
-    let notified =
-        notify == 0 || notify_submitter(segment, notify, notify_word::answer(token, succeeded, false));
+    let notified = notify == 0
+        || notify_submitter(
+            segment,
+            notify,
+            notify_word::answer(token, succeeded, false),
+        );
     bump(&stats.completed);
     if !succeeded {
         bump(&stats.failed);

@@ -152,7 +152,10 @@ fn large_and_inline_tasks_alternate<A: GpuApi>(api: A, blocks: u32, threads: u32
     let outcome = kernels.echo(&launch).expect("echo");
     assert_all_added(&outcome, tasks);
     let noops = tasks.div_ceil(2);
-    assert_completed_once(runtime.stats(), u64::from(blocks * threads) * (tasks + noops));
+    assert_completed_once(
+        runtime.stats(),
+        u64::from(blocks * threads) * (tasks + noops),
+    );
 }
 
 /// Unknown methods complete with an error code; the workers serve the next
