@@ -65,8 +65,9 @@ fn build() -> Result<(), String> {
     let manifest = Manifest::load(&manifest_path, &crate_dir)?;
 
     // The C++ view of the shared layouts, checked against Rust's in
-    // src/layout_check.rs.
-    layout_bindings::generate(&include_dir, &out_dir.join("cpp_layout.rs"))?;
+    // src/layout_check.rs, and of the runtime's (runtime/src/layout.rs).
+    layout_bindings::generate_layout(&include_dir, &out_dir.join("cpp_layout.rs"))?;
+    layout_bindings::generate_runtime(&include_dir, &out_dir.join("cpp_runtime.rs"))?;
 
     // One self-contained source for NVRTC, nvcc and hipcc alike.
     let mut gpu_source = source::Inliner::new(&include_dir, &crate_dir);

@@ -3,12 +3,9 @@
 //! tandem-hal's Rust types.
 //!
 //! The build runs bindgen on the headers (`$OUT_DIR/cpp_layout.rs`: how clang
-//! lays the C++ structs out); every `assert_same_layout!` below compares
+//! lays the C++ structs out); every [`assert_same_layout!`] below compares
 //! size, alignment and each field's offset in `const` evaluation, so a drift
 //! on either side fails the build with a message naming the type and field.
-//! The field lists are exhaustive for the Rust types (a destructuring pattern
-//! without `..` fails to compile when Rust grows a field nobody mirrored);
-//! every listed field must exist on the C++ side too.
 
 #[allow(
     dead_code,
@@ -23,56 +20,11 @@ mod cpp {
     include!(concat!(env!("OUT_DIR"), "/cpp_layout.rs"));
 }
 
-use core::mem::{align_of, offset_of, size_of};
-
+use crate::{assert_same_layout, assert_same_value};
 use cpp::root::tandem as c;
 use tandem_hal::host_abi::HostThreadCtx;
 use tandem_hal::Dim3;
 use tandem_shm_core::layout::{self as rs, AllocatorId, MemoryBackend};
-
-/// `assert_same_layout!(RustType, CppType { field, rust_field => cpp_field, .. })`:
-/// same size, alignment and field offsets. Without a trailing `..` the list
-/// must name every field of the Rust type (checked by a pattern); write `..`
-/// for types with private zero-sized markers (`PhantomData`).
-macro_rules! assert_same_layout {
-    (@sizes $rust:ty, $cpp:ty) => {
-        const _: () = {
-            assert!(
-                size_of::<$rust>() == size_of::<$cpp>(),
-                concat!("layout drift: size of ", stringify!($rust), " differs in layout.h")
-            );
-            assert!(
-                align_of::<$rust>() == align_of::<$cpp>(),
-                concat!("layout drift: alignment of ", stringify!($rust), " differs in layout.h")
-            );
-        };
-    };
-    (@field $rust:ty, $cpp:ty, $field:ident) => {
-        assert_same_layout!(@field $rust, $cpp, $field => $field);
-    };
-    (@field $rust:ty, $cpp:ty, $field:ident => $cfield:ident) => {
-        const _: () = assert!(
-            offset_of!($rust, $field) == offset_of!($cpp, $cfield),
-            concat!(
-                "layout drift: ", stringify!($rust), "::", stringify!($field),
-                " is at another offset in layout.h"
-            )
-        );
-    };
-    ($rust:ty, $cpp:ty { $($field:ident $(=> $cfield:ident)?,)* .. }) => {
-        assert_same_layout!(@sizes $rust, $cpp);
-        $(assert_same_layout!(@field $rust, $cpp, $field $(=> $cfield)?);)*
-    };
-    ($rust:path, $cpp:ty { $($field:ident $(=> $cfield:ident)?),* $(,)? }) => {
-        assert_same_layout!(@sizes $rust, $cpp);
-        $(assert_same_layout!(@field $rust, $cpp, $field $(=> $cfield)?);)*
-        // A compile error on this pattern means the Rust type has a field the
-        // list does not name: mirror it in layout.h and list it.
-        const _: fn(&$rust) = |value| {
-            let $rust { $($field: _),* } = value;
-        };
-    };
-}
 
 // hal's host ABI.
 assert_same_layout!(Dim3, c::Dim3 { x, y, z });
@@ -167,16 +119,6 @@ assert_same_layout!(
         payload,
     }
 );
-
-/// `const` equality of a Rust and a C++ constant, naming it on failure.
-macro_rules! assert_same_value {
-    ($($rust:expr => $cpp:expr),* $(,)?) => {
-        $(const _: () = assert!(
-            $rust as u64 == $cpp as u64,
-            concat!("constant drift: ", stringify!($rust), " differs in layout.h")
-        );)*
-    };
-}
 
 assert_same_value! {
     rs::CACHE_LINE => c::CACHE_LINE,

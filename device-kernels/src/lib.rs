@@ -14,13 +14,18 @@
 //!
 //! The C++ mirrors of tandem-shm-core's shared layouts
 //! (`include/tandem/layout.h`) and of hal's host ABI are checked field by field
-//! against the Rust types when this crate compiles (`layout_check`).
+//! against the Rust types when this crate compiles (`layout_check`); the
+//! runtime's (`include/tandem/runtime.h`) when tandem-runtime compiles,
+//! against [`runtime_mirror`] (`mirror`).
 //!
 //! [`library`] bundles all of it as the [`ModuleArtifacts`] a backend loads.
 //!
 //! [`HostKernelFn`]: tandem_hal::host_abi::HostKernelFn
 
 mod layout_check;
+mod mirror;
+
+pub use mirror::runtime_mirror;
 
 use core::ffi::c_void;
 

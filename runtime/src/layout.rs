@@ -283,6 +283,87 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, method), 4
 static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, args_len), 8);
 static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, version), 12);
 
+// tandem/runtime.h mirrors this file for kernels: what a C++ compiler makes
+// of it (bindgen at tandem-device-kernels' build) must agree, field by field
+// and constant by constant, or this crate does not compile.
+mod cpp_mirror {
+    use tandem_device_kernels::runtime_mirror::root::tandem as c;
+    use tandem_device_kernels::{assert_same_layout, assert_same_value};
+
+    use super::*;
+    use crate::task::{
+        RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD, RC_UNKNOWN_POOL,
+    };
+
+    assert_same_layout!(
+        SegmentHeader,
+        c::RuntimeSegmentHeader {
+            magic,
+            version,
+            kind,
+            id,
+            device_ordinal,
+            numa_node,
+            segment_bytes,
+            queue_offset,
+            queue_bytes,
+            heap_offset,
+            heap_bytes,
+            arena_offset,
+            arena_bytes,
+            num_lanes,
+            copy_space,
+            runtime_pid,
+            state,
+            heartbeat,
+            stop,
+            reserved,
+            device_tickets,
+            inbox_offset,
+            inbox_ring_bytes,
+            inbox_depth,
+            service_stop,
+            device_free_hints,
+        }
+    );
+    assert_same_layout!(
+        TaskHeader,
+        c::TaskHeader {
+            pool,
+            method,
+            args_len,
+            version
+        }
+    );
+    assert_same_value! {
+        SEGMENT_MAGIC => c::RT_SEGMENT_MAGIC,
+        SEGMENT_VERSION => c::RT_SEGMENT_VERSION,
+        TASK_VERSION => c::RT_TASK_VERSION,
+        TASK_HEADER_BYTES => c::RT_TASK_HEADER_BYTES,
+        SEGMENT_HEADER_RESERVED => c::RT_SEGMENT_HEADER_RESERVED,
+        inbox::FROM_HOST => c::RtInbox_from_host,
+        inbox::FROM_KERNELS => c::RtInbox_from_kernels,
+        task_record::FUTURE => c::rt_record::FUTURE,
+        task_record::NOTIFY => c::rt_record::NOTIFY,
+        task_record::TOKEN => c::rt_record::TOKEN,
+        task_record::IN_FUTURE_WORDS => c::rt_record::IN_FUTURE_WORDS,
+        task_record::POOL => c::rt_record::POOL,
+        task_record::METHOD => c::rt_record::METHOD,
+        task_record::ARGS_LEN => c::rt_record::ARGS_LEN,
+        task_record::ARGS => c::rt_record::ARGS,
+        task_record::INLINE_ARGS_MAX => c::rt_record::INLINE_ARGS_MAX,
+        notify_word::SUCCEEDED => c::rt_notify::SUCCEEDED,
+        notify_word::NO_OUTPUT => c::rt_notify::NO_OUTPUT,
+        notify_word::TOKEN_SHIFT => c::rt_notify::TOKEN_SHIFT,
+        notify_word::TOKEN_MAX => c::rt_notify::TOKEN_MAX,
+        RC_UNKNOWN_POOL => c::RT_RC_UNKNOWN_POOL,
+        RC_UNKNOWN_METHOD => c::RT_RC_UNKNOWN_METHOD,
+        RC_BAD_TASK => c::RT_RC_BAD_TASK,
+        RC_BAD_ARGS => c::RT_RC_BAD_ARGS,
+        RC_HANDLER_PANICKED => c::RT_RC_HANDLER_PANICKED,
+    }
+}
+
 tandem_shm_core::impl_serialize_fields!(TaskHeader {
     pool,
     method,

@@ -1,0 +1,85 @@
+//! Compile-time comparisons of C++ mirrors with the Rust they mirror, and
+//! the C++ side's view of tandem-runtime's layout.
+//!
+//! The build runs bindgen on the mirror headers: how a C++ compiler lays
+//! their structs out and what their constants are. This crate compares
+//! `tandem/layout.h` and `tandem/host_abi.h` with tandem-shm-core and
+//! tandem-hal (`layout_check`); tandem-runtime, which this crate cannot
+//! see, compares `tandem/runtime.h` ([`runtime_mirror`]) with its own
+//! layout, with the same two macros.
+
+/// `assert_same_layout!(RustType, CppType { field, rust_field => cpp_field, .. })`:
+/// in `const` evaluation, the same size, alignment and field offsets, or a
+/// build error naming the type and field. Without a trailing `..` the list
+/// must name every field of the Rust type (checked by a destructuring
+/// pattern, which fails to compile when Rust grows a field nobody
+/// mirrored); write `..` for types with private zero-sized markers
+/// (`PhantomData`). Every listed field must exist on the C++ side too.
+#[macro_export]
+macro_rules! assert_same_layout {
+    (@sizes $rust:ty, $cpp:ty) => {
+        const _: () = {
+            assert!(
+                ::core::mem::size_of::<$rust>() == ::core::mem::size_of::<$cpp>(),
+                concat!("layout drift: size of ", stringify!($rust), " differs in its C++ mirror")
+            );
+            assert!(
+                ::core::mem::align_of::<$rust>() == ::core::mem::align_of::<$cpp>(),
+                concat!("layout drift: alignment of ", stringify!($rust), " differs in its C++ mirror")
+            );
+        };
+    };
+    (@field $rust:ty, $cpp:ty, $field:ident) => {
+        $crate::assert_same_layout!(@field $rust, $cpp, $field => $field);
+    };
+    (@field $rust:ty, $cpp:ty, $field:ident => $cfield:ident) => {
+        const _: () = assert!(
+            ::core::mem::offset_of!($rust, $field) == ::core::mem::offset_of!($cpp, $cfield),
+            concat!(
+                "layout drift: ", stringify!($rust), "::", stringify!($field),
+                " is at another offset in its C++ mirror"
+            )
+        );
+    };
+    ($rust:ty, $cpp:ty { $($field:ident $(=> $cfield:ident)?,)* .. }) => {
+        $crate::assert_same_layout!(@sizes $rust, $cpp);
+        $($crate::assert_same_layout!(@field $rust, $cpp, $field $(=> $cfield)?);)*
+    };
+    ($rust:path, $cpp:ty { $($field:ident $(=> $cfield:ident)?),* $(,)? }) => {
+        $crate::assert_same_layout!(@sizes $rust, $cpp);
+        $($crate::assert_same_layout!(@field $rust, $cpp, $field $(=> $cfield)?);)*
+        // A compile error on this pattern means the Rust type has a field the
+        // list does not name: mirror it in C++ and list it.
+        const _: fn(&$rust) = |value| {
+            let $rust { $($field: _),* } = value;
+        };
+    };
+}
+
+/// `const` equality of a Rust and a C++ constant, naming it on failure.
+#[macro_export]
+macro_rules! assert_same_value {
+    ($($rust:expr => $cpp:expr),* $(,)?) => {
+        $(const _: () = assert!(
+            $rust as u64 == $cpp as u64,
+            concat!("constant drift: ", stringify!($rust), " differs in its C++ mirror")
+        );)*
+    };
+}
+
+/// `tandem/runtime.h`'s mirrors of tandem-runtime's segment layout (as
+/// bindgen read them): `root::tandem::RuntimeSegmentHeader`, `TaskHeader`,
+/// `RtInbox`, the `RT_*` constants, `rt_record` and `rt_notify`. For
+/// tandem-runtime's compile-time checks; kernels use the header itself.
+#[allow(
+    dead_code,
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    missing_docs,
+    clippy::all,
+    clippy::undocumented_unsafe_blocks
+)]
+pub mod runtime_mirror {
+    include!(concat!(env!("OUT_DIR"), "/cpp_runtime.rs"));
+}
