@@ -7,21 +7,8 @@
 //! size, alignment and each field's offset in `const` evaluation, so a drift
 //! on either side fails the build with a message naming the type and field.
 
-#[allow(
-    dead_code,
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    missing_docs,
-    clippy::all,
-    clippy::undocumented_unsafe_blocks
-)]
-mod cpp {
-    include!(concat!(env!("OUT_DIR"), "/cpp_layout.rs"));
-}
-
+use crate::mirror::layout_mirror::root::tandem as c;
 use crate::{assert_same_layout, assert_same_value};
-use cpp::root::tandem as c;
 use tandem_hal::host_abi::HostThreadCtx;
 use tandem_hal::Dim3;
 use tandem_shm_core::layout::{self as rs, AllocatorId, MemoryBackend};

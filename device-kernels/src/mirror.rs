@@ -67,19 +67,37 @@ macro_rules! assert_same_value {
     };
 }
 
-/// `tandem/runtime.h`'s mirrors of tandem-runtime's segment layout (as
-/// bindgen read them): `root::tandem::RuntimeSegmentHeader`, `TaskHeader`,
-/// `RtInbox`, the `RT_*` constants, `rt_record` and `rt_notify`. For
-/// tandem-runtime's compile-time checks; kernels use the header itself.
-#[allow(
-    dead_code,
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals,
-    missing_docs,
-    clippy::all,
-    clippy::undocumented_unsafe_blocks
-)]
-pub mod runtime_mirror {
-    include!(concat!(env!("OUT_DIR"), "/cpp_runtime.rs"));
+/// A module of bindgen's output `$file` (in OUT_DIR): generated names and
+/// no docs, so the lints that expect hand-written Rust are off inside.
+macro_rules! bindgen_module {
+    ($(#[$doc:meta])* $vis:vis mod $name:ident = $file:literal;) => {
+        $(#[$doc])*
+        #[allow(
+            dead_code,
+            non_camel_case_types,
+            non_snake_case,
+            non_upper_case_globals,
+            missing_docs,
+            clippy::all,
+            clippy::undocumented_unsafe_blocks
+        )]
+        $vis mod $name {
+            include!(concat!(env!("OUT_DIR"), "/", $file));
+        }
+    };
+}
+
+bindgen_module! {
+    /// `tandem/layout.h` and `tandem/host_abi.h` as bindgen read them, for
+    /// `layout_check`.
+    pub(crate) mod layout_mirror = "cpp_layout.rs";
+}
+
+bindgen_module! {
+    /// `tandem/runtime.h`'s mirrors of tandem-runtime's segment layout (as
+    /// bindgen read them): `root::tandem::RuntimeSegmentHeader`,
+    /// `TaskHeader`, `RtInbox`, the `RT_*` constants, `rt_record` and
+    /// `rt_notify`. For tandem-runtime's compile-time checks; kernels use the
+    /// header itself.
+    pub mod runtime_mirror = "cpp_runtime.rs";
 }
