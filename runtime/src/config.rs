@@ -3,7 +3,7 @@
 //! ```toml
 //! workers = 4                 # CPU worker threads
 //! queue_depth = 1024          # slots per lane and priority (a power of two)
-//! lanes = 4                   # lanes per queue (each with two priorities)
+//! lanes = 16                  # lanes per queue (each with two priorities)
 //! gpu_segment_size = 67108864 # bytes of pinned memory per device
 //! cpu_segment_size = 16777216 # bytes of the host clients' segment
 //! copy_space = 256            # copy space of the futures clients allocate
@@ -33,7 +33,13 @@ pub struct Config {
     pub workers: usize,
     /// Slots per lane and priority; a power of two.
     pub queue_depth: u32,
-    /// Lanes per queue.
+    /// Lanes per queue. Kernel threads spread over them (a block per lane in
+    /// the runtime's kernels), and each lane's producers claim their slots
+    /// on one word of device memory, which many threads waiting for a full
+    /// lane make a bottleneck: on the H100, 132 x 128 kernel threads pushed
+    /// 10.4 M no-op tasks/s through 4 lanes, 13.4 M through 8 and 16.7 M
+    /// through 16 (264 x 256 threads: 5.3, 7.3, 9.9 M), with no change in a
+    /// lone thread's round trip.
     pub lanes: u32,
     /// Bytes of each device's pinned segment.
     pub gpu_segment_size: usize,
@@ -52,7 +58,7 @@ impl Default for Config {
         Self {
             workers: 4,
             queue_depth: 1024,
-            lanes: 4,
+            lanes: 16,
             gpu_segment_size: 64 << 20,
             cpu_segment_size: 16 << 20,
             copy_space: 256,
