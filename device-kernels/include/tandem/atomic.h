@@ -162,6 +162,13 @@ struct ptx_rmw;
   template <>                                                                               \
   struct ptx_rmw<S, O> {                                                                    \
     TANDEM_PTX_RMW_OPS("atom." SEM "." SCOPE)                                              \
+    static __device__ __forceinline__ u64 fetch_add_global(u64* p, u64 v) {                \
+      u64 r;                                                                                \
+      asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %1; atom.global." SEM "." SCOPE   \
+                   ".add.u64 %0, [g], %2; }"                                                \
+                   : "=l"(r) : "l"(p), "l"(v) : "memory");                                  \
+      return r;                                                                             \
+    }                                                                                       \
   };
 
 // clang-format off
@@ -310,6 +317,23 @@ TANDEM_DEVICE T fetch_add(T* p, T v) {
                                 detail::hip_scope<S>::value);
 #else
   return __atomic_fetch_add(p, v, detail::builtin_order<O>::success);
+#endif
+}
+
+/// fetch_add on a u64 in global memory (device memory, or host memory mapped
+/// into the device), never in shared memory. On CUDA a 64-bit atomic add at
+/// a generic address must first rule out shared memory, which has no such
+/// instruction: the compiler adds a fallback whose branch waits for the
+/// atomic's answer, so nothing after it issues before it returns, not even
+/// an independent load (in the lane push's SASS, the ticket's fetch_add and
+/// the load beside it took two device-memory round trips instead of one).
+/// Elsewhere the same as fetch_add.
+template <scope S, order O>
+TANDEM_DEVICE u64 fetch_add_global(u64* p, u64 v) {
+#if defined(TANDEM_BACKEND_CUDA)
+  return detail::ptx_rmw<S, O>::fetch_add_global(p, v);
+#else
+  return fetch_add<S, O>(p, v);
 #endif
 }
 

@@ -525,11 +525,12 @@ TANDEM_DEVICE ticket_result claim_ticket(u64 capacity, DeviceTickets* tickets, c
   // Relaxed: the fetch_add only makes tickets unique; the hand-off of the
   // slot is ordered through the consumers' counter (and, for MPMC rings,
   // the slot's sequence number).
-  const u64 ticket = fetch_add<scope::device, order::relaxed>(&tickets->next, u64{1});
+  const u64 ticket = fetch_add_global<scope::device, order::relaxed>(&tickets->next, u64{1});
   // Acquire (see refresh_other_side), and after the fetch_add, which it may
-  // overlap: an acquire load before it would hold the fetch_add back (on the
-  // H100, 0.2 us of every push). Then until a consumer has taken the slot's
-  // previous lap, without polling it.
+  // overlap (fetch_add_global: a generic one could not be): an acquire load
+  // before it would hold the fetch_add back (on the H100, 0.2 us of every
+  // push). Then until a consumer has taken the slot's previous lap, without
+  // polling it.
   u64 seen = other_seen(tickets);
   if (!counter_ready(seen, ticket, needed)) {
     if (!wait_ticket_ready(tickets, consumed, ticket, needed, stop)) {
@@ -639,7 +640,7 @@ TANDEM_DEVICE ticket_result mpmc_pop_ticketed(const MpmcRing<T>& ring, DeviceTic
     return ticket_result::unavailable;
   }
   // Relaxed: as in mpmc_push_ticketed.
-  const u64 ticket = fetch_add<scope::device, order::relaxed>(&tickets->next, u64{1});
+  const u64 ticket = fetch_add_global<scope::device, order::relaxed>(&tickets->next, u64{1});
   // Until a producer has claimed it, without polling the slot. A stop then
   // gives the ticket up: no producer holds it.
   if (!detail::wait_ticket_ready(tickets, produced, ticket, 1, stop)) {
