@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tandem_hal::HostApi;
 use tandem_runtime::config::DeviceSelection;
+use tandem_runtime::layout::notify_word;
 use tandem_runtime::task::{
     math, Task, TaskError, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD,
     RC_UNKNOWN_POOL,
@@ -382,8 +383,8 @@ fn config_parses_defaults_and_refuses_bad_values() {
     let d = Config::from_toml("").expect("empty");
     assert_eq!(d, Config::default());
     assert_eq!(
-        (d.workers, d.queue_depth, d.gpu_segment_size),
-        (4, 1024, 64 << 20)
+        (d.workers, d.lanes, d.queue_depth, d.gpu_segment_size),
+        (4, 16, 1024, 64 << 20)
     );
     let c = Config::from_toml("workers = 2\ndevices = [0, 1]\nqueue_depth = 64").expect("parse");
     assert_eq!(c.devices, DeviceSelection::Only(vec![0, 1]));
@@ -463,4 +464,59 @@ fn inline_records_run_and_malformed_ones_fail() {
         }
     );
     assert_eq!(runtime.stats().failed, 1);
+}
+
+/// A kernel thread's answer, as a worker stores it in the record's notify
+/// word (layout.rs `notify_word`): a status-only inline task (no-op) is
+/// answered by the word alone, the future left as it was; a task with
+/// output completes its future first; a notify offset outside the segment
+/// still completes the future, and is counted.
+#[test]
+fn notify_words_answer_kernel_records() {
+    let runtime = start(1, 64, Registry::with_builtins());
+    let segment = runtime.cpu_segment();
+    let stop = AtomicU32::new(0);
+    let new_future = || {
+        let bytes = FutureShm::required_bytes(64);
+        let (ptr, at) = segment.allocate(bytes).expect("allocate");
+        // SAFETY: a fresh heap block of `bytes` bytes, ours until pushed.
+        let future = unsafe { FutureShm::init_in(at, bytes, 64) }.expect("future");
+        (u32::try_from(ptr.off).expect("32-bit offset"), future)
+    };
+    let (word_ptr, word_at) = segment.allocate(4).expect("allocate");
+    let word_off = u32::try_from(word_ptr.off).expect("32-bit offset");
+    // SAFETY: a fresh, 16-aligned heap block of 4 bytes, only accessed
+    // atomically (here and by the worker).
+    let word = unsafe { AtomicU32::from_ptr(word_at.cast()) };
+    word.store(0, Ordering::Relaxed);
+    let answered = |expected: u32| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while word.load(Ordering::Acquire) != expected {
+            assert!(Instant::now() < deadline, "no answer {expected:#x}");
+            std::thread::yield_now();
+        }
+    };
+    let push = |record: &[u32]| {
+        segment
+            .queue()
+            .push(0, Priority::High, LlRecord::new(record).unwrap())
+            .expect("push");
+    };
+    // A no-op with token 7: the word alone, SUCCEEDED | NO_OUTPUT.
+    let (off, noop) = new_future();
+    push(&[off, word_off, 7, math::POOL, math::NOOP, 0]);
+    answered(notify_word::answer(7, true, true));
+    assert!(!noop.is_complete(), "the future was left as it was");
+    // add(5, 6) with token 8: completed, then the word (SUCCEEDED).
+    let (off, added) = new_future();
+    push(&[off, word_off, 8, math::POOL, math::ADD, 16, 5, 0, 6, 0]);
+    answered(notify_word::answer(8, true, false));
+    assert_eq!(added.read_output::<u64>(), Ok(11));
+    // A no-op whose notify word lies past the segment: its future completes.
+    let (off, stray) = new_future();
+    push(&[off, u32::MAX - 4, 9, math::POOL, math::NOOP, 0]);
+    let outcome = stray.wait_timeout(&stop, Duration::from_secs(10));
+    assert_eq!(outcome, WaitOutcome::Completed { return_code: 0 });
+    let stats = runtime.stats();
+    assert_eq!((stats.completed, stats.bad_pointers), (3, 1));
 }
