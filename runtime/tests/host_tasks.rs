@@ -12,7 +12,7 @@ use tandem_runtime::task::{
     math, Task, TaskError, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD,
     RC_UNKNOWN_POOL,
 };
-use tandem_runtime::{Config, Pool, Registry, Route, Runtime};
+use tandem_runtime::{Config, Pool, QueueSegment, Registry, Route, Runtime};
 use tandem_shm_core::future::{FutureShm, RC_OUTPUT_TOO_LARGE};
 use tandem_shm_core::impl_serialize_fields;
 use tandem_shm_core::{LlRecord, Priority, WaitOutcome};
@@ -123,6 +123,16 @@ fn registry() -> Registry {
 
 fn start(workers: usize, depth: u32, registry: Registry) -> Runtime<HostApi> {
     Runtime::start_with(HostApi::with_devices(0), config(workers, depth), registry).expect("start")
+}
+
+/// A fresh future with 64 bytes of copy space in `segment`'s heap, and its
+/// segment offset (as a record names it).
+fn future_in(segment: &QueueSegment) -> (u32, FutureShm<'_>) {
+    let bytes = FutureShm::required_bytes(64);
+    let (ptr, at) = segment.allocate(bytes).expect("allocate");
+    // SAFETY: a fresh heap block of `bytes` bytes, ours until pushed.
+    let future = unsafe { FutureShm::init_in(at, bytes, 64) }.expect("future");
+    (u32::try_from(ptr.off).expect("32-bit offset"), future)
 }
 
 fn assert_no_leak(runtime: &Runtime<HostApi>) {
@@ -432,15 +442,8 @@ fn inline_records_run_and_malformed_ones_fail() {
     let runtime = start(1, 64, Registry::with_builtins());
     let segment = runtime.cpu_segment();
     let stop = AtomicU32::new(0);
-    let new_future = || {
-        let bytes = FutureShm::required_bytes(64);
-        let (ptr, at) = segment.allocate(bytes).expect("allocate");
-        // SAFETY: a fresh heap block of `bytes` bytes, ours until pushed.
-        let future = unsafe { FutureShm::init_in(at, bytes, 64) }.expect("future");
-        (u32::try_from(ptr.off).expect("32-bit offset"), future)
-    };
     // add(5, 6): 16 bytes of arguments, as four little-endian words.
-    let (off, added) = new_future();
+    let (off, added) = future_in(segment);
     let record = [off, 0, 0, math::POOL, math::ADD, 16, 5, 0, 6, 0];
     segment
         .queue()
@@ -450,7 +453,7 @@ fn inline_records_run_and_malformed_ones_fail() {
     assert_eq!(outcome, WaitOutcome::Completed { return_code: 0 });
     assert_eq!(added.read_output::<u64>(), Ok(11));
     // The length says 16 bytes, one word follows.
-    let (off, bad) = new_future();
+    let (off, bad) = future_in(segment);
     let record = [off, 0, 0, math::POOL, math::ADD, 16, 5];
     segment
         .queue()
@@ -476,13 +479,6 @@ fn notify_words_answer_kernel_records() {
     let runtime = start(1, 64, Registry::with_builtins());
     let segment = runtime.cpu_segment();
     let stop = AtomicU32::new(0);
-    let new_future = || {
-        let bytes = FutureShm::required_bytes(64);
-        let (ptr, at) = segment.allocate(bytes).expect("allocate");
-        // SAFETY: a fresh heap block of `bytes` bytes, ours until pushed.
-        let future = unsafe { FutureShm::init_in(at, bytes, 64) }.expect("future");
-        (u32::try_from(ptr.off).expect("32-bit offset"), future)
-    };
     let (word_ptr, word_at) = segment.allocate(4).expect("allocate");
     let word_off = u32::try_from(word_ptr.off).expect("32-bit offset");
     // SAFETY: a fresh, 16-aligned heap block of 4 bytes, only accessed
@@ -503,17 +499,17 @@ fn notify_words_answer_kernel_records() {
             .expect("push");
     };
     // A no-op with token 7: the word alone, SUCCEEDED | NO_OUTPUT.
-    let (off, noop) = new_future();
+    let (off, noop) = future_in(segment);
     push(&[off, word_off, 7, math::POOL, math::NOOP, 0]);
     answered(notify_word::answer(7, true, true));
     assert!(!noop.is_complete(), "the future was left as it was");
     // add(5, 6) with token 8: completed, then the word (SUCCEEDED).
-    let (off, added) = new_future();
+    let (off, added) = future_in(segment);
     push(&[off, word_off, 8, math::POOL, math::ADD, 16, 5, 0, 6, 0]);
     answered(notify_word::answer(8, true, false));
     assert_eq!(added.read_output::<u64>(), Ok(11));
     // A no-op whose notify word lies past the segment: its future completes.
-    let (off, stray) = new_future();
+    let (off, stray) = future_in(segment);
     push(&[off, u32::MAX - 4, 9, math::POOL, math::NOOP, 0]);
     let outcome = stray.wait_timeout(&stop, Duration::from_secs(10));
     assert_eq!(outcome, WaitOutcome::Completed { return_code: 0 });
