@@ -37,7 +37,7 @@ pub mod ser;
 
 pub use future::{FillError, FutureError, FutureShm, WaitOutcome};
 #[cfg(all(feature = "std", unix))]
-pub use segment::{Mapping, Segment, SegmentError};
+pub use segment::{Mapping, Segment, SegmentError, SegmentProbe};
 pub use ser::{Deserialize, Reader, SerError, Serialize, Writer};
 
 pub mod alloc_error;

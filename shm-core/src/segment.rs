@@ -6,12 +6,26 @@
 //! through one mapping are seen through every other mapping of the same
 //! pages, in this process or another; its base is page-aligned (so at least
 //! 64-byte aligned, as every shared layout needs).
+//!
+//! A named segment's creator holds an exclusive `flock` on it for as long as
+//! its [`Segment`] lives: the kernel drops the lock when the creator's fd is
+//! closed, death included, so "nobody holds it" needs no pid at all and cannot
+//! be fooled by a reused pid. [`SegmentProbe`] asks that question of a name,
+//! and lets whoever wins the lock remove a segment its creator left behind.
+//! Every name this process creates is also kept in a process-wide list, so a
+//! signal handler thread can remove them before the process exits
+//! ([`unlink_created_names`]).
 
 use std::ffi::CString;
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::{self, NonNull};
+use std::sync::Mutex;
+
+/// Where Linux shows named segments as files (what [`SegmentProbe`] compares
+/// inodes with, and what a scan for leftovers lists).
+pub const SHM_DIR: &str = "/dev/shm";
 
 /// Longest segment name accepted (bytes, without the leading `/` that is
 /// added when calling `shm_open`): the OS's file-name limit for
@@ -63,6 +77,10 @@ pub enum SegmentError {
     ZeroLength,
     /// The length does not fit the OS's file offset or this address space.
     TooLarge { len: u64 },
+    /// `create_named`: the name exists (its creator still holds it, it was
+    /// left behind by a process that died, or another process is removing
+    /// it right now).
+    Exists { name: String },
     /// An OS call failed; `source` carries its errno.
     Os {
         call: &'static str,
@@ -79,10 +97,12 @@ impl SegmentError {
         }
     }
 
-    /// The errno of a failed OS call, `None` for the other errors.
+    /// The errno of a failed OS call (`EEXIST` for [`Self::Exists`]), `None`
+    /// for the other errors.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             Self::Os { source, .. } => source.raw_os_error(),
+            Self::Exists { .. } => Some(libc::EEXIST),
             _ => None,
         }
     }
@@ -94,6 +114,10 @@ impl fmt::Display for SegmentError {
             Self::InvalidName(e) => write!(f, "invalid segment name: {e}"),
             Self::ZeroLength => f.write_str("segment length is zero"),
             Self::TooLarge { len } => write!(f, "segment length {len} is too large"),
+            Self::Exists { name } => write!(
+                f,
+                "shared-memory segment {SHM_DIR}/{name} already exists (another process holds it, or a dead one left it behind)"
+            ),
             Self::Os { call, source } => write!(f, "{call} failed: {source}"),
         }
     }
@@ -228,18 +252,36 @@ impl Segment {
             )
         };
         if raw < 0 {
-            return Err(SegmentError::last_os("shm_open"));
+            let e = SegmentError::last_os("shm_open");
+            if e.raw_os_error() == Some(libc::EEXIST) {
+                return Err(SegmentError::Exists {
+                    name: name.to_owned(),
+                });
+            }
+            return Err(e);
         }
         // SAFETY: `raw` is a freshly opened fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // The creator's lock (module docs). It can only be refused if a
+        // prober took the fresh, empty name for a leftover in the instant
+        // between shm_open and here: that prober removes it, so leave the
+        // name to it and report the name taken.
+        if !try_lock(fd.as_fd()) {
+            return Err(SegmentError::Exists {
+                name: name.to_owned(),
+            });
+        }
         let mapped = resize(fd.as_fd(), size).and_then(|()| Mapping::new(fd.as_fd(), len));
         match mapped {
-            Ok(map) => Ok(Segment {
-                map,
-                fd,
-                name: Some(name.to_owned()),
-                unlink_on_drop: Some(path),
-            }),
+            Ok(map) => {
+                created_names().push(path.clone());
+                Ok(Segment {
+                    map,
+                    fd,
+                    name: Some(name.to_owned()),
+                    unlink_on_drop: Some(path),
+                })
+            }
             Err(e) => {
                 unlink(&path);
                 Err(e)
@@ -312,9 +354,176 @@ impl Segment {
 impl Drop for Segment {
     fn drop(&mut self) {
         if let Some(path) = &self.unlink_on_drop {
+            // Under the list's lock, so a signal thread's
+            // `unlink_created_names` never unlinks the name after this drop
+            // (when another process may have created it anew).
+            let mut names = created_names();
+            if let Some(at) = names.iter().position(|n| n == path) {
+                names.swap_remove(at);
+            }
             unlink(path);
         }
         // `map` and `fd` are unmapped and closed by their own drops.
+    }
+}
+
+/// The names this process created whose [`Segment`]s are alive.
+fn created_names() -> std::sync::MutexGuard<'static, Vec<CString>> {
+    static NAMES: Mutex<Vec<CString>> = Mutex::new(Vec::new());
+    // A panic while holding the lock leaves a usable list (pushes and
+    // removals are single operations).
+    NAMES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Unlinks every name this process created that is still held by a live
+/// [`Segment`], and returns how many. For a process about to exit without
+/// running destructors (a signal handler thread that then calls
+/// `std::process::exit`); its mappings stay valid until it exits. Not
+/// async-signal-safe: call it from a normal thread (e.g. signal-hook's
+/// iterator), never from a signal handler.
+pub fn unlink_created_names() -> usize {
+    let mut names = created_names();
+    for path in names.iter() {
+        unlink(path);
+    }
+    let count = names.len();
+    // The drops of these segments will find their names gone from the list
+    // and unlink nothing more.
+    names.clear();
+    count
+}
+
+/// Takes an exclusive `flock` on `fd` without blocking; `false` when another
+/// open file holds one (or the file system refuses locks: then no one can
+/// tell, and the name counts as held).
+fn try_lock(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: plain syscall on an fd that is open for the call.
+    unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+/// The inode of `fd`'s file, and its size.
+fn inode_and_size(fd: BorrowedFd<'_>) -> Result<(u64, u64), SegmentError> {
+    let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `stat` is writable storage for one `struct stat`.
+    if unsafe { libc::fstat(fd.as_raw_fd(), stat.as_mut_ptr()) } != 0 {
+        return Err(SegmentError::last_os("fstat"));
+    }
+    // SAFETY: `fstat` succeeded, so it filled `stat`.
+    let stat = unsafe { stat.assume_init() };
+    // `st_ino` is narrower than u64 on some targets.
+    #[allow(clippy::unnecessary_cast)]
+    let inode = stat.st_ino as u64;
+    Ok((inode, stat.st_size.max(0) as u64))
+}
+
+/// An existing named segment opened read-only to decide whether it was left
+/// behind: whether its creator still holds it ([`is_held`](Self::is_held)),
+/// and what its first bytes say ([`read_at`](Self::read_at)). When nobody
+/// held it, the probe now holds the creator's lock itself, until dropped: no
+/// other prober can take it meanwhile, so [`unlink`](Self::unlink) removes
+/// exactly the object probed, and a process that creates the name anew
+/// while the probe lives cannot be removed by a later prober of the old one.
+#[derive(Debug)]
+pub struct SegmentProbe {
+    name: String,
+    path: CString,
+    fd: OwnedFd,
+    inode: u64,
+    len: u64,
+    held: bool,
+}
+
+impl SegmentProbe {
+    /// Opens `name` (read-only) and tries its creator's lock. A missing name
+    /// is an error with `ENOENT`.
+    pub fn open(name: &str) -> Result<Self, SegmentError> {
+        let path = shm_path(name)?;
+        // SAFETY: `path` is a NUL-terminated string that outlives the call.
+        let raw = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDONLY, 0) };
+        if raw < 0 {
+            return Err(SegmentError::last_os("shm_open"));
+        }
+        // SAFETY: `raw` is a freshly opened fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let held = !try_lock(fd.as_fd());
+        let (inode, len) = inode_and_size(fd.as_fd())?;
+        Ok(Self {
+            name: name.to_owned(),
+            path,
+            fd,
+            inode,
+            len,
+            held,
+        })
+    }
+
+    /// The segment's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether another process holds the segment: its creator, alive (running
+    /// or stopped), or a prober deciding about it right now.
+    pub fn is_held(&self) -> bool {
+        self.held
+    }
+
+    /// Its size in bytes (0 when its creator died before sizing it).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset` (fewer at the end of the
+    /// segment); returns how many. A snapshot: for a segment nobody holds,
+    /// nobody is writing it.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize, SegmentError> {
+        let offset =
+            libc::off_t::try_from(offset).map_err(|_| SegmentError::TooLarge { len: offset })?;
+        // SAFETY: `buf` is writable for its length; the fd is open.
+        let n = unsafe {
+            libc::pread(
+                self.fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                offset,
+            )
+        };
+        usize::try_from(n).map_err(|_| SegmentError::last_os("pread"))
+    }
+
+    /// Removes the name of a segment nobody held ([`is_held`](Self::is_held)
+    /// false). Returns `false`, removing nothing, when it was held or when
+    /// the name no longer refers to the probed object (another prober removed
+    /// it and someone created the name anew).
+    pub fn unlink(&self) -> Result<bool, SegmentError> {
+        if self.held {
+            return Ok(false);
+        }
+        match std::fs::metadata(format!("{SHM_DIR}/{}", self.name)) {
+            Ok(meta) if std::os::unix::fs::MetadataExt::ino(&meta) == self.inode => {}
+            Ok(_) => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(source) => {
+                return Err(SegmentError::Os {
+                    call: "stat",
+                    source,
+                })
+            }
+        }
+        // SAFETY: `path` is a NUL-terminated string that outlives the call.
+        if unsafe { libc::shm_unlink(self.path.as_ptr()) } != 0 {
+            let e = SegmentError::last_os("shm_unlink");
+            if e.raw_os_error() == Some(libc::ENOENT) {
+                return Ok(false);
+            }
+            return Err(e);
+        }
+        Ok(true)
     }
 }
 

@@ -5,7 +5,7 @@
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use tandem_shm_core::segment::{NameError, Segment, SegmentError, MAX_NAME_LEN};
+use tandem_shm_core::segment::{NameError, Segment, SegmentError, SegmentProbe, MAX_NAME_LEN};
 
 /// A name no other test (or concurrent test run) uses.
 fn unique_name(tag: &str) -> String {
@@ -70,9 +70,64 @@ fn create_of_existing_name_reports_eexist_and_keeps_it() {
     let first = Segment::create_named(&name, 4096).unwrap();
     let err = Segment::create_named(&name, 4096).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EEXIST));
+    assert!(
+        matches!(&err, SegmentError::Exists { name: n } if *n == name),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&name), "{err}");
     // The failed attempt did not unlink the first creator's name.
     let opener = Segment::open_named(&name).unwrap();
     assert!(shares_bytes(first.as_ptr(), opener.as_ptr(), 1, 9));
+}
+
+#[test]
+fn probe_sees_a_live_creator_and_leaves_its_name() {
+    let name = unique_name("probe-live");
+    let creator = Segment::create_named(&name, 4096).unwrap();
+    // SAFETY: the mapping is 4096 bytes long and ours.
+    unsafe { creator.as_ptr().add(3).write(7) };
+    let probe = SegmentProbe::open(&name).unwrap();
+    assert!(probe.is_held());
+    assert_eq!(probe.len(), 4096);
+    let mut byte = [0u8; 1];
+    assert_eq!(probe.read_at(3, &mut byte).unwrap(), 1);
+    assert_eq!(byte[0], 7);
+    assert!(!probe.unlink().unwrap());
+    assert!(
+        Segment::open_named(&name).is_ok(),
+        "probe removed a held name"
+    );
+}
+
+#[test]
+fn probe_removes_a_name_nobody_holds_once() {
+    let name = unique_name("probe-left");
+    let path = std::ffi::CString::new(format!("/{name}")).unwrap();
+    // What a creator that died leaves: a name whose fd is closed.
+    // SAFETY: plain calls with a NUL-terminated path.
+    unsafe {
+        let fd = libc::shm_open(
+            path.as_ptr(),
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+            0o600,
+        );
+        assert!(fd >= 0);
+        libc::close(fd);
+    }
+    let probe = SegmentProbe::open(&name).unwrap();
+    assert!(!probe.is_held());
+    assert!(probe.is_empty());
+    // While the probe holds the lock, a second prober sees it held, and the
+    // creator of a new name cannot take the old object's lock.
+    assert!(SegmentProbe::open(&name).unwrap().is_held());
+    assert!(probe.unlink().unwrap());
+    assert!(!probe.unlink().unwrap(), "removed twice");
+    let next = Segment::create_named(&name, 4096).unwrap();
+    // The stale probe must not remove the new object's name.
+    assert!(!probe.unlink().unwrap());
+    drop(probe);
+    assert!(SegmentProbe::open(&name).unwrap().is_held());
+    drop(next);
 }
 
 #[test]

@@ -132,6 +132,10 @@ pub(crate) fn segment_error(call: &'static str, error: SegmentError) -> GpuError
         }
         SegmentError::ZeroLength => ErrorKind::InvalidSize { bytes: 0 },
         SegmentError::TooLarge { len } => ErrorKind::InvalidSize { bytes: len },
+        // Exportable allocations get fresh names: an existing one is a clash.
+        SegmentError::Exists { .. } => ErrorKind::Os {
+            errno: libc::EEXIST,
+        },
         SegmentError::Os { source, .. } => ErrorKind::Os {
             errno: source.raw_os_error().unwrap_or(libc::EIO),
         },
