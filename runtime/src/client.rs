@@ -12,6 +12,7 @@ use tandem_shm_core::Segment;
 use crate::config::Config;
 use crate::error::RuntimeError;
 use crate::layout::runtime_state;
+use crate::liveness::Liveness;
 use crate::segment::QueueSegment;
 use crate::submit::{self, Pending, Route};
 use crate::task::{Task, TaskError};
@@ -122,6 +123,13 @@ impl Client {
     /// The runtime's process id.
     pub fn runtime_pid(&self) -> u32 {
         self.segment.header().runtime_pid.load(Ordering::Relaxed)
+    }
+
+    /// Whether the runtime serves, has not answered for a while (hung, or
+    /// its process stopped), shut down, or is gone. Only the last two end
+    /// waits with [`TaskError::RuntimeDead`].
+    pub fn runtime_liveness(&self) -> Liveness {
+        Liveness::of(self.segment.header())
     }
 
     /// The child process, for a client that forked its runtime.

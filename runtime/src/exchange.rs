@@ -12,7 +12,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::liveness::process_alive;
+use crate::process::ProcessIdentity;
 use tandem_shm_core::{AllocError, AllocatorId, Segment, ShmPtr, SizeClassAllocator, SpscRing};
 
 /// Segment header, at offset 0.
@@ -237,7 +237,7 @@ pub fn consume(name: &str) -> Result<u64, ExchangeError> {
             break;
         }
         let since = *idle_since.get_or_insert_with(Instant::now);
-        if since.elapsed() > Duration::from_millis(2) && !process_alive(pid) {
+        if since.elapsed() > Duration::from_millis(2) && ProcessIdentity::of(pid).is_none() {
             // Everything pushed before the death is complete: drain it.
             while let Some(block) = consumer.try_pop() {
                 check_record(&mapped, block, received)?;

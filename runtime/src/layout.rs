@@ -33,7 +33,7 @@ use tandem_shm_core::AllocatorId;
 /// `SegmentHeader::magic` once the segment is fully initialised ("TNDMRTSG").
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file.
-pub const SEGMENT_VERSION: u32 = 5;
+pub const SEGMENT_VERSION: u32 = 6;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -134,12 +134,15 @@ pub struct SegmentHeader {
     pub num_lanes: u32,
     /// Copy space a future should have to carry typical tasks.
     pub copy_space: u32,
-    /// Process id of the runtime serving this segment.
+    /// Process id of the runtime serving this segment (with
+    /// `runtime_start_time`, its [`crate::ProcessIdentity`]: the owner).
     pub runtime_pid: AtomicU32,
     /// A [`runtime_state`] value.
     pub state: AtomicU32,
-    /// Incremented by the runtime every [`crate::HEARTBEAT_PERIOD`]; a value
-    /// that stops moving means a hung runtime.
+    /// `CLOCK_MONOTONIC` nanoseconds (one clock for every process of the
+    /// machine) of the runtime's last beat, stored every
+    /// [`crate::HEARTBEAT_PERIOD`]; how far it lags says for how long the
+    /// runtime has not answered (hung, or stopped), not that it is dead.
     pub heartbeat: AtomicU64,
     /// Raised (nonzero) by the host to release every kernel waiting with it.
     pub stop: AtomicU32,
@@ -166,6 +169,23 @@ pub struct SegmentHeader {
     /// in the CPU segment. (The lane rings are LL rings, whose kernel
     /// producers learn a slot is free from the workers' counter alone.)
     pub device_free_hints: u64,
+    /// The runtime process's start time (clock ticks after boot,
+    /// [`crate::ProcessIdentity::start_time`]), so that a later process
+    /// reusing `runtime_pid` is not taken for the owner. Written before
+    /// `magic` is published.
+    pub runtime_start_time: u64,
+}
+
+impl SegmentHeader {
+    /// The process that serves this segment: its runtime.
+    pub fn owner(&self) -> crate::ProcessIdentity {
+        crate::ProcessIdentity {
+            // Relaxed: written once before the magic was published, which
+            // whoever holds this header acquired.
+            pid: self.runtime_pid.load(core::sync::atomic::Ordering::Relaxed),
+            start_time: self.runtime_start_time,
+        }
+    }
 }
 
 /// The words of a lane record (shm-core's `LlRecord`, tagged words that need
@@ -275,6 +295,10 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_r
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_depth), 144);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, service_stop), 148);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, device_free_hints), 152);
+static_assertions::const_assert_eq!(
+    memoffset::offset_of!(SegmentHeader, runtime_start_time),
+    160
+);
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
 
 static_assertions::assert_eq_size!(TaskHeader, [u8; TASK_HEADER_BYTES]);
@@ -324,6 +348,7 @@ mod cpp_mirror {
             inbox_depth,
             service_stop,
             device_free_hints,
+            runtime_start_time,
         }
     );
     assert_same_layout!(

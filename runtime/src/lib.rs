@@ -33,7 +33,7 @@ pub mod worker;
 pub use client::Client;
 pub use config::{Config, ConfigError, DeviceSelection};
 pub use error::RuntimeError;
-pub use liveness::{HEARTBEAT_PERIOD, HEARTBEAT_STALE};
+pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
 pub use process::{ProcessIdentity, ProcessState};
 pub use registry::{Handler, HandlerReply, Pool, Registry};
 pub use runtime::{DeviceQueues, NumaPlacement, Runtime};

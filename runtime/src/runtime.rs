@@ -13,7 +13,7 @@ use tandem_shm_core::Segment;
 use crate::config::{Config, DeviceSelection};
 use crate::error::RuntimeError;
 use crate::layout::{device_ticket, runtime_state, segment_kind, SegmentHeader};
-use crate::liveness::HEARTBEAT_PERIOD;
+use crate::liveness::{monotonic_ns, HEARTBEAT_PERIOD};
 use crate::registry::Registry;
 use crate::segment::{QueueSegment, SegmentSpec};
 use crate::submit::{self, Pending, Route};
@@ -316,9 +316,10 @@ impl<A: GpuApi> Runtime<A> {
             .spawn(move || {
                 // Relaxed: the shutdown flag only ends the loop.
                 while !shutdown.load(Ordering::Relaxed) {
+                    let now = monotonic_ns();
                     for segment in &segments {
-                        // Relaxed: waiters only compare values over time.
-                        segment.header().heartbeat.fetch_add(1, Ordering::Relaxed);
+                        // Relaxed: readers only compare the time with theirs.
+                        segment.header().heartbeat.store(now, Ordering::Relaxed);
                     }
                     std::thread::park_timeout(HEARTBEAT_PERIOD);
                 }

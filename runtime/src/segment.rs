@@ -15,6 +15,8 @@ use crate::layout::{
     inbox, runtime_state, SegmentHeader, ARENA_ID_MAJOR, HEAP_ID_MAJOR, SEGMENT_HEADER_RESERVED,
     SEGMENT_ID_MAJOR, SEGMENT_MAGIC, SEGMENT_VERSION,
 };
+use crate::liveness::monotonic_ns;
+use crate::process::ProcessIdentity;
 
 /// Page granularity of the regions inside a segment.
 const REGION_ALIGN: usize = 4096;
@@ -195,9 +197,11 @@ impl QueueSegment {
             addr_of_mut!((*h).arena_bytes).write(geometry.arena_bytes as u64);
             addr_of_mut!((*h).num_lanes).write(spec.lanes);
             addr_of_mut!((*h).copy_space).write(spec.copy_space);
-            addr_of_mut!((*h).runtime_pid).write(AtomicU32::new(std::process::id()));
+            let owner = ProcessIdentity::current();
+            addr_of_mut!((*h).runtime_pid).write(AtomicU32::new(owner.pid));
+            addr_of_mut!((*h).runtime_start_time).write(owner.start_time);
             addr_of_mut!((*h).state).write(AtomicU32::new(runtime_state::STARTING));
-            addr_of_mut!((*h).heartbeat).write(AtomicU64::new(0));
+            addr_of_mut!((*h).heartbeat).write(AtomicU64::new(monotonic_ns()));
             addr_of_mut!((*h).stop).write(AtomicU32::new(0));
             addr_of_mut!((*h).reserved).write(0);
             addr_of_mut!((*h).device_tickets).write(spec.device_tickets);

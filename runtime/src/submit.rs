@@ -252,9 +252,9 @@ impl<'s, T: Task> Pending<'s, T> {
     }
 
     /// Waits until completion, `stop` raised, `deadline` passed, or the
-    /// runtime found dead (checked every few milliseconds, so a dead runtime
-    /// is reported within about [`crate::liveness::HEARTBEAT_STALE`] at most,
-    /// and within milliseconds when its process is gone).
+    /// runtime found dead: its process gone or shut down, checked every few
+    /// milliseconds. A stopped or hung runtime is not dead: the wait goes on
+    /// ([`crate::Client::runtime_liveness`] tells how long it has been silent).
     pub fn wait(
         &mut self,
         stop: &AtomicU32,

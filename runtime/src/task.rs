@@ -77,7 +77,7 @@ pub enum TaskError {
     Stopped,
     /// The deadline passed before completion.
     TimedOut,
-    /// The runtime died (process gone, or heartbeat stalled) before completion.
+    /// The runtime died (its process gone, or it shut down) before completion.
     RuntimeDead { pid: u32 },
     /// The queue stayed full past the deadline (back-pressure; nothing dropped).
     QueueFull,

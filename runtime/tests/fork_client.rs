@@ -1,29 +1,37 @@
 //! Host clients in another process than the runtime: a forked runtime is
 //! ready when `fork_runtime` returns, serves several clients, and when it is
-//! killed (or hangs) waiting clients get an error in bounded time.
+//! killed waiting clients get an error in bounded time; a stopped one is
+//! reported not answering while they wait on.
 
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
 use tandem_runtime::config::DeviceSelection;
 use tandem_runtime::task::math;
-use tandem_runtime::{Client, Config, Route, TaskError, HEARTBEAT_STALE};
+use tandem_runtime::{Client, Config, Liveness, Route, TaskError, HEARTBEAT_STALE};
 
-fn forked() -> Client {
-    let config = Config {
+fn small_config() -> Config {
+    Config {
         workers: 1,
         queue_depth: 64,
         lanes: 2,
         cpu_segment_size: 2 << 20,
         devices: DeviceSelection::Only(vec![]),
         ..Config::default()
-    };
+    }
+}
+
+fn forked() -> Client {
+    forked_with(&small_config())
+}
+
+fn forked_with(config: &Config) -> Client {
     // A GPU bundle carries the binary away from the build machine.
     let exe = match std::env::var_os("TANDEM_BIN_DIR") {
         Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
         None => env!("CARGO_BIN_EXE_tandem").into(),
     };
-    Client::fork_runtime_with(&exe, &config).expect("fork")
+    Client::fork_runtime_with(&exe, config).expect("fork")
 }
 
 fn child_pid(client: &mut Client) -> libc::pid_t {
@@ -120,23 +128,53 @@ fn killed_runtime_releases_waiting_clients() {
 }
 
 #[test]
-fn hung_runtime_is_detected_by_its_heartbeat() {
+fn stopped_runtime_is_not_answering_not_dead() {
     let mut client = forked();
     let pid = child_pid(&mut client);
     let stop = AtomicU32::new(0);
+    assert_eq!(client.runtime_liveness(), Liveness::Serving);
     freeze(pid);
-    let start = Instant::now();
-    let result = client.call(Route::lane(0), &math::Add { a: 1, b: 1 }, &stop, None);
-    assert!(
-        matches!(result, Err(TaskError::RuntimeDead { .. })),
-        "{result:?}"
-    );
-    let took = start.elapsed();
-    assert!(
-        took >= HEARTBEAT_STALE && took < HEARTBEAT_STALE + Duration::from_secs(1),
-        "{took:?}"
-    );
-    signal(pid, libc::SIGKILL);
+    let mut pending = client
+        .submit(Route::lane(0), &math::Add { a: 20, b: 22 })
+        .expect("submit");
+    std::thread::scope(|s| {
+        let waiter = s.spawn(|| pending.wait(&stop, None));
+        // Past HEARTBEAT_STALE the runtime is reported silent and stopped,
+        // while the waiter still waits.
+        let deadline = Instant::now() + HEARTBEAT_STALE + Duration::from_secs(30);
+        loop {
+            match client.runtime_liveness() {
+                Liveness::NotAnswering {
+                    silent_for,
+                    process_stopped: true,
+                } if silent_for > HEARTBEAT_STALE => break,
+                Liveness::NotAnswering { .. } | Liveness::Serving => {}
+                other => panic!("a stopped runtime reported {other:?}"),
+            }
+            assert!(
+                !waiter.is_finished(),
+                "waiter returned: {:?}",
+                waiter.join()
+            );
+            assert!(Instant::now() < deadline, "never reported silent");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            !waiter.is_finished(),
+            "waiter returned: {:?}",
+            waiter.join()
+        );
+        signal(pid, libc::SIGCONT);
+        assert_eq!(
+            waiter.join().expect("waiter").expect("call after SIGCONT"),
+            42
+        );
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.runtime_liveness() != Liveness::Serving {
+        assert!(Instant::now() < deadline, "{:?}", client.runtime_liveness());
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[test]

@@ -48,7 +48,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 5;
+constexpr u32 RT_SEGMENT_VERSION = 6;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -76,6 +76,7 @@ struct alignas(64) RuntimeSegmentHeader {
   u32 copy_space;
   u32 runtime_pid;
   u32 state;
+  /// CLOCK_MONOTONIC ns of the runtime's last beat.
   u64 heartbeat;
   /// Raised (nonzero) by the host to release waiting kernels.
   u32 stop;
@@ -93,6 +94,8 @@ struct alignas(64) RuntimeSegmentHeader {
   /// Device address of the free-slot hints (mpmc.h) of the GPU inbox's
   /// from-kernels ring: `depth` u64s (the inbox has the lanes' depth).
   u64 device_free_hints;
+  /// The runtime process's start time (with `runtime_pid`, the owner).
+  u64 runtime_start_time;
 };
 
 static_assert(sizeof(RuntimeSegmentHeader) == 192, "SegmentHeader size");
@@ -121,6 +124,7 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_ring_bytes, 136);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_depth, 144);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, service_stop, 148);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_free_hints, 152);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, runtime_start_time, 160);
 
 /// `runtime::layout::inbox`: the rings of a device's GPU inbox.
 enum class RtInbox : u32 { from_host = 0, from_kernels = 1 };
