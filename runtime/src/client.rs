@@ -176,15 +176,12 @@ impl Drop for Client {
             // Reaping errors leave nothing to do in a drop.
             let status = Client::stop_forked(forked);
             // A runtime that was killed could not remove its segment's name;
-            // it is gone now, so nobody else will.
+            // it is gone now, so nobody else will. Only if still stale: a
+            // new runtime may have reclaimed the name meanwhile. Failing
+            // leaves it to `tandem clean`; a drop has no one to tell.
             if !status.is_ok_and(|s| s.success()) {
-                if let Some(path) = self
-                    .segment
-                    .name()
-                    .and_then(|n| std::ffi::CString::new(format!("/{n}")).ok())
-                {
-                    // SAFETY: a valid C string; failure means the name is gone.
-                    unsafe { libc::shm_unlink(path.as_ptr()) };
+                if let Some(name) = self.segment.name() {
+                    let _ = crate::stale::remove_if_stale(name);
                 }
             }
         }

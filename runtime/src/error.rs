@@ -3,6 +3,7 @@
 use std::fmt;
 
 use tandem_hal::GpuError;
+use tandem_shm_core::segment::SHM_DIR;
 use tandem_shm_core::{AllocError, FutureError, RingError, SegmentError};
 
 use crate::config::ConfigError;
@@ -29,6 +30,15 @@ pub enum RuntimeError {
     Thread(std::io::Error),
     /// Starting or talking to a runtime process failed.
     Process(String),
+    /// A named segment could not be created: a live process owns the name
+    /// (`owner_pid`, when its header names it) or holds it right now.
+    SegmentInUse {
+        name: String,
+        owner_pid: Option<u32>,
+    },
+    /// A named segment could not be created: the name is taken by a file
+    /// that is not a Tandem segment, which is left alone.
+    NotTandemSegment { name: String },
 }
 
 impl fmt::Display for RuntimeError {
@@ -43,6 +53,24 @@ impl fmt::Display for RuntimeError {
             Self::BadSegment(why) => write!(f, "not a usable runtime segment: {why}"),
             Self::Thread(e) => write!(f, "cannot start a runtime thread: {e}"),
             Self::Process(why) => write!(f, "runtime process: {why}"),
+            Self::SegmentInUse {
+                name,
+                owner_pid: Some(pid),
+            } => write!(
+                f,
+                "segment {SHM_DIR}/{name} is in use by pid {pid}, which is alive: stop that process, or pick another segment name (`cpu_segment_name` in the runtime's config)"
+            ),
+            Self::SegmentInUse {
+                name,
+                owner_pid: None,
+            } => write!(
+                f,
+                "segment {SHM_DIR}/{name} is held by another process (starting, or reclaiming it now): retry, or pick another segment name (`cpu_segment_name` in the runtime's config)"
+            ),
+            Self::NotTandemSegment { name } => write!(
+                f,
+                "{SHM_DIR}/{name} exists and is not a Tandem segment: remove it, or pick another segment name (`cpu_segment_name` in the runtime's config)"
+            ),
         }
     }
 }
@@ -57,7 +85,10 @@ impl std::error::Error for RuntimeError {
             Self::Future(e) => Some(e),
             Self::Gpu(e) => Some(e),
             Self::Thread(e) => Some(e),
-            Self::BadSegment(_) | Self::Process(_) => None,
+            Self::BadSegment(_)
+            | Self::Process(_)
+            | Self::SegmentInUse { .. }
+            | Self::NotTandemSegment { .. } => None,
         }
     }
 }

@@ -12,21 +12,30 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::process::ProcessIdentity;
+use crate::process::{ProcessIdentity, ProcessState};
+use crate::stale;
 use tandem_shm_core::{AllocError, AllocatorId, Segment, ShmPtr, SizeClassAllocator, SpscRing};
 
 /// Segment header, at offset 0.
 #[repr(C, align(64))]
 pub struct ExchangeHeader {
-    /// `MAGIC` once everything below and the allocator and ring are initialised.
+    /// [`EXCHANGE_MAGIC`] once everything below and the allocator and ring
+    /// are initialised.
     pub magic: AtomicU64,
+    /// The producer (the segment's owner), with `producer_start_time`.
     pub producer_pid: AtomicU32,
     /// 1 once the producer has pushed its last record.
     pub done: AtomicU32,
-    /// 1 once the consumer has attached (the producer may then drop its name).
+    /// 1 once the consumer has attached (the producer may then drop its name);
+    /// `consumer_pid` and `consumer_start_time` are written before it.
     pub consumer_attached: AtomicU32,
-    pub _reserved: u32,
+    /// The consumer, once attached.
+    pub consumer_pid: AtomicU32,
     pub records_planned: AtomicU64,
+    /// The producer's start time ([`ProcessIdentity::start_time`]).
+    pub producer_start_time: AtomicU64,
+    /// The consumer's start time, once attached.
+    pub consumer_start_time: AtomicU64,
 }
 
 static_assertions::assert_eq_size!(ExchangeHeader, [u8; 64]);
@@ -34,9 +43,23 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, magic)
 static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, producer_pid), 8);
 static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, done), 12);
 static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, consumer_attached), 16);
+static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, consumer_pid), 20);
 static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, records_planned), 24);
+static_assertions::const_assert_eq!(
+    memoffset::offset_of!(ExchangeHeader, producer_start_time),
+    32
+);
+static_assertions::const_assert_eq!(
+    memoffset::offset_of!(ExchangeHeader, consumer_start_time),
+    40
+);
 
-const MAGIC: u64 = 0x544e_444d_5843_4847; // "TNDMXCHG"
+/// [`ExchangeHeader::magic`] of a published exchange segment ("TNDMXCHG").
+pub const EXCHANGE_MAGIC: u64 = 0x544e_444d_5843_4847;
+/// How long a producer waits for a consumer to attach.
+const ATTACH_LIMIT: Duration = Duration::from_secs(30);
+/// How often a blocked producer looks for its consumer in `/proc`.
+const PEER_CHECK_PERIOD: Duration = Duration::from_millis(1);
 const ALLOCATOR_OFFSET: usize = 4096;
 const ALLOCATOR_BYTES: usize = 8 << 20;
 const RING_OFFSET: usize = ALLOCATOR_OFFSET + ALLOCATOR_BYTES;
@@ -74,6 +97,11 @@ pub enum ExchangeError {
         pid: u32,
         received: u64,
     },
+    /// The consumer died; `sent` records had been pushed to it.
+    ConsumerDied {
+        pid: u32,
+        sent: u64,
+    },
     ConsumerNeverAttached,
 }
 
@@ -85,6 +113,10 @@ impl std::fmt::Display for ExchangeError {
             ExchangeError::ProducerDied { pid, received } => write!(
                 f,
                 "producer (pid {pid}) died mid-stream; {received} records received intact, in order"
+            ),
+            ExchangeError::ConsumerDied { pid, sent } => write!(
+                f,
+                "consumer (pid {pid}) died mid-stream; {sent} records were sent"
             ),
             ExchangeError::ConsumerNeverAttached => {
                 write!(f, "no consumer attached within the time limit")
@@ -109,16 +141,19 @@ struct Mapped<'s> {
 /// sends `records` records, and waits (bounded) for a consumer to attach so
 /// that the name outlives its own exit.
 pub fn produce(name: &str, records: u64) -> Result<(), ExchangeError> {
-    let segment = Segment::create_named(name, segment_bytes()).map_err(|e| setup("create", e))?;
+    let segment = stale::create_named(name, segment_bytes()).map_err(|e| setup("create", e))?;
     let base = segment.as_ptr();
     // SAFETY: the segment is fresh, page-aligned and `segment_bytes()` long;
     // each structure gets its own disjoint range and nobody else has attached
     // (the magic is not yet published).
     let mapped = unsafe {
         let header = &*(base as *const ExchangeHeader);
+        let me = ProcessIdentity::current();
+        // Relaxed: published by the Release of the magic below.
+        header.producer_pid.store(me.pid, Ordering::Relaxed);
         header
-            .producer_pid
-            .store(std::process::id(), Ordering::Relaxed);
+            .producer_start_time
+            .store(me.start_time, Ordering::Relaxed);
         header.records_planned.store(records, Ordering::Relaxed);
         let allocator =
             SizeClassAllocator::init_in(base.add(ALLOCATOR_OFFSET), ALLOCATOR_BYTES, ALLOCATOR_ID)
@@ -130,7 +165,7 @@ pub fn produce(name: &str, records: u64) -> Result<(), ExchangeError> {
         )
         .map_err(|e| setup("ring", e))?;
         // Release: a consumer that reads MAGIC with Acquire sees the fields above.
-        header.magic.store(MAGIC, Ordering::Release);
+        header.magic.store(EXCHANGE_MAGIC, Ordering::Release);
         Mapped {
             header,
             allocator,
@@ -141,13 +176,14 @@ pub fn produce(name: &str, records: u64) -> Result<(), ExchangeError> {
 
     // SAFETY: this process is the ring's only producer.
     let mut producer = unsafe { mapped.ring.producer() };
+    let mut consumer = ConsumerWatch::new(mapped.header);
     for seq in 0..records {
         let len = payload_len(seq);
         let block = loop {
             match mapped.allocator.allocate((RECORD_HEADER + len) as u64, 16) {
                 Ok(block) => break block,
                 // Back-pressure: the consumer frees blocks as it drains.
-                Err(AllocError::Exhausted { .. }) => std::thread::yield_now(),
+                Err(AllocError::Exhausted { .. }) => consumer.wait(seq)?,
                 Err(e) => return Err(setup("allocate", e)),
             }
         };
@@ -171,20 +207,69 @@ pub fn produce(name: &str, records: u64) -> Result<(), ExchangeError> {
         let mut item = block;
         while let Err(back) = producer.try_push(item) {
             item = back;
-            std::thread::yield_now();
+            consumer.wait(seq)?;
         }
     }
     mapped.header.done.store(1, Ordering::Release);
     announce(&format!("sent {records}"));
 
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Acquire pairs with the consumer's Release of `consumer_attached`.
     while mapped.header.consumer_attached.load(Ordering::Acquire) == 0 {
-        if Instant::now() > deadline {
-            return Err(ExchangeError::ConsumerNeverAttached);
-        }
+        consumer.wait(records)?;
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(())
+}
+
+/// A producer's view of its consumer while it waits on it (full ring, no
+/// free blocks, not attached yet): ends the wait with an error once the
+/// consumer is gone, or when none attached within [`ATTACH_LIMIT`].
+struct ConsumerWatch<'h> {
+    header: &'h ExchangeHeader,
+    since: Instant,
+    last_check: Instant,
+}
+
+impl<'h> ConsumerWatch<'h> {
+    fn new(header: &'h ExchangeHeader) -> Self {
+        let now = Instant::now();
+        Self {
+            header,
+            since: now,
+            last_check: now,
+        }
+    }
+
+    /// Yields once; an error if the consumer died (after `sent` records) or
+    /// never came.
+    fn wait(&mut self, sent: u64) -> Result<(), ExchangeError> {
+        std::thread::yield_now();
+        let now = Instant::now();
+        if now.duration_since(self.last_check) < PEER_CHECK_PERIOD {
+            return Ok(());
+        }
+        self.last_check = now;
+        // Acquire pairs with the consumer's Release of `consumer_attached`,
+        // after it wrote its identity.
+        if self.header.consumer_attached.load(Ordering::Acquire) == 0 {
+            if now.duration_since(self.since) > ATTACH_LIMIT {
+                return Err(ExchangeError::ConsumerNeverAttached);
+            }
+            return Ok(());
+        }
+        let consumer = ProcessIdentity {
+            // Relaxed: ordered by the Acquire above.
+            pid: self.header.consumer_pid.load(Ordering::Relaxed),
+            start_time: self.header.consumer_start_time.load(Ordering::Relaxed),
+        };
+        if consumer.state() == ProcessState::Gone {
+            return Err(ExchangeError::ConsumerDied {
+                pid: consumer.pid,
+                sent,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Runs the consumer: opens segment `name` at another address, verifies and
@@ -202,7 +287,7 @@ pub fn consume(name: &str) -> Result<u64, ExchangeError> {
     // SAFETY: the segment is at least segment_bytes() long and page-aligned;
     // the header is only accessed through atomics.
     let header = unsafe { &*(base as *const ExchangeHeader) };
-    if header.magic.load(Ordering::Acquire) != MAGIC {
+    if header.magic.load(Ordering::Acquire) != EXCHANGE_MAGIC {
         return Err(setup("open", "segment not initialised by a producer"));
     }
     // SAFETY: MAGIC (Acquire) shows both structures were initialised in place.
@@ -215,9 +300,21 @@ pub fn consume(name: &str) -> Result<u64, ExchangeError> {
                 .map_err(|e| setup("attach ring", e))?,
         }
     };
+    let me = ProcessIdentity::current();
+    // Relaxed: published by the Release of `consumer_attached` below.
+    mapped.header.consumer_pid.store(me.pid, Ordering::Relaxed);
+    mapped
+        .header
+        .consumer_start_time
+        .store(me.start_time, Ordering::Relaxed);
     mapped.header.consumer_attached.store(1, Ordering::Release);
     announce(&format!("attached {:#x}", base as usize));
-    let pid = mapped.header.producer_pid.load(Ordering::Relaxed);
+    let producer = ProcessIdentity {
+        // Relaxed: published before the magic, which was acquired.
+        pid: mapped.header.producer_pid.load(Ordering::Relaxed),
+        start_time: mapped.header.producer_start_time.load(Ordering::Relaxed),
+    };
+    let pid = producer.pid;
     // SAFETY: this process is the ring's only consumer.
     let mut consumer = unsafe { mapped.ring.consumer() };
     let mut received = 0u64;
@@ -237,17 +334,15 @@ pub fn consume(name: &str) -> Result<u64, ExchangeError> {
             break;
         }
         let since = *idle_since.get_or_insert_with(Instant::now);
-        if since.elapsed() > Duration::from_millis(2) && ProcessIdentity::of(pid).is_none() {
+        if since.elapsed() > Duration::from_millis(2) && producer.state() == ProcessState::Gone {
             // Everything pushed before the death is complete: drain it.
             while let Some(block) = consumer.try_pop() {
                 check_record(&mapped, block, received)?;
                 received += 1;
             }
-            // The creator can no longer remove the name; do it for it.
-            if let Ok(cname) = std::ffi::CString::new(format!("/{name}")) {
-                // SAFETY: a valid C string; failure only means it is gone already.
-                unsafe { libc::shm_unlink(cname.as_ptr()) };
-            }
+            // The creator can no longer remove the name; do it for it. A
+            // failure leaves it to `tandem clean`, and the error below stands.
+            let _ = stale::remove_if_stale(name);
             return Err(ExchangeError::ProducerDied { pid, received });
         }
         std::thread::yield_now();

@@ -234,7 +234,7 @@ impl<A: GpuApi> Runtime<A> {
             .cpu_segment_name
             .clone()
             .unwrap_or_else(default_segment_name);
-        let cpu_memory = Segment::create_named(&name, config.cpu_segment_size)?;
+        let cpu_memory = crate::stale::create_named(&name, config.cpu_segment_size)?;
         let cpu = QueueSegment::init(
             cpu_memory,
             SegmentSpec {

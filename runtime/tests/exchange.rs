@@ -155,3 +155,39 @@ fn killed_producer_leaves_consumer_with_an_error_not_a_hang() {
         "segment name left behind"
     );
 }
+
+#[test]
+fn killed_consumer_ends_the_producer_with_an_error_not_a_hang() {
+    let name = unique_name("consumer-killed");
+    // Far more records than the ring and heap hold: the producer blocks on
+    // its consumer.
+    let mut producer = Reaped(
+        peer()
+            .args(["produce", &name, "1000000000"])
+            .spawn()
+            .unwrap(),
+    );
+    let from_producer = lines(&mut producer.0);
+    let mut seen = Vec::new();
+    next_line_with(&from_producer, "ready", &mut seen);
+
+    let mut consumer = Reaped(peer().args(["consume", &name]).spawn().unwrap());
+    let consumer_pid = consumer.0.id();
+    let from_consumer = lines(&mut consumer.0);
+    next_line_with(&from_consumer, "received 20000", &mut seen);
+
+    consumer.0.kill().unwrap();
+    consumer.0.wait().unwrap();
+
+    let status = wait_with_deadline(&mut producer.0, Duration::from_secs(20));
+    assert!(!status.success(), "producer exit: {status:?}");
+    let error = next_line_with(&from_producer, "error:", &mut seen);
+    assert!(
+        error.contains(&format!("consumer (pid {consumer_pid}) died")),
+        "{error}"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
+        "segment name left behind"
+    );
+}

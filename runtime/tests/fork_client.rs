@@ -1,14 +1,18 @@
 //! Host clients in another process than the runtime: a forked runtime is
 //! ready when `fork_runtime` returns, serves several clients, and when it is
 //! killed waiting clients get an error in bounded time; a stopped one is
-//! reported not answering while they wait on.
+//! reported not answering while they wait on; the segment a killed one left
+//! behind is reclaimed by the next runtime on its name.
 
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
+use tandem_hal::HostApi;
 use tandem_runtime::config::DeviceSelection;
 use tandem_runtime::task::math;
-use tandem_runtime::{Client, Config, Liveness, Route, TaskError, HEARTBEAT_STALE};
+use tandem_runtime::{
+    Client, Config, Liveness, Registry, Route, Runtime, RuntimeError, TaskError, HEARTBEAT_STALE,
+};
 
 fn small_config() -> Config {
     Config {
@@ -32,6 +36,16 @@ fn forked_with(config: &Config) -> Client {
         None => env!("CARGO_BIN_EXE_tandem").into(),
     };
     Client::fork_runtime_with(&exe, config).expect("fork")
+}
+
+/// Removes the named segment when the test ends, failed or not (declared
+/// before the clients, so dropped after them).
+struct RemoveOnDrop(String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(format!("/dev/shm/{}", self.0));
+    }
 }
 
 fn child_pid(client: &mut Client) -> libc::pid_t {
@@ -175,6 +189,67 @@ fn stopped_runtime_is_not_answering_not_dead() {
         assert!(Instant::now() < deadline, "{:?}", client.runtime_liveness());
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+#[test]
+fn killed_runtime_segment_is_reclaimed_by_the_next_runtime() {
+    let name = format!("tandem-test-reclaim-{}", std::process::id());
+    let config = Config {
+        cpu_segment_name: Some(name.clone()),
+        ..small_config()
+    };
+    let shm = std::path::PathBuf::from(format!("/dev/shm/{name}"));
+    let _cleanup = RemoveOnDrop(name.clone());
+    let mut dead = forked_with(&config);
+    let pid = child_pid(&mut dead);
+    signal(pid, libc::SIGKILL);
+    dead.child_mut().expect("forked").wait().expect("reap");
+    assert_eq!(dead.runtime_liveness(), Liveness::Gone);
+    assert!(shm.exists(), "kill -9 left no segment to reclaim");
+
+    // The next runtime on the name reclaims it.
+    let next = forked_with(&config);
+    assert_ne!(next.runtime_pid(), pid as u32);
+    let stop = AtomicU32::new(0);
+    let call = |c: &Client| c.call(Route::lane(0), &math::Add { a: 1, b: 2 }, &stop, None);
+    assert_eq!(call(&next).expect("call"), 3);
+    // The dead runtime's client leaves the new owner's name alone.
+    drop(dead);
+    assert!(
+        shm.exists(),
+        "the old client removed the new runtime's segment"
+    );
+    assert_eq!(call(&next).expect("call"), 3);
+    drop(next);
+    assert!(!shm.exists(), "segment left behind");
+}
+
+#[test]
+fn live_owner_keeps_its_name_with_a_clear_error() {
+    let name = format!("tandem-test-inuse-{}", std::process::id());
+    let config = Config {
+        cpu_segment_name: Some(name.clone()),
+        ..small_config()
+    };
+    let _cleanup = RemoveOnDrop(name.clone());
+    let owner = forked_with(&config);
+    let err = Runtime::start_with(HostApi::with_devices(0), config, Registry::with_builtins())
+        .err()
+        .expect("a second runtime on a live name must fail");
+    assert!(
+        matches!(&err, RuntimeError::SegmentInUse { name: n, owner_pid: Some(p) }
+            if *n == name && *p == owner.runtime_pid()),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(message.contains(&name), "{message}");
+    assert!(message.contains("cpu_segment_name"), "{message}");
+    // The owner still serves.
+    let stop = AtomicU32::new(0);
+    let sum = owner
+        .call(Route::lane(0), &math::Add { a: 2, b: 2 }, &stop, None)
+        .expect("call");
+    assert_eq!(sum, 4);
 }
 
 #[test]

@@ -1,0 +1,230 @@
+//! Segments left behind by processes that died: found by their owner, reclaimed
+//! when a runtime or exchange producer starts on their name, removed by hand
+//! with [`clean_stale_segments`] (`tandem clean`).
+//!
+//! Two records say who owns a named segment. Its creator holds an `flock` on
+//! it for as long as its segment lives (shm-core's [`SegmentProbe`]), which
+//! the kernel drops when the creator dies; and its header names the owner's
+//! [`ProcessIdentity`] (pid and start time: the runtime's
+//! [`SegmentHeader::runtime_pid`] and `runtime_start_time`, the exchange
+//! producer's). A segment is stale when nobody holds it and, if its header
+//! is published, the owner it names is gone. A live owner, stopped or not,
+//! keeps its segment.
+//!
+//! Two starters reclaiming one stale name at once: the probe that wins the
+//! lock is the only one that may remove the name, and it creates the new
+//! segment (`O_EXCL`) before it lets go of the old one; the other finds the
+//! old object held, or the name on a new, held object, and reports the
+//! segment in use. One wins, the other gets [`RuntimeError::SegmentInUse`].
+
+use std::mem::size_of;
+
+use memoffset::offset_of;
+use tandem_shm_core::segment::SHM_DIR;
+use tandem_shm_core::{Segment, SegmentError, SegmentProbe};
+
+use crate::error::RuntimeError;
+use crate::exchange::{ExchangeHeader, EXCHANGE_MAGIC};
+use crate::layout::{SegmentHeader, SEGMENT_MAGIC};
+use crate::process::ProcessIdentity;
+
+/// Why a segment was found stale.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum StaleWhy {
+    /// Its header names an owner process that is gone, and nobody holds it.
+    OwnerGone,
+    /// Its creator died before publishing its header (and nobody holds it).
+    NeverPublished,
+}
+
+/// A segment left behind by a process that is gone.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct StaleSegment {
+    /// Its name (the file `/dev/shm/<name>`).
+    pub name: String,
+    /// The owner its header names, when it has one.
+    pub owner_pid: Option<u32>,
+    /// Why it is stale.
+    pub why: StaleWhy,
+}
+
+impl std::fmt::Display for StaleSegment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{SHM_DIR}/{} (", self.name)?;
+        match (self.why, self.owner_pid) {
+            (StaleWhy::OwnerGone, Some(pid)) => write!(f, "owner pid {pid}, gone)"),
+            (StaleWhy::OwnerGone, None) => f.write_str("owner gone)"),
+            (StaleWhy::NeverPublished, _) => {
+                f.write_str("never set up: its creator died first, nobody holds it)")
+            }
+        }
+    }
+}
+
+/// What a segment's first bytes say.
+enum Header {
+    /// A runtime or exchange segment, published, with its owner.
+    Tandem(ProcessIdentity),
+    /// Too short for a magic, or the magic still 0: its creator had not
+    /// finished (or is finishing now).
+    Unpublished,
+    /// Something else.
+    Foreign,
+}
+
+fn read_header(probe: &SegmentProbe) -> Result<Header, RuntimeError> {
+    let mut bytes = [0u8; size_of::<SegmentHeader>()];
+    let n = probe.read_at(0, &mut bytes)?;
+    let u32_at = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    if n < size_of::<u64>() {
+        return Ok(Header::Unpublished);
+    }
+    Ok(match u64_at(0) {
+        0 => Header::Unpublished,
+        SEGMENT_MAGIC if n >= size_of::<SegmentHeader>() => Header::Tandem(ProcessIdentity {
+            pid: u32_at(offset_of!(SegmentHeader, runtime_pid)),
+            start_time: u64_at(offset_of!(SegmentHeader, runtime_start_time)),
+        }),
+        EXCHANGE_MAGIC if n >= size_of::<ExchangeHeader>() => Header::Tandem(ProcessIdentity {
+            pid: u32_at(offset_of!(ExchangeHeader, producer_pid)),
+            start_time: u64_at(offset_of!(ExchangeHeader, producer_start_time)),
+        }),
+        _ => Header::Foreign,
+    })
+}
+
+/// Whether the segment `probe` opened is stale, or why it must be left alone.
+fn judge(probe: &SegmentProbe) -> Result<Result<StaleSegment, RuntimeError>, RuntimeError> {
+    let name = probe.name().to_owned();
+    let header = read_header(probe)?;
+    let owner = match &header {
+        Header::Tandem(owner) => Some(*owner),
+        _ => None,
+    };
+    let in_use = |owner: Option<ProcessIdentity>| RuntimeError::SegmentInUse {
+        name: name.clone(),
+        owner_pid: owner.map(|o| o.pid),
+    };
+    if probe.is_held() {
+        return Ok(Err(in_use(owner)));
+    }
+    Ok(match header {
+        Header::Tandem(owner) if owner.is_alive() => Err(in_use(Some(owner))),
+        Header::Tandem(owner) => Ok(StaleSegment {
+            name,
+            owner_pid: Some(owner.pid),
+            why: StaleWhy::OwnerGone,
+        }),
+        Header::Unpublished => Ok(StaleSegment {
+            name,
+            owner_pid: None,
+            why: StaleWhy::NeverPublished,
+        }),
+        Header::Foreign => Err(RuntimeError::NotTandemSegment { name }),
+    })
+}
+
+/// Creates the named segment `name` of `len` bytes (shm-core's
+/// [`Segment::create_named`]). If the name exists and is stale (owner gone,
+/// nobody holding it), removes it, logs "reclaimed stale segment NAME (...)"
+/// and creates it anew. If its owner is alive (or another process holds it),
+/// fails with [`RuntimeError::SegmentInUse`] naming the segment and the owner;
+/// a file that is not a Tandem segment is [`RuntimeError::NotTandemSegment`].
+pub fn create_named(name: &str, len: usize) -> Result<Segment, RuntimeError> {
+    let taken = || RuntimeError::SegmentInUse {
+        name: name.to_owned(),
+        owner_pid: None,
+    };
+    // Twice: the name may vanish between the failed create and the probe
+    // (its owner exiting), and then a second create settles it.
+    for _ in 0..2 {
+        match Segment::create_named(name, len) {
+            Ok(segment) => return Ok(segment),
+            Err(SegmentError::Exists { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let probe = match SegmentProbe::open(name) {
+            Ok(probe) => probe,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let stale = judge(&probe)??;
+        if !probe.unlink()? {
+            return Err(taken());
+        }
+        tracing::info!("reclaimed stale segment {name} ({stale})");
+        // Created while the probe still holds the old object (module docs).
+        let created = Segment::create_named(name, len).map_err(|e| match e {
+            SegmentError::Exists { .. } => taken(),
+            e => e.into(),
+        });
+        drop(probe);
+        return created;
+    }
+    Err(taken())
+}
+
+/// Removes the segment `name` if it is stale; `None` when it is missing, in
+/// use, or not a Tandem segment. For a process that saw the owner die (a
+/// client of a killed runtime, an exchange consumer).
+pub fn remove_if_stale(name: &str) -> Result<Option<StaleSegment>, RuntimeError> {
+    let probe = match SegmentProbe::open(name) {
+        Ok(probe) => probe,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    match judge(&probe)? {
+        Ok(stale) if probe.unlink()? => {
+            tracing::info!("removed stale segment {stale}");
+            Ok(Some(stale))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// `tandem clean`: scans `/dev/shm` for Tandem's segments (runtime and
+/// exchange segments, told by the magic in their header, whatever their name)
+/// and removes those whose owner process is gone and that no process holds;
+/// returns them. With `dry_run`, removes nothing and returns what it would
+/// remove.
+///
+/// Left alone: segments whose owner is alive (running or stopped), files
+/// that are not Tandem segments, files this user may not open, and segments
+/// whose creator died before publishing the header (no magic to tell them
+/// by: a runtime or producer starting on that name reclaims them).
+pub fn clean_stale_segments(dry_run: bool) -> Result<Vec<StaleSegment>, RuntimeError> {
+    let entries = std::fs::read_dir(SHM_DIR).map_err(|source| {
+        RuntimeError::Segment(SegmentError::Os {
+            call: "read_dir /dev/shm",
+            source,
+        })
+    })?;
+    let mut removed = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        // Not ours to judge: unreadable, gone meanwhile, or a bad name.
+        let Ok(probe) = SegmentProbe::open(&name) else {
+            continue;
+        };
+        if !matches!(read_header(&probe)?, Header::Tandem(_)) {
+            continue;
+        }
+        let Ok(stale) = judge(&probe)? else {
+            continue;
+        };
+        if dry_run || probe.unlink()? {
+            if !dry_run {
+                tracing::info!("removed stale segment {stale}");
+            }
+            removed.push(stale);
+        }
+    }
+    removed.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(removed)
+}

@@ -1,0 +1,151 @@
+//! `clean_stale_segments` (`tandem clean`): runtime and exchange segments
+//! whose owner was killed are found by their header and removed; a live
+//! runtime's segment and files that are not Tandem's are left alone.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use tandem_hal::HostApi;
+use tandem_runtime::config::DeviceSelection;
+use tandem_runtime::stale::{clean_stale_segments, StaleSegment, StaleWhy};
+use tandem_runtime::{Config, Registry, Runtime};
+
+fn tandem() -> Command {
+    // A GPU bundle carries the binary away from the build machine.
+    let exe = match std::env::var_os("TANDEM_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir).join("tandem"),
+        None => env!("CARGO_BIN_EXE_tandem").into(),
+    };
+    let mut cmd = Command::new(exe);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    cmd
+}
+
+/// Removes the test's files (and kills its children) however it ends.
+struct Cleanup {
+    children: Vec<Child>,
+    files: Vec<PathBuf>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for file in &self.files {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+}
+
+/// Starts `command`, waits for its line starting with `ready`, kills it
+/// with SIGKILL and reaps it: what it created stays behind. Returns its pid.
+fn kill_after_ready(mut command: Command, cleanup: &mut Cleanup) -> u32 {
+    let mut child = command.spawn().expect("spawn");
+    let pid = child.id();
+    let out = child.stdout.take().expect("stdout");
+    cleanup.children.push(child);
+    let ready = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.starts_with("ready"));
+    assert!(ready, "no ready line");
+    let child = cleanup.children.last_mut().expect("child");
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    pid
+}
+
+fn find<'a>(found: &'a [StaleSegment], name: &str) -> Option<&'a StaleSegment> {
+    found.iter().find(|s| s.name == name)
+}
+
+#[test]
+fn clean_removes_dead_owners_segments_only() {
+    let tag = std::process::id();
+    let exchange = format!("tandem-test-clean-xchg-{tag}");
+    let dead_runtime = format!("tandem-test-clean-dead-{tag}");
+    let live_runtime = format!("tandem-test-clean-live-{tag}");
+    let foreign = format!("tandem-test-clean-foreign-{tag}");
+    let shm = |name: &str| PathBuf::from(format!("/dev/shm/{name}"));
+    let config_file = std::env::temp_dir().join(format!("{dead_runtime}.toml"));
+    let mut cleanup = Cleanup {
+        children: Vec::new(),
+        files: [&exchange, &dead_runtime, &live_runtime, &foreign]
+            .iter()
+            .map(|n| shm(n))
+            .chain([config_file.clone()])
+            .collect(),
+    };
+
+    let mut produce = tandem();
+    produce.args(["exchange", "produce", &exchange, "1000000000"]);
+    let producer_pid = kill_after_ready(produce, &mut cleanup);
+
+    std::fs::write(
+        &config_file,
+        format!(
+            "workers = 1\nlanes = 2\nqueue_depth = 64\ncpu_segment_size = 2097152\ndevices = []\ncpu_segment_name = \"{dead_runtime}\"\n"
+        ),
+    )
+    .expect("config");
+    let mut run = tandem();
+    run.arg("run")
+        .arg("--config")
+        .arg(&config_file)
+        .arg("--announce");
+    let runtime_pid = kill_after_ready(run, &mut cleanup);
+
+    let config = Config {
+        workers: 1,
+        lanes: 2,
+        queue_depth: 64,
+        cpu_segment_size: 2 << 20,
+        devices: DeviceSelection::Only(vec![]),
+        cpu_segment_name: Some(live_runtime.clone()),
+        ..Config::default()
+    };
+    let live = Runtime::start_with(HostApi::with_devices(0), config, Registry::with_builtins())
+        .expect("start");
+    // Not a Tandem segment: no magic, nobody holds it.
+    std::fs::write(shm(&foreign), [0xabu8; 4096]).expect("foreign file");
+
+    for name in [&exchange, &dead_runtime, &live_runtime, &foreign] {
+        assert!(shm(name).exists(), "{name} missing before the clean");
+    }
+    let would = clean_stale_segments(true).expect("dry run");
+    let xchg = find(&would, &exchange).expect("dead producer's segment found");
+    assert_eq!(
+        (xchg.owner_pid, xchg.why),
+        (Some(producer_pid), StaleWhy::OwnerGone)
+    );
+    let rt = find(&would, &dead_runtime).expect("dead runtime's segment found");
+    assert_eq!(rt.owner_pid, Some(runtime_pid));
+    assert!(
+        rt.to_string()
+            .contains(&format!("owner pid {runtime_pid}, gone")),
+        "{rt}"
+    );
+    assert!(find(&would, &live_runtime).is_none(), "{would:?}");
+    assert!(find(&would, &foreign).is_none(), "{would:?}");
+    for name in [&exchange, &dead_runtime] {
+        assert!(shm(name).exists(), "a dry run removed {name}");
+    }
+
+    let removed = clean_stale_segments(false).expect("clean");
+    assert!(find(&removed, &exchange).is_some(), "{removed:?}");
+    assert!(find(&removed, &dead_runtime).is_some(), "{removed:?}");
+    assert!(!shm(&exchange).exists());
+    assert!(!shm(&dead_runtime).exists());
+    assert!(
+        shm(&live_runtime).exists(),
+        "the live runtime's segment was removed"
+    );
+    assert!(shm(&foreign).exists(), "a foreign file was removed");
+    drop(live);
+    assert!(!shm(&live_runtime).exists());
+}
