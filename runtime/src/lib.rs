@@ -26,6 +26,7 @@ pub mod process;
 pub mod registry;
 pub mod runtime;
 pub mod segment;
+pub mod signals;
 pub mod stale;
 pub mod submit;
 pub mod task;

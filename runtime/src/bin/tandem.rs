@@ -23,6 +23,7 @@ use tandem_runtime::exchange::{consume, produce, ExchangeError};
 use tandem_runtime::kernels::{
     expected_add_sum, EchoLaunch, EchoPriority, EchoRoute, GpuService, RuntimeKernels,
 };
+use tandem_runtime::signals::Termination;
 use tandem_runtime::task::math;
 use tandem_runtime::{Config, Registry, Route, Runtime};
 
@@ -148,6 +149,9 @@ fn serve<A: GpuApi>(api: A, backend: &str, options: RunOptions) -> Result<(), St
         Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
         None => Config::default(),
     };
+    // Caught before the runtime starts: a signal during setup still ends
+    // in a clean shutdown.
+    let mut termination = Termination::catch().map_err(|e| e.to_string())?;
     let runtime = Runtime::start_with(api, config, Registry::with_builtins())
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     eprintln!("tandem run: {backend}");
@@ -165,14 +169,17 @@ fn serve<A: GpuApi>(api: A, backend: &str, options: RunOptions) -> Result<(), St
         );
     }
     if options.exit_on_stdin_eof {
-        // Block until the parent closes the pipe (or dies).
-        let mut sink = [0u8; 64];
-        while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
-    } else {
-        loop {
-            std::thread::park();
-        }
+        // Stop when the parent closes the pipe (or dies).
+        let waker = termination.waker();
+        std::thread::spawn(move || {
+            let mut sink = [0u8; 64];
+            while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
+            waker.wake();
+        });
     }
+    // SIGINT/SIGTERM (or stdin EOF): shut down; dropping the runtime removes
+    // its named segment.
+    termination.wait();
     runtime.shutdown().map_err(|e| e.to_string())
 }
 
@@ -192,6 +199,9 @@ fn demo<A: GpuApi>(api: A, backend: &str) -> Result<(), String> {
         ..Config::default()
     };
     println!("tandem demo on {backend}");
+    // Kernels in flight cannot be interrupted: on SIGINT/SIGTERM, remove the
+    // named segments and exit.
+    tandem_runtime::signals::exit_on_termination().map_err(|e| e.to_string())?;
     let runtime = Runtime::start_with(api, config, Registry::with_builtins())
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     for note in runtime.notes() {
