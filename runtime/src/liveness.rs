@@ -143,3 +143,54 @@ impl<'h> LivenessWatch<'h> {
         !Liveness::of(self.header).is_dead()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::ProcessIdentity;
+
+    /// A header served by this process, beating now.
+    fn header() -> Box<SegmentHeader> {
+        // SAFETY: every field of SegmentHeader is an integer, an atomic
+        // integer or a struct of integers, for which all-zero is valid.
+        let header: Box<SegmentHeader> = Box::new(unsafe { std::mem::zeroed() });
+        let me = ProcessIdentity::current();
+        header.runtime_pid.store(me.pid, Ordering::Relaxed);
+        header.state.store(runtime_state::READY, Ordering::Relaxed);
+        header.heartbeat.store(monotonic_ns(), Ordering::Relaxed);
+        header
+    }
+
+    #[test]
+    fn serving_then_silent_then_shut_down() {
+        let mut header = header();
+        header.runtime_start_time = ProcessIdentity::current().start_time;
+        assert_eq!(Liveness::of(&header), Liveness::Serving);
+        let silent = HEARTBEAT_STALE + Duration::from_secs(1);
+        let beat = monotonic_ns() - silent.as_nanos() as u64;
+        header.heartbeat.store(beat, Ordering::Relaxed);
+        match Liveness::of(&header) {
+            Liveness::NotAnswering {
+                silent_for,
+                process_stopped: false,
+            } => assert!(silent_for >= silent, "{silent_for:?}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(!Liveness::of(&header).is_dead());
+        header
+            .state
+            .store(runtime_state::STOPPED, Ordering::Relaxed);
+        assert_eq!(Liveness::of(&header), Liveness::ShutDown);
+        assert!(Liveness::of(&header).is_dead());
+    }
+
+    #[test]
+    fn another_process_with_the_pid_is_gone() {
+        let mut header = header();
+        header.runtime_start_time = ProcessIdentity::current().start_time + 1;
+        assert_eq!(Liveness::of(&header), Liveness::Gone);
+        let mut watch = LivenessWatch::new(&header);
+        watch.last_check -= LIVENESS_CHECK_PERIOD;
+        assert!(!watch.alive());
+    }
+}
