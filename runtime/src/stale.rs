@@ -37,7 +37,8 @@ pub enum StaleWhy {
     NeverPublished,
 }
 
-/// A segment left behind by a process that is gone.
+/// A segment left behind by a process that is gone. Displays as
+/// `NAME (owner pid N, gone)`.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct StaleSegment {
     /// Its name (the file `/dev/shm/<name>`).
@@ -50,7 +51,7 @@ pub struct StaleSegment {
 
 impl std::fmt::Display for StaleSegment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{SHM_DIR}/{} (", self.name)?;
+        write!(f, "{} (", self.name)?;
         match (self.why, self.owner_pid) {
             (StaleWhy::OwnerGone, Some(pid)) => write!(f, "owner pid {pid}, gone)"),
             (StaleWhy::OwnerGone, None) => f.write_str("owner gone)"),
@@ -153,7 +154,7 @@ pub fn create_named(name: &str, len: usize) -> Result<Segment, RuntimeError> {
         if !probe.unlink()? {
             return Err(taken());
         }
-        tracing::info!("reclaimed stale segment {name} ({stale})");
+        tracing::info!("reclaimed stale segment {stale}");
         // Created while the probe still holds the old object (module docs).
         let created = Segment::create_named(name, len).map_err(|e| match e {
             SegmentError::Exists { .. } => taken(),
