@@ -793,3 +793,56 @@ pub fn single_live_runtime() -> Result<String, StatusError> {
         _ => Err(StatusError::Ambiguous(names)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    #[test]
+    fn a_reader_never_sees_a_torn_write() {
+        let memory = Segment::create_anonymous(SEGMENT_HEADER_RESERVED).expect("segment");
+        // SAFETY: a fresh page-aligned mapping that outlives the block's use.
+        let block = unsafe { StatusBlock::at(memory.as_ptr(), memory.len()) }.expect("block");
+        let done = AtomicBool::new(false);
+        let mut consistent = 0u64;
+        // Every write stores one value in many fields; a torn read would
+        // find two values.
+        let fields = |b: &StatusBlock| -> Vec<u64> {
+            let pools = b.pools.iter().flat_map(|p| [&p.completed, &p.failed]);
+            [&b.completed, &b.failed, &b.uptime_ms]
+                .into_iter()
+                .chain(pools)
+                .map(|f| f.load(R))
+                .collect()
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 1..=20_000u64 {
+                    block.write(|b| {
+                        let pools = b.pools.iter().flat_map(|p| [&p.completed, &p.failed]);
+                        for field in [&b.completed, &b.failed, &b.uptime_ms]
+                            .into_iter()
+                            .chain(pools)
+                        {
+                            field.store(i, R);
+                        }
+                    });
+                }
+                // Relaxed: only ends the reader's loop.
+                done.store(true, Ordering::Relaxed);
+            });
+            while !done.load(Ordering::Relaxed) {
+                let values = block.read(u32::MAX, fields).expect("a read succeeds");
+                assert!(
+                    values.iter().all(|&v| v == values[0]),
+                    "torn read: {values:?}"
+                );
+                consistent += 1;
+            }
+        });
+        assert!(consistent > 0);
+        assert_eq!(block.seq.load(R), 40_000, "every write left it even");
+    }
+}
