@@ -43,8 +43,14 @@ fn config(name: &str, workers: usize) -> Config {
     }
 }
 
+/// `tandem args...`: from `$TANDEM_BIN_DIR` when set (a GPU bundle), else
+/// the binary cargo built for this package.
 fn tandem(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tandem"))
+    let exe = match std::env::var_os("TANDEM_BIN_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
+        None => env!("CARGO_BIN_EXE_tandem").into(),
+    };
+    Command::new(exe)
         .args(args)
         .env("RUST_LOG", "warn")
         .output()
