@@ -13,8 +13,8 @@
 //! one writer (the runtime's own setup wrote it before the thread started),
 //! and every write is a sequence lock ([`StatusBlock::seq`]) around
 //! `Relaxed` atomic stores; a reader that finds the sequence odd, or changed
-//! across its reads, reads again (see [`StatusBlock::write`] and
-//! [`StatusBlock::read`] for the orderings). Every field is an atomic, so a
+//! across its reads, reads again (see `StatusBlock::write` and
+//! `StatusBlock::read` for the orderings). Every field is an atomic, so a
 //! racing read is no data race, only a retry.
 
 use std::sync::atomic::{fence, AtomicI32, AtomicU32, AtomicU64, Ordering};
