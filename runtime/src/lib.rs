@@ -12,7 +12,8 @@
 //! * [`Client`] attaches to a runtime's CPU segment from another process, or
 //!   starts one in a child process ([`Client::fork_runtime`]).
 //!
-//! Segment layouts: [`layout`]. [`exchange`] is the earlier two-process
+//! Segment layouts: [`layout`]; the status block a runtime publishes for
+//! `tandem status`: [`status`]. [`exchange`] is the earlier two-process
 //! shm-core exchange (`tandem exchange`).
 
 pub mod client;
