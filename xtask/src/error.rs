@@ -26,6 +26,8 @@ pub enum XtaskError {
     },
     /// `cargo metadata` failed or printed something that is not its JSON.
     Metadata(String),
+    /// A check that xtask makes itself failed; the text says what it found.
+    Check(String),
     /// bindgen could not run, or (`bindings --check`) its output differs from the checked-in
     /// files; the text says which.
     Bindings(String),
@@ -56,6 +58,7 @@ impl fmt::Display for XtaskError {
             Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
             Self::Metadata(why) => write!(f, "cargo metadata: {why}"),
             Self::Bindings(why) => write!(f, "bindings: {why}"),
+            Self::Check(why) => write!(f, "{why}"),
             Self::BundleManifest {
                 manifest,
                 line,
@@ -72,6 +75,7 @@ impl std::error::Error for XtaskError {
             Self::Usage(_)
             | Self::Metadata(_)
             | Self::Bindings(_)
+            | Self::Check(_)
             | Self::BundleManifest { .. } => None,
         }
     }

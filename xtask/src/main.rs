@@ -4,7 +4,8 @@
 //! - `test [LEG...]`: the test matrix (host, loom, cuda, hip, lint; all by default);
 //! - `bench [--gpu]`: every benchmark of the workspace, with CUDA variants under `--gpu`;
 //! - `gpu-bundle [--out DIR]`: CUDA test and bench binaries plus `run.sh`, for a GPU machine;
-//! - `bindings [--check]`: regenerates (or checks) device-kernels' checked-in bindgen output.
+//! - `bindings [--check]`: regenerates (or checks) device-kernels' checked-in bindgen output;
+//! - `no-libclang-check DIR`: the `no-libclang` leg's work, run in a private mount namespace.
 
 mod backend;
 mod bench;
@@ -14,6 +15,7 @@ mod cmd;
 mod error;
 mod legs;
 mod metadata;
+mod no_libclang;
 mod test_result;
 
 use backend::HipToolchain;
@@ -29,7 +31,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test [LEG...]          run test legs: host, loom, cuda, hip, lint (default: all).
+  test [LEG...]          run test legs: host, loom, cuda, hip, bindings, no-libclang, lint
+                         (default: all).
                          A leg that cannot run here is a note, or a failure when named
                          or when CI=true.
   bench [--gpu]          run every bench target; --gpu adds the CUDA variants
@@ -38,6 +41,8 @@ commands:
   bindings [--check]     rewrite device-kernels/src/generated/ from the C++ headers with
                          bindgen (needs libclang); --check only compares and fails on a
                          difference
+  no-libclang-check DIR  what the no-libclang leg runs in a private mount namespace: hide
+                         libclang, build into DIR, check that drifted headers fail the build
   help                   print this";
 
 /// A parsed command line.
@@ -47,6 +52,7 @@ enum Command {
     Bench { gpu: bool },
     GpuBundle { out: Option<PathBuf> },
     Bindings { check: bool },
+    NoLibclangCheck { dir: PathBuf },
     Help,
 }
 
@@ -106,6 +112,13 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, Xtask
             }
             Ok(Command::Bindings { check })
         }
+        no_libclang::SUBCOMMAND => match (args.next(), args.next()) {
+            (Some(dir), None) => Ok(Command::NoLibclangCheck { dir: dir.into() }),
+            _ => Err(XtaskError::Usage(format!(
+                "{} takes one folder",
+                no_libclang::SUBCOMMAND
+            ))),
+        },
         "help" | "-h" | "--help" => Ok(Command::Help),
         other => Err(XtaskError::Usage(format!("unknown command `{other}`"))),
     }
@@ -158,6 +171,7 @@ fn run(command: Command) -> Result<ExitCode, XtaskError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::NoLibclangCheck { dir } => no_libclang::run(&dir),
     }
 }
 
@@ -225,6 +239,7 @@ mod tests {
             &["gpu-bundle", "--out"],
             &["gpu-bundle", "extra"],
             &["bindings", "--fix"],
+            &["no-libclang-check"],
             &["test", "--release"],
         ] {
             assert!(matches!(parse(args), Err(XtaskError::Usage(_))), "{args:?}");
