@@ -6,7 +6,9 @@
 //!
 //! Left out: template specializations (bindgen records only their size and alignment, under a
 //! mangled name; `tandem/layout.h` asserts its `OffsetPtr`, `ShmPtr` and `FullPtr` layouts
-//! itself), and constants that are not integers or booleans (none today).
+//! itself), and constants that are not integers or booleans (none today). Field names are
+//! bindgen's, which are C++'s except for Rust keywords (bindgen appends `_`): a mirror field
+//! named like a Rust keyword would fail these checks as a missing member.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -15,6 +17,7 @@ use std::path::Path;
 pub struct Bindings {
     /// How messages name it, e.g. `src/generated/cpp_layout.rs`.
     pub name: String,
+    /// Its contents.
     pub text: String,
 }
 
@@ -87,7 +90,16 @@ pub fn generate(files: &[Bindings]) -> Result<Checks, String> {
              change is meant",
             file.name
         );
-        for fact in facts(file)? {
+        let facts = facts(file)?;
+        // A file without layout tests (generated without them, or a bindgen whose format this
+        // reader no longer knows) would silently check nothing.
+        if !facts.iter().any(|f| matches!(f, Fact::Offset(..))) {
+            return Err(format!(
+                "{}: no layout tests found; regenerate it with `cargo xtask bindings`",
+                file.name
+            ));
+        }
+        for fact in facts {
             let _ = match fact {
                 Fact::Size(ty, n) => writeln!(
                     asserts,

@@ -103,6 +103,7 @@ pub fn generate(root: &Path, target: &Target) -> Result<String, String> {
     let bindings = builder
         .generate()
         .map_err(|e| format!("bindgen on {}: {e}", target.headers.join(", ")))?;
+    // device-kernels' build reads the `// Headers:` line: its checks include these headers.
     Ok(format!(
         "{GENERATED_BANNER}\n// Headers: {} (device-kernels/include).\n{bindings}",
         target.headers.join(", ")
@@ -132,9 +133,8 @@ pub fn first_difference(old: &str, new: &str) -> Option<String> {
     }
 }
 
-/// Rewrites every generated file under `root` (`check == false`), or compares each with
-/// bindgen's output and lists those that differ (`check`). Returns the files that were (or
-/// would be) rewritten.
+/// Rewrites the generated files under `root` that differ from bindgen's output and returns
+/// them; with `check`, rewrites nothing and fails naming each file that differs.
 pub fn run(root: &Path, check: bool) -> Result<Vec<PathBuf>, XtaskError> {
     let mut stale = Vec::new();
     let mut differences = Vec::new();
