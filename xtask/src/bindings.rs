@@ -63,6 +63,8 @@ pub fn load_libclang() -> Result<(), String> {
         return Ok(());
     }
     clang_sys::load().map_err(|why| {
+        // clang-sys goes on to list every file it rejected; the first clause says enough.
+        let why = why.split(", set the").next().unwrap_or(&why);
         format!(
             "libclang not found ({why}); install it (Debian: libclang-dev) or set LIBCLANG_PATH"
         )

@@ -167,11 +167,7 @@ pub fn run(dir: &Path) -> Result<ExitCode, XtaskError> {
                  nothing; add its folder to LIBCLANG_DIRS in xtask/src/no_libclang.rs"
             ));
         }
-        Err(why) => {
-            // clang-sys lists every file it rejected; the first words say enough.
-            let why = why.split(" (invalid:").next().unwrap_or(&why);
-            println!("xtask: libclang hidden ({} files): {why}", hidden.len());
-        }
+        Err(why) => println!("xtask: libclang hidden ({} files): {why}", hidden.len()),
     }
 
     let cargo = |cwd: &Path| Cmd::cargo(cwd).env("CARGO_TARGET_DIR", dir);
