@@ -16,7 +16,9 @@
 //! (`include/tandem/layout.h`) and of hal's host ABI are checked field by field
 //! against the Rust types when this crate compiles (`layout_check`); the
 //! runtime's (`include/tandem/runtime.h`) when tandem-runtime compiles,
-//! against [`runtime_mirror`] (`mirror`).
+//! against [`runtime_mirror`]. Both go through bindgen's reading of the
+//! headers, committed in `src/generated/` and asserted by every C++ build
+//! (`mirror` says why that chain holds).
 //!
 //! [`library`] bundles all of it as the [`ModuleArtifacts`] a backend loads.
 //!

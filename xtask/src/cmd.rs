@@ -175,7 +175,31 @@ impl Cmd {
         })
     }
 
+    /// Runs the command with its stdout and stderr captured, and returns them together
+    /// (stdout first), for a caller that checks what the command said.
+    pub fn run_captured(&self) -> Result<(Outcome, String), XtaskError> {
+        let start = Instant::now();
+        let child = self.spawn_with(Stdio::piped(), Stdio::piped())?;
+        let output = child
+            .wait_with_output()
+            .map_err(|source| XtaskError::Spawn {
+                command: self.display(),
+                source,
+            })?;
+        let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+        text.push_str(&String::from_utf8_lossy(&output.stderr));
+        let outcome = Outcome {
+            status: output.status,
+            elapsed: start.elapsed(),
+        };
+        Ok((outcome, text))
+    }
+
     fn spawn(&self, stdout: Stdio) -> Result<Child, XtaskError> {
+        self.spawn_with(stdout, Stdio::inherit())
+    }
+
+    fn spawn_with(&self, stdout: Stdio, stderr: Stdio) -> Result<Child, XtaskError> {
         println!("\n$ {}", self.display());
         // Flushed so the banner comes before the child's own output in a captured log.
         let _ = std::io::stdout().flush();
@@ -185,6 +209,7 @@ impl Cmd {
             .current_dir(&self.cwd)
             .stdin(Stdio::null())
             .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .map_err(|source| XtaskError::Spawn {
                 command: self.display(),
@@ -271,6 +296,16 @@ mod tests {
             .expect("sh runs");
         assert!(outcome.success());
         assert!(start.elapsed() < Duration::from_secs(8));
+    }
+
+    #[test]
+    fn run_captured_returns_both_streams_and_the_status() {
+        let (outcome, text) = Cmd::new("sh", Path::new("/"))
+            .args(["-c", "echo out; echo err >&2; exit 2"])
+            .run_captured()
+            .expect("sh runs");
+        assert_eq!(outcome.status.code(), Some(2));
+        assert_eq!(text, "out\nerr\n");
     }
 
     #[test]

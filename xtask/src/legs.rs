@@ -6,9 +6,11 @@
 
 use crate::{
     backend::{Backend, HipToolchain},
+    bindings,
     cmd::Cmd,
     error::XtaskError,
     metadata::Metadata,
+    no_libclang,
     test_result::TestTally,
 };
 use std::{
@@ -29,13 +31,25 @@ pub enum Leg {
     Cuda,
     /// The HIP backend's crates with the `hip` features (needs ROCm).
     Hip,
+    /// The committed bindings are what bindgen makes of the headers (needs libclang).
+    Bindings,
+    /// The build without libclang, and drifted headers failing it (needs root).
+    NoLibclang,
     /// rustfmt and clippy.
     Lint,
 }
 
 impl Leg {
     /// Every leg, in the order a plain `cargo xtask test` runs them.
-    pub const ALL: [Leg; 5] = [Leg::Host, Leg::Loom, Leg::Cuda, Leg::Hip, Leg::Lint];
+    pub const ALL: [Leg; 7] = [
+        Leg::Host,
+        Leg::Loom,
+        Leg::Cuda,
+        Leg::Hip,
+        Leg::Bindings,
+        Leg::NoLibclang,
+        Leg::Lint,
+    ];
 
     /// The name used on the command line and in the summary.
     pub fn name(self) -> &'static str {
@@ -44,6 +58,8 @@ impl Leg {
             Leg::Loom => "loom",
             Leg::Cuda => "cuda",
             Leg::Hip => "hip",
+            Leg::Bindings => "bindings",
+            Leg::NoLibclang => "no-libclang",
             Leg::Lint => "lint",
         }
     }
@@ -74,8 +90,10 @@ pub fn plan(named: &[String], ci: bool) -> Result<Vec<PlannedLeg>, XtaskError> {
     let mut planned: Vec<PlannedLeg> = Vec::new();
     for name in named {
         let leg = Leg::from_name(name).ok_or_else(|| {
+            let legs: Vec<&str> = Leg::ALL.iter().map(|leg| leg.name()).collect();
             XtaskError::Usage(format!(
-                "unknown test leg `{name}`; legs are: host, loom, cuda, hip, lint"
+                "unknown test leg `{name}`; legs are: {}",
+                legs.join(", ")
             ))
         })?;
         if !planned.iter().any(|p| p.leg == leg) {
@@ -243,6 +261,15 @@ fn leg_commands(
             let hip = ctx.hip.as_ref().map_err(Clone::clone)?;
             Ok(vec![hip.configure(backend_tests(cargo(), Backend::Hip))])
         }
+        Leg::Bindings => {
+            bindings::load_libclang()?;
+            let xtask =
+                std::env::current_exe().map_err(|e| format!("finding xtask's own binary: {e}"))?;
+            Ok(vec![Cmd::new(xtask, root).args(["bindings", "--check"])])
+        }
+        Leg::NoLibclang => Ok(vec![no_libclang::leg_command(
+            &ctx.metadata.target_directory,
+        )?]),
         Leg::Lint => {
             let mut commands = vec![
                 cargo().args(["fmt", "--all", "--check"]),
@@ -333,7 +360,7 @@ fn run_commands(commands: &[Cmd], tests: &mut TestTally) -> LegResult {
 fn print_summary(reports: &[LegReport]) -> ExitCode {
     println!("\n=== summary ===");
     println!(
-        "{:<6} {:<9} {:>14} {:>9}  detail",
+        "{:<11} {:<9} {:>14} {:>9}  detail",
         "leg", "result", "tests p/f/i", "seconds"
     );
     let (mut passed, mut failed) = (0, 0);
@@ -362,7 +389,7 @@ fn print_summary(reports: &[LegReport]) -> ExitCode {
             detail.push_str(note);
         }
         println!(
-            "{:<6} {word:<9} {:>14} {:>9.1}  {detail}",
+            "{:<11} {word:<9} {:>14} {:>9.1}  {detail}",
             report.planned.leg.name(),
             report.tests.short(),
             report.elapsed.as_secs_f64(),
@@ -501,6 +528,16 @@ mod tests {
              -p tandem-tests --features tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda"
         );
         assert!(notes.is_empty());
+    }
+
+    #[test]
+    fn bindings_leg_checks_or_says_libclang_is_missing() {
+        let meta = Metadata::parse(crate::metadata::SAMPLE).unwrap();
+        let ctx = context(&meta, false, Err("none".into()));
+        match leg_commands(&ctx, Leg::Bindings, &mut Vec::new()) {
+            Ok(commands) => assert!(commands[0].display().ends_with(" bindings --check")),
+            Err(why) => assert!(why.contains("libclang"), "{why}"),
+        }
     }
 
     #[test]

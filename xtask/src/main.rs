@@ -3,15 +3,19 @@
 //!
 //! - `test [LEG...]`: the test matrix (host, loom, cuda, hip, lint; all by default);
 //! - `bench [--gpu]`: every benchmark of the workspace, with CUDA variants under `--gpu`;
-//! - `gpu-bundle [--out DIR]`: CUDA test and bench binaries plus `run.sh`, for a GPU machine.
+//! - `gpu-bundle [--out DIR]`: CUDA test and bench binaries plus `run.sh`, for a GPU machine;
+//! - `bindings [--check]`: regenerates (or checks) device-kernels' checked-in bindgen output;
+//! - `no-libclang-check DIR`: the `no-libclang` leg's work, run in a private mount namespace.
 
 mod backend;
 mod bench;
+mod bindings;
 mod bundle;
 mod cmd;
 mod error;
 mod legs;
 mod metadata;
+mod no_libclang;
 mod test_result;
 
 use backend::HipToolchain;
@@ -27,12 +31,18 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test [LEG...]          run test legs: host, loom, cuda, hip, lint (default: all).
+  test [LEG...]          run test legs: host, loom, cuda, hip, bindings, no-libclang, lint
+                         (default: all).
                          A leg that cannot run here is a note, or a failure when named
                          or when CI=true.
   bench [--gpu]          run every bench target; --gpu adds the CUDA variants
   gpu-bundle [--out DIR] build CUDA test/bench binaries and run.sh into DIR
                          (default: gpu-bundle/ in the repository root)
+  bindings [--check]     rewrite device-kernels/src/generated/ from the C++ headers with
+                         bindgen (needs libclang); --check only compares and fails on a
+                         difference
+  no-libclang-check DIR  what the no-libclang leg runs in a private mount namespace: hide
+                         libclang, build into DIR, check that drifted headers fail the build
   help                   print this";
 
 /// A parsed command line.
@@ -41,6 +51,8 @@ enum Command {
     Test { legs: Vec<String> },
     Bench { gpu: bool },
     GpuBundle { out: Option<PathBuf> },
+    Bindings { check: bool },
+    NoLibclangCheck { dir: PathBuf },
     Help,
 }
 
@@ -90,6 +102,23 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, Xtask
             }
             Ok(Command::GpuBundle { out })
         }
+        "bindings" => {
+            let mut check = false;
+            for arg in args {
+                match text(arg)?.as_str() {
+                    "--check" => check = true,
+                    other => return Err(XtaskError::Usage(format!("bindings: unknown `{other}`"))),
+                }
+            }
+            Ok(Command::Bindings { check })
+        }
+        no_libclang::SUBCOMMAND => match (args.next(), args.next()) {
+            (Some(dir), None) => Ok(Command::NoLibclangCheck { dir: dir.into() }),
+            _ => Err(XtaskError::Usage(format!(
+                "{} takes one folder",
+                no_libclang::SUBCOMMAND
+            ))),
+        },
         "help" | "-h" | "--help" => Ok(Command::Help),
         other => Err(XtaskError::Usage(format!("unknown command `{other}`"))),
     }
@@ -130,6 +159,19 @@ fn run(command: Command) -> Result<ExitCode, XtaskError> {
             let out = out.unwrap_or_else(|| metadata.workspace_root.join("gpu-bundle"));
             bundle::run(&metadata, &out)
         }
+        Command::Bindings { check } => {
+            let root = repo_root();
+            // With --check a difference is an error; otherwise the list says what was rewritten.
+            let rewritten = bindings::run(&root, check)?;
+            if rewritten.is_empty() {
+                println!("xtask: the bindings in device-kernels/src/generated/ are up to date");
+            }
+            for file in &rewritten {
+                println!("xtask: rewrote {}", file.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::NoLibclangCheck { dir } => no_libclang::run(&dir),
     }
 }
 
@@ -178,6 +220,10 @@ mod tests {
             }
         );
         assert_eq!(
+            parse(&["bindings", "--check"]).unwrap(),
+            Command::Bindings { check: true }
+        );
+        assert_eq!(
             parse(&["gpu-bundle", "--out=rel"]).unwrap(),
             Command::GpuBundle {
                 out: Some("rel".into())
@@ -192,6 +238,8 @@ mod tests {
             &["bench", "--cpu"],
             &["gpu-bundle", "--out"],
             &["gpu-bundle", "extra"],
+            &["bindings", "--fix"],
+            &["no-libclang-check"],
             &["test", "--release"],
         ] {
             assert!(matches!(parse(args), Err(XtaskError::Usage(_))), "{args:?}");
