@@ -1,12 +1,14 @@
 //! Builds Tandem's kernels from `kernels.toml` into every form the backends
 //! load: a static library of host entries (cc), the self-contained CUDA source
 //! for NVRTC, PTX/cubins when nvcc is found, HIP code objects with feature
-//! `hip`; and the Rust tables describing them (`$OUT_DIR/kernels.rs`).
+//! `hip`; and the Rust tables describing them (`$OUT_DIR/kernels.rs`). Every C++ build also
+//! asserts the layouts recorded in the committed bindings, `src/generated/` (see
+//! `build/layout_checks.rs`); this script needs a C++ compiler, not libclang.
 
 #[path = "build/codegen.rs"]
 mod codegen;
-#[path = "build/layout_bindings.rs"]
-mod layout_bindings;
+#[path = "build/layout_checks.rs"]
+mod layout_checks;
 #[path = "build/manifest.rs"]
 mod manifest;
 #[path = "build/source.rs"]
@@ -56,7 +58,14 @@ fn build() -> Result<(), String> {
     ] {
         println!("cargo:rerun-if-env-changed={var}");
     }
-    for input in ["kernels.toml", "build.rs", "build", "include", "kernels"] {
+    for input in [
+        "kernels.toml",
+        "build.rs",
+        "build",
+        "include",
+        "kernels",
+        "src/generated",
+    ] {
         println!("cargo:rerun-if-changed={}", crate_dir.join(input).display());
     }
     // Dependents' build scripts read this as DEP_TANDEM_DEVICE_KERNELS_INCLUDE.
@@ -64,10 +73,9 @@ fn build() -> Result<(), String> {
 
     let manifest = Manifest::load(&manifest_path, &crate_dir)?;
 
-    // The C++ view of the shared layouts, checked against Rust's in
-    // src/layout_check.rs, and of the runtime's (runtime/src/layout.rs).
-    layout_bindings::generate_layout(&include_dir, &out_dir.join("cpp_layout.rs"))?;
-    layout_bindings::generate_runtime(&include_dir, &out_dir.join("cpp_runtime.rs"))?;
+    // What the committed bindings say the mirror headers' layouts are, asserted by every C++
+    // build below (the Rust side compares the same files with the Rust types).
+    let layout_checks = layout_checks::generate(&layout_checks::read(&crate_dir)?)?;
 
     // One self-contained source for NVRTC, nvcc and hipcc alike.
     let mut gpu_source = source::Inliner::new(&include_dir, &crate_dir);
@@ -78,12 +86,21 @@ fn build() -> Result<(), String> {
         "kernels.toml (signature checks)",
         &codegen::signature_checks(&manifest),
     );
+    for header in &layout_checks.headers {
+        gpu_source.add_file(&include_dir.join(header))?;
+    }
+    gpu_source.add_generated("src/generated (layout checks)", &layout_checks.text);
     let cuda_source = out_dir.join("tandem_kernels.cu");
     write(&cuda_source, &gpu_source.out)?;
 
     // The host: kernels and generated entries in one translation unit.
     let host_tu = out_dir.join("tandem_host_entries.cpp");
-    write(&host_tu, &codegen::host_entries(&manifest))?;
+    let mut host_text = codegen::host_entries(&manifest);
+    for header in &layout_checks.headers {
+        host_text.push_str(&format!("#include \"{header}\"\n"));
+    }
+    host_text.push_str(&layout_checks.text);
+    write(&host_tu, &host_text)?;
     cc::Build::new()
         .cpp(true)
         .std("c++17")

@@ -2,8 +2,9 @@
 //! `include/tandem/host_abi.h` have the bytes of tandem-shm-core's and
 //! tandem-hal's Rust types.
 //!
-//! The build runs bindgen on the headers (`$OUT_DIR/cpp_layout.rs`: how clang
-//! lays the C++ structs out); every [`assert_same_layout!`] below compares
+//! bindgen's reading of the headers is committed (`src/generated/cpp_layout.rs`:
+//! how clang lays the C++ structs out; see `mirror` for what keeps it current);
+//! every [`assert_same_layout!`] below compares
 //! size, alignment and each field's offset in `const` evaluation, so a drift
 //! on either side fails the build with a message naming the type and field.
 

@@ -1,12 +1,29 @@
 //! Compile-time comparisons of C++ mirrors with the Rust they mirror, and
 //! the C++ side's view of tandem-runtime's layout.
 //!
-//! The build runs bindgen on the mirror headers: how a C++ compiler lays
-//! their structs out and what their constants are. This crate compares
-//! `tandem/layout.h` and `tandem/host_abi.h` with tandem-shm-core and
-//! tandem-hal (`layout_check`); tandem-runtime, which this crate cannot
-//! see, compares `tandem/runtime.h` ([`runtime_mirror`]) with its own
-//! layout, with the same two macros.
+//! The C++ layouts reach Rust as bindgen's reading of the mirror headers,
+//! committed in `src/generated/` (written by `cargo xtask bindings`, so that
+//! building needs no libclang). This crate compares `tandem/layout.h` and
+//! `tandem/host_abi.h` with tandem-shm-core and tandem-hal (`layout_check`);
+//! tandem-runtime, which this crate cannot see, compares `tandem/runtime.h`
+//! ([`runtime_mirror`]) with its own layout, with the same two macros.
+//!
+//! Why a header edit cannot drift from Rust unnoticed, link by link:
+//! * C++ header == committed bindings: the build script turns the bindings'
+//!   literal layout tests (clang's size and alignment of each struct, offset
+//!   of each field) and constants into `static_assert`s that every C++ build
+//!   of the kernels compiles (the host compiler, nvcc, hipcc; NVRTC, lacking
+//!   `__builtin_offsetof`, checks all but the offsets), naming the type and
+//!   field (`build/layout_checks.rs`).
+//! * committed bindings == Rust types: [`assert_same_layout!`] and
+//!   [`assert_same_value!`] in `const` evaluation; bindgen's own layout tests
+//!   in the files also hold the struct definitions there to clang's numbers.
+//! * committed bindings == bindgen(headers): `cargo xtask bindings --check`,
+//!   the `bindings` test leg, fails on any difference, where libclang is
+//!   installed (CI installs it).
+//!
+//! So a plain `cargo build` catches a field dropped or moved in a header, and
+//! CI catches a header edit committed without regenerating the bindings.
 
 /// `assert_same_layout!(RustType, CppType { field, rust_field => cpp_field, .. })`:
 /// in `const` evaluation, the same size, alignment and field offsets, or a
@@ -67,8 +84,9 @@ macro_rules! assert_same_value {
     };
 }
 
-/// A module of bindgen's output `$file` (in OUT_DIR): generated names and
-/// no docs, so the lints that expect hand-written Rust are off inside.
+/// A module of bindgen's output `$file` (committed in `src/generated/`):
+/// generated names and no docs, so the lints that expect hand-written Rust
+/// are off inside.
 macro_rules! bindgen_module {
     ($(#[$doc:meta])* $vis:vis mod $name:ident = $file:literal;) => {
         $(#[$doc])*
@@ -82,20 +100,20 @@ macro_rules! bindgen_module {
             clippy::undocumented_unsafe_blocks
         )]
         $vis mod $name {
-            include!(concat!(env!("OUT_DIR"), "/", $file));
+            include!(concat!("generated/", $file));
         }
     };
 }
 
 bindgen_module! {
-    /// `tandem/layout.h` and `tandem/host_abi.h` as bindgen read them, for
-    /// `layout_check`.
+    /// `tandem/layout.h` and `tandem/host_abi.h` as bindgen read them
+    /// (committed), for `layout_check`.
     pub(crate) mod layout_mirror = "cpp_layout.rs";
 }
 
 bindgen_module! {
     /// `tandem/runtime.h`'s mirrors of tandem-runtime's segment layout (as
-    /// bindgen read them): `root::tandem::RuntimeSegmentHeader`,
+    /// bindgen read them, committed): `root::tandem::RuntimeSegmentHeader`,
     /// `TaskHeader`, `RtInbox`, the `RT_*` constants, `rt_record` and
     /// `rt_notify`. For tandem-runtime's compile-time checks; kernels use the
     /// header itself.

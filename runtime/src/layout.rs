@@ -308,7 +308,7 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, args_len),
 static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, version), 12);
 
 // tandem/runtime.h mirrors this file for kernels: what a C++ compiler makes
-// of it (bindgen at tandem-device-kernels' build) must agree, field by field
+// of it (bindgen's, committed in tandem-device-kernels) must agree, field by field
 // and constant by constant, or this crate does not compile.
 mod cpp_mirror {
     use tandem_device_kernels::runtime_mirror::root::tandem as c;

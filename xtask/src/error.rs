@@ -26,6 +26,9 @@ pub enum XtaskError {
     },
     /// `cargo metadata` failed or printed something that is not its JSON.
     Metadata(String),
+    /// bindgen could not run, or (`bindings --check`) its output differs from the checked-in
+    /// files; the text says which.
+    Bindings(String),
     /// A line of a `gpu-bundle-files.txt` manifest names a path xtask will not copy.
     BundleManifest {
         /// The manifest file.
@@ -52,6 +55,7 @@ impl fmt::Display for XtaskError {
             Self::Spawn { command, source } => write!(f, "could not start `{command}`: {source}"),
             Self::Io { path, source } => write!(f, "{}: {source}", path.display()),
             Self::Metadata(why) => write!(f, "cargo metadata: {why}"),
+            Self::Bindings(why) => write!(f, "bindings: {why}"),
             Self::BundleManifest {
                 manifest,
                 line,
@@ -65,7 +69,10 @@ impl std::error::Error for XtaskError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Spawn { source, .. } | Self::Io { source, .. } => Some(source),
-            Self::Usage(_) | Self::Metadata(_) | Self::BundleManifest { .. } => None,
+            Self::Usage(_)
+            | Self::Metadata(_)
+            | Self::Bindings(_)
+            | Self::BundleManifest { .. } => None,
         }
     }
 }

@@ -3,10 +3,12 @@
 //!
 //! - `test [LEG...]`: the test matrix (host, loom, cuda, hip, lint; all by default);
 //! - `bench [--gpu]`: every benchmark of the workspace, with CUDA variants under `--gpu`;
-//! - `gpu-bundle [--out DIR]`: CUDA test and bench binaries plus `run.sh`, for a GPU machine.
+//! - `gpu-bundle [--out DIR]`: CUDA test and bench binaries plus `run.sh`, for a GPU machine;
+//! - `bindings [--check]`: regenerates (or checks) device-kernels' checked-in bindgen output.
 
 mod backend;
 mod bench;
+mod bindings;
 mod bundle;
 mod cmd;
 mod error;
@@ -33,6 +35,9 @@ commands:
   bench [--gpu]          run every bench target; --gpu adds the CUDA variants
   gpu-bundle [--out DIR] build CUDA test/bench binaries and run.sh into DIR
                          (default: gpu-bundle/ in the repository root)
+  bindings [--check]     rewrite device-kernels/src/generated/ from the C++ headers with
+                         bindgen (needs libclang); --check only compares and fails on a
+                         difference
   help                   print this";
 
 /// A parsed command line.
@@ -41,6 +46,7 @@ enum Command {
     Test { legs: Vec<String> },
     Bench { gpu: bool },
     GpuBundle { out: Option<PathBuf> },
+    Bindings { check: bool },
     Help,
 }
 
@@ -90,6 +96,16 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, Xtask
             }
             Ok(Command::GpuBundle { out })
         }
+        "bindings" => {
+            let mut check = false;
+            for arg in args {
+                match text(arg)?.as_str() {
+                    "--check" => check = true,
+                    other => return Err(XtaskError::Usage(format!("bindings: unknown `{other}`"))),
+                }
+            }
+            Ok(Command::Bindings { check })
+        }
         "help" | "-h" | "--help" => Ok(Command::Help),
         other => Err(XtaskError::Usage(format!("unknown command `{other}`"))),
     }
@@ -129,6 +145,18 @@ fn run(command: Command) -> Result<ExitCode, XtaskError> {
             let metadata = metadata()?;
             let out = out.unwrap_or_else(|| metadata.workspace_root.join("gpu-bundle"));
             bundle::run(&metadata, &out)
+        }
+        Command::Bindings { check } => {
+            let root = repo_root();
+            // With --check a difference is an error; otherwise the list says what was rewritten.
+            let rewritten = bindings::run(&root, check)?;
+            if rewritten.is_empty() {
+                println!("xtask: the bindings in device-kernels/src/generated/ are up to date");
+            }
+            for file in &rewritten {
+                println!("xtask: rewrote {}", file.display());
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
@@ -178,6 +206,10 @@ mod tests {
             }
         );
         assert_eq!(
+            parse(&["bindings", "--check"]).unwrap(),
+            Command::Bindings { check: true }
+        );
+        assert_eq!(
             parse(&["gpu-bundle", "--out=rel"]).unwrap(),
             Command::GpuBundle {
                 out: Some("rel".into())
@@ -192,6 +224,7 @@ mod tests {
             &["bench", "--cpu"],
             &["gpu-bundle", "--out"],
             &["gpu-bundle", "extra"],
+            &["bindings", "--fix"],
             &["test", "--release"],
         ] {
             assert!(matches!(parse(args), Err(XtaskError::Usage(_))), "{args:?}");

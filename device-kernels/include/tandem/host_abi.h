@@ -2,7 +2,8 @@
 //
 // C++ mirror of `hal/src/host_abi.rs`; the static_asserts below repeat the
 // Rust asserts there, and the crate's build checks both sides against each
-// other through bindgen (src/layout_check.rs). Change both or neither.
+// other through bindgen (src/layout_check.rs; `cargo xtask bindings` after an
+// edit). Change both or neither.
 #pragma once
 
 #include "tandem/types.h"

@@ -3,10 +3,10 @@
 //
 // Rust atomics (`AtomicU64`...) are plain words here, accessed only through
 // the scoped operations of tandem/atomic.h. The static_asserts below repeat
-// layout.rs's; the crate's build additionally runs bindgen on this header and
-// checks every size, alignment and field offset against the Rust types
-// (src/layout_check.rs), so a drift on either side fails the build naming the
-// field.
+// layout.rs's; bindgen's reading of this header (src/generated/, rewritten by
+// `cargo xtask bindings` after an edit) is checked against the Rust types
+// (src/layout_check.rs) and against this header by every C++ build, so a drift
+// on either side fails the build naming the field.
 #pragma once
 
 #include "tandem/types.h"

@@ -43,7 +43,7 @@ namespace tandem {
 // Mirrors of runtime/src/layout.rs and task.rs, down to RtTicket: the
 // runtime crate compares the structs and constants (not RtTicket's index
 // functions) with its own when it compiles, through bindgen's reading of
-// this header (tandem_device_kernels::runtime_mirror).
+// this header (tandem_device_kernels::runtime_mirror; run `cargo xtask bindings` after an edit).
 
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
