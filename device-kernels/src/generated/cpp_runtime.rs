@@ -36,7 +36,7 @@ pub mod root {
             ][::core::mem::offset_of!(AllocatorId, minor) - 4usize];
         };
         pub const RT_SEGMENT_MAGIC: root::tandem::u64_ = 6074868046253806407;
-        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 5;
+        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 6;
         pub const RT_TASK_VERSION: root::tandem::u32_ = 1;
         pub const RT_TASK_HEADER_BYTES: root::tandem::u64_ = 16;
         pub const RT_SEGMENT_HEADER_RESERVED: root::tandem::u64_ = 4096;
@@ -70,6 +70,7 @@ pub mod root {
             pub inbox_depth: root::tandem::u32_,
             pub service_stop: root::tandem::u32_,
             pub device_free_hints: root::tandem::u64_,
+            pub runtime_start_time: root::tandem::u64_,
         }
         #[allow(clippy::unnecessary_operation, clippy::identity_op)]
         const _: () = {
@@ -159,6 +160,10 @@ pub mod root {
                 "Offset of field: RuntimeSegmentHeader::device_free_hints",
             ][::core::mem::offset_of!(RuntimeSegmentHeader, device_free_hints)
                 - 152usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::runtime_start_time",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, runtime_start_time)
+                - 160usize];
         };
         pub const RtInbox_from_host: RtInbox = 0;
         pub const RtInbox_from_kernels: RtInbox = 1;
