@@ -13,6 +13,9 @@
 //! arena_offset   ArenaAllocator: futures kernels allocate (per-block carves)
 //! ```
 //!
+//! The CPU segment's header page also holds the runtime's status block
+//! (host-only), at `status::STATUS_BLOCK_OFFSET` (2048) after the header.
+//!
 //! A device segment's queue region also holds the device's GPU inbox after
 //! the lane queue: two MPMC rings of task pointers that the device's GPU
 //! service kernel (tandem/runtime.h, `rt_serve`) consumes, one the host

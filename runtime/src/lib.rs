@@ -12,7 +12,8 @@
 //! * [`Client`] attaches to a runtime's CPU segment from another process, or
 //!   starts one in a child process ([`Client::fork_runtime`]).
 //!
-//! Segment layouts: [`layout`]. [`exchange`] is the earlier two-process
+//! Segment layouts: [`layout`]; the status block a runtime publishes for
+//! `tandem status`: [`status`]. [`exchange`] is the earlier two-process
 //! shm-core exchange (`tandem exchange`).
 
 pub mod client;
@@ -28,6 +29,7 @@ pub mod runtime;
 pub mod segment;
 pub mod signals;
 pub mod stale;
+pub mod status;
 pub mod submit;
 pub mod task;
 pub mod worker;
@@ -40,6 +42,7 @@ pub use process::{ProcessIdentity, ProcessState};
 pub use registry::{Handler, HandlerReply, Pool, Registry};
 pub use runtime::{DeviceQueues, NumaPlacement, Runtime};
 pub use segment::QueueSegment;
+pub use status::StatusSnapshot;
 pub use submit::{Pending, Route};
 pub use task::{MethodId, PoolId, Task, TaskError};
 pub use worker::StatsSnapshot;

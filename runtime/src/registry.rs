@@ -45,6 +45,9 @@ pub type Handler = Box<dyn Fn(&[u8], &mut [u8]) -> HandlerReply + Send + Sync>;
 /// instead of 264, on a 2-core x86 host).
 pub struct Pool {
     id: PoolId,
+    /// Its dense index in the registry (registration order), which per-pool
+    /// counters are indexed by; 0 until registered.
+    index: usize,
     name: String,
     methods: BTreeMap<MethodId, (String, Handler)>,
 }
@@ -54,6 +57,7 @@ impl Pool {
     pub fn new(id: PoolId, name: impl Into<String>) -> Self {
         Self {
             id,
+            index: 0,
             name: name.into(),
             methods: BTreeMap::new(),
         }
@@ -191,14 +195,16 @@ impl Registry {
         registry
     }
 
-    /// Adds a pool; its id must be free.
-    pub fn register(&mut self, pool: Pool) -> Result<(), DuplicatePool> {
+    /// Adds a pool; its id must be free. It gets the next dense index
+    /// ([`pool_index`](Self::pool_index)).
+    pub fn register(&mut self, mut pool: Pool) -> Result<(), DuplicatePool> {
         if let Some(existing) = self.pools.get(&pool.id) {
             return Err(DuplicatePool {
                 id: pool.id,
                 existing: existing.name.clone(),
             });
         }
+        pool.index = self.pools.len();
         self.pools.insert(pool.id, pool);
         Ok(())
     }
@@ -208,13 +214,30 @@ impl Registry {
         self.pools.values().collect()
     }
 
+    /// The dense index (0..number of pools, in registration order) of pool
+    /// `pool`, which per-pool statistics are indexed by.
+    pub fn pool_index(&self, pool: PoolId) -> Option<usize> {
+        self.pools.get(&pool).map(|p| p.index)
+    }
+
     /// Runs the task in `task_bytes` (header + arguments), writing its output
     /// into `out`. Never panics: malformed tasks, unknown pools or methods and
     /// panicking handlers become error codes.
     pub fn dispatch(&self, task_bytes: &[u8], out: &mut [u8]) -> HandlerReply {
+        self.dispatch_indexed(task_bytes, out).1
+    }
+
+    /// [`dispatch`](Self::dispatch), also returning the dense index of the
+    /// pool that ran the task (None: no registered pool did), for the
+    /// workers' per-pool counters.
+    pub(crate) fn dispatch_indexed(
+        &self,
+        task_bytes: &[u8],
+        out: &mut [u8],
+    ) -> (Option<usize>, HandlerReply) {
         match decode_task(task_bytes) {
-            Some((header, args)) => self.call(header.pool, header.method, args, out),
-            None => HandlerReply::code(RC_BAD_TASK),
+            Some((header, args)) => self.call_indexed(header.pool, header.method, args, out),
+            None => (None, HandlerReply::code(RC_BAD_TASK)),
         }
     }
 
@@ -229,15 +252,28 @@ impl Registry {
         args: &[u8],
         out: &mut [u8],
     ) -> HandlerReply {
+        self.call_indexed(pool, method, args, out).1
+    }
+
+    /// [`call`](Self::call), also returning the pool's dense index (as
+    /// [`dispatch_indexed`](Self::dispatch_indexed)): one lookup serves both.
+    pub(crate) fn call_indexed(
+        &self,
+        pool: PoolId,
+        method: MethodId,
+        args: &[u8],
+        out: &mut [u8],
+    ) -> (Option<usize>, HandlerReply) {
         let Some(pool) = self.pools.get(&pool) else {
-            return HandlerReply::code(RC_UNKNOWN_POOL);
+            return (None, HandlerReply::code(RC_UNKNOWN_POOL));
         };
         let Some((_, handler)) = pool.methods.get(&method) else {
-            return HandlerReply::code(RC_UNKNOWN_METHOD);
+            return (Some(pool.index), HandlerReply::code(RC_UNKNOWN_METHOD));
         };
         // A panicking handler must not take the worker down; its partial
         // output is discarded (the reply carries no output).
-        catch_unwind(AssertUnwindSafe(|| handler(args, out)))
-            .unwrap_or(HandlerReply::code(RC_HANDLER_PANICKED))
+        let reply = catch_unwind(AssertUnwindSafe(|| handler(args, out)))
+            .unwrap_or(HandlerReply::code(RC_HANDLER_PANICKED));
+        (Some(pool.index), reply)
     }
 }

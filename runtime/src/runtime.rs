@@ -16,6 +16,7 @@ use crate::layout::{device_ticket, runtime_state, segment_kind, SegmentHeader};
 use crate::liveness::{monotonic_ns, HEARTBEAT_PERIOD};
 use crate::registry::Registry;
 use crate::segment::{QueueSegment, SegmentSpec};
+use crate::status::StatusPublisher;
 use crate::submit::{self, Pending, Route};
 use crate::task::{Task, TaskError};
 use crate::worker::{self, Source, StatsSnapshot, WorkerStats};
@@ -171,6 +172,21 @@ fn default_segment_name() -> String {
     format!("tandem-{}-{n}", std::process::id())
 }
 
+/// `requested` workers capped by the cores available, with a warning when
+/// that clamps: each worker spins on its queues for a while before it naps,
+/// so more workers than cores take turns on them, burning system time
+/// without completing more tasks.
+fn capped_workers(requested: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if requested > cores {
+        tracing::warn!(
+            "workers: {requested} configured but {cores} cores available: running {cores} \
+             (more workers than cores would only take turns on them, costing system time)"
+        );
+    }
+    requested.min(cores)
+}
+
 /// The running runtime on backend `A`. Dropping it stops the workers after
 /// they drain the queues, and marks every segment STOPPED.
 pub struct Runtime<A: GpuApi> {
@@ -179,6 +195,8 @@ pub struct Runtime<A: GpuApi> {
     shutdown: Arc<AtomicBool>,
     /// One per worker (each writes only its own).
     stats: Vec<Arc<WorkerStats>>,
+    /// Worker threads running: `config.workers` capped by the cores.
+    workers_running: usize,
     // Dropped after the threads are joined (in Drop), in this order:
     // devices (registrations first), then the CPU segment.
     devices: Vec<DeviceQueues<A>>,
@@ -198,6 +216,7 @@ impl<A: GpuApi> Runtime<A> {
     /// Starts a runtime on an already loaded backend.
     pub fn start_with(api: A, config: Config, registry: Registry) -> Result<Self, RuntimeError> {
         config.validate()?;
+        let workers_running = capped_workers(config.workers);
         let mut notes = Vec::new();
         let count = api.device_count()?;
         let ordinals: Vec<usize> = match &config.devices {
@@ -252,14 +271,30 @@ impl<A: GpuApi> Runtime<A> {
         notes.push(format!(
             "CPU segment /dev/shm/{name}: not NUMA-bound (shared by host clients anywhere)"
         ));
-        cpu.publish(None);
         let cpu = Arc::new(cpu);
+        let stats: Vec<Arc<WorkerStats>> = (0..workers_running)
+            .map(|_| Arc::new(WorkerStats::new(registry.pools().len())))
+            .collect();
+        // The status block is written before the segment is published.
+        let status = StatusPublisher::new(
+            A::BACKEND,
+            &config,
+            workers_running,
+            &registry,
+            std::iter::once(&cpu)
+                .chain(devices.iter().map(|d| &d.segment))
+                .cloned()
+                .collect(),
+            stats.clone(),
+        );
+        cpu.publish(None);
 
         let mut runtime = Self {
             workers: Vec::new(),
             heartbeat: None,
             shutdown: Arc::new(AtomicBool::new(false)),
-            stats: Vec::new(),
+            stats,
+            workers_running,
             devices,
             cpu,
             registry: Arc::new(registry),
@@ -267,9 +302,24 @@ impl<A: GpuApi> Runtime<A> {
             notes,
             api,
         };
-        runtime.spawn_threads()?;
+        runtime.spawn_threads(status)?;
         for segment in runtime.segments() {
             segment.set_state(runtime_state::READY);
+        }
+        let c = &runtime.config;
+        tracing::info!(
+            backend = %A::BACKEND,
+            workers = runtime.workers_running,
+            lanes = c.lanes,
+            queue_depth = c.queue_depth,
+            copy_space = c.copy_space,
+            cpu_segment_size = c.cpu_segment_size,
+            gpu_segment_size = c.gpu_segment_size,
+            devices = runtime.devices.len(),
+            "runtime started"
+        );
+        for note in &runtime.notes {
+            tracing::info!("{note}");
         }
         Ok(runtime)
     }
@@ -279,9 +329,9 @@ impl<A: GpuApi> Runtime<A> {
         std::iter::once(&self.cpu).chain(self.devices.iter().map(|d| &d.segment))
     }
 
-    /// Starts the workers and the heartbeat; on failure, stops what started
-    /// (Drop joins them).
-    fn spawn_threads(&mut self) -> Result<(), RuntimeError> {
+    /// Starts the workers and the heartbeat (which refreshes `status`); on
+    /// failure, stops what started (Drop joins them).
+    fn spawn_threads(&mut self, mut status: StatusPublisher) -> Result<(), RuntimeError> {
         let sources: Vec<Source> = self
             .segments()
             .flat_map(|segment| {
@@ -294,14 +344,13 @@ impl<A: GpuApi> Runtime<A> {
         // The CPU device's kernel threads are threads of this process, and
         // workers that fill the cores leave host submitters none.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let share_cores = A::BACKEND == Backend::Host || cores <= self.config.workers;
-        for (w, mine) in worker::assign(&sources, self.config.workers)
+        let share_cores = A::BACKEND == Backend::Host || cores <= self.workers_running;
+        for (w, mine) in worker::assign(&sources, self.workers_running)
             .into_iter()
             .enumerate()
         {
             let registry = Arc::clone(&self.registry);
-            let stats = Arc::new(WorkerStats::default());
-            self.stats.push(Arc::clone(&stats));
+            let stats = Arc::clone(&self.stats[w]);
             let shutdown = Arc::clone(&self.shutdown);
             let handle = std::thread::Builder::new()
                 .name(format!("tandem-worker-{w}"))
@@ -321,6 +370,7 @@ impl<A: GpuApi> Runtime<A> {
                         // Relaxed: readers only compare the time with theirs.
                         segment.header().heartbeat.store(now, Ordering::Relaxed);
                     }
+                    status.tick();
                     std::thread::park_timeout(HEARTBEAT_PERIOD);
                 }
             })
@@ -334,9 +384,16 @@ impl<A: GpuApi> Runtime<A> {
         &self.api
     }
 
-    /// The configuration it runs with.
+    /// The configuration it was started with (`workers` as requested; see
+    /// [`workers`](Self::workers)).
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Worker threads running: the configured `workers`, capped by the cores
+    /// available.
+    pub fn workers(&self) -> usize {
+        self.workers_running
     }
 
     /// What setup found worth saying (devices, NUMA placement, no devices).
@@ -409,6 +466,7 @@ impl<A: GpuApi> Runtime<A> {
         // pushed before and exit.
         self.shutdown.store(true, Ordering::Release);
         let mut panicked = 0;
+        let running = self.heartbeat.is_some();
         for handle in self.workers.drain(..).chain(self.heartbeat.take()) {
             handle.thread().unpark();
             if handle.join().is_err() {
@@ -417,6 +475,15 @@ impl<A: GpuApi> Runtime<A> {
         }
         for segment in self.segments() {
             segment.set_state(runtime_state::STOPPED);
+        }
+        // Once: `shutdown` stops the threads, then Drop finds none.
+        if running {
+            let stats = self.stats();
+            tracing::info!(
+                completed = stats.completed,
+                failed = stats.failed,
+                "runtime stopped"
+            );
         }
         if panicked > 0 {
             return Err(RuntimeError::Process(format!(

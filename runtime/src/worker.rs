@@ -26,6 +26,58 @@ pub(crate) struct WorkerStats {
     failed: AtomicU64,
     bad_pointers: AtomicU64,
     double_completions: AtomicU64,
+    /// Per pool, by the registry's dense pool index, then one slot for tasks
+    /// no registered pool ran (unknown pool, malformed task).
+    pools: Box<[PoolCounts]>,
+}
+
+/// One worker's counts for one pool (or the no-pool slot). Two cache lines
+/// each, for the reason [`WorkerStats`] is: another worker's slots may sit
+/// right after this worker's allocation.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct PoolCounts {
+    completed: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl WorkerStats {
+    /// Counters for a registry of `pools` pools.
+    pub(crate) fn new(pools: usize) -> Self {
+        Self {
+            pools: (0..=pools).map(|_| PoolCounts::default()).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Tasks completed and failed that pool `index` ran (the registry's
+    /// dense index; `None`: no registered pool), by this worker. `Relaxed`:
+    /// statistics, as the other counters.
+    pub(crate) fn pool_counts(&self, index: Option<usize>) -> (u64, u64) {
+        let slot = index.unwrap_or(self.pools.len().saturating_sub(1));
+        self.pools.get(slot).map_or((0, 0), |c| {
+            (
+                c.completed.load(Ordering::Relaxed),
+                c.failed.load(Ordering::Relaxed),
+            )
+        })
+    }
+
+    /// Counts a completed task of pool `index` (see [`pool_counts`](Self::pool_counts)).
+    fn count_pool(&self, index: Option<usize>, succeeded: bool) {
+        let last = self.pools.len().saturating_sub(1);
+        if let Some(c) = self.pools.get(index.map_or(last, |i| i.min(last))) {
+            bump(&c.completed);
+            if !succeeded {
+                bump(&c.failed);
+            }
+        }
+    }
+
+    /// Futures this worker completed, for the status block's busy count.
+    pub(crate) fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Relaxed)
+    }
 }
 
 /// A copy of the counters, summed over the workers.
@@ -191,24 +243,25 @@ struct Scratch {
 }
 
 /// Runs the inline task of a record (`task_record`), its argument bytes
-/// gathered into `args`; RC_BAD_TASK when the words do not make one.
+/// gathered into `args`; RC_BAD_TASK when the words do not make one. Returns
+/// the pool's dense index with the reply, as [`Registry::call_indexed`].
 fn run_inline_task(
     words: &[u32],
     registry: &Registry,
     args: &mut Vec<u8>,
     out: &mut [u8],
-) -> HandlerReply {
+) -> (Option<usize>, HandlerReply) {
     let (Some(&pool), Some(&method), Some(&args_len), Some(arg_words)) = (
         words.get(task_record::POOL),
         words.get(task_record::METHOD),
         words.get(task_record::ARGS_LEN),
         words.get(task_record::ARGS..),
     ) else {
-        return HandlerReply::code(RC_BAD_TASK);
+        return (None, HandlerReply::code(RC_BAD_TASK));
     };
     let args_len = args_len as usize;
     if arg_words.len() != args_len.div_ceil(4) {
-        return HandlerReply::code(RC_BAD_TASK);
+        return (None, HandlerReply::code(RC_BAD_TASK));
     }
     args.clear();
     args.extend(
@@ -217,7 +270,7 @@ fn run_inline_task(
             .flat_map(|w| w.to_le_bytes())
             .take(args_len),
     );
-    registry.call(pool, method, args, out)
+    registry.call_indexed(pool, method, args, out)
 }
 
 /// Runs the task of one lane record and answers it: through its future and
@@ -243,7 +296,7 @@ fn process(
     let capacity = future.copy_space_size() as usize;
     scratch.output.resize(capacity, 0);
     let inline = words.len() > task_record::IN_FUTURE_WORDS;
-    let reply = if inline {
+    let (pool, reply) = if inline {
         run_inline_task(words, registry, &mut scratch.input, &mut scratch.output)
     } else {
         match future.payload() {
@@ -255,13 +308,13 @@ fn process(
                     Ok(input) => {
                         scratch.input.clear();
                         scratch.input.extend_from_slice(input);
-                        registry.dispatch(&scratch.input, &mut scratch.output)
+                        registry.dispatch_indexed(&scratch.input, &mut scratch.output)
                     }
                     Err(FutureError::AlreadyComplete) => {
                         bump(&stats.double_completions);
                         return;
                     }
-                    Err(_) => HandlerReply::code(RC_BAD_TASK),
+                    Err(_) => (None, HandlerReply::code(RC_BAD_TASK)),
                 }
             }
         }
@@ -277,6 +330,7 @@ fn process(
         && notify_submitter(segment, notify, notify_word::answer(token, true, true))
     {
         bump(&stats.completed);
+        stats.count_pool(pool, true);
         return;
     }
     if inline {
@@ -305,6 +359,7 @@ fn process(
             notify_word::answer(token, succeeded, false),
         );
     bump(&stats.completed);
+    stats.count_pool(pool, succeeded);
     if !succeeded {
         bump(&stats.failed);
     }
@@ -313,15 +368,16 @@ fn process(
     }
 }
 
-/// Runs the task of a pointer future, whose bytes lie in the payload block.
+/// Runs the task of a pointer future, whose bytes lie in the payload block
+/// (the pool's dense index with the reply, as [`Registry::dispatch_indexed`]).
 fn run_pointer_task(
     segment: &QueueSegment,
     payload: ShmPtr<u8>,
     registry: &Registry,
     output: &mut [u8],
-) -> HandlerReply {
+) -> (Option<usize>, HandlerReply) {
     let Ok(header_at) = segment.resolve(payload, TASK_HEADER_BYTES) else {
-        return HandlerReply::code(RC_BAD_TASK);
+        return (None, HandlerReply::code(RC_BAD_TASK));
     };
     // SAFETY: resolve checked the header's bytes lie in the segment; the
     // submitter wrote them before publishing the future (queue Release/Acquire)
@@ -332,18 +388,18 @@ fn run_pointer_task(
         .and_then(|b| b.try_into().ok())
         .map(u32::from_le_bytes)
     else {
-        return HandlerReply::code(RC_BAD_TASK);
+        return (None, HandlerReply::code(RC_BAD_TASK));
     };
     let total = TASK_HEADER_BYTES + args_len as usize;
     let Ok(at) = segment.resolve(payload, total) else {
-        return HandlerReply::code(RC_BAD_TASK);
+        return (None, HandlerReply::code(RC_BAD_TASK));
     };
     // SAFETY: as above, for the whole task (resolve checked the length).
     let bytes = unsafe { std::slice::from_raw_parts(at, total) };
     if decode_task(bytes).is_none() {
-        return HandlerReply::code(RC_BAD_TASK);
+        return (None, HandlerReply::code(RC_BAD_TASK));
     }
-    registry.dispatch(bytes, output)
+    registry.dispatch_indexed(bytes, output)
 }
 
 /// Completes `future` with `reply`, copying the output into the copy space.

@@ -21,7 +21,7 @@ use std::{
 /// One leg of the test matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leg {
-    /// Workspace tests with default features (the host backend).
+    /// Workspace tests with default features (the host backend), then the host-client example.
     Host,
     /// The loom models in `shm-core/tests/loom_*.rs`.
     Loom,
@@ -212,7 +212,14 @@ fn leg_commands(
             for backend in Backend::ALL {
                 cmd = cmd.args(["--exclude", backend.hal_package()]);
             }
-            Ok(vec![cmd])
+            // The host-client example forks `tandem run`, which it finds next to it in the
+            // target directory: built first.
+            let example = ["run", "-p", "tandem-examples", "--example", "host_client"];
+            Ok(vec![
+                cmd,
+                cargo().args(["build", "-p", "tandem-runtime", "--bin", "tandem"]),
+                cargo().args(example),
+            ])
         }
         Leg::Loom => {
             let tests_dir = root.join("shm-core/tests");
@@ -482,6 +489,10 @@ mod tests {
         assert_eq!(
             host[0].display(),
             "cargo test --workspace --exclude tandem-hal-cuda --exclude tandem-hal-hip"
+        );
+        assert_eq!(
+            host[2].display(),
+            "cargo run -p tandem-examples --example host_client"
         );
         let cuda = leg_commands(&ctx, Leg::Cuda, &mut notes).unwrap();
         assert_eq!(

@@ -1,61 +1,154 @@
-//! `tandem`: Tandem's command-line entry point.
+//! `tandem`: Tandem's command-line entry point (`tandem --help`).
 //!
-//! * `tandem demo`: starts a runtime on the best backend (CUDA when compiled
-//!   in and a device is present, else the CPU device), launches a kernel
-//!   whose threads send tasks to the CPU workers and wait, and reports tasks,
-//!   errors, throughput and latency.
+//! * `tandem demo [--json]`: starts a runtime on the best backend (CUDA when
+//!   compiled in and a device is present, else the CPU device), launches a
+//!   kernel whose threads send tasks to the CPU workers and wait, and reports
+//!   tasks, errors, throughput and latency, ending with one verdict line.
 //! * `tandem run [--config FILE] [--announce] [--exit-on-stdin-eof]`: serves
-//!   a runtime until killed (or until stdin closes). `--announce` prints
+//!   a runtime until SIGINT/SIGTERM (or until stdin closes), then removes its
+//!   segments. `--announce` prints
 //!   `ready <cpu segment> <pid>` on stdout once serving (what
 //!   `Client::fork_runtime` waits for).
-//! * `tandem info`: lists backends and devices.
+//! * `tandem info [--json]`: lists backends and devices.
+//! * `tandem status [--segment NAME] [--json]`: what a running runtime's
+//!   status block says.
+//! * `tandem clean [--dry-run]`: removes Tandem segments in `/dev/shm` whose
+//!   owner process is gone.
 //! * `tandem exchange produce|consume ...`: the shm-core two-process exchange.
+//!
+//! Results go to stdout; logs (`tracing`, filtered by `RUST_LOG`, default
+//! `info`) to stderr. Usage errors exit 2.
 
-use std::io::Read;
+use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
+use clap::{Args, Parser, Subcommand};
+use serde::Serialize;
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::config::DeviceSelection;
 use tandem_runtime::exchange::{consume, produce, ExchangeError};
 use tandem_runtime::kernels::{
-    expected_add_sum, EchoLaunch, EchoPriority, EchoRoute, GpuService, RuntimeKernels,
+    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, GpuService, RuntimeKernels,
 };
 use tandem_runtime::signals::Termination;
+use tandem_runtime::stale::clean_stale_segments;
+use tandem_runtime::status::{read_status, single_live_runtime, StatusSnapshot};
 use tandem_runtime::task::math;
 use tandem_runtime::{Config, Registry, Route, Runtime};
 
-const USAGE: &str = "usage: tandem demo
-       tandem run [--config FILE] [--announce] [--exit-on-stdin-eof]
-       tandem info
-       tandem exchange produce <segment> <records>
-       tandem exchange consume <segment>";
+/// Tandem: host threads and GPU kernels sharing memory and work.
+#[derive(Parser, Debug)]
+#[command(name = "tandem", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// One variant and one function per subcommand.
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Runs kernels that send tasks to CPU workers and to the device's
+    /// service, and reports what happened.
+    Demo(DemoArgs),
+    /// Serves a runtime that host clients attach to, until killed.
+    Run(RunArgs),
+    /// Lists the backends compiled in, their devices and properties.
+    Info(InfoArgs),
+    /// Asks a running runtime (through its CPU segment) what it is doing.
+    Status(StatusArgs),
+    /// Removes Tandem segments in /dev/shm whose owner process is gone.
+    Clean(CleanArgs),
+    /// Two processes passing records through one segment (shm-core alone).
+    #[command(subcommand)]
+    Exchange(ExchangeCommand),
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Prints the figures as one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `tandem run`'s options.
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// A TOML configuration (see tandem.example.toml); defaults otherwise.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Prints `ready <cpu segment> <pid>` on stdout once serving.
+    #[arg(long)]
+    announce: bool,
+    /// Stops (cleanly) when stdin closes, e.g. when the parent dies.
+    #[arg(long)]
+    exit_on_stdin_eof: bool,
+}
+
+#[derive(Args, Debug)]
+struct InfoArgs {
+    /// Prints the backends and devices as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct StatusArgs {
+    /// The runtime's CPU segment (in /dev/shm); default: the one live runtime.
+    #[arg(long, value_name = "NAME")]
+    segment: Option<String>,
+    /// Prints the status as JSON (the schema in the README).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct CleanArgs {
+    /// Lists what would be removed, and removes nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum ExchangeCommand {
+    /// Creates the segment and sends `records` records through it.
+    Produce {
+        /// The shared-memory segment's name.
+        segment: String,
+        /// How many records to send.
+        records: u64,
+    },
+    /// Attaches to the segment and receives until the producer is done.
+    Consume {
+        /// The shared-memory segment's name.
+        segment: String,
+    },
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let words: Vec<&str> = args.iter().map(String::as_str).collect();
-    match words.as_slice() {
-        ["demo"] => report(run_on_best_backend(Command::Demo)),
-        ["run", rest @ ..] => match RunOptions::parse(rest) {
-            Ok(options) => report(run_on_best_backend(Command::Run(options))),
-            Err(why) => usage_error(&why),
-        },
-        ["info"] => report(info()),
-        ["exchange", "produce", name, records] => match records.parse() {
-            Ok(records) => finish_exchange(produce(name, records)),
-            Err(e) => usage_error(&format!("bad record count {records:?}: {e}")),
-        },
-        ["exchange", "consume", name] => finish_exchange(consume(name).map(|_| ())),
-        [] => usage_error("no command"),
-        [other, ..] => usage_error(&format!("unknown command {other:?}")),
+    let cli = Cli::parse();
+    init_logging();
+    match cli.command {
+        Command::Demo(args) => demo_command(args),
+        Command::Run(args) => report(run_on_best_backend(BackendCommand::Run(args)).map(drop)),
+        Command::Info(args) => report(info(args)),
+        Command::Status(args) => report(status(args)),
+        Command::Clean(args) => report(clean(args)),
+        Command::Exchange(command) => exchange(command),
     }
 }
 
-fn usage_error(why: &str) -> ExitCode {
-    eprintln!("tandem: {why}\n{USAGE}");
-    ExitCode::from(2)
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
 }
 
 fn report(result: Result<(), String>) -> ExitCode {
@@ -68,53 +161,42 @@ fn report(result: Result<(), String>) -> ExitCode {
     }
 }
 
-fn finish_exchange(result: Result<(), ExchangeError>) -> ExitCode {
+fn exchange(command: ExchangeCommand) -> ExitCode {
+    let result = match command {
+        ExchangeCommand::Produce { segment, records } => produce(&segment, records),
+        ExchangeCommand::Consume { segment } => consume(&segment).map(|_| ()),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tandem: {e}");
             println!("error: {e}");
             ExitCode::from(match e {
-                ExchangeError::ProducerDied { .. } => 3,
+                ExchangeError::ProducerDied { .. } | ExchangeError::ConsumerDied { .. } => 3,
                 _ => 2,
             })
         }
     }
 }
 
-/// `tandem run`'s options.
-struct RunOptions {
-    config: Option<PathBuf>,
-    announce: bool,
-    exit_on_stdin_eof: bool,
-}
-
-impl RunOptions {
-    fn parse(args: &[&str]) -> Result<Self, String> {
-        let mut options = RunOptions {
-            config: None,
-            announce: false,
-            exit_on_stdin_eof: false,
-        };
-        let mut args = args.iter();
-        while let Some(&arg) = args.next() {
-            match arg {
-                "--config" => match args.next() {
-                    Some(path) => options.config = Some(PathBuf::from(path)),
-                    None => return Err("--config needs a file".into()),
-                },
-                "--announce" => options.announce = true,
-                "--exit-on-stdin-eof" => options.exit_on_stdin_eof = true,
-                other => return Err(format!("unknown option {other:?} for run")),
-            }
-        }
-        Ok(options)
+/// `tandem clean`: one line per stale segment, then a count.
+fn clean(args: CleanArgs) -> Result<(), String> {
+    let stale = clean_stale_segments(args.dry_run).map_err(|e| e.to_string())?;
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    for segment in &stale {
+        println!("{verb} /dev/shm/{segment}");
     }
+    println!("{verb} {} stale segment(s)", stale.len());
+    Ok(())
 }
 
-enum Command {
-    Demo,
-    Run(RunOptions),
+enum BackendCommand {
+    Demo(DemoArgs),
+    Run(RunArgs),
 }
 
 /// A backend that loads and has at least one device.
@@ -124,7 +206,9 @@ fn usable<A: GpuApi>() -> Option<A> {
     (api.device_count().ok()? > 0).then_some(api)
 }
 
-fn run_on_best_backend(command: Command) -> Result<(), String> {
+/// Runs `command` on the best backend; `Ok(false)`: it ran, and reported a
+/// failure itself.
+fn run_on_best_backend(command: BackendCommand) -> Result<bool, String> {
     #[cfg(feature = "cuda")]
     if let Some(api) = usable::<tandem_hal_cuda::CudaApi>() {
         return run_command(api, "CUDA", command);
@@ -134,17 +218,17 @@ fn run_on_best_backend(command: Command) -> Result<(), String> {
         return run_command(api, "HIP", command);
     }
     let api = HostApi::load().map_err(|e| e.to_string())?;
-    run_command(api, "CPU device (host backend)", command)
+    run_command(api, "the CPU device (host backend)", command)
 }
 
-fn run_command<A: GpuApi>(api: A, backend: &str, command: Command) -> Result<(), String> {
+fn run_command<A: GpuApi>(api: A, backend: &str, command: BackendCommand) -> Result<bool, String> {
     match command {
-        Command::Demo => demo(api, backend),
-        Command::Run(options) => serve(api, backend, options),
+        BackendCommand::Demo(args) => demo(api, backend, args.json),
+        BackendCommand::Run(options) => serve(api, backend, options).map(|()| true),
     }
 }
 
-fn serve<A: GpuApi>(api: A, backend: &str, options: RunOptions) -> Result<(), String> {
+fn serve<A: GpuApi>(api: A, backend: &str, options: RunArgs) -> Result<(), String> {
     let config = match &options.config {
         Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
         None => Config::default(),
@@ -152,19 +236,16 @@ fn serve<A: GpuApi>(api: A, backend: &str, options: RunOptions) -> Result<(), St
     // Caught before the runtime starts: a signal during setup still ends
     // in a clean shutdown.
     let mut termination = Termination::catch().map_err(|e| e.to_string())?;
+    tracing::info!("tandem run on {backend}");
     let runtime = Runtime::start_with(api, config, Registry::with_builtins())
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    eprintln!("tandem run: {backend}");
-    for note in runtime.notes() {
-        eprintln!("  {note}");
-    }
     let name = runtime.cpu_segment().name().unwrap_or_default().to_string();
     if options.announce {
         println!("ready {name} {}", std::process::id());
     } else {
         println!(
             "serving: CPU segment {name}, {} workers, {} device segment(s)",
-            runtime.config().workers,
+            runtime.workers(),
             runtime.devices().len()
         );
     }
@@ -192,21 +273,178 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[index.min(sorted.len() - 1)]
 }
 
-fn demo<A: GpuApi>(api: A, backend: &str) -> Result<(), String> {
+/// Microseconds, for reports.
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// What a kernel launch of the demo did.
+#[derive(Serialize)]
+struct LaunchReport {
+    blocks: u32,
+    threads: u32,
+    tasks_per_thread: u64,
+    tasks: u64,
+    seconds: f64,
+    tasks_per_second: f64,
+    /// Threads whose tasks failed (a nonzero return code or a wait error).
+    failed_threads: usize,
+    /// Threads whose answers did not add up.
+    wrong_answers: usize,
+}
+
+impl LaunchReport {
+    fn of(launch: &EchoLaunch, outcome: &EchoOutcome) -> Self {
+        let tasks = outcome.results.len() as u64 * launch.tasks_per_thread;
+        let wrong_answers = outcome
+            .results
+            .iter()
+            .enumerate()
+            .filter(|(r, &sum)| sum != expected_add_sum(*r as u64, launch.tasks_per_thread))
+            .count();
+        Self {
+            blocks: launch.blocks,
+            threads: launch.threads,
+            tasks_per_thread: launch.tasks_per_thread,
+            tasks,
+            seconds: outcome.elapsed.as_secs_f64(),
+            tasks_per_second: tasks as f64 / outcome.elapsed.as_secs_f64(),
+            failed_threads: outcome.failed_threads(),
+            wrong_answers,
+        }
+    }
+
+    fn failures(&self) -> u64 {
+        (self.failed_threads + self.wrong_answers) as u64
+    }
+}
+
+/// Round-trip percentiles, in microseconds.
+#[derive(Serialize)]
+struct Latency {
+    samples: usize,
+    p50_us: f64,
+    p90_us: f64,
+    p99_us: f64,
+    min_us: f64,
+    max_us: f64,
+}
+
+impl Latency {
+    fn of(mut samples: Vec<Duration>) -> Self {
+        samples.sort();
+        let at = |p| micros(percentile(&samples, p));
+        Self {
+            samples: samples.len(),
+            p50_us: at(50.0),
+            p90_us: at(90.0),
+            p99_us: at(99.0),
+            min_us: at(0.0),
+            max_us: at(100.0),
+        }
+    }
+}
+
+/// `tandem demo --json`: the figures the text report prints.
+#[derive(Serialize)]
+struct DemoReport {
+    /// The backend it ran on, in words.
+    backend: String,
+    /// "CPU device" or "GPU".
+    device: &'static str,
+    workers: usize,
+    /// Kernel threads sending tasks to the CPU workers.
+    to_workers: LaunchReport,
+    /// The workers' counters after that launch.
+    workers_completed: u64,
+    workers_failed: u64,
+    /// One kernel thread's round trip per task (launch included).
+    kernel_round_trip: Latency,
+    /// A host thread's round trip through the CPU queues.
+    host_round_trip: Latency,
+    /// The device's service (a persistent kernel).
+    service_threads: u32,
+    to_service: LaunchReport,
+    host_to_service_round_trip: Latency,
+    service_ran: u64,
+    /// Every task the demo sent, and those that failed or answered wrong.
+    tasks: u64,
+    failed: u64,
+    ok: bool,
+}
+
+/// Runs the demo and prints its verdict line (text) or report (JSON);
+/// exit 1 when anything failed.
+fn demo_command(args: DemoArgs) -> ExitCode {
+    let json = args.json;
+    match run_on_best_backend(BackendCommand::Demo(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(why) => {
+            eprintln!("tandem: {why}");
+            if !json {
+                println!("demo: FAILED: {why}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Host round trips of `count` `math.add(i, b)` tasks through `submit`; the
+/// failures (errors and wrong answers) are counted, the first one logged.
+fn host_round_trips<E: std::fmt::Display>(
+    count: u64,
+    b: u64,
+    what: &str,
+    mut submit: impl FnMut(&math::Add) -> Result<u64, E>,
+) -> (Vec<Duration>, u64) {
+    let mut times = Vec::with_capacity(count as usize);
+    let mut failed = 0;
+    for a in 0..count {
+        let start = Instant::now();
+        let answer = submit(&math::Add { a, b });
+        times.push(start.elapsed());
+        let why = match answer {
+            Ok(sum) if sum == a + b => continue,
+            Ok(sum) => format!("returned {sum}"),
+            Err(e) => e.to_string(),
+        };
+        if failed == 0 {
+            tracing::warn!("{what}: add({a}, {b}) {why}");
+        }
+        failed += 1;
+    }
+    (times, failed)
+}
+
+/// The demo; `Ok(false)` when tasks failed (the report says so).
+fn demo<A: GpuApi>(api: A, backend: &str, json: bool) -> Result<bool, String> {
     let gpu = A::BACKEND != tandem_hal::Backend::Host;
+    // Words for what runs where: "GPU service" on a CPU device would say
+    // something that did not happen.
+    let (device, service) = if gpu {
+        ("GPU", "GPU service (a persistent kernel on the GPU)")
+    } else {
+        (
+            "CPU device",
+            "device service (a persistent kernel on the CPU device)",
+        )
+    };
+    let say = |line: String| {
+        if !json {
+            println!("{line}");
+        }
+    };
     let config = Config {
         devices: DeviceSelection::Only(vec![0]),
         ..Config::default()
     };
-    println!("tandem demo on {backend}");
+    say(format!("tandem demo on {backend}"));
     // Kernels in flight cannot be interrupted: on SIGINT/SIGTERM, remove the
     // named segments and exit.
     tandem_runtime::signals::exit_on_termination().map_err(|e| e.to_string())?;
     let runtime = Runtime::start_with(api, config, Registry::with_builtins())
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    for note in runtime.notes() {
-        println!("  {note}");
-    }
     let queues = &runtime.devices()[0];
     let mut kernels = RuntimeKernels::load(queues).map_err(|e| e.to_string())?;
     // Real GPUs take many threads; the CPU device runs each kernel thread on
@@ -220,30 +458,28 @@ fn demo<A: GpuApi>(api: A, backend: &str) -> Result<(), String> {
         route: EchoRoute::CpuWorkers,
         spin_budget: 1 << 40,
     };
-    println!(
-        "  echo kernel: {} blocks x {} threads, each sending {} math.add tasks to {} CPU workers and waiting for each",
+    say(format!(
+        "kernel on the {device}: {} blocks x {} threads, each sending {} math.add tasks\n  \
+         to {} CPU workers and waiting for each answer",
         launch.blocks,
         launch.threads,
         launch.tasks_per_thread,
-        runtime.config().workers
-    );
+        runtime.workers()
+    ));
     let outcome = kernels.echo(&launch).map_err(|e| e.to_string())?;
-    let tasks = outcome.results.len() as u64 * launch.tasks_per_thread;
-    let wrong = outcome
-        .results
-        .iter()
-        .enumerate()
-        .filter(|(r, &sum)| sum != expected_add_sum(*r as u64, launch.tasks_per_thread))
-        .count();
+    let to_workers = LaunchReport::of(&launch, &outcome);
     let stats = runtime.stats();
-    println!(
-        "  {tasks} tasks in {:.3} s: {:.2} M tasks/s; {} threads failed, {wrong} wrong answers; workers completed {} ({} with errors)",
-        outcome.elapsed.as_secs_f64(),
-        tasks as f64 / outcome.elapsed.as_secs_f64() / 1e6,
-        outcome.failed_threads(),
+    say(format!(
+        "  {} tasks in {:.3} s: {:.2} M tasks/s; {} threads failed, {} wrong answers\n  \
+         workers completed {} tasks ({} with errors)",
+        to_workers.tasks,
+        to_workers.seconds,
+        to_workers.tasks_per_second / 1e6,
+        to_workers.failed_threads,
+        to_workers.wrong_answers,
         stats.completed,
         stats.failed
-    );
+    ));
 
     // Latency of one kernel thread's round trips, batch by batch.
     let single = EchoLaunch {
@@ -253,48 +489,41 @@ fn demo<A: GpuApi>(api: A, backend: &str) -> Result<(), String> {
         ..launch
     };
     let mut per_task = Vec::new();
+    let mut single_failed = 0u64;
     for _ in 0..25 {
         let o = kernels.echo(&single).map_err(|e| e.to_string())?;
-        if o.failed_threads() > 0 {
-            return Err(format!("single-thread echo failed: status {:?}", o.status));
-        }
+        single_failed += LaunchReport::of(&single, &o).failures();
         per_task.push(o.elapsed / single.tasks_per_thread as u32);
     }
-    per_task.sort();
-    println!(
-        "  one kernel thread, round trip per task (25 launches of 200, launch included): p50 {:?} p90 {:?} min {:?}",
-        percentile(&per_task, 50.0),
-        percentile(&per_task, 90.0),
-        per_task[0]
-    );
+    let kernel_round_trip = Latency::of(per_task);
+    say(format!(
+        "one kernel thread's round trip per task (25 launches of 200, launch included):\n  \
+         p50 {:.1} us, p90 {:.1} us, min {:.1} us",
+        kernel_round_trip.p50_us, kernel_round_trip.p90_us, kernel_round_trip.min_us
+    ));
 
     // Per-task latency percentiles of a host submitter on the CPU queues.
     let stop = AtomicU32::new(0);
-    let mut host = Vec::with_capacity(2000);
-    for i in 0..2000u64 {
-        let start = Instant::now();
-        let sum = runtime
-            .submit(Route::lane(0), &math::Add { a: i, b: 1 })
+    let (host, host_failed) = host_round_trips(2000, 1, "host task", |task| {
+        runtime
+            .submit(Route::lane(0), task)
             .and_then(|mut p| p.wait(&stop, None))
-            .map_err(|e| e.to_string())?;
-        host.push(start.elapsed());
-        if sum != i + 1 {
-            return Err(format!("host task add({i}, 1) returned {sum}"));
-        }
-    }
-    host.sort();
-    println!(
-        "  host submitter round trip (2000 tasks): p50 {:?} p90 {:?} p99 {:?} max {:?}",
-        percentile(&host, 50.0),
-        percentile(&host, 90.0),
-        percentile(&host, 99.0),
-        host[host.len() - 1]
-    );
+    });
+    let host_round_trip = Latency::of(host);
+    say(format!(
+        "host thread's round trip through the CPU queues (2000 tasks):\n  \
+         p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, max {:.1} us",
+        host_round_trip.p50_us,
+        host_round_trip.p90_us,
+        host_round_trip.p99_us,
+        host_round_trip.max_us
+    ));
 
-    // Tasks routed to the device: the GPU service (a persistent kernel)
-    // runs them, from kernels and from the host.
+    // Tasks routed to the device: its service (a persistent kernel) runs
+    // them, from kernels and from the host.
     let service_threads = if gpu { 64 } else { 4 };
-    let service = GpuService::start(queues, 1, service_threads).map_err(|e| e.to_string())?;
+    let service_handle =
+        GpuService::start(queues, 1, service_threads).map_err(|e| e.to_string())?;
     let to_gpu = EchoLaunch {
         blocks: if gpu { 132 } else { 4 },
         threads: if gpu { 64 } else { 8 },
@@ -303,84 +532,300 @@ fn demo<A: GpuApi>(api: A, backend: &str) -> Result<(), String> {
         ..launch
     };
     let routed = kernels.echo(&to_gpu).map_err(|e| e.to_string())?;
-    let routed_tasks = routed.results.len() as u64 * to_gpu.tasks_per_thread;
-    let routed_wrong = routed
-        .results
-        .iter()
-        .enumerate()
-        .filter(|(r, &sum)| sum != expected_add_sum(*r as u64, to_gpu.tasks_per_thread))
-        .count();
-    let mut host_to_gpu = Vec::with_capacity(500);
-    for i in 0..500u64 {
-        let start = Instant::now();
-        let sum = runtime
-            .submit_to_gpu(0, &math::Add { a: i, b: 2 }, None)
+    let to_service = LaunchReport::of(&to_gpu, &routed);
+    let (host_to_gpu, host_to_gpu_failed) = host_round_trips(500, 2, service, |task| {
+        runtime
+            .submit_to_gpu(0, task, None)
             .and_then(|mut p| p.wait(&stop, None))
-            .map_err(|e| e.to_string())?;
-        host_to_gpu.push(start.elapsed());
-        if sum != i + 2 {
-            return Err(format!("GPU-routed add({i}, 2) returned {sum}"));
-        }
-    }
-    let served = service.stop().map_err(|e| e.to_string())?;
-    host_to_gpu.sort();
-    println!(
-        "  routed to the GPU service ({service_threads} service threads): kernel {} x {} threads sent {routed_tasks} math.add tasks in {:.3} s ({:.2} M tasks/s; {} threads failed, {routed_wrong} wrong); \
-         host -> GPU round trip (500 tasks): p50 {:?} p90 {:?}; the service ran {} tasks",
+    });
+    let served = service_handle.stop().map_err(|e| e.to_string())?;
+    let host_to_service_round_trip = Latency::of(host_to_gpu);
+    say(format!(
+        "{service}, {service_threads} threads:\n  \
+         kernel of {} x {} threads sent {} math.add tasks in {:.3} s ({:.2} M tasks/s);\n  \
+         {} threads failed, {} wrong answers\n  \
+         host round trip to the service (500 tasks): p50 {:.1} us, p90 {:.1} us\n  \
+         the service ran {} tasks",
         to_gpu.blocks,
         to_gpu.threads,
-        routed.elapsed.as_secs_f64(),
-        routed_tasks as f64 / routed.elapsed.as_secs_f64() / 1e6,
-        routed.failed_threads(),
-        percentile(&host_to_gpu, 50.0),
-        percentile(&host_to_gpu, 90.0),
+        to_service.tasks,
+        to_service.seconds,
+        to_service.tasks_per_second / 1e6,
+        to_service.failed_threads,
+        to_service.wrong_answers,
+        host_to_service_round_trip.p50_us,
+        host_to_service_round_trip.p90_us,
         served.served
-    );
+    ));
     drop(kernels);
+    let workers = runtime.workers();
     runtime.shutdown().map_err(|e| e.to_string())?;
-    if wrong > 0 || outcome.failed_threads() > 0 || routed_wrong > 0 || routed.failed_threads() > 0
-    {
-        return Err("the demo saw failures (above)".into());
+
+    let tasks = to_workers.tasks
+        + 25 * single.tasks_per_thread
+        + host_round_trip.samples as u64
+        + to_service.tasks
+        + host_to_service_round_trip.samples as u64;
+    let failed = to_workers.failures()
+        + single_failed
+        + host_failed
+        + to_service.failures()
+        + host_to_gpu_failed;
+    let ok = failed == 0;
+    if json {
+        let report = DemoReport {
+            backend: backend.to_string(),
+            device,
+            workers,
+            to_workers,
+            workers_completed: stats.completed,
+            workers_failed: stats.failed,
+            kernel_round_trip,
+            host_round_trip,
+            service_threads,
+            to_service,
+            host_to_service_round_trip,
+            service_ran: served.served,
+            tasks,
+            failed,
+            ok,
+        };
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        let verdict = if ok { "ok" } else { "FAILED" };
+        println!("demo: {tasks} tasks, {failed} failed: {verdict}");
     }
-    Ok(())
+    Ok(ok)
 }
 
-fn list_devices<A: GpuApi>(label: &str) {
+/// One backend in `tandem info --json`.
+#[derive(Serialize)]
+struct BackendInfo {
+    backend: &'static str,
+    compiled_in: bool,
+    /// Why it could not be used, if so.
+    error: Option<String>,
+    devices: Vec<DeviceInfo>,
+}
+
+/// One device in `tandem info --json`.
+#[derive(Serialize)]
+struct DeviceInfo {
+    ordinal: usize,
+    /// Why it could not be opened; the other fields are then empty.
+    error: Option<String>,
+    name: String,
+    arch: String,
+    total_memory: u64,
+    multiprocessors: u32,
+    warp_size: u32,
+    can_map_host_memory: bool,
+    host_native_atomics: bool,
+    pci_bus_id: Option<String>,
+    host_numa_node: Option<u32>,
+    numa_source: String,
+}
+
+fn list_devices<A: GpuApi>(backend: &'static str) -> BackendInfo {
+    let mut info = BackendInfo {
+        backend,
+        compiled_in: true,
+        error: None,
+        devices: Vec::new(),
+    };
     match A::load().and_then(|api| Ok((api.device_count()?, api))) {
-        Err(e) => println!("{label}: unavailable ({e})"),
+        Err(e) => info.error = Some(e.to_string()),
         Ok((count, api)) => {
-            println!("{label}: {count} device(s)");
             for ordinal in 0..count {
-                match api.device(ordinal).and_then(|d| d.properties()) {
-                    Ok(p) => println!(
-                        "  [{ordinal}] {} ({}), {} MiB, {} SMs/CUs/threads, warp {}, maps host memory: {}, host-native atomics: {}, PCI {}, host NUMA node {} ({:?})",
-                        p.name,
-                        p.arch,
-                        p.total_memory >> 20,
-                        p.multiprocessor_count,
-                        p.warp_size,
-                        p.can_map_host_memory,
-                        p.host_native_atomics,
-                        p.pci_bus_id.as_deref().unwrap_or("-"),
-                        p.host_numa_node.map_or("unknown".to_string(), |n| n.to_string()),
-                        p.numa_source
-                    ),
-                    Err(e) => println!("  [{ordinal}] cannot open: {e}"),
-                }
+                let device = match api.device(ordinal).and_then(|d| d.properties()) {
+                    Ok(p) => DeviceInfo {
+                        ordinal,
+                        error: None,
+                        name: p.name,
+                        arch: p.arch,
+                        total_memory: p.total_memory,
+                        multiprocessors: p.multiprocessor_count,
+                        warp_size: p.warp_size,
+                        can_map_host_memory: p.can_map_host_memory,
+                        host_native_atomics: p.host_native_atomics,
+                        pci_bus_id: p.pci_bus_id,
+                        host_numa_node: p.host_numa_node,
+                        numa_source: format!("{:?}", p.numa_source),
+                    },
+                    Err(e) => DeviceInfo {
+                        ordinal,
+                        error: Some(e.to_string()),
+                        name: String::new(),
+                        arch: String::new(),
+                        total_memory: 0,
+                        multiprocessors: 0,
+                        warp_size: 0,
+                        can_map_host_memory: false,
+                        host_native_atomics: false,
+                        pci_bus_id: None,
+                        host_numa_node: None,
+                        numa_source: String::new(),
+                    },
+                };
+                info.devices.push(device);
             }
         }
     }
+    info
 }
 
-fn info() -> Result<(), String> {
-    list_devices::<HostApi>("host (CPU device)");
-    #[cfg(feature = "cuda")]
-    list_devices::<tandem_hal_cuda::CudaApi>("CUDA");
-    #[cfg(not(feature = "cuda"))]
-    println!("CUDA: not compiled in (build with --features cuda)");
-    #[cfg(feature = "hip")]
-    list_devices::<tandem_hal_hip::HipApi>("HIP");
-    #[cfg(not(feature = "hip"))]
-    println!("HIP: not compiled in (build with --features hip)");
+/// A backend left out of this build.
+#[cfg(not(all(feature = "cuda", feature = "hip")))]
+fn not_compiled(backend: &'static str, feature: &str) -> BackendInfo {
+    BackendInfo {
+        backend,
+        compiled_in: false,
+        error: Some(format!("not compiled in (build with --features {feature})")),
+        devices: Vec::new(),
+    }
+}
+
+fn info(args: InfoArgs) -> Result<(), String> {
+    let backends = [
+        list_devices::<HostApi>("host"),
+        #[cfg(feature = "cuda")]
+        list_devices::<tandem_hal_cuda::CudaApi>("cuda"),
+        #[cfg(not(feature = "cuda"))]
+        not_compiled("cuda", "cuda"),
+        #[cfg(feature = "hip")]
+        list_devices::<tandem_hal_hip::HipApi>("hip"),
+        #[cfg(not(feature = "hip"))]
+        not_compiled("hip", "hip"),
+    ];
+    if args.json {
+        let text = serde_json::to_string_pretty(&backends).map_err(|e| e.to_string())?;
+        println!("{text}");
+        return Ok(());
+    }
+    for b in &backends {
+        let label = match b.backend {
+            "host" => "host (CPU device)",
+            "cuda" => "CUDA",
+            _ => "HIP",
+        };
+        match &b.error {
+            Some(why) if !b.compiled_in => println!("{label}: {why}"),
+            Some(why) => println!("{label}: unavailable ({why})"),
+            None => println!("{label}: {} device(s)", b.devices.len()),
+        }
+        for d in &b.devices {
+            if let Some(why) = &d.error {
+                println!("  [{}] cannot open: {why}", d.ordinal);
+                continue;
+            }
+            println!(
+                "  [{}] {} ({}), {} MiB, {} SMs/CUs/threads, warp {}",
+                d.ordinal,
+                d.name,
+                d.arch,
+                d.total_memory >> 20,
+                d.multiprocessors,
+                d.warp_size
+            );
+            println!(
+                "      maps host memory: {}, host-native atomics: {}, PCI {}, host NUMA node {} ({})",
+                d.can_map_host_memory,
+                d.host_native_atomics,
+                d.pci_bus_id.as_deref().unwrap_or("-"),
+                d.host_numa_node
+                    .map_or("unknown".to_string(), |n| n.to_string()),
+                d.numa_source
+            );
+        }
+    }
     Ok(())
+}
+
+fn status(args: StatusArgs) -> Result<(), String> {
+    let name = match args.segment {
+        Some(name) => name,
+        None => single_live_runtime().map_err(|e| e.to_string())?,
+    };
+    let status = read_status(&name).map_err(|e| e.to_string())?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?;
+        println!("{text}");
+    } else {
+        print_status(&status);
+    }
+    Ok(())
+}
+
+fn print_status(s: &StatusSnapshot) {
+    let r = &s.runtime;
+    let c = &s.config;
+    println!("segment   {}", s.segment);
+    println!(
+        "runtime   pid {} ({}, {}), {} backend, up {:.1} s",
+        r.pid, r.process, r.state, r.backend, r.uptime_s
+    );
+    let capped = if s.workers.running < c.workers {
+        format!(" ({} configured, capped by the cores)", c.workers)
+    } else {
+        String::new()
+    };
+    println!(
+        "workers   {} running{capped}, {} busy",
+        s.workers.running, s.workers.busy
+    );
+    println!(
+        "queues    {} lanes x {} slots, copy space {} bytes",
+        c.lanes, c.queue_depth, c.copy_space
+    );
+    let t = &s.tasks;
+    println!(
+        "tasks     {} completed, {} failed ({:.0} /s); {} bad pointers, {} double completions",
+        t.completed, t.failed, t.per_second, t.bad_pointers, t.double_completions
+    );
+    match s.clients_attached {
+        Some(n) => println!("clients   {n} attached"),
+        None => println!("clients   unknown (not counted by this runtime)"),
+    }
+    println!();
+    println!(
+        "{:>6}  {:<24} {:>12} {:>10}",
+        "pool", "name", "completed", "failed"
+    );
+    for p in &s.pools {
+        println!(
+            "{:>6}  {:<24} {:>12} {:>10}",
+            p.id, p.name, p.completed, p.failed
+        );
+    }
+    if s.other.completed > 0 {
+        println!(
+            "{:>6}  {:<24} {:>12} {:>10}",
+            "-", "(other)", s.other.completed, s.other.failed
+        );
+    }
+    println!();
+    println!(
+        "{:<8} {:>6} {:>6} {:>10} {:>8}",
+        "segment", "device", "NUMA", "MiB", "queued"
+    );
+    let or_dash = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
+    for seg in &s.segments {
+        println!(
+            "{:<8} {:>6} {:>6} {:>10} {:>8}",
+            seg.kind,
+            or_dash(seg.device),
+            or_dash(seg.numa_node),
+            seg.bytes >> 20,
+            seg.queued
+        );
+    }
+    if (s.segments.len() as u32) < s.segments_total {
+        println!(
+            "(and {} more device segments)",
+            s.segments_total - s.segments.len() as u32
+        );
+    }
 }

@@ -1,0 +1,183 @@
+//! The `tandem` binary's command line: help and version everywhere, usage
+//! errors that name the problem and exit 2, JSON that parses, the demo's
+//! wording and verdict, and the example configuration.
+
+use std::process::{Command, Output};
+
+use tandem_runtime::Config;
+
+/// `tandem args...`: from `$TANDEM_BIN_DIR` when set (a GPU bundle), else
+/// the binary cargo built for this package.
+fn tandem(args: &[&str]) -> Output {
+    let exe = match std::env::var_os("TANDEM_BIN_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
+        None => env!("CARGO_BIN_EXE_tandem").into(),
+    };
+    Command::new(exe)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run tandem")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+const SUBCOMMANDS: [&[&str]; 9] = [
+    &[],
+    &["demo"],
+    &["run"],
+    &["info"],
+    &["status"],
+    &["clean"],
+    &["exchange"],
+    &["exchange", "produce"],
+    &["exchange", "consume"],
+];
+
+#[test]
+fn every_subcommand_has_help() {
+    for words in SUBCOMMANDS {
+        for flag in ["--help", "-h"] {
+            let args: Vec<&str> = words.iter().copied().chain([flag]).collect();
+            let out = tandem(&args);
+            assert!(out.status.success(), "tandem {args:?}: {:?}", out.status);
+            let help = text(&out.stdout);
+            let usage = format!("Usage: tandem {}", words.join(" "));
+            assert!(help.contains(usage.trim_end()), "tandem {args:?}:\n{help}");
+        }
+    }
+    let run = text(&tandem(&["run", "--help"]).stdout);
+    for flag in ["--config <FILE>", "--announce", "--exit-on-stdin-eof"] {
+        assert!(run.contains(flag), "run --help lacks {flag}:\n{run}");
+    }
+}
+
+#[test]
+fn version_is_the_packages() {
+    for words in [&[][..], &["status"][..]] {
+        let args: Vec<&str> = words.iter().copied().chain(["--version"]).collect();
+        let out = tandem(&args);
+        assert!(out.status.success());
+        // clap names a subcommand's version `tandem-<subcommand>`.
+        let program = std::iter::once("tandem").chain(words.iter().copied());
+        assert_eq!(
+            text(&out.stdout).trim(),
+            format!(
+                "{} {}",
+                program.collect::<Vec<_>>().join("-"),
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+    }
+}
+
+#[test]
+fn usage_errors_say_what_is_wrong_and_exit_2() {
+    let cases: [(&[&str], &str); 7] = [
+        (&[], "Usage: tandem <COMMAND>"),
+        (&["serve"], "unrecognized subcommand 'serve'"),
+        (&["run", "--bogus"], "unexpected argument '--bogus'"),
+        (
+            &["run", "--config"],
+            "a value is required for '--config <FILE>'",
+        ),
+        // A flag of another subcommand.
+        (
+            &["info", "--segment", "x"],
+            "unexpected argument '--segment'",
+        ),
+        (
+            &["exchange", "produce", "seg", "many"],
+            "invalid value 'many' for '<RECORDS>'",
+        ),
+        (
+            &["exchange", "consume"],
+            "the following required arguments were not provided",
+        ),
+    ];
+    for (args, message) in cases {
+        let out = tandem(args);
+        assert_eq!(out.status.code(), Some(2), "tandem {args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains(message), "tandem {args:?}: {err}");
+    }
+}
+
+#[test]
+fn info_json_lists_the_host_backend() {
+    let out = tandem(&["info", "--json"]);
+    assert!(out.status.success());
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).expect("info JSON");
+    let backends = info.as_array().expect("an array of backends");
+    let names: Vec<&str> = backends
+        .iter()
+        .map(|b| b["backend"].as_str().expect("backend name"))
+        .collect();
+    assert_eq!(names, ["host", "cuda", "hip"]);
+    let host = &backends[0];
+    assert_eq!(host["compiled_in"], true);
+    assert_eq!(host["error"], serde_json::Value::Null);
+    let devices = host["devices"].as_array().expect("devices");
+    assert!(!devices.is_empty());
+    assert_eq!(devices[0]["ordinal"], 0);
+    assert!(devices[0]["warp_size"].as_u64().is_some());
+}
+
+#[test]
+fn demo_says_where_it_ran_and_ends_with_its_verdict() {
+    let out = tandem(&["demo", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("demo JSON");
+    assert_eq!(report["ok"], true);
+    assert_eq!(report["failed"], 0);
+    assert!(report["to_workers"]["tasks"].as_u64() > Some(0));
+    assert!(report["host_round_trip"]["p50_us"].as_f64() > Some(0.0));
+    let device = report["device"].as_str().expect("device").to_owned();
+
+    let out = tandem(&["demo"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    let verdict = lines.last().expect("output");
+    let tasks: u64 = verdict
+        .strip_prefix("demo: ")
+        .and_then(|rest| rest.strip_suffix(" tasks, 0 failed: ok"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("verdict line {verdict:?}"));
+    assert_eq!(
+        report["tasks"].as_u64(),
+        Some(tasks),
+        "same figures as JSON"
+    );
+    if device == "CPU device" {
+        assert!(stdout.contains("device service (a persistent kernel on the CPU device)"));
+        assert!(
+            !stdout.contains("GPU"),
+            "GPU wording on the CPU device:\n{stdout}"
+        );
+    } else {
+        assert_eq!(device, "GPU");
+        assert!(stdout.contains("GPU service"), "{stdout}");
+    }
+    for line in &lines {
+        assert!(line.len() <= 100, "a {}-column line: {line}", line.len());
+    }
+}
+
+#[test]
+fn the_example_config_parses_to_the_defaults() {
+    // Embedded at build time: the test binary also runs away from the
+    // sources (a GPU bundle).
+    let config =
+        Config::from_toml(include_str!("../../tandem.example.toml")).expect("tandem.example.toml");
+    assert_eq!(
+        config,
+        Config {
+            cpu_segment_name: Some("tandem-example".into()),
+            ..Config::default()
+        },
+        "tandem.example.toml should show every key at its default"
+    );
+}

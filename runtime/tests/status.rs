@@ -1,0 +1,191 @@
+//! `tandem status` against a runtime of this process: the binary reads the
+//! status block of the named CPU segment, and its JSON carries the counts of
+//! the tasks run here; the worker count is capped by the cores.
+
+use std::process::{Command, Output};
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+use tandem_hal::HostApi;
+use tandem_runtime::config::DeviceSelection;
+use tandem_runtime::task::{math, Task};
+use tandem_runtime::{Config, Pool, Registry, Route, Runtime, StatusSnapshot};
+
+/// A pool nobody registered: its tasks fail and count as "other".
+struct Nowhere;
+impl tandem_shm_core::ser::Serialize for Nowhere {
+    fn serialize(
+        &self,
+        _: &mut tandem_shm_core::Writer<'_>,
+    ) -> Result<(), tandem_shm_core::SerError> {
+        Ok(())
+    }
+}
+impl Task for Nowhere {
+    const POOL: u32 = 77;
+    const METHOD: u32 = 0;
+    type Output = u64;
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn config(name: &str, workers: usize) -> Config {
+    Config {
+        workers,
+        queue_depth: 64,
+        lanes: 2,
+        cpu_segment_size: 2 << 20,
+        devices: DeviceSelection::Only(vec![]),
+        cpu_segment_name: Some(name.into()),
+        ..Config::default()
+    }
+}
+
+/// `tandem args...`: from `$TANDEM_BIN_DIR` when set (a GPU bundle), else
+/// the binary cargo built for this package.
+fn tandem(args: &[&str]) -> Output {
+    let exe = match std::env::var_os("TANDEM_BIN_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
+        None => env!("CARGO_BIN_EXE_tandem").into(),
+    };
+    Command::new(exe)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run tandem")
+}
+
+#[test]
+fn status_json_reports_the_runtimes_counts() {
+    let name = format!("tandem-test-status-{}", std::process::id());
+    let requested = cores() + 3;
+    let mut registry = Registry::with_builtins();
+    registry
+        .register(Pool::new(9, "idle").task::<math::Noop, _>("noop", |_| Ok(math::Noop)))
+        .expect("register");
+    // Dropped (the segment unlinked) however the test ends.
+    let runtime = Runtime::start_with(HostApi::with_devices(0), config(&name, requested), registry)
+        .expect("start");
+    let stop = AtomicU32::new(0);
+    for a in 0..100u64 {
+        let sum = runtime
+            .submit(Route::lane(0), &math::Add { a, b: 1 })
+            .and_then(|mut p| p.wait(&stop, None))
+            .expect("add");
+        assert_eq!(sum, a + 1);
+    }
+    for _ in 0..10 {
+        let answer = runtime
+            .submit(Route::lane(1), &Nowhere)
+            .and_then(|mut p| p.wait(&stop, None));
+        assert!(answer.is_err(), "an unknown pool's task must fail");
+    }
+
+    // The heartbeat refreshes the block every STATUS_PERIOD: poll until it
+    // has counted every task.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        let out = tandem(&["status", "--json", "--segment", &name]);
+        assert!(
+            out.status.success(),
+            "tandem status failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let status: StatusSnapshot = serde_json::from_slice(&out.stdout).expect("status JSON");
+        if status.tasks.completed == 110 || Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.segment, name);
+    assert_eq!(status.tasks.completed, 110, "{status:?}");
+    assert_eq!(status.tasks.failed, 10);
+    assert_eq!(status.runtime.pid, std::process::id());
+    assert_eq!(status.runtime.process, "running");
+    assert_eq!(status.runtime.state, "ready");
+    assert_eq!(status.runtime.backend, "host");
+    assert_eq!(status.config.workers as usize, requested);
+    assert_eq!(status.config.lanes, 2);
+    assert_eq!(status.workers.running as usize, cores());
+    assert_eq!(status.clients_attached, None);
+    let pools: Vec<_> = status
+        .pools
+        .iter()
+        .map(|p| (p.id, p.name.as_str(), p.completed, p.failed))
+        .collect();
+    assert_eq!(pools, [(math::POOL, "math", 100, 0), (9, "idle", 0, 0)]);
+    assert_eq!((status.other.completed, status.other.failed), (10, 10));
+    assert_eq!(status.segments.len(), 1);
+    assert_eq!(status.segments_total, 1);
+    let cpu = &status.segments[0];
+    assert_eq!(
+        (cpu.kind.as_str(), cpu.device, cpu.queued),
+        ("cpu", None, 0)
+    );
+    assert_eq!(cpu.bytes, 2 << 20);
+
+    // The same, as a table.
+    let out = tandem(&["status", "--segment", &name]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.contains(&format!("pid {}", std::process::id())),
+        "{text}"
+    );
+    assert!(text.contains("math"), "{text}");
+    runtime.shutdown().expect("shutdown");
+}
+
+#[test]
+fn status_of_a_missing_segment_is_a_clear_error() {
+    let name = format!("tandem-test-status-missing-{}", std::process::id());
+    let out = tandem(&["status", "--segment", &name]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot open segment {name}")),
+        "{err}"
+    );
+}
+
+#[test]
+fn workers_are_capped_by_the_cores() {
+    let name = format!("tandem-test-status-cap-{}", std::process::id());
+    let requested = cores() + 2;
+    let runtime = Runtime::start_with(
+        HostApi::with_devices(0),
+        config(&name, requested),
+        Registry::with_builtins(),
+    )
+    .expect("start");
+    assert_eq!(runtime.workers(), cores());
+    assert_eq!(runtime.config().workers, requested, "the request is kept");
+    // Every lane still has a poller.
+    let stop = AtomicU32::new(0);
+    for lane in 0..2 {
+        let sum = runtime
+            .submit(Route::lane(lane), &math::Add { a: 1, b: 2 })
+            .and_then(|mut p| p.wait(&stop, None))
+            .expect("add");
+        assert_eq!(sum, 3);
+    }
+    runtime.shutdown().expect("shutdown");
+}
+
+#[test]
+fn a_live_runtime_is_listed_until_it_stops() {
+    let name = format!("tandem-test-status-live-{}", std::process::id());
+    let runtime = Runtime::start_with(
+        HostApi::with_devices(0),
+        config(&name, 1),
+        Registry::with_builtins(),
+    )
+    .expect("start");
+    let live = tandem_runtime::status::live_runtime_segments().expect("list /dev/shm");
+    assert!(live.contains(&name), "{name} not in {live:?}");
+    runtime.shutdown().expect("shutdown");
+    let live = tandem_runtime::status::live_runtime_segments().expect("list /dev/shm");
+    assert!(!live.contains(&name), "{name} still in {live:?}");
+}
