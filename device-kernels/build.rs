@@ -5,15 +5,15 @@
 //! asserts the layouts recorded in the committed bindings, `src/generated/` (see
 //! `build/layout_checks.rs`); this script needs a C++ compiler, not libclang.
 
-#[path = "build/codegen.rs"]
+#[path = "../kernel-build/src/codegen.rs"]
 mod codegen;
 #[path = "build/layout_checks.rs"]
 mod layout_checks;
-#[path = "build/manifest.rs"]
+#[path = "../kernel-build/src/manifest.rs"]
 mod manifest;
-#[path = "build/source.rs"]
+#[path = "../kernel-build/src/source.rs"]
 mod source;
-#[path = "build/toolchain.rs"]
+#[path = "../kernel-build/src/toolchain.rs"]
 mod toolchain;
 
 use std::env;
