@@ -104,11 +104,11 @@ impl ParamType {
         }
     }
 
-    /// The `tandem_hal::ArgKind` expression.
+    /// The `tandem_hal::ArgKind` expression (an absolute path).
     pub fn arg_kind(&self) -> String {
         match self {
-            ParamType::Value(s) => format!("ArgKind::{}", s.arg_kind()),
-            ParamType::Pointer { .. } => "ArgKind::Ptr".to_string(),
+            ParamType::Value(s) => format!("::tandem_hal::ArgKind::{}", s.arg_kind()),
+            ParamType::Pointer { .. } => "::tandem_hal::ArgKind::Ptr".to_string(),
         }
     }
 }
@@ -205,8 +205,8 @@ fn parse_kernel(table: &Table) -> Result<Kernel, String> {
 }
 
 impl Manifest {
-    /// Reads and checks `path`; source paths are resolved against `crate_dir`.
-    pub fn load(path: &Path, crate_dir: &Path) -> Result<Self, String> {
+    /// Reads and checks `path`; source paths are resolved against `base_dir`.
+    pub fn load(path: &Path, base_dir: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("reading {}: {e}", path.display()))?;
         let root: Table = text
@@ -214,7 +214,7 @@ impl Manifest {
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let sources = array(root.get("sources"), "`sources`")?
             .iter()
-            .map(|v| string(v, "a source").map(|s| crate_dir.join(s)))
+            .map(|v| string(v, "a source").map(|s| base_dir.join(s)))
             .collect::<Result<Vec<_>, _>>()?;
         let kernels = array(root.get("kernel"), "`[[kernel]]`")?
             .iter()

@@ -5,26 +5,66 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-/// Inlines `#include "..."` directives (resolved in `include_dir`) into one
-/// string, each header once (they all use `#pragma once`), with `#line`
-/// markers so compiler errors name the original file and line.
+/// Inlines `#include "..."` directives (resolved in the include folders, in
+/// order) into one string, each header once (they all use `#pragma once`),
+/// with `#line` markers so compiler errors name the original file and line.
 pub struct Inliner<'a> {
-    include_dir: &'a Path,
-    /// Paths in `#line` markers are shown relative to this folder, so the
-    /// embedded source does not carry the build machine's paths.
+    include_dirs: &'a [PathBuf],
+    /// Paths in `#line` markers are shown relative to this folder (prefixed
+    /// with `name`) or to an include folder, so the embedded source does not
+    /// carry the build machine's paths.
     crate_dir: &'a Path,
+    name: &'a str,
     seen: HashSet<PathBuf>,
     pub out: String,
 }
 
 impl<'a> Inliner<'a> {
-    pub fn new(include_dir: &'a Path, crate_dir: &'a Path) -> Self {
+    pub fn new(include_dirs: &'a [PathBuf], crate_dir: &'a Path, name: &'a str) -> Self {
         Inliner {
-            include_dir,
+            include_dirs,
             crate_dir,
+            name,
             seen: HashSet::new(),
             out: String::new(),
         }
+    }
+
+    /// Appends the header `#include "header"` names, with its includes inlined.
+    pub fn add_include(&mut self, header: &str) -> Result<(), String> {
+        let path = self
+            .include_dirs
+            .iter()
+            .map(|dir| dir.join(header))
+            .find(|path| path.is_file())
+            .ok_or_else(|| {
+                format!(
+                    "`{header}` is in none of the include folders ({})",
+                    self.include_dirs
+                        .iter()
+                        .map(|d| d.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?;
+        self.add_file(&path)
+    }
+
+    /// How `#line` markers name `canonical`.
+    fn shown(&self, canonical: &Path) -> String {
+        let canonical_dir = |dir: &Path| dir.canonicalize().unwrap_or_else(|_| dir.into());
+        let shown = if let Ok(rel) = canonical.strip_prefix(canonical_dir(self.crate_dir)) {
+            format!("{}/{}", self.name, rel.display())
+        } else if let Some(rel) = self
+            .include_dirs
+            .iter()
+            .find_map(|dir| canonical.strip_prefix(canonical_dir(dir)).ok())
+        {
+            rel.display().to_string()
+        } else {
+            canonical.display().to_string()
+        };
+        shown.replace('\\', "/")
     }
 
     /// Appends `path` with its includes inlined.
@@ -37,12 +77,7 @@ impl<'a> Inliner<'a> {
         }
         let text = std::fs::read_to_string(&canonical)
             .map_err(|e| format!("reading {}: {e}", canonical.display()))?;
-        let crate_dir = self
-            .crate_dir
-            .canonicalize()
-            .unwrap_or_else(|_| self.crate_dir.into());
-        let relative = canonical.strip_prefix(&crate_dir).unwrap_or(&canonical);
-        let shown = format!("tandem-device-kernels/{}", relative.display()).replace('\\', "/");
+        let shown = self.shown(&canonical);
         self.out.push_str(&format!("#line 1 \"{shown}\"\n"));
         for (index, line) in text.lines().enumerate() {
             let directive = line.trim_start();
@@ -51,15 +86,16 @@ impl<'a> Inliner<'a> {
                 continue;
             }
             if let Some(rest) = directive.strip_prefix("#include") {
+                let at = || format!("{}:{}", canonical.display(), index + 1);
                 let header = quoted_include(rest).ok_or_else(|| {
                     format!(
-                        "{}:{}: only `#include \"tandem/...\"` may appear in kernel sources \
-                         (NVRTC has no system headers)",
-                        canonical.display(),
-                        index + 1
+                        "{}: only `#include \"...\"` of headers in the include folders may \
+                         appear in kernel sources (NVRTC has no system headers)",
+                        at()
                     )
                 })?;
-                self.add_file(&self.include_dir.join(header))?;
+                self.add_include(header)
+                    .map_err(|e| format!("{}: {e}", at()))?;
                 self.out
                     .push_str(&format!("#line {} \"{shown}\"\n", index + 2));
                 continue;
