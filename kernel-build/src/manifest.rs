@@ -232,3 +232,80 @@ impl Manifest {
         Ok(Manifest { sources, kernels })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `text` as a manifest in a fresh folder and loads it.
+    fn load(text: &str) -> Result<Manifest, String> {
+        let dir = std::env::temp_dir().join(format!(
+            "tandem-kernel-build-manifest-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("kernels.toml");
+        std::fs::write(&path, text).unwrap();
+        let loaded = Manifest::load(&path, &dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        loaded
+    }
+
+    #[test]
+    fn parses_kernels_and_resolves_sources_against_the_base_folder() {
+        let m = load(
+            "sources = [\"kernels/a.cu\"]\n\
+             [[kernel]]\nname = \"ex_k\"\n\
+             params = [[\"p\", \"const ArenaHeader*\"], [\"n\", \"u64\"], [\"c\", \"i32*\"]]\n",
+        )
+        .unwrap();
+        assert!(m.sources[0].ends_with("kernels/a.cu") && m.sources[0].is_absolute());
+        let k = &m.kernels[0];
+        assert_eq!(k.name, "ex_k");
+        let cpp: Vec<String> = k.params.iter().map(|p| p.ty.cpp()).collect();
+        assert_eq!(
+            cpp,
+            ["const tandem::ArenaHeader*", "tandem::u64", "tandem::i32*"]
+        );
+        assert_eq!(k.params[1].ty.arg_kind(), "::tandem_hal::ArgKind::U64");
+        assert_eq!(k.params[0].ty.arg_kind(), "::tandem_hal::ArgKind::Ptr");
+    }
+
+    #[test]
+    fn bad_manifests_are_refused_with_a_message_naming_the_culprit() {
+        let kernel = |name: &str, params: &str| {
+            format!("sources = []\n[[kernel]]\nname = \"{name}\"\nparams = {params}\n")
+        };
+        let cases = [
+            (kernel("2bad", "[]"), "`2bad` is not a C identifier"),
+            (kernel("k", "[[\"x\", \"u16\"]]"), "parameter 0 of k: `u16`"),
+            (kernel("k", "[[\"x\", \"a b*\"]]"), "must be one identifier"),
+            (kernel("k", "[[\"x\"]]"), "must be a [name, type] pair"),
+            (
+                format!(
+                    "{}{}",
+                    kernel("k", "[]"),
+                    "[[kernel]]\nname = \"k\"\nparams = []\n"
+                ),
+                "kernel `k` is declared twice",
+            ),
+            (
+                "[[kernel]]\nname = \"k\"\nparams = []\n".to_string(),
+                "`sources`",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = load(&text).unwrap_err();
+            assert!(
+                err.contains(expected),
+                "{err:?} should mention {expected:?}"
+            );
+        }
+        let many: Vec<String> = (0..=MAX_PARAMS)
+            .map(|i| format!("[\"p{i}\", \"u32\"]"))
+            .collect();
+        let err = load(&kernel("k", &format!("[{}]", many.join(", ")))).unwrap_err();
+        assert!(err.contains("at most 16"), "{err}");
+    }
+}

@@ -119,3 +119,99 @@ fn quoted_include(rest: &str) -> Option<&str> {
     let end = rest.find('"')?;
     Some(&rest[..end])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A crate folder with `include/lib/a.h` (which includes `lib/b.h`),
+    /// `include/lib/b.h` and `kernels/k.cu`; removed on drop.
+    struct Tree(PathBuf);
+
+    impl Tree {
+        fn new(kernel: &str) -> Self {
+            let root = std::env::temp_dir().join(format!(
+                "tandem-kernel-build-source-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            std::fs::create_dir_all(root.join("include/lib")).unwrap();
+            std::fs::create_dir_all(root.join("kernels")).unwrap();
+            std::fs::write(
+                root.join("include/lib/a.h"),
+                "#pragma once\n#include \"lib/b.h\"\nint a;\n",
+            )
+            .unwrap();
+            std::fs::write(root.join("include/lib/b.h"), "#pragma once\nint b;\n").unwrap();
+            std::fs::write(root.join("kernels/k.cu"), kernel).unwrap();
+            Tree(root)
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn inlines_each_header_once_with_line_markers_free_of_build_paths() {
+        let tree = Tree::new("#include \"lib/a.h\"\n#include \"lib/b.h\"\nint k;\n");
+        let includes = [tree.0.join("include")];
+        let mut inliner = Inliner::new(&includes, &tree.0, "my-crate");
+        inliner.add_file(&tree.0.join("kernels/k.cu")).unwrap();
+        let out = &inliner.out;
+        assert_eq!(out.matches("int b;").count(), 1, "{out}");
+        assert!(out.find("int b;") < out.find("int a;"), "{out}");
+        assert!(out.contains("#line 1 \"my-crate/kernels/k.cu\""), "{out}");
+        assert!(
+            out.contains("#line 1 \"my-crate/include/lib/a.h\""),
+            "{out}"
+        );
+        assert!(!out.contains(&tree.0.display().to_string()), "{out}");
+        assert!(
+            !out.contains("#include") && !out.contains("#pragma once"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn headers_outside_the_crate_are_named_by_their_include_path() {
+        let tree = Tree::new("#include \"lib/a.h\"\n");
+        let crate_dir = tree.0.join("kernels");
+        let includes = [tree.0.join("include")];
+        let mut inliner = Inliner::new(&includes, &crate_dir, "user");
+        inliner.add_file(&crate_dir.join("k.cu")).unwrap();
+        assert!(
+            inliner.out.contains("#line 1 \"lib/a.h\""),
+            "{}",
+            inliner.out
+        );
+        assert!(
+            inliner.out.contains("#line 1 \"user/k.cu\""),
+            "{}",
+            inliner.out
+        );
+    }
+
+    #[test]
+    fn missing_and_system_headers_are_errors_naming_the_line() {
+        let tree = Tree::new("int k;\n#include \"lib/none.h\"\n");
+        let includes = [tree.0.join("include")];
+        let mut inliner = Inliner::new(&includes, &tree.0, "c");
+        let err = inliner.add_file(&tree.0.join("kernels/k.cu")).unwrap_err();
+        assert!(
+            err.contains("k.cu:2") && err.contains("`lib/none.h` is in none"),
+            "{err}"
+        );
+        drop(tree);
+
+        let tree = Tree::new("#include <stdio.h>\n");
+        let mut inliner = Inliner::new(&includes, &tree.0, "c");
+        let err = inliner.add_file(&tree.0.join("kernels/k.cu")).unwrap_err();
+        assert!(
+            err.contains("k.cu:1") && err.contains("system headers"),
+            "{err}"
+        );
+    }
+}
