@@ -100,8 +100,8 @@ pub struct Builder {
 }
 
 impl Builder {
-    /// A build of the kernels listed in `manifest` (a `kernels.toml`; relative
-    /// paths, its own and its `sources`, are relative to the crate's folder).
+    /// A build of the kernels listed in `manifest` (a `kernels.toml`, relative
+    /// to the crate's folder; its `sources` are relative to its own folder).
     pub fn new(manifest: impl Into<PathBuf>) -> Self {
         Builder {
             manifest: manifest.into(),
