@@ -237,6 +237,7 @@ fn leg_commands(
                 cmd,
                 cargo().args(["build", "-p", "tandem-runtime", "--bin", "tandem"]),
                 cargo().args(example),
+                cargo().args(["run", "-p", "tandem-examples", "--example", "user_pool"]),
             ])
         }
         Leg::Loom => {
@@ -520,6 +521,10 @@ mod tests {
         assert_eq!(
             host[2].display(),
             "cargo run -p tandem-examples --example host_client"
+        );
+        assert_eq!(
+            host[3].display(),
+            "cargo run -p tandem-examples --example user_pool"
         );
         let cuda = leg_commands(&ctx, Leg::Cuda, &mut notes).unwrap();
         assert_eq!(

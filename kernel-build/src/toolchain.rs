@@ -114,3 +114,24 @@ pub fn hipcc(hipcc: &Path, arch: &str, source: &Path, out: &Path) -> Result<(), 
     .arg(source);
     run(cmd)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn architectures_are_checked_before_they_reach_a_command_line() {
+        for good in ["sm_90", "sm_90a", "sm_100f", "sm_8"] {
+            assert!(is_cuda_arch(good), "{good}");
+        }
+        for bad in ["sm_", "sm_90ab", "compute_90", "sm_9 0", "sm_90;rm"] {
+            assert!(!is_cuda_arch(bad), "{bad}");
+        }
+        for good in ["gfx90a", "gfx942", "gfx90a:xnack+"] {
+            assert!(is_hip_arch(good), "{good}");
+        }
+        for bad in ["gfx", "sm_90", "gfx90a xnack", "gfx90a;rm"] {
+            assert!(!is_hip_arch(bad), "{bad}");
+        }
+    }
+}

@@ -104,11 +104,11 @@ impl ParamType {
         }
     }
 
-    /// The `tandem_hal::ArgKind` expression.
+    /// The `tandem_hal::ArgKind` expression (an absolute path).
     pub fn arg_kind(&self) -> String {
         match self {
-            ParamType::Value(s) => format!("ArgKind::{}", s.arg_kind()),
-            ParamType::Pointer { .. } => "ArgKind::Ptr".to_string(),
+            ParamType::Value(s) => format!("::tandem_hal::ArgKind::{}", s.arg_kind()),
+            ParamType::Pointer { .. } => "::tandem_hal::ArgKind::Ptr".to_string(),
         }
     }
 }
@@ -205,8 +205,8 @@ fn parse_kernel(table: &Table) -> Result<Kernel, String> {
 }
 
 impl Manifest {
-    /// Reads and checks `path`; source paths are resolved against `crate_dir`.
-    pub fn load(path: &Path, crate_dir: &Path) -> Result<Self, String> {
+    /// Reads and checks `path`; source paths are resolved against `base_dir`.
+    pub fn load(path: &Path, base_dir: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("reading {}: {e}", path.display()))?;
         let root: Table = text
@@ -214,7 +214,7 @@ impl Manifest {
             .map_err(|e| format!("{}: {e}", path.display()))?;
         let sources = array(root.get("sources"), "`sources`")?
             .iter()
-            .map(|v| string(v, "a source").map(|s| crate_dir.join(s)))
+            .map(|v| string(v, "a source").map(|s| base_dir.join(s)))
             .collect::<Result<Vec<_>, _>>()?;
         let kernels = array(root.get("kernel"), "`[[kernel]]`")?
             .iter()
@@ -230,5 +230,82 @@ impl Manifest {
             }
         }
         Ok(Manifest { sources, kernels })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes `text` as a manifest in a fresh folder and loads it.
+    fn load(text: &str) -> Result<Manifest, String> {
+        let dir = std::env::temp_dir().join(format!(
+            "tandem-kernel-build-manifest-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("kernels.toml");
+        std::fs::write(&path, text).unwrap();
+        let loaded = Manifest::load(&path, &dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        loaded
+    }
+
+    #[test]
+    fn parses_kernels_and_resolves_sources_against_the_base_folder() {
+        let m = load(
+            "sources = [\"kernels/a.cu\"]\n\
+             [[kernel]]\nname = \"ex_k\"\n\
+             params = [[\"p\", \"const ArenaHeader*\"], [\"n\", \"u64\"], [\"c\", \"i32*\"]]\n",
+        )
+        .unwrap();
+        assert!(m.sources[0].ends_with("kernels/a.cu") && m.sources[0].is_absolute());
+        let k = &m.kernels[0];
+        assert_eq!(k.name, "ex_k");
+        let cpp: Vec<String> = k.params.iter().map(|p| p.ty.cpp()).collect();
+        assert_eq!(
+            cpp,
+            ["const tandem::ArenaHeader*", "tandem::u64", "tandem::i32*"]
+        );
+        assert_eq!(k.params[1].ty.arg_kind(), "::tandem_hal::ArgKind::U64");
+        assert_eq!(k.params[0].ty.arg_kind(), "::tandem_hal::ArgKind::Ptr");
+    }
+
+    #[test]
+    fn bad_manifests_are_refused_with_a_message_naming_the_culprit() {
+        let kernel = |name: &str, params: &str| {
+            format!("sources = []\n[[kernel]]\nname = \"{name}\"\nparams = {params}\n")
+        };
+        let cases = [
+            (kernel("2bad", "[]"), "`2bad` is not a C identifier"),
+            (kernel("k", "[[\"x\", \"u16\"]]"), "parameter 0 of k: `u16`"),
+            (kernel("k", "[[\"x\", \"a b*\"]]"), "must be one identifier"),
+            (kernel("k", "[[\"x\"]]"), "must be a [name, type] pair"),
+            (
+                format!(
+                    "{}{}",
+                    kernel("k", "[]"),
+                    "[[kernel]]\nname = \"k\"\nparams = []\n"
+                ),
+                "kernel `k` is declared twice",
+            ),
+            (
+                "[[kernel]]\nname = \"k\"\nparams = []\n".to_string(),
+                "`sources`",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = load(&text).unwrap_err();
+            assert!(
+                err.contains(expected),
+                "{err:?} should mention {expected:?}"
+            );
+        }
+        let many: Vec<String> = (0..=MAX_PARAMS)
+            .map(|i| format!("[\"p{i}\", \"u32\"]"))
+            .collect();
+        let err = load(&kernel("k", &format!("[{}]", many.join(", ")))).unwrap_err();
+        assert!(err.contains("at most 16"), "{err}");
     }
 }
