@@ -363,6 +363,15 @@ mod tests {
     fn kernel_threads_get_the_catalogs_answers() {
         let args = Args::parse_from(["user_pool", "--skus-per-thread", "4"]);
         let summary = run_on_best_backend(&args).expect("the example runs");
+        // The GPU run sets TANDEM_REQUIRE_GPU=1: there the CPU device must
+        // not stand in for a GPU that failed to answer.
+        if std::env::var("TANDEM_REQUIRE_GPU").as_deref() == Ok("1") {
+            assert!(
+                !summary.device.contains("CPU device"),
+                "TANDEM_REQUIRE_GPU=1, but the example ran on {}",
+                summary.device
+            );
+        }
         assert!(summary.ok(), "{summary}");
         assert_eq!(summary.right + summary.not_carried, summary.lookups());
         // Both kinds of answer went through the kernel.

@@ -8,7 +8,12 @@ use std::{
 };
 
 /// The packages that have `cuda` and `hip` features; each feature adds that backend.
-pub const FEATURE_PACKAGES: [&str; 3] = ["tandem-device-kernels", "tandem-runtime", "tandem-tests"];
+pub const FEATURE_PACKAGES: [&str; 4] = [
+    "tandem-device-kernels",
+    "tandem-runtime",
+    "tandem-tests",
+    "tandem-examples",
+];
 
 /// A GPU backend that is selected by features.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,11 +159,11 @@ mod tests {
     fn features_value_names_every_feature_package() {
         assert_eq!(
             Backend::Cuda.features_value(),
-            "tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda"
+            "tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,tandem-examples/cuda"
         );
         assert_eq!(
             Backend::Hip.features_value(),
-            "tandem-device-kernels/hip,tandem-runtime/hip,tandem-tests/hip"
+            "tandem-device-kernels/hip,tandem-runtime/hip,tandem-tests/hip,tandem-examples/hip"
         );
     }
 
@@ -174,7 +179,9 @@ mod tests {
                 "-p",
                 "tandem-runtime",
                 "-p",
-                "tandem-tests"
+                "tandem-tests",
+                "-p",
+                "tandem-examples"
             ]
         );
         assert_eq!(Backend::Cuda.test_package_args()[1], "tandem-hal-cuda");
