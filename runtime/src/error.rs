@@ -29,6 +29,8 @@ pub enum RuntimeError {
     Thread(std::io::Error),
     /// Starting or talking to a runtime process failed.
     Process(String),
+    /// Every client slot of the CPU segment is taken.
+    TooManyClients { max: u32 },
 }
 
 impl fmt::Display for RuntimeError {
@@ -43,6 +45,10 @@ impl fmt::Display for RuntimeError {
             Self::BadSegment(why) => write!(f, "not a usable runtime segment: {why}"),
             Self::Thread(e) => write!(f, "cannot start a runtime thread: {e}"),
             Self::Process(why) => write!(f, "runtime process: {why}"),
+            Self::TooManyClients { max } => write!(
+                f,
+                "all {max} client slots of the segment are taken: detach a client or raise max_clients"
+            ),
         }
     }
 }
@@ -57,7 +63,7 @@ impl std::error::Error for RuntimeError {
             Self::Future(e) => Some(e),
             Self::Gpu(e) => Some(e),
             Self::Thread(e) => Some(e),
-            Self::BadSegment(_) | Self::Process(_) => None,
+            Self::BadSegment(_) | Self::Process(_) | Self::TooManyClients { .. } => None,
         }
     }
 }

@@ -33,7 +33,7 @@ use tandem_shm_core::AllocatorId;
 /// `SegmentHeader::magic` once the segment is fully initialised ("TNDMRTSG").
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file.
-pub const SEGMENT_VERSION: u32 = 5;
+pub const SEGMENT_VERSION: u32 = 6;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -166,6 +166,11 @@ pub struct SegmentHeader {
     /// in the CPU segment. (The lane rings are LL rings, whose kernel
     /// producers learn a slot is free from the workers' counter alone.)
     pub device_free_hints: u64,
+    /// Where the host clients' region ([`crate::clients`]: their slot table
+    /// and per-client heaps) starts, and its length; 0 and 0 in device
+    /// segments. Host-only: kernels never read it.
+    pub clients_offset: u64,
+    pub clients_bytes: u64,
 }
 
 /// The words of a lane record (shm-core's `LlRecord`, tagged words that need
@@ -275,6 +280,8 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_r
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_depth), 144);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, service_stop), 148);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, device_free_hints), 152);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, clients_offset), 160);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, clients_bytes), 168);
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
 
 static_assertions::assert_eq_size!(TaskHeader, [u8; TASK_HEADER_BYTES]);
@@ -324,6 +331,8 @@ mod cpp_mirror {
             inbox_depth,
             service_stop,
             device_free_hints,
+            clients_offset,
+            clients_bytes,
         }
     );
     assert_same_layout!(

@@ -26,6 +26,18 @@ pub(crate) struct WorkerStats {
     failed: AtomicU64,
     bad_pointers: AtomicU64,
     double_completions: AtomicU64,
+    /// Sweeps ended: a sweep ends after the tasks popped in it are done, so
+    /// the clients' janitor waits for this to move (crate::clients).
+    sweeps: AtomicU64,
+}
+
+impl WorkerStats {
+    /// Sweeps this worker has ended. `Acquire`: pairs with the Release that
+    /// ended each, so the work done in it happened-before the caller's next
+    /// steps.
+    pub(crate) fn sweeps(&self) -> u64 {
+        self.sweeps.load(Ordering::Acquire)
+    }
 }
 
 /// A copy of the counters, summed over the workers.
@@ -160,6 +172,7 @@ pub(crate) fn run(
     let mut cursors = vec![LaneCursor::default(); sources.len()];
     let mut backoff = IdleBackoff::new(share_cores);
     let mut scratch = Scratch::default();
+    let mut sweeps = 0u64;
     loop {
         let mut found = false;
         for (source, cursor) in sources.iter().zip(&mut cursors) {
@@ -169,6 +182,10 @@ pub(crate) fn run(
                 found = true;
             }
         }
+        // Release: what this sweep did to the futures it took happens-before
+        // the janitor's Acquire of the new count. Our own line, a plain store.
+        sweeps = sweeps.wrapping_add(1);
+        stats.sweeps.store(sweeps, Ordering::Release);
         if found {
             backoff.busy();
         } else if shutdown.load(Ordering::Acquire) {

@@ -48,7 +48,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 5;
+constexpr u32 RT_SEGMENT_VERSION = 6;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -93,6 +93,10 @@ struct alignas(64) RuntimeSegmentHeader {
   /// Device address of the free-slot hints (mpmc.h) of the GPU inbox's
   /// from-kernels ring: `depth` u64s (the inbox has the lanes' depth).
   u64 device_free_hints;
+  /// The host clients' region (runtime::clients), host-only: 0 and 0 in
+  /// device segments.
+  u64 clients_offset;
+  u64 clients_bytes;
 };
 
 static_assert(sizeof(RuntimeSegmentHeader) == 192, "SegmentHeader size");
@@ -121,6 +125,8 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_ring_bytes, 136);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_depth, 144);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, service_stop, 148);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_free_hints, 152);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, clients_offset, 160);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, clients_bytes, 168);
 
 /// `runtime::layout::inbox`: the rings of a device's GPU inbox.
 enum class RtInbox : u32 { from_host = 0, from_kernels = 1 };
