@@ -584,7 +584,9 @@ impl Janitor {
         let Some(table) = segment.clients() else {
             return;
         };
-        let slot = &table.slots[index];
+        let Some(slot) = table.slots.get(index) else {
+            return;
+        };
         // Acquire: pairs with the Release of the state's writer (Attached
         // publishes the start time; Detaching, the client's last pushes).
         let word = slot.state.load(Ordering::Acquire);
