@@ -28,7 +28,7 @@ const LINE: &str = "CHILD:";
 const HELD_TASKS: u64 = 4;
 const DEADLINE: Duration = Duration::from_secs(20);
 
-/// `gate(v) -> v`, once the test opens the gate.
+/// `gate(v) -> v`, once the test has opened the gate past `v`.
 #[derive(Debug)]
 struct Gate {
     v: u64,
@@ -40,16 +40,17 @@ impl Task for Gate {
     type Output = u64;
 }
 
-/// The gate the `Gate` handlers wait at, and how many handlers entered.
+/// The gate the `Gate` handlers wait at (task `v` passes once `v <
+/// open_below`), and how many handlers entered.
 #[derive(Default)]
 struct GateState {
-    open: AtomicBool,
+    open_below: AtomicU64,
     entered: AtomicU64,
 }
 
 impl GateState {
-    fn open(&self) {
-        self.open.store(true, Ordering::SeqCst);
+    fn open(&self, below: u64) {
+        self.open_below.store(below, Ordering::SeqCst);
     }
 }
 
@@ -58,7 +59,7 @@ fn registry(gate: &Arc<GateState>) -> Registry {
     let gate = Arc::clone(gate);
     let pool = Pool::new(Gate::POOL, "gate").task::<Gate, _>("wait", move |t| {
         gate.entered.fetch_add(1, Ordering::SeqCst);
-        while !gate.open.load(Ordering::SeqCst) {
+        while t.v >= gate.open_below.load(Ordering::SeqCst) {
             std::thread::sleep(Duration::from_millis(1));
         }
         Ok(t.v)
@@ -95,7 +96,15 @@ fn start(config: Config) -> (Runtime<HostApi>, Arc<GateState>, String) {
 struct OpenOnDrop(Arc<GateState>);
 impl Drop for OpenOnDrop {
     fn drop(&mut self) {
-        self.0.open();
+        self.0.open(u64::MAX);
+    }
+}
+
+/// Raises its flag when dropped.
+struct RaiseOnDrop<'a>(&'a AtomicBool);
+impl Drop for RaiseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 
@@ -256,7 +265,7 @@ fn killed_client_slot_is_reclaimed_after_its_tasks_finish() {
         Client::attach(&name),
         Err(RuntimeError::TooManyClients { max: 1 })
     ));
-    gate.open();
+    gate.open(u64::MAX);
     wait_until("the slot is free", || {
         slot(&runtime, 0).state == ClientState::Free
     });
@@ -291,6 +300,50 @@ fn killed_client_slot_is_reclaimed_after_its_tasks_finish() {
 }
 
 #[test]
+fn queued_tasks_of_a_killed_client_hold_its_slot() {
+    let config = Config {
+        lanes: 1,
+        ..config("queued", 1, 1, 64 << 10)
+    };
+    let (runtime, gate, name) = start(config);
+    let _open = OpenOnDrop(Arc::clone(&gate));
+    let mut child = ChildClient::spawn("hold", &name);
+    assert_eq!(child.line(), "submitted 0");
+    wait_until("the worker holds the first task", || {
+        gate.entered.load(Ordering::SeqCst) == 1
+    });
+    child.kill();
+    wait_until("the janitor sees the child gone", || {
+        slot(&runtime, 0).state == ClientState::Reclaiming
+    });
+    // The worker finishes the first task, ending its sweep, and takes the
+    // second; two more stay queued, so the slot must stay held even after
+    // the janitor's next full round (a heartbeat, then a round, each beat).
+    gate.open(1);
+    wait_until("the worker holds the second task", || {
+        gate.entered.load(Ordering::SeqCst) == 2
+    });
+    let beat = || {
+        runtime
+            .cpu_segment()
+            .header()
+            .heartbeat
+            .load(Ordering::Relaxed)
+    };
+    let seen = beat();
+    wait_until("the janitor has had a round", || beat() >= seen + 2);
+    assert_eq!(slot(&runtime, 0).state, ClientState::Reclaiming);
+    gate.open(u64::MAX);
+    wait_until("the slot is free", || {
+        slot(&runtime, 0).state == ClientState::Free
+    });
+    wait_until("every task is counted", || {
+        runtime.stats().completed == HELD_TASKS
+    });
+    assert_eq!(gate.entered.load(Ordering::SeqCst), HELD_TASKS);
+}
+
+#[test]
 fn leaking_client_hits_its_own_quota_while_another_keeps_going() {
     let quota = 16 << 10;
     let (runtime, gate, name) = start(config("leak", 2, 2, quota));
@@ -314,6 +367,9 @@ fn leaking_client_hits_its_own_quota_while_another_keeps_going() {
             }
             i
         });
+        // Raised when the leaker is done, or when this test fails first: the
+        // submitter then stops and the scope can end.
+        let done = RaiseOnDrop(&leaker_done);
         let mut leaker = ChildClient::spawn("leak", &name);
         let line = leaker.line();
         let mut words = line.splitn(4, ' ');
@@ -331,7 +387,7 @@ fn leaking_client_hits_its_own_quota_while_another_keeps_going() {
         let at_quota = slot(&runtime, leaker_slot);
         assert_eq!(at_quota.futures, leaked);
         assert!(at_quota.bytes_in_use > quota as u64 / 2, "{at_quota:?}");
-        leaker_done.store(true, Ordering::SeqCst);
+        drop(done);
         let calls = submitter.join().expect("steady client");
         assert!(calls >= 100);
         // The steady client holds nothing between calls.
@@ -385,7 +441,7 @@ fn detach_frees_an_idle_slot_at_once_and_a_busy_one_after_its_tasks() {
         Client::attach(&name),
         Err(RuntimeError::TooManyClients { max: 1 })
     ));
-    gate.open();
+    gate.open(u64::MAX);
     wait_until("the detached slot is free", || {
         slot(&runtime, 0).state == ClientState::Free
     });
