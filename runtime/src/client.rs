@@ -9,12 +9,13 @@ use std::time::Instant;
 
 use tandem_shm_core::Segment;
 
+use crate::clients::ClientLease;
 use crate::config::Config;
 use crate::error::RuntimeError;
 use crate::layout::runtime_state;
 use crate::liveness::Liveness;
 use crate::segment::QueueSegment;
-use crate::submit::{self, Pending, Route};
+use crate::submit::{self, Heap, Pending, Route};
 use crate::task::{Task, TaskError};
 
 /// The line `tandem run --announce` prints on stdout once it serves:
@@ -33,15 +34,23 @@ struct ForkedRuntime {
     lifeline: Option<ChildStdin>,
 }
 
-/// A connection to a runtime's CPU queues.
+/// A connection to a runtime's CPU queues, holding a client slot there: its
+/// futures come from the slot's heap, its quota ([`crate::clients`]).
+/// Dropping it detaches.
 #[derive(Debug)]
 pub struct Client {
+    /// Borrows `segment`'s mapping (declared 'static like the segment's own
+    /// handles): it has no drop glue, and Drop detaches it before the
+    /// segment goes.
+    lease: ClientLease<'static>,
     segment: QueueSegment,
     forked: Option<ForkedRuntime>,
 }
 
 impl Client {
-    /// Attaches to the CPU segment `name` of a running runtime.
+    /// Attaches to the CPU segment `name` of a running runtime and claims a
+    /// client slot there ([`RuntimeError::TooManyClients`] when all
+    /// `max_clients` are taken).
     pub fn attach(name: &str) -> Result<Self, RuntimeError> {
         let segment = QueueSegment::attach(Segment::open_named(name)?)?;
         // Acquire pairs with the runtime's Release of READY.
@@ -51,7 +60,10 @@ impl Client {
                 "runtime of segment {name} is not serving (state {state})"
             )));
         }
+        let lease = segment.claim_client()?;
+        tracing::debug!("attached to {name} as client slot {}", lease.index());
         Ok(Self {
+            lease,
             segment,
             forked: None,
         })
@@ -142,9 +154,17 @@ impl Client {
         &self.segment
     }
 
-    /// Submits `task` (a copy future) without waiting.
+    /// The client slot this client holds (an index into the segment's
+    /// [`ClientTable`](crate::clients::ClientTable)).
+    pub fn slot(&self) -> u32 {
+        self.lease.index()
+    }
+
+    /// Submits `task` (a copy future from this client's heap) without
+    /// waiting; [`TaskError::ClientQuota`] when the futures this client holds
+    /// fill its heap.
     pub fn submit<T: Task>(&self, route: Route, task: &T) -> Result<Pending<'_, T>, TaskError> {
-        submit::submit(&self.segment, route, task)
+        submit::submit_from(&self.segment, Heap::Client(&self.lease), route, task)
     }
 
     /// Submits `task` and waits for its output, until `stop` is raised,
@@ -172,6 +192,9 @@ impl Client {
 
 impl Drop for Client {
     fn drop(&mut self) {
+        // Before the runtime (if forked) stops: its janitor takes back a
+        // slot left with futures outstanding.
+        self.lease.detach();
         if let Some(forked) = self.forked.take() {
             // Reaping errors leave nothing to do in a drop.
             let status = Client::stop_forked(forked);

@@ -9,6 +9,8 @@
 //! copy_space = 256            # copy space of the futures clients allocate
 //! devices = "all"             # or a list of ordinals: [0, 2]
 //! cpu_segment_name = "tandem-runtime"  # default: tandem-<pid>-<n>
+//! max_clients = 8             # host clients attached at once
+//! client_heap_bytes = 131072  # each client's heap in the CPU segment: its quota
 //! ```
 
 use std::fmt;
@@ -51,6 +53,13 @@ pub struct Config {
     pub devices: DeviceSelection,
     /// Name of the CPU segment (in `/dev/shm`); `None`: `tandem-<pid>-<n>`.
     pub cpu_segment_name: Option<String>,
+    /// Host clients that may attach to the CPU segment at once; each gets a
+    /// slot and its own heap there ([`crate::clients`]).
+    pub max_clients: u32,
+    /// Bytes of each client's heap, a multiple of 4096: the most its futures
+    /// and payloads may hold at once (its quota). The default holds about
+    /// 250 futures of the default copy space.
+    pub client_heap_bytes: usize,
 }
 
 impl Default for Config {
@@ -64,6 +73,8 @@ impl Default for Config {
             copy_space: 256,
             devices: DeviceSelection::All,
             cpu_segment_name: None,
+            max_clients: 8,
+            client_heap_bytes: 128 << 10,
         }
     }
 }
@@ -103,6 +114,8 @@ struct ConfigFile {
     copy_space: Option<u32>,
     devices: Option<DevicesField>,
     cpu_segment_name: Option<String>,
+    max_clients: Option<u32>,
+    client_heap_bytes: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -138,6 +151,8 @@ impl Config {
             copy_space: file.copy_space.unwrap_or(d.copy_space),
             devices,
             cpu_segment_name: file.cpu_segment_name,
+            max_clients: file.max_clients.unwrap_or(d.max_clients),
+            client_heap_bytes: file.client_heap_bytes.unwrap_or(d.client_heap_bytes),
         };
         config.validate()?;
         Ok(config)
@@ -177,19 +192,53 @@ impl Config {
                 ),
             );
         }
-        for (field, size) in [
-            ("gpu_segment_size", self.gpu_segment_size),
-            ("cpu_segment_size", self.cpu_segment_size),
+        if self.max_clients == 0 || self.max_clients > 1024 {
+            return invalid(
+                "max_clients",
+                format!("{} is not in 1..=1024", self.max_clients),
+            );
+        }
+        let heap = self.client_heap_bytes;
+        if heap % crate::clients::CLIENT_HEAP_ALIGN != 0 || !(16 << 10..=1 << 30).contains(&heap) {
+            return invalid(
+                "client_heap_bytes",
+                format!("{heap} is not a multiple of 4096 in 16 KiB..=1 GiB"),
+            );
+        }
+        // One future of the configured copy space must fit a client's heap
+        // (behind the allocator's header page), or every client submit fails.
+        let future = tandem_shm_core::FutureShm::required_bytes(self.copy_space) as u64;
+        let block = tandem_shm_core::SizeClassAllocator::class_for(future, 16)
+            .map_or(u64::MAX, tandem_shm_core::size_class::block_size);
+        if block > (heap - crate::clients::CLIENT_HEAP_ALIGN) as u64 {
+            return invalid(
+                "client_heap_bytes",
+                format!(
+                    "{heap} bytes cannot hold a future of copy_space {} ({block}-byte block)",
+                    self.copy_space
+                ),
+            );
+        }
+        let clients = crate::clients::region_bytes(self.max_clients, heap);
+        for (field, size, clients) in [
+            ("gpu_segment_size", self.gpu_segment_size, 0),
+            ("cpu_segment_size", self.cpu_segment_size, clients),
         ] {
             if size > 1 << 40 {
                 return invalid(field, format!("{size} bytes is more than 1 TiB"));
             }
-            let needed = crate::segment::SegmentGeometry::min_bytes(self.lanes, self.queue_depth);
+            let needed =
+                crate::segment::SegmentGeometry::min_bytes(self.lanes, self.queue_depth, clients);
             if size < needed {
+                let with_clients = if clients == 0 {
+                    String::new()
+                } else {
+                    format!(", {} client heaps of {heap} bytes", self.max_clients)
+                };
                 return invalid(
                     field,
                     format!(
-                        "{size} bytes cannot hold {} lanes of depth {} and a heap ({needed} needed)",
+                        "{size} bytes cannot hold {} lanes of depth {}{with_clients} and a heap ({needed} needed)",
                         self.lanes, self.queue_depth
                     ),
                 );
@@ -205,13 +254,15 @@ impl Config {
     pub fn to_toml(&self) -> String {
         let mut text = format!(
             "workers = {}\nqueue_depth = {}\nlanes = {}\ngpu_segment_size = {}\n\
-             cpu_segment_size = {}\ncopy_space = {}\n",
+             cpu_segment_size = {}\ncopy_space = {}\nmax_clients = {}\nclient_heap_bytes = {}\n",
             self.workers,
             self.queue_depth,
             self.lanes,
             self.gpu_segment_size,
             self.cpu_segment_size,
-            self.copy_space
+            self.copy_space,
+            self.max_clients,
+            self.client_heap_bytes
         );
         match &self.devices {
             DeviceSelection::All => text.push_str("devices = \"all\"\n"),

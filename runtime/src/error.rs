@@ -39,6 +39,8 @@ pub enum RuntimeError {
     /// A named segment could not be created: the name is taken by a file
     /// that is not a Tandem segment, which is left alone.
     NotTandemSegment { name: String },
+    /// Every client slot of the CPU segment is taken.
+    TooManyClients { max: u32 },
 }
 
 impl fmt::Display for RuntimeError {
@@ -71,6 +73,10 @@ impl fmt::Display for RuntimeError {
                 f,
                 "{SHM_DIR}/{name} exists and is not a Tandem segment: remove it, or pick another segment name (`cpu_segment_name` in the runtime's config)"
             ),
+            Self::TooManyClients { max } => write!(
+                f,
+                "all {max} client slots of the segment are taken: detach a client or raise max_clients"
+            ),
         }
     }
 }
@@ -88,7 +94,8 @@ impl std::error::Error for RuntimeError {
             Self::BadSegment(_)
             | Self::Process(_)
             | Self::SegmentInUse { .. }
-            | Self::NotTandemSegment { .. } => None,
+            | Self::NotTandemSegment { .. }
+            | Self::TooManyClients { .. } => None,
         }
     }
 }

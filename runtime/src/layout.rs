@@ -177,6 +177,11 @@ pub struct SegmentHeader {
     /// reusing `runtime_pid` is not taken for the owner. Written before
     /// `magic` is published.
     pub runtime_start_time: u64,
+    /// Where the host clients' region ([`crate::clients`]: their slot table
+    /// and per-client heaps) starts, and its length; 0 and 0 in device
+    /// segments. Host-only: kernels never read it.
+    pub clients_offset: u64,
+    pub clients_bytes: u64,
 }
 
 impl SegmentHeader {
@@ -302,6 +307,8 @@ static_assertions::const_assert_eq!(
     memoffset::offset_of!(SegmentHeader, runtime_start_time),
     160
 );
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, clients_offset), 168);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, clients_bytes), 176);
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
 
 static_assertions::assert_eq_size!(TaskHeader, [u8; TASK_HEADER_BYTES]);
@@ -352,6 +359,8 @@ mod cpp_mirror {
             service_stop,
             device_free_hints,
             runtime_start_time,
+            clients_offset,
+            clients_bytes,
         }
     );
     assert_same_layout!(

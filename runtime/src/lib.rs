@@ -10,13 +10,16 @@
 //!   usable from kernels, see `tandem/runtime.h`) or into a heap block (a
 //!   pointer future, zero copy, host-only).
 //! * [`Client`] attaches to a runtime's CPU segment from another process, or
-//!   starts one in a child process ([`Client::fork_runtime`]).
+//!   starts one in a child process ([`Client::fork_runtime`]); each client
+//!   allocates from its own heap there and is taken back when it dies or
+//!   detaches ([`clients`]).
 //!
 //! Segment layouts: [`layout`]; the status block a runtime publishes for
 //! `tandem status`: [`status`]. [`exchange`] is the earlier two-process
 //! shm-core exchange (`tandem exchange`).
 
 pub mod client;
+pub mod clients;
 pub mod config;
 pub mod error;
 pub mod exchange;

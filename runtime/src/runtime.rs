@@ -10,6 +10,7 @@ use tandem_hal::{Backend, DeviceMemory, DeviceProperties, GpuApi, GpuDevice};
 use tandem_shm_core::layout::{BackendKind, MemoryBackend};
 use tandem_shm_core::Segment;
 
+use crate::clients::Janitor;
 use crate::config::{Config, DeviceSelection};
 use crate::error::RuntimeError;
 use crate::layout::{device_ticket, runtime_state, segment_kind, SegmentHeader};
@@ -94,6 +95,8 @@ impl<A: GpuApi> DeviceQueues<A> {
                 device_tickets: tickets.device_ptr(),
                 device_free_hints: tickets.device_ptr() + ticket_bytes as u64,
                 inbox: true,
+                max_clients: 0,
+                client_heap_bytes: 0,
             },
         )?;
         // init wrote the header page: its node is where the binding put it.
@@ -266,6 +269,8 @@ impl<A: GpuApi> Runtime<A> {
                 device_tickets: 0,
                 device_free_hints: 0,
                 inbox: false,
+                max_clients: config.max_clients,
+                client_heap_bytes: config.client_heap_bytes,
             },
         )?;
         notes.push(format!(
@@ -345,12 +350,17 @@ impl<A: GpuApi> Runtime<A> {
         // workers that fill the cores leave host submitters none.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let share_cores = A::BACKEND == Backend::Host || cores <= self.workers_running;
+        // The workers whose sweeps the clients' janitor waits for.
+        let mut cpu_workers = Vec::new();
         for (w, mine) in worker::assign(&sources, self.workers_running)
             .into_iter()
             .enumerate()
         {
             let registry = Arc::clone(&self.registry);
             let stats = Arc::clone(&self.stats[w]);
+            if mine.iter().any(|s| Arc::ptr_eq(&s.segment, &self.cpu)) {
+                cpu_workers.push(Arc::clone(&stats));
+            }
             let shutdown = Arc::clone(&self.shutdown);
             let handle = std::thread::Builder::new()
                 .name(format!("tandem-worker-{w}"))
@@ -360,6 +370,7 @@ impl<A: GpuApi> Runtime<A> {
         }
         let segments: Vec<Arc<QueueSegment>> = self.segments().cloned().collect();
         let shutdown = Arc::clone(&self.shutdown);
+        let mut janitor = Janitor::new(Arc::clone(&self.cpu), cpu_workers);
         let heartbeat = std::thread::Builder::new()
             .name("tandem-heartbeat".into())
             .spawn(move || {
@@ -369,6 +380,10 @@ impl<A: GpuApi> Runtime<A> {
                     for segment in &segments {
                         // Relaxed: readers only compare the time with theirs.
                         segment.header().heartbeat.store(now, Ordering::Relaxed);
+                    }
+                    // Takes back the slots of dead or detached clients.
+                    if let Some(janitor) = janitor.as_mut() {
+                        janitor.tick();
                     }
                     status.tick();
                     std::thread::park_timeout(HEARTBEAT_PERIOD);

@@ -10,6 +10,7 @@ use tandem_shm_core::{
     AllocatorId, ArenaAllocator, LaneQueue, MpmcRing, Segment, ShmPtr, SizeClassAllocator,
 };
 
+use crate::clients::{ClientLease, ClientTable};
 use crate::error::RuntimeError;
 use crate::layout::{
     inbox, runtime_state, SegmentHeader, ARENA_ID_MAJOR, HEAP_ID_MAJOR, SEGMENT_HEADER_RESERVED,
@@ -48,6 +49,10 @@ fn queue_region_bytes(lanes: u32, depth: u32) -> usize {
 pub struct SegmentGeometry {
     pub queue_offset: usize,
     pub queue_bytes: usize,
+    /// The host clients' region ([`crate::clients`]); 0 bytes (and offset)
+    /// in device segments.
+    pub clients_offset: usize,
+    pub clients_bytes: usize,
     pub heap_offset: usize,
     pub heap_bytes: usize,
     pub arena_offset: usize,
@@ -55,34 +60,51 @@ pub struct SegmentGeometry {
 }
 
 impl SegmentGeometry {
-    /// The smallest segment that holds a queue of `lanes` x `depth` and the
-    /// minimum heap and arena.
-    pub fn min_bytes(lanes: u32, depth: u32) -> usize {
-        SEGMENT_HEADER_RESERVED + queue_region_bytes(lanes, depth) + 2 * MIN_REGION
+    /// The smallest segment that holds a queue of `lanes` x `depth`, a
+    /// client region of `clients_bytes` (page-aligned) and the minimum heap
+    /// and arena.
+    pub fn min_bytes(lanes: u32, depth: u32, clients_bytes: usize) -> usize {
+        SEGMENT_HEADER_RESERVED
+            + queue_region_bytes(lanes, depth)
+            + align_up(clients_bytes)
+            + 2 * MIN_REGION
     }
 
-    /// Lays out `total` bytes: header, queue, then what is left split evenly
-    /// between the heap and the kernel arena.
-    pub fn plan(total: usize, lanes: u32, depth: u32) -> Result<Self, RuntimeError> {
+    /// Lays out `total` bytes: header, queue, client region, then what is
+    /// left split evenly between the heap and the kernel arena.
+    pub fn plan(
+        total: usize,
+        lanes: u32,
+        depth: u32,
+        clients_bytes: usize,
+    ) -> Result<Self, RuntimeError> {
         let queue_bytes = queue_region_bytes(lanes, depth);
         if total > MAX_SEGMENT_BYTES {
             return Err(RuntimeError::BadSegment(format!(
                 "{total} bytes: segments hold at most {MAX_SEGMENT_BYTES} (task records carry 32-bit offsets)"
             )));
         }
-        if total < Self::min_bytes(lanes, depth) {
+        let needed = Self::min_bytes(lanes, depth, clients_bytes);
+        if total < needed {
             return Err(RuntimeError::BadSegment(format!(
-                "{total} bytes cannot hold the queue and heaps ({} needed)",
-                Self::min_bytes(lanes, depth)
+                "{total} bytes cannot hold the queue, client heaps and heaps ({needed} needed)"
             )));
         }
         let queue_offset = SEGMENT_HEADER_RESERVED;
-        let heap_offset = queue_offset + queue_bytes;
+        let clients_bytes = align_up(clients_bytes);
+        let clients_offset = if clients_bytes == 0 {
+            0
+        } else {
+            queue_offset + queue_bytes
+        };
+        let heap_offset = queue_offset + queue_bytes + clients_bytes;
         let rest = total - heap_offset;
         let heap_bytes = (rest / 2) & !(REGION_ALIGN - 1);
         Ok(Self {
             queue_offset,
             queue_bytes,
+            clients_offset,
+            clients_bytes,
             heap_offset,
             heap_bytes,
             arena_offset: heap_offset + heap_bytes,
@@ -94,11 +116,13 @@ impl SegmentGeometry {
     fn check(&self, total: usize) -> Result<(), RuntimeError> {
         let regions = [
             (self.queue_offset, self.queue_bytes),
+            (self.clients_offset, self.clients_bytes),
             (self.heap_offset, self.heap_bytes),
             (self.arena_offset, self.arena_bytes),
         ];
         let mut end_of_previous = SEGMENT_HEADER_RESERVED;
-        for (offset, bytes) in regions {
+        // A segment without clients has an empty client region at offset 0.
+        for (offset, bytes) in regions.into_iter().filter(|&(_, b)| b != 0) {
             let end = offset.checked_add(bytes);
             if offset < end_of_previous
                 || offset % REGION_ALIGN != 0
@@ -132,6 +156,11 @@ pub struct SegmentSpec {
     pub device_free_hints: u64,
     /// Whether to set up a GPU inbox (device segments).
     pub inbox: bool,
+    /// Client slots ([`crate::clients`]); 0 for device segments, which host
+    /// clients do not attach to.
+    pub max_clients: u32,
+    /// Bytes of each client's heap (a multiple of 4096).
+    pub client_heap_bytes: usize,
 }
 
 /// A task pointer that does not name a future in this segment.
@@ -161,6 +190,8 @@ pub struct QueueSegment {
     inbox_from_host: Option<MpmcRing<'static, ShmPtr<u8>>>,
     heap: SizeClassAllocator<'static>,
     arena: ArenaAllocator<'static>,
+    /// The host clients' table, in the CPU segment.
+    clients: Option<ClientTable<'static>>,
     geometry: SegmentGeometry,
     id: AllocatorId,
     memory: Segment,
@@ -171,7 +202,12 @@ impl QueueSegment {
     /// already placed, e.g. bound to a NUMA node): everything but the magic,
     /// which [`publish`](Self::publish) writes once the caller is ready.
     pub fn init(memory: Segment, spec: SegmentSpec) -> Result<Self, RuntimeError> {
-        let geometry = SegmentGeometry::plan(memory.len(), spec.lanes, spec.depth)?;
+        let clients_bytes = if spec.max_clients == 0 {
+            0
+        } else {
+            crate::clients::region_bytes(spec.max_clients, spec.client_heap_bytes)
+        };
+        let geometry = SegmentGeometry::plan(memory.len(), spec.lanes, spec.depth, clients_bytes)?;
         let base = memory.as_ptr();
         let id = AllocatorId::new(SEGMENT_ID_MAJOR, spec.index);
         let header = base.cast::<SegmentHeader>();
@@ -179,7 +215,7 @@ impl QueueSegment {
         // checked), page-aligned, and nobody else has it yet (the magic is
         // not published). Each structure gets a disjoint range of it. Header
         // fields are written through raw field pointers, atomics with `new`.
-        let (queue, inbox_from_host, heap, arena) = unsafe {
+        let (queue, inbox_from_host, heap, arena, clients) = unsafe {
             let h = header;
             addr_of_mut!((*h).magic).write(AtomicU64::new(0));
             addr_of_mut!((*h).version).write(SEGMENT_VERSION);
@@ -206,6 +242,8 @@ impl QueueSegment {
             addr_of_mut!((*h).reserved).write(0);
             addr_of_mut!((*h).device_tickets).write(spec.device_tickets);
             addr_of_mut!((*h).device_free_hints).write(spec.device_free_hints);
+            addr_of_mut!((*h).clients_offset).write(geometry.clients_offset as u64);
+            addr_of_mut!((*h).clients_bytes).write(geometry.clients_bytes as u64);
             let lane_queue_bytes =
                 LaneQueue::required_bytes(spec.lanes, spec.depth).next_multiple_of(64);
             let queue = LaneQueue::init_in(
@@ -243,7 +281,18 @@ impl QueueSegment {
                 geometry.arena_bytes,
                 AllocatorId::new(ARENA_ID_MAJOR, spec.index),
             )?;
-            (queue, inbox_from_host, heap, arena)
+            let clients = if geometry.clients_bytes == 0 {
+                None
+            } else {
+                Some(ClientTable::init_in(
+                    base.add(geometry.clients_offset),
+                    geometry.clients_bytes,
+                    geometry.clients_offset as u64,
+                    spec.max_clients,
+                    spec.client_heap_bytes,
+                )?)
+            };
+            (queue, inbox_from_host, heap, arena, clients)
         };
         Ok(Self {
             // SAFETY: initialised above; lives as long as `memory` (see the
@@ -253,6 +302,7 @@ impl QueueSegment {
             inbox_from_host,
             heap,
             arena,
+            clients,
             geometry,
             id,
             memory,
@@ -297,6 +347,8 @@ impl QueueSegment {
         let geometry = SegmentGeometry {
             queue_offset: to_usize(header.queue_offset),
             queue_bytes: to_usize(header.queue_bytes),
+            clients_offset: to_usize(header.clients_offset),
+            clients_bytes: to_usize(header.clients_bytes),
             heap_offset: to_usize(header.heap_offset),
             heap_bytes: to_usize(header.heap_bytes),
             arena_offset: to_usize(header.arena_offset),
@@ -333,12 +385,24 @@ impl QueueSegment {
                 ArenaAllocator::attach(base.add(geometry.arena_offset), geometry.arena_bytes)?,
             )
         };
+        // SAFETY: as above; the region is page-aligned (checked) and the
+        // magic was acquired.
+        let clients = (geometry.clients_bytes != 0)
+            .then(|| unsafe {
+                ClientTable::attach(
+                    base.add(geometry.clients_offset),
+                    geometry.clients_bytes,
+                    geometry.clients_offset as u64,
+                )
+            })
+            .transpose()?;
         Ok(Self {
             header,
             queue,
             inbox_from_host,
             heap,
             arena,
+            clients,
             geometry,
             id: header.id,
             memory,
@@ -394,6 +458,22 @@ impl QueueSegment {
     /// address of the mapping).
     pub fn backend_at(&self, base: u64, kind: BackendKind) -> MemoryBackend {
         MemoryBackend::new(self.id, kind, base as *mut u8, self.len() as u64)
+    }
+
+    /// The host clients' table ([`crate::clients`]): the CPU segment's.
+    pub fn clients(&self) -> Option<&ClientTable<'_>> {
+        self.clients.as_ref()
+    }
+
+    /// Claims a client slot for this process (what [`crate::Client::attach`]
+    /// holds while attached).
+    pub(crate) fn claim_client(&self) -> Result<ClientLease<'static>, RuntimeError> {
+        let table = self.clients.as_ref().ok_or_else(|| {
+            RuntimeError::BadSegment("the segment has no client table (not a CPU segment)".into())
+        })?;
+        // The lease borrows the mapping as the handles above do: its holder
+        // (a Client) keeps this segment alive for as long as it.
+        table.claim(ProcessIdentity::current())
     }
 
     /// The heap's statistics (for leak checks).

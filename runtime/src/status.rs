@@ -54,8 +54,8 @@ pub const STATUS_PERIOD: Duration = Duration::from_millis(100);
 /// How often the runtime logs its throughput (at info, when tasks were
 /// completed since the last time).
 pub const THROUGHPUT_LOG_PERIOD: Duration = Duration::from_secs(10);
-/// [`StatusBlock::clients_attached`] while the runtime does not count its
-/// clients.
+/// [`StatusBlock::clients_attached`] of a segment without a client table
+/// (and before the first refresh).
 pub const CLIENTS_UNKNOWN: u32 = u32::MAX;
 
 /// One segment's line of the block.
@@ -115,8 +115,8 @@ pub struct StatusBlock {
     pub lanes: AtomicU32,
     pub queue_depth: AtomicU32,
     pub copy_space: AtomicU32,
-    /// Host clients attached; [`CLIENTS_UNKNOWN`] until the runtime counts
-    /// them (the client table fills it).
+    /// Host clients attached (client slots in state Attached, counted at
+    /// every refresh); [`CLIENTS_UNKNOWN`] before the first.
     pub clients_attached: AtomicU32,
     /// Segments the runtime has (the block lists [`MAX_STATUS_SEGMENTS`]).
     pub segments_total: AtomicU32,
@@ -416,6 +416,15 @@ impl StatusPublisher {
             }
             for (line, segment) in b.segments.iter().zip(&self.segments) {
                 line.queued.store(queued(segment), R);
+            }
+            if let Some(table) = self.cpu.clients() {
+                let attached = table
+                    .attached()
+                    .iter()
+                    .filter(|c| c.state == crate::clients::ClientState::Attached)
+                    .count();
+                b.clients_attached
+                    .store(u32::try_from(attached).unwrap_or(u32::MAX - 1), R);
             }
         });
         let since_log = now.duration_since(self.last_log);

@@ -10,6 +10,7 @@ use tandem_shm_core::future::FutureShm;
 use tandem_shm_core::ser::{serialized_len, Reader};
 use tandem_shm_core::{FillError, LlRecord, Priority, ShmPtr, WaitOutcome};
 
+use crate::clients::ClientLease;
 use crate::layout::{task_record, TASK_HEADER_BYTES};
 use crate::liveness::LivenessWatch;
 use crate::segment::QueueSegment;
@@ -37,6 +38,48 @@ impl Route {
     }
 }
 
+/// Where a submitter's futures and payloads come from.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Heap<'s> {
+    /// The segment's own heap: the in-process runtime's submits.
+    Segment,
+    /// An attached client's heap, its quota ([`crate::clients`]).
+    Client(&'s ClientLease<'static>),
+}
+
+impl Heap<'_> {
+    /// Allocates `bytes` (16-aligned), counted as a future when `future`.
+    fn allocate(
+        self,
+        segment: &QueueSegment,
+        bytes: usize,
+        future: bool,
+    ) -> Result<(ShmPtr<u8>, *mut u8), TaskError> {
+        match self {
+            Heap::Segment => segment
+                .allocate(bytes)
+                .map_err(|e| TaskError::OutOfMemory(e.to_string())),
+            Heap::Client(lease) => lease.allocate(segment.id(), bytes, future),
+        }
+    }
+
+    /// Frees what `allocate` returned for the same `bytes` and `future`.
+    /// Frees of our own blocks fail only if the heap is corrupt; leaking is
+    /// then the safe outcome, so callers may ignore the error.
+    fn free(
+        self,
+        segment: &QueueSegment,
+        ptr: ShmPtr<u8>,
+        bytes: usize,
+        future: bool,
+    ) -> Result<(), crate::RuntimeError> {
+        match self {
+            Heap::Segment => segment.free(ptr),
+            Heap::Client(lease) => lease.free(ptr, bytes, future),
+        }
+    }
+}
+
 /// A submitted task: owns its future (and payload) until dropped.
 ///
 /// Dropping it frees them, unless the task was published and neither
@@ -44,9 +87,11 @@ impl Route {
 /// into the future, so it is deliberately leaked rather than freed.
 pub struct Pending<'s, T: Task> {
     segment: &'s QueueSegment,
+    heap: Heap<'s>,
     ptr: ShmPtr<u8>,
     future: FutureShm<'s>,
-    payload: Option<ShmPtr<u8>>,
+    /// The payload block and its length, for a pointer future.
+    payload: Option<(ShmPtr<u8>, usize)>,
     published: bool,
     runtime_dead: bool,
     _task: PhantomData<fn() -> T>,
@@ -62,15 +107,15 @@ impl<T: Task> std::fmt::Debug for Pending<'_, T> {
     }
 }
 
-/// Allocates and initialises a future with `copy_space` bytes of copy space.
-fn new_future(
-    segment: &QueueSegment,
+/// Allocates from `heap` and initialises a future with `copy_space` bytes of
+/// copy space.
+fn new_future<'s>(
+    segment: &'s QueueSegment,
+    heap: Heap<'_>,
     copy_space: u32,
-) -> Result<(ShmPtr<u8>, FutureShm<'_>), TaskError> {
+) -> Result<(ShmPtr<u8>, FutureShm<'s>), TaskError> {
     let bytes = FutureShm::required_bytes(copy_space);
-    let (ptr, at) = segment
-        .allocate(bytes)
-        .map_err(|e| TaskError::OutOfMemory(e.to_string()))?;
+    let (ptr, at) = heap.allocate(segment, bytes, true)?;
     // SAFETY: a fresh heap block of `bytes` bytes, 16-aligned, ours alone
     // until published.
     match unsafe { FutureShm::init_in(at, bytes, copy_space) } {
@@ -78,22 +123,33 @@ fn new_future(
         Err(e) => {
             // Freeing a block we just allocated cannot fail but for a bug;
             // the init error is the one to report.
-            let _ = segment.free(ptr);
+            let _ = heap.free(segment, ptr, bytes, true);
             Err(TaskError::Future(e))
         }
     }
 }
 
 /// Submits `task` as a copy future: its bytes go into the copy space of a new
-/// future with the segment's configured copy space.
+/// future with the segment's configured copy space, from the segment's heap.
 pub fn submit<'s, T: Task>(
     segment: &'s QueueSegment,
     route: Route,
     task: &T,
 ) -> Result<Pending<'s, T>, TaskError> {
-    let (ptr, future) = new_future(segment, segment.header().copy_space)?;
+    submit_from(segment, Heap::Segment, route, task)
+}
+
+/// [`submit`] with the future from `heap`.
+pub(crate) fn submit_from<'s, T: Task>(
+    segment: &'s QueueSegment,
+    heap: Heap<'s>,
+    route: Route,
+    task: &T,
+) -> Result<Pending<'s, T>, TaskError> {
+    let (ptr, future) = new_future(segment, heap, segment.header().copy_space)?;
     let mut pending = Pending {
         segment,
+        heap,
         ptr,
         future,
         payload: None,
@@ -123,9 +179,11 @@ pub fn submit_to_gpu<'s, T: Task>(
     deadline: Option<Instant>,
 ) -> Result<Pending<'s, T>, TaskError> {
     let inbox = segment.inbox_from_host().ok_or(TaskError::NoGpuInbox)?;
-    let (ptr, future) = new_future(segment, segment.header().copy_space)?;
+    let heap = Heap::Segment;
+    let (ptr, future) = new_future(segment, heap, segment.header().copy_space)?;
     let mut pending = Pending {
         segment,
+        heap,
         ptr,
         future,
         payload: None,
@@ -157,21 +215,21 @@ pub fn submit_pointer<'s, T: Task>(
     output_space: u32,
 ) -> Result<Pending<'s, T>, TaskError> {
     let task_bytes = TASK_HEADER_BYTES + serialized_len(task).map_err(TaskError::Ser)?;
-    let (payload, at) = segment
-        .allocate(task_bytes)
-        .map_err(|e| TaskError::OutOfMemory(e.to_string()))?;
-    let (ptr, future) = match new_future(segment, output_space) {
+    let heap = Heap::Segment;
+    let (payload, at) = heap.allocate(segment, task_bytes, false)?;
+    let (ptr, future) = match new_future(segment, heap, output_space) {
         Ok(f) => f,
         Err(e) => {
-            let _ = segment.free(payload);
+            let _ = heap.free(segment, payload, task_bytes, false);
             return Err(e);
         }
     };
     let pending = Pending {
         segment,
+        heap,
         ptr,
         future,
-        payload: Some(payload),
+        payload: Some((payload, task_bytes)),
         published: false,
         runtime_dead: false,
         _task: PhantomData,
@@ -294,9 +352,10 @@ impl<T: Task> Drop for Pending<'_, T> {
         }
         // Frees of our own blocks fail only if the heap is corrupt; a drop
         // has no one to report that to, and leaking is the safe outcome.
-        let _ = self.segment.free(self.ptr);
-        if let Some(payload) = self.payload {
-            let _ = self.segment.free(payload);
+        let future_bytes = FutureShm::required_bytes(self.future.copy_space_size());
+        let _ = self.heap.free(self.segment, self.ptr, future_bytes, true);
+        if let Some((payload, bytes)) = self.payload {
+            let _ = self.heap.free(self.segment, payload, bytes, false);
         }
     }
 }

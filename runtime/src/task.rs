@@ -90,6 +90,9 @@ pub enum TaskError {
     NoSuchDevice { device: usize, devices: usize },
     /// The segment has no GPU inbox (it is not a device segment).
     NoGpuInbox,
+    /// This client's heap (its quota, `client_heap_bytes`) is used up by the
+    /// futures it holds; other clients are not affected.
+    ClientQuota { quota_bytes: u64, futures: u64 },
 }
 
 impl fmt::Display for TaskError {
@@ -120,6 +123,14 @@ impl fmt::Display for TaskError {
                 write!(f, "no device {device}: the runtime serves {devices}")
             }
             Self::NoGpuInbox => f.write_str("the segment has no GPU inbox"),
+            Self::ClientQuota {
+                quota_bytes,
+                futures,
+            } => write!(
+                f,
+                "client quota of {quota_bytes} bytes used up by {futures} outstanding futures: \
+                 wait for or drop pending tasks, or raise client_heap_bytes"
+            ),
         }
     }
 }

@@ -29,6 +29,9 @@ pub(crate) struct WorkerStats {
     /// Per pool, by the registry's dense pool index, then one slot for tasks
     /// no registered pool ran (unknown pool, malformed task).
     pools: Box<[PoolCounts]>,
+    /// Sweeps ended: a sweep ends after the tasks popped in it are done, so
+    /// the clients' janitor waits for this to move (crate::clients).
+    sweeps: AtomicU64,
 }
 
 /// One worker's counts for one pool (or the no-pool slot). Two cache lines
@@ -77,6 +80,13 @@ impl WorkerStats {
     /// Futures this worker completed, for the status block's busy count.
     pub(crate) fn completed(&self) -> u64 {
         self.completed.load(Ordering::Relaxed)
+    }
+
+    /// Sweeps this worker has ended. `Acquire`: pairs with the Release that
+    /// ended each, so the work done in it happened-before the caller's next
+    /// steps.
+    pub(crate) fn sweeps(&self) -> u64 {
+        self.sweeps.load(Ordering::Acquire)
     }
 }
 
@@ -212,6 +222,7 @@ pub(crate) fn run(
     let mut cursors = vec![LaneCursor::default(); sources.len()];
     let mut backoff = IdleBackoff::new(share_cores);
     let mut scratch = Scratch::default();
+    let mut sweeps = 0u64;
     loop {
         let mut found = false;
         for (source, cursor) in sources.iter().zip(&mut cursors) {
@@ -221,6 +232,10 @@ pub(crate) fn run(
                 found = true;
             }
         }
+        // Release: what this sweep did to the futures it took happens-before
+        // the janitor's Acquire of the new count. Our own line, a plain store.
+        sweeps = sweeps.wrapping_add(1);
+        stats.sweeps.store(sweeps, Ordering::Release);
         if found {
             backoff.busy();
         } else if shutdown.load(Ordering::Acquire) {

@@ -83,8 +83,10 @@ fn status_json_reports_the_runtimes_counts() {
         assert!(answer.is_err(), "an unknown pool's task must fail");
     }
 
+    // A client attached (from this process, as another would).
+    let client = tandem_runtime::Client::attach(&name).expect("attach");
     // The heartbeat refreshes the block every STATUS_PERIOD: poll until it
-    // has counted every task.
+    // has counted every task and the client.
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         let out = tandem(&["status", "--json", "--segment", &name]);
@@ -94,7 +96,8 @@ fn status_json_reports_the_runtimes_counts() {
             String::from_utf8_lossy(&out.stderr)
         );
         let status: StatusSnapshot = serde_json::from_slice(&out.stdout).expect("status JSON");
-        if status.tasks.completed == 110 || Instant::now() > deadline {
+        let counted = status.tasks.completed == 110 && status.clients_attached == Some(1);
+        if counted || Instant::now() > deadline {
             break status;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -109,7 +112,8 @@ fn status_json_reports_the_runtimes_counts() {
     assert_eq!(status.config.workers as usize, requested);
     assert_eq!(status.config.lanes, 2);
     assert_eq!(status.workers.running as usize, cores());
-    assert_eq!(status.clients_attached, None);
+    assert_eq!(status.clients_attached, Some(1), "{status:?}");
+    drop(client);
     let pools: Vec<_> = status
         .pools
         .iter()

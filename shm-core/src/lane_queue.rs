@@ -304,6 +304,12 @@ impl<'r> LaneQueue<'r> {
         Ok(None)
     }
 
+    /// The ring of `lane` at `priority`, e.g. for its positions
+    /// ([`LlRing::claimed`], [`LlRing::taken`]).
+    pub fn lane_ring(&self, lane: u32, priority: Priority) -> Result<LlRing<'r>, NoSuchLane> {
+        self.ring(lane, priority)
+    }
+
     /// The number of lanes.
     pub fn num_lanes(&self) -> u32 {
         self.num_lanes

@@ -344,6 +344,23 @@ impl<'r> LlRing<'r> {
         }
     }
 
+    /// How many positions host producers have claimed (the ring's `tail`):
+    /// every record a host producer pushes lies before it once its push has
+    /// claimed a slot. GPU producers count on device tickets instead, which
+    /// this does not see. `Relaxed`: a caller that needs a producer's claims
+    /// visible orders them itself (e.g. by seeing that producer gone).
+    pub fn claimed(&self) -> u64 {
+        self.view.header.tail.value.load(Ordering::Relaxed)
+    }
+
+    /// How many positions consumers have taken (the ring's `head`): every
+    /// record before it has been popped. `Acquire`: pairs with the `Release`
+    /// of the pop that moved it, so whatever those consumers did before
+    /// (reading the records) happened-before the caller's next steps.
+    pub fn taken(&self) -> u64 {
+        self.view.header.head.value.load(Ordering::Acquire)
+    }
+
     /// The number of slots.
     pub fn capacity(&self) -> usize {
         self.view.capacity()

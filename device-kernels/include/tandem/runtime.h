@@ -96,6 +96,10 @@ struct alignas(64) RuntimeSegmentHeader {
   u64 device_free_hints;
   /// The runtime process's start time (with `runtime_pid`, the owner).
   u64 runtime_start_time;
+  /// The host clients' region (runtime::clients), host-only: 0 and 0 in
+  /// device segments.
+  u64 clients_offset;
+  u64 clients_bytes;
 };
 
 static_assert(sizeof(RuntimeSegmentHeader) == 192, "SegmentHeader size");
@@ -125,6 +129,8 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_depth, 144);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, service_stop, 148);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_free_hints, 152);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, runtime_start_time, 160);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, clients_offset, 168);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, clients_bytes, 176);
 
 /// `runtime::layout::inbox`: the rings of a device's GPU inbox.
 enum class RtInbox : u32 { from_host = 0, from_kernels = 1 };

@@ -71,6 +71,8 @@ pub mod root {
             pub service_stop: root::tandem::u32_,
             pub device_free_hints: root::tandem::u64_,
             pub runtime_start_time: root::tandem::u64_,
+            pub clients_offset: root::tandem::u64_,
+            pub clients_bytes: root::tandem::u64_,
         }
         #[allow(clippy::unnecessary_operation, clippy::identity_op)]
         const _: () = {
@@ -164,6 +166,12 @@ pub mod root {
                 "Offset of field: RuntimeSegmentHeader::runtime_start_time",
             ][::core::mem::offset_of!(RuntimeSegmentHeader, runtime_start_time)
                 - 160usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::clients_offset",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, clients_offset) - 168usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::clients_bytes",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, clients_bytes) - 176usize];
         };
         pub const RtInbox_from_host: RtInbox = 0;
         pub const RtInbox_from_kernels: RtInbox = 1;

@@ -1,0 +1,738 @@
+//! Host clients cannot starve each other: each attached [`crate::Client`]
+//! takes its futures and payloads from its own heap in the CPU segment, so a
+//! client that leaks futures runs out of its own quota
+//! ([`TaskError::ClientQuota`]), never the segment's, and what it held is
+//! taken back when its process dies or it detaches.
+//!
+//! # Layout
+//!
+//! The CPU segment's client region ([`SegmentHeader::clients_offset`],
+//! host-only, so no C++ mirror) holds a [`ClientTableHeader`], then
+//! `max_clients` [`ClientSlot`]s of one cache line each, then, from the next
+//! page, one heap of `client_heap_bytes` per slot: a shm-core
+//! `SizeClassAllocator`. A slot's heap *is* its quota, and taking back
+//! everything a client held is re-initialising that allocator: no per-block
+//! bookkeeping, no walk of the blocks a dead client left. The in-process
+//! runtime's own submits keep the segment's main heap.
+//!
+//! # A slot's life
+//!
+//! The state word packs a [`ClientState`] (low 32 bits) with the owner's pid
+//! (high 32 bits), so a claim names its claimer in the same CAS:
+//!
+//! * `Free -> Claiming` (CAS, by [`Client::attach`](crate::Client::attach)),
+//!   then the claimer writes its start time, zeroes the counters and
+//!   initialises the slot's heap, and moves `Claiming -> Attached` (CAS,
+//!   Release). A claimer that dies while `Claiming` published no future; the
+//!   janitor frees its slot once its pid is gone.
+//! * `Attached -> Free` at detach when the client holds nothing: no future
+//!   of it can be queued or in a worker's hands.
+//! * `Attached -> Detaching` at detach with futures outstanding (a `Pending`
+//!   dropped while its task was queued leaks its future on purpose).
+//! * `Attached | Detaching -> Reclaiming` by the runtime's janitor, when the
+//!   owner ([`ProcessIdentity`], pid and start time) is gone or detaching;
+//!   then `Reclaiming -> Free` once no worker can touch the slot's heap.
+//!
+//! # When is a heap no longer touched? (the quiescence barrier)
+//!
+//! A gone or detached client pushes nothing more, but its futures may still
+//! sit in lane rings or in a worker's hands. Rather than count tasks in
+//! flight per slot (a hot-path RMW on both sides, and a crash window between
+//! the count and the push), the janitor waits for two things, checking
+//! once per heartbeat, never blocking:
+//!
+//! 1. Every CPU lane ring's consumers have passed the position its producers
+//!    had claimed when the owner was seen gone ([`LlRing::claimed`] then
+//!    [`LlRing::taken`]): every record of the client has been popped.
+//! 2. Every worker polling the CPU segment has ended a sweep since (its
+//!    sweep counter moved): a worker counts a sweep after processing what
+//!    it popped in it, so the tasks popped in step 1 are finished.
+//!
+//! Only then is the slot freed; the next claimer re-initialises the heap.
+//! The cost is one store per worker sweep, on the worker's own line. A lane
+//! whose producer died between claiming a position and writing its record
+//! never drains: slots waiting on it are then never freed (safe, but held).
+//!
+//! [`SegmentHeader::clients_offset`]: crate::layout::SegmentHeader::clients_offset
+//! [`LlRing::claimed`]: tandem_shm_core::LlRing::claimed
+//! [`LlRing::taken`]: tandem_shm_core::LlRing::taken
+
+use std::ptr::addr_of_mut;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tandem_shm_core::size_class::block_size;
+use tandem_shm_core::{AllocError, AllocatorId, Priority, ShmPtr, SizeClassAllocator};
+
+use crate::error::RuntimeError;
+use crate::process::{ProcessIdentity, ProcessState};
+use crate::segment::QueueSegment;
+use crate::task::TaskError;
+use crate::worker::WorkerStats;
+
+/// `ClientTableHeader::magic` ("TNDMCLNT").
+pub const CLIENT_TABLE_MAGIC: u64 = 0x544e_444d_434c_4e54;
+/// `AllocatorId::major` of a client heap ("TNCH"); the minor is the slot.
+pub const CLIENT_HEAP_ID_MAJOR: u32 = 0x544e_4348;
+/// Page granularity of the client heaps (and of `client_heap_bytes`).
+pub const CLIENT_HEAP_ALIGN: usize = 4096;
+/// How often the janitor checks whether attached owners still live (a read
+/// of `/proc` each); reclaims under way advance at every heartbeat.
+pub const OWNER_CHECK_PERIOD: Duration = Duration::from_millis(50);
+
+/// The client region's header. Written once before the segment is
+/// published (its magic's Release orders these plain fields).
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct ClientTableHeader {
+    /// [`CLIENT_TABLE_MAGIC`].
+    pub magic: u64,
+    /// Slots in the table.
+    pub max_clients: u32,
+    pub reserved: u32,
+    /// Bytes of each slot's heap (its quota).
+    pub heap_bytes: u64,
+    /// Where the first slot's heap starts, from the region's start; slot `i`'s
+    /// is `i * heap_bytes` further.
+    pub heaps_offset: u64,
+}
+
+/// One client's slot: a cache line, so clients' counters do not share one.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct ClientSlot {
+    /// A [`ClientState`] in the low 32 bits, the owner's pid in the high 32.
+    pub state: AtomicU64,
+    /// The owner's start time ([`ProcessIdentity::start_time`]), valid once
+    /// the state is `Attached` (published by that state's Release).
+    pub start_time: AtomicU64,
+    /// Bytes of the slot's heap in use (whole blocks), for status and the
+    /// quota message.
+    pub bytes_in_use: AtomicU64,
+    /// Futures allocated and not freed (queued, running, done but not yet
+    /// dropped, or leaked).
+    pub futures: AtomicU64,
+    /// How many times the slot has been claimed.
+    pub claims: AtomicU64,
+}
+
+const _: () = assert!(size_of::<ClientTableHeader>() == 64);
+const _: () = assert!(std::mem::offset_of!(ClientTableHeader, max_clients) == 8);
+const _: () = assert!(std::mem::offset_of!(ClientTableHeader, heap_bytes) == 16);
+const _: () = assert!(std::mem::offset_of!(ClientTableHeader, heaps_offset) == 24);
+const _: () = assert!(size_of::<ClientSlot>() == 64 && align_of::<ClientSlot>() == 64);
+const _: () = assert!(std::mem::offset_of!(ClientSlot, state) == 0);
+const _: () = assert!(std::mem::offset_of!(ClientSlot, start_time) == 8);
+const _: () = assert!(std::mem::offset_of!(ClientSlot, bytes_in_use) == 16);
+const _: () = assert!(std::mem::offset_of!(ClientSlot, futures) == 24);
+const _: () = assert!(std::mem::offset_of!(ClientSlot, claims) == 32);
+
+/// Where a slot is in its life (module docs).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub enum ClientState {
+    /// Nobody holds it.
+    Free = 0,
+    /// A client is setting it up.
+    Claiming = 1,
+    /// A client holds it.
+    Attached = 2,
+    /// Its client detached with futures outstanding; the janitor frees it.
+    Detaching = 3,
+    /// The janitor waits until no worker can touch its heap.
+    Reclaiming = 4,
+}
+
+impl ClientState {
+    fn from_word(word: u64) -> Option<Self> {
+        Some(match word as u32 {
+            0 => Self::Free,
+            1 => Self::Claiming,
+            2 => Self::Attached,
+            3 => Self::Detaching,
+            4 => Self::Reclaiming,
+            _ => return None,
+        })
+    }
+
+    fn word(self, pid: u32) -> u64 {
+        u64::from(pid) << 32 | self as u64
+    }
+}
+
+fn pid_of(word: u64) -> u32 {
+    (word >> 32) as u32
+}
+
+/// What a slot held when it was read (counters are read one by one:
+/// a status, not a proof).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ClientSnapshot {
+    /// The slot's index.
+    pub slot: u32,
+    pub state: ClientState,
+    /// The owner's process id.
+    pub pid: u32,
+    /// Bytes of the slot's heap in use.
+    pub bytes_in_use: u64,
+    /// Futures allocated and not freed.
+    pub futures: u64,
+    /// How many times the slot has been claimed.
+    pub claims: u64,
+}
+
+/// Bytes of a client region of `max_clients` heaps of `heap_bytes`.
+pub fn region_bytes(max_clients: u32, heap_bytes: usize) -> usize {
+    heaps_offset(max_clients) + max_clients as usize * heap_bytes
+}
+
+fn heaps_offset(max_clients: u32) -> usize {
+    (size_of::<ClientTableHeader>() + max_clients as usize * size_of::<ClientSlot>())
+        .next_multiple_of(CLIENT_HEAP_ALIGN)
+}
+
+/// The client table of a CPU segment.
+#[derive(Debug)]
+pub struct ClientTable<'r> {
+    header: &'r ClientTableHeader,
+    slots: &'r [ClientSlot],
+    /// The region's start in this process.
+    base: *mut u8,
+    /// The region's offset in its segment.
+    region_offset: u64,
+}
+
+// SAFETY: the header's fields are immutable once published, the slots are
+// atomics, and `base` is only address arithmetic for the heaps, which are
+// used through their allocators (Send + Sync) by the slot's claimer.
+unsafe impl Send for ClientTable<'_> {}
+// SAFETY: as for Send; every method takes `&self`.
+unsafe impl Sync for ClientTable<'_> {}
+
+impl<'r> ClientTable<'r> {
+    /// Lays out an empty table of `max_clients` slots with heaps of
+    /// `heap_bytes` in `len` bytes at `region` (segment offset
+    /// `region_offset`).
+    ///
+    /// # Safety
+    /// `region` must be page-aligned, valid for reads and writes of `len`
+    /// bytes for `'r`, and nobody else's yet (the segment is unpublished).
+    pub(crate) unsafe fn init_in(
+        region: *mut u8,
+        len: usize,
+        region_offset: u64,
+        max_clients: u32,
+        heap_bytes: usize,
+    ) -> Result<Self, RuntimeError> {
+        if region_bytes(max_clients, heap_bytes) > len || heap_bytes % CLIENT_HEAP_ALIGN != 0 {
+            return Err(RuntimeError::BadSegment(format!(
+                "{max_clients} client heaps of {heap_bytes} bytes do not fit {len} bytes"
+            )));
+        }
+        let header = region.cast::<ClientTableHeader>();
+        // SAFETY: the region holds the header and the slots (checked), is
+        // page-aligned and ours alone (caller); atomics are written with new.
+        unsafe {
+            header.write(ClientTableHeader {
+                magic: CLIENT_TABLE_MAGIC,
+                max_clients,
+                reserved: 0,
+                heap_bytes: heap_bytes as u64,
+                heaps_offset: heaps_offset(max_clients) as u64,
+            });
+            let slots = region
+                .add(size_of::<ClientTableHeader>())
+                .cast::<ClientSlot>();
+            for i in 0..max_clients as usize {
+                let slot = slots.add(i);
+                addr_of_mut!((*slot).state).write(AtomicU64::new(0));
+                addr_of_mut!((*slot).start_time).write(AtomicU64::new(0));
+                addr_of_mut!((*slot).bytes_in_use).write(AtomicU64::new(0));
+                addr_of_mut!((*slot).futures).write(AtomicU64::new(0));
+                addr_of_mut!((*slot).claims).write(AtomicU64::new(0));
+            }
+            Self::attach(region, len, region_offset)
+        }
+    }
+
+    /// Attaches to the table a runtime laid out at `region`.
+    ///
+    /// # Safety
+    /// `region` must be page-aligned and valid for reads and writes of `len`
+    /// bytes for `'r`, and the segment published (its header's magic seen
+    /// with Acquire).
+    pub(crate) unsafe fn attach(
+        region: *mut u8,
+        len: usize,
+        region_offset: u64,
+    ) -> Result<Self, RuntimeError> {
+        let bad = |why: String| Err(RuntimeError::BadSegment(format!("client table: {why}")));
+        if len < size_of::<ClientTableHeader>() {
+            return bad(format!("{len} bytes hold no header"));
+        }
+        // SAFETY: the header lies in the region (checked), aligned (page);
+        // its plain fields were written before the segment was published.
+        let header = unsafe { &*region.cast::<ClientTableHeader>() };
+        if header.magic != CLIENT_TABLE_MAGIC {
+            return bad(format!("magic {:#x}", header.magic));
+        }
+        let heap_bytes = usize::try_from(header.heap_bytes).unwrap_or(usize::MAX);
+        let needed = heaps_offset(header.max_clients)
+            .checked_add((header.max_clients as usize).saturating_mul(heap_bytes));
+        if header.heaps_offset != heaps_offset(header.max_clients) as u64
+            || heap_bytes % CLIENT_HEAP_ALIGN != 0
+            || needed.is_none_or(|n| n > len)
+        {
+            return bad(format!(
+                "{} heaps of {heap_bytes} bytes do not fit {len} bytes",
+                header.max_clients
+            ));
+        }
+        // SAFETY: the slots follow the header inside the region (checked),
+        // initialised before publication, and are only used atomically.
+        let slots = unsafe {
+            std::slice::from_raw_parts(
+                region
+                    .add(size_of::<ClientTableHeader>())
+                    .cast::<ClientSlot>(),
+                header.max_clients as usize,
+            )
+        };
+        Ok(Self {
+            header,
+            slots,
+            base: region,
+            region_offset,
+        })
+    }
+
+    /// Slots in the table (the most clients attached at once).
+    pub fn max_clients(&self) -> u32 {
+        self.header.max_clients
+    }
+
+    /// Bytes of each client's heap: its quota.
+    pub fn quota_bytes(&self) -> u64 {
+        self.header.heap_bytes
+    }
+
+    /// Slot `index` as it is now.
+    pub fn slot(&self, index: u32) -> Option<ClientSnapshot> {
+        let slot = self.slots.get(index as usize)?;
+        // Acquire: pairs with the Release that set the state, so the
+        // counters read after it are at least as new. The rest are Relaxed:
+        // statistics.
+        let word = slot.state.load(Ordering::Acquire);
+        Some(ClientSnapshot {
+            slot: index,
+            // A state word nobody writes; shown as reclaiming, never reused.
+            state: ClientState::from_word(word).unwrap_or(ClientState::Reclaiming),
+            pid: pid_of(word),
+            bytes_in_use: slot.bytes_in_use.load(Ordering::Relaxed),
+            futures: slot.futures.load(Ordering::Relaxed),
+            claims: slot.claims.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Every slot that is not free: attached clients, and those being set up
+    /// or taken back.
+    pub fn attached(&self) -> Vec<ClientSnapshot> {
+        (0..self.max_clients())
+            .filter_map(|i| self.slot(i))
+            .filter(|s| s.state != ClientState::Free)
+            .collect()
+    }
+
+    /// Claims a free slot for `owner` and initialises its heap.
+    pub(crate) fn claim(&self, owner: ProcessIdentity) -> Result<ClientLease<'r>, RuntimeError> {
+        let claiming = ClientState::Claiming.word(owner.pid);
+        for (index, slot) in self.slots.iter().enumerate() {
+            // Acquire on success: pairs with the Release that freed the slot
+            // (the janitor's, after its barrier, or a detach's), so every
+            // access to the old heap happened-before our re-initialisation.
+            // Relaxed on failure: we move on to the next slot.
+            if slot
+                .state
+                .compare_exchange(
+                    ClientState::Free.word(0),
+                    claiming,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                continue;
+            }
+            // Relaxed: published by the Release of Attached below.
+            slot.start_time.store(owner.start_time, Ordering::Relaxed);
+            slot.bytes_in_use.store(0, Ordering::Relaxed);
+            slot.futures.store(0, Ordering::Relaxed);
+            slot.claims.fetch_add(1, Ordering::Relaxed);
+            let heap_offset = self.header.heaps_offset + index as u64 * self.header.heap_bytes;
+            let heap_bytes = self.header.heap_bytes as usize;
+            // SAFETY: the heap lies in the region (checked at attach); the
+            // slot is ours (CAS) and nobody touches its heap (the barrier
+            // before it was freed, module docs).
+            let heap = unsafe {
+                SizeClassAllocator::init_in(
+                    self.base.add(heap_offset as usize),
+                    heap_bytes,
+                    AllocatorId::new(CLIENT_HEAP_ID_MAJOR, index as u32),
+                )
+            };
+            let heap = match heap {
+                Ok(heap) => heap,
+                Err(e) => {
+                    // Release: hands the slot back as it was.
+                    slot.state
+                        .store(ClientState::Free.word(0), Ordering::Release);
+                    return Err(e.into());
+                }
+            };
+            // Release: the start time and the heap are visible to whoever
+            // sees Attached. A CAS, not a store: the janitor frees a Claiming
+            // slot whose pid it finds gone, which cannot be ours unless our
+            // pid was misread; then the slot is not ours any more.
+            slot.state
+                .compare_exchange(
+                    claiming,
+                    ClientState::Attached.word(owner.pid),
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                )
+                .map_err(|_| {
+                    RuntimeError::Process(format!("client slot {index} was taken back mid-claim"))
+                })?;
+            return Ok(ClientLease {
+                index: index as u32,
+                slot,
+                heap,
+                heap_offset: self.region_offset + heap_offset,
+                quota: self.header.heap_bytes,
+                owner,
+            });
+        }
+        Err(RuntimeError::TooManyClients {
+            max: self.max_clients(),
+        })
+    }
+}
+
+/// A claimed slot: where a [`crate::Client`] allocates its futures.
+#[derive(Debug)]
+pub(crate) struct ClientLease<'r> {
+    index: u32,
+    slot: &'r ClientSlot,
+    heap: SizeClassAllocator<'r>,
+    /// The heap's offset in the segment: its pointers are relative to it.
+    heap_offset: u64,
+    quota: u64,
+    owner: ProcessIdentity,
+}
+
+/// Bytes of the block serving a request of `bytes` (what the quota pays).
+fn block_bytes(bytes: usize) -> u64 {
+    SizeClassAllocator::class_for(bytes as u64, 16).map_or(bytes as u64, block_size)
+}
+
+impl ClientLease<'_> {
+    /// The slot's index.
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Allocates `bytes` (16-aligned) from the slot's heap, counted as a
+    /// future when `future`; returns the segment pointer (segment id
+    /// `segment`) and the address. A full heap is the client's quota error.
+    pub(crate) fn allocate(
+        &self,
+        segment: AllocatorId,
+        bytes: usize,
+        future: bool,
+    ) -> Result<(ShmPtr<u8>, *mut u8), TaskError> {
+        match self.heap.allocate_full(bytes as u64, 16) {
+            Ok(full) => {
+                // Relaxed: statistics for status and the quota message.
+                self.slot
+                    .bytes_in_use
+                    .fetch_add(block_bytes(bytes), Ordering::Relaxed);
+                if future {
+                    self.slot.futures.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok((
+                    ShmPtr::new(segment, self.heap_offset + full.shm.off),
+                    full.ptr,
+                ))
+            }
+            Err(AllocError::Exhausted { .. }) => Err(TaskError::ClientQuota {
+                quota_bytes: self.quota,
+                // Relaxed: a count for the message.
+                futures: self.slot.futures.load(Ordering::Relaxed),
+            }),
+            Err(e) => Err(TaskError::OutOfMemory(e.to_string())),
+        }
+    }
+
+    /// Frees what [`allocate`](Self::allocate) returned for `bytes`.
+    pub(crate) fn free(
+        &self,
+        ptr: ShmPtr<u8>,
+        bytes: usize,
+        future: bool,
+    ) -> Result<(), RuntimeError> {
+        let off = ptr.off.checked_sub(self.heap_offset).ok_or_else(|| {
+            RuntimeError::BadSegment(format!("{ptr:?} is not in client slot {}", self.index))
+        })?;
+        self.heap.free(ShmPtr::new(self.heap.id(), off))?;
+        // Relaxed: statistics, as in allocate.
+        self.slot
+            .bytes_in_use
+            .fetch_sub(block_bytes(bytes), Ordering::Relaxed);
+        if future {
+            self.slot.futures.fetch_sub(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Gives the slot up: at once when nothing of it is outstanding, else
+    /// marks it detaching for the janitor.
+    pub(crate) fn detach(&self) {
+        // Relaxed: our own counts; this thread's frees came before (every
+        // Pending borrowed the client, so its drops happened-before this).
+        let idle = self.slot.futures.load(Ordering::Relaxed) == 0
+            && self.slot.bytes_in_use.load(Ordering::Relaxed) == 0;
+        let next = if idle {
+            ClientState::Free.word(0)
+        } else {
+            ClientState::Detaching.word(self.owner.pid)
+        };
+        // Release: our writes to the heap (and our pushes, for the janitor's
+        // barrier) happen-before whoever acquires the new state. A failed CAS
+        // means the janitor already took the slot back; nothing is left.
+        let _ = self.slot.state.compare_exchange(
+            ClientState::Attached.word(self.owner.pid),
+            next,
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// Why a slot is being taken back.
+#[derive(Clone, Copy, Debug)]
+enum Why {
+    Gone,
+    Detached,
+}
+
+/// A reclaim under way.
+#[derive(Debug)]
+enum Phase {
+    /// Waiting until the consumers pass these ring positions (every CPU
+    /// lane ring, high then low per lane).
+    Draining(Vec<u64>),
+    /// Waiting until every worker's sweep counter leaves these values.
+    Finishing(Vec<u64>),
+}
+
+#[derive(Debug)]
+struct Reclaim {
+    pid: u32,
+    why: Why,
+    phase: Phase,
+}
+
+/// Takes back the slots of clients that died or detached (module docs);
+/// run by the runtime's heartbeat thread.
+pub(crate) struct Janitor {
+    segment: Arc<QueueSegment>,
+    /// The workers that poll the CPU segment.
+    workers: Vec<Arc<WorkerStats>>,
+    reclaims: Vec<Option<Reclaim>>,
+    /// Per slot, the claim count last logged as attached: a claim seen
+    /// anew is a client that attached since.
+    announced: Vec<u64>,
+    last_owner_check: Option<Instant>,
+}
+
+impl Janitor {
+    /// A janitor for `segment`'s client table (None when it has none).
+    pub(crate) fn new(segment: Arc<QueueSegment>, workers: Vec<Arc<WorkerStats>>) -> Option<Self> {
+        let slots = segment.clients()?.max_clients() as usize;
+        Some(Self {
+            segment,
+            workers,
+            reclaims: (0..slots).map(|_| None).collect(),
+            announced: vec![0; slots],
+            last_owner_check: None,
+        })
+    }
+
+    /// One round: starts reclaims of slots whose owner is gone (every
+    /// [`OWNER_CHECK_PERIOD`]) or detaching, and advances those under way.
+    pub(crate) fn tick(&mut self) {
+        let check_owners = self
+            .last_owner_check
+            .is_none_or(|t| t.elapsed() >= OWNER_CHECK_PERIOD);
+        if check_owners {
+            self.last_owner_check = Some(Instant::now());
+        }
+        for index in 0..self.reclaims.len() {
+            self.tend(index, check_owners);
+        }
+    }
+
+    fn tend(&mut self, index: usize, check_owners: bool) {
+        let segment = Arc::clone(&self.segment);
+        let Some(table) = segment.clients() else {
+            return;
+        };
+        let Some(slot) = table.slots.get(index) else {
+            return;
+        };
+        // Acquire: pairs with the Release of the state's writer (Attached
+        // publishes the start time; Detaching, the client's last pushes).
+        let word = slot.state.load(Ordering::Acquire);
+        let pid = pid_of(word);
+        let why = match ClientState::from_word(word) {
+            Some(ClientState::Reclaiming) => {
+                self.advance(index, slot);
+                return;
+            }
+            Some(ClientState::Detaching) => Why::Detached,
+            Some(ClientState::Attached) if check_owners => {
+                let owner = ProcessIdentity {
+                    pid,
+                    // Relaxed: published by Attached's Release (above).
+                    start_time: slot.start_time.load(Ordering::Relaxed),
+                };
+                if owner.state() != ProcessState::Gone {
+                    // Relaxed: a statistic; a claim seen a round late is
+                    // logged a round late.
+                    let claims = slot.claims.load(Ordering::Relaxed);
+                    if self.announced[index] != claims {
+                        self.announced[index] = claims;
+                        tracing::info!("client pid {pid} attached: slot {index}");
+                    }
+                    return;
+                }
+                Why::Gone
+            }
+            Some(ClientState::Claiming) if check_owners => {
+                // A claimer that died before Attached published no future.
+                if ProcessIdentity::of(pid).is_none() {
+                    // Release: as any free (nothing of the claimer's is
+                    // visible to workers, so no barrier is needed).
+                    let freed = slot.state.compare_exchange(
+                        word,
+                        ClientState::Free.word(0),
+                        Ordering::Release,
+                        Ordering::Relaxed,
+                    );
+                    if freed.is_ok() {
+                        tracing::info!("client pid {pid} died attaching: freed slot {index}");
+                    }
+                }
+                return;
+            }
+            _ => return,
+        };
+        // AcqRel: the claim of the slot for reclaiming; a failed CAS means
+        // the client detached meanwhile (Attached -> Free or Detaching):
+        // look again next round.
+        if slot
+            .state
+            .compare_exchange(
+                word,
+                ClientState::Reclaiming.word(pid),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return;
+        }
+        // The owner is gone (its process exit went through the kernel, which
+        // orders its memory accesses before /proc says so) or detached (its
+        // Release, acquired above): its pushes have all claimed positions
+        // below what `claimed` reads now.
+        self.reclaims[index] = Some(Reclaim {
+            pid,
+            why,
+            phase: Phase::Draining(self.claimed_positions()),
+        });
+        self.advance(index, slot);
+    }
+
+    /// Where the producers of every CPU lane ring are (high, then low, per
+    /// lane).
+    fn claimed_positions(&self) -> Vec<u64> {
+        let queue = self.segment.queue();
+        (0..queue.num_lanes())
+            .flat_map(|lane| [Priority::High, Priority::Low].map(|p| (lane, p)))
+            .map(|(lane, p)| queue.lane_ring(lane, p).map_or(0, |r| r.claimed()))
+            .collect()
+    }
+
+    /// Moves a reclaim on as far as it can go now.
+    fn advance(&mut self, index: usize, slot: &ClientSlot) {
+        if self.reclaims[index].is_none() {
+            // A Reclaiming slot this janitor did not start (cannot happen in
+            // one runtime): start its barrier from the current positions.
+            self.reclaims[index] = Some(Reclaim {
+                pid: pid_of(slot.state.load(Ordering::Relaxed)),
+                why: Why::Gone,
+                phase: Phase::Draining(self.claimed_positions()),
+            });
+        }
+        let queue = self.segment.queue();
+        let Some(reclaim) = self.reclaims[index].as_mut() else {
+            return;
+        };
+        if let Phase::Draining(claimed) = &reclaim.phase {
+            let rings = (0..queue.num_lanes())
+                .flat_map(|lane| [Priority::High, Priority::Low].map(|p| (lane, p)));
+            // `taken` is Acquire: the pops that moved it (a release sequence
+            // of CASes) happened-before the sweep counters read below.
+            let drained = rings.zip(claimed).all(|((lane, p), &claimed)| {
+                queue
+                    .lane_ring(lane, p)
+                    .is_ok_and(|r| r.taken().wrapping_sub(claimed) as i64 >= 0)
+            });
+            if !drained {
+                return;
+            }
+            reclaim.phase = Phase::Finishing(self.workers.iter().map(|w| w.sweeps()).collect());
+        }
+        if let Phase::Finishing(sweeps) = &reclaim.phase {
+            // Every worker ended a sweep after it popped what it held (module
+            // docs); `sweeps` is Acquire, so its accesses to the futures
+            // happened-before the Release below.
+            if !self
+                .workers
+                .iter()
+                .zip(sweeps)
+                .all(|(w, &s)| w.sweeps() != s)
+            {
+                return;
+            }
+            // Relaxed: statistics, published by the Release below.
+            let bytes = slot.bytes_in_use.swap(0, Ordering::Relaxed);
+            let futures = slot.futures.swap(0, Ordering::Relaxed);
+            // Release: pairs with the next claimer's Acquire CAS (claim).
+            slot.state
+                .store(ClientState::Free.word(0), Ordering::Release);
+            let (pid, why) = (reclaim.pid, reclaim.why);
+            self.reclaims[index] = None;
+            match why {
+                Why::Gone => tracing::info!(
+                    "client pid {pid} gone: reclaimed slot {index} ({bytes} bytes, {futures} futures)"
+                ),
+                Why::Detached => tracing::info!(
+                    "client pid {pid} detached: reclaimed slot {index} ({bytes} bytes, {futures} futures)"
+                ),
+            }
+        }
+    }
+}
