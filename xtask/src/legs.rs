@@ -530,7 +530,8 @@ mod tests {
         assert_eq!(
             cuda[0].display(),
             "cargo test -p tandem-hal-cuda -p tandem-device-kernels -p tandem-runtime \
-             -p tandem-tests --features tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda"
+             -p tandem-tests -p tandem-examples --features tandem-device-kernels/cuda,\
+             tandem-runtime/cuda,tandem-tests/cuda,tandem-examples/cuda"
         );
         assert!(notes.is_empty());
     }
