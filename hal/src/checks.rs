@@ -1,6 +1,7 @@
 //! Argument checks every backend makes before calling its vendor, so misuse is
 //! the same typed error on every backend instead of undefined behaviour.
 
+use crate::api::DeviceMemory;
 use crate::error::{Backend, ErrorKind, GpuError, GpuResult};
 use crate::types::LaunchConfig;
 
@@ -42,6 +43,37 @@ pub fn range(
             },
         )),
     }
+}
+
+/// The device address of `[offset, offset + len)` of `memory`, after checking
+/// that the range lies inside it ([`range`]) and that `memory` itself is
+/// plausible: not at address 0 and not running past the end of the address
+/// space (`InvalidArgument`). Every backend calls this before it hands an
+/// address to its vendor; it is all of [`DeviceMemory`]'s contract that can be
+/// checked without asking the driver.
+pub fn address<M: DeviceMemory + ?Sized>(
+    backend: Backend,
+    call: &'static str,
+    memory: &M,
+    offset: usize,
+    len: usize,
+) -> GpuResult<u64> {
+    range(backend, call, offset, len, memory.len())?;
+    let base = memory.device_ptr();
+    // `usize` is at most 64 bits on every supported target.
+    let end = base.checked_add(memory.len() as u64);
+    if base == 0 || end.is_none() {
+        return Err(GpuError::new(
+            backend,
+            call,
+            ErrorKind::InvalidArgument(format!(
+                "memory at {base:#x}+{} is not memory of a device",
+                memory.len()
+            )),
+        ));
+    }
+    // Cannot overflow: offset <= len() (checked) and base + len() fits.
+    Ok(base + offset as u64)
 }
 
 /// Device limits a launch is checked against.
