@@ -16,7 +16,9 @@ use crate::types::{
 /// percent of raw vendor calls). Code that picks a backend at run time does so
 /// once, at the top, and is generic below (see `tandem-runtime`).
 pub trait GpuApi: Send + Sync + Sized + 'static {
+    /// Which backend this is, as errors and properties name it.
     const BACKEND: Backend;
+    /// The backend's device, which every resource comes from.
     type Device: GpuDevice<Api = Self>;
 
     /// Loads the vendor library. `LibraryUnavailable` if it is not installed;
@@ -102,6 +104,7 @@ pub unsafe trait HostMemory: DeviceMemory {
 /// One device of a backend. Every allocation it returns is an RAII owner that
 /// frees exactly once, on drop, and keeps the device's context alive.
 pub trait GpuDevice: Send + Sync + Sized {
+    /// The backend this device belongs to.
     type Api: GpuApi<Device = Self>;
     /// Device memory (`cuMemAlloc`, `hipMalloc`).
     type DeviceBuffer: DeviceMemory<Api = Self::Api>;
@@ -114,13 +117,19 @@ pub trait GpuDevice: Send + Sync + Sized {
     type ManagedBuffer: HostMemory<Api = Self::Api>;
     /// Another process's exported memory, opened here; closed on drop.
     type IpcBuffer: DeviceMemory<Api = Self::Api>;
-    /// An in-order, non-blocking stream of work.
+    /// An in-order stream of work that does not synchronise with the
+    /// synchronous calls (CUDA's and HIP's non-blocking streams).
     type Stream: Send + Sync;
+    /// A marker recorded on a stream, to wait for, query or time work up to it.
     type Event: Send + Sync;
+    /// A loaded kernel library (see [`GpuDevice::load_module`]).
     type Module: Send + Sync;
+    /// One kernel of a module, with its declared signature.
     type Kernel: Send + Sync;
 
+    /// This device's ordinal in its backend, as passed to [`GpuApi::device`].
     fn ordinal(&self) -> usize;
+    /// What the device is: name, architecture, limits, NUMA placement.
     fn properties(&self) -> GpuResult<DeviceProperties>;
     /// Waits for all work on the device.
     fn synchronize(&self) -> GpuResult<()>;
@@ -216,6 +225,7 @@ pub trait GpuDevice: Send + Sync + Sized {
         src: &impl DeviceMemory<Api = Self::Api>,
         src_offset: usize,
     ) -> GpuResult<()>;
+    /// Device to device on `stream`.
     fn copy_device_to_device_async(
         &self,
         stream: &Self::Stream,
@@ -225,6 +235,7 @@ pub trait GpuDevice: Send + Sync + Sized {
         src_offset: usize,
         len: usize,
     ) -> GpuResult<()>;
+    /// A fill on `stream`.
     fn fill_async(
         &self,
         stream: &Self::Stream,
@@ -236,10 +247,16 @@ pub trait GpuDevice: Send + Sync + Sized {
 
     // --- streams and events -----------------------------------------------
 
+    /// A new stream of this device; destroyed on drop.
     fn create_stream(&self) -> GpuResult<Self::Stream>;
+    /// Waits until all work queued on `stream` has completed.
     fn synchronize_stream(&self, stream: &Self::Stream) -> GpuResult<()>;
+    /// A new event; `flags` choose timing and sharing with other processes.
     fn create_event(&self, flags: EventFlags) -> GpuResult<Self::Event>;
+    /// Records `event` on `stream`: it completes when the work queued on
+    /// `stream` before it has.
     fn record_event(&self, event: &Self::Event, stream: &Self::Stream) -> GpuResult<()>;
+    /// Waits until the work captured by the event's last record has completed.
     fn synchronize_event(&self, event: &Self::Event) -> GpuResult<()>;
     /// Whether all work captured by the event's last record has completed.
     fn query_event(&self, event: &Self::Event) -> GpuResult<bool>;

@@ -79,9 +79,13 @@ pub fn address<M: DeviceMemory + ?Sized>(
 /// Device limits a launch is checked against.
 #[derive(Clone, Copy, Debug)]
 pub struct LaunchLimits {
+    /// Most threads in one block, over all three dimensions.
     pub max_threads_per_block: u32,
+    /// Largest block along x, y and z.
     pub max_block_dim: [u32; 3],
+    /// Largest grid along x, y and z.
     pub max_grid_dim: [u32; 3],
+    /// Most dynamic shared memory one block may ask for, in bytes.
     pub max_shared_mem_per_block: u32,
 }
 
