@@ -2,8 +2,9 @@
 //! takes a device of backend `A` and panics (fails its test) on a deviation;
 //! `tests/conformance.rs` runs each one on every backend built in.
 //!
-//! Synchronous copies do not wait for stream work on every backend, so the
-//! functions synchronise a stream before they read what it wrote.
+//! Synchronous copies are complete when they return but do not wait for
+//! stream work ([`GpuDevice`]'s rule), so the functions synchronise a stream
+//! before they read what it wrote.
 
 use tandem_hal::checks::MAX_ALLOCATION;
 use tandem_hal::{
