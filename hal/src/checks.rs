@@ -141,3 +141,51 @@ pub fn launch_config(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HostApi;
+
+    /// Memory at a fixed address and length.
+    struct Claimed(u64, usize);
+
+    // SAFETY: never handed to a backend; only `address` reads it.
+    unsafe impl DeviceMemory for Claimed {
+        type Api = HostApi;
+        fn device_ptr(&self) -> u64 {
+            self.0
+        }
+        fn len(&self) -> usize {
+            self.1
+        }
+    }
+
+    fn kind(result: GpuResult<u64>) -> ErrorKind {
+        result.unwrap_err().kind
+    }
+
+    #[test]
+    fn address_checks_bounds_null_and_wrap_around() {
+        let memory = Claimed(0x1000, 64);
+        assert_eq!(address(Backend::Host, "t", &memory, 16, 48), Ok(0x1010));
+        assert_eq!(address(Backend::Host, "t", &memory, 64, 0), Ok(0x1040));
+        assert!(matches!(
+            kind(address(Backend::Host, "t", &memory, 16, 49)),
+            ErrorKind::OutOfBounds { .. }
+        ));
+        // Null, past the end of the address space, and ending exactly at 2^64.
+        for forged in [
+            Claimed(0, 64),
+            Claimed(u64::MAX - 31, 64),
+            Claimed(u64::MAX - 63, 64),
+        ] {
+            for (offset, len) in [(0, 0), (0, 16), (8, 8)] {
+                assert!(matches!(
+                    kind(address(Backend::Host, "t", &forged, offset, len)),
+                    ErrorKind::InvalidArgument(_)
+                ));
+            }
+        }
+    }
+}
