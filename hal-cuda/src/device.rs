@@ -291,12 +291,12 @@ impl GpuDevice for CudaDevice {
         dst_offset: usize,
         src: &[u8],
     ) -> GpuResult<()> {
-        checks::range(CUDA, "copy_to_device", dst_offset, src.len(), dst.len())?;
+        let to = checks::address(CUDA, "copy_to_device", dst, dst_offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
-        let to = dst.device_ptr() + dst_offset as u64;
-        // SAFETY: the destination range was bounds-checked; `src` is a live slice.
+        // SAFETY: the destination range lies inside `dst`, device memory by
+        // `DeviceMemory`'s contract; `src` is a live slice.
         self.run_sync("cuMemcpyHtoD_v2", || unsafe {
             sys::cuMemcpyHtoD_v2(to, src.as_ptr().cast(), src.len())
         })
@@ -308,14 +308,15 @@ impl GpuDevice for CudaDevice {
         src: &impl DeviceMemory<Api = CudaApi>,
         src_offset: usize,
     ) -> GpuResult<()> {
-        checks::range(CUDA, "copy_from_device", src_offset, dst.len(), src.len())?;
+        let from = checks::address(CUDA, "copy_from_device", src, src_offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
         self.ctx.bind()?;
-        let from = src.device_ptr() + src_offset as u64;
-        // SAFETY: the source range was bounds-checked; `dst` is a live slice.
-        // Device-to-host copies return only once the data has arrived.
+        // SAFETY: the source range lies inside `src` (device memory by the
+        // contract); `dst` is a live slice. Device-to-host copies return
+        // only once the data has arrived, which keeps the trait's rule with
+        // no wait of our own.
         check("cuMemcpyDtoH_v2", unsafe {
             sys::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), from, dst.len())
         })
@@ -329,14 +330,14 @@ impl GpuDevice for CudaDevice {
         src_offset: usize,
         len: usize,
     ) -> GpuResult<()> {
-        checks::range(CUDA, "copy_device_to_device", dst_offset, len, dst.len())?;
-        checks::range(CUDA, "copy_device_to_device", src_offset, len, src.len())?;
+        const CALL: &str = "copy_device_to_device";
+        let to = checks::address(CUDA, CALL, dst, dst_offset, len)?;
+        let from = checks::address(CUDA, CALL, src, src_offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        let to = dst.device_ptr() + dst_offset as u64;
-        let from = src.device_ptr() + src_offset as u64;
-        // SAFETY: both ranges were bounds-checked.
+        // SAFETY: both ranges lie inside their memory (device memory by the
+        // contract).
         self.run_sync("cuMemcpyDtoD_v2", || unsafe {
             sys::cuMemcpyDtoD_v2(to, from, len)
         })
@@ -349,12 +350,11 @@ impl GpuDevice for CudaDevice {
         len: usize,
         byte: u8,
     ) -> GpuResult<()> {
-        checks::range(CUDA, "fill", offset, len, dst.len())?;
+        let to = checks::address(CUDA, "fill", dst, offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        let to = dst.device_ptr() + offset as u64;
-        // SAFETY: the range was bounds-checked.
+        // SAFETY: the range lies inside `dst` (device memory by the contract).
         self.run_sync("cuMemsetD8_v2", || unsafe {
             sys::cuMemsetD8_v2(to, byte, len)
         })
@@ -367,26 +367,17 @@ impl GpuDevice for CudaDevice {
         dst_offset: usize,
         src: &[u8],
     ) -> GpuResult<()> {
-        checks::range(
-            CUDA,
-            "copy_to_device_async",
-            dst_offset,
-            src.len(),
-            dst.len(),
-        )?;
-        let raw = self.on_stream("copy_to_device_async", stream)?;
+        const CALL: &str = "copy_to_device_async";
+        let to = checks::address(CUDA, CALL, dst, dst_offset, src.len())?;
+        let raw = self.on_stream(CALL, stream)?;
         if src.is_empty() {
             return Ok(());
         }
-        // SAFETY: bounds-checked destination; the caller keeps `src` valid
-        // until the stream passes the copy.
+        // SAFETY: the destination range lies inside `dst` (device memory by
+        // the contract); the caller keeps `src` valid until the stream
+        // passes the copy.
         check("cuMemcpyHtoDAsync_v2", unsafe {
-            sys::cuMemcpyHtoDAsync_v2(
-                dst.device_ptr() + dst_offset as u64,
-                src.as_ptr().cast(),
-                src.len(),
-                raw,
-            )
+            sys::cuMemcpyHtoDAsync_v2(to, src.as_ptr().cast(), src.len(), raw)
         })
     }
 
@@ -397,26 +388,17 @@ impl GpuDevice for CudaDevice {
         src: &impl DeviceMemory<Api = CudaApi>,
         src_offset: usize,
     ) -> GpuResult<()> {
-        checks::range(
-            CUDA,
-            "copy_from_device_async",
-            src_offset,
-            dst.len(),
-            src.len(),
-        )?;
-        let raw = self.on_stream("copy_from_device_async", stream)?;
+        const CALL: &str = "copy_from_device_async";
+        let from = checks::address(CUDA, CALL, src, src_offset, dst.len())?;
+        let raw = self.on_stream(CALL, stream)?;
         if dst.is_empty() {
             return Ok(());
         }
-        // SAFETY: bounds-checked source; the caller keeps `dst` valid and
-        // unread until the stream passes the copy.
+        // SAFETY: the source range lies inside `src` (device memory by the
+        // contract); the caller keeps `dst` valid and unread until the
+        // stream passes the copy.
         check("cuMemcpyDtoHAsync_v2", unsafe {
-            sys::cuMemcpyDtoHAsync_v2(
-                dst.as_mut_ptr().cast(),
-                src.device_ptr() + src_offset as u64,
-                dst.len(),
-                raw,
-            )
+            sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), from, dst.len(), raw)
         })
     }
 
@@ -429,35 +411,20 @@ impl GpuDevice for CudaDevice {
         src_offset: usize,
         len: usize,
     ) -> GpuResult<()> {
-        checks::range(
-            CUDA,
-            "copy_device_to_device_async",
-            dst_offset,
-            len,
-            dst.len(),
-        )?;
-        checks::range(
-            CUDA,
-            "copy_device_to_device_async",
-            src_offset,
-            len,
-            src.len(),
-        )?;
-        let raw = self.on_stream("copy_device_to_device_async", stream)?;
+        const CALL: &str = "copy_device_to_device_async";
+        let to = checks::address(CUDA, CALL, dst, dst_offset, len)?;
+        let from = checks::address(CUDA, CALL, src, src_offset, len)?;
+        let raw = self.on_stream(CALL, stream)?;
         if len == 0 {
             return Ok(());
         }
-        // SAFETY: both ranges were bounds-checked; device memory stays
-        // allocated while borrowed (freeing waits for nothing, but the
-        // borrow checker keeps the owners alive across this call, and the
-        // trait's contract makes the caller order frees after the stream).
+        // SAFETY: both ranges lie inside their memory (device memory by the
+        // contract), which stays allocated while borrowed (freeing waits for
+        // nothing, but the borrow checker keeps the owners alive across this
+        // call, and the trait's contract makes the caller order frees after
+        // the stream).
         check("cuMemcpyDtoDAsync_v2", unsafe {
-            sys::cuMemcpyDtoDAsync_v2(
-                dst.device_ptr() + dst_offset as u64,
-                src.device_ptr() + src_offset as u64,
-                len,
-                raw,
-            )
+            sys::cuMemcpyDtoDAsync_v2(to, from, len, raw)
         })
     }
 
@@ -469,14 +436,14 @@ impl GpuDevice for CudaDevice {
         len: usize,
         byte: u8,
     ) -> GpuResult<()> {
-        checks::range(CUDA, "fill_async", offset, len, dst.len())?;
+        let to = checks::address(CUDA, "fill_async", dst, offset, len)?;
         let raw = self.on_stream("fill_async", stream)?;
         if len == 0 {
             return Ok(());
         }
-        // SAFETY: the range was bounds-checked.
+        // SAFETY: the range lies inside `dst` (device memory by the contract).
         check("cuMemsetD8Async", unsafe {
-            sys::cuMemsetD8Async(dst.device_ptr() + offset as u64, byte, len, raw)
+            sys::cuMemsetD8Async(to, byte, len, raw)
         })
     }
 

@@ -3,7 +3,7 @@
 //!
 //! # Design
 //! - **Loading.** cudarc panics when `libcuda` or one of its symbols is
-//!   missing, so [`CudaApi::load`] first probes the library without
+//!   missing, so [`CudaApi::load`](tandem_hal::GpuApi::load) first probes the library without
 //!   panicking and resolves every symbol this crate calls; a machine without
 //!   the driver gets `LibraryUnavailable`, one with the driver but no GPU
 //!   loads with 0 devices.

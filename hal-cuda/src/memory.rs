@@ -188,7 +188,11 @@ unsafe impl Sync for CudaManagedBuffer {}
 /// `DeviceMemory` for an owner with `ptr`/`device` and `len` fields.
 macro_rules! device_memory {
     ($ty:ty, $ptr:ident) => {
-        impl DeviceMemory for $ty {
+        // SAFETY: `$ptr` is the device address of the `len` bytes this owner
+        // allocated or registered, freed only when it drops; neither field
+        // changes after construction (pinned and registered owners set
+        // their device address once, before they are handed out).
+        unsafe impl DeviceMemory for $ty {
             type Api = CudaApi;
             #[inline]
             fn device_ptr(&self) -> u64 {
@@ -207,7 +211,9 @@ device_memory!(CudaPinnedBuffer, device);
 device_memory!(CudaHostRegistration, device);
 device_memory!(CudaManagedBuffer, ptr);
 
-impl DeviceMemory for CudaIpcBuffer {
+// SAFETY: the mapping is open, at `ptr` for `len` bytes, until the last
+// buffer sharing it drops; its fields never change.
+unsafe impl DeviceMemory for CudaIpcBuffer {
     type Api = CudaApi;
     #[inline]
     fn device_ptr(&self) -> u64 {
@@ -219,19 +225,24 @@ impl DeviceMemory for CudaIpcBuffer {
     }
 }
 
-impl HostMemory for CudaPinnedBuffer {
+// SAFETY: `host` is the same `len` bytes as the device address (the driver
+// maps the allocation both ways), allocated until drop.
+unsafe impl HostMemory for CudaPinnedBuffer {
     fn host_ptr(&self) -> *mut u8 {
         self.host
     }
 }
 
-impl HostMemory for CudaHostRegistration {
+// SAFETY: `host` is the caller's region, which `register_host`'s contract
+// keeps mapped until the registration drops.
+unsafe impl HostMemory for CudaHostRegistration {
     fn host_ptr(&self) -> *mut u8 {
         self.host
     }
 }
 
-impl HostMemory for CudaManagedBuffer {
+// SAFETY: managed memory has one address on both sides, allocated until drop.
+unsafe impl HostMemory for CudaManagedBuffer {
     fn host_ptr(&self) -> *mut u8 {
         // Managed memory has one address for host and device.
         self.ptr as *mut u8

@@ -19,7 +19,7 @@ use hip_runtime_sys::{
     hipMemcpyHtoD, hipMemcpyHtoDAsync, hipMemsetD8, hipMemsetD8Async, hipSetDevice,
     hipStreamSynchronize, hipStreamWaitEvent,
 };
-use tandem_hal::checks::{range, LaunchLimits};
+use tandem_hal::checks::{self, LaunchLimits};
 use tandem_hal::ipc_cache::IpcOpenCache;
 use tandem_hal::numa::numa_node_of_pci;
 use tandem_hal::{
@@ -132,9 +132,17 @@ fn describe(ordinal: i32) -> GpuResult<Description> {
     })
 }
 
-/// A device address `offset` bytes into `mem` (the range is checked first).
-fn device_addr(mem: &impl DeviceMemory<Api = HipApi>, offset: usize) -> hipDeviceptr_t {
-    mem.device_ptr().wrapping_add(offset as u64) as usize as hipDeviceptr_t
+/// The device address of `[offset, offset + len)` of `mem`, after the checks
+/// of [`checks::address`] (bounds, null, wrap-around).
+fn device_addr(
+    call: &'static str,
+    mem: &impl DeviceMemory<Api = HipApi>,
+    offset: usize,
+    len: usize,
+) -> GpuResult<hipDeviceptr_t> {
+    let address = checks::address(Backend::Hip, call, mem, offset, len)?;
+    // A device address fits a pointer on the 64-bit hosts ROCm supports.
+    Ok(address as usize as hipDeviceptr_t)
 }
 
 /// One HIP device of this process.
@@ -183,6 +191,21 @@ impl HipDevice {
     /// Makes this device current on the calling thread.
     fn bind(&self) -> GpuResult<()> {
         bind_device(self.ordinal)
+    }
+
+    /// Runs a synchronous copy or fill on the null stream, then waits for
+    /// that stream. HIP does not document when `hipMemcpyHtoD`,
+    /// `hipMemcpyDtoD` or `hipMemsetD8` return (CUDA's equivalents may
+    /// return before the data lands), and [`GpuDevice`] promises the bytes
+    /// are in place when a synchronous call returns; the wait keeps that
+    /// promise whatever the runtime does.
+    fn run_sync(&self, call: &'static str, op: impl FnOnce() -> hipError_t) -> GpuResult<()> {
+        self.bind()?;
+        check(call, op())?;
+        // SAFETY: the null stream of the current device; no pointers.
+        check("hipStreamSynchronize", unsafe {
+            hipStreamSynchronize(core::ptr::null_mut())
+        })
     }
 }
 
@@ -243,26 +266,16 @@ impl GpuDevice for HipDevice {
         dst_offset: usize,
         src: &[u8],
     ) -> GpuResult<()> {
-        range(
-            Backend::Hip,
-            "copy_to_device",
-            dst_offset,
-            src.len(),
-            dst.len(),
-        )?;
+        let to = device_addr("copy_to_device", dst, dst_offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
-        self.bind()?;
-        // SAFETY: the destination range lies inside `dst`; `src` is readable
-        // for its length (HIP declares it mutable but only reads it) and the
-        // synchronous copy has consumed it when the call returns.
-        check("hipMemcpyHtoD", unsafe {
-            hipMemcpyHtoD(
-                device_addr(dst, dst_offset),
-                src.as_ptr().cast_mut().cast::<c_void>(),
-                src.len(),
-            )
+        // SAFETY: the destination range lies inside `dst`, device memory by
+        // `DeviceMemory`'s contract; `src` is readable for its length (HIP
+        // declares it mutable but only reads it) and the copy is complete,
+        // so done with `src`, when `run_sync` returns.
+        self.run_sync("hipMemcpyHtoD", || unsafe {
+            hipMemcpyHtoD(to, src.as_ptr().cast_mut().cast::<c_void>(), src.len())
         })
     }
 
@@ -272,25 +285,15 @@ impl GpuDevice for HipDevice {
         src: &impl DeviceMemory<Api = HipApi>,
         src_offset: usize,
     ) -> GpuResult<()> {
-        range(
-            Backend::Hip,
-            "copy_from_device",
-            src_offset,
-            dst.len(),
-            src.len(),
-        )?;
+        let from = device_addr("copy_from_device", src, src_offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
-        self.bind()?;
-        // SAFETY: the source range lies inside `src`; `dst` is writable for
-        // its length and the synchronous copy is complete on return.
-        check("hipMemcpyDtoH", unsafe {
-            hipMemcpyDtoH(
-                dst.as_mut_ptr().cast(),
-                device_addr(src, src_offset),
-                dst.len(),
-            )
+        // SAFETY: the source range lies inside `src` (device memory by the
+        // contract); `dst` is writable for its length and the copy is
+        // complete when `run_sync` returns.
+        self.run_sync("hipMemcpyDtoH", || unsafe {
+            hipMemcpyDtoH(dst.as_mut_ptr().cast(), from, dst.len())
         })
     }
 
@@ -302,32 +305,15 @@ impl GpuDevice for HipDevice {
         src_offset: usize,
         len: usize,
     ) -> GpuResult<()> {
-        range(
-            Backend::Hip,
-            "copy_device_to_device",
-            dst_offset,
-            len,
-            dst.len(),
-        )?;
-        range(
-            Backend::Hip,
-            "copy_device_to_device",
-            src_offset,
-            len,
-            src.len(),
-        )?;
+        const CALL: &str = "copy_device_to_device";
+        let to = device_addr(CALL, dst, dst_offset, len)?;
+        let from = device_addr(CALL, src, src_offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        self.bind()?;
-        // SAFETY: both ranges lie inside their buffers.
-        check("hipMemcpyDtoD", unsafe {
-            hipMemcpyDtoD(
-                device_addr(dst, dst_offset),
-                device_addr(src, src_offset),
-                len,
-            )
-        })
+        // SAFETY: both ranges lie inside their memory (device memory by the
+        // contract).
+        self.run_sync("hipMemcpyDtoD", || unsafe { hipMemcpyDtoD(to, from, len) })
     }
 
     fn fill(
@@ -337,15 +323,12 @@ impl GpuDevice for HipDevice {
         len: usize,
         byte: u8,
     ) -> GpuResult<()> {
-        range(Backend::Hip, "fill", offset, len, dst.len())?;
+        let to = device_addr("fill", dst, offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        self.bind()?;
-        // SAFETY: the range lies inside `dst`.
-        check("hipMemsetD8", unsafe {
-            hipMemsetD8(device_addr(dst, offset), byte, len)
-        })
+        // SAFETY: the range lies inside `dst` (device memory by the contract).
+        self.run_sync("hipMemsetD8", || unsafe { hipMemsetD8(to, byte, len) })
     }
 
     unsafe fn copy_to_device_async(
@@ -355,22 +338,17 @@ impl GpuDevice for HipDevice {
         dst_offset: usize,
         src: &[u8],
     ) -> GpuResult<()> {
-        range(
-            Backend::Hip,
-            "copy_to_device_async",
-            dst_offset,
-            src.len(),
-            dst.len(),
-        )?;
+        let to = device_addr("copy_to_device_async", dst, dst_offset, src.len())?;
         if src.is_empty() {
             return Ok(());
         }
         self.bind()?;
-        // SAFETY: the destination range lies inside `dst`; the caller keeps
-        // `src` valid and unchanged until the stream passes the copy.
+        // SAFETY: the destination range lies inside `dst` (device memory by
+        // the contract); the caller keeps `src` valid and unchanged until
+        // the stream passes the copy.
         check("hipMemcpyHtoDAsync", unsafe {
             hipMemcpyHtoDAsync(
-                device_addr(dst, dst_offset),
+                to,
                 src.as_ptr().cast_mut().cast::<c_void>(),
                 src.len(),
                 stream.raw(),
@@ -385,26 +363,16 @@ impl GpuDevice for HipDevice {
         src: &impl DeviceMemory<Api = HipApi>,
         src_offset: usize,
     ) -> GpuResult<()> {
-        range(
-            Backend::Hip,
-            "copy_from_device_async",
-            src_offset,
-            dst.len(),
-            src.len(),
-        )?;
+        let from = device_addr("copy_from_device_async", src, src_offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
         self.bind()?;
-        // SAFETY: the source range lies inside `src`; the caller keeps `dst`
-        // valid and unread until the stream passes the copy.
+        // SAFETY: the source range lies inside `src` (device memory by the
+        // contract); the caller keeps `dst` valid and unread until the
+        // stream passes the copy.
         check("hipMemcpyDtoHAsync", unsafe {
-            hipMemcpyDtoHAsync(
-                dst.as_mut_ptr().cast(),
-                device_addr(src, src_offset),
-                dst.len(),
-                stream.raw(),
-            )
+            hipMemcpyDtoHAsync(dst.as_mut_ptr().cast(), from, dst.len(), stream.raw())
         })
     }
 
@@ -417,23 +385,18 @@ impl GpuDevice for HipDevice {
         src_offset: usize,
         len: usize,
     ) -> GpuResult<()> {
-        let call = "copy_device_to_device_async";
-        range(Backend::Hip, call, dst_offset, len, dst.len())?;
-        range(Backend::Hip, call, src_offset, len, src.len())?;
+        const CALL: &str = "copy_device_to_device_async";
+        let to = device_addr(CALL, dst, dst_offset, len)?;
+        let from = device_addr(CALL, src, src_offset, len)?;
         if len == 0 {
             return Ok(());
         }
         self.bind()?;
-        // SAFETY: both ranges lie inside their buffers. Dropping a buffer
-        // before the stream passes the copy is harmless: hipFree waits for
-        // the device's outstanding work first.
+        // SAFETY: both ranges lie inside their memory (device memory by the
+        // contract). Dropping a buffer before the stream passes the copy is
+        // harmless: hipFree waits for the device's outstanding work first.
         check("hipMemcpyDtoDAsync", unsafe {
-            hipMemcpyDtoDAsync(
-                device_addr(dst, dst_offset),
-                device_addr(src, src_offset),
-                len,
-                stream.raw(),
-            )
+            hipMemcpyDtoDAsync(to, from, len, stream.raw())
         })
     }
 
@@ -445,15 +408,16 @@ impl GpuDevice for HipDevice {
         len: usize,
         byte: u8,
     ) -> GpuResult<()> {
-        range(Backend::Hip, "fill_async", offset, len, dst.len())?;
+        let to = device_addr("fill_async", dst, offset, len)?;
         if len == 0 {
             return Ok(());
         }
         self.bind()?;
-        // SAFETY: the range lies inside `dst` (and hipFree waits for queued
-        // work, as in copy_device_to_device_async).
+        // SAFETY: the range lies inside `dst` (device memory by the
+        // contract), and hipFree waits for queued work, as in
+        // copy_device_to_device_async.
         check("hipMemsetD8Async", unsafe {
-            hipMemsetD8Async(device_addr(dst, offset), byte, len, stream.raw())
+            hipMemsetD8Async(to, byte, len, stream.raw())
         })
     }
 
@@ -591,10 +555,16 @@ mod tests {
         }
     }
 
-    /// Device memory that some other code claims to own.
+    /// Memory at an address no HIP call handed out. Safe code cannot make
+    /// one (the trait is `unsafe`); the tests here need one because without
+    /// a GPU there is no real memory to pass.
     struct ForeignMemory(usize);
 
-    impl DeviceMemory for ForeignMemory {
+    // SAFETY: the address is not HIP memory, which breaks the contract; no
+    // copy or fill ever reaches it: every test below passes it to the
+    // `ABSENT` device, whose calls fail a check or bind the device (which the
+    // runtime refuses) before any copy or fill is issued.
+    unsafe impl DeviceMemory for ForeignMemory {
         type Api = HipApi;
         fn device_ptr(&self) -> u64 {
             0x7f00_0000_0000
@@ -679,6 +649,39 @@ mod tests {
         assert_runtime_refused(dev.copy_from_device(&mut host, &mem, 0));
         assert_runtime_refused(dev.copy_device_to_device(&mem, 0, &mem, 32, 32));
         assert_runtime_refused(dev.fill(&mem, 0, 64, 0xAB));
+    }
+
+    /// Memory at a fixed address and length, for the checks of
+    /// [`checks::address`].
+    struct Claimed(u64, usize);
+
+    // SAFETY: breaks the contract in the two ways the trait documents as an
+    // error (null, wrap-around), which every call refuses before the runtime.
+    unsafe impl DeviceMemory for Claimed {
+        type Api = HipApi;
+        fn device_ptr(&self) -> u64 {
+            self.0
+        }
+        fn len(&self) -> usize {
+            self.1
+        }
+    }
+
+    #[test]
+    fn null_and_wrapping_memory_are_refused_before_the_runtime() {
+        let dev = absent_device();
+        let real = ForeignMemory(64);
+        for forged in [Claimed(0, 64), Claimed(u64::MAX - 31, 64)] {
+            let invalid = |r: GpuResult<()>| {
+                let err = r.unwrap_err();
+                assert!(matches!(err.kind, ErrorKind::InvalidArgument(_)), "{err}");
+            };
+            invalid(dev.copy_to_device(&forged, 0, &[1; 8]));
+            invalid(dev.copy_from_device(&mut [0; 8], &forged, 0));
+            invalid(dev.copy_device_to_device(&forged, 0, &real, 0, 8));
+            invalid(dev.copy_device_to_device(&real, 0, &forged, 0, 8));
+            invalid(dev.fill(&forged, 0, 0, 1));
+        }
     }
 
     #[test]

@@ -164,7 +164,9 @@ pub struct HipIpcBuffer {
     mapping: Arc<IpcMapping>,
 }
 
-impl DeviceMemory for HipIpcBuffer {
+// SAFETY: the mapping is open, `len` bytes from `ptr` as the runtime reports
+// its range, until the last buffer sharing it drops; it never changes.
+unsafe impl DeviceMemory for HipIpcBuffer {
     type Api = HipApi;
     fn device_ptr(&self) -> u64 {
         self.mapping.ptr.as_ptr() as u64

@@ -120,7 +120,9 @@ impl Drop for HipDeviceBuffer {
     }
 }
 
-impl DeviceMemory for HipDeviceBuffer {
+// SAFETY: `len` bytes from the `hipMalloc` this owner frees on drop; the
+// fields never change.
+unsafe impl DeviceMemory for HipDeviceBuffer {
     type Api = HipApi;
     fn device_ptr(&self) -> u64 {
         self.alloc.addr()
@@ -140,7 +142,10 @@ pub struct HipPinnedBuffer {
     len: usize,
 }
 
-impl DeviceMemory for HipPinnedBuffer {
+// SAFETY: the runtime's device address of the buffer's first page boundary
+// in the `hipHostMalloc` this owner frees on drop, with `len` bytes after it
+// (see `alloc_pinned_mapped`); the fields never change.
+unsafe impl DeviceMemory for HipPinnedBuffer {
     type Api = HipApi;
     fn device_ptr(&self) -> u64 {
         self.device_ptr
@@ -150,7 +155,8 @@ impl DeviceMemory for HipPinnedBuffer {
     }
 }
 
-impl HostMemory for HipPinnedBuffer {
+// SAFETY: the host side of the same bytes, allocated until drop.
+unsafe impl HostMemory for HipPinnedBuffer {
     fn host_ptr(&self) -> *mut u8 {
         // SAFETY: `offset` < one page, inside the allocation (see
         // alloc_pinned_mapped).
@@ -166,7 +172,10 @@ pub struct HipHostRegistration {
     len: usize,
 }
 
-impl DeviceMemory for HipHostRegistration {
+// SAFETY: the runtime's device address of the `len` registered bytes,
+// registered until drop; the caller keeps them mapped until then
+// (`register_host`'s contract). The fields never change.
+unsafe impl DeviceMemory for HipHostRegistration {
     type Api = HipApi;
     fn device_ptr(&self) -> u64 {
         self.device_ptr
@@ -176,7 +185,8 @@ impl DeviceMemory for HipHostRegistration {
     }
 }
 
-impl HostMemory for HipHostRegistration {
+// SAFETY: the caller's region itself, mapped until the registration drops.
+unsafe impl HostMemory for HipHostRegistration {
     fn host_ptr(&self) -> *mut u8 {
         self.alloc.ptr.as_ptr().cast()
     }
@@ -190,7 +200,9 @@ pub struct HipManagedBuffer {
     len: usize,
 }
 
-impl DeviceMemory for HipManagedBuffer {
+// SAFETY: `len` bytes from the `hipMallocManaged` this owner frees on drop;
+// the fields never change.
+unsafe impl DeviceMemory for HipManagedBuffer {
     type Api = HipApi;
     fn device_ptr(&self) -> u64 {
         self.alloc.addr()
@@ -200,7 +212,8 @@ impl DeviceMemory for HipManagedBuffer {
     }
 }
 
-impl HostMemory for HipManagedBuffer {
+// SAFETY: managed memory has one address on both sides, allocated until drop.
+unsafe impl HostMemory for HipManagedBuffer {
     fn host_ptr(&self) -> *mut u8 {
         self.alloc.ptr.as_ptr().cast()
     }

@@ -16,7 +16,9 @@ use crate::types::{
 /// percent of raw vendor calls). Code that picks a backend at run time does so
 /// once, at the top, and is generic below (see `tandem-runtime`).
 pub trait GpuApi: Send + Sync + Sized + 'static {
+    /// Which backend this is, as errors and properties name it.
     const BACKEND: Backend;
+    /// The backend's device, which every resource comes from.
     type Device: GpuDevice<Api = Self>;
 
     /// Loads the vendor library. `LibraryUnavailable` if it is not installed;
@@ -33,19 +35,68 @@ pub trait GpuApi: Send + Sync + Sized + 'static {
 }
 
 /// Memory a kernel of backend `Api` can address.
-pub trait DeviceMemory: Send + Sync {
+///
+/// Every backend hands `device_ptr()` and `len()` of what it is given to its
+/// vendor's copy and fill calls, which write wherever they are told. So
+/// implementing this trait is a promise the backends build on, and only code
+/// that makes the promise with `unsafe impl` can implement it: safe code
+/// cannot make a copy or fill reach an address it made up. The backends'
+/// own memory types (the associated types of [`GpuDevice`]) are the
+/// implementations; user code passes those.
+///
+/// # Safety
+/// An implementation guarantees, for as long as `self` is alive:
+/// - `device_ptr()..device_ptr() + len()` is memory that backend `Api`'s
+///   devices address (an allocation, registration or IPC mapping the backend
+///   made, or a part of one), readable and writable by them;
+/// - both methods return the same values every time they are called, since
+///   backends check `len()` and use `device_ptr()` in separate calls.
+///
+/// Backends still refuse, as [`crate::ErrorKind::InvalidArgument`], what they
+/// can check cheaply ([`crate::checks::address`]: a null address, a range
+/// that wraps around the address space; the host backend also any range that
+/// is not memory it has live), so such memory is an error, not undefined
+/// behaviour.
+///
+/// # Why an `unsafe trait`
+/// wgpu-hal, whose design this crate follows, makes every resource an
+/// associated type of its `Api` and has its commands take `&A::Buffer`, the
+/// backend's own type, so a foreign buffer never reaches a backend; it can
+/// because its entry points are `unsafe fn`s that validate nothing (wgpu-core,
+/// above it, does), and its dynamic layer downcasts to the backend's type,
+/// refusing anything else. Here copies and fills are safe, checked calls that
+/// take any of the five kinds of memory a device hands out (device, pinned,
+/// registered, managed, IPC: five types), so they are generic over a trait,
+/// and the trait is what must be closed to forgery. A *sealed* trait cannot
+/// do it across crates: a seal private to `tandem-hal` would shut out the
+/// CUDA and HIP crates too, and a public `#[doc(hidden)]` seal is a
+/// convention any crate can implement in safe code. An `unsafe trait` does:
+/// the compiler refuses a plain `impl` (error E0200), so forging needs an
+/// `unsafe impl` whose author answers for the contract above, while a new
+/// backend crate, or a view of part of a buffer, can still implement it.
+/// The conformance suite checks both halves on every backend
+/// (`tandem_tests::conformance::forged_memory_is_refused`).
+pub unsafe trait DeviceMemory: Send + Sync {
+    /// The backend whose devices address this memory.
     type Api: GpuApi;
     /// The address kernels use.
     fn device_ptr(&self) -> u64;
     /// Bytes usable from `device_ptr`.
     fn len(&self) -> usize;
+    /// Whether `len()` is zero.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
 /// Memory the host can also address directly (pinned, registered, managed).
-pub trait HostMemory: DeviceMemory {
+///
+/// # Safety
+/// Beyond [`DeviceMemory`]'s contract: `host_ptr()..host_ptr() + len()` is
+/// host memory holding the same bytes as the device range, mapped for as long
+/// as `self` is alive, and `host_ptr()` returns the same value every time.
+/// Callers build slices from it on the strength of this promise.
+pub unsafe trait HostMemory: DeviceMemory {
     /// The address host code uses (differs from `device_ptr` in general).
     fn host_ptr(&self) -> *mut u8;
 }
@@ -53,6 +104,7 @@ pub trait HostMemory: DeviceMemory {
 /// One device of a backend. Every allocation it returns is an RAII owner that
 /// frees exactly once, on drop, and keeps the device's context alive.
 pub trait GpuDevice: Send + Sync + Sized {
+    /// The backend this device belongs to.
     type Api: GpuApi<Device = Self>;
     /// Device memory (`cuMemAlloc`, `hipMalloc`).
     type DeviceBuffer: DeviceMemory<Api = Self::Api>;
@@ -65,13 +117,19 @@ pub trait GpuDevice: Send + Sync + Sized {
     type ManagedBuffer: HostMemory<Api = Self::Api>;
     /// Another process's exported memory, opened here; closed on drop.
     type IpcBuffer: DeviceMemory<Api = Self::Api>;
-    /// An in-order, non-blocking stream of work.
+    /// An in-order stream of work that does not synchronise with the
+    /// synchronous calls (CUDA's and HIP's non-blocking streams).
     type Stream: Send + Sync;
+    /// A marker recorded on a stream, to wait for, query or time work up to it.
     type Event: Send + Sync;
+    /// A loaded kernel library (see [`GpuDevice::load_module`]).
     type Module: Send + Sync;
+    /// One kernel of a module, with its declared signature.
     type Kernel: Send + Sync;
 
+    /// This device's ordinal in its backend, as passed to [`GpuApi::device`].
     fn ordinal(&self) -> usize;
+    /// What the device is: name, architecture, limits, NUMA placement.
     fn properties(&self) -> GpuResult<DeviceProperties>;
     /// Waits for all work on the device.
     fn synchronize(&self) -> GpuResult<()>;
@@ -95,19 +153,39 @@ pub trait GpuDevice: Send + Sync + Sized {
     fn alloc_managed(&self, bytes: usize) -> GpuResult<Self::ManagedBuffer>;
 
     // --- copies and fills (bounds-checked) ---------------------------------
+    //
+    // Every copy and fill checks its ranges against the memory's `len()`
+    // (`OutOfBounds`) and the memory itself ([`crate::checks::address`])
+    // before the vendor is called. Memory arguments are the device's own
+    // memory types, or anything else that keeps [`DeviceMemory`]'s contract.
+    //
+    // Synchronous copies and fills are complete when they return `Ok`:
+    // every byte has landed, so the host sees it through
+    // [`HostMemory::host_ptr`], work queued afterwards on any stream sees
+    // it, and the caller's slice is no longer used. They are *not* ordered
+    // after work already queued on streams: synchronise a stream (or record
+    // and wait for an event) before copying what it writes. Each backend
+    // keeps the rule its own way (CUDA and HIP wait for the null stream after
+    // the driver call, since their drivers may return before the data lands;
+    // the host device copies on the calling thread), and the conformance
+    // suite checks it on every backend.
 
+    /// Copies `src` into `dst` from `dst_offset`; complete on return.
     fn copy_to_device(
         &self,
         dst: &impl DeviceMemory<Api = Self::Api>,
         dst_offset: usize,
         src: &[u8],
     ) -> GpuResult<()>;
+    /// Fills `dst` from `src` at `src_offset`; complete on return.
     fn copy_from_device(
         &self,
         dst: &mut [u8],
         src: &impl DeviceMemory<Api = Self::Api>,
         src_offset: usize,
     ) -> GpuResult<()>;
+    /// Copies `len` bytes from `src` at `src_offset` to `dst` at
+    /// `dst_offset`; complete on return.
     fn copy_device_to_device(
         &self,
         dst: &impl DeviceMemory<Api = Self::Api>,
@@ -116,6 +194,7 @@ pub trait GpuDevice: Send + Sync + Sized {
         src_offset: usize,
         len: usize,
     ) -> GpuResult<()>;
+    /// Sets `len` bytes of `dst` from `offset` to `byte`; complete on return.
     fn fill(
         &self,
         dst: &impl DeviceMemory<Api = Self::Api>,
@@ -146,6 +225,7 @@ pub trait GpuDevice: Send + Sync + Sized {
         src: &impl DeviceMemory<Api = Self::Api>,
         src_offset: usize,
     ) -> GpuResult<()>;
+    /// Device to device on `stream`.
     fn copy_device_to_device_async(
         &self,
         stream: &Self::Stream,
@@ -155,6 +235,7 @@ pub trait GpuDevice: Send + Sync + Sized {
         src_offset: usize,
         len: usize,
     ) -> GpuResult<()>;
+    /// A fill on `stream`.
     fn fill_async(
         &self,
         stream: &Self::Stream,
@@ -166,10 +247,16 @@ pub trait GpuDevice: Send + Sync + Sized {
 
     // --- streams and events -----------------------------------------------
 
+    /// A new stream of this device; destroyed on drop.
     fn create_stream(&self) -> GpuResult<Self::Stream>;
+    /// Waits until all work queued on `stream` has completed.
     fn synchronize_stream(&self, stream: &Self::Stream) -> GpuResult<()>;
+    /// A new event; `flags` choose timing and sharing with other processes.
     fn create_event(&self, flags: EventFlags) -> GpuResult<Self::Event>;
+    /// Records `event` on `stream`: it completes when the work queued on
+    /// `stream` before it has.
     fn record_event(&self, event: &Self::Event, stream: &Self::Stream) -> GpuResult<()>;
+    /// Waits until the work captured by the event's last record has completed.
     fn synchronize_event(&self, event: &Self::Event) -> GpuResult<()>;
     /// Whether all work captured by the event's last record has completed.
     fn query_event(&self, event: &Self::Event) -> GpuResult<bool>;

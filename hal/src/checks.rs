@@ -1,6 +1,7 @@
 //! Argument checks every backend makes before calling its vendor, so misuse is
 //! the same typed error on every backend instead of undefined behaviour.
 
+use crate::api::DeviceMemory;
 use crate::error::{Backend, ErrorKind, GpuError, GpuResult};
 use crate::types::LaunchConfig;
 
@@ -44,12 +45,47 @@ pub fn range(
     }
 }
 
+/// The device address of `[offset, offset + len)` of `memory`, after checking
+/// that the range lies inside it ([`range`]) and that `memory` itself is
+/// plausible: not at address 0 and not running past the end of the address
+/// space (`InvalidArgument`). Every backend calls this before it hands an
+/// address to its vendor; it is all of [`DeviceMemory`]'s contract that can be
+/// checked without asking the driver.
+pub fn address<M: DeviceMemory + ?Sized>(
+    backend: Backend,
+    call: &'static str,
+    memory: &M,
+    offset: usize,
+    len: usize,
+) -> GpuResult<u64> {
+    range(backend, call, offset, len, memory.len())?;
+    let base = memory.device_ptr();
+    // `usize` is at most 64 bits on every supported target.
+    let end = base.checked_add(memory.len() as u64);
+    if base == 0 || end.is_none() {
+        return Err(GpuError::new(
+            backend,
+            call,
+            ErrorKind::InvalidArgument(format!(
+                "memory at {base:#x}+{} is not memory of a device",
+                memory.len()
+            )),
+        ));
+    }
+    // Cannot overflow: offset <= len() (checked) and base + len() fits.
+    Ok(base + offset as u64)
+}
+
 /// Device limits a launch is checked against.
 #[derive(Clone, Copy, Debug)]
 pub struct LaunchLimits {
+    /// Most threads in one block, over all three dimensions.
     pub max_threads_per_block: u32,
+    /// Largest block along x, y and z.
     pub max_block_dim: [u32; 3],
+    /// Largest grid along x, y and z.
     pub max_grid_dim: [u32; 3],
+    /// Most dynamic shared memory one block may ask for, in bytes.
     pub max_shared_mem_per_block: u32,
 }
 
@@ -104,4 +140,52 @@ pub fn launch_config(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HostApi;
+
+    /// Memory at a fixed address and length.
+    struct Claimed(u64, usize);
+
+    // SAFETY: never handed to a backend; only `address` reads it.
+    unsafe impl DeviceMemory for Claimed {
+        type Api = HostApi;
+        fn device_ptr(&self) -> u64 {
+            self.0
+        }
+        fn len(&self) -> usize {
+            self.1
+        }
+    }
+
+    fn kind(result: GpuResult<u64>) -> ErrorKind {
+        result.unwrap_err().kind
+    }
+
+    #[test]
+    fn address_checks_bounds_null_and_wrap_around() {
+        let memory = Claimed(0x1000, 64);
+        assert_eq!(address(Backend::Host, "t", &memory, 16, 48), Ok(0x1010));
+        assert_eq!(address(Backend::Host, "t", &memory, 64, 0), Ok(0x1040));
+        assert!(matches!(
+            kind(address(Backend::Host, "t", &memory, 16, 49)),
+            ErrorKind::OutOfBounds { .. }
+        ));
+        // Null, past the end of the address space, and ending exactly at 2^64.
+        for forged in [
+            Claimed(0, 64),
+            Claimed(u64::MAX - 31, 64),
+            Claimed(u64::MAX - 63, 64),
+        ] {
+            for (offset, len) in [(0, 0), (0, 16), (8, 8)] {
+                assert!(matches!(
+                    kind(address(Backend::Host, "t", &forged, offset, len)),
+                    ErrorKind::InvalidArgument(_)
+                ));
+            }
+        }
+    }
 }

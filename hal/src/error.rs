@@ -27,20 +27,33 @@ impl fmt::Display for Backend {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum ErrorKind {
     /// The vendor library returned an error code.
-    Vendor { code: i64, name: String },
+    Vendor {
+        /// The numeric code (`CUresult`, `hipError_t`).
+        code: i64,
+        /// The vendor's name for it, e.g. `CUDA_ERROR_INVALID_VALUE`.
+        name: String,
+    },
     /// The vendor library (driver or runtime) could not be loaded.
     LibraryUnavailable(String),
     /// The backend loaded, but there is no device (or none with this ordinal).
     NoDevice {
+        /// The ordinal asked for, if one was.
         requested: Option<usize>,
+        /// How many devices the backend has.
         available: usize,
     },
     /// A size of zero, or one too large to be real.
-    InvalidSize { bytes: u64 },
+    InvalidSize {
+        /// The size asked for.
+        bytes: u64,
+    },
     /// An access past the end of a buffer.
     OutOfBounds {
+        /// Where the access starts, in bytes from the start of the memory.
         offset: u64,
+        /// Bytes accessed.
         len: u64,
+        /// Bytes the memory has.
         capacity: u64,
     },
     /// An argument that makes no sense (launch dimensions, alignment, flags...).
@@ -57,7 +70,12 @@ pub enum ErrorKind {
     /// The module has no kernel by this name.
     KernelNotFound(String),
     /// Launch arguments do not match the kernel's parameters.
-    ArgumentMismatch { kernel: String, detail: String },
+    ArgumentMismatch {
+        /// The kernel launched.
+        kernel: String,
+        /// Which argument is wrong, and how.
+        detail: String,
+    },
     /// The backend cannot load this kind of module artifact.
     UnsupportedArtifact(String),
     /// The backend does not implement this operation on this system.
@@ -65,19 +83,25 @@ pub enum ErrorKind {
     /// A kernel running on the CPU device panicked or a backend thread died.
     KernelFailed(String),
     /// An OS call failed (host backend: shared memory, threads).
-    Os { errno: i32 },
+    Os {
+        /// The OS error number.
+        errno: i32,
+    },
 }
 
 /// An error from a [`crate::GpuApi`] call.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct GpuError {
+    /// The backend whose call failed.
     pub backend: Backend,
     /// The API call that failed, e.g. `"alloc_device"` or `"cuIpcOpenMemHandle"`.
     pub call: &'static str,
+    /// Why it failed.
     pub kind: ErrorKind,
 }
 
 impl GpuError {
+    /// An error of `backend`'s `call`.
     pub fn new(backend: Backend, call: &'static str, kind: ErrorKind) -> Self {
         Self {
             backend,

@@ -23,14 +23,20 @@ pub const HOST_STATIC_SHARED_BYTES: u32 = 48 * 1024;
 /// the kernel call it is passed to.
 #[repr(C)]
 pub struct HostThreadCtx {
+    /// This thread's index in its block (`threadIdx`).
     pub thread_idx: Dim3,
+    /// This thread's block's index in the grid (`blockIdx`).
     pub block_idx: Dim3,
+    /// Threads per block (`blockDim`).
     pub block_dim: Dim3,
+    /// Blocks in the grid (`gridDim`).
     pub grid_dim: Dim3,
     /// Start of this block's shared memory: `HOST_STATIC_SHARED_BYTES` of
     /// static space, then `dynamic_shared_bytes` of dynamic space. 16-aligned.
     pub shared_mem: *mut u8,
+    /// Bytes of dynamic shared memory after the static space.
     pub dynamic_shared_bytes: u32,
+    /// Padding that keeps `barrier` 8-aligned in C as in Rust; zero.
     pub _reserved: u32,
     /// Block barrier (`__syncthreads`): returns when every thread of the block
     /// has called it. Never unwinds.
@@ -47,8 +53,12 @@ pub type HostKernelFn = unsafe extern "C" fn(ctx: *const HostThreadCtx, args: *c
 /// One entry of a host kernel table.
 #[derive(Clone, Copy, Debug)]
 pub struct HostKernel {
+    /// The kernel's name, as in the C++ source and its signature.
     pub name: &'static str,
+    /// The compiled entry point.
     pub entry: HostKernelFn,
+    /// Its parameters as the table lists them (checked against the
+    /// declared signature when a module loads).
     pub params: &'static [ArgKind],
 }
 

@@ -10,7 +10,10 @@
 //! backend passed to another, every call is statically dispatched (the launch
 //! path is measured against raw cudarc), and each resource frees itself on drop
 //! exactly once. What every backend must check before it calls its vendor lives
-//! in [`checks`], so misuse is the same typed [`GpuError`] everywhere.
+//! in [`checks`], so misuse is the same typed [`GpuError`] everywhere. Memory
+//! arguments are generic over [`DeviceMemory`], an `unsafe trait` whose
+//! contract the backends rely on when they hand its addresses to a driver
+//! (its docs say why it is not sealed, and how wgpu-hal differs).
 //!
 //! Kernels come as [`ModuleArtifacts`]: one library compiled several ways
 //! (host table, CUDA source/PTX/cubin, HIP code objects) with declared

@@ -8,15 +8,20 @@ use tandem_shm_core::ShmSafe;
 #[repr(C)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Dim3 {
+    /// Extent along x.
     pub x: u32,
+    /// Extent along y.
     pub y: u32,
+    /// Extent along z.
     pub z: u32,
 }
 
 impl Dim3 {
+    /// `x` by `y` by `z`.
     pub const fn new(x: u32, y: u32, z: u32) -> Self {
         Self { x, y, z }
     }
+    /// `x` by 1 by 1.
     pub const fn linear(x: u32) -> Self {
         Self { x, y: 1, z: 1 }
     }
@@ -31,8 +36,11 @@ impl Dim3 {
 /// Grid, block and dynamic shared memory of a launch.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct LaunchConfig {
+    /// Blocks in the grid.
     pub grid: Dim3,
+    /// Threads in each block.
     pub block: Dim3,
+    /// Dynamic shared memory of each block, in bytes.
     pub shared_mem_bytes: u32,
 }
 
@@ -50,11 +58,17 @@ impl LaunchConfig {
 /// The type of one kernel parameter, as declared in a [`KernelSignature`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum ArgKind {
+    /// `uint32_t`.
     U32,
+    /// `int32_t`.
     I32,
+    /// `uint64_t`.
     U64,
+    /// `int64_t`.
     I64,
+    /// `float`.
     F32,
+    /// `double`.
     F64,
     /// A device address (`T*` in the kernel).
     Ptr,
@@ -66,13 +80,24 @@ pub enum ArgKind {
 /// arguments can be turned into the `void**` array every backend launches with.
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub enum KernelArg<'a> {
+    /// For an [`ArgKind::U32`] parameter.
     U32(u32),
+    /// For an [`ArgKind::I32`] parameter.
     I32(i32),
+    /// For an [`ArgKind::U64`] parameter.
     U64(u64),
+    /// For an [`ArgKind::I64`] parameter.
     I64(i64),
+    /// For an [`ArgKind::F32`] parameter.
     F32(f32),
+    /// For an [`ArgKind::F64`] parameter.
     F64(f64),
+    /// A device address ([`crate::DeviceMemory::device_ptr`], plus an
+    /// offset) for an [`ArgKind::Ptr`] parameter. Launches are `unsafe`
+    /// because nothing checks what it points at.
     Ptr(u64),
+    /// A struct's bytes for an [`ArgKind::Bytes`] parameter of this length
+    /// (see [`KernelArg::value_of`]).
     Bytes(&'a [u8]),
 }
 
@@ -87,6 +112,7 @@ impl<'a> KernelArg<'a> {
         KernelArg::Bytes(bytes)
     }
 
+    /// The parameter type this argument fits.
     pub fn kind(&self) -> ArgKind {
         match self {
             KernelArg::U32(_) => ArgKind::U32,
@@ -150,7 +176,9 @@ pub fn check_args(kernel: &str, params: &[ArgKind], args: &[KernelArg<'_>]) -> R
 /// A kernel's name and parameter types, as declared next to its source.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct KernelSignature {
+    /// The kernel's name in its module.
     pub name: &'static str,
+    /// Its parameters, in order.
     pub params: &'static [ArgKind],
 }
 
@@ -162,7 +190,9 @@ pub struct KernelSignature {
 pub struct ModuleArtifacts<'a> {
     /// Library name, used in errors and as the NVRTC program name.
     pub name: &'a str,
+    /// Every kernel's declared signature, which launches are checked against.
     pub signatures: &'a [KernelSignature],
+    /// The kernels compiled for the CPU device (the host backend's form).
     pub host_table: Option<&'a [crate::host_abi::HostKernel]>,
     /// CUDA C++ source (self-contained: headers already inlined).
     pub cuda_source: Option<&'a str>,
@@ -197,16 +227,23 @@ pub enum NumaSource {
 /// What a device is.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct DeviceProperties {
+    /// The device's ordinal in its backend.
     pub ordinal: usize,
+    /// The vendor's name for the device, e.g. `NVIDIA H100 80GB HBM3`.
     pub name: String,
+    /// Device memory in bytes (host memory for the CPU device).
     pub total_memory: u64,
     /// Streaming multiprocessors (CUDA), compute units (HIP), worker threads (host).
     pub multiprocessor_count: u32,
     /// `sm_90`, `gfx90a`, `host-x86_64`.
     pub arch: String,
+    /// Threads that run in lock step (32 on NVIDIA, 32 or 64 on AMD).
     pub warp_size: u32,
+    /// Most threads in one block.
     pub max_threads_per_block: u32,
+    /// Most shared memory one block may use, in bytes.
     pub max_shared_mem_per_block: u32,
+    /// Whether kernels can address mapped host memory (pinned, registered).
     pub can_map_host_memory: bool,
     /// Whether the device's atomic read-modify-writes on host memory are
     /// atomic with respect to the CPU's (CUDA's hostNativeAtomicSupported:
@@ -216,9 +253,11 @@ pub struct DeviceProperties {
     /// turns, or through protocols where each word has one RMW side (plain
     /// loads and stores across the link are fine).
     pub host_native_atomics: bool,
+    /// The device's PCI address (`0000:3b:00.0`), where it has one.
     pub pci_bus_id: Option<String>,
     /// The host NUMA node closest to the device.
     pub host_numa_node: Option<u32>,
+    /// Where `host_numa_node` came from.
     pub numa_source: NumaSource,
 }
 

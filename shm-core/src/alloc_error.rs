@@ -12,38 +12,72 @@ use crate::layout::AllocatorId;
 pub enum AllocError {
     /// The region cannot hold the allocator's header and a usable heap, or an
     /// attached header claims more bytes than the region has.
-    RegionTooSmall { needed: u64, available: u64 },
+    RegionTooSmall {
+        /// Bytes the structure needs.
+        needed: u64,
+        /// Bytes there are.
+        available: u64,
+    },
     /// The region's base address is null or not aligned to
     /// [`REGION_ALIGN`](crate::REGION_ALIGN) bytes.
-    BadRegionBase { addr: u64 },
+    BadRegionBase {
+        /// The base address given.
+        addr: u64,
+    },
     /// `attach` found no initialised header of this allocator's kind.
-    BadMagic { found: u64 },
+    BadMagic {
+        /// The word found where the magic belongs.
+        found: u64,
+    },
     /// An attached header's geometry is inconsistent (corrupted or written
     /// by something that is not this allocator).
     CorruptHeader,
     /// A free list holds an offset that is not a block of its class:
     /// the shared memory was overwritten.
-    CorruptFreeList { class: usize, off: u64 },
+    CorruptFreeList {
+        /// The size class whose list is broken.
+        class: usize,
+        /// The offset found on it.
+        off: u64,
+    },
     /// No memory left for this request; `available` is the number of bytes
     /// not yet handed out by the bump cursor.
-    Exhausted { requested: u64, available: u64 },
+    Exhausted {
+        /// Bytes asked for.
+        requested: u64,
+        /// Bytes the bump cursor has left.
+        available: u64,
+    },
     /// The alignment is zero, not a power of two, or above what this
     /// allocator (or the mapping's base address) can guarantee.
     BadAlignment(u64),
     /// Zero-byte requests are refused: they would have no address of their own.
     ZeroSize,
     /// The request can never be served, whatever is freed.
-    TooLarge { requested: u64, max: u64 },
+    TooLarge {
+        /// Bytes asked for.
+        requested: u64,
+        /// The most this allocator can ever serve at once.
+        max: u64,
+    },
     /// `AllocatorId::NULL` cannot name an allocator: pointers into it would be null.
     NullAllocatorId,
     /// A free of an offset outside the heap, or not the start of a block's
     /// user data.
-    NotOwned { off: u64 },
+    NotOwned {
+        /// The offset freed.
+        off: u64,
+    },
     /// A free of a block that is already free.
-    DoubleFree { off: u64 },
+    DoubleFree {
+        /// The offset freed.
+        off: u64,
+    },
     /// A free of a pointer that belongs to another allocator.
     WrongAllocator {
+        /// This allocator's id.
         expected: AllocatorId,
+        /// The pointer's.
         found: AllocatorId,
     },
 }

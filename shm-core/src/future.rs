@@ -74,16 +74,36 @@ pub enum FutureError {
     /// The region pointer is null.
     NullRegion,
     /// The region is not aligned for a [`FutureShmHeader`].
-    Misaligned { address: usize, required: usize },
+    Misaligned {
+        /// The region's address.
+        address: usize,
+        /// The alignment it needs.
+        required: usize,
+    },
     /// The region is shorter than the header plus its copy space.
-    RegionTooSmall { needed: usize, available: usize },
+    RegionTooSmall {
+        /// Bytes the structure needs.
+        needed: usize,
+        /// Bytes there are.
+        available: usize,
+    },
     /// The header holds flag bits no version of the protocol defines.
     UnknownFlags(u32),
     /// An input or output does not fit the copy space.
-    CopySpaceTooSmall { needed: usize, available: usize },
+    CopySpaceTooSmall {
+        /// Bytes to copy.
+        needed: usize,
+        /// Bytes of copy space.
+        available: usize,
+    },
     /// A length read from shared memory lies past the copy space: the peer
     /// that wrote it is broken or the memory is not a future.
-    CorruptLength { len: u32, copy_space: u32 },
+    CorruptLength {
+        /// The length read.
+        len: u32,
+        /// Bytes of copy space.
+        copy_space: u32,
+    },
     /// The future is already complete (a second completion, or input written
     /// or read after completion).
     AlreadyComplete,
@@ -198,7 +218,10 @@ impl From<FillError<SerError>> for FutureError {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum WaitOutcome {
     /// The future completed with this return code.
-    Completed { return_code: i32 },
+    Completed {
+        /// What the completer published.
+        return_code: i32,
+    },
     /// The stop flag was raised before completion was seen.
     Stopped,
     /// The caller's deadline passed before completion was seen.

@@ -55,7 +55,14 @@ pub enum PushError<T> {
     /// The lane's ring for that priority is full.
     Full(T),
     /// The lane does not exist.
-    NoSuchLane { lane: u32, lanes: u32, item: T },
+    NoSuchLane {
+        /// The lane asked for.
+        lane: u32,
+        /// Lanes the queue has.
+        lanes: u32,
+        /// The item, handed back.
+        item: T,
+    },
 }
 
 impl<T> PushError<T> {

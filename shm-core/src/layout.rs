@@ -26,11 +26,17 @@ pub const CACHE_LINE: usize = 64;
 /// Magic words identifying an initialised header, so that attaching to garbage
 /// or to the wrong structure is an error instead of undefined behaviour.
 pub mod magic {
-    pub const ARENA: u64 = 0x544e_444d_4152_4e41; // "TNDMARNA"
-    pub const SIZE_CLASS: u64 = 0x544e_444d_5343_4c53; // "TNDMSCLS"
-    pub const RING: u32 = 0x5452_4e47; // "TRNG"
-    pub const LANE_QUEUE: u32 = 0x544c_4e51; // "TLNQ"
+    /// [`ArenaHeader::magic`](super::ArenaHeader::magic): "TNDMARNA".
+    pub const ARENA: u64 = 0x544e_444d_4152_4e41;
+    /// [`SizeClassHeader::magic`](super::SizeClassHeader::magic): "TNDMSCLS".
+    pub const SIZE_CLASS: u64 = 0x544e_444d_5343_4c53;
+    /// [`RingHeader::magic`](super::RingHeader::magic): "TRNG".
+    pub const RING: u32 = 0x5452_4e47;
+    /// [`LaneQueueHeader::magic`](super::LaneQueueHeader::magic): "TLNQ".
+    pub const LANE_QUEUE: u32 = 0x544c_4e51;
+    /// [`BlockHeader::state`](super::BlockHeader::state) of a block handed out.
     pub const BLOCK_ALLOCATED: u32 = 0xA110_CA7E;
+    /// [`BlockHeader::state`](super::BlockHeader::state) of a block on a free list.
     pub const BLOCK_FREE: u32 = 0x0F2E_E0F2;
 }
 
@@ -42,7 +48,10 @@ pub mod magic {
 #[repr(C)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct AllocatorId {
+    /// What kind of allocator, by its owner's convention (tandem-runtime
+    /// uses a tag per role: segment, heap, kernel arena).
     pub major: u32,
+    /// Which one of that kind (tandem-runtime: the segment's index).
     pub minor: u32,
 }
 
@@ -62,7 +71,9 @@ pub const OFFSET_PTR_NULL: i64 = i64::MIN;
 /// that allocator's region. Null is `AllocatorId::NULL` with offset `u64::MAX`.
 #[repr(C)]
 pub struct ShmPtr<T> {
+    /// The allocator whose region the target lies in.
     pub alloc_id: AllocatorId,
+    /// Bytes from the start of that region to the target.
     pub off: u64,
     pub(crate) _target: PhantomData<*mut T>,
 }
@@ -79,7 +90,9 @@ impl<T> Copy for ShmPtr<T> {}
 /// A local address together with the portable pointer it was made from.
 #[repr(C)]
 pub struct FullPtr<T> {
+    /// The target's address in this process (or kernel).
     pub ptr: *mut T,
+    /// The portable pointer `ptr` was resolved from.
     pub shm: ShmPtr<T>,
 }
 
@@ -110,10 +123,16 @@ pub enum BackendKind {
 #[repr(C)]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct MemoryBackend {
+    /// The allocator the region belongs to; pointers of another id are refused.
     pub id: AllocatorId,
+    /// A [`BackendKind`] as `u32` (checked when read: the descriptor may
+    /// come from a peer).
     pub kind: u32,
+    /// Reserved; 0.
     pub flags: u32,
+    /// The region's address for whoever holds this descriptor.
     pub base: u64,
+    /// Bytes in the region.
     pub capacity: u64,
 }
 
@@ -124,6 +143,7 @@ pub struct MemoryBackend {
 /// An atomic on a cache line of its own.
 #[repr(C, align(64))]
 pub struct PaddedAtomicU64 {
+    /// The atomic itself; the rest of the line is padding.
     pub value: AtomicU64,
 }
 
@@ -147,9 +167,13 @@ impl PaddedAtomicU64 {
 /// Offsets (`heap_begin`, `heap_end`, `cursor`) are relative to the header.
 #[repr(C, align(64))]
 pub struct ArenaHeader {
+    /// [`magic::ARENA`] once initialised.
     pub magic: u64,
+    /// The allocator's id, stamped into every pointer it hands out.
     pub id: AllocatorId,
+    /// Offset of the first byte handed out.
     pub heap_begin: u64,
+    /// Offset one past the last byte that may be handed out.
     pub heap_end: u64,
     /// Next free byte; only ever grows (until `reset`).
     pub cursor: PaddedAtomicU64,
@@ -161,8 +185,11 @@ pub struct ArenaHeader {
 #[repr(C)]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct ThreadArena {
+    /// The parent arena's id.
     pub id: AllocatorId,
+    /// Offset of the next free byte.
     pub cursor: u64,
+    /// Offset one past the sub-arena's last byte.
     pub end: u64,
 }
 
@@ -178,11 +205,17 @@ pub const MIN_BLOCK: u64 = 32;
 /// a 24-bit ABA tag above a 40-bit (offset / 16).
 #[repr(C, align(64))]
 pub struct SizeClassHeader {
+    /// [`magic::SIZE_CLASS`] once initialised.
     pub magic: u64,
+    /// The allocator's id, stamped into every pointer it hands out.
     pub id: AllocatorId,
+    /// Offset of the first block.
     pub heap_begin: u64,
+    /// Offset one past the last byte blocks may use.
     pub heap_end: u64,
+    /// Offset where the next never-used block is carved; only grows.
     pub bump: PaddedAtomicU64,
+    /// Per class, the tagged head of its free list (offset 0: empty).
     pub free_heads: [PaddedAtomicU64; SIZE_CLASSES],
 }
 
@@ -192,6 +225,7 @@ pub struct BlockHeader {
     /// `magic::BLOCK_ALLOCATED` or `magic::BLOCK_FREE`; a free of a block whose
     /// state is not `BLOCK_ALLOCATED` is refused (double free, wild pointer).
     pub state: AtomicU32,
+    /// The block's size class (its size is `MIN_BLOCK << class`).
     pub class: u32,
     /// Next free block's header offset while on a free list.
     pub next: AtomicU64,
@@ -203,7 +237,9 @@ pub struct BlockHeader {
 
 /// `RingHeader::kind` values.
 pub mod ring_kind {
+    /// One producer, one consumer.
     pub const SPSC: u32 = 1;
+    /// Any number of producers and consumers.
     pub const MPMC: u32 = 2;
     /// [`LlSlot`](super::LlSlot)s: records whose words carry their own tags.
     pub const LL: u32 = 3;
@@ -217,13 +253,21 @@ pub mod ring_kind {
 /// element, for both kinds.
 #[repr(C, align(64))]
 pub struct RingHeader {
+    /// [`magic::RING`] once initialised.
     pub magic: u32,
+    /// A [`ring_kind`] value.
     pub kind: u32,
+    /// Slots in the ring.
     pub capacity: u32,
+    /// Size of the element type, checked when a ring is attached to.
     pub elem_size: u32,
+    /// Alignment of the element type, checked likewise.
     pub elem_align: u32,
+    /// Bytes from one slot to the next.
     pub slot_stride: u32,
+    /// Next position to read.
     pub head: PaddedAtomicU64,
+    /// Next position to write.
     pub tail: PaddedAtomicU64,
 }
 
@@ -240,6 +284,7 @@ pub const RING_SLOTS_OFFSET: usize = core::mem::size_of::<RingHeader>() + CACHE_
 /// `seq = 2(t + capacity)`. The element follows at `round_up(8, align)`.
 #[repr(C)]
 pub struct RingSlotHeader {
+    /// The slot's sequence number, as above.
     pub seq: AtomicU64,
 }
 
@@ -254,7 +299,9 @@ pub const LL_RECORD_WORDS: usize = 14;
 /// position t once every word of it carries tag `(2t + 1) as u32`.
 #[repr(C)]
 pub struct LlSlot {
+    /// The slot's sequence number, as above.
     pub seq: AtomicU64,
+    /// The tagged length word, then the tagged data words.
     pub words: [AtomicU64; 1 + LL_RECORD_WORDS],
 }
 
@@ -263,10 +310,15 @@ pub struct LlSlot {
 /// at `LANE_QUEUE_RINGS_OFFSET`.
 #[repr(C, align(64))]
 pub struct LaneQueueHeader {
+    /// [`magic::LANE_QUEUE`] once initialised.
     pub magic: u32,
+    /// Lanes in the queue.
     pub num_lanes: u32,
+    /// Slots of each ring.
     pub depth: u32,
+    /// Size of the element type, checked when the queue is attached to.
     pub elem_size: u32,
+    /// Bytes from one ring to the next.
     pub ring_bytes: u64,
 }
 
@@ -296,8 +348,11 @@ pub mod future_flags {
 /// followed in memory by `copy_space_size` bytes of copy space.
 #[repr(C, align(16))]
 pub struct FutureShmHeader {
+    /// [`future_flags`] bits.
     pub flags: AtomicU32,
+    /// The task's result, final once `flags` has `COMPLETE`.
     pub return_code: AtomicI32,
+    /// Bytes of copy space after the header.
     pub copy_space_size: u32,
     /// Bytes of input the submitter serialized into the copy space.
     pub input_len: AtomicU32,

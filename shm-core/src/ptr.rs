@@ -23,13 +23,27 @@ pub enum PtrError {
     Null,
     /// The pointer belongs to another allocator than the backend describes.
     WrongAllocator {
+        /// The backend's allocator.
         expected: AllocatorId,
+        /// The pointer's.
         found: AllocatorId,
     },
     /// `len` bytes at `off` do not fit in a region of `capacity` bytes.
-    OutOfBounds { off: u64, len: u64, capacity: u64 },
+    OutOfBounds {
+        /// The pointer's offset.
+        off: u64,
+        /// Bytes of the pointee.
+        len: u64,
+        /// Bytes in the region.
+        capacity: u64,
+    },
     /// The resolved address is not aligned for the pointee type.
-    Misaligned { addr: u64, align: u64 },
+    Misaligned {
+        /// The resolved address.
+        addr: u64,
+        /// The pointee type's alignment.
+        align: u64,
+    },
     /// A `MemoryBackend::kind` that names no [`BackendKind`].
     InvalidBackendKind(u32),
 }

@@ -59,15 +59,33 @@ impl Backoff {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum RingError {
     /// The region is shorter than the structure needs.
-    RegionTooSmall { needed: usize, available: usize },
+    RegionTooSmall {
+        /// Bytes the structure needs.
+        needed: usize,
+        /// Bytes there are.
+        available: usize,
+    },
     /// The region pointer is null.
     NullRegion,
     /// The region does not start on the alignment its header needs.
-    Misaligned { address: usize, required: usize },
+    Misaligned {
+        /// The region's address.
+        address: usize,
+        /// The alignment the header needs.
+        required: usize,
+    },
     /// The region holds no initialised structure of this family.
-    BadMagic { found: u32 },
+    BadMagic {
+        /// The word found where the magic belongs.
+        found: u32,
+    },
     /// The region holds a ring of another kind (`layout::ring_kind`).
-    WrongKind { expected: u32, found: u32 },
+    WrongKind {
+        /// The kind asked for.
+        expected: u32,
+        /// The kind in the header.
+        found: u32,
+    },
     /// Capacities (and lane depths) must be powers of two ...
     CapacityNotPowerOfTwo(u32),
     /// ... and not zero.
@@ -76,16 +94,23 @@ pub enum RingError {
     ZeroLanes,
     /// The ring was initialised for another element type.
     ElementMismatch {
+        /// Size of the element type attaching.
         expected_size: u32,
+        /// Size the ring was initialised for.
         found_size: u32,
+        /// Alignment of the element type attaching.
         expected_align: u32,
+        /// Alignment the ring was initialised for.
         found_align: u32,
     },
     /// A header field derived from the others holds the wrong value: the
     /// header is corrupt or was written by an incompatible version.
     HeaderMismatch {
+        /// The header field.
         field: &'static str,
+        /// The value the other fields imply.
         expected: u64,
+        /// The value it holds.
         found: u64,
     },
 }

@@ -44,7 +44,12 @@ pub enum NameError {
     /// The name is empty.
     Empty,
     /// The name is longer than [`MAX_NAME_LEN`].
-    TooLong { len: usize, max: usize },
+    TooLong {
+        /// The name's length in bytes.
+        len: usize,
+        /// The most allowed.
+        max: usize,
+    },
     /// The name contains `/` (names are a single path component).
     ContainsSlash,
     /// The name contains a NUL byte.
@@ -76,14 +81,22 @@ pub enum SegmentError {
     /// named segment whose creator has not sized it yet reads as empty).
     ZeroLength,
     /// The length does not fit the OS's file offset or this address space.
-    TooLarge { len: u64 },
+    TooLarge {
+        /// The length asked for or found.
+        len: u64,
+    },
     /// `create_named`: the name exists (its creator still holds it, it was
     /// left behind by a process that died, or another process is removing
     /// it right now).
-    Exists { name: String },
+    Exists {
+        /// The segment's name.
+        name: String,
+    },
     /// An OS call failed; `source` carries its errno.
     Os {
+        /// The OS call, e.g. `shm_open`.
         call: &'static str,
+        /// Its error.
         source: io::Error,
     },
 }

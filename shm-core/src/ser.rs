@@ -36,9 +36,19 @@ use core::fmt;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum SerError {
     /// Writing a value needs `needed` bytes but only `available` remain.
-    BufferTooSmall { needed: usize, available: usize },
+    BufferTooSmall {
+        /// Bytes the value needs.
+        needed: usize,
+        /// Bytes left in the buffer.
+        available: usize,
+    },
     /// Reading a value needs `needed` bytes but only `available` remain.
-    UnexpectedEnd { needed: usize, available: usize },
+    UnexpectedEnd {
+        /// Bytes the value needs.
+        needed: usize,
+        /// Bytes left in the buffer.
+        available: usize,
+    },
     /// A `bool` byte that is neither 0 nor 1.
     InvalidBool(u8),
     /// A string's bytes are not UTF-8.

@@ -2,8 +2,9 @@
 //! takes a device of backend `A` and panics (fails its test) on a deviation;
 //! `tests/conformance.rs` runs each one on every backend built in.
 //!
-//! Synchronous copies do not wait for stream work on every backend, so the
-//! functions synchronise a stream before they read what it wrote.
+//! Synchronous copies are complete when they return but do not wait for
+//! stream work ([`GpuDevice`]'s rule), so the functions synchronise a stream
+//! before they read what it wrote.
 
 use tandem_hal::checks::MAX_ALLOCATION;
 use tandem_hal::{
@@ -170,6 +171,96 @@ pub fn out_of_bounds_accesses_are_refused<A: GpuApi>(device: &A::Device) {
     device.synchronize_stream(&stream).unwrap();
 }
 
+/// Memory that claims `len` bytes at `ptr`, whatever is there.
+struct Forged<A> {
+    ptr: u64,
+    len: usize,
+    api: core::marker::PhantomData<A>,
+}
+
+impl<A> Forged<A> {
+    fn at(ptr: u64, len: usize) -> Self {
+        Self {
+            ptr,
+            len,
+            api: core::marker::PhantomData,
+        }
+    }
+}
+
+// SAFETY: breaks the contract on purpose, only in the two ways the trait
+// documents as errors every backend refuses before calling its vendor: a null
+// address and a range that wraps around the address space (what the test
+// checks). Any other lie would be undefined behaviour on a GPU.
+unsafe impl<A: GpuApi> DeviceMemory for Forged<A> {
+    type Api = A;
+    fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Safe code cannot forge memory: [`DeviceMemory`] is an `unsafe trait`, so
+/// a type claiming an address of its choosing does not compile without an
+/// `unsafe impl`, for any backend (E0200 pins the reason):
+///
+/// ```compile_fail,E0200
+/// use tandem_hal::{DeviceMemory, GpuApi};
+///
+/// struct Forged<A>(core::marker::PhantomData<A>);
+///
+/// impl<A: GpuApi> DeviceMemory for Forged<A> {
+///     type Api = A;
+///     fn device_ptr(&self) -> u64 {
+///         0x7f00_0000_0000
+///     }
+///     fn len(&self) -> usize {
+///         1 << 20
+///     }
+/// }
+/// ```
+///
+/// And what a backend can check of an `unsafe impl`'s promise without asking
+/// its driver, it checks: memory at address 0, or running past the end of
+/// the address space, is `InvalidArgument` for every copy and fill, sync or
+/// async, even an empty one, and nothing is queued.
+pub fn forged_memory_is_refused<A: GpuApi>(device: &A::Device) {
+    let real = device.alloc_device(4096).unwrap();
+    let stream = device.create_stream().unwrap();
+    for forged in [
+        Forged::<A>::at(0, 4096),
+        // The last 2 KiB of the address space, claiming 4 KiB.
+        Forged::<A>::at(u64::MAX - 2047, 4096),
+        Forged::<A>::at(u64::MAX, usize::MAX),
+    ] {
+        let what = format!("{:#x}+{}", forged.ptr, forged.len);
+        let refused = |result: GpuResult<()>| {
+            let kind = kind(result);
+            assert!(
+                matches!(kind, ErrorKind::InvalidArgument(_)),
+                "{what}: expected InvalidArgument, got {kind:?}"
+            );
+        };
+        refused(device.copy_to_device(&forged, 0, &[1; 16]));
+        refused(device.copy_to_device(&forged, 0, &[]));
+        refused(device.copy_from_device(&mut [0; 16], &forged, 16));
+        refused(device.copy_device_to_device(&forged, 0, &real, 0, 16));
+        refused(device.copy_device_to_device(&real, 0, &forged, 0, 16));
+        refused(device.fill(&forged, 0, 16, 0xff));
+        refused(device.fill(&forged, 0, 0, 0xff));
+        refused(device.fill_async(&stream, &forged, 0, 16, 0xff));
+        refused(device.copy_device_to_device_async(&stream, &real, 0, &forged, 0, 16));
+        // SAFETY: refused before anything is enqueued (asserted).
+        refused(unsafe { device.copy_to_device_async(&stream, &forged, 8, &[1; 8]) });
+        let mut sink = [0u8; 8];
+        // SAFETY: as above.
+        refused(unsafe { device.copy_from_device_async(&stream, &mut sink, &forged, 0) });
+    }
+    device.synchronize_stream(&stream).unwrap();
+}
+
 /// `fill` sets exactly the bytes asked for.
 pub fn fill_sets_a_range<A: GpuApi>(device: &A::Device) {
     let buffer = device.alloc_device(1024).unwrap();
@@ -180,6 +271,88 @@ pub fn fill_sets_a_range<A: GpuApi>(device: &A::Device) {
     let mut expected = vec![0u8; 1024];
     expected[10..30].fill(0xab);
     assert_eq!(back, expected);
+}
+
+/// Synchronous copies and fills are complete when they return, as
+/// [`GpuDevice`] promises: a kernel launched right after on a stream (which
+/// does not synchronise with them) sees every byte, and so does the host
+/// reading mapped memory right after. A backend that returned while its
+/// driver still moved the data would race here; the buffers are large enough
+/// (16 MiB) that a GPU could not usually finish in the time the next call takes.
+pub fn synchronous_copies_and_fills_are_complete<A: GpuApi>(device: &A::Device) {
+    const N: usize = 4 << 20;
+    const BYTES: usize = N * 4;
+    let module = kernels(device);
+    let stream = device.create_stream().unwrap();
+    let config = LaunchConfig::linear(64, 256);
+    let add_one = |memory: &<A::Device as GpuDevice>::DeviceBuffer| {
+        let args = [
+            KernelArg::Ptr(memory.device_ptr()),
+            KernelArg::U64(N as u64),
+            KernelArg::U32(1),
+        ];
+        launch(device, &module, "tandem_add_u32", config, &args, &stream);
+        device.synchronize_stream(&stream).unwrap();
+    };
+    let expect_words =
+        |memory: &<A::Device as GpuDevice>::DeviceBuffer, what: &str, f: &dyn Fn(usize) -> u32| {
+            let words = read_u32s(device, memory, N);
+            if let Some(i) = (0..N).find(|&i| words[i] != f(i)) {
+                panic!("{what}: word {i} is {:#x}, expected {:#x}", words[i], f(i));
+            }
+        };
+
+    let buffer = device.alloc_device(BYTES).unwrap();
+    device.fill(&buffer, 0, BYTES, 0x11).unwrap();
+    add_one(&buffer);
+    expect_words(&buffer, "fill, then a kernel", &|_| 0x1111_1112);
+
+    let words: Vec<u32> = (0..N as u32)
+        .map(|i| i.wrapping_mul(2_654_435_761))
+        .collect();
+    device
+        .copy_to_device(&buffer, 0, &u32_bytes(&words))
+        .unwrap();
+    add_one(&buffer);
+    expect_words(&buffer, "copy_to_device, then a kernel", &|i| {
+        words[i].wrapping_add(1)
+    });
+
+    let other = device.alloc_device(BYTES).unwrap();
+    device
+        .copy_device_to_device(&other, 0, &buffer, 0, BYTES)
+        .unwrap();
+    add_one(&other);
+    expect_words(&other, "copy_device_to_device, then a kernel", &|i| {
+        words[i].wrapping_add(2)
+    });
+
+    // The host reads mapped memory right after each call, with no wait.
+    let host_view = |memory: &dyn HostMemory<Api = A>| {
+        // SAFETY: BYTES of live mapped memory; no stream work touches it.
+        unsafe { core::slice::from_raw_parts(memory.host_ptr().cast_const(), BYTES) }.to_vec()
+    };
+    let pinned = device.alloc_pinned_mapped(BYTES).unwrap();
+    device
+        .copy_device_to_device(&pinned, 0, &buffer, 0, BYTES)
+        .unwrap();
+    assert!(
+        host_view(&pinned)
+            == u32_bytes(&words.iter().map(|w| w.wrapping_add(1)).collect::<Vec<_>>()),
+        "copy_device_to_device into pinned memory, then the host"
+    );
+    let managed = device.alloc_managed(BYTES).unwrap();
+    device.fill(&managed, 0, BYTES, 0x5a).unwrap();
+    assert!(
+        host_view(&managed).iter().all(|&b| b == 0x5a),
+        "fill of managed memory, then the host"
+    );
+    let bytes = pattern(BYTES, 3);
+    device.copy_to_device(&managed, 0, &bytes).unwrap();
+    assert!(
+        host_view(&managed) == bytes,
+        "copy_to_device into managed memory, then the host"
+    );
 }
 
 /// Device-to-device copies move the right bytes, sync and async.

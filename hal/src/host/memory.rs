@@ -3,13 +3,15 @@
 //! another process can map it (exportable buffers by name).
 //!
 //! # Validity of addresses
-//! Copies and fills take any `impl DeviceMemory<Api = HostApi>`, a trait
-//! anyone can implement, and on this backend a device address is a host
-//! address a bad value of which would be undefined behaviour. So every live
-//! allocation, registration and IPC mapping is entered in a process-wide
-//! registry of regions, and a copy or fill first finds the region that
-//! contains the whole memory object (else `InvalidArgument`, like a GPU
-//! driver rejecting an unknown pointer). The region is reference-counted:
+//! Copies and fills take any `impl DeviceMemory<Api = HostApi>`, whose
+//! implementations promise (it is an `unsafe trait`) to name live memory of
+//! this device. On this backend a device address is a host address, a bad
+//! value of which would be undefined behaviour, and checking is cheap: every
+//! live allocation, registration and IPC mapping is entered in a
+//! process-wide registry of regions, and a copy or fill first finds the
+//! region that contains the whole memory object (else `InvalidArgument`,
+//! like a GPU driver rejecting an unknown pointer), so even a broken
+//! promise cannot make a copy touch memory the device does not own. The region is reference-counted:
 //! asynchronous commands hold it, so dropping a buffer with work still queued
 //! is safe (the unmap waits for the work), as on CUDA.
 
@@ -110,7 +112,7 @@ fn resolve(
     offset: usize,
     len: usize,
 ) -> GpuResult<(Address, Arc<Region>)> {
-    checks::range(Backend::Host, call, offset, len, memory.len())?;
+    let address = checks::address(Backend::Host, call, memory, offset, len)?;
     let start = usize::try_from(memory.device_ptr()).unwrap_or(usize::MAX);
     let registry = registry();
     let region = containing(&registry, start, memory.len()).ok_or_else(|| {
@@ -123,7 +125,7 @@ fn resolve(
         )
     })?;
     // In bounds of `memory` (checked), which is inside the region.
-    Ok((Address((start + offset) as *mut u8), Arc::clone(region)))
+    Ok((Address(address as usize as *mut u8), Arc::clone(region)))
 }
 
 /// A command copying host bytes into `dst`.
@@ -277,7 +279,9 @@ impl HostBuffer {
     }
 }
 
-impl DeviceMemory for HostBuffer {
+// SAFETY: the buffer's bytes are its region's mapping, which the `Arc` keeps
+// mapped while `self` lives; base and length never change.
+unsafe impl DeviceMemory for HostBuffer {
     type Api = HostApi;
     fn device_ptr(&self) -> u64 {
         self.region.base as u64
@@ -287,7 +291,8 @@ impl DeviceMemory for HostBuffer {
     }
 }
 
-impl HostMemory for HostBuffer {
+// SAFETY: on this device the host address is the device address.
+unsafe impl HostMemory for HostBuffer {
     fn host_ptr(&self) -> *mut u8 {
         self.region.base
     }
@@ -343,7 +348,9 @@ impl HostRegistration {
     }
 }
 
-impl DeviceMemory for HostRegistration {
+// SAFETY: the registered region stays mapped until the registration is
+// dropped (`register_host`'s contract); base and length never change.
+unsafe impl DeviceMemory for HostRegistration {
     type Api = HostApi;
     fn device_ptr(&self) -> u64 {
         self.region.base as u64
@@ -353,7 +360,8 @@ impl DeviceMemory for HostRegistration {
     }
 }
 
-impl HostMemory for HostRegistration {
+// SAFETY: on this device the host address is the device address.
+unsafe impl HostMemory for HostRegistration {
     fn host_ptr(&self) -> *mut u8 {
         self.region.base
     }
@@ -419,7 +427,9 @@ impl HostIpcBuffer {
     }
 }
 
-impl DeviceMemory for HostIpcBuffer {
+// SAFETY: the shared mapping lives as long as any open of the handle, and
+// `len` is the handle's length, which the opened segment was checked to hold.
+unsafe impl DeviceMemory for HostIpcBuffer {
     type Api = HostApi;
     fn device_ptr(&self) -> u64 {
         self.mapping.region.base as u64

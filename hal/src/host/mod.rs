@@ -4,10 +4,10 @@
 //! | GPU notion | CPU device |
 //! |---|---|
 //! | device memory, pinned, managed | host memory in shared-memory segments; device address = host address |
-//! | stream | a FIFO of commands run by one worker thread ([`stream`]) |
-//! | event | recorded/completed counters, in shared memory when interprocess ([`event`]) |
-//! | block | `block.count()` pool threads running concurrently, with a barrier and zeroed shared memory ([`launch`]) |
-//! | IPC handle | the name of a POSIX shared-memory segment ([`ipc`]) |
+//! | stream | a FIFO of commands run by one worker thread (module `stream`) |
+//! | event | recorded/completed counters, in shared memory when interprocess (module `event`) |
+//! | block | `block.count()` pool threads running concurrently, with a barrier and zeroed shared memory (module `launch`) |
+//! | IPC handle | the name of a POSIX shared-memory segment (module `ipc`) |
 //!
 //! Properties: `multiprocessor_count` is the number of CPUs available to the
 //! process (also how many blocks run at once, see [`resident_blocks`]);
