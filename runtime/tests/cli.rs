@@ -2,22 +2,14 @@
 //! errors that name the problem and exit 2, JSON that parses, the demo's
 //! wording and verdict, and the example configuration.
 
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
 
 use tandem_runtime::Config;
 
-/// `tandem args...`: from `$TANDEM_BIN_DIR` when set (a GPU bundle), else
-/// the binary cargo built for this package.
 fn tandem(args: &[&str]) -> Output {
-    let exe = match std::env::var_os("TANDEM_BIN_DIR") {
-        Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
-        None => env!("CARGO_BIN_EXE_tandem").into(),
-    };
-    Command::new(exe)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run tandem")
+    common::tandem().args(args).output().expect("run tandem")
 }
 
 fn text(bytes: &[u8]) -> String {

@@ -3,19 +3,17 @@
 //! allocator. Every record arrives once, intact; a producer killed mid-stream
 //! leaves the consumer with a clear error and the records sent so far, not a hang.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// `tandem exchange ...`: from `$TANDEM_BIN_DIR` when set (a GPU bundle), else
-/// the binary cargo built for this package.
+use common::lines;
+
+/// `tandem exchange ...`.
 fn peer() -> Command {
-    let exe = match std::env::var_os("TANDEM_BIN_DIR") {
-        Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
-        None => env!("CARGO_BIN_EXE_tandem").into(),
-    };
-    let mut cmd = Command::new(exe);
+    let mut cmd = common::tandem();
     cmd.arg("exchange")
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -34,20 +32,6 @@ impl Drop for Reaped {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// Forwards each stdout line of `child` into a channel.
-fn lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    let out = child.stdout.take().expect("piped stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 fn next_line_with(rx: &mpsc::Receiver<String>, prefix: &str, seen: &mut Vec<String>) -> String {

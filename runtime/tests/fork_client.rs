@@ -4,6 +4,8 @@
 //! reported not answering while they wait on; the segment a killed one left
 //! behind is reclaimed by the next runtime on its name.
 
+mod common;
+
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
@@ -30,12 +32,7 @@ fn forked() -> Client {
 }
 
 fn forked_with(config: &Config) -> Client {
-    // A GPU bundle carries the binary away from the build machine.
-    let exe = match std::env::var_os("TANDEM_BIN_DIR") {
-        Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
-        None => env!("CARGO_BIN_EXE_tandem").into(),
-    };
-    Client::fork_runtime_with(&exe, config).expect("fork")
+    Client::fork_runtime_with(&common::tandem_exe(), config).expect("fork")
 }
 
 /// Removes the named segment when the test ends, failed or not (declared

@@ -2,53 +2,21 @@
 //! their named segments in /dev/shm: `run` shuts down cleanly, the demo
 //! removes its segments and exits with 128 + the signal.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::{lines, Cleanup};
+
 fn tandem() -> Command {
-    // A GPU bundle carries the binary away from the build machine.
-    let exe = match std::env::var_os("TANDEM_BIN_DIR") {
-        Some(dir) => PathBuf::from(dir).join("tandem"),
-        None => env!("CARGO_BIN_EXE_tandem").into(),
-    };
-    let mut cmd = Command::new(exe);
+    let mut cmd = common::tandem();
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     cmd
-}
-
-/// Kills the child and removes what the test created if it fails midway.
-struct Guard {
-    child: Child,
-    files: Vec<PathBuf>,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        for file in &self.files {
-            let _ = std::fs::remove_file(file);
-        }
-    }
-}
-
-/// Each stdout line of `child`, through a channel.
-fn lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    let out = child.stdout.take().expect("piped stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 fn line_starting(rx: &mpsc::Receiver<String>, prefix: &str) -> String {
@@ -98,16 +66,17 @@ fn run_until(sig: libc::c_int, tag: &str) {
         .arg("--announce")
         .spawn()
         .expect("spawn tandem run");
-    let mut guard = Guard {
-        child,
+    let mut guard = Cleanup {
+        children: vec![child],
         files: vec![config, shm.clone()],
     };
-    let out = lines(&mut guard.child);
+    let child = &mut guard.children[0];
+    let out = lines(child);
     let ready = line_starting(&out, "ready ");
     assert!(ready.contains(&name), "{ready}");
     assert!(shm.exists(), "no segment while serving");
-    signal(&guard.child, sig);
-    let status = exit_of(&mut guard.child);
+    signal(child, sig);
+    let status = exit_of(child);
     assert!(
         status.success(),
         "tandem run after signal {sig}: {status:?}"
@@ -130,19 +99,20 @@ fn sigint_mid_demo_removes_its_segments_and_exits_130() {
     let child = tandem().arg("demo").spawn().expect("spawn tandem demo");
     // The demo's CPU segment has the default name of its first runtime.
     let shm = PathBuf::from(format!("/dev/shm/tandem-{}-0", child.id()));
-    let mut guard = Guard {
-        child,
+    let mut guard = Cleanup {
+        children: vec![child],
         files: vec![shm.clone()],
     };
-    let out = lines(&mut guard.child);
+    let child = &mut guard.children[0];
+    let out = lines(child);
     // Printed just before the echo kernel starts (on whichever device).
     line_starting(&out, "kernel on the ");
     assert!(shm.exists(), "no segment while the demo runs");
-    signal(&guard.child, libc::SIGINT);
-    let status = exit_of(&mut guard.child);
+    signal(child, libc::SIGINT);
+    let status = exit_of(child);
     assert_eq!(status.code(), Some(128 + libc::SIGINT), "{status:?}");
     assert!(!shm.exists(), "the demo left {} behind", shm.display());
-    let pid = guard.child.id().to_string();
+    let pid = child.id().to_string();
     let left: Vec<_> = std::fs::read_dir("/dev/shm")
         .expect("/dev/shm")
         .filter_map(Result::ok)

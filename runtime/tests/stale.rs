@@ -2,9 +2,13 @@
 //! whose owner was killed are found by their header and removed; a live
 //! runtime's segment and files that are not Tandem's are left alone.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use common::Cleanup;
 
 use tandem_hal::HostApi;
 use tandem_runtime::config::DeviceSelection;
@@ -12,34 +16,11 @@ use tandem_runtime::stale::{clean_stale_segments, StaleSegment, StaleWhy};
 use tandem_runtime::{Config, Registry, Runtime, RuntimeError};
 
 fn tandem() -> Command {
-    // A GPU bundle carries the binary away from the build machine.
-    let exe = match std::env::var_os("TANDEM_BIN_DIR") {
-        Some(dir) => PathBuf::from(dir).join("tandem"),
-        None => env!("CARGO_BIN_EXE_tandem").into(),
-    };
-    let mut cmd = Command::new(exe);
+    let mut cmd = common::tandem();
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
     cmd
-}
-
-/// Removes the test's files (and kills its children) however it ends.
-struct Cleanup {
-    children: Vec<Child>,
-    files: Vec<PathBuf>,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for file in &self.files {
-            let _ = std::fs::remove_file(file);
-        }
-    }
 }
 
 /// Starts `command`, waits for its line starting with `ready`, kills it

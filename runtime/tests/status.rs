@@ -2,7 +2,9 @@
 //! status block of the named CPU segment, and its JSON carries the counts of
 //! the tasks run here; the worker count is capped by the cores.
 
-use std::process::{Command, Output};
+mod common;
+
+use std::process::Output;
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
@@ -43,18 +45,8 @@ fn config(name: &str, workers: usize) -> Config {
     }
 }
 
-/// `tandem args...`: from `$TANDEM_BIN_DIR` when set (a GPU bundle), else
-/// the binary cargo built for this package.
 fn tandem(args: &[&str]) -> Output {
-    let exe = match std::env::var_os("TANDEM_BIN_DIR") {
-        Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
-        None => env!("CARGO_BIN_EXE_tandem").into(),
-    };
-    Command::new(exe)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run tandem")
+    common::tandem().args(args).output().expect("run tandem")
 }
 
 #[test]
