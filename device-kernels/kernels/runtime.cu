@@ -8,15 +8,8 @@ using tandem::u32;
 using tandem::u64;
 using tandem::u8;
 
-/// `runtime::task::math` (pool 1: noop = 0, add(u64 a, u64 b) -> u64 = 1,
-/// sum(u64 values[6]) -> u64 = 2).
-namespace math {
-constexpr u32 POOL = 1;
-constexpr u32 NOOP = 0;
-constexpr u32 ADD = 1;
-constexpr u32 SUM = 2;
-constexpr u32 SUM_VALUES = 6;
-}  // namespace math
+/// The runtime's math pool (`runtime::task::math`; ids in tandem/runtime.h).
+namespace math = tandem::rt_math;
 
 /// Copy space of each thread's future: task header + six u64s (a sum's
 /// arguments, too large to travel inline in a lane record), with room.

@@ -112,10 +112,10 @@ bindgen_module! {
 }
 
 bindgen_module! {
-    /// `tandem/runtime.h`'s mirrors of tandem-runtime's segment layout (as
+    /// `tandem/runtime.h`'s mirrors of tandem-runtime's wire format (as
     /// bindgen read them, committed): `root::tandem::RuntimeSegmentHeader`,
-    /// `TaskHeader`, `RtInbox`, the `RT_*` constants, `rt_record` and
-    /// `rt_notify`. For tandem-runtime's compile-time checks; kernels use the
-    /// header itself.
+    /// `TaskHeader`, `RtInbox`, `rt_priority`, the `RT_*` constants,
+    /// `rt_record`, `rt_notify`, `rt_ticket` and `rt_math`. For
+    /// tandem-runtime's compile-time checks; kernels use the header itself.
     pub mod runtime_mirror = "cpp_runtime.rs";
 }

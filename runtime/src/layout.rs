@@ -1,8 +1,12 @@
-//! The runtime's shared-memory layouts: the header at offset 0 of every queue
-//! segment (the CPU segment and one per device) and the task header at the
-//! start of every task's bytes. Mirrored field by field in
-//! `device-kernels/include/tandem/runtime.h` (static_asserts there repeat the
-//! ones below).
+//! The runtime's wire format, every constant and layout of it in one place:
+//! the header at offset 0 of every queue segment (the CPU segment and one per
+//! device), the task header at the start of every task's bytes, the words of
+//! a lane record, the notify word, the return codes the runtime stores, the
+//! device tickets' indices and the ids of the built-in `math` pool. What
+//! kernels read is mirrored in `device-kernels/include/tandem/runtime.h`
+//! (static_asserts there repeat the ones below) and compared with it, item
+//! by item, when this crate compiles (`cpp_mirror` below); the rest is
+//! host-only. Other modules use these, never the numbers.
 //!
 //! A queue segment is laid out as
 //!
@@ -31,6 +35,7 @@
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
+use tandem_shm_core::ser::Reader;
 use tandem_shm_core::AllocatorId;
 
 /// `SegmentHeader::magic` once the segment is fully initialised ("TNDMRTSG").
@@ -59,29 +64,32 @@ pub mod inbox {
     pub const RINGS: u32 = 2;
 }
 
-/// Indices of a device segment's device tickets (`tandem::DeviceTickets`,
-/// `tandem_device_kernels::DEVICE_TICKETS_BYTES` each): the producers of lane
-/// `l` at priority `p` at `2l + p`, then the inbox's GPU-side counters.
+/// Where each of a device segment's device tickets (`tandem::DeviceTickets`,
+/// `tandem_device_kernels::DEVICE_TICKETS_BYTES` each) sits: [`PER_LANE`]
+/// per lane, the producers of lane `l` at priority `p` (0 high, 1 low) at
+/// `PER_LANE * l + p`, then, from `PER_LANE * lanes`, the inbox's GPU-side
+/// counters in the order below. Mirrored in tandem/runtime.h (`rt_ticket`,
+/// whose `RtTicket` computes the indices from these constants).
+///
+/// [`PER_LANE`]: device_ticket::PER_LANE
 pub mod device_ticket {
-    /// Producers of lane `lane` at `priority` (0 high, 1 low).
-    pub const fn lane_producers(lane: u32, priority: u32) -> u32 {
-        2 * lane + priority
-    }
-    /// The GPU service's tickets on the from-host inbox ring.
-    pub const fn inbox_from_host_consumers(lanes: u32) -> u32 {
-        2 * lanes
-    }
-    /// Kernels' tickets on the from-kernels inbox ring.
-    pub const fn inbox_from_kernels_producers(lanes: u32) -> u32 {
-        2 * lanes + 1
-    }
-    /// The GPU service's tickets on the from-kernels inbox ring.
-    pub const fn inbox_from_kernels_consumers(lanes: u32) -> u32 {
-        2 * lanes + 2
-    }
+    /// Tickets per lane: its producers at each priority.
+    pub const PER_LANE: u32 = 2;
+    /// After the lanes' tickets: the GPU service's tickets on the
+    /// from-host inbox ring.
+    pub const INBOX_FROM_HOST_CONSUMERS: u32 = 0;
+    /// After the lanes' tickets: kernels' tickets on the from-kernels inbox
+    /// ring.
+    pub const INBOX_FROM_KERNELS_PRODUCERS: u32 = 1;
+    /// After the lanes' tickets: the GPU service's tickets on the
+    /// from-kernels inbox ring.
+    pub const INBOX_FROM_KERNELS_CONSUMERS: u32 = 2;
+    /// Tickets after the lanes' (the inbox's).
+    pub const INBOX: u32 = 3;
+
     /// How many a segment of `lanes` lanes has.
     pub const fn count(lanes: u32) -> u32 {
-        2 * lanes + 3
+        PER_LANE * lanes + INBOX
     }
 }
 
@@ -93,6 +101,37 @@ pub mod runtime_state {
     pub const READY: u32 = 1;
     /// The runtime is shutting down or gone; nothing new will be completed.
     pub const STOPPED: u32 = 2;
+}
+
+// Runtime return codes, in shm-core's reserved range (above its own two).
+/// No pool with the task's pool id is registered.
+pub const RC_UNKNOWN_POOL: i32 = i32::MIN + 16;
+/// The pool has no such method.
+pub const RC_UNKNOWN_METHOD: i32 = i32::MIN + 17;
+/// The task's bytes are not a task (short, bad version, lengths disagree).
+pub const RC_BAD_TASK: i32 = i32::MIN + 18;
+/// The arguments did not deserialize as the method's argument type.
+pub const RC_BAD_ARGS: i32 = i32::MIN + 19;
+/// The handler panicked; the worker caught it and lives on.
+pub const RC_HANDLER_PANICKED: i32 = i32::MIN + 20;
+
+/// Ids of the built-in `math` pool ([`crate::task::math`]), which the
+/// runtime's own kernels send tasks of and the GPU service serves on the
+/// device: wire constants, as kernels name them. Mirrored in
+/// tandem/runtime.h (`rt_math`).
+pub mod math_pool {
+    /// The pool id.
+    pub const POOL: u32 = 1;
+    /// `noop()`: returns nothing.
+    pub const NOOP: u32 = 0;
+    /// `add(a, b)`: returns `a + b` (wrapping).
+    pub const ADD: u32 = 1;
+    /// `sum(values)`: returns the wrapping sum of [`SUM_VALUES`] `u64`s,
+    /// whose 48 bytes of arguments do not fit a lane record, so a kernel
+    /// sends it through the copy space.
+    pub const SUM: u32 = 2;
+    /// The `u64`s a `sum` adds.
+    pub const SUM_VALUES: usize = 6;
 }
 
 /// `AllocatorId::major` of every runtime segment ("TNRT"); the minor is the
@@ -271,6 +310,15 @@ pub struct TaskHeader {
     pub version: u32,
 }
 
+impl TaskHeader {
+    /// The header at the start of `bytes` (the four little-endian `u32`s of
+    /// its serialized form), or `None` when `bytes` is shorter. Checks
+    /// nothing else: `task::decode_task` checks the version and lengths.
+    pub fn read(bytes: &[u8]) -> Option<Self> {
+        Reader::new(bytes).get().ok()
+    }
+}
+
 /// Bytes of a serialized [`TaskHeader`].
 pub const TASK_HEADER_BYTES: usize = 16;
 /// `TaskHeader::version`.
@@ -324,10 +372,9 @@ mod cpp_mirror {
     use tandem_device_kernels::runtime_mirror::root::tandem as c;
     use tandem_device_kernels::{assert_same_layout, assert_same_value};
 
+    use tandem_shm_core::Priority;
+
     use super::*;
-    use crate::task::{
-        RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD, RC_UNKNOWN_POOL,
-    };
 
     assert_same_layout!(
         SegmentHeader,
@@ -398,6 +445,18 @@ mod cpp_mirror {
         RC_BAD_TASK => c::RT_RC_BAD_TASK,
         RC_BAD_ARGS => c::RT_RC_BAD_ARGS,
         RC_HANDLER_PANICKED => c::RT_RC_HANDLER_PANICKED,
+        Priority::High => c::rt_priority_high,
+        Priority::Low => c::rt_priority_low,
+        device_ticket::PER_LANE => c::rt_ticket::PER_LANE,
+        device_ticket::INBOX_FROM_HOST_CONSUMERS => c::rt_ticket::INBOX_FROM_HOST_CONSUMERS,
+        device_ticket::INBOX_FROM_KERNELS_PRODUCERS => c::rt_ticket::INBOX_FROM_KERNELS_PRODUCERS,
+        device_ticket::INBOX_FROM_KERNELS_CONSUMERS => c::rt_ticket::INBOX_FROM_KERNELS_CONSUMERS,
+        device_ticket::INBOX => c::rt_ticket::INBOX,
+        math_pool::POOL => c::rt_math::POOL,
+        math_pool::NOOP => c::rt_math::NOOP,
+        math_pool::ADD => c::rt_math::ADD,
+        math_pool::SUM => c::rt_math::SUM,
+        math_pool::SUM_VALUES => c::rt_math::SUM_VALUES,
     }
 }
 

@@ -11,10 +11,15 @@
 use std::fmt;
 
 use tandem_shm_core::future::{RC_OUTPUT_FAILED, RC_OUTPUT_TOO_LARGE, RC_RESERVED_MAX};
-use tandem_shm_core::ser::{serialized_len, Deserialize, Reader, SerError, Serialize, Writer};
+use tandem_shm_core::ser::{serialized_len, Deserialize, SerError, Serialize, Writer};
 use tandem_shm_core::FutureError;
 
 use crate::layout::{TaskHeader, TASK_HEADER_BYTES, TASK_VERSION};
+// The codes the runtime stores itself: part of the task API, defined with
+// the rest of the wire format.
+pub use crate::layout::{
+    RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD, RC_UNKNOWN_POOL,
+};
 
 /// A pool (module) id.
 pub type PoolId = u32;
@@ -23,18 +28,6 @@ pub type MethodId = u32;
 
 /// The smallest copy space a future may have: a task header and a little.
 pub const MIN_COPY_SPACE: u32 = 64;
-
-// Runtime return codes, in shm-core's reserved range (above its own two).
-/// No pool with the task's pool id is registered.
-pub const RC_UNKNOWN_POOL: i32 = i32::MIN + 16;
-/// The pool has no such method.
-pub const RC_UNKNOWN_METHOD: i32 = i32::MIN + 17;
-/// The task's bytes are not a task (short, bad version, lengths disagree).
-pub const RC_BAD_TASK: i32 = i32::MIN + 18;
-/// The arguments did not deserialize as the method's argument type.
-pub const RC_BAD_ARGS: i32 = i32::MIN + 19;
-/// The handler panicked; the worker caught it and lives on.
-pub const RC_HANDLER_PANICKED: i32 = i32::MIN + 20;
 
 /// What a return code means, for messages.
 pub fn describe_rc(rc: i32) -> String {
@@ -170,8 +163,7 @@ pub fn encode_task<T: Serialize + ?Sized>(
 /// Splits task bytes into the header and the argument bytes, checking the
 /// version and that the lengths agree. `None`: not a task.
 pub fn decode_task(bytes: &[u8]) -> Option<(TaskHeader, &[u8])> {
-    let mut r = Reader::new(bytes);
-    let header: TaskHeader = r.get().ok()?;
+    let header = TaskHeader::read(bytes)?;
     let args = bytes.get(TASK_HEADER_BYTES..)?;
     (header.version == TASK_VERSION && args.len() == header.args_len as usize)
         .then_some((header, args))
@@ -183,16 +175,10 @@ pub mod math {
     use tandem_shm_core::impl_serialize_fields;
 
     use super::{MethodId, PoolId, Task};
+    use crate::layout::math_pool::SUM_VALUES;
 
-    /// The pool id.
-    pub const POOL: PoolId = 1;
-    /// `noop()`: returns nothing.
-    pub const NOOP: MethodId = 0;
-    /// `add(a, b)`: returns `a + b` (wrapping).
-    pub const ADD: MethodId = 1;
-    /// `sum(values)`: returns their wrapping sum. Its 48 bytes of arguments
-    /// do not fit a lane record, so a kernel sends it through the copy space.
-    pub const SUM: MethodId = 2;
+    // The ids are wire constants: kernels send math tasks too.
+    pub use crate::layout::math_pool::{ADD, NOOP, POOL, SUM};
 
     /// Arguments of [`ADD`].
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -211,7 +197,7 @@ pub mod math {
     /// Arguments of [`SUM`].
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
     pub struct Sum {
-        pub values: [u64; 6],
+        pub values: [u64; SUM_VALUES],
     }
     impl_serialize_fields!(Sum { values });
 

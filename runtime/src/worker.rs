@@ -9,10 +9,10 @@ use tandem_shm_core::future::FutureShm;
 use tandem_shm_core::layout::FUTURE_COPY_SPACE_OFFSET;
 use tandem_shm_core::{FillError, FutureError, LaneCursor, LlRecord, ShmPtr};
 
-use crate::layout::{notify_word, task_record, TASK_HEADER_BYTES};
+use crate::layout::{notify_word, task_record, TaskHeader, RC_BAD_TASK, TASK_HEADER_BYTES};
 use crate::registry::{HandlerReply, Registry};
 use crate::segment::QueueSegment;
-use crate::task::{decode_task, RC_BAD_TASK};
+use crate::task::decode_task;
 
 /// One worker's counters, which only it writes (`Relaxed`: statistics,
 /// ordered with nothing). Workers do not share a counter: on a line that
@@ -398,14 +398,10 @@ fn run_pointer_task(
     // submitter wrote them before publishing the future (queue Release/Acquire)
     // and leaves them alone until completion.
     let header = unsafe { std::slice::from_raw_parts(header_at, TASK_HEADER_BYTES) };
-    let Some(args_len) = header
-        .get(8..12)
-        .and_then(|b| b.try_into().ok())
-        .map(u32::from_le_bytes)
-    else {
+    let Some(header) = TaskHeader::read(header) else {
         return (None, HandlerReply::code(RC_BAD_TASK));
     };
-    let total = TASK_HEADER_BYTES + args_len as usize;
+    let total = TASK_HEADER_BYTES + header.args_len as usize;
     let Ok(at) = segment.resolve(payload, total) else {
         return (None, HandlerReply::code(RC_BAD_TASK));
     };

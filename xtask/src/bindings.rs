@@ -38,7 +38,7 @@ pub const TARGETS: [Target; 2] = [
         types: &["tandem::.*"],
         vars: &["tandem::.*"],
     },
-    // Mirrors of tandem-runtime's segment layout and record words (runtime/src/layout.rs);
+    // Mirrors of tandem-runtime's wire format (runtime/src/layout.rs);
     // not the device API.
     Target {
         file: "device-kernels/src/generated/cpp_runtime.rs",
@@ -47,11 +47,14 @@ pub const TARGETS: [Target; 2] = [
             "tandem::RuntimeSegmentHeader",
             "tandem::TaskHeader",
             "tandem::RtInbox",
+            "tandem::rt_priority",
         ],
         vars: &[
             "tandem::RT_.*",
             "tandem::rt_record::.*",
             "tandem::rt_notify::.*",
+            "tandem::rt_ticket::.*",
+            "tandem::rt_math::.*",
         ],
     },
 ];

@@ -40,10 +40,10 @@
 
 namespace tandem {
 
-// Mirrors of runtime/src/layout.rs and task.rs, down to RtTicket: the
-// runtime crate compares the structs and constants (not RtTicket's index
-// functions) with its own when it compiles, through bindgen's reading of
-// this header (tandem_device_kernels::runtime_mirror; run `cargo xtask bindings` after an edit).
+// Mirrors of runtime/src/layout.rs, down to rt_math: the runtime crate
+// compares every struct and constant with its own when it compiles, through
+// bindgen's reading of this header (tandem_device_kernels::runtime_mirror;
+// run `cargo xtask bindings` after an edit).
 
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
@@ -135,12 +135,35 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, clients_bytes, 176);
 /// `runtime::layout::inbox`: the rings of a device's GPU inbox.
 enum class RtInbox : u32 { from_host = 0, from_kernels = 1 };
 
-/// `runtime::layout::device_ticket`: indices into the segment's tickets.
+/// `lane_queue::Priority` (shm-core).
+enum class rt_priority : u32 { high = 0, low = 1 };
+
+/// `runtime::layout::device_ticket`: where each of the segment's tickets
+/// sits: PER_LANE per lane (the producers of lane l at priority p at
+/// PER_LANE * l + p), then the inbox's, at PER_LANE * lanes + these.
+namespace rt_ticket {
+constexpr u32 PER_LANE = 2;
+constexpr u32 INBOX_FROM_HOST_CONSUMERS = 0;
+constexpr u32 INBOX_FROM_KERNELS_PRODUCERS = 1;
+constexpr u32 INBOX_FROM_KERNELS_CONSUMERS = 2;
+/// Tickets after the lanes'.
+constexpr u32 INBOX = 3;
+}  // namespace rt_ticket
+
+/// Indices into the segment's tickets, from rt_ticket.
 struct RtTicket {
-  static TANDEM_HOST_DEVICE u32 lane_producers(u32 lane, u32 priority) { return 2 * lane + priority; }
-  static TANDEM_HOST_DEVICE u32 inbox_from_host_consumers(u32 lanes) { return 2 * lanes; }
-  static TANDEM_HOST_DEVICE u32 inbox_from_kernels_producers(u32 lanes) { return 2 * lanes + 1; }
-  static TANDEM_HOST_DEVICE u32 inbox_from_kernels_consumers(u32 lanes) { return 2 * lanes + 2; }
+  static TANDEM_HOST_DEVICE u32 lane_producers(u32 lane, rt_priority priority) {
+    return rt_ticket::PER_LANE * lane + static_cast<u32>(priority);
+  }
+  static TANDEM_HOST_DEVICE u32 inbox_from_host_consumers(u32 lanes) {
+    return rt_ticket::PER_LANE * lanes + rt_ticket::INBOX_FROM_HOST_CONSUMERS;
+  }
+  static TANDEM_HOST_DEVICE u32 inbox_from_kernels_producers(u32 lanes) {
+    return rt_ticket::PER_LANE * lanes + rt_ticket::INBOX_FROM_KERNELS_PRODUCERS;
+  }
+  static TANDEM_HOST_DEVICE u32 inbox_from_kernels_consumers(u32 lanes) {
+    return rt_ticket::PER_LANE * lanes + rt_ticket::INBOX_FROM_KERNELS_CONSUMERS;
+  }
 };
 
 /// `runtime::layout::TaskHeader`, serialized as four little-endian u32s at
@@ -190,12 +213,23 @@ constexpr u32 TOKEN_SHIFT = 2;
 constexpr u32 TOKEN_MAX = 0xFFFFFFFFu >> TOKEN_SHIFT;
 }  // namespace rt_notify
 
-/// Runtime return codes (runtime/src/task.rs).
+/// Runtime return codes (`runtime::layout::RC_*`).
 constexpr i32 RT_RC_UNKNOWN_POOL = RC_OUTPUT_TOO_LARGE + 16;
 constexpr i32 RT_RC_UNKNOWN_METHOD = RC_OUTPUT_TOO_LARGE + 17;
 constexpr i32 RT_RC_BAD_TASK = RC_OUTPUT_TOO_LARGE + 18;
 constexpr i32 RT_RC_BAD_ARGS = RC_OUTPUT_TOO_LARGE + 19;
 constexpr i32 RT_RC_HANDLER_PANICKED = RC_OUTPUT_TOO_LARGE + 20;
+
+/// `runtime::layout::math_pool`: the ids of the runtime's built-in math pool
+/// (noop() = 0, add(u64 a, u64 b) -> u64 = 1, sum(u64 values[SUM_VALUES])
+/// -> u64 = 2), which the runtime's own kernels send and serve.
+namespace rt_math {
+constexpr u32 POOL = 1;
+constexpr u32 NOOP = 0;
+constexpr u32 ADD = 1;
+constexpr u32 SUM = 2;
+constexpr u32 SUM_VALUES = 6;
+}  // namespace rt_math
 
 /// What a runtime call on the device reports (u32, so kernels can store it).
 enum class rt_status : u32 {
@@ -222,9 +256,6 @@ enum class rt_status : u32 {
   /// The segment has no GPU inbox (rt_send_to_gpu, rt_serve).
   no_inbox = 10,
 };
-
-/// `lane_queue::Priority`.
-enum class rt_priority : u32 { high = 0, low = 1 };
 
 /// Threads of a block that get a notify word (the most a CUDA or HIP block
 /// has); threads beyond poll their futures' flags.
@@ -626,7 +657,7 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
   }
   const u32 words = rt_record::IN_FUTURE_WORDS + f.staged_len;
   const bool in_future = f.staged_len == 0;
-  const u32 index = RtTicket::lane_producers(lane, static_cast<u32>(priority));
+  const u32 index = RtTicket::lane_producers(lane, priority);
   RingHeader* header = reinterpret_cast<RingHeader*>(ctx.rings + u64{index} * ctx.ring_bytes);
   // Validated by rt_init.
   const LlRing ring = ll_view(header, ctx.depth);

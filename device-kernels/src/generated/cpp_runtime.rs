@@ -176,6 +176,18 @@ pub mod root {
         pub const RtInbox_from_host: RtInbox = 0;
         pub const RtInbox_from_kernels: RtInbox = 1;
         pub type RtInbox = root::tandem::u32_;
+        pub const rt_priority_high: rt_priority = 0;
+        pub const rt_priority_low: rt_priority = 1;
+        pub type rt_priority = root::tandem::u32_;
+        pub mod rt_ticket {
+            #[allow(unused_imports)]
+            use self::super::super::super::root;
+            pub const PER_LANE: root::tandem::u32_ = 2;
+            pub const INBOX_FROM_HOST_CONSUMERS: root::tandem::u32_ = 0;
+            pub const INBOX_FROM_KERNELS_PRODUCERS: root::tandem::u32_ = 1;
+            pub const INBOX_FROM_KERNELS_CONSUMERS: root::tandem::u32_ = 2;
+            pub const INBOX: root::tandem::u32_ = 3;
+        }
         #[repr(C)]
         #[derive(Copy, Clone)]
         pub struct TaskHeader {
@@ -227,6 +239,15 @@ pub mod root {
         pub const RT_RC_BAD_TASK: root::tandem::i32_ = -2147483630;
         pub const RT_RC_BAD_ARGS: root::tandem::i32_ = -2147483629;
         pub const RT_RC_HANDLER_PANICKED: root::tandem::i32_ = -2147483628;
+        pub mod rt_math {
+            #[allow(unused_imports)]
+            use self::super::super::super::root;
+            pub const POOL: root::tandem::u32_ = 1;
+            pub const NOOP: root::tandem::u32_ = 0;
+            pub const ADD: root::tandem::u32_ = 1;
+            pub const SUM: root::tandem::u32_ = 2;
+            pub const SUM_VALUES: root::tandem::u32_ = 6;
+        }
         pub const RT_NOTIFY_THREADS: root::tandem::u32_ = 1024;
         pub const RT_DEVICE_OUTPUT_MAX: root::tandem::u32_ = 256;
     }
