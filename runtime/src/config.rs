@@ -13,10 +13,11 @@
 //! client_heap_bytes = 131072  # each client's heap in the CPU segment: its quota
 //! ```
 
-use std::fmt;
 use std::path::Path;
 
 use serde::Deserialize;
+
+use crate::error::ConfigError;
 
 /// Which devices the runtime opens.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
@@ -78,29 +79,6 @@ impl Default for Config {
         }
     }
 }
-
-/// Why a configuration was refused.
-#[derive(Debug)]
-pub enum ConfigError {
-    /// The file could not be read.
-    Io { path: String, error: std::io::Error },
-    /// The text is not valid TOML for this schema.
-    Parse(String),
-    /// A value is out of range.
-    Invalid { field: &'static str, why: String },
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Io { path, error } => write!(f, "cannot read config {path}: {error}"),
-            Self::Parse(why) => write!(f, "bad config: {why}"),
-            Self::Invalid { field, why } => write!(f, "bad config value `{field}`: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for ConfigError {}
 
 /// The file's schema: every field optional, unknown fields refused.
 #[derive(Deserialize)]

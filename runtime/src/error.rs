@@ -1,4 +1,5 @@
-//! The runtime's error type.
+//! The runtime's error types. A leaf: they name no other module's types,
+//! so every module may return them.
 
 use std::fmt;
 
@@ -6,7 +7,28 @@ use tandem_hal::GpuError;
 use tandem_shm_core::segment::SHM_DIR;
 use tandem_shm_core::{AllocError, FutureError, RingError, SegmentError};
 
-use crate::config::ConfigError;
+/// Why a configuration was refused.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The file could not be read.
+    Io { path: String, error: std::io::Error },
+    /// The text is not valid TOML for this schema.
+    Parse(String),
+    /// A value is out of range.
+    Invalid { field: &'static str, why: String },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io { path, error } => write!(f, "cannot read config {path}: {error}"),
+            Self::Parse(why) => write!(f, "bad config: {why}"),
+            Self::Invalid { field, why } => write!(f, "bad config value `{field}`: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
 
 /// Why the runtime, a segment or a client could not be set up or used.
 #[derive(Debug)]

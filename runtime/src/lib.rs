@@ -17,12 +17,30 @@
 //! Segment layouts: [`layout`]; the status block a runtime publishes for
 //! `tandem status`: [`status`]. [`exchange`] is the earlier two-process
 //! shm-core exchange (`tandem exchange`).
+//!
+//! # Module layers
+//!
+//! A module uses only modules of the layers below its own, so none depends
+//! on itself through others. Bottom up:
+//!
+//! 1. `error` and `process`: leaves, naming no other module's types.
+//! 2. `layout`, the wire format (every constant and layout kernels share);
+//!    then `task`, `liveness`, `signals`.
+//! 3. `registry`; `clients` (the client table), then `segment` (a queue
+//!    segment seen from the host).
+//! 4. `config` (checked against the segment's geometry), `worker`, `stale`.
+//! 5. `submit`, `janitor` (takes back dead clients' slots), `status`.
+//! 6. `runtime` and `client`, then `kernels`.
+//!
+//! `exchange` sits on `stale`, which still reads an exchange segment's
+//! header to find its owner: the one pair that uses each other.
 
 pub mod client;
 pub mod clients;
 pub mod config;
 pub mod error;
 pub mod exchange;
+mod janitor;
 pub mod kernels;
 pub mod layout;
 pub mod liveness;
@@ -38,8 +56,8 @@ pub mod task;
 pub mod worker;
 
 pub use client::Client;
-pub use config::{Config, ConfigError, DeviceSelection};
-pub use error::RuntimeError;
+pub use config::{Config, DeviceSelection};
+pub use error::{ConfigError, RuntimeError};
 pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
 pub use process::{ProcessIdentity, ProcessState};
 pub use registry::{Handler, HandlerReply, Pool, Registry};

@@ -10,9 +10,9 @@ use tandem_hal::{Backend, DeviceMemory, DeviceProperties, GpuApi, GpuDevice};
 use tandem_shm_core::layout::{BackendKind, MemoryBackend};
 use tandem_shm_core::Segment;
 
-use crate::clients::Janitor;
 use crate::config::{Config, DeviceSelection};
 use crate::error::RuntimeError;
+use crate::janitor::Janitor;
 use crate::layout::{device_ticket, runtime_state, segment_kind, SegmentHeader};
 use crate::liveness::{monotonic_ns, HEARTBEAT_PERIOD};
 use crate::registry::Registry;
@@ -226,7 +226,7 @@ impl<A: GpuApi> Runtime<A> {
             DeviceSelection::All => (0..count).collect(),
             DeviceSelection::Only(list) => {
                 if let Some(bad) = list.iter().find(|&&o| o >= count) {
-                    return Err(RuntimeError::Config(crate::config::ConfigError::Invalid {
+                    return Err(RuntimeError::Config(crate::error::ConfigError::Invalid {
                         field: "devices",
                         why: format!("device {bad} does not exist ({count} present)"),
                     }));

@@ -1,0 +1,238 @@
+//! The runtime's janitor: takes back the client slots of clients that died
+//! or detached, once no worker can touch their heaps (the slot's life and
+//! the quiescence barrier are in [`crate::clients`]). Above the segment and
+//! the workers, whose lane rings and sweep counters it watches; run by the
+//! runtime's heartbeat thread.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tandem_shm_core::Priority;
+
+use crate::clients::{pid_of, ClientSlot, ClientState};
+use crate::process::{ProcessIdentity, ProcessState};
+use crate::segment::QueueSegment;
+use crate::worker::WorkerStats;
+
+/// How often the janitor checks whether attached owners still live (a read
+/// of `/proc` each); reclaims under way advance at every heartbeat.
+pub(crate) const OWNER_CHECK_PERIOD: Duration = Duration::from_millis(50);
+
+/// Why a slot is being taken back.
+#[derive(Clone, Copy, Debug)]
+enum Why {
+    Gone,
+    Detached,
+}
+
+/// A reclaim under way.
+#[derive(Debug)]
+enum Phase {
+    /// Waiting until the consumers pass these ring positions (every CPU
+    /// lane ring, high then low per lane).
+    Draining(Vec<u64>),
+    /// Waiting until every worker's sweep counter leaves these values.
+    Finishing(Vec<u64>),
+}
+
+#[derive(Debug)]
+struct Reclaim {
+    pid: u32,
+    why: Why,
+    phase: Phase,
+}
+
+/// Takes back the slots of clients that died or detached (module docs);
+/// run by the runtime's heartbeat thread.
+pub(crate) struct Janitor {
+    segment: Arc<QueueSegment>,
+    /// The workers that poll the CPU segment.
+    workers: Vec<Arc<WorkerStats>>,
+    reclaims: Vec<Option<Reclaim>>,
+    /// Per slot, the claim count last logged as attached: a claim seen
+    /// anew is a client that attached since.
+    announced: Vec<u64>,
+    last_owner_check: Option<Instant>,
+}
+
+impl Janitor {
+    /// A janitor for `segment`'s client table (None when it has none).
+    pub(crate) fn new(segment: Arc<QueueSegment>, workers: Vec<Arc<WorkerStats>>) -> Option<Self> {
+        let slots = segment.clients()?.max_clients() as usize;
+        Some(Self {
+            segment,
+            workers,
+            reclaims: (0..slots).map(|_| None).collect(),
+            announced: vec![0; slots],
+            last_owner_check: None,
+        })
+    }
+
+    /// One round: starts reclaims of slots whose owner is gone (every
+    /// [`OWNER_CHECK_PERIOD`]) or detaching, and advances those under way.
+    pub(crate) fn tick(&mut self) {
+        let check_owners = self
+            .last_owner_check
+            .is_none_or(|t| t.elapsed() >= OWNER_CHECK_PERIOD);
+        if check_owners {
+            self.last_owner_check = Some(Instant::now());
+        }
+        for index in 0..self.reclaims.len() {
+            self.tend(index, check_owners);
+        }
+    }
+
+    fn tend(&mut self, index: usize, check_owners: bool) {
+        let segment = Arc::clone(&self.segment);
+        let Some(table) = segment.clients() else {
+            return;
+        };
+        let Some(slot) = table.slots.get(index) else {
+            return;
+        };
+        // Acquire: pairs with the Release of the state's writer (Attached
+        // publishes the start time; Detaching, the client's last pushes).
+        let word = slot.state.load(Ordering::Acquire);
+        let pid = pid_of(word);
+        let why = match ClientState::from_word(word) {
+            Some(ClientState::Reclaiming) => {
+                self.advance(index, slot);
+                return;
+            }
+            Some(ClientState::Detaching) => Why::Detached,
+            Some(ClientState::Attached) if check_owners => {
+                let owner = ProcessIdentity {
+                    pid,
+                    // Relaxed: published by Attached's Release (above).
+                    start_time: slot.start_time.load(Ordering::Relaxed),
+                };
+                if owner.state() != ProcessState::Gone {
+                    // Relaxed: a statistic; a claim seen a round late is
+                    // logged a round late.
+                    let claims = slot.claims.load(Ordering::Relaxed);
+                    if self.announced[index] != claims {
+                        self.announced[index] = claims;
+                        tracing::info!("client pid {pid} attached: slot {index}");
+                    }
+                    return;
+                }
+                Why::Gone
+            }
+            Some(ClientState::Claiming) if check_owners => {
+                // A claimer that died before Attached published no future.
+                if ProcessIdentity::of(pid).is_none() {
+                    // Release: as any free (nothing of the claimer's is
+                    // visible to workers, so no barrier is needed).
+                    let freed = slot.state.compare_exchange(
+                        word,
+                        ClientState::Free.word(0),
+                        Ordering::Release,
+                        Ordering::Relaxed,
+                    );
+                    if freed.is_ok() {
+                        tracing::info!("client pid {pid} died attaching: freed slot {index}");
+                    }
+                }
+                return;
+            }
+            _ => return,
+        };
+        // AcqRel: the claim of the slot for reclaiming; a failed CAS means
+        // the client detached meanwhile (Attached -> Free or Detaching):
+        // look again next round.
+        if slot
+            .state
+            .compare_exchange(
+                word,
+                ClientState::Reclaiming.word(pid),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return;
+        }
+        // The owner is gone (its process exit went through the kernel, which
+        // orders its memory accesses before /proc says so) or detached (its
+        // Release, acquired above): its pushes have all claimed positions
+        // below what `claimed` reads now.
+        self.reclaims[index] = Some(Reclaim {
+            pid,
+            why,
+            phase: Phase::Draining(self.claimed_positions()),
+        });
+        self.advance(index, slot);
+    }
+
+    /// Where the producers of every CPU lane ring are (high, then low, per
+    /// lane).
+    fn claimed_positions(&self) -> Vec<u64> {
+        let queue = self.segment.queue();
+        (0..queue.num_lanes())
+            .flat_map(|lane| [Priority::High, Priority::Low].map(|p| (lane, p)))
+            .map(|(lane, p)| queue.lane_ring(lane, p).map_or(0, |r| r.claimed()))
+            .collect()
+    }
+
+    /// Moves a reclaim on as far as it can go now.
+    fn advance(&mut self, index: usize, slot: &ClientSlot) {
+        if self.reclaims[index].is_none() {
+            // A Reclaiming slot this janitor did not start (cannot happen in
+            // one runtime): start its barrier from the current positions.
+            self.reclaims[index] = Some(Reclaim {
+                pid: pid_of(slot.state.load(Ordering::Relaxed)),
+                why: Why::Gone,
+                phase: Phase::Draining(self.claimed_positions()),
+            });
+        }
+        let queue = self.segment.queue();
+        let Some(reclaim) = self.reclaims[index].as_mut() else {
+            return;
+        };
+        if let Phase::Draining(claimed) = &reclaim.phase {
+            let rings = (0..queue.num_lanes())
+                .flat_map(|lane| [Priority::High, Priority::Low].map(|p| (lane, p)));
+            // `taken` is Acquire: the pops that moved it (a release sequence
+            // of CASes) happened-before the sweep counters read below.
+            let drained = rings.zip(claimed).all(|((lane, p), &claimed)| {
+                queue
+                    .lane_ring(lane, p)
+                    .is_ok_and(|r| r.taken().wrapping_sub(claimed) as i64 >= 0)
+            });
+            if !drained {
+                return;
+            }
+            reclaim.phase = Phase::Finishing(self.workers.iter().map(|w| w.sweeps()).collect());
+        }
+        if let Phase::Finishing(sweeps) = &reclaim.phase {
+            // Every worker ended a sweep after it popped what it held (module
+            // docs); `sweeps` is Acquire, so its accesses to the futures
+            // happened-before the Release below.
+            if !self
+                .workers
+                .iter()
+                .zip(sweeps)
+                .all(|(w, &s)| w.sweeps() != s)
+            {
+                return;
+            }
+            // Relaxed: statistics, published by the Release below.
+            let bytes = slot.bytes_in_use.swap(0, Ordering::Relaxed);
+            let futures = slot.futures.swap(0, Ordering::Relaxed);
+            // Release: pairs with the next claimer's Acquire CAS (claim).
+            slot.state
+                .store(ClientState::Free.word(0), Ordering::Release);
+            let (pid, why) = (reclaim.pid, reclaim.why);
+            self.reclaims[index] = None;
+            match why {
+                Why::Gone => tracing::info!(
+                    "client pid {pid} gone: reclaimed slot {index} ({bytes} bytes, {futures} futures)"
+                ),
+                Why::Detached => tracing::info!(
+                    "client pid {pid} detached: reclaimed slot {index} ({bytes} bytes, {futures} futures)"
+                ),
+            }
+        }
+    }
+}
