@@ -371,7 +371,6 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, version), 
 mod cpp_mirror {
     use tandem_device_kernels::runtime_mirror::root::tandem as c;
     use tandem_device_kernels::{assert_same_layout, assert_same_value};
-
     use tandem_shm_core::Priority;
 
     use super::*;

@@ -245,6 +245,9 @@ mod tests {
         assert_eq!(len, TASK_HEADER_BYTES + 16);
         let (header, args) = decode_task(&buf[..len]).expect("a task");
         assert_eq!((header.pool, header.method, header.args_len), (1, 2, 16));
+        // The header alone, as the workers read a pointer task's first bytes.
+        assert_eq!(TaskHeader::read(&buf[..TASK_HEADER_BYTES]), Some(header));
+        assert_eq!(TaskHeader::read(&buf[..TASK_HEADER_BYTES - 1]), None);
         assert_eq!(args.len(), 16);
         // Lengths that disagree, a short header, a wrong version.
         assert!(decode_task(&buf[..len - 1]).is_none());
