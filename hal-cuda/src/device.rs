@@ -244,8 +244,8 @@ impl GpuDevice for CudaDevice {
     fn alloc_pinned_mapped(&self, bytes: usize) -> GpuResult<CudaPinnedBuffer> {
         checks::allocation_size(CUDA, "alloc_pinned_mapped", bytes)?;
         self.ctx.bind()?;
-        // cuMemHostAlloc suballocates small requests (on the lent H100, 4 to
-        // 64 KiB buffers start 2 KiB into a page), but the trait promises
+        // cuMemHostAlloc suballocates small requests (a small buffer may start
+        // mid-page), but the trait promises
         // page alignment: what an allocator region in the buffer accepts
         // (a 4096-aligned request) must not depend on where the pool put it.
         // One page more, and the buffer starts at the first page boundary.
