@@ -1,29 +1,27 @@
-//! [`CudaApi`]: the driver library, loaded at run time.
+//! [`CudaApi`]: the driver library, loaded at run time. Its
+//! [`GpuApi`](tandem_hal::GpuApi) implementation is in `device.rs`, next to
+//! the devices it hands out, so that this module sits below every resource
+//! that names the backend.
 
 use core::ffi::c_int;
 
 use cudarc::driver::sys::{self, CUresult};
-use tandem_hal::{Backend, ErrorKind, GpuApi, GpuResult};
+use tandem_hal::{ErrorKind, GpuResult};
 
-use crate::context::Context;
-use crate::device::CudaDevice;
 use crate::driver::{check, error, load_driver};
 
-/// The CUDA driver API (`libcuda`), loaded with `dlopen` when [`GpuApi::load`]
-/// runs: the crate builds and runs without CUDA installed and reports
-/// `LibraryUnavailable` there.
+/// The CUDA driver API (`libcuda`), loaded with `dlopen` when
+/// [`GpuApi::load`](tandem_hal::GpuApi::load) runs: the crate builds and runs
+/// without CUDA installed and reports `LibraryUnavailable` there.
 pub struct CudaApi {
     device_count: usize,
 }
 
-impl GpuApi for CudaApi {
-    const BACKEND: Backend = Backend::Cuda;
-    type Device = CudaDevice;
-
+impl CudaApi {
     /// Loads `libcuda` and runs `cuInit(0)`. A driver without devices
     /// (`CUDA_ERROR_NO_DEVICE`) loads with 0 devices; any other failure of
     /// `cuInit` is returned as the vendor error.
-    fn load() -> GpuResult<Self> {
+    pub(crate) fn open() -> GpuResult<Self> {
         load_driver().map_err(|why| error("load", ErrorKind::LibraryUnavailable(why)))?;
         // SAFETY: the driver and all its symbols are loaded.
         match unsafe { sys::cuInit(0) } {
@@ -39,32 +37,20 @@ impl GpuApi for CudaApi {
         Ok(Self::with_device_count(usize::try_from(count).unwrap_or(0)))
     }
 
-    fn device_count(&self) -> GpuResult<usize> {
-        Ok(self.device_count)
-    }
-
-    fn device(&self, ordinal: usize) -> GpuResult<CudaDevice> {
-        if ordinal >= self.device_count {
-            return Err(error(
-                "device",
-                ErrorKind::NoDevice {
-                    requested: Some(ordinal),
-                    available: self.device_count,
-                },
-            ));
-        }
-        Ok(CudaDevice::new(Context::open(ordinal)?))
-    }
-}
-
-impl CudaApi {
     fn with_device_count(device_count: usize) -> Self {
         Self { device_count }
+    }
+
+    /// How many devices the driver reported.
+    pub(crate) fn devices(&self) -> usize {
+        self.device_count
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use tandem_hal::{Backend, GpuApi};
+
     use super::*;
 
     #[test]

@@ -76,9 +76,19 @@ impl fmt::Display for SmArch {
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum ArtifactChoice<'a> {
     /// A cubin (or fatbin) for the device's exact architecture.
-    Cubin { arch: &'a str, image: &'a [u8] },
+    Cubin {
+        /// The architecture it was built for, like `sm_90`.
+        arch: &'a str,
+        /// The image handed to the driver.
+        image: &'a [u8],
+    },
     /// PTX the driver JIT-compiles on load.
-    Ptx { arch: &'a str, ptx: &'a str },
+    Ptx {
+        /// The architecture it targets, like `sm_90`.
+        arch: &'a str,
+        /// The PTX text.
+        ptx: &'a str,
+    },
     /// CUDA C++ to compile with NVRTC.
     Source(&'a str),
 }

@@ -6,12 +6,10 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdevice_attribute};
 use tandem_hal::checks::LaunchLimits;
-use tandem_hal::ipc_cache::IpcOpenCache;
 use tandem_hal::{ErrorKind, GpuResult};
 
 use crate::artifact::SmArch;
 use crate::driver::{check, error};
-use crate::ipc::{self, IpcMapping};
 
 /// A retained primary context and what is read once when the device opens.
 pub(crate) struct Context {
@@ -22,8 +20,6 @@ pub(crate) struct Context {
     pub(crate) arch: SmArch,
     /// Launch limits, read once so `launch` asks the driver nothing extra.
     pub(crate) limits: LaunchLimits,
-    /// This process's opened IPC mappings on this device.
-    pub(crate) ipc_opened: Arc<IpcOpenCache<IpcMapping>>,
 }
 
 // SAFETY: a CUcontext is a driver handle, not memory this crate dereferences;
@@ -87,7 +83,6 @@ impl Context {
             raw,
             arch,
             limits,
-            ipc_opened: ipc::open_cache(ordinal),
         });
         context.bind()?;
         Ok(context)

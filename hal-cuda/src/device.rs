@@ -1,4 +1,5 @@
-//! [`CudaDevice`]: every `GpuDevice` operation on one device's primary context.
+//! [`CudaDevice`]: every `GpuDevice` operation on one device's primary context,
+//! and the `GpuApi` implementation of [`CudaApi`] that hands devices out.
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use core::time::Duration;
@@ -10,11 +11,12 @@ use cudarc::driver::sys::{
 };
 use tandem_hal::checks::{self, LaunchLimits};
 use tandem_hal::{
-    check_args, numa, Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuDevice,
-    GpuResult, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts, NumaSource,
-    IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
+    check_args, numa, Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuApi,
+    GpuDevice, GpuResult, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts,
+    NumaSource, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
 };
 
+use crate::api::CudaApi;
 use crate::context::Context;
 use crate::driver::{check, error, vendor_error};
 use crate::ipc::{self, IpcMapping};
@@ -23,9 +25,37 @@ use crate::memory::{
 };
 use crate::module::{self, CudaKernel, CudaModule};
 use crate::stream::{CudaEvent, CudaStream};
-use crate::CudaApi;
 
 const CUDA: Backend = Backend::Cuda;
+
+impl GpuApi for CudaApi {
+    const BACKEND: Backend = CUDA;
+    type Device = CudaDevice;
+
+    /// Loads `libcuda` and runs `cuInit(0)`. A driver without devices
+    /// (`CUDA_ERROR_NO_DEVICE`) loads with 0 devices; any other failure of
+    /// `cuInit` is returned as the vendor error.
+    fn load() -> GpuResult<Self> {
+        Self::open()
+    }
+
+    fn device_count(&self) -> GpuResult<usize> {
+        Ok(self.devices())
+    }
+
+    fn device(&self, ordinal: usize) -> GpuResult<CudaDevice> {
+        if ordinal >= self.devices() {
+            return Err(error(
+                "device",
+                ErrorKind::NoDevice {
+                    requested: Some(ordinal),
+                    available: self.devices(),
+                },
+            ));
+        }
+        Ok(CudaDevice::new(Context::open(ordinal)?))
+    }
+}
 
 /// One CUDA device, through its primary context (the context the CUDA
 /// runtime and most libraries share). Every call makes that context current
@@ -35,7 +65,7 @@ pub struct CudaDevice {
 }
 
 impl CudaDevice {
-    pub(crate) fn new(ctx: Arc<Context>) -> Self {
+    fn new(ctx: Arc<Context>) -> Self {
         Self { ctx }
     }
 
@@ -214,8 +244,8 @@ impl GpuDevice for CudaDevice {
     fn alloc_pinned_mapped(&self, bytes: usize) -> GpuResult<CudaPinnedBuffer> {
         checks::allocation_size(CUDA, "alloc_pinned_mapped", bytes)?;
         self.ctx.bind()?;
-        // cuMemHostAlloc suballocates small requests (on the lent H100, 4 to
-        // 64 KiB buffers start 2 KiB into a page), but the trait promises
+        // cuMemHostAlloc suballocates small requests (a small buffer may start
+        // mid-page), but the trait promises
         // page alignment: what an allocator region in the buffer accepts
         // (a 4096-aligned request) must not depend on where the pool put it.
         // One page more, and the buffer starts at the first page boundary.

@@ -70,7 +70,7 @@ static OPEN_CACHES: Mutex<BTreeMap<usize, Arc<IpcOpenCache<IpcMapping>>>> =
     Mutex::new(BTreeMap::new());
 
 /// The open cache of device `ordinal`.
-pub(crate) fn open_cache(ordinal: usize) -> Arc<IpcOpenCache<IpcMapping>> {
+fn open_cache(ordinal: usize) -> Arc<IpcOpenCache<IpcMapping>> {
     let mut caches = OPEN_CACHES.lock().unwrap_or_else(PoisonError::into_inner);
     Arc::clone(caches.entry(ordinal).or_default())
 }
@@ -116,8 +116,9 @@ impl IpcMapping {
         if EXPORTED_MEMORY.contains(handle.0) {
             return Err(error("cuIpcOpenMemHandle_v2", ErrorKind::IpcSameProcess));
         }
-        ctx.ipc_opened
-            .get_or_open(handle, || Self::open(ctx, handle))
+        // The cache is looked up here rather than held by the context, which
+        // each mapping holds: opens are rare and talk to the driver anyway.
+        open_cache(ctx.ordinal).get_or_open(handle, || Self::open(ctx, handle))
     }
 
     fn open(ctx: &Arc<Context>, handle: &IpcMemHandle) -> GpuResult<Self> {

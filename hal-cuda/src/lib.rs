@@ -25,6 +25,12 @@
 //! Synchronous copies and fills return once the data is in place (they wait
 //! for the legacy default stream they run on); they do not wait for work on
 //! this crate's streams, which are non-blocking: synchronize those first.
+//!
+//! # Layers
+//! Each module uses only those before it: `driver` (loading, errors) and
+//! `artifact`; `api` (the backend type) and `nvrtc`; `context` (a device's
+//! primary context); `ipc`, `memory`, `stream`, `module`; `device` (the
+//! `GpuApi` and `GpuDevice` impls).
 
 mod api;
 mod artifact;

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use cudarc::driver::sys::{self, CUdeviceptr};
 use tandem_hal::{DeviceMemory, HostMemory, IpcMemHandle};
 
+use crate::api::CudaApi;
 use crate::context::Context;
 use crate::ipc::{self, IpcMapping};
-use crate::CudaApi;
 
 /// Device memory from `cuMemAlloc` (never the stream-ordered pool, whose
 /// memory cannot be exported with legacy IPC handles).

@@ -1,17 +1,20 @@
-//! [`HipApi`]: the loaded HIP runtime and its devices.
+//! [`HipApi`]: the loaded HIP runtime. Its
+//! [`GpuApi`](tandem_hal::GpuApi) implementation is in `device.rs`, next to
+//! the devices it hands out, so that this module sits below every resource
+//! that names the backend.
 
 use hip_runtime_sys::{hipError_t, hipGetDeviceCount, hipInit};
-use tandem_hal::{Backend, ErrorKind, GpuApi, GpuResult};
+use tandem_hal::GpuResult;
 
-use crate::device::HipDevice;
 use crate::error::{check, hip_error, means_no_device, vendor_kind};
 
 /// The HIP runtime (`libamdhip64`), initialised.
 ///
 /// The runtime is linked, not loaded at run time (`hip-runtime-sys` links
 /// `amdhip64`): a machine without it fails when the program starts, so
-/// [`GpuApi::load`] never reports `LibraryUnavailable`. A machine with the
-/// runtime but no AMD GPU loads fine with 0 devices.
+/// [`GpuApi::load`](tandem_hal::GpuApi::load) never reports
+/// `LibraryUnavailable`. A machine with the runtime but no AMD GPU loads fine
+/// with 0 devices.
 #[derive(Debug)]
 pub struct HipApi {
     device_count: usize,
@@ -28,14 +31,11 @@ fn count_devices() -> GpuResult<usize> {
     }
 }
 
-impl GpuApi for HipApi {
-    const BACKEND: Backend = Backend::Hip;
-    type Device = HipDevice;
-
+impl HipApi {
     /// `hipInit(0)` then `hipGetDeviceCount`. With no GPU the ROCm 5.2
     /// runtime fails `hipInit` with a "no device" code; that is a loaded
     /// runtime with 0 devices, confirmed by the count.
-    fn load() -> GpuResult<Self> {
+    pub(crate) fn open() -> GpuResult<Self> {
         // SAFETY: hipInit takes no pointers; flags must be 0.
         let init = unsafe { hipInit(0) };
         if !means_no_device(init) {
@@ -49,23 +49,8 @@ impl GpuApi for HipApi {
         Ok(HipApi { device_count })
     }
 
-    fn device_count(&self) -> GpuResult<usize> {
-        Ok(self.device_count)
-    }
-
-    fn device(&self, ordinal: usize) -> GpuResult<HipDevice> {
-        let no_device = || {
-            hip_error(
-                "device",
-                ErrorKind::NoDevice {
-                    requested: Some(ordinal),
-                    available: self.device_count,
-                },
-            )
-        };
-        if ordinal >= self.device_count {
-            return Err(no_device());
-        }
-        HipDevice::open(i32::try_from(ordinal).map_err(|_| no_device())?)
+    /// How many devices the runtime reported.
+    pub(crate) fn devices(&self) -> usize {
+        self.device_count
     }
 }

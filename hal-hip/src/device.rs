@@ -1,11 +1,9 @@
-//! One HIP device: its properties, and every [`GpuDevice`] operation.
+//! One HIP device: its properties, every [`GpuDevice`] operation, and the
+//! [`GpuApi`] implementation of [`HipApi`] that hands devices out.
 //!
-//! HIP has no context object to hold: each thread has a current device, so
-//! every call that acts on a device makes this one current first
-//! (`hipSetDevice` only writes a thread-local in the runtime, cheap enough to
-//! do unconditionally, and robust against other code on the same thread
-//! switching devices in between). Argument checks come before that, so
-//! misuse is reported as misuse even where the runtime would fail anyway.
+//! Every call that acts on the device makes it current first
+//! ([`bind_device`]). Argument checks come before that, so misuse is
+//! reported as misuse even where the runtime would fail anyway.
 
 use core::ffi::{c_char, c_void, CStr};
 use core::fmt;
@@ -16,18 +14,20 @@ use hip_runtime_sys::{
     hipDeviceAttribute_t, hipDeviceGetAttribute, hipDeviceGetPCIBusId, hipDeviceProp_t,
     hipDeviceSynchronize, hipDeviceptr_t, hipError_t, hipEventRecord, hipEventSynchronize,
     hipGetDeviceProperties, hipMemcpyDtoD, hipMemcpyDtoDAsync, hipMemcpyDtoH, hipMemcpyDtoHAsync,
-    hipMemcpyHtoD, hipMemcpyHtoDAsync, hipMemsetD8, hipMemsetD8Async, hipSetDevice,
-    hipStreamSynchronize, hipStreamWaitEvent,
+    hipMemcpyHtoD, hipMemcpyHtoDAsync, hipMemsetD8, hipMemsetD8Async, hipStreamSynchronize,
+    hipStreamWaitEvent,
 };
 use tandem_hal::checks::{self, LaunchLimits};
 use tandem_hal::ipc_cache::IpcOpenCache;
 use tandem_hal::numa::numa_node_of_pci;
 use tandem_hal::{
-    Backend, DeviceMemory, DeviceProperties, EventFlags, GpuDevice, GpuResult, IpcEventHandle,
-    IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts, NumaSource,
+    Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuApi, GpuDevice, GpuResult,
+    IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts, NumaSource,
 };
 
-use crate::error::check;
+use crate::api::HipApi;
+use crate::context::bind_device;
+use crate::error::{check, hip_error};
 use crate::ipc::{self, HipIpcBuffer, IpcMapping};
 use crate::memory::{
     self, HipDeviceBuffer, HipHostRegistration, HipManagedBuffer, HipPinnedBuffer,
@@ -35,13 +35,37 @@ use crate::memory::{
 use crate::module::{self, HipKernel, HipModule};
 use crate::stream::{HipEvent, HipStream};
 use crate::target::processor_of;
-use crate::HipApi;
 
-/// Makes device `ordinal` current on the calling thread.
-pub(crate) fn bind_device(ordinal: i32) -> GpuResult<()> {
-    // SAFETY: hipSetDevice validates the ordinal and only changes this
-    // thread's current device.
-    check("hipSetDevice", unsafe { hipSetDevice(ordinal) })
+impl GpuApi for HipApi {
+    const BACKEND: Backend = Backend::Hip;
+    type Device = HipDevice;
+
+    /// `hipInit(0)` then `hipGetDeviceCount`. With no GPU the ROCm 5.2
+    /// runtime fails `hipInit` with a "no device" code; that is a loaded
+    /// runtime with 0 devices, confirmed by the count.
+    fn load() -> GpuResult<Self> {
+        Self::open()
+    }
+
+    fn device_count(&self) -> GpuResult<usize> {
+        Ok(self.devices())
+    }
+
+    fn device(&self, ordinal: usize) -> GpuResult<HipDevice> {
+        let no_device = || {
+            hip_error(
+                "device",
+                ErrorKind::NoDevice {
+                    requested: Some(ordinal),
+                    available: self.devices(),
+                },
+            )
+        };
+        if ordinal >= self.devices() {
+            return Err(no_device());
+        }
+        HipDevice::open(i32::try_from(ordinal).map_err(|_| no_device())?)
+    }
 }
 
 /// The text of a fixed-size, NUL-terminated C string field.
@@ -166,7 +190,7 @@ impl fmt::Debug for HipDevice {
 
 impl HipDevice {
     /// Opens device `ordinal`, which the caller checked exists.
-    pub(crate) fn open(ordinal: i32) -> GpuResult<Self> {
+    fn open(ordinal: i32) -> GpuResult<Self> {
         bind_device(ordinal)?;
         let Description {
             properties,

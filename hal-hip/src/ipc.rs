@@ -9,7 +9,7 @@
 
 use core::ffi::{c_char, c_void};
 use core::ptr::{self, NonNull};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use hip_runtime_sys::{
@@ -20,27 +20,17 @@ use hip_runtime_sys::{
 use tandem_hal::ipc_cache::IpcOpenCache;
 use tandem_hal::{DeviceMemory, ErrorKind, GpuError, GpuResult, IpcEventHandle, IpcMemHandle};
 
-use crate::device::bind_device;
+use crate::api::HipApi;
+use crate::context::bind_device;
 use crate::error::{check, error_name, hip_error, vendor_kind};
-use crate::memory::HipDeviceBuffer;
+use crate::memory::{is_exported, note_export, HipDeviceBuffer};
 use crate::stream::HipEvent;
-use crate::HipApi;
-
-/// Handles this process exported and still owns the memory of.
-fn exported() -> &'static Mutex<HashSet<IpcMemHandle>> {
-    static EXPORTED: OnceLock<Mutex<HashSet<IpcMemHandle>>> = OnceLock::new();
-    EXPORTED.get_or_init(Default::default)
-}
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A poisoned lock only means another thread panicked while holding it;
-    // the sets and maps here are updated with single calls and stay whole.
+    // the maps and export slots here are updated with single calls and stay
+    // whole.
     mutex.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Removes `handle` from this process's exports (its memory is being freed).
-pub(crate) fn forget_export(handle: &IpcMemHandle) {
-    lock(exported()).remove(handle);
 }
 
 /// The open-mapping cache of device `ordinal`, shared by every `HipDevice`
@@ -73,7 +63,7 @@ pub(crate) fn export_memory(ordinal: i32, buffer: &HipDeviceBuffer) -> GpuResult
         hipIpcGetMemHandle(&mut raw, buffer.device_ptr() as *mut c_void)
     })?;
     let handle = mem_handle_bytes(&raw);
-    lock(exported()).insert(handle);
+    note_export(handle);
     *slot = Some(handle);
     Ok(handle)
 }
@@ -182,7 +172,7 @@ pub(crate) fn open_memory(
     handle: &IpcMemHandle,
     ordinal: i32,
 ) -> GpuResult<HipIpcBuffer> {
-    if lock(exported()).contains(handle) {
+    if is_exported(handle) {
         return Err(hip_error("hipIpcOpenMemHandle", ErrorKind::IpcSameProcess));
     }
     let mapping = cache.get_or_open(handle, || open_mapping(handle, ordinal))?;
@@ -238,12 +228,12 @@ mod tests {
     #[test]
     fn an_exported_handle_is_refused_until_forgotten() {
         let handle = IpcMemHandle([0xA5; 64]);
-        lock(exported()).insert(handle);
+        note_export(handle);
         let cache = IpcOpenCache::default();
         let err = open_memory(&cache, &handle, 0).unwrap_err();
         assert_eq!(err.kind, ErrorKind::IpcSameProcess);
-        forget_export(&handle);
-        assert!(!lock(exported()).contains(&handle));
+        crate::memory::forget_export(&handle);
+        assert!(!is_exported(&handle));
     }
 
     #[test]

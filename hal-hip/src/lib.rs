@@ -15,8 +15,15 @@
 //! Built against ROCm 5.2 (Debian's `libamdhip64-dev`). The bindings'
 //! `hipError_t` is a Rust enum that lists every code the 5.2 runtime returns;
 //! a newer runtime that adds codes needs regenerated bindings first.
+//!
+//! # Layers
+//! Each module uses only those before it: `error` and `target`; `api` (the
+//! backend type) and `context` (the thread's current device); `stream`;
+//! `memory` (with the set of handles this process exported); `ipc`,
+//! `module`; `device` (the `GpuApi` and `GpuDevice` impls).
 
 mod api;
+mod context;
 mod device;
 mod error;
 mod ipc;

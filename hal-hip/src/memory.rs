@@ -3,7 +3,8 @@
 
 use core::ffi::c_void;
 use core::ptr::{self, NonNull};
-use std::sync::Mutex;
+use std::collections::HashSet;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use hip_runtime_sys::{
     hipFree, hipHostFree, hipHostGetDevicePointer, hipHostMalloc, hipHostMallocMapped,
@@ -15,10 +16,9 @@ use tandem_hal::{
     Backend, DeviceMemory, ErrorKind, GpuResult, HostMemory, IpcMemHandle, IPC_ALLOC_GRANULARITY,
 };
 
-use crate::device::bind_device;
+use crate::api::HipApi;
+use crate::context::bind_device;
 use crate::error::{check, hip_error};
-use crate::ipc::forget_export;
-use crate::HipApi;
 
 /// Which HIP call returns an [`Allocation`] to the runtime.
 #[derive(Clone, Copy, Debug)]
@@ -85,6 +85,33 @@ impl Drop for Allocation {
             }
         };
     }
+}
+
+/// Handles this process exported and still owns the memory of: `ipc` refuses
+/// to open them here, and dropping their buffer forgets them.
+fn exported() -> MutexGuard<'static, HashSet<IpcMemHandle>> {
+    static EXPORTED: OnceLock<Mutex<HashSet<IpcMemHandle>>> = OnceLock::new();
+    // A poisoned lock only means another thread panicked while holding it;
+    // the set is updated with single calls and stays whole.
+    EXPORTED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Adds `handle` to this process's exports.
+pub(crate) fn note_export(handle: IpcMemHandle) {
+    exported().insert(handle);
+}
+
+/// Whether this process exported `handle` and still owns its memory.
+pub(crate) fn is_exported(handle: &IpcMemHandle) -> bool {
+    exported().contains(handle)
+}
+
+/// Removes `handle` from this process's exports (its memory is being freed).
+pub(crate) fn forget_export(handle: &IpcMemHandle) {
+    exported().remove(handle);
 }
 
 /// Device memory from `hipMalloc`.

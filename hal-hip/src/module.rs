@@ -15,7 +15,7 @@ use tandem_hal::{
     ModuleArtifacts, MAX_KERNEL_ARGS,
 };
 
-use crate::device::bind_device;
+use crate::context::bind_device;
 use crate::error::{check, hip_error, vendor_kind};
 use crate::stream::HipStream;
 use crate::target::select_code_object;

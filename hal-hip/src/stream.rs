@@ -10,7 +10,7 @@ use hip_runtime_sys::{
 };
 use tandem_hal::{ErrorKind, EventFlags, GpuResult};
 
-use crate::device::bind_device;
+use crate::context::bind_device;
 use crate::error::{check, hip_error, vendor_kind};
 
 /// An in-order stream that does not synchronise with the null stream.

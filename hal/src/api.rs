@@ -2,10 +2,10 @@
 
 use core::time::Duration;
 
+use crate::artifacts::ModuleArtifacts;
 use crate::error::{Backend, GpuResult};
 use crate::types::{
     DeviceProperties, EventFlags, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig,
-    ModuleArtifacts,
 };
 
 /// A loaded GPU programming interface (driver or runtime library).

@@ -18,8 +18,16 @@
 //! Kernels come as [`ModuleArtifacts`]: one library compiled several ways
 //! (host table, CUDA source/PTX/cubin, HIP code objects) with declared
 //! signatures that every launch is checked against.
+//!
+//! # Layers
+//! Each module uses only those before it: `error`, `types`; `host_abi` (the
+//! CPU device's kernel ABI), `ipc_cache`, `numa`; `artifacts`; `api`; `checks`;
+//! `host`. Inside `host`: `error`, `api` (the backend type), `wait`, `ipc`;
+//! `launch`, `event`, `memory`, `module`; `stream` (commands over memory,
+//! events and launches); `device` (the `GpuApi` and `GpuDevice` impls).
 
 pub mod api;
+pub mod artifacts;
 pub mod checks;
 pub mod error;
 pub mod host_abi;
@@ -27,11 +35,11 @@ pub mod ipc_cache;
 pub mod types;
 
 pub use api::{DeviceMemory, GpuApi, GpuDevice, HostMemory};
+pub use artifacts::{KernelSignature, ModuleArtifacts};
 pub use error::{Backend, ErrorKind, GpuError, GpuResult};
 pub use types::{
     check_args, ArgKind, DeviceProperties, Dim3, EventFlags, IpcEventHandle, IpcMemHandle,
-    KernelArg, KernelSignature, LaunchConfig, ModuleArtifacts, NumaSource, IPC_ALLOC_GRANULARITY,
-    MAX_KERNEL_ARGS,
+    KernelArg, LaunchConfig, NumaSource, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
 };
 
 pub mod host;

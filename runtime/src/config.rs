@@ -39,10 +39,9 @@ pub struct Config {
     /// Lanes per queue. Kernel threads spread over them (a block per lane in
     /// the runtime's kernels), and each lane's producers claim their slots
     /// on one word of device memory, which many threads waiting for a full
-    /// lane make a bottleneck: on the H100, 132 x 128 kernel threads pushed
-    /// 10.4 M no-op tasks/s through 4 lanes, 13.4 M through 8 and 16.7 M
-    /// through 16 (264 x 256 threads: 5.3, 7.3, 9.9 M), with no change in a
-    /// lone thread's round trip.
+    /// lane make a bottleneck: more lanes raise many threads' throughput and
+    /// leave a lone thread's round trip as it is (README.md, "Sharing memory
+    /// across PCIe").
     pub lanes: u32,
     /// Bytes of each device's pinned segment.
     pub gpu_segment_size: usize,

@@ -467,10 +467,10 @@ fn notify_submitter(segment: &QueueSegment, at: u32, answer: u32) -> bool {
 /// about to read across PCIe, from this core's caches to the shared
 /// last-level cache (x86's CLDEMOTE). A device's read of a line that a core
 /// holds modified has to snoop that core; from the shared cache it is
-/// answered sooner. On the H100's host (a Xeon), demoting the notify word
-/// took a kernel thread's task round trip from 3.34-3.62 us to 3.04-3.23 us
-/// (runtime/benches/roundtrip.rs, six runs each, alternating, one machine
-/// start). Nothing elsewhere: the hint has no effect on memory's contents.
+/// answered sooner, which shortens a kernel thread's task round trip
+/// (runtime/benches/roundtrip.rs measures it; README.md, "Sharing memory
+/// across PCIe", has the figures). Nothing elsewhere: the hint has no effect
+/// on memory's contents.
 fn demote(at: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {

@@ -212,8 +212,8 @@ fn main() {
             size_class_pairs(&sizes, threads),
             "std alloc+dealloc",
             system_pairs(threads),
-            // The issue sets no host target for the freeing allocator (its
-            // target is on the GPU, against device malloc).
+            // No host target for the freeing allocator: its target is on the
+            // GPU, against device malloc (tests/benches/device_kernels.rs).
             None,
         );
     }

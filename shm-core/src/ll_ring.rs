@@ -5,8 +5,9 @@
 //!
 //! Why: a GPU thread that publishes data in host memory behind a flag must
 //! put a system-scope fence between the two (the link may reorder its
-//! stores), and on an H100 that fence alone costs about 0.75 us, a third of
-//! a whole host round trip. A single 8-byte store, though, arrives whole. So
+//! stores), and that fence alone costs a sizeable part of a whole host round
+//! trip (README.md, "Sharing memory across PCIe"). A single 8-byte store,
+//! though, arrives whole. So
 //! a record is a tagged length word and up to [`LL_RECORD_WORDS`] tagged data
 //! words ([`LlSlot`]), each written with one relaxed 8-byte store in any
 //! order; it is published for position `t` once every word carries tag

@@ -11,8 +11,8 @@
 //                  and futures of tandem-shm-core (CUDA .sys, AMD system).
 //
 // A narrower scope is cheaper (a device-scope RMW stays in L2; a system-scope
-// RMW on pinned host memory crosses PCIe: about 30 M ops/s for the whole
-// H100, see shared/notes/gpu-pitfalls.md), so use system scope only on words
+// RMW on pinned host memory crosses PCIe, at a small fraction of that rate:
+// README.md "Sharing memory across PCIe"), so use system scope only on words
 // another agent reads or writes.
 //
 // The orders are C++'s: an acquire load that reads the value of a release
@@ -447,11 +447,10 @@ namespace detail {
 /// is relaxed, so it does not hold that poll back and both reads cross the
 /// link together; an acquire load would make the poll wait for it, and a
 /// waiter whose answer landed meanwhile would pay a whole extra round trip
-/// (on the H100, one kernel thread's task round trip waited 2.9 us for its
-/// answer instead of 4.0 us once the flag was read this way and not in the
-/// first round). When the flag is raised, an acquire fence makes the load
-/// synchronise like an acquire load, so whatever completed before the flag
-/// was raised is visible to the waiter's re-check.
+/// (README.md "Sharing memory across PCIe"). When the flag is raised, an
+/// acquire fence makes the load synchronise like an acquire load, so
+/// whatever completed before the flag was raised is visible to the waiter's
+/// re-check.
 template <scope S>
 TANDEM_DEVICE bool stop_raised(const u32* stop, u64 round, bool last) {
   if (stop == nullptr || (round % STOP_POLL_EVERY != STOP_POLL_EVERY - 1 && !last) ||
@@ -530,8 +529,8 @@ struct Backoff {
   /// A back-off for compare-and-swap loops on a word at scope `S`. The next
   /// success after a lost race waits for a loser to wake, so sleeps bound
   /// each success's cost: on device memory (scope::device), where a retry
-  /// costs the GPU an L2 atomic, they stop at RACE_DEVICE_MAX_NS (on the
-  /// H100, 64 K threads' heap operations ran 4x faster than at MAX_NS); on
+  /// costs the GPU an L2 atomic, they stop at RACE_DEVICE_MAX_NS (a retry
+  /// there is cheap, and a longer sleep only delays the next success); on
   /// memory the CPU shares, every retry crosses the link, so MAX_NS.
   template <scope S>
   static TANDEM_DEVICE Backoff for_races() {
@@ -574,8 +573,7 @@ struct Backoff {
   /// Sleeps somewhere in [ns/2, ns) ("equal jitter"), then doubles ns. Threads
   /// that lost the same race back off in lockstep otherwise: they all wake
   /// together, retry together, and all but one lose again, so every success
-  /// costs a whole sleep (seen on the H100 as about 4 us per allocation-heap
-  /// operation, however few contended).
+  /// costs a whole sleep, however few contended.
   TANDEM_DEVICE void sleep() {
 #if defined(TANDEM_BACKEND_GPU)
     if (rng == 0) {

@@ -5,11 +5,12 @@
 //
 // Why: a GPU thread that publishes data in host memory behind a flag needs a
 // system-scope fence between the two (stores to different addresses may
-// reach the host in any order), and on an H100 that fence alone costs about
-// 0.75 us. An aligned 8-byte store reaches the host whole, so each word here
-// says by its tag, (2t + 1) mod 2^32 for position t, whether it is position
-// t's; a consumer takes a record only once all its words do (NCCL's LL
-// protocol makes the same bet on 8-byte stores, over the same links).
+// reach the host in any order), and that fence alone costs a sizeable part
+// of a host round trip (README.md "Sharing memory across PCIe"). An aligned
+// 8-byte store reaches the host whole, so each word here says by its tag,
+// (2t + 1) mod 2^32 for position t, whether it is position t's; a consumer
+// takes a record only once all its words do (NCCL's LL protocol makes the
+// same bet on 8-byte stores, over the same links).
 //
 // Kernels only push, with device tickets (mpmc.h "Device tickets"); the
 // consumers are CPU threads (Rust's LlRing::try_pop). A kernel that also

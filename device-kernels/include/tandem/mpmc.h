@@ -275,13 +275,12 @@ TANDEM_DEVICE bool mpmc_try_pop(const MpmcRing<T>& ring, T* out) {
 // ---------------------------------------------------------------------------
 // mpmc_try_push/mpmc_try_pop take their ticket with a compare-and-swap on the
 // ring's `tail`/`head`. From a GPU that word is in host memory, and a
-// system-scope RMW there crosses PCIe (the whole H100 does about 30 M/s), and
-// the CAS window spans a round trip to read the slot, so thousands of threads
-// mostly fail and retry: progress collapses (seen on the H100: a 16 K-thread
-// push of 1 M records had not finished after 280 s). Worse, without
-// hostNativeAtomicSupported (x86 hosts over PCIe) GPU RMWs on host memory are
-// not atomic with respect to the CPU's, so a counter must never be shared by
-// GPU and CPU threads that run at the same time.
+// system-scope RMW there crosses PCIe (README.md "Sharing memory across
+// PCIe"), and the CAS window spans a round trip to read the slot, so
+// thousands of threads mostly fail and retry: progress collapses. Worse,
+// without hostNativeAtomicSupported (x86 hosts over PCIe) GPU RMWs on host
+// memory are not atomic with respect to the CPU's, so a counter must never be
+// shared by GPU and CPU threads that run at the same time.
 //
 // So when every producer (or every consumer) of a ring is a GPU thread, that
 // side's counter moves off the ring into device memory (DeviceTickets),
@@ -337,8 +336,8 @@ static_assert(sizeof(DeviceTickets) == 32, "tandem_device_kernels::DEVICE_TICKET
 /// How a producer claims its ticket.
 enum class claim_mode : u32 {
   /// Check first that the ring has room, from the device-memory copy of the
-  /// consumers' counter (one more device-memory round trip, about 0.17 us on
-  /// the H100): a ring already full returns `unavailable`, nothing claimed.
+  /// consumers' counter (one more device-memory round trip): a ring already
+  /// full returns `unavailable`, nothing claimed.
   probe = 0,
   /// Claim at once: on a full ring the claimed ticket waits for its slot
   /// (until `stop`) instead. For a producer whose last claim found the ring
@@ -431,9 +430,8 @@ constexpr u32 TICKET_WAIT_NS_PER_ITEM = 64;
 /// full ring cannot run dry before the first sleeper is back; kept between
 /// Backoff::MAX_NS and FULL_MAX_NS. Shorter sleeps only add traffic: every
 /// retry reads the ring's DeviceTickets line, which thousands of waiting
-/// threads then saturate, and the claims queue behind them there (on the
-/// H100, 132x128 threads on four 1024-slot lanes pushed 8.2 M tasks/s with
-/// 4 us sleeps, 10.3 M with these 64 us).
+/// threads then saturate, and the claims queue behind them there (README.md
+/// "Sharing memory across PCIe" has the throughput with shorter sleeps).
 TANDEM_HOST_DEVICE u32 full_ring_max_sleep_ns(u64 capacity) {
   const u64 ns = capacity * TICKET_WAIT_NS_PER_ITEM;
   return ns < Backoff::MAX_NS        ? Backoff::MAX_NS
@@ -528,9 +526,9 @@ TANDEM_DEVICE ticket_result claim_ticket(u64 capacity, DeviceTickets* tickets, c
   const u64 ticket = fetch_add_global<scope::device, order::relaxed>(&tickets->next, u64{1});
   // Acquire (see refresh_other_side), and after the fetch_add, which it may
   // overlap (fetch_add_global: a generic one could not be): an acquire load
-  // before it would hold the fetch_add back (on the H100, 0.2 us of every
-  // push). Then until a consumer has taken the slot's previous lap, without
-  // polling it.
+  // before it would hold the fetch_add back, a device-memory round trip on
+  // every push. Then until a consumer has taken the slot's previous lap,
+  // without polling it.
   u64 seen = other_seen(tickets);
   if (!counter_ready(seen, ticket, needed)) {
     if (!wait_ticket_ready(tickets, consumed, ticket, needed, stop)) {

@@ -24,9 +24,8 @@
 // its warp (AMD has no independent thread scheduling, see tandem/atomic.h).
 //
 // Throughput: every shared operation is a compare-and-swap on one word per
-// class, so thousands of GPU threads allocating one size serialise on it (on
-// the H100, 64 K threads each allocating once from one class head take about
-// a quarter of a second: every success costs a round of failed attempts).
+// class, so thousands of GPU threads allocating one size serialise on it
+// (every success costs a round of failed attempts).
 // The thread cache at the end of this file (SizeClassCache, like glibc's
 // tcache) sits above the shared heap and serves a thread's frees back to its
 // own allocations without touching the class heads, and the lanes of a warp

@@ -1,22 +1,65 @@
-//! [`HostDevice`]: the [`GpuDevice`] implementation of the CPU device.
+//! [`HostDevice`]: the [`GpuDevice`] implementation of the CPU device, and
+//! the [`GpuApi`] implementation of [`HostApi`] that hands devices out.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
+use super::api::HostApi;
+use super::error::host_error;
 use super::event::HostEvent;
 use super::launch::LaunchSpec;
-use super::memory::{self, BufferKind, HostBuffer, HostIpcBuffer, HostRegistration};
+use super::memory::{BufferKind, HostBuffer, HostIpcBuffer, HostRegistration};
 use super::module::{HostKernelEntry, HostModule};
 use super::stream::{Command, HostStream, StreamShared};
-use super::{host_error, HostApi, HOST_LAUNCH_LIMITS};
-use crate::api::{DeviceMemory, GpuDevice};
-use crate::checks;
+use crate::api::{DeviceMemory, GpuApi, GpuDevice};
+use crate::artifacts::ModuleArtifacts;
+use crate::checks::{self, LaunchLimits};
 use crate::error::{Backend, ErrorKind, GpuResult};
 use crate::types::{
     check_args, DeviceProperties, EventFlags, IpcEventHandle, IpcMemHandle, KernelArg,
-    LaunchConfig, ModuleArtifacts, NumaSource,
+    LaunchConfig, NumaSource,
 };
+
+/// Most dynamic shared memory per block (the static reservation comes on top).
+pub const HOST_MAX_DYNAMIC_SHARED_BYTES: u32 = 48 * 1024;
+
+/// Launch limits of the CPU device (those of current NVIDIA GPUs, so a launch
+/// valid here is valid there).
+pub const HOST_LAUNCH_LIMITS: LaunchLimits = LaunchLimits {
+    max_threads_per_block: 1024,
+    max_block_dim: [1024, 1024, 64],
+    max_grid_dim: [(1 << 31) - 1, 65535, 65535],
+    max_shared_mem_per_block: HOST_MAX_DYNAMIC_SHARED_BYTES,
+};
+
+impl GpuApi for HostApi {
+    const BACKEND: Backend = Backend::Host;
+    type Device = HostDevice;
+
+    /// One device, or as many as [`DEVICES_ENV`](super::DEVICES_ENV) says; a
+    /// value that is not a number is `InvalidArgument`.
+    fn load() -> GpuResult<Self> {
+        Self::from_env()
+    }
+
+    fn device_count(&self) -> GpuResult<usize> {
+        Ok(self.devices())
+    }
+
+    fn device(&self, ordinal: usize) -> GpuResult<HostDevice> {
+        if ordinal >= self.devices() {
+            return Err(host_error(
+                "device",
+                ErrorKind::NoDevice {
+                    requested: Some(ordinal),
+                    available: self.devices(),
+                },
+            ));
+        }
+        Ok(HostDevice::open(ordinal))
+    }
+}
 
 /// State of one device ordinal shared by every [`HostDevice`] opened on it
 /// (like a GPU's primary context): the streams `synchronize` waits for.
@@ -175,7 +218,7 @@ impl GpuDevice for HostDevice {
     ) -> GpuResult<()> {
         const CALL: &str = "copy_to_device";
         // SAFETY: the command runs right here, while `src` is borrowed.
-        let command = unsafe { memory::copy_in(CALL, dst, dst_offset, src) }?;
+        let command = unsafe { Command::copy_in(CALL, dst, dst_offset, src) }?;
         command
             .execute()
             .map_err(|why| Self::kernel_failed(CALL, why))
@@ -189,7 +232,7 @@ impl GpuDevice for HostDevice {
     ) -> GpuResult<()> {
         const CALL: &str = "copy_from_device";
         // SAFETY: the command runs right here, while `dst` is borrowed.
-        let command = unsafe { memory::copy_out(CALL, dst, src, src_offset) }?;
+        let command = unsafe { Command::copy_out(CALL, dst, src, src_offset) }?;
         command
             .execute()
             .map_err(|why| Self::kernel_failed(CALL, why))
@@ -204,7 +247,7 @@ impl GpuDevice for HostDevice {
         len: usize,
     ) -> GpuResult<()> {
         const CALL: &str = "copy_device_to_device";
-        memory::copy_between(CALL, dst, dst_offset, src, src_offset, len)?
+        Command::copy_between(CALL, dst, dst_offset, src, src_offset, len)?
             .execute()
             .map_err(|why| Self::kernel_failed(CALL, why))
     }
@@ -217,7 +260,7 @@ impl GpuDevice for HostDevice {
         byte: u8,
     ) -> GpuResult<()> {
         const CALL: &str = "fill";
-        memory::fill(CALL, dst, offset, len, byte)?
+        Command::fill(CALL, dst, offset, len, byte)?
             .execute()
             .map_err(|why| Self::kernel_failed(CALL, why))
     }
@@ -230,7 +273,7 @@ impl GpuDevice for HostDevice {
         src: &[u8],
     ) -> GpuResult<()> {
         // SAFETY: forwarded contract: `src` outlives the stream's copy.
-        let command = unsafe { memory::copy_in("copy_to_device_async", dst, dst_offset, src) }?;
+        let command = unsafe { Command::copy_in("copy_to_device_async", dst, dst_offset, src) }?;
         stream.shared.enqueue(command);
         Ok(())
     }
@@ -243,7 +286,7 @@ impl GpuDevice for HostDevice {
         src_offset: usize,
     ) -> GpuResult<()> {
         // SAFETY: forwarded contract: `dst` outlives the stream's copy.
-        let command = unsafe { memory::copy_out("copy_from_device_async", dst, src, src_offset) }?;
+        let command = unsafe { Command::copy_out("copy_from_device_async", dst, src, src_offset) }?;
         stream.shared.enqueue(command);
         Ok(())
     }
@@ -257,7 +300,7 @@ impl GpuDevice for HostDevice {
         src_offset: usize,
         len: usize,
     ) -> GpuResult<()> {
-        let command = memory::copy_between(
+        let command = Command::copy_between(
             "copy_device_to_device_async",
             dst,
             dst_offset,
@@ -279,7 +322,7 @@ impl GpuDevice for HostDevice {
     ) -> GpuResult<()> {
         stream
             .shared
-            .enqueue(memory::fill("fill_async", dst, offset, len, byte)?);
+            .enqueue(Command::fill("fill_async", dst, offset, len, byte)?);
         Ok(())
     }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tandem_shm_core::segment::Segment;
 
-use super::host_error;
+use super::error::host_error;
 use super::ipc::{self, HandleFields, HandleKind};
 use super::wait::wait_until;
 use crate::error::{ErrorKind, GpuResult};

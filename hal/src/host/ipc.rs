@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tandem_shm_core::segment::Segment;
 
-use super::{host_error, segment_error};
+use super::error::{host_error, segment_error};
 use crate::error::{ErrorKind, GpuResult};
 
 const MAGIC: [u8; 4] = *b"TDMH";

@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use tandem_shm_core::segment::Segment;
 
+use super::api::HostApi;
+use super::error::{host_error, segment_error};
 use super::ipc::{self, HandleFields, HandleKind};
-use super::stream::{Address, Command};
 use super::wait::wait_until;
-use super::{host_error, segment_error, HostApi};
 use crate::api::{DeviceMemory, HostMemory};
 use crate::checks;
 use crate::error::{Backend, ErrorKind, GpuResult};
@@ -106,12 +106,12 @@ fn unregister(region: &Region) {
 /// The address of `[offset, offset + len)` of `memory` after checking it is
 /// in bounds and that `memory` lies in live memory of this backend, with the
 /// region that keeps it alive.
-fn resolve(
+pub(crate) fn resolve(
     call: &'static str,
     memory: &impl DeviceMemory<Api = HostApi>,
     offset: usize,
     len: usize,
-) -> GpuResult<(Address, Arc<Region>)> {
+) -> GpuResult<(*mut u8, Arc<Region>)> {
     let address = checks::address(Backend::Host, call, memory, offset, len)?;
     let start = usize::try_from(memory.device_ptr()).unwrap_or(usize::MAX);
     let registry = registry();
@@ -125,83 +125,7 @@ fn resolve(
         )
     })?;
     // In bounds of `memory` (checked), which is inside the region.
-    Ok((Address(address as usize as *mut u8), Arc::clone(region)))
-}
-
-/// A command copying host bytes into `dst`.
-///
-/// # Safety
-/// The command reads `src` whenever it runs: `src` must stay valid and
-/// unchanged until then.
-pub(crate) unsafe fn copy_in(
-    call: &'static str,
-    dst: &impl DeviceMemory<Api = HostApi>,
-    dst_offset: usize,
-    src: &[u8],
-) -> GpuResult<Command> {
-    let (to, region) = resolve(call, dst, dst_offset, src.len())?;
-    Ok(Command::Copy {
-        dst: to,
-        src: Address(src.as_ptr().cast_mut()),
-        len: src.len(),
-        keep: vec![region],
-    })
-}
-
-/// A command copying from `src` into host bytes.
-///
-/// # Safety
-/// The command writes `dst` whenever it runs: `dst` must stay valid and
-/// unused until then.
-pub(crate) unsafe fn copy_out(
-    call: &'static str,
-    dst: &mut [u8],
-    src: &impl DeviceMemory<Api = HostApi>,
-    src_offset: usize,
-) -> GpuResult<Command> {
-    let (from, region) = resolve(call, src, src_offset, dst.len())?;
-    Ok(Command::Copy {
-        dst: Address(dst.as_mut_ptr()),
-        src: from,
-        len: dst.len(),
-        keep: vec![region],
-    })
-}
-
-/// A command copying between two memory objects of the device.
-pub(crate) fn copy_between(
-    call: &'static str,
-    dst: &impl DeviceMemory<Api = HostApi>,
-    dst_offset: usize,
-    src: &impl DeviceMemory<Api = HostApi>,
-    src_offset: usize,
-    len: usize,
-) -> GpuResult<Command> {
-    let (to, dst_region) = resolve(call, dst, dst_offset, len)?;
-    let (from, src_region) = resolve(call, src, src_offset, len)?;
-    Ok(Command::Copy {
-        dst: to,
-        src: from,
-        len,
-        keep: vec![dst_region, src_region],
-    })
-}
-
-/// A command setting `len` bytes of `dst` from `offset` to `byte`.
-pub(crate) fn fill(
-    call: &'static str,
-    dst: &impl DeviceMemory<Api = HostApi>,
-    offset: usize,
-    len: usize,
-    byte: u8,
-) -> GpuResult<Command> {
-    let (to, region) = resolve(call, dst, offset, len)?;
-    Ok(Command::Fill {
-        dst: to,
-        len,
-        byte,
-        keep: region,
-    })
+    Ok((address as usize as *mut u8, Arc::clone(region)))
 }
 
 /// What a [`HostBuffer`] was allocated as.

@@ -1,10 +1,11 @@
 //! Kernel modules of the CPU device: a library's host table, checked against
 //! its declared signatures when loaded.
 
-use super::host_error;
+use super::error::host_error;
+use crate::artifacts::ModuleArtifacts;
 use crate::error::{ErrorKind, GpuResult};
 use crate::host_abi::HostKernelFn;
-use crate::types::{ArgKind, ModuleArtifacts};
+use crate::types::ArgKind;
 
 /// A launchable kernel of a [`HostModule`].
 #[derive(Clone, Copy, Debug)]

@@ -11,9 +11,12 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
+use super::api::HostApi;
 use super::event::{EventCore, EventWait};
 use super::launch::{self, LaunchSpec};
-use super::memory::Region;
+use super::memory::{self, Region};
+use crate::api::DeviceMemory;
+use crate::error::GpuResult;
 
 /// A raw address a command reads or writes; see [`Command`] for why the
 /// memory behind it stays valid.
@@ -50,6 +53,82 @@ pub(crate) enum Command {
 }
 
 impl Command {
+    /// A command copying host bytes into `dst`.
+    ///
+    /// # Safety
+    /// The command reads `src` whenever it runs: `src` must stay valid and
+    /// unchanged until then.
+    pub(crate) unsafe fn copy_in(
+        call: &'static str,
+        dst: &impl DeviceMemory<Api = HostApi>,
+        dst_offset: usize,
+        src: &[u8],
+    ) -> GpuResult<Self> {
+        let (to, region) = memory::resolve(call, dst, dst_offset, src.len())?;
+        Ok(Self::Copy {
+            dst: Address(to),
+            src: Address(src.as_ptr().cast_mut()),
+            len: src.len(),
+            keep: vec![region],
+        })
+    }
+
+    /// A command copying from `src` into host bytes.
+    ///
+    /// # Safety
+    /// The command writes `dst` whenever it runs: `dst` must stay valid and
+    /// unused until then.
+    pub(crate) unsafe fn copy_out(
+        call: &'static str,
+        dst: &mut [u8],
+        src: &impl DeviceMemory<Api = HostApi>,
+        src_offset: usize,
+    ) -> GpuResult<Self> {
+        let (from, region) = memory::resolve(call, src, src_offset, dst.len())?;
+        Ok(Self::Copy {
+            dst: Address(dst.as_mut_ptr()),
+            src: Address(from),
+            len: dst.len(),
+            keep: vec![region],
+        })
+    }
+
+    /// A command copying between two memory objects of the device.
+    pub(crate) fn copy_between(
+        call: &'static str,
+        dst: &impl DeviceMemory<Api = HostApi>,
+        dst_offset: usize,
+        src: &impl DeviceMemory<Api = HostApi>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<Self> {
+        let (to, dst_region) = memory::resolve(call, dst, dst_offset, len)?;
+        let (from, src_region) = memory::resolve(call, src, src_offset, len)?;
+        Ok(Self::Copy {
+            dst: Address(to),
+            src: Address(from),
+            len,
+            keep: vec![dst_region, src_region],
+        })
+    }
+
+    /// A command setting `len` bytes of `dst` from `offset` to `byte`.
+    pub(crate) fn fill(
+        call: &'static str,
+        dst: &impl DeviceMemory<Api = HostApi>,
+        offset: usize,
+        len: usize,
+        byte: u8,
+    ) -> GpuResult<Self> {
+        let (to, region) = memory::resolve(call, dst, offset, len)?;
+        Ok(Self::Fill {
+            dst: Address(to),
+            len,
+            byte,
+            keep: region,
+        })
+    }
+
     /// Runs the command on the stream's worker; `Err` is a kernel failure.
     pub(crate) fn execute(self) -> Result<(), String> {
         match self {

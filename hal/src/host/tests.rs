@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::*;
-use crate::api::{DeviceMemory, GpuDevice, HostMemory};
+use crate::api::{DeviceMemory, GpuApi, GpuDevice, HostMemory};
+use crate::artifacts::{KernelSignature, ModuleArtifacts};
+use crate::error::GpuResult;
 use crate::host_abi::{HostKernel, HostThreadCtx};
-use crate::types::{
-    ArgKind, Dim3, EventFlags, KernelArg, KernelSignature, LaunchConfig, ModuleArtifacts,
-};
+use crate::types::{ArgKind, Dim3, EventFlags, KernelArg, LaunchConfig};
 
 /// Reads parameter `i` of a kernel as a `T`.
 ///
