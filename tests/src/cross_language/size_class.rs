@@ -523,11 +523,10 @@ fn rust_stress(
 /// is lost.
 pub fn cpp_and_rust_threads_at_once_overlap_and_lose_nothing<A: GpuApi>(gpu: &Gpu<A>) {
     // (launch, rounds, Rust threads, thread caches). On a GPU every list
-    // operation is a compare-and-swap across PCIe, and the whole GPU
-    // completes about 30 M of those a second, shared by all contenders of a
-    // word: 256 threads on the shared lists alone, 2 K through thread caches
-    // (which reach the lists on refills and overflows only); the last run
-    // has a partial last warp and a 3D block.
+    // operation is a compare-and-swap across PCIe, and all contenders of a
+    // word share the few the link completes: 256 threads on the shared lists
+    // alone, 2 K through thread caches (which reach the lists on refills and
+    // overflows only); the last run has a partial last warp and a 3D block.
     let runs = gpu.at_scale(
         [
             ((Dim3::linear(3), Dim3::linear(8)), 2000, 2, false),
