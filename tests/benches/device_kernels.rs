@@ -16,15 +16,12 @@
 //! "skipped: no CUDA device", and fails instead under `TANDEM_REQUIRE_GPU=1`.
 
 #[cfg(feature = "cuda")]
-#[path = "../../device-kernels/tests/cross_language/harness.rs"]
-#[allow(dead_code)] // the bench uses part of the test harness
-mod harness;
-
-#[cfg(feature = "cuda")]
 fn main() {
     type Api = tandem_hal_cuda::CudaApi;
     if let Some(device) = tandem_tests::gpu::device_or_skip::<Api>("device_kernels bench") {
-        cuda::run(harness::Gpu::<Api>::new(device));
+        cuda::run(tandem_tests::cross_language::harness::Gpu::<Api>::new(
+            device,
+        ));
     }
 }
 
@@ -52,7 +49,7 @@ mod cuda {
     use tandem_shm_core::size_class::{block_size, HEAP_ALIGN};
     use tandem_shm_core::{ArenaAllocator, MpmcRing, SizeClassAllocator};
 
-    use super::harness::{Gpu, Shared};
+    use tandem_tests::cross_language::harness::{Gpu, Shared};
 
     /// Runs every benchmark on `gpu`.
     pub fn run<A: GpuApi>(gpu: Gpu<A>) {

@@ -17,10 +17,10 @@ use tandem_shm_core::layout::{AllocatorId, SizeClassHeader};
 use tandem_shm_core::size_class::{block_size, HEAP_ALIGN};
 use tandem_shm_core::{AllocError, ArenaAllocator, ShmPtr, SizeClassAllocator};
 
-use super::harness::{Gpu, Shared};
+use super::harness::{check, Gpu, Shared};
 
 /// `tandem::size_class_status` values.
-pub mod status {
+mod status {
     pub const OK: u64 = 0;
     pub const ZERO_SIZE: u64 = 1;
     pub const BAD_ALIGNMENT: u64 = 2;
@@ -45,7 +45,7 @@ const ID: AllocatorId = AllocatorId::new(6, 2);
 
 /// What an operation returned, as the kernels report it: size_class_status
 /// and `SizeClassResult::off`.
-pub type Outcome = (u64, u64);
+type Outcome = (u64, u64);
 
 /// The outcome the C++ side reports for what Rust returned.
 fn outcome(r: Result<u64, AllocError>) -> Outcome {
@@ -162,7 +162,7 @@ fn cpp_free<A: GpuApi>(gpu: &Gpu<A>, mem: &Shared<A>, ptr: ShmPtr<u8>) -> Outcom
 
 /// One operation of a generated sequence.
 #[derive(Clone, Copy, Debug)]
-pub enum Op {
+enum Op {
     Allocate {
         size: u64,
         align: u64,
@@ -180,7 +180,7 @@ pub enum Op {
 
 /// Sequences of (operation, run it in C++) over a heap small enough to run
 /// out, mixing sizes of every magnitude and every kind of alignment.
-pub fn op_sequences() -> impl Strategy<Value = Vec<(Op, bool)>> {
+fn op_sequences() -> impl Strategy<Value = Vec<(Op, bool)>> {
     let size = prop_oneof![
         6 => 1u64..=48,
         4 => 49u64..=700,
@@ -224,10 +224,18 @@ fn pick(from: &[u64], i: usize) -> u64 {
     }
 }
 
+/// Random operation sequences split between Rust and C++ leave exactly the
+/// heap an all-Rust run leaves.
+pub fn mixed_rust_and_cpp_sequences_match_all_rust<A: GpuApi>(gpu: &Gpu<A>) {
+    check(file!(), 24, op_sequences(), |ops| {
+        mixed_sequence_matches_all_rust(gpu, &ops)
+    });
+}
+
 /// Applies `ops` to a heap, each in C++ or Rust as it says, and to an
 /// all-Rust reference heap: every outcome and, at the end, every byte of the
 /// two regions agree.
-pub fn mixed_sequence_matches_all_rust<A: GpuApi>(
+fn mixed_sequence_matches_all_rust<A: GpuApi>(
     gpu: &Gpu<A>,
     ops: &[(Op, bool)],
 ) -> Result<(), TestCaseError> {
@@ -430,10 +438,14 @@ pub fn cache_serves_own_frees_until_flushed<A: GpuApi>(gpu: &Gpu<A>) {
     );
 }
 
-/// `threads` C++ threads free one block Rust allocated, all at once: exactly
-/// one succeeds, the others report a double free, and the block is on its
-/// list once.
-pub fn racing_frees_have_one_winner<A: GpuApi>(gpu: &Gpu<A>, launch: (Dim3, Dim3)) {
+/// Every thread of a kernel frees one block Rust allocated, all at once:
+/// exactly one succeeds, the others report a double free, and the block is
+/// on its list once.
+pub fn racing_frees_have_one_winner<A: GpuApi>(gpu: &Gpu<A>) {
+    let launch = gpu.at_scale(
+        (Dim3::linear(2), Dim3::new(16, 2, 1)),
+        (Dim3::linear(8), Dim3::linear(256)),
+    );
     let mem = gpu.shared(64 * 1024);
     let alloc = rust_init(&mem);
     for (size, align) in [(24, 8), (300, 128)] {
@@ -506,6 +518,32 @@ fn rust_stress(
     counts
 }
 
+/// C++ and Rust threads allocate and free at once, with and without thread
+/// caches, over a 1D and a 3D launch: allocations never overlap and nothing
+/// is lost.
+pub fn cpp_and_rust_threads_at_once_overlap_and_lose_nothing<A: GpuApi>(gpu: &Gpu<A>) {
+    // (launch, rounds, Rust threads, thread caches). On a GPU every list
+    // operation is a compare-and-swap across PCIe, and all contenders of a
+    // word share the few the link completes: 256 threads on the shared lists
+    // alone, 2 K through thread caches (which reach the lists on refills and
+    // overflows only); the last run has a partial last warp and a 3D block.
+    let runs = gpu.at_scale(
+        [
+            ((Dim3::linear(3), Dim3::linear(8)), 2000, 2, false),
+            ((Dim3::linear(3), Dim3::linear(8)), 2000, 2, true),
+            ((Dim3::new(2, 2, 1), Dim3::new(2, 2, 2)), 1000, 1, true),
+        ],
+        [
+            ((Dim3::linear(4), Dim3::linear(64)), 64, 4, false),
+            ((Dim3::linear(16), Dim3::linear(128)), 256, 4, true),
+            ((Dim3::linear(5), Dim3::new(7, 3, 2)), 256, 2, true),
+        ],
+    );
+    for (launch, rounds, rust_threads, cached) in runs {
+        cpp_and_rust_threads_at_once(gpu, launch, rounds, rust_threads, cached);
+    }
+}
+
 /// A kernel of `grid` x `block` threads (tandem_size_class_stress, through
 /// thread caches with `cached`) and `rust_threads` Rust threads allocate,
 /// fill, check and free on one heap at once: `rounds` rounds each, the Rust
@@ -518,7 +556,7 @@ fn rust_stress(
 /// launch; afterwards Rust frees what the kernel left allocated. No
 /// allocation is found overwritten, nothing fails, and at the end every
 /// carved byte is back on a free list.
-pub fn cpp_and_rust_threads_at_once<A: GpuApi>(
+fn cpp_and_rust_threads_at_once<A: GpuApi>(
     gpu: &Gpu<A>,
     (grid, block): (Dim3, Dim3),
     rounds: u64,
@@ -629,7 +667,7 @@ pub fn cpp_and_rust_threads_at_once<A: GpuApi>(
 
 /// The C++ attach refuses what Rust's refuses, with the matching status, and
 /// a corrupt free list is reported by both the same way.
-pub fn malformed_heaps_are_refused<A: GpuApi>(gpu: &Gpu<A>) {
+pub fn malformed_heaps_are_refused_like_rust_refuses_them<A: GpuApi>(gpu: &Gpu<A>) {
     let len = 64 * 1024;
     let check = |mem: &Shared<A>, offset: usize, len: usize, want: u64| {
         let rust =

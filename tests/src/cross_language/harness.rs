@@ -1,17 +1,22 @@
 //! The one way the cross-language tests run kernels, on any backend: the
 //! library loaded on a device, and memory both Rust and kernels address
 //! (mapped pinned memory: on CUDA the only kind a Rust thread can read while
-//! a kernel writes it).
+//! a kernel writes it); the sizes a test runs at on that backend; and the
+//! proptest runner every property goes through.
 
+use proptest::strategy::Strategy;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use tandem_device_kernels::library;
-use tandem_hal::{DeviceMemory, Dim3, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig};
+use tandem_hal::{
+    Backend, DeviceMemory, Dim3, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig,
+};
 
 /// A device with Tandem's kernels loaded.
 pub struct Gpu<A: GpuApi> {
+    /// The device, for what the harness does not wrap.
     pub device: A::Device,
     module: <A::Device as GpuDevice>::Module,
     /// Where `run_one` launches.
-    #[allow(dead_code)] // read by `run_one`, which not every test binary uses
     stream: <A::Device as GpuDevice>::Stream,
 }
 
@@ -20,6 +25,8 @@ pub struct Shared<A: GpuApi> {
     buffer: <A::Device as GpuDevice>::PinnedBuffer,
 }
 
+// No `is_empty`: a test's memory is never empty, and nothing would call it.
+#[allow(clippy::len_without_is_empty)]
 impl<A: GpuApi> Shared<A> {
     /// The address Rust uses.
     pub fn host(&self) -> *mut u8 {
@@ -56,7 +63,6 @@ impl<A: GpuApi> Shared<A> {
     }
 
     /// A copy of all bytes (no kernel may be writing them).
-    #[allow(dead_code)] // not every test binary that includes this module compares bytes
     pub fn bytes(&self) -> Vec<u8> {
         // SAFETY: `len` bytes at `host` are the buffer's; no concurrent writer
         // is the caller's contract.
@@ -66,12 +72,9 @@ impl<A: GpuApi> Shared<A> {
 
 /// Zeroed device memory, for kernels only (e.g. the device tickets of a
 /// ring side that only GPU threads use).
-#[allow(dead_code)] // not every test binary that includes this module needs it
 pub struct DeviceWords<A: GpuApi> {
     buffer: <A::Device as GpuDevice>::DeviceBuffer,
 }
-
-#[allow(dead_code)] // as for the struct
 impl<A: GpuApi> DeviceWords<A> {
     /// The kernel argument naming the memory.
     pub fn arg(&self) -> KernelArg<'static> {
@@ -105,7 +108,6 @@ impl<A: GpuApi> Gpu<A> {
     }
 
     /// `words` zeroed u64s of device memory.
-    #[allow(dead_code)] // not every test binary that includes this module needs it
     pub fn device_words(&self, words: usize) -> DeviceWords<A> {
         let bytes = words * size_of::<u64>();
         let buffer = self.device.alloc_device(bytes).expect("device memory");
@@ -116,7 +118,6 @@ impl<A: GpuApi> Gpu<A> {
     }
 
     /// A new stream, for launches that must run beside others.
-    #[allow(dead_code)] // not every test binary that includes this module needs it
     pub fn stream(&self) -> <A::Device as GpuDevice>::Stream {
         self.device.create_stream().expect("a stream")
     }
@@ -151,15 +152,43 @@ impl<A: GpuApi> Gpu<A> {
             .expect("the kernels ran");
     }
 
+    /// `cpu` on the CPU device, `gpu` on a GPU: a GPU test runs thousands of
+    /// threads where the CPU device, one OS thread per GPU thread, runs tens.
+    pub fn at_scale<T>(&self, cpu: T, gpu: T) -> T {
+        if A::BACKEND == Backend::Host {
+            cpu
+        } else {
+            gpu
+        }
+    }
+
     /// Runs kernel `name` on one thread and waits for it.
     ///
     /// # Safety
     /// As for [`launch`](Self::launch).
-    #[allow(dead_code)] // not every test binary that includes this module needs it
     pub unsafe fn run_one(&self, name: &str, args: &[KernelArg<'_>]) {
         let one = Dim3::linear(1);
         // SAFETY: forwarded to the caller; synchronized before returning.
         unsafe { self.launch(&self.stream, name, one, one, args) };
         self.sync(&self.stream);
+    }
+}
+
+/// Runs `test` on `cases` values of `strategy`, as `proptest!` would: failures
+/// shrunk, reported by panicking, and their seeds kept in the regression file
+/// of `source` (the caller's `file!()`), replayed first on later runs.
+pub fn check<S: Strategy>(
+    source: &'static str,
+    cases: u32,
+    strategy: S,
+    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) {
+    let mut runner = TestRunner::new(Config {
+        cases,
+        source_file: Some(source),
+        ..Config::default()
+    });
+    if let Err(e) = runner.run(&strategy, test) {
+        panic!("{e}\n{runner}");
     }
 }

@@ -8,10 +8,10 @@ use tandem_hal::{GpuApi, KernelArg};
 use tandem_shm_core::impl_serialize_fields;
 use tandem_shm_core::ser::{serialized_len, Reader, SerError, Writer};
 
-use super::harness::Gpu;
+use super::harness::{check, Gpu};
 
 /// `tandem::ser_status` values.
-pub mod ser_status {
+mod ser_status {
     pub const OK: u64 = 0;
     pub const BUFFER_TOO_SMALL: u64 = 1;
     pub const UNEXPECTED_END: u64 = 2;
@@ -20,7 +20,7 @@ pub mod ser_status {
 
 /// The record of kernels/ser.cu, field for field.
 #[derive(Clone, Debug)]
-pub struct Sample {
+struct Sample {
     pub a: u8,
     pub b: u16,
     pub c: u32,
@@ -76,7 +76,7 @@ impl Sample {
 }
 
 /// Any sample, NaNs with payloads and infinities included.
-pub fn samples() -> impl Strategy<Value = Sample> {
+fn samples() -> impl Strategy<Value = Sample> {
     let scalars = (
         any::<(u8, u16, u32, u64)>(),
         any::<(i8, i16, i32, i64)>(),
@@ -112,7 +112,7 @@ fn rust_bytes(sample: &Sample) -> Vec<u8> {
 /// C++ writes `sample` into a buffer of `buf_len` bytes; Rust reads it back
 /// equal (bytes identical to Rust's own serialization). When the buffer is
 /// too small both writers fail alike: same needed length, no partial record.
-pub fn cpp_writes_rust_reads<A: GpuApi>(gpu: &Gpu<A>, sample: &Sample, buf_len: usize) {
+fn cpp_writes_rust_reads<A: GpuApi>(gpu: &Gpu<A>, sample: &Sample, buf_len: usize) {
     let buf = gpu.shared(buf_len.max(1));
     let words = gpu.shared(SCALARS * 8);
     for (i, &w) in sample.words().iter().enumerate() {
@@ -210,7 +210,7 @@ fn cpp_read<A: GpuApi>(gpu: &Gpu<A>, input: &[u8]) -> (u64, u64, [u64; SCALARS],
 /// Rust writes `sample`, C++ reads it back equal; `cut` bytes short it
 /// fails with unexpected_end and consumes nothing, and a bool byte of 2 is
 /// refused as Rust refuses it.
-pub fn rust_writes_cpp_reads<A: GpuApi>(gpu: &Gpu<A>, sample: &Sample, cut: usize) {
+fn rust_writes_cpp_reads<A: GpuApi>(gpu: &Gpu<A>, sample: &Sample, cut: usize) {
     let input = rust_bytes(sample);
     let (status, position, words, bytes) = cpp_read(gpu, &input);
     assert_eq!((status, position), (ser_status::OK, input.len() as u64));
@@ -233,4 +233,22 @@ pub fn rust_writes_cpp_reads<A: GpuApi>(gpu: &Gpu<A>, sample: &Sample, cut: usiz
         Reader::new(&bad_bool).get::<Sample>(),
         Err(SerError::InvalidBool(2))
     ));
+}
+
+/// C++ writes random records into buffers from 20 bytes short of the record
+/// to 20 bytes over, and Rust reads what it wrote.
+pub fn cpp_writes_what_rust_reads<A: GpuApi>(gpu: &Gpu<A>) {
+    check(file!(), 24, (samples(), -20i64..20), |(sample, spare)| {
+        let len = serialized_len(&sample).unwrap() as i64 + spare;
+        cpp_writes_rust_reads(gpu, &sample, len.max(0) as usize);
+        Ok(())
+    });
+}
+
+/// Rust writes random records, and C++ reads them, whole and cut short.
+pub fn rust_writes_what_cpp_reads<A: GpuApi>(gpu: &Gpu<A>) {
+    check(file!(), 24, (samples(), 1usize..100), |(sample, cut)| {
+        rust_writes_cpp_reads(gpu, &sample, cut);
+        Ok(())
+    });
 }

@@ -12,10 +12,10 @@ use tandem_hal::{Dim3, GpuApi, KernelArg};
 use tandem_shm_core::layout::{RingHeader, RING_SLOTS_OFFSET};
 use tandem_shm_core::{MpmcRing, SpscRing};
 
-use super::harness::{Gpu, Shared};
+use super::harness::{check, Gpu, Shared};
 
 /// `tandem::ring_status` values the tests expect.
-pub mod ring_status {
+mod ring_status {
     pub const OK: u64 = 0;
     pub const MISALIGNED: u64 = 2;
     pub const REGION_TOO_SMALL: u64 = 3;
@@ -28,13 +28,13 @@ pub mod ring_status {
 
 /// One ring operation of a generated sequence.
 #[derive(Clone, Copy, Debug)]
-pub enum RingOp {
+enum RingOp {
     Push(u64),
     Pop,
 }
 
 /// Sequences of (operation, run it in C++) biased towards filling the ring.
-pub fn op_sequences() -> impl Strategy<Value = Vec<(RingOp, bool)>> {
+fn op_sequences() -> impl Strategy<Value = Vec<(RingOp, bool)>> {
     let op = prop_oneof![3 => any::<u64>().prop_map(RingOp::Push), 2 => Just(RingOp::Pop)];
     proptest::collection::vec((op, any::<bool>()), 1..48)
 }
@@ -125,11 +125,24 @@ fn rust_op(ring: &MpmcRing<'_, u64>, op: RingOp) -> (bool, u64) {
     }
 }
 
+/// Random operation sequences split between Rust and C++ on rings of 1 to 8
+/// slots (initialised by either side) leave what an all-Rust run leaves.
+pub fn mixed_rust_and_cpp_sequences_match_all_rust<A: GpuApi>(gpu: &Gpu<A>) {
+    let runs = (
+        op_sequences(),
+        prop_oneof![Just(1u32), Just(2), Just(4), Just(8)],
+        any::<bool>(),
+    );
+    check(file!(), 16, runs, |(ops, capacity, init_in_cpp)| {
+        mixed_sequence_matches_all_rust(gpu, capacity, init_in_cpp, &ops)
+    });
+}
+
 /// Applies `ops` to a ring of `capacity` slots, each in C++ or Rust as it
 /// says, and to an all-Rust reference ring: every outcome and, at the end,
 /// every byte of the two regions agree. With `init_in_cpp` the mixed ring is
 /// initialised by the C++ `mpmc_init`.
-pub fn mixed_sequence_matches_all_rust<A: GpuApi>(
+fn mixed_sequence_matches_all_rust<A: GpuApi>(
     gpu: &Gpu<A>,
     capacity: u32,
     init_in_cpp: bool,
@@ -171,10 +184,29 @@ pub fn mixed_sequence_matches_all_rust<A: GpuApi>(
 /// report rather than a hang.
 const MAX_RETRIES: u64 = 1 << 22;
 
+/// C++ producers and Rust consumers lose and duplicate nothing, over a 1D and
+/// a 3D launch (on a GPU: a million records from 16 K threads through 1024
+/// slots; a partial last warp and a small ring).
+pub fn cpp_producers_rust_consumers_lose_and_duplicate_nothing<A: GpuApi>(gpu: &Gpu<A>) {
+    let runs = gpu.at_scale(
+        [
+            ((Dim3::linear(3), Dim3::linear(8)), 16, 6000, 2),
+            ((Dim3::new(2, 2, 1), Dim3::new(2, 2, 2)), 16, 6000, 2),
+        ],
+        [
+            ((Dim3::linear(64), Dim3::linear(256)), 1024, 1 << 20, 4),
+            ((Dim3::linear(5), Dim3::new(7, 3, 2)), 64, 100_003, 2),
+        ],
+    );
+    for (launch, capacity, count, consumers) in runs {
+        cpp_producers_rust_consumers(gpu, launch, capacity, count, consumers);
+    }
+}
+
 /// A kernel of `grid` x `block` threads pushes `count` values (from `base`)
 /// into a ring of `capacity`, with device tickets, while `consumers` Rust
 /// threads drain it: every value arrives exactly once.
-pub fn cpp_producers_rust_consumers<A: GpuApi>(
+fn cpp_producers_rust_consumers<A: GpuApi>(
     gpu: &Gpu<A>,
     (grid, block): (Dim3, Dim3),
     capacity: u32,
@@ -247,10 +279,19 @@ pub fn cpp_producers_rust_consumers<A: GpuApi>(
     assert_eq!(ring.try_pop(), None, "nothing left behind");
 }
 
+/// Rust producers and C++ consumers lose and duplicate nothing.
+pub fn rust_producers_cpp_consumers_lose_and_duplicate_nothing<A: GpuApi>(gpu: &Gpu<A>) {
+    let (launch, capacity, count, producers) = gpu.at_scale(
+        ((Dim3::linear(2), Dim3::new(3, 2, 1)), 8, 5000, 2),
+        ((Dim3::linear(16), Dim3::linear(128)), 1024, 200_000, 4),
+    );
+    rust_producers_cpp_consumers(gpu, launch, capacity, count, producers);
+}
+
 /// `producers` Rust threads push `count` values (from `base`) into a ring of
 /// `capacity` while a kernel of `grid` x `block` threads pops them with
 /// device tickets: the kernel sees every value exactly once.
-pub fn rust_producers_cpp_consumers<A: GpuApi>(
+fn rust_producers_cpp_consumers<A: GpuApi>(
     gpu: &Gpu<A>,
     (grid, block): (Dim3, Dim3),
     capacity: u32,
@@ -360,7 +401,7 @@ fn cpp_init_status<A: GpuApi>(
 
 /// The C++ side refuses what Rust's `attach`/`init_in` refuse, with the
 /// matching `RingError` variant.
-pub fn malformed_rings_are_refused<A: GpuApi>(gpu: &Gpu<A>) {
+pub fn malformed_rings_are_refused_like_rust_refuses_them<A: GpuApi>(gpu: &Gpu<A>) {
     let capacity = 8;
     let len = MpmcRing::<u64>::required_bytes(capacity);
     let zeroed = ring_memory(gpu, capacity);

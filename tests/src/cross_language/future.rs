@@ -5,16 +5,17 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use proptest::prelude::*;
 use tandem_device_kernels::names;
 use tandem_hal::{Dim3, GpuApi, KernelArg};
-use tandem_shm_core::future::{RC_OUTPUT_FAILED, RC_OUTPUT_TOO_LARGE};
+use tandem_shm_core::future::{RC_OUTPUT_FAILED, RC_OUTPUT_TOO_LARGE, RC_RESERVED_MAX};
 use tandem_shm_core::impl_serialize_fields;
 use tandem_shm_core::{FutureShm, WaitOutcome};
 
-use super::harness::{Gpu, Shared};
+use super::harness::{check, Gpu, Shared};
 
 /// `tandem::future_status` values the tests expect.
-pub mod future_status {
+mod future_status {
     pub const OK: u32 = 0;
     pub const COPY_SPACE_TOO_SMALL: u32 = 5;
     pub const ALREADY_COMPLETE: u32 = 7;
@@ -22,14 +23,14 @@ pub mod future_status {
 }
 
 /// `complete_mode` of kernels/future.cu.
-pub mod complete_mode {
+mod complete_mode {
     pub const ANSWER: u32 = 0;
     pub const OVERSIZED: u32 = 1;
     pub const FAIL: u32 = 2;
 }
 
 /// `tandem::wait_outcome` values.
-pub mod wait_outcome {
+mod wait_outcome {
     pub const COMPLETED: u64 = 0;
     pub const STOPPED: u64 = 1;
     pub const BUDGET_EXHAUSTED: u64 = 2;
@@ -37,20 +38,20 @@ pub mod wait_outcome {
 
 /// The task `tandem_future_complete` answers.
 #[derive(Debug, PartialEq)]
-pub struct Task<'a> {
-    pub a: u64,
-    pub b: u64,
-    pub payload: &'a [u8],
+struct Task<'a> {
+    a: u64,
+    b: u64,
+    payload: &'a [u8],
 }
 impl_serialize_fields!(Task<'a> { a, b, payload });
 
 /// Its answer.
 #[derive(Debug, PartialEq)]
-pub struct Answer<'a> {
-    pub sum: u64,
-    pub xor: u64,
-    pub reversed: &'a [u8],
-    pub nonempty: bool,
+struct Answer<'a> {
+    sum: u64,
+    xor: u64,
+    reversed: &'a [u8],
+    nonempty: bool,
 }
 impl_serialize_fields!(Answer<'a> { sum, xor, reversed, nonempty });
 
@@ -106,13 +107,31 @@ fn complete_in_cpp<A: GpuApi>(
     (seen, [status.read(0), status.read(1)])
 }
 
-/// Rust submits a task, C++ completes it while Rust waits: the return code
-/// and the answer arrive intact.
-pub fn cpp_completes_what_rust_waits_on<A: GpuApi>(
-    gpu: &Gpu<A>,
-    task: &Task<'_>,
-    return_code: i32,
-) {
+/// Rust submits random tasks, C++ completes each with a random user return
+/// code while Rust waits: the return code and the answer arrive intact.
+pub fn cpp_completes_what_rust_waits_on<A: GpuApi>(gpu: &Gpu<A>) {
+    let tasks = (
+        any::<u64>(),
+        any::<u64>(),
+        proptest::collection::vec(any::<u8>(), 0..=256),
+        (RC_RESERVED_MAX + 1)..=i32::MAX,
+    );
+    check(file!(), 16, tasks, |(a, b, payload, return_code)| {
+        complete_one(
+            gpu,
+            &Task {
+                a,
+                b,
+                payload: &payload,
+            },
+            return_code,
+        );
+        Ok(())
+    });
+}
+
+/// One task of [`cpp_completes_what_rust_waits_on`].
+fn complete_one<A: GpuApi>(gpu: &Gpu<A>, task: &Task<'_>, return_code: i32) {
     let mem = future_memory(gpu);
     let future = init_future(&mem);
     // SAFETY: we own the unpublished future; the launch publishes it.
@@ -132,7 +151,7 @@ pub fn cpp_completes_what_rust_waits_on<A: GpuApi>(
 
 /// Every failing completion still releases the waiter, with Rust's reserved
 /// return codes and an empty output; a second completion is refused.
-pub fn cpp_completion_failures_release_waiters<A: GpuApi>(gpu: &Gpu<A>) {
+pub fn cpp_completion_failures_release_rust_waiters<A: GpuApi>(gpu: &Gpu<A>) {
     let task = Task {
         a: 1,
         b: 2,
@@ -186,7 +205,7 @@ pub fn cpp_completion_failures_release_waiters<A: GpuApi>(gpu: &Gpu<A>) {
 /// A Rust waiter with its stop flag raised returns Stopped while nobody
 /// completes; once C++ completed, the same wait reports completion even with
 /// the stop flag still raised (completion wins).
-pub fn rust_stop_flag_ends_wait_and_completion_wins<A: GpuApi>(gpu: &Gpu<A>) {
+pub fn rust_stop_flag_ends_a_wait_and_completion_wins<A: GpuApi>(gpu: &Gpu<A>) {
     let mem = future_memory(gpu);
     let future = init_future(&mem);
     let stop = AtomicU32::new(0);
@@ -266,8 +285,26 @@ fn stop_flag<A: GpuApi>(stop: &Shared<A>) -> &AtomicU32 {
 /// Every block of a kernel waits (thread 0 spinning, the others at the
 /// barrier): Rust completing the future releases all with its return code
 /// and output; Rust raising the stop flag releases all with Stopped; a
-/// budget of a few rounds runs out, unless the flag is already raised.
-pub fn cpp_blocks_wait_on_rust<A: GpuApi>(gpu: &Gpu<A>, launch: (Dim3, Dim3)) {
+/// budget of a few rounds runs out, unless the flag is already raised. Over
+/// a 1D and a 3D launch.
+pub fn cpp_blocks_wait_on_futures_rust_completes_or_stops<A: GpuApi>(gpu: &Gpu<A>) {
+    let launches = gpu.at_scale(
+        [
+            (Dim3::linear(2), Dim3::linear(8)),
+            (Dim3::new(1, 2, 1), Dim3::new(2, 2, 3)),
+        ],
+        [
+            (Dim3::linear(8), Dim3::linear(256)),
+            (Dim3::new(2, 2, 1), Dim3::new(8, 4, 2)),
+        ],
+    );
+    for launch in launches {
+        blocks_wait_on_rust(gpu, launch);
+    }
+}
+
+/// One launch of [`cpp_blocks_wait_on_futures_rust_completes_or_stops`].
+fn blocks_wait_on_rust<A: GpuApi>(gpu: &Gpu<A>, launch: (Dim3, Dim3)) {
     let forever = u64::MAX;
     let token = 0x5EED_F00D_u64;
 
