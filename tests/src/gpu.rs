@@ -17,7 +17,9 @@ fn device_noun(backend: Backend) -> &'static str {
 
 /// Device 0 of backend `A`, or `None` after printing why the test `label` is
 /// skipped when the backend cannot load or has no device. With
-/// `TANDEM_REQUIRE_GPU=1` that case panics instead, failing the test.
+/// `TANDEM_REQUIRE_GPU=1` that case panics instead, failing the test; so
+/// does it always for the host backend, which is built in and has a device
+/// on every machine: its tests never skip.
 pub fn device_or_skip<A: GpuApi>(label: &str) -> Option<A::Device> {
     let noun = device_noun(A::BACKEND);
     let found = A::load().and_then(|api| match api.device_count()? {
@@ -29,6 +31,9 @@ pub fn device_or_skip<A: GpuApi>(label: &str) -> Option<A::Device> {
         Ok(None) => format!("no {noun} device"),
         Err(e) => format!("no {noun} device ({e})"),
     };
+    if A::BACKEND == Backend::Host {
+        panic!("{label}: {why}: the host backend must always load");
+    }
     if std::env::var(REQUIRE_GPU_ENV).as_deref() == Ok("1") {
         panic!("{label}: {why}, but {REQUIRE_GPU_ENV}=1 requires one");
     }
