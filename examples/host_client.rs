@@ -20,8 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tandem_runtime::config::DeviceSelection;
-use tandem_runtime::task::math;
+use tandem_runtime::DeviceSelection;
+use tandem_runtime::math;
 use tandem_runtime::{Client, Config, Route};
 
 /// Submits math.add tasks to a Tandem runtime and checks the answers.

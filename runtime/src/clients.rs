@@ -72,20 +72,20 @@ use crate::task::TaskError;
 use crate::worker::WorkerStats;
 
 /// `ClientTableHeader::magic` ("TNDMCLNT").
-pub const CLIENT_TABLE_MAGIC: u64 = 0x544e_444d_434c_4e54;
+pub(crate) const CLIENT_TABLE_MAGIC: u64 = 0x544e_444d_434c_4e54;
 /// `AllocatorId::major` of a client heap ("TNCH"); the minor is the slot.
-pub const CLIENT_HEAP_ID_MAJOR: u32 = 0x544e_4348;
+pub(crate) const CLIENT_HEAP_ID_MAJOR: u32 = 0x544e_4348;
 /// Page granularity of the client heaps (and of `client_heap_bytes`).
-pub const CLIENT_HEAP_ALIGN: usize = 4096;
+pub(crate) const CLIENT_HEAP_ALIGN: usize = 4096;
 /// How often the janitor checks whether attached owners still live (a read
 /// of `/proc` each); reclaims under way advance at every heartbeat.
-pub const OWNER_CHECK_PERIOD: Duration = Duration::from_millis(50);
+pub(crate) const OWNER_CHECK_PERIOD: Duration = Duration::from_millis(50);
 
 /// The client region's header. Written once before the segment is
 /// published (its magic's Release orders these plain fields).
 #[repr(C, align(64))]
 #[derive(Debug)]
-pub struct ClientTableHeader {
+pub(crate) struct ClientTableHeader {
     /// [`CLIENT_TABLE_MAGIC`].
     pub magic: u64,
     /// Slots in the table.
@@ -101,7 +101,7 @@ pub struct ClientTableHeader {
 /// One client's slot: a cache line, so clients' counters do not share one.
 #[repr(C, align(64))]
 #[derive(Debug)]
-pub struct ClientSlot {
+pub(crate) struct ClientSlot {
     /// A [`ClientState`] in the low 32 bits, the owner's pid in the high 32.
     pub state: AtomicU64,
     /// The owner's start time ([`ProcessIdentity::start_time`]), valid once
@@ -171,6 +171,7 @@ fn pid_of(word: u64) -> u32 {
 pub struct ClientSnapshot {
     /// The slot's index.
     pub slot: u32,
+    /// Where the slot is in its life.
     pub state: ClientState,
     /// The owner's process id.
     pub pid: u32,
@@ -183,7 +184,7 @@ pub struct ClientSnapshot {
 }
 
 /// Bytes of a client region of `max_clients` heaps of `heap_bytes`.
-pub fn region_bytes(max_clients: u32, heap_bytes: usize) -> usize {
+pub(crate) fn region_bytes(max_clients: u32, heap_bytes: usize) -> usize {
     heaps_offset(max_clients) + max_clients as usize * heap_bytes
 }
 

@@ -54,7 +54,7 @@ pub struct Config {
     /// Name of the CPU segment (in `/dev/shm`); `None`: `tandem-<pid>-<n>`.
     pub cpu_segment_name: Option<String>,
     /// Host clients that may attach to the CPU segment at once; each gets a
-    /// slot and its own heap there ([`crate::clients`]).
+    /// slot and its own heap there ([`ClientTable`](crate::ClientTable)).
     pub max_clients: u32,
     /// Bytes of each client's heap, a multiple of 4096: the most its futures
     /// and payloads may hold at once (its quota). The default holds about
@@ -83,11 +83,21 @@ impl Default for Config {
 #[derive(Debug)]
 pub enum ConfigError {
     /// The file could not be read.
-    Io { path: String, error: std::io::Error },
+    Io {
+        /// The file.
+        path: String,
+        /// Why it could not be read.
+        error: std::io::Error,
+    },
     /// The text is not valid TOML for this schema.
     Parse(String),
     /// A value is out of range.
-    Invalid { field: &'static str, why: String },
+    Invalid {
+        /// The key, as the TOML file spells it.
+        field: &'static str,
+        /// What is wrong with its value.
+        why: String,
+    },
 }
 
 impl fmt::Display for ConfigError {

@@ -33,14 +33,22 @@ pub enum RuntimeError {
     /// A named segment could not be created: a live process owns the name
     /// (`owner_pid`, when its header names it) or holds it right now.
     SegmentInUse {
+        /// The segment's name.
         name: String,
+        /// The owner's process id, when the header names it.
         owner_pid: Option<u32>,
     },
     /// A named segment could not be created: the name is taken by a file
     /// that is not a Tandem segment, which is left alone.
-    NotTandemSegment { name: String },
+    NotTandemSegment {
+        /// The file's name in the shared-memory directory.
+        name: String,
+    },
     /// Every client slot of the CPU segment is taken.
-    TooManyClients { max: u32 },
+    TooManyClients {
+        /// The segment's client slots (`max_clients`).
+        max: u32,
+    },
 }
 
 impl fmt::Display for RuntimeError {

@@ -19,7 +19,9 @@ use crate::task::MethodId;
 /// Which priority the echo kernel's tasks use.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum EchoPriority {
+    /// Every task on the high-priority rings.
     High = 0,
+    /// Every task on the low-priority rings.
     Low = 1,
     /// Alternating, task by task.
     Alternate = 2,
@@ -28,14 +30,18 @@ pub enum EchoPriority {
 /// One launch of `tandem_rt_echo_tasks`.
 #[derive(Clone, Copy, Debug)]
 pub struct EchoLaunch {
+    /// Blocks of the grid.
     pub blocks: u32,
+    /// Threads per block.
     pub threads: u32,
+    /// Tasks each thread sends, one after another.
     pub tasks_per_thread: u64,
     /// `math::ADD`, `math::SUM` (odd tasks through the copy space, same
     /// answers as ADD; on the CPU route, each even task followed by a no-op
     /// whose output must be empty) or `math::NOOP` (or any method id, to
     /// test error codes).
     pub method: MethodId,
+    /// Which priority its tasks use.
     pub priority: EchoPriority,
     /// Who runs the tasks.
     pub route: EchoRoute,

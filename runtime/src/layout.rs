@@ -138,7 +138,7 @@ pub struct SegmentHeader {
     /// Copy space a future should have to carry typical tasks.
     pub copy_space: u32,
     /// Process id of the runtime serving this segment (with
-    /// `runtime_start_time`, its [`crate::ProcessIdentity`]: the owner).
+    /// `runtime_start_time`, its process identity: the owner).
     pub runtime_pid: AtomicU32,
     /// A [`runtime_state`] value.
     pub state: AtomicU32,
@@ -173,11 +173,11 @@ pub struct SegmentHeader {
     /// producers learn a slot is free from the workers' counter alone.)
     pub device_free_hints: u64,
     /// The runtime process's start time (clock ticks after boot,
-    /// [`crate::ProcessIdentity::start_time`]), so that a later process
+    /// as `/proc/<pid>/stat` gives it), so that a later process
     /// reusing `runtime_pid` is not taken for the owner. Written before
     /// `magic` is published.
     pub runtime_start_time: u64,
-    /// Where the host clients' region ([`crate::clients`]: their slot table
+    /// Where the host clients' region ([`ClientTable`](crate::ClientTable): their slot table
     /// and per-client heaps) starts, and its length; 0 and 0 in device
     /// segments. Host-only: kernels never read it.
     pub clients_offset: u64,
@@ -186,8 +186,8 @@ pub struct SegmentHeader {
 
 impl SegmentHeader {
     /// The process that serves this segment: its runtime.
-    pub fn owner(&self) -> crate::ProcessIdentity {
-        crate::ProcessIdentity {
+    pub(crate) fn owner(&self) -> crate::process::ProcessIdentity {
+        crate::process::ProcessIdentity {
             // Relaxed: written once before the magic was published, which
             // whoever holds this header acquired.
             pid: self.runtime_pid.load(core::sync::atomic::Ordering::Relaxed),

@@ -153,7 +153,9 @@ fn write_output<O: Serialize + ?Sized>(value: &O, out: &mut [u8]) -> HandlerRepl
 /// Registering a pool whose id is taken.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct DuplicatePool {
+    /// The id both pools claim.
     pub id: PoolId,
+    /// The name of the pool registered first, which keeps the id.
     pub existing: String,
 }
 

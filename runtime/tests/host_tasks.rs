@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_hal::HostApi;
-use tandem_runtime::config::DeviceSelection;
 use tandem_runtime::layout::notify_word;
-use tandem_runtime::task::{
+use tandem_runtime::DeviceSelection;
+use tandem_runtime::{
     math, Task, TaskError, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD,
     RC_UNKNOWN_POOL,
 };

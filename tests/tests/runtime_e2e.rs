@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_hal::{GpuApi, HostApi};
-use tandem_runtime::config::DeviceSelection;
+use tandem_runtime::DeviceSelection;
 use tandem_runtime::kernels::{
     expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, GpuService, RuntimeKernels,
     ECHO_OK, ECHO_TASK_FAILED,
 };
-use tandem_runtime::task::{math, RC_UNKNOWN_METHOD};
+use tandem_runtime::{math, RC_UNKNOWN_METHOD};
 use tandem_runtime::{Config, Pool, Registry, Runtime, StatsSnapshot};
 
 /// `rt_status::stopped` (tandem/runtime.h).
