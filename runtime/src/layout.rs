@@ -126,12 +126,15 @@ pub struct SegmentHeader {
     pub segment_bytes: u64,
     /// Where the lane queue starts, and its length.
     pub queue_offset: u64,
+    /// The lane queue's length.
     pub queue_bytes: u64,
     /// Where the size-class heap starts, and its length.
     pub heap_offset: u64,
+    /// The heap's length.
     pub heap_bytes: u64,
     /// Where the kernel arena starts, and its length.
     pub arena_offset: u64,
+    /// The kernel arena's length.
     pub arena_bytes: u64,
     /// Lanes of the queue (each with two priorities).
     pub num_lanes: u32,
@@ -149,6 +152,7 @@ pub struct SegmentHeader {
     pub heartbeat: AtomicU64,
     /// Raised (nonzero) by the host to release every kernel waiting with it.
     pub stop: AtomicU32,
+    /// Padding, zero.
     pub reserved: u32,
     /// Device address of the segment's device tickets, [`device_ticket::count`]
     /// `tandem::DeviceTickets` in device memory; 0 in the CPU segment. The
@@ -181,6 +185,7 @@ pub struct SegmentHeader {
     /// and per-client heaps) starts, and its length; 0 and 0 in device
     /// segments. Host-only: kernels never read it.
     pub clients_offset: u64,
+    /// The host clients' region's length.
     pub clients_bytes: u64,
 }
 
@@ -220,9 +225,11 @@ pub mod task_record {
     pub const TOKEN: usize = 2;
     /// Words of a record whose task is in the future.
     pub const IN_FUTURE_WORDS: usize = 3;
-    /// An inline task's pool, method and argument bytes.
+    /// An inline task's pool.
     pub const POOL: usize = 3;
+    /// An inline task's method.
     pub const METHOD: usize = 4;
+    /// An inline task's argument bytes.
     pub const ARGS_LEN: usize = 5;
     /// Its first argument word.
     pub const ARGS: usize = 6;
