@@ -16,9 +16,7 @@ use std::time::Duration;
 
 use tandem_hal::{GpuApi, HostApi};
 use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, RuntimeKernels};
-use tandem_runtime::math;
-use tandem_runtime::DeviceSelection;
-use tandem_runtime::{Config, Registry, Runtime};
+use tandem_runtime::{math, Config, DeviceSelection, Registry, Runtime};
 
 /// Sizes of one backend's run.
 struct Scale {

@@ -3,6 +3,15 @@
 //! pinned-memory ping-pong floor, and an empty kernel for launch + sync.
 //! Generic over the backend, so the host backend's tests exercise exactly
 //! the code the GPU runs.
+//!
+//! [`GpuService`] is part of the runtime's front: it serves the route to a
+//! device ([`crate::Runtime::submit_to_gpu`], `rt_send_to_gpu`). The rest
+//! ([`RuntimeKernels`] and its launch descriptions) is support for
+//! `tandem demo`, the roundtrip bench and the end-to-end tests, which are
+//! other targets and crates and so need it public; a user launching kernels
+//! of their own needs none of it (`examples/user_pool.rs`). It stays in this
+//! crate because it resets the kernel arena between launches, a segment
+//! internal.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -12,12 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_hal::HostApi;
-use tandem_runtime::math;
-use tandem_runtime::DeviceSelection;
 use tandem_runtime::{
-    Client, Config, ConfigError, Pool, Registry, Route, Runtime, RuntimeError, Task, TaskError,
+    math, Client, ClientSnapshot, ClientState, Config, ConfigError, DeviceSelection, Pool,
+    Registry, Route, Runtime, RuntimeError, Task, TaskError,
 };
-use tandem_runtime::{ClientSnapshot, ClientState};
 use tandem_shm_core::impl_serialize_fields;
 
 const CHILD_ENV: &str = "TANDEM_CLIENTS_CHILD";

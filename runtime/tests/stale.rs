@@ -11,9 +11,9 @@ use std::process::{Command, Stdio};
 use common::Cleanup;
 
 use tandem_hal::HostApi;
-use tandem_runtime::DeviceSelection;
-use tandem_runtime::{clean_stale_segments, StaleSegment, StaleWhy};
-use tandem_runtime::{Config, Registry, Runtime};
+use tandem_runtime::{
+    clean_stale_segments, Config, DeviceSelection, Registry, Runtime, StaleSegment, StaleWhy,
+};
 
 fn tandem() -> Command {
     let mut cmd = common::tandem();

@@ -28,16 +28,14 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
-use tandem_runtime::clean_stale_segments;
 use tandem_runtime::exchange::{consume, produce, ExchangeError};
 use tandem_runtime::kernels::{
     expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, GpuService, RuntimeKernels,
 };
-use tandem_runtime::math;
 use tandem_runtime::status::{read_status, single_live_runtime, StatusSnapshot};
-use tandem_runtime::DeviceSelection;
-use tandem_runtime::Termination;
-use tandem_runtime::{Config, Registry, Route, Runtime};
+use tandem_runtime::{
+    clean_stale_segments, math, Config, DeviceSelection, Registry, Route, Runtime, Termination,
+};
 
 /// Tandem: host threads and GPU kernels sharing memory and work.
 #[derive(Parser, Debug)]
