@@ -82,7 +82,6 @@ pub use runtime::{DeviceQueues, NumaPlacement, Runtime};
 pub use segment::QueueSegment;
 pub use signals::{exit_on_termination, Termination, TerminationWaker};
 pub use stale::{clean_stale_segments, StaleSegment, StaleWhy};
-pub use status::StatusSnapshot;
 pub use submit::{Pending, Route};
 pub use task::{
     math, MethodId, PoolId, Task, TaskError, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED,
