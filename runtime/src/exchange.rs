@@ -92,7 +92,8 @@ fn fnv1a(bytes: impl Iterator<Item = u8>) -> u32 {
 pub enum ExchangeError {
     /// Creating, opening or checking the shared segment failed.
     Setup(String),
-    /// A record or the segment's header was not what the producer wrote.
+    /// A record was not what the producer wrote, or the allocator leaked
+    /// once every record was consumed.
     Corrupt(String),
     /// The producer died; `received` records arrived intact before that.
     ProducerDied {

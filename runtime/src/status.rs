@@ -591,7 +591,7 @@ pub enum StatusError {
     NotARuntime {
         /// The segment's name.
         name: String,
-        /// What its header says instead.
+        /// What it lacks or holds instead.
         why: String,
     },
     /// Its runtime publishes no status block (an older runtime).

@@ -21,7 +21,8 @@ use crate::task::{encode_task, Task, TaskError};
 pub struct Route {
     /// The lane (taken modulo the queue's lane count).
     pub lane: u32,
-    /// Which of the lane's two rings: workers drain high before low.
+    /// Which of the lane's two rings: workers take high first, and low
+    /// regularly, so steady high-priority work does not starve it.
     pub priority: Priority,
     /// Give up on a full queue at this time (`None`: retry while the runtime
     /// lives). Back-pressure never drops a task.
