@@ -20,9 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tandem_runtime::config::DeviceSelection;
-use tandem_runtime::task::math;
-use tandem_runtime::{Client, Config, Route};
+use tandem_runtime::{math, Client, Config, DeviceSelection, Route};
 
 /// Submits math.add tasks to a Tandem runtime and checks the answers.
 #[derive(Parser, Debug)]

@@ -15,10 +15,8 @@
 use std::time::Duration;
 
 use tandem_hal::{GpuApi, HostApi};
-use tandem_runtime::config::DeviceSelection;
 use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, RuntimeKernels};
-use tandem_runtime::task::math;
-use tandem_runtime::{Config, Registry, Runtime};
+use tandem_runtime::{math, Config, DeviceSelection, Registry, Runtime};
 
 /// Sizes of one backend's run.
 struct Scale {

@@ -20,11 +20,11 @@ use crate::task::{Task, TaskError};
 
 /// The line `tandem run --announce` prints on stdout once it serves:
 /// `ready <cpu segment name> <pid>`.
-pub const READY_PREFIX: &str = "ready ";
+pub(crate) const READY_PREFIX: &str = "ready ";
 
 /// Environment variable naming the `tandem` executable for
 /// [`Client::fork_runtime`].
-pub const TANDEM_BIN_ENV: &str = "TANDEM_BIN";
+pub(crate) const TANDEM_BIN_ENV: &str = "TANDEM_BIN";
 
 /// A runtime started by [`Client::fork_runtime`]: the child and the pipe
 /// whose closing tells it to stop.
@@ -35,7 +35,7 @@ struct ForkedRuntime {
 }
 
 /// A connection to a runtime's CPU queues, holding a client slot there: its
-/// futures come from the slot's heap, its quota ([`crate::clients`]).
+/// futures come from the slot's heap, its quota ([`ClientTable`](crate::ClientTable)).
 /// Dropping it detaches.
 #[derive(Debug)]
 pub struct Client {

@@ -69,17 +69,17 @@ use crate::process::ProcessIdentity;
 use crate::task::TaskError;
 
 /// `ClientTableHeader::magic` ("TNDMCLNT").
-pub const CLIENT_TABLE_MAGIC: u64 = 0x544e_444d_434c_4e54;
+pub(crate) const CLIENT_TABLE_MAGIC: u64 = 0x544e_444d_434c_4e54;
 /// `AllocatorId::major` of a client heap ("TNCH"); the minor is the slot.
-pub const CLIENT_HEAP_ID_MAJOR: u32 = 0x544e_4348;
+pub(crate) const CLIENT_HEAP_ID_MAJOR: u32 = 0x544e_4348;
 /// Page granularity of the client heaps (and of `client_heap_bytes`).
-pub const CLIENT_HEAP_ALIGN: usize = 4096;
+pub(crate) const CLIENT_HEAP_ALIGN: usize = 4096;
 
 /// The client region's header. Written once before the segment is
 /// published (its magic's Release orders these plain fields).
 #[repr(C, align(64))]
 #[derive(Debug)]
-pub struct ClientTableHeader {
+pub(crate) struct ClientTableHeader {
     /// [`CLIENT_TABLE_MAGIC`].
     pub magic: u64,
     /// Slots in the table.
@@ -95,7 +95,7 @@ pub struct ClientTableHeader {
 /// One client's slot: a cache line, so clients' counters do not share one.
 #[repr(C, align(64))]
 #[derive(Debug)]
-pub struct ClientSlot {
+pub(crate) struct ClientSlot {
     /// A [`ClientState`] in the low 32 bits, the owner's pid in the high 32.
     pub state: AtomicU64,
     /// The owner's start time ([`ProcessIdentity::start_time`]), valid once
@@ -165,6 +165,7 @@ pub(crate) fn pid_of(word: u64) -> u32 {
 pub struct ClientSnapshot {
     /// The slot's index.
     pub slot: u32,
+    /// Where the slot is in its life.
     pub state: ClientState,
     /// The owner's process id.
     pub pid: u32,
@@ -177,7 +178,7 @@ pub struct ClientSnapshot {
 }
 
 /// Bytes of a client region of `max_clients` heaps of `heap_bytes`.
-pub fn region_bytes(max_clients: u32, heap_bytes: usize) -> usize {
+pub(crate) fn region_bytes(max_clients: u32, heap_bytes: usize) -> usize {
     heaps_offset(max_clients) + max_clients as usize * heap_bytes
 }
 

@@ -54,7 +54,7 @@ pub struct Config {
     /// Name of the CPU segment (in `/dev/shm`); `None`: `tandem-<pid>-<n>`.
     pub cpu_segment_name: Option<String>,
     /// Host clients that may attach to the CPU segment at once; each gets a
-    /// slot and its own heap there ([`crate::clients`]).
+    /// slot and its own heap there ([`ClientTable`](crate::ClientTable)).
     pub max_clients: u32,
     /// Bytes of each client's heap, a multiple of 4096: the most its futures
     /// and payloads may hold at once (its quota). The default holds about

@@ -11,11 +11,21 @@ use tandem_shm_core::{AllocError, FutureError, RingError, SegmentError};
 #[derive(Debug)]
 pub enum ConfigError {
     /// The file could not be read.
-    Io { path: String, error: std::io::Error },
+    Io {
+        /// The file.
+        path: String,
+        /// Why it could not be read.
+        error: std::io::Error,
+    },
     /// The text is not valid TOML for this schema.
     Parse(String),
     /// A value is out of range.
-    Invalid { field: &'static str, why: String },
+    Invalid {
+        /// The key, as the TOML file spells it.
+        field: &'static str,
+        /// What is wrong with its value.
+        why: String,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -55,14 +65,22 @@ pub enum RuntimeError {
     /// A named segment could not be created: a live process owns the name
     /// (`owner_pid`, when its header names it) or holds it right now.
     SegmentInUse {
+        /// The segment's name.
         name: String,
+        /// The owner's process id, when the header names it.
         owner_pid: Option<u32>,
     },
     /// A named segment could not be created: the name is taken by a file
     /// that is not a Tandem segment, which is left alone.
-    NotTandemSegment { name: String },
+    NotTandemSegment {
+        /// The file's name in the shared-memory directory.
+        name: String,
+    },
     /// Every client slot of the CPU segment is taken.
-    TooManyClients { max: u32 },
+    TooManyClients {
+        /// The segment's client slots (`max_clients`).
+        max: u32,
+    },
 }
 
 impl fmt::Display for RuntimeError {

@@ -18,7 +18,7 @@ use tandem_shm_core::{AllocError, AllocatorId, Segment, ShmPtr, SizeClassAllocat
 
 /// Segment header, at offset 0.
 #[repr(C, align(64))]
-pub struct ExchangeHeader {
+pub(crate) struct ExchangeHeader {
     /// [`EXCHANGE_MAGIC`] once everything below and the allocator and ring
     /// are initialised.
     pub magic: AtomicU64,
@@ -55,7 +55,7 @@ static_assertions::const_assert_eq!(
 );
 
 /// [`ExchangeHeader::magic`] of a published exchange segment ("TNDMXCHG").
-pub const EXCHANGE_MAGIC: u64 = 0x544e_444d_5843_4847;
+pub(crate) const EXCHANGE_MAGIC: u64 = 0x544e_444d_5843_4847;
 /// How long a producer waits for a consumer to attach.
 const ATTACH_LIMIT: Duration = Duration::from_secs(30);
 /// How often a blocked producer looks for its consumer in `/proc`.
@@ -67,7 +67,7 @@ const RING_CAPACITY: u32 = 1024;
 const ALLOCATOR_ID: AllocatorId = AllocatorId::new(7, 0);
 
 /// Bytes the segment needs.
-pub fn segment_bytes() -> usize {
+pub(crate) fn segment_bytes() -> usize {
     RING_OFFSET + SpscRing::<ShmPtr<u8>>::required_bytes(RING_CAPACITY)
 }
 
@@ -90,18 +90,26 @@ fn fnv1a(bytes: impl Iterator<Item = u8>) -> u32 {
 /// What went wrong in a peer.
 #[derive(Debug)]
 pub enum ExchangeError {
+    /// Creating, opening or checking the shared segment failed.
     Setup(String),
+    /// A record was not what the producer wrote, or the allocator leaked
+    /// once every record was consumed.
     Corrupt(String),
     /// The producer died; `received` records arrived intact before that.
     ProducerDied {
+        /// The producer's process id.
         pid: u32,
+        /// Records received intact.
         received: u64,
     },
     /// The consumer died; `sent` records had been pushed to it.
     ConsumerDied {
+        /// The consumer's process id.
         pid: u32,
+        /// Records pushed before it died.
         sent: u64,
     },
+    /// No consumer attached before the producer gave up waiting.
     ConsumerNeverAttached,
 }
 

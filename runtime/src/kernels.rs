@@ -3,6 +3,15 @@
 //! pinned-memory ping-pong floor, and an empty kernel for launch + sync.
 //! Generic over the backend, so the host backend's tests exercise exactly
 //! the code the GPU runs.
+//!
+//! [`GpuService`] is part of the runtime's front: it serves the route to a
+//! device ([`crate::Runtime::submit_to_gpu`], `rt_send_to_gpu`). The rest
+//! ([`RuntimeKernels`] and its launch descriptions) is support for
+//! `tandem demo`, the roundtrip bench and the end-to-end tests, which are
+//! other targets and crates and so need it public; a user launching kernels
+//! of their own needs none of it (`examples/user_pool.rs`). It stays in this
+//! crate because it resets the kernel arena between launches, a segment
+//! internal.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -19,7 +28,9 @@ use crate::task::MethodId;
 /// Which priority the echo kernel's tasks use.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum EchoPriority {
+    /// Every task on the high-priority rings.
     High = 0,
+    /// Every task on the low-priority rings.
     Low = 1,
     /// Alternating, task by task.
     Alternate = 2,
@@ -28,14 +39,18 @@ pub enum EchoPriority {
 /// One launch of `tandem_rt_echo_tasks`.
 #[derive(Clone, Copy, Debug)]
 pub struct EchoLaunch {
+    /// Blocks of the grid.
     pub blocks: u32,
+    /// Threads per block.
     pub threads: u32,
+    /// Tasks each thread sends, one after another.
     pub tasks_per_thread: u64,
     /// `math::ADD`, `math::SUM` (odd tasks through the copy space, same
     /// answers as ADD; on the CPU route, each even task followed by a no-op
     /// whose output must be empty) or `math::NOOP` (or any method id, to
     /// test error codes).
     pub method: MethodId,
+    /// Which priority its tasks use.
     pub priority: EchoPriority,
     /// Who runs the tasks.
     pub route: EchoRoute,

@@ -165,19 +165,22 @@ pub struct SegmentHeader {
     pub segment_bytes: u64,
     /// Where the lane queue starts, and its length.
     pub queue_offset: u64,
+    /// The lane queue's length.
     pub queue_bytes: u64,
     /// Where the size-class heap starts, and its length.
     pub heap_offset: u64,
+    /// The heap's length.
     pub heap_bytes: u64,
     /// Where the kernel arena starts, and its length.
     pub arena_offset: u64,
+    /// The kernel arena's length.
     pub arena_bytes: u64,
     /// Lanes of the queue (each with two priorities).
     pub num_lanes: u32,
     /// Copy space a future should have to carry typical tasks.
     pub copy_space: u32,
     /// Process id of the runtime serving this segment (with
-    /// `runtime_start_time`, its [`crate::ProcessIdentity`]: the owner).
+    /// `runtime_start_time`, its process identity: the owner).
     pub runtime_pid: AtomicU32,
     /// A [`runtime_state`] value.
     pub state: AtomicU32,
@@ -188,6 +191,7 @@ pub struct SegmentHeader {
     pub heartbeat: AtomicU64,
     /// Raised (nonzero) by the host to release every kernel waiting with it.
     pub stop: AtomicU32,
+    /// Padding, zero.
     pub reserved: u32,
     /// Device address of the segment's device tickets, [`device_ticket::count`]
     /// `tandem::DeviceTickets` in device memory; 0 in the CPU segment. The
@@ -212,21 +216,22 @@ pub struct SegmentHeader {
     /// producers learn a slot is free from the workers' counter alone.)
     pub device_free_hints: u64,
     /// The runtime process's start time (clock ticks after boot,
-    /// [`crate::ProcessIdentity::start_time`]), so that a later process
+    /// as `/proc/<pid>/stat` gives it), so that a later process
     /// reusing `runtime_pid` is not taken for the owner. Written before
     /// `magic` is published.
     pub runtime_start_time: u64,
-    /// Where the host clients' region ([`crate::clients`]: their slot table
+    /// Where the host clients' region ([`ClientTable`](crate::ClientTable): their slot table
     /// and per-client heaps) starts, and its length; 0 and 0 in device
     /// segments. Host-only: kernels never read it.
     pub clients_offset: u64,
+    /// The host clients' region's length.
     pub clients_bytes: u64,
 }
 
 impl SegmentHeader {
     /// The process that serves this segment: its runtime.
-    pub fn owner(&self) -> crate::ProcessIdentity {
-        crate::ProcessIdentity {
+    pub(crate) fn owner(&self) -> crate::process::ProcessIdentity {
+        crate::process::ProcessIdentity {
             // Relaxed: written once before the magic was published, which
             // whoever holds this header acquired.
             pid: self.runtime_pid.load(core::sync::atomic::Ordering::Relaxed),
@@ -259,9 +264,11 @@ pub mod task_record {
     pub const TOKEN: usize = 2;
     /// Words of a record whose task is in the future.
     pub const IN_FUTURE_WORDS: usize = 3;
-    /// An inline task's pool, method and argument bytes.
+    /// An inline task's pool.
     pub const POOL: usize = 3;
+    /// An inline task's method.
     pub const METHOD: usize = 4;
+    /// An inline task's argument bytes.
     pub const ARGS_LEN: usize = 5;
     /// Its first argument word.
     pub const ARGS: usize = 6;

@@ -2,21 +2,56 @@
 //! through queues in shared memory, and wait for the answers, with no kernel
 //! launch per request.
 //!
-//! * [`Runtime`] (generic over the GPU backend) creates one queue segment per
-//!   device in pinned host memory mapped into it (NUMA-bound to the device's
-//!   node), one named CPU segment for host clients, and N worker threads.
-//! * A task names a pool and a method ([`Registry`], [`Pool`], [`Task`]);
-//!   its arguments are serialized into a future's copy space (a copy future,
-//!   usable from kernels, see `tandem/runtime.h`) or into a heap block (a
-//!   pointer future, zero copy, host-only).
-//! * [`Client`] attaches to a runtime's CPU segment from another process, or
-//!   starts one in a child process ([`Client::fork_runtime`]); each client
-//!   allocates from its own heap there and is taken back when it dies or
-//!   detaches ([`clients`]).
+//! # The front
 //!
-//! Segment layouts: [`layout`]; the status block a runtime publishes for
-//! `tandem status`: [`status`]. [`exchange`] is the earlier two-process
-//! shm-core exchange (`tandem exchange`).
+//! What a user writes against is re-exported here, at the crate root; every
+//! other module is private to the crate, so segment internals (how a segment
+//! is laid out and published, how a task is encoded, the workers, the client
+//! table's records) can change without breaking a user. Each public item is
+//! here for one of these jobs:
+//!
+//! * **Running a runtime.** [`Runtime`] (generic over the GPU backend) creates
+//!   one queue segment per device in pinned host memory mapped into it
+//!   (NUMA-bound to the device's node, [`NumaPlacement`]), one named CPU
+//!   segment for host clients, and N worker threads; [`Config`] (with
+//!   [`DeviceSelection`], refused as a [`ConfigError`]) sizes it, and every
+//!   failure is a [`RuntimeError`]. [`StatsSnapshot`] is what its workers
+//!   counted.
+//! * **Serving a module.** A task names a pool and a method: a module
+//!   registers a [`Pool`] of [`Handler`]s (answering a [`HandlerReply`]) in a
+//!   [`Registry`] under its [`PoolId`], and its callers use a [`Task`] type
+//!   per method ([`MethodId`]); a duplicate id is a [`DuplicatePool`]. The
+//!   built-in [`math`] pool is public because clients call it like any
+//!   other pool. This is the one way in for a user module, the same as for
+//!   Tandem's own pools.
+//! * **Submitting.** [`Runtime::submit`] and [`Client::submit`] take a
+//!   [`Route`] (lane, priority, deadline) and give a [`Pending`] future;
+//!   [`Runtime::submit_to_gpu`] routes to a device's service
+//!   ([`kernels::GpuService`]). A failed task is a [`TaskError`], whose
+//!   return codes the runtime sets are the `RC_*` constants.
+//! * **Host clients.** [`Client`] attaches to a runtime's CPU segment from
+//!   another process, or starts one in a child process
+//!   ([`Client::fork_runtime`]); each client allocates from its own heap there
+//!   and is taken back when it dies or detaches. It tells whether the runtime
+//!   still answers ([`Liveness`], [`HEARTBEAT_PERIOD`], [`HEARTBEAT_STALE`]);
+//!   the runtime's owner sees the client slots through [`ClientTable`]
+//!   ([`ClientSnapshot`], [`ClientState`]).
+//! * **Kernels of one's own.** A kernel that submits tasks is launched
+//!   against a device's [`DeviceQueues`]: its [`QueueSegment`]'s base and
+//!   length, and its stop flag. [`layout`] holds the segment and task layouts
+//!   that the C++ mirror (`tandem/runtime.h`) is checked against.
+//! * **Operating a service.** [`status`] reads the status block a runtime
+//!   publishes (`tandem status`); [`clean_stale_segments`] removes the
+//!   segments of dead owners (`tandem clean`, [`StaleSegment`],
+//!   [`StaleWhy`]); [`Termination`] and [`exit_on_termination`] turn
+//!   SIGINT/SIGTERM into a clean stop.
+//!
+//! Two modules are public as support rather than API: [`kernels`] launches
+//! Tandem's own kernels (the GPU service, which is a route, and the echo,
+//! ping-pong and empty kernels that `tandem demo`, the benches and the
+//! end-to-end tests run), and [`exchange`] is the two-process shm-core
+//! workload of `tandem exchange` and the multi-process tests, kept here
+//! because [`clean_stale_segments`] recognises its segments.
 //!
 //! # Module layers
 //!
@@ -35,35 +70,39 @@
 //! `exchange` sits on `stale`, which still reads an exchange segment's
 //! header to find its owner: the one pair that uses each other.
 
-pub mod client;
-pub mod clients;
-pub mod config;
-pub mod error;
+mod client;
+mod clients;
+mod config;
+mod error;
 pub mod exchange;
 mod janitor;
 pub mod kernels;
 pub mod layout;
-pub mod liveness;
-pub mod process;
-pub mod registry;
-pub mod runtime;
-pub mod segment;
-pub mod signals;
-pub mod stale;
+mod liveness;
+mod process;
+mod registry;
+mod runtime;
+mod segment;
+mod signals;
+mod stale;
 pub mod status;
-pub mod submit;
-pub mod task;
-pub mod worker;
+mod submit;
+mod task;
+mod worker;
 
 pub use client::Client;
+pub use clients::{ClientSnapshot, ClientState, ClientTable};
 pub use config::{Config, DeviceSelection};
 pub use error::{ConfigError, RuntimeError};
 pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
-pub use process::{ProcessIdentity, ProcessState};
-pub use registry::{Handler, HandlerReply, Pool, Registry};
+pub use registry::{DuplicatePool, Handler, HandlerReply, Pool, Registry};
 pub use runtime::{DeviceQueues, NumaPlacement, Runtime};
 pub use segment::QueueSegment;
-pub use status::StatusSnapshot;
+pub use signals::{exit_on_termination, Termination, TerminationWaker};
+pub use stale::{clean_stale_segments, StaleSegment, StaleWhy};
 pub use submit::{Pending, Route};
-pub use task::{MethodId, PoolId, Task, TaskError};
+pub use task::{
+    math, MethodId, PoolId, Task, TaskError, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED,
+    RC_UNKNOWN_METHOD, RC_UNKNOWN_POOL,
+};
 pub use worker::StatsSnapshot;

@@ -19,11 +19,11 @@ pub const HEARTBEAT_PERIOD: Duration = Duration::from_millis(10);
 /// stopped); not that it is dead.
 pub const HEARTBEAT_STALE: Duration = Duration::from_secs(2);
 /// How often a waiter checks liveness (a read of `/proc`) while it waits.
-pub const LIVENESS_CHECK_PERIOD: Duration = Duration::from_millis(5);
+pub(crate) const LIVENESS_CHECK_PERIOD: Duration = Duration::from_millis(5);
 
 /// `CLOCK_MONOTONIC` now, in nanoseconds: one clock for every process of the
 /// machine, which the heartbeat is stored in.
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -113,7 +113,7 @@ impl std::fmt::Display for Liveness {
 /// Tracks one runtime's liveness from a waiter's side, checking at most every
 /// [`LIVENESS_CHECK_PERIOD`].
 #[derive(Debug)]
-pub struct LivenessWatch<'h> {
+pub(crate) struct LivenessWatch<'h> {
     header: &'h SegmentHeader,
     last_check: Instant,
 }

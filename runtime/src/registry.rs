@@ -151,7 +151,9 @@ fn write_output<O: Serialize + ?Sized>(value: &O, out: &mut [u8]) -> HandlerRepl
 /// Registering a pool whose id is taken.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct DuplicatePool {
+    /// The id both pools claim.
     pub id: PoolId,
+    /// The name of the pool registered first, which keeps the id.
     pub existing: String,
 }
 
@@ -193,8 +195,8 @@ impl Registry {
         registry
     }
 
-    /// Adds a pool; its id must be free. It gets the next dense index
-    /// ([`pool_index`](Self::pool_index)).
+    /// Adds a pool; its id must be free. Pools are counted in `tandem status`
+    /// in registration order.
     pub fn register(&mut self, mut pool: Pool) -> Result<(), DuplicatePool> {
         if let Some(existing) = self.pools.get(&pool.id) {
             return Err(DuplicatePool {
@@ -214,20 +216,15 @@ impl Registry {
 
     /// The dense index (0..number of pools, in registration order) of pool
     /// `pool`, which per-pool statistics are indexed by.
-    pub fn pool_index(&self, pool: PoolId) -> Option<usize> {
+    pub(crate) fn pool_index(&self, pool: PoolId) -> Option<usize> {
         self.pools.get(&pool).map(|p| p.index)
     }
 
     /// Runs the task in `task_bytes` (header + arguments), writing its output
-    /// into `out`. Never panics: malformed tasks, unknown pools or methods and
-    /// panicking handlers become error codes.
-    pub fn dispatch(&self, task_bytes: &[u8], out: &mut [u8]) -> HandlerReply {
-        self.dispatch_indexed(task_bytes, out).1
-    }
-
-    /// [`dispatch`](Self::dispatch), also returning the dense index of the
-    /// pool that ran the task (None: no registered pool did), for the
-    /// workers' per-pool counters.
+    /// into `out`, and returns the dense index of the pool that ran it (None:
+    /// no registered pool did), for the workers' per-pool counters. Never
+    /// panics: malformed tasks, unknown pools or methods and panicking
+    /// handlers become error codes.
     pub(crate) fn dispatch_indexed(
         &self,
         task_bytes: &[u8],
@@ -240,9 +237,10 @@ impl Registry {
     }
 
     /// Runs method `method` of pool `pool` on the serialized arguments
-    /// `args`, as [`dispatch`](Self::dispatch) does once it has decoded a
-    /// task's header (a task that came as parts, not bytes: a kernel's
-    /// inline lane record).
+    /// `args`, writing its output into `out`, as a worker does once it has
+    /// decoded a task's header. Never panics: unknown pools or methods and
+    /// panicking handlers become error codes. A module can test its pool's
+    /// handlers this way, with no runtime.
     pub fn call(
         &self,
         pool: PoolId,

@@ -26,12 +26,25 @@ use crate::worker::{self, Source, StatsSnapshot, WorkerStats};
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum NumaPlacement {
     /// Bound to the device's host node and found there after first touch.
-    Verified { node: u32 },
+    Verified {
+        /// The node.
+        node: u32,
+    },
     /// Bound, but the first page was found elsewhere (or not placed).
-    Mismatch { wanted: u32, found: Option<u32> },
+    Mismatch {
+        /// The device's node.
+        wanted: u32,
+        /// Where the first page was found, if the kernel said.
+        found: Option<u32>,
+    },
     /// Binding failed (e.g. no NUMA support in the kernel); pages are wherever
     /// the OS put them.
-    BindFailed { wanted: u32, error: String },
+    BindFailed {
+        /// The device's node.
+        wanted: u32,
+        /// The binding call's error.
+        error: String,
+    },
     /// The device reports no host NUMA node: nothing to bind to.
     Unknown,
 }

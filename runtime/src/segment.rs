@@ -23,7 +23,7 @@ use crate::process::ProcessIdentity;
 const REGION_ALIGN: usize = 4096;
 /// The largest segment: lane records name futures by 32-bit offsets
 /// ([`crate::layout::task_record`]).
-pub const MAX_SEGMENT_BYTES: usize = 1 << 32;
+pub(crate) const MAX_SEGMENT_BYTES: usize = 1 << 32;
 /// The smallest heap (and arena) a segment is given.
 const MIN_REGION: usize = 64 << 10;
 
@@ -33,7 +33,7 @@ fn align_up(n: usize) -> usize {
 
 /// Bytes between the GPU inbox's rings (`rt_inbox_ring_bytes` in
 /// runtime.h): one ring of task pointers, rounded up to a cache line.
-pub fn inbox_ring_bytes(depth: u32) -> usize {
+pub(crate) fn inbox_ring_bytes(depth: u32) -> usize {
     MpmcRing::<ShmPtr<u8>>::required_bytes(depth).next_multiple_of(64)
 }
 
@@ -46,7 +46,7 @@ fn queue_region_bytes(lanes: u32, depth: u32) -> usize {
 
 /// Where the regions of a segment lie.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct SegmentGeometry {
+pub(crate) struct SegmentGeometry {
     pub queue_offset: usize,
     pub queue_bytes: usize,
     /// The host clients' region ([`crate::clients`]); 0 bytes (and offset)
@@ -140,7 +140,7 @@ impl SegmentGeometry {
 
 /// What a new segment is for.
 #[derive(Clone, Copy, Debug)]
-pub struct SegmentSpec {
+pub(crate) struct SegmentSpec {
     /// A [`crate::layout::segment_kind`] value.
     pub kind: u32,
     /// 0 for the CPU segment, 1 + ordinal for a device's.
@@ -165,7 +165,7 @@ pub struct SegmentSpec {
 
 /// A task pointer that does not name a future in this segment.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct ForeignPointer(pub ShmPtr<u8>);
+pub(crate) struct ForeignPointer(pub ShmPtr<u8>);
 
 impl std::fmt::Display for ForeignPointer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -201,7 +201,7 @@ impl QueueSegment {
     /// Initialises a runtime segment in `memory` (whose pages the caller has
     /// already placed, e.g. bound to a NUMA node): everything but the magic,
     /// which [`publish`](Self::publish) writes once the caller is ready.
-    pub fn init(memory: Segment, spec: SegmentSpec) -> Result<Self, RuntimeError> {
+    pub(crate) fn init(memory: Segment, spec: SegmentSpec) -> Result<Self, RuntimeError> {
         let clients_bytes = if spec.max_clients == 0 {
             0
         } else {
@@ -311,7 +311,7 @@ impl QueueSegment {
 
     /// Records the NUMA node found for the pages and publishes the segment
     /// (magic, `Release`), so attachers see everything written before.
-    pub fn publish(&self, numa_node: Option<u32>) {
+    pub(crate) fn publish(&self, numa_node: Option<u32>) {
         let node = numa_node.and_then(|n| i32::try_from(n).ok()).unwrap_or(-1);
         // Relaxed: ordered before the Release of the magic below.
         self.header.numa_node.store(node, Ordering::Relaxed);
@@ -319,7 +319,7 @@ impl QueueSegment {
     }
 
     /// Attaches to a segment a runtime (perhaps in another process) published.
-    pub fn attach(memory: Segment) -> Result<Self, RuntimeError> {
+    pub(crate) fn attach(memory: Segment) -> Result<Self, RuntimeError> {
         let base = memory.as_ptr();
         if memory.len() < SEGMENT_HEADER_RESERVED {
             return Err(RuntimeError::BadSegment(format!(
@@ -420,7 +420,7 @@ impl QueueSegment {
     }
 
     /// The GPU inbox's ring host threads push into (device segments only).
-    pub fn inbox_from_host(&self) -> Option<&MpmcRing<'_, ShmPtr<u8>>> {
+    pub(crate) fn inbox_from_host(&self) -> Option<&MpmcRing<'_, ShmPtr<u8>>> {
         self.inbox_from_host.as_ref()
     }
 
@@ -449,18 +449,13 @@ impl QueueSegment {
         self.memory.name()
     }
 
-    /// Where the regions lie.
-    pub fn geometry(&self) -> SegmentGeometry {
-        self.geometry
-    }
-
     /// The descriptor kernels get: the whole segment at `base` (the device
     /// address of the mapping).
-    pub fn backend_at(&self, base: u64, kind: BackendKind) -> MemoryBackend {
+    pub(crate) fn backend_at(&self, base: u64, kind: BackendKind) -> MemoryBackend {
         MemoryBackend::new(self.id, kind, base as *mut u8, self.len() as u64)
     }
 
-    /// The host clients' table ([`crate::clients`]): the CPU segment's.
+    /// The host clients' table ([`ClientTable`](crate::ClientTable)): the CPU segment's.
     pub fn clients(&self) -> Option<&ClientTable<'_>> {
         self.clients.as_ref()
     }
@@ -501,7 +496,7 @@ impl QueueSegment {
 
     /// The host address of `len` bytes at segment pointer `ptr`, if they lie
     /// inside the segment.
-    pub fn resolve(&self, ptr: ShmPtr<u8>, len: usize) -> Result<*mut u8, ForeignPointer> {
+    pub(crate) fn resolve(&self, ptr: ShmPtr<u8>, len: usize) -> Result<*mut u8, ForeignPointer> {
         let inside = ptr.alloc_id == self.id
             && ptr
                 .off
@@ -517,7 +512,7 @@ impl QueueSegment {
 
     /// Attaches to the future at segment pointer `ptr` (as popped from the
     /// queue: its initialisation happened-before the pop).
-    pub fn future(&self, ptr: ShmPtr<u8>) -> Result<FutureShm<'_>, RuntimeError> {
+    pub(crate) fn future(&self, ptr: ShmPtr<u8>) -> Result<FutureShm<'_>, RuntimeError> {
         let at = self
             .resolve(ptr, 0)
             .map_err(|e| RuntimeError::BadSegment(e.to_string()))?;
@@ -534,19 +529,14 @@ impl QueueSegment {
     /// # Safety
     /// No kernel may be running against this segment, and no future a kernel
     /// allocated may still be queued or in a worker's hands.
-    pub unsafe fn reset_kernel_arena(&self) {
+    pub(crate) unsafe fn reset_kernel_arena(&self) {
         // SAFETY: forwarded contract.
         unsafe { self.arena.reset() }
     }
 
-    /// Bytes of the kernel arena in use.
-    pub fn kernel_arena_used(&self) -> u64 {
-        self.arena.used()
-    }
-
     /// Sets the runtime state word (`Release`: a client that reads READY with
     /// `Acquire` sees the setup before it).
-    pub fn set_state(&self, state: u32) {
+    pub(crate) fn set_state(&self, state: u32) {
         self.header.state.store(state, Ordering::Release);
     }
 }

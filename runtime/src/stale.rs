@@ -132,7 +132,7 @@ fn judge(probe: &SegmentProbe) -> Result<Result<StaleSegment, RuntimeError>, Run
 /// and creates it anew. If its owner is alive (or another process holds it),
 /// fails with [`RuntimeError::SegmentInUse`] naming the segment and the owner;
 /// a file that is not a Tandem segment is [`RuntimeError::NotTandemSegment`].
-pub fn create_named(name: &str, len: usize) -> Result<Segment, RuntimeError> {
+pub(crate) fn create_named(name: &str, len: usize) -> Result<Segment, RuntimeError> {
     let taken = || RuntimeError::SegmentInUse {
         name: name.to_owned(),
         owner_pid: None,
@@ -169,7 +169,7 @@ pub fn create_named(name: &str, len: usize) -> Result<Segment, RuntimeError> {
 /// Removes the segment `name` if it is stale; `None` when it is missing, in
 /// use, or not a Tandem segment. For a process that saw the owner die (a
 /// client of a killed runtime, an exchange consumer).
-pub fn remove_if_stale(name: &str) -> Result<Option<StaleSegment>, RuntimeError> {
+pub(crate) fn remove_if_stale(name: &str) -> Result<Option<StaleSegment>, RuntimeError> {
     let probe = match SegmentProbe::open(name) {
         Ok(probe) => probe,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
@@ -228,4 +228,72 @@ pub fn clean_stale_segments(dry_run: bool) -> Result<Vec<StaleSegment>, RuntimeE
     }
     removed.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    /// Removes the file when dropped, so a failing test leaves no segment.
+    struct RemoveOnDrop(PathBuf);
+
+    impl Drop for RemoveOnDrop {
+        fn drop(&mut self) {
+            // Already gone when the test passed: nothing to do.
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    #[test]
+    fn starters_racing_on_one_stale_name_one_wins() {
+        const STARTERS: usize = 6;
+        let name = format!("tandem-test-race-{}", std::process::id());
+        let file = RemoveOnDrop(PathBuf::from(format!("{SHM_DIR}/{name}")));
+        // A runtime killed with SIGKILL right after creating its name: an
+        // empty, unpublished segment that nobody holds.
+        let path = std::ffi::CString::new(format!("/{name}")).expect("path");
+        // SAFETY: plain calls with a NUL-terminated path; the fd is closed.
+        unsafe {
+            let fd = libc::shm_open(
+                path.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            );
+            assert!(fd >= 0, "cannot create the stale name");
+            libc::close(fd);
+        }
+        let barrier = std::sync::Barrier::new(STARTERS);
+        let results: Vec<_> = std::thread::scope(|s| {
+            let starters: Vec<_> = (0..STARTERS)
+                .map(|_| {
+                    s.spawn(|| {
+                        barrier.wait();
+                        let result = create_named(&name, 1 << 16);
+                        // Everyone decides before a winner lets go of its
+                        // segment.
+                        barrier.wait();
+                        result
+                    })
+                })
+                .collect();
+            starters
+                .into_iter()
+                .map(|t| t.join().expect("starter"))
+                .collect()
+        });
+        let winners = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(winners, 1, "{results:?}");
+        for result in &results {
+            if let Err(e) = result {
+                assert!(
+                    matches!(e, RuntimeError::SegmentInUse { name: n, .. } if *n == name),
+                    "{e:?}"
+                );
+            }
+        }
+        drop(results);
+        assert!(!file.0.exists(), "the winner's drop left the name");
+    }
 }

@@ -2,16 +2,16 @@
 //! `tandem status`'s reader of it.
 //!
 //! The block is host-only (no kernel reads it, so no C++ mirror) and lives
-//! in the CPU segment's header page, at [`STATUS_BLOCK_OFFSET`], after the
+//! in the CPU segment's header page, at `STATUS_BLOCK_OFFSET`, after the
 //! [`SegmentHeader`] (asserted below). The runtime writes its static part
 //! (configuration, pools, segments) before it publishes the segment, and the
-//! heartbeat thread refreshes the counters every [`STATUS_PERIOD`]: nothing
+//! heartbeat thread refreshes the counters every `STATUS_PERIOD` (100 ms): nothing
 //! on a worker's path beyond the per-pool counters the workers keep anyway,
 //! each in its own lines.
 //!
 //! A reader never sees a torn snapshot: the heartbeat thread is the block's
 //! one writer (the runtime's own setup wrote it before the thread started),
-//! and every write is a sequence lock ([`StatusBlock::seq`]) around
+//! and every write is a sequence lock (`StatusBlock::seq`) around
 //! `Relaxed` atomic stores; a reader that finds the sequence odd, or changed
 //! across its reads, reads again (see `StatusBlock::write` and
 //! `StatusBlock::read` for the orderings). Every field is an atomic, so a
@@ -36,32 +36,32 @@ use crate::segment::QueueSegment;
 use crate::worker::WorkerStats;
 
 /// Where the status block lies in the CPU segment's header page.
-pub const STATUS_BLOCK_OFFSET: usize = 2048;
+pub(crate) const STATUS_BLOCK_OFFSET: usize = 2048;
 /// [`StatusBlock::magic`] once the block is written ("TNDMSTAT").
-pub const STATUS_MAGIC: u64 = 0x544e_444d_5354_4154;
+pub(crate) const STATUS_MAGIC: u64 = 0x544e_444d_5354_4154;
 /// [`StatusBlock::version`]; bumped on any change to the block's layout.
-pub const STATUS_VERSION: u32 = 1;
+pub(crate) const STATUS_VERSION: u32 = 1;
 /// Segments the block lists (the CPU one, then the first devices').
 pub const MAX_STATUS_SEGMENTS: usize = 9;
 /// Pools the block lists one by one (by the registry's dense index); the
-/// rest are summed in [`StatusBlock::other_completed`].
+/// rest are summed in [`StatusSnapshot::other`].
 pub const MAX_STATUS_POOLS: usize = 16;
 /// Bytes of a pool's name kept in the block (UTF-8, cut at a character
 /// boundary, zero-padded).
-pub const POOL_NAME_BYTES: usize = 24;
+pub(crate) const POOL_NAME_BYTES: usize = 24;
 /// How often the heartbeat thread refreshes the block.
-pub const STATUS_PERIOD: Duration = Duration::from_millis(100);
+pub(crate) const STATUS_PERIOD: Duration = Duration::from_millis(100);
 /// How often the runtime logs its throughput (at info, when tasks were
 /// completed since the last time).
-pub const THROUGHPUT_LOG_PERIOD: Duration = Duration::from_secs(10);
+pub(crate) const THROUGHPUT_LOG_PERIOD: Duration = Duration::from_secs(10);
 /// [`StatusBlock::clients_attached`] of a segment without a client table
 /// (and before the first refresh).
-pub const CLIENTS_UNKNOWN: u32 = u32::MAX;
+pub(crate) const CLIENTS_UNKNOWN: u32 = u32::MAX;
 
 /// One segment's line of the block.
 #[repr(C)]
 #[derive(Debug)]
-pub struct StatusSegment {
+pub(crate) struct StatusSegment {
     /// A [`segment_kind`] value.
     pub kind: AtomicU32,
     /// The device it serves; -1 for the CPU segment.
@@ -80,7 +80,7 @@ pub struct StatusSegment {
 /// One pool's line of the block.
 #[repr(C)]
 #[derive(Debug)]
-pub struct StatusPool {
+pub(crate) struct StatusPool {
     /// The pool id tasks name.
     pub id: AtomicU32,
     pub reserved: AtomicU32,
@@ -94,7 +94,7 @@ pub struct StatusPool {
 /// The status block, at [`STATUS_BLOCK_OFFSET`] of the CPU segment.
 #[repr(C, align(64))]
 #[derive(Debug)]
-pub struct StatusBlock {
+pub(crate) struct StatusBlock {
     /// [`STATUS_MAGIC`] once written (`Release` after the first write).
     pub magic: AtomicU64,
     /// [`STATUS_VERSION`].
@@ -462,9 +462,13 @@ fn queued(segment: &QueueSegment) -> u64 {
 pub struct StatusSnapshot {
     /// The CPU segment's name (in `/dev/shm`).
     pub segment: String,
+    /// The runtime's process and state.
     pub runtime: RuntimeStatus,
+    /// The configuration it runs with.
     pub config: ConfigStatus,
+    /// Its worker threads.
     pub workers: WorkersStatus,
+    /// Its workers' task counters, summed.
     pub tasks: TasksStatus,
     /// Pools listed one by one (at most [`MAX_STATUS_POOLS`]), by
     /// registration order.
@@ -483,6 +487,7 @@ pub struct StatusSnapshot {
 /// The runtime process.
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
 pub struct RuntimeStatus {
+    /// Its process id.
     pub pid: u32,
     /// "running", "stopped" (SIGSTOP) or "gone".
     pub process: String,
@@ -497,11 +502,17 @@ pub struct RuntimeStatus {
 /// The configuration it runs with.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub struct ConfigStatus {
+    /// `workers`, as configured (before the cap to the cores).
     pub workers: u32,
+    /// `lanes`.
     pub lanes: u32,
+    /// `queue_depth`.
     pub queue_depth: u32,
+    /// `copy_space`.
     pub copy_space: u32,
+    /// `cpu_segment_size`.
     pub cpu_segment_size: u64,
+    /// `gpu_segment_size`.
     pub gpu_segment_size: u64,
 }
 
@@ -517,9 +528,13 @@ pub struct WorkersStatus {
 /// The workers' counters, summed.
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
 pub struct TasksStatus {
+    /// Tasks completed, failed ones included.
     pub completed: u64,
+    /// Tasks completed with a nonzero return code.
     pub failed: u64,
+    /// Records naming no future of their segment, skipped.
     pub bad_pointers: u64,
+    /// Futures found already complete when a worker took them.
     pub double_completions: u64,
     /// Tasks completed per second over the last refresh period.
     pub per_second: f64,
@@ -528,16 +543,22 @@ pub struct TasksStatus {
 /// Completed and failed tasks.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
 pub struct TaskCounts {
+    /// Tasks completed, failed ones included.
     pub completed: u64,
+    /// Tasks completed with a nonzero return code.
     pub failed: u64,
 }
 
 /// One pool's counts.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub struct PoolStatus {
+    /// The pool's id.
     pub id: u32,
+    /// Its name, as registered (cut to the block's 24 bytes).
     pub name: String,
+    /// Its tasks completed, failed ones included.
     pub completed: u64,
+    /// Its tasks completed with a nonzero return code.
     pub failed: u64,
 }
 
@@ -550,6 +571,7 @@ pub struct SegmentStatus {
     pub device: Option<u32>,
     /// Where its pages were found; `None` if unknown.
     pub numa_node: Option<u32>,
+    /// Its size in bytes.
     pub bytes: u64,
     /// Records waiting in its lanes (a device segment counts only the host's).
     pub queued: u64,
@@ -559,13 +581,29 @@ pub struct SegmentStatus {
 #[derive(Debug)]
 pub enum StatusError {
     /// The segment could not be opened.
-    Open { name: String, error: String },
+    Open {
+        /// The segment's name.
+        name: String,
+        /// Why it could not be opened.
+        error: String,
+    },
     /// It is not a published runtime CPU segment of this layout version.
-    NotARuntime { name: String, why: String },
+    NotARuntime {
+        /// The segment's name.
+        name: String,
+        /// What it lacks or holds instead.
+        why: String,
+    },
     /// Its runtime publishes no status block (an older runtime).
-    NoStatus { name: String },
+    NoStatus {
+        /// The segment's name.
+        name: String,
+    },
     /// The block kept changing under every read.
-    Torn { name: String },
+    Torn {
+        /// The segment's name.
+        name: String,
+    },
     /// `/dev/shm` holds no live runtime segment.
     NoLiveRuntime,
     /// Several live runtimes: one must be named.

@@ -21,6 +21,8 @@ use crate::task::{encode_task, Task, TaskError};
 pub struct Route {
     /// The lane (taken modulo the queue's lane count).
     pub lane: u32,
+    /// Which of the lane's two rings: workers take high first, and low
+    /// regularly, so steady high-priority work does not starve it.
     pub priority: Priority,
     /// Give up on a full queue at this time (`None`: retry while the runtime
     /// lives). Back-pressure never drops a task.
@@ -131,7 +133,7 @@ fn new_future<'s>(
 
 /// Submits `task` as a copy future: its bytes go into the copy space of a new
 /// future with the segment's configured copy space, from the segment's heap.
-pub fn submit<'s, T: Task>(
+pub(crate) fn submit<'s, T: Task>(
     segment: &'s QueueSegment,
     route: Route,
     task: &T,
@@ -173,7 +175,7 @@ pub(crate) fn submit_from<'s, T: Task>(
 
 /// Submits `task` as a copy future to `segment`'s GPU inbox, served by the
 /// device's GPU service kernel; a full inbox is retried until `deadline`.
-pub fn submit_to_gpu<'s, T: Task>(
+pub(crate) fn submit_to_gpu<'s, T: Task>(
     segment: &'s QueueSegment,
     task: &T,
     deadline: Option<Instant>,
@@ -208,7 +210,7 @@ pub fn submit_to_gpu<'s, T: Task>(
 /// Submits `task` as a pointer future: its bytes are written once into a
 /// heap block the future's payload names (no copy into the copy space, which
 /// only carries the output, `output_space` bytes).
-pub fn submit_pointer<'s, T: Task>(
+pub(crate) fn submit_pointer<'s, T: Task>(
     segment: &'s QueueSegment,
     route: Route,
     task: &T,

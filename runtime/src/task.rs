@@ -27,10 +27,10 @@ pub type PoolId = u32;
 pub type MethodId = u32;
 
 /// The smallest copy space a future may have: a task header and a little.
-pub const MIN_COPY_SPACE: u32 = 64;
+pub(crate) const MIN_COPY_SPACE: u32 = 64;
 
 /// What a return code means, for messages.
-pub fn describe_rc(rc: i32) -> String {
+pub(crate) fn describe_rc(rc: i32) -> String {
     match rc {
         0 => "ok".into(),
         RC_UNKNOWN_POOL => "unknown pool".into(),
@@ -59,11 +59,19 @@ pub trait Task: Serialize {
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum TaskError {
     /// The task's serialized form does not fit the future's copy space.
-    ArgsTooLarge { needed: usize, available: usize },
+    ArgsTooLarge {
+        /// Bytes the header and arguments take.
+        needed: usize,
+        /// Bytes of copy space.
+        available: usize,
+    },
     /// The arguments could not be serialized.
     Ser(SerError),
     /// The handler (or the runtime) completed it with this nonzero code.
-    Failed { return_code: i32 },
+    Failed {
+        /// The code: a handler's own, or one of the runtime's `RC_*`.
+        return_code: i32,
+    },
     /// Completed with code 0, but the output did not deserialize as expected.
     BadOutput(SerError),
     /// The stop flag was raised before completion.
@@ -71,7 +79,10 @@ pub enum TaskError {
     /// The deadline passed before completion.
     TimedOut,
     /// The runtime died (its process gone, or it shut down) before completion.
-    RuntimeDead { pid: u32 },
+    RuntimeDead {
+        /// The runtime's process id.
+        pid: u32,
+    },
     /// The queue stayed full past the deadline (back-pressure; nothing dropped).
     QueueFull,
     /// The segment's heap has no room for another future now.
@@ -80,12 +91,22 @@ pub enum TaskError {
     /// written by a broken peer).
     Future(FutureError),
     /// No served device has this index.
-    NoSuchDevice { device: usize, devices: usize },
+    NoSuchDevice {
+        /// The index asked for.
+        device: usize,
+        /// How many devices the runtime serves.
+        devices: usize,
+    },
     /// The segment has no GPU inbox (it is not a device segment).
     NoGpuInbox,
     /// This client's heap (its quota, `client_heap_bytes`) is used up by the
     /// futures it holds; other clients are not affected.
-    ClientQuota { quota_bytes: u64, futures: u64 },
+    ClientQuota {
+        /// The client's heap, in bytes.
+        quota_bytes: u64,
+        /// Futures the client holds.
+        futures: u64,
+    },
 }
 
 impl fmt::Display for TaskError {
@@ -133,7 +154,7 @@ impl std::error::Error for TaskError {}
 /// Serializes `header` + `args` into `buf`; returns the bytes written, or
 /// [`TaskError::ArgsTooLarge`] with the full length when they do not fit
 /// (never truncated).
-pub fn encode_task<T: Serialize + ?Sized>(
+pub(crate) fn encode_task<T: Serialize + ?Sized>(
     pool: PoolId,
     method: MethodId,
     args: &T,
@@ -162,7 +183,7 @@ pub fn encode_task<T: Serialize + ?Sized>(
 
 /// Splits task bytes into the header and the argument bytes, checking the
 /// version and that the lengths agree. `None`: not a task.
-pub fn decode_task(bytes: &[u8]) -> Option<(TaskHeader, &[u8])> {
+pub(crate) fn decode_task(bytes: &[u8]) -> Option<(TaskHeader, &[u8])> {
     let header = TaskHeader::read(bytes)?;
     let args = bytes.get(TASK_HEADER_BYTES..)?;
     (header.version == TASK_VERSION && args.len() == header.args_len as usize)
@@ -183,7 +204,9 @@ pub mod math {
     /// Arguments of [`ADD`].
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
     pub struct Add {
+        /// The first addend.
         pub a: u64,
+        /// The second addend.
         pub b: u64,
     }
     impl_serialize_fields!(Add { a, b });
@@ -197,6 +220,7 @@ pub mod math {
     /// Arguments of [`SUM`].
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
     pub struct Sum {
+        /// The values to add up (wrapping).
         pub values: [u64; SUM_VALUES],
     }
     impl_serialize_fields!(Sum { values });

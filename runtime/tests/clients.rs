@@ -12,11 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_hal::HostApi;
-use tandem_runtime::clients::{ClientSnapshot, ClientState};
-use tandem_runtime::config::DeviceSelection;
-use tandem_runtime::task::math;
 use tandem_runtime::{
-    Client, Config, ConfigError, Pool, Registry, Route, Runtime, RuntimeError, Task, TaskError,
+    math, Client, ClientSnapshot, ClientState, Config, ConfigError, DeviceSelection, Pool,
+    Registry, Route, Runtime, RuntimeError, Task, TaskError,
 };
 use tandem_shm_core::impl_serialize_fields;
 

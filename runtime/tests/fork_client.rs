@@ -10,10 +10,9 @@ use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
 use tandem_hal::HostApi;
-use tandem_runtime::config::DeviceSelection;
-use tandem_runtime::task::math;
 use tandem_runtime::{
-    Client, Config, Liveness, Registry, Route, Runtime, RuntimeError, TaskError, HEARTBEAT_STALE,
+    math, Client, Config, DeviceSelection, Liveness, Registry, Route, Runtime, RuntimeError,
+    TaskError, HEARTBEAT_STALE,
 };
 
 fn small_config() -> Config {

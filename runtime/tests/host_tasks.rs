@@ -6,13 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_hal::HostApi;
-use tandem_runtime::config::DeviceSelection;
 use tandem_runtime::layout::notify_word;
-use tandem_runtime::task::{
-    math, Task, TaskError, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD,
-    RC_UNKNOWN_POOL,
+use tandem_runtime::{
+    math, Config, DeviceSelection, Pool, QueueSegment, Registry, Route, Runtime, Task, TaskError,
+    RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD, RC_UNKNOWN_POOL,
 };
-use tandem_runtime::{Config, Pool, QueueSegment, Registry, Route, Runtime};
 use tandem_shm_core::future::{FutureShm, RC_OUTPUT_TOO_LARGE};
 use tandem_shm_core::impl_serialize_fields;
 use tandem_shm_core::{LlRecord, Priority, WaitOutcome};

@@ -11,9 +11,9 @@ use std::process::{Command, Stdio};
 use common::Cleanup;
 
 use tandem_hal::HostApi;
-use tandem_runtime::config::DeviceSelection;
-use tandem_runtime::stale::{clean_stale_segments, StaleSegment, StaleWhy};
-use tandem_runtime::{Config, Registry, Runtime, RuntimeError};
+use tandem_runtime::{
+    clean_stale_segments, Config, DeviceSelection, Registry, Runtime, StaleSegment, StaleWhy,
+};
 
 fn tandem() -> Command {
     let mut cmd = common::tandem();
@@ -137,64 +137,4 @@ fn clean_removes_dead_owners_segments_only() {
     assert!(shm(&foreign).exists(), "a foreign file was removed");
     drop(live);
     assert!(!shm(&live_runtime).exists());
-}
-
-#[test]
-fn starters_racing_on_one_stale_name_one_wins() {
-    const STARTERS: usize = 6;
-    let name = format!("tandem-test-race-{}", std::process::id());
-    let mut cleanup = Cleanup {
-        children: Vec::new(),
-        files: vec![PathBuf::from(format!("/dev/shm/{name}"))],
-    };
-    // A runtime killed with SIGKILL right after creating its name: an empty,
-    // unpublished segment that nobody holds.
-    let leave_stale_name = || {
-        let path = std::ffi::CString::new(format!("/{name}")).expect("path");
-        // SAFETY: plain calls with a NUL-terminated path; the fd is closed.
-        unsafe {
-            let fd = libc::shm_open(
-                path.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-                0o600,
-            );
-            assert!(fd >= 0, "cannot create the stale name");
-            libc::close(fd);
-        }
-    };
-    leave_stale_name();
-    let barrier = std::sync::Barrier::new(STARTERS);
-    let results: Vec<_> = std::thread::scope(|s| {
-        let starters: Vec<_> = (0..STARTERS)
-            .map(|_| {
-                s.spawn(|| {
-                    barrier.wait();
-                    let result = tandem_runtime::stale::create_named(&name, 1 << 16);
-                    // Everyone decides before a winner lets go of its segment.
-                    barrier.wait();
-                    result
-                })
-            })
-            .collect();
-        starters
-            .into_iter()
-            .map(|t| t.join().expect("starter"))
-            .collect()
-    });
-    let winners = results.iter().filter(|r| r.is_ok()).count();
-    assert_eq!(winners, 1, "{results:?}");
-    for result in &results {
-        if let Err(e) = result {
-            assert!(
-                matches!(e, RuntimeError::SegmentInUse { name: n, .. } if *n == name),
-                "{e:?}"
-            );
-        }
-    }
-    drop(results);
-    assert!(
-        !cleanup.files[0].exists(),
-        "the winner's drop left the name"
-    );
-    cleanup.files.clear();
 }

@@ -9,9 +9,8 @@ use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
 use tandem_hal::HostApi;
-use tandem_runtime::config::DeviceSelection;
-use tandem_runtime::task::{math, Task};
-use tandem_runtime::{Config, Pool, Registry, Route, Runtime, StatusSnapshot};
+use tandem_runtime::status::StatusSnapshot;
+use tandem_runtime::{math, Config, DeviceSelection, Pool, Registry, Route, Runtime, Task};
 
 /// A pool nobody registered: its tasks fail and count as "other".
 struct Nowhere;

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_hal::{GpuApi, HostApi};
-use tandem_runtime::config::DeviceSelection;
 use tandem_runtime::kernels::{
     expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, GpuService, RuntimeKernels,
     ECHO_OK, ECHO_TASK_FAILED,
 };
-use tandem_runtime::task::{math, RC_UNKNOWN_METHOD};
-use tandem_runtime::{Config, Pool, Registry, Runtime, StatsSnapshot};
+use tandem_runtime::{
+    math, Config, DeviceSelection, Pool, Registry, Runtime, StatsSnapshot, RC_UNKNOWN_METHOD,
+};
 
 /// `rt_status::stopped` (tandem/runtime.h).
 const RT_STOPPED: u32 = 7;

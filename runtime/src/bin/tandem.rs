@@ -28,16 +28,14 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
-use tandem_runtime::config::DeviceSelection;
 use tandem_runtime::exchange::{consume, produce, ExchangeError};
 use tandem_runtime::kernels::{
     expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, GpuService, RuntimeKernels,
 };
-use tandem_runtime::signals::Termination;
-use tandem_runtime::stale::clean_stale_segments;
 use tandem_runtime::status::{read_status, single_live_runtime, StatusSnapshot};
-use tandem_runtime::task::math;
-use tandem_runtime::{Config, Registry, Route, Runtime};
+use tandem_runtime::{
+    clean_stale_segments, math, Config, DeviceSelection, Registry, Route, Runtime, Termination,
+};
 
 /// Tandem: host threads and GPU kernels sharing memory and work.
 #[derive(Parser, Debug)]
@@ -442,7 +440,7 @@ fn demo<A: GpuApi>(api: A, backend: &str, json: bool) -> Result<bool, String> {
     say(format!("tandem demo on {backend}"));
     // Kernels in flight cannot be interrupted: on SIGINT/SIGTERM, remove the
     // named segments and exit.
-    tandem_runtime::signals::exit_on_termination().map_err(|e| e.to_string())?;
+    tandem_runtime::exit_on_termination().map_err(|e| e.to_string())?;
     let runtime = Runtime::start_with(api, config, Registry::with_builtins())
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let queues = &runtime.devices()[0];
