@@ -204,7 +204,7 @@ impl Drop for Client {
             // leaves it to `tandem clean`; a drop has no one to tell.
             if !status.is_ok_and(|s| s.success()) {
                 if let Some(name) = self.segment.name() {
-                    let _ = crate::stale::remove_if_stale(name);
+                    let _ = crate::stale::remove_stale_segment(name);
                 }
             }
         }

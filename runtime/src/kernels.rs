@@ -1,16 +1,14 @@
-//! Launching the runtime's kernels (`kernels/runtime.cu`) on a served
+//! Launching the runtime's own kernels (`kernels/runtime.cu`) on a served
 //! device: the echo kernel whose threads send tasks to the CPU workers, the
 //! pinned-memory ping-pong floor, and an empty kernel for launch + sync.
 //! Generic over the backend, so the host backend's tests exercise exactly
 //! the code the GPU runs.
 //!
-//! [`GpuService`] is part of the runtime's front: it serves the route to a
-//! device ([`crate::Runtime::submit_to_gpu`], `rt_send_to_gpu`). The rest
-//! ([`RuntimeKernels`] and its launch descriptions) is support for
-//! `tandem demo`, the roundtrip bench and the end-to-end tests, which are
-//! other targets and crates and so need it public; a user launching kernels
-//! of their own needs none of it (`examples/user_pool.rs`). It stays in this
-//! crate because it resets the kernel arena between launches, a segment
+//! Support for `tandem demo`, the roundtrip bench and the end-to-end tests,
+//! not API: a user launching kernels of their own needs none of it
+//! (`examples/user_pool.rs`). It is compiled only with the `demo-kernels`
+//! feature (on by default, and required by the `tandem` binary); it lives in
+//! this crate because it resets the kernel arena between launches, a segment
 //! internal.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -327,130 +325,5 @@ impl Drop for SegmentBlock<'_> {
     fn drop(&mut self) {
         // Cannot fail: the pointer came from this segment's heap.
         let _ = self.segment.free(self.ptr);
-    }
-}
-
-/// What a GPU service did, summed over its threads.
-#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
-pub struct ServiceStats {
-    /// Tasks run and completed.
-    pub served: u64,
-    /// Inbox entries that named no future of the segment (skipped).
-    pub bad_pointers: u64,
-    /// Pops that found a ring used outside its tickets.
-    pub foreign_tickets: u64,
-}
-
-/// A device's GPU service: the persistent kernel `tandem_rt_gpu_service`
-/// (tandem/runtime.h `rt_serve`, with the device-side math pool) running on
-/// its own stream, serving the device's GPU inbox: tasks from the host
-/// ([`crate::Runtime::submit_to_gpu`]) and from kernels (`rt_send_to_gpu`)
-/// stay on the device. [`stop`](Self::stop) (or drop) raises the segment's
-/// service stop flag, lets the service drain the inbox, and waits for it.
-///
-/// While it runs, nothing in the process may make a driver call that waits
-/// for the whole device to be idle (on CUDA: freeing device or pinned
-/// memory, unregistering host memory, unloading a module): such a call would
-/// wait for the service, which only ends when told. Load modules and allocate
-/// before starting it; [`RuntimeKernels::echo`] allocates from the segment.
-pub struct GpuService<'q, A: GpuApi> {
-    queues: &'q DeviceQueues<A>,
-    stats: <A::Device as GpuDevice>::PinnedBuffer,
-    stream: <A::Device as GpuDevice>::Stream,
-    _module: <A::Device as GpuDevice>::Module,
-    running: bool,
-}
-
-/// Words of the service kernel's `stats` argument.
-const SERVICE_STATS_WORDS: usize = 4;
-
-impl<'q, A: GpuApi> GpuService<'q, A> {
-    /// Launches the service with `blocks` x `threads` threads (each serves
-    /// one task at a time; keep the grid small enough to stay resident
-    /// beside the kernels that use it).
-    pub fn start(
-        queues: &'q DeviceQueues<A>,
-        blocks: u32,
-        threads: u32,
-    ) -> Result<Self, RuntimeError> {
-        let device = queues.device();
-        let module = device.load_module(&tandem_device_kernels::library())?;
-        let kernel = device.kernel(&module, "tandem_rt_gpu_service")?;
-        let stream = device.create_stream()?;
-        let stats = device.alloc_pinned_mapped(SERVICE_STATS_WORDS * 8)?;
-        // SAFETY: a fresh pinned allocation of that many words, no kernel yet.
-        unsafe { stats.host_ptr().write_bytes(0, SERVICE_STATS_WORDS * 8) };
-        // Release: ordered before the launch; a stale raised flag would end
-        // the service at once.
-        queues
-            .segment()
-            .header()
-            .service_stop
-            .store(0, Ordering::Release);
-        let args = [
-            KernelArg::Ptr(queues.kernel_backend().base),
-            KernelArg::U64(queues.segment().len() as u64),
-            KernelArg::Ptr(stats.device_ptr()),
-        ];
-        // SAFETY: the segment (registered with the device) and `stats` outlive
-        // the kernel: `stop` (or drop) waits for it before either can go.
-        unsafe {
-            device.launch(
-                &kernel,
-                &LaunchConfig::linear(blocks, threads),
-                &args,
-                &stream,
-            )
-        }?;
-        Ok(Self {
-            queues,
-            stats,
-            stream,
-            _module: module,
-            running: true,
-        })
-    }
-
-    /// Raises the service stop flag and waits for the service to drain the
-    /// inbox and end. Submitters to the inbox must be done by then (what
-    /// they push later is not served).
-    pub fn stop(mut self) -> Result<ServiceStats, RuntimeError> {
-        self.finish()
-    }
-
-    fn finish(&mut self) -> Result<ServiceStats, RuntimeError> {
-        self.running = false;
-        // Release: pairs with the service's acquire of the flag, after which
-        // it sees every push made before this store.
-        self.queues
-            .segment()
-            .header()
-            .service_stop
-            .store(1, Ordering::Release);
-        self.queues.device().synchronize_stream(&self.stream)?;
-        // SAFETY: the kernel has ended (synchronized): nobody writes the words.
-        let words = unsafe {
-            std::slice::from_raw_parts(self.stats.host_ptr().cast::<u64>(), SERVICE_STATS_WORDS)
-        };
-        if words[3] != 0 {
-            return Err(RuntimeError::Process(format!(
-                "GPU service could not attach to the segment (rt_status {})",
-                words[3]
-            )));
-        }
-        Ok(ServiceStats {
-            served: words[0],
-            bad_pointers: words[1],
-            foreign_tickets: words[2],
-        })
-    }
-}
-
-impl<A: GpuApi> Drop for GpuService<'_, A> {
-    fn drop(&mut self) {
-        if self.running {
-            // Errors have no one to go to here; `stop` reports them.
-            let _ = self.finish();
-        }
     }
 }

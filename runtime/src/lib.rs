@@ -27,7 +27,7 @@
 //! * **Submitting.** [`Runtime::submit`] and [`Client::submit`] take a
 //!   [`Route`] (lane, priority, deadline) and give a [`Pending`] future;
 //!   [`Runtime::submit_to_gpu`] routes to a device's service
-//!   ([`kernels::GpuService`]). A failed task is a [`TaskError`], whose
+//!   ([`GpuService`]). A failed task is a [`TaskError`], whose
 //!   return codes the runtime sets are the `RC_*` constants.
 //! * **Host clients.** [`Client`] attaches to a runtime's CPU segment from
 //!   another process, or starts one in a child process
@@ -44,14 +44,16 @@
 //!   publishes (`tandem status`); [`clean_stale_segments`] removes the
 //!   segments of dead owners (`tandem clean`, [`StaleSegment`],
 //!   [`StaleWhy`]); [`Termination`] and [`exit_on_termination`] turn
-//!   SIGINT/SIGTERM into a clean stop.
+//!   SIGINT/SIGTERM into a clean stop. A named segment of one's own format
+//!   gets the same care through [`create_owned_segment`] and an
+//!   [`OwnerRecord`] at its start (its owner a [`ProcessIdentity`];
+//!   [`remove_stale_segment`] for a peer that saw it die):
+//!   `examples/exchange.rs` is one.
 //!
-//! Two modules are public as support rather than API: [`kernels`] launches
-//! Tandem's own kernels (the GPU service, which is a route, and the echo,
-//! ping-pong and empty kernels that `tandem demo`, the benches and the
-//! end-to-end tests run), and [`exchange`] is the two-process shm-core
-//! workload of `tandem exchange` and the multi-process tests, kept here
-//! because [`clean_stale_segments`] recognises its segments.
+//! One module is public as support rather than API, and only with the
+//! `demo-kernels` feature (on by default): [`kernels`] launches Tandem's own
+//! echo, ping-pong and empty kernels, which `tandem demo`, the benches and
+//! the end-to-end tests run.
 //!
 //! # Module layers
 //!
@@ -65,17 +67,14 @@
 //!    segment seen from the host).
 //! 4. `config` (checked against the segment's geometry), `worker`, `stale`.
 //! 5. `submit`, `janitor` (takes back dead clients' slots), `status`.
-//! 6. `runtime` and `client`, then `kernels`.
-//!
-//! `exchange` sits on `stale`, which still reads an exchange segment's
-//! header to find its owner: the one pair that uses each other.
+//! 6. `runtime` and `client`, then `service` and `kernels`.
 
 mod client;
 mod clients;
 mod config;
 mod error;
-pub mod exchange;
 mod janitor;
+#[cfg(feature = "demo-kernels")]
 pub mod kernels;
 pub mod layout;
 mod liveness;
@@ -83,6 +82,7 @@ mod process;
 mod registry;
 mod runtime;
 mod segment;
+mod service;
 mod signals;
 mod stale;
 pub mod status;
@@ -95,11 +95,16 @@ pub use clients::{ClientSnapshot, ClientState, ClientTable};
 pub use config::{Config, DeviceSelection};
 pub use error::{ConfigError, RuntimeError};
 pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
+pub use process::{ProcessIdentity, ProcessState};
 pub use registry::{DuplicatePool, Handler, HandlerReply, Pool, Registry};
 pub use runtime::{DeviceQueues, NumaPlacement, Runtime};
 pub use segment::QueueSegment;
+pub use service::{GpuService, ServiceStats};
 pub use signals::{exit_on_termination, Termination, TerminationWaker};
-pub use stale::{clean_stale_segments, StaleSegment, StaleWhy};
+pub use stale::{
+    clean_stale_segments, create_owned_segment, remove_stale_segment, OwnerRecord, StaleSegment,
+    StaleWhy, OWNED_SEGMENT_MAGIC,
+};
 pub use submit::{Pending, Route};
 pub use task::{
     math, MethodId, PoolId, Task, TaskError, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED,

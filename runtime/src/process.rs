@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 /// A process, named so that a later process reusing its pid is not it.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub(crate) struct ProcessIdentity {
+pub struct ProcessIdentity {
     /// The process id.
     pub pid: u32,
     /// When it started, in clock ticks after boot.
@@ -19,7 +19,7 @@ pub(crate) struct ProcessIdentity {
 
 /// What `/proc` says of a process.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum ProcessState {
+pub enum ProcessState {
     /// It exists and may run.
     Running,
     /// It exists but is stopped (SIGSTOP, a debugger): alive, not answering.

@@ -269,7 +269,7 @@ impl<A: GpuApi> Runtime<A> {
             .cpu_segment_name
             .clone()
             .unwrap_or_else(default_segment_name);
-        let cpu_memory = crate::stale::create_named(&name, config.cpu_segment_size)?;
+        let cpu_memory = crate::stale::create_owned_segment(&name, config.cpu_segment_size)?;
         let cpu = QueueSegment::init(
             cpu_memory,
             SegmentSpec {
@@ -467,7 +467,7 @@ impl<A: GpuApi> Runtime<A> {
 
     /// Submits a copy-future task to device `device`'s GPU inbox (an index
     /// into [`devices`](Self::devices)), where the device's GPU service
-    /// kernel ([`crate::kernels::GpuService`]) runs it. Nothing serves the
+    /// kernel ([`crate::GpuService`]) runs it. Nothing serves the
     /// inbox while no service runs: the task then waits there. A full inbox
     /// is retried until `deadline` (back-pressure; nothing is dropped).
     pub fn submit_to_gpu<T: Task>(

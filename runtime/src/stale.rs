@@ -1,15 +1,15 @@
 //! Segments left behind by processes that died: found by their owner, reclaimed
-//! when a runtime or exchange producer starts on their name, removed by hand
-//! with [`clean_stale_segments`] (`tandem clean`).
+//! when a runtime (or any creator using [`create_owned_segment`]) starts on
+//! their name, removed by hand with [`clean_stale_segments`] (`tandem clean`).
 //!
 //! Two records say who owns a named segment. Its creator holds an `flock` on
 //! it for as long as its segment lives (shm-core's [`SegmentProbe`]), which
 //! the kernel drops when the creator dies; and its header names the owner's
-//! [`ProcessIdentity`] (pid and start time: the runtime's
-//! [`SegmentHeader::runtime_pid`] and `runtime_start_time`, the exchange
-//! producer's). A segment is stale when nobody holds it and, if its header
-//! is published, the owner it names is gone. A live owner, stopped or not,
-//! keeps its segment.
+//! [`ProcessIdentity`] (pid and start time): a runtime segment's
+//! [`SegmentHeader::runtime_pid`] and `runtime_start_time`, or, for a segment
+//! of a user's own format, the [`OwnerRecord`] it starts with. A segment is
+//! stale when nobody holds it and, if its header is published, the owner it
+//! names is gone. A live owner, stopped or not, keeps its segment.
 //!
 //! Two starters reclaiming one stale name at once: the probe that wins the
 //! lock is the only one that may remove the name, and it creates the new
@@ -18,15 +18,70 @@
 //! segment in use. One wins, the other gets [`RuntimeError::SegmentInUse`].
 
 use std::mem::size_of;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use memoffset::offset_of;
 use tandem_shm_core::segment::SHM_DIR;
 use tandem_shm_core::{Segment, SegmentError, SegmentProbe};
 
 use crate::error::RuntimeError;
-use crate::exchange::{ExchangeHeader, EXCHANGE_MAGIC};
 use crate::layout::{SegmentHeader, SEGMENT_MAGIC};
 use crate::process::ProcessIdentity;
+
+/// [`OwnerRecord::magic`] once published ("TNDMOWND").
+pub const OWNED_SEGMENT_MAGIC: u64 = 0x544e_444d_4f57_4e44;
+
+/// The first 24 bytes of a named segment of a user's own format that
+/// `tandem clean` and [`create_owned_segment`] should recognise: who owns it.
+/// The segment's creator places it at offset 0, initialises the rest of its
+/// segment, then [`publish`](Self::publish)es it; the runtime's own segments
+/// record their owner in their header instead.
+#[repr(C, align(8))]
+#[derive(Debug)]
+pub struct OwnerRecord {
+    magic: AtomicU64,
+    pid: AtomicU32,
+    kind: AtomicU32,
+    start_time: AtomicU64,
+}
+
+static_assertions::assert_eq_size!(OwnerRecord, [u8; 24]);
+static_assertions::const_assert_eq!(offset_of!(OwnerRecord, magic), 0);
+static_assertions::const_assert_eq!(offset_of!(OwnerRecord, pid), 8);
+static_assertions::const_assert_eq!(offset_of!(OwnerRecord, kind), 12);
+static_assertions::const_assert_eq!(offset_of!(OwnerRecord, start_time), 16);
+
+impl OwnerRecord {
+    /// Records this process as the owner and `kind` (the format's own tag,
+    /// which [`owner`](Self::owner) returns to tell formats apart), then
+    /// publishes the record. Call it last: a reader that sees the record
+    /// published sees everything written before the call.
+    pub fn publish(&self, kind: u32) {
+        let me = ProcessIdentity::current();
+        // Relaxed: published by the Release of the magic below.
+        self.pid.store(me.pid, Ordering::Relaxed);
+        self.kind.store(kind, Ordering::Relaxed);
+        self.start_time.store(me.start_time, Ordering::Relaxed);
+        // Release: pairs with the Acquire in `owner` (and with `tandem
+        // clean`'s read of the segment), ordering the segment's
+        // initialisation and the fields above before the magic.
+        self.magic.store(OWNED_SEGMENT_MAGIC, Ordering::Release);
+    }
+
+    /// The owner and kind, once published; `None` before.
+    pub fn owner(&self) -> Option<(ProcessIdentity, u32)> {
+        // Acquire: pairs with `publish`'s Release.
+        if self.magic.load(Ordering::Acquire) != OWNED_SEGMENT_MAGIC {
+            return None;
+        }
+        // Relaxed: ordered by the Acquire above.
+        let owner = ProcessIdentity {
+            pid: self.pid.load(Ordering::Relaxed),
+            start_time: self.start_time.load(Ordering::Relaxed),
+        };
+        Some((owner, self.kind.load(Ordering::Relaxed)))
+    }
+}
 
 /// Why a segment was found stale.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -64,7 +119,7 @@ impl std::fmt::Display for StaleSegment {
 
 /// What a segment's first bytes say.
 enum Header {
-    /// A runtime or exchange segment, published, with its owner.
+    /// A runtime segment or an owned segment, published, with its owner.
     Tandem(ProcessIdentity),
     /// Too short for a magic, or the magic still 0: its creator had not
     /// finished (or is finishing now).
@@ -87,9 +142,9 @@ fn read_header(probe: &SegmentProbe) -> Result<Header, RuntimeError> {
             pid: u32_at(offset_of!(SegmentHeader, runtime_pid)),
             start_time: u64_at(offset_of!(SegmentHeader, runtime_start_time)),
         }),
-        EXCHANGE_MAGIC if n >= size_of::<ExchangeHeader>() => Header::Tandem(ProcessIdentity {
-            pid: u32_at(offset_of!(ExchangeHeader, producer_pid)),
-            start_time: u64_at(offset_of!(ExchangeHeader, producer_start_time)),
+        OWNED_SEGMENT_MAGIC if n >= size_of::<OwnerRecord>() => Header::Tandem(ProcessIdentity {
+            pid: u32_at(offset_of!(OwnerRecord, pid)),
+            start_time: u64_at(offset_of!(OwnerRecord, start_time)),
         }),
         _ => Header::Foreign,
     })
@@ -127,12 +182,15 @@ fn judge(probe: &SegmentProbe) -> Result<Result<StaleSegment, RuntimeError>, Run
 }
 
 /// Creates the named segment `name` of `len` bytes (shm-core's
-/// [`Segment::create_named`]). If the name exists and is stale (owner gone,
-/// nobody holding it), removes it, logs "reclaimed stale segment NAME (...)"
-/// and creates it anew. If its owner is alive (or another process holds it),
-/// fails with [`RuntimeError::SegmentInUse`] naming the segment and the owner;
-/// a file that is not a Tandem segment is [`RuntimeError::NotTandemSegment`].
-pub(crate) fn create_named(name: &str, len: usize) -> Result<Segment, RuntimeError> {
+/// [`Segment::create_named`]), held by this process while it lives. If the
+/// name exists and is stale (owner gone, nobody holding it), removes it, logs
+/// "reclaimed stale segment NAME (...)" and creates it anew. If its owner is
+/// alive (or another process holds it), fails with
+/// [`RuntimeError::SegmentInUse`] naming the segment and the owner; a file
+/// that is not a Tandem segment is [`RuntimeError::NotTandemSegment`]. A
+/// segment of one's own format starts with an [`OwnerRecord`], published once
+/// the segment is set up, so that its name is reclaimed after its owner dies.
+pub fn create_owned_segment(name: &str, len: usize) -> Result<Segment, RuntimeError> {
     let taken = || RuntimeError::SegmentInUse {
         name: name.to_owned(),
         owner_pid: None,
@@ -168,8 +226,8 @@ pub(crate) fn create_named(name: &str, len: usize) -> Result<Segment, RuntimeErr
 
 /// Removes the segment `name` if it is stale; `None` when it is missing, in
 /// use, or not a Tandem segment. For a process that saw the owner die (a
-/// client of a killed runtime, an exchange consumer).
-pub(crate) fn remove_if_stale(name: &str) -> Result<Option<StaleSegment>, RuntimeError> {
+/// client of a killed runtime, the consumer of a dead producer's segment).
+pub fn remove_stale_segment(name: &str) -> Result<Option<StaleSegment>, RuntimeError> {
     let probe = match SegmentProbe::open(name) {
         Ok(probe) => probe,
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
@@ -184,8 +242,8 @@ pub(crate) fn remove_if_stale(name: &str) -> Result<Option<StaleSegment>, Runtim
     }
 }
 
-/// `tandem clean`: scans `/dev/shm` for Tandem's segments (runtime and
-/// exchange segments, told by the magic in their header, whatever their name)
+/// `tandem clean`: scans `/dev/shm` for Tandem's segments (runtime segments
+/// and owned segments, told by their magic, whatever their name)
 /// and removes those whose owner process is gone and that no process holds;
 /// returns them. With `dry_run`, removes nothing and returns what it would
 /// remove.
@@ -193,7 +251,7 @@ pub(crate) fn remove_if_stale(name: &str) -> Result<Option<StaleSegment>, Runtim
 /// Left alone: segments whose owner is alive (running or stopped), files
 /// that are not Tandem segments, files this user may not open, and segments
 /// whose creator died before publishing the header (no magic to tell them
-/// by: a runtime or producer starting on that name reclaims them).
+/// by: a creator starting on that name reclaims them).
 pub fn clean_stale_segments(dry_run: bool) -> Result<Vec<StaleSegment>, RuntimeError> {
     let entries = std::fs::read_dir(SHM_DIR).map_err(|source| {
         RuntimeError::Segment(SegmentError::Os {
@@ -270,7 +328,7 @@ mod tests {
                 .map(|_| {
                     s.spawn(|| {
                         barrier.wait();
-                        let result = create_named(&name, 1 << 16);
+                        let result = create_owned_segment(&name, 1 << 16);
                         // Everyone decides before a winner lets go of its
                         // segment.
                         barrier.wait();

@@ -1,6 +1,7 @@
-//! `clean_stale_segments` (`tandem clean`): runtime and exchange segments
-//! whose owner was killed are found by their header and removed; a live
-//! runtime's segment and files that are not Tandem's are left alone.
+//! `clean_stale_segments` (`tandem clean`): runtime segments whose owner was
+//! killed are found by their header and removed; a live runtime's segment and
+//! files that are not Tandem's are left alone. (Segments of a user's own
+//! format, found by their `OwnerRecord`: the exchange example's tests.)
 
 mod common;
 
@@ -48,7 +49,6 @@ fn find<'a>(found: &'a [StaleSegment], name: &str) -> Option<&'a StaleSegment> {
 #[test]
 fn clean_removes_dead_owners_segments_only() {
     let tag = std::process::id();
-    let exchange = format!("tandem-test-clean-xchg-{tag}");
     let dead_runtime = format!("tandem-test-clean-dead-{tag}");
     let live_runtime = format!("tandem-test-clean-live-{tag}");
     let foreign = format!("tandem-test-clean-foreign-{tag}");
@@ -56,16 +56,12 @@ fn clean_removes_dead_owners_segments_only() {
     let config_file = std::env::temp_dir().join(format!("{dead_runtime}.toml"));
     let mut cleanup = Cleanup {
         children: Vec::new(),
-        files: [&exchange, &dead_runtime, &live_runtime, &foreign]
+        files: [&dead_runtime, &live_runtime, &foreign]
             .iter()
             .map(|n| shm(n))
             .chain([config_file.clone()])
             .collect(),
     };
-
-    let mut produce = tandem();
-    produce.args(["exchange", "produce", &exchange, "1000000000"]);
-    let producer_pid = kill_after_ready(produce, &mut cleanup);
 
     std::fs::write(
         &config_file,
@@ -95,17 +91,15 @@ fn clean_removes_dead_owners_segments_only() {
     // Not a Tandem segment: no magic, nobody holds it.
     std::fs::write(shm(&foreign), [0xabu8; 4096]).expect("foreign file");
 
-    for name in [&exchange, &dead_runtime, &live_runtime, &foreign] {
+    for name in [&dead_runtime, &live_runtime, &foreign] {
         assert!(shm(name).exists(), "{name} missing before the clean");
     }
     let would = clean_stale_segments(true).expect("dry run");
-    let xchg = find(&would, &exchange).expect("dead producer's segment found");
-    assert_eq!(
-        (xchg.owner_pid, xchg.why),
-        (Some(producer_pid), StaleWhy::OwnerGone)
-    );
     let rt = find(&would, &dead_runtime).expect("dead runtime's segment found");
-    assert_eq!(rt.owner_pid, Some(runtime_pid));
+    assert_eq!(
+        (rt.owner_pid, rt.why),
+        (Some(runtime_pid), StaleWhy::OwnerGone)
+    );
     assert!(
         rt.to_string()
             .contains(&format!("owner pid {runtime_pid}, gone")),
@@ -113,7 +107,7 @@ fn clean_removes_dead_owners_segments_only() {
     );
     assert!(find(&would, &live_runtime).is_none(), "{would:?}");
     assert!(find(&would, &foreign).is_none(), "{would:?}");
-    for name in [&exchange, &dead_runtime] {
+    for name in [&dead_runtime] {
         assert!(shm(name).exists(), "a dry run removed {name}");
     }
 
@@ -121,14 +115,13 @@ fn clean_removes_dead_owners_segments_only() {
     let out = tandem().arg("clean").output().expect("tandem clean");
     assert!(out.status.success(), "tandem clean: {:?}", out.status);
     let said = String::from_utf8_lossy(&out.stdout);
-    for name in [&exchange, &dead_runtime] {
+    for name in [&dead_runtime] {
         assert!(
             said.contains(&format!("removed /dev/shm/{name} (owner pid")),
             "{said}"
         );
     }
     assert!(!said.contains(&live_runtime), "{said}");
-    assert!(!shm(&exchange).exists());
     assert!(!shm(&dead_runtime).exists());
     assert!(
         shm(&live_runtime).exists(),

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 
 use tandem_hal::{GpuApi, HostApi};
 use tandem_runtime::kernels::{
-    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, GpuService, RuntimeKernels,
-    ECHO_OK, ECHO_TASK_FAILED,
+    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, RuntimeKernels, ECHO_OK,
+    ECHO_TASK_FAILED,
 };
 use tandem_runtime::{
-    math, Config, DeviceSelection, Pool, Registry, Runtime, StatsSnapshot, RC_UNKNOWN_METHOD,
+    math, Config, DeviceSelection, GpuService, Pool, Registry, Runtime, StatsSnapshot,
+    RC_UNKNOWN_METHOD,
 };
 
 /// `rt_status::stopped` (tandem/runtime.h).

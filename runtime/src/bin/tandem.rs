@@ -14,7 +14,6 @@
 //!   status block says.
 //! * `tandem clean [--dry-run]`: removes Tandem segments in `/dev/shm` whose
 //!   owner process is gone.
-//! * `tandem exchange produce|consume ...`: the shm-core two-process exchange.
 //!
 //! Results go to stdout; logs (`tracing`, filtered by `RUST_LOG`, default
 //! `info`) to stderr. Usage errors exit 2.
@@ -28,13 +27,13 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
-use tandem_runtime::exchange::{consume, produce, ExchangeError};
 use tandem_runtime::kernels::{
-    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, GpuService, RuntimeKernels,
+    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, RuntimeKernels,
 };
 use tandem_runtime::status::{read_status, single_live_runtime, StatusSnapshot};
 use tandem_runtime::{
-    clean_stale_segments, math, Config, DeviceSelection, Registry, Route, Runtime, Termination,
+    clean_stale_segments, math, Config, DeviceSelection, GpuService, Registry, Route, Runtime,
+    Termination,
 };
 
 /// Tandem: host threads and GPU kernels sharing memory and work.
@@ -59,9 +58,6 @@ enum Command {
     Status(StatusArgs),
     /// Removes Tandem segments in /dev/shm whose owner process is gone.
     Clean(CleanArgs),
-    /// Two processes passing records through one segment (shm-core alone).
-    #[command(subcommand)]
-    Exchange(ExchangeCommand),
 }
 
 #[derive(Args, Debug)]
@@ -109,22 +105,6 @@ struct CleanArgs {
     dry_run: bool,
 }
 
-#[derive(Subcommand, Debug)]
-enum ExchangeCommand {
-    /// Creates the segment and sends `records` records through it.
-    Produce {
-        /// The shared-memory segment's name.
-        segment: String,
-        /// How many records to send.
-        records: u64,
-    },
-    /// Attaches to the segment and receives until the producer is done.
-    Consume {
-        /// The shared-memory segment's name.
-        segment: String,
-    },
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
@@ -134,7 +114,6 @@ fn main() -> ExitCode {
         Command::Info(args) => report(info(args)),
         Command::Status(args) => report(status(args)),
         Command::Clean(args) => report(clean(args)),
-        Command::Exchange(command) => exchange(command),
     }
 }
 
@@ -155,24 +134,6 @@ fn report(result: Result<(), String>) -> ExitCode {
         Err(why) => {
             eprintln!("tandem: {why}");
             ExitCode::from(1)
-        }
-    }
-}
-
-fn exchange(command: ExchangeCommand) -> ExitCode {
-    let result = match command {
-        ExchangeCommand::Produce { segment, records } => produce(&segment, records),
-        ExchangeCommand::Consume { segment } => consume(&segment).map(|_| ()),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("tandem: {e}");
-            println!("error: {e}");
-            ExitCode::from(match e {
-                ExchangeError::ProducerDied { .. } | ExchangeError::ConsumerDied { .. } => 3,
-                _ => 2,
-            })
         }
     }
 }

@@ -2,60 +2,63 @@
 //! segment, mapped at a different address in each, holding a size-class
 //! allocator (the records' bytes) and an SPSC ring (the records' `ShmPtr`s).
 //!
+//! ```sh
+//! cargo run -p tandem-examples --bin exchange -- produce my-exchange 100000 &
+//! cargo run -p tandem-examples --bin exchange -- consume my-exchange
+//! ```
+//!
 //! The producer allocates a block, writes a record into it and publishes its
 //! `ShmPtr` through the ring; the consumer verifies and frees it. A record is
 //! only ever reachable once it is complete (the ring's push is the Release that
 //! publishes it), so a producer that dies mid-stream leaves nothing half-written
-//! in view: the consumer drains what was sent and reports the death.
+//! in view: the consumer drains what was sent, removes the dead producer's
+//! segment and exits 3 (`error: producer (pid N) died mid-stream; ...`); a
+//! producer whose consumer dies exits 3 likewise. The segment starts with the
+//! runtime's [`OwnerRecord`], so a producer starting on a dead one's name
+//! reclaims it and `tandem clean` removes it.
 
 use std::io::Write;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::process::{ProcessIdentity, ProcessState};
-use crate::stale;
+use clap::Parser;
+use tandem_runtime::{
+    create_owned_segment, remove_stale_segment, OwnerRecord, ProcessIdentity, ProcessState,
+};
 use tandem_shm_core::{AllocError, AllocatorId, Segment, ShmPtr, SizeClassAllocator, SpscRing};
 
 /// Segment header, at offset 0.
 #[repr(C, align(64))]
-pub(crate) struct ExchangeHeader {
-    /// [`EXCHANGE_MAGIC`] once everything below and the allocator and ring
-    /// are initialised.
-    pub magic: AtomicU64,
-    /// The producer (the segment's owner), with `producer_start_time`.
-    pub producer_pid: AtomicU32,
+struct ExchangeHeader {
+    /// The producer (the segment's owner), published with [`EXCHANGE_KIND`]
+    /// once everything below and the allocator and ring are initialised.
+    owner: OwnerRecord,
     /// 1 once the producer has pushed its last record.
-    pub done: AtomicU32,
+    done: AtomicU32,
     /// 1 once the consumer has attached (the producer may then drop its name);
     /// `consumer_pid` and `consumer_start_time` are written before it.
-    pub consumer_attached: AtomicU32,
+    consumer_attached: AtomicU32,
     /// The consumer, once attached.
-    pub consumer_pid: AtomicU32,
-    pub records_planned: AtomicU64,
-    /// The producer's start time ([`ProcessIdentity::start_time`]).
-    pub producer_start_time: AtomicU64,
-    /// The consumer's start time, once attached.
-    pub consumer_start_time: AtomicU64,
+    consumer_pid: AtomicU32,
+    records_planned: AtomicU64,
+    /// The consumer's start time ([`ProcessIdentity::start_time`]), once attached.
+    consumer_start_time: AtomicU64,
 }
 
 static_assertions::assert_eq_size!(ExchangeHeader, [u8; 64]);
-static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, magic), 0);
-static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, producer_pid), 8);
-static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, done), 12);
-static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, consumer_attached), 16);
-static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, consumer_pid), 20);
-static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, records_planned), 24);
-static_assertions::const_assert_eq!(
-    memoffset::offset_of!(ExchangeHeader, producer_start_time),
-    32
-);
+static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, owner), 0);
+static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, done), 24);
+static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, consumer_attached), 28);
+static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, consumer_pid), 32);
+static_assertions::const_assert_eq!(memoffset::offset_of!(ExchangeHeader, records_planned), 40);
 static_assertions::const_assert_eq!(
     memoffset::offset_of!(ExchangeHeader, consumer_start_time),
-    40
+    48
 );
 
-/// [`ExchangeHeader::magic`] of a published exchange segment ("TNDMXCHG").
-pub(crate) const EXCHANGE_MAGIC: u64 = 0x544e_444d_5843_4847;
+/// The [`OwnerRecord`] kind of an exchange segment ("XCHG").
+const EXCHANGE_KIND: u32 = u32::from_be_bytes(*b"XCHG");
 /// How long a producer waits for a consumer to attach.
 const ATTACH_LIMIT: Duration = Duration::from_secs(30);
 /// How often a blocked producer looks for its consumer in `/proc`.
@@ -67,7 +70,7 @@ const RING_CAPACITY: u32 = 1024;
 const ALLOCATOR_ID: AllocatorId = AllocatorId::new(7, 0);
 
 /// Bytes the segment needs.
-pub(crate) fn segment_bytes() -> usize {
+fn segment_bytes() -> usize {
     RING_OFFSET + SpscRing::<ShmPtr<u8>>::required_bytes(RING_CAPACITY)
 }
 
@@ -89,7 +92,7 @@ fn fnv1a(bytes: impl Iterator<Item = u8>) -> u32 {
 
 /// What went wrong in a peer.
 #[derive(Debug)]
-pub enum ExchangeError {
+enum ExchangeError {
     /// Creating, opening or checking the shared segment failed.
     Setup(String),
     /// A record was not what the producer wrote, or the allocator leaked
@@ -148,20 +151,15 @@ struct Mapped<'s> {
 /// Runs the producer: creates segment `name`, prints `ready <base address>`,
 /// sends `records` records, and waits (bounded) for a consumer to attach so
 /// that the name outlives its own exit.
-pub fn produce(name: &str, records: u64) -> Result<(), ExchangeError> {
-    let segment = stale::create_named(name, segment_bytes()).map_err(|e| setup("create", e))?;
+fn produce(name: &str, records: u64) -> Result<(), ExchangeError> {
+    let segment = create_owned_segment(name, segment_bytes()).map_err(|e| setup("create", e))?;
     let base = segment.as_ptr();
     // SAFETY: the segment is fresh, page-aligned and `segment_bytes()` long;
     // each structure gets its own disjoint range and nobody else has attached
     // (the magic is not yet published).
     let mapped = unsafe {
         let header = &*(base as *const ExchangeHeader);
-        let me = ProcessIdentity::current();
-        // Relaxed: published by the Release of the magic below.
-        header.producer_pid.store(me.pid, Ordering::Relaxed);
-        header
-            .producer_start_time
-            .store(me.start_time, Ordering::Relaxed);
+        // Relaxed: published by the owner record below.
         header.records_planned.store(records, Ordering::Relaxed);
         let allocator =
             SizeClassAllocator::init_in(base.add(ALLOCATOR_OFFSET), ALLOCATOR_BYTES, ALLOCATOR_ID)
@@ -172,8 +170,8 @@ pub fn produce(name: &str, records: u64) -> Result<(), ExchangeError> {
             RING_CAPACITY,
         )
         .map_err(|e| setup("ring", e))?;
-        // Release: a consumer that reads MAGIC with Acquire sees the fields above.
-        header.magic.store(EXCHANGE_MAGIC, Ordering::Release);
+        // Last: a consumer that sees the owner published sees all of the above.
+        header.owner.publish(EXCHANGE_KIND);
         Mapped {
             header,
             allocator,
@@ -283,7 +281,7 @@ impl<'h> ConsumerWatch<'h> {
 /// Runs the consumer: opens segment `name` at another address, verifies and
 /// frees every record, and returns how many arrived. Prints `attached <base>`
 /// and `received <n>` progress lines.
-pub fn consume(name: &str) -> Result<u64, ExchangeError> {
+fn consume(name: &str) -> Result<u64, ExchangeError> {
     // Map something first so this process's mapping of the segment cannot land
     // at the producer's address even with address randomisation off.
     let _shift = Segment::create_anonymous(1 << 20).map_err(|e| setup("shift mapping", e))?;
@@ -295,10 +293,18 @@ pub fn consume(name: &str) -> Result<u64, ExchangeError> {
     // SAFETY: the segment is at least segment_bytes() long and page-aligned;
     // the header is only accessed through atomics.
     let header = unsafe { &*(base as *const ExchangeHeader) };
-    if header.magic.load(Ordering::Acquire) != EXCHANGE_MAGIC {
-        return Err(setup("open", "segment not initialised by a producer"));
-    }
-    // SAFETY: MAGIC (Acquire) shows both structures were initialised in place.
+    let producer = match header.owner.owner() {
+        Some((producer, EXCHANGE_KIND)) => producer,
+        Some((_, kind)) => {
+            return Err(setup(
+                "open",
+                format!("not an exchange segment (kind {kind:#x})"),
+            ))
+        }
+        None => return Err(setup("open", "segment not initialised by a producer")),
+    };
+    // SAFETY: the published owner record (read with Acquire) shows both
+    // structures were initialised in place.
     let mapped = unsafe {
         Mapped {
             header,
@@ -317,11 +323,6 @@ pub fn consume(name: &str) -> Result<u64, ExchangeError> {
         .store(me.start_time, Ordering::Relaxed);
     mapped.header.consumer_attached.store(1, Ordering::Release);
     announce(&format!("attached {:#x}", base as usize));
-    let producer = ProcessIdentity {
-        // Relaxed: published before the magic, which was acquired.
-        pid: mapped.header.producer_pid.load(Ordering::Relaxed),
-        start_time: mapped.header.producer_start_time.load(Ordering::Relaxed),
-    };
     let pid = producer.pid;
     // SAFETY: this process is the ring's only consumer.
     let mut consumer = unsafe { mapped.ring.consumer() };
@@ -350,7 +351,7 @@ pub fn consume(name: &str) -> Result<u64, ExchangeError> {
             }
             // The creator can no longer remove the name; do it for it. A
             // failure leaves it to `tandem clean`, and the error below stands.
-            let _ = stale::remove_if_stale(name);
+            let _ = remove_stale_segment(name);
             return Err(ExchangeError::ProducerDied { pid, received });
         }
         std::thread::yield_now();
@@ -402,4 +403,40 @@ fn announce(line: &str) {
     // A closed stdout only loses progress lines; the exit status still tells.
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
+}
+
+/// `exchange produce` / `exchange consume`.
+#[derive(Parser, Debug)]
+#[command(version)]
+enum Cli {
+    /// Creates the segment and sends `records` records through it.
+    Produce {
+        /// The shared-memory segment's name.
+        segment: String,
+        /// How many records to send.
+        records: u64,
+    },
+    /// Attaches to the segment and receives until the producer is done.
+    Consume {
+        /// The shared-memory segment's name.
+        segment: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let result = match Cli::parse() {
+        Cli::Produce { segment, records } => produce(&segment, records),
+        Cli::Consume { segment } => consume(&segment).map(|_| ()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("exchange: {e}");
+            println!("error: {e}");
+            ExitCode::from(match e {
+                ExchangeError::ProducerDied { .. } | ExchangeError::ConsumerDied { .. } => 3,
+                _ => 2,
+            })
+        }
+    }
 }

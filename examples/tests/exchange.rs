@@ -1,23 +1,45 @@
 //! Two processes, one shared segment mapped at different addresses: records
 //! go through shm-core's SPSC ring with their bytes in the size-class
 //! allocator. Every record arrives once, intact; a producer killed mid-stream
-//! leaves the consumer with a clear error and the records sent so far, not a hang.
+//! leaves the consumer with a clear error and the records sent so far, not a
+//! hang, and its segment is found by `tandem clean`'s scan.
 
-mod common;
-
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::lines;
+use tandem_runtime::{clean_stale_segments, StaleWhy};
 
-/// `tandem exchange ...`.
+/// The `exchange` binary: `$TANDEM_BIN_DIR/exchange` when set (a GPU bundle
+/// carries binaries away from the build machine), else the one cargo built.
+fn exchange_exe() -> PathBuf {
+    match std::env::var_os("TANDEM_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir).join("exchange"),
+        None => env!("CARGO_BIN_EXE_exchange").into(),
+    }
+}
+
+/// `exchange ...` with its stdout piped.
 fn peer() -> Command {
-    let mut cmd = common::tandem();
-    cmd.arg("exchange")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    let mut cmd = Command::new(exchange_exe());
+    cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
     cmd
+}
+
+/// Each stdout line of `child`, through a channel fed by a thread.
+fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().expect("piped stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
 
 fn unique_name(tag: &str) -> String {
@@ -170,6 +192,48 @@ fn killed_consumer_ends_the_producer_with_an_error_not_a_hang() {
         error.contains(&format!("consumer (pid {consumer_pid}) died")),
         "{error}"
     );
+    assert!(
+        !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
+        "segment name left behind"
+    );
+}
+
+#[test]
+fn a_killed_producers_segment_is_stale_and_reclaimed_by_the_next() {
+    let name = unique_name("stale");
+    let mut producer = Reaped(
+        peer()
+            .args(["produce", &name, "1000000000"])
+            .spawn()
+            .unwrap(),
+    );
+    let producer_pid = producer.0.id();
+    let from_producer = lines(&mut producer.0);
+    let mut seen = Vec::new();
+    next_line_with(&from_producer, "ready", &mut seen);
+    producer.0.kill().unwrap();
+    producer.0.wait().unwrap();
+
+    // The owner record names the dead producer: `tandem clean` would remove it.
+    let would = clean_stale_segments(true).expect("dry run");
+    let stale = would
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("{name} not found stale in {would:?}"));
+    assert_eq!(
+        (stale.owner_pid, stale.why),
+        (Some(producer_pid), StaleWhy::OwnerGone)
+    );
+
+    // A producer starting on the name reclaims it and runs to the end.
+    let mut next = Reaped(peer().args(["produce", &name, "1000"]).spawn().unwrap());
+    let from_next = lines(&mut next.0);
+    next_line_with(&from_next, "ready", &mut seen);
+    let mut consumer = Reaped(peer().args(["consume", &name]).spawn().unwrap());
+    let from_consumer = lines(&mut consumer.0);
+    next_line_with(&from_consumer, "received 1000 records intact", &mut seen);
+    assert!(wait_with_deadline(&mut consumer.0, Duration::from_secs(60)).success());
+    assert!(wait_with_deadline(&mut next.0, Duration::from_secs(60)).success());
     assert!(
         !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
         "segment name left behind"

@@ -1,0 +1,136 @@
+//! A device's GPU service: the persistent kernel that serves the device's
+//! GPU inbox ([`crate::Runtime::submit_to_gpu`], `rt_send_to_gpu`), so tasks
+//! sent to the GPU route stay on the device.
+
+use std::sync::atomic::Ordering;
+
+use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig};
+
+use crate::error::RuntimeError;
+use crate::runtime::DeviceQueues;
+
+/// What a GPU service did, summed over its threads.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct ServiceStats {
+    /// Tasks run and completed.
+    pub served: u64,
+    /// Inbox entries that named no future of the segment (skipped).
+    pub bad_pointers: u64,
+    /// Pops that found a ring used outside its tickets.
+    pub foreign_tickets: u64,
+}
+
+/// A device's GPU service: the persistent kernel `tandem_rt_gpu_service`
+/// (tandem/runtime.h `rt_serve`, with the device-side math pool) running on
+/// its own stream, serving the device's GPU inbox: tasks from the host
+/// ([`crate::Runtime::submit_to_gpu`]) and from kernels (`rt_send_to_gpu`)
+/// stay on the device. [`stop`](Self::stop) (or drop) raises the segment's
+/// service stop flag, lets the service drain the inbox, and waits for it.
+///
+/// While it runs, nothing in the process may make a driver call that waits
+/// for the whole device to be idle (on CUDA: freeing device or pinned
+/// memory, unregistering host memory, unloading a module): such a call would
+/// wait for the service, which only ends when told. Load modules and allocate
+/// before starting it (a kernel's result buffers can come from the segment's
+/// heap, [`crate::QueueSegment::allocate`], which makes no driver call).
+pub struct GpuService<'q, A: GpuApi> {
+    queues: &'q DeviceQueues<A>,
+    stats: <A::Device as GpuDevice>::PinnedBuffer,
+    stream: <A::Device as GpuDevice>::Stream,
+    _module: <A::Device as GpuDevice>::Module,
+    running: bool,
+}
+
+/// Words of the service kernel's `stats` argument.
+const SERVICE_STATS_WORDS: usize = 4;
+
+impl<'q, A: GpuApi> GpuService<'q, A> {
+    /// Launches the service with `blocks` x `threads` threads (each serves
+    /// one task at a time; keep the grid small enough to stay resident
+    /// beside the kernels that use it).
+    pub fn start(
+        queues: &'q DeviceQueues<A>,
+        blocks: u32,
+        threads: u32,
+    ) -> Result<Self, RuntimeError> {
+        let device = queues.device();
+        let module = device.load_module(&tandem_device_kernels::library())?;
+        let kernel = device.kernel(&module, "tandem_rt_gpu_service")?;
+        let stream = device.create_stream()?;
+        let stats = device.alloc_pinned_mapped(SERVICE_STATS_WORDS * 8)?;
+        // SAFETY: a fresh pinned allocation of that many words, no kernel yet.
+        unsafe { stats.host_ptr().write_bytes(0, SERVICE_STATS_WORDS * 8) };
+        // Release: ordered before the launch; a stale raised flag would end
+        // the service at once.
+        queues
+            .segment()
+            .header()
+            .service_stop
+            .store(0, Ordering::Release);
+        let args = [
+            KernelArg::Ptr(queues.kernel_backend().base),
+            KernelArg::U64(queues.segment().len() as u64),
+            KernelArg::Ptr(stats.device_ptr()),
+        ];
+        // SAFETY: the segment (registered with the device) and `stats` outlive
+        // the kernel: `stop` (or drop) waits for it before either can go.
+        unsafe {
+            device.launch(
+                &kernel,
+                &LaunchConfig::linear(blocks, threads),
+                &args,
+                &stream,
+            )
+        }?;
+        Ok(Self {
+            queues,
+            stats,
+            stream,
+            _module: module,
+            running: true,
+        })
+    }
+
+    /// Raises the service stop flag and waits for the service to drain the
+    /// inbox and end. Submitters to the inbox must be done by then (what
+    /// they push later is not served).
+    pub fn stop(mut self) -> Result<ServiceStats, RuntimeError> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<ServiceStats, RuntimeError> {
+        self.running = false;
+        // Release: pairs with the service's acquire of the flag, after which
+        // it sees every push made before this store.
+        self.queues
+            .segment()
+            .header()
+            .service_stop
+            .store(1, Ordering::Release);
+        self.queues.device().synchronize_stream(&self.stream)?;
+        // SAFETY: the kernel has ended (synchronized): nobody writes the words.
+        let words = unsafe {
+            std::slice::from_raw_parts(self.stats.host_ptr().cast::<u64>(), SERVICE_STATS_WORDS)
+        };
+        if words[3] != 0 {
+            return Err(RuntimeError::Process(format!(
+                "GPU service could not attach to the segment (rt_status {})",
+                words[3]
+            )));
+        }
+        Ok(ServiceStats {
+            served: words[0],
+            bad_pointers: words[1],
+            foreign_tickets: words[2],
+        })
+    }
+}
+
+impl<A: GpuApi> Drop for GpuService<'_, A> {
+    fn drop(&mut self) {
+        if self.running {
+            // Errors have no one to go to here; `stop` reports them.
+            let _ = self.finish();
+        }
+    }
+}
