@@ -524,12 +524,14 @@ impl QueueSegment {
         Ok(unsafe { FutureShm::attach(at, len) }?)
     }
 
-    /// Takes back every allocation of the kernel arena.
+    /// Takes back every allocation of the kernel arena (where kernel threads'
+    /// `rt_init` carves their futures): call it between launches of kernels
+    /// that submit tasks, or the arena runs out after a few.
     ///
     /// # Safety
     /// No kernel may be running against this segment, and no future a kernel
     /// allocated may still be queued or in a worker's hands.
-    pub(crate) unsafe fn reset_kernel_arena(&self) {
+    pub unsafe fn reset_kernel_arena(&self) {
         // SAFETY: forwarded contract.
         unsafe { self.arena.reset() }
     }
