@@ -23,7 +23,9 @@
 //!   per method ([`MethodId`]); a duplicate id is a [`DuplicatePool`]. The
 //!   built-in [`math`] pool is public because clients call it like any
 //!   other pool. This is the one way in for a user module, the same as for
-//!   Tandem's own pools.
+//!   Tandem's own pools. A handler that takes data by reference (a `ShmPtr`
+//!   into its caller's segment) reaches it through its [`TaskContext`]
+//!   ([`Pool::task_in_context`], [`SharedBytes`], [`CallerMemoryError`]).
 //! * **Submitting.** [`Runtime::submit`] and [`Client::submit`] take a
 //!   [`Route`] (lane, priority, deadline) and give a [`Pending`] future;
 //!   [`Runtime::submit_to_gpu`] routes to a device's service
@@ -63,8 +65,9 @@
 //! 1. `error` and `process`: leaves, naming no other module's types.
 //! 2. `layout`, the wire format (every constant and layout kernels share);
 //!    then `task`, `liveness`, `signals`.
-//! 3. `registry`; `clients` (the client table), then `segment` (a queue
-//!    segment seen from the host).
+//! 3. `clients` (the client table), then `segment` (a queue segment seen
+//!    from the host), `context` (a handler's view of its caller's segment)
+//!    and `registry`.
 //! 4. `config` (checked against the segment's geometry), `worker`, `stale`.
 //! 5. `submit`, `janitor` (takes back dead clients' slots), `status`.
 //! 6. `runtime` and `client`, then `service` and `kernels`.
@@ -72,6 +75,7 @@
 mod client;
 mod clients;
 mod config;
+mod context;
 mod error;
 mod janitor;
 #[cfg(feature = "demo-kernels")]
@@ -93,6 +97,7 @@ mod worker;
 pub use client::Client;
 pub use clients::{ClientSnapshot, ClientState, ClientTable};
 pub use config::{Config, DeviceSelection};
+pub use context::{CallerMemoryError, SharedBytes, TaskContext};
 pub use error::{ConfigError, RuntimeError};
 pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
 pub use process::{ProcessIdentity, ProcessState};

@@ -1,8 +1,9 @@
 //! Pools and the registry workers dispatch tasks through.
 //!
 //! A [`Pool`] is one module's handlers, by method id; the [`Registry`] maps
-//! pool ids to pools. A handler gets the task's argument bytes and the copy
-//! space to write its output into, and says what to complete the future with.
+//! pool ids to pools. A handler gets its caller's [`TaskContext`], the task's
+//! argument bytes and the copy space to write its output into, and says what
+//! to complete the future with.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -10,6 +11,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tandem_shm_core::ser::{serialized_len, Deserialize, Reader, Serialize, Writer};
 
+use crate::context::TaskContext;
 use crate::task::{
     decode_task, math, MethodId, PoolId, Task, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED,
     RC_UNKNOWN_METHOD, RC_UNKNOWN_POOL,
@@ -35,8 +37,9 @@ impl HandlerReply {
     }
 }
 
-/// A method: argument bytes and output buffer in, reply out.
-pub type Handler = Box<dyn Fn(&[u8], &mut [u8]) -> HandlerReply + Send + Sync>;
+/// A method: the caller's context, argument bytes and output buffer in,
+/// reply out.
+pub type Handler = Box<dyn Fn(&TaskContext<'_>, &[u8], &mut [u8]) -> HandlerReply + Send + Sync>;
 
 /// One module's handlers. Workers look a pool and a method up per task, so
 /// both live in B-trees: for the few entries a registry has, a lookup is a
@@ -92,7 +95,18 @@ impl Pool {
         T::Output: Serialize,
         F: Fn(T) -> Result<T::Output, i32> + Send + Sync + 'static,
     {
-        let handler = move |args: &[u8], out: &mut [u8]| {
+        self.task_in_context::<T, _>(name, move |_, task| f(task))
+    }
+
+    /// [`task`](Self::task) for a handler that also reaches its caller's
+    /// memory through the [`TaskContext`] (data passed by reference).
+    pub fn task_in_context<T, F>(self, name: impl Into<String>, f: F) -> Self
+    where
+        T: Task + for<'a> Deserialize<'a>,
+        T::Output: Serialize,
+        F: Fn(&TaskContext<'_>, T) -> Result<T::Output, i32> + Send + Sync + 'static,
+    {
+        let handler = move |context: &TaskContext<'_>, args: &[u8], out: &mut [u8]| {
             let mut r = Reader::new(args);
             let Ok(task) = r.get::<T>() else {
                 return HandlerReply::code(RC_BAD_ARGS);
@@ -100,7 +114,7 @@ impl Pool {
             if r.remaining() != 0 {
                 return HandlerReply::code(RC_BAD_ARGS);
             }
-            match f(task) {
+            match f(context, task) {
                 Ok(output) => write_output(&output, out),
                 Err(code) => HandlerReply::code(code),
             }
@@ -227,11 +241,14 @@ impl Registry {
     /// handlers become error codes.
     pub(crate) fn dispatch_indexed(
         &self,
+        context: &TaskContext<'_>,
         task_bytes: &[u8],
         out: &mut [u8],
     ) -> (Option<usize>, HandlerReply) {
         match decode_task(task_bytes) {
-            Some((header, args)) => self.call_indexed(header.pool, header.method, args, out),
+            Some((header, args)) => {
+                self.call_indexed(context, header.pool, header.method, args, out)
+            }
             None => (None, HandlerReply::code(RC_BAD_TASK)),
         }
     }
@@ -240,21 +257,24 @@ impl Registry {
     /// `args`, writing its output into `out`, as a worker does once it has
     /// decoded a task's header. Never panics: unknown pools or methods and
     /// panicking handlers become error codes. A module can test its pool's
-    /// handlers this way, with no runtime.
+    /// handlers this way, with no runtime ([`TaskContext::detached`] when its
+    /// handlers take no pointers).
     pub fn call(
         &self,
+        context: &TaskContext<'_>,
         pool: PoolId,
         method: MethodId,
         args: &[u8],
         out: &mut [u8],
     ) -> HandlerReply {
-        self.call_indexed(pool, method, args, out).1
+        self.call_indexed(context, pool, method, args, out).1
     }
 
     /// [`call`](Self::call), also returning the pool's dense index (as
     /// [`dispatch_indexed`](Self::dispatch_indexed)): one lookup serves both.
     pub(crate) fn call_indexed(
         &self,
+        context: &TaskContext<'_>,
         pool: PoolId,
         method: MethodId,
         args: &[u8],
@@ -268,7 +288,7 @@ impl Registry {
         };
         // A panicking handler must not take the worker down; its partial
         // output is discarded (the reply carries no output).
-        let reply = catch_unwind(AssertUnwindSafe(|| handler(args, out)))
+        let reply = catch_unwind(AssertUnwindSafe(|| handler(context, args, out)))
             .unwrap_or(HandlerReply::code(RC_HANDLER_PANICKED));
         (Some(pool.index), reply)
     }

@@ -9,6 +9,7 @@ use tandem_shm_core::future::FutureShm;
 use tandem_shm_core::layout::FUTURE_COPY_SPACE_OFFSET;
 use tandem_shm_core::{FillError, FutureError, LaneCursor, LlRecord, ShmPtr};
 
+use crate::context::TaskContext;
 use crate::layout::{notify_word, task_record, TaskHeader, RC_BAD_TASK, TASK_HEADER_BYTES};
 use crate::registry::{HandlerReply, Registry};
 use crate::segment::QueueSegment;
@@ -261,6 +262,7 @@ struct Scratch {
 /// gathered into `args`; RC_BAD_TASK when the words do not make one. Returns
 /// the pool's dense index with the reply, as [`Registry::call_indexed`].
 fn run_inline_task(
+    context: &TaskContext<'_>,
     words: &[u32],
     registry: &Registry,
     args: &mut Vec<u8>,
@@ -285,7 +287,7 @@ fn run_inline_task(
             .flat_map(|w| w.to_le_bytes())
             .take(args_len),
     );
-    registry.call_indexed(pool, method, args, out)
+    registry.call_indexed(context, pool, method, args, out)
 }
 
 /// Runs the task of one lane record and answers it: through its future and
@@ -311,8 +313,15 @@ fn process(
     let capacity = future.copy_space_size() as usize;
     scratch.output.resize(capacity, 0);
     let inline = words.len() > task_record::IN_FUTURE_WORDS;
+    let context = TaskContext::of(segment);
     let (pool, reply) = if inline {
-        run_inline_task(words, registry, &mut scratch.input, &mut scratch.output)
+        run_inline_task(
+            &context,
+            words,
+            registry,
+            &mut scratch.input,
+            &mut scratch.output,
+        )
     } else {
         match future.payload() {
             Some(payload) => run_pointer_task(segment, payload, registry, &mut scratch.output),
@@ -323,7 +332,7 @@ fn process(
                     Ok(input) => {
                         scratch.input.clear();
                         scratch.input.extend_from_slice(input);
-                        registry.dispatch_indexed(&scratch.input, &mut scratch.output)
+                        registry.dispatch_indexed(&context, &scratch.input, &mut scratch.output)
                     }
                     Err(FutureError::AlreadyComplete) => {
                         bump(&stats.double_completions);
@@ -410,7 +419,7 @@ fn run_pointer_task(
     if decode_task(bytes).is_none() {
         return (None, HandlerReply::code(RC_BAD_TASK));
     }
-    registry.dispatch_indexed(bytes, output)
+    registry.dispatch_indexed(&TaskContext::of(segment), bytes, output)
 }
 
 /// Completes `future` with `reply`, copying the output into the copy space.

@@ -13,7 +13,7 @@ use tandem_runtime::{
 };
 use tandem_shm_core::future::{FutureShm, RC_OUTPUT_TOO_LARGE};
 use tandem_shm_core::impl_serialize_fields;
-use tandem_shm_core::{LlRecord, Priority, WaitOutcome};
+use tandem_shm_core::{AllocatorId, LlRecord, Priority, ShmPtr, WaitOutcome};
 
 fn config(workers: usize, depth: u32) -> Config {
     Config {
@@ -513,4 +513,105 @@ fn notify_words_answer_kernel_records() {
     assert_eq!(outcome, WaitOutcome::Completed { return_code: 0 });
     let stats = runtime.stats();
     assert_eq!((stats.completed, stats.bad_pointers), (3, 1));
+}
+
+/// `reverse(data, len)`: reverses `len` bytes the caller passed by
+/// reference, in place, and returns their sum; `BAD_POINTER` when they are
+/// not inside the caller's segment.
+#[derive(Debug)]
+struct Reverse {
+    data: u64,
+    major: u32,
+    minor: u32,
+    len: u64,
+}
+impl_serialize_fields!(Reverse {
+    data,
+    major,
+    minor,
+    len
+});
+impl Task for Reverse {
+    const POOL: u32 = 6;
+    const METHOD: u32 = 0;
+    type Output = u64;
+}
+const BAD_POINTER: i32 = 77;
+
+fn reverse_registry() -> Registry {
+    let mut registry = Registry::with_builtins();
+    let pool =
+        Pool::new(6, "by-reference").task_in_context::<Reverse, _>("reverse", |context, t| {
+            let ptr = ShmPtr::new(AllocatorId::new(t.major, t.minor), t.data);
+            let bytes = context.caller_bytes(ptr, t.len).map_err(|_| BAD_POINTER)?;
+            let mut data = vec![0; bytes.len()];
+            assert!(bytes.copy_to(0, &mut data));
+            data.reverse();
+            assert!(bytes.copy_from(0, &data));
+            assert!(
+                !bytes.copy_to(1, &mut data),
+                "a range past the end is refused"
+            );
+            Ok(data.iter().map(|&b| u64::from(b)).sum())
+        });
+    registry.register(pool).expect("register");
+    registry
+}
+
+#[test]
+fn handlers_reach_data_passed_by_reference_inside_the_callers_segment_only() {
+    let runtime = start(2, 64, reverse_registry());
+    let segment = runtime.cpu_segment();
+    let (ptr, at) = segment.allocate(1000).expect("allocate");
+    let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+    // SAFETY: a fresh block of 1000 bytes, ours until the task runs.
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
+    let stop = AtomicU32::new(0);
+    let call = |data: u64, id: AllocatorId, len: u64| {
+        let task = Reverse {
+            data,
+            major: id.major,
+            minor: id.minor,
+            len,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        runtime
+            .submit(Route::lane(0), &task)
+            .expect("submit")
+            .wait(&stop, Some(deadline))
+    };
+    let id = segment.id();
+    let other = AllocatorId::new(id.major, id.minor + 1);
+    let sum = call(ptr.off, id, 1000).expect("reverse");
+    assert_eq!(sum, data.iter().map(|&b| u64::from(b)).sum::<u64>());
+    let mut back = vec![0; 1000];
+    // SAFETY: the task completed: the block is ours again.
+    unsafe { std::ptr::copy_nonoverlapping(at, back.as_mut_ptr(), 1000) };
+    assert!(back.iter().eq(data.iter().rev()));
+
+    // Past the segment's end, another segment's id, the header, a length
+    // that overflows: each refused with the handler's code, and the runtime
+    // lives on.
+    let len = segment.len() as u64;
+    for (data, segment_id, bytes) in [
+        (ptr.off, id, len),
+        (ptr.off, other, 8),
+        (0, id, 8),
+        (ptr.off, id, u64::MAX),
+    ] {
+        assert_eq!(
+            call(data, segment_id, bytes).err(),
+            Some(TaskError::Failed {
+                return_code: BAD_POINTER
+            }),
+            "{data} {segment_id:?} {bytes}"
+        );
+    }
+    assert_eq!(
+        call(ptr.off, id, 10).ok(),
+        Some(back[..10].iter().map(|&b| u64::from(b)).sum())
+    );
+    segment.free(ptr).expect("free");
+    assert_no_leak(&runtime);
+    runtime.shutdown().expect("shutdown");
 }
