@@ -669,6 +669,107 @@ mod cross_mapping {
         cache_a.free(p).expect("free");
     }
 
+    /// Two real processes (a fork) sharing a memfd segment, each with its
+    /// own cache: the child frees the parent's blocks and allocates blocks
+    /// the parent then frees, and dies holding blocks in its cache without a
+    /// flush; the parent loses exactly those and goes on allocating.
+    #[test]
+    fn size_class_caches_across_a_fork() {
+        let segment = Segment::create_anonymous(LEN).expect("memfd segment");
+        // SAFETY: the segment outlives the handles and is used only through
+        // them, in both processes.
+        let alloc =
+            unsafe { SizeClassAllocator::init_in(segment.as_ptr(), LEN, ID) }.expect("init");
+        let class = SizeClassAllocator::class_for(48, 16).expect("class");
+        // Where the child leaves the offsets of what it allocated (a block of
+        // another class, so the counts below are the cached class's alone).
+        let mailbox = alloc.allocate_full(64, 8).expect("allocate");
+        let mut cache = SizeClassCache::new(alloc);
+        let from_parent: Vec<_> = (0..8u64)
+            .map(|tag| {
+                let full = cache.allocate_full(48, 16).expect("allocate");
+                // SAFETY: 48 fresh bytes of ours.
+                unsafe { fill(full.ptr, 48, tag) };
+                full.shm
+            })
+            .collect();
+        // The parent's cache keeps the rest of its first refill; the child
+        // cannot see those blocks.
+        let parent_cached = u64::from(cache.cached_blocks()[class]);
+
+        // SAFETY: the child runs only allocator code on the shared segment
+        // and leaves with `_exit`, running no destructor of the parent's
+        // state (its copy of `cache` included).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let child = std::panic::catch_unwind(|| {
+                // SAFETY: the mapping is inherited, shared, at the same place.
+                let alloc =
+                    unsafe { SizeClassAllocator::attach(segment.as_ptr(), LEN) }.expect("attach");
+                let mut mine = SizeClassCache::new(alloc);
+                for (tag, &ptr) in from_parent.iter().enumerate() {
+                    // SAFETY: the parent's block, handed to us.
+                    unsafe { check(alloc.to_full(ptr).expect("resolves").ptr, 48, tag as u64) };
+                    mine.free(ptr).expect("free the parent's block");
+                }
+                mine.flush();
+                // One refill takes the 8 blocks back: 3 out, 5 stay cached.
+                for i in 0..3u64 {
+                    let full = mine.allocate_full(48, 16).expect("allocate");
+                    // SAFETY: 48 fresh bytes of ours.
+                    unsafe { fill(full.ptr, 48, 100 + i) };
+                    // SAFETY: the mailbox has room for 3 offsets.
+                    unsafe {
+                        mailbox
+                            .ptr
+                            .cast::<u64>()
+                            .add(i as usize)
+                            .write(full.shm.off)
+                    };
+                }
+                assert_eq!(mine.cached_blocks()[class], 5);
+                // Dies without flushing: no destructor runs past `_exit`.
+                std::mem::forget(mine);
+            });
+            // SAFETY: ends the child at once, as a crash would.
+            unsafe { libc::_exit(i32::from(child.is_err())) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child failed: status {status:#x}"
+        );
+        for i in 0..3 {
+            // SAFETY: the child wrote 3 offsets before exiting.
+            let off = unsafe { mailbox.ptr.cast::<u64>().add(i).read() };
+            let ptr = ShmPtr::new(ID, off);
+            // SAFETY: the child's block, handed to us.
+            unsafe {
+                check(
+                    alloc.to_full(ptr).expect("resolves").ptr,
+                    48,
+                    100 + i as u64,
+                )
+            };
+            cache.free(ptr).expect("free the child's block");
+            assert_eq!(alloc.free(ptr), Err(AllocError::DoubleFree { off }));
+        }
+        cache.flush();
+        alloc.free(mailbox.shm).expect("free");
+        let stats = alloc.stats().expect("stats");
+        assert_eq!(stats.free_blocks[class], parent_cached + 3);
+        assert_eq!(
+            stats.carved_bytes - stats.free_bytes(),
+            5 * block_size(class),
+            "lost: the dead child's cached blocks, and only they"
+        );
+        let p = cache.allocate(48, 16).expect("the heap still works");
+        cache.free(p).expect("free");
+    }
+
     #[test]
     fn arena_across_mappings() {
         let (segment, again) = two_mappings();
