@@ -136,6 +136,13 @@ impl SizeClassStats {
 
 /// A handle on a size-class allocator living in a shared region. Handles are
 /// cheap to copy; all copies, in every process, share the same heap.
+///
+/// Each [`allocate`](Self::allocate) and [`free`](Self::free) is a
+/// compare-and-swap on its class's list head, which every user shares; a
+/// thread that allocates and frees often should go through a
+/// [`SizeClassCache`] instead. The uncached path is the one to use where
+/// every free block must be on a list at once (a leak check through
+/// [`stats`](Self::stats)) or for occasional allocations.
 #[derive(Clone, Copy)]
 pub struct SizeClassAllocator<'r> {
     header: &'r SizeClassHeader,

@@ -43,7 +43,13 @@
 //! blocks (at most `BIN_CAPACITY` per class and `BIN_BYTES` per bin), as it
 //! loses the blocks it had allocated: the heap is still consistent, they
 //! are just never reused, until the whole heap is re-initialised (the
-//! runtime does that to a dead client's heap when it reclaims its slot).
+//! runtime does that to a dead client's heap when it reclaims its slot, so a
+//! dead client's cached blocks come back with the rest of its heap).
+//!
+//! A cache must not outlive its heap's initialisation: drop (or, in a process
+//! that is going away, forget) every cache of a heap before the heap is
+//! re-initialised with [`SizeClassAllocator::init_in`], since flushing blocks
+//! of the old heap into the new one would corrupt its lists.
 
 use crate::alloc_error::AllocError;
 use crate::layout::{FullPtr, ShmPtr, SIZE_CLASSES};
