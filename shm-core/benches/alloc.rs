@@ -2,7 +2,8 @@
 //! size-class allocator, against the system allocator in the same run, with
 //! one and two threads. Allocation-only rows time allocations alone: frees
 //! (the arena's reset, the system allocator's deallocs) run after the clock
-//! stops. The size-class rows time allocate+free pairs on both sides.
+//! stops. The size-class rows time allocate+free pairs on both sides, through
+//! a per-thread `SizeClassCache` and uncached.
 
 // Only `compare` and `machine` are used: allocation-only rows need frees
 // outside the timed region, which `harness::interleaved_rates` cannot leave
@@ -16,7 +17,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use tandem_shm_core::layout::AllocatorId;
-use tandem_shm_core::{ArenaAllocator, SizeClassAllocator};
+use tandem_shm_core::{ArenaAllocator, SizeClassAllocator, SizeClassCache};
 
 /// Operations per thread per timed batch.
 const OPS: u64 = 200_000;
@@ -162,6 +163,22 @@ fn thread_arena_alloc_only(arena: &ArenaAllocator<'_>, threads: usize) -> f64 {
     )
 }
 
+/// Allocate+free pairs through a per-thread cache, the designed host path;
+/// the cache is built and flushed (dropped) outside the clock.
+fn size_class_cached_pairs(alloc: &SizeClassAllocator<'_>, threads: usize) -> f64 {
+    batch_rate(
+        threads,
+        || SizeClassCache::new(*alloc),
+        |cache| {
+            for _ in 0..OPS {
+                let ptr = cache.allocate(SIZE, ALIGN).expect("allocate");
+                cache.free(black_box(ptr)).expect("free");
+            }
+        },
+        drop,
+    )
+}
+
 fn size_class_pairs(alloc: &SizeClassAllocator<'_>, threads: usize) -> f64 {
     batch_rate(
         threads,
@@ -207,13 +224,19 @@ fn main() {
         }
         // SAFETY: the arena handles above are gone; the region is reused.
         let sizes = unsafe { SizeClassAllocator::init_in(region.ptr, len, ID) }.expect("init");
+        let system = system_pairs(threads);
         harness::compare(
             &format!("size-class alloc+free, {threads} thr"),
+            size_class_cached_pairs(&sizes, threads),
+            "std alloc+dealloc",
+            system,
+            Some(1.0),
+        );
+        harness::compare(
+            &format!("size-class uncached, {threads} thr"),
             size_class_pairs(&sizes, threads),
             "std alloc+dealloc",
-            system_pairs(threads),
-            // No host target for the freeing allocator: its target is on the
-            // GPU, against device malloc (tests/benches/device_kernels.rs).
+            system,
             None,
         );
     }
@@ -221,5 +244,10 @@ fn main() {
         "note: the 5x target is for ThreadArena, the designed per-thread path (no shared atomic); \
          the shared-cursor row, ArenaAllocator::allocate, is information: a CAS loop on one cursor \
          whose cache line moves between cores on every allocation once threads share it"
+    );
+    println!(
+        "note: the size-class alloc+free row goes through a SizeClassCache per thread (the \
+         designed host path, 1x target); the uncached row is information: every allocate and \
+         free a CAS on the class's one list head"
     );
 }

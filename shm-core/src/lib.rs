@@ -50,4 +50,4 @@ pub use alloc_error::AllocError;
 pub use arena::ArenaAllocator;
 pub use ptr::PtrError;
 pub use region::REGION_ALIGN;
-pub use size_class::{SizeClassAllocator, SizeClassStats};
+pub use size_class::{SizeClassAllocator, SizeClassCache, SizeClassStats};

@@ -24,6 +24,11 @@
 //! * Everything in shared memory is an offset, so any process that maps the
 //!   region (at any address aligned as in [`SizeClassAllocator::allocate`])
 //!   can allocate and free.
+//! * A thread that allocates and frees often goes through a
+//!   [`SizeClassCache`] (module [`cache`]): per-class stacks of free blocks
+//!   in its own memory, refilled from and flushed to the shared lists a run
+//!   at a time, each run with one compare-and-swap of the list head (a pop
+//!   that walks several links, a push of a whole chain).
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -40,6 +45,9 @@ use crate::region::{
     address, align_down, align_up, check_region, check_request, load_magic, publish_magic,
 };
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
+
+pub mod cache;
+pub use cache::SizeClassCache;
 
 /// Offset of the heap from the region base. Blocks are aligned relative to it,
 /// so it bounds the alignment the allocator can give.
@@ -96,6 +104,15 @@ fn head_tag(head: u64) -> u64 {
     head >> OFFSET_BITS
 }
 
+/// Blocks taken off a free list by one pop: `count` of them, linked through
+/// their `next` words from `first` to `last`.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    first: u64,
+    last: u64,
+    count: u32,
+}
+
 /// A snapshot of a size-class allocator, for debugging and tests. Exact only
 /// while no one allocates or frees concurrently.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -119,6 +136,13 @@ impl SizeClassStats {
 
 /// A handle on a size-class allocator living in a shared region. Handles are
 /// cheap to copy; all copies, in every process, share the same heap.
+///
+/// Each [`allocate`](Self::allocate) and [`free`](Self::free) is a
+/// compare-and-swap on its class's list head, which every user shares; a
+/// thread that allocates and frees often should go through a
+/// [`SizeClassCache`] instead. The uncached path is the one to use where
+/// every free block must be on a list at once (a leak check through
+/// [`stats`](Self::stats)) or for occasional allocations.
 #[derive(Clone, Copy)]
 pub struct SizeClassAllocator<'r> {
     header: &'r SizeClassHeader,
@@ -249,21 +273,34 @@ impl<'r> SizeClassAllocator<'r> {
     /// least as far; an alignment beyond this mapping's base alignment is
     /// refused with `BadAlignment`.
     pub fn allocate(&self, size: u64, align: u64) -> Result<ShmPtr<u8>, AllocError> {
+        let (class, pad) = self.request(size, align)?;
+        let block = match self.pop_run(class, 1)? {
+            Some(run) => run.first,
+            None => self.carve(class, 1, size)?,
+        };
+        // SAFETY: the pop or the carve made the block ours alone.
+        Ok(unsafe { self.hand_out(block, class, pad) })
+    }
+
+    /// Checks a request against this mapping: its class and the offset of
+    /// the data in the block.
+    #[inline]
+    fn request(&self, size: u64, align: u64) -> Result<(usize, u64), AllocError> {
         let class = Self::class_for(size, align)?;
         if align > 1 << address(self.base).trailing_zeros() {
             return Err(AllocError::BadAlignment(align));
         }
-        let pad = data_offset(align);
-        let block = match self.pop(class)? {
-            Some(block) => block,
-            None => {
-                let block = self.carve(class, size)?;
-                // SAFETY: `carve` handed this freshly carved block to us
-                // alone, and no one has ever read a header there.
-                unsafe { self.write_header(block, class, magic::BLOCK_FREE) };
-                block
-            }
-        };
+        Ok((class, data_offset(align)))
+    }
+
+    /// Marks a free block of `class` allocated and returns the pointer to its
+    /// data, `pad` bytes in.
+    ///
+    /// # Safety
+    /// `block` is a class-`class` block whose header marks it free, taken off
+    /// a free list or carved by the caller: exclusively the caller's.
+    #[inline]
+    unsafe fn hand_out(&self, block: u64, class: usize, pad: u64) -> ShmPtr<u8> {
         // The block's header existed before we got it: a pop that loaded this
         // block as a list head just before we took it may still read its
         // `next`, so the header is updated field by field, atomically, never
@@ -278,9 +315,9 @@ impl<'r> SizeClassAllocator<'r> {
             block_state.store(BLOCK_HOLDS_ALIGNED, Ordering::Relaxed);
             // SAFETY: the allocation's header lies inside our block past the
             // block's own header, where only the block's owner ever writes.
-            unsafe { self.write_header(block + pad - HEADER, class, magic::BLOCK_ALLOCATED) };
+            unsafe { self.write_header(block + pad - HEADER, class, magic::BLOCK_ALLOCATED, 0) };
         }
-        Ok(ShmPtr::new(self.header.id, block + pad))
+        ShmPtr::new(self.header.id, block + pad)
     }
 
     /// [`allocate`](Self::allocate), also returning the local address.
@@ -302,6 +339,16 @@ impl<'r> SizeClassAllocator<'r> {
     /// pointers, but a wild pointer into another live allocation reads bytes
     /// its owner may be writing, so they are a guard, not a proof.
     pub fn free(&self, ptr: ShmPtr<u8>) -> Result<(), AllocError> {
+        let (class, block) = self.claim(ptr)?;
+        self.push_chain(class, block, block);
+        Ok(())
+    }
+
+    /// The checks and the claim of [`free`](Self::free): on success the
+    /// block (its class and start) is marked free and is the caller's, to
+    /// put on a list or in a cache.
+    #[inline]
+    fn claim(&self, ptr: ShmPtr<u8>) -> Result<(usize, u64), AllocError> {
         if ptr.alloc_id != self.header.id {
             return Err(AllocError::WrongAllocator {
                 expected: self.header.id,
@@ -363,8 +410,7 @@ impl<'r> SizeClassAllocator<'r> {
             // SAFETY: we own the block until it is pushed.
             unsafe { self.state(block) }.store(magic::BLOCK_FREE, Ordering::Relaxed);
         }
-        self.push(class, block);
-        Ok(())
+        Ok((class, block))
     }
 
     /// Counts carved bytes and free blocks by walking every free list.
@@ -422,57 +468,79 @@ impl<'r> SizeClassAllocator<'r> {
                 .is_some_and(|end| end <= self.header.heap_end)
     }
 
-    /// Takes a block off the class's free list.
-    fn pop(&self, class: usize) -> Result<Option<u64>, AllocError> {
+    /// Takes up to `want` (at least 1) blocks off the class's free list with
+    /// one compare-and-swap; `None` when the list is empty. With `want` 1
+    /// this is a plain Treiber pop; more takes what as many pops in a row
+    /// would have taken. The run's blocks stay linked through their `next`
+    /// words from `first` to `last`; `last`'s link is stale.
+    fn pop_run(&self, class: usize, want: u32) -> Result<Option<Run>, AllocError> {
         let head = &self.header.free_heads[class].value;
         // Acquire (load and both CAS outcomes) pairs with the Release of the
-        // push that put the block on the list: its `next` and the previous
-        // owner's writes to it happen before we read or reuse it. All later
-        // changes of the head are RMWs, which continue that push's release
-        // sequence, so a head written by a pop still synchronises.
+        // push that put the first block on the list. The blocks under it were
+        // pushed earlier, and every later change of the head is an RMW, which
+        // continues their pushes' release sequences: so every link we walk
+        // and the previous owners' writes to the blocks happen before we read
+        // or reuse them. A head written by a pop still synchronises.
         let mut current = head.load(Ordering::Acquire);
         loop {
-            let block = head_offset(current);
-            if block == 0 {
+            let first = head_offset(current);
+            if first == 0 {
                 return Ok(None);
             }
-            if !self.is_block(class, block) {
-                return Err(AllocError::CorruptFreeList { class, off: block });
+            if !self.is_block(class, first) {
+                return Err(AllocError::CorruptFreeList { class, off: first });
             }
-            // The block may have been popped and reused since we loaded the
+            // The blocks may have been popped and reused since we loaded the
             // head: `next` is only ever written atomically (so reading it is
             // not a race) and then the tag has moved, so the CAS below fails
-            // and the stale value is never installed. Relaxed: the Acquire
-            // above already ordered the push that wrote it before us.
-            // SAFETY: `block` is a block of this class inside the heap.
-            let next = unsafe { self.next(block) }.load(Ordering::Relaxed);
-            let replacement = pack_head(next, head_tag(current) + 1);
+            // and no stale link is ever installed. Relaxed: the Acquire above
+            // already ordered the pushes that wrote the links before us. A
+            // link that is not a block of the class (only possible in a stale
+            // walk, or a corrupt list) is never followed: the run ends there,
+            // and if the CAS succeeds it was the list's real link, installed
+            // as pops in a row would have, for the next pop to report.
+            let (mut last, mut count) = (first, 1);
+            // SAFETY: `first` is a block of this class inside the heap.
+            let mut after = unsafe { self.next(first) }.load(Ordering::Relaxed);
+            while count < want && after != 0 && self.is_block(class, after) {
+                last = after;
+                count += 1;
+                // SAFETY: checked just above to be a block of the heap.
+                after = unsafe { self.next(last) }.load(Ordering::Relaxed);
+            }
+            let replacement = pack_head(after, head_tag(current) + 1);
             match head.compare_exchange_weak(
                 current,
                 replacement,
                 Ordering::Acquire,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Ok(Some(block)),
+                Ok(_) => return Ok(Some(Run { first, last, count })),
                 Err(actual) => current = actual,
             }
         }
     }
 
-    /// Puts a block, already marked free, on the class's free list.
-    fn push(&self, class: usize, block: u64) {
+    /// Puts the chain `first -> ... -> last` (linked through `next`, every
+    /// block of `class`, marked free and owned by the caller) on the class's
+    /// free list with one compare-and-swap. With `first == last` this is a
+    /// plain Treiber push; a longer chain is what as many pushes could have
+    /// built, and it bumps the tag once, which keeps the ABA argument: every
+    /// successful change of the head moves the tag.
+    fn push_chain(&self, class: usize, first: u64, last: u64) {
         let head = &self.header.free_heads[class].value;
         // Relaxed: the value only seeds the CAS, which checks it.
         let mut current = head.load(Ordering::Relaxed);
         loop {
-            // SAFETY: `block` is a block of this class that we own.
-            unsafe { self.next(block) }.store(head_offset(current), Ordering::Relaxed);
-            // Release pairs with the Acquire in `pop` and `stats`: the `next`
-            // just stored and everything done with the block before the free
-            // happen before the next owner sees it.
+            // SAFETY: `last` is a block of this class that we own.
+            unsafe { self.next(last) }.store(head_offset(current), Ordering::Relaxed);
+            // Release pairs with the Acquire in `pop_run` and `stats`: the
+            // links of the chain, the one just stored, and everything done
+            // with the blocks before they were freed happen before the next
+            // owner sees them.
             match head.compare_exchange_weak(
                 current,
-                pack_head(block, head_tag(current) + 1),
+                pack_head(first, head_tag(current) + 1),
                 Ordering::Release,
                 Ordering::Relaxed,
             ) {
@@ -482,10 +550,13 @@ impl<'r> SizeClassAllocator<'r> {
         }
     }
 
-    /// Carves a new class-`class` block from the bump cursor; `requested` is
-    /// the user's size, for the error. The skipped alignment padding goes to
-    /// the smaller classes' free lists.
-    fn carve(&self, class: usize, requested: u64) -> Result<u64, AllocError> {
+    /// Carves `count` consecutive new class-`class` blocks from the bump
+    /// cursor with one compare-and-swap and returns the first; `requested`
+    /// is the user's size, for the error. The blocks get headers marking
+    /// them free, each linked to the next (the last to none), ready to be
+    /// handed out or kept as a run. The skipped alignment padding goes to the
+    /// smaller classes' free lists.
+    fn carve(&self, class: usize, count: u32, requested: u64) -> Result<u64, AllocError> {
         let size = block_size(class);
         let heap_begin = self.header.heap_begin;
         let heap_end = self.header.heap_end;
@@ -503,16 +574,28 @@ impl<'r> SizeClassAllocator<'r> {
                 requested,
                 available: heap_end.saturating_sub(current),
             };
+            // The first block is aligned for the class, so each next one is.
             let start = align_up(carved, size)
                 .and_then(|aligned| aligned.checked_add(heap_begin))
                 .ok_or(exhausted)?;
-            let end = start.checked_add(size).ok_or(exhausted)?;
+            let end = size
+                .checked_mul(u64::from(count))
+                .and_then(|bytes| start.checked_add(bytes))
+                .ok_or(exhausted)?;
             if end > heap_end {
                 return Err(exhausted);
             }
             match bump.compare_exchange_weak(current, end, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => {
                     self.recycle_padding(current, start);
+                    let mut at = start;
+                    while at < end {
+                        let next = if at + size < end { at + size } else { 0 };
+                        // SAFETY: `[start, end)` was just carved for us
+                        // alone, and no one has ever read a header there.
+                        unsafe { self.write_header(at, class, magic::BLOCK_FREE, next) };
+                        at += size;
+                    }
                     return Ok(start);
                 }
                 Err(actual) => current = actual,
@@ -533,8 +616,8 @@ impl<'r> SizeClassAllocator<'r> {
             let class = (size / MIN_BLOCK).trailing_zeros() as usize;
             // SAFETY: `[at, at + size)` was just carved for us alone, and no
             // one has ever read a header there.
-            unsafe { self.write_header(at, class, magic::BLOCK_FREE) };
-            self.push(class, at);
+            unsafe { self.write_header(at, class, magic::BLOCK_FREE, 0) };
+            self.push_chain(class, at, at);
             at += size;
         }
     }
@@ -543,18 +626,18 @@ impl<'r> SizeClassAllocator<'r> {
         self.base.wrapping_add(off as usize).cast()
     }
 
-    /// Writes a whole block header at `off`.
+    /// Writes a whole block header at `off`, its link set to `next`.
     ///
     /// # Safety
     /// `off` is 16-aligned with a header's worth of heap bytes, owned by the
     /// caller, and no one else may access a header there concurrently.
-    unsafe fn write_header(&self, off: u64, class: usize, state: u32) {
+    unsafe fn write_header(&self, off: u64, class: usize, state: u32, next: u64) {
         // SAFETY: per the contract; atomics are created with `new`.
         unsafe {
             self.header_ptr(off).write(BlockHeader {
                 state: AtomicU32::new(state),
                 class: class as u32,
-                next: AtomicU64::new(0),
+                next: AtomicU64::new(next),
             });
         }
     }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use tandem_shm_core::layout::{AllocatorId, ShmPtr, SIZE_CLASSES};
-use tandem_shm_core::size_class::HEAP_ALIGN;
-use tandem_shm_core::{AllocError, ArenaAllocator, SizeClassAllocator};
+use tandem_shm_core::size_class::{block_size, HEAP_ALIGN};
+use tandem_shm_core::{AllocError, ArenaAllocator, SizeClassAllocator, SizeClassCache};
 
 const ID: AllocatorId = AllocatorId::new(7, 1);
 /// Size of the arena header, where its heap starts.
@@ -188,6 +188,76 @@ proptest! {
         prop_assert_eq!(stats.free_bytes(), stats.carved_bytes);
     }
 
+    /// Random allocate/free sequences through a cache and uncached, mixed,
+    /// with flushes, against a model of the live ranges: no two live
+    /// allocations overlap, data survives, a double free is refused through
+    /// either path, and after a flush every carved byte is on a list.
+    #[test]
+    fn size_class_cache_model(ops in prop::collection::vec((op_strategy(), any::<u8>()), 1..200)) {
+        let region = Region::new(1 << 20);
+        let alloc = region.size_class();
+        let mut cache = SizeClassCache::new(alloc);
+        let base = region.ptr.addr() as u64;
+        let mut ranges = Ranges::default();
+        let mut live: Vec<(ShmPtr<u8>, u64, u64)> = Vec::new();
+        for (step, (op, path)) in ops.into_iter().enumerate() {
+            let tag = step as u64;
+            let cached = path % 4 != 0;
+            if path % 16 == 1 {
+                cache.flush();
+                prop_assert_eq!(cache.cached_blocks(), [0; SIZE_CLASSES]);
+            }
+            match op {
+                Op::Alloc { size, align } => {
+                    let result = if cached {
+                        cache.allocate_full(size, align)
+                    } else {
+                        alloc.allocate_full(size, align)
+                    };
+                    match result {
+                        Ok(full) => {
+                            let off = full.shm.off;
+                            prop_assert_eq!((base + off) % align, 0);
+                            prop_assert!(off >= HEAP_ALIGN && off + size <= region.len() as u64);
+                            ranges.insert(off, size);
+                            // SAFETY: `full` is `size` bytes that are ours.
+                            unsafe { fill(full.ptr, size, tag) };
+                            live.push((full.shm, size, tag));
+                        }
+                        // Blocks held in the cache can run an uncached
+                        // allocation out of a 1 MiB heap.
+                        Err(AllocError::Exhausted { .. }) => {}
+                        Err(e) => prop_assert!(false, "unexpected error {e:?}"),
+                    }
+                }
+                Op::Free { pick } => {
+                    if live.is_empty() {
+                        continue;
+                    }
+                    let (ptr, size, tag) = live.swap_remove(pick % live.len());
+                    let full = alloc.to_full(ptr).expect("resolves");
+                    // SAFETY: the block is still ours, `size` bytes long.
+                    unsafe { check(full.ptr, size, tag) };
+                    let double = Err(AllocError::DoubleFree { off: ptr.off });
+                    if cached {
+                        prop_assert_eq!(cache.free(ptr), Ok(()));
+                        prop_assert_eq!(alloc.free(ptr), double);
+                    } else {
+                        prop_assert_eq!(alloc.free(ptr), Ok(()));
+                        prop_assert_eq!(cache.free(ptr), double);
+                    }
+                    ranges.remove(ptr.off);
+                }
+            }
+        }
+        for (ptr, ..) in live {
+            prop_assert_eq!(cache.free(ptr), Ok(()));
+        }
+        cache.flush();
+        let stats = alloc.stats().expect("stats");
+        prop_assert_eq!(stats.free_bytes(), stats.carved_bytes);
+    }
+
     /// Random allocations and carves against a model of the handed-out ranges.
     #[test]
     fn arena_model(
@@ -313,6 +383,118 @@ fn size_class_stress_four_threads() {
     assert_eq!(stats.free_blocks.len(), SIZE_CLASSES);
 }
 
+/// Threads allocating and freeing through their own caches, a third of the
+/// frees made by the next thread (its pointers cross through a channel), some
+/// uncached: no block is handed out twice (the stamps survive), and once the
+/// caches are dropped with their threads every carved byte is on a list.
+#[test]
+fn size_class_cached_stress_with_crossing_frees() {
+    const THREADS: usize = 4;
+    const ITERATIONS: u64 = 20_000;
+    const LIVE: usize = 16;
+    let region = Region::new(8 << 20);
+    let alloc = region.size_class();
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..THREADS)
+        .map(|_| std::sync::mpsc::channel::<(ShmPtr<u8>, u64, u64)>())
+        .unzip();
+    std::thread::scope(|scope| {
+        for (thread, incoming) in receivers.into_iter().enumerate() {
+            let alloc = &alloc;
+            // Thread i frees some of thread i - 1's allocations.
+            let outgoing = senders[(thread + 1) % THREADS].clone();
+            scope.spawn(move || {
+                let mut cache = SizeClassCache::new(*alloc);
+                let mut rng = XorShift(0x5eed_0000 + thread as u64);
+                let mut live: Vec<(ShmPtr<u8>, u64, u64)> = Vec::new();
+                let release = |cache: &mut SizeClassCache<'_>, (ptr, size, tag), uncached| {
+                    let full = alloc.to_full(ptr).expect("resolves");
+                    // SAFETY: the block is ours until the free below.
+                    unsafe { check(full.ptr, size, tag) };
+                    if uncached {
+                        alloc.free(ptr).expect("free");
+                    } else {
+                        cache.free(ptr).expect("free");
+                    }
+                };
+                for iteration in 0..ITERATIONS {
+                    while let Ok(theirs) = incoming.try_recv() {
+                        release(&mut cache, theirs, false);
+                    }
+                    if live.len() == LIVE || (!live.is_empty() && rng.next() % 3 == 0) {
+                        let pick = rng.next() as usize % live.len();
+                        let mine = live.swap_remove(pick);
+                        match rng.next() % 6 {
+                            0 | 1 => outgoing.send(mine).expect("the next thread listens"),
+                            2 => release(&mut cache, mine, true),
+                            _ => release(&mut cache, mine, false),
+                        }
+                        continue;
+                    }
+                    let size = 1 + rng.next() % 2048;
+                    let align = [8, 16, 64, 256][rng.next() as usize % 4];
+                    let tag = (thread as u64) << 32 | iteration;
+                    let full = cache.allocate_full(size, align).expect("8 MiB is plenty");
+                    assert_eq!(full.ptr.addr() as u64 % align, 0);
+                    // SAFETY: `size` fresh bytes that are ours.
+                    unsafe { fill(full.ptr, size, tag) };
+                    live.push((full.shm, size, tag));
+                }
+                for mine in live {
+                    release(&mut cache, mine, false);
+                }
+                drop(outgoing);
+                // Every sender of ours is gone once the previous thread ends.
+                for theirs in incoming {
+                    release(&mut cache, theirs, false);
+                }
+                // The cache is dropped, so flushed, as the thread ends.
+            });
+        }
+        drop(senders);
+    });
+    let stats = alloc.stats().expect("stats");
+    assert!(stats.carved_bytes > 0);
+    assert_eq!(stats.free_bytes(), stats.carved_bytes);
+}
+
+/// A cache in a `thread_local!` (over a region kept for the process's life,
+/// as a `'static` handle needs) is flushed by the thread-local destructor
+/// when its thread exits.
+#[test]
+fn thread_exit_flushes_a_thread_local_cache() {
+    use std::cell::RefCell;
+    thread_local! {
+        static CACHE: RefCell<Option<SizeClassCache<'static>>> = const { RefCell::new(None) };
+    }
+    let region: &'static Region = Box::leak(Box::new(Region::new(1 << 20)));
+    // SAFETY: the region lives forever and is used only through handles.
+    let alloc: SizeClassAllocator<'static> =
+        unsafe { SizeClassAllocator::init_in(region.ptr, region.len(), ID) }.expect("init");
+    let class = SizeClassAllocator::class_for(100, 16).expect("class");
+    std::thread::spawn(move || {
+        CACHE.with_borrow_mut(|cache| {
+            let cache = cache.get_or_insert_with(|| SizeClassCache::new(alloc));
+            let ptrs: Vec<_> = (0..5)
+                .map(|_| cache.allocate(100, 16).expect("allocate"))
+                .collect();
+            for ptr in ptrs {
+                cache.free(ptr).expect("free");
+            }
+            assert!(cache.cached_blocks()[class] >= 5);
+        });
+        let stats = alloc.stats().expect("stats");
+        assert!(stats.free_bytes() < stats.carved_bytes, "held in the cache");
+    })
+    .join()
+    .expect("thread");
+    let stats = alloc.stats().expect("stats");
+    assert_eq!(
+        stats.free_bytes(),
+        stats.carved_bytes,
+        "flushed at thread exit"
+    );
+}
+
 #[test]
 fn arena_concurrent_allocations_never_overlap() {
     const THREADS: u64 = 4;
@@ -415,6 +597,177 @@ mod cross_mapping {
         unsafe { fill(from_b.ptr, 40, 99) };
         // SAFETY: the same bytes through the first mapping.
         unsafe { check(a.to_full(from_b.shm).expect("resolves").ptr, 40, 99) };
+    }
+
+    /// Caches in two mappings (two processes' views): blocks allocated
+    /// through one are freed through the other's cache and reused through the
+    /// first once flushed; a cache that is never flushed (its process died)
+    /// loses only its blocks, and the heap goes on working.
+    #[test]
+    fn size_class_caches_across_mappings() {
+        let (segment, again) = two_mappings();
+        // SAFETY: both mappings outlive the handles and are used only through
+        // them.
+        let (a, b) = unsafe {
+            (
+                SizeClassAllocator::init_in(segment.as_ptr(), LEN, ID).expect("init"),
+                SizeClassAllocator::attach(again.as_ptr(), LEN).expect("attach"),
+            )
+        };
+        let (mut cache_a, mut cache_b) = (SizeClassCache::new(a), SizeClassCache::new(b));
+        let class = SizeClassAllocator::class_for(48, 16).expect("class");
+        let from_a: Vec<_> = (0..8u64)
+            .map(|tag| {
+                let full = cache_a.allocate_full(48, 16).expect("allocate");
+                // SAFETY: 48 fresh bytes of ours.
+                unsafe { fill(full.ptr, 48, tag) };
+                full.shm
+            })
+            .collect();
+        for (tag, &ptr) in from_a.iter().enumerate() {
+            // SAFETY: the same bytes through the second mapping.
+            unsafe { check(b.to_full(ptr).expect("resolves").ptr, 48, tag as u64) };
+            cache_b.free(ptr).expect("free through B's cache");
+            assert_eq!(
+                cache_a.free(ptr),
+                Err(AllocError::DoubleFree { off: ptr.off })
+            );
+        }
+        // A's cache still holds the rest of its refill; once it is empty,
+        // A's next miss takes what B flushed.
+        cache_a.flush();
+        cache_b.flush();
+        let stats = a.stats().expect("stats");
+        assert_eq!(stats.free_bytes(), stats.carved_bytes);
+        let carved = stats.carved_bytes;
+        // Every block the class has (the first refill's run) comes back to
+        // A, B's frees included, with nothing new carved.
+        let on_list = stats.free_blocks[class];
+        assert!(on_list >= from_a.len() as u64);
+        let again_a: Vec<_> = (0..on_list)
+            .map(|_| cache_a.allocate(48, 16).expect("allocate"))
+            .collect();
+        assert!(from_a.iter().all(|p| again_a.contains(p)));
+        assert_eq!(a.stats().expect("stats").carved_bytes, carved, "reused");
+
+        // "Process B dies" holding blocks in its cache: they are lost, and
+        // only they.
+        for &ptr in &again_a[..3] {
+            cache_b.free(ptr).expect("free");
+        }
+        std::mem::forget(cache_b);
+        for &ptr in &again_a[3..] {
+            cache_a.free(ptr).expect("free");
+        }
+        cache_a.flush();
+        let stats = a.stats().expect("stats");
+        assert_eq!(
+            stats.carved_bytes - stats.free_bytes(),
+            3 * block_size(class)
+        );
+        let p = cache_a.allocate(48, 16).expect("the heap still works");
+        cache_a.free(p).expect("free");
+    }
+
+    /// Two real processes (a fork) sharing a memfd segment, each with its
+    /// own cache: the child frees the parent's blocks and allocates blocks
+    /// the parent then frees, and dies holding blocks in its cache without a
+    /// flush; the parent loses exactly those and goes on allocating.
+    #[test]
+    fn size_class_caches_across_a_fork() {
+        let segment = Segment::create_anonymous(LEN).expect("memfd segment");
+        // SAFETY: the segment outlives the handles and is used only through
+        // them, in both processes.
+        let alloc =
+            unsafe { SizeClassAllocator::init_in(segment.as_ptr(), LEN, ID) }.expect("init");
+        let class = SizeClassAllocator::class_for(48, 16).expect("class");
+        // Where the child leaves the offsets of what it allocated (a block of
+        // another class, so the counts below are the cached class's alone).
+        let mailbox = alloc.allocate_full(64, 8).expect("allocate");
+        let mut cache = SizeClassCache::new(alloc);
+        let from_parent: Vec<_> = (0..8u64)
+            .map(|tag| {
+                let full = cache.allocate_full(48, 16).expect("allocate");
+                // SAFETY: 48 fresh bytes of ours.
+                unsafe { fill(full.ptr, 48, tag) };
+                full.shm
+            })
+            .collect();
+        // The parent's cache keeps the rest of its first refill; the child
+        // cannot see those blocks.
+        let parent_cached = u64::from(cache.cached_blocks()[class]);
+
+        // SAFETY: the child runs only allocator code on the shared segment
+        // and leaves with `_exit`, running no destructor of the parent's
+        // state (its copy of `cache` included).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let child = std::panic::catch_unwind(|| {
+                // SAFETY: the mapping is inherited, shared, at the same place.
+                let alloc =
+                    unsafe { SizeClassAllocator::attach(segment.as_ptr(), LEN) }.expect("attach");
+                let mut mine = SizeClassCache::new(alloc);
+                for (tag, &ptr) in from_parent.iter().enumerate() {
+                    // SAFETY: the parent's block, handed to us.
+                    unsafe { check(alloc.to_full(ptr).expect("resolves").ptr, 48, tag as u64) };
+                    mine.free(ptr).expect("free the parent's block");
+                }
+                mine.flush();
+                // One refill takes the 8 blocks back: 3 out, 5 stay cached.
+                for i in 0..3u64 {
+                    let full = mine.allocate_full(48, 16).expect("allocate");
+                    // SAFETY: 48 fresh bytes of ours.
+                    unsafe { fill(full.ptr, 48, 100 + i) };
+                    // SAFETY: the mailbox has room for 3 offsets.
+                    unsafe {
+                        mailbox
+                            .ptr
+                            .cast::<u64>()
+                            .add(i as usize)
+                            .write(full.shm.off)
+                    };
+                }
+                assert_eq!(mine.cached_blocks()[class], 5);
+                // Dies without flushing: no destructor runs past `_exit`.
+                std::mem::forget(mine);
+            });
+            // SAFETY: ends the child at once, as a crash would.
+            unsafe { libc::_exit(i32::from(child.is_err())) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child failed: status {status:#x}"
+        );
+        for i in 0..3 {
+            // SAFETY: the child wrote 3 offsets before exiting.
+            let off = unsafe { mailbox.ptr.cast::<u64>().add(i).read() };
+            let ptr = ShmPtr::new(ID, off);
+            // SAFETY: the child's block, handed to us.
+            unsafe {
+                check(
+                    alloc.to_full(ptr).expect("resolves").ptr,
+                    48,
+                    100 + i as u64,
+                )
+            };
+            cache.free(ptr).expect("free the child's block");
+            assert_eq!(alloc.free(ptr), Err(AllocError::DoubleFree { off }));
+        }
+        cache.flush();
+        alloc.free(mailbox.shm).expect("free");
+        let stats = alloc.stats().expect("stats");
+        assert_eq!(stats.free_blocks[class], parent_cached + 3);
+        assert_eq!(
+            stats.carved_bytes - stats.free_bytes(),
+            5 * block_size(class),
+            "lost: the dead child's cached blocks, and only they"
+        );
+        let p = cache.allocate(48, 16).expect("the heap still works");
+        cache.free(p).expect("free");
     }
 
     #[test]

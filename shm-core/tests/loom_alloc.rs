@@ -1,7 +1,10 @@
-//! Loom model of the size-class allocator's free list: two threads allocate
+//! Loom models of the size-class allocator's free list: two threads allocate
 //! and free blocks of one class concurrently, one of them in the order that
 //! makes an untagged Treiber stack hand the same block out twice (pop A, pop
-//! B, push A while the other thread's pop holds A and A's stale `next`).
+//! B, push A while the other thread's pop holds A and A's stale `next`); and
+//! a thread's `SizeClassCache` taking a run of blocks with one pop (a walk
+//! along links another thread may be changing) and giving them back as one
+//! chain, against a thread allocating and freeing uncached.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p tandem-shm-core --release --test loom_alloc`.
 #![cfg(loom)]
@@ -11,7 +14,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use loom::sync::Arc;
 use tandem_shm_core::layout::AllocatorId;
 use tandem_shm_core::size_class::block_size;
-use tandem_shm_core::{ShmPtr, SizeClassAllocator};
+use tandem_shm_core::{ShmPtr, SizeClassAllocator, SizeClassCache};
 
 const ID: AllocatorId = AllocatorId::new(1, 1);
 const LEN: usize = 16 * 1024;
@@ -107,6 +110,71 @@ fn two_threads_share_a_free_list() {
         assert_eq!(
             stats.free_blocks[class],
             2 + extra,
+            "every block back, once"
+        );
+        assert_eq!(stats.free_bytes(), stats.carved_bytes);
+    });
+}
+
+/// `take` through a cache.
+fn take_cached(cache: &mut SizeClassCache<'_>, tag: u8) -> ShmPtr<u8> {
+    let full = cache.allocate_full(SIZE, 8).expect("allocate");
+    // SAFETY: `SIZE` bytes that are ours.
+    unsafe { full.ptr.write_bytes(tag, SIZE as usize) };
+    full.shm
+}
+
+/// `give_back` through a cache.
+fn give_back_cached(cache: &mut SizeClassCache<'_>, ptr: ShmPtr<u8>, tag: u8) {
+    let full = cache.allocator().to_full(ptr).expect("resolves");
+    for i in 0..SIZE as usize {
+        // SAFETY: the block is ours until the free below.
+        let byte = unsafe { full.ptr.add(i).read() };
+        assert_eq!(byte, tag, "block handed out twice");
+    }
+    cache.free(ptr).expect("free");
+}
+
+#[test]
+fn a_cache_pops_runs_and_pushes_chains() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(|| {
+        let region = Arc::new(Region::new());
+        // SAFETY: a fresh buffer, used only through allocator handles.
+        let alloc = unsafe { SizeClassAllocator::init_in(region.0, LEN, ID) }.expect("init");
+        let class = SizeClassAllocator::class_for(SIZE, 8).expect("class");
+        // Three blocks on the free list before the threads start.
+        let (x, y, z) = (take(&alloc, 0), take(&alloc, 0), take(&alloc, 0));
+        give_back(&alloc, x, 0);
+        give_back(&alloc, y, 0);
+        give_back(&alloc, z, 0);
+        let carved = alloc.stats().expect("stats").carved_bytes;
+
+        let other = Arc::clone(&region);
+        let cached = loom::thread::spawn(move || {
+            let alloc = other.attach();
+            let mut cache = SizeClassCache::new(alloc);
+            // The first miss pops what the list holds in one run (or carves
+            // a run if the other thread holds every block).
+            let p = take_cached(&mut cache, 1);
+            let q = take_cached(&mut cache, 4);
+            give_back_cached(&mut cache, p, 1);
+            give_back_cached(&mut cache, q, 4);
+            // Everything the cache holds goes back as one chain.
+            cache.flush();
+        });
+        let a = take(&alloc, 2);
+        give_back(&alloc, a, 2);
+        let b = take(&alloc, 3);
+        give_back(&alloc, b, 3);
+        cached.join().expect("thread");
+
+        let stats = alloc.stats().expect("stats");
+        let extra = (stats.carved_bytes - carved) / block_size(class);
+        assert_eq!(
+            stats.free_blocks[class],
+            3 + extra,
             "every block back, once"
         );
         assert_eq!(stats.free_bytes(), stats.carved_bytes);
