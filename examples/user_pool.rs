@@ -23,8 +23,11 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use tandem_examples::kernels;
-use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, HostApi, HostMemory, KernelArg, LaunchConfig};
-use tandem_runtime::{Config, DeviceQueues, MethodId, Pool, PoolId, Registry, Runtime, Task};
+use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig};
+use tandem_runtime::{
+    on_best_backend, Backend, Config, DeviceQueues, MethodId, OnBackend, Pool, PoolId, Registry,
+    Runtime, Task,
+};
 use tandem_shm_core::impl_serialize_fields;
 
 /// The catalog pool's id: built-in pools take the small ids (`math` is 1),
@@ -98,26 +101,21 @@ fn main() -> ExitCode {
     }
 }
 
-/// A backend that loads and has at least one device.
-#[cfg(any(feature = "cuda", feature = "hip"))]
-fn usable<A: GpuApi>() -> Option<A> {
-    let api = A::load().ok()?;
-    (api.device_count().ok()? > 0).then_some(api)
+/// The example on one backend (whichever [`on_best_backend`] picks).
+struct Example<'a>(&'a Args);
+
+impl OnBackend for Example<'_> {
+    type Output = Result<Summary, String>;
+
+    fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
+        run(api, &backend.to_string(), backend.is_gpu(), self.0)
+    }
 }
 
 /// Runs the example on CUDA or HIP when compiled in and a device answers,
 /// else on the CPU device.
 fn run_on_best_backend(args: &Args) -> Result<Summary, String> {
-    #[cfg(feature = "cuda")]
-    if let Some(api) = usable::<tandem_hal_cuda::CudaApi>() {
-        return run(api, "a CUDA device", true, args);
-    }
-    #[cfg(feature = "hip")]
-    if let Some(api) = usable::<tandem_hal_hip::HipApi>() {
-        return run(api, "a HIP device", true, args);
-    }
-    let api = HostApi::load().map_err(|e| format!("loading the host backend: {e}"))?;
-    run(api, "the CPU device (host backend)", false, args)
+    on_best_backend(Example(args)).map_err(|e| format!("loading a backend: {e}"))?
 }
 
 /// What the kernel got back, checked against the catalog.

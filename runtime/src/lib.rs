@@ -46,7 +46,9 @@
 //!   publishes (`tandem status`); [`clean_stale_segments`] removes the
 //!   segments of dead owners (`tandem clean`, [`StaleSegment`],
 //!   [`StaleWhy`]); [`Termination`] and [`exit_on_termination`] turn
-//!   SIGINT/SIGTERM into a clean stop. A named segment of one's own format
+//!   SIGINT/SIGTERM into a clean stop; [`serve`] is `tandem run` for a
+//!   binary with pools of its own, on the backend [`on_best_backend`] picks
+//!   ([`OnBackend`], [`ServeOptions`]). A named segment of one's own format
 //!   gets the same care through [`create_owned_segment`] and an
 //!   [`OwnerRecord`] at its start (its owner a [`ProcessIdentity`];
 //!   [`remove_stale_segment`] for a peer that saw it die):
@@ -70,7 +72,7 @@
 //!    and `registry`.
 //! 4. `config` (checked against the segment's geometry), `worker`, `stale`.
 //! 5. `submit`, `janitor` (takes back dead clients' slots), `status`.
-//! 6. `runtime` and `client`, then `service` and `kernels`.
+//! 6. `runtime` and `client`, then `service`, `serve` and `kernels`.
 
 mod client;
 mod clients;
@@ -86,6 +88,7 @@ mod process;
 mod registry;
 mod runtime;
 mod segment;
+mod serve;
 mod service;
 mod signals;
 mod stale;
@@ -104,6 +107,7 @@ pub use process::{ProcessIdentity, ProcessState};
 pub use registry::{DuplicatePool, Handler, HandlerReply, Pool, Registry};
 pub use runtime::{DeviceQueues, NumaPlacement, Runtime};
 pub use segment::QueueSegment;
+pub use serve::{on_best_backend, serve, Backend, OnBackend, ServeOptions};
 pub use service::{GpuService, ServiceStats};
 pub use signals::{exit_on_termination, Termination, TerminationWaker};
 pub use stale::{

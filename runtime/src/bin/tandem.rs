@@ -18,7 +18,7 @@
 //! Results go to stdout; logs (`tracing`, filtered by `RUST_LOG`, default
 //! `info`) to stderr. Usage errors exit 2.
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
@@ -32,8 +32,8 @@ use tandem_runtime::kernels::{
 };
 use tandem_runtime::status::{read_status, single_live_runtime, StatusSnapshot};
 use tandem_runtime::{
-    clean_stale_segments, math, Config, DeviceSelection, GpuService, Registry, Route, Runtime,
-    Termination,
+    clean_stale_segments, math, on_best_backend, serve, Backend, Config, DeviceSelection,
+    GpuService, OnBackend, Registry, Route, Runtime, ServeOptions,
 };
 
 /// Tandem: host threads and GPU kernels sharing memory and work.
@@ -158,69 +158,34 @@ enum BackendCommand {
     Run(RunArgs),
 }
 
-/// A backend that loads and has at least one device.
-#[cfg(any(feature = "cuda", feature = "hip"))]
-fn usable<A: GpuApi>() -> Option<A> {
-    let api = A::load().ok()?;
-    (api.device_count().ok()? > 0).then_some(api)
+impl OnBackend for BackendCommand {
+    /// `Ok(false)`: it ran, and reported a failure itself.
+    type Output = Result<bool, String>;
+
+    fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
+        match self {
+            BackendCommand::Demo(args) => demo(api, &backend.to_string(), args.json),
+            BackendCommand::Run(args) => {
+                let config = match &args.config {
+                    Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
+                    None => Config::default(),
+                };
+                let options = ServeOptions {
+                    announce: args.announce,
+                    exit_on_stdin_eof: args.exit_on_stdin_eof,
+                };
+                serve(api, backend, config, Registry::with_builtins(), options)
+                    .map_err(|e| format!("serving the runtime: {e}"))?;
+                Ok(true)
+            }
+        }
+    }
 }
 
 /// Runs `command` on the best backend; `Ok(false)`: it ran, and reported a
 /// failure itself.
 fn run_on_best_backend(command: BackendCommand) -> Result<bool, String> {
-    #[cfg(feature = "cuda")]
-    if let Some(api) = usable::<tandem_hal_cuda::CudaApi>() {
-        return run_command(api, "CUDA", command);
-    }
-    #[cfg(feature = "hip")]
-    if let Some(api) = usable::<tandem_hal_hip::HipApi>() {
-        return run_command(api, "HIP", command);
-    }
-    let api = HostApi::load().map_err(|e| e.to_string())?;
-    run_command(api, "the CPU device (host backend)", command)
-}
-
-fn run_command<A: GpuApi>(api: A, backend: &str, command: BackendCommand) -> Result<bool, String> {
-    match command {
-        BackendCommand::Demo(args) => demo(api, backend, args.json),
-        BackendCommand::Run(options) => serve(api, backend, options).map(|()| true),
-    }
-}
-
-fn serve<A: GpuApi>(api: A, backend: &str, options: RunArgs) -> Result<(), String> {
-    let config = match &options.config {
-        Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
-        None => Config::default(),
-    };
-    // Caught before the runtime starts: a signal during setup still ends
-    // in a clean shutdown.
-    let mut termination = Termination::catch().map_err(|e| e.to_string())?;
-    tracing::info!("tandem run on {backend}");
-    let runtime = Runtime::start_with(api, config, Registry::with_builtins())
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    let name = runtime.cpu_segment().name().unwrap_or_default().to_string();
-    if options.announce {
-        println!("ready {name} {}", std::process::id());
-    } else {
-        println!(
-            "serving: CPU segment {name}, {} workers, {} device segment(s)",
-            runtime.workers(),
-            runtime.devices().len()
-        );
-    }
-    if options.exit_on_stdin_eof {
-        // Stop when the parent closes the pipe (or dies).
-        let waker = termination.waker();
-        std::thread::spawn(move || {
-            let mut sink = [0u8; 64];
-            while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
-            waker.wake();
-        });
-    }
-    // SIGINT/SIGTERM (or stdin EOF): shut down; dropping the runtime removes
-    // its named segment.
-    termination.wait();
-    runtime.shutdown().map_err(|e| e.to_string())
+    on_best_backend(command).map_err(|e| e.to_string())?
 }
 
 /// Percentile `p` (0..=100) of sorted `values`.

@@ -1,0 +1,221 @@
+// The blob store (crate tandem-blob) from a kernel thread: tags and named
+// blobs, put and get by reference, each call a task of the blob pool sent to
+// the CPU workers and waited on with a stop flag, like every runtime task.
+//
+// Data travels by reference: a kernel carves a buffer from its block's arena
+// share (blob::buffer_alloc: memory of the device's segment, which the host
+// maps), writes it, and passes its segment pointer; the worker copies from
+// or into it. The ids and codes below mirror tandem-blob's `wire` module;
+// its tests compile this header and compare every value.
+#pragma once
+
+#include "tandem/runtime.h"
+
+namespace tandem {
+namespace blob {
+
+/// The blob pool's id (tandem_blob::wire::POOL).
+constexpr u32 POOL = 16;
+
+namespace method {
+/// get_or_create_tag(name) -> tag id
+constexpr u32 TAG = 1;
+/// put(tag, name, offset, data, score) -> blob size after the put
+constexpr u32 PUT = 2;
+/// get(tag, name, offset, out) -> bytes read (the whole range)
+constexpr u32 GET = 3;
+/// stat(tag, name) -> size
+constexpr u32 STAT = 4;
+/// delete(tag, name)
+constexpr u32 DELETE = 5;
+}  // namespace method
+
+/// Return codes of the blob pool's handlers (positive: the runtime's own are
+/// near INT32_MIN).
+namespace code {
+constexpr i32 NOT_FOUND = 1;
+constexpr i32 UNKNOWN_TAG = 2;
+constexpr i32 OUT_OF_RANGE = 3;
+constexpr i32 NO_SPACE = 4;
+constexpr i32 BAD_NAME = 5;
+constexpr i32 BAD_POINTER = 6;
+constexpr i32 BAD_SIZE = 7;
+constexpr i32 IO = 8;
+constexpr i32 BAD_SCORE = 9;
+constexpr i32 INTERNAL = 10;
+}  // namespace code
+
+/// Longest tag or blob name, in bytes.
+constexpr u32 NAME_MAX = 255;
+/// Placement score meaning "the fastest target with room".
+constexpr f32 SCORE_AUTO = -1.0f;
+/// Copy space a future needs for any blob call: the task header and the
+/// largest arguments (a put with a NAME_MAX name), with room to spare.
+constexpr u32 COPY_SPACE = 320;
+
+/// A buffer in the device's segment that a put reads or a get fills.
+struct Buffer {
+  u8* data;
+  ShmPtr<u8> ptr;
+  u64 len;
+};
+
+/// Carves `bytes` (a multiple of 16 is best) from the block's arena share
+/// (rt_init's block_arena_bytes must leave room): no_memory when it does not
+/// fit. Any thread, after rt_init; freed with the arena between launches.
+TANDEM_DEVICE rt_status buffer_alloc(RtContext& ctx, u64 bytes, Buffer* out) {
+  if (ctx.status != rt_status::ok) {
+    return ctx.status;
+  }
+  const FullPtr<u8> mem = block_arena_allocate(ctx.arena, bytes, 16);
+  if (mem.ptr == nullptr) {
+    return rt_status::no_memory;
+  }
+  out->data = mem.ptr;
+  out->ptr = ShmPtr<u8>{ctx.id, ctx.arena_offset + mem.shm.off};
+  out->len = bytes;
+  return rt_status::ok;
+}
+
+namespace detail {
+
+TANDEM_DEVICE ser_status put_name(Writer& w, const char* name, u32 name_len) {
+  return w.put_bytes(reinterpret_cast<const u8*>(name), name_len);
+}
+
+TANDEM_DEVICE ser_status put_ptr(Writer& w, ShmPtr<u8> p) {
+  ser_status s = w.put_u32(p.alloc_id.major);
+  if (s == ser_status::ok) s = w.put_u32(p.alloc_id.minor);
+  if (s == ser_status::ok) s = w.put_u64(p.off);
+  return s;
+}
+
+/// Sends the task `write_args` makes to `lane` and waits for it: ok with the
+/// handler's code in `*rc` (0: success, output readable with rt_output), or
+/// why it never completed (stopped, queue_full when the budget ran out).
+template <typename W>
+TANDEM_DEVICE rt_status call(const RtContext& ctx, RtFuture& f, u32 lane, u32 which, W write_args,
+                             const u32* stop, u64 spin_budget, i32* rc) {
+  rt_status st = rt_make_task(f, POOL, which, write_args);
+  if (st != rt_status::ok) {
+    return st;
+  }
+  st = rt_send_to_cpu(ctx, f, lane, rt_priority::high, stop, spin_budget);
+  if (st != rt_status::ok) {
+    return st;
+  }
+  switch (rt_wait(f, stop, spin_budget, rc)) {
+    case wait_outcome::completed:
+      return rt_status::ok;
+    case wait_outcome::stopped:
+      return rt_status::stopped;
+    default:
+      return rt_status::queue_full;
+  }
+}
+
+/// The u64 output of a completed call.
+TANDEM_DEVICE rt_status output_u64(const RtFuture& f, u64* value) {
+  const u8* out = nullptr;
+  u32 len = 0;
+  if (rt_output(f, &out, &len) != rt_status::ok) {
+    return rt_status::future_error;
+  }
+  Reader r = Reader::over(out, len);
+  return r.get_u64(value) == ser_status::ok && r.remaining() == 0 ? rt_status::ok : rt_status::future_error;
+}
+
+}  // namespace detail
+
+/// The id of tag `name` (created if new) in `*tag`. Every call below: ok
+/// with the handler's code in `*rc` (0 or a blob::code), or the rt_status
+/// that kept it from completing; `f` needs COPY_SPACE bytes of copy space.
+TANDEM_DEVICE rt_status get_or_create_tag(const RtContext& ctx, RtFuture& f, u32 lane, const char* name,
+                                          u32 name_len, const u32* stop, u64 spin_budget, u64* tag, i32* rc) {
+  const rt_status st = detail::call(
+      ctx, f, lane, method::TAG, [&](Writer& w) { return detail::put_name(w, name, name_len); }, stop,
+      spin_budget, rc);
+  return st == rt_status::ok && *rc == 0 ? detail::output_u64(f, tag) : st;
+}
+
+/// Writes `data` at `offset` of blob `name` of `tag` (all or nothing; past
+/// the end extends, a hole reads as zeros), placed by `score`; the blob's
+/// size after the put in `*size`. The thread's writes to `data` are made
+/// visible to the host first.
+TANDEM_DEVICE rt_status put(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag, const char* name, u32 name_len,
+                            u64 offset, const Buffer& data, f32 score, const u32* stop, u64 spin_budget, u64* size,
+                            i32* rc) {
+  // System scope: the worker reads `data` from host memory once it pops the
+  // task; the push's own fence covers the copy space, this one the buffer
+  // whatever path the push takes.
+  fence_acq_rel<scope::system>();
+  const rt_status st = detail::call(
+      ctx, f, lane, method::PUT,
+      [&](Writer& w) {
+        ser_status s = w.put_u64(tag);
+        if (s == ser_status::ok) s = detail::put_name(w, name, name_len);
+        if (s == ser_status::ok) s = w.put_u64(offset);
+        if (s == ser_status::ok) s = w.put_u64(data.len);
+        if (s == ser_status::ok) s = detail::put_ptr(w, data.ptr);
+        if (s == ser_status::ok) s = w.put_f32(score);
+        return s;
+      },
+      stop, spin_budget, rc);
+  return st == rt_status::ok && *rc == 0 ? detail::output_u64(f, size) : st;
+}
+
+/// Reads `out.len` bytes at `offset` of blob `name` of `tag` into `out`
+/// (OUT_OF_RANGE past the end). Once it returns ok with `*rc` 0, the bytes
+/// are visible to the calling thread (rt_wait acquired the completion).
+TANDEM_DEVICE rt_status get(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag, const char* name, u32 name_len,
+                            u64 offset, const Buffer& out, const u32* stop, u64 spin_budget, i32* rc) {
+  u64 read = 0;
+  rt_status st = detail::call(
+      ctx, f, lane, method::GET,
+      [&](Writer& w) {
+        ser_status s = w.put_u64(tag);
+        if (s == ser_status::ok) s = detail::put_name(w, name, name_len);
+        if (s == ser_status::ok) s = w.put_u64(offset);
+        if (s == ser_status::ok) s = w.put_u64(out.len);
+        if (s == ser_status::ok) s = detail::put_ptr(w, out.ptr);
+        return s;
+      },
+      stop, spin_budget, rc);
+  if (st == rt_status::ok && *rc == 0) {
+    st = detail::output_u64(f, &read);
+    if (st == rt_status::ok && read != out.len) {
+      st = rt_status::future_error;
+    }
+  }
+  return st;
+}
+
+/// The size of blob `name` of `tag` in `*size`.
+TANDEM_DEVICE rt_status stat(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag, const char* name, u32 name_len,
+                             const u32* stop, u64 spin_budget, u64* size, i32* rc) {
+  const rt_status st = detail::call(
+      ctx, f, lane, method::STAT,
+      [&](Writer& w) {
+        ser_status s = w.put_u64(tag);
+        if (s == ser_status::ok) s = detail::put_name(w, name, name_len);
+        return s;
+      },
+      stop, spin_budget, rc);
+  return st == rt_status::ok && *rc == 0 ? detail::output_u64(f, size) : st;
+}
+
+/// Deletes blob `name` of `tag`.
+TANDEM_DEVICE rt_status remove(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag, const char* name,
+                               u32 name_len, const u32* stop, u64 spin_budget, i32* rc) {
+  return detail::call(
+      ctx, f, lane, method::DELETE,
+      [&](Writer& w) {
+        ser_status s = w.put_u64(tag);
+        if (s == ser_status::ok) s = detail::put_name(w, name, name_len);
+        return s;
+      },
+      stop, spin_budget, rc);
+}
+
+}  // namespace blob
+}  // namespace tandem
