@@ -25,7 +25,10 @@
 //! nearest first (highest first), then, if those are full, the targets above `s`, nearest first
 //! (lowest first). A put may spill over several targets of the candidate list. When no target it
 //! may use has room: [`BlobError::NoSpace`] with the bytes requested and those available.
-//! Other scores are [`BlobError::BadScore`].
+//! Other scores are [`BlobError::BadScore`]. Because puts are copy-on-write, a put needs free
+//! pages for every page its range touches, even when it overwrites existing bytes; the replaced
+//! pages are freed when it completes. Concurrent puts reserve space independently, so a put may
+//! see `NoSpace` while another put's reservation is still held.
 //!
 //! # Durability and volatility
 //!
@@ -89,7 +92,7 @@
 //! A file target is a file of exactly its capacity, created and preallocated (`posix_fallocate`)
 //! on first start; a file that exists with another size is [`BlobError::TargetSize`]. Data moves
 //! in whole aligned pages through aligned buffers, so every request qualifies for `O_DIRECT`;
-//! where the filesystem refuses `O_DIRECT` (tmpfs), the store uses a buffered descriptor and says
+//! where the filesystem refuses `O_DIRECT` (tmpfs before Linux 6.6), the store uses a buffered descriptor and says
 //! so through `tracing`. The metadata names file targets by their configured path string; a
 //! metadata file that knows a path whose file has vanished, or whose blobs reference a target no
 //! longer configured, is [`BlobError::TargetMismatch`].
@@ -122,6 +125,14 @@ pub const MAX_TAG_LEN: usize = 255;
 
 /// Pages moved per file I/O (and per `fill`/`drain` call): 1 MiB.
 const CHUNK_PAGES: u64 = 256;
+
+/// A put's data source: `fill(offset_within_data, dst)` writes the bytes of `dst`, which
+/// start at `offset_within_data` of the put's range.
+pub type Fill<'a> = dyn FnMut(u64, &mut [u8]) -> Result<(), FillError> + 'a;
+/// A get's data sink: `drain(offset_within_range, src)` takes the bytes of `src`, which start at
+/// `offset_within_range` of the get's range.
+pub type Drain<'a> = dyn FnMut(u64, &[u8]) -> Result<(), FillError> + 'a;
+type Sink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), BlobError> + 'a;
 
 /// A tag's id. Ids start at 1 and are never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -532,7 +543,7 @@ impl BlobStore {
         offset: u64,
         len: u64,
         score: Score,
-        fill: &mut dyn FnMut(u64, &mut [u8]) -> Result<(), FillError>,
+        fill: &mut Fill<'_>,
     ) -> Result<PutInfo, BlobError> {
         check_name(name, MAX_NAME_LEN)?;
         let score = score.check()?;
@@ -569,7 +580,7 @@ impl BlobStore {
         offset: u64,
         end: u64,
         score: Option<f32>,
-        fill: &mut dyn FnMut(u64, &mut [u8]) -> Result<(), FillError>,
+        fill: &mut Fill<'_>,
     ) -> Result<PutInfo, BlobError> {
         let old = entry.state.read().clone();
         let p0 = offset / PAGE_SIZE;
@@ -725,7 +736,7 @@ impl BlobStore {
         offset: u64,
         end: u64,
         new_size: u64,
-        fill: &mut dyn FnMut(u64, &mut [u8]) -> Result<(), FillError>,
+        fill: &mut Fill<'_>,
     ) -> Result<(), BlobError> {
         let mut bounce: Option<AlignedBuf> = None;
         for e in fresh {
@@ -767,7 +778,7 @@ impl BlobStore {
         offset: u64,
         end: u64,
         new_size: u64,
-        fill: &mut dyn FnMut(u64, &mut [u8]) -> Result<(), FillError>,
+        fill: &mut Fill<'_>,
     ) -> Result<(), BlobError> {
         let lend = lstart + dst.len() as u64;
         let a = offset.clamp(lstart, lend);
@@ -811,7 +822,7 @@ impl BlobStore {
         v: &Version,
         pos: u64,
         len: u64,
-        sink: &mut dyn FnMut(u64, &[u8]) -> Result<(), BlobError>,
+        sink: &mut Sink<'_>,
     ) -> Result<(), BlobError> {
         let end = pos + len;
         let mut at = pos;
@@ -891,7 +902,7 @@ impl BlobStore {
         name: &str,
         offset: u64,
         len: u64,
-        drain: &mut dyn FnMut(u64, &[u8]) -> Result<(), FillError>,
+        drain: &mut Drain<'_>,
     ) -> Result<(), BlobError> {
         let entry = self.published(tag, name)?;
         if len == 0 {

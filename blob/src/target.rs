@@ -248,7 +248,7 @@ pub(crate) struct FileArea {
 
 impl FileArea {
     /// Opens (creating and preallocating on first use) a file of exactly `capacity` bytes.
-    fn open(path: &Path, capacity: u64) -> Result<FileArea, BlobError> {
+    fn open(path: &Path, capacity: u64, try_direct: bool) -> Result<FileArea, BlobError> {
         let create_err = |source| BlobError::TargetCreate {
             path: path.to_owned(),
             source,
@@ -294,6 +294,13 @@ impl FileArea {
                     let _ = d.sync_all();
                 }
             }
+        }
+        if !try_direct {
+            return Ok(FileArea {
+                path: path.to_owned(),
+                buffered,
+                direct: None,
+            });
         }
         let direct = match OpenOptions::new()
             .read(true)
@@ -396,7 +403,7 @@ impl Target {
     }
 
     pub(crate) fn file(path: &Path, pages: u64, score: f32, pid: u32) -> Result<Target, BlobError> {
-        let area = FileArea::open(path, pages * PAGE_SIZE)?;
+        let area = FileArea::open(path, pages * PAGE_SIZE, true)?;
         Ok(Target {
             kind: TargetKind::File,
             score,
@@ -437,5 +444,28 @@ mod tests {
         assert_eq!(fl.take(6), vec![(0, 6)]);
         assert!(FreeList::from_used(4, vec![(0, 2), (1, 1)]).is_err());
         assert!(FreeList::from_used(4, vec![(3, 2)]).is_err());
+    }
+
+    #[test]
+    fn file_area_direct_and_buffered_round_trip() {
+        for dir in [
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir_in("/dev/shm").unwrap(),
+        ] {
+            for try_direct in [true, false] {
+                let path = dir.path().join(format!("f{try_direct}"));
+                let f = FileArea::open(&path, 8 * PAGE_SIZE, try_direct).unwrap();
+                assert!(try_direct || !f.direct_io());
+                let mut buf = AlignedBuf::new(2 * PAGE_SIZE as usize);
+                buf.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+                f.write_pages(3, &buf).unwrap();
+                f.sync().unwrap();
+                let mut back = AlignedBuf::new(2 * PAGE_SIZE as usize);
+                f.read_pages(3, &mut back).unwrap();
+                assert_eq!(&back[..], &buf[..]);
+                // Past the end of the file: an error, not a short read.
+                assert!(f.read_pages(7, &mut back).is_err());
+            }
+        }
     }
 }
