@@ -135,18 +135,27 @@ fn holes_read_as_zeros_and_overwrites_keep_neighbours() {
 #[test]
 fn bytes_past_the_size_of_a_reused_page_read_as_zeros() {
     let dir = tempfile::tempdir().unwrap();
-    let s = BlobStore::open(&config(dir.path(), &[(RAM, 2, 1.0)])).unwrap();
+    let s = BlobStore::open(&config(dir.path(), &[(RAM, 3, 1.0)])).unwrap();
     let t = s.get_or_create_tag("t").unwrap();
-    s.put(t, "a", 0, &[0xff; 2 * PAGE_SIZE as usize], Score::AUTO)
+    s.put(t, "a", 0, &[0xff; 3 * PAGE_SIZE as usize], Score::AUTO)
         .unwrap();
     s.delete(t, "a").unwrap();
-    s.put(t, "b", 0, b"x", Score::AUTO).unwrap(); // reuses the dirty page
-    s.put(t, "b", 100, b"y", Score::AUTO).unwrap();
-    let mut out = [1u8; 101];
+    s.put(t, "b", 0, b"x", Score::AUTO).unwrap(); // a dirty page
+                                                  // Extending past page 0 leaves page 0 as it is: its bytes past the old size must be zeros.
+    s.put(t, "b", PAGE_SIZE + 1, b"y", Score::AUTO).unwrap();
+    let mut out = vec![1u8; PAGE_SIZE as usize + 2];
     s.get(t, "b", 0, &mut out).unwrap();
     assert_eq!(out[0], b'x');
-    assert!(out[1..100].iter().all(|&b| b == 0));
-    assert_eq!(out[100], b'y');
+    assert!(out[1..=PAGE_SIZE as usize].iter().all(|&b| b == 0));
+    assert_eq!(out[PAGE_SIZE as usize + 1], b'y');
+    // The same through a rewrite of page 0.
+    s.put(t, "b", 100, b"z", Score::AUTO).unwrap();
+    s.get(t, "b", 0, &mut out).unwrap();
+    assert_eq!((out[0], out[100]), (b'x', b'z'));
+    assert!(out[1..100]
+        .iter()
+        .chain(&out[101..=PAGE_SIZE as usize])
+        .all(|&b| b == 0));
 }
 
 #[test]
