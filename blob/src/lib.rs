@@ -60,13 +60,15 @@
 //!
 //! A put never writes pages that a reader may see. It allocates new pages for every page its
 //! range touches, writes them (the untouched head and tail of the first and last page are copied
-//! from the old version; bytes past the new size are zeros), for a durable blob `fdatasync`s the
-//! target files and commits the new extent map to redb, then publishes the new version in the
+//! from the old version; bytes past the new size are zeros), for a durable blob has the target
+//! files `fdatasync`ed and the new extent map committed to redb, then publishes the new version in the
 //! in-memory index, and only then frees the replaced pages, after taking the blob's lock for
 //! writing, which waits out every get still copying from the old version. Puts to one blob are
 //! serialised by a per-blob mutex; puts to different blobs write their data in parallel and meet
-//! only in the group committer, which commits every metadata change that arrived during the
-//! previous commit in one redb transaction. A put returns after its transaction committed.
+//! only in the group committer, which takes every metadata change that arrived during the
+//! previous commit, `fdatasync`s the files their data went to (once per file for the whole
+//! batch), then commits them in one redb transaction. A put returns after its transaction
+//! committed.
 //!
 //! Free space is never stored: at open it is derived from the committed extent maps, so pages of
 //! puts that were in flight at a crash (written but not committed) are free again. Space is
@@ -421,13 +423,20 @@ impl BlobStore {
             *t.free.get_mut() = fl;
         }
         let db = Arc::new(db);
+        let mut syncers = Vec::with_capacity(targets.len());
+        for t in &targets {
+            syncers.push(match &t.area {
+                Area::File(f) => Some(f.sync_handle()?),
+                Area::Ram(_) => None,
+            });
+        }
         Ok(BlobStore {
             targets,
             index: RwLock::new(index),
             tags: RwLock::new(tags),
             tag_create: Mutex::new(()),
             limits: config.limits.clone(),
-            committer: Committer::start(db, config.limits.max_commit_batch),
+            committer: Committer::start(db, config.limits.max_commit_batch, syncers),
         })
     }
 
@@ -615,14 +624,6 @@ impl BlobStore {
         extents.sort_unstable_by_key(|e| e.lpage);
         let extents = merge(extents);
         if durable {
-            for &t in &put_targets {
-                if let Area::File(f) = &self.targets[t].area {
-                    if let Err(e) = f.sync() {
-                        undo(&fresh);
-                        return Err(e);
-                    }
-                }
-            }
             let stored: Vec<StoredExtent> = extents
                 .iter()
                 .map(|e| StoredExtent {
@@ -638,6 +639,8 @@ impl BlobStore {
                 tag: tag.0,
                 name: name.to_owned(),
                 value: meta::encode(new_size, &stored),
+                // The committer fdatasyncs these before the transaction that points at them.
+                sync: put_targets.clone(),
             };
             if let Err(e) = self.committer.commit(op) {
                 undo(&fresh);

@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use redb::{Database, ReadableTable, TableDefinition};
 
 use crate::error::{meta_err, BlobError};
+use crate::target::SyncHandle;
 
 /// Tag name -> tag id.
 pub(crate) const TAGS: TableDefinition<&str, u64> = TableDefinition::new("tags");
@@ -73,10 +74,12 @@ pub(crate) fn decode(b: &[u8]) -> Option<(u64, Vec<StoredExtent>)> {
 
 /// One metadata change, applied inside a group-committed transaction.
 pub(crate) enum MetaOp {
+    /// `sync`: indices of the file targets to fdatasync before the commit.
     PutBlob {
         tag: u64,
         name: String,
         value: Vec<u8>,
+        sync: Vec<usize>,
     },
     DeleteBlob {
         tag: u64,
@@ -102,11 +105,16 @@ pub(crate) struct Committer {
 }
 
 impl Committer {
-    pub(crate) fn start(db: Arc<Database>, max_batch: usize) -> Committer {
+    /// `syncers[i]`: target i's file (None for RAM targets).
+    pub(crate) fn start(
+        db: Arc<Database>,
+        max_batch: usize,
+        syncers: Vec<Option<SyncHandle>>,
+    ) -> Committer {
         let (tx, rx) = mpsc::channel::<Request>();
         let thread = std::thread::Builder::new()
             .name("blob-commit".into())
-            .spawn(move || run(db, rx, max_batch.max(1)))
+            .spawn(move || run(db, rx, max_batch.max(1), syncers))
             .expect("spawn the blob committer thread");
         Committer {
             tx: Some(tx),
@@ -138,7 +146,12 @@ impl Drop for Committer {
     }
 }
 
-fn run(db: Arc<Database>, rx: Receiver<Request>, max_batch: usize) {
+fn run(
+    db: Arc<Database>,
+    rx: Receiver<Request>,
+    max_batch: usize,
+    syncers: Vec<Option<SyncHandle>>,
+) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < max_batch {
@@ -147,7 +160,9 @@ fn run(db: Arc<Database>, rx: Receiver<Request>, max_batch: usize) {
                 Err(_) => break,
             }
         }
-        let result = apply(&db, &batch).map_err(|e| e.to_string());
+        let result = sync(&syncers, &batch)
+            .and_then(|()| apply(&db, &batch))
+            .map_err(|e| e.to_string());
         if let Err(e) = &result {
             tracing::error!(error = %e, ops = batch.len(), "blob metadata commit failed");
         }
@@ -157,6 +172,24 @@ fn run(db: Arc<Database>, rx: Receiver<Request>, max_batch: usize) {
     }
 }
 
+/// Syncs each file target that a put of the batch wrote, once: data before the metadata.
+fn sync(syncers: &[Option<SyncHandle>], batch: &[Request]) -> Result<(), BlobError> {
+    let mut done = vec![false; syncers.len()];
+    for r in batch {
+        if let MetaOp::PutBlob { sync, .. } = &r.op {
+            for &t in sync {
+                if !done[t] {
+                    done[t] = true;
+                    if let Some(h) = &syncers[t] {
+                        h.sync()?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn apply(db: &Database, batch: &[Request]) -> Result<(), BlobError> {
     let txn = db.begin_write().map_err(meta_err)?;
     {
@@ -164,7 +197,9 @@ fn apply(db: &Database, batch: &[Request]) -> Result<(), BlobError> {
         let mut tags = txn.open_table(TAGS).map_err(meta_err)?;
         for r in batch {
             match &r.op {
-                MetaOp::PutBlob { tag, name, value } => {
+                MetaOp::PutBlob {
+                    tag, name, value, ..
+                } => {
                     blobs
                         .insert((*tag, name.as_str()), value.as_slice())
                         .map_err(meta_err)?;

@@ -362,9 +362,29 @@ impl FileArea {
             .map_err(|e| self.io_err(e))
     }
 
+    /// A descriptor of the file for the committer's fdatasync.
+    pub(crate) fn sync_handle(&self) -> Result<SyncHandle, BlobError> {
+        let file = self.buffered.try_clone().map_err(|e| self.io_err(e))?;
+        Ok(SyncHandle {
+            path: self.path.clone(),
+            file,
+        })
+    }
+}
+
+/// What the committer syncs: one file target's descriptor.
+pub(crate) struct SyncHandle {
+    path: PathBuf,
+    file: File,
+}
+
+impl SyncHandle {
     /// fdatasync: written pages reach the device before the metadata that points at them.
     pub(crate) fn sync(&self) -> Result<(), BlobError> {
-        self.buffered.sync_data().map_err(|e| self.io_err(e))
+        self.file.sync_data().map_err(|source| BlobError::TargetIo {
+            path: self.path.clone(),
+            source,
+        })
     }
 }
 
@@ -459,7 +479,7 @@ mod tests {
                 let mut buf = AlignedBuf::new(2 * PAGE_SIZE as usize);
                 buf.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
                 f.write_pages(3, &buf).unwrap();
-                f.sync().unwrap();
+                f.sync_handle().unwrap().sync().unwrap();
                 let mut back = AlignedBuf::new(2 * PAGE_SIZE as usize);
                 f.read_pages(3, &mut back).unwrap();
                 assert_eq!(&back[..], &buf[..]);

@@ -206,3 +206,54 @@ fn concurrent_puts_gets_deletes() {
         assert_eq!(check_whole(id, &out), v);
     }
 }
+
+/// Durable 4 KiB puts from many threads on a disk file target: how far group commit carries.
+/// Ignored by default (timing only): `cargo test -p tandem-blob --release --test stress -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn durable_put_throughput() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig {
+        metadata: dir.path().join("meta.redb"),
+        targets: vec![TargetConfig {
+            kind: TargetKind::File,
+            path: Some(dir.path().join("d.dat")),
+            capacity: 65536 * P,
+            score: 0.5,
+        }],
+        limits: Limits::default(),
+    };
+    let store = Arc::new(BlobStore::open(&cfg).unwrap());
+    let tag = store.get_or_create_tag("bench").unwrap();
+    for threads in [1u32, 4, 16] {
+        let per = 2000 / threads;
+        let start = Instant::now();
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    let data = vec![t as u8; P as usize];
+                    for i in 0..per {
+                        store
+                            .put(
+                                tag,
+                                &format!("b-{threads}-{t}-{}", i % 64),
+                                0,
+                                &data,
+                                Score(0.5),
+                            )
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let n = (per * threads) as f64;
+        eprintln!(
+            "{threads:>2} threads: {:.0} durable 4 KiB puts/s",
+            n / start.elapsed().as_secs_f64()
+        );
+    }
+}
