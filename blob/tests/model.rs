@@ -40,6 +40,7 @@ enum Op {
         tag: usize,
     },
     Reopen,
+    CreateTag,
 }
 
 const SCORES: [f32; 5] = [-1.0, 0.0, 0.5, 0.95, 1.0];
@@ -58,6 +59,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (tag.clone(), blob).prop_map(|(tag, blob)| Op::Stat { tag, blob }),
         1 => tag.prop_map(|tag| Op::List { tag }),
         1 => Just(Op::Reopen),
+        1 => Just(Op::CreateTag),
     ]
 }
 
@@ -111,7 +113,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
     let cfg = config(dir.path(), shm.path());
     let mut store = Some(BlobStore::open(&cfg).unwrap());
-    let tags = [
+    let mut t2 = false; // tag 2 ("t2") exists once an op created it
+    let mut tags = [
         s(&store).get_or_create_tag("t0").unwrap(),
         s(&store).get_or_create_tag("t1").unwrap(),
         TagId(99),
@@ -137,7 +140,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             } => {
                 let bytes = data(seed, len);
                 let r = st.put(tags[tag], NAMES[blob], offset, &bytes, Score(SCORES[score]));
-                if tag == 2 {
+                if tag == 2 && !t2 {
                     prop_assert!(matches!(r, Err(BlobError::UnknownTag(_))), "{r:?}");
                     continue;
                 }
@@ -185,7 +188,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let mut out = vec![0xEE; len as usize];
                 let r = st.get(tags[tag], NAMES[blob], offset, &mut out);
                 match (tag, model.get(&(tag, blob))) {
-                    (2, _) => prop_assert!(matches!(r, Err(BlobError::UnknownTag(_))), "{:?}", r),
+                    (2, _) if !t2 => {
+                        prop_assert!(matches!(r, Err(BlobError::UnknownTag(_))), "{:?}", r)
+                    }
                     (_, None) => {
                         prop_assert!(matches!(r, Err(BlobError::NotFound { .. })), "{:?}", r)
                     }
@@ -207,7 +212,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Delete { tag, blob } => {
                 let r = st.delete(tags[tag], NAMES[blob]);
                 match (tag, model.remove(&(tag, blob))) {
-                    (2, _) => prop_assert!(matches!(r, Err(BlobError::UnknownTag(_))), "{:?}", r),
+                    (2, _) if !t2 => {
+                        prop_assert!(matches!(r, Err(BlobError::UnknownTag(_))), "{:?}", r)
+                    }
                     (_, None) => {
                         prop_assert!(matches!(r, Err(BlobError::NotFound { .. })), "{:?}", r)
                     }
@@ -217,7 +224,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Stat { tag, blob } => {
                 let r = st.stat(tags[tag], NAMES[blob]);
                 match (tag, model.get(&(tag, blob))) {
-                    (2, _) => prop_assert!(matches!(r, Err(BlobError::UnknownTag(_))), "{:?}", r),
+                    (2, _) if !t2 => {
+                        prop_assert!(matches!(r, Err(BlobError::UnknownTag(_))), "{:?}", r)
+                    }
                     (_, None) => {
                         prop_assert!(matches!(r, Err(BlobError::NotFound { .. })), "{:?}", r)
                     }
@@ -235,7 +244,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::List { tag } => {
                 let r = st.list_blobs(tags[tag]);
-                if tag == 2 {
+                if tag == 2 && !t2 {
                     prop_assert!(matches!(r, Err(BlobError::UnknownTag(_))), "{:?}", r);
                     continue;
                 }
@@ -248,6 +257,23 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .collect();
                 prop_assert_eq!(got, want);
             }
+            Op::CreateTag => {
+                let id = st.get_or_create_tag("t2").unwrap();
+                if t2 {
+                    prop_assert_eq!(id, tags[2]);
+                } else {
+                    prop_assert!(!tags[..2].contains(&id));
+                    tags[2] = id;
+                    t2 = true;
+                }
+                let names: Vec<String> = st
+                    .list_tags()
+                    .unwrap()
+                    .into_iter()
+                    .map(|(_, n)| n)
+                    .collect();
+                prop_assert_eq!(names, vec!["t0", "t1", "t2"]);
+            }
             Op::Reopen => {
                 drop(store.take());
                 store = Some(BlobStore::open(&cfg).unwrap());
@@ -255,6 +281,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let st = s(&store);
                 prop_assert_eq!(st.tag("t0").unwrap(), Some(tags[0]));
                 prop_assert_eq!(st.tag("t1").unwrap(), Some(tags[1]));
+                prop_assert_eq!(st.tag("t2").unwrap(), t2.then_some(tags[2]));
             }
         }
         // Space: exactly the pages the model's blobs occupy, nothing leaked.

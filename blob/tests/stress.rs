@@ -257,3 +257,113 @@ fn durable_put_throughput() {
         );
     }
 }
+
+fn small_store(dir: &std::path::Path) -> BlobStore {
+    BlobStore::open(&StoreConfig {
+        metadata: dir.join("meta.redb"),
+        targets: vec![
+            TargetConfig {
+                kind: TargetKind::Ram,
+                path: None,
+                capacity: 64 * P,
+                score: 1.0,
+            },
+            TargetConfig {
+                kind: TargetKind::File,
+                path: Some(dir.join("f.dat")),
+                capacity: 64 * P,
+                score: 0.5,
+            },
+        ],
+        limits: Limits::default(),
+    })
+    .unwrap()
+}
+
+/// Two puts to different blobs are in their data phase at the same time: each one's `fill`
+/// waits for the other's, which would deadlock (and time out) if puts were serialised.
+#[test]
+fn puts_to_different_blobs_overlap() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(small_store(dir.path()));
+    let tag = store.get_or_create_tag("t").unwrap();
+    for score in [Score(1.0), Score(0.5)] {
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let (tx, rx) = std::sync::mpsc::channel();
+        for b in 0..2 {
+            let (store, barrier, tx) = (store.clone(), barrier.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let r = store.put_with(
+                    tag,
+                    &format!("p{b}-{}", score.0),
+                    0,
+                    100,
+                    score,
+                    &mut |_, dst| {
+                        barrier.wait();
+                        dst.fill(b as u8);
+                        Ok(())
+                    },
+                );
+                tx.send(r.map(|_| ())).unwrap();
+            });
+        }
+        for _ in 0..2 {
+            rx.recv_timeout(Duration::from_secs(20))
+                .expect("puts to different blobs were serialised")
+                .unwrap();
+        }
+    }
+}
+
+/// Puts to one blob never overlap: while one put is inside its `fill`, a second put of the
+/// same blob does not reach its own `fill`; it proceeds once the first returned.
+#[test]
+fn puts_to_one_blob_are_serialised() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(small_store(dir.path()));
+    let tag = store.get_or_create_tag("t").unwrap();
+    for score in [Score(1.0), Score(0.5)] {
+        let name = format!("one-{}", score.0);
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+        let first = {
+            let (store, name) = (store.clone(), name.clone());
+            std::thread::spawn(move || {
+                store
+                    .put_with(tag, &name, 0, 10, score, &mut |_, dst| {
+                        entered_tx.send(()).unwrap();
+                        release_rx.recv().unwrap();
+                        dst.fill(1);
+                        Ok(())
+                    })
+                    .unwrap()
+            })
+        };
+        entered_rx.recv().unwrap();
+        let second_filled = Arc::new(AtomicBool::new(false));
+        let second = {
+            let (store, name, flag) = (store.clone(), name.clone(), second_filled.clone());
+            std::thread::spawn(move || {
+                store
+                    .put_with(tag, &name, 5, 10, score, &mut |_, dst| {
+                        flag.store(true, Ordering::SeqCst);
+                        dst.fill(2);
+                        Ok(())
+                    })
+                    .unwrap()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !second_filled.load(Ordering::SeqCst),
+            "a second put of one blob ran alongside the first"
+        );
+        release_tx.send(()).unwrap();
+        assert_eq!(first.join().unwrap().size, 10);
+        assert_eq!(second.join().unwrap().size, 15);
+        let mut out = [0u8; 15];
+        store.get(tag, &name, 0, &mut out).unwrap();
+        assert_eq!(out, [1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]);
+    }
+}
