@@ -165,7 +165,9 @@ impl Score {
 pub struct PutInfo {
     /// The blob's size after the put.
     pub size: u64,
-    /// Whether the blob is durable (file targets) or volatile (RAM targets).
+    /// Whether the blob is durable (file targets) or volatile (RAM targets). A first put whose
+    /// score prefers file targets lands in RAM when those are full (see the crate docs,
+    /// "Placement"): a caller that needs durability checks this.
     pub durable: bool,
     /// Indices (into [`BlobStore::targets`]) of the targets this put's pages went to.
     pub targets: Vec<usize>,
@@ -545,6 +547,10 @@ impl BlobStore {
     /// dst)`, called with consecutive chunks that together cover `0..len`, writing straight
     /// into the target's memory (RAM target) or an aligned bounce buffer (file target). A fill
     /// error aborts the put, which then leaves nothing behind.
+    ///
+    /// `fill` runs while the put holds the blob's put lock: it must not put to or delete the
+    /// same blob (that would wait on itself); gets of the blob, and anything on other blobs,
+    /// are fine.
     pub fn put_with(
         &self,
         tag: TagId,
@@ -899,6 +905,9 @@ impl BlobStore {
     /// Reads `len` bytes at `offset` of blob `name`, handing them to `drain(offset_within,
     /// bytes)` in consecutive chunks, straight from the target's memory (RAM target) or from a
     /// bounce buffer (file target). A drain error aborts the get.
+    ///
+    /// `drain` runs while the get holds the blob's read lock: it must not put to or delete the
+    /// same blob (the put would wait for this get to finish).
     pub fn get_with(
         &self,
         tag: TagId,

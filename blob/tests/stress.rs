@@ -367,3 +367,63 @@ fn puts_to_one_blob_are_serialised() {
         assert_eq!(out, [1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2]);
     }
 }
+
+/// Volatile 4 KiB puts and gets from many threads on a RAM target (overwrites of 64 blobs per
+/// thread). Ignored by default (timing only).
+#[test]
+#[ignore]
+fn ram_put_get_throughput() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = StoreConfig {
+        metadata: dir.path().join("meta.redb"),
+        targets: vec![TargetConfig {
+            kind: TargetKind::Ram,
+            path: None,
+            capacity: 65536 * P,
+            score: 1.0,
+        }],
+        limits: Limits::default(),
+    };
+    let store = Arc::new(BlobStore::open(&cfg).unwrap());
+    let tag = store.get_or_create_tag("bench").unwrap();
+    for threads in [1u32, 2, 8] {
+        let per = 400_000 / threads;
+        let start = Instant::now();
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    let data = vec![t as u8; P as usize];
+                    let names: Vec<String> = (0..64).map(|i| format!("r-{t}-{i}")).collect();
+                    for i in 0..per as usize {
+                        store
+                            .put(tag, &names[i % 64], 0, &data, Score::AUTO)
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let puts = (per * threads) as f64 / start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    let mut out = vec![0; P as usize];
+                    let names: Vec<String> = (0..64).map(|i| format!("r-{t}-{i}")).collect();
+                    for i in 0..per as usize {
+                        store.get(tag, &names[i % 64], 0, &mut out).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        let gets = (per * threads) as f64 / start.elapsed().as_secs_f64();
+        eprintln!("{threads:>2} threads: {puts:.0} RAM 4 KiB puts/s, {gets:.0} gets/s");
+    }
+}
