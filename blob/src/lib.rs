@@ -92,10 +92,11 @@
 //! # File targets
 //!
 //! A file target is a file of exactly its capacity, created and preallocated (`posix_fallocate`)
-//! on first start; a file that exists with another size is [`BlobError::TargetSize`]. Data moves
-//! in whole aligned pages through aligned buffers, so every request qualifies for `O_DIRECT`;
-//! where the filesystem refuses `O_DIRECT` (tmpfs before Linux 6.6), the store uses a buffered descriptor and says
-//! so through `tracing`. The metadata names file targets by their configured path string; a
+//! on first start under a temporary name and renamed into place when complete; a file that
+//! exists with another size is [`BlobError::TargetSize`]. Data moves in whole aligned pages
+//! through aligned buffers, so every request qualifies for `O_DIRECT`; where the filesystem
+//! refuses `O_DIRECT` (tmpfs before Linux 6.6), the store uses a buffered descriptor and says so
+//! through `tracing`. Reads and writes are `pread`/`pwrite`. The metadata names file targets by their configured path string; a
 //! metadata file that knows a path whose file has vanished, or whose blobs reference a target no
 //! longer configured, is [`BlobError::TargetMismatch`].
 

@@ -253,47 +253,21 @@ impl FileArea {
             path: path.to_owned(),
             source,
         };
-        let exists = path.exists();
+        if !path.exists() {
+            create(path, capacity).map_err(create_err)?;
+        }
         let buffered = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(!exists)
-            .truncate(false)
             .open(path)
             .map_err(create_err)?;
         let actual = buffered.metadata().map_err(create_err)?.len();
-        if exists {
-            if actual != capacity {
-                return Err(BlobError::TargetSize {
-                    path: path.to_owned(),
-                    expected: capacity,
-                    actual,
-                });
-            }
-        } else if capacity > 0 {
-            let len = libc::off_t::try_from(capacity)
-                .map_err(|_| create_err(io::Error::from(io::ErrorKind::InvalidInput)))?;
-            // SAFETY: a valid open descriptor; posix_fallocate returns an errno value.
-            let rc = unsafe { libc::posix_fallocate(buffered.as_raw_fd(), 0, len) };
-            if rc != 0 {
-                let err = io::Error::from_raw_os_error(rc);
-                // A filesystem without fallocate still gets a file of the right size.
-                if rc == libc::EOPNOTSUPP || rc == libc::EINVAL {
-                    tracing::info!(path = %path.display(), %err, "fallocate refused; sizing the file sparse");
-                    buffered.set_len(capacity).map_err(create_err)?;
-                } else {
-                    drop(buffered);
-                    let _ = std::fs::remove_file(path);
-                    return Err(create_err(err));
-                }
-            }
-            buffered.sync_all().map_err(create_err)?;
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                // The new directory entry must survive a crash as well as the file's contents.
-                if let Ok(d) = File::open(dir) {
-                    let _ = d.sync_all();
-                }
-            }
+        if actual != capacity {
+            return Err(BlobError::TargetSize {
+                path: path.to_owned(),
+                expected: capacity,
+                actual,
+            });
         }
         if !try_direct {
             return Ok(FileArea {
@@ -386,6 +360,46 @@ impl SyncHandle {
             source,
         })
     }
+}
+
+/// Creates a target file of `capacity` bytes, preallocated, under a temporary name renamed into
+/// place once complete: a crash during creation leaves no half-sized file at `path`.
+fn create(path: &Path, capacity: u64) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".creating");
+    let tmp = PathBuf::from(tmp);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)?;
+    let result = (|| {
+        if capacity > 0 {
+            let len = libc::off_t::try_from(capacity)
+                .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            // SAFETY: a valid open descriptor; posix_fallocate returns an errno value.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+            if rc == libc::EOPNOTSUPP || rc == libc::EINVAL {
+                // A filesystem without fallocate still gets a file of the right size.
+                tracing::info!(path = %path.display(), "fallocate refused; sizing the file sparse");
+                file.set_len(capacity)?;
+            } else if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+        }
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        // The new directory entry must survive a crash as well as the file's contents.
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// Where a target's bytes live.

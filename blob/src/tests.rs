@@ -414,6 +414,18 @@ fn name_and_range_errors() {
         s.get(t, "a", 10, &mut [0]),
         Err(BlobError::OutOfRange { .. })
     ));
+    // Absurd lengths are refused before any callback runs or anything is allocated.
+    let e = s.get_with(t, "a", 0, u64::MAX, &mut |_, _| {
+        panic!("drain must not run")
+    });
+    assert!(
+        matches!(e, Err(BlobError::OutOfRange { size: 10, .. })),
+        "{e:?}"
+    );
+    let e = s.put_with(t, "a", 1, u64::MAX, Score::AUTO, &mut |_, _| {
+        panic!("fill must not run")
+    });
+    assert!(matches!(e, Err(BlobError::TooLarge { .. })), "{e:?}");
 
     assert!(matches!(
         s.put(t, "a", u64::MAX, b"ab", Score::AUTO),
