@@ -108,6 +108,35 @@ pub enum BlobError {
     Corrupt(String),
 }
 
+impl BlobError {
+    /// A stable, non-zero number per variant, for callers that get a code rather than a typed
+    /// error (kernels): 1 `EmptyName`, 2 `NameTooLong`, 3 `UnknownTag`, 4 `NotFound`,
+    /// 5 `OutOfRange`, 6 `EmptyRange`, 7 `TooLarge`, 8 `NoSpace`, 9 `BadScore`, 10 `Fill`,
+    /// 11 `TargetCreate`, 12 `TargetSize`, 13 `TargetIo`, 14 `TargetMismatch`, 15 `Config`,
+    /// 16 `Metadata`, 17 `Corrupt`. 0 is left for success.
+    pub fn code(&self) -> u32 {
+        match self {
+            BlobError::EmptyName => 1,
+            BlobError::NameTooLong { .. } => 2,
+            BlobError::UnknownTag(_) => 3,
+            BlobError::NotFound { .. } => 4,
+            BlobError::OutOfRange { .. } => 5,
+            BlobError::EmptyRange => 6,
+            BlobError::TooLarge { .. } => 7,
+            BlobError::NoSpace { .. } => 8,
+            BlobError::BadScore(_) => 9,
+            BlobError::Fill(_) => 10,
+            BlobError::TargetCreate { .. } => 11,
+            BlobError::TargetSize { .. } => 12,
+            BlobError::TargetIo { .. } => 13,
+            BlobError::TargetMismatch { .. } => 14,
+            BlobError::Config(_) => 15,
+            BlobError::Metadata(_) => 16,
+            BlobError::Corrupt(_) => 17,
+        }
+    }
+}
+
 impl fmt::Display for BlobError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -619,6 +619,61 @@ fn config_deserialises_from_toml() {
 }
 
 #[test]
+fn error_codes_are_distinct_and_non_zero() {
+    let p = std::path::PathBuf::from("/x");
+    let io = || std::io::Error::from(std::io::ErrorKind::Other);
+    let all = [
+        BlobError::EmptyName,
+        BlobError::NameTooLong { len: 1, max: 0 },
+        BlobError::UnknownTag(TagId(1)),
+        BlobError::NotFound {
+            tag: TagId(1),
+            name: "n".into(),
+        },
+        BlobError::OutOfRange {
+            size: 0,
+            offset: 0,
+            len: 1,
+        },
+        BlobError::EmptyRange,
+        BlobError::TooLarge {
+            offset: 0,
+            len: 0,
+            max: 0,
+        },
+        BlobError::NoSpace {
+            requested: 1,
+            available: 0,
+        },
+        BlobError::BadScore(2.0),
+        BlobError::Fill(FillError("f".into())),
+        BlobError::TargetCreate {
+            path: p.clone(),
+            source: io(),
+        },
+        BlobError::TargetSize {
+            path: p.clone(),
+            expected: 1,
+            actual: 0,
+        },
+        BlobError::TargetIo {
+            path: p.clone(),
+            source: io(),
+        },
+        BlobError::TargetMismatch {
+            path: p,
+            reason: "r".into(),
+        },
+        BlobError::Config("c".into()),
+        BlobError::Metadata("m".into()),
+        BlobError::Corrupt("c".into()),
+    ];
+    let codes: Vec<u32> = all.iter().map(|e| e.code()).collect();
+    assert_eq!(codes, (1..=17).collect::<Vec<u32>>());
+    assert!(all.iter().all(|e| !e.to_string().is_empty()));
+}
+
+#[test]
 fn cut_and_merge() {
     let e = |lpage, npages, ppage| Extent {
         lpage,
