@@ -22,7 +22,8 @@ impl std::error::Error for FillError {}
 pub enum BlobError {
     /// A tag or blob name is empty.
     EmptyName,
-    /// A tag or blob name is longer than the limit ([`crate::MAX_NAME_LEN`], [`crate::MAX_TAG_LEN`]).
+    /// A tag or blob name is longer than its limit ([`crate::MAX_NAME_LEN`],
+    /// [`crate::MAX_TAG_LEN`]).
     NameTooLong {
         /// Length of the name given, in bytes.
         len: usize,

@@ -51,7 +51,8 @@
 //!   including a failing `fill`) leaves the blob and the free space as they were.
 //! * **Get** ([`BlobStore::get`], [`BlobStore::get_with`]) reads `len` bytes at `offset`; a range
 //!   past the end is [`BlobError::OutOfRange`], which states the size.
-//! * A put or get of zero bytes is [`BlobError::EmptyRange`] (after the tag and name checks).
+//! * A put or get of zero bytes is [`BlobError::EmptyRange`] (checked after the name and tag,
+//!   and for a get after the blob's existence).
 //! * **Delete** removes a blob; a get racing a delete returns the old bytes or
 //!   [`BlobError::NotFound`].
 //! * Unknown tag ids are [`BlobError::UnknownTag`], unknown blobs [`BlobError::NotFound`].
@@ -61,9 +62,10 @@
 //! A put never writes pages that a reader may see. It allocates new pages for every page its
 //! range touches, writes them (the untouched head and tail of the first and last page are copied
 //! from the old version; bytes past the new size are zeros), for a durable blob has the target
-//! files `fdatasync`ed and the new extent map committed to redb, then publishes the new version in the
-//! in-memory index, and only then frees the replaced pages, after taking the blob's lock for
-//! writing, which waits out every get still copying from the old version. Puts to one blob are
+//! files `fdatasync`ed and the new extent map committed to redb, then publishes the new version
+//! in the in-memory index under the blob's lock for writing (which waits out every get still
+//! copying from the old version), and only then frees the replaced pages. Gets never touch redb:
+//! the in-memory index, rebuilt from redb at open, is the read path. Puts to one blob are
 //! serialised by a per-blob mutex; puts to different blobs write their data in parallel and meet
 //! only in the group committer, which takes every metadata change that arrived during the
 //! previous commit, `fdatasync`s the files their data went to (once per file for the whole
@@ -96,9 +98,9 @@
 //! exists with another size is [`BlobError::TargetSize`]. Data moves in whole aligned pages
 //! through aligned buffers, so every request qualifies for `O_DIRECT`; where the filesystem
 //! refuses `O_DIRECT` (tmpfs before Linux 6.6), the store uses a buffered descriptor and says so
-//! through `tracing`. Reads and writes are `pread`/`pwrite`. The metadata names file targets by their configured path string; a
-//! metadata file that knows a path whose file has vanished, or whose blobs reference a target no
-//! longer configured, is [`BlobError::TargetMismatch`].
+//! through `tracing`. Reads and writes are `pread`/`pwrite`. The metadata names file targets by
+//! their configured path string; a metadata file that knows a path whose file has vanished, or
+//! whose blobs reference a target no longer configured, is [`BlobError::TargetMismatch`].
 
 #![warn(missing_docs)]
 

@@ -140,8 +140,9 @@ fn bytes_past_the_size_of_a_reused_page_read_as_zeros() {
     s.put(t, "a", 0, &[0xff; 3 * PAGE_SIZE as usize], Score::AUTO)
         .unwrap();
     s.delete(t, "a").unwrap();
-    s.put(t, "b", 0, b"x", Score::AUTO).unwrap(); // a dirty page
-                                                  // Extending past page 0 leaves page 0 as it is: its bytes past the old size must be zeros.
+    // b's page 0 is one of a's dirty pages.
+    s.put(t, "b", 0, b"x", Score::AUTO).unwrap();
+    // Extending past page 0 leaves page 0 as it is: its bytes past the old size must be zeros.
     s.put(t, "b", PAGE_SIZE + 1, b"y", Score::AUTO).unwrap();
     let mut out = vec![1u8; PAGE_SIZE as usize + 2];
     s.get(t, "b", 0, &mut out).unwrap();
