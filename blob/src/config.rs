@@ -1,0 +1,75 @@
+//! Configuration, deserialisable so that the runtime's TOML can embed it as `[blob]`.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// What a target is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetKind {
+    /// One anonymous allocation of `capacity` bytes; volatile (lost at restart).
+    Ram,
+    /// A preallocated file of `capacity` bytes; durable.
+    File,
+}
+
+/// One storage target.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetConfig {
+    /// RAM or file.
+    pub kind: TargetKind,
+    /// The file's path (file targets only; must be absent or ignored for RAM targets).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Capacity in bytes; rounded down to whole pages ([`crate::PAGE_SIZE`]).
+    pub capacity: u64,
+    /// The target's tier, `0.0..=1.0`, higher = faster.
+    pub score: f32,
+}
+
+/// Limits a store enforces.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest size a blob may reach (`offset + len` of a put), in bytes.
+    pub max_blob_size: u64,
+    /// Most puts/deletes whose metadata one redb transaction commits (group commit).
+    pub max_commit_batch: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_blob_size: 1 << 40,
+            max_commit_batch: 256,
+        }
+    }
+}
+
+/// A store's configuration.
+///
+/// ```toml
+/// metadata = "/var/lib/tandem/blob.redb"
+/// [[targets]]
+/// kind = "ram"
+/// capacity = 1073741824
+/// score = 1.0
+/// [[targets]]
+/// kind = "file"
+/// path = "/var/lib/tandem/blob0.dat"
+/// capacity = 17179869184
+/// score = 0.5
+/// ```
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Path of the redb metadata file; created on first start.
+    pub metadata: PathBuf,
+    /// The storage targets, at least one.
+    pub targets: Vec<TargetConfig>,
+    /// Limits; defaults when absent.
+    #[serde(default)]
+    pub limits: Limits,
+}

@@ -1,0 +1,218 @@
+//! The store's typed errors.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::TagId;
+
+/// Why a `fill` or `drain` callback failed; it aborts the operation that called it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FillError(pub String);
+
+impl fmt::Display for FillError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FillError {}
+
+/// Every way a store operation can fail. The store stays usable after any of them.
+#[derive(Debug)]
+pub enum BlobError {
+    /// A tag or blob name is empty.
+    EmptyName,
+    /// A tag or blob name is longer than its limit ([`crate::MAX_NAME_LEN`],
+    /// [`crate::MAX_TAG_LEN`]).
+    NameTooLong {
+        /// Length of the name given, in bytes.
+        len: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// No tag has this id.
+    UnknownTag(TagId),
+    /// The tag has no blob of this name.
+    NotFound {
+        /// The tag searched.
+        tag: TagId,
+        /// The blob name searched.
+        name: String,
+    },
+    /// A get asked for bytes past the end of the blob.
+    OutOfRange {
+        /// The blob's size in bytes.
+        size: u64,
+        /// First byte asked for.
+        offset: u64,
+        /// Number of bytes asked for.
+        len: u64,
+    },
+    /// A put or get of zero bytes.
+    EmptyRange,
+    /// `offset + len` overflows or exceeds the largest blob size the store allows.
+    TooLarge {
+        /// First byte of the range.
+        offset: u64,
+        /// Length of the range.
+        len: u64,
+        /// The largest blob size allowed ([`crate::Limits::max_blob_size`]).
+        max: u64,
+    },
+    /// No target that the put may use has room for it.
+    NoSpace {
+        /// Bytes the put needed to allocate (whole pages).
+        requested: u64,
+        /// Free bytes on the targets the put could have used.
+        available: u64,
+    },
+    /// A score that is neither [`crate::Score::AUTO`] nor within `0.0..=1.0`.
+    BadScore(f32),
+    /// The put's `fill` or the get's `drain` callback failed.
+    Fill(FillError),
+    /// A target file could not be created, opened or preallocated.
+    TargetCreate {
+        /// The target's path.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A target file exists with a size other than its configured capacity.
+    TargetSize {
+        /// The target's path.
+        path: PathBuf,
+        /// Configured capacity in bytes.
+        expected: u64,
+        /// The file's size in bytes.
+        actual: u64,
+    },
+    /// Reading, writing or syncing a target file failed.
+    TargetIo {
+        /// The target's path.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The metadata references a file target that the configuration no longer lists,
+    /// or lists with a different capacity.
+    TargetMismatch {
+        /// The target's path.
+        path: PathBuf,
+        /// What differs.
+        reason: String,
+    },
+    /// The configuration is invalid.
+    Config(String),
+    /// The metadata database failed (open, transaction, commit).
+    Metadata(String),
+    /// The metadata database holds something the store cannot have written.
+    Corrupt(String),
+}
+
+impl BlobError {
+    /// A stable, non-zero number per variant, for callers that get a code rather than a typed
+    /// error (kernels): 1 `EmptyName`, 2 `NameTooLong`, 3 `UnknownTag`, 4 `NotFound`,
+    /// 5 `OutOfRange`, 6 `EmptyRange`, 7 `TooLarge`, 8 `NoSpace`, 9 `BadScore`, 10 `Fill`,
+    /// 11 `TargetCreate`, 12 `TargetSize`, 13 `TargetIo`, 14 `TargetMismatch`, 15 `Config`,
+    /// 16 `Metadata`, 17 `Corrupt`. 0 is left for success.
+    pub fn code(&self) -> u32 {
+        match self {
+            BlobError::EmptyName => 1,
+            BlobError::NameTooLong { .. } => 2,
+            BlobError::UnknownTag(_) => 3,
+            BlobError::NotFound { .. } => 4,
+            BlobError::OutOfRange { .. } => 5,
+            BlobError::EmptyRange => 6,
+            BlobError::TooLarge { .. } => 7,
+            BlobError::NoSpace { .. } => 8,
+            BlobError::BadScore(_) => 9,
+            BlobError::Fill(_) => 10,
+            BlobError::TargetCreate { .. } => 11,
+            BlobError::TargetSize { .. } => 12,
+            BlobError::TargetIo { .. } => 13,
+            BlobError::TargetMismatch { .. } => 14,
+            BlobError::Config(_) => 15,
+            BlobError::Metadata(_) => 16,
+            BlobError::Corrupt(_) => 17,
+        }
+    }
+}
+
+impl fmt::Display for BlobError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BlobError::EmptyName => write!(f, "empty name"),
+            BlobError::NameTooLong { len, max } => {
+                write!(f, "name of {len} bytes is longer than the limit of {max}")
+            }
+            BlobError::UnknownTag(t) => write!(f, "unknown tag {}", t.0),
+            BlobError::NotFound { tag, name } => {
+                write!(f, "blob {name:?} not found in tag {}", tag.0)
+            }
+            BlobError::OutOfRange { size, offset, len } => write!(
+                f,
+                "range {offset}+{len} is past the end of the blob (size {size})"
+            ),
+            BlobError::EmptyRange => write!(f, "zero-length range"),
+            BlobError::TooLarge { offset, len, max } => {
+                write!(
+                    f,
+                    "range {offset}+{len} exceeds the largest blob size {max}"
+                )
+            }
+            BlobError::NoSpace {
+                requested,
+                available,
+            } => write!(
+                f,
+                "no space: {requested} bytes requested, {available} available"
+            ),
+            BlobError::BadScore(s) => write!(f, "bad score {s}: use -1.0 (automatic) or 0.0..=1.0"),
+            BlobError::Fill(e) => write!(f, "data callback failed: {e}"),
+            BlobError::TargetCreate { path, source } => {
+                write!(f, "cannot create target {}: {source}", path.display())
+            }
+            BlobError::TargetSize {
+                path,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "target {} is {actual} bytes, configured capacity is {expected}",
+                path.display()
+            ),
+            BlobError::TargetIo { path, source } => {
+                write!(f, "I/O on target {}: {source}", path.display())
+            }
+            BlobError::TargetMismatch { path, reason } => {
+                write!(f, "target {}: {reason}", path.display())
+            }
+            BlobError::Config(m) => write!(f, "bad configuration: {m}"),
+            BlobError::Metadata(m) => write!(f, "metadata database: {m}"),
+            BlobError::Corrupt(m) => write!(f, "corrupt metadata: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for BlobError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BlobError::TargetCreate { source, .. } | BlobError::TargetIo { source, .. } => {
+                Some(source)
+            }
+            BlobError::Fill(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<FillError> for BlobError {
+    fn from(e: FillError) -> Self {
+        BlobError::Fill(e)
+    }
+}
+
+/// Converts any redb error into [`BlobError::Metadata`]; redb's types stay out of the API.
+pub(crate) fn meta_err(e: impl fmt::Display) -> BlobError {
+    BlobError::Metadata(e.to_string())
+}

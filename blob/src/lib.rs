@@ -1,0 +1,1091 @@
+//! Tandem's blob store: named byte blobs grouped by tags, kept on RAM and file targets, with
+//! crash-safe metadata in redb. This crate is the storage core; the runtime routes kernel and
+//! client requests to it.
+//!
+//! # Concepts
+//!
+//! * A **tag** is a named group of blobs with a [`TagId`] (a `u64`, which kernels pass as is),
+//!   from [`BlobStore::get_or_create_tag`]. Tags are always durable and never deleted.
+//! * A **blob** is a name within a tag and a byte string with a size.
+//! * A **target** is where bytes live: a RAM target (one anonymous mapping, volatile) or a file
+//!   target (a preallocated file, durable). Space is accounted in pages of [`PAGE_SIZE`] bytes.
+//! * A **score** ([`Score`]) says where a put should go.
+//!
+//! # Names and limits
+//!
+//! Blob names are non-empty UTF-8 of at most [`MAX_NAME_LEN`] bytes, tag names at most
+//! [`MAX_TAG_LEN`] bytes ([`BlobError::EmptyName`], [`BlobError::NameTooLong`]). A blob may grow
+//! to [`Limits::max_blob_size`] bytes; a range whose end overflows or passes it is
+//! [`BlobError::TooLarge`], checked before anything is allocated.
+//!
+//! # Placement
+//!
+//! [`Score::AUTO`] (-1.0) tries the targets fastest first (highest score; ties in configuration
+//! order). A score `s` in `0.0..=1.0` tries first the targets whose score is at or below `s`,
+//! nearest first (highest first), then, if those are full, the targets above `s`, nearest first
+//! (lowest first). A put may spill over several targets of the candidate list. When no target it
+//! may use has room: [`BlobError::NoSpace`] with the bytes requested and those available.
+//! Other scores are [`BlobError::BadScore`]. Because puts are copy-on-write, a put needs free
+//! pages for every page its range touches, even when it overwrites existing bytes; the replaced
+//! pages are freed when it completes. Concurrent puts reserve space independently, so a put may
+//! see `NoSpace` while another put's reservation is still held.
+//!
+//! # Durability and volatility
+//!
+//! Each blob has one class for its whole life, **durable** (all its pages on file targets) or
+//! **volatile** (all its pages on RAM targets), so that no blob can be half-lost at a restart.
+//! The first put of a blob fixes the class: the class of the first candidate target (in the
+//! placement order above) through which the whole put fits, trying classes in the order they
+//! appear among the candidates. Later puts to the blob use only targets of its class (the score
+//! orders them) and fail with [`BlobError::NoSpace`] if those are full. Deleting a blob ends its
+//! class; a new put of the name starts a new blob. Volatile blobs are never written to the
+//! metadata: after a restart they are gone. Durable blobs survive any crash once their put
+//! returned.
+//!
+//! # Operations
+//!
+//! * **Put** ([`BlobStore::put`], [`BlobStore::put_with`]) writes `len` bytes at `offset`,
+//!   creating the blob if needed. Past the end it extends the blob; a hole (bytes never written
+//!   below the size) reads as zeros. A put is all-or-nothing: a reader sees the whole old or the
+//!   whole new content, never a mix and never another blob's bytes. A failed put (any error,
+//!   including a failing `fill`) leaves the blob and the free space as they were.
+//! * **Get** ([`BlobStore::get`], [`BlobStore::get_with`]) reads `len` bytes at `offset`; a range
+//!   past the end is [`BlobError::OutOfRange`], which states the size.
+//! * A put or get of zero bytes is [`BlobError::EmptyRange`] (checked after the name and tag,
+//!   and for a get after the blob's existence).
+//! * **Delete** removes a blob; a get racing a delete returns the old bytes or
+//!   [`BlobError::NotFound`].
+//! * Unknown tag ids are [`BlobError::UnknownTag`], unknown blobs [`BlobError::NotFound`].
+//!
+//! # How a put works (copy-on-write)
+//!
+//! A put never writes pages that a reader may see. It allocates new pages for every page its
+//! range touches, writes them (the untouched head and tail of the first and last page are copied
+//! from the old version; bytes past the new size are zeros), for a durable blob has the target
+//! files `fdatasync`ed and the new extent map committed to redb, then publishes the new version
+//! in the in-memory index under the blob's lock for writing (which waits out every get still
+//! copying from the old version), and only then frees the replaced pages. Gets never touch redb:
+//! the in-memory index, rebuilt from redb at open, is the read path. Puts to one blob are
+//! serialised by a per-blob mutex; puts to different blobs write their data in parallel and meet
+//! only in the group committer, which takes every metadata change that arrived during the
+//! previous commit, `fdatasync`s the files their data went to (once per file for the whole
+//! batch), then commits them in one redb transaction. A put returns after its transaction
+//! committed.
+//!
+//! Free space is never stored: at open it is derived from the committed extent maps, so pages of
+//! puts that were in flight at a crash (written but not committed) are free again. Space is
+//! reserved in memory only, and pages are freed in memory only after the metadata that stopped
+//! referencing them committed, so a committed map never points at reused pages.
+//!
+//! After a crash the store reopens with every acknowledged put intact. A put in flight at the
+//! crash is either wholly visible (its transaction committed before the crash) or not at all.
+//!
+//! # Why redb
+//!
+//! The metadata is a small, write-heavy index (one key per blob) that must commit atomically and
+//! survive a crash. redb is pure Rust (no C toolchain), ACID, one file, with copy-on-write
+//! B-trees whose commit switches a root pointer after an fsync, so a crash leaves either the old
+//! or the new tree. fjall is an LSM tree with a journal: good for large write-heavy data, but it
+//! adds compaction and write amplification for an index this small, and its several files and
+//! background threads are more to manage. heed wraps LMDB, which is proven but needs a C build
+//! and a map size fixed in advance. redb's cost, one fsync'd commit per write transaction, is
+//! what group commit amortises.
+//!
+//! # File targets
+//!
+//! A file target is a file of exactly its capacity, created and preallocated (`posix_fallocate`)
+//! on first start under a temporary name and renamed into place when complete; a file that
+//! exists with another size is [`BlobError::TargetSize`]. Data moves in whole aligned pages
+//! through aligned buffers, so every request qualifies for `O_DIRECT`; where the filesystem
+//! refuses `O_DIRECT` (tmpfs before Linux 6.6), the store uses a buffered descriptor and says so
+//! through `tracing`. Reads and writes are `pread`/`pwrite`. The metadata names file targets by
+//! their configured path string; a metadata file that knows a path whose file has vanished, or
+//! whose blobs reference a target no longer configured, is [`BlobError::TargetMismatch`].
+
+#![warn(missing_docs)]
+
+mod config;
+mod error;
+mod meta;
+mod target;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+pub use config::{Limits, StoreConfig, TargetConfig, TargetKind};
+pub use error::{BlobError, FillError};
+
+use meta::{Committer, MetaOp, StoredExtent};
+use target::{AlignedBuf, Area, FreeList, Target};
+
+/// Bytes per page: the unit of allocation on every target and of file I/O.
+pub const PAGE_SIZE: u64 = 4096;
+/// Longest blob name, in bytes.
+pub const MAX_NAME_LEN: usize = 255;
+/// Longest tag name, in bytes.
+pub const MAX_TAG_LEN: usize = 255;
+
+/// Pages moved per file I/O (and per `fill`/`drain` call): 1 MiB.
+const CHUNK_PAGES: u64 = 256;
+
+/// A put's data source: `fill(offset_within_data, dst)` writes the bytes of `dst`, which
+/// start at `offset_within_data` of the put's range.
+pub type Fill<'a> = dyn FnMut(u64, &mut [u8]) -> Result<(), FillError> + 'a;
+/// A get's data sink: `drain(offset_within_range, src)` takes the bytes of `src`, which start at
+/// `offset_within_range` of the get's range.
+pub type Drain<'a> = dyn FnMut(u64, &[u8]) -> Result<(), FillError> + 'a;
+type Sink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), BlobError> + 'a;
+
+/// A tag's id. Ids start at 1 and are never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TagId(pub u64);
+
+/// A placement score: [`Score::AUTO`] or a tier in `0.0..=1.0` (higher = faster). See the crate
+/// docs, "Placement".
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Score(pub f32);
+
+impl Score {
+    /// Automatic placement: the fastest target with room.
+    pub const AUTO: Score = Score(-1.0);
+
+    fn check(self) -> Result<Option<f32>, BlobError> {
+        if self.0 == -1.0 {
+            Ok(None)
+        } else if (0.0..=1.0).contains(&self.0) {
+            Ok(Some(self.0))
+        } else {
+            Err(BlobError::BadScore(self.0))
+        }
+    }
+}
+
+/// What a put did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PutInfo {
+    /// The blob's size after the put.
+    pub size: u64,
+    /// Whether the blob is durable (file targets) or volatile (RAM targets). A first put whose
+    /// score prefers file targets lands in RAM when those are full (see the crate docs,
+    /// "Placement"): a caller that needs durability checks this.
+    pub durable: bool,
+    /// Indices (into [`BlobStore::targets`]) of the targets this put's pages went to.
+    pub targets: Vec<usize>,
+}
+
+/// A blob's description.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BlobStat {
+    /// The blob's tag.
+    pub tag: TagId,
+    /// The blob's name.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Whether the blob is durable (file targets) or volatile (RAM targets).
+    pub durable: bool,
+    /// Indices (into [`BlobStore::targets`]) of the targets holding its pages, ascending.
+    pub targets: Vec<usize>,
+}
+
+/// A target's description.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetStat {
+    /// Position in the configuration (and in [`BlobStore::targets`]).
+    pub index: usize,
+    /// RAM or file.
+    pub kind: TargetKind,
+    /// The file's path (file targets).
+    pub path: Option<PathBuf>,
+    /// Capacity in bytes (whole pages).
+    pub capacity: u64,
+    /// Bytes allocated, including those of puts in progress.
+    pub used: u64,
+    /// The target's score.
+    pub score: f32,
+    /// Whether the file target uses O_DIRECT (false: buffered I/O, or a RAM target).
+    pub direct_io: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Extent {
+    lpage: u64,
+    npages: u64,
+    target: usize,
+    ppage: u64,
+}
+
+/// One published version of a blob. Its pages are never written while it is published.
+#[derive(Debug)]
+struct Version {
+    size: u64,
+    durable: bool,
+    /// Sorted by `lpage`, non-overlapping; missing pages are holes.
+    extents: Vec<Extent>,
+}
+
+struct BlobEntry {
+    /// Serialises puts and deletes of the blob; `true` once the entry left the index.
+    writer: Mutex<bool>,
+    /// The published version; gets hold the read lock while copying, which keeps its pages from
+    /// being freed. `None` while a first put is in progress.
+    state: RwLock<Option<Arc<Version>>>,
+}
+
+#[derive(Default)]
+struct Tags {
+    by_name: HashMap<String, TagId>,
+    by_id: BTreeMap<TagId, String>,
+    next: u64,
+}
+
+type TagIndex = HashMap<TagId, BTreeMap<String, Arc<BlobEntry>>>;
+
+/// The blob store. `Send + Sync`: share it (`Arc`) between any number of threads.
+pub struct BlobStore {
+    targets: Vec<Target>,
+    index: RwLock<TagIndex>,
+    tags: RwLock<Tags>,
+    tag_create: Mutex<()>,
+    limits: Limits,
+    // Declared last: dropped after the index, joining the committer thread.
+    committer: Committer,
+}
+
+fn check_name(name: &str, max: usize) -> Result<(), BlobError> {
+    if name.is_empty() {
+        Err(BlobError::EmptyName)
+    } else if name.len() > max {
+        Err(BlobError::NameTooLong {
+            len: name.len(),
+            max,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+static ZEROS: [u8; 65536] = [0; 65536];
+
+impl BlobStore {
+    /// Opens the store, creating the metadata file and target files on first start, and
+    /// rebuilds the in-memory index and free space from the committed metadata.
+    pub fn open(config: &StoreConfig) -> Result<BlobStore, BlobError> {
+        if config.targets.is_empty() {
+            return Err(BlobError::Config("no targets".into()));
+        }
+        let mut paths = Vec::new();
+        for (i, t) in config.targets.iter().enumerate() {
+            if !(0.0..=1.0).contains(&t.score) {
+                return Err(BlobError::Config(format!(
+                    "target {i}: score {} not in 0.0..=1.0",
+                    t.score
+                )));
+            }
+            match (t.kind, &t.path) {
+                (TargetKind::File, None) => {
+                    return Err(BlobError::Config(format!(
+                        "target {i}: a file target needs a path"
+                    )))
+                }
+                (TargetKind::Ram, Some(_)) => {
+                    return Err(BlobError::Config(format!(
+                        "target {i}: a RAM target takes no path"
+                    )))
+                }
+                (TargetKind::File, Some(p)) => {
+                    let s = p.to_string_lossy().into_owned();
+                    if paths.contains(&s) {
+                        return Err(BlobError::Config(format!(
+                            "target {i}: path {s} listed twice"
+                        )));
+                    }
+                    paths.push(s);
+                }
+                (TargetKind::Ram, None) => {}
+            }
+        }
+        if let Some(dir) = config
+            .metadata
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).map_err(meta_io)?;
+        }
+        let db = redb::Database::create(&config.metadata).map_err(error::meta_err)?;
+        // Which paths the metadata already knows (and so must exist) is read before registering.
+        let known_before: std::collections::HashSet<String> = {
+            let (known, fresh) = meta::register_targets(&db, &[])?;
+            debug_assert!(fresh.is_empty());
+            known.into_keys().collect()
+        };
+        let mut targets = Vec::new();
+        let mut next_pid = 0u32;
+        let mut pending = Vec::new();
+        for t in &config.targets {
+            let pages = t.capacity / PAGE_SIZE;
+            match t.kind {
+                TargetKind::Ram => targets.push(Target::ram(pages, t.score)?),
+                TargetKind::File => {
+                    let path = t.path.as_ref().expect("checked above");
+                    let s = path.to_string_lossy().into_owned();
+                    if known_before.contains(&s) && !path.exists() {
+                        return Err(BlobError::TargetMismatch {
+                            path: path.clone(),
+                            reason: "the metadata knows this target but its file is gone".into(),
+                        });
+                    }
+                    // The file is created before its path is committed, so a known path always
+                    // had a file.
+                    targets.push(Target::file(path, pages, t.score, next_pid)?);
+                    pending.push((targets.len() - 1, s));
+                    next_pid += 1;
+                }
+            }
+        }
+        let (known, _) = meta::register_targets(&db, &paths)?;
+        let mut pid_index = HashMap::new();
+        for (i, s) in pending {
+            let pid = known[&s];
+            targets[i].pid = Some(pid);
+            pid_index.insert(pid, i);
+        }
+        let pid_path: HashMap<u32, &String> = known.iter().map(|(p, id)| (*id, p)).collect();
+
+        let loaded = meta::load(&db)?;
+        let mut tags = Tags {
+            next: 1,
+            ..Tags::default()
+        };
+        let mut index: TagIndex = HashMap::new();
+        for (name, id) in loaded.tags {
+            tags.by_name.insert(name.clone(), TagId(id));
+            tags.by_id.insert(TagId(id), name);
+            tags.next = tags.next.max(id + 1);
+            index.insert(TagId(id), BTreeMap::new());
+        }
+        let mut used: Vec<Vec<(u64, u64)>> = vec![Vec::new(); targets.len()];
+        for (tag, name, value) in loaded.blobs {
+            let corrupt =
+                |why: &str| BlobError::Corrupt(format!("blob {name:?} of tag {tag}: {why}"));
+            let (size, stored) =
+                meta::decode(&value).ok_or_else(|| corrupt("undecodable extent map"))?;
+            let mut extents = Vec::with_capacity(stored.len());
+            let mut next_lpage = 0;
+            for e in stored {
+                let Some(&ti) = pid_index.get(&e.pid) else {
+                    let path = pid_path.get(&e.pid).map(|p| PathBuf::from(p.as_str()));
+                    return Err(BlobError::TargetMismatch {
+                        path: path.unwrap_or_default(),
+                        reason: format!(
+                            "blob {name:?} of tag {tag} lives on it but it is not configured"
+                        ),
+                    });
+                };
+                if e.lpage < next_lpage || e.npages == 0 {
+                    return Err(corrupt("extents out of order"));
+                }
+                next_lpage = e.lpage + e.npages;
+                used[ti].push((e.ppage, e.npages));
+                extents.push(Extent {
+                    lpage: e.lpage,
+                    npages: e.npages,
+                    target: ti,
+                    ppage: e.ppage,
+                });
+            }
+            if next_lpage > size.div_ceil(PAGE_SIZE) {
+                return Err(corrupt("extents past the size"));
+            }
+            let Some(blobs) = index.get_mut(&TagId(tag)) else {
+                return Err(corrupt("unknown tag"));
+            };
+            let version = Version {
+                size,
+                durable: true,
+                extents,
+            };
+            blobs.insert(
+                name,
+                Arc::new(BlobEntry {
+                    writer: Mutex::new(false),
+                    state: RwLock::new(Some(Arc::new(version))),
+                }),
+            );
+        }
+        for (t, used) in targets.iter_mut().zip(used) {
+            let fl = FreeList::from_used(t.pages, used).map_err(|why| {
+                BlobError::Corrupt(format!(
+                    "target {}: {why}",
+                    t.path()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default()
+                ))
+            })?;
+            *t.free.get_mut() = fl;
+        }
+        let db = Arc::new(db);
+        let mut syncers = Vec::with_capacity(targets.len());
+        for t in &targets {
+            syncers.push(match &t.area {
+                Area::File(f) => Some(f.sync_handle()?),
+                Area::Ram(_) => None,
+            });
+        }
+        Ok(BlobStore {
+            targets,
+            index: RwLock::new(index),
+            tags: RwLock::new(tags),
+            tag_create: Mutex::new(()),
+            limits: config.limits.clone(),
+            committer: Committer::start(db, config.limits.max_commit_batch, syncers),
+        })
+    }
+
+    /// The id of tag `name`, creating (and durably committing) it if it does not exist.
+    pub fn get_or_create_tag(&self, name: &str) -> Result<TagId, BlobError> {
+        check_name(name, MAX_TAG_LEN)?;
+        if let Some(&id) = self.tags.read().by_name.get(name) {
+            return Ok(id);
+        }
+        let _one = self.tag_create.lock();
+        if let Some(&id) = self.tags.read().by_name.get(name) {
+            return Ok(id);
+        }
+        let id = TagId(self.tags.read().next);
+        self.committer.commit(MetaOp::CreateTag {
+            name: name.to_owned(),
+            id: id.0,
+        })?;
+        self.index.write().insert(id, BTreeMap::new());
+        let mut tags = self.tags.write();
+        tags.by_name.insert(name.to_owned(), id);
+        tags.by_id.insert(id, name.to_owned());
+        tags.next = id.0 + 1;
+        Ok(id)
+    }
+
+    /// The id of tag `name`, if it exists.
+    pub fn tag(&self, name: &str) -> Result<Option<TagId>, BlobError> {
+        check_name(name, MAX_TAG_LEN)?;
+        Ok(self.tags.read().by_name.get(name).copied())
+    }
+
+    /// All tags, by id.
+    pub fn list_tags(&self) -> Result<Vec<(TagId, String)>, BlobError> {
+        Ok(self
+            .tags
+            .read()
+            .by_id
+            .iter()
+            .map(|(id, n)| (*id, n.clone()))
+            .collect())
+    }
+
+    fn check_tag(&self, tag: TagId) -> Result<(), BlobError> {
+        if self.tags.read().by_id.contains_key(&tag) {
+            Ok(())
+        } else {
+            Err(BlobError::UnknownTag(tag))
+        }
+    }
+
+    fn lookup(&self, tag: TagId, name: &str) -> Option<Arc<BlobEntry>> {
+        self.index.read().get(&tag)?.get(name).cloned()
+    }
+
+    fn lookup_or_insert(&self, tag: TagId, name: &str) -> Result<Arc<BlobEntry>, BlobError> {
+        if let Some(e) = self.lookup(tag, name) {
+            return Ok(e);
+        }
+        let mut index = self.index.write();
+        let blobs = index.get_mut(&tag).ok_or(BlobError::UnknownTag(tag))?;
+        Ok(blobs
+            .entry(name.to_owned())
+            .or_insert_with(|| {
+                Arc::new(BlobEntry {
+                    writer: Mutex::new(false),
+                    state: RwLock::new(None),
+                })
+            })
+            .clone())
+    }
+
+    fn remove_entry(&self, tag: TagId, name: &str, entry: &Arc<BlobEntry>) {
+        let mut index = self.index.write();
+        if let Some(blobs) = index.get_mut(&tag) {
+            if blobs.get(name).is_some_and(|e| Arc::ptr_eq(e, entry)) {
+                blobs.remove(name);
+            }
+        }
+    }
+
+    /// Writes `data` at `offset` of blob `name` in `tag`, creating or extending it. See the
+    /// crate docs for placement, atomicity and errors.
+    pub fn put(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        data: &[u8],
+        score: Score,
+    ) -> Result<PutInfo, BlobError> {
+        self.put_with(
+            tag,
+            name,
+            offset,
+            data.len() as u64,
+            score,
+            &mut |at, dst| {
+                dst.copy_from_slice(&data[at as usize..at as usize + dst.len()]);
+                Ok(())
+            },
+        )
+    }
+
+    /// Like [`BlobStore::put`], but the `len` bytes are produced by `fill(offset_within_data,
+    /// dst)`, called with consecutive chunks that together cover `0..len`, writing straight
+    /// into the target's memory (RAM target) or an aligned bounce buffer (file target). A fill
+    /// error aborts the put, which then leaves nothing behind.
+    ///
+    /// `fill` runs while the put holds the blob's put lock: it must not put to or delete the
+    /// same blob (that would wait on itself); gets of the blob, and anything on other blobs,
+    /// are fine.
+    pub fn put_with(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        len: u64,
+        score: Score,
+        fill: &mut Fill<'_>,
+    ) -> Result<PutInfo, BlobError> {
+        check_name(name, MAX_NAME_LEN)?;
+        let score = score.check()?;
+        self.check_tag(tag)?;
+        if len == 0 {
+            return Err(BlobError::EmptyRange);
+        }
+        let max = self.limits.max_blob_size;
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= max)
+            .ok_or(BlobError::TooLarge { offset, len, max })?;
+        loop {
+            let entry = self.lookup_or_insert(tag, name)?;
+            let mut dead = entry.writer.lock();
+            if *dead {
+                continue; // deleted between lookup and lock: start over with the new entry
+            }
+            let result = self.put_locked(&entry, tag, name, offset, end, score, fill);
+            if result.is_err() && entry.state.read().is_none() {
+                *dead = true;
+                self.remove_entry(tag, name, &entry);
+            }
+            return result;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn put_locked(
+        &self,
+        entry: &BlobEntry,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        end: u64,
+        score: Option<f32>,
+        fill: &mut Fill<'_>,
+    ) -> Result<PutInfo, BlobError> {
+        let old = entry.state.read().clone();
+        let p0 = offset / PAGE_SIZE;
+        let p1 = end.div_ceil(PAGE_SIZE);
+        let (durable, runs) = self.allocate(p1 - p0, score, old.as_ref().map(|v| v.durable))?;
+        let mut fresh = Vec::with_capacity(runs.len());
+        let mut lp = p0;
+        for (target, ppage, npages) in runs {
+            fresh.push(Extent {
+                lpage: lp,
+                npages,
+                target,
+                ppage,
+            });
+            lp += npages;
+        }
+        let undo = |fresh: &[Extent]| {
+            for e in fresh {
+                self.targets[e.target].free.lock().give(e.ppage, e.npages);
+            }
+        };
+        let new_size = old.as_ref().map_or(0, |v| v.size).max(end);
+        if let Err(e) = self.write_fresh(&fresh, old.as_deref(), offset, end, new_size, fill) {
+            undo(&fresh);
+            return Err(e);
+        }
+        let mut put_targets: Vec<usize> = fresh.iter().map(|e| e.target).collect();
+        put_targets.sort_unstable();
+        put_targets.dedup();
+        let (mut extents, replaced) = cut(old.as_ref().map_or(&[][..], |v| &v.extents), p0, p1);
+        extents.extend_from_slice(&fresh);
+        extents.sort_unstable_by_key(|e| e.lpage);
+        let extents = merge(extents);
+        if durable {
+            let stored: Vec<StoredExtent> = extents
+                .iter()
+                .map(|e| StoredExtent {
+                    lpage: e.lpage,
+                    npages: e.npages,
+                    pid: self.targets[e.target]
+                        .pid
+                        .expect("durable blobs live on file targets"),
+                    ppage: e.ppage,
+                })
+                .collect();
+            let op = MetaOp::PutBlob {
+                tag: tag.0,
+                name: name.to_owned(),
+                value: meta::encode(new_size, &stored),
+                // The committer fdatasyncs these before the transaction that points at them.
+                sync: put_targets.clone(),
+            };
+            if let Err(e) = self.committer.commit(op) {
+                undo(&fresh);
+                return Err(e);
+            }
+        }
+        // Publishing waits for gets of the old version to finish; after it none can start.
+        *entry.state.write() = Some(Arc::new(Version {
+            size: new_size,
+            durable,
+            extents,
+        }));
+        undo(&replaced);
+        Ok(PutInfo {
+            size: new_size,
+            durable,
+            targets: put_targets,
+        })
+    }
+
+    /// Target indices in placement order for `score` (see the crate docs).
+    fn candidates(&self, score: Option<f32>) -> Vec<usize> {
+        let mut all: Vec<usize> = (0..self.targets.len()).collect();
+        let sc = |i: usize| self.targets[i].score;
+        match score {
+            None => {
+                all.sort_by(|&a, &b| sc(b).total_cmp(&sc(a)));
+                all
+            }
+            Some(s) => {
+                let (mut below, mut above): (Vec<usize>, Vec<usize>) =
+                    all.into_iter().partition(|&i| sc(i) <= s);
+                below.sort_by(|&a, &b| sc(b).total_cmp(&sc(a)));
+                above.sort_by(|&a, &b| sc(a).total_cmp(&sc(b)));
+                below.extend(above);
+                below
+            }
+        }
+    }
+
+    /// Reserves `npages` pages on targets of one class: the blob's class if it has one, else
+    /// the first class (in placement order) that can hold them all. All or nothing.
+    #[allow(clippy::type_complexity)]
+    fn allocate(
+        &self,
+        npages: u64,
+        score: Option<f32>,
+        class: Option<bool>,
+    ) -> Result<(bool, Vec<(usize, u64, u64)>), BlobError> {
+        let cands = self.candidates(score);
+        let mut classes = Vec::new();
+        for &i in &cands {
+            let d = self.targets[i].durable();
+            if class.is_none_or(|c| c == d) && !classes.contains(&d) {
+                classes.push(d);
+            }
+        }
+        let mut available = 0;
+        for durable in classes {
+            let mut runs = Vec::new();
+            let mut need = npages;
+            let mut free = 0;
+            for &i in cands
+                .iter()
+                .filter(|&&i| self.targets[i].durable() == durable)
+            {
+                let mut fl = self.targets[i].free.lock();
+                free += fl.free_pages();
+                if need > 0 {
+                    for (start, n) in fl.take(need) {
+                        need -= n;
+                        runs.push((i, start, n));
+                    }
+                }
+            }
+            if need == 0 {
+                return Ok((durable, runs));
+            }
+            for (i, start, n) in runs {
+                self.targets[i].free.lock().give(start, n);
+            }
+            available = available.max(free * PAGE_SIZE);
+        }
+        Err(BlobError::NoSpace {
+            requested: npages.saturating_mul(PAGE_SIZE),
+            available,
+        })
+    }
+
+    /// Writes the fresh pages: fill for `offset..end`, the old content around it, zeros past
+    /// `new_size`.
+    fn write_fresh(
+        &self,
+        fresh: &[Extent],
+        old: Option<&Version>,
+        offset: u64,
+        end: u64,
+        new_size: u64,
+        fill: &mut Fill<'_>,
+    ) -> Result<(), BlobError> {
+        let mut bounce: Option<AlignedBuf> = None;
+        for e in fresh {
+            let mut done = 0;
+            while done < e.npages {
+                let n = (e.npages - done).min(CHUNK_PAGES);
+                let lstart = (e.lpage + done) * PAGE_SIZE;
+                let ppage = e.ppage + done;
+                match &self.targets[e.target].area {
+                    Area::Ram(ram) => {
+                        // SAFETY: these pages were just allocated to this put and are not
+                        // published, so no one else reads or writes them.
+                        let dst = unsafe { ram.pages_mut(ppage, n) };
+                        self.compose(dst, lstart, old, offset, end, new_size, fill)?;
+                    }
+                    Area::File(file) => {
+                        let bytes = (n * PAGE_SIZE) as usize;
+                        if bounce.as_ref().is_none_or(|b| b.len() < bytes) {
+                            bounce = Some(AlignedBuf::new(bytes.max(PAGE_SIZE as usize)));
+                        }
+                        let buf = &mut bounce.as_mut().expect("set above")[..bytes];
+                        self.compose(buf, lstart, old, offset, end, new_size, fill)?;
+                        file.write_pages(ppage, buf)?;
+                    }
+                }
+                done += n;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fills `dst`, the bytes of logical positions `lstart..`, with the new content.
+    #[allow(clippy::too_many_arguments)]
+    fn compose(
+        &self,
+        dst: &mut [u8],
+        lstart: u64,
+        old: Option<&Version>,
+        offset: u64,
+        end: u64,
+        new_size: u64,
+        fill: &mut Fill<'_>,
+    ) -> Result<(), BlobError> {
+        let lend = lstart + dst.len() as u64;
+        let a = offset.clamp(lstart, lend);
+        let b = end.clamp(lstart, lend);
+        let rel = |x: u64| (x - lstart) as usize;
+        // Head and tail come from the old version (zeros where it has none).
+        self.old_bytes(old, lstart, &mut dst[..rel(a)])?;
+        if b > a {
+            fill(a - offset, &mut dst[rel(a)..rel(b)])?;
+        }
+        let tail_end = new_size.clamp(b, lend);
+        self.old_bytes(old, b, &mut dst[rel(b)..rel(tail_end)])?;
+        dst[rel(tail_end)..].fill(0);
+        Ok(())
+    }
+
+    fn old_bytes(&self, old: Option<&Version>, pos: u64, dst: &mut [u8]) -> Result<(), BlobError> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let Some(v) = old else {
+            dst.fill(0);
+            return Ok(());
+        };
+        let have = v.size.saturating_sub(pos).min(dst.len() as u64) as usize;
+        dst[have..].fill(0);
+        if have > 0 {
+            let (head, _) = dst.split_at_mut(have);
+            self.read_version(v, pos, have as u64, &mut |at, src| {
+                head[at as usize..at as usize + src.len()].copy_from_slice(src);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Streams the bytes `pos..pos+len` of `v` (within its size) to `sink(offset_within, bytes)`
+    /// in order. The caller keeps `v`'s pages from being freed.
+    fn read_version(
+        &self,
+        v: &Version,
+        pos: u64,
+        len: u64,
+        sink: &mut Sink<'_>,
+    ) -> Result<(), BlobError> {
+        let end = pos + len;
+        let mut at = pos;
+        let mut bounce: Option<AlignedBuf> = None;
+        let mut i = v
+            .extents
+            .partition_point(|e| (e.lpage + e.npages) * PAGE_SIZE <= pos);
+        while at < end {
+            let ext = v.extents.get(i).filter(|e| e.lpage * PAGE_SIZE < end);
+            let hole_end = ext.map_or(end, |e| (e.lpage * PAGE_SIZE).max(at));
+            while at < hole_end {
+                let n = (hole_end - at).min(ZEROS.len() as u64);
+                sink(at - pos, &ZEROS[..n as usize])?;
+                at += n;
+            }
+            let Some(e) = ext else { break };
+            let e_end = ((e.lpage + e.npages) * PAGE_SIZE).min(end);
+            while at < e_end {
+                let page_in = at / PAGE_SIZE - e.lpage;
+                let n_pages = (e_end.div_ceil(PAGE_SIZE) - at / PAGE_SIZE).min(CHUNK_PAGES);
+                let skip = (at % PAGE_SIZE) as usize;
+                let take = (e_end - at).min(n_pages * PAGE_SIZE - skip as u64) as usize;
+                match &self.targets[e.target].area {
+                    Area::Ram(ram) => {
+                        // SAFETY: the pages belong to a published version the caller holds, and
+                        // published pages are never written.
+                        let src = unsafe { ram.pages(e.ppage + page_in, n_pages) };
+                        sink(at - pos, &src[skip..skip + take])?;
+                    }
+                    Area::File(file) => {
+                        let bytes = (n_pages * PAGE_SIZE) as usize;
+                        if bounce.as_ref().is_none_or(|b| b.len() < bytes) {
+                            bounce = Some(AlignedBuf::new(bytes));
+                        }
+                        let buf = &mut bounce.as_mut().expect("set above")[..bytes];
+                        file.read_pages(e.ppage + page_in, buf)?;
+                        sink(at - pos, &buf[skip..skip + take])?;
+                    }
+                }
+                at += take as u64;
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
+    fn published(&self, tag: TagId, name: &str) -> Result<Arc<BlobEntry>, BlobError> {
+        check_name(name, MAX_NAME_LEN)?;
+        self.check_tag(tag)?;
+        self.lookup(tag, name).ok_or_else(|| BlobError::NotFound {
+            tag,
+            name: name.to_owned(),
+        })
+    }
+
+    /// Reads `out.len()` bytes at `offset` of blob `name` into `out`.
+    pub fn get(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), BlobError> {
+        let len = out.len() as u64;
+        self.get_with(tag, name, offset, len, &mut |at, src| {
+            out[at as usize..at as usize + src.len()].copy_from_slice(src);
+            Ok(())
+        })
+    }
+
+    /// Reads `len` bytes at `offset` of blob `name`, handing them to `drain(offset_within,
+    /// bytes)` in consecutive chunks, straight from the target's memory (RAM target) or from a
+    /// bounce buffer (file target). A drain error aborts the get.
+    ///
+    /// `drain` runs while the get holds the blob's read lock: it must not put to or delete the
+    /// same blob (the put would wait for this get to finish).
+    pub fn get_with(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        len: u64,
+        drain: &mut Drain<'_>,
+    ) -> Result<(), BlobError> {
+        let entry = self.published(tag, name)?;
+        if len == 0 {
+            return Err(BlobError::EmptyRange);
+        }
+        // The read lock is held while copying: the version's pages cannot be freed meanwhile.
+        let state = entry.state.read();
+        let Some(v) = state.as_ref() else {
+            return Err(BlobError::NotFound {
+                tag,
+                name: name.to_owned(),
+            });
+        };
+        if offset.checked_add(len).is_none_or(|e| e > v.size) {
+            return Err(BlobError::OutOfRange {
+                size: v.size,
+                offset,
+                len,
+            });
+        }
+        self.read_version(v, offset, len, &mut |at, src| {
+            drain(at, src).map_err(BlobError::Fill)
+        })
+    }
+
+    /// Size, class and targets of blob `name`.
+    pub fn stat(&self, tag: TagId, name: &str) -> Result<BlobStat, BlobError> {
+        let entry = self.published(tag, name)?;
+        let state = entry.state.read();
+        match state.as_ref() {
+            Some(v) => Ok(describe(tag, name, v)),
+            None => Err(BlobError::NotFound {
+                tag,
+                name: name.to_owned(),
+            }),
+        }
+    }
+
+    /// Removes blob `name`; its pages are freed once no get is reading them.
+    pub fn delete(&self, tag: TagId, name: &str) -> Result<(), BlobError> {
+        let entry = self.published(tag, name)?;
+        let not_found = || BlobError::NotFound {
+            tag,
+            name: name.to_owned(),
+        };
+        let mut dead = entry.writer.lock();
+        if *dead {
+            return Err(not_found());
+        }
+        let Some(old) = entry.state.read().clone() else {
+            return Err(not_found());
+        };
+        if old.durable {
+            self.committer.commit(MetaOp::DeleteBlob {
+                tag: tag.0,
+                name: name.to_owned(),
+            })?;
+        }
+        *entry.state.write() = None;
+        *dead = true;
+        self.remove_entry(tag, name, &entry);
+        for e in &old.extents {
+            self.targets[e.target].free.lock().give(e.ppage, e.npages);
+        }
+        Ok(())
+    }
+
+    /// The blobs of `tag`, by name.
+    pub fn list_blobs(&self, tag: TagId) -> Result<Vec<BlobStat>, BlobError> {
+        self.check_tag(tag)?;
+        let entries: Vec<(String, Arc<BlobEntry>)> = match self.index.read().get(&tag) {
+            Some(b) => b.iter().map(|(n, e)| (n.clone(), e.clone())).collect(),
+            None => Vec::new(),
+        };
+        Ok(entries
+            .into_iter()
+            .filter_map(|(n, e)| e.state.read().as_ref().map(|v| describe(tag, &n, v)))
+            .collect())
+    }
+
+    /// The targets, in configuration order.
+    pub fn targets(&self) -> Vec<TargetStat> {
+        self.targets
+            .iter()
+            .enumerate()
+            .map(|(index, t)| TargetStat {
+                index,
+                kind: t.kind,
+                path: t.path().map(|p| p.to_path_buf()),
+                capacity: t.pages * PAGE_SIZE,
+                used: (t.pages - t.free.lock().free_pages()) * PAGE_SIZE,
+                score: t.score,
+                direct_io: matches!(&t.area, Area::File(f) if f.direct_io()),
+            })
+            .collect()
+    }
+}
+
+fn meta_io(e: std::io::Error) -> BlobError {
+    BlobError::Metadata(e.to_string())
+}
+
+fn describe(tag: TagId, name: &str, v: &Version) -> BlobStat {
+    let mut targets: Vec<usize> = v.extents.iter().map(|e| e.target).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    BlobStat {
+        tag,
+        name: name.to_owned(),
+        size: v.size,
+        durable: v.durable,
+        targets,
+    }
+}
+
+/// Splits `extents` around logical pages `p0..p1`: (the extents outside, the pieces inside).
+fn cut(extents: &[Extent], p0: u64, p1: u64) -> (Vec<Extent>, Vec<Extent>) {
+    let mut keep = Vec::with_capacity(extents.len() + 1);
+    let mut gone = Vec::new();
+    for &e in extents {
+        let e_end = e.lpage + e.npages;
+        if e_end <= p0 || e.lpage >= p1 {
+            keep.push(e);
+            continue;
+        }
+        if e.lpage < p0 {
+            keep.push(Extent {
+                npages: p0 - e.lpage,
+                ..e
+            });
+        }
+        let a = e.lpage.max(p0);
+        let b = e_end.min(p1);
+        gone.push(Extent {
+            lpage: a,
+            npages: b - a,
+            target: e.target,
+            ppage: e.ppage + (a - e.lpage),
+        });
+        if e_end > p1 {
+            keep.push(Extent {
+                lpage: p1,
+                npages: e_end - p1,
+                target: e.target,
+                ppage: e.ppage + (p1 - e.lpage),
+            });
+        }
+    }
+    (keep, gone)
+}
+
+/// Joins extents that continue each other logically and physically on one target.
+fn merge(sorted: Vec<Extent>) -> Vec<Extent> {
+    let mut out: Vec<Extent> = Vec::with_capacity(sorted.len());
+    for e in sorted {
+        if let Some(last) = out.last_mut() {
+            if last.target == e.target
+                && last.lpage + last.npages == e.lpage
+                && last.ppage + last.npages == e.ppage
+            {
+                last.npages += e.npages;
+                continue;
+            }
+        }
+        out.push(e);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
