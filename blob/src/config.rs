@@ -37,6 +37,9 @@ pub struct Limits {
     pub max_blob_size: u64,
     /// Most puts/deletes whose metadata one redb transaction commits (group commit).
     pub max_commit_batch: usize,
+    /// Most file writes (1 MiB chunks) one put keeps in flight through io_uring; 0 = no
+    /// io_uring, `pwrite` only. Where the kernel refuses io_uring the store uses `pwrite` anyway.
+    pub io_uring_depth: u32,
 }
 
 impl Default for Limits {
@@ -44,6 +47,7 @@ impl Default for Limits {
         Limits {
             max_blob_size: 1 << 40,
             max_commit_batch: 256,
+            io_uring_depth: 4,
         }
     }
 }

@@ -98,7 +98,9 @@
 //! exists with another size is [`BlobError::TargetSize`]. Data moves in whole aligned pages
 //! through aligned buffers, so every request qualifies for `O_DIRECT`; where the filesystem
 //! refuses `O_DIRECT` (tmpfs before Linux 6.6), the store uses a buffered descriptor and says so
-//! through `tracing`. Reads and writes are `pread`/`pwrite`. The metadata names file targets by
+//! through `tracing`. Writes go through io_uring where the kernel allows it (probed at open;
+//! a refusal is logged), with up to [`Limits::io_uring_depth`] 1 MiB writes of one put in
+//! flight while the next chunk is composed; else `pwrite`. Reads are `pread`. The metadata names file targets by
 //! their configured path string; a metadata file that knows a path whose file has vanished, or
 //! whose blobs reference a target no longer configured, is [`BlobError::TargetMismatch`].
 
@@ -108,6 +110,7 @@ mod config;
 mod error;
 mod meta;
 mod target;
+mod uring;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -120,6 +123,7 @@ pub use error::{BlobError, FillError};
 
 use meta::{Committer, MetaOp, StoredExtent};
 use target::{AlignedBuf, Area, FreeList, Target};
+use uring::{Pipeline, Rings};
 
 /// Bytes per page: the unit of allocation on every target and of file I/O.
 pub const PAGE_SIZE: u64 = 4096;
@@ -208,6 +212,8 @@ pub struct TargetStat {
     pub score: f32,
     /// Whether the file target uses O_DIRECT (false: buffered I/O, or a RAM target).
     pub direct_io: bool,
+    /// Whether the file target's writes go through io_uring (false: pwrite, or a RAM target).
+    pub io_uring: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,6 +257,8 @@ pub struct BlobStore {
     tags: RwLock<Tags>,
     tag_create: Mutex<()>,
     limits: Limits,
+    /// io_uring rings for file writes; `None`: pwrite.
+    rings: Option<Rings>,
     // Declared last: dropped after the index, joining the committer thread.
     committer: Committer,
 }
@@ -441,6 +449,7 @@ impl BlobStore {
             tags: RwLock::new(tags),
             tag_create: Mutex::new(()),
             limits: config.limits.clone(),
+            rings: Rings::probe(config.limits.io_uring_depth),
             committer: Committer::start(db, config.limits.max_commit_batch, syncers),
         })
     }
@@ -751,6 +760,8 @@ impl BlobStore {
         fill: &mut Fill<'_>,
     ) -> Result<(), BlobError> {
         let mut bounce: Option<AlignedBuf> = None;
+        let mut pipe: Option<Pipeline<'_>> = None;
+        let mut no_ring = false;
         for e in fresh {
             let mut done = 0;
             while done < e.npages {
@@ -766,18 +777,34 @@ impl BlobStore {
                     }
                     Area::File(file) => {
                         let bytes = (n * PAGE_SIZE) as usize;
-                        if bounce.as_ref().is_none_or(|b| b.len() < bytes) {
-                            bounce = Some(AlignedBuf::new(bytes.max(PAGE_SIZE as usize)));
+                        if pipe.is_none() && !no_ring {
+                            pipe = self.rings.as_ref().and_then(Pipeline::new);
+                            no_ring = pipe.is_none();
                         }
-                        let buf = &mut bounce.as_mut().expect("set above")[..bytes];
-                        self.compose(buf, lstart, old, offset, end, new_size, fill)?;
-                        file.write_pages(ppage, buf)?;
+                        if let Some(p) = pipe.as_mut() {
+                            // Compose this chunk while earlier ones are being written.
+                            let slot = p.free_slot(bytes)?;
+                            let buf = p.buf(slot, bytes);
+                            self.compose(buf, lstart, old, offset, end, new_size, fill)?;
+                            p.submit(slot, file, ppage, bytes)?;
+                        } else {
+                            if bounce.as_ref().is_none_or(|b| b.len() < bytes) {
+                                bounce = Some(AlignedBuf::new(bytes));
+                            }
+                            let buf = &mut bounce.as_mut().expect("set above")[..bytes];
+                            self.compose(buf, lstart, old, offset, end, new_size, fill)?;
+                            file.write_pages(ppage, buf)?;
+                        }
                     }
                 }
                 done += n;
             }
         }
-        Ok(())
+        // Early returns above drop the pipeline, which waits for its writes before its buffers go.
+        match pipe.as_mut() {
+            Some(p) => p.finish(),
+            None => Ok(()),
+        }
     }
 
     /// Fills `dst`, the bytes of logical positions `lstart..`, with the new content.
@@ -1011,6 +1038,7 @@ impl BlobStore {
                 used: (t.pages - t.free.lock().free_pages()) * PAGE_SIZE,
                 score: t.score,
                 direct_io: matches!(&t.area, Area::File(f) if f.direct_io()),
+                io_uring: t.durable() && self.rings.is_some(),
             })
             .collect()
     }

@@ -321,6 +321,18 @@ impl FileArea {
             .map_err(|e| self.io_err(e))
     }
 
+    /// The descriptor for io_uring writes of whole aligned pages: O_DIRECT where available.
+    pub(crate) fn fd_for_io(&self) -> std::os::unix::io::RawFd {
+        self.direct.as_ref().unwrap_or(&self.buffered).as_raw_fd()
+    }
+
+    /// Writes the rest of a short write at byte offset `off`, buffered (no alignment needed).
+    pub(crate) fn write_tail(&self, off: u64, buf: &[u8]) -> Result<(), BlobError> {
+        self.buffered
+            .write_all_at(buf, off)
+            .map_err(|e| self.io_err(e))
+    }
+
     /// Reads whole pages into an aligned buffer.
     pub(crate) fn read_pages(&self, page: u64, buf: &mut [u8]) -> Result<(), BlobError> {
         let off = page * PAGE_SIZE;

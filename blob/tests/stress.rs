@@ -427,3 +427,42 @@ fn ram_put_get_throughput() {
         eprintln!("{threads:>2} threads: {puts:.0} RAM 4 KiB puts/s, {gets:.0} gets/s");
     }
 }
+
+/// 64 MiB durable puts on a disk file target, pwrite against io_uring with writes in flight.
+/// Ignored by default (timing only).
+#[test]
+#[ignore]
+fn large_put_bandwidth() {
+    for depth in [0u32, 4, 8] {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            io_uring_depth: depth,
+            ..Limits::default()
+        };
+        let cfg = StoreConfig {
+            metadata: dir.path().join("meta.redb"),
+            targets: vec![TargetConfig {
+                kind: TargetKind::File,
+                path: Some(dir.path().join("d.dat")),
+                capacity: 65536 * P,
+                score: 0.5,
+            }],
+            limits,
+        };
+        let store = BlobStore::open(&cfg).unwrap();
+        let tag = store.get_or_create_tag("bench").unwrap();
+        let data = vec![7u8; 64 << 20];
+        let start = Instant::now();
+        for i in 0..3 {
+            store
+                .put(tag, &format!("big{i}"), 0, &data, Score(0.5))
+                .unwrap();
+        }
+        let gbs = 3.0 * data.len() as f64 / start.elapsed().as_secs_f64() / 1e9;
+        let t = &store.targets()[0];
+        eprintln!(
+            "depth {depth} (io_uring {}, O_DIRECT {}): {gbs:.2} GB/s durable 64 MiB puts",
+            t.io_uring, t.direct_io
+        );
+    }
+}

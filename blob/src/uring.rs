@@ -1,0 +1,215 @@
+//! io_uring for the file data path: a put's file chunks are written with several writes in
+//! flight (composing the next chunk while the previous ones reach the file), where the kernel
+//! allows io_uring; plain `pwrite` where it does not (probed at open, refusal logged).
+
+use io_uring::{opcode, types, IoUring};
+use parking_lot::Mutex;
+
+use crate::error::BlobError;
+use crate::target::{AlignedBuf, FileArea};
+use crate::PAGE_SIZE;
+
+/// Rings kept for reuse; a put takes one for its duration.
+pub(crate) struct Rings {
+    depth: u32,
+    idle: Mutex<Vec<IoUring>>,
+}
+
+impl Rings {
+    /// `None` when `depth` is 0 or the kernel refuses io_uring (old kernel, seccomp, sysctl).
+    pub(crate) fn probe(depth: u32) -> Option<Rings> {
+        if depth == 0 {
+            return None;
+        }
+        match IoUring::new(depth) {
+            Ok(ring) => Some(Rings {
+                depth,
+                idle: Mutex::new(vec![ring]),
+            }),
+            Err(err) => {
+                tracing::info!(%err, "io_uring unavailable; file targets use pwrite");
+                None
+            }
+        }
+    }
+
+    fn take(&self) -> Option<IoUring> {
+        if let Some(r) = self.idle.lock().pop() {
+            return Some(r);
+        }
+        IoUring::new(self.depth).ok()
+    }
+
+    fn give(&self, ring: IoUring) {
+        self.idle.lock().push(ring);
+    }
+}
+
+struct Slot<'a> {
+    buf: AlignedBuf,
+    /// The write in flight from this buffer: target file, file offset, length.
+    io: Option<(&'a FileArea, u64, usize)>,
+}
+
+/// Writes of one put, up to `depth` in flight. Buffers are only reused or dropped after their
+/// write completed; dropping the pipeline waits for every write still in flight.
+pub(crate) struct Pipeline<'a> {
+    rings: &'a Rings,
+    ring: Option<IoUring>,
+    slots: Vec<Slot<'a>>,
+    in_flight: usize,
+    error: Option<BlobError>,
+}
+
+impl<'a> Pipeline<'a> {
+    /// A pipeline on a ring of `rings`; `None` if no ring can be had (fall back to pwrite).
+    pub(crate) fn new(rings: &'a Rings) -> Option<Pipeline<'a>> {
+        let ring = rings.take()?;
+        Some(Pipeline {
+            rings,
+            ring: Some(ring),
+            slots: Vec::new(),
+            in_flight: 0,
+            error: None,
+        })
+    }
+
+    /// A free buffer of at least `bytes` bytes (waiting for a write to complete if all are
+    /// busy): its slot index.
+    pub(crate) fn free_slot(&mut self, bytes: usize) -> Result<usize, BlobError> {
+        let free = match self.slots.iter().position(|s| s.io.is_none()) {
+            Some(i) => i,
+            None if self.slots.len() < self.rings.depth as usize => {
+                self.slots.push(Slot {
+                    buf: AlignedBuf::new(bytes),
+                    io: None,
+                });
+                self.slots.len() - 1
+            }
+            None => self.wait_one()?,
+        };
+        if self.slots[free].buf.len() < bytes {
+            self.slots[free].buf = AlignedBuf::new(bytes);
+        }
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        Ok(free)
+    }
+
+    /// The buffer of a free slot.
+    pub(crate) fn buf(&mut self, slot: usize, bytes: usize) -> &mut [u8] {
+        debug_assert!(self.slots[slot].io.is_none());
+        &mut self.slots[slot].buf[..bytes]
+    }
+
+    /// Starts writing the first `bytes` of `slot`'s buffer at page `page` of `file`.
+    pub(crate) fn submit(
+        &mut self,
+        slot: usize,
+        file: &'a FileArea,
+        page: u64,
+        bytes: usize,
+    ) -> Result<(), BlobError> {
+        let fd = file.fd_for_io();
+        let off = page * PAGE_SIZE;
+        let s = &mut self.slots[slot];
+        let entry = opcode::Write::new(types::Fd(fd), s.buf.as_ptr(), bytes as u32)
+            .offset(off)
+            .build()
+            .user_data(slot as u64);
+        s.io = Some((file, off, bytes));
+        let ring = self.ring.as_mut().expect("ring held until drop");
+        // SAFETY: the buffer stays allocated and unmodified until this write's completion is
+        // reaped (slots are reused only after wait_one, and Drop waits for all in flight); the
+        // queue has room because at most `depth` writes are in flight on a ring of `depth`.
+        let pushed = unsafe { ring.submission().push(&entry) };
+        if pushed.is_err() {
+            s.io = None;
+            return file.write_pages(page, &s.buf[..bytes]);
+        }
+        self.in_flight += 1;
+        loop {
+            match ring.submit() {
+                Ok(_) => return Ok(()),
+                Err(e) if retry(&e) => continue,
+                Err(e) => fatal(e),
+            }
+        }
+    }
+
+    /// Waits for one write to complete; returns its slot, now free. A failed or short write is
+    /// completed with pwrite, or its error kept for the caller.
+    fn wait_one(&mut self) -> Result<usize, BlobError> {
+        let ring = self.ring.as_mut().expect("ring held until drop");
+        let cqe = loop {
+            if let Some(c) = ring.completion().next() {
+                break c;
+            }
+            match ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if retry(&e) => {}
+                Err(e) => fatal(e),
+            }
+        };
+        self.in_flight -= 1;
+        let slot = cqe.user_data() as usize;
+        let (file, off, len) = self.slots[slot]
+            .io
+            .take()
+            .expect("completion of a write in flight");
+        let res = cqe.result();
+        let page = off / PAGE_SIZE;
+        let buf = &self.slots[slot].buf[..len];
+        let outcome = if res < 0 {
+            // O_DIRECT refused for this request, or another error: pwrite decides.
+            file.write_pages(page, buf)
+        } else if (res as usize) < len {
+            // A short write: the rest with pwrite on the buffered descriptor, at its byte offset.
+            file.write_tail(off + res as u64, &buf[res as usize..])
+        } else {
+            Ok(())
+        };
+        if let Err(e) = outcome {
+            self.error.get_or_insert(e);
+        }
+        Ok(slot)
+    }
+
+    /// Waits for every write in flight; the first error of any of them.
+    pub(crate) fn finish(&mut self) -> Result<(), BlobError> {
+        while self.in_flight > 0 {
+            self.wait_one()?;
+        }
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Pipeline<'_> {
+    fn drop(&mut self) {
+        while self.in_flight > 0 {
+            let _ = self.wait_one();
+        }
+        if let Some(ring) = self.ring.take() {
+            self.rings.give(ring);
+        }
+    }
+}
+
+fn retry(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+    )
+}
+
+/// io_uring_enter failed in a way that leaves unknown whether the kernel still uses our
+/// buffers: freeing them could let it write freed memory, so stop the process.
+fn fatal(e: std::io::Error) -> ! {
+    tracing::error!(%e, "io_uring_enter failed with writes in flight; aborting");
+    eprintln!("tandem-blob: io_uring_enter failed with writes in flight: {e}; aborting");
+    std::process::abort()
+}
