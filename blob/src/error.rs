@@ -110,30 +110,29 @@ pub enum BlobError {
 }
 
 impl BlobError {
-    /// A stable, non-zero number per variant, for callers that get a code rather than a typed
-    /// error (kernels): 1 `EmptyName`, 2 `NameTooLong`, 3 `UnknownTag`, 4 `NotFound`,
-    /// 5 `OutOfRange`, 6 `EmptyRange`, 7 `TooLarge`, 8 `NoSpace`, 9 `BadScore`, 10 `Fill`,
-    /// 11 `TargetCreate`, 12 `TargetSize`, 13 `TargetIo`, 14 `TargetMismatch`, 15 `Config`,
-    /// 16 `Metadata`, 17 `Corrupt`. 0 is left for success.
-    pub fn code(&self) -> u32 {
+    /// The code the blob pool's handlers answer this error with (a
+    /// kernel gets codes, not typed errors): one per variant, stable, named
+    /// in [`crate::wire::code`] and `tandem/blob.h`. 0 is left for success.
+    pub fn code(&self) -> i32 {
+        use crate::wire::code;
         match self {
-            BlobError::EmptyName => 1,
-            BlobError::NameTooLong { .. } => 2,
-            BlobError::UnknownTag(_) => 3,
-            BlobError::NotFound { .. } => 4,
-            BlobError::OutOfRange { .. } => 5,
-            BlobError::EmptyRange => 6,
-            BlobError::TooLarge { .. } => 7,
-            BlobError::NoSpace { .. } => 8,
-            BlobError::BadScore(_) => 9,
-            BlobError::Fill(_) => 10,
-            BlobError::TargetCreate { .. } => 11,
-            BlobError::TargetSize { .. } => 12,
-            BlobError::TargetIo { .. } => 13,
-            BlobError::TargetMismatch { .. } => 14,
-            BlobError::Config(_) => 15,
-            BlobError::Metadata(_) => 16,
-            BlobError::Corrupt(_) => 17,
+            BlobError::EmptyName => code::EMPTY_NAME,
+            BlobError::NameTooLong { .. } => code::NAME_TOO_LONG,
+            BlobError::UnknownTag(_) => code::UNKNOWN_TAG,
+            BlobError::NotFound { .. } => code::NOT_FOUND,
+            BlobError::OutOfRange { .. } => code::OUT_OF_RANGE,
+            BlobError::EmptyRange => code::EMPTY_RANGE,
+            BlobError::TooLarge { .. } => code::TOO_LARGE,
+            BlobError::NoSpace { .. } => code::NO_SPACE,
+            BlobError::BadScore(_) => code::BAD_SCORE,
+            BlobError::Fill(_) => code::FILL,
+            BlobError::TargetCreate { .. } => code::TARGET_CREATE,
+            BlobError::TargetSize { .. } => code::TARGET_SIZE,
+            BlobError::TargetIo { .. } => code::TARGET_IO,
+            BlobError::TargetMismatch { .. } => code::TARGET_MISMATCH,
+            BlobError::Config(_) => code::CONFIG,
+            BlobError::Metadata(_) => code::METADATA,
+            BlobError::Corrupt(_) => code::CORRUPT,
         }
     }
 }

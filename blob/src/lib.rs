@@ -106,8 +106,18 @@
 
 #![warn(missing_docs)]
 
+mod caller;
 mod config;
+pub mod demo;
 mod error;
+pub mod pool;
+pub mod wire;
+
+/// The blob store's kernels (`kernels.toml`): `kernels::library()` is what
+/// `GpuDevice::load_module` takes; `kernels::names` names them.
+pub mod kernels {
+    include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
+}
 mod meta;
 mod target;
 mod uring;
@@ -118,6 +128,7 @@ use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
 
+pub use caller::{BlobCaller, CallError, Submitter};
 pub use config::{Limits, StoreConfig, TargetConfig, TargetKind};
 pub use error::{BlobError, FillError};
 

@@ -669,8 +669,8 @@ fn error_codes_are_distinct_and_non_zero() {
         BlobError::Metadata("m".into()),
         BlobError::Corrupt("c".into()),
     ];
-    let codes: Vec<u32> = all.iter().map(|e| e.code()).collect();
-    assert_eq!(codes, (1..=17).collect::<Vec<u32>>());
+    let codes: Vec<i32> = all.iter().map(|e| e.code()).collect();
+    assert_eq!(codes, (1..=17).collect::<Vec<i32>>());
     assert!(all.iter().all(|e| !e.to_string().is_empty()));
 }
 

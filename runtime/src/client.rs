@@ -15,7 +15,7 @@ use crate::error::RuntimeError;
 use crate::layout::runtime_state;
 use crate::liveness::Liveness;
 use crate::segment::QueueSegment;
-use crate::submit::{self, Heap, Pending, Route};
+use crate::submit::{self, Heap, Pending, Route, SharedBuffer};
 use crate::task::{Task, TaskError};
 
 /// The line `tandem run --announce` prints on stdout once it serves:
@@ -165,6 +165,12 @@ impl Client {
     /// fill its heap.
     pub fn submit<T: Task>(&self, route: Route, task: &T) -> Result<Pending<'_, T>, TaskError> {
         submit::submit_from(&self.segment, Heap::Client(&self.lease), route, task)
+    }
+
+    /// A block of `len` bytes of this client's heap, for data a task takes
+    /// by reference; [`TaskError::ClientQuota`] when the heap is full.
+    pub fn allocate_shared(&self, len: usize) -> Result<SharedBuffer<'_>, TaskError> {
+        SharedBuffer::allocate(&self.segment, Heap::Client(&self.lease), len)
     }
 
     /// Submits `task` and waits for its output, until `stop` is raised,

@@ -114,7 +114,7 @@ pub use stale::{
     clean_stale_segments, create_owned_segment, remove_stale_segment, OwnerRecord, StaleSegment,
     StaleWhy, OWNED_SEGMENT_MAGIC,
 };
-pub use submit::{Pending, Route};
+pub use submit::{Pending, Route, SharedBuffer};
 pub use task::{
     math, MethodId, PoolId, Task, TaskError, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED,
     RC_UNKNOWN_METHOD, RC_UNKNOWN_POOL,

@@ -18,7 +18,7 @@ use crate::liveness::{monotonic_ns, HEARTBEAT_PERIOD};
 use crate::registry::Registry;
 use crate::segment::{QueueSegment, SegmentSpec};
 use crate::status::StatusPublisher;
-use crate::submit::{self, Pending, Route};
+use crate::submit::{self, Pending, Route, SharedBuffer};
 use crate::task::{Task, TaskError};
 use crate::worker::{self, Source, StatsSnapshot, WorkerStats};
 
@@ -160,6 +160,20 @@ impl<A: GpuApi> DeviceQueues<A> {
     pub fn kernel_backend(&self) -> MemoryBackend {
         self.segment
             .backend_at(self.registration.device_ptr(), BackendKind::Pinned)
+    }
+
+    /// A block of `len` bytes of the segment's heap (pinned host memory
+    /// the device maps, no driver call): a kernel's result or data buffer,
+    /// at device address [`device_address`](Self::device_address).
+    pub fn allocate_shared(&self, len: usize) -> Result<SharedBuffer<'_>, TaskError> {
+        SharedBuffer::allocate(&self.segment, submit::Heap::Segment, len)
+    }
+
+    /// The device address of a block of this segment's heap; `None` for a
+    /// block of another segment.
+    pub fn device_address(&self, buffer: &SharedBuffer<'_>) -> Option<u64> {
+        (buffer.ptr().alloc_id == self.segment.id())
+            .then(|| self.registration.device_ptr() + buffer.ptr().off)
     }
 
     /// The device address of the segment's stop word (what
@@ -452,6 +466,12 @@ impl<A: GpuApi> Runtime<A> {
     /// Submits a copy-future task to the CPU queues from this process.
     pub fn submit<T: Task>(&self, route: Route, task: &T) -> Result<Pending<'_, T>, TaskError> {
         submit::submit(&self.cpu, route, task)
+    }
+
+    /// A block of `len` bytes of the CPU segment's heap, for data a task
+    /// takes by reference.
+    pub fn allocate_shared(&self, len: usize) -> Result<SharedBuffer<'_>, TaskError> {
+        SharedBuffer::allocate(&self.cpu, submit::Heap::Segment, len)
     }
 
     /// Submits a pointer-future task (zero copy of the arguments) to the CPU

@@ -82,6 +82,101 @@ impl Heap<'_> {
     }
 }
 
+/// A block of a submitter's heap in its segment, for data a task takes by
+/// reference (its `ShmPtr`, which a handler resolves with
+/// [`crate::TaskContext::caller_bytes`]). Freed when dropped; a client's
+/// counts against its quota and is reclaimed with it if it dies.
+///
+/// Leave it alone while a task that names it is in flight: a wait that
+/// ended without the task's completion (stop, deadline, dead runtime) must
+/// [`leak`](Self::leak) it, as a worker may still copy into or out of it.
+pub struct SharedBuffer<'s> {
+    segment: &'s QueueSegment,
+    heap: Heap<'s>,
+    ptr: ShmPtr<u8>,
+    at: *mut u8,
+    len: usize,
+}
+
+impl<'s> SharedBuffer<'s> {
+    pub(crate) fn allocate(
+        segment: &'s QueueSegment,
+        heap: Heap<'s>,
+        len: usize,
+    ) -> Result<Self, TaskError> {
+        let (ptr, at) = heap.allocate(segment, len.max(1), false)?;
+        Ok(Self {
+            segment,
+            heap,
+            ptr,
+            at,
+            len,
+        })
+    }
+
+    /// Its pointer in the segment, which a task carries.
+    pub fn ptr(&self) -> ShmPtr<u8> {
+        self.ptr
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies `src` in at byte `at`; `false` (nothing copied) past the end.
+    pub fn write(&mut self, at: usize, src: &[u8]) -> bool {
+        if at.checked_add(src.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: [at, at + len) lies in the block (checked), which is ours
+        // alone while no task naming it is in flight (`&mut self`).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.at.add(at), src.len()) };
+        true
+    }
+
+    /// Copies out into `dst` from byte `at`; `false` (nothing copied) past
+    /// the end.
+    pub fn read(&self, at: usize, dst: &mut [u8]) -> bool {
+        if at.checked_add(dst.len()).is_none_or(|end| end > self.len) {
+            return false;
+        }
+        // SAFETY: as in `write`; a completed task's writes were acquired by
+        // the wait that saw it complete.
+        unsafe { std::ptr::copy_nonoverlapping(self.at.add(at), dst.as_mut_ptr(), dst.len()) };
+        true
+    }
+
+    /// Gives the block up without freeing it: for a task that may still
+    /// use it. A client's leaked blocks come back when the client ends.
+    pub fn leak(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for SharedBuffer<'_> {
+    fn drop(&mut self) {
+        // Fails only on a corrupt heap, where leaking is the safe outcome.
+        let _ = self
+            .heap
+            .free(self.segment, self.ptr, self.len.max(1), false);
+    }
+}
+
+impl std::fmt::Debug for SharedBuffer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedBuffer")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
 /// A submitted task: owns its future (and payload) until dropped.
 ///
 /// Dropping it frees them, unless the task was published and neither

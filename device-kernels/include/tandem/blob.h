@@ -5,8 +5,9 @@
 // Data travels by reference: a kernel carves a buffer from its block's arena
 // share (blob::buffer_alloc: memory of the device's segment, which the host
 // maps), writes it, and passes its segment pointer; the worker copies from
-// or into it. The ids and codes below mirror tandem-blob's `wire` module;
-// its tests compile this header and compare every value.
+// or into it. The ids, codes and limits below mirror tandem-blob's `wire`
+// module: its `tandem_blob_wire` kernel reports them and its tests compare
+// them with Rust's on every backend.
 #pragma once
 
 #include "tandem/runtime.h"
@@ -33,16 +34,25 @@ constexpr u32 DELETE = 5;
 /// Return codes of the blob pool's handlers (positive: the runtime's own are
 /// near INT32_MIN).
 namespace code {
-constexpr i32 NOT_FOUND = 1;
-constexpr i32 UNKNOWN_TAG = 2;
-constexpr i32 OUT_OF_RANGE = 3;
-constexpr i32 NO_SPACE = 4;
-constexpr i32 BAD_NAME = 5;
-constexpr i32 BAD_POINTER = 6;
-constexpr i32 BAD_SIZE = 7;
-constexpr i32 IO = 8;
+constexpr i32 EMPTY_NAME = 1;
+constexpr i32 NAME_TOO_LONG = 2;
+constexpr i32 UNKNOWN_TAG = 3;
+constexpr i32 NOT_FOUND = 4;
+constexpr i32 OUT_OF_RANGE = 5;
+constexpr i32 EMPTY_RANGE = 6;
+constexpr i32 TOO_LARGE = 7;
+constexpr i32 NO_SPACE = 8;
 constexpr i32 BAD_SCORE = 9;
-constexpr i32 INTERNAL = 10;
+constexpr i32 FILL = 10;
+constexpr i32 TARGET_CREATE = 11;
+constexpr i32 TARGET_SIZE = 12;
+constexpr i32 TARGET_IO = 13;
+constexpr i32 TARGET_MISMATCH = 14;
+constexpr i32 CONFIG = 15;
+constexpr i32 METADATA = 16;
+constexpr i32 CORRUPT = 17;
+/// The data pointer does not name the length's bytes of the caller's segment.
+constexpr i32 BAD_POINTER = 32;
 }  // namespace code
 
 /// Longest tag or blob name, in bytes.

@@ -1,0 +1,212 @@
+//! The blob store from host code through the runtime's task path: from the
+//! runtime's own process ([`tandem_runtime::Runtime`]) or another one
+//! ([`tandem_runtime::Client`]), the same tasks kernels send. Data goes
+//! through a [`SharedBuffer`] of the submitter's heap.
+
+use std::fmt;
+use std::sync::atomic::AtomicU32;
+use std::time::{Duration, Instant};
+
+use tandem_hal::GpuApi;
+use tandem_runtime::{Client, Pending, Route, Runtime, SharedBuffer, Task, TaskError};
+
+use crate::pool::{describe, Delete, Get, GetOrCreateTag, Put, Stat};
+use crate::wire::{self, code};
+use crate::{Score, TagId};
+
+/// What submits tasks and lends buffers: a runtime (host code in its
+/// process) or a client of one.
+pub trait Submitter {
+    /// Submits `task` on `route`.
+    fn submit<T: Task>(&self, route: Route, task: &T) -> Result<Pending<'_, T>, TaskError>;
+    /// A buffer of `len` bytes its tasks may name.
+    fn allocate_shared(&self, len: usize) -> Result<SharedBuffer<'_>, TaskError>;
+}
+
+impl<A: GpuApi> Submitter for Runtime<A> {
+    fn submit<T: Task>(&self, route: Route, task: &T) -> Result<Pending<'_, T>, TaskError> {
+        Runtime::submit(self, route, task)
+    }
+    fn allocate_shared(&self, len: usize) -> Result<SharedBuffer<'_>, TaskError> {
+        Runtime::allocate_shared(self, len)
+    }
+}
+
+impl Submitter for Client {
+    fn submit<T: Task>(&self, route: Route, task: &T) -> Result<Pending<'_, T>, TaskError> {
+        Client::submit(self, route, task)
+    }
+    fn allocate_shared(&self, len: usize) -> Result<SharedBuffer<'_>, TaskError> {
+        Client::allocate_shared(self, len)
+    }
+}
+
+/// Why a blob call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The store refused it: a [`crate::wire::code`] (the [`crate::BlobError`]
+    /// the store returned, by its code).
+    Blob(i32),
+    /// The task did not complete (stop, deadline, dead runtime, full quota).
+    Task(TaskError),
+}
+
+impl fmt::Display for CallError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CallError::Blob(code) => write!(f, "blob store: {} (code {code})", describe(*code)),
+            CallError::Task(e) => write!(f, "blob task: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for CallError {}
+
+impl From<TaskError> for CallError {
+    fn from(e: TaskError) -> Self {
+        match e {
+            // Handler codes are positive; the runtime's own are negative.
+            TaskError::Failed { return_code } if return_code > 0 => CallError::Blob(return_code),
+            e => CallError::Task(e),
+        }
+    }
+}
+
+/// Blob calls through a [`Submitter`], each waited for (until the timeout
+/// passes, or the runtime dies). The runtime's `copy_space` must be at least
+/// [`wire::COPY_SPACE`] for names up to [`wire::NAME_MAX`] bytes to fit.
+pub struct BlobCaller<'s, S: Submitter> {
+    submitter: &'s S,
+    route: Route,
+    stop: AtomicU32,
+    timeout: Option<Duration>,
+}
+
+impl<'s, S: Submitter> BlobCaller<'s, S> {
+    /// Calls through `submitter` on lane 0, with no timeout.
+    pub fn new(submitter: &'s S) -> Self {
+        Self {
+            submitter,
+            route: Route::lane(0),
+            stop: AtomicU32::new(0),
+            timeout: None,
+        }
+    }
+
+    /// Calls on `route` instead.
+    pub fn with_route(mut self, route: Route) -> Self {
+        self.route = route;
+        self
+    }
+
+    /// Gives up on each call after `timeout` (its buffer is then leaked, as
+    /// a worker may still use it: see [`SharedBuffer`]).
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Refuses a name the store would, before it costs a task (one too long
+    /// might not even fit the future's copy space).
+    fn check_name(name: &str) -> Result<(), CallError> {
+        match name.len() {
+            0 => Err(CallError::Blob(code::EMPTY_NAME)),
+            n if n > wire::NAME_MAX => Err(CallError::Blob(code::NAME_TOO_LONG)),
+            _ => Ok(()),
+        }
+    }
+
+    fn call<T: Task>(&self, task: &T) -> Result<T::Output, CallError> {
+        let deadline = self.timeout.map(|t| Instant::now() + t);
+        let mut pending = self.submitter.submit(self.route, task)?;
+        Ok(pending.wait(&self.stop, deadline)?)
+    }
+
+    /// Calls `task`, which names `buffer`: the buffer is freed once the task
+    /// completed, leaked if the wait ended without it.
+    fn call_with<'b, T: Task>(
+        &self,
+        task: &T,
+        buffer: SharedBuffer<'b>,
+    ) -> Result<(T::Output, SharedBuffer<'b>), CallError> {
+        match self.call(task) {
+            Ok(output) => Ok((output, buffer)),
+            Err(CallError::Task(e)) => {
+                buffer.leak();
+                Err(CallError::Task(e))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The id of tag `name`, created if new.
+    pub fn get_or_create_tag(&self, name: &str) -> Result<TagId, CallError> {
+        Self::check_name(name)?;
+        self.call(&GetOrCreateTag { name: name.into() }).map(TagId)
+    }
+
+    /// Writes `data` at `offset` of blob `name` of `tag`, all or nothing;
+    /// the blob's size after it.
+    pub fn put(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        data: &[u8],
+        score: Score,
+    ) -> Result<u64, CallError> {
+        Self::check_name(name)?;
+        let mut buffer = self.submitter.allocate_shared(data.len())?;
+        buffer.write(0, data);
+        let task = Put {
+            tag: tag.0,
+            name: name.into(),
+            offset,
+            len: data.len() as u64,
+            data: buffer.ptr().into(),
+            score: score.0,
+        };
+        self.call_with(&task, buffer).map(|(size, _)| size)
+    }
+
+    /// Reads `out.len()` bytes at `offset` of blob `name` of `tag`.
+    pub fn get(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), CallError> {
+        Self::check_name(name)?;
+        let buffer = self.submitter.allocate_shared(out.len())?;
+        let task = Get {
+            tag: tag.0,
+            name: name.into(),
+            offset,
+            len: out.len() as u64,
+            out: buffer.ptr().into(),
+        };
+        let (_, buffer) = self.call_with(&task, buffer)?;
+        buffer.read(0, out);
+        Ok(())
+    }
+
+    /// The size of blob `name` of `tag`.
+    pub fn stat(&self, tag: TagId, name: &str) -> Result<u64, CallError> {
+        Self::check_name(name)?;
+        self.call(&Stat {
+            tag: tag.0,
+            name: name.into(),
+        })
+    }
+
+    /// Deletes blob `name` of `tag`.
+    pub fn delete(&self, tag: TagId, name: &str) -> Result<(), CallError> {
+        Self::check_name(name)?;
+        self.call(&Delete {
+            tag: tag.0,
+            name: name.into(),
+        })
+        .map(drop)
+    }
+}

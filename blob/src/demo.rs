@@ -1,0 +1,210 @@
+//! Launching the blob store's own kernels (`kernels/blob.cu`) on a served
+//! device: kernel threads putting and getting blobs through the device's
+//! queue segment, and the wire check. What the tests, the bench and
+//! `tandem-blob demo` run; a kernel of one's own includes `tandem/blob.h`
+//! and needs none of it.
+
+use std::time::{Duration, Instant};
+
+use tandem_hal::{GpuApi, GpuDevice, KernelArg, LaunchConfig};
+use tandem_runtime::{DeviceQueues, RuntimeError, SharedBuffer};
+
+use crate::kernels;
+use crate::{Score, TagId};
+
+/// What each thread of a [`PutGetLaunch`] does per round.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PutGetMode {
+    /// Put its blob, get it back and compare every byte.
+    PutGetCheck = 0,
+    /// Put only.
+    Put = 1,
+    /// Get only (a blob an earlier launch put).
+    Get = 2,
+}
+
+/// One launch of `tandem_blob_put_get`: thread r works on blob `k<r>` of
+/// `tag`.
+#[derive(Clone, Copy, Debug)]
+pub struct PutGetLaunch {
+    /// Blocks of the grid.
+    pub blocks: u32,
+    /// Threads per block.
+    pub threads: u32,
+    /// The tag every blob goes in.
+    pub tag: TagId,
+    /// Bytes of each blob.
+    pub blob_bytes: u64,
+    /// Rounds per thread (each with new bytes).
+    pub rounds: u64,
+    /// What each round does.
+    pub mode: PutGetMode,
+    /// Placement of the puts.
+    pub score: Score,
+    /// Spin rounds a full lane or a wait may take before a thread gives up.
+    pub spin_budget: u64,
+}
+
+/// `status` of a thread whose get returned other bytes than it put.
+pub const STATUS_MISMATCH: u32 = 1000;
+
+/// What a [`PutGetLaunch`] did.
+#[derive(Clone, Debug)]
+pub struct PutGetOutcome {
+    /// Per thread: its `rt_status` (0 ok), or [`STATUS_MISMATCH`].
+    pub status: Vec<u32>,
+    /// Per thread: the first nonzero blob code a call returned (0: none).
+    pub codes: Vec<i32>,
+    /// Launch to synchronisation.
+    pub elapsed: Duration,
+}
+
+impl PutGetOutcome {
+    /// Threads that did not end with status 0 and code 0.
+    pub fn failed_threads(&self) -> usize {
+        self.status
+            .iter()
+            .zip(&self.codes)
+            .filter(|&(&s, &c)| s != 0 || c != 0)
+            .count()
+    }
+
+    /// The first failed thread: (rank, status, code).
+    pub fn first_failure(&self) -> Option<(usize, u32, i32)> {
+        self.status
+            .iter()
+            .zip(&self.codes)
+            .enumerate()
+            .find(|(_, (&s, &c))| s != 0 || c != 0)
+            .map(|(rank, (&s, &c))| (rank, s, c))
+    }
+}
+
+/// The blob kernels, loaded on one served device.
+pub struct BlobKernels<'q, A: GpuApi> {
+    queues: &'q DeviceQueues<A>,
+    stream: <A::Device as GpuDevice>::Stream,
+    put_get: <A::Device as GpuDevice>::Kernel,
+    wire: <A::Device as GpuDevice>::Kernel,
+    _module: <A::Device as GpuDevice>::Module,
+    /// Every future of the launches so far completed: the kernel arena may
+    /// be taken back before the next.
+    arena_reusable: bool,
+}
+
+/// Values `tandem_blob_wire` reports.
+pub const WIRE_VALUES: usize = 26;
+
+impl<'q, A: GpuApi> BlobKernels<'q, A> {
+    /// Loads the kernels on `queues`' device.
+    pub fn load(queues: &'q DeviceQueues<A>) -> Result<Self, RuntimeError> {
+        let device = queues.device();
+        let module = device.load_module(&kernels::library())?;
+        Ok(Self {
+            put_get: device.kernel(&module, kernels::names::TANDEM_BLOB_PUT_GET)?,
+            wire: device.kernel(&module, kernels::names::TANDEM_BLOB_WIRE)?,
+            stream: device.create_stream()?,
+            _module: module,
+            queues,
+            arena_reusable: true,
+        })
+    }
+
+    fn buffer(&self, len: usize) -> Result<(SharedBuffer<'q>, u64), RuntimeError> {
+        let buffer = self
+            .queues
+            .allocate_shared(len)
+            .map_err(|e| RuntimeError::Process(format!("kernel result buffer: {e}")))?;
+        let at = self
+            .queues
+            .device_address(&buffer)
+            .expect("a block of this device's own segment");
+        Ok((buffer, at))
+    }
+
+    /// What `tandem/blob.h` holds: ids, codes and limits, in
+    /// `tandem_blob_wire`'s order.
+    pub fn wire(&self) -> Result<Vec<u64>, RuntimeError> {
+        let (out, at) = self.buffer(WIRE_VALUES * 8)?;
+        // SAFETY: one thread writes WIRE_VALUES u64s to `out`, which lives
+        // until after the synchronisation.
+        unsafe {
+            self.queues.device().launch(
+                &self.wire,
+                &LaunchConfig::linear(1, 1),
+                &[KernelArg::Ptr(at)],
+                &self.stream,
+            )
+        }?;
+        self.queues.device().synchronize_stream(&self.stream)?;
+        let mut bytes = vec![0u8; WIRE_VALUES * 8];
+        out.read(0, &mut bytes);
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+            .collect())
+    }
+
+    /// Runs `launch` to the end (a raised stop word ends the threads'
+    /// waits).
+    pub fn put_get(&mut self, launch: &PutGetLaunch) -> Result<PutGetOutcome, RuntimeError> {
+        let threads = launch.blocks as usize * launch.threads as usize;
+        let (status, status_at) = self.buffer(threads.max(1) * 4)?;
+        let (codes, codes_at) = self.buffer(threads.max(1) * 4)?;
+        if self.arena_reusable {
+            // SAFETY: the previous launch (if any) was synchronised and every
+            // one of its futures completed (arena_reusable); launches are
+            // serialised by `&mut self`.
+            unsafe { self.queues.segment().reset_kernel_arena() };
+        }
+        let segment = self.queues.segment();
+        let args = [
+            KernelArg::Ptr(self.queues.kernel_backend().base),
+            KernelArg::U64(segment.len() as u64),
+            KernelArg::U64(launch.tag.0),
+            KernelArg::U64(launch.blob_bytes),
+            KernelArg::U64(launch.rounds),
+            KernelArg::U32(launch.mode as u32),
+            KernelArg::F32(launch.score.0),
+            KernelArg::Ptr(self.queues.stop_flag_device_ptr()),
+            KernelArg::U64(launch.spin_budget),
+            KernelArg::Ptr(status_at),
+            KernelArg::Ptr(codes_at),
+        ];
+        let device = self.queues.device();
+        let started = Instant::now();
+        // SAFETY: the segment stays registered while `queues` lives; the
+        // result buffers hold an entry per thread and live until after the
+        // synchronisation.
+        unsafe {
+            device.launch(
+                &self.put_get,
+                &LaunchConfig::linear(launch.blocks, launch.threads),
+                &args,
+                &self.stream,
+            )
+        }?;
+        device.synchronize_stream(&self.stream)?;
+        let elapsed = started.elapsed();
+        let read = |buffer: &SharedBuffer<'_>| {
+            let mut bytes = vec![0u8; threads * 4];
+            buffer.read(0, &mut bytes);
+            bytes
+                .chunks_exact(4)
+                .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+                .collect::<Vec<u32>>()
+        };
+        let outcome = PutGetOutcome {
+            status: read(&status),
+            codes: read(&codes).into_iter().map(|c| c as i32).collect(),
+            elapsed,
+        };
+        // A thread that gave up (stopped, budget spent) may have left a task
+        // in flight, whose future lives in the arena.
+        self.arena_reusable = outcome
+            .status
+            .iter()
+            .all(|&s| s == 0 || s == STATUS_MISMATCH);
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,109 @@
+//! The blob pool's wire format: its pool and method ids, the codes its
+//! handlers answer with, and the limits a caller sizes its futures by.
+//! Mirrored for kernels by `tandem/blob.h`; the `tandem_blob_wire` kernel
+//! reports the header's values and `tests/kernels.rs` compares them with
+//! these on every backend.
+
+use tandem_runtime::{MethodId, PoolId};
+use tandem_shm_core::{impl_serialize_fields, AllocatorId, ShmPtr};
+
+/// The blob pool's id (built-in pools take the ids below 16, user pools
+/// pick theirs above).
+pub const POOL: PoolId = 16;
+
+/// The blob pool's methods.
+pub mod method {
+    use super::MethodId;
+    /// get_or_create_tag(name) -> tag id.
+    pub const TAG: MethodId = 1;
+    /// put(tag, name, offset, data, score) -> the blob's size after it.
+    pub const PUT: MethodId = 2;
+    /// get(tag, name, offset, out) -> bytes read (the whole range).
+    pub const GET: MethodId = 3;
+    /// stat(tag, name) -> size.
+    pub const STAT: MethodId = 4;
+    /// delete(tag, name).
+    pub const DELETE: MethodId = 5;
+}
+
+/// Return codes of the blob pool's handlers: [`BlobError::code`] for the
+/// store's errors, and one of the pool's own.
+pub mod code {
+    /// [`crate::BlobError::EmptyName`].
+    pub const EMPTY_NAME: i32 = 1;
+    /// [`crate::BlobError::NameTooLong`].
+    pub const NAME_TOO_LONG: i32 = 2;
+    /// [`crate::BlobError::UnknownTag`].
+    pub const UNKNOWN_TAG: i32 = 3;
+    /// [`crate::BlobError::NotFound`].
+    pub const NOT_FOUND: i32 = 4;
+    /// [`crate::BlobError::OutOfRange`].
+    pub const OUT_OF_RANGE: i32 = 5;
+    /// [`crate::BlobError::EmptyRange`].
+    pub const EMPTY_RANGE: i32 = 6;
+    /// [`crate::BlobError::TooLarge`].
+    pub const TOO_LARGE: i32 = 7;
+    /// [`crate::BlobError::NoSpace`].
+    pub const NO_SPACE: i32 = 8;
+    /// [`crate::BlobError::BadScore`].
+    pub const BAD_SCORE: i32 = 9;
+    /// [`crate::BlobError::Fill`]: copying from or to the caller failed.
+    pub const FILL: i32 = 10;
+    /// [`crate::BlobError::TargetCreate`].
+    pub const TARGET_CREATE: i32 = 11;
+    /// [`crate::BlobError::TargetSize`].
+    pub const TARGET_SIZE: i32 = 12;
+    /// [`crate::BlobError::TargetIo`].
+    pub const TARGET_IO: i32 = 13;
+    /// [`crate::BlobError::TargetMismatch`].
+    pub const TARGET_MISMATCH: i32 = 14;
+    /// [`crate::BlobError::Config`].
+    pub const CONFIG: i32 = 15;
+    /// [`crate::BlobError::Metadata`].
+    pub const METADATA: i32 = 16;
+    /// [`crate::BlobError::Corrupt`].
+    pub const CORRUPT: i32 = 17;
+    /// The data pointer does not name the length's bytes of the caller's
+    /// segment (`tandem_runtime::CallerMemoryError`).
+    pub const BAD_POINTER: i32 = 32;
+}
+
+/// Longest tag or blob name, in bytes (both limits of the store).
+pub const NAME_MAX: usize = crate::MAX_NAME_LEN;
+const _: () = assert!(crate::MAX_NAME_LEN == crate::MAX_TAG_LEN);
+
+/// Copy space a future needs for any blob task: the task header (16
+/// bytes) and the largest arguments (a put: 8 + 4 + [`NAME_MAX`] + 8 + 8 +
+/// 16 + 4 = 303 bytes), rounded up.
+pub const COPY_SPACE: u32 = 320;
+const _: () = assert!(16 + 8 + 4 + NAME_MAX + 8 + 8 + 16 + 4 <= COPY_SPACE as usize);
+
+/// A caller's bytes by reference: a pointer into the segment its task goes
+/// through (its id and offset), as the wire carries it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct SharedRef {
+    /// The segment's allocator id, major part.
+    pub major: u32,
+    /// The segment's allocator id, minor part.
+    pub minor: u32,
+    /// Offset in the segment.
+    pub off: u64,
+}
+impl_serialize_fields!(SharedRef { major, minor, off });
+
+impl SharedRef {
+    /// The segment pointer it names.
+    pub fn ptr(self) -> ShmPtr<u8> {
+        ShmPtr::new(AllocatorId::new(self.major, self.minor), self.off)
+    }
+}
+
+impl From<ShmPtr<u8>> for SharedRef {
+    fn from(ptr: ShmPtr<u8>) -> Self {
+        Self {
+            major: ptr.alloc_id.major,
+            minor: ptr.alloc_id.minor,
+            off: ptr.off,
+        }
+    }
+}

@@ -1,0 +1,380 @@
+//! The blob store on the runtime's task path, on every backend compiled in:
+//! `tandem/blob.h`'s values equal `tandem_blob::wire`'s; many kernel threads
+//! put and get blobs of their own at once (RAM and file targets) and every
+//! byte comes back; errors come back as codes and the runtime lives on; host
+//! code calls the same pool through `BlobCaller`. Without a GPU the CUDA and
+//! HIP cases print "skipped: no CUDA device" (a failure with
+//! `TANDEM_REQUIRE_GPU=1`); the CPU device's never skip.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode, PutGetOutcome, WIRE_VALUES};
+use tandem_blob::pool::{self, Put};
+use tandem_blob::wire::{self, code, method, SharedRef};
+use tandem_blob::{
+    BlobCaller, BlobStore, CallError, Score, StoreConfig, TagId, TargetConfig, TargetKind,
+};
+use tandem_hal::GpuApi;
+use tandem_runtime::{Config, DeviceSelection, Registry, Runtime};
+use tandem_shm_core::{AllocatorId, ShmPtr};
+
+/// A RAM target (score 1.0) and a file target (score 0.5) of 64 MiB each.
+fn store(dir: &tempfile::TempDir) -> Arc<BlobStore> {
+    let config = StoreConfig {
+        metadata: dir.path().join("meta.redb"),
+        targets: vec![
+            TargetConfig {
+                kind: TargetKind::Ram,
+                path: None,
+                capacity: 64 << 20,
+                score: 1.0,
+            },
+            TargetConfig {
+                kind: TargetKind::File,
+                path: Some(dir.path().join("target0.dat")),
+                capacity: 64 << 20,
+                score: 0.5,
+            },
+        ],
+        limits: Default::default(),
+    };
+    Arc::new(BlobStore::open(&config).expect("open the store"))
+}
+
+fn runtime<A: GpuApi>(api: A, store: &Arc<BlobStore>) -> Runtime<A> {
+    runtime_on(api, store, DeviceSelection::Only(vec![0]))
+}
+
+fn runtime_on<A: GpuApi>(api: A, store: &Arc<BlobStore>, devices: DeviceSelection) -> Runtime<A> {
+    let mut registry = Registry::with_builtins();
+    pool::register(&mut registry, Arc::clone(store)).expect("register the blob pool");
+    let config = Config {
+        workers: 2,
+        lanes: 2,
+        queue_depth: 256,
+        gpu_segment_size: 96 << 20,
+        cpu_segment_size: 8 << 20,
+        // Host submits carry names up to NAME_MAX in the copy space.
+        copy_space: wire::COPY_SPACE,
+        devices,
+        ..Config::default()
+    };
+    Runtime::start_with(api, config, registry).expect("start the runtime")
+}
+
+/// (blocks, threads): many threads on a GPU, what the CPU device runs well.
+fn grid<A: GpuApi>() -> (u32, u32) {
+    if A::BACKEND == tandem_hal::Backend::Host {
+        (4, 16)
+    } else {
+        (66, 64)
+    }
+}
+
+/// What `tandem_blob_wire` must report, in its order.
+fn expected_wire() -> Vec<u64> {
+    let mut v = vec![
+        u64::from(wire::POOL),
+        u64::from(method::TAG),
+        u64::from(method::PUT),
+        u64::from(method::GET),
+        u64::from(method::STAT),
+        u64::from(method::DELETE),
+    ];
+    v.extend(
+        [
+            code::EMPTY_NAME,
+            code::NAME_TOO_LONG,
+            code::UNKNOWN_TAG,
+            code::NOT_FOUND,
+            code::OUT_OF_RANGE,
+            code::EMPTY_RANGE,
+            code::TOO_LARGE,
+            code::NO_SPACE,
+            code::BAD_SCORE,
+            code::FILL,
+            code::TARGET_CREATE,
+            code::TARGET_SIZE,
+            code::TARGET_IO,
+            code::TARGET_MISMATCH,
+            code::CONFIG,
+            code::METADATA,
+            code::CORRUPT,
+            code::BAD_POINTER,
+        ]
+        .map(|c| c as u64),
+    );
+    v.push(wire::NAME_MAX as u64);
+    v.push(u64::from(wire::COPY_SPACE));
+    assert_eq!(v.len(), WIRE_VALUES);
+    v
+}
+
+/// Byte `i` of round `round` of thread `rank`'s blob (kernels/blob.cu).
+fn pattern(rank: u64, round: u64, i: u64) -> u8 {
+    (rank
+        .wrapping_mul(131)
+        .wrapping_add(round * 31)
+        .wrapping_add(i * 7)
+        .wrapping_add(i >> 8)) as u8
+}
+
+fn assert_all_ok(outcome: &PutGetOutcome, what: &str) {
+    assert_eq!(
+        outcome.failed_threads(),
+        0,
+        "{what}: first failure (rank, status, code) {:?}",
+        outcome.first_failure()
+    );
+}
+
+fn wire_matches_the_header<A: GpuApi>(api: A) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(&dir);
+    let runtime = runtime(api, &store);
+    let kernels = BlobKernels::load(&runtime.devices()[0]).expect("load the blob kernels");
+    assert_eq!(kernels.wire().expect("wire kernel"), expected_wire());
+    drop(kernels);
+    runtime.shutdown().expect("shutdown");
+}
+
+fn kernel_threads_put_and_get_their_blobs<A: GpuApi>(api: A) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(&dir);
+    let runtime = runtime(api, &store);
+    let (blocks, threads) = grid::<A>();
+    let mut kernels = BlobKernels::load(&runtime.devices()[0]).expect("load the blob kernels");
+    let rounds = 3;
+    for (tag_name, score, blob_bytes, durable) in [
+        ("ram", Score::AUTO, 4096u64, false),
+        ("file", Score(0.5), 4096 + 100, true),
+    ] {
+        let tag = store.get_or_create_tag(tag_name).expect("tag");
+        let launch = PutGetLaunch {
+            blocks,
+            threads,
+            tag,
+            blob_bytes,
+            rounds,
+            mode: PutGetMode::PutGetCheck,
+            score,
+            spin_budget: 1 << 40,
+        };
+        let outcome = kernels.put_get(&launch).expect("launch");
+        assert_all_ok(&outcome, tag_name);
+        // What the kernel left is what the host reads: the last round's bytes.
+        let mut back = vec![0u8; blob_bytes as usize];
+        for rank in 0..u64::from(blocks * threads) {
+            let name = format!("k{rank}");
+            let stat = store.stat(tag, &name).expect("stat");
+            assert_eq!((stat.size, stat.durable), (blob_bytes, durable), "{name}");
+            store.get(tag, &name, 0, &mut back).expect("get");
+            for (i, &b) in back.iter().enumerate() {
+                assert_eq!(
+                    b,
+                    pattern(rank, rounds - 1, i as u64),
+                    "{tag_name}/{name} byte {i}"
+                );
+            }
+        }
+        // Gets of what an earlier launch put.
+        let outcome = kernels
+            .put_get(&PutGetLaunch {
+                mode: PutGetMode::Get,
+                rounds: 1,
+                ..launch
+            })
+            .expect("get launch");
+        assert_all_ok(&outcome, "gets");
+    }
+    drop(kernels);
+    runtime.shutdown().expect("shutdown");
+}
+
+fn kernel_errors_come_back_as_codes<A: GpuApi>(api: A) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(&dir);
+    let runtime = runtime(api, &store);
+    let mut kernels = BlobKernels::load(&runtime.devices()[0]).expect("load the blob kernels");
+    let launch = PutGetLaunch {
+        blocks: 2,
+        threads: 8,
+        tag: TagId(0xdead),
+        blob_bytes: 64,
+        rounds: 1,
+        mode: PutGetMode::PutGetCheck,
+        score: Score::AUTO,
+        spin_budget: 1 << 40,
+    };
+    let outcome = kernels.put_get(&launch).expect("launch");
+    assert!(
+        outcome.status.iter().all(|&s| s == 0),
+        "{:?}",
+        outcome.status
+    );
+    assert!(
+        outcome.codes.iter().all(|&c| c == code::UNKNOWN_TAG),
+        "{:?}",
+        outcome.codes
+    );
+    let tag = store.get_or_create_tag("t").expect("tag");
+    let cases = [
+        (PutGetMode::Get, Score::AUTO, code::NOT_FOUND),
+        (PutGetMode::PutGetCheck, Score(2.0), code::BAD_SCORE),
+    ];
+    for (mode, score, expected) in cases {
+        let outcome = kernels
+            .put_get(&PutGetLaunch {
+                tag,
+                mode,
+                score,
+                ..launch
+            })
+            .expect("launch");
+        assert!(
+            outcome.codes.iter().all(|&c| c == expected),
+            "{mode:?}: {:?}",
+            outcome.codes
+        );
+    }
+    // The runtime lives on: a clean launch after the errors.
+    let outcome = kernels
+        .put_get(&PutGetLaunch { tag, ..launch })
+        .expect("launch");
+    assert_all_ok(&outcome, "after errors");
+    drop(kernels);
+    runtime.shutdown().expect("shutdown");
+}
+
+macro_rules! backend_tests {
+    ($module:ident, $api:ty) => {
+        mod $module {
+            fn api(label: &str) -> Option<$api> {
+                tandem_tests::gpu::api_or_skip::<$api>(label)
+            }
+
+            #[test]
+            fn wire_matches_the_header() {
+                if let Some(api) = api("wire_matches_the_header") {
+                    super::wire_matches_the_header(api);
+                }
+            }
+
+            #[test]
+            fn kernel_threads_put_and_get_their_blobs() {
+                if let Some(api) = api("kernel_threads_put_and_get_their_blobs") {
+                    super::kernel_threads_put_and_get_their_blobs(api);
+                }
+            }
+
+            #[test]
+            fn kernel_errors_come_back_as_codes() {
+                if let Some(api) = api("kernel_errors_come_back_as_codes") {
+                    super::kernel_errors_come_back_as_codes(api);
+                }
+            }
+        }
+    };
+}
+
+backend_tests!(host, tandem_hal::HostApi);
+#[cfg(feature = "cuda")]
+backend_tests!(cuda, tandem_hal_cuda::CudaApi);
+#[cfg(feature = "hip")]
+backend_tests!(hip, tandem_hal_hip::HipApi);
+
+/// Host code in the runtime's process, through the task path.
+#[test]
+fn host_calls_through_the_task_path() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(&dir);
+    let runtime = runtime_on(
+        tandem_hal::HostApi::with_devices(0),
+        &store,
+        DeviceSelection::Only(vec![]),
+    );
+    let blobs = BlobCaller::new(&runtime).with_timeout(Duration::from_secs(30));
+    let tag = blobs.get_or_create_tag("host").expect("tag");
+    assert_eq!(blobs.get_or_create_tag("host").expect("again"), tag);
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    assert_eq!(
+        blobs.put(tag, "a", 0, &data, Score(0.5)).expect("put"),
+        10_000
+    );
+    // Past the end extends, the hole reads as zeros.
+    assert_eq!(
+        blobs
+            .put(tag, "a", 12_000, b"tail", Score::AUTO)
+            .expect("extend"),
+        12_004
+    );
+    let mut back = vec![1u8; 12_004];
+    blobs.get(tag, "a", 0, &mut back).expect("get");
+    assert_eq!(&back[..10_000], &data[..]);
+    assert!(back[10_000..12_000].iter().all(|&b| b == 0));
+    assert_eq!(&back[12_000..], b"tail");
+    assert_eq!(blobs.stat(tag, "a").expect("stat"), 12_004);
+
+    let mut past = [0u8; 8];
+    assert_eq!(
+        blobs.get(tag, "a", 12_000, &mut past),
+        Err(CallError::Blob(code::OUT_OF_RANGE))
+    );
+    assert_eq!(blobs.stat(tag, "b"), Err(CallError::Blob(code::NOT_FOUND)));
+    assert_eq!(
+        blobs.put(TagId(77), "a", 0, b"x", Score::AUTO),
+        Err(CallError::Blob(code::UNKNOWN_TAG))
+    );
+    assert_eq!(
+        blobs.put(tag, "", 0, b"x", Score::AUTO),
+        Err(CallError::Blob(code::EMPTY_NAME))
+    );
+    let long = "n".repeat(wire::NAME_MAX + 1);
+    assert_eq!(
+        blobs.put(tag, &long, 0, b"x", Score::AUTO),
+        Err(CallError::Blob(code::NAME_TOO_LONG))
+    );
+    assert_eq!(
+        blobs.put(tag, "a", 0, &[], Score::AUTO),
+        Err(CallError::Blob(code::EMPTY_RANGE))
+    );
+    assert_eq!(
+        blobs.put(tag, "a", u64::MAX - 2, b"xyz", Score::AUTO),
+        Err(CallError::Blob(code::TOO_LARGE))
+    );
+    let err = blobs.stat(tag, "b").unwrap_err().to_string();
+    assert!(err.contains("no such blob"), "{err}");
+
+    // A data pointer outside the caller's segment: refused, nothing written.
+    let segment = runtime.cpu_segment();
+    let foreign = ShmPtr::new(
+        AllocatorId::new(segment.id().major, segment.id().minor + 1),
+        4096,
+    );
+    let bad = Put {
+        tag: tag.0,
+        name: "c".into(),
+        offset: 0,
+        len: 16,
+        data: SharedRef::from(foreign),
+        score: -1.0,
+    };
+    let stop = std::sync::atomic::AtomicU32::new(0);
+    let result = runtime
+        .submit(tandem_runtime::Route::lane(0), &bad)
+        .expect("submit")
+        .wait(&stop, None);
+    assert_eq!(
+        result.map_err(CallError::from),
+        Err(CallError::Blob(code::BAD_POINTER))
+    );
+    assert_eq!(blobs.stat(tag, "c"), Err(CallError::Blob(code::NOT_FOUND)));
+
+    blobs.delete(tag, "a").expect("delete");
+    assert_eq!(blobs.stat(tag, "a"), Err(CallError::Blob(code::NOT_FOUND)));
+    // Every buffer went back to the heap.
+    let stats = segment.heap().stats().expect("stats");
+    assert_eq!(stats.free_bytes(), stats.carved_bytes);
+    runtime.shutdown().expect("shutdown");
+}
