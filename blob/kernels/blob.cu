@@ -35,10 +35,15 @@ TANDEM_KERNEL tandem_blob_wire(u64* out) {
   out[i++] = b::COPY_SPACE;
 }
 
-/// Modes of tandem_blob_put_get.
+/// Modes of tandem_blob_put_get (tandem_blob::demo::PutGetMode).
 constexpr u32 MODE_PUT_GET_CHECK = 0;
 constexpr u32 MODE_PUT = 1;
 constexpr u32 MODE_GET = 2;
+/// The block's threads fill one buffer together (coalesced), thread 0 puts
+/// it as blob "b<block>"; a GPU producing a large result works this way.
+constexpr u32 MODE_BLOCK_PUT = 3;
+constexpr u32 MODE_BLOCK_GET = 4;
+constexpr u32 MODE_BLOCK_PUT_GET_CHECK = 5;
 
 /// Status past tandem::rt_status's values: a get returned other bytes.
 constexpr u32 STATUS_MISMATCH = 1000;
@@ -50,49 +55,140 @@ TANDEM_DEVICE u8 pattern(u64 rank, u64 round, u64 i) {
   return static_cast<u8>(rank * 131 + round * 31 + i * 7 + (i >> 8));
 }
 
-/// Thread r's blob name, "k<r>", into `name` (24 bytes); its length.
-TANDEM_DEVICE u32 blob_name(u64 rank, char* name) {
+/// Word w of round `round` of block `block`'s blob (per-block modes).
+TANDEM_DEVICE u64 block_pattern(u64 block, u64 round, u64 w) {
+  return (block << 44) ^ (round << 36) ^ (w * 0x9E3779B97F4A7C15ull);
+}
+
+/// "<prefix><n>" into `name` (24 bytes); its length.
+TANDEM_DEVICE u32 blob_name(char prefix, u64 n, char* name) {
   char digits[20];
-  u32 n = 0;
+  u32 count = 0;
   do {
-    digits[n++] = static_cast<char>('0' + rank % 10);
-    rank /= 10;
-  } while (rank != 0);
-  name[0] = 'k';
-  for (u32 i = 0; i < n; ++i) {
-    name[1 + i] = digits[n - 1 - i];
+    digits[count++] = static_cast<char>('0' + n % 10);
+    n /= 10;
+  } while (n != 0);
+  name[0] = prefix;
+  for (u32 i = 0; i < count; ++i) {
+    name[1 + i] = digits[count - 1 - i];
   }
-  return n + 1;
+  return count + 1;
+}
+
+namespace {
+
+/// The per-block modes: one blob per block, `blob_bytes` a multiple of 8.
+struct BlockBlob {
+  tandem::blob::Buffer data;
+  tandem::blob::Buffer back;
+  tandem::rt_status status;
+  i32 code;
+  bool mismatch;
+};
+
+}  // namespace
+
+TANDEM_DEVICE void block_put_get(tandem::RtContext& rt, BlockBlob& shared, tandem::RtFuture& f, u64 tag,
+                                 u64 blob_bytes, u64 rounds, u32 mode, f32 score, const u32* stop,
+                                 u64 spin_budget) {
+  namespace b = tandem::blob;
+  const u32 me = tandem::thread_rank();
+  const u64 block = tandem::block_rank();
+  const u64 words = blob_bytes / 8;
+  char name[24];
+  const u32 name_len = blob_name('b', block, name);
+  const u32 lane = static_cast<u32>(block % rt.num_lanes);
+  for (u64 round = 0; round < rounds; ++round) {
+    if (mode != MODE_BLOCK_GET) {
+      u64* out = reinterpret_cast<u64*>(shared.data.data);
+      for (u64 w = me; w < words; w += tandem::block_size()) {
+        out[w] = block_pattern(block, round, w);
+      }
+    }
+    // The barrier orders every thread's fill before thread 0's put, whose
+    // system-scope fence (blob::put) is cumulative: it publishes them too.
+    tandem::block_barrier();
+    if (me == 0 && shared.status == tandem::rt_status::ok && shared.code == 0) {
+      i32 rc = 0;
+      tandem::rt_status st = tandem::rt_status::ok;
+      if (mode != MODE_BLOCK_GET) {
+        u64 size = 0;
+        st = b::put(rt, f, lane, tag, name, name_len, 0, shared.data, score, stop, spin_budget, &size, &rc);
+      }
+      if (st == tandem::rt_status::ok && rc == 0 && mode != MODE_BLOCK_PUT) {
+        st = b::get(rt, f, lane, tag, name, name_len, 0, shared.back, stop, spin_budget, &rc);
+      }
+      shared.status = st;
+      shared.code = rc;
+    }
+    tandem::block_barrier();
+    if (mode == MODE_BLOCK_PUT_GET_CHECK && shared.status == tandem::rt_status::ok && shared.code == 0) {
+      const u64* in = reinterpret_cast<const u64*>(shared.back.data);
+      for (u64 w = me; w < words; w += tandem::block_size()) {
+        if (in[w] != block_pattern(block, round, w)) {
+          shared.mismatch = true;
+        }
+      }
+    }
+    tandem::block_barrier();
+    if (shared.status != tandem::rt_status::ok || shared.code != 0 || shared.mismatch) {
+      return;
+    }
+  }
 }
 
 /// Every thread r, `rounds` times: (mode PUT_GET_CHECK) fills a buffer of
 /// blob_bytes with round's pattern, puts it as blob "k<r>" of `tag` at
 /// offset 0 with `score`, gets it back into a second buffer and compares;
 /// (mode PUT) only the put; (mode GET) only the get of a blob an earlier
-/// launch put. Through lane (block rank mod lanes) of the device segment at
-/// `segment` (`len` bytes), waiting with `stop` and `spin_budget`.
-/// status[r]: the thread's rt_status (0 ok), or STATUS_MISMATCH; codes[r]:
-/// the first nonzero blob code a call returned (0: none).
+/// launch put. The BLOCK modes do the same with one blob "b<block>" per
+/// block (blob_bytes a multiple of 8), which the block's threads fill and
+/// check together and thread 0 puts and gets. Through lane (block rank mod
+/// lanes) of the device segment at `segment` (`len` bytes), waiting with
+/// `stop` and `spin_budget`. status[r]: the thread's (or its block's)
+/// rt_status (0 ok), or STATUS_MISMATCH; codes[r]: the first nonzero blob
+/// code a call returned (0: none).
 TANDEM_KERNEL tandem_blob_put_get(u8* segment, u64 len, u64 tag, u64 blob_bytes, u64 rounds, u32 mode, f32 score,
                                   const u32* stop, u64 spin_budget, u32* status, i32* codes) {
   namespace b = tandem::blob;
   TANDEM_SHARED(tandem::RtContext, rt);
+  TANDEM_SHARED(BlockBlob, shared);
   const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
   const tandem::MemoryBackend backend{h->id, tandem::backend_kind::PINNED, 0, reinterpret_cast<u64>(segment), len};
-  // Per thread: its future (48 + COPY_SPACE bytes), its notify word, and
-  // two data buffers, with alignment slack.
-  const u64 per_thread = 512 + 2 * ((blob_bytes + 15) & ~u64{15});
-  tandem::rt_init(rt, backend, static_cast<u64>(tandem::block_size()) * per_thread + 256);
+  const bool per_block = mode >= MODE_BLOCK_PUT;
+  const u64 padded = (blob_bytes + 15) & ~u64{15};
+  // Per thread: its future (48 + COPY_SPACE bytes) and notify word; and two
+  // data buffers per thread or per block; with alignment slack.
+  const u64 threads = tandem::block_size();
+  const u64 arena = threads * 512 + (per_block ? 2 * padded : threads * 2 * padded) + 256;
+  tandem::rt_init(rt, backend, arena);
   const u64 r = tandem::global_rank();
   tandem::RtFuture f{};
+  tandem::rt_status st = tandem::rt_future_alloc(rt, b::COPY_SPACE, &f);
+  if (per_block) {
+    if (tandem::thread_rank() == 0) {
+      shared.status = st;
+      shared.code = 0;
+      shared.mismatch = false;
+      if (shared.status == tandem::rt_status::ok) shared.status = b::buffer_alloc(rt, padded, &shared.data);
+      if (shared.status == tandem::rt_status::ok) shared.status = b::buffer_alloc(rt, padded, &shared.back);
+      if (blob_bytes % 8 != 0) shared.status = tandem::rt_status::ser_failed;
+    }
+    tandem::block_barrier();
+    if (shared.status == tandem::rt_status::ok) {
+      block_put_get(rt, shared, f, tag, blob_bytes, rounds, mode, score, stop, spin_budget);
+    }
+    status[r] = shared.mismatch ? STATUS_MISMATCH : static_cast<u32>(shared.status);
+    codes[r] = shared.code;
+    return;
+  }
   b::Buffer data{};
   b::Buffer back{};
-  tandem::rt_status st = tandem::rt_future_alloc(rt, b::COPY_SPACE, &f);
   if (st == tandem::rt_status::ok) st = b::buffer_alloc(rt, blob_bytes, &data);
   if (st == tandem::rt_status::ok) st = b::buffer_alloc(rt, blob_bytes, &back);
   const u32 lane = static_cast<u32>(tandem::block_rank() % (st == tandem::rt_status::ok ? rt.num_lanes : 1));
   char name[24];
-  const u32 name_len = blob_name(r, name);
+  const u32 name_len = blob_name('k', r, name);
   u32 result = static_cast<u32>(st);
   i32 first_code = 0;
   for (u64 round = 0; st == tandem::rt_status::ok && round < rounds; ++round) {

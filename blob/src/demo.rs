@@ -21,10 +21,17 @@ pub enum PutGetMode {
     Put = 1,
     /// Get only (a blob an earlier launch put).
     Get = 2,
+    /// Per block: its threads fill one buffer together (coalesced) and
+    /// thread 0 puts it as blob `b<block>` (`blob_bytes` a multiple of 8).
+    BlockPut = 3,
+    /// Per block: thread 0 gets blob `b<block>`.
+    BlockGet = 4,
+    /// Per block: put, get back, and the block's threads compare.
+    BlockPutGetCheck = 5,
 }
 
 /// One launch of `tandem_blob_put_get`: thread r works on blob `k<r>` of
-/// `tag`.
+/// `tag` (the block modes: block b on blob `b<b>`).
 #[derive(Clone, Copy, Debug)]
 pub struct PutGetLaunch {
     /// Blocks of the grid.

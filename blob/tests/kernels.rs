@@ -178,6 +178,16 @@ fn kernel_threads_put_and_get_their_blobs<A: GpuApi>(api: A) {
                 );
             }
         }
+        // One blob per block, filled and checked by the block's threads.
+        let outcome = kernels
+            .put_get(&PutGetLaunch {
+                mode: PutGetMode::BlockPutGetCheck,
+                blob_bytes: 64 << 10,
+                ..launch
+            })
+            .expect("block launch");
+        assert_all_ok(&outcome, "per block");
+        assert_eq!(store.stat(tag, "b0").expect("stat").size, 64 << 10);
         // Gets of what an earlier launch put.
         let outcome = kernels
             .put_get(&PutGetLaunch {

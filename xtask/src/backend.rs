@@ -8,11 +8,12 @@ use std::{
 };
 
 /// The packages that have `cuda` and `hip` features; each feature adds that backend.
-pub const FEATURE_PACKAGES: [&str; 4] = [
+pub const FEATURE_PACKAGES: [&str; 5] = [
     "tandem-device-kernels",
     "tandem-runtime",
     "tandem-tests",
     "tandem-examples",
+    "tandem-blob",
 ];
 
 /// A GPU backend that is selected by features.
@@ -159,11 +160,13 @@ mod tests {
     fn features_value_names_every_feature_package() {
         assert_eq!(
             Backend::Cuda.features_value(),
-            "tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,tandem-examples/cuda"
+            "tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,tandem-examples/cuda,\
+             tandem-blob/cuda"
         );
         assert_eq!(
             Backend::Hip.features_value(),
-            "tandem-device-kernels/hip,tandem-runtime/hip,tandem-tests/hip,tandem-examples/hip"
+            "tandem-device-kernels/hip,tandem-runtime/hip,tandem-tests/hip,tandem-examples/hip,\
+             tandem-blob/hip"
         );
     }
 
@@ -181,7 +184,9 @@ mod tests {
                 "-p",
                 "tandem-tests",
                 "-p",
-                "tandem-examples"
+                "tandem-examples",
+                "-p",
+                "tandem-blob"
             ]
         );
         assert_eq!(Backend::Cuda.test_package_args()[1], "tandem-hal-cuda");

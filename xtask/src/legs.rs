@@ -530,8 +530,9 @@ mod tests {
         assert_eq!(
             cuda[0].display(),
             "cargo test -p tandem-hal-cuda -p tandem-device-kernels -p tandem-runtime \
-             -p tandem-tests -p tandem-examples --features tandem-device-kernels/cuda,\
-             tandem-runtime/cuda,tandem-tests/cuda,tandem-examples/cuda"
+             -p tandem-tests -p tandem-examples -p tandem-blob --features \
+             tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,\
+             tandem-examples/cuda,tandem-blob/cuda"
         );
         assert!(notes.is_empty());
     }
