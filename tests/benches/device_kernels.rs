@@ -299,22 +299,7 @@ mod cuda {
     /// Device-to-host copy bandwidth into pinned memory through GpuApi, in
     /// GB/s: the yardstick for what the ring pushes across the same link.
     fn copy_bandwidth<A: GpuApi>(gpu: &Gpu<A>) -> f64 {
-        let bytes = 64usize << 20;
-        let src = gpu.device.alloc_device(bytes).expect("device buffer");
-        gpu.device.fill(&src, 0, bytes, 7).expect("fill");
-        let dst = gpu.shared(bytes);
-        // SAFETY: `dst` is `bytes` of pinned memory no kernel touches here.
-        let dst = unsafe { core::slice::from_raw_parts_mut(dst.host(), bytes) };
-        let best = (0..6)
-            .map(|_| {
-                let start = Instant::now();
-                gpu.device.copy_from_device(dst, &src, 0).expect("copy");
-                start.elapsed()
-            })
-            .skip(1)
-            .min()
-            .expect("runs");
-        bytes as f64 / best.as_secs_f64() / 1e9
+        tandem_tests::measure::copy_bandwidth(&gpu.device, 64 << 20).expect("copy bandwidth")
     }
 
     /// GPU threads push u64 records into a ring in mapped pinned memory (one

@@ -3,10 +3,12 @@
 //! device kernels' cross-language suite, written the same way
 //! ([`cross_language`]), the one way GPU tests find a device or skip
 //! ([`gpu`]), and both sides of the two-process IPC test ([`ipc`]; the child
-//! is the `ipc_child` binary). `tests/conformance.rs` and
+//! is the `ipc_child` binary), and the benchmarks' yardsticks ([`measure`]).
+//! `tests/conformance.rs` and
 //! `tests/cross_language.rs` stamp one `#[test]` per behaviour per backend.
 
 pub mod conformance;
 pub mod cross_language;
 pub mod gpu;
 pub mod ipc;
+pub mod measure;

@@ -1,0 +1,483 @@
+//! The blob store from kernel threads, against what a user does instead and
+//! against the link (one run, ratios printed):
+//!
+//! * yardsticks: the device-to-host copy bandwidth into pinned memory, and
+//!   sequential 1 MiB writes of a file beside the file target (`fio`-style:
+//!   O_DIRECT when the filesystem takes it, then one fdatasync);
+//! * kernel threads putting and getting 4 KiB blobs of their own (RAM
+//!   target, file target): puts/gets per second and GB/s;
+//! * blocks putting and getting 1 MiB blobs (filled by the block's threads,
+//!   put by thread 0): GB/s;
+//! * instead: end the kernel, copy its results to the host, write each item
+//!   (memcpy into host memory, or pwrite to a file), launch again;
+//! * on the host: a 4 KiB put and get through the task path, against redb's
+//!   own write transaction of the same bytes.
+//!
+//! Runs on the CPU device always, and on CUDA when built with `--features
+//! cuda` and a device is present (else "skipped: no CUDA device", or a
+//! failure with TANDEM_REQUIRE_GPU=1). Targets (issue 17, on the H100): 4 KiB
+//! puts from a kernel at >= 1 M/s; 1 MiB puts to the RAM target at >= 50% of
+//! the copy bandwidth; the file target within 80% of the sequential writes.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
+use tandem_blob::{
+    pool, BlobCaller, BlobStore, Score, StoreConfig, TagId, TargetConfig, TargetKind,
+};
+use tandem_hal::{GpuApi, GpuDevice, HostApi};
+use tandem_runtime::{Config, DeviceQueues, DeviceSelection, Registry, Runtime};
+
+/// Sizes of one backend's run.
+struct Scale {
+    /// (blocks, threads) of the 4 KiB runs; rounds per thread.
+    small_grid: (u32, u32),
+    small_rounds: u64,
+    /// (blocks, threads) of the 1 MiB runs (one blob per block); rounds.
+    large_grid: (u32, u32),
+    large_rounds: u64,
+    /// Bytes of each target, and of the sequential-write yardstick.
+    target_bytes: u64,
+    /// Runtime workers.
+    workers: usize,
+}
+
+const SMALL: u64 = 4096;
+const LARGE: u64 = 1 << 20;
+const PUTS_PER_S_TARGET: f64 = 1e6;
+const RAM_SHARE_TARGET: f64 = 0.5;
+const FILE_SHARE_TARGET: f64 = 0.8;
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "meets"
+    } else {
+        "BELOW"
+    }
+}
+
+fn gbs(bytes: u64, t: Duration) -> f64 {
+    bytes as f64 / t.as_secs_f64() / 1e9
+}
+
+/// A RAM target (score 1.0) and a file target (score 0.5) in `dir`.
+fn store(dir: &std::path::Path, bytes: u64) -> Result<Arc<BlobStore>, String> {
+    let config = StoreConfig {
+        metadata: dir.join("meta.redb"),
+        targets: vec![
+            TargetConfig {
+                kind: TargetKind::Ram,
+                path: None,
+                capacity: bytes,
+                score: 1.0,
+            },
+            TargetConfig {
+                kind: TargetKind::File,
+                path: Some(dir.join("target0.dat")),
+                capacity: bytes,
+                score: 0.5,
+            },
+        ],
+        limits: Default::default(),
+    };
+    BlobStore::open(&config)
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+/// Sequential writes of `bytes` in 1 MiB requests to a new file in `dir`
+/// (O_DIRECT when taken), then fdatasync: GB/s, and whether O_DIRECT held.
+fn sequential_writes(dir: &std::path::Path, bytes: u64) -> Result<(f64, bool), String> {
+    let path = dir.join("sequential.dat");
+    let open = |direct: bool| {
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+            .open(&path)
+    };
+    let (file, direct) = match open(true) {
+        Ok(f) => (f, true),
+        Err(_) => (open(false).map_err(|e| e.to_string())?, false),
+    };
+    // 4 KiB-aligned, as O_DIRECT needs.
+    let mut block = vec![0u8; (LARGE + 4096) as usize];
+    let offset = block.as_ptr().align_offset(4096);
+    let chunk = &mut block[offset..offset + LARGE as usize];
+    chunk.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+    let start = Instant::now();
+    for at in (0..bytes).step_by(LARGE as usize) {
+        file.write_all_at(chunk, at).map_err(|e| e.to_string())?;
+    }
+    file.sync_data().map_err(|e| e.to_string())?;
+    let elapsed = start.elapsed();
+    let _ = std::fs::remove_file(&path);
+    Ok((gbs(bytes, elapsed), direct))
+}
+
+/// What a user does instead: per launch, the kernel's results (`items` of
+/// `item` bytes, produced in device memory: a device fill stands for the
+/// kernel) copied to the host, then each written with `write(index,
+/// bytes)`; `launches` times. Items per second.
+fn instead<D: GpuDevice>(
+    device: &D,
+    items: usize,
+    item: usize,
+    launches: usize,
+    mut write: impl FnMut(usize, &[u8]) -> Result<(), String>,
+) -> Result<f64, String> {
+    let results = device
+        .alloc_device(items * item)
+        .map_err(|e| e.to_string())?;
+    let host = device
+        .alloc_pinned_mapped(items * item)
+        .map_err(|e| e.to_string())?;
+    // SAFETY: pinned memory of that length, which no kernel touches here.
+    let host = unsafe {
+        std::slice::from_raw_parts_mut(tandem_hal::HostMemory::host_ptr(&host), items * item)
+    };
+    let start = Instant::now();
+    for launch in 0..launches {
+        device
+            .fill(&results, 0, items * item, launch as u8)
+            .map_err(|e| e.to_string())?;
+        device
+            .copy_from_device(host, &results, 0)
+            .map_err(|e| e.to_string())?;
+        for (i, bytes) in host.chunks_exact(item).enumerate() {
+            write(i, bytes)?;
+        }
+    }
+    Ok((items * launches) as f64 / start.elapsed().as_secs_f64())
+}
+
+struct Row {
+    what: String,
+    ops: u64,
+    bytes: u64,
+    elapsed: Duration,
+}
+
+impl Row {
+    fn print(&self, versus: &str) {
+        println!(
+            "  {:<44} {:>10.0} ops/s {:>8.2} GB/s{versus}",
+            self.what,
+            self.ops as f64 / self.elapsed.as_secs_f64(),
+            gbs(self.bytes, self.elapsed)
+        );
+    }
+}
+
+fn kernel_row<A: GpuApi>(
+    kernels: &mut BlobKernels<'_, A>,
+    what: &str,
+    launch: PutGetLaunch,
+) -> Result<Row, String> {
+    let outcome = kernels.put_get(&launch).map_err(|e| e.to_string())?;
+    if let Some((rank, status, code)) = outcome.first_failure() {
+        return Err(format!(
+            "{what}: thread {rank} failed (status {status}, code {code})"
+        ));
+    }
+    let per_block = matches!(
+        launch.mode,
+        PutGetMode::BlockPut | PutGetMode::BlockGet | PutGetMode::BlockPutGetCheck
+    );
+    let blobs = if per_block {
+        u64::from(launch.blocks)
+    } else {
+        u64::from(launch.blocks) * u64::from(launch.threads)
+    };
+    let ops = blobs * launch.rounds;
+    Ok(Row {
+        what: what.to_string(),
+        ops,
+        bytes: ops * launch.blob_bytes,
+        elapsed: outcome.elapsed,
+    })
+}
+
+fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let store = store(dir.path(), scale.target_bytes)?;
+    let mut registry = Registry::with_builtins();
+    pool::register(&mut registry, Arc::clone(&store)).map_err(|e| e.to_string())?;
+    let (sb, st) = scale.small_grid;
+    let (lb, lt) = scale.large_grid;
+    let arena = |blocks: u32, threads: u32, per_block: u64, per_thread: u64| {
+        u64::from(blocks) * (u64::from(threads) * (512 + per_thread) + per_block + 256)
+    };
+    let segment = arena(sb, st, 0, 2 * SMALL).max(arena(lb, lt, 2 * LARGE, 0)) + (64 << 20);
+    let config = Config {
+        workers: scale.workers,
+        queue_depth: 1024,
+        gpu_segment_size: segment as usize,
+        copy_space: tandem_blob::wire::COPY_SPACE,
+        devices: DeviceSelection::Only(vec![0]),
+        ..Config::default()
+    };
+    let runtime = Runtime::start_with(api, config, registry).map_err(|e| e.to_string())?;
+    let queues: &DeviceQueues<A> = &runtime.devices()[0];
+    let device = queues.device();
+    let copy =
+        tandem_tests::measure::copy_bandwidth(device, 64 << 20).map_err(|e| e.to_string())?;
+    let (sequential, direct) = sequential_writes(dir.path(), scale.target_bytes / 2)?;
+    let target = &store.targets()[1];
+    println!(
+        "\nblob store on {label}: {} workers; yardsticks: device-to-host copy {copy:.2} GB/s, \
+         sequential 1 MiB writes {sequential:.2} GB/s ({}); file target O_DIRECT: {}, io_uring: {}",
+        runtime.workers(),
+        if direct {
+            "O_DIRECT"
+        } else {
+            "buffered: O_DIRECT refused"
+        },
+        target.direct_io,
+        target.io_uring,
+    );
+    let mut kernels = BlobKernels::load(queues).map_err(|e| e.to_string())?;
+    let tag = |name: &str| store.get_or_create_tag(name).map_err(|e| e.to_string());
+    let small = |tag: TagId, mode, score| PutGetLaunch {
+        blocks: sb,
+        threads: st,
+        tag,
+        blob_bytes: SMALL,
+        rounds: scale.small_rounds,
+        mode,
+        score,
+        spin_budget: 1 << 40,
+    };
+    let large = |tag: TagId, mode, score| PutGetLaunch {
+        blocks: lb,
+        threads: lt,
+        tag,
+        blob_bytes: LARGE,
+        rounds: scale.large_rounds,
+        mode,
+        score,
+        spin_budget: 1 << 40,
+    };
+    // Warm-up: module, workers, first pages of each target.
+    let warm = tag("warm")?;
+    kernel_row(
+        &mut kernels,
+        "warm-up",
+        small(warm, PutGetMode::PutGetCheck, Score::AUTO),
+    )?;
+
+    println!(
+        "  4 KiB blobs, {sb} x {st} kernel threads x {} rounds (one blob each):",
+        scale.small_rounds
+    );
+    let (ram, file) = (tag("small-ram")?, tag("small-file")?);
+    let put_ram = kernel_row(
+        &mut kernels,
+        "put, RAM target",
+        small(ram, PutGetMode::Put, Score::AUTO),
+    )?;
+    let puts_per_s = put_ram.ops as f64 / put_ram.elapsed.as_secs_f64();
+    put_ram.print(&format!(
+        "  target >= 1 M puts/s: {}",
+        verdict(puts_per_s >= PUTS_PER_S_TARGET)
+    ));
+    kernel_row(
+        &mut kernels,
+        "get, RAM target",
+        small(ram, PutGetMode::Get, Score::AUTO),
+    )?
+    .print("");
+    kernel_row(
+        &mut kernels,
+        "put, file target",
+        small(file, PutGetMode::Put, Score(0.5)),
+    )?
+    .print("");
+    kernel_row(
+        &mut kernels,
+        "get, file target",
+        small(file, PutGetMode::Get, Score(0.5)),
+    )?
+    .print("");
+
+    println!(
+        "  1 MiB blobs, {lb} blocks x {lt} threads x {} rounds (one blob per block):",
+        scale.large_rounds
+    );
+    let (ram, file) = (tag("large-ram")?, tag("large-file")?);
+    let put_ram = kernel_row(
+        &mut kernels,
+        "put, RAM target",
+        large(ram, PutGetMode::BlockPut, Score::AUTO),
+    )?;
+    let share = gbs(put_ram.bytes, put_ram.elapsed) / copy;
+    put_ram.print(&format!(
+        "  {:.0}% of the copy bandwidth, target >= 50%: {}",
+        share * 100.0,
+        verdict(share >= RAM_SHARE_TARGET)
+    ));
+    kernel_row(
+        &mut kernels,
+        "get, RAM target",
+        large(ram, PutGetMode::BlockGet, Score::AUTO),
+    )?
+    .print("");
+    let put_file = kernel_row(
+        &mut kernels,
+        "put, file target",
+        large(file, PutGetMode::BlockPut, Score(0.5)),
+    )?;
+    let share = gbs(put_file.bytes, put_file.elapsed) / sequential;
+    put_file.print(&format!(
+        "  {:.0}% of sequential writes, target >= 80%: {}",
+        share * 100.0,
+        verdict(share >= FILE_SHARE_TARGET)
+    ));
+    kernel_row(
+        &mut kernels,
+        "get, file target",
+        large(file, PutGetMode::BlockGet, Score(0.5)),
+    )?
+    .print("");
+    drop(kernels);
+
+    // What a user does instead: end the kernel, copy, write each item, launch again.
+    let out = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.path().join("instead.dat"))
+        .map_err(|e| e.to_string())?;
+    println!(
+        "  instead: end the kernel, copy its results to the host, write each item, launch again:"
+    );
+    for (item, items, launches) in [
+        (SMALL, (sb * st) as usize, scale.small_rounds as usize),
+        (LARGE, lb as usize, scale.large_rounds as usize),
+    ] {
+        let mut ram = vec![0u8; items * item as usize];
+        let memcpy = instead(device, items, item as usize, launches, |i, bytes| {
+            let at = i * bytes.len();
+            ram[at..at + bytes.len()].copy_from_slice(bytes);
+            Ok(())
+        })?;
+        let pwrite = instead(device, items, item as usize, launches, |i, bytes| {
+            out.write_all_at(bytes, (i * bytes.len()) as u64)
+                .map_err(|e| e.to_string())
+        })?;
+        out.sync_data().map_err(|e| e.to_string())?;
+        println!(
+            "  {:<44} {memcpy:>10.0} items/s (memcpy), {pwrite:.0} items/s (pwrite, unsynced)",
+            format!("{} KiB items, {items} per launch", item >> 10)
+        );
+    }
+
+    // On the host: a 4 KiB put and get through the task path, against
+    // redb's own write transaction of the same bytes.
+    let blobs = BlobCaller::new(&runtime);
+    let host = blobs.get_or_create_tag("host").map_err(|e| e.to_string())?;
+    let bytes = vec![7u8; SMALL as usize];
+    let mut back = vec![0u8; SMALL as usize];
+    let rounds = 2000u32;
+    let time = |f: &mut dyn FnMut(u32) -> Result<(), String>| -> Result<Duration, String> {
+        let start = Instant::now();
+        for i in 0..rounds {
+            f(i)?;
+        }
+        Ok(start.elapsed() / rounds)
+    };
+    let put_ram = time(&mut |i| {
+        blobs
+            .put(host, &format!("r{}", i % 64), 0, &bytes, Score::AUTO)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })?;
+    let get_ram = time(&mut |i| {
+        blobs
+            .get(host, &format!("r{}", i % 64), 0, &mut back)
+            .map_err(|e| e.to_string())
+    })?;
+    let put_file = time(&mut |i| {
+        blobs
+            .put(host, &format!("f{}", i % 64), 0, &bytes, Score(0.5))
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })?;
+    let redb = {
+        const TABLE: redb::TableDefinition<'_, &str, &[u8]> = redb::TableDefinition::new("bench");
+        let db =
+            redb::Database::create(dir.path().join("redb-only.redb")).map_err(|e| e.to_string())?;
+        time(&mut |i| {
+            let txn = db.begin_write().map_err(|e| e.to_string())?;
+            {
+                let mut table = txn.open_table(TABLE).map_err(|e| e.to_string())?;
+                table
+                    .insert(format!("f{}", i % 64).as_str(), bytes.as_slice())
+                    .map_err(|e| e.to_string())?;
+            }
+            txn.commit().map_err(|e| e.to_string())
+        })?
+    };
+    println!(
+        "  host, 4 KiB through the task path: put {:.1} us (RAM), {:.1} us (file, durable), \
+         get {:.1} us; redb's own durable write of the same bytes: {:.1} us ({:.2}x)",
+        put_ram.as_secs_f64() * 1e6,
+        put_file.as_secs_f64() * 1e6,
+        get_ram.as_secs_f64() * 1e6,
+        redb.as_secs_f64() * 1e6,
+        put_file.as_secs_f64() / redb.as_secs_f64(),
+    );
+    let _ = std::io::stdout().flush();
+    runtime.shutdown().map_err(|e| e.to_string())
+}
+
+fn main() {
+    let host = Scale {
+        small_grid: (4, 16),
+        small_rounds: 50,
+        large_grid: (4, 16),
+        large_rounds: 8,
+        target_bytes: 256 << 20,
+        workers: 2,
+    };
+    if let Err(e) = bench(
+        HostApi::with_devices(1),
+        "the CPU device (host backend)",
+        &host,
+    ) {
+        eprintln!("blob bench on the CPU device failed: {e}");
+        std::process::exit(1);
+    }
+    cuda();
+}
+
+#[cfg(feature = "cuda")]
+fn cuda() {
+    let gpu = Scale {
+        small_grid: (132, 64),
+        small_rounds: 20,
+        large_grid: (64, 256),
+        large_rounds: 8,
+        target_bytes: 1 << 30,
+        workers: 8,
+    };
+    match tandem_tests::gpu::api_or_skip::<tandem_hal_cuda::CudaApi>("blob bench") {
+        Some(api) => {
+            if let Err(e) = bench(api, "CUDA device 0", &gpu) {
+                eprintln!("blob bench on CUDA failed: {e}");
+                std::process::exit(1);
+            }
+        }
+        None => {}
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda() {
+    println!("blob bench on CUDA: skipped: built without the cuda feature");
+}
