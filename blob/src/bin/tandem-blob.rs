@@ -275,7 +275,8 @@ fn configs(arg: &ConfigArg) -> Result<Configs, String> {
                 })?,
             };
             let rest = toml::to_string(&table).map_err(|e| e.to_string())?;
-            let runtime = Config::from_toml(&rest).map_err(|e| format!("{}: {e}", path.display()))?;
+            let runtime =
+                Config::from_toml(&rest).map_err(|e| format!("{}: {e}", path.display()))?;
             (runtime, store)
         }
         None => {
@@ -318,6 +319,14 @@ fn open_store(config: &StoreConfig) -> Result<BlobStore, String> {
         ),
         _ => format!("opening the store ({}): {e}", config.metadata.display()),
     })
+}
+
+/// A store error in words, naming the tag by its name.
+fn in_tag(e: BlobError, tag: &str) -> String {
+    match e {
+        BlobError::NotFound { name, .. } => format!("blob {name:?} not found in tag {tag:?}"),
+        e => e.to_string(),
+    }
 }
 
 /// An existing tag's id.
@@ -415,7 +424,10 @@ fn put(args: PutArgs) -> Result<(), String> {
         .put_with(tag, &name, args.offset, len, Score(args.score), &mut fill)
         .map_err(|e| e.to_string())?;
     if !info.durable {
-        tracing::warn!("{}/{name} went to RAM targets: it is gone when this command exits", args.tag);
+        tracing::warn!(
+            "{}/{name} went to RAM targets: it is gone when this command exits",
+            args.tag
+        );
     }
     println!(
         "put {}/{name}: {len} bytes at offset {}; size {}, {}, targets {}",
@@ -436,7 +448,10 @@ fn get(args: GetArgs) -> Result<(), String> {
     let len = match args.len {
         Some(len) => len,
         None => {
-            let size = store.stat(tag, &args.name).map_err(|e| e.to_string())?.size;
+            let size = store
+                .stat(tag, &args.name)
+                .map_err(|e| in_tag(e, &args.tag))?
+                .size;
             size.checked_sub(args.offset).ok_or_else(|| {
                 format!(
                     "offset {} is past the end of {}/{} (size {size})",
@@ -458,8 +473,9 @@ fn get(args: GetArgs) -> Result<(), String> {
     };
     store
         .get_with(tag, &args.name, args.offset, len, &mut drain)
-        .map_err(|e| e.to_string())?;
-    out.flush().map_err(|e| format!("writing the output: {e}"))?;
+        .map_err(|e| in_tag(e, &args.tag))?;
+    out.flush()
+        .map_err(|e| format!("writing the output: {e}"))?;
     drop(out);
     if let Some(path) = &args.output {
         println!(
@@ -510,7 +526,9 @@ fn stat(args: NameArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
     let store = open_store(&configs.store)?;
     let tag = existing_tag(&store, &args.tag)?;
-    let s = store.stat(tag, &args.name).map_err(|e| e.to_string())?;
+    let s = store
+        .stat(tag, &args.name)
+        .map_err(|e| in_tag(e, &args.tag))?;
     println!("tag      {} (id {})", args.tag, tag.0);
     println!("name     {}", s.name);
     println!("size     {}", s.size);
@@ -526,7 +544,7 @@ fn rm(args: NameArgs) -> Result<(), String> {
     let tag = existing_tag(&store, &args.tag)?;
     store
         .delete(tag, &args.name)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| in_tag(e, &args.tag))?;
     println!("removed {}/{}", args.tag, args.name);
     Ok(())
 }
@@ -632,8 +650,7 @@ impl OnBackend for Demo {
         pool::register(&mut registry, Arc::clone(&store)).map_err(|e| e.to_string())?;
         let runtime = Runtime::start_with(api, self.config, registry)
             .map_err(|e| format!("cannot start the runtime: {e}"))?;
-        let mut kernels =
-            BlobKernels::load(&runtime.devices()[0]).map_err(|e| e.to_string())?;
+        let mut kernels = BlobKernels::load(&runtime.devices()[0]).map_err(|e| e.to_string())?;
         // The CPU device runs each kernel thread on an OS thread: a smaller grid.
         let (blocks, threads) = if gpu { (66, 64) } else { (4, 16) };
         let blob_bytes = 4096u64;
@@ -644,7 +661,9 @@ impl OnBackend for Demo {
             ("demo-auto", Score::AUTO, "auto"),
             ("demo-tier", Score(0.5), "0.5"),
         ] {
-            let tag = store.get_or_create_tag(tag_name).map_err(|e| e.to_string())?;
+            let tag = store
+                .get_or_create_tag(tag_name)
+                .map_err(|e| e.to_string())?;
             let launch = PutGetLaunch {
                 blocks,
                 threads,
