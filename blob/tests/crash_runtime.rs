@@ -161,7 +161,6 @@ fn one_round(config: &Path, round: u64) -> Round {
         !acked.is_empty(),
         "round {round}: no put acknowledged in {delay:?}"
     );
-    drop(caller);
     drop(client);
     Round {
         acked,

@@ -198,7 +198,6 @@ fn a_client_in_another_process_calls_the_blob_pool() {
         .and_then(|t| t.slot(client.slot()))
         .expect("the client's slot");
     assert_eq!((slot.bytes_in_use, slot.futures), (0, 0), "{slot:?}");
-    drop(caller);
     drop(client);
 }
 

@@ -736,7 +736,6 @@ impl OnBackend for Demo {
                  through the task path"
             );
         }
-        drop(caller);
         drop(kernels);
         runtime.shutdown().map_err(|e| e.to_string())?;
         let ok = tally.failed == 0;
