@@ -157,10 +157,6 @@ fn one_round(config: &Path, round: u64) -> Round {
         waited < delay + Duration::from_secs(10),
         "round {round}: the put took {waited:?} to see the death"
     );
-    assert!(
-        !acked.is_empty(),
-        "round {round}: no put acknowledged in {delay:?}"
-    );
     drop(client);
     Round {
         acked,
