@@ -14,12 +14,16 @@
 //!   status block says.
 //! * `tandem clean [--dry-run]`: removes Tandem segments in `/dev/shm` whose
 //!   owner process is gone.
+//! * `tandem blob ...`: runs `tandem-blob ...` (the blob store's command
+//!   line, `cargo build -p tandem-blob`), found next to this executable or
+//!   on `PATH`, and exits with its status.
 //!
 //! Results go to stdout; logs (`tracing`, filtered by `RUST_LOG`, default
 //! `info`) to stderr. Usage errors exit 2.
 
+use std::ffi::OsString;
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
@@ -58,6 +62,18 @@ enum Command {
     Status(StatusArgs),
     /// Removes Tandem segments in /dev/shm whose owner process is gone.
     Clean(CleanArgs),
+    /// The blob store's command line: runs `tandem-blob ARGS...` (next to
+    /// tandem, or on PATH).
+    // Help and every argument go to tandem-blob, which documents them.
+    #[command(disable_help_flag = true)]
+    Blob(BlobArgs),
+}
+
+#[derive(Args, Debug)]
+struct BlobArgs {
+    /// What `tandem-blob` gets (`tandem blob --help`: its help).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
 }
 
 #[derive(Args, Debug)]
@@ -114,6 +130,7 @@ fn main() -> ExitCode {
         Command::Info(args) => report(info(args)),
         Command::Status(args) => report(status(args)),
         Command::Clean(args) => report(clean(args)),
+        Command::Blob(args) => report(blob(args)),
     }
 }
 
@@ -136,6 +153,44 @@ fn report(result: Result<(), String>) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The executable's name `tandem blob` runs.
+const BLOB_EXE: &str = "tandem-blob";
+
+/// `tandem blob`: replaces this process with `tandem-blob`, so its output,
+/// signals and exit status are the command's own. Returns only on failure.
+fn blob(args: BlobArgs) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let exe = find_blob_exe().ok_or_else(|| {
+        format!(
+            "tandem blob needs the {BLOB_EXE} binary (cargo build -p tandem-blob) \
+             next to tandem or on PATH"
+        )
+    })?;
+    let error = std::process::Command::new(&exe).args(&args.args).exec();
+    Err(format!("cannot run {}: {error}", exe.display()))
+}
+
+/// `tandem-blob` next to this executable, else the first on `PATH`.
+fn find_blob_exe() -> Option<PathBuf> {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(BLOB_EXE)));
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        // An empty PATH entry means the current directory, which is not
+        // what a user of `tandem` expects to run from.
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map(|dir| dir.join(BLOB_EXE));
+    beside.into_iter().chain(on_path).find(|p| is_executable(p))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// `tandem clean`: one line per stale segment, then a count.

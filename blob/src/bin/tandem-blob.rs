@@ -1,0 +1,751 @@
+//! `tandem-blob`: the blob store's command line (`tandem-blob --help`; also
+//! reached as `tandem blob ...`).
+//!
+//! * `tandem-blob run [--config FILE] [--announce] [--exit-on-stdin-eof]`:
+//!   serves a runtime with the blob pool registered, like `tandem run` (same
+//!   flags, same `ready <segment> <pid>` line, so
+//!   `Client::fork_runtime_with(path_to_tandem_blob, &config)` starts one).
+//! * `tandem-blob put FILE --tag TAG [--name NAME] [--offset N] [--score S]`,
+//!   `get NAME --tag TAG [-o OUT] [--offset N] [--len N]`, `ls [--tag TAG]`,
+//!   `stat NAME --tag TAG`, `rm NAME --tag TAG`: open the store directly to
+//!   look at it or change it. A store a runtime serves is locked (its
+//!   metadata file is open there): these then fail and say so.
+//! * `tandem-blob demo [--config FILE]`: kernels putting and getting blobs
+//!   through a runtime, checked from the host, ending with one verdict line.
+//!
+//! # Configuration
+//!
+//! `--config FILE` is the runtime's TOML file with a `[blob]` table holding
+//! the store's configuration (`tandem_blob::StoreConfig`):
+//!
+//! ```toml
+//! workers = 4
+//! [blob]
+//! metadata = "/var/lib/tandem/blob.redb"
+//! [[blob.targets]]
+//! kind = "file"
+//! path = "/var/lib/tandem/blob0.dat"
+//! capacity = 17179869184
+//! score = 0.5
+//! ```
+//!
+//! When the file has no `[blob]` table, or no `--config` is given, the store's
+//! configuration comes from the file named by the environment variable
+//! `TANDEM_BLOB_CONFIG` (a TOML file holding just a `StoreConfig`, or a
+//! `[blob]` table). That is how a runtime started through
+//! `Client::fork_runtime_with` (which writes a runtime-only configuration)
+//! finds its store. A runtime serving the blob pool needs a `copy_space` of
+//! at least `tandem_blob::wire::COPY_SPACE`; a lower one is raised.
+//!
+//! Results go to stdout; logs (`tracing`, filtered by `RUST_LOG`, default
+//! `info`) to stderr; errors as `tandem-blob: <error>`, exit 1. Usage errors
+//! exit 2.
+
+use std::fs::File;
+use std::io::{IsTerminal, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
+use tandem_blob::{
+    pool, wire, BlobCaller, BlobError, BlobStore, FillError, Score, StoreConfig, TagId,
+    TargetConfig, TargetKind,
+};
+use tandem_hal::GpuApi;
+use tandem_runtime::{
+    on_best_backend, serve, Backend, Config, DeviceSelection, OnBackend, Registry, Runtime,
+    ServeOptions,
+};
+
+/// The environment variable naming a store configuration file, used when
+/// the runtime configuration has no `[blob]` table.
+const STORE_CONFIG_ENV: &str = "TANDEM_BLOB_CONFIG";
+
+/// Tandem's blob store: tags and blobs on RAM and file targets.
+#[derive(Parser, Debug)]
+#[command(name = "tandem-blob", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// One variant and one function per subcommand.
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serves a runtime with the blob pool, until killed (like `tandem run`).
+    ///
+    /// The store's configuration is the `[blob]` table of `--config`, or
+    /// else the file named by $TANDEM_BLOB_CONFIG (just a store
+    /// configuration: metadata, [[targets]], [limits]).
+    Run(RunArgs),
+    /// Puts a file's bytes as a blob.
+    Put(PutArgs),
+    /// Writes a blob's bytes to stdout or a file.
+    Get(GetArgs),
+    /// Lists the tags, or the blobs of a tag.
+    Ls(LsArgs),
+    /// Describes a blob: size, class, targets.
+    Stat(NameArgs),
+    /// Deletes a blob.
+    Rm(NameArgs),
+    /// Runs kernels that put and get blobs, checks them, and reports.
+    Demo(DemoArgs),
+}
+
+/// Where the configuration comes from.
+#[derive(Args, Debug, Clone)]
+struct ConfigArg {
+    /// The runtime's TOML configuration with a [blob] table (else the store
+    /// configuration comes from $TANDEM_BLOB_CONFIG).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Prints `ready <cpu segment> <pid>` on stdout once serving.
+    #[arg(long)]
+    announce: bool,
+    /// Stops (cleanly) when stdin closes, e.g. when the parent dies.
+    #[arg(long)]
+    exit_on_stdin_eof: bool,
+}
+
+#[derive(Args, Debug)]
+struct PutArgs {
+    /// The file whose bytes to put.
+    file: PathBuf,
+    #[command(flatten)]
+    config: ConfigArg,
+    /// The tag (created if new).
+    #[arg(long)]
+    tag: String,
+    /// The blob's name; default: FILE's file name.
+    #[arg(long)]
+    name: Option<String>,
+    /// Where in the blob the bytes go.
+    #[arg(long, default_value_t = 0)]
+    offset: u64,
+    /// Placement: -1 automatic, or a tier in 0..=1 (higher = faster).
+    #[arg(long, default_value_t = -1.0, allow_negative_numbers = true)]
+    score: f32,
+}
+
+#[derive(Args, Debug)]
+struct GetArgs {
+    /// The blob's name.
+    name: String,
+    #[command(flatten)]
+    config: ConfigArg,
+    /// The blob's tag.
+    #[arg(long)]
+    tag: String,
+    /// Where the bytes go; default: stdout.
+    #[arg(short, long, value_name = "OUT")]
+    output: Option<PathBuf>,
+    /// First byte to read.
+    #[arg(long, default_value_t = 0)]
+    offset: u64,
+    /// Bytes to read; default: to the blob's end.
+    #[arg(long)]
+    len: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+struct LsArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    /// Lists this tag's blobs (default: the tags).
+    #[arg(long)]
+    tag: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct NameArgs {
+    /// The blob's name.
+    name: String,
+    #[command(flatten)]
+    config: ConfigArg,
+    /// The blob's tag.
+    #[arg(long)]
+    tag: String,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// A configuration as for `run`; default: a temporary store (a 64 MiB
+    /// RAM target and a 64 MiB file target), removed at the end.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Command::Run(args) => run(args),
+        Command::Put(args) => put(args),
+        Command::Get(args) => get(args),
+        Command::Ls(args) => ls(args),
+        Command::Stat(args) => stat(args),
+        Command::Rm(args) => rm(args),
+        Command::Demo(args) => return demo_command(args),
+    };
+    report(result)
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
+fn report(result: Result<(), String>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("tandem-blob: {why}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The runtime's and the store's configurations.
+struct Configs {
+    runtime: Config,
+    store: StoreConfig,
+}
+
+fn read_toml(path: &Path) -> Result<toml::Table, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    text.parse::<toml::Table>()
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn store_config(table: toml::Table, path: &Path) -> Result<StoreConfig, String> {
+    toml::Value::Table(table)
+        .try_into()
+        .map_err(|e| format!("{}: bad store configuration: {e}", path.display()))
+}
+
+/// The store configuration of $TANDEM_BLOB_CONFIG, if set: a file holding a
+/// `StoreConfig`, or a `[blob]` table.
+fn store_config_from_env() -> Result<Option<StoreConfig>, String> {
+    let Some(path) = std::env::var_os(STORE_CONFIG_ENV) else {
+        return Ok(None);
+    };
+    let path = PathBuf::from(path);
+    let mut table = read_toml(&path).map_err(|e| format!("${STORE_CONFIG_ENV}: {e}"))?;
+    let table = match table.remove("blob") {
+        Some(toml::Value::Table(blob)) => blob,
+        Some(_) => return Err(format!("{}: [blob] is not a table", path.display())),
+        None => table,
+    };
+    store_config(table, &path).map(Some)
+}
+
+/// Reads `--config` (split into the runtime's part and `[blob]`), falling
+/// back to $TANDEM_BLOB_CONFIG for the store; raises `copy_space` to what
+/// blob tasks need.
+fn configs(arg: &ConfigArg) -> Result<Configs, String> {
+    let (runtime, store) = match &arg.config {
+        Some(path) => {
+            let mut table = read_toml(path)?;
+            let store = match table.remove("blob") {
+                Some(toml::Value::Table(blob)) => store_config(blob, path)?,
+                Some(_) => return Err(format!("{}: [blob] is not a table", path.display())),
+                None => store_config_from_env()?.ok_or_else(|| {
+                    format!(
+                        "{} has no [blob] table (the store's configuration) and \
+                         ${STORE_CONFIG_ENV} is not set",
+                        path.display()
+                    )
+                })?,
+            };
+            let rest = toml::to_string(&table).map_err(|e| e.to_string())?;
+            let runtime =
+                Config::from_toml(&rest).map_err(|e| format!("{}: {e}", path.display()))?;
+            (runtime, store)
+        }
+        None => {
+            let store = store_config_from_env()?.ok_or_else(|| {
+                format!(
+                    "no store configuration: pass --config FILE with a [blob] table, \
+                     or set ${STORE_CONFIG_ENV} to a store configuration file"
+                )
+            })?;
+            (Config::default(), store)
+        }
+    };
+    Ok(Configs {
+        runtime: with_copy_space(runtime),
+        store,
+    })
+}
+
+/// `config` with a copy space that holds any blob task.
+fn with_copy_space(mut config: Config) -> Config {
+    if config.copy_space < wire::COPY_SPACE {
+        tracing::info!(
+            "copy_space raised from {} to {} bytes: blob tasks carry names up to {} bytes",
+            config.copy_space,
+            wire::COPY_SPACE,
+            wire::NAME_MAX
+        );
+        config.copy_space = wire::COPY_SPACE;
+    }
+    config
+}
+
+/// Opens the store, saying so when a runtime probably holds it.
+fn open_store(config: &StoreConfig) -> Result<BlobStore, String> {
+    BlobStore::open(config).map_err(|e| match &e {
+        BlobError::Metadata(m) if m.to_lowercase().contains("already open") => format!(
+            "the store's metadata file {} is in use: a runtime (tandem-blob run) may be \
+             serving this store; stop it, or go through it ({e})",
+            config.metadata.display()
+        ),
+        _ => format!("opening the store ({}): {e}", config.metadata.display()),
+    })
+}
+
+/// A store error in words, naming the tag by its name.
+fn in_tag(e: BlobError, tag: &str) -> String {
+    match e {
+        BlobError::NotFound { name, .. } => format!("blob {name:?} not found in tag {tag:?}"),
+        e => e.to_string(),
+    }
+}
+
+/// An existing tag's id.
+fn existing_tag(store: &BlobStore, name: &str) -> Result<TagId, String> {
+    store
+        .tag(name)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("unknown tag {name:?}"))
+}
+
+fn class(durable: bool) -> &'static str {
+    if durable {
+        "durable"
+    } else {
+        "volatile"
+    }
+}
+
+/// Targets by index, in words.
+fn target_words(store: &BlobStore, indices: &[usize]) -> String {
+    let targets = store.targets();
+    let words: Vec<String> = indices
+        .iter()
+        .map(|&i| match targets.get(i) {
+            Some(t) => match &t.path {
+                Some(p) => format!("{i}:file:{}", p.display()),
+                None => format!("{i}:ram"),
+            },
+            None => format!("{i}:?"),
+        })
+        .collect();
+    words.join(",")
+}
+
+/// `tandem-blob run`.
+fn run(args: RunArgs) -> Result<(), String> {
+    let configs = configs(&args.config)?;
+    let store = Arc::new(open_store(&configs.store)?);
+    let options = ServeOptions {
+        announce: args.announce,
+        exit_on_stdin_eof: args.exit_on_stdin_eof,
+    };
+    on_best_backend(Serve {
+        config: configs.runtime,
+        store,
+        options,
+    })
+    .map_err(|e| e.to_string())?
+}
+
+/// `run`'s work on the backend `on_best_backend` picks.
+struct Serve {
+    config: Config,
+    store: Arc<BlobStore>,
+    options: ServeOptions,
+}
+
+impl OnBackend for Serve {
+    type Output = Result<(), String>;
+
+    fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
+        let mut registry = Registry::with_builtins();
+        pool::register(&mut registry, self.store).map_err(|e| e.to_string())?;
+        serve(api, backend, self.config, registry, self.options)
+            .map_err(|e| format!("serving the runtime: {e}"))
+    }
+}
+
+/// `tandem-blob put`.
+fn put(args: PutArgs) -> Result<(), String> {
+    let configs = configs(&args.config)?;
+    let name = match args.name {
+        Some(n) => n,
+        None => args
+            .file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .ok_or_else(|| format!("{} has no file name: pass --name", args.file.display()))?,
+    };
+    let file = File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let len = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", args.file.display()))?
+        .len();
+    let store = open_store(&configs.store)?;
+    let tag = store
+        .get_or_create_tag(&args.tag)
+        .map_err(|e| e.to_string())?;
+    // Streamed: a large file need not fit in memory.
+    let mut fill = |at: u64, dst: &mut [u8]| {
+        file.read_exact_at(dst, at)
+            .map_err(|e| FillError(format!("reading {}: {e}", args.file.display())))
+    };
+    let info = store
+        .put_with(tag, &name, args.offset, len, Score(args.score), &mut fill)
+        .map_err(|e| e.to_string())?;
+    if !info.durable {
+        tracing::warn!(
+            "{}/{name} went to RAM targets: it is gone when this command exits",
+            args.tag
+        );
+    }
+    println!(
+        "put {}/{name}: {len} bytes at offset {}; size {}, {}, targets {}",
+        args.tag,
+        args.offset,
+        info.size,
+        class(info.durable),
+        target_words(&store, &info.targets)
+    );
+    Ok(())
+}
+
+/// `tandem-blob get`.
+fn get(args: GetArgs) -> Result<(), String> {
+    let configs = configs(&args.config)?;
+    let store = open_store(&configs.store)?;
+    let tag = existing_tag(&store, &args.tag)?;
+    let len = match args.len {
+        Some(len) => len,
+        None => {
+            let size = store
+                .stat(tag, &args.name)
+                .map_err(|e| in_tag(e, &args.tag))?
+                .size;
+            size.checked_sub(args.offset).ok_or_else(|| {
+                format!(
+                    "offset {} is past the end of {}/{} (size {size})",
+                    args.offset, args.tag, args.name
+                )
+            })?
+        }
+    };
+    let mut out: Box<dyn Write> = match &args.output {
+        Some(path) => Box::new(
+            File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?,
+        ),
+        None => Box::new(std::io::stdout().lock()),
+    };
+    // Chunks come in order: written as they come.
+    let mut drain = |_at: u64, src: &[u8]| {
+        out.write_all(src)
+            .map_err(|e| FillError(format!("writing the output: {e}")))
+    };
+    store
+        .get_with(tag, &args.name, args.offset, len, &mut drain)
+        .map_err(|e| in_tag(e, &args.tag))?;
+    out.flush()
+        .map_err(|e| format!("writing the output: {e}"))?;
+    drop(out);
+    if let Some(path) = &args.output {
+        println!(
+            "got {}/{}: {len} bytes at offset {} to {}",
+            args.tag,
+            args.name,
+            args.offset,
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// `tandem-blob ls`.
+fn ls(args: LsArgs) -> Result<(), String> {
+    let configs = configs(&args.config)?;
+    let store = open_store(&configs.store)?;
+    match &args.tag {
+        Some(tag_name) => {
+            let tag = existing_tag(&store, tag_name)?;
+            let blobs = store.list_blobs(tag).map_err(|e| e.to_string())?;
+            println!("{:>14} {:<8} {:<24} name", "size", "class", "targets");
+            for b in &blobs {
+                println!(
+                    "{:>14} {:<8} {:<24} {}",
+                    b.size,
+                    class(b.durable),
+                    target_words(&store, &b.targets),
+                    b.name
+                );
+            }
+        }
+        None => {
+            let tags = store.list_tags().map_err(|e| e.to_string())?;
+            println!("{:>6} {:>8} {:>14} tag", "id", "blobs", "bytes");
+            for (id, name) in &tags {
+                let blobs = store.list_blobs(*id).map_err(|e| e.to_string())?;
+                let bytes: u64 = blobs.iter().map(|b| b.size).sum();
+                println!("{:>6} {:>8} {:>14} {name}", id.0, blobs.len(), bytes);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `tandem-blob stat`.
+fn stat(args: NameArgs) -> Result<(), String> {
+    let configs = configs(&args.config)?;
+    let store = open_store(&configs.store)?;
+    let tag = existing_tag(&store, &args.tag)?;
+    let s = store
+        .stat(tag, &args.name)
+        .map_err(|e| in_tag(e, &args.tag))?;
+    println!("tag      {} (id {})", args.tag, tag.0);
+    println!("name     {}", s.name);
+    println!("size     {}", s.size);
+    println!("class    {}", class(s.durable));
+    println!("targets  {}", target_words(&store, &s.targets));
+    Ok(())
+}
+
+/// `tandem-blob rm`.
+fn rm(args: NameArgs) -> Result<(), String> {
+    let configs = configs(&args.config)?;
+    let store = open_store(&configs.store)?;
+    let tag = existing_tag(&store, &args.tag)?;
+    store
+        .delete(tag, &args.name)
+        .map_err(|e| in_tag(e, &args.tag))?;
+    println!("removed {}/{}", args.tag, args.name);
+    Ok(())
+}
+
+/// Runs the demo; its verdict line is printed either way.
+fn demo_command(args: DemoArgs) -> ExitCode {
+    match demo(args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(why) => {
+            eprintln!("tandem-blob: {why}");
+            println!("blob demo: FAILED: {why}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The demo's store: the configured one, or a temporary one (kept alive
+/// by `_dir` until the end).
+fn demo(args: DemoArgs) -> Result<bool, String> {
+    let (runtime, store, _dir) = match &args.config {
+        Some(path) => {
+            let configs = configs(&ConfigArg {
+                config: Some(path.clone()),
+            })?;
+            (configs.runtime, configs.store, None)
+        }
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("tandem-blob-demo-")
+                .tempdir()
+                .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+            let store = StoreConfig {
+                metadata: dir.path().join("meta.redb"),
+                targets: vec![
+                    TargetConfig {
+                        kind: TargetKind::Ram,
+                        path: None,
+                        capacity: 64 << 20,
+                        score: 1.0,
+                    },
+                    TargetConfig {
+                        kind: TargetKind::File,
+                        path: Some(dir.path().join("target0.dat")),
+                        capacity: 64 << 20,
+                        score: 0.5,
+                    },
+                ],
+                limits: Default::default(),
+            };
+            (with_copy_space(Config::default()), store, Some(dir))
+        }
+    };
+    let store = Arc::new(open_store(&store)?);
+    let config = Config {
+        devices: DeviceSelection::Only(vec![0]),
+        // Every kernel thread's data and result buffers live there.
+        gpu_segment_size: runtime.gpu_segment_size.max(96 << 20),
+        ..runtime
+    };
+    // Kernels in flight cannot be interrupted: on SIGINT/SIGTERM, remove the
+    // named segments and exit.
+    tandem_runtime::exit_on_termination().map_err(|e| e.to_string())?;
+    let ok = on_best_backend(Demo {
+        config,
+        store: Arc::clone(&store),
+    })
+    .map_err(|e| e.to_string())??;
+    Ok(ok)
+}
+
+/// The demo's work on the backend `on_best_backend` picks.
+struct Demo {
+    config: Config,
+    store: Arc<BlobStore>,
+}
+
+/// Byte `i` of round `round` of thread `rank`'s blob (`kernels/blob.cu`).
+fn pattern(rank: u64, round: u64, i: u64) -> u8 {
+    (rank
+        .wrapping_mul(131)
+        .wrapping_add(round * 31)
+        .wrapping_add(i * 7)
+        .wrapping_add(i >> 8)) as u8
+}
+
+/// What the demo counted.
+#[derive(Default)]
+struct Tally {
+    puts: u64,
+    gets: u64,
+    failed: u64,
+}
+
+impl OnBackend for Demo {
+    type Output = Result<bool, String>;
+
+    fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
+        let gpu = backend.is_gpu();
+        let store = self.store;
+        println!("tandem-blob demo on {backend}");
+        let mut registry = Registry::with_builtins();
+        pool::register(&mut registry, Arc::clone(&store)).map_err(|e| e.to_string())?;
+        let runtime = Runtime::start_with(api, self.config, registry)
+            .map_err(|e| format!("cannot start the runtime: {e}"))?;
+        let mut kernels = BlobKernels::load(&runtime.devices()[0]).map_err(|e| e.to_string())?;
+        // The CPU device runs each kernel thread on an OS thread: a smaller grid.
+        let (blocks, threads) = if gpu { (66, 64) } else { (4, 16) };
+        let blob_bytes = 4096u64;
+        let rounds = 3u64;
+        let mut tally = Tally::default();
+        let caller = BlobCaller::new(&runtime).with_timeout(Duration::from_secs(30));
+        for (tag_name, score, words) in [
+            ("demo-auto", Score::AUTO, "auto"),
+            ("demo-tier", Score(0.5), "0.5"),
+        ] {
+            let tag = store
+                .get_or_create_tag(tag_name)
+                .map_err(|e| e.to_string())?;
+            let launch = PutGetLaunch {
+                blocks,
+                threads,
+                tag,
+                blob_bytes,
+                rounds,
+                mode: PutGetMode::PutGetCheck,
+                score,
+                spin_budget: 1 << 40,
+            };
+            let n = u64::from(blocks * threads);
+            println!(
+                "kernel: {blocks} x {threads} threads, each {rounds} rounds of put + get + compare \
+                 of a {blob_bytes}-byte blob, tag {tag_name}, score {words}"
+            );
+            let outcome = kernels.put_get(&launch).map_err(|e| e.to_string())?;
+            let failed_threads = outcome.failed_threads() as u64;
+            if let Some((rank, status, code)) = outcome.first_failure() {
+                tracing::warn!(
+                    "thread {rank}: status {status}, code {code} ({})",
+                    pool::describe(code)
+                );
+            }
+            let ops = n * rounds;
+            let secs = outcome.elapsed.as_secs_f64();
+            tally.puts += ops;
+            tally.gets += ops;
+            tally.failed += failed_threads;
+            println!(
+                "  {ops} puts and {ops} gets in {secs:.3} s: {:.0} puts/s, {:.3} GB/s \
+                 (puts and gets); {failed_threads} threads failed",
+                ops as f64 / secs,
+                (2 * ops * blob_bytes) as f64 / secs / 1e9
+            );
+            // Every blob from the host: the store's index for all, the task
+            // path (BlobCaller) for a few.
+            let mut durable = 0;
+            let mut back = vec![0u8; blob_bytes as usize];
+            for rank in 0..n {
+                let name = format!("k{rank}");
+                match store.stat(tag, &name) {
+                    Ok(s) if s.size == blob_bytes => durable += u64::from(s.durable),
+                    Ok(s) => {
+                        tracing::warn!("{tag_name}/{name}: size {} not {blob_bytes}", s.size);
+                        tally.failed += 1;
+                    }
+                    Err(e) => {
+                        tracing::warn!("{tag_name}/{name}: {e}");
+                        tally.failed += 1;
+                    }
+                }
+                if rank % (n / 8).max(1) != 0 {
+                    continue;
+                }
+                tally.gets += 1;
+                let good = match caller.get(tag, &name, 0, &mut back) {
+                    Ok(()) => back
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &b)| b == pattern(rank, rounds - 1, i as u64)),
+                    Err(e) => {
+                        tracing::warn!("host get {tag_name}/{name}: {e}");
+                        false
+                    }
+                };
+                tally.failed += u64::from(!good);
+            }
+            println!(
+                "  host: {n} blobs of {blob_bytes} bytes ({durable} durable), a few read back \
+                 through the task path"
+            );
+        }
+        drop(kernels);
+        runtime.shutdown().map_err(|e| e.to_string())?;
+        let ok = tally.failed == 0;
+        println!(
+            "blob demo: {} puts, {} gets, {} failed: {}",
+            tally.puts,
+            tally.gets,
+            tally.failed,
+            if ok { "ok" } else { "FAILED" }
+        );
+        Ok(ok)
+    }
+}
