@@ -185,7 +185,7 @@ fn copied(inside: bool) -> Result<(), FillError> {
         .ok_or_else(|| FillError("range outside the caller's buffer".into()))
 }
 
-/// The [`BlobError`] code `code` names, for callers that got a code back.
+/// The [`crate::BlobError`] code `code` names, for callers that got a code back.
 pub fn describe(code: i32) -> &'static str {
     match code {
         code::EMPTY_NAME => "empty name",

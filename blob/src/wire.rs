@@ -26,7 +26,7 @@ pub mod method {
     pub const DELETE: MethodId = 5;
 }
 
-/// Return codes of the blob pool's handlers: [`BlobError::code`] for the
+/// Return codes of the blob pool's handlers: [`crate::BlobError::code`] for the
 /// store's errors, and one of the pool's own.
 pub mod code {
     /// [`crate::BlobError::EmptyName`].

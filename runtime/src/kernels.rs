@@ -62,7 +62,7 @@ pub enum EchoRoute {
     /// To the CPU workers through the device's lane queue (`rt_send_to_cpu`).
     CpuWorkers = 0,
     /// To the device's GPU service (`rt_send_to_gpu`); one must be running
-    /// ([`GpuService`]).
+    /// ([`crate::GpuService`]).
     GpuService = 1,
 }
 

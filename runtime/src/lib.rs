@@ -25,7 +25,10 @@
 //!   other pool. This is the one way in for a user module, the same as for
 //!   Tandem's own pools. A handler that takes data by reference (a `ShmPtr`
 //!   into its caller's segment) reaches it through its [`TaskContext`]
-//!   ([`Pool::task_in_context`], [`SharedBytes`], [`CallerMemoryError`]).
+//!   ([`Pool::task_in_context`], [`SharedBytes`], [`CallerMemoryError`]);
+//!   its callers pass a [`SharedBuffer`] of their heap
+//!   ([`Runtime::allocate_shared`], [`Client::allocate_shared`],
+//!   [`DeviceQueues::allocate_shared`] for a kernel's buffers).
 //! * **Submitting.** [`Runtime::submit`] and [`Client::submit`] take a
 //!   [`Route`] (lane, priority, deadline) and give a [`Pending`] future;
 //!   [`Runtime::submit_to_gpu`] routes to a device's service

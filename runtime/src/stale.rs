@@ -28,7 +28,7 @@ use crate::error::RuntimeError;
 use crate::layout::{SegmentHeader, SEGMENT_MAGIC};
 use crate::process::ProcessIdentity;
 
-/// [`OwnerRecord::magic`] once published ("TNDMOWND").
+/// The first word of a published [`OwnerRecord`] ("TNDMOWND").
 pub const OWNED_SEGMENT_MAGIC: u64 = 0x544e_444d_4f57_4e44;
 
 /// The first 24 bytes of a named segment of a user's own format that

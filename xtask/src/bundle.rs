@@ -2,8 +2,10 @@
 //! lays them out, with a `run.sh`, so that a GPU machine without Rust can run them all.
 //!
 //! Layout of DIR:
-//! - `bin/`: the binaries, debug info stripped: `<package>.<kind>.<target>` for tests and
-//!   benches, programs (`tandem`, helpers that tests start) under their own names;
+//! - `bin.tar.gz`: `bin/`, packed (the binaries link much of the same code, so they shrink to a
+//!   third and the bundle stays under the device machine's limit on carried files); `run.sh`
+//!   unpacks it. `bin/` holds the binaries, debug info stripped: `<package>.<kind>.<target>` for
+//!   tests and benches, programs (`tandem`, helpers that tests start) under their own names;
 //! - `crates/<crate folder>/`: the working folder of that crate's binaries, holding the files
 //!   its `gpu-bundle-files.txt` lists (paths relative to the crate, one per line);
 //! - `binaries.tsv`: `kind<TAB>name<TAB>crate folder` per binary, read by `run.sh`;
@@ -25,6 +27,8 @@ use std::{
 
 /// The device machine takes at most 64 MiB of carried files; this leaves room for the rest.
 const MAX_BUNDLE_BYTES: u64 = 60 * 1024 * 1024;
+/// `bin/`, packed (`tar -czf`); `run.sh` unpacks it.
+const PACKED_BIN: &str = "bin.tar.gz";
 /// Per-crate list of extra files the binaries need at run time.
 const FILES_MANIFEST: &str = "gpu-bundle-files.txt";
 /// The script that runs the bundle.
@@ -219,6 +223,14 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
             return Ok(ExitCode::FAILURE);
         }
     }
+    let packed = Cmd::new("tar", out)
+        .args(["-czf", PACKED_BIN, "bin"])
+        .run()?;
+    if !packed.success() {
+        println!("xtask: gpu-bundle: packing bin/ failed ({})", packed.status);
+        return Ok(ExitCode::FAILURE);
+    }
+    fs::remove_dir_all(&bin_dir).map_err(XtaskError::io(&bin_dir))?;
     copy_listed_files(metadata, &out.join("crates"))?;
     write_file(&out.join(INDEX), &index(&binaries), false)?;
     write_file(&out.join("run.sh"), RUN_SCRIPT, true)?;
@@ -265,7 +277,7 @@ fn clear_previous_bundle(out: &Path) -> Result<(), XtaskError> {
             fs::remove_dir_all(&path).map_err(XtaskError::io(&path))?;
         }
     }
-    for file in ["run.sh", INDEX] {
+    for file in ["run.sh", INDEX, PACKED_BIN] {
         let path = out.join(file);
         if path.exists() {
             fs::remove_file(&path).map_err(XtaskError::io(&path))?;

@@ -30,6 +30,11 @@ if [ -n "$test_threads" ] && ! [[ $test_threads =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 
+# The binaries travel packed (bin.tar.gz); unpacked once, beside it.
+if [ ! -d "$bundle_dir/bin" ]; then
+  tar -xzf "$bundle_dir/bin.tar.gz" -C "$bundle_dir" || { echo "run.sh: cannot unpack bin.tar.gz" >&2; exit 1; }
+fi
+
 export TANDEM_REQUIRE_GPU=1
 export TANDEM_BIN_DIR="$bundle_dir/bin"
 # No trailing ':' when LD_LIBRARY_PATH was unset: an empty entry would mean the current folder.
