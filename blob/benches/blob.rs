@@ -26,9 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
-use tandem_blob::{
-    pool, BlobCaller, BlobStore, Score, StoreConfig, TagId, TargetConfig, TargetKind,
-};
+use tandem_blob::{pool, BlobCaller, BlobStore, Score, StoreConfig, TagId};
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::{Config, DeviceQueues, DeviceSelection, Registry, Runtime};
 
@@ -66,24 +64,7 @@ fn gbs(bytes: u64, t: Duration) -> f64 {
 
 /// A RAM target (score 1.0) and a file target (score 0.5) in `dir`.
 fn store(dir: &std::path::Path, bytes: u64) -> Result<Arc<BlobStore>, String> {
-    let config = StoreConfig {
-        metadata: dir.join("meta.redb"),
-        targets: vec![
-            TargetConfig {
-                kind: TargetKind::Ram,
-                path: None,
-                capacity: bytes,
-                score: 1.0,
-            },
-            TargetConfig {
-                kind: TargetKind::File,
-                path: Some(dir.join("target0.dat")),
-                capacity: bytes,
-                score: 0.5,
-            },
-        ],
-        limits: Default::default(),
-    };
+    let config = StoreConfig::ram_and_file(dir, bytes);
     BlobStore::open(&config)
         .map(Arc::new)
         .map_err(|e| e.to_string())

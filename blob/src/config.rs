@@ -77,3 +77,29 @@ pub struct StoreConfig {
     #[serde(default)]
     pub limits: Limits,
 }
+
+impl StoreConfig {
+    /// A store in `dir` (metadata `meta.redb`): a RAM target (score 1.0) and
+    /// a file target `target0.dat` (score 0.5), each of `capacity` bytes;
+    /// default limits. What demos, tests and benches start from.
+    pub fn ram_and_file(dir: &std::path::Path, capacity: u64) -> Self {
+        StoreConfig {
+            metadata: dir.join("meta.redb"),
+            targets: vec![
+                TargetConfig {
+                    kind: TargetKind::Ram,
+                    path: None,
+                    capacity,
+                    score: 1.0,
+                },
+                TargetConfig {
+                    kind: TargetKind::File,
+                    path: Some(dir.join("target0.dat")),
+                    capacity,
+                    score: 0.5,
+                },
+            ],
+            limits: Limits::default(),
+        }
+    }
+}

@@ -12,33 +12,14 @@ use std::time::Duration;
 use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode, PutGetOutcome, WIRE_VALUES};
 use tandem_blob::pool::{self, Put};
 use tandem_blob::wire::{self, code, method, SharedRef};
-use tandem_blob::{
-    BlobCaller, BlobStore, CallError, Score, StoreConfig, TagId, TargetConfig, TargetKind,
-};
+use tandem_blob::{BlobCaller, BlobStore, CallError, Score, StoreConfig, TagId};
 use tandem_hal::GpuApi;
 use tandem_runtime::{Config, DeviceSelection, Registry, Runtime};
 use tandem_shm_core::{AllocatorId, ShmPtr};
 
 /// A RAM target (score 1.0) and a file target (score 0.5) of 64 MiB each.
 fn store(dir: &tempfile::TempDir) -> Arc<BlobStore> {
-    let config = StoreConfig {
-        metadata: dir.path().join("meta.redb"),
-        targets: vec![
-            TargetConfig {
-                kind: TargetKind::Ram,
-                path: None,
-                capacity: 64 << 20,
-                score: 1.0,
-            },
-            TargetConfig {
-                kind: TargetKind::File,
-                path: Some(dir.path().join("target0.dat")),
-                capacity: 64 << 20,
-                score: 0.5,
-            },
-        ],
-        limits: Default::default(),
-    };
+    let config = StoreConfig::ram_and_file(dir.path(), 64 << 20);
     Arc::new(BlobStore::open(&config).expect("open the store"))
 }
 

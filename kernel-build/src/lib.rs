@@ -71,6 +71,20 @@ impl From<String> for BuildError {
     }
 }
 
+/// A build script's whole job for a crate whose kernels use only Tandem's
+/// headers: builds `manifest` with [`tandem_include_dir`] on the include
+/// path, or prints `error: <crate>: <why>` and exits 1 (the crate's name from
+/// `CARGO_PKG_NAME`).
+pub fn build_or_exit(manifest: &str) {
+    let built =
+        tandem_include_dir().and_then(|tandem| Builder::new(manifest).include(tandem).build());
+    if let Err(e) = built {
+        let package = env::var("CARGO_PKG_NAME").unwrap_or_default();
+        eprintln!("error: {package}: {e}");
+        std::process::exit(1);
+    }
+}
+
 /// The folder of Tandem's headers (`tandem/runtime.h`...), which
 /// `tandem-device-kernels` exports to the build scripts of crates that depend
 /// on it directly (`DEP_TANDEM_DEVICE_KERNELS_INCLUDE`).

@@ -110,7 +110,7 @@ pub use process::{ProcessIdentity, ProcessState};
 pub use registry::{DuplicatePool, Handler, HandlerReply, Pool, Registry};
 pub use runtime::{DeviceQueues, NumaPlacement, Runtime};
 pub use segment::QueueSegment;
-pub use serve::{on_best_backend, serve, Backend, OnBackend, ServeOptions};
+pub use serve::{init_logging, on_best_backend, serve, Backend, OnBackend, ServeOptions};
 pub use service::{GpuService, ServiceStats};
 pub use signals::{exit_on_termination, Termination, TerminationWaker};
 pub use stale::{

@@ -40,6 +40,19 @@ impl std::fmt::Display for Backend {
     }
 }
 
+/// Logs to stderr through `tracing`, filtered by `RUST_LOG` (default
+/// `info`), coloured on a terminal: what Tandem's binaries set up first.
+pub fn init_logging() {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
 /// Work to run on one backend, chosen at run time: [`on_best_backend`]
 /// calls [`run`](Self::run) with the backend it picked.
 pub trait OnBackend {

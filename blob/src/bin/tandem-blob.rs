@@ -42,7 +42,7 @@
 //! exit 2.
 
 use std::fs::File;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -53,12 +53,11 @@ use clap::{Args, Parser, Subcommand};
 use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
 use tandem_blob::{
     pool, wire, BlobCaller, BlobError, BlobStore, FillError, Score, StoreConfig, TagId,
-    TargetConfig, TargetKind,
 };
 use tandem_hal::GpuApi;
 use tandem_runtime::{
-    on_best_backend, serve, Backend, Config, DeviceSelection, OnBackend, Registry, Runtime,
-    ServeOptions,
+    init_logging, on_best_backend, serve, Backend, Config, DeviceSelection, OnBackend, Registry,
+    Runtime, ServeOptions,
 };
 
 /// The environment variable naming a store configuration file, used when
@@ -198,17 +197,6 @@ fn main() -> ExitCode {
         Command::Demo(args) => return demo_command(args),
     };
     report(result)
-}
-
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
 }
 
 fn report(result: Result<(), String>) -> ExitCode {
@@ -577,24 +565,7 @@ fn demo(args: DemoArgs) -> Result<bool, String> {
                 .prefix("tandem-blob-demo-")
                 .tempdir()
                 .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
-            let store = StoreConfig {
-                metadata: dir.path().join("meta.redb"),
-                targets: vec![
-                    TargetConfig {
-                        kind: TargetKind::Ram,
-                        path: None,
-                        capacity: 64 << 20,
-                        score: 1.0,
-                    },
-                    TargetConfig {
-                        kind: TargetKind::File,
-                        path: Some(dir.path().join("target0.dat")),
-                        capacity: 64 << 20,
-                        score: 0.5,
-                    },
-                ],
-                limits: Default::default(),
-            };
+            let store = StoreConfig::ram_and_file(dir.path(), 64 << 20);
             (with_copy_space(Config::default()), store, Some(dir))
         }
     };

@@ -22,7 +22,6 @@
 //! `info`) to stderr. Usage errors exit 2.
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
@@ -36,8 +35,8 @@ use tandem_runtime::kernels::{
 };
 use tandem_runtime::status::{read_status, single_live_runtime, StatusSnapshot};
 use tandem_runtime::{
-    clean_stale_segments, math, on_best_backend, serve, Backend, Config, DeviceSelection,
-    GpuService, OnBackend, Registry, Route, Runtime, ServeOptions,
+    clean_stale_segments, init_logging, math, on_best_backend, serve, Backend, Config,
+    DeviceSelection, GpuService, OnBackend, Registry, Route, Runtime, ServeOptions,
 };
 
 /// Tandem: host threads and GPU kernels sharing memory and work.
@@ -132,17 +131,6 @@ fn main() -> ExitCode {
         Command::Clean(args) => report(clean(args)),
         Command::Blob(args) => report(blob(args)),
     }
-}
-
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
 }
 
 fn report(result: Result<(), String>) -> ExitCode {
