@@ -194,7 +194,8 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
     let arena = |blocks: u32, threads: u32, per_block: u64, per_thread: u64| {
         u64::from(blocks) * (u64::from(threads) * (512 + per_thread) + per_block + 256)
     };
-    let segment = arena(sb, st, 0, 2 * SMALL).max(arena(lb, lt, 2 * LARGE, 0)) + (64 << 20);
+    // The kernel arena is half of what the heap and arena share.
+    let segment = 2 * arena(sb, st, 0, 2 * SMALL).max(arena(lb, lt, 2 * LARGE, 0)) + (64 << 20);
     let config = Config {
         workers: scale.workers,
         queue_depth: 1024,
