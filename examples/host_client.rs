@@ -11,7 +11,7 @@
 //!
 //! With no `--segment`, the runtime is `tandem run` started as a child
 //! (`Client::fork_runtime`): the `tandem` executable named by `$TANDEM_BIN`,
-//! or the one in the target directory (`cargo build -p tandem-runtime --bin
+//! or the one in the target directory (`cargo build -p tandem-cli --bin
 //! tandem` first). It stops when the client is dropped.
 
 use std::process::ExitCode;

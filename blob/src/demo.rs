@@ -1,7 +1,7 @@
 //! Launching the blob store's own kernels (`kernels/blob.cu`) on a served
 //! device: kernel threads putting and getting blobs through the device's
 //! queue segment, and the wire check. What the tests, the bench and
-//! `tandem-blob demo` run; a kernel of one's own includes `tandem/blob.h`
+//! `tandem demo` and `tandem blob demo` run; a kernel of one's own includes `tandem/blob.h`
 //! and needs none of it.
 
 use std::time::{Duration, Instant};

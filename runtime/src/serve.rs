@@ -1,6 +1,6 @@
 //! Running on the best backend at hand, and serving a runtime until told to
 //! stop: what `tandem run` does, for any binary that registers pools of its
-//! own (the blob store's `tandem-blob run`).
+//! own (the blob store's `tandem blob run`).
 
 use std::io::Read;
 

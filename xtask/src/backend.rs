@@ -8,12 +8,13 @@ use std::{
 };
 
 /// The packages that have `cuda` and `hip` features; each feature adds that backend.
-pub const FEATURE_PACKAGES: [&str; 5] = [
+pub const FEATURE_PACKAGES: [&str; 6] = [
     "tandem-device-kernels",
     "tandem-runtime",
     "tandem-tests",
     "tandem-examples",
     "tandem-blob",
+    "tandem-cli",
 ];
 
 /// A GPU backend that is selected by features.
@@ -161,12 +162,12 @@ mod tests {
         assert_eq!(
             Backend::Cuda.features_value(),
             "tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,tandem-examples/cuda,\
-             tandem-blob/cuda"
+             tandem-blob/cuda,tandem-cli/cuda"
         );
         assert_eq!(
             Backend::Hip.features_value(),
             "tandem-device-kernels/hip,tandem-runtime/hip,tandem-tests/hip,tandem-examples/hip,\
-             tandem-blob/hip"
+             tandem-blob/hip,tandem-cli/hip"
         );
     }
 
@@ -186,7 +187,9 @@ mod tests {
                 "-p",
                 "tandem-examples",
                 "-p",
-                "tandem-blob"
+                "tandem-blob",
+                "-p",
+                "tandem-cli"
             ]
         );
         assert_eq!(Backend::Cuda.test_package_args()[1], "tandem-hal-cuda");

@@ -434,7 +434,7 @@ mod tests {
         );
         assert_eq!(bench.unwrap().name, "tandem-runtime.bench.launch");
 
-        let bin = r#"{"name":"tandem","kind":["bin"],"src_path":"/ws/runtime/src/bin/tandem.rs"}"#;
+        let bin = r#"{"name":"tandem","kind":["bin"],"src_path":"/ws/cli/src/main.rs"}"#;
         let program = classify(&artifact(&message(bin, false, r#""/t/tandem""#)), &meta);
         assert_eq!(program.as_ref().map(|b| b.kind), Some(BinaryKind::Bin));
         let bin_tests = classify(

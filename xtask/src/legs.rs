@@ -235,7 +235,7 @@ fn leg_commands(
             let example = ["run", "-p", "tandem-examples", "--example", "host_client"];
             Ok(vec![
                 cmd,
-                cargo().args(["build", "-p", "tandem-runtime", "--bin", "tandem"]),
+                cargo().args(["build", "-p", "tandem-cli", "--bin", "tandem"]),
                 cargo().args(example),
                 cargo().args(["run", "-p", "tandem-examples", "--example", "user_pool"]),
             ])
@@ -530,9 +530,9 @@ mod tests {
         assert_eq!(
             cuda[0].display(),
             "cargo test -p tandem-hal-cuda -p tandem-device-kernels -p tandem-runtime \
-             -p tandem-tests -p tandem-examples -p tandem-blob --features \
+             -p tandem-tests -p tandem-examples -p tandem-blob -p tandem-cli --features \
              tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,\
-             tandem-examples/cuda,tandem-blob/cuda"
+             tandem-examples/cuda,tandem-blob/cuda,tandem-cli/cuda"
         );
         assert!(notes.is_empty());
     }

@@ -118,7 +118,7 @@ pub(crate) const SAMPLE: &str = r#"{
      "features": {"cuda": ["dep:tandem-hal-cuda"], "hip": []},
      "targets": [
        {"name": "tandem_runtime", "kind": ["lib"], "src_path": "/ws/runtime/src/lib.rs"},
-       {"name": "tandem", "kind": ["bin"], "src_path": "/ws/runtime/src/bin/tandem.rs"},
+       {"name": "tandem", "kind": ["bin"], "src_path": "/ws/cli/src/main.rs"},
        {"name": "launch", "kind": ["bench"], "src_path": "/ws/runtime/benches/launch.rs"}
      ]},
     {"name": "tandem-hal-cuda", "id": "path+file:///ws/hal-cuda#tandem-hal-cuda@0.1.0",

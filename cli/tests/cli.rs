@@ -16,7 +16,15 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-const SUBCOMMANDS: [&[&str]; 6] = [&[], &["demo"], &["run"], &["info"], &["status"], &["clean"]];
+const SUBCOMMANDS: [&[&str]; 7] = [
+    &[],
+    &["demo"],
+    &["run"],
+    &["info"],
+    &["status"],
+    &["clean"],
+    &["blob"],
+];
 
 #[test]
 fn every_subcommand_has_help() {
@@ -159,58 +167,4 @@ fn the_example_config_parses_to_the_defaults() {
         },
         "tandem.example.toml should show every key at its default"
     );
-}
-
-/// `tandem blob ...` runs the `tandem-blob` beside `tandem` with the same
-/// arguments and exits with its status; without one it says what to build.
-/// A `tandem` of its own in a fresh directory (and an empty PATH), so a
-/// `tandem-blob` the workspace built is never the one found.
-#[test]
-fn blob_forwards_to_tandem_blob_beside_tandem() {
-    let help = text(&tandem(&["--help"]).stdout);
-    assert!(
-        help.contains("\n  blob "),
-        "tandem --help lacks blob:\n{help}"
-    );
-
-    let dir = std::env::temp_dir().join(format!("tandem-cli-blob-{}", std::process::id()));
-    struct RemoveDir(std::path::PathBuf);
-    impl Drop for RemoveDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-    let _guard = RemoveDir(dir.clone());
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let exe = dir.join("tandem");
-    // A hard link costs nothing; a copy where links cannot cross devices.
-    if std::fs::hard_link(common::tandem_exe(), &exe).is_err() {
-        std::fs::copy(common::tandem_exe(), &exe).expect("copy tandem");
-    }
-    let run = |args: &[&str]| {
-        std::process::Command::new(&exe)
-            .args(args)
-            .env("PATH", "")
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("run tandem")
-    };
-
-    let out = run(&["blob", "ls"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = text(&out.stderr);
-    assert!(
-        err.contains("tandem blob needs the tandem-blob binary (cargo build -p tandem-blob)"),
-        "{err}"
-    );
-
-    let script = dir.join("tandem-blob");
-    std::fs::write(&script, "#!/bin/sh\necho \"args: $*\"\nexit 3\n").expect("script");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    let out = run(&["blob", "get", "x", "--tag", "t", "--help"]);
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout).trim(), "args: get x --tag t --help");
 }

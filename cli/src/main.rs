@@ -14,21 +14,24 @@
 //!   status block says.
 //! * `tandem clean [--dry-run]`: removes Tandem segments in `/dev/shm` whose
 //!   owner process is gone.
-//! * `tandem blob ...`: runs `tandem-blob ...` (the blob store's command
-//!   line, `cargo build -p tandem-blob`), found next to this executable or
-//!   on `PATH`, and exits with its status.
+//! * `tandem blob run|put|get|ls|stat|rm|demo ...`: the blob store's
+//!   commands (`blob.rs`): a runtime serving the blob pool, a store looked
+//!   at directly, kernels putting and getting blobs.
 //!
 //! Results go to stdout; logs (`tracing`, filtered by `RUST_LOG`, default
 //! `info`) to stderr. Usage errors exit 2.
 
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+mod blob;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
+use tandem_blob::{BlobStore, StoreConfig};
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::kernels::{
     expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, RuntimeKernels,
@@ -61,18 +64,9 @@ enum Command {
     Status(StatusArgs),
     /// Removes Tandem segments in /dev/shm whose owner process is gone.
     Clean(CleanArgs),
-    /// The blob store's command line: runs `tandem-blob ARGS...` (next to
-    /// tandem, or on PATH).
-    // Help and every argument go to tandem-blob, which documents them.
-    #[command(disable_help_flag = true)]
-    Blob(BlobArgs),
-}
-
-#[derive(Args, Debug)]
-struct BlobArgs {
-    /// What `tandem-blob` gets (`tandem blob --help`: its help).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<OsString>,
+    /// The blob store: serve it, look at it, run its demo.
+    #[command(subcommand)]
+    Blob(blob::BlobCommand),
 }
 
 #[derive(Args, Debug)]
@@ -129,7 +123,7 @@ fn main() -> ExitCode {
         Command::Info(args) => report(info(args)),
         Command::Status(args) => report(status(args)),
         Command::Clean(args) => report(clean(args)),
-        Command::Blob(args) => report(blob(args)),
+        Command::Blob(command) => blob::run(command),
     }
 }
 
@@ -141,44 +135,6 @@ fn report(result: Result<(), String>) -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// The executable's name `tandem blob` runs.
-const BLOB_EXE: &str = "tandem-blob";
-
-/// `tandem blob`: replaces this process with `tandem-blob`, so its output,
-/// signals and exit status are the command's own. Returns only on failure.
-fn blob(args: BlobArgs) -> Result<(), String> {
-    use std::os::unix::process::CommandExt;
-    let exe = find_blob_exe().ok_or_else(|| {
-        format!(
-            "tandem blob needs the {BLOB_EXE} binary (cargo build -p tandem-blob) \
-             next to tandem or on PATH"
-        )
-    })?;
-    let error = std::process::Command::new(&exe).args(&args.args).exec();
-    Err(format!("cannot run {}: {error}", exe.display()))
-}
-
-/// `tandem-blob` next to this executable, else the first on `PATH`.
-fn find_blob_exe() -> Option<PathBuf> {
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|dir| dir.join(BLOB_EXE)));
-    let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        // An empty PATH entry means the current directory, which is not
-        // what a user of `tandem` expects to run from.
-        .filter(|dir| !dir.as_os_str().is_empty())
-        .map(|dir| dir.join(BLOB_EXE));
-    beside.into_iter().chain(on_path).find(|p| is_executable(p))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// `tandem clean`: one line per stale segment, then a count.
@@ -334,6 +290,10 @@ struct DemoReport {
     to_service: LaunchReport,
     host_to_service_round_trip: Latency,
     service_ran: u64,
+    /// The blob part: kernel puts, kernel and host gets, failures.
+    blob_puts: u64,
+    blob_gets: u64,
+    blob_failed: u64,
     /// Every task the demo sent, and those that failed or answered wrong.
     tasks: u64,
     failed: u64,
@@ -404,13 +364,29 @@ fn demo<A: GpuApi>(api: A, backend: &str, json: bool) -> Result<bool, String> {
     };
     let config = Config {
         devices: DeviceSelection::Only(vec![0]),
+        // The blob part's tasks carry names; its kernel threads' data
+        // buffers live in the device segment.
+        copy_space: tandem_blob::wire::COPY_SPACE,
+        gpu_segment_size: 96 << 20,
         ..Config::default()
     };
+    // The blob part's store: a RAM and a file target in a temporary folder,
+    // removed at the end.
+    let store_dir = tempfile::Builder::new()
+        .prefix("tandem-demo-blob-")
+        .tempdir()
+        .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+    let store = Arc::new(
+        BlobStore::open(&StoreConfig::ram_and_file(store_dir.path(), 64 << 20))
+            .map_err(|e| format!("opening the demo's blob store: {e}"))?,
+    );
+    let mut registry = Registry::with_builtins();
+    tandem_blob::pool::register(&mut registry, Arc::clone(&store)).map_err(|e| e.to_string())?;
     say(format!("tandem demo on {backend}"));
     // Kernels in flight cannot be interrupted: on SIGINT/SIGTERM, remove the
     // named segments and exit.
     tandem_runtime::exit_on_termination().map_err(|e| e.to_string())?;
-    let runtime = Runtime::start_with(api, config, Registry::with_builtins())
+    let runtime = Runtime::start_with(api, config, registry)
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let queues = &runtime.devices()[0];
     let mut kernels = RuntimeKernels::load(queues).map_err(|e| e.to_string())?;
@@ -525,6 +501,12 @@ fn demo<A: GpuApi>(api: A, backend: &str, json: bool) -> Result<bool, String> {
         served.served
     ));
     drop(kernels);
+
+    // The blob store, a pool of this runtime: kernel threads put and get
+    // blobs of their own, the host checks them (after the service stopped:
+    // it loads a module).
+    say("blob store (a pool of this runtime; RAM and file targets):".to_string());
+    let blob = blob::demo_part(&runtime, &store, gpu, &|line| say(format!("  {line}")))?;
     let workers = runtime.workers();
     runtime.shutdown().map_err(|e| e.to_string())?;
 
@@ -532,12 +514,15 @@ fn demo<A: GpuApi>(api: A, backend: &str, json: bool) -> Result<bool, String> {
         + 25 * single.tasks_per_thread
         + host_round_trip.samples as u64
         + to_service.tasks
-        + host_to_service_round_trip.samples as u64;
+        + host_to_service_round_trip.samples as u64
+        + blob.puts
+        + blob.gets;
     let failed = to_workers.failures()
         + single_failed
         + host_failed
         + to_service.failures()
-        + host_to_gpu_failed;
+        + host_to_gpu_failed
+        + blob.failed;
     let ok = failed == 0;
     if json {
         let report = DemoReport {
@@ -553,6 +538,9 @@ fn demo<A: GpuApi>(api: A, backend: &str, json: bool) -> Result<bool, String> {
             to_service,
             host_to_service_round_trip,
             service_ran: served.served,
+            blob_puts: blob.puts,
+            blob_gets: blob.gets,
+            blob_failed: blob.failed,
             tasks,
             failed,
             ok,

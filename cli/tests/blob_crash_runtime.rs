@@ -1,5 +1,5 @@
 //! Kill -9 the runtime in the middle of a host client's stream of puts: a
-//! `tandem-blob run --announce` on a durable store (one file target), a
+//! `tandem blob run --announce` on a durable store (one file target), a
 //! client in this process putting blobs (unique names, bytes derived from
 //! the name) one after another, and SIGKILL at a random moment. Each round
 //! checks:
@@ -10,6 +10,8 @@
 //! * no blob exists that was neither acknowledged nor the one put in flight
 //!   at the kill, which, if present, is whole;
 //! * the dead runtime's segment is removed from `/dev/shm`.
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -25,12 +27,9 @@ use tandem_runtime::{remove_stale_segment, Client, TaskError};
 const ROUNDS: u64 = 5;
 const TAG: &str = "crash";
 
-/// `$TANDEM_BIN_DIR/tandem-blob` when set, else the one cargo built.
+/// `tandem` (`tandem blob ...` are the commands under test).
 fn exe() -> PathBuf {
-    match std::env::var_os("TANDEM_BIN_DIR") {
-        Some(dir) => PathBuf::from(dir).join("tandem-blob"),
-        None => env!("CARGO_BIN_EXE_tandem-blob").into(),
-    }
+    common::tandem_exe()
 }
 
 fn store_config(dir: &Path) -> StoreConfig {
@@ -103,6 +102,7 @@ struct Round {
 
 fn one_round(config: &Path, round: u64) -> Round {
     let mut child = Command::new(exe())
+        .arg("blob")
         .args(["run", "--config"])
         .arg(config)
         .arg("--announce")
@@ -110,7 +110,7 @@ fn one_round(config: &Path, round: u64) -> Round {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("start tandem-blob run");
+        .expect("start tandem blob run");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let ready = lines.next().expect("a ready line").expect("stdout");
     let segment = ready

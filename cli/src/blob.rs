@@ -1,16 +1,16 @@
-//! `tandem-blob`: the blob store's command line (`tandem-blob --help`; also
-//! reached as `tandem blob ...`).
+//! `tandem blob`: the blob store's commands (`tandem blob --help`).
 //!
-//! * `tandem-blob run [--config FILE] [--announce] [--exit-on-stdin-eof]`:
+//! * `tandem blob run [--config FILE] [--announce] [--exit-on-stdin-eof]`:
 //!   serves a runtime with the blob pool registered, like `tandem run` (same
 //!   flags, same `ready <segment> <pid>` line, so
-//!   `Client::fork_runtime_with(path_to_tandem_blob, &config)` starts one).
-//! * `tandem-blob put FILE --tag TAG [--name NAME] [--offset N] [--score S]`,
+//!   `Client::fork_runtime_with` starts one through a script that runs
+//!   `tandem blob run "$@"`).
+//! * `tandem blob put FILE --tag TAG [--name NAME] [--offset N] [--score S]`,
 //!   `get NAME --tag TAG [-o OUT] [--offset N] [--len N]`, `ls [--tag TAG]`,
 //!   `stat NAME --tag TAG`, `rm NAME --tag TAG`: open the store directly to
 //!   look at it or change it. A store a runtime serves is locked (its
 //!   metadata file is open there): these then fail and say so.
-//! * `tandem-blob demo [--config FILE]`: kernels putting and getting blobs
+//! * `tandem blob demo [--config FILE]`: kernels putting and getting blobs
 //!   through a runtime, checked from the host, ending with one verdict line.
 //!
 //! # Configuration
@@ -38,7 +38,7 @@
 //! at least `tandem_blob::wire::COPY_SPACE`; a lower one is raised.
 //!
 //! Results go to stdout; logs (`tracing`, filtered by `RUST_LOG`, default
-//! `info`) to stderr; errors as `tandem-blob: <error>`, exit 1. Usage errors
+//! `info`) to stderr; errors as `tandem blob: <error>`, exit 1. Usage errors
 //! exit 2.
 
 use std::fs::File;
@@ -49,32 +49,24 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Subcommand};
 use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
 use tandem_blob::{
     pool, wire, BlobCaller, BlobError, BlobStore, FillError, Score, StoreConfig, TagId,
 };
 use tandem_hal::GpuApi;
 use tandem_runtime::{
-    init_logging, on_best_backend, serve, Backend, Config, DeviceSelection, OnBackend, Registry,
-    Runtime, ServeOptions,
+    on_best_backend, serve, Backend, Config, DeviceSelection, OnBackend, Registry, Runtime,
+    ServeOptions,
 };
 
 /// The environment variable naming a store configuration file, used when
 /// the runtime configuration has no `[blob]` table.
 const STORE_CONFIG_ENV: &str = "TANDEM_BLOB_CONFIG";
 
-/// Tandem's blob store: tags and blobs on RAM and file targets.
-#[derive(Parser, Debug)]
-#[command(name = "tandem-blob", version, propagate_version = true)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-/// One variant and one function per subcommand.
+/// `tandem blob`'s subcommands: one variant and one function each.
 #[derive(Subcommand, Debug)]
-enum Command {
+pub(crate) enum BlobCommand {
     /// Serves a runtime with the blob pool, until killed (like `tandem run`).
     ///
     /// The store's configuration is the `[blob]` table of `--config`, or
@@ -97,7 +89,7 @@ enum Command {
 
 /// Where the configuration comes from.
 #[derive(Args, Debug, Clone)]
-struct ConfigArg {
+pub(crate) struct ConfigArg {
     /// The runtime's TOML configuration with a [blob] table (else the store
     /// configuration comes from $TANDEM_BLOB_CONFIG).
     #[arg(long, value_name = "FILE")]
@@ -105,7 +97,7 @@ struct ConfigArg {
 }
 
 #[derive(Args, Debug)]
-struct RunArgs {
+pub(crate) struct RunArgs {
     #[command(flatten)]
     config: ConfigArg,
     /// Prints `ready <cpu segment> <pid>` on stdout once serving.
@@ -117,7 +109,7 @@ struct RunArgs {
 }
 
 #[derive(Args, Debug)]
-struct PutArgs {
+pub(crate) struct PutArgs {
     /// The file whose bytes to put.
     file: PathBuf,
     #[command(flatten)]
@@ -137,7 +129,7 @@ struct PutArgs {
 }
 
 #[derive(Args, Debug)]
-struct GetArgs {
+pub(crate) struct GetArgs {
     /// The blob's name.
     name: String,
     #[command(flatten)]
@@ -157,7 +149,7 @@ struct GetArgs {
 }
 
 #[derive(Args, Debug)]
-struct LsArgs {
+pub(crate) struct LsArgs {
     #[command(flatten)]
     config: ConfigArg,
     /// Lists this tag's blobs (default: the tags).
@@ -166,7 +158,7 @@ struct LsArgs {
 }
 
 #[derive(Args, Debug)]
-struct NameArgs {
+pub(crate) struct NameArgs {
     /// The blob's name.
     name: String,
     #[command(flatten)]
@@ -177,33 +169,28 @@ struct NameArgs {
 }
 
 #[derive(Args, Debug)]
-struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// A configuration as for `run`; default: a temporary store (a 64 MiB
     /// RAM target and a 64 MiB file target), removed at the end.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging();
-    let result = match cli.command {
-        Command::Run(args) => run(args),
-        Command::Put(args) => put(args),
-        Command::Get(args) => get(args),
-        Command::Ls(args) => ls(args),
-        Command::Stat(args) => stat(args),
-        Command::Rm(args) => rm(args),
-        Command::Demo(args) => return demo_command(args),
+/// Runs `command`; errors print `tandem blob: <error>` and exit 1.
+pub(crate) fn run(command: BlobCommand) -> ExitCode {
+    let result = match command {
+        BlobCommand::Run(args) => serve_store(args),
+        BlobCommand::Put(args) => put(args),
+        BlobCommand::Get(args) => get(args),
+        BlobCommand::Ls(args) => ls(args),
+        BlobCommand::Stat(args) => stat(args),
+        BlobCommand::Rm(args) => rm(args),
+        BlobCommand::Demo(args) => return demo_command(args),
     };
-    report(result)
-}
-
-fn report(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(why) => {
-            eprintln!("tandem-blob: {why}");
+            eprintln!("tandem blob: {why}");
             ExitCode::from(1)
         }
     }
@@ -301,7 +288,7 @@ fn with_copy_space(mut config: Config) -> Config {
 fn open_store(config: &StoreConfig) -> Result<BlobStore, String> {
     BlobStore::open(config).map_err(|e| match &e {
         BlobError::Metadata(m) if m.to_lowercase().contains("already open") => format!(
-            "the store's metadata file {} is in use: a runtime (tandem-blob run) may be \
+            "the store's metadata file {} is in use: a runtime (tandem blob run) may be \
              serving this store; stop it, or go through it ({e})",
             config.metadata.display()
         ),
@@ -349,8 +336,8 @@ fn target_words(store: &BlobStore, indices: &[usize]) -> String {
     words.join(",")
 }
 
-/// `tandem-blob run`.
-fn run(args: RunArgs) -> Result<(), String> {
+/// `tandem blob run`.
+fn serve_store(args: RunArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
     let store = Arc::new(open_store(&configs.store)?);
     let options = ServeOptions {
@@ -383,7 +370,7 @@ impl OnBackend for Serve {
     }
 }
 
-/// `tandem-blob put`.
+/// `tandem blob put`.
 fn put(args: PutArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
     let name = match args.name {
@@ -428,7 +415,7 @@ fn put(args: PutArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `tandem-blob get`.
+/// `tandem blob get`.
 fn get(args: GetArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
     let store = open_store(&configs.store)?;
@@ -477,7 +464,7 @@ fn get(args: GetArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `tandem-blob ls`.
+/// `tandem blob ls`.
 fn ls(args: LsArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
     let store = open_store(&configs.store)?;
@@ -509,7 +496,7 @@ fn ls(args: LsArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `tandem-blob stat`.
+/// `tandem blob stat`.
 fn stat(args: NameArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
     let store = open_store(&configs.store)?;
@@ -525,7 +512,7 @@ fn stat(args: NameArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `tandem-blob rm`.
+/// `tandem blob rm`.
 fn rm(args: NameArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
     let store = open_store(&configs.store)?;
@@ -543,7 +530,7 @@ fn demo_command(args: DemoArgs) -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(why) => {
-            eprintln!("tandem-blob: {why}");
+            eprintln!("tandem blob: {why}");
             println!("blob demo: FAILED: {why}");
             ExitCode::from(1)
         }
@@ -604,111 +591,30 @@ fn pattern(rank: u64, round: u64, i: u64) -> u8 {
 
 /// What the demo counted.
 #[derive(Default)]
-struct Tally {
-    puts: u64,
-    gets: u64,
-    failed: u64,
+pub(crate) struct Tally {
+    /// Puts the kernels made.
+    pub(crate) puts: u64,
+    /// Gets the kernels and the host made.
+    pub(crate) gets: u64,
+    /// Threads that failed, and blobs the host found wrong.
+    pub(crate) failed: u64,
 }
 
 impl OnBackend for Demo {
     type Output = Result<bool, String>;
 
     fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
-        let gpu = backend.is_gpu();
         let store = self.store;
-        println!("tandem-blob demo on {backend}");
+        println!("tandem blob demo on {backend}");
         let mut registry = Registry::with_builtins();
         pool::register(&mut registry, Arc::clone(&store)).map_err(|e| e.to_string())?;
         let runtime = Runtime::start_with(api, self.config, registry)
             .map_err(|e| format!("cannot start the runtime: {e}"))?;
-        let mut kernels = BlobKernels::load(&runtime.devices()[0]).map_err(|e| e.to_string())?;
-        // The CPU device runs each kernel thread on an OS thread: a smaller grid.
-        let (blocks, threads) = if gpu { (66, 64) } else { (4, 16) };
-        let blob_bytes = 4096u64;
-        let rounds = 3u64;
-        let mut tally = Tally::default();
-        let caller = BlobCaller::new(&runtime).with_timeout(Duration::from_secs(30));
-        for (tag_name, score, words) in [
-            ("demo-auto", Score::AUTO, "auto"),
-            ("demo-tier", Score(0.5), "0.5"),
-        ] {
-            let tag = store
-                .get_or_create_tag(tag_name)
-                .map_err(|e| e.to_string())?;
-            let launch = PutGetLaunch {
-                blocks,
-                threads,
-                tag,
-                blob_bytes,
-                rounds,
-                mode: PutGetMode::PutGetCheck,
-                score,
-                spin_budget: 1 << 40,
-            };
-            let n = u64::from(blocks * threads);
-            println!(
-                "kernel: {blocks} x {threads} threads, each {rounds} rounds of put + get + compare \
-                 of a {blob_bytes}-byte blob, tag {tag_name}, score {words}"
-            );
-            let outcome = kernels.put_get(&launch).map_err(|e| e.to_string())?;
-            let failed_threads = outcome.failed_threads() as u64;
-            if let Some((rank, status, code)) = outcome.first_failure() {
-                tracing::warn!(
-                    "thread {rank}: status {status}, code {code} ({})",
-                    pool::describe(code)
-                );
-            }
-            let ops = n * rounds;
-            let secs = outcome.elapsed.as_secs_f64();
-            tally.puts += ops;
-            tally.gets += ops;
-            tally.failed += failed_threads;
-            println!(
-                "  {ops} puts and {ops} gets in {secs:.3} s: {:.0} puts/s, {:.3} GB/s \
-                 (puts and gets); {failed_threads} threads failed",
-                ops as f64 / secs,
-                (2 * ops * blob_bytes) as f64 / secs / 1e9
-            );
-            // Every blob from the host: the store's index for all, the task
-            // path (BlobCaller) for a few.
-            let mut durable = 0;
-            let mut back = vec![0u8; blob_bytes as usize];
-            for rank in 0..n {
-                let name = format!("k{rank}");
-                match store.stat(tag, &name) {
-                    Ok(s) if s.size == blob_bytes => durable += u64::from(s.durable),
-                    Ok(s) => {
-                        tracing::warn!("{tag_name}/{name}: size {} not {blob_bytes}", s.size);
-                        tally.failed += 1;
-                    }
-                    Err(e) => {
-                        tracing::warn!("{tag_name}/{name}: {e}");
-                        tally.failed += 1;
-                    }
-                }
-                if rank % (n / 8).max(1) != 0 {
-                    continue;
-                }
-                tally.gets += 1;
-                let good = match caller.get(tag, &name, 0, &mut back) {
-                    Ok(()) => back
-                        .iter()
-                        .enumerate()
-                        .all(|(i, &b)| b == pattern(rank, rounds - 1, i as u64)),
-                    Err(e) => {
-                        tracing::warn!("host get {tag_name}/{name}: {e}");
-                        false
-                    }
-                };
-                tally.failed += u64::from(!good);
-            }
-            println!(
-                "  host: {n} blobs of {blob_bytes} bytes ({durable} durable), a few read back \
-                 through the task path"
-            );
-        }
-        drop(kernels);
+        let tally = demo_part(&runtime, &store, backend.is_gpu(), &|line| {
+            println!("{line}")
+        });
         runtime.shutdown().map_err(|e| e.to_string())?;
+        let tally = tally?;
         let ok = tally.failed == 0;
         println!(
             "blob demo: {} puts, {} gets, {} failed: {}",
@@ -719,4 +625,105 @@ impl OnBackend for Demo {
         );
         Ok(ok)
     }
+}
+
+/// The blob part of a demo, on a runtime serving `store` through the blob
+/// pool (device 0 served, a `copy_space` of at least
+/// [`wire::COPY_SPACE`]): kernels put, get and compare blobs of their own
+/// (RAM, then the 0.5 tier), then the host checks every blob's size and
+/// reads a few back through the task path. `say` prints a line.
+pub(crate) fn demo_part<A: GpuApi>(
+    runtime: &Runtime<A>,
+    store: &BlobStore,
+    gpu: bool,
+    say: &dyn Fn(String),
+) -> Result<Tally, String> {
+    let mut kernels = BlobKernels::load(&runtime.devices()[0]).map_err(|e| e.to_string())?;
+    // The CPU device runs each kernel thread on an OS thread: a smaller grid.
+    let (blocks, threads) = if gpu { (66, 64) } else { (4, 16) };
+    let blob_bytes = 4096u64;
+    let rounds = 3u64;
+    let mut tally = Tally::default();
+    let caller = BlobCaller::new(runtime).with_timeout(Duration::from_secs(30));
+    for (tag_name, score, words) in [
+        ("demo-auto", Score::AUTO, "auto"),
+        ("demo-tier", Score(0.5), "0.5"),
+    ] {
+        let tag = store
+            .get_or_create_tag(tag_name)
+            .map_err(|e| e.to_string())?;
+        let launch = PutGetLaunch {
+            blocks,
+            threads,
+            tag,
+            blob_bytes,
+            rounds,
+            mode: PutGetMode::PutGetCheck,
+            score,
+            spin_budget: 1 << 40,
+        };
+        let n = u64::from(blocks * threads);
+        say(format!(
+            "kernel: {blocks} x {threads} threads x {rounds} rounds of put, get, compare; \
+             {blob_bytes} B blobs, tag {tag_name} ({words})"
+        ));
+        let outcome = kernels.put_get(&launch).map_err(|e| e.to_string())?;
+        let failed_threads = outcome.failed_threads() as u64;
+        if let Some((rank, status, code)) = outcome.first_failure() {
+            tracing::warn!(
+                "thread {rank}: status {status}, code {code} ({})",
+                pool::describe(code)
+            );
+        }
+        let ops = n * rounds;
+        let secs = outcome.elapsed.as_secs_f64();
+        tally.puts += ops;
+        tally.gets += ops;
+        tally.failed += failed_threads;
+        say(format!(
+            "  {ops} puts + {ops} gets in {secs:.3} s: {:.0} puts/s, {:.3} GB/s; \
+             {failed_threads} threads failed",
+            ops as f64 / secs,
+            (2 * ops * blob_bytes) as f64 / secs / 1e9
+        ));
+        // Every blob from the host: the store's index for all, the task
+        // path (BlobCaller) for a few.
+        let mut durable = 0;
+        let mut back = vec![0u8; blob_bytes as usize];
+        for rank in 0..n {
+            let name = format!("k{rank}");
+            match store.stat(tag, &name) {
+                Ok(s) if s.size == blob_bytes => durable += u64::from(s.durable),
+                Ok(s) => {
+                    tracing::warn!("{tag_name}/{name}: size {} not {blob_bytes}", s.size);
+                    tally.failed += 1;
+                }
+                Err(e) => {
+                    tracing::warn!("{tag_name}/{name}: {e}");
+                    tally.failed += 1;
+                }
+            }
+            if rank % (n / 8).max(1) != 0 {
+                continue;
+            }
+            tally.gets += 1;
+            let good = match caller.get(tag, &name, 0, &mut back) {
+                Ok(()) => back
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == pattern(rank, rounds - 1, i as u64)),
+                Err(e) => {
+                    tracing::warn!("host get {tag_name}/{name}: {e}");
+                    false
+                }
+            };
+            tally.failed += u64::from(!good);
+        }
+        say(format!(
+            "  host: {n} blobs of {blob_bytes} bytes ({durable} durable), a few read back \
+                 through the task path"
+        ));
+    }
+    drop(kernels);
+    Ok(tally)
 }

@@ -1,8 +1,10 @@
-//! The `tandem-blob` binary: a runtime serving the blob pool to a client in
+//! The `tandem blob` binary: a runtime serving the blob pool to a client in
 //! another process (started through `Client::fork_runtime_with`, the store
 //! configured by `TANDEM_BLOB_CONFIG`), the store commands (`put`, `ls`,
 //! `stat`, `get`, `rm`) and their errors, including a store locked by a
-//! running `tandem-blob run`, and the demo's verdict.
+//! running `tandem blob run`, and the demo's verdict.
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -12,28 +14,24 @@ use tandem_blob::wire::{self, code};
 use tandem_blob::{BlobCaller, CallError, Score, TagId};
 use tandem_runtime::{Client, Config, DeviceSelection, RuntimeError};
 
-/// The `tandem-blob` binary: `$TANDEM_BIN_DIR/tandem-blob` when set (a GPU
-/// bundle carries the binary away from the build machine), else the one
-/// cargo built for this package.
+/// `tandem` (`tandem blob ...` are the commands under test).
 fn exe() -> PathBuf {
-    match std::env::var_os("TANDEM_BIN_DIR") {
-        Some(dir) => PathBuf::from(dir).join("tandem-blob"),
-        None => env!("CARGO_BIN_EXE_tandem-blob").into(),
-    }
+    common::tandem_exe()
 }
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// `tandem-blob args...` with warnings-only logs.
+/// `tandem blob args...` with warnings-only logs.
 fn blob(args: &[&str]) -> Output {
     Command::new(exe())
+        .arg("blob")
         .args(args)
         .env("RUST_LOG", "warn")
         .env_remove("TANDEM_BLOB_CONFIG")
         .output()
-        .expect("run tandem-blob")
+        .expect("run tandem blob")
 }
 
 /// A store configuration (the `StoreConfig` fields) in `dir`: a RAM target
@@ -71,14 +69,14 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// A script that runs `tandem-blob` with `TANDEM_BLOB_CONFIG` set, so that
+/// A script that runs `tandem blob` with `TANDEM_BLOB_CONFIG` set, so that
 /// this test process's environment stays as it is (other tests run beside).
 fn wrapper(dir: &Path, store_config: &Path) -> PathBuf {
-    let path = dir.join("tandem-blob-wrapper");
+    let path = dir.join("tandem blob-wrapper");
     std::fs::write(
         &path,
         format!(
-            "#!/bin/sh\nTANDEM_BLOB_CONFIG={:?} RUST_LOG=warn exec {:?} \"$@\"\n",
+            "#!/bin/sh\nTANDEM_BLOB_CONFIG={:?} RUST_LOG=warn exec {:?} blob \"$@\"\n",
             store_config,
             exe()
         ),
@@ -97,7 +95,7 @@ fn fork(exe: &Path, config: &Config) -> Client {
             Err(RuntimeError::Process(why)) if why.contains("Text file busy") => {
                 std::thread::sleep(std::time::Duration::from_millis(20))
             }
-            other => return other.expect("fork tandem-blob run"),
+            other => return other.expect("fork tandem blob run"),
         }
     }
     panic!("{} stayed busy", exe.display());
@@ -216,7 +214,7 @@ fn every_subcommand_has_help_and_usage_errors_exit_2() {
         let args: Vec<&str> = words.iter().copied().chain(["--help"]).collect();
         let out = blob(&args);
         assert!(out.status.success(), "{args:?}");
-        let usage = format!("Usage: tandem-blob {}", words.join(" "));
+        let usage = format!("Usage: tandem blob {}", words.join(" "));
         assert!(text(&out.stdout).contains(usage.trim_end()), "{args:?}");
     }
     for (args, message) in [
@@ -231,7 +229,7 @@ fn every_subcommand_has_help_and_usage_errors_exit_2() {
     }
 }
 
-/// Runs `tandem-blob` expecting failure: its message.
+/// Runs `tandem blob` expecting failure: its message.
 fn fails(args: &[&str]) -> String {
     let out = blob(args);
     assert_eq!(
@@ -241,7 +239,7 @@ fn fails(args: &[&str]) -> String {
         text(&out.stdout)
     );
     let err = text(&out.stderr);
-    assert!(err.starts_with("tandem-blob: "), "{err}");
+    assert!(err.starts_with("tandem blob: "), "{err}");
     err
 }
 
@@ -333,18 +331,19 @@ fn the_store_commands_put_list_get_and_remove() {
 
     // A running runtime holds the store.
     let mut child = Command::new(exe())
+        .arg("blob")
         .args(["run", "--config", cfg, "--announce", "--exit-on-stdin-eof"])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("tandem-blob run");
+        .expect("tandem blob run");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let ready = lines.next().expect("a line").expect("stdout");
     assert!(ready.starts_with("ready "), "{ready}");
     let err = fails(&["ls", "--config", cfg]);
     assert!(
-        err.contains("a runtime (tandem-blob run) may be serving this store"),
+        err.contains("a runtime (tandem blob run) may be serving this store"),
         "{err}"
     );
     drop(child.stdin.take());
