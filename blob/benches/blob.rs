@@ -448,14 +448,11 @@ fn cuda() {
         target_bytes: 1 << 30,
         workers: 8,
     };
-    match tandem_tests::gpu::api_or_skip::<tandem_hal_cuda::CudaApi>("blob bench") {
-        Some(api) => {
-            if let Err(e) = bench(api, "CUDA device 0", &gpu) {
-                eprintln!("blob bench on CUDA failed: {e}");
-                std::process::exit(1);
-            }
+    if let Some(api) = tandem_tests::gpu::api_or_skip::<tandem_hal_cuda::CudaApi>("blob bench") {
+        if let Err(e) = bench(api, "CUDA device 0", &gpu) {
+            eprintln!("blob bench on CUDA failed: {e}");
+            std::process::exit(1);
         }
-        None => {}
     }
 }
 
