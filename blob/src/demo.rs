@@ -90,9 +90,10 @@ impl PutGetOutcome {
 }
 
 /// One launch of `tandem_blob_put_stream`: thread r puts blob `k<r>` of
-/// `tag` round after round (round `n`'s bytes each time, as in
-/// [`PutGetMode::PutGetCheck`]) and publishes how many of its puts were
-/// acknowledged.
+/// `tag` round after round and publishes how many of its puts were
+/// acknowledged. Round n's bytes: the pattern of [`PutGetMode::PutGetCheck`]'s
+/// round n, its first eight bytes overwritten by the stamp `(r << 40) | n`
+/// (little-endian), which tells a reader which put it found.
 #[derive(Clone, Copy, Debug)]
 pub struct PutStreamLaunch {
     /// Blocks of the grid.
@@ -101,7 +102,7 @@ pub struct PutStreamLaunch {
     pub threads: u32,
     /// The tag every blob goes in.
     pub tag: TagId,
-    /// Bytes of each blob.
+    /// Bytes of each blob, at least 8 (the stamp).
     pub blob_bytes: u64,
     /// Puts per thread (`u64::MAX`: until stopped or killed).
     pub rounds: u64,
@@ -240,6 +241,7 @@ impl<'q, A: GpuApi> BlobKernels<'q, A> {
             .all(|&s| s == 0 || s == STATUS_MISMATCH);
         Ok(outcome)
     }
+
     /// Launches `launch` and, while it runs, calls `watch` about every
     /// `interval` with each thread's acknowledged puts (`acks[r]` = n: the
     /// puts of rounds `0..n` of thread r returned ok), read with `Acquire`
@@ -296,24 +298,56 @@ impl<'q, A: GpuApi> BlobKernels<'q, A> {
                 &self.stream,
             )
         }?;
+        // From here until the kernel has ended, leaving early (an error, a
+        // panic in `watch`) would free `acks` under its stores: the guard
+        // stops and waits for it first.
+        let mut running = Running {
+            queues: self.queues,
+            stream: &self.stream,
+            stopped: false,
+            ended: false,
+        };
         device.record_event(&done, &self.stream)?;
-        let mut stopped = false;
         while !device.query_event(&done)? {
-            if !stopped && watch(&read()).is_break() {
+            if !running.stopped && watch(&read()).is_break() {
                 self.queues.raise_stop();
-                stopped = true;
+                running.stopped = true;
             }
             std::thread::sleep(interval);
         }
         device.synchronize_stream(&self.stream)?;
-        if stopped {
-            self.queues.clear_stop();
-        }
+        running.ended = true;
+        drop(running);
         let last = read();
         let _ = watch(&last);
         // A thread that stopped short may have left a put in flight, whose
         // future lives in the arena.
         self.arena_reusable = last.iter().all(|&n| n == launch.rounds);
         Ok(last)
+    }
+}
+
+/// A launched `tandem_blob_put_stream`: dropped before it has ended, it
+/// raises the stop word and waits for the kernel; a stop it raised is
+/// lowered again either way.
+struct Running<'a, A: GpuApi> {
+    queues: &'a DeviceQueues<A>,
+    stream: &'a <A::Device as GpuDevice>::Stream,
+    stopped: bool,
+    ended: bool,
+}
+
+impl<A: GpuApi> Drop for Running<'_, A> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.queues.raise_stop();
+            self.stopped = true;
+            // Nothing better to do with an error here: the launch's own
+            // error is already on its way up.
+            let _ = self.queues.device().synchronize_stream(self.stream);
+        }
+        if self.stopped {
+            self.queues.clear_stop();
+        }
     }
 }

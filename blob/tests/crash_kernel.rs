@@ -18,6 +18,9 @@
 //!   committed), and is missing only when nothing was acknowledged;
 //! * the blobs of earlier rounds read back unchanged, and the space in use
 //!   is exactly the blobs' pages (unacknowledged puts' space is reclaimed).
+//!
+//! First, in this process, the stream kernel itself: it runs to its end with
+//! every put acknowledged, and a stop ends it early with its blobs whole.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -29,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tandem_blob::demo::{BlobKernels, PutStreamLaunch};
 use tandem_blob::{
-    pool, wire, BlobError, BlobStore, Limits, Score, StoreConfig, TargetConfig, TargetKind,
+    pool, wire, BlobError, BlobStore, Limits, Score, StoreConfig, TagId, TargetConfig, TargetKind,
     PAGE_SIZE,
 };
 use tandem_hal::GpuApi;
@@ -389,3 +392,110 @@ fn kill_9_in_a_stream_of_kernel_puts() {
     );
     assert!(total_acks > 0);
 }
+
+/// A runtime in this process serving `store` on device 0 of `api`.
+fn runtime<A: GpuApi>(api: A, store: &Arc<BlobStore>) -> Runtime<A> {
+    let mut registry = Registry::with_builtins();
+    pool::register(&mut registry, Arc::clone(store)).expect("register the blob pool");
+    let config = Config {
+        workers: 2,
+        lanes: 2,
+        queue_depth: 256,
+        gpu_segment_size: 32 << 20,
+        cpu_segment_size: 8 << 20,
+        copy_space: wire::COPY_SPACE,
+        devices: DeviceSelection::Only(vec![0]),
+        ..Config::default()
+    };
+    Runtime::start_with(api, config, registry).expect("start the runtime")
+}
+
+/// Every blob of `tag` is one whole put of its thread, not older than its
+/// acknowledgement; the rounds found.
+fn check_blobs(store: &BlobStore, tag: TagId, acks: &[u64]) -> Vec<u64> {
+    let mut bytes = vec![0u8; BLOB_BYTES as usize];
+    acks.iter()
+        .enumerate()
+        .map(|(rank, &acked)| {
+            let name = format!("k{rank}");
+            store.get(tag, &name, 0, &mut bytes).expect("get");
+            let found = whole_round(rank as u64, &bytes)
+                .unwrap_or_else(|| panic!("{name} is not one whole put of thread {rank}"));
+            assert!(
+                found + 1 >= acked,
+                "{name}: round {found}, acknowledged {acked}"
+            );
+            found
+        })
+        .collect()
+}
+
+fn stream_runs_to_its_end_and_stops<A: GpuApi>(api: A) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(
+        BlobStore::open(&StoreConfig::ram_and_file(dir.path(), 64 << 20)).expect("open the store"),
+    );
+    let runtime = runtime(api, &store);
+    let mut kernels = BlobKernels::load(&runtime.devices()[0]).expect("load the blob kernels");
+    let tag = store.get_or_create_tag("stream").expect("tag");
+    let launch = PutStreamLaunch {
+        blocks: BLOCKS,
+        threads: THREADS,
+        tag,
+        blob_bytes: BLOB_BYTES,
+        rounds: 3,
+        score: Score::AUTO,
+        spin_budget: 1 << 40,
+    };
+    let mut watched = Vec::new();
+    let acks = kernels
+        .put_stream(&launch, Duration::from_millis(1), |acks| {
+            assert!(
+                acks.iter().zip(&watched).all(|(n, w)| n >= w),
+                "acks go back"
+            );
+            watched = acks.to_vec();
+            ControlFlow::Continue(())
+        })
+        .expect("a stream of 3 rounds");
+    assert_eq!(acks, vec![3; RANKS]);
+    assert_eq!(watched, acks, "the last call sees the final acks");
+    assert_eq!(check_blobs(&store, tag, &acks), vec![2; RANKS]);
+
+    // Stopped once every thread had a put acknowledged.
+    let endless = PutStreamLaunch {
+        rounds: u64::MAX,
+        ..launch
+    };
+    let acks = kernels
+        .put_stream(&endless, Duration::from_millis(1), |acks| {
+            if acks.iter().all(|&n| n > 3) {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .expect("an endless stream, stopped");
+    assert!(acks.iter().all(|&n| n > 3 && n < u64::MAX), "{acks:?}");
+    check_blobs(&store, tag, &acks);
+    drop(kernels);
+    runtime.shutdown().expect("shutdown");
+}
+
+macro_rules! backend_tests {
+    ($module:ident, $api:ty) => {
+        mod $module {
+            #[test]
+            fn stream_runs_to_its_end_and_stops() {
+                let label = "stream_runs_to_its_end_and_stops";
+                if let Some(api) = tandem_tests::gpu::api_or_skip::<$api>(label) {
+                    super::stream_runs_to_its_end_and_stops(api);
+                }
+            }
+        }
+    };
+}
+
+backend_tests!(host, tandem_hal::HostApi);
+#[cfg(feature = "cuda")]
+backend_tests!(cuda, tandem_hal_cuda::CudaApi);
