@@ -251,18 +251,17 @@ TANDEM_KERNEL tandem_blob_put_get(u8* segment, u64 len, u64 tag, u64 blob_bytes,
 }
 
 /// Every thread r puts blob "k<r>" of `tag` (blob_bytes >= 8, at offset 0,
-/// with `score`) round after round, until `rounds`
-/// are done or a put fails. A round's bytes: round's pattern, its first
-/// eight overwritten by the stamp (r << 40) | round, little-endian (the
-/// pattern alone repeats every 256 rounds; the stamp tells a reader which
-/// put it found). After each put that returned ok with code 0 it
-/// stores round + 1 to acks[r] with a system-scope release: a host thread
-/// that acquires acks[r] == n knows the puts of rounds < n were
-/// acknowledged (the crash test kills the runtime under this stream and
-/// checks that every acknowledged put survived). Through lane (block rank
-/// mod lanes) of the device segment at `segment` (`len` bytes), waiting
-/// with `stop` and `spin_budget`; acks[r] below `rounds` at the end: the
-/// thread stopped on an error.
+/// with `score`) round after round, until `rounds` are done or a put fails.
+/// Round n's bytes: round n's pattern, its first eight overwritten by the
+/// stamp (r << 40) | n, little-endian (the pattern alone repeats every 256
+/// rounds; the stamp tells a reader which put it found). After each put that
+/// returned ok with code 0 the thread stores n + 1 to acks[r] with a
+/// system-scope release: a host thread that acquires acks[r] == n knows the
+/// puts of rounds < n were acknowledged (the crash test kills the runtime
+/// under this stream and checks that every acknowledged put survived).
+/// Through lane (block rank mod lanes) of the device segment at `segment`
+/// (`len` bytes), waiting with `stop` and `spin_budget`. acks[r] below
+/// `rounds` at the end: the thread stopped on an error or the stop word.
 TANDEM_KERNEL tandem_blob_put_stream(u8* segment, u64 len, u64 tag, u64 blob_bytes, u64 rounds, f32 score,
                                      const u32* stop, u64 spin_budget, u64* acks) {
   namespace b = tandem::blob;
