@@ -249,3 +249,52 @@ TANDEM_KERNEL tandem_blob_put_get(u8* segment, u64 len, u64 tag, u64 blob_bytes,
   status[r] = result;
   codes[r] = first_code;
 }
+
+/// Every thread r puts blob "k<r>" of `tag` (blob_bytes >= 8, at offset 0,
+/// with `score`) round after round, until `rounds` are done or a put fails.
+/// Round n's bytes: round n's pattern, its first eight overwritten by the
+/// stamp (r << 40) | n, little-endian (the pattern alone repeats every 256
+/// rounds; the stamp tells a reader which put it found). After each put that
+/// returned ok with code 0 the thread stores n + 1 to acks[r] with a
+/// system-scope release: a host thread that acquires acks[r] == n knows the
+/// puts of rounds < n were acknowledged (the crash test kills the runtime
+/// under this stream and checks that every acknowledged put survived).
+/// Through lane (block rank mod lanes) of the device segment at `segment`
+/// (`len` bytes), waiting with `stop` and `spin_budget`. acks[r] below
+/// `rounds` at the end: the thread stopped on an error or the stop word.
+TANDEM_KERNEL tandem_blob_put_stream(u8* segment, u64 len, u64 tag, u64 blob_bytes, u64 rounds, f32 score,
+                                     const u32* stop, u64 spin_budget, u64* acks) {
+  namespace b = tandem::blob;
+  TANDEM_SHARED(tandem::RtContext, rt);
+  const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
+  const tandem::MemoryBackend backend{h->id, tandem::backend_kind::PINNED, 0, reinterpret_cast<u64>(segment), len};
+  const u64 padded = (blob_bytes + 15) & ~u64{15};
+  // Per thread: its future and notify word, and one data buffer; with
+  // alignment slack.
+  const u64 threads = tandem::block_size();
+  tandem::rt_init(rt, backend, threads * 512 + threads * padded + 256);
+  const u64 r = tandem::global_rank();
+  tandem::RtFuture f{};
+  tandem::rt_status st = tandem::rt_future_alloc(rt, b::COPY_SPACE, &f);
+  b::Buffer data{};
+  if (st == tandem::rt_status::ok) st = b::buffer_alloc(rt, blob_bytes, &data);
+  if (st != tandem::rt_status::ok || blob_bytes < 8) {
+    return;
+  }
+  const u32 lane = static_cast<u32>(tandem::block_rank() % rt.num_lanes);
+  char name[24];
+  const u32 name_len = blob_name('k', r, name);
+  for (u64 round = 0; round < rounds; ++round) {
+    // The previous put was acknowledged: the worker is done reading.
+    fill(data, r, round);
+    // Aligned (buffer_alloc's 16 bytes); every backend is little-endian.
+    *reinterpret_cast<u64*>(data.data) = (r << 40) | round;
+    i32 rc = 0;
+    u64 size = 0;
+    st = b::put(rt, f, lane, tag, name, name_len, 0, data, score, stop, spin_budget, &size, &rc);
+    if (st != tandem::rt_status::ok || rc != 0) {
+      return;
+    }
+    tandem::store_release<tandem::scope::system>(&acks[r], round + 1);
+  }
+}

@@ -4,9 +4,11 @@
 //! `tandem demo` and `tandem blob demo` run; a kernel of one's own includes `tandem/blob.h`
 //! and needs none of it.
 
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use tandem_hal::{GpuApi, GpuDevice, KernelArg, LaunchConfig};
+use tandem_hal::{EventFlags, GpuApi, GpuDevice, KernelArg, LaunchConfig};
 use tandem_runtime::{DeviceQueues, RuntimeError, SharedBuffer};
 
 use crate::kernels;
@@ -87,11 +89,35 @@ impl PutGetOutcome {
     }
 }
 
+/// One launch of `tandem_blob_put_stream`: thread r puts blob `k<r>` of
+/// `tag` round after round and publishes how many of its puts were
+/// acknowledged. Round n's bytes: the pattern of [`PutGetMode::PutGetCheck`]'s
+/// round n, its first eight bytes overwritten by the stamp `(r << 40) | n`
+/// (little-endian), which tells a reader which put it found.
+#[derive(Clone, Copy, Debug)]
+pub struct PutStreamLaunch {
+    /// Blocks of the grid.
+    pub blocks: u32,
+    /// Threads per block.
+    pub threads: u32,
+    /// The tag every blob goes in.
+    pub tag: TagId,
+    /// Bytes of each blob, at least 8 (the stamp).
+    pub blob_bytes: u64,
+    /// Puts per thread (`u64::MAX`: until stopped or killed).
+    pub rounds: u64,
+    /// Placement of the puts.
+    pub score: Score,
+    /// Spin rounds a full lane or a wait may take before a thread gives up.
+    pub spin_budget: u64,
+}
+
 /// The blob kernels, loaded on one served device.
 pub struct BlobKernels<'q, A: GpuApi> {
     queues: &'q DeviceQueues<A>,
     stream: <A::Device as GpuDevice>::Stream,
     put_get: <A::Device as GpuDevice>::Kernel,
+    put_stream: <A::Device as GpuDevice>::Kernel,
     wire: <A::Device as GpuDevice>::Kernel,
     _module: <A::Device as GpuDevice>::Module,
     /// Every future of the launches so far completed: the kernel arena may
@@ -109,6 +135,7 @@ impl<'q, A: GpuApi> BlobKernels<'q, A> {
         let module = device.load_module(&kernels::library())?;
         Ok(Self {
             put_get: device.kernel(&module, kernels::names::TANDEM_BLOB_PUT_GET)?,
+            put_stream: device.kernel(&module, kernels::names::TANDEM_BLOB_PUT_STREAM)?,
             wire: device.kernel(&module, kernels::names::TANDEM_BLOB_WIRE)?,
             stream: device.create_stream()?,
             _module: module,
@@ -213,5 +240,114 @@ impl<'q, A: GpuApi> BlobKernels<'q, A> {
             .iter()
             .all(|&s| s == 0 || s == STATUS_MISMATCH);
         Ok(outcome)
+    }
+
+    /// Launches `launch` and, while it runs, calls `watch` about every
+    /// `interval` with each thread's acknowledged puts (`acks[r]` = n: the
+    /// puts of rounds `0..n` of thread r returned ok), read with `Acquire`
+    /// as the kernel publishes them; once more when it has ended. Returns
+    /// the final acks. A thread that ends below `launch.rounds` stopped on
+    /// an error.
+    ///
+    /// `watch` returning [`ControlFlow::Break`] raises the device segment's
+    /// stop word (ending every wait of every kernel on this device), waits
+    /// for the kernel and lowers the word again.
+    pub fn put_stream(
+        &mut self,
+        launch: &PutStreamLaunch,
+        interval: Duration,
+        mut watch: impl FnMut(&[u64]) -> ControlFlow<()>,
+    ) -> Result<Vec<u64>, RuntimeError> {
+        let threads = launch.blocks as usize * launch.threads as usize;
+        let (mut acks, acks_at) = self.buffer(threads.max(1) * 8)?;
+        acks.write(0, &vec![0u8; acks.len()]);
+        let segment = self.queues.segment();
+        let offset = usize::try_from(acks.ptr().off).expect("an offset in a mapped segment");
+        // SAFETY: the block lies inside the segment's mapping (the heap gave
+        // it), which lives as long as `queues`.
+        let host = unsafe { segment.base().add(offset) }.cast::<AtomicU64>();
+        assert!(host.is_aligned(), "heap blocks are 16-byte aligned");
+        // SAFETY: `threads` aligned u64s in a block this call owns until it
+        // returns; the kernel only stores to them atomically.
+        let words = unsafe { std::slice::from_raw_parts(host.cast_const(), threads) };
+        let read = || -> Vec<u64> { words.iter().map(|w| w.load(Ordering::Acquire)).collect() };
+        if self.arena_reusable {
+            // SAFETY: as in `put_get`.
+            unsafe { segment.reset_kernel_arena() };
+        }
+        let args = [
+            KernelArg::Ptr(self.queues.kernel_backend().base),
+            KernelArg::U64(segment.len() as u64),
+            KernelArg::U64(launch.tag.0),
+            KernelArg::U64(launch.blob_bytes),
+            KernelArg::U64(launch.rounds),
+            KernelArg::F32(launch.score.0),
+            KernelArg::Ptr(self.queues.stop_flag_device_ptr()),
+            KernelArg::U64(launch.spin_budget),
+            KernelArg::Ptr(acks_at),
+        ];
+        let device = self.queues.device();
+        let done = device.create_event(EventFlags::default())?;
+        // SAFETY: the segment stays registered while `queues` lives; `acks`
+        // holds a word per thread and lives until after the synchronisation.
+        unsafe {
+            device.launch(
+                &self.put_stream,
+                &LaunchConfig::linear(launch.blocks, launch.threads),
+                &args,
+                &self.stream,
+            )
+        }?;
+        // From here until the kernel has ended, leaving early (an error, a
+        // panic in `watch`) would free `acks` under its stores: the guard
+        // stops and waits for it first.
+        let mut running = Running {
+            queues: self.queues,
+            stream: &self.stream,
+            stopped: false,
+            ended: false,
+        };
+        device.record_event(&done, &self.stream)?;
+        while !device.query_event(&done)? {
+            if !running.stopped && watch(&read()).is_break() {
+                self.queues.raise_stop();
+                running.stopped = true;
+            }
+            std::thread::sleep(interval);
+        }
+        device.synchronize_stream(&self.stream)?;
+        running.ended = true;
+        drop(running);
+        let last = read();
+        let _ = watch(&last);
+        // A thread that stopped short may have left a put in flight, whose
+        // future lives in the arena.
+        self.arena_reusable = last.iter().all(|&n| n == launch.rounds);
+        Ok(last)
+    }
+}
+
+/// A launched `tandem_blob_put_stream`: dropped before it has ended, it
+/// raises the stop word and waits for the kernel; a stop it raised is
+/// lowered again either way.
+struct Running<'a, A: GpuApi> {
+    queues: &'a DeviceQueues<A>,
+    stream: &'a <A::Device as GpuDevice>::Stream,
+    stopped: bool,
+    ended: bool,
+}
+
+impl<A: GpuApi> Drop for Running<'_, A> {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.queues.raise_stop();
+            self.stopped = true;
+            // Nothing better to do with an error here: the launch's own
+            // error is already on its way up.
+            let _ = self.queues.device().synchronize_stream(self.stream);
+        }
+        if self.stopped {
+            self.queues.clear_stop();
+        }
     }
 }
