@@ -54,6 +54,16 @@ pub struct PutGetLaunch {
     pub spin_budget: u64,
 }
 
+/// Byte `i` of round `round` of thread `rank`'s blob, as the kernels write
+/// it (`kernels/blob.cu`'s `pattern`): what a host check compares with.
+pub fn pattern(rank: u64, round: u64, i: u64) -> u8 {
+    (rank
+        .wrapping_mul(131)
+        .wrapping_add(round.wrapping_mul(31))
+        .wrapping_add(i.wrapping_mul(7))
+        .wrapping_add(i >> 8)) as u8
+}
+
 /// `status` of a thread whose get returned other bytes than it put.
 pub const STATUS_MISMATCH: u32 = 1000;
 

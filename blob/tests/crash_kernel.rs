@@ -30,7 +30,7 @@ use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tandem_blob::demo::{BlobKernels, PutStreamLaunch};
+use tandem_blob::demo::{pattern, BlobKernels, PutStreamLaunch};
 use tandem_blob::{
     pool, wire, BlobError, BlobStore, Limits, Score, StoreConfig, TagId, TargetConfig, TargetKind,
     PAGE_SIZE,
@@ -61,15 +61,6 @@ fn store_config(dir: &Path) -> StoreConfig {
         }],
         limits: Limits::default(),
     }
-}
-
-/// Byte `i` of round `round` of thread `rank`'s blob (kernels/blob.cu).
-fn pattern(rank: u64, round: u64, i: u64) -> u8 {
-    (rank
-        .wrapping_mul(131)
-        .wrapping_add(round.wrapping_mul(31))
-        .wrapping_add(i * 7)
-        .wrapping_add(i >> 8)) as u8
 }
 
 /// What `tandem_blob_put_stream` puts in round `round` of thread `rank`:

@@ -9,7 +9,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode, PutGetOutcome, WIRE_VALUES};
+use tandem_blob::demo::{
+    pattern, BlobKernels, PutGetLaunch, PutGetMode, PutGetOutcome, WIRE_VALUES,
+};
 use tandem_blob::pool::{self, Put};
 use tandem_blob::wire::{self, code, method, SharedRef};
 use tandem_blob::{BlobCaller, BlobStore, CallError, Score, StoreConfig, TagId};
@@ -90,15 +92,6 @@ fn expected_wire() -> Vec<u64> {
     v.push(u64::from(wire::COPY_SPACE));
     assert_eq!(v.len(), WIRE_VALUES);
     v
-}
-
-/// Byte `i` of round `round` of thread `rank`'s blob (kernels/blob.cu).
-fn pattern(rank: u64, round: u64, i: u64) -> u8 {
-    (rank
-        .wrapping_mul(131)
-        .wrapping_add(round * 31)
-        .wrapping_add(i * 7)
-        .wrapping_add(i >> 8)) as u8
 }
 
 fn assert_all_ok(outcome: &PutGetOutcome, what: &str) {

@@ -50,7 +50,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
+use tandem_blob::demo::{pattern, BlobKernels, PutGetLaunch, PutGetMode};
 use tandem_blob::{
     pool, wire, BlobCaller, BlobError, BlobStore, FillError, Score, StoreConfig, TagId,
 };
@@ -578,15 +578,6 @@ fn demo(args: DemoArgs) -> Result<bool, String> {
 struct Demo {
     config: Config,
     store: Arc<BlobStore>,
-}
-
-/// Byte `i` of round `round` of thread `rank`'s blob (`kernels/blob.cu`).
-fn pattern(rank: u64, round: u64, i: u64) -> u8 {
-    (rank
-        .wrapping_mul(131)
-        .wrapping_add(round * 31)
-        .wrapping_add(i * 7)
-        .wrapping_add(i >> 8)) as u8
 }
 
 /// What the demo counted.
