@@ -133,6 +133,22 @@ fn future_in(segment: &QueueSegment) -> (u32, FutureShm<'_>) {
     (u32::try_from(ptr.off).expect("32-bit offset"), future)
 }
 
+/// The runtime's counts once `settled` holds them (or after 10 s): a worker
+/// counts a task just after the submitter can see it complete.
+fn settled_stats(
+    runtime: &Runtime<HostApi>,
+    settled: impl Fn(&tandem_runtime::StatsSnapshot) -> bool,
+) -> tandem_runtime::StatsSnapshot {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = runtime.stats();
+        if settled(&stats) || Instant::now() > deadline {
+            return stats;
+        }
+        std::thread::yield_now();
+    }
+}
+
 fn assert_no_leak(runtime: &Runtime<HostApi>) {
     let stats = runtime.cpu_segment().heap().stats().expect("stats");
     assert_eq!(stats.free_bytes(), stats.carved_bytes, "heap blocks leaked");
@@ -232,7 +248,7 @@ fn errors_complete_with_codes_and_workers_live_on() {
         .expect("submit");
     assert_eq!(p.wait(&stop, None).expect("add"), 3);
     drop(p);
-    let stats = runtime.stats();
+    let stats = settled_stats(&runtime, |s| s.completed == 6);
     assert_eq!(stats.completed, 6);
     assert_eq!(stats.failed, 5);
     assert_no_leak(&runtime);
@@ -429,7 +445,10 @@ fn garbage_task_record_does_not_kill_the_worker() {
         .submit(Route::lane(0), &math::Add { a: 5, b: 6 })
         .expect("submit");
     assert_eq!(p.wait(&stop, None).expect("served"), 11);
-    assert_eq!(runtime.stats().bad_pointers, 3);
+    assert_eq!(
+        settled_stats(&runtime, |s| s.bad_pointers == 3).bad_pointers,
+        3
+    );
 }
 
 /// An inline record, as a kernel sends a small task, runs from its words
@@ -464,7 +483,7 @@ fn inline_records_run_and_malformed_ones_fail() {
             return_code: RC_BAD_TASK
         }
     );
-    assert_eq!(runtime.stats().failed, 1);
+    assert_eq!(settled_stats(&runtime, |s| s.failed == 1).failed, 1);
 }
 
 /// A kernel thread's answer, as a worker stores it in the record's notify
@@ -511,17 +530,8 @@ fn notify_words_answer_kernel_records() {
     push(&[off, u32::MAX - 4, 9, math::POOL, math::NOOP, 0]);
     let outcome = stray.wait_timeout(&stop, Duration::from_secs(10));
     assert_eq!(outcome, WaitOutcome::Completed { return_code: 0 });
-    // The worker counts a task after it completed the future (and tried the
-    // word): the counts may trail the completion a little.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let stats = runtime.stats();
-        if (stats.completed, stats.bad_pointers) == (3, 1) || Instant::now() > deadline {
-            assert_eq!((stats.completed, stats.bad_pointers), (3, 1));
-            break;
-        }
-        std::thread::yield_now();
-    }
+    let stats = settled_stats(&runtime, |s| (s.completed, s.bad_pointers) == (3, 1));
+    assert_eq!((stats.completed, stats.bad_pointers), (3, 1));
 }
 
 /// `reverse(data, len)`: reverses `len` bytes the caller passed by

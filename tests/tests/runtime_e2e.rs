@@ -33,6 +33,22 @@ fn config(devices: DeviceSelection, workers: usize, depth: u32) -> Config {
     }
 }
 
+/// The runtime's counts once `settled` holds them (or after 10 s): a worker
+/// counts a task just after the kernel can see it complete.
+fn settled_stats<A: GpuApi>(
+    runtime: &Runtime<A>,
+    settled: impl Fn(&StatsSnapshot) -> bool,
+) -> StatsSnapshot {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = runtime.stats();
+        if settled(&stats) || Instant::now() > deadline {
+            return stats;
+        }
+        std::thread::yield_now();
+    }
+}
+
 fn add_launch(blocks: u32, threads: u32, tasks: u64, priority: EchoPriority) -> EchoLaunch {
     EchoLaunch {
         blocks,
@@ -89,8 +105,8 @@ fn many_threads_every_task_once<A: GpuApi>(
             .echo(&add_launch(blocks, threads, tasks, priority))
             .expect("echo");
         assert_all_added(&outcome, tasks);
-        let after = runtime.stats();
         let total = u64::from(blocks * threads) * tasks;
+        let after = settled_stats(&runtime, |s| s.completed - before.completed >= total);
         assert_eq!(after.completed - before.completed, total);
         assert_eq!(after.failed, 0);
         assert_eq!(after.double_completions, 0);
@@ -130,7 +146,8 @@ fn direct_claims_wait_on_full_lanes<A: GpuApi>(api: A, blocks: u32, threads: u32
         .echo(&add_launch(blocks, threads, tasks, EchoPriority::High))
         .expect("echo");
     assert_all_added(&outcome, tasks);
-    assert_completed_once(runtime.stats(), u64::from(blocks * threads) * tasks);
+    let total = u64::from(blocks * threads) * tasks;
+    assert_completed_once(settled_stats(&runtime, |s| s.completed >= total), total);
 }
 
 /// Tasks too large for a lane record go through the future's copy space (a
@@ -153,10 +170,8 @@ fn large_and_inline_tasks_alternate<A: GpuApi>(api: A, blocks: u32, threads: u32
     let outcome = kernels.echo(&launch).expect("echo");
     assert_all_added(&outcome, tasks);
     let noops = tasks.div_ceil(2);
-    assert_completed_once(
-        runtime.stats(),
-        u64::from(blocks * threads) * (tasks + noops),
-    );
+    let total = u64::from(blocks * threads) * (tasks + noops);
+    assert_completed_once(settled_stats(&runtime, |s| s.completed >= total), total);
 }
 
 /// Unknown methods complete with an error code; the workers serve the next
@@ -182,7 +197,7 @@ fn unknown_method_is_an_error_code<A: GpuApi>(api: A) {
         .echo(&add_launch(2, 4, 10, EchoPriority::Low))
         .expect("echo");
     assert_all_added(&outcome, 10);
-    assert_eq!(runtime.stats().failed, 8);
+    assert_eq!(settled_stats(&runtime, |s| s.failed >= 8).failed, 8);
 }
 
 /// Kernel threads waiting on tasks no worker gets to are released by the
@@ -398,7 +413,11 @@ fn host_several_devices_each_with_its_own_segment() {
             });
         }
     });
-    assert_eq!(runtime.stats().completed, 3 * 4 * 8 * 20);
+    let total = 3 * 4 * 8 * 20;
+    assert_eq!(
+        settled_stats(&runtime, |s| s.completed >= total).completed,
+        total
+    );
 }
 
 /// A configuration naming a device that does not exist is refused.
