@@ -31,7 +31,7 @@ TANDEM_KERNEL tandem_blob_wire(u64* out) {
   for (i32 c : codes) {
     out[i++] = static_cast<u64>(c);
   }
-  out[i++] = b::NAME_MAX;
+  out[i++] = b::MAX_NAME_BYTES;
   out[i++] = b::COPY_SPACE;
 }
 

@@ -74,7 +74,7 @@ impl From<TaskError> for CallError {
 
 /// Blob calls through a [`Submitter`], each waited for (until the timeout
 /// passes, or the runtime dies). The runtime's `copy_space` must be at least
-/// [`wire::COPY_SPACE`] for names up to [`wire::NAME_MAX`] bytes to fit.
+/// [`wire::COPY_SPACE`] for names up to [`wire::MAX_NAME_BYTES`] bytes to fit.
 pub struct BlobCaller<'s, S: Submitter> {
     submitter: &'s S,
     route: Route,
@@ -111,7 +111,7 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
     fn check_name(name: &str) -> Result<(), CallError> {
         match name.len() {
             0 => Err(CallError::Blob(code::EMPTY_NAME)),
-            n if n > wire::NAME_MAX => Err(CallError::Blob(code::NAME_TOO_LONG)),
+            n if n > wire::MAX_NAME_BYTES => Err(CallError::Blob(code::NAME_TOO_LONG)),
             _ => Ok(()),
         }
     }

@@ -69,14 +69,14 @@ pub mod code {
 }
 
 /// Longest tag or blob name, in bytes (both limits of the store).
-pub const NAME_MAX: usize = crate::MAX_NAME_LEN;
+pub const MAX_NAME_BYTES: usize = crate::MAX_NAME_LEN;
 const _: () = assert!(crate::MAX_NAME_LEN == crate::MAX_TAG_LEN);
 
 /// Copy space a future needs for any blob task: the task header (16
-/// bytes) and the largest arguments (a put: 8 + 4 + [`NAME_MAX`] + 8 + 8 +
+/// bytes) and the largest arguments (a put: 8 + 4 + [`MAX_NAME_BYTES`] + 8 + 8 +
 /// 16 + 4 = 303 bytes), rounded up.
 pub const COPY_SPACE: u32 = 320;
-const _: () = assert!(16 + 8 + 4 + NAME_MAX + 8 + 8 + 16 + 4 <= COPY_SPACE as usize);
+const _: () = assert!(16 + 8 + 4 + MAX_NAME_BYTES + 8 + 8 + 16 + 4 <= COPY_SPACE as usize);
 
 /// A caller's bytes by reference: a pointer into the segment its task goes
 /// through (its id and offset), as the wire carries it.

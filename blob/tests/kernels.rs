@@ -38,7 +38,7 @@ fn runtime_on<A: GpuApi>(api: A, store: &Arc<BlobStore>, devices: DeviceSelectio
         queue_depth: 256,
         gpu_segment_size: 96 << 20,
         cpu_segment_size: 8 << 20,
-        // Host submits carry names up to NAME_MAX in the copy space.
+        // Host submits carry names up to MAX_NAME_BYTES in the copy space.
         copy_space: wire::COPY_SPACE,
         devices,
         ..Config::default()
@@ -88,7 +88,7 @@ fn expected_wire() -> Vec<u64> {
         ]
         .map(|c| c as u64),
     );
-    v.push(wire::NAME_MAX as u64);
+    v.push(wire::MAX_NAME_BYTES as u64);
     v.push(u64::from(wire::COPY_SPACE));
     assert_eq!(v.len(), WIRE_VALUES);
     v
@@ -314,7 +314,7 @@ fn host_calls_through_the_task_path() {
         blobs.put(tag, "", 0, b"x", Score::AUTO),
         Err(CallError::Blob(code::EMPTY_NAME))
     );
-    let long = "n".repeat(wire::NAME_MAX + 1);
+    let long = "n".repeat(wire::MAX_NAME_BYTES + 1);
     assert_eq!(
         blobs.put(tag, &long, 0, b"x", Score::AUTO),
         Err(CallError::Blob(code::NAME_TOO_LONG))

@@ -277,7 +277,7 @@ fn with_copy_space(mut config: Config) -> Config {
             "copy_space raised from {} to {} bytes: blob tasks carry names up to {} bytes",
             config.copy_space,
             wire::COPY_SPACE,
-            wire::NAME_MAX
+            wire::MAX_NAME_BYTES
         );
         config.copy_space = wire::COPY_SPACE;
     }

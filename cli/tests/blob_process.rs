@@ -128,7 +128,7 @@ fn a_client_in_another_process_calls_the_blob_pool() {
 
     let tag = caller.get_or_create_tag("process").expect("tag");
     assert_eq!(caller.get_or_create_tag("process"), Ok(tag));
-    let long_name = "n".repeat(wire::NAME_MAX);
+    let long_name = "n".repeat(wire::MAX_NAME_BYTES);
     for (i, (name, len, score)) in [
         ("small", 100usize, Score::AUTO),
         ("pages", 3 * 4096 + 5, Score(0.5)),
@@ -175,7 +175,7 @@ fn a_client_in_another_process_calls_the_blob_pool() {
         blob_err(code::BAD_SCORE)
     );
     assert_eq!(caller.stat(tag, ""), blob_err(code::EMPTY_NAME));
-    let too_long = "n".repeat(wire::NAME_MAX + 1);
+    let too_long = "n".repeat(wire::MAX_NAME_BYTES + 1);
     assert_eq!(caller.stat(tag, &too_long), blob_err(code::NAME_TOO_LONG));
     assert_eq!(
         caller.put(tag, "x", u64::MAX - 1, b"abc", Score::AUTO),

@@ -55,12 +55,13 @@ constexpr i32 CORRUPT = 17;
 constexpr i32 BAD_POINTER = 32;
 }  // namespace code
 
-/// Longest tag or blob name, in bytes.
-constexpr u32 NAME_MAX = 255;
+/// Longest tag or blob name, in bytes (not NAME_MAX: limits.h, which
+/// hip_runtime.h includes, defines that as a macro).
+constexpr u32 MAX_NAME_BYTES = 255;
 /// Placement score meaning "the fastest target with room".
 constexpr f32 SCORE_AUTO = -1.0f;
 /// Copy space a future needs for any blob call: the task header and the
-/// largest arguments (a put with a NAME_MAX name), with room to spare.
+/// largest arguments (a put with a MAX_NAME_BYTES name), with room to spare.
 constexpr u32 COPY_SPACE = 320;
 
 /// A buffer in the device's segment that a put reads or a get fills.
