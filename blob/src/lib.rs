@@ -133,7 +133,7 @@ pub use config::{Limits, StoreConfig, TargetConfig, TargetKind};
 pub use error::{BlobError, FillError};
 
 use meta::{Committer, MetaOp, StoredExtent};
-use target::{AlignedBuf, Area, FreeList, Target};
+use target::{AlignedBuf, Area, FreePages, Target};
 use uring::{Pipeline, Rings};
 
 /// Bytes per page: the unit of allocation on every target and of file I/O.
@@ -436,7 +436,7 @@ impl BlobStore {
             );
         }
         for (t, used) in targets.iter_mut().zip(used) {
-            let fl = FreeList::from_used(t.pages, used).map_err(|why| {
+            t.free = FreePages::from_used(t.pages, used).map_err(|why| {
                 BlobError::Corrupt(format!(
                     "target {}: {why}",
                     t.path()
@@ -444,7 +444,6 @@ impl BlobStore {
                         .unwrap_or_default()
                 ))
             })?;
-            *t.free.get_mut() = fl;
         }
         let db = Arc::new(db);
         let mut syncers = Vec::with_capacity(targets.len());
@@ -637,7 +636,7 @@ impl BlobStore {
         }
         let undo = |fresh: &[Extent]| {
             for e in fresh {
-                self.targets[e.target].free.lock().give(e.ppage, e.npages);
+                self.targets[e.target].free.give(e.ppage, e.npages);
             }
         };
         let new_size = old.as_ref().map_or(0, |v| v.size).max(end);
@@ -731,26 +730,28 @@ impl BlobStore {
         for durable in classes {
             let mut runs = Vec::new();
             let mut need = npages;
-            let mut free = 0;
-            for &i in cands
-                .iter()
-                .filter(|&&i| self.targets[i].durable() == durable)
-            {
-                let mut fl = self.targets[i].free.lock();
-                free += fl.free_pages();
-                if need > 0 {
-                    for (start, n) in fl.take(need) {
-                        need -= n;
-                        runs.push((i, start, n));
-                    }
+            let class = || {
+                cands
+                    .iter()
+                    .filter(|&&i| self.targets[i].durable() == durable)
+            };
+            for &i in class() {
+                if need == 0 {
+                    break;
+                }
+                for (start, n) in self.targets[i].free.take(need) {
+                    need -= n;
+                    runs.push((i, start, n));
                 }
             }
             if need == 0 {
                 return Ok((durable, runs));
             }
             for (i, start, n) in runs {
-                self.targets[i].free.lock().give(start, n);
+                self.targets[i].free.give(start, n);
             }
+            // Counted only for the error: every shard's lock, once.
+            let free: u64 = class().map(|&i| self.targets[i].free.free_pages()).sum();
             available = available.max(free * PAGE_SIZE);
         }
         Err(BlobError::NoSpace {
@@ -1018,7 +1019,7 @@ impl BlobStore {
         *dead = true;
         self.remove_entry(tag, name, &entry);
         for e in &old.extents {
-            self.targets[e.target].free.lock().give(e.ppage, e.npages);
+            self.targets[e.target].free.give(e.ppage, e.npages);
         }
         Ok(())
     }
@@ -1046,7 +1047,7 @@ impl BlobStore {
                 kind: t.kind,
                 path: t.path().map(|p| p.to_path_buf()),
                 capacity: t.pages * PAGE_SIZE,
-                used: (t.pages - t.free.lock().free_pages()) * PAGE_SIZE,
+                used: (t.pages - t.free.free_pages()) * PAGE_SIZE,
                 score: t.score,
                 direct_io: matches!(&t.area, Area::File(f) if f.direct_io()),
                 io_uring: t.durable() && self.rings.is_some(),
