@@ -7,7 +7,10 @@
 //! * kernel threads putting and getting 4 KiB blobs of their own (RAM
 //!   target, file target): puts/gets per second and GB/s;
 //! * blocks putting and getting 1 MiB blobs (filled by the block's threads,
-//!   put by thread 0): GB/s;
+//!   put by thread 0): GB/s. Put-only runs write their bytes once, in the
+//!   first round: the figures are the puts (the worker's copy from the
+//!   caller's buffer into the store), not the kernel's own stores across the
+//!   link;
 //! * instead: end the kernel, copy its results to the host, write each item
 //!   (memcpy into host memory, or pwrite to a file), launch again;
 //! * on the host: a 4 KiB put and get through the task path, against redb's

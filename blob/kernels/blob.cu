@@ -117,7 +117,9 @@ TANDEM_DEVICE void block_put_get(tandem::RtContext& rt, BlockBlob& shared, tande
   const u32 name_len = blob_name('b', block, name);
   const u32 lane = static_cast<u32>(block % rt.num_lanes);
   for (u64 round = 0; round < rounds; ++round) {
-    if (mode != MODE_BLOCK_GET) {
+    // A put-only run (a bench) writes its bytes once, as the per-thread
+    // mode does: what it measures is the puts.
+    if (mode == MODE_BLOCK_PUT_GET_CHECK || (mode == MODE_BLOCK_PUT && round == 0)) {
       u64* out = reinterpret_cast<u64*>(shared.data.data);
       for (u64 w = me; w < words; w += tandem::block_size()) {
         out[w] = block_pattern(block, round, w);
