@@ -9,7 +9,7 @@ using tandem::u32;
 using tandem::u64;
 using tandem::u8;
 
-/// Writes blob.h's ids, codes and limits to out[0..26], in the order
+/// Writes blob.h's ids, codes and limits to out[0..28], in the order
 /// tandem_blob::wire lists them (tests/kernels.rs reads them back).
 TANDEM_KERNEL tandem_blob_wire(u64* out) {
   namespace b = tandem::blob;
@@ -20,7 +20,7 @@ TANDEM_KERNEL tandem_blob_wire(u64* out) {
                        b::code::OUT_OF_RANGE, b::code::EMPTY_RANGE,   b::code::TOO_LARGE,     b::code::NO_SPACE,
                        b::code::BAD_SCORE,    b::code::FILL,          b::code::TARGET_CREATE, b::code::TARGET_SIZE,
                        b::code::TARGET_IO,    b::code::TARGET_MISMATCH, b::code::CONFIG,      b::code::METADATA,
-                       b::code::CORRUPT,      b::code::BAD_POINTER};
+                       b::code::CORRUPT,      b::code::BAD_POINTER,   b::code::BUFFER_TOO_SMALL};
   u32 i = 0;
   out[i++] = b::POOL;
   out[i++] = b::method::TAG;
@@ -28,6 +28,7 @@ TANDEM_KERNEL tandem_blob_wire(u64* out) {
   out[i++] = b::method::GET;
   out[i++] = b::method::STAT;
   out[i++] = b::method::DELETE;
+  out[i++] = b::method::LIST;
   for (i32 c : codes) {
     out[i++] = static_cast<u64>(c);
   }
@@ -159,7 +160,8 @@ TANDEM_DEVICE void block_put_get(tandem::RtContext& rt, BlockBlob& shared, tande
 
 /// Every thread r, `rounds` times: (mode PUT_GET_CHECK) fills a buffer of
 /// blob_bytes with round's pattern, puts it as blob "k<r>" of `tag` at
-/// offset 0 with `score`, gets it back into a second buffer and compares;
+/// offset 0 with `score`, gets it back into a second buffer and compares,
+/// and at the end asks stat for the blob's size;
 /// (mode PUT) only the put; (mode GET) only the get of a blob an earlier
 /// launch put. The BLOCK modes do the same with one blob "b<block>" per
 /// block (blob_bytes a multiple of 8), which the block's threads fill and
@@ -243,6 +245,18 @@ TANDEM_KERNEL tandem_blob_put_get(u8* segment, u64 len, u64 tag, u64 blob_bytes,
       if (result == STATUS_MISMATCH) {
         break;
       }
+    }
+  }
+  // What the store says of the blob: as big as the last put.
+  if (mode == MODE_PUT_GET_CHECK && st == tandem::rt_status::ok && result != STATUS_MISMATCH && first_code == 0 &&
+      rounds > 0) {
+    b::BlobInfo info{};
+    i32 rc = 0;
+    st = b::stat(rt, f, lane, tag, name, name_len, stop, spin_budget, &info, &rc);
+    if (st == tandem::rt_status::ok && rc != 0) {
+      first_code = rc;
+    } else if (st == tandem::rt_status::ok && info.size != blob_bytes) {
+      result = STATUS_MISMATCH;
     }
   }
   if (result != STATUS_MISMATCH) {

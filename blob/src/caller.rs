@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tandem_hal::GpuApi;
 use tandem_runtime::{Client, Pending, Route, Runtime, SharedBuffer, Task, TaskError};
 
-use crate::pool::{describe, Delete, Get, GetOrCreateTag, Put, Stat};
+use crate::pool::{describe, BlobInfo, Delete, Get, GetOrCreateTag, List, Put, Stat};
 use crate::wire::{self, code};
 use crate::{Score, TagId};
 
@@ -191,13 +191,46 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         Ok(())
     }
 
-    /// The size of blob `name` of `tag`.
-    pub fn stat(&self, tag: TagId, name: &str) -> Result<u64, CallError> {
+    /// Blob `name` of `tag`: its size, class and targets.
+    pub fn stat(&self, tag: TagId, name: &str) -> Result<BlobInfo, CallError> {
         Self::check_name(name)?;
         self.call(&Stat {
             tag: tag.0,
             name: name.into(),
         })
+    }
+
+    /// The names of `tag`'s blobs.
+    pub fn list_blobs(&self, tag: TagId) -> Result<Vec<String>, CallError> {
+        self.list(tag.0)
+    }
+
+    /// The tags' names.
+    pub fn list_tags(&self) -> Result<Vec<String>, CallError> {
+        self.list(0)
+    }
+
+    /// Lists into a buffer of the submitter's heap, doubling it while the
+    /// names do not fit (up to 64 MiB).
+    fn list(&self, tag: u64) -> Result<Vec<String>, CallError> {
+        let mut len = 4096usize;
+        loop {
+            let buffer = self.submitter.allocate_shared(len)?;
+            let task = List {
+                tag,
+                len: len as u64,
+                out: buffer.ptr().into(),
+            };
+            match self.call_with(&task, buffer) {
+                Ok((written, buffer)) => {
+                    let mut bytes = vec![0u8; written as usize];
+                    buffer.read(0, &mut bytes);
+                    return Ok(parse_names(&bytes));
+                }
+                Err(CallError::Blob(code::BUFFER_TOO_SMALL)) if len < 64 << 20 => len *= 2,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Deletes blob `name` of `tag`.
@@ -209,4 +242,18 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         })
         .map(drop)
     }
+}
+
+/// The names a list wrote: each a u32 length and its bytes.
+fn parse_names(mut bytes: &[u8]) -> Vec<String> {
+    let mut names = Vec::new();
+    while bytes.len() >= 4 {
+        let len = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")) as usize;
+        let Some(name) = bytes.get(4..4 + len) else {
+            break;
+        };
+        names.push(String::from_utf8_lossy(name).into_owned());
+        bytes = &bytes[4 + len..];
+    }
+    names
 }

@@ -82,6 +82,37 @@ pub struct Stat {
 }
 impl_serialize_fields!(Stat { tag, name });
 
+/// `stat`'s answer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct BlobInfo {
+    /// The blob's size in bytes.
+    pub size: u64,
+    /// 1 when it lives on file targets (survives a restart), 0 on RAM.
+    pub durable: u32,
+    /// The targets holding its pages, as a bit per target index (the
+    /// first 64 targets).
+    pub targets: u64,
+}
+impl_serialize_fields!(BlobInfo {
+    size,
+    durable,
+    targets
+});
+
+/// `list(tag, out)`: the names of the tag's blobs (tag 0: the tags' names),
+/// written into `out` back to back, each a u32 length and its bytes; the
+/// bytes written. [`code::BUFFER_TOO_SMALL`] when they do not fit.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct List {
+    /// The tag, or 0 for the tags themselves.
+    pub tag: u64,
+    /// Bytes of `out`.
+    pub len: u64,
+    /// Where the names go, in the caller's segment.
+    pub out: SharedRef,
+}
+impl_serialize_fields!(List { tag, len, out });
+
 /// `delete(tag, name)`.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Delete {
@@ -104,12 +135,14 @@ macro_rules! blob_task {
 blob_task!(GetOrCreateTag, wire::method::TAG, u64);
 blob_task!(Put, wire::method::PUT, u64);
 blob_task!(Get, wire::method::GET, u64);
-blob_task!(Stat, wire::method::STAT, u64);
+blob_task!(Stat, wire::method::STAT, BlobInfo);
 blob_task!(Delete, wire::method::DELETE, u8);
+blob_task!(List, wire::method::LIST, u64);
 
 /// The blob pool serving `store`.
 pub fn pool(store: Arc<BlobStore>) -> Pool {
-    let (put_store, get_store, stat_store, delete_store) = (
+    let (put_store, get_store, stat_store, delete_store, list_store) = (
+        Arc::clone(&store),
         Arc::clone(&store),
         Arc::clone(&store),
         Arc::clone(&store),
@@ -127,7 +160,15 @@ pub fn pool(store: Arc<BlobStore>) -> Pool {
         .task::<Stat, _>("stat", move |t| {
             stat_store
                 .stat(TagId(t.tag), &t.name)
-                .map(|s| s.size)
+                .map(|s| BlobInfo {
+                    size: s.size,
+                    durable: u32::from(s.durable),
+                    targets: s
+                        .targets
+                        .iter()
+                        .filter(|&&i| i < 64)
+                        .fold(0, |bits, &i| bits | 1 << i),
+                })
                 .map_err(|e| e.code())
         })
         .task::<Delete, _>("delete", move |t| {
@@ -136,6 +177,35 @@ pub fn pool(store: Arc<BlobStore>) -> Pool {
                 .map(|()| 0)
                 .map_err(|e| e.code())
         })
+        .task_in_context::<List, _>("list", move |context, t| list(&list_store, context, &t))
+}
+
+fn list(store: &BlobStore, context: &TaskContext<'_>, t: &List) -> Result<u64, i32> {
+    let names: Vec<String> = if t.tag == 0 {
+        store
+            .list_tags()
+            .map(|tags| tags.into_iter().map(|(_, name)| name).collect())
+    } else {
+        store
+            .list_blobs(TagId(t.tag))
+            .map(|blobs| blobs.into_iter().map(|b| b.name).collect())
+    }
+    .map_err(|e| e.code())?;
+    let needed: u64 = names.iter().map(|n| 4 + n.len() as u64).sum();
+    if needed > t.len {
+        return Err(code::BUFFER_TOO_SMALL);
+    }
+    let out = context
+        .caller_bytes(t.out.ptr(), needed)
+        .map_err(|_| code::BAD_POINTER)?;
+    let mut at = 0;
+    for name in &names {
+        // Names are at most MAX_NAME_BYTES long: the length fits a u32.
+        out.copy_from(at, &(name.len() as u32).to_le_bytes());
+        out.copy_from(at + 4, name.as_bytes());
+        at += 4 + name.len();
+    }
+    Ok(needed)
 }
 
 /// Registers the blob pool serving `store` in `registry`.
@@ -206,6 +276,7 @@ pub fn describe(code: i32) -> &'static str {
         code::METADATA => "metadata database failed",
         code::CORRUPT => "metadata corrupt",
         code::BAD_POINTER => "data pointer outside the caller's segment",
+        code::BUFFER_TOO_SMALL => "the list does not fit the caller's buffer",
         _ => "not a blob pool code",
     }
 }

@@ -24,6 +24,10 @@ pub mod method {
     pub const STAT: MethodId = 4;
     /// delete(tag, name).
     pub const DELETE: MethodId = 5;
+    /// list(tag, out): the names of the tag's blobs (tag 0: of the tags),
+    /// written into `out` one after another, each a u32 length and its
+    /// bytes -> bytes written.
+    pub const LIST: MethodId = 6;
 }
 
 /// Return codes of the blob pool's handlers: [`crate::BlobError::code`] for the
@@ -66,6 +70,8 @@ pub mod code {
     /// The data pointer does not name the length's bytes of the caller's
     /// segment (`tandem_runtime::CallerMemoryError`).
     pub const BAD_POINTER: i32 = 32;
+    /// A list did not fit the caller's buffer.
+    pub const BUFFER_TOO_SMALL: i32 = 33;
 }
 
 /// Longest tag or blob name, in bytes (both limits of the store).

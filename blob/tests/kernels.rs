@@ -64,6 +64,7 @@ fn expected_wire() -> Vec<u64> {
         u64::from(method::GET),
         u64::from(method::STAT),
         u64::from(method::DELETE),
+        u64::from(method::LIST),
     ];
     v.extend(
         [
@@ -85,6 +86,7 @@ fn expected_wire() -> Vec<u64> {
             code::METADATA,
             code::CORRUPT,
             code::BAD_POINTER,
+            code::BUFFER_TOO_SMALL,
         ]
         .map(|c| c as u64),
     );
@@ -298,7 +300,23 @@ fn host_calls_through_the_task_path() {
     assert_eq!(&back[..10_000], &data[..]);
     assert!(back[10_000..12_000].iter().all(|&b| b == 0));
     assert_eq!(&back[12_000..], b"tail");
-    assert_eq!(blobs.stat(tag, "a").expect("stat"), 12_004);
+    let info = blobs.stat(tag, "a").expect("stat");
+    // Put at score 0.5 first: a durable blob, on the file target (index 1).
+    assert_eq!((info.size, info.durable, info.targets), (12_004, 1, 0b10));
+    assert_eq!(
+        blobs.put(tag, "b", 0, b"bee", Score::AUTO).expect("put b"),
+        3
+    );
+    assert_eq!(blobs.list_blobs(tag).expect("list"), ["a", "b"]);
+    assert!(blobs
+        .list_tags()
+        .expect("tags")
+        .contains(&"host".to_string()));
+    assert_eq!(
+        blobs.list_blobs(TagId(77)),
+        Err(CallError::Blob(code::UNKNOWN_TAG))
+    );
+    blobs.delete(tag, "b").expect("delete b");
 
     let mut past = [0u8; 8];
     assert_eq!(

@@ -29,6 +29,9 @@ constexpr u32 GET = 3;
 constexpr u32 STAT = 4;
 /// delete(tag, name)
 constexpr u32 DELETE = 5;
+/// list(tag, out) -> bytes written: the tag's blob names (tag 0: the tags'),
+/// each a u32 length and its bytes, back to back
+constexpr u32 LIST = 6;
 }  // namespace method
 
 /// Return codes of the blob pool's handlers (positive: the runtime's own are
@@ -53,6 +56,8 @@ constexpr i32 METADATA = 16;
 constexpr i32 CORRUPT = 17;
 /// The data pointer does not name the length's bytes of the caller's segment.
 constexpr i32 BAD_POINTER = 32;
+/// A list did not fit the caller's buffer.
+constexpr i32 BUFFER_TOO_SMALL = 33;
 }  // namespace code
 
 /// Longest tag or blob name, in bytes (not NAME_MAX: limits.h, which
@@ -201,9 +206,18 @@ TANDEM_DEVICE rt_status get(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag
   return st;
 }
 
-/// The size of blob `name` of `tag` in `*size`.
+/// What stat says of a blob (tandem_blob::pool::BlobInfo).
+struct BlobInfo {
+  u64 size;
+  /// 1: on file targets (survives a restart); 0: in RAM.
+  u32 durable;
+  /// A bit per target index holding its pages.
+  u64 targets;
+};
+
+/// Blob `name` of `tag`: size, class and targets in `*info`.
 TANDEM_DEVICE rt_status stat(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag, const char* name, u32 name_len,
-                             const u32* stop, u64 spin_budget, u64* size, i32* rc) {
+                             const u32* stop, u64 spin_budget, BlobInfo* info, i32* rc) {
   const rt_status st = detail::call(
       ctx, f, lane, method::STAT,
       [&](Writer& w) {
@@ -212,7 +226,36 @@ TANDEM_DEVICE rt_status stat(const RtContext& ctx, RtFuture& f, u32 lane, u64 ta
         return s;
       },
       stop, spin_budget, rc);
-  return st == rt_status::ok && *rc == 0 ? detail::output_u64(f, size) : st;
+  if (st != rt_status::ok || *rc != 0) {
+    return st;
+  }
+  const u8* out = nullptr;
+  u32 len = 0;
+  if (rt_output(f, &out, &len) != rt_status::ok) {
+    return rt_status::future_error;
+  }
+  Reader r = Reader::over(out, len);
+  ser_status s = r.get_u64(&info->size);
+  if (s == ser_status::ok) s = r.get_u32(&info->durable);
+  if (s == ser_status::ok) s = r.get_u64(&info->targets);
+  return s == ser_status::ok && r.remaining() == 0 ? rt_status::ok : rt_status::future_error;
+}
+
+/// The names of `tag`'s blobs (tag 0: the tags'), into `out` (each a u32
+/// length and its bytes); the bytes written in `*written`.
+/// code::BUFFER_TOO_SMALL when they do not fit.
+TANDEM_DEVICE rt_status list(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag, const Buffer& out,
+                             const u32* stop, u64 spin_budget, u64* written, i32* rc) {
+  const rt_status st = detail::call(
+      ctx, f, lane, method::LIST,
+      [&](Writer& w) {
+        ser_status s = w.put_u64(tag);
+        if (s == ser_status::ok) s = w.put_u64(out.len);
+        if (s == ser_status::ok) s = detail::put_ptr(w, out.ptr);
+        return s;
+      },
+      stop, spin_budget, rc);
+  return st == rt_status::ok && *rc == 0 ? detail::output_u64(f, written) : st;
 }
 
 /// Deletes blob `name` of `tag`.
