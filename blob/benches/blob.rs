@@ -13,7 +13,9 @@
 //!   link;
 //! * instead: end the kernel, copy its results to the host, write each item
 //!   (memcpy into host memory, or pwrite to a file), launch again;
-//! * on the host: a 4 KiB put and get through the task path, against redb's
+//! * on the host: a 4 KiB put and get through the task path, from the
+//!   runtime's process and from a client in another process (`tandem blob
+//!   run`, found beside this binary or in `$TANDEM_BIN_DIR`), against redb's
 //!   own write transaction of the same bytes.
 //!
 //! Runs on the CPU device always, and on CUDA when built with `--features
@@ -369,45 +371,24 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
     let bytes = vec![7u8; SMALL as usize];
     let mut back = vec![0u8; SMALL as usize];
     let rounds = 2000u32;
-    let time = |f: &mut dyn FnMut(u32) -> Result<(), String>| -> Result<Duration, String> {
-        let start = Instant::now();
-        for i in 0..rounds {
-            f(i)?;
-        }
-        Ok(start.elapsed() / rounds)
-    };
-    let put_ram = time(&mut |i| {
+    let put_ram = mean(rounds, &mut |i| {
         blobs
             .put(host, &format!("r{}", i % 64), 0, &bytes, Score::AUTO)
             .map(drop)
             .map_err(|e| e.to_string())
     })?;
-    let get_ram = time(&mut |i| {
+    let get_ram = mean(rounds, &mut |i| {
         blobs
             .get(host, &format!("r{}", i % 64), 0, &mut back)
             .map_err(|e| e.to_string())
     })?;
-    let put_file = time(&mut |i| {
+    let put_file = mean(rounds / 4, &mut |i| {
         blobs
             .put(host, &format!("f{}", i % 64), 0, &bytes, Score(0.5))
             .map(drop)
             .map_err(|e| e.to_string())
     })?;
-    let redb = {
-        const TABLE: redb::TableDefinition<'_, &str, &[u8]> = redb::TableDefinition::new("bench");
-        let db =
-            redb::Database::create(dir.path().join("redb-only.redb")).map_err(|e| e.to_string())?;
-        time(&mut |i| {
-            let txn = db.begin_write().map_err(|e| e.to_string())?;
-            {
-                let mut table = txn.open_table(TABLE).map_err(|e| e.to_string())?;
-                table
-                    .insert(format!("f{}", i % 64).as_str(), bytes.as_slice())
-                    .map_err(|e| e.to_string())?;
-            }
-            txn.commit().map_err(|e| e.to_string())
-        })?
-    };
+    let redb = redb_write(&dir.path().join("redb-only.redb"), &bytes, rounds / 4)?;
     println!(
         "  host, 4 KiB through the task path: put {:.1} us (RAM), {:.1} us (file, durable), \
          get {:.1} us; redb's own durable write of the same bytes: {:.1} us ({:.2}x)",
@@ -419,6 +400,125 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
     );
     let _ = std::io::stdout().flush();
     runtime.shutdown().map_err(|e| e.to_string())
+}
+
+/// Mean time of `rounds` calls of `f`.
+fn mean(rounds: u32, f: &mut dyn FnMut(u32) -> Result<(), String>) -> Result<Duration, String> {
+    let start = Instant::now();
+    for i in 0..rounds {
+        f(i)?;
+    }
+    Ok(start.elapsed() / rounds)
+}
+
+/// 4 KiB puts and gets from a client in another process: `tandem blob run`
+/// serving a RAM and a file target, started through a script that names
+/// the store (the fork client passes only the runtime's configuration).
+fn client_latency() -> Result<(), String> {
+    let tandem = match std::env::var_os("TANDEM_BIN_DIR") {
+        Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
+        // target/<profile>/deps/blob-<hash> -> target/<profile>/tandem
+        None => std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .parent()
+            .and_then(|deps| deps.parent())
+            .map(|profile| profile.join("tandem"))
+            .ok_or("no target folder")?,
+    };
+    if !tandem.is_file() {
+        println!(
+            "  host, 4 KiB from another process: skipped: no `tandem` at {} \
+             (cargo build --release -p tandem-cli)",
+            tandem.display()
+        );
+        return Ok(());
+    }
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let store = dir.path().join("store.toml");
+    let d = dir.path().display();
+    std::fs::write(
+        &store,
+        format!(
+            "metadata = \"{d}/meta.redb\"\n\
+             [[targets]]\nkind = \"ram\"\ncapacity = 67108864\nscore = 1.0\n\
+             [[targets]]\nkind = \"file\"\npath = \"{d}/target0.dat\"\ncapacity = 67108864\nscore = 0.5\n"
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let script = dir.path().join("tandem-blob-run");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nTANDEM_BLOB_CONFIG={:?} RUST_LOG=warn exec {:?} blob \"$@\"\n",
+            store, tandem
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
+    }
+    let config = Config {
+        workers: 2,
+        devices: DeviceSelection::Only(vec![]),
+        client_heap_bytes: 1 << 20,
+        ..Config::default()
+    };
+    let client =
+        tandem_runtime::Client::fork_runtime_with(&script, &config).map_err(|e| e.to_string())?;
+    let blobs = BlobCaller::new(&client);
+    let tag = blobs
+        .get_or_create_tag("client")
+        .map_err(|e| e.to_string())?;
+    let bytes = vec![5u8; SMALL as usize];
+    let mut back = vec![0u8; SMALL as usize];
+    let rounds = 2000;
+    let put_ram = mean(rounds, &mut |i| {
+        blobs
+            .put(tag, &format!("r{}", i % 64), 0, &bytes, Score::AUTO)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })?;
+    let get_ram = mean(rounds, &mut |i| {
+        blobs
+            .get(tag, &format!("r{}", i % 64), 0, &mut back)
+            .map_err(|e| e.to_string())
+    })?;
+    let put_file = mean(rounds / 4, &mut |i| {
+        blobs
+            .put(tag, &format!("f{}", i % 64), 0, &bytes, Score(0.5))
+            .map(drop)
+            .map_err(|e| e.to_string())
+    })?;
+    let redb = redb_write(&dir.path().join("redb-only.redb"), &bytes, rounds / 4)?;
+    println!(
+        "  host, 4 KiB from a client in another process: put {:.1} us (RAM), {:.1} us (file, \
+         durable), get {:.1} us; redb's own durable write: {:.1} us ({:.2}x)",
+        put_ram.as_secs_f64() * 1e6,
+        put_file.as_secs_f64() * 1e6,
+        get_ram.as_secs_f64() * 1e6,
+        redb.as_secs_f64() * 1e6,
+        put_file.as_secs_f64() / redb.as_secs_f64(),
+    );
+    drop(client);
+    Ok(())
+}
+
+/// redb's own durable write transaction of `bytes`, `rounds` times: the mean.
+fn redb_write(path: &std::path::Path, bytes: &[u8], rounds: u32) -> Result<Duration, String> {
+    const TABLE: redb::TableDefinition<'_, &str, &[u8]> = redb::TableDefinition::new("bench");
+    let db = redb::Database::create(path).map_err(|e| e.to_string())?;
+    mean(rounds, &mut |i| {
+        let txn = db.begin_write().map_err(|e| e.to_string())?;
+        {
+            let mut table = txn.open_table(TABLE).map_err(|e| e.to_string())?;
+            table
+                .insert(format!("f{}", i % 64).as_str(), bytes)
+                .map_err(|e| e.to_string())?;
+        }
+        txn.commit().map_err(|e| e.to_string())
+    })
 }
 
 fn main() {
@@ -436,6 +536,10 @@ fn main() {
         &host,
     ) {
         eprintln!("blob bench on the CPU device failed: {e}");
+        std::process::exit(1);
+    }
+    if let Err(e) = client_latency() {
+        eprintln!("blob bench from another process failed: {e}");
         std::process::exit(1);
     }
     cuda();

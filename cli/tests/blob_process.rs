@@ -72,7 +72,7 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 /// A script that runs `tandem blob` with `TANDEM_BLOB_CONFIG` set, so that
 /// this test process's environment stays as it is (other tests run beside).
 fn wrapper(dir: &Path, store_config: &Path) -> PathBuf {
-    let path = dir.join("tandem blob-wrapper");
+    let path = dir.join("tandem-blob-wrapper");
     std::fs::write(
         &path,
         format!(
