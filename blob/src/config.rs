@@ -37,8 +37,9 @@ pub struct Limits {
     pub max_blob_size: u64,
     /// Most puts/deletes whose metadata one redb transaction commits (group commit).
     pub max_commit_batch: usize,
-    /// Most file writes (1 MiB chunks) one put keeps in flight through io_uring; 0 = no
-    /// io_uring, `pwrite` only. Where the kernel refuses io_uring the store uses `pwrite` anyway.
+    /// Most file requests (1 MiB chunks) one put or get keeps in flight through io_uring; 0 =
+    /// no io_uring, `pwrite` and `pread` only. Where the kernel refuses io_uring the store uses
+    /// them anyway.
     pub io_uring_depth: u32,
 }
 

@@ -98,9 +98,10 @@
 //! exists with another size is [`BlobError::TargetSize`]. Data moves in whole aligned pages
 //! through aligned buffers, so every request qualifies for `O_DIRECT`; where the filesystem
 //! refuses `O_DIRECT` (tmpfs before Linux 6.6), the store uses a buffered descriptor and says so
-//! through `tracing`. Writes go through io_uring where the kernel allows it (probed at open;
-//! a refusal is logged), with up to [`Limits::io_uring_depth`] 1 MiB writes of one put in
-//! flight while the next chunk is composed; else `pwrite`. Reads are `pread`. The metadata names file targets by
+//! through `tracing`. Reads and writes go through io_uring where the kernel allows it (probed
+//! at open; a refusal is logged), with up to [`Limits::io_uring_depth`] 1 MiB requests of one
+//! put or get in flight (the next chunk composed, or the previous one handed to the caller,
+//! meanwhile); else `pwrite` and `pread`. The metadata names file targets by
 //! their configured path string; a metadata file that knows a path whose file has vanished, or
 //! whose blobs reference a target no longer configured, is [`BlobError::TargetMismatch`].
 
@@ -223,7 +224,8 @@ pub struct TargetStat {
     pub score: f32,
     /// Whether the file target uses O_DIRECT (false: buffered I/O, or a RAM target).
     pub direct_io: bool,
-    /// Whether the file target's writes go through io_uring (false: pwrite, or a RAM target).
+    /// Whether the file target's reads and writes go through io_uring (false: pread and pwrite,
+    /// or a RAM target).
     pub io_uring: bool,
 }
 
@@ -268,7 +270,7 @@ pub struct BlobStore {
     tags: RwLock<Tags>,
     tag_create: Mutex<()>,
     limits: Limits,
-    /// io_uring rings for file writes; `None`: pwrite.
+    /// io_uring rings for file reads and writes; `None`: pread and pwrite.
     rings: Option<Rings>,
     // Declared last: dropped after the index, joining the committer thread.
     committer: Committer,
@@ -878,12 +880,20 @@ impl BlobStore {
         let end = pos + len;
         let mut at = pos;
         let mut bounce: Option<AlignedBuf> = None;
+        // File chunks go through io_uring when it is there, several reads in flight, handed
+        // to `sink` in order (a sink may write a stream).
+        let mut reads = self.rings.as_ref().and_then(Pipeline::new).map(Reads::new);
         let mut i = v
             .extents
             .partition_point(|e| (e.lpage + e.npages) * PAGE_SIZE <= pos);
         while at < end {
             let ext = v.extents.get(i).filter(|e| e.lpage * PAGE_SIZE < end);
             let hole_end = ext.map_or(end, |e| (e.lpage * PAGE_SIZE).max(at));
+            if at < hole_end {
+                if let Some(r) = reads.as_mut() {
+                    r.flush(sink)?;
+                }
+            }
             while at < hole_end {
                 let n = (hole_end - at).min(ZEROS.len() as u64);
                 sink(at - pos, &ZEROS[..n as usize])?;
@@ -898,6 +908,9 @@ impl BlobStore {
                 let take = (e_end - at).min(n_pages * PAGE_SIZE - skip as u64) as usize;
                 match &self.targets[e.target].area {
                     Area::Ram(ram) => {
+                        if let Some(r) = reads.as_mut() {
+                            r.flush(sink)?;
+                        }
                         // SAFETY: the pages belong to a published version the caller holds, and
                         // published pages are never written.
                         let src = unsafe { ram.pages(e.ppage + page_in, n_pages) };
@@ -905,17 +918,30 @@ impl BlobStore {
                     }
                     Area::File(file) => {
                         let bytes = (n_pages * PAGE_SIZE) as usize;
-                        if bounce.as_ref().is_none_or(|b| b.len() < bytes) {
-                            bounce = Some(AlignedBuf::new(bytes));
+                        let chunk = ReadChunk {
+                            at: at - pos,
+                            skip,
+                            take,
+                            bytes,
+                        };
+                        if let Some(r) = reads.as_mut() {
+                            r.read(file, e.ppage + page_in, chunk, sink)?;
+                        } else {
+                            if bounce.as_ref().is_none_or(|b| b.len() < bytes) {
+                                bounce = Some(AlignedBuf::new(bytes));
+                            }
+                            let buf = &mut bounce.as_mut().expect("set above")[..bytes];
+                            file.read_pages(e.ppage + page_in, buf)?;
+                            sink(at - pos, &buf[skip..skip + take])?;
                         }
-                        let buf = &mut bounce.as_mut().expect("set above")[..bytes];
-                        file.read_pages(e.ppage + page_in, buf)?;
-                        sink(at - pos, &buf[skip..skip + take])?;
                     }
                 }
                 at += take as u64;
             }
             i += 1;
+        }
+        if let Some(r) = reads.as_mut() {
+            r.flush(sink)?;
         }
         Ok(())
     }
@@ -1129,3 +1155,78 @@ fn merge(sorted: Vec<Extent>) -> Vec<Extent> {
 
 #[cfg(test)]
 mod tests;
+
+/// A file chunk of a get: `bytes` of whole pages read, of which `take` from `skip` go to the
+/// sink at offset `at`.
+#[derive(Clone, Copy)]
+struct ReadChunk {
+    at: u64,
+    skip: usize,
+    take: usize,
+    bytes: usize,
+}
+
+/// A get's file reads through io_uring: several in flight, handed to the sink in the order
+/// they were asked for.
+struct Reads<'a> {
+    pipe: Pipeline<'a>,
+    /// Submitted, not yet sunk: slot and chunk, oldest first.
+    queue: std::collections::VecDeque<(usize, ReadChunk)>,
+    /// Slots whose read completed but that are not yet sunk.
+    done: Vec<usize>,
+}
+
+impl<'a> Reads<'a> {
+    fn new(pipe: Pipeline<'a>) -> Self {
+        Reads {
+            pipe,
+            queue: std::collections::VecDeque::new(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Starts reading `chunk` at page `page` of `file`, sinking the oldest reads first when
+    /// every buffer is in use.
+    fn read(
+        &mut self,
+        file: &'a target::FileArea,
+        page: u64,
+        chunk: ReadChunk,
+        sink: &mut Sink<'_>,
+    ) -> Result<(), BlobError> {
+        let slot = loop {
+            if let Some(slot) = self.pipe.read_slot(chunk.bytes) {
+                break slot;
+            }
+            self.sink_oldest(sink)?;
+        };
+        self.pipe.submit_read(slot, file, page, chunk.bytes)?;
+        self.queue.push_back((slot, chunk));
+        Ok(())
+    }
+
+    /// Waits for the oldest read and hands its bytes to `sink`.
+    fn sink_oldest(&mut self, sink: &mut Sink<'_>) -> Result<(), BlobError> {
+        let Some(&(slot, chunk)) = self.queue.front() else {
+            return Ok(());
+        };
+        while !self.done.contains(&slot) {
+            let finished = self.pipe.wait_read()?;
+            self.done.push(finished);
+        }
+        self.done.retain(|&s| s != slot);
+        self.queue.pop_front();
+        let buf = self.pipe.read_buf(slot, chunk.bytes);
+        let sunk = sink(chunk.at, &buf[chunk.skip..chunk.skip + chunk.take]);
+        self.pipe.release_read(slot);
+        sunk
+    }
+
+    /// Sinks every read still queued, in order.
+    fn flush(&mut self, sink: &mut Sink<'_>) -> Result<(), BlobError> {
+        while !self.queue.is_empty() {
+            self.sink_oldest(sink)?;
+        }
+        Ok(())
+    }
+}

@@ -675,7 +675,7 @@ fn error_codes_are_distinct_and_non_zero() {
 }
 
 #[test]
-fn io_uring_and_pwrite_write_the_same_bytes() {
+fn io_uring_and_pwrite_pread_move_the_same_bytes() {
     for dir in [
         tempfile::tempdir().unwrap(),
         tempfile::tempdir_in("/dev/shm").unwrap(),
@@ -709,6 +709,15 @@ fn io_uring_and_pwrite_write_the_same_bytes() {
             let mut out = vec![0u8; want.len()];
             s.get(t, "big", 0, &mut out).unwrap();
             assert!(out == want, "depth {depth}");
+            // Pipelined reads reach the drain in order, consecutive.
+            let mut next = 0u64;
+            s.get_with(t, "big", 10, want.len() as u64 - 10, &mut |at, src| {
+                assert_eq!(at, next, "depth {depth}: chunks in order");
+                next += src.len() as u64;
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(next, want.len() as u64 - 10);
             // A failing fill mid-way through a pipelined put leaves nothing behind.
             let before = used(&s);
             let e = s.put_with(t, "big", 0, 5 << 20, Score::AUTO, &mut |at, dst| {

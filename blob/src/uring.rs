@@ -1,6 +1,7 @@
-//! io_uring for the file data path: a put's file chunks are written with several writes in
-//! flight (composing the next chunk while the previous ones reach the file), where the kernel
-//! allows io_uring; plain `pwrite` where it does not (probed at open, refusal logged).
+//! io_uring for the file data path, where the kernel allows it (probed at open, refusal logged;
+//! plain `pwrite`/`pread` where not): a put's file chunks are written with several writes in
+//! flight (composing the next chunk while the previous ones reach the file), and a get's chunks
+//! are read with several reads in flight (handing one to the caller while the next arrive).
 
 use io_uring::{opcode, types, IoUring};
 use parking_lot::Mutex;
@@ -27,7 +28,7 @@ impl Rings {
                 idle: Mutex::new(vec![ring]),
             }),
             Err(err) => {
-                tracing::info!(%err, "io_uring unavailable; file targets use pwrite");
+                tracing::info!(%err, "io_uring unavailable; file targets use pread and pwrite");
                 None
             }
         }
@@ -45,19 +46,31 @@ impl Rings {
     }
 }
 
-struct Slot<'a> {
-    buf: AlignedBuf,
-    /// The write in flight from this buffer: target file, file offset, length.
-    io: Option<(&'a FileArea, u64, usize)>,
+/// Which way a request moves bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Dir {
+    Write,
+    Read,
 }
 
-/// Writes of one put, up to `depth` in flight. Buffers are only reused or dropped after their
-/// write completed; dropping the pipeline waits for every write still in flight.
+struct Slot<'a> {
+    buf: AlignedBuf,
+    /// The request in flight on this buffer: its direction, target file, file offset, length.
+    io: Option<(Dir, &'a FileArea, u64, usize)>,
+    /// A read's bytes are here (or on their way) and not yet taken: see `release_read`.
+    held: bool,
+}
+
+/// Writes of one put or reads of one get, up to `depth` in flight. Buffers are only reused or
+/// dropped after their request completed; dropping the pipeline waits for every one still in
+/// flight.
 pub(crate) struct Pipeline<'a> {
     rings: &'a Rings,
     ring: Option<IoUring>,
     slots: Vec<Slot<'a>>,
     in_flight: usize,
+    /// Reads that could not be queued and were done at once, for wait_one to report.
+    done_now: Vec<usize>,
     error: Option<BlobError>,
 }
 
@@ -70,6 +83,7 @@ impl<'a> Pipeline<'a> {
             ring: Some(ring),
             slots: Vec::new(),
             in_flight: 0,
+            done_now: Vec::new(),
             error: None,
         })
     }
@@ -83,6 +97,7 @@ impl<'a> Pipeline<'a> {
                 self.slots.push(Slot {
                     buf: AlignedBuf::new(bytes),
                     io: None,
+                    held: false,
                 });
                 self.slots.len() - 1
             }
@@ -111,22 +126,102 @@ impl<'a> Pipeline<'a> {
         page: u64,
         bytes: usize,
     ) -> Result<(), BlobError> {
+        self.start(Dir::Write, slot, file, page, bytes)
+    }
+
+    /// Starts reading `bytes` (whole pages) at page `page` of `file` into `slot`'s buffer; the
+    /// bytes are there once [`wait_read`](Self::wait_read) returns the slot. A slot for it comes
+    /// from [`read_slot`](Self::read_slot).
+    pub(crate) fn submit_read(
+        &mut self,
+        slot: usize,
+        file: &'a FileArea,
+        page: u64,
+        bytes: usize,
+    ) -> Result<(), BlobError> {
+        self.slots[slot].held = true;
+        self.start(Dir::Read, slot, file, page, bytes)
+    }
+
+    /// A buffer of at least `bytes` bytes for a read, without waiting (`None`: all `depth` are
+    /// in flight; reap one with [`wait_read`](Self::wait_read) first).
+    pub(crate) fn read_slot(&mut self, bytes: usize) -> Option<usize> {
+        let free = match self.slots.iter().position(|s| s.io.is_none() && !s.held) {
+            Some(i) => i,
+            None if self.slots.len() < self.rings.depth as usize => {
+                self.slots.push(Slot {
+                    buf: AlignedBuf::new(bytes),
+                    io: None,
+                    held: false,
+                });
+                self.slots.len() - 1
+            }
+            None => return None,
+        };
+        if self.slots[free].buf.len() < bytes {
+            self.slots[free].buf = AlignedBuf::new(bytes);
+        }
+        Some(free)
+    }
+
+    /// Waits for the next read to complete: its slot, whose buffer holds the bytes until the
+    /// slot is used again. A failed or short read is redone with pread.
+    pub(crate) fn wait_read(&mut self) -> Result<usize, BlobError> {
+        let slot = self.wait_one()?;
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(slot),
+        }
+    }
+
+    /// The first `bytes` of a slot whose read completed.
+    pub(crate) fn read_buf(&self, slot: usize, bytes: usize) -> &[u8] {
+        debug_assert!(self.slots[slot].io.is_none());
+        &self.slots[slot].buf[..bytes]
+    }
+
+    /// Gives a read's slot back once its bytes were taken.
+    pub(crate) fn release_read(&mut self, slot: usize) {
+        self.slots[slot].held = false;
+    }
+
+    fn start(
+        &mut self,
+        dir: Dir,
+        slot: usize,
+        file: &'a FileArea,
+        page: u64,
+        bytes: usize,
+    ) -> Result<(), BlobError> {
         let fd = file.fd_for_io();
         let off = page * PAGE_SIZE;
         let s = &mut self.slots[slot];
-        let entry = opcode::Write::new(types::Fd(fd), s.buf.as_ptr(), bytes as u32)
-            .offset(off)
-            .build()
-            .user_data(slot as u64);
-        s.io = Some((file, off, bytes));
+        let entry = match dir {
+            Dir::Write => opcode::Write::new(types::Fd(fd), s.buf.as_ptr(), bytes as u32)
+                .offset(off)
+                .build(),
+            Dir::Read => opcode::Read::new(types::Fd(fd), s.buf.as_mut_ptr(), bytes as u32)
+                .offset(off)
+                .build(),
+        }
+        .user_data(slot as u64);
+        s.io = Some((dir, file, off, bytes));
         let ring = self.ring.as_mut().expect("ring held until drop");
-        // SAFETY: the buffer stays allocated and unmodified until this write's completion is
-        // reaped (slots are reused only after wait_one, and Drop waits for all in flight); the
-        // queue has room because at most `depth` writes are in flight on a ring of `depth`.
+        // SAFETY: the buffer stays allocated, and untouched by us, until this request's
+        // completion is reaped (slots are reused only after wait_one, and Drop waits for all in
+        // flight); the queue has room because at most `depth` requests are in flight on a ring
+        // of `depth`.
         let pushed = unsafe { ring.submission().push(&entry) };
         if pushed.is_err() {
             s.io = None;
-            return file.write_pages(page, &s.buf[..bytes]);
+            return match dir {
+                Dir::Write => file.write_pages(page, &s.buf[..bytes]),
+                Dir::Read => {
+                    // Done at once: reported by the next wait_read like a completion.
+                    self.done_now.push(slot);
+                    file.read_pages(page, &mut s.buf[..bytes])
+                }
+            };
         }
         self.in_flight += 1;
         loop {
@@ -138,9 +233,13 @@ impl<'a> Pipeline<'a> {
         }
     }
 
-    /// Waits for one write to complete; returns its slot, now free. A failed or short write is
-    /// completed with pwrite, or its error kept for the caller.
+    /// Waits for one request to complete; returns its slot, now free. A failed or short write is
+    /// completed with pwrite, a failed or short read redone with pread, or the error kept for
+    /// the caller.
     fn wait_one(&mut self) -> Result<usize, BlobError> {
+        if let Some(slot) = self.done_now.pop() {
+            return Ok(slot);
+        }
         let ring = self.ring.as_mut().expect("ring held until drop");
         let cqe = loop {
             if let Some(c) = ring.completion().next() {
@@ -154,12 +253,21 @@ impl<'a> Pipeline<'a> {
         };
         self.in_flight -= 1;
         let slot = cqe.user_data() as usize;
-        let (file, off, len) = self.slots[slot]
+        let (dir, file, off, len) = self.slots[slot]
             .io
             .take()
-            .expect("completion of a write in flight");
+            .expect("completion of a request in flight");
         let res = cqe.result();
         let page = off / PAGE_SIZE;
+        if dir == Dir::Read {
+            if res < 0 || (res as usize) < len {
+                // Refused (O_DIRECT), failed or short: pread decides.
+                if let Err(e) = file.read_pages(page, &mut self.slots[slot].buf[..len]) {
+                    self.error.get_or_insert(e);
+                }
+            }
+            return Ok(slot);
+        }
         let buf = &self.slots[slot].buf[..len];
         let outcome = if res < 0 {
             // O_DIRECT refused for this request, or another error: pwrite decides.
@@ -209,7 +317,7 @@ fn retry(e: &std::io::Error) -> bool {
 /// io_uring_enter failed in a way that leaves unknown whether the kernel still uses our
 /// buffers: freeing them could let it write freed memory, so stop the process.
 fn fatal(e: std::io::Error) -> ! {
-    tracing::error!(%e, "io_uring_enter failed with writes in flight; aborting");
-    eprintln!("tandem-blob: io_uring_enter failed with writes in flight: {e}; aborting");
+    tracing::error!(%e, "io_uring_enter failed with requests in flight; aborting");
+    eprintln!("tandem-blob: io_uring_enter failed with requests in flight: {e}; aborting");
     std::process::abort()
 }
