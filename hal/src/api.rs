@@ -6,6 +6,7 @@ use crate::artifacts::ModuleArtifacts;
 use crate::error::{Backend, GpuResult};
 use crate::types::{
     DeviceProperties, EventFlags, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig,
+    ShareableHandle,
 };
 
 /// A loaded GPU programming interface (driver or runtime library).
@@ -117,6 +118,11 @@ pub trait GpuDevice: Send + Sync + Sized {
     type ManagedBuffer: HostMemory<Api = Self::Api>;
     /// Another process's exported memory, opened here; closed on drop.
     type IpcBuffer: DeviceMemory<Api = Self::Api>;
+    /// Memory another process can map through a [`ShareableHandle`]: made
+    /// here by [`GpuDevice::alloc_shareable`] or imported by
+    /// [`GpuDevice::import_shareable`]; unmapped (and, for the last holder,
+    /// freed) on drop.
+    type ShareableBuffer: DeviceMemory<Api = Self::Api>;
     /// An in-order stream of work that does not synchronise with the
     /// synchronous calls (CUDA's and HIP's non-blocking streams).
     type Stream: Send + Sync;
@@ -295,6 +301,31 @@ pub trait GpuDevice: Send + Sync + Sized {
     /// in one process shares one mapping (a per-process cache with a count);
     /// opening a handle this process exported is `IpcSameProcess`.
     fn ipc_open_memory(&self, handle: &IpcMemHandle) -> GpuResult<Self::IpcBuffer>;
+    // --- shareable memory ---------------------------------------------------
+    //
+    // Memory handed between processes as a file descriptor (see
+    // `ShareableHandle`): what a daemon that owns buffers and lends them out
+    // needs. Unlike the IPC handles above, an fd keeps the physical memory
+    // alive for its holder and for every mapping made from it, so a lender
+    // can free its own mapping, or die, without pulling memory out from
+    // under a borrower.
+
+    /// Device memory that [`GpuDevice::export_shareable`] can hand out,
+    /// rounded up to the device's granularity for such allocations. Zero or
+    /// absurd sizes, and sizes beyond the device's memory, are
+    /// `InvalidSize` (a size that fits the device but not what is free now
+    /// is the vendor's out-of-memory error).
+    fn alloc_shareable(&self, bytes: usize) -> GpuResult<Self::ShareableBuffer>;
+    /// A handle another process can import; every call makes a new one (a
+    /// new fd, which the caller owns).
+    fn export_shareable(&self, buffer: &Self::ShareableBuffer) -> GpuResult<ShareableHandle>;
+    /// Maps a handle, consuming it, into this device's address space, with
+    /// read and write access for this device. A handle of the fd form may
+    /// come from this process; one of the legacy form may not
+    /// (`IpcSameProcess`). A descriptor that names no such allocation, or
+    /// one smaller than the handle says, is `InvalidIpcHandle`.
+    fn import_shareable(&self, handle: ShareableHandle) -> GpuResult<Self::ShareableBuffer>;
+
     /// Exports an event created with `interprocess: true`.
     fn ipc_export_event(&self, event: &Self::Event) -> GpuResult<IpcEventHandle>;
     /// Opens another process's exported event.

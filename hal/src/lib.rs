@@ -39,7 +39,7 @@ pub use artifacts::{KernelSignature, ModuleArtifacts};
 pub use error::{Backend, ErrorKind, GpuError, GpuResult};
 pub use types::{
     check_args, ArgKind, DeviceProperties, Dim3, EventFlags, IpcEventHandle, IpcMemHandle,
-    KernelArg, LaunchConfig, NumaSource, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
+    KernelArg, LaunchConfig, NumaSource, ShareableHandle, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
 };
 
 pub mod host;

@@ -242,6 +242,55 @@ pub struct IpcMemHandle(pub [u8; 64]);
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct IpcEventHandle(pub [u8; 64]);
 
+/// How memory from [`crate::GpuDevice::alloc_shareable`] travels to another
+/// process (or back into this one): what
+/// [`crate::GpuDevice::export_shareable`] returns and
+/// [`crate::GpuDevice::import_shareable`] takes.
+///
+/// The fd form is the one to prefer: it names the physical allocation, so
+/// it keeps the memory alive for whoever holds it or maps it (the exporter
+/// may free or exit), and it crosses a UNIX socket with `SCM_RIGHTS`, where
+/// the socket's owner checks decide who may receive it. The legacy form is
+/// a CUDA IPC handle, which only lives as long as the exporter's allocation.
+#[derive(Debug)]
+pub enum ShareableHandle {
+    /// A file descriptor for the allocation: a POSIX-fd handle of the
+    /// virtual memory API (`cuMemExportToShareableHandle`,
+    /// `hipMemExportToShareableHandle`), or the CPU device's memfd.
+    Fd {
+        /// The descriptor; importing consumes it.
+        fd: std::os::fd::OwnedFd,
+        /// Bytes the allocation spans (rounded up to its granularity).
+        size: usize,
+        /// Bytes the buffer offers (what was asked for).
+        len: usize,
+    },
+    /// A legacy IPC handle of a dedicated allocation, where the driver
+    /// refuses fd handles; the buffer starts `offset` bytes into it.
+    Ipc {
+        /// The handle of the whole allocation.
+        handle: IpcMemHandle,
+        /// Where the buffer starts in the allocation.
+        offset: usize,
+        /// Bytes the buffer offers.
+        len: usize,
+    },
+}
+
+impl ShareableHandle {
+    /// Bytes the buffer offers.
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Fd { len, .. } | Self::Ipc { len, .. } => *len,
+        }
+    }
+
+    /// Whether the buffer offers no bytes (never true of an exported one).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Granularity exportable allocations are rounded up to, so that an importer
 /// never sees a neighbouring allocation (a legacy CUDA handle exposes the whole
 /// underlying block).

@@ -9,7 +9,7 @@ use super::api::HostApi;
 use super::error::host_error;
 use super::event::HostEvent;
 use super::launch::LaunchSpec;
-use super::memory::{BufferKind, HostBuffer, HostIpcBuffer, HostRegistration};
+use super::memory::{BufferKind, HostBuffer, HostIpcBuffer, HostRegistration, HostShareableBuffer};
 use super::module::{HostKernelEntry, HostModule};
 use super::stream::{Command, HostStream, StreamShared};
 use crate::api::{DeviceMemory, GpuApi, GpuDevice};
@@ -18,7 +18,7 @@ use crate::checks::{self, LaunchLimits};
 use crate::error::{Backend, ErrorKind, GpuResult};
 use crate::types::{
     check_args, DeviceProperties, EventFlags, IpcEventHandle, IpcMemHandle, KernelArg,
-    LaunchConfig, NumaSource,
+    LaunchConfig, NumaSource, ShareableHandle,
 };
 
 /// Most dynamic shared memory per block (the static reservation comes on top).
@@ -134,6 +134,7 @@ impl GpuDevice for HostDevice {
     type HostRegistration = HostRegistration;
     type ManagedBuffer = HostBuffer;
     type IpcBuffer = HostIpcBuffer;
+    type ShareableBuffer = HostShareableBuffer;
     type Stream = HostStream;
     type Event = HostEvent;
     type Module = HostModule;
@@ -428,6 +429,24 @@ impl GpuDevice for HostDevice {
 
     fn ipc_open_memory(&self, handle: &IpcMemHandle) -> GpuResult<HostIpcBuffer> {
         HostIpcBuffer::open(handle)
+    }
+
+    fn alloc_shareable(&self, bytes: usize) -> GpuResult<HostShareableBuffer> {
+        // Read once: an allocation is not the place to parse /proc.
+        static TOTAL: OnceLock<u64> = OnceLock::new();
+        let total = match TOTAL.get() {
+            Some(&total) => total,
+            None => *TOTAL.get_or_init(|| total_memory().unwrap_or(u64::MAX)),
+        };
+        HostShareableBuffer::allocate(bytes, total)
+    }
+
+    fn export_shareable(&self, buffer: &HostShareableBuffer) -> GpuResult<ShareableHandle> {
+        buffer.export()
+    }
+
+    fn import_shareable(&self, handle: ShareableHandle) -> GpuResult<HostShareableBuffer> {
+        HostShareableBuffer::import(handle)
     }
 
     fn ipc_export_event(&self, event: &HostEvent) -> GpuResult<IpcEventHandle> {

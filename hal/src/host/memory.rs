@@ -28,7 +28,7 @@ use crate::api::{DeviceMemory, HostMemory};
 use crate::checks;
 use crate::error::{Backend, ErrorKind, GpuResult};
 use crate::ipc_cache::IpcOpenCache;
-use crate::types::{IpcMemHandle, IPC_ALLOC_GRANULARITY};
+use crate::types::{IpcMemHandle, ShareableHandle, IPC_ALLOC_GRANULARITY};
 
 /// A mapped range of host memory that kernels and copies may address.
 pub(crate) struct Region {
@@ -360,5 +360,125 @@ unsafe impl DeviceMemory for HostIpcBuffer {
     }
     fn len(&self) -> usize {
         self.len
+    }
+}
+
+/// Memory of the CPU device that another process can map: a memfd segment,
+/// whose descriptor is the handle ([`ShareableHandle::Fd`]). The pages live
+/// while any descriptor or mapping of them does, in any process.
+pub struct HostShareableBuffer {
+    region: Arc<Region>,
+    len: usize,
+}
+
+impl core::fmt::Debug for HostShareableBuffer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HostShareableBuffer")
+            .field("ptr", &self.region.base)
+            .field("len", &self.len)
+            .field("size", &self.region.len)
+            .finish()
+    }
+}
+
+impl HostShareableBuffer {
+    /// A new memfd segment of `bytes`, rounded up to the page size.
+    pub(crate) fn allocate(bytes: usize, device_bytes: u64) -> GpuResult<Self> {
+        const CALL: &str = "alloc_shareable";
+        checks::allocation_size(Backend::Host, CALL, bytes)?;
+        if bytes as u64 > device_bytes {
+            return Err(host_error(
+                CALL,
+                ErrorKind::InvalidSize {
+                    bytes: bytes as u64,
+                },
+            ));
+        }
+        let size = bytes.next_multiple_of(crate::numa::page_size());
+        let segment = Segment::create_anonymous(size).map_err(|e| segment_error(CALL, e))?;
+        Ok(Self {
+            region: register(CALL, Region::of_segment(segment))?,
+            len: bytes,
+        })
+    }
+
+    /// A new descriptor of the segment.
+    pub(crate) fn export(&self) -> GpuResult<ShareableHandle> {
+        const CALL: &str = "export_shareable";
+        let segment = self
+            .region
+            ._segment
+            .as_ref()
+            .ok_or_else(|| host_error(CALL, ErrorKind::NotExportable))?;
+        let fd = segment.fd().try_clone_to_owned().map_err(|e| {
+            host_error(
+                CALL,
+                ErrorKind::Os {
+                    errno: e.raw_os_error().unwrap_or(libc::EBADF),
+                },
+            )
+        })?;
+        Ok(ShareableHandle::Fd {
+            fd,
+            size: self.region.len,
+            len: self.len,
+        })
+    }
+
+    /// Maps a descriptor exported by [`HostShareableBuffer::export`].
+    pub(crate) fn import(handle: ShareableHandle) -> GpuResult<Self> {
+        const CALL: &str = "import_shareable";
+        let invalid = |why: String| host_error(CALL, ErrorKind::InvalidIpcHandle(why));
+        let (fd, size, len) = match handle {
+            ShareableHandle::Fd { fd, size, len } => (fd, size, len),
+            ShareableHandle::Ipc { .. } => {
+                return Err(invalid(
+                    "the CPU device shares memory as descriptors, not legacy IPC handles".into(),
+                ))
+            }
+        };
+        if len == 0 || len > size {
+            return Err(invalid(format!("a buffer of {len} bytes in {size}")));
+        }
+        let segment = Segment::from_fd(fd).map_err(|e| invalid(format!("cannot map it: {e}")))?;
+        // A descriptor that is not a memory object (a socket, a pipe) fails
+        // to map above; one smaller than claimed would fault on access.
+        if segment.len() < size {
+            return Err(invalid(format!(
+                "the descriptor holds {} bytes, the handle says {size}",
+                segment.len()
+            )));
+        }
+        Ok(Self {
+            region: register(CALL, Region::of_segment(segment))?,
+            len,
+        })
+    }
+}
+
+// SAFETY: the bytes are the region's mapping, which the `Arc` keeps mapped
+// while `self` lives, and `len` is at most the mapping's length (checked on
+// import, by construction on allocation); neither changes.
+unsafe impl DeviceMemory for HostShareableBuffer {
+    type Api = HostApi;
+    fn device_ptr(&self) -> u64 {
+        self.region.base as u64
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+// SAFETY: on this device the host address is the device address.
+unsafe impl HostMemory for HostShareableBuffer {
+    fn host_ptr(&self) -> *mut u8 {
+        self.region.base
+    }
+}
+
+impl Drop for HostShareableBuffer {
+    fn drop(&mut self) {
+        // As for `HostBuffer`: the mapping goes with the last `Arc`.
+        unregister(&self.region);
     }
 }

@@ -36,7 +36,7 @@ pub use device::{HostDevice, HOST_LAUNCH_LIMITS, HOST_MAX_DYNAMIC_SHARED_BYTES};
 pub use event::HostEvent;
 pub use ipc::VERSION as IPC_HANDLE_VERSION;
 pub use launch::{catch_kernel_panic, resident_blocks, MAX_RESIDENT_THREADS};
-pub use memory::{BufferKind, HostBuffer, HostIpcBuffer, HostRegistration};
+pub use memory::{BufferKind, HostBuffer, HostIpcBuffer, HostRegistration, HostShareableBuffer};
 pub use module::{HostKernelEntry, HostModule};
 pub use stream::HostStream;
 
