@@ -1,14 +1,15 @@
 //! Host clients in other processes: attach to a runtime's CPU segment by
 //! name, or start a runtime in a child process ([`Client::fork_runtime`]).
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Child;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use tandem_shm_core::Segment;
 
+use crate::child::{find_tandem_binary, ServiceChild};
 use crate::clients::ClientLease;
 use crate::config::Config;
 use crate::error::RuntimeError;
@@ -17,22 +18,6 @@ use crate::liveness::Liveness;
 use crate::segment::QueueSegment;
 use crate::submit::{self, Heap, Pending, Route, SharedBuffer};
 use crate::task::{Task, TaskError};
-
-/// The line `tandem run --announce` prints on stdout once it serves:
-/// `ready <cpu segment name> <pid>`.
-pub(crate) const READY_PREFIX: &str = "ready ";
-
-/// Environment variable naming the `tandem` executable for
-/// [`Client::fork_runtime`].
-pub(crate) const TANDEM_BIN_ENV: &str = "TANDEM_BIN";
-
-/// A runtime started by [`Client::fork_runtime`]: the child and the pipe
-/// whose closing tells it to stop.
-#[derive(Debug)]
-struct ForkedRuntime {
-    child: Child,
-    lifeline: Option<ChildStdin>,
-}
 
 /// A connection to a runtime's CPU queues, holding a client slot there: its
 /// futures come from the slot's heap, its quota ([`ClientTable`](crate::ClientTable)).
@@ -44,7 +29,7 @@ pub struct Client {
     /// segment goes.
     lease: ClientLease<'static>,
     segment: QueueSegment,
-    forked: Option<ForkedRuntime>,
+    forked: Option<ServiceChild>,
 }
 
 impl Client {
@@ -90,43 +75,25 @@ impl Client {
         ));
         std::fs::write(&config_path, config.to_toml())
             .map_err(|e| process(format!("writing {}: {e}", config_path.display())))?;
-        let spawned = Command::new(exe)
-            .arg("run")
-            .arg("--config")
-            .arg(&config_path)
-            .arg("--announce")
-            .arg("--exit-on-stdin-eof")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                let _ = std::fs::remove_file(&config_path);
-                return Err(process(format!("cannot start {}: {e}", exe.display())));
-            }
-        };
-        let ready = read_ready_line(&mut child);
+        let args: [&OsStr; 5] = [
+            "run".as_ref(),
+            "--config".as_ref(),
+            config_path.as_os_str(),
+            "--announce".as_ref(),
+            "--exit-on-stdin-eof".as_ref(),
+        ];
+        let spawned = ServiceChild::spawn(exe, &args);
         // The child has read its config (or died): the file is not needed.
         let _ = std::fs::remove_file(&config_path);
-        let name = match ready {
-            Ok(name) => name,
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(e);
-            }
-        };
-        let lifeline = child.stdin.take();
-        let forked = ForkedRuntime { child, lifeline };
+        let forked = spawned?;
+        let name = forked.ready().to_string();
         match Self::attach(&name) {
             Ok(mut client) => {
                 client.forked = Some(forked);
                 Ok(client)
             }
             Err(e) => {
-                drop(Client::stop_forked(forked));
+                drop(forked.stop());
                 Err(e)
             }
         }
@@ -146,7 +113,7 @@ impl Client {
 
     /// The child process, for a client that forked its runtime.
     pub fn child_mut(&mut self) -> Option<&mut Child> {
-        self.forked.as_mut().map(|f| &mut f.child)
+        self.forked.as_mut().map(ServiceChild::child_mut)
     }
 
     /// The CPU segment.
@@ -188,12 +155,6 @@ impl Client {
         };
         self.submit(route, task)?.wait(stop, deadline)
     }
-
-    /// Closes the child's lifeline and reaps it.
-    fn stop_forked(mut forked: ForkedRuntime) -> std::io::Result<std::process::ExitStatus> {
-        drop(forked.lifeline.take());
-        forked.child.wait()
-    }
 }
 
 impl Drop for Client {
@@ -203,7 +164,7 @@ impl Drop for Client {
         self.lease.detach();
         if let Some(forked) = self.forked.take() {
             // Reaping errors leave nothing to do in a drop.
-            let status = Client::stop_forked(forked);
+            let status = forked.stop();
             // A runtime that was killed could not remove its segment's name;
             // it is gone now, so nobody else will. Only if still stale: a
             // new runtime may have reclaimed the name meanwhile. Failing
@@ -218,56 +179,3 @@ impl Drop for Client {
 }
 
 static FORK_COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// Reads the child's stdout up to its ready line; returns the segment name.
-fn read_ready_line(child: &mut Child) -> Result<String, RuntimeError> {
-    let Some(out) = child.stdout.take() else {
-        return Err(RuntimeError::Process("child has no stdout pipe".into()));
-    };
-    let mut lines = BufReader::new(out).lines();
-    loop {
-        match lines.next() {
-            Some(Ok(line)) => {
-                if let Some(rest) = line.strip_prefix(READY_PREFIX) {
-                    let name = rest.split_whitespace().next().unwrap_or_default();
-                    if name.is_empty() {
-                        return Err(RuntimeError::Process(format!("bad ready line {line:?}")));
-                    }
-                    // Keep draining the child's stdout so it never blocks on
-                    // a full pipe.
-                    std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
-                    return Ok(name.to_string());
-                }
-            }
-            Some(Err(e)) => {
-                return Err(RuntimeError::Process(format!("reading child stdout: {e}")))
-            }
-            None => {
-                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-                return Err(RuntimeError::Process(format!(
-                    "runtime exited before it was ready ({status})"
-                )));
-            }
-        }
-    }
-}
-
-/// `$TANDEM_BIN`, or `tandem` next to (or one directory above) the current
-/// executable.
-fn find_tandem_binary() -> Result<PathBuf, RuntimeError> {
-    if let Some(path) = std::env::var_os(TANDEM_BIN_ENV) {
-        return Ok(PathBuf::from(path));
-    }
-    let exe = std::env::current_exe()
-        .map_err(|e| RuntimeError::Process(format!("cannot find own executable: {e}")))?;
-    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    [dir.join("tandem"), dir.join("..").join("tandem")]
-        .into_iter()
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            RuntimeError::Process(format!(
-                "no `tandem` executable near {}; set {TANDEM_BIN_ENV}",
-                exe.display()
-            ))
-        })
-}

@@ -77,6 +77,7 @@
 //! 5. `submit`, `janitor` (takes back dead clients' slots), `status`.
 //! 6. `runtime` and `client`, then `service`, `serve` and `kernels`.
 
+pub mod child;
 mod client;
 mod clients;
 mod config;

@@ -2,10 +2,9 @@
 //! stop: what `tandem run` does, for any binary that registers pools of its
 //! own (the blob store's `tandem blob run`).
 
-use std::io::Read;
-
 use tandem_hal::{GpuApi, HostApi};
 
+use crate::child::READY_PREFIX;
 use crate::config::Config;
 use crate::error::RuntimeError;
 use crate::registry::Registry;
@@ -113,7 +112,7 @@ pub fn serve<A: GpuApi>(
     let runtime = Runtime::start_with(api, config, registry)?;
     let name = runtime.cpu_segment().name().unwrap_or_default().to_string();
     if options.announce {
-        println!("ready {name} {}", std::process::id());
+        println!("{READY_PREFIX}{name} {}", std::process::id());
     } else {
         println!(
             "serving: CPU segment {name}, {} workers, {} device segment(s)",
@@ -123,12 +122,7 @@ pub fn serve<A: GpuApi>(
     }
     if options.exit_on_stdin_eof {
         // Stop when the parent closes the pipe (or dies).
-        let waker = termination.waker();
-        std::thread::spawn(move || {
-            let mut sink = [0u8; 64];
-            while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
-            waker.wake();
-        });
+        crate::child::wake_on_stdin_eof(termination.waker());
     }
     termination.wait();
     runtime.shutdown()

@@ -1,0 +1,137 @@
+//! Tandem services started in a child process by their client (a runtime
+//! by [`crate::Client::fork_runtime`], the share daemon by its client): the
+//! child prints a ready line on stdout once it serves, and stops when its
+//! stdin closes, so it never outlives the parent that started it.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+
+use crate::error::RuntimeError;
+use crate::signals::TerminationWaker;
+
+/// What a service started with `--announce` prints on stdout once it serves:
+/// `ready <what it serves> <pid>`.
+pub const READY_PREFIX: &str = "ready ";
+
+/// Environment variable naming the `tandem` executable that
+/// [`find_tandem_binary`] returns.
+pub const TANDEM_BIN_ENV: &str = "TANDEM_BIN";
+
+/// A service running in a child process: the child, what its ready line
+/// said, and the pipe whose closing tells it to stop.
+#[derive(Debug)]
+pub struct ServiceChild {
+    child: Child,
+    lifeline: Option<ChildStdin>,
+    ready: String,
+}
+
+impl ServiceChild {
+    /// Starts `exe` with `args` (which must make it announce and watch its
+    /// stdin) and waits for its ready line: when this returns, it serves.
+    pub fn spawn(exe: &Path, args: &[&std::ffi::OsStr]) -> Result<Self, RuntimeError> {
+        let mut child = Command::new(exe)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| RuntimeError::Process(format!("cannot start {}: {e}", exe.display())))?;
+        match read_ready_line(&mut child) {
+            Ok(ready) => {
+                let lifeline = child.stdin.take();
+                Ok(Self {
+                    child,
+                    lifeline,
+                    ready,
+                })
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(e)
+            }
+        }
+    }
+
+    /// The first word after [`READY_PREFIX`]: what the child serves (a
+    /// segment name, a socket path).
+    pub fn ready(&self) -> &str {
+        &self.ready
+    }
+
+    /// The child process (to signal or kill it).
+    pub fn child_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// Closes the child's stdin, which stops it, and reaps it.
+    pub fn stop(mut self) -> std::io::Result<ExitStatus> {
+        drop(self.lifeline.take());
+        self.child.wait()
+    }
+}
+
+/// Reads the child's stdout up to its ready line; returns what it serves.
+fn read_ready_line(child: &mut Child) -> Result<String, RuntimeError> {
+    let Some(out) = child.stdout.take() else {
+        return Err(RuntimeError::Process("child has no stdout pipe".into()));
+    };
+    let mut lines = BufReader::new(out).lines();
+    loop {
+        match lines.next() {
+            Some(Ok(line)) => {
+                if let Some(rest) = line.strip_prefix(READY_PREFIX) {
+                    let served = rest.split_whitespace().next().unwrap_or_default();
+                    if served.is_empty() {
+                        return Err(RuntimeError::Process(format!("bad ready line {line:?}")));
+                    }
+                    // Keep draining the child's stdout so it never blocks on
+                    // a full pipe.
+                    std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
+                    return Ok(served.to_string());
+                }
+            }
+            Some(Err(e)) => {
+                return Err(RuntimeError::Process(format!("reading child stdout: {e}")))
+            }
+            None => {
+                let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+                return Err(RuntimeError::Process(format!(
+                    "child exited before it was ready ({status})"
+                )));
+            }
+        }
+    }
+}
+
+/// `$TANDEM_BIN`, or `tandem` next to (or one directory above, for test
+/// binaries in `deps/`) the current executable.
+pub fn find_tandem_binary() -> Result<PathBuf, RuntimeError> {
+    if let Some(path) = std::env::var_os(TANDEM_BIN_ENV) {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| RuntimeError::Process(format!("cannot find own executable: {e}")))?;
+    let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    [dir.join("tandem"), dir.join("..").join("tandem")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            RuntimeError::Process(format!(
+                "no `tandem` executable near {}; set {TANDEM_BIN_ENV}",
+                exe.display()
+            ))
+        })
+}
+
+/// The service side of `--exit-on-stdin-eof`: wakes `waker` when stdin
+/// closes (the parent closed the pipe, or died).
+pub fn wake_on_stdin_eof(waker: TerminationWaker) {
+    std::thread::spawn(move || {
+        let mut sink = [0u8; 64];
+        while std::io::stdin().read(&mut sink).is_ok_and(|n| n > 0) {}
+        waker.wake();
+    });
+}
