@@ -22,6 +22,7 @@
 //! `info`) to stderr. Usage errors exit 2.
 
 mod blob;
+mod share;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -67,6 +68,9 @@ enum Command {
     /// The blob store: serve it, look at it, run its demo.
     #[command(subcommand)]
     Blob(blob::BlobCommand),
+    /// Shared buffers between processes: the daemon and a look at it.
+    #[command(subcommand)]
+    Share(share::ShareCommand),
 }
 
 #[derive(Args, Debug)]
@@ -124,6 +128,7 @@ fn main() -> ExitCode {
         Command::Status(args) => report(status(args)),
         Command::Clean(args) => report(clean(args)),
         Command::Blob(command) => blob::run(command),
+        Command::Share(command) => share::run(command),
     }
 }
 

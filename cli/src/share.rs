@@ -1,0 +1,193 @@
+//! `tandem share`: the shared-buffer daemon (`serve`) and a look at what it
+//! holds (`ls`, `status`, `rm`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand, ValueEnum};
+use tandem_hal::{GpuApi, HostApi};
+use tandem_runtime::child::{wake_on_stdin_eof, READY_PREFIX};
+use tandem_runtime::{on_best_backend, Backend, OnBackend, Termination};
+use tandem_share::transport::default_socket_path;
+use tandem_share::{Daemon, Inspector, ObjectId};
+
+/// `tandem share`'s subcommands.
+#[derive(Subcommand, Debug)]
+pub(crate) enum ShareCommand {
+    /// Serves shared buffers on a UNIX socket (mode 0600) until SIGINT or
+    /// SIGTERM; frees every buffer and removes the socket when it stops.
+    Serve(ServeArgs),
+    /// Lists the buffers the daemon holds, with their leases.
+    Ls(SocketArg),
+    /// The daemon's totals: buffers, bytes, leases, clients.
+    Status(SocketArg),
+    /// Deletes a buffer (freed when its last lease goes).
+    Rm(RmArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct SocketArg {
+    /// The daemon's socket [default: $XDG_RUNTIME_DIR/tandem/share.sock, or
+    /// /tmp/tandem-<uid>/share.sock]
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+}
+
+impl SocketArg {
+    fn path(&self) -> PathBuf {
+        self.socket.clone().unwrap_or_else(default_socket_path)
+    }
+}
+
+/// Which backend the daemon allocates with.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub(crate) enum BackendChoice {
+    /// CUDA, else HIP, else the CPU device (what this build has and finds).
+    Auto,
+    /// The CPU device: buffers are memfd segments.
+    Host,
+    /// CUDA (a build with the `cuda` feature).
+    Cuda,
+    /// HIP (a build with the `hip` feature).
+    Hip,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// The backend; clients must use the same one.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendChoice,
+    /// Prints `ready <socket> <pid>` on stdout once serving.
+    #[arg(long)]
+    announce: bool,
+    /// Stops (cleanly) when stdin closes, e.g. when the parent dies.
+    #[arg(long)]
+    exit_on_stdin_eof: bool,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RmArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// The buffer's id.
+    id: u64,
+}
+
+pub(crate) fn run(command: ShareCommand) -> ExitCode {
+    let result = match command {
+        ShareCommand::Serve(args) => serve(args),
+        ShareCommand::Ls(args) => ls(&args),
+        ShareCommand::Status(args) => status(&args),
+        ShareCommand::Rm(args) => Inspector::connect(&args.socket.path())
+            .and_then(|inspector| inspector.delete(ObjectId(args.id)))
+            .map_err(|e| e.to_string()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("tandem share: {why}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let work = Serve {
+        socket: args.socket.path(),
+        announce: args.announce,
+        exit_on_stdin_eof: args.exit_on_stdin_eof,
+    };
+    match args.backend {
+        BackendChoice::Auto => on_best_backend(work).map_err(|e| e.to_string())?,
+        BackendChoice::Host => work.run(HostApi::load().map_err(|e| e.to_string())?, Backend::Host),
+        #[cfg(feature = "cuda")]
+        BackendChoice::Cuda => work.run(
+            tandem_hal_cuda::CudaApi::load().map_err(|e| e.to_string())?,
+            Backend::Cuda,
+        ),
+        #[cfg(feature = "hip")]
+        BackendChoice::Hip => work.run(
+            tandem_hal_hip::HipApi::load().map_err(|e| e.to_string())?,
+            Backend::Hip,
+        ),
+        #[allow(unreachable_patterns)]
+        other => Err(format!(
+            "this build has no {other:?} backend (build with --features {})",
+            format!("{other:?}").to_lowercase()
+        )),
+    }
+}
+
+/// The daemon, on the backend chosen.
+struct Serve {
+    socket: PathBuf,
+    announce: bool,
+    exit_on_stdin_eof: bool,
+}
+
+impl OnBackend for Serve {
+    type Output = Result<(), String>;
+
+    fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
+        // Caught before binding: a signal during setup still cleans up.
+        let mut termination = Termination::catch().map_err(|e| e.to_string())?;
+        let daemon = Daemon::bind(api, &self.socket).map_err(|e| e.to_string())?;
+        let running = daemon.start();
+        if self.announce {
+            println!(
+                "{READY_PREFIX}{} {}",
+                self.socket.display(),
+                std::process::id()
+            );
+        } else {
+            println!(
+                "serving shared buffers on {backend} at {}",
+                self.socket.display()
+            );
+        }
+        if self.exit_on_stdin_eof {
+            wake_on_stdin_eof(termination.waker());
+        }
+        if let Some(signal) = termination.wait() {
+            tracing::info!("signal {signal}: stopping");
+        }
+        running.stop();
+        Ok(())
+    }
+}
+
+fn ls(args: &SocketArg) -> Result<(), String> {
+    let inspector = Inspector::connect(&args.path()).map_err(|e| e.to_string())?;
+    let objects = inspector.list().map_err(|e| e.to_string())?;
+    println!(
+        "{:>8} {:>6} {:>14} {:>14} {:>8} {:>6}",
+        "id", "device", "bytes", "allocated", "state", "leases"
+    );
+    for o in objects {
+        let state = match (o.sealed, o.deleted) {
+            (_, true) => "deleted",
+            (true, false) => "sealed",
+            (false, false) => "writing",
+        };
+        println!(
+            "{:>8} {:>6} {:>14} {:>14} {:>8} {:>6}",
+            o.id, o.device, o.len, o.size, state, o.leases
+        );
+    }
+    Ok(())
+}
+
+fn status(args: &SocketArg) -> Result<(), String> {
+    let inspector = Inspector::connect(&args.path()).map_err(|e| e.to_string())?;
+    let s = inspector.status().map_err(|e| e.to_string())?;
+    println!(
+        "daemon    pid {} ({:?}, {} device(s))",
+        s.pid, s.backend, s.devices
+    );
+    println!("buffers   {} ({} bytes)", s.objects, s.bytes);
+    println!("leases    {}", s.leases);
+    println!("clients   {}", s.clients);
+    Ok(())
+}

@@ -1,0 +1,311 @@
+//! Shared buffers as a process sees them: mapped once, handed out as
+//! [`MutableGpuBuffer`] (the writer's, until sealed) and [`GpuBuffer`]
+//! (read-only), both [`DeviceMemory`] of their backend, so they go straight
+//! into copies and kernel launches; and [`HostMirror`], a host copy that a
+//! writer's mirror copies back when dropped.
+
+use core::marker::PhantomData;
+use core::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use tandem_hal::{DeviceMemory, GpuApi, GpuDevice};
+
+use crate::client::ClientInner;
+use crate::error::ShareError;
+use crate::wire::ObjectId;
+
+/// A lease on a buffer, given back to the daemon on drop.
+pub(crate) struct Lease<A: GpuApi> {
+    id: ObjectId,
+    client: Arc<ClientInner<A>>,
+}
+
+impl<A: GpuApi> Lease<A> {
+    pub(crate) fn new(id: ObjectId, client: Arc<ClientInner<A>>) -> Self {
+        Self { id, client }
+    }
+}
+
+impl<A: GpuApi> Drop for Lease<A> {
+    fn drop(&mut self) {
+        self.client.release(self.id);
+    }
+}
+
+/// One mapping of a shared buffer in this process (public only so the
+/// sealed [`MirrorSource`] can name it; not reachable from outside).
+pub struct Mapping<A: GpuApi> {
+    // Fields drop in order: the memory is unmapped before the lease goes,
+    // so the daemon never frees what this process still maps.
+    buffer: <A::Device as GpuDevice>::ShareableBuffer,
+    event: <A::Device as GpuDevice>::Event,
+    device: Arc<A::Device>,
+    lease: Lease<A>,
+}
+
+impl<A: GpuApi> Mapping<A> {
+    pub(crate) fn new(
+        device: Arc<A::Device>,
+        buffer: <A::Device as GpuDevice>::ShareableBuffer,
+        event: <A::Device as GpuDevice>::Event,
+        lease: Lease<A>,
+    ) -> Self {
+        Self {
+            buffer,
+            event,
+            device,
+            lease,
+        }
+    }
+
+    pub(crate) fn id(&self) -> ObjectId {
+        self.lease.id
+    }
+
+    pub(crate) fn device(&self) -> &A::Device {
+        &self.device
+    }
+
+    pub(crate) fn event(&self) -> &<A::Device as GpuDevice>::Event {
+        &self.event
+    }
+}
+
+/// A sealed shared buffer, read-only by contract: kernels may read it (the
+/// type cannot stop a kernel writing through a pointer; nothing but its
+/// writer's work may change it). Clones share one mapping.
+pub struct GpuBuffer<A: GpuApi> {
+    mapping: Arc<Mapping<A>>,
+}
+
+impl<A: GpuApi> Clone for GpuBuffer<A> {
+    fn clone(&self) -> Self {
+        Self {
+            mapping: Arc::clone(&self.mapping),
+        }
+    }
+}
+
+impl<A: GpuApi> GpuBuffer<A> {
+    pub(crate) fn new(mapping: Arc<Mapping<A>>) -> Self {
+        Self { mapping }
+    }
+
+    /// Its id.
+    pub fn id(&self) -> ObjectId {
+        self.mapping.id()
+    }
+
+    /// The device it is mapped on.
+    pub fn device(&self) -> &A::Device {
+        self.mapping.device()
+    }
+
+    /// Whether two handles share one mapping (the per-process cache).
+    pub fn same_mapping(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.mapping, &other.mapping)
+    }
+}
+
+impl<A: GpuApi> core::fmt::Debug for GpuBuffer<A> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("GpuBuffer")
+            .field("id", &self.id())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+// SAFETY: the range is the backend's own shareable buffer's, kept mapped
+// by the `Arc` while `self` lives; both values are the buffer's, constant.
+unsafe impl<A: GpuApi> DeviceMemory for GpuBuffer<A> {
+    type Api = A;
+    fn device_ptr(&self) -> u64 {
+        self.mapping.buffer.device_ptr()
+    }
+    fn len(&self) -> usize {
+        self.mapping.buffer.len()
+    }
+}
+
+/// A shared buffer its writer has not sealed yet: the only handle that may
+/// change it. [`crate::ShareClient::seal`] turns it into a [`GpuBuffer`].
+pub struct MutableGpuBuffer<A: GpuApi> {
+    mapping: Arc<Mapping<A>>,
+}
+
+impl<A: GpuApi> MutableGpuBuffer<A> {
+    pub(crate) fn new(mapping: Arc<Mapping<A>>) -> Self {
+        Self { mapping }
+    }
+
+    pub(crate) fn into_mapping(self) -> Arc<Mapping<A>> {
+        self.mapping
+    }
+
+    /// Its id.
+    pub fn id(&self) -> ObjectId {
+        self.mapping.id()
+    }
+
+    /// The device it is mapped on.
+    pub fn device(&self) -> &A::Device {
+        self.mapping.device()
+    }
+}
+
+impl<A: GpuApi> core::fmt::Debug for MutableGpuBuffer<A> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MutableGpuBuffer")
+            .field("id", &self.id())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+// SAFETY: as for `GpuBuffer`.
+unsafe impl<A: GpuApi> DeviceMemory for MutableGpuBuffer<A> {
+    type Api = A;
+    fn device_ptr(&self) -> u64 {
+        self.mapping.buffer.device_ptr()
+    }
+    fn len(&self) -> usize {
+        self.mapping.buffer.len()
+    }
+}
+
+/// Whether a mirror copies back when dropped.
+pub trait MirrorAccess {
+    /// Copies back on drop (and may be written).
+    const WRITE_BACK: bool;
+}
+
+/// A mirror of a [`GpuBuffer`]: read-only.
+#[derive(Debug)]
+pub enum ReadOnly {}
+/// A mirror of a [`MutableGpuBuffer`]: written back on drop.
+#[derive(Debug)]
+pub enum WriteBack {}
+
+impl MirrorAccess for ReadOnly {
+    const WRITE_BACK: bool = false;
+}
+impl MirrorAccess for WriteBack {
+    const WRITE_BACK: bool = true;
+}
+
+mod sealed {
+    /// Only this crate's buffer borrows are mirror sources.
+    pub trait Sealed {}
+}
+
+impl<A: GpuApi> sealed::Sealed for &GpuBuffer<A> {}
+impl<A: GpuApi> sealed::Sealed for &mut MutableGpuBuffer<A> {}
+
+/// What a [`HostMirror`] can be made of: `&GpuBuffer` (read-only) or
+/// `&mut MutableGpuBuffer` (copied back). Sealed.
+pub trait MirrorSource<'a, A: GpuApi>: sealed::Sealed {
+    /// How the mirror treats its bytes.
+    type Access: MirrorAccess;
+    #[doc(hidden)]
+    fn mapping(self) -> &'a Mapping<A>;
+    #[doc(hidden)]
+    fn ready(mapping: &Mapping<A>) -> Result<(), ShareError>;
+}
+
+impl<'a, A: GpuApi> MirrorSource<'a, A> for &'a GpuBuffer<A> {
+    type Access = ReadOnly;
+    fn mapping(self) -> &'a Mapping<A> {
+        &self.mapping
+    }
+    /// The writer's work must be done before the host reads.
+    fn ready(mapping: &Mapping<A>) -> Result<(), ShareError> {
+        Ok(mapping.device().synchronize_event(mapping.event())?)
+    }
+}
+
+impl<'a, A: GpuApi> MirrorSource<'a, A> for &'a mut MutableGpuBuffer<A> {
+    type Access = WriteBack;
+    fn mapping(self) -> &'a Mapping<A> {
+        &self.mapping
+    }
+    /// The writer orders its own streams.
+    fn ready(_: &Mapping<A>) -> Result<(), ShareError> {
+        Ok(())
+    }
+}
+
+/// A host copy of a shared buffer (RAII, as the design notes have it):
+/// made with the buffer's bytes or zeroes, and, for a writer's buffer,
+/// copied back when dropped (or by [`finish`](Self::finish), which reports
+/// errors a drop can only log). The buffer stays borrowed meanwhile.
+pub struct HostMirror<'a, A: GpuApi, M: MirrorAccess> {
+    mapping: &'a Mapping<A>,
+    bytes: Vec<u8>,
+    pending: bool,
+    _access: PhantomData<M>,
+}
+
+impl<'a, A: GpuApi, M: MirrorAccess> HostMirror<'a, A, M> {
+    /// Mirrors `buffer`: its bytes if `copy_in` (after the writer's work,
+    /// for a sealed buffer), else zeroes.
+    pub fn new<S: MirrorSource<'a, A, Access = M>>(
+        buffer: S,
+        copy_in: bool,
+    ) -> Result<Self, ShareError> {
+        let mapping = buffer.mapping();
+        let mut bytes = vec![0u8; mapping.buffer.len()];
+        if copy_in {
+            S::ready(mapping)?;
+            mapping
+                .device()
+                .copy_from_device(&mut bytes, &mapping.buffer, 0)?;
+        }
+        Ok(Self {
+            mapping,
+            bytes,
+            pending: M::WRITE_BACK,
+            _access: PhantomData,
+        })
+    }
+
+    /// Copies a writer's mirror back now (complete on return); a read-only
+    /// mirror has nothing to do.
+    pub fn finish(mut self) -> Result<(), ShareError> {
+        self.write_back()
+    }
+
+    fn write_back(&mut self) -> Result<(), ShareError> {
+        if !std::mem::take(&mut self.pending) {
+            return Ok(());
+        }
+        Ok(self
+            .mapping
+            .device()
+            .copy_to_device(&self.mapping.buffer, 0, &self.bytes)?)
+    }
+}
+
+impl<A: GpuApi, M: MirrorAccess> Deref for HostMirror<'_, A, M> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl<A: GpuApi> DerefMut for HostMirror<'_, A, WriteBack> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+}
+
+impl<A: GpuApi, M: MirrorAccess> Drop for HostMirror<'_, A, M> {
+    fn drop(&mut self) {
+        if let Err(e) = self.write_back() {
+            tracing::error!(
+                "host mirror of shared buffer {} was not copied back: {e}",
+                self.mapping.id()
+            );
+        }
+    }
+}

@@ -1,0 +1,351 @@
+//! The client library: create, seal, open, mirror and delete shared
+//! buffers, each mapped once per process however often it is opened.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use tandem_hal::{GpuApi, GpuDevice, IpcEventHandle, IpcMemHandle, ShareableHandle};
+use tandem_runtime::child::{find_tandem_binary, ServiceChild};
+
+use crate::buffer::{GpuBuffer, Lease, Mapping, MutableGpuBuffer};
+use crate::connection::{unexpected, Connections};
+use crate::error::ShareError;
+use crate::transport;
+use crate::wire::{
+    BufferHandle, DaemonStatus, HandleForm, ObjectId, ObjectInfo, Reply, Request, WireBackend,
+};
+
+/// How long [`ShareClient::get_buffer`] waits for an unsealed buffer's seal.
+pub const DEFAULT_SEAL_WAIT: Duration = Duration::from_secs(30);
+
+pub(crate) struct ClientInner<A: GpuApi> {
+    api: A,
+    pub(crate) connections: Connections,
+    devices: Mutex<HashMap<usize, Arc<A::Device>>>,
+    /// Buffers this process maps, by id: a second open shares the mapping.
+    cache: Mutex<HashMap<ObjectId, Weak<Mapping<A>>>>,
+    /// The daemon, if this client started it: stopped with the last user.
+    daemon: Mutex<Option<ServiceChild>>,
+}
+
+impl<A: GpuApi> Drop for ClientInner<A> {
+    fn drop(&mut self) {
+        let daemon = self
+            .daemon
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(daemon) = daemon {
+            // Nothing to tell anyone in a drop; the daemon removes its socket.
+            let _ = daemon.stop();
+        }
+    }
+}
+
+/// A connection to the share daemon, as one client of backend `A`. Cheap to
+/// clone; a process should share one (its cache of mapped buffers is per
+/// client). Buffers keep the client alive.
+pub struct ShareClient<A: GpuApi> {
+    inner: Arc<ClientInner<A>>,
+}
+
+impl<A: GpuApi> Clone for ShareClient<A> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+static SPAWNED: AtomicU32 = AtomicU32::new(0);
+
+impl<A: GpuApi> ShareClient<A> {
+    /// Connects to the daemon serving `socket` (see
+    /// [`transport::default_socket_path`]). A daemon of another backend
+    /// refuses the client.
+    pub fn connect(api: A, socket: &Path) -> Result<Self, ShareError> {
+        let connections = Connections::connect(socket, WireBackend::of(A::BACKEND))?;
+        Ok(Self::with(api, connections, None))
+    }
+
+    /// Starts a daemon (`tandem share serve`, see
+    /// [`find_tandem_binary`]) in a child process on a socket of its own and
+    /// connects to it; it serves when this returns, and stops when the
+    /// last clone of this client and its buffers are gone.
+    pub fn spawn_daemon(api: A) -> Result<Self, ShareError> {
+        let exe = find_tandem_binary().map_err(|e| ShareError::DaemonGone(e.to_string()))?;
+        Self::spawn_daemon_with(api, &exe)
+    }
+
+    /// [`spawn_daemon`](Self::spawn_daemon) with an explicit executable.
+    pub fn spawn_daemon_with(api: A, exe: &Path) -> Result<Self, ShareError> {
+        let socket = transport::runtime_dir().join(format!(
+            "share-{}-{}.sock",
+            std::process::id(),
+            SPAWNED.fetch_add(1, Ordering::Relaxed)
+        ));
+        let backend = match A::BACKEND {
+            tandem_hal::Backend::Host => "host",
+            tandem_hal::Backend::Cuda => "cuda",
+            tandem_hal::Backend::Hip => "hip",
+        };
+        let args: [&OsStr; 8] = [
+            "share".as_ref(),
+            "serve".as_ref(),
+            "--socket".as_ref(),
+            socket.as_os_str(),
+            "--backend".as_ref(),
+            backend.as_ref(),
+            "--announce".as_ref(),
+            "--exit-on-stdin-eof".as_ref(),
+        ];
+        let daemon =
+            ServiceChild::spawn(exe, &args).map_err(|e| ShareError::DaemonGone(e.to_string()))?;
+        let socket = PathBuf::from(daemon.ready());
+        match Connections::connect(&socket, WireBackend::of(A::BACKEND)) {
+            Ok(connections) => Ok(Self::with(api, connections, Some(daemon))),
+            Err(e) => {
+                let _ = daemon.stop();
+                Err(e)
+            }
+        }
+    }
+
+    fn with(api: A, connections: Connections, daemon: Option<ServiceChild>) -> Self {
+        Self {
+            inner: Arc::new(ClientInner {
+                api,
+                connections,
+                devices: Mutex::new(HashMap::new()),
+                cache: Mutex::new(HashMap::new()),
+                daemon: Mutex::new(daemon),
+            }),
+        }
+    }
+
+    /// The daemon's process id.
+    pub fn daemon_pid(&self) -> u32 {
+        self.inner.connections.daemon_pid()
+    }
+
+    /// The socket the daemon serves.
+    pub fn socket_path(&self) -> &Path {
+        self.inner.connections.socket()
+    }
+
+    /// Device `ordinal` of this client's backend (opened once).
+    pub fn device(&self, ordinal: usize) -> Result<Arc<A::Device>, ShareError> {
+        let mut devices = self
+            .inner
+            .devices
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(device) = devices.get(&ordinal) {
+            return Ok(Arc::clone(device));
+        }
+        let available = self.inner.connections.devices();
+        if ordinal >= available as usize {
+            return Err(ShareError::NoDevice(format!(
+                "device {ordinal}: the daemon has {available}"
+            )));
+        }
+        let device = Arc::new(self.inner.api.device(ordinal)?);
+        devices.insert(ordinal, Arc::clone(&device));
+        Ok(device)
+    }
+
+    /// A new buffer of `bytes` on `device`, which this client alone may
+    /// write until it seals it. Dropping it unsealed abandons it (the
+    /// daemon frees it).
+    pub fn create_buffer(
+        &self,
+        device: usize,
+        bytes: usize,
+    ) -> Result<(ObjectId, MutableGpuBuffer<A>), ShareError> {
+        if bytes == 0 {
+            return Err(ShareError::InvalidSize { bytes: 0 });
+        }
+        let gpu = self.device(device)?;
+        let request = Request::Create {
+            device: device as u32,
+            bytes: bytes as u64,
+        };
+        let (reply, fd) = self
+            .inner
+            .connections
+            .call(&request, None)
+            .map_err(|e| match e {
+                ShareError::Daemon {
+                    code: crate::wire::ErrorCode::InvalidSize,
+                    ..
+                } => ShareError::InvalidSize {
+                    bytes: bytes as u64,
+                },
+                e => e,
+            })?;
+        let Reply::Created { id, handle } = reply else {
+            return Err(unexpected(&reply));
+        };
+        let mapping = self.map(id, &gpu, handle, fd)?;
+        Ok((id, MutableGpuBuffer::new(Arc::new(mapping))))
+    }
+
+    /// Seals `buffer`: records its event on `stream` (so readers' work waits
+    /// for what was queued there before) and lets readers open it. Returns
+    /// it read-only.
+    pub fn seal(
+        &self,
+        buffer: MutableGpuBuffer<A>,
+        stream: &<A::Device as GpuDevice>::Stream,
+    ) -> Result<GpuBuffer<A>, ShareError> {
+        let mapping = buffer.into_mapping();
+        mapping.device().record_event(mapping.event(), stream)?;
+        let id = mapping.id();
+        self.inner
+            .connections
+            .call(&Request::Seal { id }, Some(id))?;
+        self.cache().insert(id, Arc::downgrade(&mapping));
+        Ok(GpuBuffer::new(mapping))
+    }
+
+    /// Opens sealed buffer `id` read-only, making `stream` wait for the
+    /// writer's work; waits up to [`DEFAULT_SEAL_WAIT`] for the seal.
+    pub fn get_buffer(
+        &self,
+        id: ObjectId,
+        stream: &<A::Device as GpuDevice>::Stream,
+    ) -> Result<GpuBuffer<A>, ShareError> {
+        self.get_buffer_within(id, stream, DEFAULT_SEAL_WAIT)
+    }
+
+    /// [`get_buffer`](Self::get_buffer), waiting up to `wait` for the seal
+    /// (`NotSealed` after it).
+    pub fn get_buffer_within(
+        &self,
+        id: ObjectId,
+        stream: &<A::Device as GpuDevice>::Stream,
+        wait: Duration,
+    ) -> Result<GpuBuffer<A>, ShareError> {
+        let cached = self.cache().get(&id).and_then(Weak::upgrade);
+        let mapping = match cached {
+            Some(mapping) => mapping,
+            None => {
+                let mapping = Arc::new(self.open(id, wait)?);
+                self.cache().insert(id, Arc::downgrade(&mapping));
+                mapping
+            }
+        };
+        mapping
+            .device()
+            .stream_wait_event(stream, mapping.event())?;
+        Ok(GpuBuffer::new(mapping))
+    }
+
+    fn open(&self, id: ObjectId, wait: Duration) -> Result<Mapping<A>, ShareError> {
+        let started = Instant::now();
+        let timeout_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
+        let request = Request::Open { id, timeout_ms };
+        let (reply, fd) = self
+            .inner
+            .connections
+            .call(&request, Some(id))
+            .map_err(|e| match e {
+                ShareError::Daemon {
+                    code: crate::wire::ErrorCode::NotSealed,
+                    ..
+                } => ShareError::NotSealed {
+                    id,
+                    waited: started.elapsed(),
+                },
+                e => e,
+            })?;
+        let Reply::Opened { info, handle } = reply else {
+            return Err(unexpected(&reply));
+        };
+        let gpu = self.device(info.device as usize)?;
+        self.map(id, &gpu, handle, fd)
+    }
+
+    /// Maps what the daemon handed out; the lease is taken already, so it
+    /// is given back if mapping fails.
+    fn map(
+        &self,
+        id: ObjectId,
+        gpu: &Arc<A::Device>,
+        handle: BufferHandle,
+        fd: Option<std::os::fd::OwnedFd>,
+    ) -> Result<Mapping<A>, ShareError> {
+        let lease = Lease::new(id, Arc::clone(&self.inner));
+        let len = usize::try_from(handle.len)
+            .map_err(|_| ShareError::Protocol("buffer length overflows".into()))?;
+        let size = usize::try_from(handle.size)
+            .map_err(|_| ShareError::Protocol("buffer size overflows".into()))?;
+        let shareable = match (handle.form, fd) {
+            (HandleForm::Fd, Some(fd)) => ShareableHandle::Fd { fd, size, len },
+            (HandleForm::Ipc { handle, offset }, None) => ShareableHandle::Ipc {
+                handle: IpcMemHandle(handle),
+                offset: usize::try_from(offset)
+                    .map_err(|_| ShareError::Protocol("offset overflows".into()))?,
+                len,
+            },
+            _ => {
+                return Err(ShareError::Protocol(
+                    "handle form and descriptor disagree".into(),
+                ))
+            }
+        };
+        let buffer = gpu.import_shareable(shareable)?;
+        let event = gpu.ipc_open_event(&IpcEventHandle(handle.event))?;
+        Ok(Mapping::new(Arc::clone(gpu), buffer, event, lease))
+    }
+
+    /// Deletes `id`: nobody can open it any more, and the daemon frees it
+    /// when its last lease goes (a process that maps it keeps it).
+    pub fn delete(&self, id: ObjectId) -> Result<(), ShareError> {
+        self.cache().remove(&id);
+        self.inner.connections.delete(id)
+    }
+
+    /// What the daemon knows of `id`.
+    pub fn stat(&self, id: ObjectId) -> Result<ObjectInfo, ShareError> {
+        self.inner.connections.stat(id)
+    }
+
+    /// Every buffer the daemon holds.
+    pub fn list(&self) -> Result<Vec<ObjectInfo>, ShareError> {
+        self.inner.connections.list()
+    }
+
+    /// The daemon's totals.
+    pub fn status(&self) -> Result<DaemonStatus, ShareError> {
+        self.inner.connections.status()
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, Weak<Mapping<A>>>> {
+        self.inner
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<A: GpuApi> ClientInner<A> {
+    /// Gives back one lease on `id` (a buffer unmapped); a gone daemon has
+    /// taken it back already.
+    pub(crate) fn release(&self, id: ObjectId) {
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            if cache.get(&id).is_some_and(|w| w.strong_count() == 0) {
+                cache.remove(&id);
+            }
+        }
+        match self.connections.call(&Request::Release { id }, Some(id)) {
+            Ok(_) | Err(ShareError::DaemonGone(_)) => {}
+            Err(e) => tracing::warn!("releasing shared buffer {id}: {e}"),
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! A client's side of the socket: a pool of connections under one client
+//! token, one request and its reply at a time on each.
+//!
+//! A pool, not one connection: an `Open` that waits for its seal holds its
+//! connection, and the seal it waits for may come from this same process.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::error::ShareError;
+use crate::transport::{self, RecvError};
+use crate::wire::{DaemonStatus, ObjectId, ObjectInfo, Reply, Request, WireBackend};
+
+/// A client token no other live client has: the pid (unique among live
+/// processes) beside a per-process counter and the clock.
+fn new_token() -> u64 {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    let low = COUNTER.fetch_add(1, Ordering::Relaxed) ^ (nanos << 12);
+    (u64::from(std::process::id()) << 32) | u64::from(low)
+}
+
+/// Connections to one daemon, as one client.
+#[derive(Debug)]
+pub(crate) struct Connections {
+    socket: PathBuf,
+    token: u64,
+    backend: WireBackend,
+    daemon_pid: u32,
+    devices: u32,
+    idle: Mutex<Vec<UnixStream>>,
+}
+
+impl Connections {
+    /// Connects once (which checks that a daemon answers and accepts us).
+    pub(crate) fn connect(socket: &Path, backend: WireBackend) -> Result<Self, ShareError> {
+        let token = new_token();
+        let (stream, hello) = Self::open(socket, token, backend)?;
+        let Reply::Hello { pid, devices, .. } = hello else {
+            return Err(ShareError::Protocol(format!(
+                "expected Hello, got {hello:?}"
+            )));
+        };
+        Ok(Self {
+            socket: socket.to_path_buf(),
+            token,
+            backend,
+            daemon_pid: pid,
+            devices,
+            idle: Mutex::new(vec![stream]),
+        })
+    }
+
+    fn open(
+        socket: &Path,
+        token: u64,
+        backend: WireBackend,
+    ) -> Result<(UnixStream, Reply), ShareError> {
+        let stream = UnixStream::connect(socket).map_err(|e| {
+            ShareError::DaemonGone(format!("cannot connect to {}: {e}", socket.display()))
+        })?;
+        let hello = Request::Hello {
+            pid: std::process::id(),
+            client: token,
+            backend,
+        };
+        let (reply, _) = exchange(&stream, &hello)?;
+        match reply {
+            Reply::Error { code, message } => Err(ShareError::from_reply(code, message, None)),
+            reply => Ok((stream, reply)),
+        }
+    }
+
+    pub(crate) fn daemon_pid(&self) -> u32 {
+        self.daemon_pid
+    }
+
+    pub(crate) fn devices(&self) -> u32 {
+        self.devices
+    }
+
+    pub(crate) fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Sends `request` and returns the reply (an error reply as an error,
+    /// naming `id`), with the descriptor that came with it.
+    pub(crate) fn call(
+        &self,
+        request: &Request,
+        id: Option<ObjectId>,
+    ) -> Result<(Reply, Option<OwnedFd>), ShareError> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let stream = match idle {
+            Some(stream) => stream,
+            None => Self::open(&self.socket, self.token, self.backend)?.0,
+        };
+        // A broken connection is dropped, not returned to the pool.
+        let (reply, fd) = exchange(&stream, request)?;
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(stream);
+        match reply {
+            Reply::Error { code, message } => Err(ShareError::from_reply(code, message, id)),
+            reply => Ok((reply, fd)),
+        }
+    }
+
+    /// What the daemon knows of `id`.
+    pub(crate) fn stat(&self, id: ObjectId) -> Result<ObjectInfo, ShareError> {
+        match self.call(&Request::Stat { id }, Some(id))?.0 {
+            Reply::Info(info) => Ok(info),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Every buffer the daemon holds.
+    pub(crate) fn list(&self) -> Result<Vec<ObjectInfo>, ShareError> {
+        match self.call(&Request::List, None)?.0 {
+            Reply::List(infos) => Ok(infos),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// The daemon's totals.
+    pub(crate) fn status(&self) -> Result<DaemonStatus, ShareError> {
+        match self.call(&Request::Status, None)?.0 {
+            Reply::Status(status) => Ok(status),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Deletes `id`.
+    pub(crate) fn delete(&self, id: ObjectId) -> Result<(), ShareError> {
+        self.call(&Request::Delete { id }, Some(id)).map(drop)
+    }
+}
+
+/// A reply that does not answer the request.
+pub(crate) fn unexpected(reply: &Reply) -> ShareError {
+    ShareError::Protocol(format!("unexpected reply {reply:?}"))
+}
+
+/// One request and its reply on `stream`.
+fn exchange(
+    stream: &UnixStream,
+    request: &Request,
+) -> Result<(Reply, Option<OwnedFd>), ShareError> {
+    let gone = |e: std::io::Error| ShareError::DaemonGone(e.to_string());
+    transport::send_frame(stream, &request.encode(), None).map_err(gone)?;
+    let received = transport::recv_frame(stream).map_err(|e| match e {
+        RecvError::Closed => ShareError::DaemonGone("it closed the connection".into()),
+        RecvError::Io(e) => gone(e),
+        RecvError::Wire(e) => ShareError::Protocol(e.to_string()),
+    })?;
+    let reply = Reply::decode(&received.frame)?;
+    if reply.carries_fd() != received.fd.is_some() {
+        return Err(ShareError::Protocol(
+            "a reply's descriptor is missing or unexpected".into(),
+        ));
+    }
+    Ok((reply, received.fd))
+}
+
+/// A client that only looks: stat, list, status and delete, with no
+/// backend of its own (`tandem share ls`).
+#[derive(Debug)]
+pub struct Inspector {
+    connections: Connections,
+}
+
+impl Inspector {
+    /// Connects to the daemon on `socket`.
+    pub fn connect(socket: &Path) -> Result<Self, ShareError> {
+        Ok(Self {
+            connections: Connections::connect(socket, WireBackend::Inspect)?,
+        })
+    }
+
+    /// What the daemon knows of `id`.
+    pub fn stat(&self, id: ObjectId) -> Result<ObjectInfo, ShareError> {
+        self.connections.stat(id)
+    }
+
+    /// Every buffer the daemon holds.
+    pub fn list(&self) -> Result<Vec<ObjectInfo>, ShareError> {
+        self.connections.list()
+    }
+
+    /// The daemon's totals.
+    pub fn status(&self) -> Result<DaemonStatus, ShareError> {
+        self.connections.status()
+    }
+
+    /// Deletes `id` (freed when its last lease goes).
+    pub fn delete(&self, id: ObjectId) -> Result<(), ShareError> {
+        self.connections.delete(id)
+    }
+}

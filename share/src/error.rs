@@ -1,0 +1,105 @@
+//! What a client call can fail with.
+
+use core::fmt;
+use std::time::Duration;
+
+use tandem_hal::GpuError;
+
+use crate::wire::{ErrorCode, ObjectId, WireError};
+
+/// Why a share call failed.
+#[derive(Debug)]
+pub enum ShareError {
+    /// No daemon answers (not started, killed, or it closed the connection):
+    /// buffers already mapped stay usable; new calls fail.
+    DaemonGone(String),
+    /// The daemon refused this client (another user, protocol version or
+    /// backend).
+    Refused(String),
+    /// No buffer has this id (never had, or freed).
+    UnknownId(ObjectId),
+    /// The buffer was deleted (those who hold it keep it until they drop it).
+    Deleted(ObjectId),
+    /// The buffer was not sealed before the deadline.
+    NotSealed {
+        /// The buffer.
+        id: ObjectId,
+        /// How long the open waited.
+        waited: Duration,
+    },
+    /// Seal of a buffer sealed already, or by a client that is not its writer.
+    NotWriter(ObjectId),
+    /// A size of zero, or beyond the device.
+    InvalidSize {
+        /// The size asked for.
+        bytes: u64,
+    },
+    /// No such device.
+    NoDevice(String),
+    /// A GpuApi call failed, here or in the daemon.
+    Gpu(String),
+    /// A frame that is not this protocol, or a socket error mid-frame.
+    Protocol(String),
+    /// Anything else the daemon said no to, with its words.
+    Daemon {
+        /// Its code.
+        code: ErrorCode,
+        /// Its message.
+        message: String,
+    },
+}
+
+impl ShareError {
+    /// The error the daemon's reply stands for.
+    pub(crate) fn from_reply(code: ErrorCode, message: String, id: Option<ObjectId>) -> Self {
+        match (code, id) {
+            (ErrorCode::UnknownId, Some(id)) => Self::UnknownId(id),
+            (ErrorCode::Deleted, Some(id)) => Self::Deleted(id),
+            (ErrorCode::NotWriter | ErrorCode::AlreadySealed, Some(id)) => Self::NotWriter(id),
+            (ErrorCode::Refused, _) => Self::Refused(message),
+            (ErrorCode::NoDevice, _) => Self::NoDevice(message),
+            (ErrorCode::Device, _) => Self::Gpu(message),
+            (ErrorCode::Protocol, _) => Self::Protocol(message),
+            _ => Self::Daemon { code, message },
+        }
+    }
+}
+
+impl fmt::Display for ShareError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DaemonGone(why) => write!(f, "the share daemon is gone: {why}"),
+            Self::Refused(why) => write!(f, "the share daemon refused this client: {why}"),
+            Self::UnknownId(id) => write!(f, "no shared buffer {id}"),
+            Self::Deleted(id) => write!(f, "shared buffer {id} was deleted"),
+            Self::NotSealed { id, waited } => {
+                write!(f, "shared buffer {id} was not sealed within {waited:?}")
+            }
+            Self::NotWriter(id) => write!(f, "shared buffer {id} is sealed or not ours to seal"),
+            Self::InvalidSize { bytes } => {
+                write!(
+                    f,
+                    "a shared buffer of {bytes} bytes is zero or beyond the device"
+                )
+            }
+            Self::NoDevice(why) => write!(f, "no such device: {why}"),
+            Self::Gpu(why) => write!(f, "GPU call failed: {why}"),
+            Self::Protocol(why) => write!(f, "share protocol error: {why}"),
+            Self::Daemon { code, message } => write!(f, "share daemon: {message} ({code:?})"),
+        }
+    }
+}
+
+impl std::error::Error for ShareError {}
+
+impl From<GpuError> for ShareError {
+    fn from(e: GpuError) -> Self {
+        Self::Gpu(e.to_string())
+    }
+}
+
+impl From<WireError> for ShareError {
+    fn from(e: WireError) -> Self {
+        Self::Protocol(e.to_string())
+    }
+}

@@ -1,0 +1,247 @@
+//! The socket: where it lives, who may connect, and frames with a file
+//! descriptor beside them.
+//!
+//! The socket is the daemon's only door, so it is shut twice: it is created
+//! mode 0600 in a directory of mode 0700 that the user owns (the kernel
+//! refuses other users at `connect`), and the daemon checks every
+//! connection's uid with `SO_PEERCRED` (in case the file's mode was widened
+//! or the socket handed on).
+
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+use crate::wire::{Header, HEADER_BYTES};
+
+/// The socket's file name in [`runtime_dir`].
+pub const SOCKET_NAME: &str = "share.sock";
+
+/// The current user's id.
+pub fn own_uid() -> u32 {
+    // SAFETY: getuid cannot fail and touches no memory.
+    unsafe { libc::getuid() }
+}
+
+/// `$XDG_RUNTIME_DIR/tandem`, or `/tmp/tandem-<uid>` where that is unset:
+/// a directory only the user can enter.
+pub fn runtime_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("tandem"),
+        _ => std::env::temp_dir().join(format!("tandem-{}", own_uid())),
+    }
+}
+
+/// Where a daemon listens unless told otherwise.
+pub fn default_socket_path() -> PathBuf {
+    runtime_dir().join(SOCKET_NAME)
+}
+
+/// Creates `dir` (mode 0700) or checks that an existing one is the user's
+/// and closed to others: a socket in a directory another user can write
+/// could be swapped for theirs.
+fn private_dir(dir: &Path) -> io::Result<()> {
+    match std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(dir)
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::metadata(dir)?;
+    if meta.uid() != own_uid() || meta.mode() & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} belongs to uid {} with mode {:o}: not a private directory",
+                dir.display(),
+                meta.uid(),
+                meta.mode() & 0o777
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Binds `path` owner-only. A socket file left by a dead daemon is
+/// replaced; one a live daemon answers on is `AddrInUse`.
+pub fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        private_dir(dir)?;
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("a daemon already serves {}", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    // bind creates the file with the umask's mode; there is no window for
+    // another user, since the directory is private.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+/// The uid of the process at the other end (`SO_PEERCRED`, as it was at
+/// `connect`).
+pub fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = core::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` is a writable ucred and `len` its size, as
+    // SO_PEERCRED expects.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// Room for one descriptor's control message.
+const CMSG_SPACE: usize = 64;
+
+/// Sends `frame`, with `fd` beside its first byte when given.
+pub fn send_frame(stream: &UnixStream, frame: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    let Some(fd) = fd else {
+        return (&*stream).write_all(frame);
+    };
+    let mut control = [0u8; CMSG_SPACE];
+    let iov = [IoSlice::new(frame)];
+    // SAFETY: zeroed msghdr is a valid "nothing" value; the fields set below
+    // point at `iov` and `control`, which outlive the sendmsg call.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a pure computation.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(core::mem::size_of::<RawFd>() as u32) } as _;
+    debug_assert!(msg.msg_controllen as usize <= CMSG_SPACE);
+    // SAFETY: msg_control points at msg_controllen writable bytes, so the
+    // first header exists; CMSG_DATA of it has room for one int.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(core::mem::size_of::<RawFd>() as u32) as _;
+        core::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd.as_raw_fd());
+    }
+    // SAFETY: msg is fully initialised as above; MSG_NOSIGNAL turns a
+    // closed peer into EPIPE instead of SIGPIPE.
+    let sent = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if sent < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // The descriptor went with the first byte; the rest is plain.
+    (&*stream).write_all(&frame[sent as usize..])
+}
+
+/// What [`recv_frame`] read.
+#[derive(Debug)]
+pub struct Received {
+    /// The whole frame, header included (its header checked).
+    pub frame: Vec<u8>,
+    /// The descriptor that came with it, if one did.
+    pub fd: Option<OwnedFd>,
+}
+
+/// Why [`recv_frame`] returned no frame.
+#[derive(Debug)]
+pub enum RecvError {
+    /// The peer closed the connection between frames.
+    Closed,
+    /// The socket failed (or closed mid-frame).
+    Io(io::Error),
+    /// The header is not this protocol's.
+    Wire(crate::wire::WireError),
+}
+
+/// Reads one frame and any descriptor sent with it. More than one
+/// descriptor, or one cut short by the kernel, is an error (and closed).
+pub fn recv_frame(stream: &UnixStream) -> Result<Received, RecvError> {
+    let mut header = [0u8; HEADER_BYTES];
+    let mut control = [0u8; CMSG_SPACE];
+    let mut iov = [IoSliceMut::new(&mut header)];
+    // SAFETY: as in send_frame; the buffers outlive the call.
+    let mut msg: libc::msghdr = unsafe { core::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr().cast();
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = CMSG_SPACE as _;
+    let got = loop {
+        // SAFETY: msg describes writable buffers; CLOEXEC so a descriptor
+        // never leaks into a child we spawn.
+        let got = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if got >= 0 {
+            break got as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(RecvError::Io(e));
+        }
+    };
+    let fds = received_fds(&msg);
+    if got == 0 {
+        return Err(RecvError::Closed);
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 || fds.len() > 1 {
+        return Err(RecvError::Io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "more descriptors than one came with a frame",
+        )));
+    }
+    let mut stream_ref = stream;
+    stream_ref
+        .read_exact(&mut header[got..])
+        .map_err(RecvError::Io)?;
+    let parsed = Header::decode(&header).map_err(RecvError::Wire)?;
+    let mut frame = vec![0u8; HEADER_BYTES + parsed.payload as usize];
+    frame[..HEADER_BYTES].copy_from_slice(&header);
+    stream_ref
+        .read_exact(&mut frame[HEADER_BYTES..])
+        .map_err(RecvError::Io)?;
+    Ok(Received {
+        frame,
+        fd: fds.into_iter().next(),
+    })
+}
+
+/// Takes ownership of every descriptor in `msg`'s control messages, so none
+/// leaks whatever the caller decides.
+fn received_fds(msg: &libc::msghdr) -> Vec<OwnedFd> {
+    let mut fds = Vec::new();
+    // SAFETY: the kernel filled msg_control up to msg_controllen; the CMSG
+    // macros walk only within it, and each SCM_RIGHTS payload holds
+    // (cmsg_len - CMSG_LEN(0)) / 4 descriptors now owned by this process.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / core::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    fds.push(OwnedFd::from_raw_fd(core::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+        }
+    }
+    fds
+}
