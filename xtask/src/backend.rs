@@ -8,13 +8,14 @@ use std::{
 };
 
 /// The packages that have `cuda` and `hip` features; each feature adds that backend.
-pub const FEATURE_PACKAGES: [&str; 6] = [
+pub const FEATURE_PACKAGES: [&str; 7] = [
     "tandem-device-kernels",
     "tandem-runtime",
     "tandem-tests",
     "tandem-examples",
     "tandem-blob",
     "tandem-cli",
+    "tandem-share",
 ];
 
 /// A GPU backend that is selected by features.
