@@ -443,3 +443,27 @@ unsafe impl DeviceMemory for CudaShareableBuffer {
         self.len
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn import_errors_are_invalid_handles_unless_about_the_driver() {
+        for code in [
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            CUresult::CUDA_ERROR_INVALID_HANDLE,
+            CUresult::CUDA_ERROR_OPERATING_SYSTEM,
+        ] {
+            let e = check_import("cuMemImportFromShareableHandle", code).unwrap_err();
+            assert!(matches!(e.kind, ErrorKind::InvalidIpcHandle(_)), "{e}");
+        }
+        let e = check_import(
+            "cuMemImportFromShareableHandle",
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+        )
+        .unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Vendor { code: 2, .. }), "{e}");
+        assert!(check_import("cuMemImportFromShareableHandle", CUresult::CUDA_SUCCESS).is_ok());
+    }
+}
