@@ -13,7 +13,7 @@ use tandem_hal::checks::{self, LaunchLimits};
 use tandem_hal::{
     check_args, numa, Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuApi,
     GpuDevice, GpuResult, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts,
-    NumaSource, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
+    NumaSource, ShareableHandle, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
 };
 
 use crate::api::CudaApi;
@@ -24,6 +24,7 @@ use crate::memory::{
     CudaDeviceBuffer, CudaHostRegistration, CudaIpcBuffer, CudaManagedBuffer, CudaPinnedBuffer,
 };
 use crate::module::{self, CudaKernel, CudaModule};
+use crate::shareable::{self, CudaShareableBuffer};
 use crate::stream::{CudaEvent, CudaStream};
 
 const CUDA: Backend = Backend::Cuda;
@@ -131,6 +132,16 @@ impl CudaDevice {
         ))
     }
 
+    /// Bytes of memory the device has.
+    fn total_memory(&self) -> GpuResult<usize> {
+        let mut total: usize = 0;
+        // SAFETY: valid out-pointer and device handle.
+        check("cuDeviceTotalMem_v2", unsafe {
+            sys::cuDeviceTotalMem_v2(&mut total, self.ctx.device)
+        })?;
+        Ok(total)
+    }
+
     /// The device address of mapped host memory at `host`.
     fn mapped_device_ptr(&self, host: *mut u8) -> GpuResult<CUdeviceptr> {
         let mut device: CUdeviceptr = 0;
@@ -177,6 +188,7 @@ impl GpuDevice for CudaDevice {
     type HostRegistration = CudaHostRegistration;
     type ManagedBuffer = CudaManagedBuffer;
     type IpcBuffer = CudaIpcBuffer;
+    type ShareableBuffer = CudaShareableBuffer;
     type Stream = CudaStream;
     type Event = CudaEvent;
     type Module = CudaModule;
@@ -196,11 +208,7 @@ impl GpuDevice for CudaDevice {
             // SAFETY: `buf` holds `len` bytes; the device handle is valid.
             unsafe { sys::cuDeviceGetPCIBusId(buf, len, device) }
         })?;
-        let mut total_memory: usize = 0;
-        // SAFETY: valid out-pointer and device handle.
-        check("cuDeviceTotalMem_v2", unsafe {
-            sys::cuDeviceTotalMem_v2(&mut total_memory, device)
-        })?;
+        let total_memory = self.total_memory()?;
         let attr = |a| self.ctx.attribute(a);
         let (host_numa_node, numa_source) = self.host_numa(&pci_bus_id);
         Ok(DeviceProperties {
@@ -669,6 +677,43 @@ impl GpuDevice for CudaDevice {
 
     fn ipc_open_memory(&self, handle: &IpcMemHandle) -> GpuResult<CudaIpcBuffer> {
         IpcMapping::open_cached(&self.ctx, handle).map(CudaIpcBuffer::new)
+    }
+
+    /// A VMM allocation exported as fds, or, where the device refuses fd
+    /// handles or `TANDEM_CUDA_SHARE_LEGACY=1`, an exportable allocation
+    /// exported as a legacy IPC handle (see [`CudaShareableBuffer`]).
+    fn alloc_shareable(&self, bytes: usize) -> GpuResult<CudaShareableBuffer> {
+        const CALL: &str = "alloc_shareable";
+        checks::allocation_size(CUDA, CALL, bytes)?;
+        if bytes > self.total_memory()? {
+            return Err(error(
+                CALL,
+                ErrorKind::InvalidSize {
+                    bytes: bytes as u64,
+                },
+            ));
+        }
+        if shareable::use_legacy(&self.ctx) {
+            let buffer = self.alloc(CALL, bytes, true)?;
+            return Ok(CudaShareableBuffer::legacy_owned(buffer, bytes));
+        }
+        CudaShareableBuffer::allocate_vmm(&self.ctx, bytes)
+    }
+
+    fn export_shareable(&self, buffer: &CudaShareableBuffer) -> GpuResult<ShareableHandle> {
+        self.ctx.expect_same("export_shareable", buffer.context())?;
+        match buffer.as_legacy_owned() {
+            Some(owned) => Ok(ShareableHandle::Ipc {
+                handle: self.ipc_export_memory(owned)?,
+                offset: 0,
+                len: buffer.len(),
+            }),
+            None => buffer.export(),
+        }
+    }
+
+    fn import_shareable(&self, handle: ShareableHandle) -> GpuResult<CudaShareableBuffer> {
+        CudaShareableBuffer::import(&self.ctx, handle)
     }
 
     fn ipc_export_event(&self, event: &CudaEvent) -> GpuResult<IpcEventHandle> {

@@ -121,6 +121,11 @@ impl IpcMapping {
         open_cache(ctx.ordinal).get_or_open(handle, || Self::open(ctx, handle))
     }
 
+    /// The context the mapping was opened in.
+    pub(crate) fn context(&self) -> &Context {
+        &self.ctx
+    }
+
     fn open(ctx: &Arc<Context>, handle: &IpcMemHandle) -> GpuResult<Self> {
         ctx.bind()?;
         let raw = CUipcMemHandle {

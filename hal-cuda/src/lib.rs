@@ -21,6 +21,10 @@
 //!   and then go straight to `cuLaunchKernel` with a stack parameter array.
 //! - **IPC.** Legacy handles; own handles are refused as `IpcSameProcess`
 //!   before the driver sees them, and opens share one mapping per handle.
+//! - **Shareable memory** ([`CudaShareableBuffer`]) is a VMM allocation
+//!   (`cuMemCreate`) exported as a POSIX fd, which outlives its exporter;
+//!   where the device refuses fd handles, or [`SHARE_LEGACY_ENV`] is `1`,
+//!   an exportable allocation behind a legacy IPC handle.
 //!
 //! Synchronous copies and fills return once the data is in place (they wait
 //! for the legacy default stream they run on); they do not wait for work on
@@ -29,7 +33,7 @@
 //! # Layers
 //! Each module uses only those before it: `driver` (loading, errors) and
 //! `artifact`; `api` (the backend type) and `nvrtc`; `context` (a device's
-//! primary context); `ipc`, `memory`, `stream`, `module`; `device` (the
+//! primary context); `ipc`, `memory`, `shareable`, `stream`, `module`; `device` (the
 //! `GpuApi` and `GpuDevice` impls).
 
 mod api;
@@ -41,6 +45,7 @@ mod ipc;
 mod memory;
 mod module;
 mod nvrtc;
+mod shareable;
 mod stream;
 
 pub use api::CudaApi;
@@ -50,6 +55,7 @@ pub use memory::{
     CudaDeviceBuffer, CudaHostRegistration, CudaIpcBuffer, CudaManagedBuffer, CudaPinnedBuffer,
 };
 pub use module::{CudaKernel, CudaModule};
+pub use shareable::{CudaShareableBuffer, SHARE_LEGACY_ENV};
 pub use stream::{CudaEvent, CudaStream};
 
 #[cfg(test)]
@@ -69,6 +75,7 @@ mod test_support {
         include_str!("memory.rs"),
         include_str!("module.rs"),
         include_str!("nvrtc.rs"),
+        include_str!("shareable.rs"),
         include_str!("stream.rs"),
     ];
 

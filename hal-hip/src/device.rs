@@ -23,6 +23,7 @@ use tandem_hal::numa::numa_node_of_pci;
 use tandem_hal::{
     Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuApi, GpuDevice, GpuResult,
     IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts, NumaSource,
+    ShareableHandle,
 };
 
 use crate::api::HipApi;
@@ -33,6 +34,7 @@ use crate::memory::{
     self, HipDeviceBuffer, HipHostRegistration, HipManagedBuffer, HipPinnedBuffer,
 };
 use crate::module::{self, HipKernel, HipModule};
+use crate::shareable::{self, HipShareableBuffer};
 use crate::stream::{HipEvent, HipStream};
 use crate::target::processor_of;
 
@@ -240,6 +242,7 @@ impl GpuDevice for HipDevice {
     type HostRegistration = HipHostRegistration;
     type ManagedBuffer = HipManagedBuffer;
     type IpcBuffer = HipIpcBuffer;
+    type ShareableBuffer = HipShareableBuffer;
     type Stream = HipStream;
     type Event = HipEvent;
     type Module = HipModule;
@@ -528,6 +531,30 @@ impl GpuDevice for HipDevice {
 
     fn ipc_open_memory(&self, handle: &IpcMemHandle) -> GpuResult<HipIpcBuffer> {
         ipc::open_memory(&self.ipc_cache, handle, self.ordinal)
+    }
+
+    /// A VMM allocation exported as fds, or a legacy exportable allocation
+    /// (see [`HipShareableBuffer`] for which, and why).
+    fn alloc_shareable(&self, bytes: usize) -> GpuResult<HipShareableBuffer> {
+        const CALL: &str = "alloc_shareable";
+        checks::allocation_size(Backend::Hip, CALL, bytes)?;
+        if bytes as u64 > self.properties.total_memory {
+            return Err(hip_error(
+                CALL,
+                ErrorKind::InvalidSize {
+                    bytes: bytes as u64,
+                },
+            ));
+        }
+        shareable::allocate(self.ordinal, bytes)
+    }
+
+    fn export_shareable(&self, buffer: &HipShareableBuffer) -> GpuResult<ShareableHandle> {
+        shareable::export(self.ordinal, buffer)
+    }
+
+    fn import_shareable(&self, handle: ShareableHandle) -> GpuResult<HipShareableBuffer> {
+        shareable::import(self.ordinal, &self.ipc_cache, handle)
     }
 
     fn ipc_export_event(&self, event: &HipEvent) -> GpuResult<IpcEventHandle> {

@@ -42,6 +42,9 @@ macro_rules! backend_tests {
                 bad_launches_are_refused,
                 ipc_same_process_open_is_refused,
                 garbage_ipc_handles_are_invalid,
+                shareable_memory_round_trips,
+                shareable_bad_sizes_are_refused,
+                shareable_garbage_is_refused,
             ]);
             backend_tests!(@device_and_child $api, ipc: [
                 add_in_child_process,
