@@ -115,8 +115,8 @@ pub use serve::{init_logging, on_best_backend, serve, Backend, OnBackend, ServeO
 pub use service::{GpuService, ServiceStats};
 pub use signals::{exit_on_termination, Termination, TerminationWaker};
 pub use stale::{
-    clean_stale_segments, create_owned_segment, remove_stale_segment, OwnerRecord, StaleSegment,
-    StaleWhy, OWNED_SEGMENT_MAGIC,
+    clean_stale_segments, create_owned_segment, remove_host_ipc_segments_of, remove_stale_segment,
+    OwnerRecord, StaleSegment, StaleWhy, OWNED_SEGMENT_MAGIC,
 };
 pub use submit::{Pending, Route, SharedBuffer};
 pub use task::{

@@ -124,11 +124,26 @@ enum Header {
     /// Too short for a magic, or the magic still 0: its creator had not
     /// finished (or is finishing now).
     Unpublished,
+    /// A CPU device IPC segment (memory or event), which has no header;
+    /// its name (`tdm-<pid>-<sequence>`, hex) gives its exporter, which
+    /// holds it while alive.
+    HostIpc(u32),
     /// Something else.
     Foreign,
 }
 
+/// The exporter of a CPU device IPC segment named `name` (see
+/// `tandem_hal::host`), if that is what the name is.
+fn host_ipc_exporter(name: &str) -> Option<u32> {
+    let (pid, sequence) = name.strip_prefix("tdm-")?.split_once('-')?;
+    u64::from_str_radix(sequence, 16).ok()?;
+    u32::from_str_radix(pid, 16).ok()
+}
+
 fn read_header(probe: &SegmentProbe) -> Result<Header, RuntimeError> {
+    if let Some(pid) = host_ipc_exporter(probe.name()) {
+        return Ok(Header::HostIpc(pid));
+    }
     let mut bytes = [0u8; size_of::<SegmentHeader>()];
     let n = probe.read_at(0, &mut bytes)?;
     let u32_at = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
@@ -170,6 +185,12 @@ fn judge(probe: &SegmentProbe) -> Result<Result<StaleSegment, RuntimeError>, Run
         Header::Tandem(owner) => Ok(StaleSegment {
             name,
             owner_pid: Some(owner.pid),
+            why: StaleWhy::OwnerGone,
+        }),
+        // Not held: its exporter is gone (it held it while alive).
+        Header::HostIpc(pid) => Ok(StaleSegment {
+            name,
+            owner_pid: Some(pid),
             why: StaleWhy::OwnerGone,
         }),
         Header::Unpublished => Ok(StaleSegment {
@@ -242,8 +263,25 @@ pub fn remove_stale_segment(name: &str) -> Result<Option<StaleSegment>, RuntimeE
     }
 }
 
+/// Removes the CPU device IPC segments that process `pid`, now dead,
+/// exported and nobody holds: what a parent does after its child service
+/// was killed. Returns how many it removed.
+pub fn remove_host_ipc_segments_of(pid: u32) -> usize {
+    let prefix = format!("tdm-{pid:x}-");
+    let Ok(entries) = std::fs::read_dir(SHM_DIR) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+        .filter(|name| name.starts_with(&prefix))
+        .filter(|name| matches!(remove_stale_segment(name), Ok(Some(_))))
+        .count()
+}
+
 /// `tandem clean`: scans `/dev/shm` for Tandem's segments (runtime segments
-/// and owned segments, told by their magic, whatever their name)
+/// and owned segments, told by their magic, whatever their name; the CPU
+/// device's IPC segments, told by their name)
 /// and removes those whose owner process is gone and that no process holds;
 /// returns them. With `dry_run`, removes nothing and returns what it would
 /// remove.
@@ -271,7 +309,7 @@ pub fn clean_stale_segments(dry_run: bool) -> Result<Vec<StaleSegment>, RuntimeE
         let Ok(probe) = SegmentProbe::open(&name) else {
             continue;
         };
-        if !matches!(read_header(&probe)?, Header::Tandem(_)) {
+        if !matches!(read_header(&probe)?, Header::Tandem(_) | Header::HostIpc(_)) {
             continue;
         }
         let Ok(stale) = judge(&probe)? else {

@@ -40,8 +40,14 @@ impl<A: GpuApi> Drop for ClientInner<A> {
             .unwrap_or_else(PoisonError::into_inner)
             .take();
         if let Some(daemon) = daemon {
-            // Nothing to tell anyone in a drop; the daemon removes its socket.
-            let _ = daemon.stop();
+            // A daemon that stops cleanly removes its socket; one that was
+            // killed could not, and nobody else will. Nothing to tell
+            // anyone in a drop.
+            if !daemon.stop().is_ok_and(|status| status.success()) {
+                let _ = std::fs::remove_file(self.connections.socket());
+                // Its CPU device events too (named segments).
+                tandem_runtime::remove_host_ipc_segments_of(self.connections.daemon_pid());
+            }
         }
     }
 }

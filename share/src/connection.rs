@@ -159,8 +159,19 @@ fn exchange(
     request: &Request,
 ) -> Result<(Reply, Option<OwnedFd>), ShareError> {
     let gone = |e: std::io::Error| ShareError::DaemonGone(e.to_string());
-    transport::send_frame(stream, &request.encode(), None).map_err(gone)?;
-    let received = transport::recv_frame(stream).map_err(|e| match e {
+    let sent = transport::send_frame(stream, &request.encode(), None);
+    // A daemon that refuses a connection says why and closes it, maybe
+    // before the request lands: read its reason before calling it gone.
+    let received = transport::recv_frame(stream);
+    if let Err(e) = sent {
+        return match received.map(|r| Reply::decode(&r.frame)) {
+            Ok(Ok(Reply::Error { code, message })) => {
+                Err(ShareError::from_reply(code, message, None))
+            }
+            _ => Err(gone(e)),
+        };
+    }
+    let received = received.map_err(|e| match e {
         RecvError::Closed => ShareError::DaemonGone("it closed the connection".into()),
         RecvError::Io(e) => gone(e),
         RecvError::Wire(e) => ShareError::Protocol(e.to_string()),

@@ -197,7 +197,7 @@ impl<A: GpuApi> Daemon<A> {
             .map(|i| api.device(i))
             .collect::<Result<Vec<_>, _>>()?;
         let listener = transport::bind_owner_only(socket)
-            .map_err(|e| ShareError::Refused(format!("cannot serve {}: {e}", socket.display())))?;
+            .map_err(|e| ShareError::CannotServe(format!("{}: {e}", socket.display())))?;
         Ok(Self {
             shared: Arc::new(Shared {
                 backend: WireBackend::of(A::BACKEND),

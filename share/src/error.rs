@@ -13,6 +13,9 @@ pub enum ShareError {
     /// No daemon answers (not started, killed, or it closed the connection):
     /// buffers already mapped stay usable; new calls fail.
     DaemonGone(String),
+    /// The daemon cannot serve its socket (another daemon serves it, or
+    /// the directory is not private).
+    CannotServe(String),
     /// The daemon refused this client (another user, protocol version or
     /// backend).
     Refused(String),
@@ -69,6 +72,7 @@ impl fmt::Display for ShareError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::DaemonGone(why) => write!(f, "the share daemon is gone: {why}"),
+            Self::CannotServe(why) => write!(f, "cannot serve: {why}"),
             Self::Refused(why) => write!(f, "the share daemon refused this client: {why}"),
             Self::UnknownId(id) => write!(f, "no shared buffer {id}"),
             Self::Deleted(id) => write!(f, "shared buffer {id} was deleted"),

@@ -371,6 +371,7 @@ mod op {
 }
 
 /// Builds one frame.
+#[derive(Default)]
 struct Writer(Vec<u8>);
 
 impl Writer {
@@ -716,12 +717,6 @@ impl Writer {
     /// `finish` for a chain of `&mut` calls.
     fn finish_ref(&mut self) -> Vec<u8> {
         core::mem::take(self).finish()
-    }
-}
-
-impl Default for Writer {
-    fn default() -> Self {
-        Self(Vec::new())
     }
 }
 

@@ -1,0 +1,587 @@
+//! The share daemon end to end: a daemon in a child process (`tandem share
+//! serve`), writers and readers in this process and in others, kernels
+//! filling and reading shared buffers, and the failures: a killed client, a
+//! killed daemon, another user, garbage on the socket, bad ids and sizes.
+//!
+//! Other processes are this test binary run again with [`ROLE_ENV`] naming
+//! what to do (see [`child_role`]); they talk on stdout lines. Every
+//! behaviour runs on the host backend (memfd buffers) and, with the `cuda`
+//! feature, on CUDA (skipped without a device unless `TANDEM_REQUIRE_GPU=1`).
+
+mod common;
+
+use std::io::{BufRead, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, KernelArg, LaunchConfig};
+use tandem_share::{HostMirror, ObjectId, ShareClient, ShareError};
+use tandem_tests::conformance::{kernels, launch, read_u32s};
+
+/// Set in a child: which role it plays, then its arguments in [`ARGS_ENV`].
+const ROLE_ENV: &str = "TANDEM_SHARE_TEST_ROLE";
+const ARGS_ENV: &str = "TANDEM_SHARE_TEST_ARGS";
+/// How long any step of a child may take (first CUDA use compiles kernels).
+const STEP: Duration = Duration::from_secs(120);
+const WORDS: usize = 1 << 16;
+
+fn daemon<A: GpuApi>(api: A) -> ShareClient<A> {
+    ShareClient::spawn_daemon_with(api, &common::tandem_exe()).expect("starting the share daemon")
+}
+
+/// Fills `buffer` with `value` by kernel on `stream` (not synchronised: the
+/// seal's event orders readers after it).
+fn fill<A: GpuApi>(
+    device: &A::Device,
+    buffer: &impl DeviceMemory<Api = A>,
+    value: u32,
+    stream: &<A::Device as GpuDevice>::Stream,
+) {
+    let module = kernels(device);
+    launch(
+        device,
+        &module,
+        "tandem_fill_u32",
+        LaunchConfig::linear(64, 256),
+        &[
+            KernelArg::Ptr(buffer.device_ptr()),
+            KernelArg::U64((buffer.len() / 4) as u64),
+            KernelArg::U32(value),
+        ],
+        stream,
+    );
+}
+
+/// Sums `buffer`'s words by kernel on `stream` (after what the stream
+/// waits for), read back on the host.
+fn kernel_sum<A: GpuApi>(
+    device: &A::Device,
+    buffer: &impl DeviceMemory<Api = A>,
+    stream: &<A::Device as GpuDevice>::Stream,
+) -> u64 {
+    const BLOCKS: u32 = 32;
+    let module = kernels(device);
+    let sums = device.alloc_device(BLOCKS as usize * 4).unwrap();
+    launch(
+        device,
+        &module,
+        "tandem_block_sum_u32",
+        LaunchConfig::linear(BLOCKS, 256),
+        &[
+            KernelArg::Ptr(buffer.device_ptr()),
+            KernelArg::Ptr(sums.device_ptr()),
+            KernelArg::U64((buffer.len() / 4) as u64),
+        ],
+        stream,
+    );
+    device.synchronize_stream(stream).unwrap();
+    read_u32s(device, &sums, BLOCKS as usize)
+        .iter()
+        .map(|&s| u64::from(s))
+        .sum()
+}
+
+// --- child processes ----------------------------------------------------------
+
+/// A child of this test binary playing `role`, its stdout as lines; killed
+/// and reaped when dropped.
+struct RoleChild {
+    child: Child,
+    lines: Receiver<String>,
+}
+
+impl RoleChild {
+    fn spawn<A: GpuApi>(role: &str, args: &[String]) -> Self {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "share_child_role",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE_ENV, format!("{}:{role}", A::BACKEND))
+            .env(ARGS_ENV, args.join(" "))
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("re-running the test binary");
+        let lines = common::lines(&mut child);
+        Self { child, lines }
+    }
+
+    /// The next thing the child [`say`]s (libtest may print on the same line).
+    fn expect_line(&self, prefix: &str) -> String {
+        let deadline = Instant::now() + STEP;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("child said nothing starting {prefix:?}"));
+            if let Some((_, rest)) = line.split_once(SAID) {
+                assert!(
+                    rest.starts_with(prefix),
+                    "child said {rest:?}, expected {prefix:?}"
+                );
+                return rest[prefix.len()..].trim().to_string();
+            }
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn succeeds(mut self) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "child failed: {status}");
+    }
+}
+
+impl Drop for RoleChild {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Marks what a child says to the parent on its stdout.
+const SAID: &str = "@share-child@ ";
+
+/// Says a line to the parent.
+fn say(line: impl std::fmt::Display) {
+    println!("{SAID}{line}");
+}
+
+/// Blocks until the parent writes a line (or closes stdin).
+fn await_parent() {
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+}
+
+/// Not a test: the entry point of the child processes above. Without
+/// [`ROLE_ENV`] (a normal test run) it does nothing.
+#[test]
+fn share_child_role() {
+    let Ok(role) = std::env::var(ROLE_ENV) else {
+        return;
+    };
+    let args: Vec<String> = std::env::var(ARGS_ENV)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    let (backend, role) = role.split_once(':').unwrap();
+    match backend {
+        "host" => child_role::<tandem_hal::HostApi>(role, &args),
+        #[cfg(feature = "cuda")]
+        "cuda" => child_role::<tandem_hal_cuda::CudaApi>(role, &args),
+        other => panic!("no backend {other} in this build"),
+    }
+}
+
+fn child_role<A: GpuApi>(role: &str, args: &[String]) {
+    let socket = std::path::Path::new(&args[0]);
+    let client = ShareClient::connect(A::load().unwrap(), socket).expect("connecting");
+    let device = client.device(0).unwrap();
+    let stream = device.create_stream().unwrap();
+    match role {
+        // Creates a buffer, fills it by kernel, seals without waiting, and
+        // exits: the sealed buffer outlives its writer.
+        "producer" => {
+            let value: u32 = args[1].parse().unwrap();
+            let (id, buffer) = client.create_buffer(0, WORDS * 4).unwrap();
+            fill::<A>(&device, &buffer, value, &stream);
+            let sealed = client.seal(buffer, &stream).unwrap();
+            say(format!("sealed {}", id.0));
+            device.synchronize_stream(&stream).unwrap();
+            drop(sealed);
+        }
+        // Opens a buffer and sums it by kernel.
+        "consumer" => {
+            let id = ObjectId(args[1].parse().unwrap());
+            let buffer = client.get_buffer(id, &stream).unwrap();
+            say(format!(
+                "sum {}",
+                kernel_sum::<A>(&device, &buffer, &stream)
+            ));
+        }
+        // Holds buffers (two sealed, one opened twice, one unsealed) until killed.
+        "holder" => {
+            let (a, first) = client.create_buffer(0, 1 << 20).unwrap();
+            let (_, second) = client.create_buffer(0, 1 << 20).unwrap();
+            let (_, unsealed) = client.create_buffer(0, 1 << 20).unwrap();
+            let first = client.seal(first, &stream).unwrap();
+            let second = client.seal(second, &stream).unwrap();
+            let again = client.get_buffer(a, &stream).unwrap();
+            assert!(again.same_mapping(&first));
+            say("holding");
+            await_parent();
+            drop((first, second, unsealed, again));
+        }
+        other => panic!("no role {other}"),
+    }
+}
+
+// --- behaviours ---------------------------------------------------------------
+
+/// Create, fill by kernel, seal, open (cached), mirror, stat, delete while
+/// mapped, free at the last release.
+fn round_trip_in_one_process<A: GpuApi>(api: A) {
+    let client = daemon(api);
+    let device = client.device(0).unwrap();
+    let stream = device.create_stream().unwrap();
+    let (id, buffer) = client.create_buffer(0, WORDS * 4).unwrap();
+    assert_eq!(buffer.len(), WORDS * 4);
+    let info = client.stat(id).unwrap();
+    assert!(!info.sealed && info.leases == 1, "{info:?}");
+    fill::<A>(&device, &buffer, 3, &stream);
+    let sealed = client.seal(buffer, &stream).unwrap();
+    let opened = client.get_buffer(id, &stream).unwrap();
+    assert!(
+        opened.same_mapping(&sealed),
+        "a second open shares the mapping"
+    );
+    assert_eq!(client.stat(id).unwrap().leases, 1, "one lease per mapping");
+    assert_eq!(kernel_sum::<A>(&device, &opened, &stream), 3 * WORDS as u64);
+    let mirror = HostMirror::new(&opened, true).unwrap();
+    assert!(mirror.chunks_exact(4).all(|w| w == 3u32.to_le_bytes()));
+    drop(mirror);
+
+    client.delete(id).unwrap();
+    let info = client.stat(id).unwrap();
+    assert!(
+        info.deleted && info.leases == 1,
+        "deleted, still mapped: {info:?}"
+    );
+    assert!(matches!(
+        client.get_buffer_within(id, &stream, Duration::ZERO),
+        Err(ShareError::Deleted(_))
+    ));
+    assert!(
+        matches!(client.delete(id), Err(ShareError::Deleted(_))),
+        "double delete"
+    );
+    // Still mapped, still readable.
+    assert_eq!(kernel_sum::<A>(&device, &sealed, &stream), 3 * WORDS as u64);
+    drop((sealed, opened));
+    assert!(
+        matches!(client.stat(id), Err(ShareError::UnknownId(_))),
+        "freed at the last release"
+    );
+    let status = client.status().unwrap();
+    assert_eq!((status.objects, status.bytes, status.leases), (0, 0, 0));
+}
+
+/// A writer's mirror is copied back on drop; a reader's mirror sees it.
+fn mirrors_round_trip<A: GpuApi>(api: A) {
+    let client = daemon(api);
+    let stream = client.device(0).unwrap().create_stream().unwrap();
+    let pattern: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let (id, mut buffer) = client.create_buffer(0, pattern.len()).unwrap();
+    {
+        let mut mirror = HostMirror::new(&mut buffer, false).unwrap();
+        assert!(mirror.iter().all(|&b| b == 0), "copy_in false: zeroes");
+        mirror.copy_from_slice(&pattern);
+    }
+    // An explicit finish reports errors; here it writes the same bytes.
+    let mut mirror = HostMirror::new(&mut buffer, true).unwrap();
+    assert_eq!(&mirror[..], &pattern[..]);
+    mirror[0] = pattern[0];
+    mirror.finish().unwrap();
+    drop(client.seal(buffer, &stream).unwrap());
+    let reader = client.get_buffer(id, &stream).unwrap();
+    assert_eq!(&HostMirror::new(&reader, true).unwrap()[..], &pattern[..]);
+}
+
+/// A producer process fills and seals, exits; consumer processes (and this
+/// one) read it by kernel: the seal's event orders them after its kernel.
+fn producer_and_consumer_processes<A: GpuApi>(api: A) {
+    let client = daemon(api);
+    let socket = client.socket_path().display().to_string();
+    let producer = RoleChild::spawn::<A>("producer", &[socket.clone(), "9".into()]);
+    let id = producer.expect_line("sealed ");
+    producer.succeeds();
+    for _ in 0..2 {
+        let consumer = RoleChild::spawn::<A>("consumer", &[socket.clone(), id.clone()]);
+        assert_eq!(consumer.expect_line("sum "), (9 * WORDS as u64).to_string());
+        consumer.succeeds();
+    }
+    let id = ObjectId(id.parse().unwrap());
+    let stream = client.device(0).unwrap().create_stream().unwrap();
+    let buffer = client.get_buffer(id, &stream).unwrap();
+    let mirror = HostMirror::new(&buffer, true).unwrap();
+    assert!(mirror.chunks_exact(4).all(|w| w == 9u32.to_le_bytes()));
+    assert_eq!(
+        client.stat(id).unwrap().leases,
+        1,
+        "the consumers' leases went with them"
+    );
+}
+
+/// Polls the daemon until `done` holds of its status.
+fn settle<A: GpuApi>(
+    client: &ShareClient<A>,
+    what: &str,
+    done: impl Fn(&tandem_share::DaemonStatus) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = client.status().unwrap();
+        if done(&status) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: {status:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A client killed while holding buffers: its leases go, its unsealed
+/// buffer is freed, the sealed ones stay until deleted, and then the
+/// daemon holds nothing.
+fn killed_client_leases_go<A: GpuApi>(api: A) {
+    let client = daemon(api);
+    let socket = client.socket_path().display().to_string();
+    let mut holder = RoleChild::spawn::<A>("holder", &[socket]);
+    holder.expect_line("holding");
+    let status = client.status().unwrap();
+    assert_eq!((status.objects, status.leases), (3, 3), "{status:?}");
+    holder.kill();
+    settle(&client, "the killed client's leases", |s| {
+        s.leases == 0 && s.objects == 2
+    });
+    for info in client.list().unwrap() {
+        assert!(
+            info.sealed,
+            "only sealed buffers outlive their writer: {info:?}"
+        );
+        client.delete(info.id).unwrap();
+    }
+    let status = client.status().unwrap();
+    assert_eq!((status.objects, status.bytes), (0, 0), "{status:?}");
+}
+
+/// The daemon killed while this process maps a buffer: calls fail with
+/// `DaemonGone`, the mapping stays usable, dropping it is quiet.
+fn killed_daemon<A: GpuApi>(api: A) {
+    let client = daemon(api);
+    let device = client.device(0).unwrap();
+    let stream = device.create_stream().unwrap();
+    let (id, buffer) = client.create_buffer(0, WORDS * 4).unwrap();
+    fill::<A>(&device, &buffer, 5, &stream);
+    let buffer = client.seal(buffer, &stream).unwrap();
+    device.synchronize_stream(&stream).unwrap();
+    assert_eq!(
+        // SAFETY: kill(2) on the daemon's pid, a child of this process.
+        unsafe { libc::kill(client.daemon_pid() as i32, libc::SIGKILL) },
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.stat(id) {
+            Err(ShareError::DaemonGone(_)) => break,
+            other => assert!(Instant::now() < deadline, "stat after the kill: {other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(matches!(
+        client.create_buffer(0, 4096),
+        Err(ShareError::DaemonGone(_))
+    ));
+    assert_eq!(
+        kernel_sum::<A>(&device, &buffer, &stream),
+        5 * WORDS as u64,
+        "mapped memory outlives the daemon"
+    );
+    let (pid, socket) = (client.daemon_pid(), client.socket_path().to_path_buf());
+    drop((buffer, device, client));
+    // The client that started it removes what the killed daemon left.
+    assert!(!socket.exists(), "socket file left behind");
+    let prefix = format!("tdm-{pid:x}-");
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "segments left in /dev/shm: {left:?}");
+}
+
+/// Bad input: zero and impossible sizes, unknown ids, a get before the
+/// seal (waits, then `NotSealed`; or is woken by the seal), a seal by
+/// another client.
+fn bad_requests_are_refused<A: GpuApi>(api: A) {
+    let client = daemon(api);
+    let stream = client.device(0).unwrap().create_stream().unwrap();
+    assert!(matches!(
+        client.create_buffer(0, 0),
+        Err(ShareError::InvalidSize { bytes: 0 })
+    ));
+    assert!(matches!(
+        client.create_buffer(0, 1 << 60),
+        Err(ShareError::InvalidSize { .. })
+    ));
+    assert!(matches!(
+        client.create_buffer(99, 4096),
+        Err(ShareError::NoDevice(_))
+    ));
+    assert!(matches!(
+        client.get_buffer(ObjectId(12345), &stream),
+        Err(ShareError::UnknownId(_))
+    ));
+    assert!(matches!(
+        client.delete(ObjectId(12345)),
+        Err(ShareError::UnknownId(_))
+    ));
+
+    let (id, buffer) = client.create_buffer(0, 4096).unwrap();
+    let started = Instant::now();
+    match client.get_buffer_within(id, &stream, Duration::from_millis(200)) {
+        Err(ShareError::NotSealed { waited, .. }) => assert!(waited >= Duration::from_millis(200)),
+        other => panic!("get before seal: {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_millis(200));
+
+    // Another client (its own token) cannot seal it.
+    let other = ShareClient::connect(A::load().unwrap(), client.socket_path()).unwrap();
+    let other_stream = other.device(0).unwrap().create_stream().unwrap();
+    let (_, foreign) = other.create_buffer(0, 4096).unwrap();
+    drop(foreign); // abandoned unsealed: freed
+                   // A reader waiting in another thread is woken by the seal.
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| other.get_buffer(id, &other_stream).map(|b| b.len()));
+        std::thread::sleep(Duration::from_millis(100));
+        drop(client.seal(buffer, &stream).unwrap());
+        assert_eq!(waiter.join().unwrap().unwrap(), 4096);
+    });
+    assert_eq!(
+        client.status().unwrap().objects,
+        1,
+        "the abandoned buffer was freed"
+    );
+}
+
+/// Garbage, truncated frames and frames out of order close the connection
+/// with an error; the daemon serves on.
+fn garbage_closes_the_connection<A: GpuApi>(api: A) {
+    use tandem_share::wire::{Request, WireBackend};
+    let client = daemon(api);
+    let socket = client.socket_path().to_path_buf();
+    let hello = Request::Hello {
+        pid: 1,
+        client: 77,
+        backend: WireBackend::Inspect,
+    }
+    .encode();
+    let mut status_frame = Request::Status.encode();
+    status_frame.truncate(status_frame.len() - 1);
+    let mut long = Request::Status.encode();
+    long[8..12].copy_from_slice(&(64u32 << 20).to_le_bytes());
+    let cases: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        vec![0; 64],
+        Request::Status.encode(), // before Hello
+        [
+            hello.clone(),
+            b"TDSH\x01\x00\x99\x99\x00\x00\x00\x00".to_vec(),
+        ]
+        .concat(),
+        [hello.clone(), long].concat(),
+        [hello.clone(), status_frame].concat(), // truncated, then closed
+        hello[..5].to_vec(),
+    ];
+    for bytes in cases {
+        let mut stream = UnixStream::connect(&socket).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(&bytes).unwrap();
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut reply = Vec::new();
+        let _ = stream.read_to_end(&mut reply); // an error frame, or nothing
+        let status = client.status().expect("the daemon serves on");
+        assert_eq!(status.leases, 0);
+    }
+}
+
+/// The socket is the user's alone: mode 0600 in a 0700 directory; and a
+/// process of another user is refused even when the file's mode lets it
+/// connect (`SO_PEERCRED`). Needs root to drop privileges in a child.
+fn other_users_are_refused<A: GpuApi>(api: A) {
+    let client = daemon(api);
+    let socket = client.socket_path().to_path_buf();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&socket), 0o600);
+    assert_eq!(mode(socket.parent().unwrap()), 0o700);
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        println!("other_users_are_refused: skipped the uid part: needs root to drop privileges");
+        return;
+    }
+    let intrude = || -> String {
+        let out = Command::new(common::tandem_exe())
+            .args(["share", "status", "--socket"])
+            .arg(&socket)
+            .env("RUST_LOG", "warn")
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "another user was served");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let why = intrude();
+    assert!(
+        why.contains("ermission denied"),
+        "closed by the file modes: {why}"
+    );
+    let open = |p: &std::path::Path, m| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    open(socket.parent().unwrap(), 0o711);
+    open(&socket, 0o666);
+    let why = intrude();
+    open(&socket, 0o600);
+    open(socket.parent().unwrap(), 0o700);
+    assert!(
+        why.contains("refused") && why.contains("uid 65534"),
+        "refused by SO_PEERCRED: {why}"
+    );
+    assert_eq!(client.status().unwrap().clients, 1, "the daemon serves on");
+}
+
+macro_rules! backend_tests {
+    ($backend:ident, $api:ty) => {
+        mod $backend {
+            backend_tests!(@each $api:
+                round_trip_in_one_process,
+                mirrors_round_trip,
+                producer_and_consumer_processes,
+                killed_client_leases_go,
+                killed_daemon,
+                bad_requests_are_refused,
+                garbage_closes_the_connection,
+                other_users_are_refused,
+            );
+        }
+    };
+    (@each $api:ty: $($behaviour:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $behaviour() {
+                if let Some(api) = tandem_tests::gpu::api_or_skip::<$api>(stringify!($behaviour)) {
+                    super::$behaviour(api);
+                }
+            }
+        )*
+    };
+}
+
+backend_tests!(host, tandem_hal::HostApi);
+#[cfg(feature = "cuda")]
+backend_tests!(cuda, tandem_hal_cuda::CudaApi);
