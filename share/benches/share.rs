@@ -42,9 +42,6 @@ const CHILD_TIMEOUT: Duration = Duration::from_secs(120);
 /// Each small buffer: one IPC allocation granule, so raw IPC and the daemon
 /// map the same amount.
 const SMALL: usize = 2 << 20;
-/// The consumer's reading kernel: `tandem_block_sum_u32` on this grid.
-const TOUCH_BLOCKS: u32 = 64;
-const TOUCH_THREADS: u32 = 256;
 const FIRST_OPEN_RATIO_TARGET: f64 = 1.5;
 const CACHED_OPEN_TARGET: Duration = Duration::from_micros(5);
 
@@ -56,16 +53,25 @@ struct Scale {
     large: usize,
     large_note: &'static str,
     large_rounds: usize,
+    /// The grid (blocks, threads) of the consumer's reading kernel,
+    /// `tandem_block_sum_u32`: the CPU device runs each thread on the CPU,
+    /// where a GPU-sized grid would drown what the rows measure.
+    touch_grid: (u32, u32),
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(CHILD_FLAG) {
-        let (Some(backend), Some(socket)) = (args.get(2), args.get(3)) else {
-            eprintln!("usage: {CHILD_FLAG} <backend> <socket>");
+        let grid = (args.get(4), args.get(5));
+        let (Some(backend), Some(socket), (Some(Ok(blocks)), Some(Ok(threads)))) = (
+            args.get(2),
+            args.get(3),
+            (grid.0.map(|b| b.parse()), grid.1.map(|t| t.parse())),
+        ) else {
+            eprintln!("usage: {CHILD_FLAG} <backend> <socket> <blocks> <threads>");
             std::process::exit(2);
         };
-        if let Err(e) = child(backend, Path::new(socket)) {
+        if let Err(e) = child(backend, Path::new(socket), (blocks, threads)) {
             eprintln!("share bench consumer: {e}");
             std::process::exit(1);
         }
@@ -76,6 +82,7 @@ fn main() {
         large: 256 << 20,
         large_note: "256 MiB on the CPU device, to keep CI memory sane",
         large_rounds: 8,
+        touch_grid: (1, 1),
     };
     bench::<HostApi>("the CPU device (host backend)", &host);
     cuda();
@@ -88,6 +95,7 @@ fn cuda() {
         large: 1 << 30,
         large_note: "1 GiB",
         large_rounds: 10,
+        touch_grid: (264, 256),
     };
     bench::<tandem_hal_cuda::CudaApi>("CUDA device 0", &gpu);
 }
@@ -98,11 +106,11 @@ fn cuda() {
 }
 
 /// The consumer side for backend `backend`.
-fn child(backend: &str, socket: &Path) -> Result<(), String> {
+fn child(backend: &str, socket: &Path, grid: (u32, u32)) -> Result<(), String> {
     match backend {
-        "host" => Consumer::<HostApi>::serve(socket),
+        "host" => Consumer::<HostApi>::serve(socket, grid),
         #[cfg(feature = "cuda")]
-        "cuda" => Consumer::<tandem_hal_cuda::CudaApi>::serve(socket),
+        "cuda" => Consumer::<tandem_hal_cuda::CudaApi>::serve(socket, grid),
         other => Err(format!("no backend {other} in this build")),
     }
 }
@@ -153,7 +161,7 @@ fn run<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
     let client = ShareClient::spawn_daemon_with(api, &tandem_binary()?)
         .map_err(|e| format!("starting the daemon: {e}"))?;
     let device = client.device(0).map_err(|e| e.to_string())?;
-    let mut consumer = Producer::spawn::<A>(client.socket_path())?;
+    let mut consumer = Producer::spawn::<A>(client.socket_path(), scale.touch_grid)?;
     let copy =
         tandem_tests::measure::copy_bandwidth(&*device, 64 << 20).map_err(|e| e.to_string())?;
     println!(
@@ -185,7 +193,7 @@ fn run<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         large_through_host(&*device, &mut consumer, scale.large, scale.large_rounds)?;
     println!(
         "  hand over a large buffer ({}), data ready -> consumer's kernel done:\n  \
-         {:<42} {:>9.2} ms\n  {:<42} {:>9.2} ms   {:.2}x faster through the daemon",
+         {:<42} {:>9.2} ms\n  {:<42} {:>9.2} ms   copy / daemon: {:.2}x",
         scale.large_note,
         "copy through host memory (d2h, h2d)",
         ms(through_host),
@@ -410,12 +418,14 @@ struct Producer {
 }
 
 impl Producer {
-    fn spawn<A: GpuApi>(socket: &Path) -> Result<Self, String> {
+    fn spawn<A: GpuApi>(socket: &Path, (blocks, threads): (u32, u32)) -> Result<Self, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
         let args = [
             CHILD_FLAG.to_owned(),
             backend_name(A::BACKEND).to_owned(),
             socket.display().to_string(),
+            blocks.to_string(),
+            threads.to_string(),
         ];
         let child = Child::spawn(&exe, &args).map_err(|e| format!("starting the consumer: {e}"))?;
         let producer = Self { child };
@@ -462,7 +472,8 @@ struct Consumer<A: GpuApi> {
     device: std::sync::Arc<A::Device>,
     stream: <A::Device as GpuDevice>::Stream,
     module: <A::Device as GpuDevice>::Module,
-    /// One block sum per block of the reading kernel.
+    /// The reading kernel's grid, and one block sum per block of it.
+    grid: (u32, u32),
     sums: <A::Device as GpuDevice>::DeviceBuffer,
     copy: Option<CopyTarget<A>>,
 }
@@ -478,7 +489,7 @@ struct CopyTarget<A: GpuApi> {
 
 impl<A: GpuApi> Consumer<A> {
     /// Answers the producer's commands until its stdin closes.
-    fn serve(socket: &Path) -> Result<(), String> {
+    fn serve(socket: &Path, grid: (u32, u32)) -> Result<(), String> {
         let api = A::load().map_err(|e| e.to_string())?;
         let client = ShareClient::connect(api, socket).map_err(|e| e.to_string())?;
         let device = client.device(0).map_err(|e| e.to_string())?;
@@ -486,8 +497,9 @@ impl<A: GpuApi> Consumer<A> {
             stream: device.create_stream().map_err(|e| e.to_string())?,
             module: kernels(&*device),
             sums: device
-                .alloc_device(TOUCH_BLOCKS as usize * 4)
+                .alloc_device(grid.0 as usize * 4)
                 .map_err(|e| e.to_string())?,
+            grid,
             copy: None,
             device,
             client,
@@ -599,7 +611,7 @@ impl<A: GpuApi> Consumer<A> {
 
     /// The first kernel access: a block sum over all of `memory`, waited for.
     fn touch(&self, memory: &impl DeviceMemory<Api = A>) -> Result<(), String> {
-        let config = LaunchConfig::linear(TOUCH_BLOCKS, TOUCH_THREADS);
+        let config = LaunchConfig::linear(self.grid.0, self.grid.1);
         let args = [
             KernelArg::Ptr(memory.device_ptr()),
             KernelArg::Ptr(self.sums.device_ptr()),
