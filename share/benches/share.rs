@@ -206,7 +206,6 @@ fn run<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
 
 /// One small hand-off: the producer's time to a handle, the consumer's
 /// first open, first open + kernel, and cached re-open.
-#[derive(Clone, Copy, Default)]
 struct Round {
     handle: Duration,
     open: Duration,
