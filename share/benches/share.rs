@@ -1,1 +1,631 @@
-fn main() {}
+//! Handing buffers between processes through the share daemon, against what
+//! a user does by hand (one run, one table per backend, ratios printed):
+//!
+//! * raw legacy IPC through `GpuApi`: `alloc_device_exportable` +
+//!   `ipc_export_memory` in this process; in a consumer process the first
+//!   `ipc_open_memory` of the handle, the first kernel reading it, and a
+//!   re-open of the handle already open there;
+//! * the same through the daemon: `create_buffer` + `seal`, then the
+//!   consumer's first `get_buffer` of the id, the same kernel, and a cached
+//!   `get_buffer`. Targets: first open + kernel within 1.5x of raw IPC, a
+//!   cached re-open under 5 us;
+//! * a large buffer handed over (1 GiB on a GPU, 256 MiB on the CPU device
+//!   to keep CI memory sane): from the producer's data being ready to the
+//!   consumer's kernel over it done, through the daemon against copying it
+//!   through a shared host segment (device to host here, host to device
+//!   there).
+//!
+//! The consumer is this executable run again as `--share-child <backend>
+//! <socket>`; it answers one stdout line per stdin command. The daemon is
+//! `tandem share serve`, found in `$TANDEM_BIN_DIR` or beside the bench
+//! (`cargo build --release -p tandem-cli`). Runs on the CPU device always,
+//! and on CUDA when built with `--features cuda` and a device is present
+//! (else "skipped: no CUDA device", or a failure with TANDEM_REQUIRE_GPU=1).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tandem_hal::{
+    Backend, DeviceMemory, GpuApi, GpuDevice, HostApi, IpcMemHandle, KernelArg, LaunchConfig,
+};
+use tandem_share::{ObjectId, ShareClient};
+use tandem_shm_core::segment::Segment;
+use tandem_tests::conformance::{kernels, launch};
+use tandem_tests::ipc::{from_hex, to_hex, Child};
+
+/// The first argument that makes this executable the consumer.
+const CHILD_FLAG: &str = "--share-child";
+/// How long the producer waits for one answer of the consumer (a large
+/// hand-off on the CPU device takes a while; the first kernel load may
+/// compile).
+const CHILD_TIMEOUT: Duration = Duration::from_secs(120);
+/// Each small buffer: one IPC allocation granule, so raw IPC and the daemon
+/// map the same amount.
+const SMALL: usize = 2 << 20;
+const FIRST_OPEN_RATIO_TARGET: f64 = 1.5;
+const CACHED_OPEN_TARGET: Duration = Duration::from_micros(5);
+
+/// Sizes of one backend's run.
+struct Scale {
+    /// Iterations of the small-buffer rows (the median is printed).
+    small_rounds: usize,
+    /// Bytes of the large hand-off, why that size, and its iterations.
+    large: usize,
+    large_note: &'static str,
+    large_rounds: usize,
+    /// The grid (blocks, threads) of the consumer's reading kernel,
+    /// `tandem_block_sum_u32`: the CPU device runs each thread on the CPU,
+    /// where a GPU-sized grid would drown what the rows measure.
+    touch_grid: (u32, u32),
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(CHILD_FLAG) {
+        let grid = (args.get(4), args.get(5));
+        let (Some(backend), Some(socket), (Some(Ok(blocks)), Some(Ok(threads)))) = (
+            args.get(2),
+            args.get(3),
+            (grid.0.map(|b| b.parse()), grid.1.map(|t| t.parse())),
+        ) else {
+            eprintln!("usage: {CHILD_FLAG} <backend> <socket> <blocks> <threads>");
+            std::process::exit(2);
+        };
+        if let Err(e) = child(backend, Path::new(socket), (blocks, threads)) {
+            eprintln!("share bench consumer: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let host = Scale {
+        small_rounds: 100,
+        large: 256 << 20,
+        large_note: "256 MiB on the CPU device, to keep CI memory sane",
+        large_rounds: 8,
+        touch_grid: (1, 1),
+    };
+    bench::<HostApi>("the CPU device (host backend)", &host);
+    cuda();
+}
+
+#[cfg(feature = "cuda")]
+fn cuda() {
+    let gpu = Scale {
+        small_rounds: 200,
+        large: 1 << 30,
+        large_note: "1 GiB",
+        large_rounds: 10,
+        touch_grid: (264, 256),
+    };
+    bench::<tandem_hal_cuda::CudaApi>("CUDA device 0", &gpu);
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda() {
+    println!("\nshare bench on CUDA: skipped: built without the cuda feature");
+}
+
+/// The consumer side for backend `backend`.
+fn child(backend: &str, socket: &Path, grid: (u32, u32)) -> Result<(), String> {
+    match backend {
+        "host" => Consumer::<HostApi>::serve(socket, grid),
+        #[cfg(feature = "cuda")]
+        "cuda" => Consumer::<tandem_hal_cuda::CudaApi>::serve(socket, grid),
+        other => Err(format!("no backend {other} in this build")),
+    }
+}
+
+fn backend_name(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Host => "host",
+        Backend::Cuda => "cuda",
+        Backend::Hip => "hip",
+    }
+}
+
+/// The `tandem` binary: in `$TANDEM_BIN_DIR`, else beside the bench
+/// (target/<profile>/deps/share-<hash> -> target/<profile>/tandem).
+fn tandem_binary() -> Result<PathBuf, String> {
+    let path = match std::env::var_os("TANDEM_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir).join("tandem"),
+        None => std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .parent()
+            .and_then(|deps| deps.parent())
+            .map(|profile| profile.join("tandem"))
+            .ok_or("no target folder")?,
+    };
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "no `tandem` at {} (cargo build --release -p tandem-cli)",
+            path.display()
+        ))
+    }
+}
+
+/// Runs one backend's table; a device-less GPU backend is skipped (or
+/// fails, with TANDEM_REQUIRE_GPU=1) by `api_or_skip`.
+fn bench<A: GpuApi>(label: &str, scale: &Scale) {
+    let Some(api) = tandem_tests::gpu::api_or_skip::<A>(&format!("share bench on {label}")) else {
+        return;
+    };
+    if let Err(e) = run(api, label, scale) {
+        eprintln!("share bench on {label} failed: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
+    let client = ShareClient::spawn_daemon_with(api, &tandem_binary()?)
+        .map_err(|e| format!("starting the daemon: {e}"))?;
+    let device = client.device(0).map_err(|e| e.to_string())?;
+    let mut consumer = Producer::spawn::<A>(client.socket_path(), scale.touch_grid)?;
+    let copy =
+        tandem_tests::measure::copy_bandwidth(&*device, 64 << 20).map_err(|e| e.to_string())?;
+    println!(
+        "\nshare bench on {label}: {} KiB buffers, median of {} (large: median of {}); \
+         yardstick: device-to-host copy {copy:.2} GB/s",
+        SMALL >> 10,
+        scale.small_rounds,
+        scale.large_rounds,
+    );
+    // Warm-up: the consumer's first launch loads the module, the daemon's
+    // first buffer opens its device.
+    raw_round(&*device, &mut consumer)?;
+    daemon_round(&client, &device, &mut consumer)?;
+
+    let mut raw = Samples::default();
+    let mut shared = Samples::default();
+    for _ in 0..scale.small_rounds {
+        raw.push(raw_round(&*device, &mut consumer)?);
+        shared.push(daemon_round(&client, &device, &mut consumer)?);
+    }
+    print_small(&raw.medians(), &shared.medians());
+
+    let through_daemon = median(
+        (0..scale.large_rounds)
+            .map(|_| large_through_daemon(&client, &device, &mut consumer, scale.large))
+            .collect::<Result<_, _>>()?,
+    );
+    let through_host =
+        large_through_host(&*device, &mut consumer, scale.large, scale.large_rounds)?;
+    println!(
+        "  hand over a large buffer ({}), data ready -> consumer's kernel done:\n  \
+         {:<42} {:>9.2} ms\n  {:<42} {:>9.2} ms   copy / daemon: {:.2}x",
+        scale.large_note,
+        "copy through host memory (d2h, h2d)",
+        ms(through_host),
+        "through the daemon (seal, get_buffer)",
+        ms(through_daemon),
+        through_host.as_secs_f64() / through_daemon.as_secs_f64(),
+    );
+    consumer.finish()
+}
+
+/// One small hand-off: the producer's time to a handle, the consumer's
+/// first open, first open + kernel, and cached re-open.
+struct Round {
+    handle: Duration,
+    open: Duration,
+    touched: Duration,
+    reopen: Duration,
+}
+
+#[derive(Default)]
+struct Samples(Vec<Round>);
+
+impl Samples {
+    fn push(&mut self, round: Round) {
+        self.0.push(round);
+    }
+
+    fn medians(&self) -> Round {
+        let of = |field: fn(&Round) -> Duration| median(self.0.iter().map(field).collect());
+        Round {
+            handle: of(|r| r.handle),
+            open: of(|r| r.open),
+            touched: of(|r| r.touched),
+            reopen: of(|r| r.reopen),
+        }
+    }
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort_unstable();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+fn us(t: Duration) -> f64 {
+    t.as_secs_f64() * 1e6
+}
+
+fn ms(t: Duration) -> f64 {
+    t.as_secs_f64() * 1e3
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met {
+        "target met"
+    } else {
+        "target missed"
+    }
+}
+
+fn print_small(raw: &Round, shared: &Round) {
+    let ratio = |d: Duration, r: Duration| d.as_secs_f64() / r.as_secs_f64();
+    println!(
+        "  {:<42} {:>12} {:>12} {:>8}",
+        "", "raw IPC", "daemon", "ratio"
+    );
+    let row = |what: &str, r: Duration, d: Duration, note: String| {
+        println!(
+            "  {what:<42} {:>9.1} us {:>9.1} us {:>7.2}x{note}",
+            us(r),
+            us(d),
+            ratio(d, r)
+        );
+    };
+    row(
+        "get a handle (alloc+export / create+seal)",
+        raw.handle,
+        shared.handle,
+        String::new(),
+    );
+    row(
+        "first open in another process",
+        raw.open,
+        shared.open,
+        String::new(),
+    );
+    let first = ratio(shared.touched, raw.touched);
+    row(
+        "first open + first kernel access",
+        raw.touched,
+        shared.touched,
+        format!(
+            "  target <= {FIRST_OPEN_RATIO_TARGET}x: {}",
+            verdict(first <= FIRST_OPEN_RATIO_TARGET)
+        ),
+    );
+    row(
+        "cached re-open",
+        raw.reopen,
+        shared.reopen,
+        format!(
+            "  target < {} us: {}",
+            CACHED_OPEN_TARGET.as_micros(),
+            verdict(shared.reopen < CACHED_OPEN_TARGET)
+        ),
+    );
+}
+
+/// Raw IPC: export a fresh allocation, have the consumer open and read it.
+fn raw_round<D: GpuDevice>(device: &D, consumer: &mut Producer) -> Result<Round, String> {
+    let start = Instant::now();
+    let buffer = device
+        .alloc_device_exportable(SMALL)
+        .map_err(|e| e.to_string())?;
+    let handle = device
+        .ipc_export_memory(&buffer)
+        .map_err(|e| e.to_string())?;
+    let handle_time = start.elapsed();
+    let [open, touched, reopen] = consumer.ask(&format!("raw {}", to_hex(&handle.0)))?;
+    // `buffer` lives until the consumer has closed its mappings.
+    drop(buffer);
+    Ok(Round {
+        handle: handle_time,
+        open,
+        touched,
+        reopen,
+    })
+}
+
+/// Through the daemon: create and seal a buffer, have the consumer open
+/// and read it, then delete it.
+fn daemon_round<A: GpuApi>(
+    client: &ShareClient<A>,
+    device: &A::Device,
+    consumer: &mut Producer,
+) -> Result<Round, String> {
+    let stream = device.create_stream().map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let (id, buffer) = client.create_buffer(0, SMALL).map_err(|e| e.to_string())?;
+    let sealed = client.seal(buffer, &stream).map_err(|e| e.to_string())?;
+    let handle = start.elapsed();
+    let [open, touched, reopen] = consumer.ask(&format!("daemon {id}"))?;
+    client.delete(id).map_err(|e| e.to_string())?;
+    drop(sealed);
+    Ok(Round {
+        handle,
+        open,
+        touched,
+        reopen,
+    })
+}
+
+/// A large buffer through the daemon: filled and sealed here, opened and
+/// read there; timed from the seal's return.
+fn large_through_daemon<A: GpuApi>(
+    client: &ShareClient<A>,
+    device: &A::Device,
+    consumer: &mut Producer,
+    bytes: usize,
+) -> Result<Duration, String> {
+    let stream = device.create_stream().map_err(|e| e.to_string())?;
+    let (id, buffer) = client.create_buffer(0, bytes).map_err(|e| e.to_string())?;
+    device
+        .fill_async(&stream, &buffer, 0, bytes, 3)
+        .map_err(|e| e.to_string())?;
+    // The fill is done before the clock starts, as the copy path's data is:
+    // both measure the hand-over, not the producing.
+    device
+        .synchronize_stream(&stream)
+        .map_err(|e| e.to_string())?;
+    let sealed = client.seal(buffer, &stream).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    consumer.ask::<0>(&format!("large {id}"))?;
+    let elapsed = start.elapsed();
+    client.delete(id).map_err(|e| e.to_string())?;
+    drop(sealed);
+    Ok(elapsed)
+}
+
+/// A large buffer copied through a shared host segment: device to host
+/// here, host to device into the consumer's own buffer there, then the same
+/// kernel. The segment (registered with the device on both sides, as a user
+/// after speed would) and the consumer's buffer are set up once, untimed:
+/// the baseline at its best.
+fn large_through_host<D: GpuDevice>(
+    device: &D,
+    consumer: &mut Producer,
+    bytes: usize,
+    rounds: usize,
+) -> Result<Duration, String> {
+    let name = format!("tandem-share-bench-{}", std::process::id());
+    let segment = Segment::create_named(&name, bytes).map_err(|e| e.to_string())?;
+    // SAFETY: the segment is mapped, page-aligned and `bytes` long, and
+    // outlives the registration (dropped first, declared later).
+    let registration =
+        unsafe { device.register_host(segment.as_ptr(), bytes) }.map_err(|e| e.to_string())?;
+    // SAFETY: the mapping is `bytes` long and lives as long as `segment`;
+    // the consumer reads it only while this process waits for its answer.
+    let host = unsafe { std::slice::from_raw_parts_mut(segment.as_ptr(), bytes) };
+    let source = device.alloc_device(bytes).map_err(|e| e.to_string())?;
+    device
+        .fill(&source, 0, bytes, 3)
+        .map_err(|e| e.to_string())?;
+    consumer.ask::<0>(&format!("copy-setup {name}"))?;
+    let mut samples = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let start = Instant::now();
+        device
+            .copy_from_device(host, &source, 0)
+            .map_err(|e| e.to_string())?;
+        consumer.ask::<0>("copy")?;
+        samples.push(start.elapsed());
+    }
+    consumer.ask::<0>("copy-teardown")?;
+    drop(registration);
+    Ok(median(samples))
+}
+
+/// The producer's end of the consumer process.
+struct Producer {
+    child: Child,
+}
+
+impl Producer {
+    fn spawn<A: GpuApi>(socket: &Path, (blocks, threads): (u32, u32)) -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let args = [
+            CHILD_FLAG.to_owned(),
+            backend_name(A::BACKEND).to_owned(),
+            socket.display().to_string(),
+            blocks.to_string(),
+            threads.to_string(),
+        ];
+        let child = Child::spawn(&exe, &args).map_err(|e| format!("starting the consumer: {e}"))?;
+        let producer = Self { child };
+        producer.answer::<0>()?;
+        Ok(producer)
+    }
+
+    /// Sends `command`; the answer's `N` durations (nanoseconds on the line).
+    fn ask<const N: usize>(&mut self, command: &str) -> Result<[Duration; N], String> {
+        self.child
+            .send_line(command)
+            .map_err(|e| format!("telling the consumer {command:?}: {e}"))?;
+        self.answer()
+    }
+
+    fn answer<const N: usize>(&self) -> Result<[Duration; N], String> {
+        let line = self.child.next_line(CHILD_TIMEOUT)?;
+        let values: Vec<Duration> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|n| n.parse().map(Duration::from_nanos))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("consumer said {line:?}: {e}"))?;
+        match (line.split_whitespace().next(), values.try_into()) {
+            (Some("ok"), Ok(values)) => Ok(values),
+            _ => Err(format!(
+                "consumer said {line:?}, expected ok and {N} numbers"
+            )),
+        }
+    }
+
+    fn finish(mut self) -> Result<(), String> {
+        match self.child.wait(CHILD_TIMEOUT)? {
+            status if status.success() => Ok(()),
+            status => Err(format!("the consumer exited with {status}")),
+        }
+    }
+}
+
+/// The consumer process: its own client of the daemon, a stream, the
+/// kernels, and the host copy path's state while it is set up.
+struct Consumer<A: GpuApi> {
+    client: ShareClient<A>,
+    device: std::sync::Arc<A::Device>,
+    stream: <A::Device as GpuDevice>::Stream,
+    module: <A::Device as GpuDevice>::Module,
+    /// The reading kernel's grid, and one block sum per block of it.
+    grid: (u32, u32),
+    sums: <A::Device as GpuDevice>::DeviceBuffer,
+    copy: Option<CopyTarget<A>>,
+}
+
+/// The consumer's half of the host copy path. Fields drop in order: the
+/// registration goes before the segment it covers.
+struct CopyTarget<A: GpuApi> {
+    /// Held, not read: it makes the device's copies from the segment fast.
+    _registration: <A::Device as GpuDevice>::HostRegistration,
+    segment: Segment,
+    buffer: <A::Device as GpuDevice>::DeviceBuffer,
+}
+
+impl<A: GpuApi> Consumer<A> {
+    /// Answers the producer's commands until its stdin closes.
+    fn serve(socket: &Path, grid: (u32, u32)) -> Result<(), String> {
+        let api = A::load().map_err(|e| e.to_string())?;
+        let client = ShareClient::connect(api, socket).map_err(|e| e.to_string())?;
+        let device = client.device(0).map_err(|e| e.to_string())?;
+        let mut consumer = Self {
+            stream: device.create_stream().map_err(|e| e.to_string())?,
+            module: kernels(&*device),
+            sums: device
+                .alloc_device(grid.0 as usize * 4)
+                .map_err(|e| e.to_string())?,
+            grid,
+            copy: None,
+            device,
+            client,
+        };
+        println!("ok");
+        for line in std::io::stdin().lines() {
+            let line = line.map_err(|e| e.to_string())?;
+            let answer = consumer.command(&line)?;
+            let nanos: Vec<String> = answer.iter().map(|t| t.as_nanos().to_string()).collect();
+            println!("ok {}", nanos.join(" "));
+        }
+        Ok(())
+    }
+
+    fn command(&mut self, line: &str) -> Result<Vec<Duration>, String> {
+        let (verb, argument) = line.split_once(' ').unwrap_or((line, ""));
+        match verb {
+            "raw" => self.raw(argument),
+            "daemon" => self.daemon(argument),
+            "large" => {
+                let buffer = self.open(argument)?;
+                self.touch(&buffer)?;
+                Ok(vec![])
+            }
+            "copy-setup" => self.copy_setup(argument),
+            "copy" => self.copy_in(),
+            "copy-teardown" => {
+                self.copy = None;
+                Ok(vec![])
+            }
+            _ => Err(format!("unknown command {line:?}")),
+        }
+    }
+
+    /// Raw IPC: first open, first open + kernel, cached re-open.
+    fn raw(&self, hex: &str) -> Result<Vec<Duration>, String> {
+        let handle = IpcMemHandle(from_hex(hex).ok_or("malformed handle")?);
+        let start = Instant::now();
+        let memory = self
+            .device
+            .ipc_open_memory(&handle)
+            .map_err(|e| e.to_string())?;
+        let open = start.elapsed();
+        self.touch(&memory)?;
+        let touched = start.elapsed();
+        let start = Instant::now();
+        let again = self
+            .device
+            .ipc_open_memory(&handle)
+            .map_err(|e| e.to_string())?;
+        let reopen = start.elapsed();
+        drop((again, memory));
+        Ok(vec![open, touched, reopen])
+    }
+
+    /// The daemon: first get_buffer, + kernel, cached get_buffer.
+    fn daemon(&self, id: &str) -> Result<Vec<Duration>, String> {
+        let start = Instant::now();
+        let buffer = self.open(id)?;
+        let open = start.elapsed();
+        self.touch(&buffer)?;
+        let touched = start.elapsed();
+        let start = Instant::now();
+        let again = self.open(id)?;
+        let reopen = start.elapsed();
+        drop((again, buffer));
+        Ok(vec![open, touched, reopen])
+    }
+
+    fn open(&self, id: &str) -> Result<tandem_share::GpuBuffer<A>, String> {
+        let id = id.parse().map_err(|_| format!("malformed id {id:?}"))?;
+        self.client
+            .get_buffer(ObjectId(id), &self.stream)
+            .map_err(|e| e.to_string())
+    }
+
+    fn copy_setup(&mut self, name: &str) -> Result<Vec<Duration>, String> {
+        let segment = Segment::open_named(name).map_err(|e| e.to_string())?;
+        // SAFETY: the segment is mapped and page-aligned, and `CopyTarget`
+        // drops the registration before the segment.
+        let registration = unsafe { self.device.register_host(segment.as_ptr(), segment.len()) }
+            .map_err(|e| e.to_string())?;
+        let buffer = self
+            .device
+            .alloc_device(segment.len())
+            .map_err(|e| e.to_string())?;
+        self.copy = Some(CopyTarget {
+            _registration: registration,
+            segment,
+            buffer,
+        });
+        Ok(vec![])
+    }
+
+    /// Host to device from the shared segment, then the reading kernel.
+    fn copy_in(&self) -> Result<Vec<Duration>, String> {
+        let copy = self.copy.as_ref().ok_or("copy before copy-setup")?;
+        // SAFETY: the producer wrote the segment and waits for this answer,
+        // so nothing changes it while the slice lives.
+        let host = unsafe {
+            std::slice::from_raw_parts(copy.segment.as_ptr().cast_const(), copy.segment.len())
+        };
+        self.device
+            .copy_to_device(&copy.buffer, 0, host)
+            .map_err(|e| e.to_string())?;
+        self.touch(&copy.buffer)?;
+        Ok(vec![])
+    }
+
+    /// The first kernel access: a block sum over all of `memory`, waited for.
+    fn touch(&self, memory: &impl DeviceMemory<Api = A>) -> Result<(), String> {
+        let config = LaunchConfig::linear(self.grid.0, self.grid.1);
+        let args = [
+            KernelArg::Ptr(memory.device_ptr()),
+            KernelArg::Ptr(self.sums.device_ptr()),
+            KernelArg::U64((memory.len() / 4) as u64),
+        ];
+        launch(
+            &*self.device,
+            &self.module,
+            "tandem_block_sum_u32",
+            config,
+            &args,
+            &self.stream,
+        );
+        self.device
+            .synchronize_stream(&self.stream)
+            .map_err(|e| e.to_string())
+    }
+}
