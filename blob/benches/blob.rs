@@ -415,24 +415,17 @@ fn mean(rounds: u32, f: &mut dyn FnMut(u32) -> Result<(), String>) -> Result<Dur
 /// serving a RAM and a file target, started through a script that names
 /// the store (the fork client passes only the runtime's configuration).
 fn client_latency() -> Result<(), String> {
-    let tandem = match std::env::var_os("TANDEM_BIN_DIR") {
-        Some(dir) => std::path::PathBuf::from(dir).join("tandem"),
-        // target/<profile>/deps/blob-<hash> -> target/<profile>/tandem
-        None => std::env::current_exe()
-            .map_err(|e| e.to_string())?
-            .parent()
-            .and_then(|deps| deps.parent())
-            .map(|profile| profile.join("tandem"))
-            .ok_or("no target folder")?,
+    let tandem = match tandem_runtime::child::find_tandem_binary() {
+        Ok(path) if path.is_file() => path,
+        found => {
+            let why = found.map_or_else(
+                |e| e.to_string(),
+                |p| format!("no `tandem` at {}", p.display()),
+            );
+            println!("  host, 4 KiB from another process: skipped: {why}");
+            return Ok(());
+        }
     };
-    if !tandem.is_file() {
-        println!(
-            "  host, 4 KiB from another process: skipped: no `tandem` at {} \
-             (cargo build --release -p tandem-cli)",
-            tandem.display()
-        );
-        return Ok(());
-    }
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let store = dir.path().join("store.toml");
     let d = dir.path().display();

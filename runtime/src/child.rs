@@ -106,11 +106,15 @@ fn read_ready_line(child: &mut Child) -> Result<String, RuntimeError> {
     }
 }
 
-/// `$TANDEM_BIN`, or `tandem` next to (or one directory above, for test
+/// `$TANDEM_BIN`, or `tandem` in `$TANDEM_BIN_DIR` (a GPU bundle's
+/// programs), or next to (or one directory above, for test and bench
 /// binaries in `deps/`) the current executable.
 pub fn find_tandem_binary() -> Result<PathBuf, RuntimeError> {
     if let Some(path) = std::env::var_os(TANDEM_BIN_ENV) {
         return Ok(PathBuf::from(path));
+    }
+    if let Some(dir) = std::env::var_os("TANDEM_BIN_DIR") {
+        return Ok(PathBuf::from(dir).join("tandem"));
     }
     let exe = std::env::current_exe()
         .map_err(|e| RuntimeError::Process(format!("cannot find own executable: {e}")))?;
@@ -120,7 +124,7 @@ pub fn find_tandem_binary() -> Result<PathBuf, RuntimeError> {
         .find(|p| p.is_file())
         .ok_or_else(|| {
             RuntimeError::Process(format!(
-                "no `tandem` executable near {}; set {TANDEM_BIN_ENV}",
+                "no `tandem` executable near {} (cargo build -p tandem-cli); set {TANDEM_BIN_ENV}",
                 exe.display()
             ))
         })

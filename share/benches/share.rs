@@ -123,26 +123,9 @@ fn backend_name(backend: Backend) -> &'static str {
     }
 }
 
-/// The `tandem` binary: in `$TANDEM_BIN_DIR`, else beside the bench
-/// (target/<profile>/deps/share-<hash> -> target/<profile>/tandem).
+/// The `tandem` binary (see `find_tandem_binary`).
 fn tandem_binary() -> Result<PathBuf, String> {
-    let path = match std::env::var_os("TANDEM_BIN_DIR") {
-        Some(dir) => PathBuf::from(dir).join("tandem"),
-        None => std::env::current_exe()
-            .map_err(|e| e.to_string())?
-            .parent()
-            .and_then(|deps| deps.parent())
-            .map(|profile| profile.join("tandem"))
-            .ok_or("no target folder")?,
-    };
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!(
-            "no `tandem` at {} (cargo build --release -p tandem-cli)",
-            path.display()
-        ))
-    }
+    tandem_runtime::child::find_tandem_binary().map_err(|e| e.to_string())
 }
 
 /// Runs one backend's table; a device-less GPU backend is skipped (or
