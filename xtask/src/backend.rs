@@ -163,12 +163,12 @@ mod tests {
         assert_eq!(
             Backend::Cuda.features_value(),
             "tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,tandem-examples/cuda,\
-             tandem-blob/cuda,tandem-cli/cuda"
+             tandem-blob/cuda,tandem-cli/cuda,tandem-share/cuda"
         );
         assert_eq!(
             Backend::Hip.features_value(),
             "tandem-device-kernels/hip,tandem-runtime/hip,tandem-tests/hip,tandem-examples/hip,\
-             tandem-blob/hip,tandem-cli/hip"
+             tandem-blob/hip,tandem-cli/hip,tandem-share/hip"
         );
     }
 
@@ -190,7 +190,9 @@ mod tests {
                 "-p",
                 "tandem-blob",
                 "-p",
-                "tandem-cli"
+                "tandem-cli",
+                "-p",
+                "tandem-share"
             ]
         );
         assert_eq!(Backend::Cuda.test_package_args()[1], "tandem-hal-cuda");

@@ -530,9 +530,9 @@ mod tests {
         assert_eq!(
             cuda[0].display(),
             "cargo test -p tandem-hal-cuda -p tandem-device-kernels -p tandem-runtime \
-             -p tandem-tests -p tandem-examples -p tandem-blob -p tandem-cli --features \
-             tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,\
-             tandem-examples/cuda,tandem-blob/cuda,tandem-cli/cuda"
+             -p tandem-tests -p tandem-examples -p tandem-blob -p tandem-cli -p tandem-share \
+             --features tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,\
+             tandem-examples/cuda,tandem-blob/cuda,tandem-cli/cuda,tandem-share/cuda"
         );
         assert!(notes.is_empty());
     }
