@@ -15,10 +15,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, KernelArg, LaunchConfig};
+use tandem_hal::{
+    DeviceMemory, EventFlags, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig,
+};
 use tandem_share::{HostMirror, ObjectId, ShareClient, ShareError};
 use tandem_tests::conformance::{kernels, launch, read_u32s};
 
@@ -56,21 +59,23 @@ fn fill<A: GpuApi>(
     );
 }
 
-/// Sums `buffer`'s words by kernel on `stream` (after what the stream
-/// waits for), read back on the host.
-fn kernel_sum<A: GpuApi>(
+/// Blocks of [`launch_sum`]'s kernel.
+const SUM_BLOCKS: u32 = 32;
+
+/// Queues a sum of `buffer`'s words by kernel on `stream` (after what the
+/// stream waits for); [`read_sum`] adds up its block sums.
+fn launch_sum<A: GpuApi>(
     device: &A::Device,
     buffer: &impl DeviceMemory<Api = A>,
     stream: &<A::Device as GpuDevice>::Stream,
-) -> u64 {
-    const BLOCKS: u32 = 32;
+) -> <A::Device as GpuDevice>::DeviceBuffer {
     let module = kernels(device);
-    let sums = device.alloc_device(BLOCKS as usize * 4).unwrap();
+    let sums = device.alloc_device(SUM_BLOCKS as usize * 4).unwrap();
     launch(
         device,
         &module,
         "tandem_block_sum_u32",
-        LaunchConfig::linear(BLOCKS, 256),
+        LaunchConfig::linear(SUM_BLOCKS, 256),
         &[
             KernelArg::Ptr(buffer.device_ptr()),
             KernelArg::Ptr(sums.device_ptr()),
@@ -78,11 +83,30 @@ fn kernel_sum<A: GpuApi>(
         ],
         stream,
     );
+    sums
+}
+
+/// What [`launch_sum`] summed, once `stream` is done.
+fn read_sum<A: GpuApi>(
+    device: &A::Device,
+    sums: &<A::Device as GpuDevice>::DeviceBuffer,
+    stream: &<A::Device as GpuDevice>::Stream,
+) -> u64 {
     device.synchronize_stream(stream).unwrap();
-    read_u32s(device, &sums, BLOCKS as usize)
+    read_u32s(device, sums, SUM_BLOCKS as usize)
         .iter()
         .map(|&s| u64::from(s))
         .sum()
+}
+
+/// Sums `buffer`'s words by kernel on `stream`, read back on the host.
+fn kernel_sum<A: GpuApi>(
+    device: &A::Device,
+    buffer: &impl DeviceMemory<Api = A>,
+    stream: &<A::Device as GpuDevice>::Stream,
+) -> u64 {
+    let sums = launch_sum::<A>(device, buffer, stream);
+    read_sum::<A>(device, &sums, stream)
 }
 
 // --- child processes ----------------------------------------------------------
@@ -131,6 +155,12 @@ impl RoleChild {
                 return rest[prefix.len()..].trim().to_string();
             }
         }
+    }
+
+    /// Writes a line to the child (which [`await_parent`]s it).
+    fn tell(&mut self, line: &str) {
+        let stdin = self.child.stdin.as_mut().expect("the child's stdin");
+        writeln!(stdin, "{line}").expect("telling the child");
     }
 
     fn kill(&mut self) {
@@ -201,6 +231,42 @@ fn child_role<A: GpuApi>(role: &str, args: &[String]) {
             let sealed = client.seal(buffer, &stream).unwrap();
             say(format!("sealed {}", id.0));
             device.synchronize_stream(&stream).unwrap();
+            drop(sealed);
+        }
+        // Like "producer", but its fill waits for a gate the parent opens
+        // (a line on stdin), so the seal's work is still running when
+        // readers open the buffer.
+        "gated-producer" => {
+            let value: u32 = args[1].parse().unwrap();
+            let gate = device.alloc_pinned_mapped(4).unwrap();
+            // SAFETY: `gate` is 4 bytes of mapped host memory, 4-aligned
+            // (allocations are page-aligned), alive while the atomic is used;
+            // the kernel reads it with acquire loads.
+            let open = unsafe { &*gate.host_ptr().cast::<AtomicU32>() };
+            open.store(0, Ordering::Relaxed);
+            let (id, buffer) = client.create_buffer(0, WORDS * 4).unwrap();
+            let module = kernels(&*device);
+            launch(
+                &*device,
+                &module,
+                "tandem_gated_fill_u32",
+                LaunchConfig::linear(4, 64),
+                &[
+                    KernelArg::Ptr(gate.device_ptr()),
+                    KernelArg::Ptr(buffer.device_ptr()),
+                    KernelArg::U64(WORDS as u64),
+                    KernelArg::U32(value),
+                ],
+                &stream,
+            );
+            let sealed = client.seal(buffer, &stream).unwrap();
+            say(format!("sealed {}", id.0));
+            await_parent();
+            // Release: orders nothing the kernel reads but the flag itself.
+            open.store(1, Ordering::Release);
+            device.synchronize_stream(&stream).unwrap();
+            say("filled");
+            await_parent();
             drop(sealed);
         }
         // Opens a buffer and sums it by kernel.
@@ -323,6 +389,39 @@ fn producer_and_consumer_processes<A: GpuApi>(api: A) {
         1,
         "the consumers' leases went with them"
     );
+}
+
+/// A reader that opens a buffer whose seal's work still runs in another
+/// process: its kernel waits for that work (the seal's interprocess event),
+/// then reads the finished data.
+fn readers_wait_for_the_writers_work<A: GpuApi>(api: A) {
+    let client = daemon(api);
+    let socket = client.socket_path().display().to_string();
+    let mut producer = RoleChild::spawn::<A>("gated-producer", &[socket, "5".into()]);
+    let id = ObjectId(producer.expect_line("sealed ").parse().unwrap());
+    let device = client.device(0).unwrap();
+    let stream = device.create_stream().unwrap();
+    let buffer = client.get_buffer(id, &stream).unwrap();
+    let sums = launch_sum::<A>(&device, &buffer, &stream);
+    let after = device.create_event(EventFlags::default()).unwrap();
+    device.record_event(&after, &stream).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !device.query_event(&after).unwrap(),
+        "the reader's kernel ran before the writer's work was done"
+    );
+    producer.tell("go");
+    assert_eq!(read_sum::<A>(&device, &sums, &stream), 5 * WORDS as u64);
+    producer.expect_line("filled");
+    // Now done: a cached open and a new reader need no wait.
+    drop(client.get_buffer(id, &stream).unwrap());
+    let consumer = RoleChild::spawn::<A>(
+        "consumer",
+        &[client.socket_path().display().to_string(), id.0.to_string()],
+    );
+    assert_eq!(consumer.expect_line("sum "), (5 * WORDS as u64).to_string());
+    consumer.succeeds();
+    producer.succeeds();
 }
 
 /// Polls the daemon until `done` holds of its status.
@@ -562,6 +661,7 @@ macro_rules! backend_tests {
                 round_trip_in_one_process,
                 mirrors_round_trip,
                 producer_and_consumer_processes,
+                readers_wait_for_the_writers_work,
                 killed_client_leases_go,
                 killed_daemon,
                 bad_requests_are_refused,

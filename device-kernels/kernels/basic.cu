@@ -16,6 +16,20 @@ TANDEM_KERNEL tandem_fill_u32(u32* dst, u64 n, u32 value) {
   }
 }
 
+/// Waits until `*gate` (host memory the host raises) is nonzero, then
+/// dst[i] = value for i < n: lets a test hold a stream's work back, so what
+/// waits on that work provably waits.
+TANDEM_KERNEL tandem_gated_fill_u32(const u32* gate, u32* dst, u64 n, u32 value) {
+  // Acquire: the gate is a flag, not data; nothing is read behind it, but
+  // the fill must not start before it.
+  while (tandem::load_acquire<tandem::scope::system>(gate) == 0) {
+    tandem::sleep_for(1000);
+  }
+  for (u64 i = tandem::global_rank(); i < n; i += tandem::grid_size()) {
+    dst[i] = value;
+  }
+}
+
 /// data[i] += delta (wrapping) for i < n.
 TANDEM_KERNEL tandem_add_u32(u32* data, u64 n, u32 delta) {
   for (u64 i = tandem::global_rank(); i < n; i += tandem::grid_size()) {

@@ -6,9 +6,10 @@
 
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use tandem_hal::{DeviceMemory, GpuApi, GpuDevice};
+use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, IpcEventHandle};
 
 use crate::client::ClientInner;
 use crate::error::ShareError;
@@ -38,7 +39,14 @@ pub struct Mapping<A: GpuApi> {
     // Fields drop in order: the memory is unmapped before the lease goes,
     // so the daemon never frees what this process still maps.
     buffer: <A::Device as GpuDevice>::ShareableBuffer,
-    event: <A::Device as GpuDevice>::Event,
+    /// The seal's interprocess event, opened on first need: a reader that
+    /// the daemon told the work was done never needs it.
+    event: OnceLock<<A::Device as GpuDevice>::Event>,
+    event_handle: IpcEventHandle,
+    /// Whether the writer's work before the seal is known finished.
+    /// Release/Acquire: a thread that reads `true` skips the wait, so it
+    /// must see what the thread that learned it saw.
+    seal_done: AtomicBool,
     device: Arc<A::Device>,
     lease: Lease<A>,
 }
@@ -47,12 +55,15 @@ impl<A: GpuApi> Mapping<A> {
     pub(crate) fn new(
         device: Arc<A::Device>,
         buffer: <A::Device as GpuDevice>::ShareableBuffer,
-        event: <A::Device as GpuDevice>::Event,
+        event_handle: IpcEventHandle,
+        seal_done: bool,
         lease: Lease<A>,
     ) -> Self {
         Self {
             buffer,
-            event,
+            event: OnceLock::new(),
+            event_handle,
+            seal_done: AtomicBool::new(seal_done),
             device,
             lease,
         }
@@ -66,8 +77,50 @@ impl<A: GpuApi> Mapping<A> {
         &self.device
     }
 
-    pub(crate) fn event(&self) -> &<A::Device as GpuDevice>::Event {
-        &self.event
+    /// The seal's event, opened the first time it is needed (two threads
+    /// racing both open it; one keeps its copy).
+    fn event(&self) -> Result<&<A::Device as GpuDevice>::Event, ShareError> {
+        if let Some(event) = self.event.get() {
+            return Ok(event);
+        }
+        let opened = self.device.ipc_open_event(&self.event_handle)?;
+        Ok(self.event.get_or_init(|| opened))
+    }
+
+    /// The writer's seal: `stream`'s work so far completes the event.
+    pub(crate) fn record_seal(
+        &self,
+        stream: &<A::Device as GpuDevice>::Stream,
+    ) -> Result<(), ShareError> {
+        Ok(self.device.record_event(self.event()?, stream)?)
+    }
+
+    /// Orders `stream`'s later work after the writer's: nothing when that
+    /// work is known done (a finished event orders nothing, and a stream
+    /// wait on an interprocess event is not free), else a stream wait.
+    pub(crate) fn order_after_seal(
+        &self,
+        stream: &<A::Device as GpuDevice>::Stream,
+    ) -> Result<(), ShareError> {
+        if self.seal_done.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let event = self.event()?;
+        if self.device.query_event(event)? {
+            self.seal_done.store(true, Ordering::Release);
+        } else {
+            self.device.stream_wait_event(stream, event)?;
+        }
+        Ok(())
+    }
+
+    /// Blocks until the writer's work is done, for host reads.
+    fn wait_for_seal(&self) -> Result<(), ShareError> {
+        if !self.seal_done.load(Ordering::Acquire) {
+            self.device.synchronize_event(self.event()?)?;
+            self.seal_done.store(true, Ordering::Release);
+        }
+        Ok(())
     }
 }
 
@@ -220,7 +273,7 @@ impl<'a, A: GpuApi> MirrorSource<'a, A> for &'a GpuBuffer<A> {
     }
     /// The writer's work must be done before the host reads.
     fn ready(mapping: &Mapping<A>) -> Result<(), ShareError> {
-        Ok(mapping.device().synchronize_event(mapping.event())?)
+        mapping.wait_for_seal()
     }
 }
 

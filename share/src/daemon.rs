@@ -45,8 +45,10 @@ struct Object<A: GpuApi> {
     /// The daemon's own mapping: the allocation lives at least as long.
     _buffer: Buffer<A>,
     /// Recorded by the writer at seal (it opened the handle), waited on by
-    /// readers. The daemon owns it so it outlives the writer.
-    _event: Event<A>,
+    /// readers. The daemon owns it so it outlives the writer, and queries
+    /// it for each open: an interprocess event's state is shared by every
+    /// process that opened it.
+    event: Event<A>,
     /// How openers map it. Exported once: a fresh export is slow on CUDA
     /// (`cuMemExportToShareableHandle` measured ~0.6 ms on an H100), a
     /// duplicate of the descriptor names the same allocation for ~1 us.
@@ -596,7 +598,7 @@ impl<A: GpuApi> Shared<A> {
                 len: handle.len,
                 size: handle.size,
                 _buffer: buffer,
-                _event: event,
+                event,
                 handle,
                 fd,
                 writer: Some(client),
@@ -653,11 +655,24 @@ impl<A: GpuApi> Shared<A> {
             Err(e) => return (error(ErrorCode::Device, format!("dup: {e}")), None),
         };
         state.lease(client, id);
-        let info = state.objects.get(&id).map(|o| o.info(id));
-        match info {
-            Some(info) => (Reply::Opened { info, handle }, fd),
-            None => (error(ErrorCode::UnknownId, format!("no buffer {id}")), None),
-        }
+        let Some(object) = state.objects.get(&id) else {
+            return (error(ErrorCode::UnknownId, format!("no buffer {id}")), None);
+        };
+        // Answered here, a reader opens the event and makes its stream wait
+        // on it only while the work still runs: on CUDA both cost more than
+        // the rest of an open (README.md, "Shared buffers between
+        // processes"). A query that fails says "not done": the reader then
+        // waits itself.
+        let seal_done = self
+            .devices
+            .get(object.device as usize)
+            .is_some_and(|gpu| gpu.query_event(&object.event).unwrap_or(false));
+        let reply = Reply::Opened {
+            info: object.info(id),
+            handle,
+            seal_done,
+        };
+        (reply, fd)
     }
 
     fn seal(&self, client: u64, id: ObjectId) -> Reply {

@@ -20,8 +20,9 @@ use core::fmt;
 
 /// First bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"TDSH";
-/// Version of this format; a peer speaking another is refused.
-pub const VERSION: u16 = 1;
+/// Version of this format; a peer speaking another is refused. 2: an
+/// open's reply says whether the seal's work had finished.
+pub const VERSION: u16 = 2;
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 12;
 /// Largest payload either side sends or accepts.
@@ -274,6 +275,9 @@ pub enum Reply {
         info: ObjectInfo,
         /// How to map it.
         handle: BufferHandle,
+        /// Whether the writer's work before its seal had finished when the
+        /// daemon answered: the reader then needs no wait, nor the event.
+        seal_done: bool,
     },
     /// To seal, release and delete.
     Done,
@@ -468,6 +472,13 @@ impl<'a> Reader<'a> {
     fn bytes64(&mut self) -> Result<[u8; 64], WireError> {
         Ok(self.take(64)?.try_into().unwrap_or([0; 64]))
     }
+    fn flag(&mut self, what: &'static str) -> Result<bool, WireError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(WireError::Malformed(what)),
+        }
+    }
     fn str(&mut self) -> Result<String, WireError> {
         let len = self.u32()? as usize;
         let bytes = self.take(len)?;
@@ -625,7 +636,15 @@ impl Reply {
                 .u32(*devices)
                 .finish_ref(),
             Self::Created { id, handle } => reply(op::CREATE).u64(id.0).handle(handle).finish_ref(),
-            Self::Opened { info, handle } => reply(op::OPEN).info(info).handle(handle).finish_ref(),
+            Self::Opened {
+                info,
+                handle,
+                seal_done,
+            } => reply(op::OPEN)
+                .info(info)
+                .handle(handle)
+                .u8(u8::from(*seal_done))
+                .finish_ref(),
             Self::Done => reply(op::DONE).finish(),
             Self::Info(info) => reply(op::STAT).info(info).finish_ref(),
             Self::List(infos) => {
@@ -676,6 +695,7 @@ impl Reply {
                 op::OPEN => Self::Opened {
                     info: r.info()?,
                     handle: r.handle()?,
+                    seal_done: r.flag("seal done")?,
                 },
                 op::DONE => Self::Done,
                 op::STAT => Self::Info(r.info()?),
@@ -810,7 +830,13 @@ mod tests {
                 }
             }),
             (id(), handle()).prop_map(|(id, handle)| Reply::Created { id, handle }),
-            (info(), handle()).prop_map(|(info, handle)| Reply::Opened { info, handle }),
+            (info(), handle(), any::<bool>()).prop_map(|(info, handle, seal_done)| {
+                Reply::Opened {
+                    info,
+                    handle,
+                    seal_done,
+                }
+            }),
             Just(Reply::Done),
             info().prop_map(Reply::Info),
             proptest::collection::vec(info(), 0..20).prop_map(Reply::List),
