@@ -1,19 +1,26 @@
 //! Handing buffers between processes through the share daemon, against what
 //! a user does by hand (one run, one table per backend, ratios printed):
 //!
-//! * raw legacy IPC through `GpuApi`: `alloc_device_exportable` +
+//! * raw legacy IPC through `GpuApi`: `alloc_device_exportable`, a kernel
+//!   filling it, a stream sync (a raw handle carries no ordering) and
 //!   `ipc_export_memory` in this process; in a consumer process the first
 //!   `ipc_open_memory` of the handle, the first kernel reading it, and a
 //!   re-open of the handle already open there;
-//! * the same through the daemon: `create_buffer` + `seal`, then the
-//!   consumer's first `get_buffer` of the id, the same kernel, and a cached
-//!   `get_buffer`. Targets: first open + kernel within 1.5x of raw IPC, a
-//!   cached re-open under 5 us;
+//! * the same through the daemon: `create_buffer`, the same kernel and
+//!   sync, `seal`, then the consumer's first `get_buffer` of the id, the
+//!   same reading kernel, and a cached `get_buffer`. Targets: first open +
+//!   kernel within 1.5x of raw IPC, a cached re-open under 5 us;
 //! * a large buffer handed over (1 GiB on a GPU, 256 MiB on the CPU device
 //!   to keep CI memory sane): from the producer's data being ready to the
 //!   consumer's kernel over it done, through the daemon against copying it
 //!   through a shared host segment (device to host here, host to device
 //!   there).
+//!
+//! Both producers write by kernel, as users do: on a GPU, the consumer's
+//! first kernel after another process's work then waits for the GPU to
+//! switch contexts, on both paths (a producer with no GPU work at all, as
+//! this bench had before, let raw IPC skip that switch and the daemon's
+//! seal, which records an event, pay it).
 //!
 //! The consumer is this executable run again as `--share-child <backend>
 //! <socket>`; it answers one stdout line per stdin command. The daemon is
@@ -53,9 +60,10 @@ struct Scale {
     large: usize,
     large_note: &'static str,
     large_rounds: usize,
-    /// The grid (blocks, threads) of the consumer's reading kernel,
-    /// `tandem_block_sum_u32`: the CPU device runs each thread on the CPU,
-    /// where a GPU-sized grid would drown what the rows measure.
+    /// The grid (blocks, threads) of the producer's writing kernel and the
+    /// consumer's reading one, `tandem_block_sum_u32`: the CPU device runs
+    /// each thread on the CPU, where a GPU-sized grid would drown what the
+    /// rows measure.
     touch_grid: (u32, u32),
 }
 
@@ -154,16 +162,22 @@ fn run<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         scale.small_rounds,
         scale.large_rounds,
     );
+    let producer = Writer {
+        module: kernels(&*device),
+        stream: device.create_stream().map_err(|e| e.to_string())?,
+        device: &*device,
+        grid: scale.touch_grid,
+    };
     // Warm-up: the consumer's first launch loads the module, the daemon's
     // first buffer opens its device.
-    raw_round(&*device, &mut consumer)?;
-    daemon_round(&client, &device, &mut consumer)?;
+    raw_round(&producer, &mut consumer)?;
+    daemon_round(&client, &producer, &mut consumer)?;
 
     let mut raw = Samples::default();
     let mut shared = Samples::default();
     for _ in 0..scale.small_rounds {
-        raw.push(raw_round(&*device, &mut consumer)?);
-        shared.push(daemon_round(&client, &device, &mut consumer)?);
+        raw.push(raw_round(&producer, &mut consumer)?);
+        shared.push(daemon_round(&client, &producer, &mut consumer)?);
     }
     print_small(&raw.medians(), &shared.medians());
 
@@ -239,19 +253,19 @@ fn verdict(met: bool) -> &'static str {
 fn print_small(raw: &Round, shared: &Round) {
     let ratio = |d: Duration, r: Duration| d.as_secs_f64() / r.as_secs_f64();
     println!(
-        "  {:<42} {:>12} {:>12} {:>8}",
+        "  {:<58} {:>12} {:>12} {:>8}",
         "", "raw IPC", "daemon", "ratio"
     );
     let row = |what: &str, r: Duration, d: Duration, note: String| {
         println!(
-            "  {what:<42} {:>9.1} us {:>9.1} us {:>7.2}x{note}",
+            "  {what:<58} {:>9.1} us {:>9.1} us {:>7.2}x{note}",
             us(r),
             us(d),
             ratio(d, r)
         );
     };
     row(
-        "get a handle (alloc+export / create+seal)",
+        "get a handle (alloc+fill+sync+export / create+fill+seal)",
         raw.handle,
         shared.handle,
         String::new(),
@@ -284,11 +298,47 @@ fn print_small(raw: &Round, shared: &Round) {
     );
 }
 
-/// Raw IPC: export a fresh allocation, have the consumer open and read it.
-fn raw_round<D: GpuDevice>(device: &D, consumer: &mut Producer) -> Result<Round, String> {
+/// The producer's device, kernels and stream.
+struct Writer<'a, A: GpuApi> {
+    device: &'a A::Device,
+    module: <A::Device as GpuDevice>::Module,
+    stream: <A::Device as GpuDevice>::Stream,
+    /// The grid of its kernels: the consumer's.
+    grid: (u32, u32),
+}
+
+impl<A: GpuApi> Writer<'_, A> {
+    /// Queues a kernel writing all of `memory`, as a producer does.
+    fn fill(&self, memory: &impl DeviceMemory<Api = A>) {
+        launch(
+            self.device,
+            &self.module,
+            "tandem_fill_u32",
+            LaunchConfig::linear(self.grid.0, self.grid.1),
+            &[
+                KernelArg::Ptr(memory.device_ptr()),
+                KernelArg::U64((memory.len() / 4) as u64),
+                KernelArg::U32(7),
+            ],
+            &self.stream,
+        );
+    }
+}
+
+/// Raw IPC: fill a fresh allocation, wait for it, export it; have the
+/// consumer open and read it.
+fn raw_round<A: GpuApi>(
+    producer: &Writer<'_, A>,
+    consumer: &mut Producer,
+) -> Result<Round, String> {
+    let device = producer.device;
     let start = Instant::now();
     let buffer = device
         .alloc_device_exportable(SMALL)
+        .map_err(|e| e.to_string())?;
+    producer.fill(&buffer);
+    device
+        .synchronize_stream(&producer.stream)
         .map_err(|e| e.to_string())?;
     let handle = device
         .ipc_export_memory(&buffer)
@@ -305,17 +355,25 @@ fn raw_round<D: GpuDevice>(device: &D, consumer: &mut Producer) -> Result<Round,
     })
 }
 
-/// Through the daemon: create and seal a buffer, have the consumer open
-/// and read it, then delete it.
+/// Through the daemon: create, fill, wait and seal a buffer (finished data,
+/// as raw IPC hands over: the seal's event could order readers after an
+/// unfinished fill, but then the consumer's times would hold the fill's),
+/// have the consumer open and read it, then delete it.
 fn daemon_round<A: GpuApi>(
     client: &ShareClient<A>,
-    device: &A::Device,
+    producer: &Writer<'_, A>,
     consumer: &mut Producer,
 ) -> Result<Round, String> {
-    let stream = device.create_stream().map_err(|e| e.to_string())?;
     let start = Instant::now();
     let (id, buffer) = client.create_buffer(0, SMALL).map_err(|e| e.to_string())?;
-    let sealed = client.seal(buffer, &stream).map_err(|e| e.to_string())?;
+    producer.fill(&buffer);
+    producer
+        .device
+        .synchronize_stream(&producer.stream)
+        .map_err(|e| e.to_string())?;
+    let sealed = client
+        .seal(buffer, &producer.stream)
+        .map_err(|e| e.to_string())?;
     let handle = start.elapsed();
     let [open, touched, reopen] = consumer.ask(&format!("daemon {id}"))?;
     client.delete(id).map_err(|e| e.to_string())?;

@@ -154,12 +154,19 @@ pub(crate) fn unexpected(reply: &Reply) -> ShareError {
 }
 
 /// One request and its reply on `stream`.
+/// How long a caller spins for its reply before it sleeps: a daemon thread
+/// woken by the request answers an open or a stat within it.
+const REPLY_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
 fn exchange(
     stream: &UnixStream,
     request: &Request,
 ) -> Result<(Reply, Option<OwnedFd>), ShareError> {
     let gone = |e: std::io::Error| ShareError::DaemonGone(e.to_string());
     let sent = transport::send_frame(stream, &request.encode(), None);
+    if sent.is_ok() {
+        transport::spin_until_readable(stream, REPLY_SPIN);
+    }
     // A daemon that refuses a connection says why and closes it, maybe
     // before the request lands: read its reason before calling it gone.
     let received = transport::recv_frame(stream);
