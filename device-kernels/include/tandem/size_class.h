@@ -556,16 +556,8 @@ TANDEM_DEVICE SizeClassResult sc_allocate_group(const SizeClassHeap& heap,
 template <scope S>
 TANDEM_DEVICE SizeClassResult sc_allocate_together(const SizeClassHeap& heap,
                                                    const SizeClassRequest& req) {
-  lane_mask pending = active_lanes();
-  for (;;) {
-    const u32 leader = lowest_lane(pending);
-    const u64 cls = broadcast(pending, req.cls, leader);
-    const lane_mask group = ballot(pending, req.cls == cls);
-    if (req.cls == cls) {
-      return sc_allocate_group<S>(heap, req, group, leader);
-    }
-    pending &= ~group;
-  }
+  const lane_mask group = key_peers(req.cls);
+  return sc_allocate_group<S>(heap, req, group, lowest_lane(group));
 }
 
 }  // namespace detail

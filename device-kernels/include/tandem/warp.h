@@ -1,6 +1,7 @@
 // Warp (NVIDIA) / wavefront (AMD) collectives for the few algorithms that
 // aggregate work per warp (the size-class thread cache's refills and
-// flushes): which lanes are here, a vote, a broadcast, a hand-over barrier.
+// flushes, device ticket claims): which lanes are here, a vote, a
+// broadcast, groups by key, a hand-over barrier.
 //
 // Masks are 64 bits wide on every backend so that one spelling covers AMD's
 // 64-lane wavefronts; on NVIDIA the upper half is always zero. On the CPU
@@ -108,6 +109,27 @@ TANDEM_DEVICE void warp_sync(lane_mask group) {
   __builtin_amdgcn_wave_barrier();
 #else
   (void)group;
+#endif
+}
+
+/// The lanes executing this call together with the caller whose `key`
+/// equals the caller's (caller included): the groups a warp splits into
+/// when its lanes aim at different objects (CUDA's `__match_any_sync`; a
+/// vote per distinct key elsewhere, every lane looping until its own key's
+/// turn, so each ballot is reached by exactly the lanes still in it).
+TANDEM_DEVICE lane_mask key_peers(u64 key) {
+#if defined(TANDEM_BACKEND_CUDA)
+  return __match_any_sync(__activemask(), static_cast<unsigned long long>(key));
+#else
+  lane_mask pending = active_lanes();
+  for (;;) {
+    const u64 turn = broadcast(pending, key, lowest_lane(pending));
+    const lane_mask same = ballot(pending, key == turn);
+    if (key == turn) {
+      return same;
+    }
+    pending &= ~same;
+  }
 #endif
 }
 
