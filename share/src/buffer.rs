@@ -77,6 +77,11 @@ impl<A: GpuApi> Mapping<A> {
         &self.device
     }
 
+    /// Opens the seal's event if it is not open yet.
+    pub(crate) fn open_event(&self) -> Result<(), ShareError> {
+        self.event().map(drop)
+    }
+
     /// The seal's event, opened the first time it is needed (two threads
     /// racing both open it; one keeps its copy).
     fn event(&self) -> Result<&<A::Device as GpuDevice>::Event, ShareError> {

@@ -197,6 +197,11 @@ impl<A: GpuApi> ShareClient<A> {
             return Err(unexpected(&reply));
         };
         let mapping = self.map(id, &gpu, handle, fd, false)?;
+        // The writer opens the seal's event now, before it queues work: on
+        // CUDA, opening an interprocess event waited for the process's
+        // running kernels, so a seal that opened it would wait for the very
+        // work it is meant to order readers after.
+        mapping.open_event()?;
         Ok((id, MutableGpuBuffer::new(Arc::new(mapping))))
     }
 

@@ -24,7 +24,6 @@
 #include "tandem/atomic.h"
 #include "tandem/layout.h"
 #include "tandem/portability.h"
-#include "tandem/warp.h"
 
 namespace tandem {
 
@@ -521,29 +520,16 @@ TANDEM_DEVICE ticket_result claim_ticket(u64 capacity, DeviceTickets* tickets, c
       return ticket_result::unavailable;
     }
   }
-  // One fetch_add per group of lanes that claim on `tickets` together (a
-  // warp's threads sending to one lane): its lowest lane claims a run of
-  // tickets and each lane takes its place in the run, so thousands of
-  // threads make a thirty-second of the claims on the ring's one word
-  // (LLVM libc's GPU RPC takes one port per warp for the same reason).
   // Relaxed: the fetch_add only makes tickets unique; the hand-off of the
   // slot is ordered through the consumers' counter (and, for MPMC rings,
   // the slot's sequence number).
-  const lane_mask peers = key_peers(reinterpret_cast<u64>(tickets));
-  const u32 leader = lowest_lane(peers);
-  u64 first = 0;
-  if (lane_id() == leader) {
-    first = fetch_add_global<scope::device, order::relaxed>(&tickets->next, u64{lane_count(peers)});
-  }
+  const u64 ticket = fetch_add_global<scope::device, order::relaxed>(&tickets->next, u64{1});
   // Acquire (see refresh_other_side), and after the fetch_add, which it may
   // overlap (fetch_add_global: a generic one could not be): an acquire load
   // before it would hold the fetch_add back, a device-memory round trip on
-  // every push; after the broadcast, it would wait for the fetch_add. Any
-  // value of the copy is safe to start from: a stale one only waits below.
-  // Then until a consumer has taken the slot's previous lap, without
-  // polling it.
+  // every push. Then until a consumer has taken the slot's previous lap,
+  // without polling it.
   u64 seen = other_seen(tickets);
-  const u64 ticket = broadcast(peers, first, leader) + lane_count(peers & lanes_below(lane_id()));
   if (!counter_ready(seen, ticket, needed)) {
     if (!wait_ticket_ready(tickets, consumed, ticket, needed, stop)) {
       return ticket_result::stopped;  // the ticket is abandoned (see above)

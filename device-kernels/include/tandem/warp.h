@@ -1,7 +1,7 @@
 // Warp (NVIDIA) / wavefront (AMD) collectives for the few algorithms that
 // aggregate work per warp (the size-class thread cache's refills and
-// flushes, device ticket claims): which lanes are here, a vote, a
-// broadcast, groups by key, a hand-over barrier.
+// flushes): which lanes are here, a vote, a broadcast, groups by key, a
+// hand-over barrier.
 //
 // Masks are 64 bits wide on every backend so that one spelling covers AMD's
 // 64-lane wavefronts; on NVIDIA the upper half is always zero. On the CPU
