@@ -46,12 +46,19 @@ use crate::types::{Dim3, KernelArg};
 /// on machines with many cores and big blocks.
 pub const MAX_RESIDENT_THREADS: u32 = 16 * 1024;
 
+/// CPUs available to the process, read once: `available_parallelism` reads
+/// the cgroup quota files and the affinity mask on every call, which cost
+/// most of an empty launch (~55 us measured on a 2-core VM).
+pub(crate) fn cpus() -> usize {
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 /// Blocks of `block_threads` threads that run at the same time in one launch:
 /// one per available CPU, as long as they need at most
 /// [`MAX_RESIDENT_THREADS`] threads together (always at least one).
 pub fn resident_blocks(block_threads: u32) -> u32 {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cpus = u32::try_from(cpus).unwrap_or(u32::MAX);
+    let cpus = u32::try_from(cpus()).unwrap_or(u32::MAX);
     cpus.min(MAX_RESIDENT_THREADS / block_threads.max(1)).max(1)
 }
 
@@ -150,13 +157,38 @@ struct SharedMemory {
 // and by `zero`, which runs while all of them wait in that barrier.
 unsafe impl Sync for SharedMemory {}
 
+/// Zeroed buffers of finished launches, for the next ones. A fresh buffer
+/// costs a page fault per 4 KiB touched once the allocator has returned its
+/// pages to the OS: measured, that was most of an empty launch (~57 us of
+/// ~95 us on a 2-core VM).
+static SHARED_POOL: Mutex<Vec<SharedMemory>> = Mutex::new(Vec::new());
+
+/// Most buffers [`SHARED_POOL`] keeps (each at least 48 KiB).
+const SHARED_POOL_MAX: usize = 64;
+
 impl SharedMemory {
-    fn new(dynamic_bytes: u32) -> Self {
-        let bytes = (HOST_STATIC_SHARED_BYTES + dynamic_bytes) as usize;
-        let chunks = (0..bytes.div_ceil(16))
-            .map(|_| core::cell::UnsafeCell::new(Chunk([0; 16])))
-            .collect();
-        Self { chunks }
+    /// A zeroed buffer for `dynamic_bytes` of dynamic shared memory: a pooled
+    /// one if one is large enough, else a new one.
+    fn take(dynamic_bytes: u32) -> Self {
+        let chunks = (HOST_STATIC_SHARED_BYTES + dynamic_bytes).div_ceil(16) as usize;
+        let mut pool = SHARED_POOL.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(at) = pool.iter().position(|m| m.chunks.len() >= chunks) {
+            return pool.swap_remove(at);
+        }
+        drop(pool);
+        Self {
+            chunks: (0..chunks)
+                .map(|_| core::cell::UnsafeCell::new(Chunk([0; 16])))
+                .collect(),
+        }
+    }
+
+    /// Gives a zeroed buffer back to [`SHARED_POOL`] (or frees it if full).
+    fn recycle(self) {
+        let mut pool = SHARED_POOL.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < SHARED_POOL_MAX {
+            pool.push(self);
+        }
     }
 
     fn as_ptr(&self) -> *mut u8 {
@@ -287,6 +319,23 @@ struct LaunchRun {
     waiter: Thread,
     failed: AtomicBool,
     failure: Mutex<Option<String>>,
+}
+
+impl Drop for LaunchRun {
+    /// Recycles the lanes' shared memory. Every block ended in the lane
+    /// barrier that zeroes it, unless the launch failed (broken barriers run
+    /// nothing): then it is zeroed here. Nothing else holds the run, so no
+    /// thread touches the memory any more.
+    fn drop(&mut self) {
+        let failed = *self.failed.get_mut();
+        for lane in core::mem::take(&mut self.lanes) {
+            if failed {
+                // SAFETY: the run is being dropped: no task of it is left.
+                unsafe { lane.shared.zero() };
+            }
+            lane.shared.recycle();
+        }
+    }
 }
 
 impl LaunchRun {
@@ -465,8 +514,14 @@ impl Pool {
                 .spawn(move || self.work_loop())?;
             self.state().available += 1;
         }
+        let count = tasks.len();
         self.state().queue.extend(tasks);
-        self.work.notify_all();
+        // One wake-up per task, not `notify_all`: the pool keeps every thread
+        // it ever started, and waking all of them for each launch cost ~2 ms
+        // (measured) once a 4 x 256 launch had grown it past 1000.
+        for _ in 0..count {
+            self.work.notify_one();
+        }
         Ok(())
     }
 
@@ -495,12 +550,11 @@ pub(crate) fn execute(spec: Arc<LaunchSpec>) -> Result<(), String> {
     let block_threads = u32::try_from(spec.block.count().unwrap_or(0)).unwrap_or(u32::MAX);
     let blocks = spec.grid.count().unwrap_or(0);
     let resident = u64::from(resident_blocks(block_threads)).min(blocks) as u32;
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let spin = (block_threads as usize).saturating_mul(resident as usize) <= cpus;
+    let spin = (block_threads as usize).saturating_mul(resident as usize) <= cpus();
     let lanes = (0..resident)
         .map(|_| Lane {
             barrier: BlockBarrier::new(block_threads, spin),
-            shared: SharedMemory::new(spec.dynamic_shared_bytes),
+            shared: SharedMemory::take(spec.dynamic_shared_bytes),
         })
         .collect();
     let total = resident as usize * block_threads as usize;
