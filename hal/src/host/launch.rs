@@ -39,10 +39,10 @@
 use core::ffi::c_void;
 use std::cell::Cell;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::thread::Thread;
 
+use super::countdown::Countdown;
 use super::fiber::{self, BlockBarrier};
 use super::pool;
 
@@ -222,9 +222,8 @@ struct LaunchRun {
     spec: Arc<LaunchSpec>,
     resident: u32,
     lanes: Box<[SharedMemory]>,
-    /// Lanes the pool runs that have not finished; the last one wakes `waiter`.
-    pending: AtomicUsize,
-    waiter: Thread,
+    /// Lanes the pool runs, counted down as they finish.
+    pool_lanes: Countdown,
     failed: AtomicBool,
     failure: Mutex<Option<String>>,
 }
@@ -248,7 +247,7 @@ impl LaunchRun {
             .get_or_insert(why);
         // Relaxed: the flag only stops new blocks and breaks barriers; the
         // failure text is read by the waiter after every lane has finished
-        // (`pending`'s Acquire, or program order for the waiter's own lane).
+        // (`Countdown::wait`, or program order for the waiter's own lane).
         self.failed.store(true, Ordering::Relaxed);
     }
 
@@ -375,8 +374,7 @@ pub(crate) fn execute(spec: Arc<LaunchSpec>) -> Result<(), String> {
         spec,
         resident,
         lanes,
-        pending: AtomicUsize::new(resident.saturating_sub(1) as usize),
-        waiter: std::thread::current(),
+        pool_lanes: Countdown::new(resident.saturating_sub(1) as usize),
         failed: AtomicBool::new(false),
         failure: Mutex::new(None),
     });
@@ -385,11 +383,7 @@ pub(crate) fn execute(spec: Arc<LaunchSpec>) -> Result<(), String> {
             let run = Arc::clone(&run);
             Box::new(move || {
                 run.run_lane(lane);
-                // AcqRel: releases this lane's kernel writes; the waiter's
-                // Acquire load of 0 then sees the writes of every lane.
-                if run.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    run.waiter.unpark();
-                }
+                run.pool_lanes.arrive();
             }) as pool::Job
         })
         .collect();
@@ -401,10 +395,8 @@ pub(crate) fn execute(spec: Arc<LaunchSpec>) -> Result<(), String> {
         ));
     }
     run.run_lane(0);
-    // Acquire pairs with the lanes' AcqRel decrements (see above).
-    while run.pending.load(Ordering::Acquire) != 0 {
-        std::thread::park();
-    }
+    // Every lane's kernel writes are visible after this (module `countdown`).
+    run.pool_lanes.wait();
     let failure = run
         .failure
         .lock()

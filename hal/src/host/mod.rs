@@ -23,6 +23,7 @@
 //! (all the same CPU; for tests of multi-device layouts).
 
 mod api;
+mod countdown;
 mod device;
 mod error;
 mod event;
