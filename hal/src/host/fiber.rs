@@ -159,9 +159,10 @@ pub(crate) fn run_block(
     let mut waiting: VecDeque<Fiber> = VecDeque::new();
     let mut next = 0;
     // Turns left in the current round over `waiting`, and whether one of the
-    // round's fibers was in a wait loop: then the whole block waits for
-    // another agent, and the OS thread is given away once per round, as each
-    // GPU thread's wait loop used to do on its own OS thread.
+    // round's fibers was in a wait loop. If so, the block is waiting for
+    // another agent (a host thread, another block), which may need this
+    // core: the OS thread is given away once per round, not once per waiting
+    // fiber (a yield is a system call; a fiber switch is a few nanoseconds).
     let (mut round_left, mut spun) = (0usize, false);
     loop {
         let started = next < threads;
