@@ -395,6 +395,26 @@ fn a_barrier_that_some_threads_skip_fails_the_launch_not_the_process() {
     run_handshake(&device, &handshake, &stream, 2, 64);
 }
 
+/// Thread 5 of block 0 of a 264 x 256 launch panics before the barrier
+/// its block-mates wait in: the launch fails (releasing them) and reports
+/// it, and the stream goes on.
+#[test]
+fn a_failure_in_a_67k_thread_grid_is_reported_and_the_stream_goes_on() {
+    let device = device();
+    let module = device.load_module(&artifacts()).unwrap();
+    let kernel = device.kernel(&module, "fail_one").unwrap();
+    let stream = device.create_stream().unwrap();
+    let config = LaunchConfig::linear(264, 256);
+    // SAFETY: the kernel touches no memory.
+    unsafe { device.launch(&kernel, &config, &[KernelArg::U32(5)], &stream) }.unwrap();
+    match device.synchronize_stream(&stream).unwrap_err().kind {
+        crate::ErrorKind::KernelFailed(why) => assert!(why.contains("thread 5 gives up"), "{why}"),
+        other => panic!("expected KernelFailed, got {other:?}"),
+    }
+    let handshake = device.kernel(&module, "handshake").unwrap();
+    run_handshake(&device, &handshake, &stream, 4, 256);
+}
+
 #[test]
 fn yielding_outside_a_kernel_returns() {
     crate::host_abi::tandem_host_yield();
