@@ -229,10 +229,16 @@ struct LaunchRun {
 }
 
 impl Drop for LaunchRun {
-    /// Recycles the lanes' shared memory, which each lane zeroed after its
-    /// last block. Nothing else holds the run, so no thread touches it any more.
+    /// Recycles the lanes' shared memory, which each lane zeroed after each
+    /// block, unless a panic of the backend's own code (which fails the
+    /// launch) cut a block short: then it is zeroed here.
     fn drop(&mut self) {
+        let failed = *self.failed.get_mut();
         for shared in core::mem::take(&mut self.lanes) {
+            if failed {
+                // SAFETY: the run is being dropped, so no lane is running.
+                unsafe { shared.zero() };
+            }
             shared.recycle();
         }
     }
