@@ -182,8 +182,8 @@ impl fmt::Display for Summary {
 /// Starts a runtime on `api` with the catalog pool, runs the kernel on its
 /// first device and checks the answers.
 fn run<A: GpuApi>(api: A, device: &str, gpu: bool, args: &Args) -> Result<Summary, String> {
-    // A real GPU takes many threads; the CPU device runs each kernel thread
-    // on an OS thread.
+    // A real GPU takes many threads; the CPU device runs the grid on a few
+    // cores.
     let (blocks, threads) = if gpu { (132, 128) } else { (4, 16) };
     let skus = u64::from(blocks) * u64::from(threads) * args.skus_per_thread;
     let catalog = Arc::new(catalog(skus));

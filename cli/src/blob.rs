@@ -630,7 +630,7 @@ pub(crate) fn demo_part<A: GpuApi>(
     say: &dyn Fn(String),
 ) -> Result<Tally, String> {
     let mut kernels = BlobKernels::load(&runtime.devices()[0]).map_err(|e| e.to_string())?;
-    // The CPU device runs each kernel thread on an OS thread: a smaller grid.
+    // The CPU device runs the grid on a few cores: a smaller grid.
     let (blocks, threads) = if gpu { (66, 64) } else { (4, 16) };
     let blob_bytes = 4096u64;
     let rounds = 3u64;

@@ -395,8 +395,8 @@ fn demo<A: GpuApi>(api: A, backend: &str, json: bool) -> Result<bool, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let queues = &runtime.devices()[0];
     let mut kernels = RuntimeKernels::load(queues).map_err(|e| e.to_string())?;
-    // Real GPUs take many threads; the CPU device runs each kernel thread on
-    // an OS thread, so it gets a smaller grid.
+    // Real GPUs take many threads; the CPU device runs the grid on a few
+    // cores, so it gets a smaller grid.
     let launch = EchoLaunch {
         blocks: if gpu { 264 } else { 8 },
         threads: if gpu { 128 } else { 16 },

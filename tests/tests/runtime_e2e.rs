@@ -348,6 +348,26 @@ fn host_many_threads_every_task_once() {
     many_threads_every_task_once(HostApi::with_devices(1), 16, 16, 25, 16);
 }
 
+/// The GPU runs' largest grid, 264 x 256 threads, on the CPU device (whose
+/// blocks' threads are fibers that wait for their answers in turns), with
+/// the default segment sizes: its blocks' arena shares need more than
+/// `config`'s.
+#[test]
+fn host_a_67k_thread_grid_runs_to_the_end() {
+    let config = Config {
+        workers: 4,
+        devices: DeviceSelection::Only(vec![0]),
+        ..Config::default()
+    };
+    let runtime = Runtime::start_with(HostApi::with_devices(1), config, Registry::with_builtins())
+        .expect("start");
+    let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
+    let outcome = kernels
+        .echo(&add_launch(264, 256, 2, EchoPriority::Alternate))
+        .expect("echo");
+    assert_all_added(&outcome, 2);
+}
+
 #[test]
 fn host_direct_claims_wait_on_full_lanes() {
     direct_claims_wait_on_full_lanes(HostApi::with_devices(1), 2, 512, 4);

@@ -25,7 +25,7 @@ use std::{
 pub enum Leg {
     /// Workspace tests with default features (the host backend), then the host-client example.
     Host,
-    /// The loom models in `shm-core/tests/loom_*.rs`.
+    /// The loom models in `shm-core/tests/loom_*.rs` and tandem-hal's `loom` unit tests.
     Loom,
     /// The CUDA backend's crates with the `cuda` features.
     Cuda,
@@ -243,19 +243,30 @@ fn leg_commands(
         Leg::Loom => {
             let tests_dir = root.join("shm-core/tests");
             let models = loom_tests(&tests_dir)?;
-            let mut cmd = cargo()
-                .args(["test", "-p", "tandem-shm-core", "--release"])
-                .env("RUSTFLAGS", loom_rustflags(std::env::var_os("RUSTFLAGS")))
-                // `--cfg loom` changes every crate's build; a target dir of its own keeps the
-                // normal builds from being invalidated by each loom run.
-                .env(
-                    "CARGO_TARGET_DIR",
-                    ctx.metadata.target_directory.join("loom"),
-                );
+            let loom_cargo = || {
+                cargo()
+                    .env("RUSTFLAGS", loom_rustflags(std::env::var_os("RUSTFLAGS")))
+                    // `--cfg loom` changes every crate's build; a target dir of its own keeps
+                    // the normal builds from being invalidated by each loom run.
+                    .env(
+                        "CARGO_TARGET_DIR",
+                        ctx.metadata.target_directory.join("loom"),
+                    )
+            };
+            let mut cmd = loom_cargo().args(["test", "-p", "tandem-shm-core", "--release"]);
             for model in models {
                 cmd = cmd.args(["--test", &model]);
             }
-            Ok(vec![cmd])
+            // The host backend's model is a unit test (its countdown is crate-private).
+            let hal = loom_cargo().args([
+                "test",
+                "-p",
+                "tandem-hal",
+                "--release",
+                "--lib",
+                "loom_models",
+            ]);
+            Ok(vec![cmd, hal])
         }
         Leg::Cuda => Ok(vec![backend_tests(cargo(), Backend::Cuda)]),
         Leg::Hip => {

@@ -419,8 +419,9 @@ TANDEM_DEVICE void fence_seq_cst() {
 }
 
 /// Called in every iteration of a wait loop. GPU: a short sleep frees issue
-/// slots for the threads being waited on. Host: the block's threads are OS
-/// threads that may outnumber the cores, so the waiter gives its core away.
+/// slots for the threads being waited on. Host: the block's threads are
+/// fibers of one OS thread, so the waiter lets the others run (and once all
+/// of them wait, the OS thread is given away).
 /// See the spinning rule at the top of this file.
 TANDEM_DEVICE void spin_pause() {
 #if defined(TANDEM_BACKEND_CUDA)
@@ -428,7 +429,7 @@ TANDEM_DEVICE void spin_pause() {
 #elif defined(TANDEM_BACKEND_HIP)
   __builtin_amdgcn_s_sleep(1);
 #else
-  sched_yield();
+  host::yield_turn();
 #endif
 }
 
@@ -464,7 +465,7 @@ TANDEM_DEVICE bool stop_raised(const u32* stop, u64 round, bool last) {
 }  // namespace detail
 
 /// Sleeps about `ns` nanoseconds on a GPU (a sleeping warp leaves its issue
-/// slots to others); the CPU device yields instead.
+/// slots to others); the CPU device yields the thread's turn instead.
 TANDEM_DEVICE void sleep_for(u32 ns) {
 #if defined(TANDEM_BACKEND_CUDA)
   __nanosleep(ns);
@@ -475,7 +476,7 @@ TANDEM_DEVICE void sleep_for(u32 ns) {
   }
 #else
   (void)ns;
-  sched_yield();
+  host::yield_turn();
 #endif
 }
 
@@ -553,7 +554,7 @@ struct Backoff {
   }
 
   /// While waiting for another agent (the CPU, another block). The CPU device
-  /// yields: its waiting threads may outnumber the cores.
+  /// yields the thread's turn to the block's other threads.
   TANDEM_DEVICE void idle() {
 #if defined(TANDEM_BACKEND_GPU)
     if (polls < IDLE_POLLS) {
@@ -562,7 +563,7 @@ struct Backoff {
     }
     sleep();
 #else
-    sched_yield();
+    host::yield_turn();
 #endif
   }
 

@@ -4,8 +4,9 @@
 //   CUDA  nvcc (__CUDACC__) or NVRTC (__CUDACC_RTC__);
 //   HIP   hipcc / clang -x hip (__HIPCC__, __HIP__), checked first because
 //         hipcc targeting NVIDIA would also define __CUDACC__;
-//   HOST  any other C++17 compiler (g++/clang++): the CPU device, where each
-//         GPU thread is an OS thread driven by tandem_hal's host backend.
+//   HOST  any other C++17 compiler (g++/clang++): the CPU device, where the
+//         GPU threads of a block are fibers of one OS thread, driven by
+//         tandem_hal's host backend.
 #pragma once
 
 #include "tandem/host_abi.h"
@@ -49,18 +50,20 @@
 #endif
 
 #if defined(TANDEM_BACKEND_HOST)
-// Declared rather than included: Tandem headers include no system header (see
-// types.h), and this matches glibc's declaration in <sched.h>.
-extern "C" int sched_yield(void) noexcept;
 /// The CPU device's clock (tandem_hal::host_abi::tandem_host_timer_ns).
 extern "C" tandem::u64 tandem_host_timer_ns(void) noexcept;
+/// A wait loop's turn: lets the block's other threads (fibers of this OS
+/// thread) run (tandem_hal::host_abi::tandem_host_yield).
+extern "C" void tandem_host_yield(void) noexcept;
 
 namespace tandem {
 namespace host {
 
 /// Per-OS-thread state of the CPU device: which GPU thread this OS thread is
 /// running right now, and how much of the block's static shared area its
-/// `TANDEM_SHARED` declarations have used so far.
+/// `TANDEM_SHARED` declarations have used so far. The block's other threads
+/// run on the same OS thread whenever this one waits (switch_point), so it
+/// is saved and restored around every wait.
 struct ThreadState {
   const HostThreadCtx* ctx;
   u32 shared_cursor;
@@ -79,6 +82,21 @@ inline void enter_kernel(const HostThreadCtx* ctx) {
 
 /// Ends the binding made by enter_kernel, so a stale ctx is never read.
 inline void leave_kernel() { thread_state.ctx = nullptr; }
+
+/// Runs `wait` (the block barrier or a wait loop's turn), during which the
+/// block's other threads run on this OS thread and bind it to themselves,
+/// then binds it back to the calling GPU thread.
+template <typename Wait>
+inline void switch_point(Wait wait) {
+  const ThreadState mine = thread_state;
+  wait();
+  thread_state = mine;
+}
+
+/// A wait loop's turn on the CPU device.
+inline void yield_turn() {
+  switch_point([] { tandem_host_yield(); });
+}
 
 /// Reads parameter `i` of a launch: `args[i]` points at its value. Copied
 /// bytewise because a by-value struct's bytes need not be aligned for `T`.

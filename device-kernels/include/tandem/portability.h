@@ -165,7 +165,7 @@ TANDEM_DEVICE void block_barrier() {
   // a value written after every other thread's arrival, and fence-to-fence
   // synchronization carries the plain writes across.
   fence_acq_rel<scope::block>();
-  ctx->barrier(ctx);
+  host::switch_point([ctx] { ctx->barrier(ctx); });
   fence_acq_rel<scope::block>();
 #endif
 }

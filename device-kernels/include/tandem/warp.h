@@ -5,7 +5,8 @@
 //
 // Masks are 64 bits wide on every backend so that one spelling covers AMD's
 // 64-lane wavefronts; on NVIDIA the upper half is always zero. On the CPU
-// device every GPU thread is its own OS thread, so a "warp" is one lane: the
+// device every GPU thread is its own fiber, switching on its own, so a
+// "warp" is one lane: the
 // collectives below degenerate to the identity and an aggregated algorithm
 // runs exactly its one-lane case.
 //

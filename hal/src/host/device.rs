@@ -145,7 +145,7 @@ impl GpuDevice for HostDevice {
     }
 
     fn properties(&self) -> GpuResult<DeviceProperties> {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = super::launch::cpus();
         let host_numa_node = crate::numa::node_of_current_cpus();
         Ok(DeviceProperties {
             ordinal: self.ordinal,

@@ -92,7 +92,63 @@ unsafe extern "C" fn nap(_ctx: *const HostThreadCtx, args: *const *const c_void)
     std::thread::sleep(Duration::from_millis(ms.into()));
 }
 
+/// `handshake(u32* out)`: between two barriers, threads 1.. of each block
+/// count themselves in a shared counter and wait for thread 0's go, which it
+/// gives once the count is complete: each thread waits on others of its
+/// block, in a wait loop. Then `out[global id]` = the count (threads - 1).
+unsafe extern "C" fn handshake(ctx: *const HostThreadCtx, args: *const *const c_void) {
+    // SAFETY: a live context and a `(Ptr)` argument array.
+    let (ctx, out) = unsafe { (&*ctx, arg::<u64>(args, 0) as *mut u32) };
+    let threads = ctx.block_dim.x * ctx.block_dim.y * ctx.block_dim.z;
+    let tid = linear(ctx.thread_idx, ctx.block_dim);
+    // SAFETY: the static shared area starts 16-aligned and holds both words;
+    // every thread reaches them only atomically.
+    let (count, go) = unsafe {
+        let shared = ctx.shared_mem.cast::<AtomicU32>();
+        (&*shared, &*shared.add(1))
+    };
+    // SAFETY: the context's own barrier, reached by every thread.
+    unsafe { (ctx.barrier)(ctx) };
+    if tid == 0 {
+        // Acquire pairs with the counting RMWs' Release: what each thread
+        // wrote before counting is visible once the count is seen.
+        while count.load(Ordering::Acquire) != threads - 1 {
+            crate::host_abi::tandem_host_yield();
+        }
+        go.store(1, Ordering::Release);
+    } else {
+        count.fetch_add(1, Ordering::Release);
+        while go.load(Ordering::Acquire) == 0 {
+            crate::host_abi::tandem_host_yield();
+        }
+    }
+    // SAFETY: as above.
+    unsafe { (ctx.barrier)(ctx) };
+    let id = linear(ctx.block_idx, ctx.grid_dim) * u64::from(threads) + tid;
+    // SAFETY: the test sizes `out` to the launch's thread count.
+    unsafe { out.add(id as usize).write(count.load(Ordering::Relaxed)) };
+}
+
+/// `skip_barrier()`: odd threads return without reaching the barrier that
+/// the even ones wait in.
+unsafe extern "C" fn skip_barrier(ctx: *const HostThreadCtx, _args: *const *const c_void) {
+    // SAFETY: a live context.
+    let ctx = unsafe { &*ctx };
+    if ctx.thread_idx.x % 2 == 0 {
+        // SAFETY: the context's own barrier.
+        unsafe { (ctx.barrier)(ctx) };
+    }
+}
+
 const SIGNATURES: &[KernelSignature] = &[
+    KernelSignature {
+        name: "handshake",
+        params: &[ArgKind::Ptr],
+    },
+    KernelSignature {
+        name: "skip_barrier",
+        params: &[],
+    },
     KernelSignature {
         name: "count",
         params: &[ArgKind::Ptr],
@@ -111,6 +167,16 @@ const SIGNATURES: &[KernelSignature] = &[
     },
 ];
 const TABLE: &[HostKernel] = &[
+    HostKernel {
+        name: "handshake",
+        entry: handshake,
+        params: &[ArgKind::Ptr],
+    },
+    HostKernel {
+        name: "skip_barrier",
+        entry: skip_barrier,
+        params: &[],
+    },
     HostKernel {
         name: "count",
         entry: count,
@@ -242,6 +308,116 @@ fn blocks_share_zeroed_memory_and_a_barrier() {
             "shared memory was not zeroed"
         );
     }
+}
+
+/// Launches `handshake` on `stream` and checks every thread saw the full count.
+fn run_handshake(
+    device: &HostDevice,
+    kernel: &HostKernelEntry,
+    stream: &HostStream,
+    grid: u32,
+    block: u32,
+) {
+    let threads = grid as usize * block as usize;
+    let out = device.alloc_device(threads * 4).unwrap();
+    // SAFETY: `out` holds one u32 per thread of the launch.
+    unsafe {
+        device.launch(
+            kernel,
+            &LaunchConfig::linear(grid, block),
+            &[KernelArg::Ptr(out.device_ptr())],
+            stream,
+        )
+    }
+    .unwrap();
+    device.synchronize_stream(stream).unwrap();
+    let seen = words(device, &out);
+    assert!(
+        seen.iter().all(|&c| c == block - 1),
+        "grid {grid} block {block}: {:?}",
+        seen.iter().find(|&&c| c != block - 1)
+    );
+}
+
+/// 264 x 256 threads (67 584, far more than the OS threads the backend
+/// starts) that wait on each other in barriers and wait loops all finish.
+#[test]
+fn a_grid_of_67k_threads_that_wait_on_each_other_completes() {
+    let device = device();
+    let module = device.load_module(&artifacts()).unwrap();
+    let kernel = device.kernel(&module, "handshake").unwrap();
+    let stream = device.create_stream().unwrap();
+    run_handshake(&device, &kernel, &stream, 264, 256);
+}
+
+/// Launches of every block size on four streams at once, over and over: the
+/// lanes of concurrent launches share the pool, and fibers of different
+/// blocks share cached stacks.
+#[test]
+fn concurrent_launches_of_waiting_threads_stress() {
+    let device = device();
+    let module = device.load_module(&artifacts()).unwrap();
+    let kernel = device.kernel(&module, "handshake").unwrap();
+    std::thread::scope(|scope| {
+        for seed in 0..4u32 {
+            let (device, kernel) = (&device, &kernel);
+            scope.spawn(move || {
+                let stream = device.create_stream().unwrap();
+                for i in 0..40u32 {
+                    let block = [1, 2, 31, 64, 255, 1024][((seed + i) % 6) as usize];
+                    run_handshake(device, kernel, &stream, 1 + (seed * 7 + i) % 9, block);
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn a_barrier_that_some_threads_skip_fails_the_launch_not_the_process() {
+    let device = device();
+    let module = device.load_module(&artifacts()).unwrap();
+    let kernel = device.kernel(&module, "skip_barrier").unwrap();
+    let stream = device.create_stream().unwrap();
+    // SAFETY: the kernel touches no memory.
+    unsafe { device.launch(&kernel, &LaunchConfig::linear(3, 64), &[], &stream) }.unwrap();
+    let err = device.synchronize_stream(&stream).unwrap_err();
+    match err.kind {
+        crate::ErrorKind::KernelFailed(why) => {
+            assert!(
+                why.contains("32 of 64 threads wait in a block barrier"),
+                "{why}"
+            )
+        }
+        other => panic!("expected KernelFailed, got {other:?}"),
+    }
+    // The stream still runs launches, and this one is fine.
+    let handshake = device.kernel(&module, "handshake").unwrap();
+    run_handshake(&device, &handshake, &stream, 2, 64);
+}
+
+/// Thread 5 of block 0 of a 264 x 256 launch panics before the barrier
+/// its block-mates wait in: the launch fails (releasing them) and reports
+/// it, and the stream goes on.
+#[test]
+fn a_failure_in_a_67k_thread_grid_is_reported_and_the_stream_goes_on() {
+    let device = device();
+    let module = device.load_module(&artifacts()).unwrap();
+    let kernel = device.kernel(&module, "fail_one").unwrap();
+    let stream = device.create_stream().unwrap();
+    let config = LaunchConfig::linear(264, 256);
+    // SAFETY: the kernel touches no memory.
+    unsafe { device.launch(&kernel, &config, &[KernelArg::U32(5)], &stream) }.unwrap();
+    match device.synchronize_stream(&stream).unwrap_err().kind {
+        crate::ErrorKind::KernelFailed(why) => assert!(why.contains("thread 5 gives up"), "{why}"),
+        other => panic!("expected KernelFailed, got {other:?}"),
+    }
+    let handshake = device.kernel(&module, "handshake").unwrap();
+    run_handshake(&device, &handshake, &stream, 4, 256);
+}
+
+#[test]
+fn yielding_outside_a_kernel_returns() {
+    crate::host_abi::tandem_host_yield();
 }
 
 #[test]

@@ -153,7 +153,7 @@ impl<A: GpuApi> Gpu<A> {
     }
 
     /// `cpu` on the CPU device, `gpu` on a GPU: a GPU test runs thousands of
-    /// threads where the CPU device, one OS thread per GPU thread, runs tens.
+    /// threads where the CPU device, a few cores, runs tens.
     pub fn at_scale<T>(&self, cpu: T, gpu: T) -> T {
         if A::BACKEND == Backend::Host {
             cpu
