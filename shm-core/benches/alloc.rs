@@ -4,10 +4,15 @@
 //! (the arena's reset, the system allocator's deallocs) run after the clock
 //! stops. The size-class rows time allocate+free pairs on both sides, through
 //! a per-thread `SizeClassCache` and uncached.
+//!
+//! Fairness on a shared or many-core host: the runs a row compares take turns
+//! within each repetition (`harness::interleaved_times`), so load from
+//! elsewhere hits both sides alike, and every run's threads are pinned to the
+//! same CPUs (`harness::cpus`).
 
-// Only `compare` and `machine` are used: allocation-only rows need frees
-// outside the timed region, which `harness::interleaved_rates` cannot leave
-// out, so `batch_rate` times them.
+// `interleaved_rates` is unused here: a batch's setup and teardown (the
+// frees of allocation-only rows) must stay outside its clock, so each run
+// times itself and `interleaved_times` takes the times.
 #[allow(dead_code)]
 mod harness;
 
@@ -16,6 +21,7 @@ use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use harness::cpus::Pinning;
 use tandem_shm_core::layout::AllocatorId;
 use tandem_shm_core::{ArenaAllocator, SizeClassAllocator, SizeClassCache};
 
@@ -49,44 +55,61 @@ impl Drop for Region {
     }
 }
 
-/// Aggregate operations per second of `threads` threads that each build a
-/// state with `setup` (untimed), run `batch` on it (timed; `OPS` operations)
-/// and hand it to `teardown` once every thread has stopped its clock. The
-/// slowest thread's time counts; the median over `REPS` batches is returned.
-fn batch_rate<S: Send>(
-    threads: usize,
-    setup: impl Fn() -> S + Sync,
-    batch: impl Fn(&mut S) + Sync,
-    teardown: impl Fn(S),
-) -> f64 {
-    let mut times: Vec<Duration> = (0..=REPS)
-        .map(|_| {
-            let barrier = Barrier::new(threads);
-            let results: Vec<(Duration, S)> = std::thread::scope(|scope| {
-                let workers: Vec<_> = (0..threads)
-                    .map(|_| {
-                        scope.spawn(|| {
-                            let mut state = setup();
-                            barrier.wait();
-                            let start = Instant::now();
-                            batch(&mut state);
-                            (start.elapsed(), state)
-                        })
+/// The threads of one row and where they run.
+struct Threads {
+    count: usize,
+    pins: Pinning,
+}
+
+impl Threads {
+    fn new(count: usize) -> Self {
+        Threads {
+            count,
+            pins: Pinning::choose(count),
+        }
+    }
+
+    /// One timed batch: each thread builds a state with `setup` (untimed),
+    /// runs `batch` on it (timed; `OPS` operations) and hands it to
+    /// `teardown` once every thread has stopped its clock. Returns the
+    /// slowest thread's time.
+    fn batch<S: Send>(
+        &self,
+        setup: impl Fn() -> S + Sync,
+        batch: impl Fn(&mut S) + Sync,
+        teardown: impl Fn(S),
+    ) -> Duration {
+        let barrier = Barrier::new(self.count);
+        let results: Vec<(Duration, S)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..self.count)
+                .map(|index| {
+                    let (barrier, setup, batch) = (&barrier, &setup, &batch);
+                    scope.spawn(move || {
+                        self.pins.pin_current(index);
+                        let mut state = setup();
+                        barrier.wait();
+                        let start = Instant::now();
+                        batch(&mut state);
+                        (start.elapsed(), state)
                     })
-                    .collect();
-                workers
-                    .into_iter()
-                    .map(|w| w.join().expect("benchmark thread"))
-                    .collect()
-            });
-            let slowest = results.iter().map(|(time, _)| *time).max();
-            results.into_iter().for_each(|(_, state)| teardown(state));
-            slowest.expect("at least one thread")
-        })
-        .skip(1) // warm-up
-        .collect();
-    times.sort();
-    (threads as u64 * OPS) as f64 / times[times.len() / 2].as_secs_f64()
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("benchmark thread"))
+                .collect()
+        });
+        let slowest = results.iter().map(|(time, _)| *time).max();
+        results.into_iter().for_each(|(_, state)| teardown(state));
+        slowest.expect("at least one thread")
+    }
+
+    /// Aggregate operations per second of each of `runs` (each one timed
+    /// batch per call), taking turns: the median over `REPS` rounds.
+    fn rates<const N: usize>(&self, runs: [&mut dyn FnMut() -> Duration; N]) -> [f64; N] {
+        harness::interleaved_times(REPS, runs)
+            .map(|time| (self.count as u64 * OPS) as f64 / time.as_secs_f64())
+    }
 }
 
 /// Blocks from the system allocator, kept to be freed after the clock stops.
@@ -96,10 +119,9 @@ struct SystemBlocks(Vec<*mut u8>);
 // be freed from any thread; nothing else refers to them.
 unsafe impl Send for SystemBlocks {}
 
-fn system_alloc_only(threads: usize) -> f64 {
+fn system_alloc_only(threads: &Threads) -> Duration {
     let layout = Layout::from_size_align(SIZE as usize, ALIGN as usize).expect("valid layout");
-    batch_rate(
-        threads,
+    threads.batch(
         || SystemBlocks(Vec::with_capacity(OPS as usize)),
         |blocks| {
             for _ in 0..OPS {
@@ -116,10 +138,9 @@ fn system_alloc_only(threads: usize) -> f64 {
     )
 }
 
-fn system_pairs(threads: usize) -> f64 {
+fn system_pairs(threads: &Threads) -> Duration {
     let layout = Layout::from_size_align(SIZE as usize, ALIGN as usize).expect("valid layout");
-    batch_rate(
-        threads,
+    threads.batch(
         || (),
         |_| {
             for _ in 0..OPS {
@@ -131,9 +152,8 @@ fn system_pairs(threads: usize) -> f64 {
     )
 }
 
-fn arena_alloc_only(arena: &ArenaAllocator<'_>, threads: usize) -> f64 {
-    batch_rate(
-        threads,
+fn arena_alloc_only(arena: &ArenaAllocator<'_>, threads: &Threads) -> Duration {
+    threads.batch(
         || (),
         |_| {
             for _ in 0..OPS {
@@ -149,9 +169,8 @@ fn arena_alloc_only(arena: &ArenaAllocator<'_>, threads: usize) -> f64 {
     )
 }
 
-fn thread_arena_alloc_only(arena: &ArenaAllocator<'_>, threads: usize) -> f64 {
-    batch_rate(
-        threads,
+fn thread_arena_alloc_only(arena: &ArenaAllocator<'_>, threads: &Threads) -> Duration {
+    threads.batch(
         || arena.carve(OPS * SIZE).expect("region sized for a batch"),
         |sub| {
             for _ in 0..OPS {
@@ -165,9 +184,8 @@ fn thread_arena_alloc_only(arena: &ArenaAllocator<'_>, threads: usize) -> f64 {
 
 /// Allocate+free pairs through a per-thread cache, the designed host path;
 /// the cache is built and flushed (dropped) outside the clock.
-fn size_class_cached_pairs(alloc: &SizeClassAllocator<'_>, threads: usize) -> f64 {
-    batch_rate(
-        threads,
+fn size_class_cached_pairs(alloc: &SizeClassAllocator<'_>, threads: &Threads) -> Duration {
+    threads.batch(
         || SizeClassCache::new(*alloc),
         |cache| {
             for _ in 0..OPS {
@@ -179,9 +197,8 @@ fn size_class_cached_pairs(alloc: &SizeClassAllocator<'_>, threads: usize) -> f6
     )
 }
 
-fn size_class_pairs(alloc: &SizeClassAllocator<'_>, threads: usize) -> f64 {
-    batch_rate(
-        threads,
+fn size_class_pairs(alloc: &SizeClassAllocator<'_>, threads: &Threads) -> Duration {
+    threads.batch(
         || (),
         |_| {
             for _ in 0..OPS {
@@ -196,27 +213,35 @@ fn size_class_pairs(alloc: &SizeClassAllocator<'_>, threads: usize) -> f64 {
 fn main() {
     println!("machine: {} (rates in ops/s, M = 10^6)", harness::machine());
     println!(
-        "{SIZE}-byte allocations aligned to {ALIGN}; {OPS} per thread per batch, median of {REPS}"
+        "{SIZE}-byte allocations aligned to {ALIGN}; {OPS} per thread per batch, median of {REPS}, \
+         the runs a row compares taking turns"
     );
     // Two threads' batches, with room for alignment and carve rounding.
     let region = Region::new((3 * OPS * SIZE) as usize + (1 << 20));
     let len = region.layout.size();
-    for threads in [1, 2] {
-        let system = system_alloc_only(threads);
+    for count in [1, 2] {
+        let threads = Threads::new(count);
+        let roles = ["thread 0", "thread 1"];
+        println!("{count} thr: {}", threads.pins.describe(&roles[..count]));
         {
             // SAFETY: the region outlives the handle and is used only through it.
             let arena = unsafe { ArenaAllocator::init_in(region.ptr, len, ID) }.expect("init");
+            let [per_thread, shared, system] = threads.rates([
+                &mut || thread_arena_alloc_only(&arena, &threads),
+                &mut || arena_alloc_only(&arena, &threads),
+                &mut || system_alloc_only(&threads),
+            ]);
             // The designed allocation path: a sub-arena per thread.
             harness::compare(
-                &format!("ThreadArena (per-thread), {threads} thr"),
-                thread_arena_alloc_only(&arena, threads),
+                &format!("ThreadArena (per-thread), {count} thr"),
+                per_thread,
                 "std::alloc::alloc",
                 system,
                 Some(5.0),
             );
             harness::compare(
-                &format!("arena shared cursor, {threads} thr"),
-                arena_alloc_only(&arena, threads),
+                &format!("arena shared cursor, {count} thr"),
+                shared,
                 "std::alloc::alloc",
                 system,
                 None,
@@ -224,17 +249,21 @@ fn main() {
         }
         // SAFETY: the arena handles above are gone; the region is reused.
         let sizes = unsafe { SizeClassAllocator::init_in(region.ptr, len, ID) }.expect("init");
-        let system = system_pairs(threads);
+        let [cached, uncached, system] = threads.rates([
+            &mut || size_class_cached_pairs(&sizes, &threads),
+            &mut || size_class_pairs(&sizes, &threads),
+            &mut || system_pairs(&threads),
+        ]);
         harness::compare(
-            &format!("size-class alloc+free, {threads} thr"),
-            size_class_cached_pairs(&sizes, threads),
+            &format!("size-class alloc+free, {count} thr"),
+            cached,
             "std alloc+dealloc",
             system,
             Some(1.0),
         );
         harness::compare(
-            &format!("size-class uncached, {threads} thr"),
-            size_class_pairs(&sizes, threads),
+            &format!("size-class uncached, {count} thr"),
+            uncached,
             "std alloc+dealloc",
             system,
             None,
