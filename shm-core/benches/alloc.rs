@@ -3,7 +3,8 @@
 //! one and two threads. Allocation-only rows time allocations alone: frees
 //! (the arena's reset, the system allocator's deallocs) run after the clock
 //! stops. The size-class rows time allocate+free pairs on both sides, through
-//! a per-thread `SizeClassCache` and uncached.
+//! a per-thread `SizeClassCache` and uncached; with two threads, hand-off
+//! rows also time blocks that one thread allocates and the other frees.
 //!
 //! Fairness on a shared or many-core host: the runs a row compares take turns
 //! within each repetition (`harness::interleaved_times`), so load from
@@ -69,13 +70,13 @@ impl Threads {
         }
     }
 
-    /// One timed batch: each thread builds a state with `setup` (untimed),
+    /// One timed batch: thread `i` builds a state with `setup(i)` (untimed),
     /// runs `batch` on it (timed; `OPS` operations) and hands it to
     /// `teardown` once every thread has stopped its clock. Returns the
     /// slowest thread's time.
     fn batch<S: Send>(
         &self,
-        setup: impl Fn() -> S + Sync,
+        setup: impl Fn(usize) -> S + Sync,
         batch: impl Fn(&mut S) + Sync,
         teardown: impl Fn(S),
     ) -> Duration {
@@ -86,7 +87,7 @@ impl Threads {
                     let (barrier, setup, batch) = (&barrier, &setup, &batch);
                     scope.spawn(move || {
                         self.pins.pin_current(index);
-                        let mut state = setup();
+                        let mut state = setup(index);
                         barrier.wait();
                         let start = Instant::now();
                         batch(&mut state);
@@ -122,7 +123,7 @@ unsafe impl Send for SystemBlocks {}
 fn system_alloc_only(threads: &Threads) -> Duration {
     let layout = Layout::from_size_align(SIZE as usize, ALIGN as usize).expect("valid layout");
     threads.batch(
-        || SystemBlocks(Vec::with_capacity(OPS as usize)),
+        |_| SystemBlocks(Vec::with_capacity(OPS as usize)),
         |blocks| {
             for _ in 0..OPS {
                 // SAFETY: non-zero size.
@@ -141,7 +142,7 @@ fn system_alloc_only(threads: &Threads) -> Duration {
 fn system_pairs(threads: &Threads) -> Duration {
     let layout = Layout::from_size_align(SIZE as usize, ALIGN as usize).expect("valid layout");
     threads.batch(
-        || (),
+        |_| (),
         |_| {
             for _ in 0..OPS {
                 // SAFETY: non-zero size; freed right away with the same layout.
@@ -154,7 +155,7 @@ fn system_pairs(threads: &Threads) -> Duration {
 
 fn arena_alloc_only(arena: &ArenaAllocator<'_>, threads: &Threads) -> Duration {
     threads.batch(
-        || (),
+        |_| (),
         |_| {
             for _ in 0..OPS {
                 black_box(
@@ -171,7 +172,7 @@ fn arena_alloc_only(arena: &ArenaAllocator<'_>, threads: &Threads) -> Duration {
 
 fn thread_arena_alloc_only(arena: &ArenaAllocator<'_>, threads: &Threads) -> Duration {
     threads.batch(
-        || arena.carve(OPS * SIZE).expect("region sized for a batch"),
+        |_| arena.carve(OPS * SIZE).expect("region sized for a batch"),
         |sub| {
             for _ in 0..OPS {
                 black_box(sub.allocate(SIZE, ALIGN).expect("carved for a batch"));
@@ -186,7 +187,7 @@ fn thread_arena_alloc_only(arena: &ArenaAllocator<'_>, threads: &Threads) -> Dur
 /// the cache is built and flushed (dropped) outside the clock.
 fn size_class_cached_pairs(alloc: &SizeClassAllocator<'_>, threads: &Threads) -> Duration {
     threads.batch(
-        || SizeClassCache::new(*alloc),
+        |_| SizeClassCache::new(*alloc),
         |cache| {
             for _ in 0..OPS {
                 let ptr = cache.allocate(SIZE, ALIGN).expect("allocate");
@@ -199,13 +200,133 @@ fn size_class_cached_pairs(alloc: &SizeClassAllocator<'_>, threads: &Threads) ->
 
 fn size_class_pairs(alloc: &SizeClassAllocator<'_>, threads: &Threads) -> Duration {
     threads.batch(
-        || (),
+        |_| (),
         |_| {
             for _ in 0..OPS {
                 let ptr = alloc.allocate(SIZE, ALIGN).expect("allocate");
                 alloc.free(black_box(ptr)).expect("free");
             }
         },
+        drop,
+    )
+}
+
+/// A system-allocator block on its way from the thread that allocated it to
+/// the one that frees it.
+struct SystemBlock(*mut u8);
+
+// SAFETY: an owned allocation of the global allocator, which may be freed
+// from any thread; only the thread holding the value frees it, once.
+unsafe impl Send for SystemBlock {}
+
+/// Slots of the ring that carries blocks in the hand-off runs.
+const HANDOFF_RING: usize = 1024;
+
+/// One thread's end of a hand-off run.
+enum End<T> {
+    Allocates(rtrb::Producer<T>),
+    Frees(rtrb::Consumer<T>),
+}
+
+/// Waits after a full push or an empty pop: spin briefly (the other side is
+/// usually nanoseconds away), then yield (it may be descheduled on a
+/// machine with as many cores as threads, or shared). Every allocator's
+/// hand-off runs wait alike.
+fn wait(spins: &mut u32) {
+    if *spins < 64 {
+        *spins += 1;
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// One timed batch of `OPS` blocks allocated by thread 0 and freed by thread
+/// 1, handed over through a ring (the same one for every allocator): the
+/// pattern of a host thread that builds task payloads another one retires.
+/// Each thread allocates or frees through its own state `C` (a cache, or
+/// nothing), built by `new` and given to `done` after the clock stops.
+fn handoff<C: Send, T: Send>(
+    threads: &Threads,
+    new: impl Fn() -> C + Sync,
+    allocate: impl Fn(&mut C) -> T + Sync,
+    free: impl Fn(&mut C, T) + Sync,
+    done: impl Fn(C),
+) -> Duration {
+    assert_eq!(threads.count, 2, "one thread allocates, one frees");
+    let (tx, rx) = rtrb::RingBuffer::new(HANDOFF_RING);
+    let ends = std::sync::Mutex::new((Some(tx), Some(rx)));
+    threads.batch(
+        |index| {
+            let mut ends = ends.lock().expect("ends");
+            let end = match index {
+                0 => End::Allocates(ends.0.take().expect("one allocating thread")),
+                _ => End::Frees(ends.1.take().expect("one freeing thread")),
+            };
+            (end, new())
+        },
+        |(end, state)| {
+            let mut spins = 0;
+            match end {
+                End::Allocates(tx) => {
+                    for _ in 0..OPS {
+                        let mut block = allocate(state);
+                        while let Err(rtrb::PushError::Full(back)) = tx.push(block) {
+                            block = back;
+                            wait(&mut spins);
+                        }
+                        spins = 0;
+                    }
+                }
+                End::Frees(rx) => {
+                    for _ in 0..OPS {
+                        let block = loop {
+                            match rx.pop() {
+                                Ok(block) => break block,
+                                Err(_) => wait(&mut spins),
+                            }
+                        };
+                        spins = 0;
+                        free(state, block);
+                    }
+                }
+            }
+        },
+        |(_, state)| done(state),
+    )
+}
+
+fn system_handoff(threads: &Threads) -> Duration {
+    let layout = Layout::from_size_align(SIZE as usize, ALIGN as usize).expect("valid layout");
+    handoff(
+        threads,
+        || (),
+        // SAFETY: non-zero size.
+        |_| SystemBlock(unsafe { alloc(layout) }),
+        // SAFETY: allocated above with this layout, freed once.
+        |_, block| unsafe { dealloc(block.0, layout) },
+        drop,
+    )
+}
+
+/// Hand-off through a cache on each side: the allocating thread's refills
+/// and the freeing thread's full bins meet on the class's list head.
+fn size_class_cached_handoff(alloc: &SizeClassAllocator<'_>, threads: &Threads) -> Duration {
+    handoff(
+        threads,
+        || SizeClassCache::new(*alloc),
+        |cache| cache.allocate(SIZE, ALIGN).expect("allocate"),
+        |cache, ptr| cache.free(ptr).expect("free"),
+        drop,
+    )
+}
+
+fn size_class_handoff(alloc: &SizeClassAllocator<'_>, threads: &Threads) -> Duration {
+    handoff(
+        threads,
+        || (),
+        |_| alloc.allocate(SIZE, ALIGN).expect("allocate"),
+        |_, ptr| alloc.free(ptr).expect("free"),
         drop,
     )
 }
@@ -268,6 +389,31 @@ fn main() {
             system,
             None,
         );
+        if count == 2 {
+            let [cached, uncached, system] = harness::interleaved_times(
+                REPS,
+                [
+                    &mut || size_class_cached_handoff(&sizes, &threads),
+                    &mut || size_class_handoff(&sizes, &threads),
+                    &mut || system_handoff(&threads),
+                ],
+            )
+            .map(|time| OPS as f64 / time.as_secs_f64());
+            harness::compare(
+                "size-class hand-off, 2 thr",
+                cached,
+                "std alloc / dealloc",
+                system,
+                None,
+            );
+            harness::compare(
+                "size-class hand-off uncached",
+                uncached,
+                "std alloc / dealloc",
+                system,
+                None,
+            );
+        }
     }
     println!(
         "note: the 5x target is for ThreadArena, the designed per-thread path (no shared atomic); \
@@ -277,6 +423,13 @@ fn main() {
     println!(
         "note: the size-class alloc+free row goes through a SizeClassCache per thread (the \
          designed host path, 1x target); the uncached row is information: every allocate and \
-         free a CAS on the class's one list head"
+         free a CAS on the class's one list head, whose cache line, with two threads, crosses \
+         cores on nearly every call (each thread mostly gets its own block back: the head line \
+         is the one written line they share)"
+    );
+    println!(
+        "note: hand-off rows (information): thread 0 allocates, thread 1 frees what it receives \
+         through a ring; rates in blocks per second; through caches, refills and full bins meet \
+         on the class's list head once per run of blocks"
     );
 }
