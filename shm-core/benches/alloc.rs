@@ -3,11 +3,17 @@
 //! one and two threads. Allocation-only rows time allocations alone: frees
 //! (the arena's reset, the system allocator's deallocs) run after the clock
 //! stops. The size-class rows time allocate+free pairs on both sides, through
-//! a per-thread `SizeClassCache` and uncached.
+//! a per-thread `SizeClassCache` and uncached; with two threads, hand-off
+//! rows also time blocks that one thread allocates and the other frees.
+//!
+//! Fairness on a shared or many-core host: the runs a row compares take turns
+//! within each repetition (`harness::interleaved_times`), so load from
+//! elsewhere hits both sides alike, and every run's threads are pinned to the
+//! same CPUs (`harness::cpus`).
 
-// Only `compare` and `machine` are used: allocation-only rows need frees
-// outside the timed region, which `harness::interleaved_rates` cannot leave
-// out, so `batch_rate` times them.
+// `interleaved_rates` is unused here: a batch's setup and teardown (the
+// frees of allocation-only rows) must stay outside its clock, so each run
+// times itself and `interleaved_times` takes the times.
 #[allow(dead_code)]
 mod harness;
 
@@ -16,6 +22,7 @@ use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use harness::cpus::Pinning;
 use tandem_shm_core::layout::AllocatorId;
 use tandem_shm_core::{ArenaAllocator, SizeClassAllocator, SizeClassCache};
 
@@ -49,44 +56,61 @@ impl Drop for Region {
     }
 }
 
-/// Aggregate operations per second of `threads` threads that each build a
-/// state with `setup` (untimed), run `batch` on it (timed; `OPS` operations)
-/// and hand it to `teardown` once every thread has stopped its clock. The
-/// slowest thread's time counts; the median over `REPS` batches is returned.
-fn batch_rate<S: Send>(
-    threads: usize,
-    setup: impl Fn() -> S + Sync,
-    batch: impl Fn(&mut S) + Sync,
-    teardown: impl Fn(S),
-) -> f64 {
-    let mut times: Vec<Duration> = (0..=REPS)
-        .map(|_| {
-            let barrier = Barrier::new(threads);
-            let results: Vec<(Duration, S)> = std::thread::scope(|scope| {
-                let workers: Vec<_> = (0..threads)
-                    .map(|_| {
-                        scope.spawn(|| {
-                            let mut state = setup();
-                            barrier.wait();
-                            let start = Instant::now();
-                            batch(&mut state);
-                            (start.elapsed(), state)
-                        })
+/// The threads of one row and where they run.
+struct Threads {
+    count: usize,
+    pins: Pinning,
+}
+
+impl Threads {
+    fn new(count: usize) -> Self {
+        Threads {
+            count,
+            pins: Pinning::choose(count),
+        }
+    }
+
+    /// One timed batch: thread `i` builds a state with `setup(i)` (untimed),
+    /// runs `batch` on it (timed; `OPS` operations) and hands it to
+    /// `teardown` once every thread has stopped its clock. Returns the
+    /// slowest thread's time.
+    fn batch<S: Send>(
+        &self,
+        setup: impl Fn(usize) -> S + Sync,
+        batch: impl Fn(&mut S) + Sync,
+        teardown: impl Fn(S),
+    ) -> Duration {
+        let barrier = Barrier::new(self.count);
+        let results: Vec<(Duration, S)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..self.count)
+                .map(|index| {
+                    let (barrier, setup, batch) = (&barrier, &setup, &batch);
+                    scope.spawn(move || {
+                        self.pins.pin_current(index);
+                        let mut state = setup(index);
+                        barrier.wait();
+                        let start = Instant::now();
+                        batch(&mut state);
+                        (start.elapsed(), state)
                     })
-                    .collect();
-                workers
-                    .into_iter()
-                    .map(|w| w.join().expect("benchmark thread"))
-                    .collect()
-            });
-            let slowest = results.iter().map(|(time, _)| *time).max();
-            results.into_iter().for_each(|(_, state)| teardown(state));
-            slowest.expect("at least one thread")
-        })
-        .skip(1) // warm-up
-        .collect();
-    times.sort();
-    (threads as u64 * OPS) as f64 / times[times.len() / 2].as_secs_f64()
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("benchmark thread"))
+                .collect()
+        });
+        let slowest = results.iter().map(|(time, _)| *time).max();
+        results.into_iter().for_each(|(_, state)| teardown(state));
+        slowest.expect("at least one thread")
+    }
+
+    /// Aggregate operations per second of each of `runs` (each one timed
+    /// batch per call), taking turns: the median over `REPS` rounds.
+    fn rates<const N: usize>(&self, runs: [&mut dyn FnMut() -> Duration; N]) -> [f64; N] {
+        harness::interleaved_times(REPS, runs)
+            .map(|time| (self.count as u64 * OPS) as f64 / time.as_secs_f64())
+    }
 }
 
 /// Blocks from the system allocator, kept to be freed after the clock stops.
@@ -96,11 +120,10 @@ struct SystemBlocks(Vec<*mut u8>);
 // be freed from any thread; nothing else refers to them.
 unsafe impl Send for SystemBlocks {}
 
-fn system_alloc_only(threads: usize) -> f64 {
+fn system_alloc_only(threads: &Threads) -> Duration {
     let layout = Layout::from_size_align(SIZE as usize, ALIGN as usize).expect("valid layout");
-    batch_rate(
-        threads,
-        || SystemBlocks(Vec::with_capacity(OPS as usize)),
+    threads.batch(
+        |_| SystemBlocks(Vec::with_capacity(OPS as usize)),
         |blocks| {
             for _ in 0..OPS {
                 // SAFETY: non-zero size.
@@ -116,11 +139,10 @@ fn system_alloc_only(threads: usize) -> f64 {
     )
 }
 
-fn system_pairs(threads: usize) -> f64 {
+fn system_pairs(threads: &Threads) -> Duration {
     let layout = Layout::from_size_align(SIZE as usize, ALIGN as usize).expect("valid layout");
-    batch_rate(
-        threads,
-        || (),
+    threads.batch(
+        |_| (),
         |_| {
             for _ in 0..OPS {
                 // SAFETY: non-zero size; freed right away with the same layout.
@@ -131,10 +153,9 @@ fn system_pairs(threads: usize) -> f64 {
     )
 }
 
-fn arena_alloc_only(arena: &ArenaAllocator<'_>, threads: usize) -> f64 {
-    batch_rate(
-        threads,
-        || (),
+fn arena_alloc_only(arena: &ArenaAllocator<'_>, threads: &Threads) -> Duration {
+    threads.batch(
+        |_| (),
         |_| {
             for _ in 0..OPS {
                 black_box(
@@ -149,10 +170,9 @@ fn arena_alloc_only(arena: &ArenaAllocator<'_>, threads: usize) -> f64 {
     )
 }
 
-fn thread_arena_alloc_only(arena: &ArenaAllocator<'_>, threads: usize) -> f64 {
-    batch_rate(
-        threads,
-        || arena.carve(OPS * SIZE).expect("region sized for a batch"),
+fn thread_arena_alloc_only(arena: &ArenaAllocator<'_>, threads: &Threads) -> Duration {
+    threads.batch(
+        |_| arena.carve(OPS * SIZE).expect("region sized for a batch"),
         |sub| {
             for _ in 0..OPS {
                 black_box(sub.allocate(SIZE, ALIGN).expect("carved for a batch"));
@@ -165,10 +185,9 @@ fn thread_arena_alloc_only(arena: &ArenaAllocator<'_>, threads: usize) -> f64 {
 
 /// Allocate+free pairs through a per-thread cache, the designed host path;
 /// the cache is built and flushed (dropped) outside the clock.
-fn size_class_cached_pairs(alloc: &SizeClassAllocator<'_>, threads: usize) -> f64 {
-    batch_rate(
-        threads,
-        || SizeClassCache::new(*alloc),
+fn size_class_cached_pairs(alloc: &SizeClassAllocator<'_>, threads: &Threads) -> Duration {
+    threads.batch(
+        |_| SizeClassCache::new(*alloc),
         |cache| {
             for _ in 0..OPS {
                 let ptr = cache.allocate(SIZE, ALIGN).expect("allocate");
@@ -179,10 +198,9 @@ fn size_class_cached_pairs(alloc: &SizeClassAllocator<'_>, threads: usize) -> f6
     )
 }
 
-fn size_class_pairs(alloc: &SizeClassAllocator<'_>, threads: usize) -> f64 {
-    batch_rate(
-        threads,
-        || (),
+fn size_class_pairs(alloc: &SizeClassAllocator<'_>, threads: &Threads) -> Duration {
+    threads.batch(
+        |_| (),
         |_| {
             for _ in 0..OPS {
                 let ptr = alloc.allocate(SIZE, ALIGN).expect("allocate");
@@ -193,30 +211,158 @@ fn size_class_pairs(alloc: &SizeClassAllocator<'_>, threads: usize) -> f64 {
     )
 }
 
+/// A system-allocator block on its way from the thread that allocated it to
+/// the one that frees it.
+struct SystemBlock(*mut u8);
+
+// SAFETY: an owned allocation of the global allocator, which may be freed
+// from any thread; only the thread holding the value frees it, once.
+unsafe impl Send for SystemBlock {}
+
+/// Slots of the ring that carries blocks in the hand-off runs.
+const HANDOFF_RING: usize = 1024;
+
+/// One thread's end of a hand-off run.
+enum End<T> {
+    Allocates(rtrb::Producer<T>),
+    Frees(rtrb::Consumer<T>),
+}
+
+/// Waits after a full push or an empty pop: spin briefly (the other side is
+/// usually nanoseconds away), then yield (it may be descheduled on a
+/// machine with as many cores as threads, or shared). Every allocator's
+/// hand-off runs wait alike.
+fn wait(spins: &mut u32) {
+    if *spins < 64 {
+        *spins += 1;
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// One timed batch of `OPS` blocks allocated by thread 0 and freed by thread
+/// 1, handed over through a ring (the same one for every allocator): the
+/// pattern of a host thread that builds task payloads another one retires.
+/// Each thread allocates or frees through its own state `C` (a cache, or
+/// nothing), built by `new` and given to `done` after the clock stops.
+fn handoff<C: Send, T: Send>(
+    threads: &Threads,
+    new: impl Fn() -> C + Sync,
+    allocate: impl Fn(&mut C) -> T + Sync,
+    free: impl Fn(&mut C, T) + Sync,
+    done: impl Fn(C),
+) -> Duration {
+    assert_eq!(threads.count, 2, "one thread allocates, one frees");
+    let (tx, rx) = rtrb::RingBuffer::new(HANDOFF_RING);
+    let ends = std::sync::Mutex::new((Some(tx), Some(rx)));
+    threads.batch(
+        |index| {
+            let mut ends = ends.lock().expect("ends");
+            let end = match index {
+                0 => End::Allocates(ends.0.take().expect("one allocating thread")),
+                _ => End::Frees(ends.1.take().expect("one freeing thread")),
+            };
+            (end, new())
+        },
+        |(end, state)| {
+            let mut spins = 0;
+            match end {
+                End::Allocates(tx) => {
+                    for _ in 0..OPS {
+                        let mut block = allocate(state);
+                        while let Err(rtrb::PushError::Full(back)) = tx.push(block) {
+                            block = back;
+                            wait(&mut spins);
+                        }
+                        spins = 0;
+                    }
+                }
+                End::Frees(rx) => {
+                    for _ in 0..OPS {
+                        let block = loop {
+                            match rx.pop() {
+                                Ok(block) => break block,
+                                Err(_) => wait(&mut spins),
+                            }
+                        };
+                        spins = 0;
+                        free(state, block);
+                    }
+                }
+            }
+        },
+        |(_, state)| done(state),
+    )
+}
+
+fn system_handoff(threads: &Threads) -> Duration {
+    let layout = Layout::from_size_align(SIZE as usize, ALIGN as usize).expect("valid layout");
+    handoff(
+        threads,
+        || (),
+        // SAFETY: non-zero size.
+        |_| SystemBlock(unsafe { alloc(layout) }),
+        // SAFETY: allocated above with this layout, freed once.
+        |_, block| unsafe { dealloc(block.0, layout) },
+        drop,
+    )
+}
+
+/// Hand-off through a cache on each side: the allocating thread's refills
+/// and the freeing thread's full bins meet on the class's list head.
+fn size_class_cached_handoff(alloc: &SizeClassAllocator<'_>, threads: &Threads) -> Duration {
+    handoff(
+        threads,
+        || SizeClassCache::new(*alloc),
+        |cache| cache.allocate(SIZE, ALIGN).expect("allocate"),
+        |cache, ptr| cache.free(ptr).expect("free"),
+        drop,
+    )
+}
+
+fn size_class_handoff(alloc: &SizeClassAllocator<'_>, threads: &Threads) -> Duration {
+    handoff(
+        threads,
+        || (),
+        |_| alloc.allocate(SIZE, ALIGN).expect("allocate"),
+        |_, ptr| alloc.free(ptr).expect("free"),
+        drop,
+    )
+}
+
 fn main() {
     println!("machine: {} (rates in ops/s, M = 10^6)", harness::machine());
     println!(
-        "{SIZE}-byte allocations aligned to {ALIGN}; {OPS} per thread per batch, median of {REPS}"
+        "{SIZE}-byte allocations aligned to {ALIGN}; {OPS} per thread per batch, median of {REPS}, \
+         the runs a row compares taking turns"
     );
     // Two threads' batches, with room for alignment and carve rounding.
     let region = Region::new((3 * OPS * SIZE) as usize + (1 << 20));
     let len = region.layout.size();
-    for threads in [1, 2] {
-        let system = system_alloc_only(threads);
+    for count in [1, 2] {
+        let threads = Threads::new(count);
+        let roles = ["thread 0", "thread 1"];
+        println!("{count} thr: {}", threads.pins.describe(&roles[..count]));
         {
             // SAFETY: the region outlives the handle and is used only through it.
             let arena = unsafe { ArenaAllocator::init_in(region.ptr, len, ID) }.expect("init");
+            let [per_thread, shared, system] = threads.rates([
+                &mut || thread_arena_alloc_only(&arena, &threads),
+                &mut || arena_alloc_only(&arena, &threads),
+                &mut || system_alloc_only(&threads),
+            ]);
             // The designed allocation path: a sub-arena per thread.
             harness::compare(
-                &format!("ThreadArena (per-thread), {threads} thr"),
-                thread_arena_alloc_only(&arena, threads),
+                &format!("ThreadArena (per-thread), {count} thr"),
+                per_thread,
                 "std::alloc::alloc",
                 system,
                 Some(5.0),
             );
             harness::compare(
-                &format!("arena shared cursor, {threads} thr"),
-                arena_alloc_only(&arena, threads),
+                &format!("arena shared cursor, {count} thr"),
+                shared,
                 "std::alloc::alloc",
                 system,
                 None,
@@ -224,21 +370,50 @@ fn main() {
         }
         // SAFETY: the arena handles above are gone; the region is reused.
         let sizes = unsafe { SizeClassAllocator::init_in(region.ptr, len, ID) }.expect("init");
-        let system = system_pairs(threads);
+        let [cached, uncached, system] = threads.rates([
+            &mut || size_class_cached_pairs(&sizes, &threads),
+            &mut || size_class_pairs(&sizes, &threads),
+            &mut || system_pairs(&threads),
+        ]);
         harness::compare(
-            &format!("size-class alloc+free, {threads} thr"),
-            size_class_cached_pairs(&sizes, threads),
+            &format!("size-class alloc+free, {count} thr"),
+            cached,
             "std alloc+dealloc",
             system,
             Some(1.0),
         );
         harness::compare(
-            &format!("size-class uncached, {threads} thr"),
-            size_class_pairs(&sizes, threads),
+            &format!("size-class uncached, {count} thr"),
+            uncached,
             "std alloc+dealloc",
             system,
             None,
         );
+        if count == 2 {
+            let [cached, uncached, system] = harness::interleaved_times(
+                REPS,
+                [
+                    &mut || size_class_cached_handoff(&sizes, &threads),
+                    &mut || size_class_handoff(&sizes, &threads),
+                    &mut || system_handoff(&threads),
+                ],
+            )
+            .map(|time| OPS as f64 / time.as_secs_f64());
+            harness::compare(
+                "size-class hand-off, 2 thr",
+                cached,
+                "std alloc / dealloc",
+                system,
+                None,
+            );
+            harness::compare(
+                "size-class hand-off uncached",
+                uncached,
+                "std alloc / dealloc",
+                system,
+                None,
+            );
+        }
     }
     println!(
         "note: the 5x target is for ThreadArena, the designed per-thread path (no shared atomic); \
@@ -248,6 +423,13 @@ fn main() {
     println!(
         "note: the size-class alloc+free row goes through a SizeClassCache per thread (the \
          designed host path, 1x target); the uncached row is information: every allocate and \
-         free a CAS on the class's one list head"
+         free a CAS on the class's one list head, whose cache line, with two threads, crosses \
+         cores on nearly every call (each thread mostly gets its own block back: the head line \
+         is the one written line they share)"
+    );
+    println!(
+        "note: hand-off rows (information): thread 0 allocates, thread 1 frees what it receives \
+         through a ring; rates in blocks per second; through caches, refills and full bins meet \
+         on the class's list head once per run of blocks"
     );
 }

@@ -7,28 +7,46 @@ pub mod cpus;
 use std::time::{Duration, Instant};
 
 /// Operations per second of each of `runs`, every one of which performs `ops`
-/// operations per call. A warm-up round comes first; then each of `reps`
-/// rounds calls every run once, in turn (A, B, C, A, B, C, ...), so that
-/// drift (clock speed, machine load) hits all of them alike rather than
-/// whichever ran last. Returns each run's median rate, in `runs`' order.
+/// operations per call, timed by [`interleaved_times`]. Returns each run's
+/// median rate, in `runs`' order.
 pub fn interleaved_rates<const N: usize>(
     ops: u64,
     reps: usize,
-    mut runs: [&mut dyn FnMut(); N],
+    runs: [&mut dyn FnMut(); N],
 ) -> [f64; N] {
+    let mut timed = runs.map(|run| {
+        move || {
+            let start = Instant::now();
+            run();
+            start.elapsed()
+        }
+    });
+    interleaved_times(reps, timed.each_mut().map(|run| run as _))
+        .map(|time| ops as f64 / time.as_secs_f64())
+}
+
+/// The median of the times each of `runs` reports for itself (a run that
+/// sets up and tears down outside its clock times itself). A warm-up round
+/// comes first; then each of `reps` rounds calls every run once, in turn (A,
+/// B, C, A, B, C, ...), so that drift (clock speed, machine load) hits all of
+/// them alike rather than whichever ran last. Returns each run's median, in
+/// `runs`' order.
+pub fn interleaved_times<const N: usize>(
+    reps: usize,
+    mut runs: [&mut dyn FnMut() -> Duration; N],
+) -> [Duration; N] {
     let mut times: [Vec<Duration>; N] = std::array::from_fn(|_| Vec::with_capacity(reps));
     for round in 0..=reps {
         for (run, times) in runs.iter_mut().zip(&mut times) {
-            let start = Instant::now();
-            run();
+            let time = run();
             if round > 0 {
-                times.push(start.elapsed());
+                times.push(time);
             }
         }
     }
     times.map(|mut times| {
         times.sort();
-        ops as f64 / times[reps / 2].as_secs_f64()
+        times[reps / 2]
     })
 }
 

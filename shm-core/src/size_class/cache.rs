@@ -372,6 +372,47 @@ mod tests {
         assert_eq!(alloc.stats().unwrap().free_blocks[class], 1);
     }
 
+    /// A full heap is reported as exhausted even while blocks sit in a
+    /// cache, which keeps working; a flush makes them allocatable by others.
+    #[test]
+    fn exhaustion_with_blocks_held_in_another_cache() {
+        const SMALL: usize = 8192;
+        let mut r = region();
+        // SAFETY: `r` outlives the handle and is used only through it.
+        let alloc = unsafe { SizeClassAllocator::init_in(r.0.as_mut_ptr(), SMALL, ID).unwrap() };
+        let class = SizeClassAllocator::class_for(64, 16).unwrap();
+        // 4 KiB of heap is exactly a bin of these blocks: two refills' runs.
+        let blocks = 4096 / block_size(class);
+        assert_eq!(blocks, u64::from(bin_capacity(class)));
+        let mut holder = SizeClassCache::new(alloc);
+        let ptrs: Vec<_> = (0..blocks)
+            .map(|_| holder.allocate(64, 16).unwrap())
+            .collect();
+        let exhausted = AllocError::Exhausted {
+            requested: 64,
+            available: 0,
+        };
+        assert_eq!(holder.allocate(64, 16), Err(exhausted));
+        for &p in &ptrs {
+            holder.free(p).unwrap();
+        }
+        assert_eq!(holder.cached_blocks()[class], bin_capacity(class));
+        let mut other = SizeClassCache::new(alloc);
+        assert_eq!(other.allocate(64, 16), Err(exhausted), "held in the cache");
+        // The holder still serves from its bin after its failed refill.
+        let p = holder.allocate(64, 16).unwrap();
+        holder.free(p).unwrap();
+        holder.flush();
+        let q = other.allocate(64, 16).unwrap();
+        assert!(ptrs.contains(&q));
+        assert_eq!(other.cached_blocks()[class], refill_count(class) - 1);
+        other.free(q).unwrap();
+        drop(other);
+        let stats = alloc.stats().unwrap();
+        assert_eq!(stats.free_blocks[class], blocks);
+        assert_eq!(stats.free_bytes(), stats.carved_bytes);
+    }
+
     #[test]
     fn a_run_that_does_not_fit_falls_back_to_one_block() {
         const SMALL: usize = 8192;
