@@ -61,34 +61,47 @@ fn fill<A: GpuApi>(
     );
 }
 
-/// Blocks of [`launch_sum`]'s kernel.
+/// Blocks of [`Summer::launch`]'s kernel.
 const SUM_BLOCKS: u32 = 32;
 
-/// Queues a sum of `buffer`'s words by kernel on `stream` (after what the
-/// stream waits for); [`read_sum`] adds up its block sums.
-fn launch_sum<A: GpuApi>(
-    device: &A::Device,
-    buffer: &impl DeviceMemory<Api = A>,
-    stream: &<A::Device as GpuDevice>::Stream,
-) -> <A::Device as GpuDevice>::DeviceBuffer {
-    let module = kernels(device);
-    let sums = device.alloc_device(SUM_BLOCKS as usize * 4).unwrap();
-    launch(
-        device,
-        &module,
-        "tandem_block_sum_u32",
-        LaunchConfig::linear(SUM_BLOCKS, 256),
-        &[
-            KernelArg::Ptr(buffer.device_ptr()),
-            KernelArg::Ptr(sums.device_ptr()),
-            KernelArg::U64((buffer.len() / 4) as u64),
-        ],
-        stream,
-    );
-    sums
+/// What summing by kernel needs, made ahead: the module and the block sums.
+struct Summer<A: GpuApi> {
+    module: <A::Device as GpuDevice>::Module,
+    sums: <A::Device as GpuDevice>::DeviceBuffer,
 }
 
-/// What [`launch_sum`] summed, once `stream` is done.
+impl<A: GpuApi> Summer<A> {
+    fn new(device: &A::Device) -> Self {
+        Self {
+            module: kernels(device),
+            sums: device.alloc_device(SUM_BLOCKS as usize * 4).unwrap(),
+        }
+    }
+
+    /// Queues a sum of `buffer`'s words on `stream` (after what the stream
+    /// waits for); [`read_sum`] adds up its block sums.
+    fn launch(
+        &self,
+        device: &A::Device,
+        buffer: &impl DeviceMemory<Api = A>,
+        stream: &<A::Device as GpuDevice>::Stream,
+    ) {
+        launch(
+            device,
+            &self.module,
+            "tandem_block_sum_u32",
+            LaunchConfig::linear(SUM_BLOCKS, 256),
+            &[
+                KernelArg::Ptr(buffer.device_ptr()),
+                KernelArg::Ptr(self.sums.device_ptr()),
+                KernelArg::U64((buffer.len() / 4) as u64),
+            ],
+            stream,
+        );
+    }
+}
+
+/// What [`Summer::launch`] summed, once `stream` is done.
 fn read_sum<A: GpuApi>(
     device: &A::Device,
     sums: &<A::Device as GpuDevice>::DeviceBuffer,
@@ -107,8 +120,9 @@ fn kernel_sum<A: GpuApi>(
     buffer: &impl DeviceMemory<Api = A>,
     stream: &<A::Device as GpuDevice>::Stream,
 ) -> u64 {
-    let sums = launch_sum::<A>(device, buffer, stream);
-    read_sum::<A>(device, &sums, stream)
+    let summer = Summer::new(device);
+    summer.launch(device, buffer, stream);
+    read_sum::<A>(device, &summer.sums, stream)
 }
 
 // --- child processes ----------------------------------------------------------
@@ -415,16 +429,19 @@ fn producer_and_consumer_processes<A: GpuApi>(api: A) {
 fn readers_wait_for_the_writers_work<A: GpuApi>(api: A) {
     let client = daemon(api);
     let socket = client.socket_path().display().to_string();
+    // Everything but the open and the launch comes first: on CUDA, some
+    // step of this process waited for the writer's running kernel.
+    let device = client.device(0).unwrap();
+    let stream = device.create_stream().unwrap();
+    let summer = Summer::<A>::new(&device);
+    let after = device.create_event(EventFlags::default()).unwrap();
     let mut producer = RoleChild::spawn::<A>("gated-producer", &[socket, "5".into()]);
     let id = ObjectId(producer.expect_line("sealed ").parse().unwrap());
     let sealed = Instant::now();
-    let device = client.device(0).unwrap();
-    let stream = device.create_stream().unwrap();
-    let opening = Instant::now();
     let buffer = client.get_buffer(id, &stream).unwrap();
-    let opened = opening.elapsed();
-    let sums = launch_sum::<A>(&device, &buffer, &stream);
-    let after = device.create_event(EventFlags::default()).unwrap();
+    let opened = sealed.elapsed();
+    summer.launch(&device, &buffer, &stream);
+    let launched = sealed.elapsed();
     device.record_event(&after, &stream).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     // The gate is shut until we say go, or GATE_FALLBACK after "sealed".
@@ -434,16 +451,18 @@ fn readers_wait_for_the_writers_work<A: GpuApi>(api: A) {
             "the reader's kernel ran before the writer's work was done"
         );
     } else {
-        // CUDA does this: mapping the buffer waited for the writer's kernel
-        // (README.md, "Shared buffers between processes").
         eprintln!(
-            "note: get_buffer took {opened:?}, {:?} after the seal: past the gate's fallback, \
-             so the open waited for the writer's work and the stream wait was not exercised",
+            "note: after the seal, opened at {opened:?}, launched at {launched:?}, now {:?}: \
+             past the gate's fallback, so this process waited for the writer's work and the \
+             stream wait was not exercised",
             sealed.elapsed()
         );
     }
     producer.tell("go");
-    assert_eq!(read_sum::<A>(&device, &sums, &stream), 5 * WORDS as u64);
+    assert_eq!(
+        read_sum::<A>(&device, &summer.sums, &stream),
+        5 * WORDS as u64
+    );
     producer.expect_line("filled");
     // Now done: a cached open and a new reader need no wait.
     drop(client.get_buffer(id, &stream).unwrap());
