@@ -659,6 +659,15 @@ fn garbage_closes_the_connection<A: GpuApi>(api: A) {
     }
 }
 
+/// Removes a folder when dropped (a panicking test leaves nothing behind).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// The socket is the user's alone: mode 0600 in a 0700 directory; and a
 /// process of another user is refused even when the file's mode lets it
 /// connect (`SO_PEERCRED`). Needs root to drop privileges in a child.
@@ -673,8 +682,17 @@ fn other_users_are_refused<A: GpuApi>(api: A) {
         println!("other_users_are_refused: skipped the uid part: needs root to drop privileges");
         return;
     }
+    // The build's binary may sit where only its owner can reach it (a
+    // fresh clone in a 0700 temporary folder): the intruder runs a copy.
+    let copy = std::env::temp_dir().join(format!("tandem-share-test-{}", std::process::id()));
+    std::fs::create_dir_all(&copy).unwrap();
+    let _remove = RemoveOnDrop(copy.clone());
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = copy.join("tandem");
+    std::fs::copy(common::tandem_exe(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let intrude = || -> String {
-        let out = Command::new(common::tandem_exe())
+        let out = Command::new(&exe)
             .args(["share", "status", "--socket"])
             .arg(&socket)
             .env("RUST_LOG", "warn")
