@@ -197,10 +197,11 @@ impl<A: GpuApi> ShareClient<A> {
             return Err(unexpected(&reply));
         };
         let mapping = self.map(id, &gpu, handle, fd, false)?;
-        // The writer opens the seal's event now, before it queues work: on
-        // CUDA, opening an interprocess event waited for the process's
-        // running kernels, so a seal that opened it would wait for the very
-        // work it is meant to order readers after.
+        // The writer opens the seal's event now, before it queues work, so
+        // that its seal makes no driver call but the record: on CUDA, set-up
+        // calls made while kernels ran were seen to wait for them (README.md,
+        // "Shared buffers between processes"), and a seal must not wait for
+        // the work it orders readers after.
         mapping.open_event()?;
         Ok((id, MutableGpuBuffer::new(Arc::new(mapping))))
     }
