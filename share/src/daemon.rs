@@ -659,10 +659,9 @@ impl<A: GpuApi> Shared<A> {
             return (error(ErrorCode::UnknownId, format!("no buffer {id}")), None);
         };
         // Answered here, a reader opens the event and makes its stream wait
-        // on it only while the work still runs: on CUDA both cost more than
-        // the rest of an open (README.md, "Shared buffers between
-        // processes"). A query that fails says "not done": the reader then
-        // waits itself.
+        // on it only while the work still runs: a finished event orders
+        // nothing, and each of those is a driver call. A query that fails
+        // says "not done": the reader then waits itself.
         let seal_done = self
             .devices
             .get(object.device as usize)
