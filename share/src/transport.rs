@@ -224,9 +224,8 @@ pub fn recv_frame(stream: &UnixStream) -> Result<Received, RecvError> {
 
 /// Spins up to `spin` for `stream` to have bytes (or to close) before the
 /// caller blocks reading it. A reply the daemon sends within the window
-/// then costs no sleep and wake-up of this thread, which took a sizeable
-/// part of a round trip on the H100 host (README.md, "Shared buffers
-/// between processes"); a later one is read blocking as before.
+/// then costs this thread no sleep and wake-up; a later one is read
+/// blocking as before.
 pub fn spin_until_readable(stream: &UnixStream, spin: std::time::Duration) {
     let started = std::time::Instant::now();
     let mut byte = 0u8;
