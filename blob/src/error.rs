@@ -107,6 +107,26 @@ pub enum BlobError {
     Metadata(String),
     /// The metadata database holds something the store cannot have written.
     Corrupt(String),
+    /// The object target's store failed a request, after its retries (unreachable, too slow,
+    /// credentials refused, ...).
+    ObjectStore {
+        /// The target, as `s3://bucket/prefix`.
+        target: String,
+        /// What the store was asked to do.
+        op: String,
+        /// What `object_store` said.
+        source: object_store::Error,
+    },
+    /// Other writers kept replacing a blob on the object target while a put or get was using
+    /// it (see the crate docs, "The object tier").
+    ObjectConflict {
+        /// The target, as `s3://bucket/prefix`.
+        target: String,
+        /// The blob, as `tag/name`.
+        name: String,
+        /// How many times the operation started over.
+        attempts: u32,
+    },
 }
 
 impl BlobError {
@@ -133,6 +153,8 @@ impl BlobError {
             BlobError::Config(_) => code::CONFIG,
             BlobError::Metadata(_) => code::METADATA,
             BlobError::Corrupt(_) => code::CORRUPT,
+            // To a kernel, the object target is one more target whose I/O failed.
+            BlobError::ObjectStore { .. } | BlobError::ObjectConflict { .. } => code::TARGET_IO,
         }
     }
 }
@@ -189,6 +211,18 @@ impl fmt::Display for BlobError {
             BlobError::Config(m) => write!(f, "bad configuration: {m}"),
             BlobError::Metadata(m) => write!(f, "metadata database: {m}"),
             BlobError::Corrupt(m) => write!(f, "corrupt metadata: {m}"),
+            BlobError::ObjectStore { target, op, source } => {
+                write!(f, "object target {target}: {op}: {source}")
+            }
+            BlobError::ObjectConflict {
+                target,
+                name,
+                attempts,
+            } => write!(
+                f,
+                "object target {target}: blob {name} kept changing under this operation \
+                 (other writers; {attempts} attempts)"
+            ),
         }
     }
 }
@@ -200,6 +234,7 @@ impl std::error::Error for BlobError {
                 Some(source)
             }
             BlobError::Fill(e) => Some(e),
+            BlobError::ObjectStore { source, .. } => Some(source),
             _ => None,
         }
     }

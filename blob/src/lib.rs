@@ -120,6 +120,7 @@ pub mod kernels {
     include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 }
 mod meta;
+mod object;
 mod target;
 mod uring;
 
@@ -130,10 +131,14 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 
 pub use caller::{BlobCaller, CallError, Submitter};
-pub use config::{Limits, StoreConfig, TargetConfig, TargetKind};
+pub use config::{Limits, ObjectConfig, StoreConfig, TargetConfig, TargetKind};
 pub use error::{BlobError, FillError};
+/// The `object_store` crate the object tier is built on, for
+/// [`BlobStore::open_with_object_store`].
+pub use object_store;
 
 use meta::{Committer, MetaOp, StoredExtent};
+use object::ObjectTier;
 use target::{AlignedBuf, Area, FreePages, Target};
 use uring::{Pipeline, Rings};
 
@@ -153,7 +158,7 @@ pub type Fill<'a> = dyn FnMut(u64, &mut [u8]) -> Result<(), FillError> + 'a;
 /// A get's data sink: `drain(offset_within_range, src)` takes the bytes of `src`, which start at
 /// `offset_within_range` of the get's range.
 pub type Drain<'a> = dyn FnMut(u64, &[u8]) -> Result<(), FillError> + 'a;
-type Sink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), BlobError> + 'a;
+pub(crate) type Sink<'a> = dyn FnMut(u64, &[u8]) -> Result<(), BlobError> + 'a;
 
 /// A tag's id. Ids start at 1 and are never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -227,6 +232,9 @@ pub struct TargetStat {
     /// Whether the file target's reads and writes go through io_uring (false: pread and pwrite,
     /// or a RAM target).
     pub io_uring: bool,
+    /// Whether the object target's store honours conditional writes, which keep two writers
+    /// of one blob from losing each other's bytes (false for the other targets).
+    pub conditional_writes: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,6 +280,8 @@ pub struct BlobStore {
     limits: Limits,
     /// io_uring rings for file reads and writes; `None`: pread and pwrite.
     rings: Option<Rings>,
+    /// The object target: its index in `targets` and the tier.
+    object: Option<(usize, ObjectTier)>,
     // Declared last: dropped after the index, joining the committer thread.
     committer: Committer,
 }
@@ -295,6 +305,25 @@ impl BlobStore {
     /// Opens the store, creating the metadata file and target files on first start, and
     /// rebuilds the in-memory index and free space from the committed metadata.
     pub fn open(config: &StoreConfig) -> Result<BlobStore, BlobError> {
+        Self::open_inner(config, None)
+    }
+
+    /// Like [`BlobStore::open`], with the object target on `store` (any `object_store`
+    /// backend: S3 built by the caller, a local folder, memory) instead of the S3 client its
+    /// configuration describes; the rest of its `[object]` settings (prefix, part size,
+    /// concurrency, cache, `require_conditional_writes`) apply. The configuration must have an
+    /// object target.
+    pub fn open_with_object_store(
+        config: &StoreConfig,
+        store: Arc<dyn object_store::ObjectStore>,
+    ) -> Result<BlobStore, BlobError> {
+        Self::open_inner(config, Some(store))
+    }
+
+    fn open_inner(
+        config: &StoreConfig,
+        object_store: Option<Arc<dyn object_store::ObjectStore>>,
+    ) -> Result<BlobStore, BlobError> {
         if config.targets.is_empty() {
             return Err(BlobError::Config("no targets".into()));
         }
@@ -306,7 +335,24 @@ impl BlobStore {
                     t.score
                 )));
             }
+            if (t.kind == TargetKind::Object) != t.object.is_some() {
+                return Err(BlobError::Config(format!(
+                    "target {i}: an object target needs an [object] table, and only it takes one"
+                )));
+            }
             match (t.kind, &t.path) {
+                (TargetKind::Object, Some(_)) => {
+                    return Err(BlobError::Config(format!(
+                        "target {i}: an object target takes no path"
+                    )))
+                }
+                (TargetKind::Object, None) if t.capacity != 0 => {
+                    return Err(BlobError::Config(format!(
+                        "target {i}: an object target takes no capacity (its bucket's quota is \
+                         the limit)"
+                    )))
+                }
+                (TargetKind::Object, None) => {}
                 (TargetKind::File, None) => {
                     return Err(BlobError::Config(format!(
                         "target {i}: a file target needs a path"
@@ -343,12 +389,33 @@ impl BlobStore {
             debug_assert!(fresh.is_empty());
             known.into_keys().collect()
         };
+        let objects: Vec<&ObjectConfig> = config
+            .targets
+            .iter()
+            .filter_map(|t| t.object.as_ref())
+            .collect();
+        let mut tier = match (objects.as_slice(), object_store) {
+            ([], None) => None,
+            ([], Some(_)) => {
+                return Err(BlobError::Config(
+                    "an object store was given but no target is of kind object".into(),
+                ))
+            }
+            ([one], None) => Some(ObjectTier::open(one)?),
+            ([one], Some(store)) => Some(ObjectTier::with_store(store, one)?),
+            _ => return Err(BlobError::Config("at most one object target".into())),
+        };
+        let mut object = None;
         let mut targets = Vec::new();
         let mut next_pid = 0u32;
         let mut pending = Vec::new();
         for t in &config.targets {
             let pages = t.capacity / PAGE_SIZE;
             match t.kind {
+                TargetKind::Object => {
+                    object = tier.take().map(|tier| (targets.len(), tier));
+                    targets.push(Target::object(t.score));
+                }
                 TargetKind::Ram => targets.push(Target::ram(pages, t.score)?),
                 TargetKind::File => {
                     let path = t.path.as_ref().expect("checked above");
@@ -452,10 +519,18 @@ impl BlobStore {
         for t in &targets {
             syncers.push(match &t.area {
                 Area::File(f) => Some(f.sync_handle()?),
-                Area::Ram(_) => None,
+                Area::Ram(_) | Area::Object => None,
             });
         }
+        if let Some((_, tier)) = &object {
+            // Tags made before the object target was configured become visible to other stores.
+            let shared = tier.tags()?;
+            for name in tags.by_name.keys().filter(|n| !shared.contains(n)) {
+                tier.put_tag(name)?;
+            }
+        }
         Ok(BlobStore {
+            object,
             targets,
             index: RwLock::new(index),
             tags: RwLock::new(tags),
@@ -472,6 +547,14 @@ impl BlobStore {
         if let Some(&id) = self.tags.read().by_name.get(name) {
             return Ok(id);
         }
+        if let Some((_, tier)) = &self.object {
+            tier.put_tag(name)?;
+        }
+        self.local_tag(name)
+    }
+
+    /// The local id of tag `name`, creating it in the metadata (not in the bucket).
+    fn local_tag(&self, name: &str) -> Result<TagId, BlobError> {
         let _one = self.tag_create.lock();
         if let Some(&id) = self.tags.read().by_name.get(name) {
             return Ok(id);
@@ -489,14 +572,27 @@ impl BlobStore {
         Ok(id)
     }
 
-    /// The id of tag `name`, if it exists.
+    /// The id of tag `name`, if it exists (here, or in the object target's bucket: another
+    /// store made it; it then gets an id here).
     pub fn tag(&self, name: &str) -> Result<Option<TagId>, BlobError> {
         check_name(name, MAX_TAG_LEN)?;
-        Ok(self.tags.read().by_name.get(name).copied())
+        if let Some(&id) = self.tags.read().by_name.get(name) {
+            return Ok(Some(id));
+        }
+        match &self.object {
+            Some((_, tier)) if tier.has_tag(name)? => self.local_tag(name).map(Some),
+            _ => Ok(None),
+        }
     }
 
-    /// All tags, by id.
+    /// All tags, by id: with an object target, those other stores made as well (they get ids
+    /// here).
     pub fn list_tags(&self) -> Result<Vec<(TagId, String)>, BlobError> {
+        if let Some((_, tier)) = &self.object {
+            for name in tier.tags()? {
+                self.local_tag(&name)?;
+            }
+        }
         Ok(self
             .tags
             .read()
@@ -507,11 +603,22 @@ impl BlobStore {
     }
 
     fn check_tag(&self, tag: TagId) -> Result<(), BlobError> {
-        if self.tags.read().by_id.contains_key(&tag) {
-            Ok(())
-        } else {
-            Err(BlobError::UnknownTag(tag))
-        }
+        self.tag_name(tag).map(drop)
+    }
+
+    fn tag_name(&self, tag: TagId) -> Result<String, BlobError> {
+        self.tags
+            .read()
+            .by_id
+            .get(&tag)
+            .cloned()
+            .ok_or(BlobError::UnknownTag(tag))
+    }
+
+    /// Whether `entry` holds a published local version.
+    fn has_local(&self, tag: TagId, name: &str) -> bool {
+        self.lookup(tag, name)
+            .is_some_and(|e| e.state.read().is_some())
     }
 
     fn lookup(&self, tag: TagId, name: &str) -> Option<Arc<BlobEntry>> {
@@ -595,6 +702,53 @@ impl BlobStore {
             .checked_add(len)
             .filter(|&e| e <= max)
             .ok_or(BlobError::TooLarge { offset, len, max })?;
+        if let Some((index, tier)) = &self.object {
+            // A blob that has no local version goes to the bucket when placement puts the
+            // object target first, or when the bucket already has it (one name, one blob).
+            if !self.has_local(tag, name) {
+                let tag_name = self.tag_name(tag)?;
+                let first = self.candidates(score).first() == Some(index);
+                if first || tier.size(&tag_name, name)?.is_some() {
+                    return self.put_object(&tag_name, name, offset, end, fill);
+                }
+                return match self.put_local(tag, name, offset, end, score, fill) {
+                    // The object target takes what no local target has room for.
+                    Err(BlobError::NoSpace { .. }) if !self.has_local(tag, name) => {
+                        self.put_object(&tag_name, name, offset, end, fill)
+                    }
+                    other => other,
+                };
+            }
+        }
+        self.put_local(tag, name, offset, end, score, fill)
+    }
+
+    fn put_object(
+        &self,
+        tag_name: &str,
+        name: &str,
+        offset: u64,
+        end: u64,
+        fill: &mut Fill<'_>,
+    ) -> Result<PutInfo, BlobError> {
+        let (index, tier) = self.object.as_ref().expect("called with an object target");
+        let size = tier.put(tag_name, name, offset, end, fill)?;
+        Ok(PutInfo {
+            size,
+            durable: true,
+            targets: vec![*index],
+        })
+    }
+
+    fn put_local(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        end: u64,
+        score: Option<f32>,
+        fill: &mut Fill<'_>,
+    ) -> Result<PutInfo, BlobError> {
         loop {
             let entry = self.lookup_or_insert(tag, name)?;
             let mut dead = entry.writer.lock();
@@ -695,16 +849,18 @@ impl BlobStore {
     fn candidates(&self, score: Option<f32>) -> Vec<usize> {
         let mut all: Vec<usize> = (0..self.targets.len()).collect();
         let sc = |i: usize| self.targets[i].score;
+        // On equal scores the object target comes last: it is the slowest tier.
+        let obj = |i: usize| self.targets[i].kind == TargetKind::Object;
         match score {
             None => {
-                all.sort_by(|&a, &b| sc(b).total_cmp(&sc(a)));
+                all.sort_by(|&a, &b| sc(b).total_cmp(&sc(a)).then(obj(a).cmp(&obj(b))));
                 all
             }
             Some(s) => {
                 let (mut below, mut above): (Vec<usize>, Vec<usize>) =
                     all.into_iter().partition(|&i| sc(i) <= s);
-                below.sort_by(|&a, &b| sc(b).total_cmp(&sc(a)));
-                above.sort_by(|&a, &b| sc(a).total_cmp(&sc(b)));
+                below.sort_by(|&a, &b| sc(b).total_cmp(&sc(a)).then(obj(a).cmp(&obj(b))));
+                above.sort_by(|&a, &b| sc(a).total_cmp(&sc(b)).then(obj(a).cmp(&obj(b))));
                 below.extend(above);
                 below
             }
@@ -720,7 +876,8 @@ impl BlobStore {
         score: Option<f32>,
         class: Option<bool>,
     ) -> Result<(bool, Vec<(usize, u64, u64)>), BlobError> {
-        let cands = self.candidates(score);
+        let mut cands = self.candidates(score);
+        cands.retain(|&i| self.targets[i].kind != TargetKind::Object);
         let mut classes = Vec::new();
         for &i in &cands {
             let d = self.targets[i].durable();
@@ -783,6 +940,7 @@ impl BlobStore {
                 let lstart = (e.lpage + done) * PAGE_SIZE;
                 let ppage = e.ppage + done;
                 match &self.targets[e.target].area {
+                    Area::Object => unreachable!("no extent lies on the object target"),
                     Area::Ram(ram) => {
                         // SAFETY: these pages were just allocated to this put and are not
                         // published, so no one else reads or writes them.
@@ -907,6 +1065,7 @@ impl BlobStore {
                 let skip = (at % PAGE_SIZE) as usize;
                 let take = (e_end - at).min(n_pages * PAGE_SIZE - skip as u64) as usize;
                 match &self.targets[e.target].area {
+                    Area::Object => unreachable!("no extent lies on the object target"),
                     Area::Ram(ram) => {
                         if let Some(r) = reads.as_mut() {
                             r.flush(sink)?;
@@ -984,6 +1143,23 @@ impl BlobStore {
         len: u64,
         drain: &mut Drain<'_>,
     ) -> Result<(), BlobError> {
+        if let Some(tag_name) = self.in_bucket_only(tag, name)? {
+            if len == 0 {
+                return Err(BlobError::EmptyRange);
+            }
+            let (_, tier) = self.object.as_ref().expect("in_bucket_only found a tier");
+            let found = tier.get(&tag_name, name, offset, len, &mut |at, src| {
+                drain(at, src).map_err(BlobError::Fill)
+            })?;
+            return if found {
+                Ok(())
+            } else {
+                Err(BlobError::NotFound {
+                    tag,
+                    name: name.to_owned(),
+                })
+            };
+        }
         let entry = self.published(tag, name)?;
         if len == 0 {
             return Err(BlobError::EmptyRange);
@@ -1008,8 +1184,35 @@ impl BlobStore {
         })
     }
 
+    /// With an object target, and no local version of the blob: the tag's name, for the
+    /// bucket (names and tag checked). `None`: the blob is local, or there is no object target.
+    fn in_bucket_only(&self, tag: TagId, name: &str) -> Result<Option<String>, BlobError> {
+        if self.object.is_none() {
+            return Ok(None);
+        }
+        check_name(name, MAX_NAME_LEN)?;
+        let tag_name = self.tag_name(tag)?;
+        Ok((!self.has_local(tag, name)).then_some(tag_name))
+    }
+
     /// Size, class and targets of blob `name`.
     pub fn stat(&self, tag: TagId, name: &str) -> Result<BlobStat, BlobError> {
+        if let Some(tag_name) = self.in_bucket_only(tag, name)? {
+            let (index, tier) = self.object.as_ref().expect("in_bucket_only found a tier");
+            return match tier.size(&tag_name, name)? {
+                Some(size) => Ok(BlobStat {
+                    tag,
+                    name: name.to_owned(),
+                    size,
+                    durable: true,
+                    targets: vec![*index],
+                }),
+                None => Err(BlobError::NotFound {
+                    tag,
+                    name: name.to_owned(),
+                }),
+            };
+        }
         let entry = self.published(tag, name)?;
         let state = entry.state.read();
         match state.as_ref() {
@@ -1023,6 +1226,17 @@ impl BlobStore {
 
     /// Removes blob `name`; its pages are freed once no get is reading them.
     pub fn delete(&self, tag: TagId, name: &str) -> Result<(), BlobError> {
+        if let Some(tag_name) = self.in_bucket_only(tag, name)? {
+            let (_, tier) = self.object.as_ref().expect("in_bucket_only found a tier");
+            return if tier.delete(&tag_name, name)? {
+                Ok(())
+            } else {
+                Err(BlobError::NotFound {
+                    tag,
+                    name: name.to_owned(),
+                })
+            };
+        }
         let entry = self.published(tag, name)?;
         let not_found = || BlobError::NotFound {
             tag,
@@ -1057,10 +1271,25 @@ impl BlobStore {
             Some(b) => b.iter().map(|(n, e)| (n.clone(), e.clone())).collect(),
             None => Vec::new(),
         };
-        Ok(entries
+        let mut blobs: Vec<BlobStat> = entries
             .into_iter()
             .filter_map(|(n, e)| e.state.read().as_ref().map(|v| describe(tag, &n, v)))
-            .collect())
+            .collect();
+        if let Some((index, tier)) = &self.object {
+            for (name, size) in tier.list(&self.tag_name(tag)?)? {
+                if !blobs.iter().any(|b| b.name == name) {
+                    blobs.push(BlobStat {
+                        tag,
+                        name,
+                        size,
+                        durable: true,
+                        targets: vec![*index],
+                    });
+                }
+            }
+            blobs.sort_by(|a, b| a.name.cmp(&b.name));
+        }
+        Ok(blobs)
     }
 
     /// The targets, in configuration order.
@@ -1076,7 +1305,11 @@ impl BlobStore {
                 used: (t.pages - t.free.free_pages()) * PAGE_SIZE,
                 score: t.score,
                 direct_io: matches!(&t.area, Area::File(f) if f.direct_io()),
-                io_uring: t.durable() && self.rings.is_some(),
+                io_uring: t.kind == TargetKind::File && self.rings.is_some(),
+                conditional_writes: self
+                    .object
+                    .as_ref()
+                    .is_some_and(|(i, tier)| *i == index && tier.conditional_writes()),
             })
             .collect()
     }

@@ -418,6 +418,8 @@ fn create(path: &Path, capacity: u64) -> io::Result<()> {
 pub(crate) enum Area {
     Ram(RamArea),
     File(FileArea),
+    /// In the object target's bucket: no pages here (the store holds the tier itself).
+    Object,
 }
 
 /// Most shards a target's free pages are split into.
@@ -554,6 +556,20 @@ impl Target {
         })
     }
 
+    /// The object target's entry: no pages; its blobs live in the bucket.
+    pub(crate) fn object(score: f32) -> Target {
+        Target {
+            kind: TargetKind::Object,
+            score,
+            pages: 0,
+            pid: None,
+            area: Area::Object,
+            free: FreePages::from_used(0, Vec::new()).expect("empty"),
+        }
+    }
+
+    /// Whether the target keeps pages across a restart (file targets; the object target has
+    /// no pages).
     pub(crate) fn durable(&self) -> bool {
         self.kind == TargetKind::File
     }
@@ -561,7 +577,7 @@ impl Target {
     pub(crate) fn path(&self) -> Option<&Path> {
         match &self.area {
             Area::File(f) => Some(&f.path),
-            Area::Ram(_) => None,
+            Area::Ram(_) | Area::Object => None,
         }
     }
 }

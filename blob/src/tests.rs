@@ -16,6 +16,7 @@ fn config(dir: &Path, targets: &[(TargetKind, u64, f32)]) -> StoreConfig {
                 path: (kind == TargetKind::File).then(|| dir.join(format!("t{i}.dat"))),
                 capacity: pages * PAGE_SIZE,
                 score,
+                object: None,
             })
             .collect(),
         limits: Limits::default(),
@@ -84,6 +85,7 @@ fn o_direct_on_disk_and_buffered_fallback_on_tmpfs() {
         path: Some(shm.path().join("shm.dat")),
         capacity: 8 * PAGE_SIZE,
         score: 0.4,
+        object: None,
     });
     let s = BlobStore::open(&cfg).unwrap();
     let ts = s.targets();

@@ -58,6 +58,7 @@ fn store_config(dir: &Path) -> StoreConfig {
             path: Some(dir.join("data.dat")),
             capacity: 64 << 20,
             score: 0.5,
+            object: None,
         }],
         limits: Limits::default(),
     }

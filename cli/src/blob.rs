@@ -538,9 +538,9 @@ fn demo_command(args: DemoArgs) -> ExitCode {
 }
 
 /// The demo's store: the configured one, or a temporary one (kept alive
-/// by `_dir` until the end).
+/// by `dir` until the end).
 fn demo(args: DemoArgs) -> Result<bool, String> {
-    let (runtime, store, _dir) = match &args.config {
+    let (runtime, store, dir) = match &args.config {
         Some(path) => {
             let configs = configs(&ConfigArg {
                 config: Some(path.clone()),
@@ -564,8 +564,14 @@ fn demo(args: DemoArgs) -> Result<bool, String> {
         ..runtime
     };
     // Kernels in flight cannot be interrupted: on SIGINT/SIGTERM, remove the
-    // named segments and exit.
-    tandem_runtime::exit_on_termination().map_err(|e| e.to_string())?;
+    // named segments and the temporary store's folder, and exit.
+    let folder = dir.as_ref().map(|d| d.path().to_owned());
+    tandem_runtime::exit_on_termination(move || {
+        if let Some(folder) = folder {
+            let _ = std::fs::remove_dir_all(folder);
+        }
+    })
+    .map_err(|e| e.to_string())?;
     let ok = on_best_backend(Demo {
         config,
         store: Arc::clone(&store),

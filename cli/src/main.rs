@@ -378,7 +378,8 @@ fn demo<A: GpuApi>(api: A, backend: &str, json: bool) -> Result<bool, String> {
     // The blob part's store: a RAM and a file target in a temporary folder,
     // removed at the end.
     let store_dir = tempfile::Builder::new()
-        .prefix("tandem-demo-blob-")
+        // The pid lets a test find what a killed demo may have left.
+        .prefix(&format!("tandem-demo-blob-{}-", std::process::id()))
         .tempdir()
         .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
     let store = Arc::new(
@@ -389,8 +390,12 @@ fn demo<A: GpuApi>(api: A, backend: &str, json: bool) -> Result<bool, String> {
     tandem_blob::pool::register(&mut registry, Arc::clone(&store)).map_err(|e| e.to_string())?;
     say(format!("tandem demo on {backend}"));
     // Kernels in flight cannot be interrupted: on SIGINT/SIGTERM, remove the
-    // named segments and exit.
-    tandem_runtime::exit_on_termination().map_err(|e| e.to_string())?;
+    // named segments and the store's folder, and exit.
+    let folder = store_dir.path().to_owned();
+    tandem_runtime::exit_on_termination(move || {
+        let _ = std::fs::remove_dir_all(folder);
+    })
+    .map_err(|e| e.to_string())?;
     let runtime = Runtime::start_with(api, config, registry)
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     let queues = &runtime.devices()[0];

@@ -40,6 +40,7 @@ fn store_config(dir: &Path) -> StoreConfig {
             path: Some(dir.join("data.dat")),
             capacity: 256 << 20,
             score: 0.5,
+            object: None,
         }],
         limits: Limits::default(),
     }

@@ -120,5 +120,17 @@ fn sigint_mid_demo_removes_its_segments_and_exits_130() {
         .filter(|n| n.contains(&pid))
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
+    // Nor the temporary folder of its blob store.
+    let store = format!("tandem-demo-blob-{pid}-");
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .expect("the temporary folder")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&store))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left behind in the temporary folder: {left:?}"
+    );
     assert!(Path::new("/dev/shm").exists());
 }

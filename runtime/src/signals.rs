@@ -63,18 +63,23 @@ impl TerminationWaker {
 }
 
 /// On SIGINT or SIGTERM, removes every named segment this process created
-/// (shm-core's [`unlink_created_names`]) and exits with status 128 + signal,
-/// without running destructors. For a process whose work cannot be stopped
-/// cleanly; starts one thread that waits for the signal.
+/// (shm-core's [`unlink_created_names`]), runs `before_exit` (what else the
+/// process must not leave behind: the demo's temporary blob store), and
+/// exits with status 128 + signal, without running destructors. For a
+/// process whose work cannot be stopped cleanly; starts one thread that
+/// waits for the signal.
 ///
 /// [`unlink_created_names`]: tandem_shm_core::segment::unlink_created_names
-pub fn exit_on_termination() -> Result<(), RuntimeError> {
+pub fn exit_on_termination(
+    before_exit: impl FnOnce() + Send + 'static,
+) -> Result<(), RuntimeError> {
     let mut signals = catch()?;
     std::thread::Builder::new()
         .name("tandem-signals".into())
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
                 let removed = tandem_shm_core::segment::unlink_created_names();
+                before_exit();
                 tracing::info!("signal {signal}: removed {removed} named segment(s), exiting");
                 std::process::exit(128 + signal);
             }
