@@ -105,6 +105,34 @@
 //! their configured path string; a metadata file that knows a path whose file has vanished, or
 //! whose blobs reference a target no longer configured, is [`BlobError::TargetMismatch`].
 
+//!
+//! # The object tier
+//!
+//! A target of kind `object` ([`ObjectConfig`]) keeps blobs in a bucket of S3-compatible object
+//! storage (AWS, MinIO, Ceph RGW, Garage), through the `object_store` crate; every store
+//! configured with the same bucket and prefix (a runtime per node) shares them. It is the
+//! slowest tier: a score of 0.0 by default, and after local targets of equal score. A first put
+//! goes there when placement puts it first, when the local targets its score allows have no
+//! room, or when the bucket already has a blob of that name; later puts follow the blob. Gets,
+//! stats, lists and deletes look in the local index first, then in the bucket, so kernels and
+//! host code reach bucket blobs through the same calls (`tandem/blob.h` is unchanged; a failed
+//! request is `TARGET_IO` to a kernel). Tags are shared by name; each store gives a tag it
+//! learns from the bucket its own local id. Blobs in the bucket are durable and have no local
+//! metadata; their layout, the conditional manifest writes and the part cache are described
+//! in the `object` module's source.
+//!
+//! What is consistent across stores (nodes), given an object store with read-after-write
+//! consistency (AWS S3, Garage's default): a get, stat or list sees every put acknowledged
+//! before it began, anywhere; a reader sees a blob whole at one version, never parts of two
+//! (a version is one manifest object); a put that fails or whose process dies leaves the old
+//! version. What is not: on a store that honours conditional writes (If-Match/If-None-Match;
+//! `TargetStat::conditional_writes`), concurrent puts to one blob from several stores each
+//! keep their bytes (a put that lost the race re-reads the manifest and merges); on a store
+//! that ignores them (Garage 2.5) the last manifest written wins, and another put's bytes may
+//! be lost. Tag creation is not atomic across stores (it is idempotent). A get that overlaps a
+//! put elsewhere may fail with [`BlobError::ObjectConflict`] rather than wait. Local blobs (RAM
+//! and file targets) are never seen by other stores.
+
 #![warn(missing_docs)]
 
 mod caller;

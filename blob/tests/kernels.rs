@@ -2,7 +2,8 @@
 //! `tandem/blob.h`'s values equal `tandem_blob::wire`'s; many kernel threads
 //! put and get blobs of their own at once (RAM and file targets) and every
 //! byte comes back; errors come back as codes and the runtime lives on; host
-//! code calls the same pool through `BlobCaller`. Without a GPU the CUDA and
+//! code calls the same pool through `BlobCaller`; kernels' blobs on the object
+//! tier are read by another store sharing the bucket. Without a GPU the CUDA and
 //! HIP cases print "skipped: no CUDA device" (a failure with
 //! `TANDEM_REQUIRE_GPU=1`); the CPU device's never skip.
 
@@ -233,6 +234,74 @@ fn kernel_errors_come_back_as_codes<A: GpuApi>(api: A) {
     runtime.shutdown().expect("shutdown");
 }
 
+/// Kernels put their blobs to the object tier (score 0.0), through the same
+/// calls; another store on the same bucket (another node, with no runtime)
+/// reads every byte, rewrites them, and the kernels get them back.
+fn kernels_share_blobs_through_the_object_tier<A: GpuApi>(api: A) {
+    use tandem_blob::object_store::{memory::InMemory, ObjectStore};
+    use tandem_blob::{ObjectConfig, TargetConfig, TargetKind};
+    let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let open = |dir: &tempfile::TempDir| {
+        let mut config = StoreConfig::ram_and_file(dir.path(), 16 << 20);
+        config.targets.push(TargetConfig {
+            kind: TargetKind::Object,
+            path: None,
+            capacity: 0,
+            score: 0.0,
+            object: Some(ObjectConfig::new(None, "memory")),
+        });
+        Arc::new(BlobStore::open_with_object_store(&config, Arc::clone(&bucket)).expect("open"))
+    };
+    let (here_dir, there_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (here, there) = (open(&here_dir), open(&there_dir));
+    let runtime = runtime(api, &here);
+    let (blocks, threads) = grid::<A>();
+    let mut kernels = BlobKernels::load(&runtime.devices()[0]).expect("load the blob kernels");
+    let tag = here.get_or_create_tag("shared").expect("tag");
+    let blob_bytes = 4096 + 100;
+    let launch = PutGetLaunch {
+        blocks,
+        threads,
+        tag,
+        blob_bytes,
+        rounds: 1,
+        mode: PutGetMode::PutGetCheck,
+        score: Score(0.0),
+        spin_budget: 1 << 40,
+    };
+    assert_all_ok(
+        &kernels.put_get(&launch).expect("launch"),
+        "puts to the bucket",
+    );
+    let their_tag = there
+        .tag("shared")
+        .expect("tag")
+        .expect("the bucket has it");
+    let mut back = vec![0u8; blob_bytes as usize];
+    for rank in 0..u64::from(blocks * threads) {
+        let name = format!("k{rank}");
+        assert_eq!(here.stat(tag, &name).expect("stat").targets, [2], "{name}");
+        there.get(their_tag, &name, 0, &mut back).expect("get");
+        for (i, b) in back.iter_mut().enumerate() {
+            assert_eq!(*b, pattern(rank, 0, i as u64), "{name} byte {i}");
+            *b = !*b;
+        }
+        there
+            .put(their_tag, &name, 0, &back, Score::AUTO)
+            .expect("rewrite");
+    }
+    let gets = PutGetLaunch {
+        mode: PutGetMode::Get,
+        ..launch
+    };
+    assert_all_ok(
+        &kernels.put_get(&gets).expect("get launch"),
+        "gets from the bucket",
+    );
+    drop(kernels);
+    runtime.shutdown().expect("shutdown");
+}
+
 macro_rules! backend_tests {
     ($module:ident, $api:ty) => {
         mod $module {
@@ -258,6 +327,13 @@ macro_rules! backend_tests {
             fn kernel_errors_come_back_as_codes() {
                 if let Some(api) = api("kernel_errors_come_back_as_codes") {
                     super::kernel_errors_come_back_as_codes(api);
+                }
+            }
+
+            #[test]
+            fn kernels_share_blobs_through_the_object_tier() {
+                if let Some(api) = api("kernels_share_blobs_through_the_object_tier") {
+                    super::kernels_share_blobs_through_the_object_tier(api);
                 }
             }
         }

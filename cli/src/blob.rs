@@ -52,7 +52,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use tandem_blob::demo::{pattern, BlobKernels, PutGetLaunch, PutGetMode};
 use tandem_blob::{
-    pool, wire, BlobCaller, BlobError, BlobStore, FillError, Score, StoreConfig, TagId,
+    pool, wire, BlobCaller, BlobError, BlobStore, FillError, Score, StoreConfig, TagId, TargetKind,
 };
 use tandem_hal::GpuApi;
 use tandem_runtime::{
@@ -326,9 +326,10 @@ fn target_words(store: &BlobStore, indices: &[usize]) -> String {
     let words: Vec<String> = indices
         .iter()
         .map(|&i| match targets.get(i) {
-            Some(t) => match &t.path {
-                Some(p) => format!("{i}:file:{}", p.display()),
-                None => format!("{i}:ram"),
+            Some(t) => match (t.kind, &t.path) {
+                (TargetKind::File, Some(p)) => format!("{i}:file:{}", p.display()),
+                (TargetKind::Object, _) => format!("{i}:object"),
+                _ => format!("{i}:ram"),
             },
             None => format!("{i}:?"),
         })
