@@ -12,3 +12,13 @@ pub mod cross_language;
 pub mod gpu;
 pub mod ipc;
 pub mod measure;
+
+/// `None` after printing why the test `label` is skipped (`why`), or, when the environment
+/// variable `require_env` is `1` (a machine that must run it), a panic that fails the test.
+fn skip_unless_required<T>(require_env: &str, label: &str, why: &str) -> Option<T> {
+    if std::env::var(require_env).as_deref() == Ok("1") {
+        panic!("{label}: {why}, but {require_env}=1 requires it");
+    }
+    println!("{label}: skipped: {why}");
+    None
+}
