@@ -3,12 +3,14 @@
 //! device kernels' cross-language suite, written the same way
 //! ([`cross_language`]), the one way GPU tests find a device or skip
 //! ([`gpu`]), and both sides of the two-process IPC test ([`ipc`]; the child
-//! is the `ipc_child` binary), and the benchmarks' yardsticks ([`measure`]).
+//! is the `ipc_child` binary), the benchmarks' yardsticks ([`measure`]), and a
+//! real Garage S3 cluster on loopback for the object-tier tests ([`garage`]).
 //! `tests/conformance.rs` and
 //! `tests/cross_language.rs` stamp one `#[test]` per behaviour per backend.
 
 pub mod conformance;
 pub mod cross_language;
+pub mod garage;
 pub mod gpu;
 pub mod ipc;
 pub mod measure;
