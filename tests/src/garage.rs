@@ -188,8 +188,11 @@ impl Cluster {
     }
 
     /// Kills node `node` with SIGKILL and reaps it; nothing happens if it is not running.
-    /// The survivors may take seconds to notice (a request just after waited about 7.5 s
-    /// in some runs, on the dead node's connection). Panics if there is no such node.
+    /// Panics if there is no such node.
+    ///
+    /// The survivors notice only when they next write to its connection (their status
+    /// exchange, every 10 s): until then a request whose quorum read picks the dead node
+    /// waits for it, so the first S3 request after a kill may take up to 10 s (7.5 s seen).
     pub fn kill(&mut self, node: usize) {
         if let Some(mut process) = self.nodes[node].process.take() {
             // Best effort: a node that already died cannot be killed, and wait reaps it
