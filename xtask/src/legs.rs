@@ -1,8 +1,8 @@
 //! `cargo xtask test [LEG...]`: the test legs, which of them must run, and the summary.
 //!
 //! A leg that runs and fails is always a failure. A leg that cannot run (no loom tests, no HIP
-//! toolchain, no Garage) is a failure only when it is required: named on the command line, or every leg
-//! under `CI=true`; otherwise it is a note in the summary.
+//! toolchain, no Garage) is a failure only when it is required: named on the command line, or
+//! every leg under `CI=true`; otherwise it is a note in the summary.
 
 use crate::{
     backend::{Backend, HipToolchain},
@@ -195,7 +195,10 @@ pub fn find_garage(env: Option<OsString>) -> Result<PathBuf, String> {
             }
         }
         None => find_on_path("garage").ok_or_else(|| {
-            format!("no Garage: {GARAGE_ENV} is not set and `garage` is not on PATH")
+            format!(
+                "no Garage: {GARAGE_ENV} is not set and `garage` is not on PATH \
+                 (.ci/run installs it with cargo install)"
+            )
         }),
     }
 }
