@@ -52,9 +52,5 @@ fn skip<T>(label: &str, why: String, backend: Backend) -> Option<T> {
     if backend == Backend::Host {
         panic!("{label}: {why}: the host backend must always load");
     }
-    if std::env::var(REQUIRE_GPU_ENV).as_deref() == Ok("1") {
-        panic!("{label}: {why}, but {REQUIRE_GPU_ENV}=1 requires one");
-    }
-    println!("{label}: skipped: {why}");
-    None
+    crate::skip_unless_required(REQUIRE_GPU_ENV, label, &why)
 }

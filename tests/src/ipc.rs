@@ -30,8 +30,8 @@ pub const CHILD_STALE_OK: &str = "stale-ok";
 /// kernels with NVRTC on first use).
 const CHILD_STEP_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Lowercase hex of handle bytes.
-pub fn to_hex(bytes: &[u8; 64]) -> String {
+/// Lowercase hex of handle (or any) bytes.
+pub fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -3,12 +3,24 @@
 //! device kernels' cross-language suite, written the same way
 //! ([`cross_language`]), the one way GPU tests find a device or skip
 //! ([`gpu`]), and both sides of the two-process IPC test ([`ipc`]; the child
-//! is the `ipc_child` binary), and the benchmarks' yardsticks ([`measure`]).
+//! is the `ipc_child` binary), the benchmarks' yardsticks ([`measure`]), and a
+//! real Garage S3 cluster on loopback for the object-tier tests ([`garage`]).
 //! `tests/conformance.rs` and
 //! `tests/cross_language.rs` stamp one `#[test]` per behaviour per backend.
 
 pub mod conformance;
 pub mod cross_language;
+pub mod garage;
 pub mod gpu;
 pub mod ipc;
 pub mod measure;
+
+/// `None` after printing why the test `label` is skipped (`why`), or, when the environment
+/// variable `require_env` is `1` (a machine that must run it), a panic that fails the test.
+fn skip_unless_required<T>(require_env: &str, label: &str, why: &str) -> Option<T> {
+    if std::env::var(require_env).as_deref() == Ok("1") {
+        panic!("{label}: {why}, but {require_env}=1 requires it");
+    }
+    println!("{label}: skipped: {why}");
+    None
+}

@@ -1,13 +1,13 @@
 //! `cargo xtask test [LEG...]`: the test legs, which of them must run, and the summary.
 //!
 //! A leg that runs and fails is always a failure. A leg that cannot run (no loom tests, no HIP
-//! toolchain) is a failure only when it is required: named on the command line, or every leg
-//! under `CI=true`; otherwise it is a note in the summary.
+//! toolchain, no Garage) is a failure only when it is required: named on the command line, or
+//! every leg under `CI=true`; otherwise it is a note in the summary.
 
 use crate::{
     backend::{Backend, HipToolchain},
     bindings,
-    cmd::Cmd,
+    cmd::{find_on_path, is_executable, Cmd},
     error::XtaskError,
     metadata::Metadata,
     no_libclang,
@@ -35,19 +35,23 @@ pub enum Leg {
     Bindings,
     /// The build without libclang, and drifted headers failing it (needs root).
     NoLibclang,
+    /// The Garage harness and the blob store's object tier against real Garage clusters
+    /// (needs a `garage` binary).
+    S3,
     /// rustfmt and clippy.
     Lint,
 }
 
 impl Leg {
     /// Every leg, in the order a plain `cargo xtask test` runs them.
-    pub const ALL: [Leg; 7] = [
+    pub const ALL: [Leg; 8] = [
         Leg::Host,
         Leg::Loom,
         Leg::Cuda,
         Leg::Hip,
         Leg::Bindings,
         Leg::NoLibclang,
+        Leg::S3,
         Leg::Lint,
     ];
 
@@ -60,6 +64,7 @@ impl Leg {
             Leg::Hip => "hip",
             Leg::Bindings => "bindings",
             Leg::NoLibclang => "no-libclang",
+            Leg::S3 => "s3",
             Leg::Lint => "lint",
         }
     }
@@ -167,6 +172,35 @@ pub struct TestContext<'a> {
     pub ci: bool,
     /// The HIP toolchain, or why there is none.
     pub hip: Result<HipToolchain, String>,
+    /// The Garage binary the s3 leg runs its clusters with, or why there is none.
+    pub garage: Result<PathBuf, String>,
+}
+
+/// The environment variable that names the Garage binary (`tandem_tests::garage` reads it too).
+const GARAGE_ENV: &str = "TANDEM_GARAGE";
+
+/// The Garage binary: `TANDEM_GARAGE` (`env`) if set, which must then be an executable, else
+/// `garage` on `PATH`; `Err` says what is missing.
+pub fn find_garage(env: Option<OsString>) -> Result<PathBuf, String> {
+    match env.filter(|path| !path.is_empty()) {
+        Some(path) => {
+            let path = PathBuf::from(path);
+            if is_executable(&path) {
+                Ok(path)
+            } else {
+                Err(format!(
+                    "{GARAGE_ENV}={} is not an executable file",
+                    path.display()
+                ))
+            }
+        }
+        None => find_on_path("garage").ok_or_else(|| {
+            format!(
+                "no Garage: {GARAGE_ENV} is not set and `garage` is not on PATH \
+                 (.ci/run installs it with cargo install)"
+            )
+        }),
+    }
 }
 
 /// Runs the planned legs one after another, prints the summary, and says how to exit.
@@ -282,6 +316,19 @@ fn leg_commands(
         Leg::NoLibclang => Ok(vec![no_libclang::leg_command(
             &ctx.metadata.target_directory,
         )?]),
+        Leg::S3 => {
+            let garage = ctx.garage.as_ref().map_err(Clone::clone)?;
+            // The tests skip without a Garage; here one was found, so a skip would be a bug.
+            let s3_cargo = || {
+                cargo()
+                    .env(GARAGE_ENV, garage)
+                    .env("TANDEM_REQUIRE_S3", "1")
+            };
+            Ok(vec![
+                s3_cargo().args(["test", "-p", "tandem-tests", "--test", "garage"]),
+                s3_cargo().args(["test", "-p", "tandem-blob", "--test", "object_tier"]),
+            ])
+        }
         Leg::Lint => {
             let mut commands = vec![
                 cargo().args(["fmt", "--all", "--check"]),
@@ -516,6 +563,7 @@ mod tests {
             metadata: meta,
             ci,
             hip,
+            garage: Err("no Garage".into()),
         }
     }
 
@@ -577,5 +625,48 @@ mod tests {
         let ci = context(&meta, true, Err(why));
         let err = leg_commands(&ci, Leg::Lint, &mut Vec::new()).unwrap_err();
         assert!(err.contains("hipcc"), "{err}");
+    }
+
+    #[test]
+    fn s3_leg_runs_both_suites_with_the_garage_it_found() {
+        let meta = Metadata::parse(crate::metadata::SAMPLE).unwrap();
+        let ctx = TestContext {
+            garage: Ok("/opt/garage".into()),
+            ..context(&meta, false, Err("none".into()))
+        };
+        let commands = leg_commands(&ctx, Leg::S3, &mut Vec::new()).unwrap();
+        let shown: Vec<String> = commands.iter().map(Cmd::display).collect();
+        assert_eq!(
+            shown,
+            [
+                "TANDEM_GARAGE=/opt/garage TANDEM_REQUIRE_S3=1 cargo test -p tandem-tests --test garage",
+                "TANDEM_GARAGE=/opt/garage TANDEM_REQUIRE_S3=1 cargo test -p tandem-blob --test object_tier",
+            ]
+        );
+    }
+
+    #[test]
+    fn s3_leg_cannot_run_without_garage() {
+        let meta = Metadata::parse(crate::metadata::SAMPLE).unwrap();
+        let ctx = context(&meta, false, Err("none".into()));
+        assert_eq!(
+            leg_commands(&ctx, Leg::S3, &mut Vec::new()).unwrap_err(),
+            "no Garage"
+        );
+    }
+
+    #[test]
+    fn garage_comes_from_the_variable_else_from_path() {
+        assert_eq!(
+            find_garage(Some("/bin/sh".into())).unwrap(),
+            Path::new("/bin/sh")
+        );
+        let err = find_garage(Some("/nonexistent/garage".into())).unwrap_err();
+        assert!(err.contains("TANDEM_GARAGE=/nonexistent/garage"), "{err}");
+        // Unset (or empty): whatever PATH holds, with the reason when it holds none.
+        match find_garage(Some("".into())) {
+            Ok(path) => assert!(path.ends_with("garage"), "{}", path.display()),
+            Err(why) => assert!(why.contains("not on PATH"), "{why}"),
+        }
     }
 }

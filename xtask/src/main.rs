@@ -1,7 +1,8 @@
 //! Project automation for Tandem, run as `cargo xtask <command>` (an alias in
 //! `.cargo/config.toml`):
 //!
-//! - `test [LEG...]`: the test matrix (host, loom, cuda, hip, lint; all by default);
+//! - `test [LEG...]`: the test matrix (host, loom, cuda, hip, bindings, no-libclang, s3, lint;
+//!   all by default);
 //! - `bench [--gpu]`: every benchmark of the workspace, with CUDA variants under `--gpu`;
 //! - `gpu-bundle [--out DIR]`: CUDA test and bench binaries plus `run.sh`, for a GPU machine;
 //! - `bindings [--check]`: regenerates (or checks) device-kernels' checked-in bindgen output;
@@ -31,8 +32,8 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  test [LEG...]          run test legs: host, loom, cuda, hip, bindings, no-libclang, lint
-                         (default: all).
+  test [LEG...]          run test legs: host, loom, cuda, hip, bindings, no-libclang, s3,
+                         lint (default: all). s3 runs Garage from TANDEM_GARAGE or PATH.
                          A leg that cannot run here is a note, or a failure when named
                          or when CI=true.
   bench [--gpu]          run every bench target; --gpu adds the CUDA variants
@@ -150,6 +151,7 @@ fn run(command: Command) -> Result<ExitCode, XtaskError> {
                 metadata: &metadata,
                 ci,
                 hip: HipToolchain::probe(),
+                garage: legs::find_garage(std::env::var_os("TANDEM_GARAGE")),
             };
             Ok(legs::run(&ctx, &planned))
         }
