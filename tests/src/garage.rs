@@ -202,15 +202,22 @@ impl Cluster {
         }
     }
 
-    /// Starts a killed node `node` again on its folders and ports, and waits until it sees
-    /// enough of the cluster to serve requests (all of it when every other node runs) and its
-    /// S3 API answers. A running node is left alone. Panics if there is no such node.
+    /// Starts a killed node `node` again on its folders and ports, and waits until every
+    /// running node sees enough of the cluster to serve requests (all of it when every node
+    /// runs) and this one's S3 API answers. A running node is left alone. Panics if there is no
+    /// such node.
     pub fn restart(&mut self, node: usize) -> Result<(), String> {
         if self.nodes[node].process.is_some() {
             return Ok(());
         }
         self.spawn(node)?;
-        self.wait_healthy(node)?;
+        // Every running node, not only this one: a survivor reconnects to it on its own time,
+        // and its reads and writes need the quorum it sees.
+        for index in 0..self.nodes.len() {
+            if self.nodes[index].process.is_some() {
+                self.wait_healthy(index)?;
+            }
+        }
         self.wait_s3(node)
     }
 

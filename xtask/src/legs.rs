@@ -35,8 +35,8 @@ pub enum Leg {
     Bindings,
     /// The build without libclang, and drifted headers failing it (needs root).
     NoLibclang,
-    /// The Garage harness and the blob store's object tier against real Garage clusters
-    /// (needs a `garage` binary).
+    /// The Garage harness, and the blob store's object tier (in process, and `tandem blob`
+    /// processes as nodes) against real Garage clusters (needs a `garage` binary).
     S3,
     /// rustfmt and clippy.
     Lint,
@@ -327,6 +327,7 @@ fn leg_commands(
             Ok(vec![
                 s3_cargo().args(["test", "-p", "tandem-tests", "--test", "garage"]),
                 s3_cargo().args(["test", "-p", "tandem-blob", "--test", "object_tier"]),
+                s3_cargo().args(["test", "-p", "tandem-cli", "--test", "blob_object"]),
             ])
         }
         Leg::Lint => {
@@ -628,7 +629,7 @@ mod tests {
     }
 
     #[test]
-    fn s3_leg_runs_both_suites_with_the_garage_it_found() {
+    fn s3_leg_runs_the_garage_suites_with_the_garage_it_found() {
         let meta = Metadata::parse(crate::metadata::SAMPLE).unwrap();
         let ctx = TestContext {
             garage: Ok("/opt/garage".into()),
@@ -641,6 +642,7 @@ mod tests {
             [
                 "TANDEM_GARAGE=/opt/garage TANDEM_REQUIRE_S3=1 cargo test -p tandem-tests --test garage",
                 "TANDEM_GARAGE=/opt/garage TANDEM_REQUIRE_S3=1 cargo test -p tandem-blob --test object_tier",
+                "TANDEM_GARAGE=/opt/garage TANDEM_REQUIRE_S3=1 cargo test -p tandem-cli --test blob_object",
             ]
         );
     }
