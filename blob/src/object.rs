@@ -121,6 +121,9 @@ impl Manifest {
     }
 }
 
+/// A part object's write in flight.
+type Upload = tokio::task::JoinHandle<object_store::Result<()>>;
+
 /// A part a get will hand on: its bytes, or its read in flight.
 enum Slot {
     Hole,
@@ -646,100 +649,91 @@ impl ObjectTier {
             .as_ref()
             .map_or(self.part_size, |r| r.manifest.part_size);
         let id = put_id();
-        let first = offset / part_size;
-        let last = (end - 1) / part_size;
-        // The fill bytes of the end parts, kept to rewrite those parts on a conflict.
-        let mut ends: Vec<(u64, Vec<u8>)> = Vec::new();
+        let (first, last) = (offset / part_size, (end - 1) / part_size);
         let mut uploads = VecDeque::new();
-        let mut written = Vec::new();
+        let mut written: Vec<(Path, Bytes)> = Vec::new();
         let result = (|| {
+            // The end parts' fill bytes. Their other bytes come from the version the manifest
+            // write is conditional on, so they are composed last, and again after a conflict.
+            let mut ends: Vec<(u64, Vec<u8>)> = Vec::new();
             for i in first..=last {
                 let (a, b) = (offset.max(i * part_size), end.min((i + 1) * part_size));
                 let mut fresh = vec![0u8; (b - a) as usize];
                 fill(a - offset, &mut fresh)?;
-                let is_end = i == first || i == last;
-                let bytes = self.compose(tag, name, old.as_ref(), part_size, end, i, a, &fresh)?;
-                if is_end {
+                if i == first || i == last {
                     ends.push((i, fresh));
+                    continue;
                 }
-                if uploads.len() == self.in_flight {
-                    self.finish_upload(&mut uploads)?;
-                }
+                // A middle part is a whole part of fill bytes, whatever the old version holds.
                 let key = self.part_path(tag, name, id, i);
-                uploads.push_back(self.start_upload(key.clone(), bytes.clone()));
-                written.push((key, bytes));
+                self.upload(&mut uploads, &mut written, key, Bytes::from(fresh))?;
             }
-            while !uploads.is_empty() {
-                self.finish_upload(&mut uploads)?;
-            }
-            let mut attempt = 0;
-            loop {
-                attempt += 1;
+            for attempt in 1..=MAX_CONFLICTS {
+                if attempt > 1 {
+                    // This put's end parts are written again under the same keys: the last
+                    // attempt's writes must be over first.
+                    self.finish_uploads(&mut uploads)?;
+                    old = self.manifest(tag, name)?;
+                    if old
+                        .as_ref()
+                        .is_some_and(|r| r.manifest.part_size != part_size)
+                    {
+                        // A delete and a first put with another part size came between: every
+                        // part of the range would have to be cut anew; give up instead.
+                        return Err(self.conflict(tag, name, attempt));
+                    }
+                }
+                let mut composed = Vec::with_capacity(ends.len());
+                for (i, fresh) in &ends {
+                    match self.compose(
+                        tag,
+                        name,
+                        old.as_ref(),
+                        part_size,
+                        offset,
+                        end,
+                        *i,
+                        fresh,
+                    )? {
+                        Some(bytes) => composed.push((*i, bytes)),
+                        // A part of the old version was replaced: so was its manifest.
+                        None => break,
+                    }
+                }
+                if composed.len() < ends.len() {
+                    continue;
+                }
+                for (i, bytes) in composed {
+                    let key = self.part_path(tag, name, id, i);
+                    self.upload(&mut uploads, &mut written, key, bytes)?;
+                }
+                self.finish_uploads(&mut uploads)?;
                 let prior = old.as_ref().map(|r| &r.manifest);
                 let size = prior.map_or(0, |m| m.size).max(end);
                 let mut parts = prior.map_or_else(Vec::new, |m| m.parts.clone());
                 parts.resize(size.div_ceil(part_size) as usize, 0);
-                let replaced: Vec<(u64, u128)> = (first..=last)
-                    .map(|i| (i, std::mem::replace(&mut parts[i as usize], id)))
-                    .filter(|&(_, was)| was != 0)
+                let replaced: Vec<Path> = (first..=last)
+                    .filter_map(|i| match std::mem::replace(&mut parts[i as usize], id) {
+                        0 => None,
+                        was => Some(self.part_path(tag, name, was, i)),
+                    })
                     .collect();
                 let manifest = Manifest {
                     size,
                     part_size,
                     parts,
                 };
-                match self.write_manifest(tag, name, old.as_ref(), &manifest)? {
-                    true => {
-                        self.drop_parts(
-                            replaced
-                                .into_iter()
-                                .map(|(i, was)| self.part_path(tag, name, was, i)),
-                        );
-                        return Ok(size);
-                    }
-                    false if attempt == MAX_CONFLICTS => {
-                        return Err(BlobError::ObjectConflict {
-                            target: self.label.clone(),
-                            name: format!("{tag}/{name}"),
-                            attempts: MAX_CONFLICTS,
-                        });
-                    }
-                    false => {
-                        tracing::debug!(target = %self.label, blob = %format!("{tag}/{name}"), "manifest replaced meanwhile; merging again");
-                        old = self.manifest(tag, name)?;
-                        if old
-                            .as_ref()
-                            .is_some_and(|r| r.manifest.part_size != part_size)
-                        {
-                            // A delete and a new first put with another part size came between:
-                            // the whole range would have to be rewritten; give up instead.
-                            return Err(BlobError::ObjectConflict {
-                                target: self.label.clone(),
-                                name: format!("{tag}/{name}"),
-                                attempts: attempt,
-                            });
-                        }
-                        for (i, fresh) in &ends {
-                            let a = offset.max(i * part_size);
-                            let bytes = self.compose(
-                                tag,
-                                name,
-                                old.as_ref(),
-                                part_size,
-                                end,
-                                *i,
-                                a,
-                                fresh,
-                            )?;
-                            let key = self.part_path(tag, name, id, *i);
-                            let task = self.start_upload(key.clone(), bytes.clone());
-                            self.join(format!("write part {key}"), task)?;
-                            written.retain(|(k, _)| *k != key);
-                            written.push((key, bytes));
-                        }
-                    }
+                if self.write_manifest(tag, name, old.as_ref(), &manifest)? {
+                    self.drop_parts(replaced.into_iter());
+                    return Ok(size);
                 }
+                tracing::debug!(
+                    target = %self.label,
+                    blob = %format!("{tag}/{name}"),
+                    "another writer replaced the manifest; merging again"
+                );
             }
+            Err(self.conflict(tag, name, MAX_CONFLICTS))
         })();
         match result {
             Ok(size) => {
@@ -750,7 +744,7 @@ impl ObjectTier {
                 Ok(size)
             }
             Err(e) => {
-                // Let the uploads still running finish before their parts are deleted.
+                // The uploads still running end before their parts are deleted.
                 for task in uploads {
                     let _ = wait(task);
                 }
@@ -760,8 +754,17 @@ impl ObjectTier {
         }
     }
 
-    /// Part `i`'s new bytes: `fresh` at `a`, the old version's bytes around it (zeros where it
-    /// has none), as long as the part is in a blob of size `max(old size, end)`.
+    fn conflict(&self, tag: &str, name: &str, attempts: u32) -> BlobError {
+        BlobError::ObjectConflict {
+            target: self.label.clone(),
+            name: format!("{tag}/{name}"),
+            attempts,
+        }
+    }
+
+    /// End part `i`'s bytes: its `fresh` fill bytes (those of `offset..end` in it), the old
+    /// version's bytes around them (zeros where it has none), as long as the part is in a blob
+    /// of size `max(old size, end)`. `None` when the old part object is gone.
     #[allow(clippy::too_many_arguments)]
     fn compose(
         &self,
@@ -769,50 +772,58 @@ impl ObjectTier {
         name: &str,
         old: Option<&Read>,
         part_size: u64,
+        offset: u64,
         end: u64,
         i: u64,
-        a: u64,
         fresh: &[u8],
-    ) -> Result<Bytes, BlobError> {
+    ) -> Result<Option<Bytes>, BlobError> {
         let start = i * part_size;
         let old_size = old.map_or(0, |r| r.manifest.size);
         let len = part_size.min(old_size.max(end) - start) as usize;
-        let b = a + fresh.len() as u64;
-        let covered = a == start && b - start == len as u64;
-        if covered {
-            return Ok(Bytes::copy_from_slice(fresh));
+        let a = (offset.max(start) - start) as usize;
+        if a == 0 && fresh.len() == len {
+            return Ok(Some(Bytes::copy_from_slice(fresh)));
         }
         let mut part = vec![0u8; len];
         if let Some(r) = old.filter(|r| start < r.manifest.size) {
             let Some(was) = self.part(tag, name, &r.manifest, i)? else {
-                return Err(BlobError::ObjectConflict {
-                    target: self.label.clone(),
-                    name: format!("{tag}/{name}"),
-                    attempts: 0,
-                });
+                return Ok(None);
             };
             part[..was.len()].copy_from_slice(&was);
         }
-        part[(a - start) as usize..(b - start) as usize].copy_from_slice(fresh);
-        Ok(Bytes::from(part))
+        part[a..a + fresh.len()].copy_from_slice(fresh);
+        Ok(Some(Bytes::from(part)))
     }
 
-    fn start_upload(
+    /// Starts writing part object `key`, after the oldest upload when `in_flight` are running.
+    fn upload(
         &self,
+        uploads: &mut VecDeque<Upload>,
+        written: &mut Vec<(Path, Bytes)>,
         key: Path,
         bytes: Bytes,
-    ) -> tokio::task::JoinHandle<object_store::Result<()>> {
+    ) -> Result<(), BlobError> {
+        if uploads.len() == self.in_flight {
+            let task = uploads.pop_front().expect("in_flight is at least 1");
+            self.join("write a part".into(), task)?;
+        }
+        uploads.push_back(self.start_upload(key.clone(), bytes.clone()));
+        written.retain(|(k, _)| *k != key);
+        written.push((key, bytes));
+        Ok(())
+    }
+
+    fn finish_uploads(&self, uploads: &mut VecDeque<Upload>) -> Result<(), BlobError> {
+        while let Some(task) = uploads.pop_front() {
+            self.join("write a part".into(), task)?;
+        }
+        Ok(())
+    }
+
+    fn start_upload(&self, key: Path, bytes: Bytes) -> Upload {
         let store = Arc::clone(&self.store);
         self.io
             .spawn(async move { store.put(&key, PutPayload::from(bytes)).await.map(drop) })
-    }
-
-    fn finish_upload(
-        &self,
-        uploads: &mut VecDeque<tokio::task::JoinHandle<object_store::Result<()>>>,
-    ) -> Result<(), BlobError> {
-        let task = uploads.pop_front().expect("an upload in flight");
-        self.join("write a part".into(), task)
     }
 
     /// Writes `m` as the blob's manifest, conditional on `old` (the manifest read, or none)
@@ -895,7 +906,7 @@ impl ObjectTier {
         len: u64,
         drain: &mut Sink<'_>,
     ) -> Result<bool, BlobError> {
-        for _ in 0..MAX_GET_RESTARTS {
+        for attempt in 1..=MAX_GET_RESTARTS {
             let Some(read) = self.manifest(tag, name)? else {
                 return Ok(false);
             };
@@ -943,14 +954,11 @@ impl ObjectTier {
                 return Ok(true);
             }
             if drained {
-                break;
+                // The caller has bytes of the old version: starting over would mix versions.
+                return Err(self.conflict(tag, name, attempt));
             }
         }
-        Err(BlobError::ObjectConflict {
-            target: self.label.clone(),
-            name: format!("{tag}/{name}"),
-            attempts: MAX_GET_RESTARTS,
-        })
+        Err(self.conflict(tag, name, MAX_GET_RESTARTS))
     }
 
     /// Part `i` of `m` for a get: a hole, cached, or its read started.

@@ -211,8 +211,7 @@ impl Cluster {
             return Ok(());
         }
         self.spawn(node)?;
-        // Every running node, not only this one: a survivor reconnects to it on its own time,
-        // and its reads and writes need the quorum it sees.
+        // Every running node, not only this one: each must see the cluster it needs.
         for index in 0..self.nodes.len() {
             if self.nodes[index].process.is_some() {
                 self.wait_healthy(index)?;
