@@ -90,6 +90,8 @@ impl OnBackend for Child {
         let config = Config {
             workers: 2,
             lanes: 2,
+            // The same few lanes on a GPU as on the CPU device.
+            gpu_lanes: 2,
             queue_depth: 256,
             gpu_segment_size: 32 << 20,
             cpu_segment_size: 8 << 20,
@@ -392,6 +394,8 @@ fn runtime<A: GpuApi>(api: A, store: &Arc<BlobStore>) -> Runtime<A> {
     let config = Config {
         workers: 2,
         lanes: 2,
+        // The same few lanes on a GPU as on the CPU device.
+        gpu_lanes: 2,
         queue_depth: 256,
         gpu_segment_size: 32 << 20,
         cpu_segment_size: 8 << 20,

@@ -36,6 +36,8 @@ fn runtime_on<A: GpuApi>(api: A, store: &Arc<BlobStore>, devices: DeviceSelectio
     let config = Config {
         workers: 2,
         lanes: 2,
+        // The same few lanes on a GPU as on the CPU device.
+        gpu_lanes: 2,
         queue_depth: 256,
         gpu_segment_size: 96 << 20,
         cpu_segment_size: 8 << 20,

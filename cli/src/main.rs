@@ -742,8 +742,8 @@ fn print_status(s: &StatusSnapshot) {
         s.workers.running, s.workers.busy
     );
     println!(
-        "queues    {} lanes x {} slots, copy space {} bytes",
-        c.lanes, c.queue_depth, c.copy_space
+        "queues    {} lanes ({} on a GPU's segments) x {} slots, copy space {} bytes",
+        c.lanes, c.gpu_lanes, c.queue_depth, c.copy_space
     );
     let t = &s.tasks;
     println!(
@@ -773,17 +773,18 @@ fn print_status(s: &StatusSnapshot) {
     }
     println!();
     println!(
-        "{:<8} {:>6} {:>6} {:>10} {:>8}",
-        "segment", "device", "NUMA", "MiB", "queued"
+        "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8}",
+        "segment", "device", "NUMA", "MiB", "lanes", "queued"
     );
     let or_dash = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
     for seg in &s.segments {
         println!(
-            "{:<8} {:>6} {:>6} {:>10} {:>8}",
+            "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8}",
             seg.kind,
             or_dash(seg.device),
             or_dash(seg.numa_node),
             seg.bytes >> 20,
+            seg.lanes,
             seg.queued
         );
     }

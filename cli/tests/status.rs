@@ -102,6 +102,7 @@ fn status_json_reports_the_runtimes_counts() {
     assert_eq!(status.runtime.backend, "host");
     assert_eq!(status.config.workers as usize, requested);
     assert_eq!(status.config.lanes, 2);
+    assert_eq!(status.config.gpu_lanes, Config::default().gpu_lanes);
     assert_eq!(status.workers.running as usize, cores());
     assert_eq!(status.clients_attached, Some(1), "{status:?}");
     drop(client);
@@ -120,6 +121,7 @@ fn status_json_reports_the_runtimes_counts() {
         ("cpu", None, 0)
     );
     assert_eq!(cpu.bytes, 2 << 20);
+    assert_eq!(cpu.lanes, 2);
 
     // The same, as a table.
     let out = tandem(&["status", "--segment", &name]);

@@ -13,6 +13,10 @@
 //! kernel thread's round trip at most 1.25x the floor (the CPU device's
 //! 1.5x); at least 20 M no-op tasks/s at every shape with 4 workers and 40 M
 //! with 8 at 132 x 128 threads (the CPU device's 10 M with 4).
+//!
+//! Every run takes the default [`Config`] but for its workers and device,
+//! so the lanes are the defaults': the CPU device's segment gets `lanes`
+//! (16), a GPU's `gpu_lanes` (64), as `tandem run` gives them.
 
 use std::time::Duration;
 

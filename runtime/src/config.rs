@@ -3,7 +3,8 @@
 //! ```toml
 //! workers = 4                 # CPU worker threads
 //! queue_depth = 1024          # slots per lane and priority (a power of two)
-//! lanes = 16                  # lanes per queue (each with two priorities)
+//! lanes = 16                  # lanes of the CPU segment and the CPU device's
+//! gpu_lanes = 64              # lanes of a GPU's device segments
 //! gpu_segment_size = 67108864 # bytes of pinned memory per device
 //! cpu_segment_size = 16777216 # bytes of the host clients' segment
 //! copy_space = 256            # copy space of the futures clients allocate
@@ -16,6 +17,7 @@
 use std::path::Path;
 
 use serde::Deserialize;
+use tandem_hal::Backend;
 
 use crate::error::ConfigError;
 
@@ -36,13 +38,22 @@ pub struct Config {
     pub workers: usize,
     /// Slots per lane and priority; a power of two.
     pub queue_depth: u32,
-    /// Lanes per queue. Kernel threads spread over them (a block per lane in
-    /// the runtime's kernels), and each lane's producers claim their slots
-    /// on one word of device memory, which many threads waiting for a full
-    /// lane make a bottleneck: more lanes raise many threads' throughput and
-    /// leave a lone thread's round trip as it is (README.md, "Sharing memory
-    /// across PCIe").
+    /// Lanes of the CPU segment's queue, and of the device segments of the
+    /// CPU device (the host backend); a GPU's device segments take
+    /// [`gpu_lanes`](Self::gpu_lanes). Kernel threads spread over them (a
+    /// block per lane in the runtime's kernels), and each lane's producers
+    /// claim their slots on one word of device memory, which many threads
+    /// waiting for a full lane make a bottleneck: more lanes raise many
+    /// threads' throughput and leave a lone thread's round trip as it is
+    /// (README.md, "Sharing memory across PCIe").
     pub lanes: u32,
+    /// Lanes of the queue of each device segment whose backend is a GPU
+    /// (not [`Backend::Host`]; see [`device_lanes`](Self::device_lanes)).
+    /// More than `lanes` by default (issue 19): a GPU's thousands of
+    /// threads then share each lane's ticket word with fewer others, while
+    /// on the CPU device the same lanes only give its workers more empty
+    /// lanes to sweep.
+    pub gpu_lanes: u32,
     /// Bytes of each device's pinned segment.
     pub gpu_segment_size: usize,
     /// Bytes of the CPU segment host clients attach to.
@@ -68,6 +79,7 @@ impl Default for Config {
             workers: 4,
             queue_depth: 1024,
             lanes: 16,
+            gpu_lanes: 64,
             gpu_segment_size: 64 << 20,
             cpu_segment_size: 16 << 20,
             copy_space: 256,
@@ -86,6 +98,7 @@ struct ConfigFile {
     workers: Option<usize>,
     queue_depth: Option<u32>,
     lanes: Option<u32>,
+    gpu_lanes: Option<u32>,
     gpu_segment_size: Option<usize>,
     cpu_segment_size: Option<usize>,
     copy_space: Option<u32>,
@@ -123,6 +136,7 @@ impl Config {
             workers: file.workers.unwrap_or(d.workers),
             queue_depth: file.queue_depth.unwrap_or(d.queue_depth),
             lanes: file.lanes.unwrap_or(d.lanes),
+            gpu_lanes: file.gpu_lanes.unwrap_or(d.gpu_lanes),
             gpu_segment_size: file.gpu_segment_size.unwrap_or(d.gpu_segment_size),
             cpu_segment_size: file.cpu_segment_size.unwrap_or(d.cpu_segment_size),
             copy_space: file.copy_space.unwrap_or(d.copy_space),
@@ -156,8 +170,10 @@ impl Config {
                 format!("{} is not a power of two up to 2^20", self.queue_depth),
             );
         }
-        if self.lanes == 0 || self.lanes > 1024 {
-            return invalid("lanes", format!("{} is not in 1..=1024", self.lanes));
+        for (field, lanes) in [("lanes", self.lanes), ("gpu_lanes", self.gpu_lanes)] {
+            if lanes == 0 || lanes > 1024 {
+                return invalid(field, format!("{lanes} is not in 1..=1024"));
+            }
         }
         if self.copy_space < crate::task::MIN_COPY_SPACE || self.copy_space > 1 << 20 {
             return invalid(
@@ -197,15 +213,23 @@ impl Config {
             );
         }
         let clients = crate::clients::region_bytes(self.max_clients, heap);
-        for (field, size, clients) in [
-            ("gpu_segment_size", self.gpu_segment_size, 0),
-            ("cpu_segment_size", self.cpu_segment_size, clients),
+        // The backend is not known here (the same configuration may start
+        // either), so device segments must hold the larger lane count.
+        let device_lanes = self.lanes.max(self.gpu_lanes);
+        for (field, size, lanes, clients) in [
+            ("gpu_segment_size", self.gpu_segment_size, device_lanes, 0),
+            (
+                "cpu_segment_size",
+                self.cpu_segment_size,
+                self.lanes,
+                clients,
+            ),
         ] {
             if size > 1 << 40 {
                 return invalid(field, format!("{size} bytes is more than 1 TiB"));
             }
             let needed =
-                crate::segment::SegmentGeometry::min_bytes(self.lanes, self.queue_depth, clients);
+                crate::segment::SegmentGeometry::min_bytes(lanes, self.queue_depth, clients);
             if size < needed {
                 let with_clients = if clients == 0 {
                     String::new()
@@ -215,13 +239,24 @@ impl Config {
                 return invalid(
                     field,
                     format!(
-                        "{size} bytes cannot hold {} lanes of depth {}{with_clients} and a heap ({needed} needed)",
-                        self.lanes, self.queue_depth
+                        "{size} bytes cannot hold {lanes} lanes of depth {}{with_clients} and a heap ({needed} needed)",
+                        self.queue_depth
                     ),
                 );
             }
         }
         Ok(())
+    }
+
+    /// Lanes of a device segment on `backend`: [`gpu_lanes`](Self::gpu_lanes)
+    /// on a GPU, [`lanes`](Self::lanes) on the CPU device, whose workers
+    /// sweep every lane and find more of them empty (issue 19).
+    pub fn device_lanes(&self, backend: Backend) -> u32 {
+        if backend == Backend::Host {
+            self.lanes
+        } else {
+            self.gpu_lanes
+        }
     }
 }
 
@@ -230,11 +265,12 @@ impl Config {
     /// back to an equal value.
     pub fn to_toml(&self) -> String {
         let mut text = format!(
-            "workers = {}\nqueue_depth = {}\nlanes = {}\ngpu_segment_size = {}\n\
+            "workers = {}\nqueue_depth = {}\nlanes = {}\ngpu_lanes = {}\ngpu_segment_size = {}\n\
              cpu_segment_size = {}\ncopy_space = {}\nmax_clients = {}\nclient_heap_bytes = {}\n",
             self.workers,
             self.queue_depth,
             self.lanes,
+            self.gpu_lanes,
             self.gpu_segment_size,
             self.cpu_segment_size,
             self.copy_space,
@@ -254,5 +290,69 @@ impl Config {
             text.push_str(&format!("cpu_segment_name = {name:?}\n"));
         }
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_segments_take_their_backends_lanes() {
+        let d = Config::default();
+        assert_eq!((d.lanes, d.gpu_lanes), (16, 64));
+        assert_eq!(d.device_lanes(Backend::Host), d.lanes);
+        assert_eq!(d.device_lanes(Backend::Cuda), d.gpu_lanes);
+        assert_eq!(d.device_lanes(Backend::Hip), d.gpu_lanes);
+        let c = Config {
+            lanes: 3,
+            gpu_lanes: 5,
+            ..d
+        };
+        assert_eq!(
+            (c.device_lanes(Backend::Host), c.device_lanes(Backend::Cuda)),
+            (3, 5)
+        );
+    }
+
+    #[test]
+    fn gpu_lanes_round_trips_and_is_validated() {
+        assert_eq!(Config::from_toml("").expect("empty").gpu_lanes, 64);
+        let c = Config::from_toml("gpu_lanes = 8\nlanes = 4").expect("parse");
+        assert_eq!((c.lanes, c.gpu_lanes), (4, 8));
+        assert!(c.to_toml().contains("gpu_lanes = 8\n"));
+        assert_eq!(Config::from_toml(&c.to_toml()).expect("round trip"), c);
+        for bad in ["gpu_lanes = 0", "gpu_lanes = 1025", "gpu_lanes = -1"] {
+            assert!(Config::from_toml(bad).is_err(), "{bad} accepted");
+        }
+        let field = |text: &str| match Config::from_toml(text) {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("{text}: {other:?}"),
+        };
+        assert_eq!(field("gpu_lanes = 0"), "gpu_lanes");
+        // The device segment must hold the larger of the two lane counts,
+        // whichever backend starts: the smallest size that holds 16 lanes
+        // is too small for 64 GPU lanes, and enough when they are 16 too.
+        let depth = Config::default().queue_depth;
+        let fits_16 = crate::segment::SegmentGeometry::min_bytes(16, depth, 0);
+        let text = format!("gpu_segment_size = {fits_16}");
+        assert_eq!(field(&text), "gpu_segment_size");
+        let c = Config::from_toml(&format!("{text}\ngpu_lanes = 16")).expect("16 GPU lanes fit");
+        assert_eq!(c.gpu_segment_size, fits_16);
+        let c = Config::from_toml(&format!("{text}\ngpu_lanes = 4")).expect("lanes decide");
+        assert_eq!(c.gpu_lanes, 4);
+        let big = Config {
+            lanes: 64,
+            gpu_lanes: 4,
+            gpu_segment_size: fits_16,
+            ..Config::default()
+        };
+        assert!(matches!(
+            big.validate(),
+            Err(ConfigError::Invalid {
+                field: "gpu_segment_size",
+                ..
+            })
+        ));
     }
 }

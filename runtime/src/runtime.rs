@@ -90,9 +90,11 @@ impl<A: GpuApi> DeviceQueues<A> {
         // SAFETY: the mapping is owned by the segment, which this struct keeps
         // until after the registration is dropped (field order).
         let registration = unsafe { device.register_host(memory.as_ptr(), memory.len()) }?;
+        // The lanes depend on the backend (issue 19).
+        let lanes = config.device_lanes(A::BACKEND);
         // One zeroed device allocation: the tickets, then the free-slot hints.
-        let ticket_bytes = device_ticket::count(config.lanes) as usize
-            * tandem_device_kernels::DEVICE_TICKETS_BYTES;
+        let ticket_bytes =
+            device_ticket::count(lanes) as usize * tandem_device_kernels::DEVICE_TICKETS_BYTES;
         let hint_bytes = config.queue_depth as usize * size_of::<u64>();
         let tickets = device.alloc_device(ticket_bytes + hint_bytes)?;
         device.fill(&tickets, 0, ticket_bytes + hint_bytes, 0)?;
@@ -102,7 +104,7 @@ impl<A: GpuApi> DeviceQueues<A> {
                 kind: segment_kind::DEVICE,
                 index,
                 device_ordinal: Some(device.ordinal()),
-                lanes: config.lanes,
+                lanes,
                 depth: config.queue_depth,
                 copy_space: config.copy_space,
                 device_tickets: tickets.device_ptr(),
@@ -272,9 +274,10 @@ impl<A: GpuApi> Runtime<A> {
             let device = api.device(ordinal)?;
             let queues = DeviceQueues::create(device, &config, 1 + i as u32)?;
             notes.push(format!(
-                "device {ordinal} ({}): {} MiB pinned segment, {}",
+                "device {ordinal} ({}): {} MiB pinned segment, {} lanes, {}",
                 queues.properties.name,
                 config.gpu_segment_size >> 20,
+                queues.segment.queue().num_lanes(),
                 queues.placement
             ));
             devices.push(queues);
@@ -343,6 +346,7 @@ impl<A: GpuApi> Runtime<A> {
             backend = %A::BACKEND,
             workers = runtime.workers_running,
             lanes = c.lanes,
+            device_lanes = c.device_lanes(A::BACKEND),
             queue_depth = c.queue_depth,
             copy_space = c.copy_space,
             cpu_segment_size = c.cpu_segment_size,

@@ -39,8 +39,10 @@ use crate::worker::WorkerStats;
 pub(crate) const STATUS_BLOCK_OFFSET: usize = 2048;
 /// [`StatusBlock::magic`] once the block is written ("TNDMSTAT").
 pub(crate) const STATUS_MAGIC: u64 = 0x544e_444d_5354_4154;
-/// [`StatusBlock::version`]; bumped on any change to the block's layout.
-pub(crate) const STATUS_VERSION: u32 = 1;
+/// [`StatusBlock::version`]; bumped on any change to the block's layout or
+/// to what a word means (2: the reserved words of the block and of each
+/// segment's line hold `gpu_lanes` and the segment's lanes).
+pub(crate) const STATUS_VERSION: u32 = 2;
 /// Segments the block lists (the CPU one, then the first devices').
 pub const MAX_STATUS_SEGMENTS: usize = 9;
 /// Pools the block lists one by one (by the registry's dense index); the
@@ -68,7 +70,9 @@ pub(crate) struct StatusSegment {
     pub device_ordinal: AtomicI32,
     /// Where its pages were found; -1 if unknown.
     pub numa_node: AtomicI32,
-    pub reserved: AtomicU32,
+    /// Lanes of its queue: device segments of a GPU have `gpu_lanes`, the
+    /// others `lanes` ([`Config::device_lanes`]).
+    pub lanes: AtomicU32,
     /// Its length.
     pub bytes: AtomicU64,
     /// Records waiting in its lanes (both priorities). Kernels take their
@@ -111,7 +115,9 @@ pub(crate) struct StatusBlock {
     pub workers_effective: AtomicU32,
     /// Workers that completed a task during the last refresh period.
     pub workers_busy: AtomicU32,
-    /// The configuration's `lanes`, `queue_depth` and `copy_space`.
+    /// The configuration's `lanes`, `queue_depth` and `copy_space` (its
+    /// `gpu_lanes` is [`Self::gpu_lanes`]; what each segment has is in its
+    /// line).
     pub lanes: AtomicU32,
     pub queue_depth: AtomicU32,
     pub copy_space: AtomicU32,
@@ -135,7 +141,9 @@ pub(crate) struct StatusBlock {
     pub gpu_segment_size: AtomicU64,
     /// Pools the registry has (the block lists [`MAX_STATUS_POOLS`]).
     pub pools_total: AtomicU32,
-    pub reserved: AtomicU32,
+    /// The configuration's `gpu_lanes` (in what was a reserved word, so
+    /// the layout stays as it was).
+    pub gpu_lanes: AtomicU32,
     /// Tasks of the pools past the list, and tasks no registered pool ran
     /// (unknown pool, malformed task).
     pub other_completed: AtomicU64,
@@ -150,6 +158,7 @@ static_assertions::assert_eq_size!(StatusSegment, [u8; 32]);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, kind), 0);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, device_ordinal), 4);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, numa_node), 8);
+static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, lanes), 12);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, bytes), 16);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, queued), 24);
 static_assertions::assert_eq_size!(StatusPool, [u8; 48]);
@@ -182,6 +191,7 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, period_ms
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, cpu_segment_size), 120);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, gpu_segment_size), 128);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, pools_total), 136);
+static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, gpu_lanes), 140);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, other_completed), 144);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, other_failed), 152);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, segments), 160);
@@ -319,6 +329,7 @@ impl StatusPublisher {
             b.workers_requested.store(clamp_u32(config.workers), R);
             b.workers_effective.store(clamp_u32(workers_effective), R);
             b.lanes.store(config.lanes, R);
+            b.gpu_lanes.store(config.gpu_lanes, R);
             b.queue_depth.store(config.queue_depth, R);
             b.copy_space.store(config.copy_space, R);
             b.clients_attached.store(CLIENTS_UNKNOWN, R);
@@ -331,6 +342,7 @@ impl StatusPublisher {
                 line.device_ordinal.store(h.device_ordinal, R);
                 // Relaxed: written once before the segment was published.
                 line.numa_node.store(h.numa_node.load(R), R);
+                line.lanes.store(segment.queue().num_lanes(), R);
                 line.bytes.store(segment.len() as u64, R);
             }
             b.pools_total.store(clamp_u32(pools.len()), R);
@@ -504,8 +516,12 @@ pub struct RuntimeStatus {
 pub struct ConfigStatus {
     /// `workers`, as configured (before the cap to the cores).
     pub workers: u32,
-    /// `lanes`.
+    /// `lanes`: the CPU segment's, and the CPU device's device segments'.
     pub lanes: u32,
+    /// `gpu_lanes`: a GPU's device segments' (0 in the JSON of a version
+    /// that did not publish it).
+    #[serde(default)]
+    pub gpu_lanes: u32,
     /// `queue_depth`.
     pub queue_depth: u32,
     /// `copy_space`.
@@ -573,6 +589,10 @@ pub struct SegmentStatus {
     pub numa_node: Option<u32>,
     /// Its size in bytes.
     pub bytes: u64,
+    /// Lanes of its queue (`lanes`, or `gpu_lanes` on a GPU; 0 in the JSON
+    /// of a version that did not publish it).
+    #[serde(default)]
+    pub lanes: u32,
     /// Records waiting in its lanes (a device segment counts only the host's).
     pub queued: u64,
 }
@@ -594,7 +614,8 @@ pub enum StatusError {
         /// What it lacks or holds instead.
         why: String,
     },
-    /// Its runtime publishes no status block (an older runtime).
+    /// Its runtime publishes no status block of this version (an older or
+    /// newer build).
     NoStatus {
         /// The segment's name.
         name: String,
@@ -624,7 +645,7 @@ impl std::fmt::Display for StatusError {
             }
             Self::NoStatus { name } => write!(
                 f,
-                "the runtime of segment {name} publishes no status (an older version?)"
+                "the runtime of segment {name} publishes no status of this version (an older or newer build?)"
             ),
             Self::Torn { name } => write!(
                 f,
@@ -701,6 +722,7 @@ pub fn read_status(name: &str) -> Result<StatusSnapshot, StatusError> {
             config: ConfigStatus {
                 workers: b.workers_requested.load(R),
                 lanes: b.lanes.load(R),
+                gpu_lanes: b.gpu_lanes.load(R),
                 queue_depth: b.queue_depth.load(R),
                 copy_space: b.copy_space.load(R),
                 cpu_segment_size: b.cpu_segment_size.load(R),
@@ -758,6 +780,7 @@ pub fn read_status(name: &str) -> Result<StatusSnapshot, StatusError> {
                     device: u32::try_from(s.device_ordinal.load(R)).ok(),
                     numa_node: u32::try_from(s.numa_node.load(R)).ok(),
                     bytes: s.bytes.load(R),
+                    lanes: s.lanes.load(R),
                     queued: s.queued.load(R),
                 })
                 .collect(),

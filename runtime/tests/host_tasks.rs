@@ -426,6 +426,29 @@ fn config_parses_defaults_and_refuses_bad_values() {
     }
 }
 
+/// The CPU device's device segments take `lanes`, not `gpu_lanes` (issue
+/// 19), and the status block records each segment's lanes.
+#[test]
+fn host_device_segments_take_lanes() {
+    let config = Config {
+        lanes: 3,
+        gpu_lanes: 5,
+        gpu_segment_size: 16 << 20,
+        devices: DeviceSelection::Only(vec![0]),
+        ..config(1, 64)
+    };
+    let runtime = Runtime::start_with(HostApi::with_devices(1), config, Registry::with_builtins())
+        .expect("start");
+    assert_eq!(runtime.cpu_segment().queue().num_lanes(), 3);
+    assert_eq!(runtime.devices()[0].segment().queue().num_lanes(), 3);
+    let name = runtime.cpu_segment().name().expect("a named CPU segment");
+    let status = tandem_runtime::status::read_status(name).expect("status");
+    assert_eq!((status.config.lanes, status.config.gpu_lanes), (3, 5));
+    let lanes: Vec<u32> = status.segments.iter().map(|s| s.lanes).collect();
+    assert_eq!(lanes, [3, 3]);
+    runtime.shutdown().expect("shutdown");
+}
+
 /// A queue record that names no future of the segment is counted and
 /// skipped; the worker serves the next task.
 #[test]

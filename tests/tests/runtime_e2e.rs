@@ -26,6 +26,8 @@ fn config(devices: DeviceSelection, workers: usize, depth: u32) -> Config {
         workers,
         queue_depth: depth,
         lanes: 2,
+        // The same few lanes on a GPU as on the CPU device.
+        gpu_lanes: 2,
         gpu_segment_size: 16 << 20,
         cpu_segment_size: 2 << 20,
         devices,
