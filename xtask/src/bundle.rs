@@ -106,6 +106,9 @@ fn classify(artifact: &Artifact, metadata: &Metadata) -> Option<BundledBinary> {
     let source = artifact.executable.clone()?;
     let package = metadata.workspace_package(&artifact.package_id)?;
     let target = &artifact.target;
+    if package.host_only(&target.name) {
+        return None;
+    }
     let (kind, name) = if target.is("bench") {
         let name = format!("{}.bench.{}", package.name, target.name);
         (BinaryKind::Bench, name)
@@ -445,7 +448,7 @@ mod tests {
     }
 
     #[test]
-    fn libraries_examples_and_foreign_packages_are_left_out() {
+    fn libraries_examples_foreign_packages_and_host_only_targets_are_left_out() {
         let meta = Metadata::parse(SAMPLE).unwrap();
         let lib = r#"{"name":"tandem_runtime","kind":["lib"],"src_path":"/ws/runtime/src/lib.rs"}"#;
         assert!(classify(&artifact(&message(lib, false, "null")), &meta).is_none());
@@ -454,6 +457,9 @@ mod tests {
         assert!(classify(&artifact(&message(example, false, r#""/t/demo""#)), &meta).is_none());
         let foreign = message(lib, true, r#""/t/x""#).replace(RUNTIME, "registry+foo#bar@1.0.0");
         assert!(classify(&artifact(&foreign), &meta).is_none());
+        let host_only =
+            r#"{"name":"host_tasks","kind":["test"],"src_path":"/ws/runtime/tests/host_tasks.rs"}"#;
+        assert!(classify(&artifact(&message(host_only, true, r#""/t/h""#)), &meta).is_none());
     }
 
     #[test]

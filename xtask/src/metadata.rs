@@ -36,6 +36,26 @@ pub struct Package {
     /// Its features (name to what each enables).
     #[serde(default)]
     pub features: BTreeMap<String, Vec<String>>,
+    /// Its `[package.metadata]` table (`null` when it has none).
+    #[serde(default)]
+    pub metadata: Option<PackageMetadata>,
+}
+
+/// The parts of `[package.metadata]` that xtask reads.
+#[derive(Debug, Default, Deserialize)]
+pub struct PackageMetadata {
+    /// `[package.metadata.gpu-bundle]`.
+    #[serde(default, rename = "gpu-bundle")]
+    pub gpu_bundle: GpuBundleMetadata,
+}
+
+/// `[package.metadata.gpu-bundle]`: what a package's binaries are to the GPU bundle.
+#[derive(Debug, Default, Deserialize)]
+pub struct GpuBundleMetadata {
+    /// Test and bench targets (by target name; a library's unit tests by its crate name) that
+    /// do no GPU work: CI's legs run them, the bundle leaves them out.
+    #[serde(default, rename = "host-only")]
+    pub host_only: Vec<String>,
 }
 
 /// One build target of a package (also used for the target in compiler-artifact messages).
@@ -98,6 +118,14 @@ impl Metadata {
 }
 
 impl Package {
+    /// Whether the package marks target `name` as doing no GPU work (`host-only` in
+    /// `[package.metadata.gpu-bundle]`).
+    pub fn host_only(&self, name: &str) -> bool {
+        self.metadata
+            .as_ref()
+            .is_some_and(|m| m.gpu_bundle.host_only.iter().any(|t| t == name))
+    }
+
     /// Whether the package declares `feature`.
     pub fn has_feature(&self, feature: &str) -> bool {
         self.features.contains_key(feature)
@@ -116,13 +144,14 @@ pub(crate) const SAMPLE: &str = r#"{
     {"name": "tandem-runtime", "id": "path+file:///ws/runtime#tandem-runtime@0.1.0",
      "manifest_path": "/ws/runtime/Cargo.toml",
      "features": {"cuda": ["dep:tandem-hal-cuda"], "hip": []},
+     "metadata": {"gpu-bundle": {"host-only": ["host_tasks"]}},
      "targets": [
        {"name": "tandem_runtime", "kind": ["lib"], "src_path": "/ws/runtime/src/lib.rs"},
        {"name": "tandem", "kind": ["bin"], "src_path": "/ws/cli/src/main.rs"},
        {"name": "launch", "kind": ["bench"], "src_path": "/ws/runtime/benches/launch.rs"}
      ]},
     {"name": "tandem-hal-cuda", "id": "path+file:///ws/hal-cuda#tandem-hal-cuda@0.1.0",
-     "manifest_path": "/ws/hal-cuda/Cargo.toml", "features": {},
+     "manifest_path": "/ws/hal-cuda/Cargo.toml", "features": {}, "metadata": null,
      "targets": [
        {"name": "tandem_hal_cuda", "kind": ["lib"], "src_path": "/ws/hal-cuda/src/lib.rs"},
        {"name": "copy", "kind": ["bench"], "src_path": "/ws/hal-cuda/benches/copy.rs"}
@@ -172,6 +201,9 @@ mod tests {
         assert!(runtime.targets[2].is("bench"));
         assert!(!runtime.targets[2].is("bin"));
         assert!(meta.workspace_package("registry+foo").is_none());
+        assert!(runtime.host_only("host_tasks") && !runtime.host_only("launch"));
+        let cuda = meta.workspace_packages().nth(1).expect("hal-cuda");
+        assert!(!cuda.host_only("copy"), "no metadata: nothing is host-only");
     }
 
     #[test]
