@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use tandem_blob::object_store::aws::AmazonS3Builder;
 use tandem_blob::object_store::path::Path;
 use tandem_blob::object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload};
-use tandem_blob::{BlobStore, ObjectConfig, Score, StoreConfig, TargetConfig, TargetKind};
+use tandem_blob::{BlobStore, ObjectConfig, Score, StoreConfig, TargetConfig};
 use tandem_tests::garage::{self, Cluster};
 
 fn client(cluster: &Cluster) -> Arc<dyn ObjectStore> {
@@ -34,16 +34,10 @@ fn client(cluster: &Cluster) -> Arc<dyn ObjectStore> {
 fn store(cluster: &Cluster, dir: &tempfile::TempDir, cache_bytes: u64) -> BlobStore {
     let config = StoreConfig {
         metadata: dir.path().join("meta.redb"),
-        targets: vec![TargetConfig {
-            kind: TargetKind::Object,
-            path: None,
-            capacity: 0,
-            score: 0.0,
-            object: Some(ObjectConfig {
-                cache_bytes,
-                ..ObjectConfig::new(None, cluster.bucket())
-            }),
-        }],
+        targets: vec![TargetConfig::object(ObjectConfig {
+            cache_bytes,
+            ..ObjectConfig::new(None, cluster.bucket())
+        })],
         limits: Default::default(),
     };
     BlobStore::open_with_object_store(&config, client(cluster)).expect("open the store")

@@ -39,6 +39,19 @@ pub struct TargetConfig {
     pub object: Option<ObjectConfig>,
 }
 
+impl TargetConfig {
+    /// An object target on `object`'s bucket, at the slowest score (0.0).
+    pub fn object(object: ObjectConfig) -> TargetConfig {
+        TargetConfig {
+            kind: TargetKind::Object,
+            path: None,
+            capacity: 0,
+            score: 0.0,
+            object: Some(object),
+        }
+    }
+}
+
 /// An object target's bucket, client settings and caches.
 ///
 /// ```toml

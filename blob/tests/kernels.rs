@@ -241,17 +241,13 @@ fn kernel_errors_come_back_as_codes<A: GpuApi>(api: A) {
 /// reads every byte, rewrites them, and the kernels get them back.
 fn kernels_share_blobs_through_the_object_tier<A: GpuApi>(api: A) {
     use tandem_blob::object_store::{memory::InMemory, ObjectStore};
-    use tandem_blob::{ObjectConfig, TargetConfig, TargetKind};
+    use tandem_blob::{ObjectConfig, TargetConfig};
     let bucket: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let open = |dir: &tempfile::TempDir| {
         let mut config = StoreConfig::ram_and_file(dir.path(), 16 << 20);
-        config.targets.push(TargetConfig {
-            kind: TargetKind::Object,
-            path: None,
-            capacity: 0,
-            score: 0.0,
-            object: Some(ObjectConfig::new(None, "memory")),
-        });
+        config
+            .targets
+            .push(TargetConfig::object(ObjectConfig::new(None, "memory")));
         Arc::new(BlobStore::open_with_object_store(&config, Arc::clone(&bucket)).expect("open"))
     };
     let (here_dir, there_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

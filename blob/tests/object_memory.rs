@@ -25,17 +25,11 @@ fn config(dir: &Path, ram: u64, part_size: u64) -> StoreConfig {
                 score: 1.0,
                 object: None,
             },
-            TargetConfig {
-                kind: TargetKind::Object,
-                path: None,
-                capacity: 0,
-                score: 0.0,
-                object: Some(ObjectConfig {
-                    part_size,
-                    in_flight: 3,
-                    ..ObjectConfig::new(None, "memory")
-                }),
-            },
+            TargetConfig::object(ObjectConfig {
+                part_size,
+                in_flight: 3,
+                ..ObjectConfig::new(None, "memory")
+            }),
         ],
         limits: Limits::default(),
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tandem_blob::object_store::aws::AmazonS3Builder;
 use tandem_blob::object_store::{ClientOptions, ObjectStore, RetryConfig};
 use tandem_blob::{
-    BlobError, BlobStore, FillError, ObjectConfig, Score, StoreConfig, TargetConfig, TargetKind,
+    BlobError, BlobStore, FillError, ObjectConfig, Score, StoreConfig, TargetConfig,
 };
 use tandem_tests::garage::{self, Cluster};
 
@@ -55,17 +55,11 @@ fn config(
     require_conditional_writes: bool,
 ) -> StoreConfig {
     let mut config = StoreConfig::ram_and_file(dir.path(), 16 << 20);
-    config.targets.push(TargetConfig {
-        kind: TargetKind::Object,
-        path: None,
-        capacity: 0,
-        score: 0.0,
-        object: Some(ObjectConfig {
-            part_size,
-            require_conditional_writes,
-            ..ObjectConfig::new(None, "unused: the client is given")
-        }),
-    });
+    config.targets.push(TargetConfig::object(ObjectConfig {
+        part_size,
+        require_conditional_writes,
+        ..ObjectConfig::new(None, "unused: the client is given")
+    }));
     config
 }
 
