@@ -41,6 +41,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake};
@@ -180,7 +181,8 @@ impl PartCache {
 /// One object target: the client, its own I/O threads, and the caches.
 pub(crate) struct ObjectTier {
     /// Runs the client's requests; the store's callers only wait for them (see [`wait`]).
-    io: tokio::runtime::Runtime,
+    /// Shut down in the background on drop (see `Drop`).
+    io: ManuallyDrop<tokio::runtime::Runtime>,
     store: Arc<dyn ObjectStore>,
     root: Path,
     /// Part size of blobs this store creates.
@@ -192,6 +194,17 @@ pub(crate) struct ObjectTier {
     label: String,
     parts: Mutex<PartCache>,
     manifests: Mutex<HashMap<Path, Read>>,
+}
+
+impl Drop for ObjectTier {
+    /// Dropping a tokio runtime blocks, which panics inside another async runtime (a store
+    /// dropped by an async application); shutting it down in the background does not. What it
+    /// still runs is deletes of replaced parts, which are best effort anyway.
+    fn drop(&mut self) {
+        // SAFETY: `io` is taken once, here, and not used after: the tier is being dropped.
+        let io = unsafe { ManuallyDrop::take(&mut self.io) };
+        io.shutdown_background();
+    }
 }
 
 /// Polls `f` on this thread until it is ready, parking in between. The futures waited on are
@@ -315,7 +328,7 @@ impl ObjectTier {
             format!("s3://{}/{}", config.bucket, config.prefix)
         };
         let mut tier = ObjectTier {
-            io,
+            io: ManuallyDrop::new(io),
             store,
             root,
             part_size: config.part_size,

@@ -308,3 +308,21 @@ fn bad_object_configurations_are_refused_with_reasons() {
     // (With credentials set, `allow_http` is checked next: the Garage tests, which run the
     // client against a real endpoint, cover it.)
 }
+
+#[test]
+fn a_store_works_and_drops_inside_an_async_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = Arc::new(InMemory::new());
+    let store = open(dir.path(), &bucket, 1 << 20, 1000);
+    let app = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    // An async application calling the store: its calls block the task's thread, not panic,
+    // and dropping the store there does not either.
+    app.block_on(async move {
+        let tag = store.get_or_create_tag("t").unwrap();
+        store.put(tag, "a", 0, &bytes(2500, 4), Score(0.0)).unwrap();
+        assert_eq!(get(&store, tag, "a"), bytes(2500, 4));
+        drop(store);
+    });
+}
