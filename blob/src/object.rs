@@ -404,8 +404,10 @@ impl ObjectTier {
         })
     }
 
-    /// Creates one probe object twice, the second time only if absent: a store that lets the
-    /// second through ignores conditional writes.
+    /// Writes one probe object as a manifest write would: created only if absent, then
+    /// replaced only if its etag is a stale one. A store that lets either through, or does not
+    /// implement them (`object_store`'s local files have no `If-Match`), is written to
+    /// unconditionally.
     fn probe_conditional_writes(&self) -> Result<bool, BlobError> {
         let store = Arc::clone(&self.store);
         let probe = self
@@ -414,20 +416,36 @@ impl ObjectTier {
             .join("probes")
             .join(format!("{:032x}", put_id()));
         self.run("conditional-write probe", async move {
-            let create = || PutOptions::from(PutMode::Create);
-            store
-                .put_opts(&probe, PutPayload::from_static(b"1"), create())
-                .await?;
-            let second = store
-                .put_opts(&probe, PutPayload::from_static(b"2"), create())
-                .await;
-            let honoured = match second {
-                Ok(_) => false,
+            let refused = |r: object_store::Result<_>| match r {
+                Ok(_) | Err(object_store::Error::NotImplemented { .. }) => Ok(false),
                 Err(object_store::Error::AlreadyExists { .. })
-                | Err(object_store::Error::Precondition { .. }) => true,
-                Err(object_store::Error::NotImplemented { .. }) => false,
-                Err(e) => return Err(e),
+                | Err(object_store::Error::Precondition { .. }) => Ok(true),
+                Err(e) => Err(e),
             };
+            let first = store
+                .put_opts(
+                    &probe,
+                    PutPayload::from_static(b"1"),
+                    PutMode::Create.into(),
+                )
+                .await?;
+            let again = store
+                .put_opts(
+                    &probe,
+                    PutPayload::from_static(b"2"),
+                    PutMode::Create.into(),
+                )
+                .await;
+            let stale = PutMode::Update(UpdateVersion {
+                e_tag: Some(format!("{}-stale", first.e_tag.unwrap_or_default())),
+                version: None,
+            });
+            let honoured = refused(again)?
+                && refused(
+                    store
+                        .put_opts(&probe, PutPayload::from_static(b"3"), stale.into())
+                        .await,
+                )?;
             store.delete(&probe).await?;
             Ok(honoured)
         })

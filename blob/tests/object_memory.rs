@@ -326,3 +326,53 @@ fn a_store_works_and_drops_inside_an_async_runtime() {
         drop(store);
     });
 }
+
+#[test]
+fn a_silent_endpoint_is_a_timeout_error_within_the_retry_limits() {
+    use std::time::{Duration, Instant};
+    use tandem_blob::object_store::aws::AmazonS3Builder;
+    use tandem_blob::object_store::{ClientOptions, RetryConfig};
+    // Accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn);
+        }
+    });
+    let silent = AmazonS3Builder::new()
+        .with_endpoint(format!("http://127.0.0.1:{port}"))
+        .with_region("garage")
+        .with_bucket_name("b")
+        .with_access_key_id("id")
+        .with_secret_access_key("secret")
+        .with_client_options(
+            ClientOptions::new()
+                .with_allow_http(true)
+                .with_timeout(Duration::from_millis(300)),
+        )
+        .with_retry(RetryConfig {
+            max_retries: 2,
+            retry_timeout: Duration::from_secs(2),
+            ..RetryConfig::default()
+        })
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let began = Instant::now();
+    let err = BlobStore::open_with_object_store(&config(dir.path(), 4096, 100), Arc::new(silent))
+        .map(drop)
+        .unwrap_err();
+    let why = err.to_string();
+    assert!(matches!(err, BlobError::ObjectStore { .. }), "{why}");
+    assert!(
+        why.contains("timed out") || why.contains("timeout"),
+        "{why}"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        began.elapsed()
+    );
+}

@@ -1,6 +1,7 @@
 //! `tandem blob` processes standing for nodes, each with its own metadata and an object target
 //! on a different node of one Garage cluster (three nodes, three copies): a blob put through one
-//! is read through another, byte for byte. The S3 client is the one the configuration builds
+//! is read through another, byte for byte, both by the store commands and by clients of two
+//! runtimes (`tandem blob run`) through the blob pool's task path. The S3 client is the one the configuration builds
 //! (credentials from the environment variables it names, plain HTTP allowed explicitly, short
 //! timeouts); a dead endpoint and a missing `allow_http` fail the command with the reason.
 //! Without Garage (`TANDEM_GARAGE`) the tests print "skipped: no Garage"; with
@@ -12,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use tandem_blob::{BlobCaller, Score};
+use tandem_runtime::{Client, Config, DeviceSelection};
 use tandem_tests::garage::{self, Cluster};
 
 /// A store configuration for a node: its metadata in `dir`, the object target on `endpoint`.
@@ -54,6 +57,27 @@ fn ok(out: &Output, what: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A script that runs `tandem blob` as a node configured by `config`, with the cluster's key in
+/// its environment (this test process's environment stays as it is).
+fn node_script(dir: &Path, cluster: &Cluster, config: &Path) -> PathBuf {
+    let path = dir.join("tandem-blob-node");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh
+TANDEM_BLOB_CONFIG={config:?} TANDEM_TEST_S3_KEY={:?} \
+             TANDEM_TEST_S3_SECRET={:?} RUST_LOG=warn exec {:?} blob \"$@\"\n",
+            cluster.access_key_id(),
+            cluster.secret_access_key(),
+            common::tandem_exe()
+        ),
+    )
+    .expect("write the node script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    path
 }
 
 fn start(nodes: usize, copies: usize) -> Option<Cluster> {
@@ -133,4 +157,48 @@ fn a_dead_endpoint_and_plain_http_not_allowed_fail_with_the_reason() {
         began.elapsed() < Duration::from_secs(30),
         "the timeouts bound the wait"
     );
+}
+
+#[test]
+fn two_runtimes_on_two_garage_nodes_serve_each_others_blobs() {
+    let Some(cluster) = start(3, 3) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config {
+        workers: 2,
+        devices: DeviceSelection::Only(vec![]),
+        cpu_segment_size: 16 << 20,
+        max_clients: 2,
+        client_heap_bytes: 4 << 20,
+        ..Config::default()
+    };
+    let mut clients = Vec::new();
+    for (name, node) in [("a", 0), ("b", 2)] {
+        let home = dir.path().join(name);
+        std::fs::create_dir_all(&home).unwrap();
+        let store = node_config(&home, &cluster, &cluster.endpoint(node), true);
+        let script = node_script(&home, &cluster, &store);
+        clients.push(Client::fork_runtime_with(&script, &config).expect("fork tandem blob run"));
+    }
+    let (a, b) = (BlobCaller::new(&clients[0]), BlobCaller::new(&clients[1]));
+    let data: Vec<u8> = (0..(300 << 10) + 333u32)
+        .map(|i| (i ^ (i >> 7)) as u8)
+        .collect();
+    let tag = a.get_or_create_tag("runtimes").expect("tag through a");
+    assert_eq!(
+        a.put(tag, "shared", 0, &data, Score::AUTO),
+        Ok(data.len() as u64)
+    );
+    // b's runtime learns the tag from the bucket (its own id) and reads the bytes a put.
+    let their_tag = b.get_or_create_tag("runtimes").expect("tag through b");
+    let mut back = vec![0u8; data.len()];
+    b.get(their_tag, "shared", 0, &mut back)
+        .expect("get through b");
+    assert!(back == data, "runtime b read other bytes");
+    assert_eq!(
+        b.put(their_tag, "shared", 10, b"from b", Score::AUTO),
+        Ok(data.len() as u64)
+    );
+    let mut six = [0u8; 6];
+    a.get(tag, "shared", 10, &mut six).expect("get through a");
+    assert_eq!(&six, b"from b");
 }
