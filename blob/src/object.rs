@@ -554,7 +554,7 @@ impl ObjectTier {
             ManifestRead::Fresh(bytes, etag) => {
                 let manifest = Manifest::decode(&bytes).ok_or_else(|| {
                     BlobError::Corrupt(format!(
-                        "object target {}: the manifest of {tag}/{name} is not one",
+                        "object target {}: the manifest of {tag}/{name} is not one this version reads",
                         self.label
                     ))
                 })?;
