@@ -203,6 +203,83 @@ impl<'r, T: ShmSafe> MpmcRing<'r, T> {
         }
     }
 
+    /// Takes up to `out.len()` of the oldest items into the front of `out`
+    /// and returns how many: the run of consecutive filled slots at the
+    /// head, claimed with one compare-and-swap. Many consumers then trade
+    /// the head's cache line once per run instead of once per item. 0 when
+    /// the ring is empty (or the next item is still being written), as
+    /// [`try_pop`](Self::try_pop) returns `None`; a run stops at the first
+    /// slot not yet filled, so items behind a slow producer wait for it.
+    #[inline]
+    pub fn try_pop_many(&self, out: &mut [T]) -> usize {
+        let head = &self.view.header.head.value;
+        let max = out.len() as u64;
+        if max == 0 {
+            return 0;
+        }
+        // Relaxed: as for `tail` in `try_push`.
+        let mut ticket = head.load(Ordering::Relaxed);
+        let mut backoff = Backoff::new();
+        loop {
+            // Count the filled slots from `ticket` on. Acquire on each:
+            // pairs with its producer's Release store of `seq`, so the
+            // element read below is visible.
+            let mut run = 0;
+            let mut first_lag = 0;
+            while run < max {
+                let at = ticket.wrapping_add(run);
+                let (seq, _) = self.view.slot(at, Self::STRIDE);
+                let lag = seq.load(Ordering::Acquire).wrapping_sub(full_for(at)) as i64;
+                if lag != 0 {
+                    if run == 0 {
+                        first_lag = lag;
+                    }
+                    break;
+                }
+                run += 1;
+            }
+            if run == 0 {
+                if first_lag < 0 {
+                    return 0; // not filled for this ticket yet: empty
+                }
+                // Another consumer took this ticket already: catch up.
+                backoff.pause();
+                ticket = head.load(Ordering::Relaxed);
+                continue;
+            }
+            // Relaxed / weak: as in `try_push`. Winning the CAS from `ticket`
+            // means no consumer has claimed any ticket from `ticket` on, and
+            // only a ticket's consumer moves its slot off "full", so all
+            // `run` slots still hold the items seen above.
+            match head.compare_exchange_weak(
+                ticket,
+                ticket.wrapping_add(run),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    let next_lap = self.view.mask + 1;
+                    for (i, out) in out.iter_mut().take(run as usize).enumerate() {
+                        let at = ticket.wrapping_add(i as u64);
+                        let (seq, slot) = self.view.slot(at, Self::STRIDE);
+                        // SAFETY: as in `try_pop`: the slot holds the item for
+                        // a ticket we won, published (Acquire above).
+                        *out = unsafe { Self::SHAPE.read_elem(slot) };
+                        // Release: as in `try_pop`, per slot, so a producer
+                        // of the next lap may take each slot as soon as it
+                        // is read.
+                        seq.store(free_for(at.wrapping_add(next_lap)), Ordering::Release);
+                    }
+                    return run as usize;
+                }
+                Err(current) => {
+                    ticket = current;
+                    backoff.pause();
+                }
+            }
+        }
+    }
+
     /// The number of slots.
     pub fn capacity(&self) -> usize {
         self.view.capacity()

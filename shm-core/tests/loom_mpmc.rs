@@ -20,7 +20,8 @@
 //! default schedule already runs each hand-off in the direction under test
 //! (pushes before pops in the first model, the one producer first in the
 //! second). Checked by mutation: making either `seq` store Relaxed fails
-//! these models.
+//! these models, and so does making `try_pop_many`'s `seq` load or store
+//! Relaxed fail the third (a run consumer beside a single one).
 #![cfg(loom)]
 
 mod ring_support;
@@ -122,6 +123,42 @@ fn one_producer_two_consumers() {
             popped.extend(got);
         }
         popped.extend(pop_times(&ring, 3));
+        assert_eq!(ring.try_pop(), None);
+        assert_conserved(&accepted, &popped, offered.len() - accepted.len());
+        drop(region);
+    });
+}
+
+/// `try_pop_many` against a plain consumer: one producer offers three items
+/// to a two-slot ring while one consumer takes runs of two and the other
+/// single items. A run is claimed by one CAS after its slots were seen full,
+/// so neither consumer may get an item the other got, or one not yet
+/// published.
+#[test]
+fn a_run_consumer_beside_a_single_consumer() {
+    model(|| {
+        let (region, ring) = two_slot_ring();
+        let runs = thread::spawn(move || {
+            let mut got = Vec::new();
+            for _ in 0..2 {
+                let mut out = [0; 2];
+                let n = ring.try_pop_many(&mut out);
+                got.extend_from_slice(&out[..n]);
+            }
+            got
+        });
+        let single = thread::spawn(move || pop_times(&ring, 1));
+        let offered = [payload(0), payload(1), payload(2)];
+        let accepted = push_each(&ring, &offered);
+        let mut popped = Vec::new();
+        for consumer in [runs, single] {
+            let got = consumer.join().unwrap();
+            assert!(got.windows(2).all(|w| w[0] < w[1]), "order lost: {got:x?}");
+            popped.extend(got);
+        }
+        let mut rest = [0; 4];
+        let n = ring.try_pop_many(&mut rest);
+        popped.extend_from_slice(&rest[..n]);
         assert_eq!(ring.try_pop(), None);
         assert_conserved(&accepted, &popped, offered.len() - accepted.len());
         drop(region);

@@ -126,8 +126,18 @@ fn ring_op() -> impl Strategy<Value = RingOp> {
 /// attached later to the same region.
 #[derive(Clone, Debug)]
 enum MpmcOp {
-    Push { via_attached: bool, item: u64 },
-    Pop { via_attached: bool },
+    Push {
+        via_attached: bool,
+        item: u64,
+    },
+    Pop {
+        via_attached: bool,
+    },
+    /// `try_pop_many` into a buffer of `room` items.
+    PopMany {
+        via_attached: bool,
+        room: usize,
+    },
 }
 
 fn mpmc_op() -> impl Strategy<Value = MpmcOp> {
@@ -135,6 +145,8 @@ fn mpmc_op() -> impl Strategy<Value = MpmcOp> {
         (any::<bool>(), any::<u64>())
             .prop_map(|(via_attached, item)| MpmcOp::Push { via_attached, item }),
         any::<bool>().prop_map(|via_attached| MpmcOp::Pop { via_attached }),
+        (any::<bool>(), 0usize..20)
+            .prop_map(|(via_attached, room)| MpmcOp::PopMany { via_attached, room }),
     ]
 }
 
@@ -230,6 +242,13 @@ proptest! {
                 MpmcOp::Pop { via_attached } => {
                     let handle = if via_attached { &attached } else { &ring };
                     prop_assert_eq!(handle.try_pop(), model.pop_front());
+                }
+                MpmcOp::PopMany { via_attached, room } => {
+                    let handle = if via_attached { &attached } else { &ring };
+                    let mut out = vec![0; room];
+                    let popped = handle.try_pop_many(&mut out);
+                    let expected: Vec<u64> = model.drain(..room.min(model.len())).collect();
+                    prop_assert_eq!(&out[..popped], &expected[..]);
                 }
             }
             prop_assert_eq!(ring.len(), model.len());
@@ -666,6 +685,44 @@ fn mpmc_stress_4x4_small_ring() {
     // SAFETY: the region is ours and outlives the ring.
     let ring = unsafe { MpmcRing::<u64>::init_in(region.ptr(), region.len(), 8) }.unwrap();
     mpmc_exactly_once(4, 4, 50_000, |v| ring.try_push(v), || || ring.try_pop());
+}
+
+/// A popper that takes runs of up to `room` items with `try_pop_many` and
+/// hands them out one by one (plain `try_pop` for a room of 1).
+fn batch_popper<'a>(ring: &'a MpmcRing<'_, u64>, room: usize) -> impl FnMut() -> Option<u64> + 'a {
+    let mut run = vec![0; room];
+    let (mut next, mut end) = (0, 0);
+    move || {
+        if room == 1 {
+            return ring.try_pop();
+        }
+        if next == end {
+            (next, end) = (0, ring.try_pop_many(&mut run));
+        }
+        (next < end).then(|| {
+            next += 1;
+            run[next - 1]
+        })
+    }
+}
+
+#[test]
+fn mpmc_stress_runs_and_single_pops_mixed() {
+    let region = mpmc_region(16);
+    // SAFETY: the region is ours and outlives the ring.
+    let ring = unsafe { MpmcRing::<u64>::init_in(region.ptr(), region.len(), 16) }.unwrap();
+    // Consumers take runs of 1 (try_pop), 3, 16 and 64 (more than the ring holds).
+    let rooms = AtomicU64::new(0);
+    mpmc_exactly_once(
+        3,
+        4,
+        100_000,
+        |v| ring.try_push(v),
+        || {
+            let room = [1, 3, 16, 64][rooms.fetch_add(1, Ordering::Relaxed) as usize % 4];
+            batch_popper(&ring, room)
+        },
+    );
 }
 
 #[test]

@@ -199,19 +199,39 @@ pub fn cpp_producers_rust_consumers_lose_and_duplicate_nothing<A: GpuApi>(gpu: &
         ],
     );
     for (launch, capacity, count, consumers) in runs {
-        cpp_producers_rust_consumers(gpu, launch, capacity, count, consumers);
+        cpp_producers_rust_consumers(gpu, launch, capacity, count, consumers, 1);
+    }
+}
+
+/// The same with Rust consumers taking runs (`try_pop_many`, up to 5 and 64
+/// values per claim) while the C++ threads push one value per ticket.
+pub fn cpp_producers_rust_run_consumers_lose_and_duplicate_nothing<A: GpuApi>(gpu: &Gpu<A>) {
+    let runs = gpu.at_scale(
+        [
+            ((Dim3::linear(3), Dim3::linear(8)), 16, 6000, 2, 5),
+            ((Dim3::new(2, 2, 1), Dim3::new(2, 2, 2)), 4, 6001, 3, 64),
+        ],
+        [
+            ((Dim3::linear(64), Dim3::linear(256)), 1024, 1 << 20, 4, 64),
+            ((Dim3::linear(5), Dim3::new(7, 3, 2)), 64, 100_003, 2, 5),
+        ],
+    );
+    for (launch, capacity, count, consumers, room) in runs {
+        cpp_producers_rust_consumers(gpu, launch, capacity, count, consumers, room);
     }
 }
 
 /// A kernel of `grid` x `block` threads pushes `count` values (from `base`)
 /// into a ring of `capacity`, with device tickets, while `consumers` Rust
-/// threads drain it: every value arrives exactly once.
+/// threads drain it, up to `room` values per pop: every value arrives
+/// exactly once.
 fn cpp_producers_rust_consumers<A: GpuApi>(
     gpu: &Gpu<A>,
     (grid, block): (Dim3, Dim3),
     capacity: u32,
     count: u64,
     consumers: usize,
+    room: usize,
 ) {
     let base = 1_000_000;
     let mem = ring_memory(gpu, capacity);
@@ -225,17 +245,26 @@ fn cpp_producers_rust_consumers<A: GpuApi>(
             .map(|_| {
                 s.spawn(|| {
                     let mut mine = Vec::new();
+                    let mut popped = vec![0; room];
+                    let mut pop = |mine: &mut Vec<u64>| {
+                        let n = if room == 1 {
+                            ring.try_pop().map(|v| popped[0] = v).is_some().into()
+                        } else {
+                            ring.try_pop_many(&mut popped)
+                        };
+                        mine.extend_from_slice(&popped[..n]);
+                        n
+                    };
                     loop {
-                        match ring.try_pop() {
-                            Some(v) => mine.push(v),
+                        match pop(&mut mine) {
                             // Acquire: pairs with the Release below, after
                             // the kernel finished: then one more empty pop
                             // means the ring is drained for good.
-                            None if done.load(Ordering::Acquire) => match ring.try_pop() {
-                                Some(v) => mine.push(v),
-                                None => return mine,
-                            },
-                            None => std::thread::yield_now(),
+                            0 if done.load(Ordering::Acquire) && pop(&mut mine) == 0 => {
+                                return mine
+                            }
+                            0 => std::thread::yield_now(),
+                            _ => {}
                         }
                     }
                 })
