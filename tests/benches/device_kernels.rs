@@ -368,15 +368,13 @@ mod cuda {
                 let secs = ring_push_once(gpu, capacity, count, grid, block, consumers, how);
                 let rate = count as f64 / secs;
                 rates.push(rate);
-                let slots_gbs = count as f64 * 16.0 / secs / 1e9;
+                let payload_gbs = count as f64 * 8.0 / secs / 1e9;
                 println!(
                     "  {how:<18} {consumers} host consumers {:>8.3} s  {:>8.2} M records/s  \
-                     {:>6.3} GB/s payload  {slots_gbs:>6.3} GB/s slots ({:.1}% of the copy \
-                     bandwidth)",
+                     {payload_gbs:>6.3} GB/s payload ({:.1}% of the copy bandwidth)",
                     secs,
                     rate / 1e6,
-                    count as f64 * 8.0 / secs / 1e9,
-                    slots_gbs / copy * 100.0,
+                    payload_gbs / copy * 100.0,
                 );
             }
             let best = rates.iter().copied().fold(0.0, f64::max);
