@@ -45,13 +45,14 @@ mod cuda {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
-    use tandem_device_kernels::{names, DEVICE_TICKETS_BYTES};
+    use tandem_device_kernels::names;
     use tandem_hal::{DeviceMemory, Dim3, EventFlags, GpuApi, GpuDevice, KernelArg};
     use tandem_shm_core::layout::{AllocatorId, ArenaHeader, SizeClassHeader};
     use tandem_shm_core::size_class::{block_size, HEAP_ALIGN};
     use tandem_shm_core::{ArenaAllocator, MpmcRing, SizeClassAllocator};
 
     use tandem_tests::cross_language::harness::{Gpu, Shared};
+    use tandem_tests::cross_language::mpmc::PushedRing;
 
     /// Runs every benchmark on `gpu`.
     pub fn run<A: GpuApi>(gpu: Gpu<A>) {
@@ -398,13 +399,8 @@ mod cuda {
         consumers: usize,
         how: Drain,
     ) -> f64 {
-        let mem = gpu.shared(MpmcRing::<u64>::required_bytes(capacity));
-        // SAFETY: the pinned memory is ours, page-aligned and long enough,
-        // used only by this ring's handles and the push kernel.
-        let ring =
-            unsafe { MpmcRing::<u64>::init_in(mem.host(), mem.len(), capacity) }.expect("ring");
-        let tickets = gpu.device_words(DEVICE_TICKETS_BYTES / 8);
-        let stats = gpu.shared(3 * 8);
+        let pushed = PushedRing::new(gpu, capacity);
+        let ring = pushed.ring();
         let stream = gpu.stream();
         let done = AtomicBool::new(false);
         let drained = AtomicU64::new(0);
@@ -413,25 +409,8 @@ mod cuda {
             for _ in 0..consumers {
                 s.spawn(|| drained.fetch_add(drain(&ring, how, &done), Ordering::Relaxed));
             }
-            // SAFETY: the ring, tickets and `stats` outlive the kernel
-            // (synced below).
-            unsafe {
-                gpu.launch(
-                    &stream,
-                    names::TANDEM_MPMC_PUSH_U64,
-                    grid,
-                    block,
-                    &[
-                        mem.arg(),
-                        KernelArg::U64(mem.len() as u64),
-                        tickets.arg(),
-                        KernelArg::U64(count),
-                        KernelArg::U64(0),
-                        KernelArg::U64(u64::MAX),
-                        stats.arg(),
-                    ],
-                )
-            };
+            // SAFETY: `pushed` outlives the kernel (synced below).
+            unsafe { pushed.launch_push(gpu, &stream, (grid, block), (0, count), u64::MAX) };
             gpu.sync(&stream);
             done.store(true, Ordering::Release);
         });
@@ -441,15 +420,7 @@ mod cuda {
             count,
             "every record drained"
         );
-        assert_eq!(
-            (
-                stats.read::<u64>(0),
-                stats.read::<u64>(1),
-                stats.read::<u64>(2)
-            ),
-            (0, 0, 0),
-            "no failures"
-        );
+        pushed.assert_no_failures();
         secs
     }
 }

@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use proptest::prelude::*;
 use tandem_device_kernels::{names, DEVICE_TICKETS_BYTES};
-use tandem_hal::{Dim3, GpuApi, KernelArg};
+use tandem_hal::{Dim3, GpuApi, GpuDevice, KernelArg};
 use tandem_shm_core::layout::{RingHeader, RING_SLOTS_OFFSET};
 use tandem_shm_core::{MpmcRing, SpscRing};
 
-use super::harness::{check, Gpu, Shared};
+use super::harness::{check, DeviceWords, Gpu, Shared};
 
 /// `tandem::ring_status` values the tests expect.
 mod ring_status {
@@ -65,6 +65,79 @@ fn rust_init<A: GpuApi>(mem: &Shared<A>, capacity: u32) -> MpmcRing<'_, u64> {
     // SAFETY: the memory is ours, pinned (64-aligned), as long as the ring
     // needs, and used only through ring handles and the ring kernels.
     unsafe { MpmcRing::init_in(mem.host(), mem.len(), capacity) }.expect("ring init")
+}
+
+/// A u64 ring (initialised from Rust) in mapped pinned memory, with what
+/// `tandem_mpmc_push_u64` needs beside it: its producers' device tickets and
+/// the kernel's three failure counters. Used by this suite and the GPU ring
+/// bench.
+pub struct PushedRing<A: GpuApi> {
+    mem: Shared<A>,
+    tickets: DeviceWords<A>,
+    stats: Shared<A>,
+}
+
+impl<A: GpuApi> PushedRing<A> {
+    /// An empty ring of `capacity` slots.
+    pub fn new(gpu: &Gpu<A>, capacity: u32) -> Self {
+        let mem = ring_memory(gpu, capacity);
+        rust_init(&mem, capacity);
+        Self {
+            mem,
+            tickets: gpu.device_words(DEVICE_TICKETS_BYTES / 8),
+            stats: gpu.shared(3 * 8),
+        }
+    }
+
+    /// A Rust handle to the ring.
+    pub fn ring(&self) -> MpmcRing<'_, u64> {
+        // SAFETY: the memory holds the ring `new` initialised and lives as
+        // long as the handle's borrow of `self`.
+        unsafe { MpmcRing::attach(self.mem.host(), self.mem.len()) }.expect("ring attach")
+    }
+
+    /// Launches `tandem_mpmc_push_u64` on `stream`: `grid` x `block` threads
+    /// push the values `base..base + count`, giving one up after
+    /// `max_full_retries` consecutive full rounds.
+    ///
+    /// # Safety
+    /// `self` must outlive the kernel: synchronize `stream` before dropping it.
+    pub unsafe fn launch_push(
+        &self,
+        gpu: &Gpu<A>,
+        stream: &<A::Device as GpuDevice>::Stream,
+        (grid, block): (Dim3, Dim3),
+        (base, count): (u64, u64),
+        max_full_retries: u64,
+    ) {
+        // SAFETY: the ring, tickets and stats outlive the kernel (the caller's
+        // contract).
+        unsafe {
+            gpu.launch(
+                stream,
+                names::TANDEM_MPMC_PUSH_U64,
+                grid,
+                block,
+                &[
+                    self.mem.arg(),
+                    KernelArg::U64(self.mem.len() as u64),
+                    self.tickets.arg(),
+                    KernelArg::U64(count),
+                    KernelArg::U64(base),
+                    KernelArg::U64(max_full_retries),
+                    self.stats.arg(),
+                ],
+            )
+        }
+    }
+
+    /// Panics unless the last push (synchronized) attached the ring in every
+    /// thread, gave no value up and met no foreign ticket.
+    pub fn assert_no_failures(&self) {
+        assert_eq!(self.stats.read::<u64>(1), 0, "every C++ thread attached");
+        assert_eq!(self.stats.read::<u64>(0), 0, "no value given up");
+        assert_eq!(self.stats.read::<u64>(2), 0, "no foreign ticket");
+    }
 }
 
 /// Initialises the ring in `mem` with the C++ `mpmc_init`, and attaches Rust.
@@ -234,10 +307,8 @@ fn cpp_producers_rust_consumers<A: GpuApi>(
     room: usize,
 ) {
     let base = 1_000_000;
-    let mem = ring_memory(gpu, capacity);
-    let ring = rust_init(&mem, capacity);
-    let tickets = gpu.device_words(DEVICE_TICKETS_BYTES / 8);
-    let stats = gpu.shared(3 * 8);
+    let pushed = PushedRing::new(gpu, capacity);
+    let ring = pushed.ring();
     let stream = gpu.stream();
     let done = AtomicBool::new(false);
     let mut got: Vec<u64> = std::thread::scope(|s| {
@@ -270,24 +341,8 @@ fn cpp_producers_rust_consumers<A: GpuApi>(
                 })
             })
             .collect();
-        // SAFETY: the ring and `stats` stay allocated until after `sync`.
-        unsafe {
-            gpu.launch(
-                &stream,
-                names::TANDEM_MPMC_PUSH_U64,
-                grid,
-                block,
-                &[
-                    mem.arg(),
-                    KernelArg::U64(mem.len() as u64),
-                    tickets.arg(),
-                    KernelArg::U64(count),
-                    KernelArg::U64(base),
-                    KernelArg::U64(MAX_RETRIES),
-                    stats.arg(),
-                ],
-            )
-        };
+        // SAFETY: `pushed` outlives the kernel (synced below).
+        unsafe { pushed.launch_push(gpu, &stream, (grid, block), (base, count), MAX_RETRIES) };
         gpu.sync(&stream);
         done.store(true, Ordering::Release);
         drains
@@ -295,9 +350,7 @@ fn cpp_producers_rust_consumers<A: GpuApi>(
             .flat_map(|d| d.join().expect("consumer"))
             .collect()
     });
-    assert_eq!(stats.read::<u64>(1), 0, "every C++ thread attached");
-    assert_eq!(stats.read::<u64>(0), 0, "no value given up");
-    assert_eq!(stats.read::<u64>(2), 0, "no foreign ticket");
+    pushed.assert_no_failures();
     got.sort_unstable();
     let want: Vec<u64> = (base..base + count).collect();
     assert!(
