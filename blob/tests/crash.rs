@@ -210,10 +210,17 @@ fn kill_9_in_a_stream_of_puts() {
         }
 
         let store = BlobStore::open(&config(dir.path())).unwrap();
-        let tag = store
-            .tag("crash")
-            .unwrap()
-            .expect("the tag was committed before any put");
+        // The child creates the tag before its first put. Killed sooner (a
+        // slow start on a loaded machine), it leaves no tag and nothing else.
+        let Some(tag) = store.tag("crash").unwrap() else {
+            assert_eq!(
+                total_acks, 0,
+                "the tag was committed before the first acknowledged put"
+            );
+            let used: u64 = store.targets().iter().map(|t| t.used).sum();
+            assert_eq!(used, 0, "space in use without a tag");
+            continue;
+        };
         let blobs = store.list_blobs(tag).unwrap();
         let mut pages = 0;
         for b in &blobs {

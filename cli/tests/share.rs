@@ -683,8 +683,14 @@ fn other_users_are_refused<A: GpuApi>(api: A) {
         return;
     }
     // The build's binary may sit where only its owner can reach it (a
-    // fresh clone in a 0700 temporary folder): the intruder runs a copy.
-    let copy = std::env::temp_dir().join(format!("tandem-share-test-{}", std::process::id()));
+    // fresh clone in a 0700 temporary folder): the intruder runs a copy, one
+    // per call (each backend's test runs this at once, in one process).
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    let copy = std::env::temp_dir().join(format!(
+        "tandem-share-test-{}-{}",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&copy).unwrap();
     let _remove = RemoveOnDrop(copy.clone());
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -692,14 +698,28 @@ fn other_users_are_refused<A: GpuApi>(api: A) {
     std::fs::copy(common::tandem_exe(), &exe).unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
     let intrude = || -> String {
-        let out = Command::new(&exe)
-            .args(["share", "status", "--socket"])
-            .arg(&socket)
-            .env("RUST_LOG", "warn")
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .unwrap();
+        let run = || {
+            Command::new(&exe)
+                .args(["share", "status", "--socket"])
+                .arg(&socket)
+                .env("RUST_LOG", "warn")
+                .uid(65534)
+                .gid(65534)
+                .output()
+        };
+        // A copy just written may be busy for a moment: a process another
+        // test thread forked meanwhile holds it open until it execs.
+        let mut out = run();
+        for _ in 0..50 {
+            match &out {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    out = run();
+                }
+                _ => break,
+            }
+        }
+        let out = out.unwrap();
         assert!(!out.status.success(), "another user was served");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
