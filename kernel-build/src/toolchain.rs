@@ -95,8 +95,29 @@ pub fn nvcc(nvcc: &Path, mode: &str, arch: &str, source: &Path, out: &Path) -> R
 }
 
 /// hipcc: a code object of `source` for `arch` into `out`.
+///
+/// hipcc (ROCm 5.2's, at least) leaves two empty folders in `$TMPDIR` per
+/// `--genco` run, so it gets a scratch folder beside `out` as its `TMPDIR`,
+/// removed after it ran: nothing of the build is left in /tmp.
 pub fn hipcc(hipcc: &Path, arch: &str, source: &Path, out: &Path) -> Result<(), String> {
+    let scratch = out.with_extension("hipcc-tmp");
+    std::fs::create_dir_all(&scratch)
+        .map_err(|e| format!("creating hipcc's scratch folder {}: {e}", scratch.display()))?;
+    let built = hipcc_in(hipcc, arch, source, out, &scratch);
+    // Best effort: a leftover sits in the build's own folder.
+    let _ = std::fs::remove_dir_all(&scratch);
+    built
+}
+
+fn hipcc_in(
+    hipcc: &Path,
+    arch: &str,
+    source: &Path,
+    out: &Path,
+    scratch: &Path,
+) -> Result<(), String> {
     let mut cmd = Command::new(hipcc);
+    cmd.env("TMPDIR", scratch);
     // The embedded source includes nothing (NVRTC has no system headers);
     // HIP's threadIdx and __syncthreads come from its runtime header.
     cmd.args([
