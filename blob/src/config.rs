@@ -40,6 +40,28 @@ pub struct TargetConfig {
 }
 
 impl TargetConfig {
+    /// A RAM target of `capacity` bytes at `score`.
+    pub fn ram(capacity: u64, score: f32) -> TargetConfig {
+        TargetConfig {
+            kind: TargetKind::Ram,
+            path: None,
+            capacity,
+            score,
+            object: None,
+        }
+    }
+
+    /// A file target of `capacity` bytes in the file at `path`, at `score`.
+    pub fn file(path: impl Into<PathBuf>, capacity: u64, score: f32) -> TargetConfig {
+        TargetConfig {
+            kind: TargetKind::File,
+            path: Some(path.into()),
+            capacity,
+            score,
+            object: None,
+        }
+    }
+
     /// An object target on `object`'s bucket, at the slowest score (0.0).
     pub fn object(object: ObjectConfig) -> TargetConfig {
         TargetConfig {
@@ -265,20 +287,8 @@ impl StoreConfig {
         StoreConfig {
             metadata: dir.join("meta.redb"),
             targets: vec![
-                TargetConfig {
-                    kind: TargetKind::Ram,
-                    path: None,
-                    capacity,
-                    score: 1.0,
-                    object: None,
-                },
-                TargetConfig {
-                    kind: TargetKind::File,
-                    path: Some(dir.join("target0.dat")),
-                    capacity,
-                    score: 0.5,
-                    object: None,
-                },
+                TargetConfig::ram(capacity, 1.0),
+                TargetConfig::file(dir.join("target0.dat"), capacity, 0.5),
             ],
             limits: Limits::default(),
         }

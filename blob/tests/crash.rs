@@ -30,20 +30,8 @@ fn config(dir: &Path) -> StoreConfig {
     StoreConfig {
         metadata: dir.join("meta.redb"),
         targets: vec![
-            TargetConfig {
-                kind: TargetKind::Ram,
-                path: None,
-                capacity: 256 * P,
-                score: 1.0,
-                object: None,
-            },
-            TargetConfig {
-                kind: TargetKind::File,
-                path: Some(dir.join("data.dat")),
-                capacity: 65536 * P,
-                score: 0.5,
-                object: None,
-            },
+            TargetConfig::ram(256 * P, 1.0),
+            TargetConfig::file(dir.join("data.dat"), 65536 * P, 0.5),
         ],
         limits: Limits::default(),
     }

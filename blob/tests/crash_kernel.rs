@@ -32,8 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tandem_blob::demo::{pattern, BlobKernels, PutStreamLaunch};
 use tandem_blob::{
-    pool, wire, BlobError, BlobStore, Limits, Score, StoreConfig, TagId, TargetConfig, TargetKind,
-    PAGE_SIZE,
+    pool, wire, BlobError, BlobStore, Limits, Score, StoreConfig, TagId, TargetConfig, PAGE_SIZE,
 };
 use tandem_hal::GpuApi;
 use tandem_runtime::{
@@ -53,13 +52,7 @@ const BLOB_BYTES: u64 = 4096 + 100;
 fn store_config(dir: &Path) -> StoreConfig {
     StoreConfig {
         metadata: dir.join("meta.redb"),
-        targets: vec![TargetConfig {
-            kind: TargetKind::File,
-            path: Some(dir.join("data.dat")),
-            capacity: 64 << 20,
-            score: 0.5,
-            object: None,
-        }],
+        targets: vec![TargetConfig::file(dir.join("data.dat"), 64 << 20, 0.5)],
         limits: Limits::default(),
     }
 }

@@ -75,27 +75,9 @@ fn config(dir: &Path, shm: &Path) -> StoreConfig {
     StoreConfig {
         metadata: dir.join("meta.redb"),
         targets: vec![
-            TargetConfig {
-                kind: TargetKind::Ram,
-                path: None,
-                capacity: RAM_PAGES * P,
-                score: 0.9,
-                object: None,
-            },
-            TargetConfig {
-                kind: TargetKind::File,
-                path: Some(shm.join("a.dat")),
-                capacity: 4 * P,
-                score: 0.6,
-                object: None,
-            },
-            TargetConfig {
-                kind: TargetKind::File,
-                path: Some(dir.join("b.dat")),
-                capacity: 6 * P + 100,
-                score: 0.3,
-                object: None,
-            },
+            TargetConfig::ram(RAM_PAGES * P, 0.9),
+            TargetConfig::file(shm.join("a.dat"), 4 * P, 0.6),
+            TargetConfig::file(dir.join("b.dat"), 6 * P + 100, 0.3),
         ],
         limits: Limits::default(),
     }

@@ -18,13 +18,7 @@ fn config(dir: &Path, ram: u64, part_size: u64) -> StoreConfig {
     StoreConfig {
         metadata: dir.join("meta.redb"),
         targets: vec![
-            TargetConfig {
-                kind: TargetKind::Ram,
-                path: None,
-                capacity: ram,
-                score: 1.0,
-                object: None,
-            },
+            TargetConfig::ram(ram, 1.0),
             TargetConfig::object(ObjectConfig {
                 part_size,
                 in_flight: 3,

@@ -50,27 +50,9 @@ fn concurrent_puts_gets_deletes() {
     let cfg = StoreConfig {
         metadata: dir.path().join("meta.redb"),
         targets: vec![
-            TargetConfig {
-                kind: TargetKind::Ram,
-                path: None,
-                capacity: 4096 * P,
-                score: 1.0,
-                object: None,
-            },
-            TargetConfig {
-                kind: TargetKind::File,
-                path: Some(shm.path().join("a.dat")),
-                capacity: 2048 * P,
-                score: 0.5,
-                object: None,
-            },
-            TargetConfig {
-                kind: TargetKind::File,
-                path: Some(dir.path().join("b.dat")),
-                capacity: 2048 * P,
-                score: 0.4,
-                object: None,
-            },
+            TargetConfig::ram(4096 * P, 1.0),
+            TargetConfig::file(shm.path().join("a.dat"), 2048 * P, 0.5),
+            TargetConfig::file(dir.path().join("b.dat"), 2048 * P, 0.4),
         ],
         limits: Limits::default(),
     };
@@ -217,13 +199,7 @@ fn durable_put_throughput() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = StoreConfig {
         metadata: dir.path().join("meta.redb"),
-        targets: vec![TargetConfig {
-            kind: TargetKind::File,
-            path: Some(dir.path().join("d.dat")),
-            capacity: 65536 * P,
-            score: 0.5,
-            object: None,
-        }],
+        targets: vec![TargetConfig::file(dir.path().join("d.dat"), 65536 * P, 0.5)],
         limits: Limits::default(),
     };
     let store = Arc::new(BlobStore::open(&cfg).unwrap());
@@ -265,20 +241,8 @@ fn small_store(dir: &std::path::Path) -> BlobStore {
     BlobStore::open(&StoreConfig {
         metadata: dir.join("meta.redb"),
         targets: vec![
-            TargetConfig {
-                kind: TargetKind::Ram,
-                path: None,
-                capacity: 64 * P,
-                score: 1.0,
-                object: None,
-            },
-            TargetConfig {
-                kind: TargetKind::File,
-                path: Some(dir.join("f.dat")),
-                capacity: 64 * P,
-                score: 0.5,
-                object: None,
-            },
+            TargetConfig::ram(64 * P, 1.0),
+            TargetConfig::file(dir.join("f.dat"), 64 * P, 0.5),
         ],
         limits: Limits::default(),
     })
@@ -381,13 +345,7 @@ fn ram_put_get_throughput() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = StoreConfig {
         metadata: dir.path().join("meta.redb"),
-        targets: vec![TargetConfig {
-            kind: TargetKind::Ram,
-            path: None,
-            capacity: 65536 * P,
-            score: 1.0,
-            object: None,
-        }],
+        targets: vec![TargetConfig::ram(65536 * P, 1.0)],
         limits: Limits::default(),
     };
     let store = Arc::new(BlobStore::open(&cfg).unwrap());
@@ -447,13 +405,7 @@ fn large_put_bandwidth() {
         };
         let cfg = StoreConfig {
             metadata: dir.path().join("meta.redb"),
-            targets: vec![TargetConfig {
-                kind: TargetKind::File,
-                path: Some(dir.path().join("d.dat")),
-                capacity: 65536 * P,
-                score: 0.5,
-                object: None,
-            }],
+            targets: vec![TargetConfig::file(dir.path().join("d.dat"), 65536 * P, 0.5)],
             limits,
         };
         let store = BlobStore::open(&cfg).unwrap();

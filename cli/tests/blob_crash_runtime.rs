@@ -19,9 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tandem_blob::{
-    BlobCaller, BlobStore, CallError, Limits, Score, StoreConfig, TargetConfig, TargetKind,
-};
+use tandem_blob::{BlobCaller, BlobStore, CallError, Limits, Score, StoreConfig, TargetConfig};
 use tandem_runtime::{remove_stale_segment, Client, TaskError};
 
 const ROUNDS: u64 = 5;
@@ -35,13 +33,7 @@ fn exe() -> PathBuf {
 fn store_config(dir: &Path) -> StoreConfig {
     StoreConfig {
         metadata: dir.join("meta.redb"),
-        targets: vec![TargetConfig {
-            kind: TargetKind::File,
-            path: Some(dir.join("data.dat")),
-            capacity: 256 << 20,
-            score: 0.5,
-            object: None,
-        }],
+        targets: vec![TargetConfig::file(dir.join("data.dat"), 256 << 20, 0.5)],
         limits: Limits::default(),
     }
 }
