@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use tandem_blob::{BlobCaller, Score};
-use tandem_runtime::{Client, Config, DeviceSelection};
+use tandem_runtime::{Config, DeviceSelection};
 use tandem_tests::garage::{self, Cluster};
 
 /// A store configuration for a node: its metadata in `dir`, the object target on `endpoint`.
@@ -177,7 +177,7 @@ fn two_runtimes_on_two_garage_nodes_serve_each_others_blobs() {
         std::fs::create_dir_all(&home).unwrap();
         let store = node_config(&home, &cluster, &cluster.endpoint(node), true);
         let script = node_script(&home, &cluster, &store);
-        clients.push(Client::fork_runtime_with(&script, &config).expect("fork tandem blob run"));
+        clients.push(common::fork_script(&script, &config));
     }
     let (a, b) = (BlobCaller::new(&clients[0]), BlobCaller::new(&clients[1]));
     let data: Vec<u8> = (0..(300 << 10) + 333u32)

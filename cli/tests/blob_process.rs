@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 
 use tandem_blob::wire::{self, code};
 use tandem_blob::{BlobCaller, CallError, Score, TagId};
-use tandem_runtime::{Client, Config, DeviceSelection, RuntimeError};
+use tandem_runtime::{Config, DeviceSelection};
 
 /// `tandem` (`tandem blob ...` are the commands under test).
 fn exe() -> PathBuf {
@@ -87,20 +87,6 @@ fn wrapper(dir: &Path, store_config: &Path) -> PathBuf {
     path
 }
 
-fn fork(exe: &Path, config: &Config) -> Client {
-    // A script just written may be busy for a moment (a process forked by
-    // another test thread may still hold it open until it execs).
-    for _ in 0..50 {
-        match Client::fork_runtime_with(exe, config) {
-            Err(RuntimeError::Process(why)) if why.contains("Text file busy") => {
-                std::thread::sleep(std::time::Duration::from_millis(20))
-            }
-            other => return other.expect("fork tandem blob run"),
-        }
-    }
-    panic!("{} stayed busy", exe.display());
-}
-
 /// What a call the store refuses with `code` returns.
 fn blob_err<T>(code: i32) -> Result<T, CallError> {
     Err(CallError::Blob(code))
@@ -123,7 +109,7 @@ fn a_client_in_another_process_calls_the_blob_pool() {
     };
     // copy_space is left at its default: `run` raises it for blob tasks.
     assert!(config.copy_space < wire::COPY_SPACE);
-    let client = fork(&wrapper(dir.path(), &store_config), &config);
+    let client = common::fork_script(&wrapper(dir.path(), &store_config), &config);
     let caller = BlobCaller::new(&client);
 
     let tag = caller.get_or_create_tag("process").expect("tag");

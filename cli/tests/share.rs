@@ -707,19 +707,8 @@ fn other_users_are_refused<A: GpuApi>(api: A) {
                 .gid(65534)
                 .output()
         };
-        // A copy just written may be busy for a moment: a process another
-        // test thread forked meanwhile holds it open until it execs.
-        let mut out = run();
-        for _ in 0..50 {
-            match &out {
-                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
-                    std::thread::sleep(Duration::from_millis(20));
-                    out = run();
-                }
-                _ => break,
-            }
-        }
-        let out = out.unwrap();
+        let out = common::while_busy(run, |e| e.kind() == std::io::ErrorKind::ExecutableFileBusy)
+            .unwrap();
         assert!(!out.status.success(), "another user was served");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };

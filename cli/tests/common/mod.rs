@@ -62,3 +62,37 @@ pub fn lines(child: &mut Child) -> mpsc::Receiver<String> {
     });
     rx
 }
+
+/// `run()` again (up to 50 times, 20 ms apart) while it fails with an error
+/// `busy` says is ETXTBSY: an executable just written may be busy for a
+/// moment, because a process that another test thread forked meanwhile
+/// holds it open until it execs.
+pub fn while_busy<T, E>(
+    mut run: impl FnMut() -> Result<T, E>,
+    busy: impl Fn(&E) -> bool,
+) -> Result<T, E> {
+    let mut result = run();
+    for _ in 0..50 {
+        match &result {
+            Err(e) if busy(e) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                result = run();
+            }
+            _ => break,
+        }
+    }
+    result
+}
+
+/// `Client::fork_runtime_with(exe, config)` for a script just written,
+/// through [`while_busy`].
+pub fn fork_script(
+    exe: &std::path::Path,
+    config: &tandem_runtime::Config,
+) -> tandem_runtime::Client {
+    while_busy(
+        || tandem_runtime::Client::fork_runtime_with(exe, config),
+        |e| matches!(e, tandem_runtime::RuntimeError::Process(why) if why.contains("Text file busy")),
+    )
+    .expect("fork the runtime")
+}
