@@ -268,12 +268,47 @@ pub mod task_record {
     pub const POOL: usize = 3;
     /// An inline task's method.
     pub const METHOD: usize = 4;
-    /// An inline task's argument bytes.
-    pub const ARGS_LEN: usize = 5;
+    /// An inline task's lengths: its argument bytes in the low
+    /// [`ARGS_LEN_BITS`] bits, its future's copy-space bytes above them (0:
+    /// not given, up to [`COPY_SPACE_MAX`]; see [`lengths`]).
+    pub const LENGTHS: usize = 5;
     /// Its first argument word.
     pub const ARGS: usize = 6;
     /// Argument bytes an inline task may carry.
     pub const INLINE_ARGS_MAX: usize = (LL_RECORD_WORDS - ARGS) * 4;
+    /// Bits of the [`LENGTHS`] word that hold the argument bytes.
+    pub const ARGS_LEN_BITS: u32 = 8;
+    /// The largest copy space a [`LENGTHS`] word can give.
+    pub const COPY_SPACE_MAX: u32 = u32::MAX >> ARGS_LEN_BITS;
+
+    /// The [`LENGTHS`] word of an inline task of `args_len` argument bytes
+    /// (at most [`INLINE_ARGS_MAX`]) whose future has `copy_space` bytes of
+    /// copy space; a copy space past [`COPY_SPACE_MAX`] is left out. Given
+    /// it, a worker sizes the task's output without reading the future, and
+    /// answers a task with no output through the notify word alone, never
+    /// touching the future: with tens of thousands of kernel threads, their
+    /// futures' lines are not in any cache.
+    pub const fn lengths(args_len: u32, copy_space: u32) -> u32 {
+        let given = if copy_space <= COPY_SPACE_MAX {
+            copy_space
+        } else {
+            0
+        };
+        (given << ARGS_LEN_BITS) | (args_len & ((1 << ARGS_LEN_BITS) - 1))
+    }
+
+    /// The argument bytes of a [`LENGTHS`] word.
+    pub const fn args_len(lengths: u32) -> usize {
+        (lengths & ((1 << ARGS_LEN_BITS) - 1)) as usize
+    }
+
+    /// The copy space a [`LENGTHS`] word gives, if it gives one.
+    pub const fn copy_space(lengths: u32) -> Option<usize> {
+        match lengths >> ARGS_LEN_BITS {
+            0 => None,
+            bytes => Some(bytes as usize),
+        }
+    }
 }
 
 /// The word a completer stores at a record's `NOTIFY` offset once the task
@@ -366,6 +401,8 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, clients
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, clients_bytes), 176);
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
 
+static_assertions::const_assert!(task_record::INLINE_ARGS_MAX < 1 << task_record::ARGS_LEN_BITS);
+
 static_assertions::assert_eq_size!(TaskHeader, [u8; TASK_HEADER_BYTES]);
 static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, pool), 0);
 static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, method), 4);
@@ -439,9 +476,11 @@ mod cpp_mirror {
         task_record::IN_FUTURE_WORDS => c::rt_record::IN_FUTURE_WORDS,
         task_record::POOL => c::rt_record::POOL,
         task_record::METHOD => c::rt_record::METHOD,
-        task_record::ARGS_LEN => c::rt_record::ARGS_LEN,
+        task_record::LENGTHS => c::rt_record::LENGTHS,
         task_record::ARGS => c::rt_record::ARGS,
         task_record::INLINE_ARGS_MAX => c::rt_record::INLINE_ARGS_MAX,
+        task_record::ARGS_LEN_BITS => c::rt_record::ARGS_LEN_BITS,
+        task_record::COPY_SPACE_MAX => c::rt_record::COPY_SPACE_MAX,
         notify_word::SUCCEEDED => c::rt_notify::SUCCEEDED,
         notify_word::NO_OUTPUT => c::rt_notify::NO_OUTPUT,
         notify_word::TOKEN_SHIFT => c::rt_notify::TOKEN_SHIFT,

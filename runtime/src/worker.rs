@@ -268,15 +268,15 @@ fn run_inline_task(
     args: &mut Vec<u8>,
     out: &mut [u8],
 ) -> (Option<usize>, HandlerReply) {
-    let (Some(&pool), Some(&method), Some(&args_len), Some(arg_words)) = (
+    let (Some(&pool), Some(&method), Some(&lengths), Some(arg_words)) = (
         words.get(task_record::POOL),
         words.get(task_record::METHOD),
-        words.get(task_record::ARGS_LEN),
+        words.get(task_record::LENGTHS),
         words.get(task_record::ARGS..),
     ) else {
         return (None, HandlerReply::code(RC_BAD_TASK));
     };
-    let args_len = args_len as usize;
+    let args_len = task_record::args_len(lengths);
     if arg_words.len() != args_len.div_ceil(4) {
         return (None, HandlerReply::code(RC_BAD_TASK));
     }
@@ -304,17 +304,15 @@ fn process(
     let words = record.words();
     let word = |i: usize| words.get(i).copied().unwrap_or(0);
     let ptr = ShmPtr::new(segment.id(), u64::from(word(task_record::FUTURE)));
-    let Ok(future) = segment.future(ptr) else {
-        bump(&stats.bad_pointers);
-        return;
-    };
     let notify = word(task_record::NOTIFY);
     let token = word(task_record::TOKEN);
-    let capacity = future.copy_space_size() as usize;
-    scratch.output.resize(capacity, 0);
     let inline = words.len() > task_record::IN_FUTURE_WORDS;
     let context = TaskContext::of(segment);
-    let (pool, reply) = if inline {
+    // An inline task whose record gives its copy space runs before the
+    // future is looked at: answered with no output, it never is.
+    let given = task_record::copy_space(word(task_record::LENGTHS)).filter(|_| inline);
+    let early = given.map(|copy_space| {
+        scratch.output.resize(copy_space, 0);
         run_inline_task(
             &context,
             words,
@@ -322,37 +320,65 @@ fn process(
             &mut scratch.input,
             &mut scratch.output,
         )
-    } else {
-        match future.payload() {
-            Some(payload) => run_pointer_task(segment, payload, registry, &mut scratch.output),
-            None => {
-                // SAFETY: this worker popped the future, so it is its single
-                // completer; the slice is dropped before completing.
-                match unsafe { future.input() } {
-                    Ok(input) => {
-                        scratch.input.clear();
-                        scratch.input.extend_from_slice(input);
-                        registry.dispatch_indexed(&context, &scratch.input, &mut scratch.output)
+    });
+    if let Some((pool, reply)) = &early {
+        if answer_without_future(segment, notify, token, reply) {
+            bump(&stats.completed);
+            stats.count_pool(*pool, true);
+            return;
+        }
+    }
+    let Ok(future) = segment.future(ptr) else {
+        bump(&stats.bad_pointers);
+        return;
+    };
+    let capacity = future.copy_space_size() as usize;
+    let (pool, reply) = match early {
+        // The handler saw an output buffer of the record's size: only the
+        // future's own may hold its output.
+        Some((pool, _)) if given != Some(capacity) => (pool, HandlerReply::code(RC_BAD_TASK)),
+        Some(ran) => ran,
+        None => {
+            scratch.output.resize(capacity, 0);
+            if inline {
+                run_inline_task(
+                    &context,
+                    words,
+                    registry,
+                    &mut scratch.input,
+                    &mut scratch.output,
+                )
+            } else {
+                match future.payload() {
+                    Some(payload) => {
+                        run_pointer_task(segment, payload, registry, &mut scratch.output)
                     }
-                    Err(FutureError::AlreadyComplete) => {
-                        bump(&stats.double_completions);
-                        return;
+                    None => {
+                        // SAFETY: this worker popped the future, so it is its
+                        // single completer; the slice is dropped before
+                        // completing.
+                        match unsafe { future.input() } {
+                            Ok(input) => {
+                                scratch.input.clear();
+                                scratch.input.extend_from_slice(input);
+                                registry.dispatch_indexed(
+                                    &context,
+                                    &scratch.input,
+                                    &mut scratch.output,
+                                )
+                            }
+                            Err(FutureError::AlreadyComplete) => {
+                                bump(&stats.double_completions);
+                                return;
+                            }
+                            Err(_) => (None, HandlerReply::code(RC_BAD_TASK)),
+                        }
                     }
-                    Err(_) => (None, HandlerReply::code(RC_BAD_TASK)),
                 }
             }
         }
     };
-    // Nothing for the future to carry: the kernel reads no output when the
-    // word says NO_OUTPUT, and it polls the word, never the flags. (A word
-    // outside the segment falls through: the future is completed and the
-    // pointer counted below.)
-    if inline
-        && notify != 0
-        && reply.return_code == 0
-        && reply.output_len == 0
-        && notify_submitter(segment, notify, notify_word::answer(token, true, true))
-    {
+    if inline && answer_without_future(segment, notify, token, &reply) {
         bump(&stats.completed);
         stats.count_pool(pool, true);
         return;
@@ -390,6 +416,22 @@ fn process(
     if !notified {
         bump(&stats.bad_pointers);
     }
+}
+
+/// Answers an inline task through its submitter's notify word alone when
+/// there is nothing for the future to carry: return code 0, no output (the
+/// kernel then reads no output, and it polls the word, never the flags). A
+/// word outside the segment answers nothing: the future is completed then.
+fn answer_without_future(
+    segment: &QueueSegment,
+    notify: u32,
+    token: u32,
+    reply: &HandlerReply,
+) -> bool {
+    notify != 0
+        && reply.return_code == 0
+        && reply.output_len == 0
+        && notify_submitter(segment, notify, notify_word::answer(token, true, true))
 }
 
 /// Runs the task of a pointer future, whose bytes lie in the payload block

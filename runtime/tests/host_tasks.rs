@@ -557,6 +557,76 @@ fn notify_words_answer_kernel_records() {
     assert_eq!((stats.completed, stats.bad_pointers), (3, 1));
 }
 
+/// Records that give their future's copy space (layout.rs
+/// `task_record::lengths`, as kernels send them): a no-op is answered
+/// through the notify word without the future being read at all (here its
+/// offset names none); a task with output completes its future; one whose
+/// record gives another copy space than its future has fails with
+/// RC_BAD_TASK (its handler sized its output by the record).
+#[test]
+fn records_with_their_copy_space_leave_the_future_alone() {
+    use tandem_runtime::layout::task_record;
+    let runtime = start(1, 64, Registry::with_builtins());
+    let segment = runtime.cpu_segment();
+    let stop = AtomicU32::new(0);
+    let (word_ptr, word_at) = segment.allocate(4).expect("allocate");
+    let word_off = u32::try_from(word_ptr.off).expect("32-bit offset");
+    // SAFETY: a fresh, 16-aligned heap block of 4 bytes, only accessed
+    // atomically (here and by the worker).
+    let word = unsafe { AtomicU32::from_ptr(word_at.cast()) };
+    word.store(0, Ordering::Relaxed);
+    let answered = |expected: u32| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while word.load(Ordering::Acquire) != expected {
+            assert!(Instant::now() < deadline, "no answer {expected:#x}");
+            std::thread::yield_now();
+        }
+    };
+    let push = |record: &[u32]| {
+        segment
+            .queue()
+            .push(0, Priority::High, LlRecord::new(record).unwrap())
+            .expect("push");
+    };
+    // Offset 8 lies in the segment's header: no future there.
+    push(&[
+        8,
+        word_off,
+        3,
+        math::POOL,
+        math::NOOP,
+        task_record::lengths(0, 64),
+    ]);
+    answered(notify_word::answer(3, true, true));
+    let (off, added) = future_in(segment);
+    let add = task_record::lengths(16, 64);
+    push(&[off, word_off, 4, math::POOL, math::ADD, add, 5, 0, 6, 0]);
+    answered(notify_word::answer(4, true, false));
+    assert_eq!(added.read_output::<u64>(), Ok(11));
+    let (off, misread) = future_in(segment);
+    let add = task_record::lengths(16, 128);
+    push(&[off, word_off, 5, math::POOL, math::ADD, add, 5, 0, 6, 0]);
+    answered(notify_word::answer(5, false, false));
+    let outcome = misread.wait_timeout(&stop, Duration::from_secs(10));
+    assert_eq!(
+        outcome,
+        WaitOutcome::Completed {
+            return_code: RC_BAD_TASK
+        }
+    );
+    let stats = settled_stats(&runtime, |s| (s.completed, s.failed) == (3, 1));
+    assert_eq!(
+        (stats.completed, stats.failed, stats.bad_pointers),
+        (3, 1, 0)
+    );
+    assert_eq!(task_record::copy_space(task_record::lengths(16, 0)), None);
+    assert_eq!(
+        task_record::copy_space(task_record::lengths(16, task_record::COPY_SPACE_MAX + 1)),
+        None
+    );
+    assert_eq!(task_record::args_len(task_record::lengths(16, 64)), 16);
+}
+
 /// `reverse(data, len)`: reverses `len` bytes the caller passed by
 /// reference, in place, and returns their sum; `BAD_POINTER` when they are
 /// not inside the caller's segment.

@@ -527,6 +527,15 @@ struct Backoff {
     return b;
   }
 
+  /// A back-off that sleeps from the first idle() on, `first` ns (at least
+  /// 32) doubling up to `max`: for a wait already known to be long.
+  static TANDEM_DEVICE Backoff sleeping_from(u32 first, u32 max) {
+    Backoff b = up_to(max);
+    b.ns = first < 32 ? 32 : first > max ? max : first;
+    b.polls = IDLE_POLLS;
+    return b;
+  }
+
   /// A back-off for compare-and-swap loops on a word at scope `S`. The next
   /// success after a lost race waits for a loser to wake, so sleeps bound
   /// each success's cost: on device memory (scope::device), where a retry

@@ -190,14 +190,31 @@ constexpr u32 NOTIFY = 1;
 constexpr u32 TOKEN = 2;
 /// Words of a record whose task is in the future (copy space or payload).
 constexpr u32 IN_FUTURE_WORDS = 3;
-/// An inline task's pool, method and argument bytes, then the arguments,
-/// four little-endian bytes a word, the last one zero-padded.
+/// An inline task's pool, method and lengths (see `lengths`), then the
+/// arguments, four little-endian bytes a word, the last one zero-padded.
 constexpr u32 POOL = 3;
 constexpr u32 METHOD = 4;
-constexpr u32 ARGS_LEN = 5;
+constexpr u32 LENGTHS = 5;
 constexpr u32 ARGS = 6;
 /// Argument bytes an inline task may carry.
 constexpr u32 INLINE_ARGS_MAX = (LL_RECORD_WORDS - ARGS) * 4;
+/// Bits of the LENGTHS word that hold the argument bytes.
+constexpr u32 ARGS_LEN_BITS = 8;
+/// The largest copy space a LENGTHS word can give.
+constexpr u32 COPY_SPACE_MAX = 0xFFFFFFFFu >> ARGS_LEN_BITS;
+static_assert(INLINE_ARGS_MAX < (1u << ARGS_LEN_BITS), "argument bytes fit their bits");
+
+/// The LENGTHS word (`task_record::lengths`): the argument bytes, and the
+/// future's copy space above them unless it is past COPY_SPACE_MAX (0: not
+/// given). Given it, a worker answers a task with no output through the
+/// notify word alone, never reading the future.
+TANDEM_HOST_DEVICE u32 lengths(u32 args_len, u32 copy_space) {
+  return (copy_space <= COPY_SPACE_MAX ? copy_space << ARGS_LEN_BITS : 0u) |
+         (args_len & ((1u << ARGS_LEN_BITS) - 1));
+}
+
+/// The argument bytes of a LENGTHS word.
+TANDEM_HOST_DEVICE u32 args_len(u32 lengths) { return lengths & ((1u << ARGS_LEN_BITS) - 1); }
 }  // namespace rt_record
 
 /// `runtime::layout::notify_word`: what the completer stores in a kernel
@@ -289,6 +306,32 @@ struct RtContext {
   rt_status status;
 };
 
+namespace detail {
+
+/// The sleep before a waiter polls, for a task with records ahead of it in
+/// its lane (RtFuture::ahead; a lone thread's lane is nearly empty, so its
+/// round trip sleeps none of this). Every poll of a notify word is a PCIe
+/// read, and under load thousands of waiters poll while their lanes drain:
+/// at 264 x 256 threads a task waits milliseconds, and polls that cannot
+/// succeed yet take the link from the records and answers. So a waiter
+/// sleeps through RT_WAIT_SLEEP_QUARTERS of the wait it expects, `ahead` times
+/// what its thread's recent answers took per record ahead (learnt after each
+/// answer, starting from RT_WAIT_NS_PER_AHEAD), then polls on sleeps of a
+/// sixteenth of that wait, doubling. A wait it overestimates only lengthens
+/// its own: the worker freed the slot when it took the record. GPUs only:
+/// the CPU device's polls are reads of its own memory, it yields once.
+constexpr u32 RT_WAIT_NS_PER_AHEAD = 256;
+/// The share of the expected wait slept before the first poll, in quarters.
+constexpr u64 RT_WAIT_SLEEP_QUARTERS = 3;
+/// The longest wait expected (and so slept before polling): a stop raised
+/// meanwhile is seen that much later, as the sleep reads no stop flag (the
+/// one line all waiters would read).
+constexpr u64 RT_WAIT_EXPECTED_MAX_NS = 8u * 1000 * 1000;
+/// The longest single sleep of a GPU thread (__nanosleep's bound).
+constexpr u32 RT_WAIT_SLEEP_CHUNK_NS = 1000 * 1000;
+
+}  // namespace detail
+
 /// A future the kernel owns: its view and its segment-relative pointer.
 struct RtFuture {
   FutureView view;
@@ -329,9 +372,68 @@ struct RtFuture {
   /// may lag by up to an eighth of the lane, mpmc.h refresh_if_due). rt_wait
   /// sleeps in proportion before its first poll.
   u32 ahead;
+  /// What this thread's answers took per record ahead of them, lately (an
+  /// average rt_wait keeps): with `ahead`, the wait rt_wait expects.
+  u32 wait_ns_per_ahead;
+  /// When the task in flight was pushed (timer_ns), if `ahead` was nonzero.
+  u64 sent_ns;
 };
 
 namespace detail {
+
+/// After a push with records ahead: the time rt_wait's expectation, and what
+/// it learns, count from (GPUs only, as rt_sleep_before_polls).
+TANDEM_DEVICE void rt_mark_sent(RtFuture& f) {
+#if defined(TANDEM_BACKEND_GPU)
+  if (f.ahead != 0) {
+    f.sent_ns = timer_ns();
+  }
+#else
+  (void)f;
+#endif
+}
+
+/// Sleeps before rt_wait_notified's first poll (see RT_WAIT_NS_PER_AHEAD)
+/// and returns the back-off for its polls.
+TANDEM_DEVICE Backoff rt_sleep_before_polls(const RtFuture& f) {
+#if defined(TANDEM_BACKEND_GPU)
+  u64 expected = u64{f.ahead} * f.wait_ns_per_ahead;
+  if (expected == 0) {
+    return Backoff::up_to(Backoff::ANSWER_MAX_NS);
+  }
+  expected = expected < RT_WAIT_EXPECTED_MAX_NS ? expected : RT_WAIT_EXPECTED_MAX_NS;
+  const u64 until = f.sent_ns + expected / 4 * RT_WAIT_SLEEP_QUARTERS;
+  for (u64 now = timer_ns(); now < until; now = timer_ns()) {
+    const u64 left = until - now;
+    sleep_for(left < RT_WAIT_SLEEP_CHUNK_NS ? static_cast<u32>(left) : RT_WAIT_SLEEP_CHUNK_NS);
+  }
+  const u64 longest = expected / 8 < Backoff::ANSWER_MAX_NS ? Backoff::ANSWER_MAX_NS
+                      : expected / 8 > RT_WAIT_SLEEP_CHUNK_NS ? RT_WAIT_SLEEP_CHUNK_NS
+                                                              : expected / 8;
+  return Backoff::sleeping_from(static_cast<u32>(expected / 16), static_cast<u32>(longest));
+#else
+  if (f.ahead != 0) {
+    sleep_for(0);
+  }
+  return Backoff::up_to(Backoff::ANSWER_MAX_NS);
+#endif
+}
+
+/// After an answer to a task that had records ahead: folds what it took per
+/// record ahead into the thread's average (a quarter's weight), which the
+/// next wait expects from.
+TANDEM_DEVICE void rt_learn_wait(RtFuture& f) {
+#if defined(TANDEM_BACKEND_GPU)
+  if (f.ahead == 0) {
+    return;
+  }
+  u64 per_ahead = (timer_ns() - f.sent_ns) / f.ahead;
+  per_ahead = per_ahead < RT_WAIT_EXPECTED_MAX_NS ? per_ahead : RT_WAIT_EXPECTED_MAX_NS;
+  f.wait_ns_per_ahead = static_cast<u32>((3 * u64{f.wait_ns_per_ahead} + per_ahead) / 4);
+#else
+  (void)f;
+#endif
+}
 
 /// Bytes between consecutive rings of a lane queue (`ring_bytes` in
 /// lane_queue.rs: one LL ring, rounded up to a cache line).
@@ -484,6 +586,8 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   out->no_output = false;
   out->nearly_empty_ring = 0;
   out->ahead = 0;
+  out->wait_ns_per_ahead = detail::RT_WAIT_NS_PER_AHEAD;
+  out->sent_ns = 0;
   // The thread's notify word goes to its first future (one future per word:
   // rt_wait trusts the word alone, see there); records carry 32-bit offsets.
   const u32 me = thread_rank();
@@ -571,7 +675,7 @@ TANDEM_DEVICE rt_status rt_make_task(RtFuture& f, u32 pool, u32 method, W write_
   }
   f.staged[0] = pool;
   f.staged[1] = method;
-  f.staged[2] = args_len;
+  f.staged[2] = rt_record::lengths(args_len, f.view.copy_space_size);
   // Constant bounds, so the staged words can stay in registers.
   TANDEM_UNROLL
   for (u32 i = 0; i < rt_record::INLINE_ARGS_MAX / 4; ++i) {
@@ -685,8 +789,12 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
     return r;
   };
   // No free-slot note: an LL slot is known free from the consumers' counter.
-  return detail::rt_push(f, ring.capacity(), stop, spin_budget, push,
-                         [](u64) { return ConsumedNote{nullptr, 0}; });
+  const rt_status st =
+      detail::rt_push(f, ring.capacity(), stop, spin_budget, push, [](u64) { return ConsumedNote{nullptr, 0}; });
+  if (st == rt_status::ok) {
+    detail::rt_mark_sent(f);
+  }
+  return st;
 }
 
 /// Sends `f`'s task to the device's GPU service (rt_serve, a persistent
@@ -703,7 +811,7 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
   if (f.staged_len != 0) {
     // The staged argument bytes, by constant indices into `staged` (which
     // may then stay in registers).
-    const u32 args_len = f.staged[2];
+    const u32 args_len = rt_record::args_len(f.staged[2]);
     const auto staged_args = [&](Writer& w) {
       ser_status s = ser_status::ok;
       TANDEM_UNROLL
@@ -756,28 +864,13 @@ TANDEM_DEVICE bool rt_notified(RtFuture& f, i32* return_code) {
   return true;
 }
 
-/// The sleep before a waiter's first poll per record ahead of it in its
-/// lane (RtFuture::ahead), at most RT_WAIT_AHEAD_MAX_NS. Every poll of a
-/// notify word is a PCIe read, and under load thousands of waiters poll
-/// while their lanes drain: skipping the polls that cannot succeed yet
-/// leaves the link to the answers. Deliberately low: at 25 M tasks/s over
-/// 64 lanes a lane takes a record every 2.6 us, so the sleep ends well
-/// before the answer and the usual back-off takes over. A lone thread's
-/// lane is nearly empty, so its round trip sleeps none of this.
-constexpr u32 RT_WAIT_NS_PER_AHEAD = 256;
-constexpr u32 RT_WAIT_AHEAD_MAX_NS = Backoff::ANSWER_MAX_NS;
-
 /// rt_wait through the thread's notify word. Only the word counts, never the
 /// flags: the worker stores the word after completing, so once a kernel
 /// sees the word it may reuse the future; had it acted on COMPLETE instead,
 /// the late word store could land on the next task's wait.
 TANDEM_DEVICE wait_outcome rt_wait_notified(RtFuture& f, const u32* stop, u64 spin_budget,
                                             i32* return_code) {
-  Backoff backoff = Backoff::up_to(Backoff::ANSWER_MAX_NS);
-  if (f.ahead != 0) {
-    const u64 ns = u64{f.ahead} * RT_WAIT_NS_PER_AHEAD;
-    sleep_for(ns > RT_WAIT_AHEAD_MAX_NS ? RT_WAIT_AHEAD_MAX_NS : static_cast<u32>(ns));
-  }
+  Backoff backoff = rt_sleep_before_polls(f);
   for (u64 round = 0;; ++round) {
     const bool stopped = stop_raised<scope::system>(stop, round, round >= spin_budget);
     if (rt_notified(f, return_code)) {
@@ -802,10 +895,13 @@ TANDEM_DEVICE wait_outcome rt_wait_notified(RtFuture& f, const u32* stop, u64 sp
 /// lane; it spins on memory the host writes, never on another lane.
 TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
   f.no_output = false;
-  const wait_outcome outcome =
-      f.notify != nullptr && !f.via_gpu ? detail::rt_wait_notified(f, stop, spin_budget, return_code)
+  const bool notified = f.notify != nullptr && !f.via_gpu;
+  const wait_outcome outcome = notified ? detail::rt_wait_notified(f, stop, spin_budget, return_code)
                                         : future_wait<scope::system>(f.view, stop, spin_budget, return_code);
   if (outcome == wait_outcome::completed) {
+    if (notified) {
+      detail::rt_learn_wait(f);
+    }
     f.in_flight = false;
     // The consumer freed the slot before it completed the future, whose
     // completion we just acquired.

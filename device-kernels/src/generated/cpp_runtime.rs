@@ -222,9 +222,11 @@ pub mod root {
             pub const IN_FUTURE_WORDS: root::tandem::u32_ = 3;
             pub const POOL: root::tandem::u32_ = 3;
             pub const METHOD: root::tandem::u32_ = 4;
-            pub const ARGS_LEN: root::tandem::u32_ = 5;
+            pub const LENGTHS: root::tandem::u32_ = 5;
             pub const ARGS: root::tandem::u32_ = 6;
             pub const INLINE_ARGS_MAX: root::tandem::u32_ = 32;
+            pub const ARGS_LEN_BITS: root::tandem::u32_ = 8;
+            pub const COPY_SPACE_MAX: root::tandem::u32_ = 16777215;
         }
         pub mod rt_notify {
             #[allow(unused_imports)]
