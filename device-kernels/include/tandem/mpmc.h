@@ -324,12 +324,22 @@ enum class ticket_result : u32 {
 
 /// One side's tickets of a ring, in device memory (zeroed when the ring is
 /// initialised; no CPU thread touches it): the next ticket, a copy of the
-/// other side's counter as last read, and the lock that lets one thread at a
-/// time read it again. 32 bytes: one L2 sector per ring side.
+/// other side's counter as last read, the lock that lets one thread at a
+/// time read it again, and how fast the other side has been moving its
+/// counter while this side waited (see wait_ticket_ready). 32 bytes: one L2
+/// sector per ring side.
 struct alignas(32) DeviceTickets {
   u64 next;
   u64 other_seen;
   u32 refreshing;
+  /// Nanoseconds per item the other side took, on average, while threads
+  /// of this side waited on their tickets; 0 before it was measured.
+  u32 ns_per_item;
+  /// Where the current measurement started: the low 32 bits of the copy
+  /// and of timer_ns then (their differences are exact for 2^32 items and
+  /// 4 s).
+  u32 rate_base_count;
+  u32 rate_base_ns;
 };
 static_assert(sizeof(DeviceTickets) == 32, "tandem_device_kernels::DEVICE_TICKETS_BYTES");
 
@@ -365,6 +375,13 @@ struct TicketClaim {
 
 namespace detail {
 
+/// A measurement of the other side's pace (DeviceTickets::ns_per_item)
+/// spans at least RATE_MIN_ITEMS items, so one consumer's run of items, or a
+/// refresh right after another, does not make it (a pace from few items
+/// errs high), and at most RATE_WINDOW_NS, so it is not of an idle spell.
+constexpr u32 RATE_MIN_ITEMS = 256;
+constexpr u32 RATE_WINDOW_NS = 4 * 1000 * 1000;
+
 /// Reads the other side's counter `other` across PCIe into `t->other_seen`,
 /// unless another thread is doing so (then returns at once): thousands of
 /// threads waiting on a full (empty) ring then make one read of the line the
@@ -378,6 +395,16 @@ namespace detail {
 /// moving its counter happens-before whatever a thread does once the copy
 /// says so: an LL ring's consumers read a slot's record before they move
 /// `head` past it (ll_ring.h relies on this to reuse slots).
+///
+/// A `Waiting` refresher (it holds a ticket the other side has not reached:
+/// that side is the bottleneck, busy) also measures the other side's pace:
+/// once the copy is RATE_MIN_ITEMS past the measurement's base, the time
+/// since the base over those items goes into `ns_per_item` (a quarter's
+/// weight) if the span is within RATE_WINDOW_NS; either way the base moves
+/// to now. Statistics: relaxed, written under the lock only. Other
+/// refreshers (a probe, refresh_if_due on a lone thread's push) leave it
+/// alone and pay nothing for it.
+template <bool Waiting = false>
 TANDEM_DEVICE void refresh_other_side(DeviceTickets* t, const u64* other) {
   if (cas<scope::device, order::relaxed>(&t->refreshing, 0u, 1u) != 0) {
     return;
@@ -386,6 +413,20 @@ TANDEM_DEVICE void refresh_other_side(DeviceTickets* t, const u64* other) {
   // device tickets).
   const u64 now = load_acquire<scope::system>(other);
   if (static_cast<i64>(now - load_relaxed<scope::device>(&t->other_seen)) > 0) {
+    if (Waiting) {
+      const u32 items = static_cast<u32>(now) - load_relaxed<scope::device>(&t->rate_base_count);
+      if (items >= RATE_MIN_ITEMS) {
+        const u32 at = static_cast<u32>(timer_ns());
+        const u32 span = at - load_relaxed<scope::device>(&t->rate_base_ns);
+        if (span <= RATE_WINDOW_NS) {
+          const u32 sample = span / items;
+          const u32 old = load_relaxed<scope::device>(&t->ns_per_item);
+          store_relaxed<scope::device>(&t->ns_per_item, old == 0 ? sample : (3 * old + sample) / 4);
+        }
+        store_relaxed<scope::device>(&t->rate_base_count, static_cast<u32>(now));
+        store_relaxed<scope::device>(&t->rate_base_ns, at);
+      }
+    }
     store_release<scope::device>(&t->other_seen, now);
   }
   store_relaxed<scope::device>(&t->refreshing, 0u);
@@ -409,19 +450,19 @@ TANDEM_DEVICE bool ticket_ready(const DeviceTickets* t, u64 ticket, i64 needed) 
   return counter_ready(other_seen(t), ticket, needed);
 }
 
-/// ticket_ready, refreshing the copy once when it says no.
+/// ticket_ready, refreshing the copy once when it says no (`Waiting`: see
+/// refresh_other_side).
+template <bool Waiting = false>
 TANDEM_DEVICE bool ticket_room(DeviceTickets* t, const u64* other, u64 ticket, i64 needed) {
   if (ticket_ready(t, ticket, needed)) {
     return true;
   }
-  refresh_other_side(t, other);
+  refresh_other_side<Waiting>(t, other);
   return ticket_ready(t, ticket, needed);
 }
 
-/// Nanoseconds a waiting ticket sleeps per ticket still ahead of it: about
-/// what the other side takes per item. A thread far back in the line then
-/// sleeps long (no traffic), one at the front polls often (the consumer is
-/// never left idle while the producer of the next item sleeps).
+/// Nanoseconds per item a waiting ticket assumes the other side takes,
+/// unless it measured that side faster (wait_ticket_ready).
 constexpr u32 TICKET_WAIT_NS_PER_ITEM = 64;
 
 /// The longest sleep between the retries of a producer that found a ring of
@@ -442,12 +483,21 @@ TANDEM_HOST_DEVICE u32 full_ring_max_sleep_ns(u64 capacity) {
 /// After a fetch_add claimed `ticket`, which may lie past what the other
 /// side has reached (many threads passed the check at once): waits on the
 /// device-memory copy (refreshed by one thread at a time) until it has, so
-/// the wait costs no PCIe traffic per thread. False when `*stop` was raised
-/// (may be null; polled every 8th round) and `other` itself, read then, is
-/// not far enough either.
+/// the wait costs no PCIe traffic per thread. Between looks it sleeps 3/4 of
+/// the time the items still ahead take at the other side's pace: a thread
+/// far back in the line sleeps long (no traffic), one at the front looks
+/// often, and an item is not left waiting for a sleeping producer while the
+/// other side idles. The pace is TICKET_WAIT_NS_PER_ITEM, or the measured
+/// one (ns_per_item) where that is faster: CPU threads draining a ring in
+/// runs take a few nanoseconds an item, and waiters that assumed 64 held
+/// them up. Never slower: a runtime lane's workers take microseconds an
+/// item, but a sleep too long leaves them idle at the sleeper's slot, while
+/// one too short costs a read of device memory.
+/// False when `*stop` was raised (may be null; polled every 8th round) and
+/// `other` itself, read then, is not far enough either.
 TANDEM_DEVICE bool wait_ticket_ready(DeviceTickets* t, const u64* other, u64 ticket, i64 needed,
                                      const u32* stop) {
-  for (u64 round = 0; !ticket_room(t, other, ticket, needed); ++round) {
+  for (u64 round = 0; !ticket_room<true>(t, other, ticket, needed); ++round) {
     // Acquire: pairs with the host's release of the flag, like future_wait.
     if (stop != nullptr && round % STOP_POLL_EVERY == STOP_POLL_EVERY - 1 &&
         load_acquire<scope::system>(stop) != 0) {
@@ -456,7 +506,9 @@ TANDEM_DEVICE bool wait_ticket_ready(DeviceTickets* t, const u64* other, u64 tic
       return static_cast<i64>(load_acquire<scope::system>(other) - ticket) >= needed;
     }
     const i64 behind = needed - static_cast<i64>(load_relaxed<scope::device>(&t->other_seen) - ticket);
-    const i64 ns = behind * TICKET_WAIT_NS_PER_ITEM;
+    const u32 measured = load_relaxed<scope::device>(&t->ns_per_item);
+    const u32 pace = measured != 0 && measured < TICKET_WAIT_NS_PER_ITEM ? measured : TICKET_WAIT_NS_PER_ITEM;
+    const i64 ns = behind * pace / 4 * 3;
     sleep_for(ns < 64 ? 64u : ns > Backoff::FULL_MAX_NS ? Backoff::FULL_MAX_NS : static_cast<u32>(ns));
   }
   return true;
