@@ -45,6 +45,11 @@ include!(concat!(env!("OUT_DIR"), "/kernels.rs"));
 /// the ring is initialised.
 pub const DEVICE_TICKETS_BYTES: usize = 32;
 
+/// Where in a side's device tickets its measured pace of the other side
+/// lies (`DeviceTickets::ns_per_item`, a u32 of nanoseconds per item, 0
+/// before measured; tandem/mpmc.h asserts the same offset).
+pub const DEVICE_TICKETS_PACE_OFFSET: usize = 20;
+
 /// Lane depths from which a kernel thread may claim a lane slot without
 /// probing the lane first, when its last push there found it nearly empty
 /// (`tandem::NEARLY_EMPTY_MIN_CAPACITY` in tandem/layout.h, compared with

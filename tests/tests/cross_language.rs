@@ -25,6 +25,7 @@ macro_rules! cross_language_tests {
                 mixed_rust_and_cpp_sequences_match_all_rust,
                 cpp_producers_rust_consumers_lose_and_duplicate_nothing,
                 cpp_producers_rust_run_consumers_lose_and_duplicate_nothing,
+                waiting_producers_measure_their_consumers_pace,
                 rust_producers_cpp_consumers_lose_and_duplicate_nothing,
                 malformed_rings_are_refused_like_rust_refuses_them,
             ]);

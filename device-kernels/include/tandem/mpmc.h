@@ -342,6 +342,7 @@ struct alignas(32) DeviceTickets {
   u32 rate_base_ns;
 };
 static_assert(sizeof(DeviceTickets) == 32, "tandem_device_kernels::DEVICE_TICKETS_BYTES");
+TANDEM_ASSERT_OFFSET(DeviceTickets, ns_per_item, 20);  // tandem_device_kernels::DEVICE_TICKETS_PACE_OFFSET
 
 /// How a producer claims its ticket.
 enum class claim_mode : u32 {
@@ -396,15 +397,15 @@ constexpr u32 RATE_WINDOW_NS = 4 * 1000 * 1000;
 /// says so: an LL ring's consumers read a slot's record before they move
 /// `head` past it (ll_ring.h relies on this to reuse slots).
 ///
-/// A `Waiting` refresher (it holds a ticket the other side has not reached:
-/// that side is the bottleneck, busy) also measures the other side's pace:
-/// once the copy is RATE_MIN_ITEMS past the measurement's base, the time
-/// since the base over those items goes into `ns_per_item` (a quarter's
-/// weight) if the span is within RATE_WINDOW_NS; either way the base moves
-/// to now. Statistics: relaxed, written under the lock only. Other
-/// refreshers (a probe, refresh_if_due on a lone thread's push) leave it
-/// alone and pay nothing for it.
-template <bool Waiting = false>
+/// A refresher that `Measures` (one whose ticket, or probe, the copy says
+/// the other side has not reached: that side is the bottleneck, busy) also
+/// measures the other side's pace: once the copy is RATE_MIN_ITEMS past the
+/// measurement's base, the time since the base over those items goes into
+/// `ns_per_item` (a quarter's weight) if the span is within RATE_WINDOW_NS;
+/// either way the base moves to now. Statistics: relaxed, written under the
+/// lock only. refresh_if_due, on a lone thread's push into a nearly empty
+/// ring, leaves it alone and pays nothing for it.
+template <bool Measures = true>
 TANDEM_DEVICE void refresh_other_side(DeviceTickets* t, const u64* other) {
   if (cas<scope::device, order::relaxed>(&t->refreshing, 0u, 1u) != 0) {
     return;
@@ -413,7 +414,7 @@ TANDEM_DEVICE void refresh_other_side(DeviceTickets* t, const u64* other) {
   // device tickets).
   const u64 now = load_acquire<scope::system>(other);
   if (static_cast<i64>(now - load_relaxed<scope::device>(&t->other_seen)) > 0) {
-    if (Waiting) {
+    if (Measures) {
       const u32 items = static_cast<u32>(now) - load_relaxed<scope::device>(&t->rate_base_count);
       if (items >= RATE_MIN_ITEMS) {
         const u32 at = static_cast<u32>(timer_ns());
@@ -450,14 +451,12 @@ TANDEM_DEVICE bool ticket_ready(const DeviceTickets* t, u64 ticket, i64 needed) 
   return counter_ready(other_seen(t), ticket, needed);
 }
 
-/// ticket_ready, refreshing the copy once when it says no (`Waiting`: see
-/// refresh_other_side).
-template <bool Waiting = false>
+/// ticket_ready, refreshing the copy once when it says no.
 TANDEM_DEVICE bool ticket_room(DeviceTickets* t, const u64* other, u64 ticket, i64 needed) {
   if (ticket_ready(t, ticket, needed)) {
     return true;
   }
-  refresh_other_side<Waiting>(t, other);
+  refresh_other_side(t, other);
   return ticket_ready(t, ticket, needed);
 }
 
@@ -497,7 +496,7 @@ TANDEM_HOST_DEVICE u32 full_ring_max_sleep_ns(u64 capacity) {
 /// `other` itself, read then, is not far enough either.
 TANDEM_DEVICE bool wait_ticket_ready(DeviceTickets* t, const u64* other, u64 ticket, i64 needed,
                                      const u32* stop) {
-  for (u64 round = 0; !ticket_room<true>(t, other, ticket, needed); ++round) {
+  for (u64 round = 0; !ticket_room(t, other, ticket, needed); ++round) {
     // Acquire: pairs with the host's release of the flag, like future_wait.
     if (stop != nullptr && round % STOP_POLL_EVERY == STOP_POLL_EVERY - 1 &&
         load_acquire<scope::system>(stop) != 0) {
@@ -601,7 +600,7 @@ TANDEM_DEVICE ticket_result claim_ticket(u64 capacity, DeviceTickets* tickets, c
 TANDEM_DEVICE void refresh_if_due(const TicketClaim& claim, u64 capacity, DeviceTickets* tickets,
                                   const u64* consumed) {
   if (claim.free == nearly_empty_free(capacity)) {
-    refresh_other_side(tickets, consumed);
+    refresh_other_side<false>(tickets, consumed);
   }
 }
 

@@ -80,6 +80,15 @@ impl<A: GpuApi> DeviceWords<A> {
     pub fn arg(&self) -> KernelArg<'static> {
         KernelArg::Ptr(self.buffer.device_ptr())
     }
+
+    /// A copy of the memory's bytes (no kernel may be writing it).
+    pub fn bytes(&self, gpu: &Gpu<A>) -> Vec<u8> {
+        let mut out = vec![0; self.buffer.len()];
+        gpu.device
+            .copy_from_device(&mut out, &self.buffer, 0)
+            .expect("device to host copy");
+        out
+    }
 }
 
 impl<A: GpuApi> Gpu<A> {

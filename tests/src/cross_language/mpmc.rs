@@ -1,13 +1,15 @@
 //! tandem/mpmc.h against tandem-shm-core's `MpmcRing` on the same bytes:
 //! operation sequences split between Rust and C++ leave exactly the bytes an
 //! all-Rust run leaves; C++ producers with Rust consumers (and the reverse)
-//! lose and duplicate nothing; both sides refuse the same malformed rings.
+//! lose and duplicate nothing; producers waiting on their tickets measure
+//! their consumers' pace; both sides refuse the same malformed rings.
 
 use std::mem::offset_of;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use tandem_device_kernels::{names, DEVICE_TICKETS_BYTES};
+use tandem_device_kernels::{names, DEVICE_TICKETS_BYTES, DEVICE_TICKETS_PACE_OFFSET};
 use tandem_hal::{Dim3, GpuApi, GpuDevice, KernelArg};
 use tandem_shm_core::layout::{RingHeader, RING_SLOTS_OFFSET};
 use tandem_shm_core::{MpmcRing, SpscRing};
@@ -129,6 +131,14 @@ impl<A: GpuApi> PushedRing<A> {
                 ],
             )
         }
+    }
+
+    /// The producers' measure of the consumers' pace, in nanoseconds an item
+    /// (0: none yet; no kernel may be running).
+    pub fn consumers_pace(&self, gpu: &Gpu<A>) -> u32 {
+        let bytes = self.tickets.bytes(gpu);
+        let at = DEVICE_TICKETS_PACE_OFFSET;
+        u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
     }
 
     /// Panics unless the last push (synchronized) attached the ring in every
@@ -359,6 +369,47 @@ fn cpp_producers_rust_consumers<A: GpuApi>(
         got.len()
     );
     assert_eq!(ring.try_pop(), None, "nothing left behind");
+}
+
+/// Producers waiting on their tickets measure how fast the consumers move
+/// (tandem/mpmc.h `DeviceTickets::ns_per_item`): one Rust consumer that
+/// spends at least 5 us on each item of a small ring is measured, and never
+/// as faster than that (a pace measured over 256 items or more, so one
+/// item's slack is within the 10% allowed).
+pub fn waiting_producers_measure_their_consumers_pace<A: GpuApi>(gpu: &Gpu<A>) {
+    const PER_ITEM: Duration = Duration::from_micros(5);
+    let (launch, count) = gpu.at_scale(
+        ((Dim3::linear(4), Dim3::linear(16)), 8192),
+        ((Dim3::linear(8), Dim3::linear(128)), 8192),
+    );
+    let pushed = PushedRing::new(gpu, 16);
+    let ring = pushed.ring();
+    let stream = gpu.stream();
+    std::thread::scope(|s| {
+        let consumer = s.spawn(|| {
+            for _ in 0..count {
+                let deadline = Instant::now() + PER_ITEM;
+                while ring.try_pop().is_none() {
+                    std::hint::spin_loop();
+                }
+                while Instant::now() < deadline {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        // SAFETY: `pushed` outlives the kernel (synced below).
+        unsafe { pushed.launch_push(gpu, &stream, launch, (0, count), MAX_RETRIES) };
+        gpu.sync(&stream);
+        consumer.join().expect("consumer");
+    });
+    pushed.assert_no_failures();
+    let pace = pushed.consumers_pace(gpu);
+    let floor = PER_ITEM.as_nanos() as u32 / 10 * 9;
+    assert!(pace != 0, "the producers measured no pace");
+    assert!(
+        pace >= floor,
+        "measured {pace} ns an item; the consumer took at least {PER_ITEM:?}"
+    );
 }
 
 /// Rust producers and C++ consumers lose and duplicate nothing.
