@@ -57,10 +57,12 @@ TANDEM_DEVICE void count_if_any(u64* counter, u64 n) {
 /// full a thread pauses and retries: progress then depends on the ring's consumers (the
 /// CPU), never on another lane of its warp, so this is allowed on AMD too.
 /// After `max_full_retries` consecutive full rounds a value is given up.
+/// With `direct` nonzero every push claims its ticket without probing
+/// (claim_mode::direct) and waits for its slot, however full the ring.
 /// stats[0] += values given up, stats[1] += threads that could not attach
 /// the ring, stats[2] += pushes that found a foreign ticket.
 TANDEM_KERNEL tandem_mpmc_push_u64(tandem::RingHeader* ring, u64 len, u64* tickets, u64 count,
-                                   u64 base, u64 max_full_retries, u64* stats) {
+                                   u64 base, u64 max_full_retries, u32 direct, u64* stats) {
   tandem::MpmcRing<u64> r;
   if (tandem::mpmc_attach<u64>(ring, len, &r) != tandem::ring_status::ok) {
     count_if_any(&stats[1], 1);
@@ -71,7 +73,9 @@ TANDEM_KERNEL tandem_mpmc_push_u64(tandem::RingHeader* ring, u64 len, u64* ticke
   for (u64 i = tandem::global_rank(); i < count; i += tandem::grid_size()) {
     tandem::Backoff backoff;
     for (u64 tries = 0;; ++tries) {
-      const tandem::ticket_result res = tandem::mpmc_push_ticketed(r, mine, base + i, nullptr);
+      const tandem::ticket_result res = tandem::mpmc_push_ticketed(
+          r, mine, base + i, nullptr, nullptr, nullptr,
+          direct != 0 ? tandem::claim_mode::direct : tandem::claim_mode::probe);
       if (res == tandem::ticket_result::done) {
         break;
       }

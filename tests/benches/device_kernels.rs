@@ -52,7 +52,7 @@ mod cuda {
     use tandem_shm_core::{ArenaAllocator, MpmcRing, SizeClassAllocator};
 
     use tandem_tests::cross_language::harness::{Gpu, Shared};
-    use tandem_tests::cross_language::mpmc::PushedRing;
+    use tandem_tests::cross_language::mpmc::{Claim, PushedRing};
 
     /// Runs every benchmark on `gpu`.
     pub fn run<A: GpuApi>(gpu: Gpu<A>) {
@@ -409,8 +409,11 @@ mod cuda {
             for _ in 0..consumers {
                 s.spawn(|| drained.fetch_add(drain(&ring, how, &done), Ordering::Relaxed));
             }
+            let claim = Claim::Probe {
+                max_full_retries: u64::MAX,
+            };
             // SAFETY: `pushed` outlives the kernel (synced below).
-            unsafe { pushed.launch_push(gpu, &stream, (grid, block), (0, count), u64::MAX) };
+            unsafe { pushed.launch_push(gpu, &stream, (grid, block), (0, count), claim) };
             gpu.sync(&stream);
             done.store(true, Ordering::Release);
         });

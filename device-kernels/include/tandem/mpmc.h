@@ -397,15 +397,17 @@ constexpr u32 RATE_WINDOW_NS = 4 * 1000 * 1000;
 /// says so: an LL ring's consumers read a slot's record before they move
 /// `head` past it (ll_ring.h relies on this to reuse slots).
 ///
-/// A refresher that `Measures` (one whose ticket, or probe, the copy says
-/// the other side has not reached: that side is the bottleneck, busy) also
-/// measures the other side's pace: once the copy is RATE_MIN_ITEMS past the
-/// measurement's base, the time since the base over those items goes into
-/// `ns_per_item` (a quarter's weight) if the span is within RATE_WINDOW_NS;
-/// either way the base moves to now. Statistics: relaxed, written under the
-/// lock only. refresh_if_due, on a lone thread's push into a nearly empty
-/// ring, leaves it alone and pays nothing for it.
-template <bool Measures = true>
+/// A `Waiting` refresher (it holds a ticket the other side has not reached:
+/// that side is the bottleneck, busy) also measures the other side's pace:
+/// once the copy is RATE_MIN_ITEMS past the measurement's base, the time
+/// since the base over those items goes into `ns_per_item` (a quarter's
+/// weight) if the span is within RATE_WINDOW_NS; either way the base moves
+/// to now. Statistics: relaxed, written under the lock only. Other
+/// refreshers (a probe, refresh_if_due on a lone thread's push) leave it
+/// alone and pay nothing for it: a probe that finds a ring full may come
+/// after the other side drained it and idled, and measuring there too was
+/// slower on the H100 (README.md, "Sharing memory across PCIe").
+template <bool Waiting = false>
 TANDEM_DEVICE void refresh_other_side(DeviceTickets* t, const u64* other) {
   if (cas<scope::device, order::relaxed>(&t->refreshing, 0u, 1u) != 0) {
     return;
@@ -414,7 +416,7 @@ TANDEM_DEVICE void refresh_other_side(DeviceTickets* t, const u64* other) {
   // device tickets).
   const u64 now = load_acquire<scope::system>(other);
   if (static_cast<i64>(now - load_relaxed<scope::device>(&t->other_seen)) > 0) {
-    if (Measures) {
+    if (Waiting) {
       const u32 items = static_cast<u32>(now) - load_relaxed<scope::device>(&t->rate_base_count);
       if (items >= RATE_MIN_ITEMS) {
         const u32 at = static_cast<u32>(timer_ns());
@@ -451,12 +453,14 @@ TANDEM_DEVICE bool ticket_ready(const DeviceTickets* t, u64 ticket, i64 needed) 
   return counter_ready(other_seen(t), ticket, needed);
 }
 
-/// ticket_ready, refreshing the copy once when it says no.
+/// ticket_ready, refreshing the copy once when it says no (`Waiting`: see
+/// refresh_other_side).
+template <bool Waiting = false>
 TANDEM_DEVICE bool ticket_room(DeviceTickets* t, const u64* other, u64 ticket, i64 needed) {
   if (ticket_ready(t, ticket, needed)) {
     return true;
   }
-  refresh_other_side(t, other);
+  refresh_other_side<Waiting>(t, other);
   return ticket_ready(t, ticket, needed);
 }
 
@@ -496,7 +500,7 @@ TANDEM_HOST_DEVICE u32 full_ring_max_sleep_ns(u64 capacity) {
 /// `other` itself, read then, is not far enough either.
 TANDEM_DEVICE bool wait_ticket_ready(DeviceTickets* t, const u64* other, u64 ticket, i64 needed,
                                      const u32* stop) {
-  for (u64 round = 0; !ticket_room(t, other, ticket, needed); ++round) {
+  for (u64 round = 0; !ticket_room<true>(t, other, ticket, needed); ++round) {
     // Acquire: pairs with the host's release of the flag, like future_wait.
     if (stop != nullptr && round % STOP_POLL_EVERY == STOP_POLL_EVERY - 1 &&
         load_acquire<scope::system>(stop) != 0) {
@@ -600,7 +604,7 @@ TANDEM_DEVICE ticket_result claim_ticket(u64 capacity, DeviceTickets* tickets, c
 TANDEM_DEVICE void refresh_if_due(const TicketClaim& claim, u64 capacity, DeviceTickets* tickets,
                                   const u64* consumed) {
   if (claim.free == nearly_empty_free(capacity)) {
-    refresh_other_side<false>(tickets, consumed);
+    refresh_other_side(tickets, consumed);
   }
 }
 
@@ -611,13 +615,15 @@ TANDEM_DEVICE void refresh_if_due(const TicketClaim& claim, u64 capacity, Device
 /// they are CPU threads (the overload below), their DeviceTickets::next when
 /// they are GPU threads too. See "Device tickets" above. With `free_hints`
 /// (may be null; see mpmc_note_consumed) a hinted free slot costs no PCIe
-/// read; `*claimed` (may be null) gets the ticket pushed with.
+/// read; `*claimed` (may be null) gets the ticket pushed with; `mode` says
+/// whether a full ring is `unavailable` (probe) or waited on (direct).
 template <typename T, scope S = scope::system>
 TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
                                                const u64* consumed, const T& item, const u32* stop,
-                                               const u64* free_hints = nullptr, u64* claimed = nullptr) {
+                                               const u64* free_hints = nullptr, u64* claimed = nullptr,
+                                               claim_mode mode = claim_mode::probe) {
   TicketClaim claim{};
-  const ticket_result r = detail::claim_ticket(ring.capacity(), tickets, consumed, claim_mode::probe, stop, &claim);
+  const ticket_result r = detail::claim_ticket(ring.capacity(), tickets, consumed, mode, stop, &claim);
   if (r != ticket_result::done) {
     return r;
   }
@@ -665,9 +671,10 @@ TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTi
 template <typename T, scope S = scope::system>
 TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
                                                const T& item, const u32* stop,
-                                               const u64* free_hints = nullptr, u64* claimed = nullptr) {
+                                               const u64* free_hints = nullptr, u64* claimed = nullptr,
+                                               claim_mode mode = claim_mode::probe) {
   return mpmc_push_ticketed<T, S>(ring, tickets, &ring.header->head.value, item, stop, free_hints,
-                                  claimed);
+                                  claimed, mode);
 }
 
 /// Pops into `*out` from a ring whose consumers all take their tickets from

@@ -69,6 +69,17 @@ fn rust_init<A: GpuApi>(mem: &Shared<A>, capacity: u32) -> MpmcRing<'_, u64> {
     unsafe { MpmcRing::init_in(mem.host(), mem.len(), capacity) }.expect("ring init")
 }
 
+/// How `tandem_mpmc_push_u64` claims its tickets (tandem/mpmc.h
+/// `claim_mode`).
+#[derive(Clone, Copy, Debug)]
+pub enum Claim {
+    /// Probe first: a full ring is retried, a value given up after this many
+    /// consecutive full rounds.
+    Probe { max_full_retries: u64 },
+    /// Claim at once: every push waits for its slot, however full the ring.
+    Direct,
+}
+
 /// A u64 ring (initialised from Rust) in mapped pinned memory, with what
 /// `tandem_mpmc_push_u64` needs beside it: its producers' device tickets and
 /// the kernel's three failure counters. Used by this suite and the GPU ring
@@ -99,8 +110,7 @@ impl<A: GpuApi> PushedRing<A> {
     }
 
     /// Launches `tandem_mpmc_push_u64` on `stream`: `grid` x `block` threads
-    /// push the values `base..base + count`, giving one up after
-    /// `max_full_retries` consecutive full rounds.
+    /// push the values `base..base + count`, claiming as `claim` says.
     ///
     /// # Safety
     /// `self` must outlive the kernel: synchronize `stream` before dropping it.
@@ -110,8 +120,12 @@ impl<A: GpuApi> PushedRing<A> {
         stream: &<A::Device as GpuDevice>::Stream,
         (grid, block): (Dim3, Dim3),
         (base, count): (u64, u64),
-        max_full_retries: u64,
+        claim: Claim,
     ) {
+        let (max_full_retries, direct) = match claim {
+            Claim::Probe { max_full_retries } => (max_full_retries, 0),
+            Claim::Direct => (0, 1),
+        };
         // SAFETY: the ring, tickets and stats outlive the kernel (the caller's
         // contract).
         unsafe {
@@ -127,6 +141,7 @@ impl<A: GpuApi> PushedRing<A> {
                     KernelArg::U64(count),
                     KernelArg::U64(base),
                     KernelArg::U64(max_full_retries),
+                    KernelArg::U32(direct),
                     self.stats.arg(),
                 ],
             )
@@ -351,8 +366,11 @@ fn cpp_producers_rust_consumers<A: GpuApi>(
                 })
             })
             .collect();
+        let claim = Claim::Probe {
+            max_full_retries: MAX_RETRIES,
+        };
         // SAFETY: `pushed` outlives the kernel (synced below).
-        unsafe { pushed.launch_push(gpu, &stream, (grid, block), (base, count), MAX_RETRIES) };
+        unsafe { pushed.launch_push(gpu, &stream, (grid, block), (base, count), claim) };
         gpu.sync(&stream);
         done.store(true, Ordering::Release);
         drains
@@ -372,10 +390,11 @@ fn cpp_producers_rust_consumers<A: GpuApi>(
 }
 
 /// Producers waiting on their tickets measure how fast the consumers move
-/// (tandem/mpmc.h `DeviceTickets::ns_per_item`): one Rust consumer that
-/// spends at least 5 us on each item of a small ring is measured, and never
-/// as faster than that (a pace measured over 256 items or more, so one
-/// item's slack is within the 10% allowed).
+/// (tandem/mpmc.h `DeviceTickets::ns_per_item`): producers that claim
+/// without probing, on a small ring whose one Rust consumer spends at least
+/// 5 us on each item, measure it, and never as faster than that (a pace
+/// measured over 256 items or more, so one item's slack is within the 10%
+/// allowed).
 pub fn waiting_producers_measure_their_consumers_pace<A: GpuApi>(gpu: &Gpu<A>) {
     const PER_ITEM: Duration = Duration::from_micros(5);
     let (launch, count) = gpu.at_scale(
@@ -398,7 +417,7 @@ pub fn waiting_producers_measure_their_consumers_pace<A: GpuApi>(gpu: &Gpu<A>) {
             }
         });
         // SAFETY: `pushed` outlives the kernel (synced below).
-        unsafe { pushed.launch_push(gpu, &stream, launch, (0, count), MAX_RETRIES) };
+        unsafe { pushed.launch_push(gpu, &stream, launch, (0, count), Claim::Direct) };
         gpu.sync(&stream);
         consumer.join().expect("consumer");
     });
