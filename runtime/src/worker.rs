@@ -311,71 +311,40 @@ fn process(
     // An inline task whose record gives its copy space runs before the
     // future is looked at: answered with no output, it never is.
     let given = task_record::copy_space(word(task_record::LENGTHS)).filter(|_| inline);
-    let early = given.map(|copy_space| {
-        scratch.output.resize(copy_space, 0);
-        run_inline_task(
+    let mut attached = None;
+    let output_len = match given {
+        Some(copy_space) => copy_space,
+        None => match segment.future(ptr) {
+            Ok(future) => attached.insert(future).copy_space_size() as usize,
+            Err(_) => {
+                bump(&stats.bad_pointers);
+                return;
+            }
+        },
+    };
+    scratch.output.resize(output_len, 0);
+    let (pool, reply) = match (inline, &attached) {
+        (true, _) => run_inline_task(
             &context,
             words,
             registry,
             &mut scratch.input,
             &mut scratch.output,
-        )
-    });
-    if let Some((pool, reply)) = &early {
-        if answer_without_future(segment, notify, token, reply) {
-            bump(&stats.completed);
-            stats.count_pool(*pool, true);
-            return;
-        }
-    }
-    let Ok(future) = segment.future(ptr) else {
-        bump(&stats.bad_pointers);
-        return;
-    };
-    let capacity = future.copy_space_size() as usize;
-    let (pool, reply) = match early {
-        // The handler saw an output buffer of the record's size: only the
-        // future's own may hold its output.
-        Some((pool, _)) if given != Some(capacity) => (pool, HandlerReply::code(RC_BAD_TASK)),
-        Some(ran) => ran,
-        None => {
-            scratch.output.resize(capacity, 0);
-            if inline {
-                run_inline_task(
-                    &context,
-                    words,
-                    registry,
-                    &mut scratch.input,
-                    &mut scratch.output,
-                )
-            } else {
-                match future.payload() {
-                    Some(payload) => {
-                        run_pointer_task(segment, payload, registry, &mut scratch.output)
-                    }
-                    None => {
-                        // SAFETY: this worker popped the future, so it is its
-                        // single completer; the slice is dropped before
-                        // completing.
-                        match unsafe { future.input() } {
-                            Ok(input) => {
-                                scratch.input.clear();
-                                scratch.input.extend_from_slice(input);
-                                registry.dispatch_indexed(
-                                    &context,
-                                    &scratch.input,
-                                    &mut scratch.output,
-                                )
-                            }
-                            Err(FutureError::AlreadyComplete) => {
-                                bump(&stats.double_completions);
-                                return;
-                            }
-                            Err(_) => (None, HandlerReply::code(RC_BAD_TASK)),
-                        }
-                    }
+        ),
+        (false, Some(future)) => {
+            match run_in_future(segment, future, &context, registry, scratch) {
+                Some(ran) => ran,
+                None => {
+                    bump(&stats.double_completions);
+                    return;
                 }
             }
+        }
+        // Not reached: only inline records give a copy space, so the
+        // future of any other was attached above.
+        (false, None) => {
+            bump(&stats.bad_pointers);
+            return;
         }
     };
     if inline && answer_without_future(segment, notify, token, &reply) {
@@ -383,6 +352,24 @@ fn process(
         stats.count_pool(pool, true);
         return;
     }
+    let future = match attached {
+        Some(future) => future,
+        None => match segment.future(ptr) {
+            Ok(future) => future,
+            Err(_) => {
+                bump(&stats.bad_pointers);
+                return;
+            }
+        },
+    };
+    // The handler saw an output buffer of the record's size: only the
+    // future's own may hold its output.
+    let reply = match given {
+        Some(copy_space) if copy_space != future.copy_space_size() as usize => {
+            HandlerReply::code(RC_BAD_TASK)
+        }
+        _ => reply,
+    };
     if inline {
         // SAFETY: the record's submitter does not touch the future until it
         // sees it answered (which we do after completing it), and this worker
@@ -432,6 +419,37 @@ fn answer_without_future(
         && reply.return_code == 0
         && reply.output_len == 0
         && notify_submitter(segment, notify, notify_word::answer(token, true, true))
+}
+
+/// Runs the task a future holds: its payload block's for a pointer future,
+/// else its copy space's input (copied out first: the output overwrites
+/// it). None when someone had completed the future already.
+fn run_in_future(
+    segment: &QueueSegment,
+    future: &FutureShm<'_>,
+    context: &TaskContext<'_>,
+    registry: &Registry,
+    scratch: &mut Scratch,
+) -> Option<(Option<usize>, HandlerReply)> {
+    if let Some(payload) = future.payload() {
+        return Some(run_pointer_task(
+            segment,
+            payload,
+            registry,
+            &mut scratch.output,
+        ));
+    }
+    // SAFETY: this worker popped the future, so it is its single completer;
+    // the slice is dropped before completing.
+    match unsafe { future.input() } {
+        Ok(input) => {
+            scratch.input.clear();
+            scratch.input.extend_from_slice(input);
+            Some(registry.dispatch_indexed(context, &scratch.input, &mut scratch.output))
+        }
+        Err(FutureError::AlreadyComplete) => None,
+        Err(_) => Some((None, HandlerReply::code(RC_BAD_TASK))),
+    }
 }
 
 /// Runs the task of a pointer future, whose bytes lie in the payload block

@@ -133,6 +133,46 @@ fn future_in(segment: &QueueSegment) -> (u32, FutureShm<'_>) {
     (u32::try_from(ptr.off).expect("32-bit offset"), future)
 }
 
+/// What a kernel thread has in a segment for the tests that act as one: a
+/// notify word, and records it pushes to lane 0 naming that word.
+struct KernelThread<'a> {
+    segment: &'a QueueSegment,
+    word: &'a AtomicU32,
+    word_offset: u32,
+}
+
+impl<'a> KernelThread<'a> {
+    fn new(segment: &'a QueueSegment) -> Self {
+        let (ptr, at) = segment.allocate(4).expect("allocate");
+        // SAFETY: a fresh, 16-aligned heap block of 4 bytes, only accessed
+        // atomically (here and by the worker), as long as the segment.
+        let word = unsafe { AtomicU32::from_ptr(at.cast()) };
+        word.store(0, Ordering::Relaxed);
+        Self {
+            segment,
+            word,
+            word_offset: u32::try_from(ptr.off).expect("32-bit offset"),
+        }
+    }
+
+    /// Pushes `record` to lane 0 at high priority.
+    fn push(&self, record: &[u32]) {
+        self.segment
+            .queue()
+            .push(0, Priority::High, LlRecord::new(record).unwrap())
+            .expect("push");
+    }
+
+    /// Waits (up to 10 s) for the notify word to read `expected`.
+    fn answered(&self, expected: u32) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.word.load(Ordering::Acquire) != expected {
+            assert!(Instant::now() < deadline, "no answer {expected:#x}");
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// The runtime's counts once `settled` holds them (or after 10 s): a worker
 /// counts a task just after the submitter can see it complete.
 fn settled_stats(
@@ -519,38 +559,21 @@ fn notify_words_answer_kernel_records() {
     let runtime = start(1, 64, Registry::with_builtins());
     let segment = runtime.cpu_segment();
     let stop = AtomicU32::new(0);
-    let (word_ptr, word_at) = segment.allocate(4).expect("allocate");
-    let word_off = u32::try_from(word_ptr.off).expect("32-bit offset");
-    // SAFETY: a fresh, 16-aligned heap block of 4 bytes, only accessed
-    // atomically (here and by the worker).
-    let word = unsafe { AtomicU32::from_ptr(word_at.cast()) };
-    word.store(0, Ordering::Relaxed);
-    let answered = |expected: u32| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while word.load(Ordering::Acquire) != expected {
-            assert!(Instant::now() < deadline, "no answer {expected:#x}");
-            std::thread::yield_now();
-        }
-    };
-    let push = |record: &[u32]| {
-        segment
-            .queue()
-            .push(0, Priority::High, LlRecord::new(record).unwrap())
-            .expect("push");
-    };
+    let kernel = KernelThread::new(segment);
+    let word_off = kernel.word_offset;
     // A no-op with token 7: the word alone, SUCCEEDED | NO_OUTPUT.
     let (off, noop) = future_in(segment);
-    push(&[off, word_off, 7, math::POOL, math::NOOP, 0]);
-    answered(notify_word::answer(7, true, true));
+    kernel.push(&[off, word_off, 7, math::POOL, math::NOOP, 0]);
+    kernel.answered(notify_word::answer(7, true, true));
     assert!(!noop.is_complete(), "the future was left as it was");
     // add(5, 6) with token 8: completed, then the word (SUCCEEDED).
     let (off, added) = future_in(segment);
-    push(&[off, word_off, 8, math::POOL, math::ADD, 16, 5, 0, 6, 0]);
-    answered(notify_word::answer(8, true, false));
+    kernel.push(&[off, word_off, 8, math::POOL, math::ADD, 16, 5, 0, 6, 0]);
+    kernel.answered(notify_word::answer(8, true, false));
     assert_eq!(added.read_output::<u64>(), Ok(11));
     // A no-op whose notify word lies past the segment: its future completes.
     let (off, stray) = future_in(segment);
-    push(&[off, u32::MAX - 4, 9, math::POOL, math::NOOP, 0]);
+    kernel.push(&[off, u32::MAX - 4, 9, math::POOL, math::NOOP, 0]);
     let outcome = stray.wait_timeout(&stop, Duration::from_secs(10));
     assert_eq!(outcome, WaitOutcome::Completed { return_code: 0 });
     let stats = settled_stats(&runtime, |s| (s.completed, s.bad_pointers) == (3, 1));
@@ -569,27 +592,10 @@ fn records_with_their_copy_space_leave_the_future_alone() {
     let runtime = start(1, 64, Registry::with_builtins());
     let segment = runtime.cpu_segment();
     let stop = AtomicU32::new(0);
-    let (word_ptr, word_at) = segment.allocate(4).expect("allocate");
-    let word_off = u32::try_from(word_ptr.off).expect("32-bit offset");
-    // SAFETY: a fresh, 16-aligned heap block of 4 bytes, only accessed
-    // atomically (here and by the worker).
-    let word = unsafe { AtomicU32::from_ptr(word_at.cast()) };
-    word.store(0, Ordering::Relaxed);
-    let answered = |expected: u32| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while word.load(Ordering::Acquire) != expected {
-            assert!(Instant::now() < deadline, "no answer {expected:#x}");
-            std::thread::yield_now();
-        }
-    };
-    let push = |record: &[u32]| {
-        segment
-            .queue()
-            .push(0, Priority::High, LlRecord::new(record).unwrap())
-            .expect("push");
-    };
+    let kernel = KernelThread::new(segment);
+    let word_off = kernel.word_offset;
     // Offset 8 lies in the segment's header: no future there.
-    push(&[
+    kernel.push(&[
         8,
         word_off,
         3,
@@ -597,16 +603,16 @@ fn records_with_their_copy_space_leave_the_future_alone() {
         math::NOOP,
         task_record::lengths(0, 64),
     ]);
-    answered(notify_word::answer(3, true, true));
+    kernel.answered(notify_word::answer(3, true, true));
     let (off, added) = future_in(segment);
     let add = task_record::lengths(16, 64);
-    push(&[off, word_off, 4, math::POOL, math::ADD, add, 5, 0, 6, 0]);
-    answered(notify_word::answer(4, true, false));
+    kernel.push(&[off, word_off, 4, math::POOL, math::ADD, add, 5, 0, 6, 0]);
+    kernel.answered(notify_word::answer(4, true, false));
     assert_eq!(added.read_output::<u64>(), Ok(11));
     let (off, misread) = future_in(segment);
     let add = task_record::lengths(16, 128);
-    push(&[off, word_off, 5, math::POOL, math::ADD, add, 5, 0, 6, 0]);
-    answered(notify_word::answer(5, false, false));
+    kernel.push(&[off, word_off, 5, math::POOL, math::ADD, add, 5, 0, 6, 0]);
+    kernel.answered(notify_word::answer(5, false, false));
     let outcome = misread.wait_timeout(&stop, Duration::from_secs(10));
     assert_eq!(
         outcome,
