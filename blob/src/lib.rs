@@ -410,7 +410,7 @@ impl BlobStore {
         {
             std::fs::create_dir_all(dir).map_err(meta_io)?;
         }
-        let db = redb::Database::create(&config.metadata).map_err(error::meta_err)?;
+        let db = open_metadata(&config.metadata)?;
         // Which paths the metadata already knows (and so must exist) is read before registering.
         let known_before: std::collections::HashSet<String> = {
             let (known, fresh) = meta::register_targets(&db, &[])?;
@@ -1345,6 +1345,26 @@ impl BlobStore {
 
 fn meta_io(e: std::io::Error) -> BlobError {
     BlobError::Metadata(e.to_string())
+}
+
+/// Opens the redb metadata at `path`, first making it whole elsewhere when there is none
+/// ([`target::create_whole`]): a first start killed while redb laid the file out would leave
+/// one that redb then refuses to open ("invalid data"), and the store with it.
+fn open_metadata(path: &std::path::Path) -> Result<redb::Database, BlobError> {
+    if !path.try_exists().map_err(meta_io)? {
+        target::create_whole(path, |tmp| {
+            let fresh = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
+            let _ = std::fs::remove_file(tmp);
+            let db = redb::Database::create(tmp).map_err(|e| fresh(&e))?;
+            // One durable (fsynced) commit: the file is complete before it is renamed.
+            db.begin_write()
+                .map_err(|e| fresh(&e))?
+                .commit()
+                .map_err(|e| fresh(&e))
+        })
+        .map_err(meta_io)?;
+    }
+    redb::Database::create(path).map_err(error::meta_err)
 }
 
 fn describe(tag: TagId, name: &str, v: &Version) -> BlobStat {

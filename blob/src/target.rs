@@ -374,19 +374,15 @@ impl SyncHandle {
     }
 }
 
-/// Creates a target file of `capacity` bytes, preallocated, under a temporary name renamed into
-/// place once complete: a crash during creation leaves no half-sized file at `path`.
+/// Creates a target file of `capacity` bytes, preallocated ([`create_whole`]).
 fn create(path: &Path, capacity: u64) -> io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".creating");
-    let tmp = PathBuf::from(tmp);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)?;
-    let result = (|| {
+    create_whole(path, |tmp| {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(tmp)?;
         if capacity > 0 {
             let len = libc::off_t::try_from(capacity)
                 .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -400,14 +396,29 @@ fn create(path: &Path, capacity: u64) -> io::Result<()> {
                 return Err(io::Error::from_raw_os_error(rc));
             }
         }
-        file.sync_all()?;
+        file.sync_all()
+    })
+}
+
+/// Makes the file at `path` with `make`, which writes it whole (and durable) at the temporary
+/// path it is given (`<path>.creating`, whatever an earlier attempt left there replaced), then
+/// renames it into place and syncs the folder: a crash while making it leaves nothing half-made
+/// at `path`.
+pub(crate) fn create_whole(
+    path: &Path,
+    make: impl FnOnce(&Path) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".creating");
+    let tmp = PathBuf::from(tmp);
+    let result = make(&tmp).and_then(|()| {
         std::fs::rename(&tmp, path)?;
         // The new directory entry must survive a crash as well as the file's contents.
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             File::open(dir)?.sync_all()?;
         }
         Ok(())
-    })();
+    });
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

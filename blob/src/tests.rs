@@ -36,6 +36,33 @@ fn store_is_send_and_sync() {
     check::<BlobStore>();
 }
 
+/// A first start killed while the metadata file was being laid out leaves it only under its
+/// temporary name, which the next start replaces; a half-made file at the metadata path itself
+/// (what a start that made it in place could leave) is refused with an error, not a panic.
+#[test]
+fn a_metadata_file_left_half_made_is_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &[(RAM, 4, 1.0)]);
+    let creating = dir.path().join("meta.redb.creating");
+    std::fs::write(&creating, vec![0u8; 8192]).unwrap();
+    let s = BlobStore::open(&cfg).unwrap();
+    assert!(!creating.exists(), "the half-made file was replaced");
+    let tag = s.get_or_create_tag("t").unwrap();
+    drop(s);
+    let s = BlobStore::open(&cfg).unwrap();
+    assert_eq!(
+        s.tag("t").unwrap(),
+        Some(tag),
+        "the made file is the store's"
+    );
+    drop(s);
+
+    let other = tempfile::tempdir().unwrap();
+    let cfg = config(other.path(), &[(RAM, 4, 1.0)]);
+    std::fs::write(&cfg.metadata, vec![0u8; 8192]).unwrap();
+    assert!(matches!(BlobStore::open(&cfg), Err(BlobError::Metadata(_))));
+}
+
 #[test]
 fn put_get_round_trip_on_each_kind() {
     for dir in [
