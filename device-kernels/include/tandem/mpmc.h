@@ -406,7 +406,7 @@ constexpr u32 RATE_WINDOW_NS = 4 * 1000 * 1000;
 /// refreshers (a probe, refresh_if_due on a lone thread's push) leave it
 /// alone and pay nothing for it: a probe that finds a ring full may come
 /// after the other side drained it and idled, and measuring there too was
-/// slower on the H100 (README.md, "Sharing memory across PCIe").
+/// slower on the H100 (README.md, "What the H100 ran").
 template <bool Waiting = false>
 TANDEM_DEVICE void refresh_other_side(DeviceTickets* t, const u64* other) {
   if (cas<scope::device, order::relaxed>(&t->refreshing, 0u, 1u) != 0) {
