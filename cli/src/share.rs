@@ -3,13 +3,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use tandem_hal::{GpuApi, HostApi};
 use tandem_runtime::child::{wake_on_stdin_eof, READY_PREFIX};
 use tandem_runtime::{on_best_backend, Backend, OnBackend, Termination};
 use tandem_share::transport::default_socket_path;
-use tandem_share::{Daemon, Inspector, ObjectId};
+use tandem_share::{Daemon, Inspector, ObjectId, Polling};
 
 /// `tandem share`'s subcommands.
 #[derive(Subcommand, Debug)]
@@ -65,6 +66,35 @@ pub(crate) struct ServeArgs {
     /// Stops (cleanly) when stdin closes, e.g. when the parent dies.
     #[arg(long)]
     exit_on_stdin_eof: bool,
+    /// How long after a request the connection threads poll for the next
+    /// one instead of sleeping (a sleeping thread's wake-up is most of a
+    /// request's round trip on hosts whose idle cores sleep); 0: never
+    #[arg(long, value_name = "MICROSECONDS", default_value_t = DEFAULT_POLL_US)]
+    poll_us: u64,
+    /// How many threads may poll at once [default: a quarter of the cores,
+    /// 1 to 4]
+    #[arg(long, value_name = "N")]
+    poll_threads: Option<usize>,
+}
+
+const DEFAULT_POLL_US: u64 = Polling::DEFAULT_WINDOW.as_micros() as u64;
+
+impl ServeArgs {
+    fn polling(&self) -> Result<Polling, String> {
+        if self.poll_us == 0 {
+            return Ok(Polling::OFF);
+        }
+        let mut polling = Polling::for_window(Duration::from_micros(self.poll_us));
+        if let Some(threads) = self.poll_threads {
+            if threads == 0 {
+                return Err(
+                    "--poll-threads must be at least 1 (--poll-us 0 turns polling off)".into(),
+                );
+            }
+            polling.threads = threads;
+        }
+        Ok(polling)
+    }
 }
 
 #[derive(Args, Debug)]
@@ -95,6 +125,7 @@ pub(crate) fn run(command: ShareCommand) -> ExitCode {
 
 fn serve(args: ServeArgs) -> Result<(), String> {
     let work = Serve {
+        polling: args.polling()?,
         socket: args.socket.path(),
         announce: args.announce,
         exit_on_stdin_eof: args.exit_on_stdin_eof,
@@ -122,6 +153,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
 
 /// The daemon, on the backend chosen.
 struct Serve {
+    polling: Polling,
     socket: PathBuf,
     announce: bool,
     exit_on_stdin_eof: bool,
@@ -133,7 +165,8 @@ impl OnBackend for Serve {
     fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
         // Caught before binding: a signal during setup still cleans up.
         let mut termination = Termination::catch().map_err(|e| e.to_string())?;
-        let daemon = Daemon::bind(api, &self.socket).map_err(|e| e.to_string())?;
+        let daemon =
+            Daemon::bind_polling(api, &self.socket, self.polling).map_err(|e| e.to_string())?;
         let running = daemon.start();
         if self.announce {
             println!(

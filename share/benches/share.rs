@@ -9,7 +9,9 @@
 //! * the same through the daemon: `create_buffer`, the same kernel and
 //!   sync, `seal`, then the consumer's first `get_buffer` of the id, the
 //!   same reading kernel, and a cached `get_buffer`. Targets: first open +
-//!   kernel within 1.5x of raw IPC, a cached re-open under 5 us;
+//!   kernel within 1.5x of raw IPC, a cached re-open under 5 us; and the
+//!   same rounds, in turn, through a second daemon whose threads sleep in
+//!   `recv` between requests (`--poll-us 0`, tandem_share::Polling);
 //! * a large buffer handed over (1 GiB on a GPU, 256 MiB on the CPU device
 //!   to keep CI memory sane): from the producer's data being ready to the
 //!   consumer's kernel over it done, through the daemon against copying it
@@ -35,7 +37,7 @@ use std::time::{Duration, Instant};
 use tandem_hal::{
     Backend, DeviceMemory, GpuApi, GpuDevice, HostApi, IpcMemHandle, KernelArg, LaunchConfig,
 };
-use tandem_share::{ObjectId, ShareClient};
+use tandem_share::{ObjectId, Polling, ShareClient};
 use tandem_shm_core::segment::Segment;
 use tandem_tests::conformance::{kernels, launch};
 use tandem_tests::ipc::{from_hex, to_hex, Child};
@@ -168,18 +170,42 @@ fn run<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         device: &*device,
         grid: scale.touch_grid,
     };
+    // The same hand-offs through a daemon whose threads sleep between
+    // requests, its own producer and consumer beside them.
+    let asleep = ShareClient::spawn_daemon_polling(
+        A::load().map_err(|e| e.to_string())?,
+        &tandem_binary()?,
+        Polling::OFF,
+    )
+    .map_err(|e| format!("starting the second daemon: {e}"))?;
+    let asleep_device = asleep.device(0).map_err(|e| e.to_string())?;
+    let mut asleep_consumer = Producer::spawn::<A>(asleep.socket_path(), scale.touch_grid)?;
+    let asleep_producer = Writer {
+        module: kernels(&*asleep_device),
+        stream: asleep_device.create_stream().map_err(|e| e.to_string())?,
+        device: &*asleep_device,
+        grid: scale.touch_grid,
+    };
     // Warm-up: the consumer's first launch loads the module, the daemon's
     // first buffer opens its device.
     raw_round(&producer, &mut consumer)?;
     daemon_round(&client, &producer, &mut consumer)?;
+    daemon_round(&asleep, &asleep_producer, &mut asleep_consumer)?;
 
     let mut raw = Samples::default();
     let mut shared = Samples::default();
+    let mut sleeping = Samples::default();
     for _ in 0..scale.small_rounds {
         raw.push(raw_round(&producer, &mut consumer)?);
         shared.push(daemon_round(&client, &producer, &mut consumer)?);
+        sleeping.push(daemon_round(
+            &asleep,
+            &asleep_producer,
+            &mut asleep_consumer,
+        )?);
     }
-    print_small(&raw.medians(), &shared.medians());
+    print_small(&raw.medians(), &shared.medians(), &sleeping.medians());
+    asleep_consumer.finish()?;
 
     let through_daemon = median(
         (0..scale.large_rounds)
@@ -250,7 +276,7 @@ fn verdict(met: bool) -> &'static str {
     }
 }
 
-fn print_small(raw: &Round, shared: &Round) {
+fn print_small(raw: &Round, shared: &Round, sleeping: &Round) {
     let ratio = |d: Duration, r: Duration| d.as_secs_f64() / r.as_secs_f64();
     println!(
         "  {:<58} {:>12} {:>12} {:>8}",
@@ -285,6 +311,18 @@ fn print_small(raw: &Round, shared: &Round) {
             "  target <= {FIRST_OPEN_RATIO_TARGET}x: {}",
             verdict(first <= FIRST_OPEN_RATIO_TARGET)
         ),
+    );
+    row(
+        "first open, daemon threads asleep (--poll-us 0)",
+        raw.open,
+        sleeping.open,
+        String::new(),
+    );
+    row(
+        "first open + first kernel access, daemon threads asleep",
+        raw.touched,
+        sleeping.touched,
+        String::new(),
     );
     row(
         "cached re-open",

@@ -14,6 +14,7 @@ use tandem_runtime::child::{find_tandem_binary, ServiceChild};
 use crate::buffer::{GpuBuffer, Lease, Mapping, MutableGpuBuffer};
 use crate::connection::{unexpected, Connections};
 use crate::error::ShareError;
+use crate::poll::Polling;
 use crate::transport;
 use crate::wire::{
     BufferHandle, DaemonStatus, HandleForm, ObjectId, ObjectInfo, Reply, Request, WireBackend,
@@ -89,6 +90,12 @@ impl<A: GpuApi> ShareClient<A> {
 
     /// [`spawn_daemon`](Self::spawn_daemon) with an explicit executable.
     pub fn spawn_daemon_with(api: A, exe: &Path) -> Result<Self, ShareError> {
+        Self::spawn_daemon_polling(api, exe, Polling::default())
+    }
+
+    /// [`spawn_daemon_with`](Self::spawn_daemon_with), the daemon polling
+    /// for requests as `polling` says.
+    pub fn spawn_daemon_polling(api: A, exe: &Path, polling: Polling) -> Result<Self, ShareError> {
         let socket = transport::runtime_dir().join(format!(
             "share-{}-{}.sock",
             std::process::id(),
@@ -99,13 +106,19 @@ impl<A: GpuApi> ShareClient<A> {
             tandem_hal::Backend::Cuda => "cuda",
             tandem_hal::Backend::Hip => "hip",
         };
-        let args: [&OsStr; 8] = [
+        let poll_us = polling.window.as_micros().to_string();
+        let poll_threads = polling.threads.to_string();
+        let args: [&OsStr; 12] = [
             "share".as_ref(),
             "serve".as_ref(),
             "--socket".as_ref(),
             socket.as_os_str(),
             "--backend".as_ref(),
             backend.as_ref(),
+            "--poll-us".as_ref(),
+            poll_us.as_ref(),
+            "--poll-threads".as_ref(),
+            poll_threads.as_ref(),
             "--announce".as_ref(),
             "--exit-on-stdin-eof".as_ref(),
         ];

@@ -14,7 +14,9 @@
 //!
 //! One thread per connection, all under one lock: requests are a few
 //! microseconds of bookkeeping, and an `Open` waiting for its seal sleeps
-//! on the condition variable, not holding the lock.
+//! on the condition variable, not holding the lock. While the daemon is
+//! busy, connection threads poll for their next request rather than sleep
+//! in `recv` ([`Polling`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
@@ -28,6 +30,7 @@ use std::time::{Duration, Instant};
 use tandem_hal::{ErrorKind, EventFlags, GpuApi, GpuDevice, ShareableHandle};
 
 use crate::error::ShareError;
+use crate::poll::{Polling, RequestPoller};
 use crate::transport::{self, RecvError};
 use crate::wire::{
     BufferHandle, DaemonStatus, ErrorCode, HandleForm, ObjectId, ObjectInfo, Reply, Request,
@@ -163,6 +166,7 @@ struct Shared<A: GpuApi> {
     /// Signalled on every seal, delete, free and stop (opens wait on it).
     changed: Condvar,
     stopping: AtomicBool,
+    poller: RequestPoller,
     /// A clone of every open connection, to shut them at stop.
     connections: Mutex<HashMap<u64, UnixStream>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -197,8 +201,13 @@ pub struct RunningDaemon<A: GpuApi> {
 
 impl<A: GpuApi> Daemon<A> {
     /// Opens every device of `api` and binds `socket` owner-only (see
-    /// [`transport::bind_owner_only`]).
+    /// [`transport::bind_owner_only`]); polls as [`Polling::default`].
     pub fn bind(api: A, socket: &Path) -> Result<Self, ShareError> {
+        Self::bind_polling(api, socket, Polling::default())
+    }
+
+    /// [`bind`](Self::bind), polling for requests as `polling` says.
+    pub fn bind_polling(api: A, socket: &Path, polling: Polling) -> Result<Self, ShareError> {
         let count = api.device_count()?;
         let devices = (0..count)
             .map(|i| api.device(i))
@@ -217,6 +226,7 @@ impl<A: GpuApi> Daemon<A> {
                 }),
                 changed: Condvar::new(),
                 stopping: AtomicBool::new(false),
+                poller: RequestPoller::new(polling),
                 connections: Mutex::new(HashMap::new()),
                 threads: Mutex::new(Vec::new()),
             }),
@@ -238,11 +248,14 @@ impl<A: GpuApi> Daemon<A> {
             .name("share-accept".into())
             .spawn(move || accept_loop(&shared, &listener))
             .ok();
+        let polling = self.shared.poller.polling();
         tracing::info!(
-            "share daemon serving {} on {} device(s) of {:?}",
+            "share daemon serving {} on {} device(s) of {:?}; polling for {:?} after a request on up to {} thread(s)",
             self.path.display(),
             self.shared.devices.len(),
-            self.shared.backend
+            self.shared.backend,
+            polling.window,
+            polling.threads
         );
         RunningDaemon {
             shared: self.shared,
@@ -438,10 +451,12 @@ impl<A: GpuApi> Shared<A> {
 
     fn serve_requests(&self, stream: &UnixStream, client: u64, inspect: bool) {
         loop {
+            self.poller.await_request(stream, &self.stopping);
             let received = match transport::recv_frame(stream) {
                 Ok(received) => received,
                 Err(e) => return self.report_recv(stream, e),
             };
+            self.poller.saw_request();
             if received.fd.is_some() {
                 tracing::warn!("closing a connection: a client sent a descriptor");
                 Self::reply(

@@ -36,6 +36,7 @@ mod client;
 mod connection;
 pub mod daemon;
 mod error;
+mod poll;
 pub mod transport;
 pub mod wire;
 
@@ -46,4 +47,5 @@ pub use client::{ShareClient, DEFAULT_SEAL_WAIT};
 pub use connection::Inspector;
 pub use daemon::{Daemon, RunningDaemon};
 pub use error::ShareError;
+pub use poll::Polling;
 pub use wire::{DaemonStatus, ObjectId, ObjectInfo};

@@ -222,27 +222,29 @@ pub fn recv_frame(stream: &UnixStream) -> Result<Received, RecvError> {
     })
 }
 
+/// Whether a read of `stream` would return at once: bytes are waiting, or
+/// the peer closed it, or it failed (the read then says how).
+pub fn readable_now(stream: &UnixStream) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: a one-byte peek into a live local; nothing is consumed.
+    let got = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            (&raw mut byte).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    !(got < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock)
+}
+
 /// Spins up to `spin` for `stream` to have bytes (or to close) before the
 /// caller blocks reading it. A reply the daemon sends within the window
 /// then costs this thread no sleep and wake-up; a later one is read
 /// blocking as before.
 pub fn spin_until_readable(stream: &UnixStream, spin: std::time::Duration) {
     let started = std::time::Instant::now();
-    let mut byte = 0u8;
-    loop {
-        // SAFETY: a one-byte peek into a live local; nothing is consumed.
-        let got = unsafe {
-            libc::recv(
-                stream.as_raw_fd(),
-                (&raw mut byte).cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        let again = got < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock;
-        if !again || started.elapsed() >= spin {
-            return;
-        }
+    while !readable_now(stream) && started.elapsed() < spin {
         core::hint::spin_loop();
     }
 }
