@@ -330,6 +330,23 @@ constexpr u64 RT_WAIT_EXPECTED_MAX_NS = 8u * 1000 * 1000;
 /// The longest single sleep of a GPU thread (__nanosleep's bound).
 constexpr u32 RT_WAIT_SLEEP_CHUNK_NS = 1000 * 1000;
 
+/// The wait before the first poll of a task sent into a nearly empty lane
+/// (a lone thread's every task). Each poll is a PCIe read of about a
+/// microsecond, answered with what host memory held midway: one issued as
+/// the task leaves finds no answer yet whenever the worker takes longer than
+/// the read's way there, and the answer then waits for the next read. So a
+/// thread learns how long after its send its first poll should leave: it
+/// waits RT_FIRST_POLL_STEP_UP cycles longer after a first poll that found
+/// nothing, RT_FIRST_POLL_STEP_DOWN shorter after one that found the
+/// answer. A first poll then finds the answer 8 times in 9, each miss
+/// costing a read, each wait too long only its excess. In SM clock cycles
+/// (clock64: cheap to read, and the unit needs no calibration, as the wait
+/// is learnt), at most RT_FIRST_POLL_MAX_CYCLES. GPUs only, as the sleep
+/// above.
+constexpr u32 RT_FIRST_POLL_STEP_UP = 128;
+constexpr u32 RT_FIRST_POLL_STEP_DOWN = 16;
+constexpr u32 RT_FIRST_POLL_MAX_CYCLES = 4096;
+
 }  // namespace detail
 
 /// A future the kernel owns: its view and its segment-relative pointer.
@@ -377,16 +394,23 @@ struct RtFuture {
   u32 wait_ns_per_ahead;
   /// When the task in flight was pushed (timer_ns), if `ahead` was nonzero.
   u64 sent_ns;
+  /// When the task in flight was pushed (clock64), if `ahead` was zero, and
+  /// how long after that this thread's first poll leaves, lately (see
+  /// RT_FIRST_POLL_STEP_UP).
+  u64 sent_cycles;
+  u32 first_poll_cycles;
 };
 
 namespace detail {
 
-/// After a push with records ahead: the time rt_wait's expectation, and what
-/// it learns, count from (GPUs only, as rt_sleep_before_polls).
+/// After a push: the time rt_wait's expectation (records ahead) or its
+/// first poll (none ahead) counts from (GPUs only, as rt_sleep_before_polls).
 TANDEM_DEVICE void rt_mark_sent(RtFuture& f) {
 #if defined(TANDEM_BACKEND_GPU)
   if (f.ahead != 0) {
     f.sent_ns = timer_ns();
+  } else {
+    f.sent_cycles = static_cast<u64>(clock64());
   }
 #else
   (void)f;
@@ -399,6 +423,9 @@ TANDEM_DEVICE Backoff rt_sleep_before_polls(const RtFuture& f) {
 #if defined(TANDEM_BACKEND_GPU)
   u64 expected = u64{f.ahead} * f.wait_ns_per_ahead;
   if (expected == 0) {
+    const u64 first_poll = f.sent_cycles + f.first_poll_cycles;
+    while (static_cast<u64>(clock64()) < first_poll) {
+    }
     return Backoff::up_to(Backoff::ANSWER_MAX_NS);
   }
   expected = expected < RT_WAIT_EXPECTED_MAX_NS ? expected : RT_WAIT_EXPECTED_MAX_NS;
@@ -419,12 +446,18 @@ TANDEM_DEVICE Backoff rt_sleep_before_polls(const RtFuture& f) {
 #endif
 }
 
-/// After an answer to a task that had records ahead: folds what it took per
-/// record ahead into the thread's average (a quarter's weight), which the
-/// next wait expects from.
-TANDEM_DEVICE void rt_learn_wait(RtFuture& f) {
+/// After an answer: to a task that had records ahead, folds what it took
+/// per record ahead into the thread's average (a quarter's weight), which
+/// the next wait expects from; to one that had none, moves the first poll
+/// later if it found nothing (`first_poll_answered` false), else earlier.
+TANDEM_DEVICE void rt_learn_wait(RtFuture& f, bool first_poll_answered) {
 #if defined(TANDEM_BACKEND_GPU)
   if (f.ahead == 0) {
+    const u32 wait = f.first_poll_cycles;
+    f.first_poll_cycles = first_poll_answered ? (wait > RT_FIRST_POLL_STEP_DOWN ? wait - RT_FIRST_POLL_STEP_DOWN : 0)
+                          : wait + RT_FIRST_POLL_STEP_UP < RT_FIRST_POLL_MAX_CYCLES
+                              ? wait + RT_FIRST_POLL_STEP_UP
+                              : RT_FIRST_POLL_MAX_CYCLES;
     return;
   }
   u64 per_ahead = (timer_ns() - f.sent_ns) / f.ahead;
@@ -432,6 +465,7 @@ TANDEM_DEVICE void rt_learn_wait(RtFuture& f) {
   f.wait_ns_per_ahead = static_cast<u32>((3 * u64{f.wait_ns_per_ahead} + per_ahead) / 4);
 #else
   (void)f;
+  (void)first_poll_answered;
 #endif
 }
 
@@ -588,6 +622,8 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   out->ahead = 0;
   out->wait_ns_per_ahead = detail::RT_WAIT_NS_PER_AHEAD;
   out->sent_ns = 0;
+  out->sent_cycles = 0;
+  out->first_poll_cycles = 0;
   // The thread's notify word goes to its first future (one future per word:
   // rt_wait trusts the word alone, see there); records carry 32-bit offsets.
   const u32 me = thread_rank();
@@ -874,6 +910,7 @@ TANDEM_DEVICE wait_outcome rt_wait_notified(RtFuture& f, const u32* stop, u64 sp
   for (u64 round = 0;; ++round) {
     const bool stopped = stop_raised<scope::system>(stop, round, round >= spin_budget);
     if (rt_notified(f, return_code)) {
+      rt_learn_wait(f, round == 0);
       return wait_outcome::completed;
     }
     // Then the word once more, as future_wait re-checks the flags.
@@ -899,9 +936,6 @@ TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget
   const wait_outcome outcome = notified ? detail::rt_wait_notified(f, stop, spin_budget, return_code)
                                         : future_wait<scope::system>(f.view, stop, spin_budget, return_code);
   if (outcome == wait_outcome::completed) {
-    if (notified) {
-      detail::rt_learn_wait(f);
-    }
     f.in_flight = false;
     // The consumer freed the slot before it completed the future, whose
     // completion we just acquired.
