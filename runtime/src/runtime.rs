@@ -374,6 +374,7 @@ impl<A: GpuApi> Runtime<A> {
                 (0..segment.queue().num_lanes()).map(|lane| Source {
                     segment: Arc::clone(segment),
                     lane,
+                    sole: false,
                 })
             })
             .collect();

@@ -132,26 +132,50 @@ fn bump(counter: &AtomicU64) {
 pub(crate) struct Source {
     pub segment: Arc<QueueSegment>,
     pub lane: u32,
+    /// The worker is the lane's only consumer (set by [`assign`]): it pops
+    /// with a store instead of a compare-and-swap
+    /// ([`LaneCursor::sole_consumer`]).
+    pub sole: bool,
 }
 
 /// Splits `sources` among `workers`: worker w gets every source whose index
 /// is w modulo the count, so each lane has at least one poller and, with more
-/// workers than lanes, extra workers share lanes (the rings are MPMC).
+/// workers than lanes, extra workers share lanes (the rings are MPMC). A
+/// source that only one worker got is marked `sole`.
 pub(crate) fn assign(sources: &[Source], workers: usize) -> Vec<Vec<Source>> {
-    (0..workers)
+    assignment(sources.len(), workers)
+        .into_iter()
+        .map(|mine| {
+            mine.into_iter()
+                .map(|(i, sole)| Source {
+                    sole,
+                    ..sources[i].clone()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// [`assign`] by index: each worker's source indices, each with whether no
+/// other worker got it.
+fn assignment(sources: usize, workers: usize) -> Vec<Vec<(usize, bool)>> {
+    let indices: Vec<Vec<usize>> = (0..workers)
         .map(|w| {
-            let mine: Vec<Source> = sources
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| i % workers == w)
-                .map(|(_, s)| s.clone())
-                .collect();
-            if mine.is_empty() && !sources.is_empty() {
-                vec![sources[w % sources.len()].clone()]
+            let mine: Vec<usize> = (0..sources).filter(|i| i % workers == w).collect();
+            if mine.is_empty() && sources > 0 {
+                vec![w % sources]
             } else {
                 mine
             }
         })
+        .collect();
+    let mut pollers = vec![0usize; sources];
+    for &i in indices.iter().flatten() {
+        pollers[i] += 1;
+    }
+    indices
+        .into_iter()
+        .map(|mine| mine.into_iter().map(|i| (i, pollers[i] == 1)).collect())
         .collect()
 }
 
@@ -220,7 +244,17 @@ pub(crate) fn run(
     // A cursor per source: one shared cursor counts pops of every lane, so
     // with an even number of sources its every-8th low-first pop can always
     // land on the same (perhaps empty) lane and starve another's low ring.
-    let mut cursors = vec![LaneCursor::default(); sources.len()];
+    let mut cursors: Vec<LaneCursor> = sources
+        .iter()
+        .map(|s| {
+            let cursor = LaneCursor::default();
+            if s.sole {
+                cursor.sole_consumer()
+            } else {
+                cursor
+            }
+        })
+        .collect();
     let mut backoff = IdleBackoff::new(share_cores);
     let mut scratch = Scratch::default();
     let mut sweeps = 0u64;
@@ -557,4 +591,28 @@ fn demote(at: *const u8, len: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (at, len);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::assignment;
+
+    #[test]
+    fn every_lane_has_a_poller_and_only_unshared_ones_are_sole() {
+        // Fewer workers than lanes: each lane to one worker, all sole.
+        assert_eq!(
+            assignment(5, 2),
+            vec![
+                vec![(0, true), (2, true), (4, true)],
+                vec![(1, true), (3, true)]
+            ]
+        );
+        // More workers than lanes: the extra ones share, and what they share
+        // is no longer sole.
+        assert_eq!(
+            assignment(2, 3),
+            vec![vec![(0, false)], vec![(1, true)], vec![(0, false)]]
+        );
+        assert_eq!(assignment(0, 2), vec![Vec::new(), Vec::new()]);
+    }
 }

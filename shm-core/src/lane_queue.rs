@@ -294,17 +294,25 @@ impl<'r> LaneQueue<'r> {
     /// Takes the oldest item of `lane`, high priority first; `Ok(None)` when
     /// both of its rings are empty.
     pub fn pop(&self, lane: u32) -> Result<Option<(Priority, LlRecord)>, NoSuchLane> {
-        self.pop_in_order(lane, [Priority::High, Priority::Low])
+        self.pop_in_order(lane, [Priority::High, Priority::Low], false)
     }
 
-    /// Pops from the first non-empty ring of `lane` in `order`.
+    /// Pops from the first non-empty ring of `lane` in `order`; `sole`: the
+    /// caller is the lane's only consumer ([`LlRing::try_pop_sole`]).
     fn pop_in_order(
         &self,
         lane: u32,
         order: [Priority; 2],
+        sole: bool,
     ) -> Result<Option<(Priority, LlRecord)>, NoSuchLane> {
         for priority in order {
-            if let Some(item) = self.ring(lane, priority)?.try_pop() {
+            let ring = self.ring(lane, priority)?;
+            let item = if sole {
+                ring.try_pop_sole()
+            } else {
+                ring.try_pop()
+            };
+            if let Some(item) = item {
                 return Ok(Some((priority, item)));
             }
         }
@@ -358,6 +366,8 @@ pub struct LaneCursor {
     low_every: NonZeroU32,
     /// Calls since low was last put first.
     calls: u32,
+    /// The cursor's consumer is the only one of the lanes it pops.
+    sole: bool,
 }
 
 impl LaneCursor {
@@ -373,7 +383,16 @@ impl LaneCursor {
         Self {
             low_every,
             calls: 0,
+            sole: false,
         }
+    }
+
+    /// This cursor for a consumer that is the only one of every lane it
+    /// pops (in any process): its pops move a ring's `head` with a store
+    /// ([`LlRing::try_pop_sole`]). Were a lane popped by another consumer
+    /// too, both could take one record.
+    pub fn sole_consumer(self) -> Self {
+        Self { sole: true, ..self }
     }
 
     /// The period given to [`new`](Self::new).
@@ -402,7 +421,7 @@ impl LaneCursor {
         } else {
             [Priority::High, Priority::Low]
         };
-        queue.pop_in_order(lane, order)
+        queue.pop_in_order(lane, order, self.sole)
     }
 }
 

@@ -345,6 +345,37 @@ impl<'r> LlRing<'r> {
         }
     }
 
+    /// [`try_pop`](Self::try_pop) for a ring with one consumer: the caller
+    /// is the only thread (of any process) that pops this ring. It moves
+    /// `head` with a store, not a compare-and-swap: on x86 that is a plain
+    /// store instead of a locked instruction, which waited for every store
+    /// before it to reach the cache (a runtime worker's answer to the
+    /// previous task, a line the GPU had just read). Two callers at once
+    /// could both take one record; nothing worse (every access is atomic).
+    pub fn try_pop_sole(&self) -> Option<LlRecord> {
+        let head = &self.view.header.head.value;
+        // Relaxed: only this consumer stores `head`.
+        let ticket = head.load(Ordering::Relaxed);
+        match self.read(ticket) {
+            Seen::Whole(record) => {
+                // Release: our reads of the record happen-before anything a
+                // producer does after it sees `head` past it (as in try_pop).
+                head.store(ticket.wrapping_add(1), Ordering::Release);
+                // Acquire, and the Release of `seq`: as in try_pop.
+                fence(Ordering::Acquire);
+                let (seq, _) = self.slot(ticket);
+                seq.store(
+                    free_for(ticket.wrapping_add(self.view.mask + 1)),
+                    Ordering::Release,
+                );
+                Some(record)
+            }
+            // A record at `head` that is already past is only seen by a
+            // second consumer, which the caller promised there is not.
+            Seen::NotYet | Seen::Passed => None,
+        }
+    }
+
     /// How many positions host producers have claimed (the ring's `tail`):
     /// every record a host producer pushes lies before it once its push has
     /// claimed a slot. GPU producers count on device tickets instead, which

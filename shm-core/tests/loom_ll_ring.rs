@@ -1,5 +1,6 @@
 //! Loom models of the LL ring (two slots, three records, so a slot is
-//! reused): two producers and one consumer, and one producer and two
+//! reused): two producers and one consumer (popping with `try_pop`, and as
+//! the ring's only consumer with `try_pop_sole`), and one producer and two
 //! consumers. Every record a push accepted arrives exactly once and whole
 //! (never words of two laps), and one producer's records arrive in its order.
 //!
@@ -7,8 +8,9 @@
 //! record while its producer is midway: that must read as "not yet", never
 //! as a record. As in `loom_mpmc.rs`, threads make a fixed number of `try_`
 //! calls and the main thread drains after joining. Checked by mutation:
-//! making the consumer's `seq` store Relaxed fails these models (a producer
-//! of the next lap may then overwrite words still being read).
+//! making the consumer's `seq` store Relaxed (in `try_pop` or in
+//! `try_pop_sole`) fails these models (a producer of the next lap may then
+//! overwrite words still being read).
 #![cfg(loom)]
 
 mod ring_support;
@@ -52,6 +54,12 @@ fn pop_times(ring: &LlRing<'_>, attempts: usize) -> Vec<u32> {
         .collect()
 }
 
+fn pop_sole_times(ring: &LlRing<'_>, attempts: usize) -> Vec<u32> {
+    (0..attempts)
+        .filter_map(|_| ring.try_pop_sole().map(index))
+        .collect()
+}
+
 fn assert_conserved(accepted: &[u32], popped: &[u32]) {
     let mut accepted = accepted.to_vec();
     let mut popped = popped.to_vec();
@@ -62,14 +70,25 @@ fn assert_conserved(accepted: &[u32], popped: &[u32]) {
 
 #[test]
 fn two_producers_one_consumer() {
-    model(|| {
+    two_producers_then(pop_times);
+}
+
+#[test]
+fn two_producers_one_sole_consumer() {
+    two_producers_then(pop_sole_times);
+}
+
+/// Two producers and one consumer popping with `pop`; the main thread
+/// drains with it after joining (then the only consumer).
+fn two_producers_then(pop: fn(&LlRing<'_>, usize) -> Vec<u32>) {
+    model(move || {
         let (region, ring) = two_slot_ring();
-        let consumer = thread::spawn(move || pop_times(&ring, 3));
+        let consumer = thread::spawn(move || pop(&ring, 3));
         let other = thread::spawn(move || push_each(&ring, &[2]));
         let mut accepted = push_each(&ring, &[0, 1]);
         let mut popped = consumer.join().unwrap();
         accepted.extend(other.join().unwrap());
-        popped.extend(pop_times(&ring, 3));
+        popped.extend(pop(&ring, 3));
         let zeros: Vec<u32> = popped.iter().copied().filter(|&i| i < 2).collect();
         assert!(
             zeros.windows(2).all(|w| w[0] < w[1]),

@@ -287,7 +287,9 @@ proptest! {
                         model.push_back(record);
                     }
                 }
-                None => prop_assert_eq!(handle.try_pop(), model.pop_front()),
+                // One consumer here, so its pops may be either kind.
+                None if i % 2 == 0 => prop_assert_eq!(handle.try_pop(), model.pop_front()),
+                None => prop_assert_eq!(handle.try_pop_sole(), model.pop_front()),
             }
             prop_assert_eq!(ring.len(), model.len());
         }
@@ -298,12 +300,15 @@ proptest! {
         lanes in 1u32..4,
         depth in capacity(),
         low_every in 1u32..5,
+        sole in any::<bool>(),
         ops in prop::collection::vec(lane_op(3), 1..300),
     ) {
         let region = lane_region(lanes, depth);
         // SAFETY: the region is ours, sized by required_bytes, outlives the queue.
         let queue = unsafe { U64Lanes::init_in(region.ptr(), region.len(), lanes, depth) }.unwrap();
-        let mut cursor = LaneCursor::new(NonZeroU32::new(low_every).unwrap());
+        // The model has one consumer, so a sole-consumer cursor pops alike.
+        let cursor = LaneCursor::new(NonZeroU32::new(low_every).unwrap());
+        let mut cursor = if sole { cursor.sole_consumer() } else { cursor };
         let mut model: Vec<[VecDeque<u64>; 2]> = (0..lanes).map(|_| Default::default()).collect();
         // Calls since the cursor last put low first (the fairness rule).
         let mut cursor_calls = 0;
@@ -757,6 +762,22 @@ fn ll_ring_stress_exactly_once() {
         30_000,
         |v| ring.try_push(long(v)).map_err(check),
         || || ring.try_pop().map(check),
+    );
+}
+
+/// Three producers and one consumer popping as the only one
+/// (`try_pop_sole`): everything once, each producer's records in order.
+#[test]
+fn ll_ring_stress_sole_consumer() {
+    let region = AlignedRegion::new(LlRing::required_bytes(8));
+    // SAFETY: the region is ours and outlives the ring.
+    let ring = unsafe { LlRing::init_in(region.ptr(), region.len(), 8) }.unwrap();
+    mpmc_exactly_once(
+        3,
+        1,
+        50_000,
+        |v| ring.try_push(record(v)).map_err(item),
+        || || ring.try_pop_sole().map(item),
     );
 }
 
