@@ -3,7 +3,7 @@
 //! The leg starts `cargo xtask no-libclang-check` in a private mount namespace (`unshare -m`,
 //! which needs root: CI has it). That command bind-mounts `/dev/null` over every libclang it
 //! finds (nothing outside the namespace changes), proves that libclang can no longer be loaded,
-//! then in a target folder of its own
+//! then, in target folders of its own (one per build: see [`run`]),
 //! - builds tandem-runtime with device-kernels' build script run afresh: the README's first
 //!   command, which failed with "Unable to find libclang" while the build ran bindgen;
 //! - builds a copy of the repository whose headers drift from the committed bindings (a field
@@ -139,7 +139,8 @@ pub(crate) fn apply(text: &str, drift: &Drift) -> Result<String, String> {
 }
 
 /// `cargo xtask no-libclang-check DIR`, run by the leg inside a private mount namespace: hides
-/// libclang, builds, checks the drift builds. Build output goes under `dir`.
+/// libclang, builds, checks the drift builds. Build output goes under `dir` (`build/`, and
+/// `drift-src/` with `drift-target/` for the drift build).
 pub fn run(dir: &Path) -> Result<ExitCode, XtaskError> {
     let root = crate::repo_root();
     let fail = |why: String| Err(XtaskError::Check(why));
@@ -170,10 +171,16 @@ pub fn run(dir: &Path) -> Result<ExitCode, XtaskError> {
         Err(why) => println!("xtask: libclang hidden ({} files): {why}", hidden.len()),
     }
 
-    let cargo = |cwd: &Path| Cmd::cargo(cwd).env("CARGO_TARGET_DIR", dir);
+    // The build and the drift build each have a target folder of their own:
+    // cargo names a workspace's path crates' artifacts without their absolute
+    // path, so the copy's would land on the build's, and its fingerprints
+    // (pointing at the copy's older files) made a later build take crates
+    // edited since for fresh.
+    let cargo =
+        |cwd: &Path, target: &str| Cmd::cargo(cwd).env("CARGO_TARGET_DIR", dir.join(target));
     // Afresh: a build script output from before would prove nothing.
-    let clean = cargo(&root).args(["clean", "-p", "tandem-device-kernels"]);
-    let build = cargo(&root).args(["build", "-p", "tandem-runtime"]);
+    let clean = cargo(&root, "build").args(["clean", "-p", "tandem-device-kernels"]);
+    let build = cargo(&root, "build").args(["build", "-p", "tandem-runtime"]);
     for cmd in [clean, build] {
         if !cmd.run()?.success() {
             return fail(format!("`{}` failed without libclang", cmd.display()));
@@ -188,7 +195,7 @@ pub fn run(dir: &Path) -> Result<ExitCode, XtaskError> {
         let edited = apply(&text, drift).map_err(XtaskError::Check)?;
         std::fs::write(&path, edited).map_err(XtaskError::io(&path))?;
     }
-    let drift_build = cargo(&copy).args(["build", "-p", "tandem-device-kernels"]);
+    let drift_build = cargo(&copy, "drift-target").args(["build", "-p", "tandem-device-kernels"]);
     let (outcome, output) = drift_build.run_captured()?;
     if outcome.success() {
         return fail(format!(
