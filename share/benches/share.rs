@@ -204,7 +204,12 @@ fn run<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
             &mut asleep_consumer,
         )?);
     }
-    print_small(&raw.medians(), &shared.medians(), &sleeping.medians());
+    print_small(
+        &raw.medians(),
+        &shared.medians(),
+        &sleeping.medians(),
+        A::BACKEND != Backend::Host,
+    );
     asleep_consumer.finish()?;
 
     let through_daemon = median(
@@ -276,7 +281,9 @@ fn verdict(met: bool) -> &'static str {
     }
 }
 
-fn print_small(raw: &Round, shared: &Round, sleeping: &Round) {
+/// The small hand-offs' table; issue 18 sets the first open's target for
+/// GPUs (`gpu`), the CPU device's row is the same figure for memfd buffers.
+fn print_small(raw: &Round, shared: &Round, sleeping: &Round, gpu: bool) {
     let ratio = |d: Duration, r: Duration| d.as_secs_f64() / r.as_secs_f64();
     println!(
         "  {:<58} {:>12} {:>12} {:>8}",
@@ -301,10 +308,14 @@ fn print_small(raw: &Round, shared: &Round, sleeping: &Round) {
         "first open in another process",
         raw.open,
         shared.open,
-        format!(
-            "  target <= {FIRST_OPEN_RATIO_TARGET}x: {}",
-            verdict(first <= FIRST_OPEN_RATIO_TARGET)
-        ),
+        if gpu {
+            format!(
+                "  target <= {FIRST_OPEN_RATIO_TARGET}x: {}",
+                verdict(first <= FIRST_OPEN_RATIO_TARGET)
+            )
+        } else {
+            format!("  (the {FIRST_OPEN_RATIO_TARGET}x target is a GPU's)")
+        },
     );
     row(
         "first open + first kernel access",
