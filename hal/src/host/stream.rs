@@ -7,9 +7,18 @@
 //! recorded after a failed launch still complete and nobody waiting on them
 //! hangs. Dropping a stream returns at once; its worker finishes the queued
 //! commands and exits (CUDA's `cuStreamDestroy` behaves the same).
+//!
+//! Both ends poll for a while before they block ([`POLL_FOR`]): the worker
+//! for its next command, a synchronising caller for completion (as CUDA's
+//! default scheduling spins in `cuStreamSynchronize`). A blocked thread is
+//! woken by the kernel, and where idle cores sleep (a virtual machine's
+//! halted vCPUs) each wake-up took tens of microseconds: an empty launch +
+//! sync, two of them.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::api::HostApi;
 use super::event::{EventCore, EventWait};
@@ -183,6 +192,12 @@ struct StreamState {
     closed: bool,
 }
 
+/// How long a stream's worker polls for its next command after finishing
+/// one, and a synchronising caller for completion, before blocking (see the
+/// module docs). Polls yield between looks, so runnable threads (the CPU
+/// device's kernel threads among them) keep the core.
+const POLL_FOR: Duration = Duration::from_micros(50);
+
 /// The part of a stream its worker thread shares with its owner.
 pub(crate) struct StreamShared {
     state: Mutex<StreamState>,
@@ -190,6 +205,24 @@ pub(crate) struct StreamShared {
     work: Condvar,
     /// Signalled when a command completes.
     progress: Condvar,
+    /// `submitted` and `completed`, for the polls, which take no lock.
+    submitted: AtomicU64,
+    completed: AtomicU64,
+}
+
+/// Polls `done` (yielding between looks) for up to [`POLL_FOR`]; whether it
+/// came true.
+fn poll(mut done: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    loop {
+        if done() {
+            return true;
+        }
+        if started.elapsed() >= POLL_FOR {
+            return false;
+        }
+        std::thread::yield_now();
+    }
 }
 
 impl StreamShared {
@@ -203,6 +236,9 @@ impl StreamShared {
         let mut state = self.state();
         state.queue.push_back(command);
         state.submitted += 1;
+        // Release: a worker that polls this count and sees it then takes the
+        // lock, which orders the queue itself.
+        self.submitted.store(state.submitted, Ordering::Release);
         drop(state);
         self.work.notify_one();
     }
@@ -210,6 +246,10 @@ impl StreamShared {
     /// Waits until everything enqueued so far has run; returns (and clears)
     /// the first kernel failure since the last synchronisation.
     pub(crate) fn synchronize(&self) -> Result<(), String> {
+        // Acquire (both): what this thread enqueued is counted, and the
+        // lock below orders everything else.
+        let target = self.submitted.load(Ordering::Acquire);
+        poll(|| self.completed.load(Ordering::Acquire) >= target);
         let mut state = self.state();
         let target = state.submitted;
         while state.completed < target {
@@ -222,7 +262,9 @@ impl StreamShared {
     }
 
     fn work_loop(&self) {
+        let mut done = 0;
         loop {
+            poll(|| self.submitted.load(Ordering::Acquire) > done);
             let mut state = self.state();
             let command = loop {
                 if let Some(command) = state.queue.pop_front() {
@@ -242,9 +284,13 @@ impl StreamShared {
                     .unwrap_or_else(|_| Err("host stream worker panicked".to_owned()));
             let mut state = self.state();
             state.completed += 1;
+            done = state.completed;
             if let Err(why) = outcome {
                 state.failure.get_or_insert(why);
             }
+            // Release: a caller that polls this count takes the lock next,
+            // for the failure; the command's effects happened before.
+            self.completed.store(done, Ordering::Release);
             drop(state);
             self.progress.notify_all();
         }
@@ -279,6 +325,8 @@ impl HostStream {
             }),
             work: Condvar::new(),
             progress: Condvar::new(),
+            submitted: AtomicU64::new(0),
+            completed: AtomicU64::new(0),
         });
         let worker = Arc::clone(&shared);
         std::thread::Builder::new()
