@@ -210,17 +210,11 @@ pub(crate) struct StreamShared {
     completed: AtomicU64,
 }
 
-/// Polls `done` (yielding between looks) for up to [`POLL_FOR`]; whether it
-/// came true.
-fn poll(mut done: impl FnMut() -> bool) -> bool {
+/// Polls `done` (yielding between looks) until it is true or [`POLL_FOR`]
+/// has passed; the caller then takes the lock either way.
+fn poll(mut done: impl FnMut() -> bool) {
     let started = Instant::now();
-    loop {
-        if done() {
-            return true;
-        }
-        if started.elapsed() >= POLL_FOR {
-            return false;
-        }
+    while !done() && started.elapsed() < POLL_FOR {
         std::thread::yield_now();
     }
 }
