@@ -380,8 +380,14 @@ namespace detail {
 /// spans at least RATE_MIN_ITEMS items, so one consumer's run of items, or a
 /// refresh right after another, does not make it (a pace from few items
 /// errs high), and at most RATE_WINDOW_NS, so it is not of an idle spell.
+/// On the CPU device both sides are threads the OS may preempt for a time
+/// slice (milliseconds) in mid-span: there the window is longer.
 constexpr u32 RATE_MIN_ITEMS = 256;
+#if defined(TANDEM_BACKEND_GPU)
 constexpr u32 RATE_WINDOW_NS = 4 * 1000 * 1000;
+#else
+constexpr u32 RATE_WINDOW_NS = 64 * 1000 * 1000;
+#endif
 
 /// Reads the other side's counter `other` across PCIe into `t->other_seen`,
 /// unless another thread is doing so (then returns at once): thousands of
@@ -402,7 +408,10 @@ constexpr u32 RATE_WINDOW_NS = 4 * 1000 * 1000;
 /// once the copy is RATE_MIN_ITEMS past the measurement's base, the time
 /// since the base over those items goes into `ns_per_item` (a quarter's
 /// weight) if the span is within RATE_WINDOW_NS; either way the base moves
-/// to now. Statistics: relaxed, written under the lock only. Other
+/// to now. The tickets start zeroed, and a zero base time is no base yet:
+/// the first span would run from the clock's zero (on the CPU device the
+/// process's first clock read, a few milliseconds off), so that refresh only
+/// sets the base. Statistics: relaxed, written under the lock only. Other
 /// refreshers (a probe, refresh_if_due on a lone thread's push) leave it
 /// alone and pay nothing for it: a probe that finds a ring full may come
 /// after the other side drained it and idled, and measuring there too was
@@ -420,8 +429,9 @@ TANDEM_DEVICE void refresh_other_side(DeviceTickets* t, const u64* other) {
       const u32 items = static_cast<u32>(now) - load_relaxed<scope::device>(&t->rate_base_count);
       if (items >= RATE_MIN_ITEMS) {
         const u32 at = static_cast<u32>(timer_ns());
-        const u32 span = at - load_relaxed<scope::device>(&t->rate_base_ns);
-        if (span <= RATE_WINDOW_NS) {
+        const u32 base_ns = load_relaxed<scope::device>(&t->rate_base_ns);
+        const u32 span = at - base_ns;
+        if (base_ns != 0 && span <= RATE_WINDOW_NS) {
           const u32 sample = span / items;
           const u32 old = load_relaxed<scope::device>(&t->ns_per_item);
           store_relaxed<scope::device>(&t->ns_per_item, old == 0 ? sample : (3 * old + sample) / 4);
