@@ -1350,21 +1350,27 @@ fn meta_io(e: std::io::Error) -> BlobError {
 /// Opens the redb metadata at `path`, first making it whole elsewhere when there is none
 /// ([`target::create_whole`]): a first start killed while redb laid the file out would leave
 /// one that redb then refuses to open ("invalid data"), and the store with it.
+///
+/// The database made whole is the one returned (its descriptor follows the rename): opening
+/// the fresh file a second time made 1 MiB puts to a file target about half as fast (the blob
+/// bench on the CPU device: 21-48% of sequential writes against 62-109% with the first handle,
+/// here and on the H100's host), with the same syscalls.
 fn open_metadata(path: &std::path::Path) -> Result<redb::Database, BlobError> {
-    if !path.try_exists().map_err(meta_io)? {
-        target::create_whole(path, |tmp| {
-            let fresh = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
-            let _ = std::fs::remove_file(tmp);
-            let db = redb::Database::create(tmp).map_err(|e| fresh(&e))?;
-            // One durable (fsynced) commit: the file is complete before it is renamed.
-            db.begin_write()
-                .map_err(|e| fresh(&e))?
-                .commit()
-                .map_err(|e| fresh(&e))
-        })
-        .map_err(meta_io)?;
+    if path.try_exists().map_err(meta_io)? {
+        return redb::Database::create(path).map_err(error::meta_err);
     }
-    redb::Database::create(path).map_err(error::meta_err)
+    target::create_whole(path, |tmp| {
+        let fresh = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
+        let _ = std::fs::remove_file(tmp);
+        let db = redb::Database::create(tmp).map_err(|e| fresh(&e))?;
+        // One durable (fsynced) commit: the file is complete before it is renamed.
+        db.begin_write()
+            .map_err(|e| fresh(&e))?
+            .commit()
+            .map_err(|e| fresh(&e))?;
+        Ok(db)
+    })
+    .map_err(meta_io)
 }
 
 fn describe(tag: TagId, name: &str, v: &Version) -> BlobStat {

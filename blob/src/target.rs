@@ -403,21 +403,21 @@ fn create(path: &Path, capacity: u64) -> io::Result<()> {
 /// Makes the file at `path` with `make`, which writes it whole (and durable) at the temporary
 /// path it is given (`<path>.creating`, whatever an earlier attempt left there replaced), then
 /// renames it into place and syncs the folder: a crash while making it leaves nothing half-made
-/// at `path`.
-pub(crate) fn create_whole(
+/// at `path`. Returns what `make` returned (an open handle follows the file through the rename).
+pub(crate) fn create_whole<T>(
     path: &Path,
-    make: impl FnOnce(&Path) -> io::Result<()>,
-) -> io::Result<()> {
+    make: impl FnOnce(&Path) -> io::Result<T>,
+) -> io::Result<T> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".creating");
     let tmp = PathBuf::from(tmp);
-    let result = make(&tmp).and_then(|()| {
+    let result = make(&tmp).and_then(|made| {
         std::fs::rename(&tmp, path)?;
         // The new directory entry must survive a crash as well as the file's contents.
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             File::open(dir)?.sync_all()?;
         }
-        Ok(())
+        Ok(made)
     });
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
