@@ -1353,7 +1353,7 @@ fn meta_io(e: std::io::Error) -> BlobError {
 ///
 /// The database made whole is the one returned (its descriptor follows the rename): opening
 /// the fresh file a second time made 1 MiB puts to a file target about half as fast (the blob
-/// bench on the CPU device: 21-48% of sequential writes against 62-109% with the first handle,
+/// bench on the CPU device: 21-48% of sequential writes against 67-109% keeping the first one,
 /// here and on the H100's host), with the same syscalls.
 fn open_metadata(path: &std::path::Path) -> Result<redb::Database, BlobError> {
     if path.try_exists().map_err(meta_io)? {
