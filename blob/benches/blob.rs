@@ -23,6 +23,8 @@
 //! failure with TANDEM_REQUIRE_GPU=1). Targets (issue 17, on the H100): 4 KiB
 //! puts from a kernel at >= 1 M/s; 1 MiB puts to the RAM target at >= 50% of
 //! the copy bandwidth; the file target within 80% of the sequential writes.
+//! The CPU device's rows show the same comparisons without a verdict: its
+//! kernel threads (and 2 workers, for CI's 2 cores) are not what they are set for.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -47,6 +49,8 @@ struct Scale {
     target_bytes: u64,
     /// Runtime workers.
     workers: usize,
+    /// A GPU's run: issue 17's targets are kernel threads' on the H100.
+    gpu: bool,
 }
 
 const SMALL: u64 = 4096;
@@ -54,6 +58,16 @@ const LARGE: u64 = 1 << 20;
 const PUTS_PER_S_TARGET: f64 = 1e6;
 const RAM_SHARE_TARGET: f64 = 0.5;
 const FILE_SHARE_TARGET: f64 = 0.8;
+
+/// Where a row stands against `target`: a verdict on a GPU; on the CPU
+/// device, whose threads the targets are not set for, the comparison alone.
+fn against(scale: &Scale, target: &str, met: bool) -> String {
+    if scale.gpu {
+        format!("target {target}: {}", verdict(met))
+    } else {
+        format!("the {target} target is a GPU's")
+    }
+}
 
 fn verdict(met: bool) -> &'static str {
     if met {
@@ -270,8 +284,8 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
     )?;
     let puts_per_s = put_ram.ops as f64 / put_ram.elapsed.as_secs_f64();
     put_ram.print(&format!(
-        "  target >= 1 M puts/s: {}",
-        verdict(puts_per_s >= PUTS_PER_S_TARGET)
+        "  {}",
+        against(scale, ">= 1 M puts/s", puts_per_s >= PUTS_PER_S_TARGET)
     ));
     kernel_row(
         &mut kernels,
@@ -304,9 +318,9 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
     )?;
     let share = gbs(put_ram.bytes, put_ram.elapsed) / copy;
     put_ram.print(&format!(
-        "  {:.0}% of the copy bandwidth, target >= 50%: {}",
+        "  {:.0}% of the copy bandwidth, {}",
         share * 100.0,
-        verdict(share >= RAM_SHARE_TARGET)
+        against(scale, ">= 50%", share >= RAM_SHARE_TARGET)
     ));
     kernel_row(
         &mut kernels,
@@ -321,9 +335,9 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
     )?;
     let share = gbs(put_file.bytes, put_file.elapsed) / sequential;
     put_file.print(&format!(
-        "  {:.0}% of sequential writes, target >= 80%: {}",
+        "  {:.0}% of sequential writes, {}",
         share * 100.0,
-        verdict(share >= FILE_SHARE_TARGET)
+        against(scale, ">= 80%", share >= FILE_SHARE_TARGET)
     ));
     kernel_row(
         &mut kernels,
@@ -522,6 +536,7 @@ fn main() {
         large_rounds: 8,
         target_bytes: 256 << 20,
         workers: 2,
+        gpu: false,
     };
     if let Err(e) = bench(
         HostApi::with_devices(1),
@@ -547,6 +562,7 @@ fn cuda() {
         large_rounds: 8,
         target_bytes: 1 << 30,
         workers: 8,
+        gpu: true,
     };
     if let Some(api) = tandem_tests::gpu::api_or_skip::<tandem_hal_cuda::CudaApi>("blob bench") {
         if let Err(e) = bench(api, "CUDA device 0", &gpu) {
