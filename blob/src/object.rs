@@ -30,8 +30,9 @@
 //! says so at open, and `require_conditional_writes` refuses such a store.
 //!
 //! After the manifest, the parts it replaced are deleted. A get on another store that read the
-//! old manifest then finds a part missing; it re-reads the manifest and starts over, unless it
-//! already handed bytes to its caller, in which case it fails ([`BlobError::ObjectConflict`]).
+//! old manifest then finds a part missing; it waits as a put does, re-reads the manifest and
+//! starts over, unless it already handed bytes to its caller, in which case it fails
+//! ([`BlobError::ObjectConflict`]).
 //!
 //! # Caching
 //!
