@@ -43,7 +43,13 @@ type Shape = (u32, u32, f64);
 
 /// Turns of floor and round-trip measurement (odd: the median is a run).
 const REPEATS: usize = 5;
-/// Runs of each throughput shape (odd, likewise).
+/// Runtimes started for each worker count's throughput runs, and runs of
+/// each shape in each (both odd, likewise). A runtime's runs tend to be slow
+/// or fast together: on one H100 machine, seven runs of this bench (one
+/// 8-worker runtime each) read 37.8 to 55.7 M tasks/s. So one runtime is a
+/// sample of one: each row is the median of all its runs and also prints
+/// each runtime's median.
+const RUNTIMES: usize = 3;
 const GRID_REPEATS: usize = 3;
 
 fn verdict(met: bool) -> &'static str {
@@ -163,17 +169,38 @@ fn bench<A: GpuApi>(
     drop(kernels);
     drop(runtime);
     for &(workers, grids) in scale.throughput {
-        let runtime = start(&api, workers)?;
-        let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).map_err(|e| e.to_string())?;
-        for &(blocks, threads, target) in grids {
-            let rate = throughput(&mut kernels, blocks, threads, scale.tasks_per_grid)?;
+        // Per shape: each runtime's runs, sorted.
+        let mut runs: Vec<Vec<Vec<f64>>> = vec![Vec::with_capacity(RUNTIMES); grids.len()];
+        for _ in 0..RUNTIMES {
+            let runtime = start(&api, workers)?;
+            let mut kernels =
+                RuntimeKernels::load(&runtime.devices()[0]).map_err(|e| e.to_string())?;
+            for (shape, &(blocks, threads, _)) in runs.iter_mut().zip(grids) {
+                shape.push(throughput(
+                    &mut kernels,
+                    blocks,
+                    threads,
+                    scale.tasks_per_grid,
+                )?);
+            }
+        }
+        for (shape, &(blocks, threads, target)) in runs.iter().zip(grids) {
+            let mut all: Vec<f64> = shape.iter().flatten().copied().collect();
+            all.sort_by(f64::total_cmp);
+            let median = all[all.len() / 2];
+            let per_runtime: Vec<String> = shape
+                .iter()
+                .map(|rates| format!("{:.2}", rates[GRID_REPEATS / 2] / 1e6))
+                .collect();
             println!(
-                "  {blocks} x {threads} kernel threads, {workers} workers: {:.2} M tasks/s (median of {GRID_REPEATS}; {:.2} - {:.2}; target >= {} M/s: {})",
-                rate[GRID_REPEATS / 2] / 1e6,
-                rate[0] / 1e6,
-                rate[GRID_REPEATS - 1] / 1e6,
+                "  {blocks} x {threads} kernel threads, {workers} workers: {:.2} M tasks/s (median of {} runs in {RUNTIMES} runtimes; {:.2} - {:.2}; each runtime's median {}; target >= {} M/s: {})",
+                median / 1e6,
+                all.len(),
+                all[0] / 1e6,
+                all[all.len() - 1] / 1e6,
+                per_runtime.join(" / "),
                 target / 1e6,
-                verdict(rate[GRID_REPEATS / 2] >= target)
+                verdict(median >= target)
             );
         }
     }
