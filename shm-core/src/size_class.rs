@@ -113,6 +113,20 @@ struct Run {
     count: u32,
 }
 
+/// How a free marks the block it has checked as free.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Claim {
+    /// A compare-and-swap of the block's state from allocated to free: of
+    /// two frees of one pointer that race, in any processes, exactly one
+    /// wins and the other is a `DoubleFree`.
+    Arbitrated,
+    /// A store of the free state, after the load that found the block
+    /// allocated: a second free that happens after the first is still a
+    /// `DoubleFree`, two that race can both pass; one locked instruction
+    /// less on x86 ([`SizeClassCache`]'s frees: see its "Racing frees").
+    Store,
+}
+
 /// A snapshot of a size-class allocator, for debugging and tests. Exact only
 /// while no one allocates or frees concurrently.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -338,21 +352,23 @@ impl<'r> SizeClassAllocator<'r> {
     /// Checks that the pointer is this allocator's, inside the heap, the data
     /// start of an allocated block (its header's state and class agree with
     /// the block geometry), and claims the block by a compare-and-swap of its
-    /// state, so a second free of the same pointer is a `DoubleFree`. The
+    /// state, so a second free of the same pointer is a `DoubleFree`, even
+    /// one racing the first from another process (unlike a
+    /// [`SizeClassCache`]'s free: see its "Racing frees"). The
     /// checks read the header before the pointer: they catch stale and wild
     /// pointers, but a wild pointer into another live allocation reads bytes
     /// its owner may be writing, so they are a guard, not a proof.
     pub fn free(&self, ptr: ShmPtr<u8>) -> Result<(), AllocError> {
-        let (class, block) = self.claim(ptr)?;
+        let (class, block) = self.claim(ptr, Claim::Arbitrated)?;
         self.push_chain(class, block, block);
         Ok(())
     }
 
-    /// The checks and the claim of [`free`](Self::free): on success the
-    /// block (its class and start) is marked free and is the caller's, to
-    /// put on a list or in a cache.
+    /// The checks and the claim of a free: on success the block (its class
+    /// and start) is marked free, as `how` says, and is the caller's, to put
+    /// on a list or in a cache.
     #[inline]
-    fn claim(&self, ptr: ShmPtr<u8>) -> Result<(usize, u64), AllocError> {
+    fn claim(&self, ptr: ShmPtr<u8>, how: Claim) -> Result<(usize, u64), AllocError> {
         if ptr.alloc_id != self.header.id {
             return Err(AllocError::WrongAllocator {
                 expected: self.header.id,
@@ -369,7 +385,10 @@ impl<'r> SizeClassAllocator<'r> {
         let header_off = data - HEADER;
         // SAFETY: `header_off` is 16-aligned and inside the heap.
         let state = unsafe { self.state(header_off) };
-        // Relaxed: an early check only; the CAS below decides.
+        // Relaxed: with `Claim::Arbitrated` an early check (the CAS below
+        // decides); with `Claim::Store` the check, which reads FREE if a free
+        // of the block happened before this one (coherence). The block's
+        // contents are handed on by the push's Release either way.
         match state.load(Ordering::Relaxed) {
             magic::BLOCK_ALLOCATED => {}
             magic::BLOCK_FREE => return Err(AllocError::DoubleFree { off: data }),
@@ -400,16 +419,21 @@ impl<'r> SizeClassAllocator<'r> {
                 return Err(not_owned);
             }
         }
-        // Relaxed: atomicity alone makes one of two racing frees win; the
-        // block's contents are handed on by the push's Release.
-        state
-            .compare_exchange(
-                magic::BLOCK_ALLOCATED,
-                magic::BLOCK_FREE,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .map_err(|_| AllocError::DoubleFree { off: data })?;
+        match how {
+            // Relaxed: atomicity alone makes one of two racing frees win.
+            Claim::Arbitrated => {
+                state
+                    .compare_exchange(
+                        magic::BLOCK_ALLOCATED,
+                        magic::BLOCK_FREE,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .map_err(|_| AllocError::DoubleFree { off: data })?;
+            }
+            // Relaxed: as the load above.
+            Claim::Store => state.store(magic::BLOCK_FREE, Ordering::Relaxed),
+        }
         if aligned {
             // SAFETY: we own the block until it is pushed.
             unsafe { self.state(block) }.store(magic::BLOCK_FREE, Ordering::Relaxed);

@@ -4,17 +4,20 @@
 //! B, push A while the other thread's pop holds A and A's stale `next`); and
 //! a thread's `SizeClassCache` taking a run of blocks with one pop (a walk
 //! along links another thread may be changing) and giving them back as one
-//! chain, against a thread allocating and freeing uncached.
+//! chain, against a thread allocating and freeing uncached; and a cached
+//! free, which marks its block with a store, refusing a second free that
+//! another thread makes after it (ordered by a flag, not by the mark).
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p tandem-shm-core --release --test loom_alloc`.
 #![cfg(loom)]
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
+use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use tandem_shm_core::layout::AllocatorId;
 use tandem_shm_core::size_class::block_size;
-use tandem_shm_core::{ShmPtr, SizeClassAllocator, SizeClassCache};
+use tandem_shm_core::{AllocError, ShmPtr, SizeClassAllocator, SizeClassCache};
 
 const ID: AllocatorId = AllocatorId::new(1, 1);
 const LEN: usize = 16 * 1024;
@@ -178,5 +181,42 @@ fn a_cache_pops_runs_and_pushes_chains() {
             "every block back, once"
         );
         assert_eq!(stats.free_bytes(), stats.carved_bytes);
+    });
+}
+
+/// A cached free stores its mark (no compare-and-swap): a second free of the
+/// pointer that happens after it, here through a flag another thread
+/// acquires, must still find the mark, through a cache or not, and leave the
+/// block where the first free put it.
+#[test]
+fn a_free_after_a_cached_free_is_refused() {
+    loom::model(|| {
+        let region = Arc::new(Region::new());
+        // SAFETY: a fresh buffer, used only through allocator handles.
+        let alloc = unsafe { SizeClassAllocator::init_in(region.0, LEN, ID) }.expect("init");
+        let p = take(&alloc, 1);
+        let freed = Arc::new(AtomicBool::new(false));
+
+        let (other, flag) = (Arc::clone(&region), Arc::clone(&freed));
+        let first = loom::thread::spawn(move || {
+            let mut cache = SizeClassCache::new(other.attach());
+            give_back_cached(&mut cache, p, 1);
+            // Release: the free happens before whatever acquires the flag.
+            flag.store(true, Ordering::Release);
+            cache.flush();
+        });
+        // Acquire: pairs with the store above.
+        while !freed.load(Ordering::Acquire) {
+            loom::thread::yield_now();
+        }
+        let refused = Err(AllocError::DoubleFree { off: p.off });
+        let mut cache = SizeClassCache::new(alloc);
+        assert_eq!(cache.free(p), refused, "through a cache");
+        assert_eq!(alloc.free(p), refused, "uncached");
+        drop(cache);
+        first.join().expect("thread");
+
+        let stats = alloc.stats().expect("stats");
+        assert_eq!(stats.free_bytes(), stats.carved_bytes, "the block once");
     });
 }

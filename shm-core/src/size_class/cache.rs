@@ -16,11 +16,25 @@
 //!
 //! The cache is process-local memory (the struct itself); the blocks stay in
 //! the shared region and the shared free lists stay the authority. A cached
-//! free validates and claims the block exactly as
-//! [`SizeClassAllocator::free`] does (the claim is a compare-and-swap of the
-//! block's state), so a double free is refused whichever process, thread or
-//! cache frees it second, and a block allocated through a cache can be freed
-//! by any handle, cached or not, in any process (and the reverse).
+//! free validates the block exactly as [`SizeClassAllocator::free`] does and
+//! marks it free in its header, so a double free is refused whichever
+//! process, thread or cache frees it second, and a block allocated through a
+//! cache can be freed by any handle, cached or not, in any process (and the
+//! reverse).
+//!
+//! # Racing frees
+//!
+//! The uncached free marks the block with a compare-and-swap, so that of two
+//! frees of one pointer that race (neither ordered before the other) exactly
+//! one wins. A cached free stores the mark after the load that found the
+//! block allocated, as glibc's tcache checks its key with a load: a second
+//! free that happens after the first sees the mark, but two that race can
+//! both pass, and the block then sits in two places. Racing frees of one
+//! pointer are the caller's data race, the bug a double free is; refereeing
+//! them takes a locked instruction, which on the H100's host (an Emerald
+//! Rapids Xeon) costs more than the system allocator's whole allocate+free
+//! pair (README, "Sharing memory across PCIe"). Free through the allocator
+//! itself where frees of one pointer may race.
 //!
 //! Blocks in a cache are marked free but are on no list: no one else can
 //! allocate them, and [`SizeClassAllocator::stats`] counts them neither as
@@ -55,7 +69,7 @@ use crate::alloc_error::AllocError;
 use crate::layout::{FullPtr, ShmPtr, SIZE_CLASSES};
 use crate::sync::Ordering;
 
-use super::{block_size, SizeClassAllocator};
+use super::{block_size, Claim, SizeClassAllocator};
 
 /// Most blocks a bin holds; a free into a full bin sends the whole bin back
 /// to the class's list as one chain.
@@ -183,14 +197,15 @@ impl<'r> SizeClassCache<'r> {
         Ok(first)
     }
 
-    /// [`SizeClassAllocator::free`] into this cache: the same checks and the
-    /// same claim (a second free of the pointer, through any handle or cache,
-    /// is a `DoubleFree`), then the block goes on the bin of its class. A
-    /// full bin first goes back to the class's list as one chain; a block of
-    /// an uncached class goes straight to its list.
+    /// [`SizeClassAllocator::free`] into this cache: the same checks (a
+    /// second free of the pointer, through any handle or cache, is a
+    /// `DoubleFree`, unless the two race: see [Racing frees](self#racing-frees)),
+    /// then the block goes on the bin of its class. A full bin first goes
+    /// back to the class's list as one chain; a block of an uncached class
+    /// goes straight to its list.
     #[inline]
     pub fn free(&mut self, ptr: ShmPtr<u8>) -> Result<(), AllocError> {
-        let (class, block) = self.alloc.claim(ptr)?;
+        let (class, block) = self.alloc.claim(ptr, Claim::Store)?;
         let capacity = bin_capacity(class);
         let bin = &mut self.bins[class];
         if bin.count == capacity {
