@@ -317,10 +317,18 @@ namespace detail {
 /// sleeps through RT_WAIT_SLEEP_QUARTERS of the wait it expects, `ahead` times
 /// what its thread's recent answers took per record ahead (learnt after each
 /// answer, starting from RT_WAIT_NS_PER_AHEAD), then polls on sleeps of a
-/// sixteenth of that wait, doubling. A wait it overestimates only lengthens
-/// its own: the worker freed the slot when it took the record. GPUs only:
-/// the CPU device's polls are reads of its own memory, it yields once.
+/// sixteenth of that wait, doubling. A wait it overestimates lengthens its
+/// own and, as its next task waits on it, leaves its lane's worker idle: so
+/// one slow answer (a worker preempted for a millisecond) counts for at most
+/// RT_WAIT_SAMPLE_MAX times the average, and an answer that the first poll
+/// found, which proves the wait was no longer than it measured, lowers the
+/// average to that at once (rt_learn_wait). GPUs only: the CPU device's
+/// polls are reads of its own memory, it yields once.
 constexpr u32 RT_WAIT_NS_PER_AHEAD = 256;
+/// The most one answer's wait per record ahead counts for, in averages (at
+/// least RT_WAIT_NS_PER_AHEAD): a lasting slowdown is learnt in a few
+/// answers (2.75x each), a passing one fades as fast.
+constexpr u64 RT_WAIT_SAMPLE_MAX = 8;
 /// The share of the expected wait slept before the first poll, in quarters.
 constexpr u64 RT_WAIT_SLEEP_QUARTERS = 3;
 /// The longest wait expected (and so slept before polling): a stop raised
@@ -446,10 +454,13 @@ TANDEM_DEVICE Backoff rt_sleep_before_polls(const RtFuture& f) {
 #endif
 }
 
-/// After an answer: to a task that had records ahead, folds what it took
-/// per record ahead into the thread's average (a quarter's weight), which
-/// the next wait expects from; to one that had none, moves the first poll
-/// later if it found nothing (`first_poll_answered` false), else earlier.
+/// After an answer: to a task that had records ahead, learns what it took
+/// per record ahead into the thread's average, which the next wait expects
+/// from: found by the first poll, at most what it measured (the answer may
+/// have come earlier, the sleep hid it), else folded in with a quarter's
+/// weight, capped at RT_WAIT_SAMPLE_MAX averages; to one that had none,
+/// moves the first poll later if it found nothing (`first_poll_answered`
+/// false), else earlier.
 TANDEM_DEVICE void rt_learn_wait(RtFuture& f, bool first_poll_answered) {
 #if defined(TANDEM_BACKEND_GPU)
   if (f.ahead == 0) {
@@ -460,9 +471,16 @@ TANDEM_DEVICE void rt_learn_wait(RtFuture& f, bool first_poll_answered) {
                               : RT_FIRST_POLL_MAX_CYCLES;
     return;
   }
-  u64 per_ahead = (timer_ns() - f.sent_ns) / f.ahead;
-  per_ahead = per_ahead < RT_WAIT_EXPECTED_MAX_NS ? per_ahead : RT_WAIT_EXPECTED_MAX_NS;
-  f.wait_ns_per_ahead = static_cast<u32>((3 * u64{f.wait_ns_per_ahead} + per_ahead) / 4);
+  const u64 average = f.wait_ns_per_ahead;
+  // At least 1: an average of 0 would expect no wait at all.
+  const u64 per_ahead = (timer_ns() - f.sent_ns) / f.ahead + 1;
+  if (first_poll_answered) {
+    f.wait_ns_per_ahead = static_cast<u32>(per_ahead < average ? per_ahead : average);
+    return;
+  }
+  u64 cap = (average > RT_WAIT_NS_PER_AHEAD ? average : u64{RT_WAIT_NS_PER_AHEAD}) * RT_WAIT_SAMPLE_MAX;
+  cap = cap < RT_WAIT_EXPECTED_MAX_NS ? cap : RT_WAIT_EXPECTED_MAX_NS;
+  f.wait_ns_per_ahead = static_cast<u32>((3 * average + (per_ahead < cap ? per_ahead : cap)) / 4);
 #else
   (void)f;
   (void)first_poll_answered;
