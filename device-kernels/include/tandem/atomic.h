@@ -586,6 +586,15 @@ struct Backoff {
   /// costs a whole sleep, however few contended.
   TANDEM_DEVICE void sleep() {
 #if defined(TANDEM_BACKEND_GPU)
+    rng = sleep_jittered(ns, rng);
+#endif
+    ns = ns < max_ns ? ns * 2 : max_ns;
+  }
+
+#if defined(TANDEM_BACKEND_GPU)
+  /// sleep()'s sleep, out of line (a wait's poll that succeeds never gets
+  /// here); returns the next jitter state.
+  static TANDEM_COLD u32 sleep_jittered(u32 ns, u32 rng) {
     if (rng == 0) {
       // Differs between the lanes, warps and blocks that fail together, and
       // between one thread's successive back-offs.
@@ -597,9 +606,9 @@ struct Backoff {
     rng ^= rng >> 17;
     rng ^= rng << 5;
     sleep_for(ns / 2 + rng % (ns / 2));
-#endif
-    ns = ns < max_ns ? ns * 2 : max_ns;
+    return rng;
   }
+#endif
 };
 
 }  // namespace tandem

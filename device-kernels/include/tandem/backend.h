@@ -35,6 +35,13 @@
 #else
 #define TANDEM_DEVICE __device__ inline __attribute__((always_inline))
 #endif
+/// A function callable from kernels only, kept out of line: a path the hot
+/// one seldom takes (a full ring, a refresh of a counter's copy, a long
+/// sleep). Inlined, such paths sit between the hot path's instructions, and
+/// a kernel thread's task round trip paid for fetching past them (README.md,
+/// "Sharing memory across PCIe"). Takes and returns values, not references
+/// to the caller's locals, which would have to leave registers for memory.
+#define TANDEM_COLD __device__ inline __attribute__((noinline))
 /// A function callable from kernels and from host code.
 #define TANDEM_HOST_DEVICE __host__ __device__ inline
 /// Declares a kernel: `TANDEM_KERNEL tandem_fill_u32(u32* dst, ...) { ... }`.
@@ -42,6 +49,7 @@
 #define TANDEM_KERNEL extern "C" __global__ void
 #else
 #define TANDEM_DEVICE inline __attribute__((always_inline))
+#define TANDEM_COLD inline __attribute__((noinline))
 #define TANDEM_HOST_DEVICE inline
 /// On the host a kernel is a plain function of the one translation unit that
 /// also holds its generated entry wrapper (`tandem_host_<name>`), which is

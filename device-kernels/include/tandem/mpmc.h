@@ -417,7 +417,7 @@ constexpr u32 RATE_WINDOW_NS = 64 * 1000 * 1000;
 /// after the other side drained it and idled, and measuring there too was
 /// slower on the H100 (README.md, "What the H100 ran").
 template <bool Waiting = false>
-TANDEM_DEVICE void refresh_other_side(DeviceTickets* t, const u64* other) {
+TANDEM_COLD void refresh_other_side(DeviceTickets* t, const u64* other) {
   if (cas<scope::device, order::relaxed>(&t->refreshing, 0u, 1u) != 0) {
     return;
   }
@@ -508,8 +508,8 @@ TANDEM_HOST_DEVICE u32 full_ring_max_sleep_ns(u64 capacity) {
 /// one too short costs a read of device memory.
 /// False when `*stop` was raised (may be null; polled every 8th round) and
 /// `other` itself, read then, is not far enough either.
-TANDEM_DEVICE bool wait_ticket_ready(DeviceTickets* t, const u64* other, u64 ticket, i64 needed,
-                                     const u32* stop) {
+TANDEM_COLD bool wait_ticket_ready(DeviceTickets* t, const u64* other, u64 ticket, i64 needed,
+                                   const u32* stop) {
   for (u64 round = 0; !ticket_room<true>(t, other, ticket, needed); ++round) {
     // Acquire: pairs with the host's release of the flag, like future_wait.
     if (stop != nullptr && round % STOP_POLL_EVERY == STOP_POLL_EVERY - 1 &&

@@ -425,19 +425,12 @@ TANDEM_DEVICE void rt_mark_sent(RtFuture& f) {
 #endif
 }
 
-/// Sleeps before rt_wait_notified's first poll (see RT_WAIT_NS_PER_AHEAD)
-/// and returns the back-off for its polls.
-TANDEM_DEVICE Backoff rt_sleep_before_polls(const RtFuture& f) {
 #if defined(TANDEM_BACKEND_GPU)
-  u64 expected = u64{f.ahead} * f.wait_ns_per_ahead;
-  if (expected == 0) {
-    const u64 first_poll = f.sent_cycles + f.first_poll_cycles;
-    while (static_cast<u64>(clock64()) < first_poll) {
-    }
-    return Backoff::up_to(Backoff::ANSWER_MAX_NS);
-  }
+/// rt_sleep_before_polls for a task with records ahead, which waits `expected`
+/// ns from `sent_ns` (out of line: a lone thread's task has none ahead).
+TANDEM_COLD Backoff rt_sleep_expected(u64 sent_ns, u64 expected) {
   expected = expected < RT_WAIT_EXPECTED_MAX_NS ? expected : RT_WAIT_EXPECTED_MAX_NS;
-  const u64 until = f.sent_ns + expected / 4 * RT_WAIT_SLEEP_QUARTERS;
+  const u64 until = sent_ns + expected / 4 * RT_WAIT_SLEEP_QUARTERS;
   for (u64 now = timer_ns(); now < until; now = timer_ns()) {
     const u64 left = until - now;
     sleep_for(left < RT_WAIT_SLEEP_CHUNK_NS ? static_cast<u32>(left) : RT_WAIT_SLEEP_CHUNK_NS);
@@ -446,6 +439,21 @@ TANDEM_DEVICE Backoff rt_sleep_before_polls(const RtFuture& f) {
                       : expected / 8 > RT_WAIT_SLEEP_CHUNK_NS ? RT_WAIT_SLEEP_CHUNK_NS
                                                               : expected / 8;
   return Backoff::sleeping_from(static_cast<u32>(expected / 16), static_cast<u32>(longest));
+}
+#endif
+
+/// Sleeps before rt_wait_notified's first poll (see RT_WAIT_NS_PER_AHEAD)
+/// and returns the back-off for its polls.
+TANDEM_DEVICE Backoff rt_sleep_before_polls(const RtFuture& f) {
+#if defined(TANDEM_BACKEND_GPU)
+  const u64 expected = u64{f.ahead} * f.wait_ns_per_ahead;
+  if (expected == 0) {
+    const u64 first_poll = f.sent_cycles + f.first_poll_cycles;
+    while (static_cast<u64>(clock64()) < first_poll) {
+    }
+    return Backoff::up_to(Backoff::ANSWER_MAX_NS);
+  }
+  return rt_sleep_expected(f.sent_ns, expected);
 #else
   if (f.ahead != 0) {
     sleep_for(0);
@@ -453,6 +461,22 @@ TANDEM_DEVICE Backoff rt_sleep_before_polls(const RtFuture& f) {
   return Backoff::up_to(Backoff::ANSWER_MAX_NS);
 #endif
 }
+
+#if defined(TANDEM_BACKEND_GPU)
+/// rt_learn_wait's new average for a task sent at `sent_ns` with `ahead`
+/// (nonzero) records ahead, from the thread's `average` (out of line, as
+/// rt_sleep_expected).
+TANDEM_COLD u32 rt_learnt_wait_per_ahead(u64 average, u64 sent_ns, u32 ahead, bool first_poll_answered) {
+  // At least 1: an average of 0 would expect no wait at all.
+  const u64 per_ahead = (timer_ns() - sent_ns) / ahead + 1;
+  if (first_poll_answered) {
+    return static_cast<u32>(per_ahead < average ? per_ahead : average);
+  }
+  u64 cap = (average > RT_WAIT_NS_PER_AHEAD ? average : u64{RT_WAIT_NS_PER_AHEAD}) * RT_WAIT_SAMPLE_MAX;
+  cap = cap < RT_WAIT_EXPECTED_MAX_NS ? cap : RT_WAIT_EXPECTED_MAX_NS;
+  return static_cast<u32>((3 * average + (per_ahead < cap ? per_ahead : cap)) / 4);
+}
+#endif
 
 /// After an answer: to a task that had records ahead, learns what it took
 /// per record ahead into the thread's average, which the next wait expects
@@ -471,16 +495,7 @@ TANDEM_DEVICE void rt_learn_wait(RtFuture& f, bool first_poll_answered) {
                               : RT_FIRST_POLL_MAX_CYCLES;
     return;
   }
-  const u64 average = f.wait_ns_per_ahead;
-  // At least 1: an average of 0 would expect no wait at all.
-  const u64 per_ahead = (timer_ns() - f.sent_ns) / f.ahead + 1;
-  if (first_poll_answered) {
-    f.wait_ns_per_ahead = static_cast<u32>(per_ahead < average ? per_ahead : average);
-    return;
-  }
-  u64 cap = (average > RT_WAIT_NS_PER_AHEAD ? average : u64{RT_WAIT_NS_PER_AHEAD}) * RT_WAIT_SAMPLE_MAX;
-  cap = cap < RT_WAIT_EXPECTED_MAX_NS ? cap : RT_WAIT_EXPECTED_MAX_NS;
-  f.wait_ns_per_ahead = static_cast<u32>((3 * average + (per_ahead < cap ? per_ahead : cap)) / 4);
+  f.wait_ns_per_ahead = rt_learnt_wait_per_ahead(f.wait_ns_per_ahead, f.sent_ns, f.ahead, first_poll_answered);
 #else
   (void)f;
   (void)first_poll_answered;
@@ -942,6 +957,21 @@ TANDEM_DEVICE wait_outcome rt_wait_notified(RtFuture& f, const u32* stop, u64 sp
   }
 }
 
+/// What rt_wait_flags saw: the outcome, and the return code if completed.
+struct RtFlagsWait {
+  wait_outcome outcome;
+  i32 return_code;
+};
+
+/// rt_wait through the future's flags (future_wait), out of line: the path
+/// of a task sent to the GPU service or of a thread without a notify word,
+/// whose answers take far longer than a call.
+TANDEM_COLD RtFlagsWait rt_wait_flags(FutureView view, const u32* stop, u64 spin_budget) {
+  RtFlagsWait waited{wait_outcome::budget_exhausted, 0};
+  waited.outcome = future_wait<scope::system>(view, stop, spin_budget, &waited.return_code);
+  return waited;
+}
+
 }  // namespace detail
 
 /// Waits for `f`'s completion: completed (with `*return_code`), stopped, or
@@ -950,9 +980,16 @@ TANDEM_DEVICE wait_outcome rt_wait_notified(RtFuture& f, const u32* stop, u64 sp
 /// lane; it spins on memory the host writes, never on another lane.
 TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
   f.no_output = false;
-  const bool notified = f.notify != nullptr && !f.via_gpu;
-  const wait_outcome outcome = notified ? detail::rt_wait_notified(f, stop, spin_budget, return_code)
-                                        : future_wait<scope::system>(f.view, stop, spin_budget, return_code);
+  wait_outcome outcome;
+  if (f.notify != nullptr && !f.via_gpu) {
+    outcome = detail::rt_wait_notified(f, stop, spin_budget, return_code);
+  } else {
+    const detail::RtFlagsWait waited = detail::rt_wait_flags(f.view, stop, spin_budget);
+    outcome = waited.outcome;
+    if (outcome == wait_outcome::completed) {
+      *return_code = waited.return_code;
+    }
+  }
   if (outcome == wait_outcome::completed) {
     f.in_flight = false;
     // The consumer freed the slot before it completed the future, whose
