@@ -51,6 +51,82 @@ TANDEM_DEVICE void add_if_any(u64* counter, u64 n) {
   }
 }
 
+/// The device segment at `segment` (`len` bytes; its device address), as
+/// the runtime registered it.
+TANDEM_DEVICE tandem::MemoryBackend segment_backend(u8* segment, u64 len) {
+  const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
+  return tandem::MemoryBackend{h->id, tandem::backend_kind::PINNED, 0, reinterpret_cast<u64>(segment), len};
+}
+
+/// rt_init for the task kernels (echo, no-op): each thread gets one future
+/// (48 + ECHO_COPY_SPACE bytes) and one notify word from the block's arena
+/// share, plus alignment slack.
+TANDEM_DEVICE void init_task_kernel(tandem::RtContext& rt, u8* segment, u64 len) {
+  tandem::rt_init(rt, segment_backend(segment, len), static_cast<u64>(tandem::block_size()) * 160 + 256);
+}
+
+/// Waits for the answer to `f`'s task (rt_wait): ok once it came (`*rc` its
+/// return code), else the status its thread stops with, stopped or
+/// queue_full (the spin budget ran out). A stopped thread's future stays
+/// queued or in a worker's hands: it is not reused.
+TANDEM_DEVICE tandem::rt_status wait_answer(tandem::RtFuture& f, const u32* stop, u64 spin_budget, i32* rc) {
+  const tandem::wait_outcome outcome = tandem::rt_wait(f, stop, spin_budget, rc);
+  return outcome == tandem::wait_outcome::completed ? tandem::rt_status::ok
+         : outcome == tandem::wait_outcome::stopped ? tandem::rt_status::stopped
+                                                     : tandem::rt_status::queue_full;
+}
+
+/// Global rank 0's phase sums of a task kernel (its `phase_ns`, may be
+/// null): lap(phase) adds the time since the last lap to the phase, and
+/// report adds the sums and the tasks timed to phase_ns[0..4] and
+/// phase_ns[4]. Every other thread reads no clock.
+struct PhaseClock {
+  u64* phase_ns;
+  u64 last;
+  u64 spent[4];
+
+  static TANDEM_DEVICE PhaseClock start(u64* phase_ns) {
+    u64* const mine = tandem::global_rank() == 0 ? phase_ns : nullptr;
+    return PhaseClock{mine, mine != nullptr ? tandem::timer_ns() : 0, {0, 0, 0, 0}};
+  }
+
+  TANDEM_DEVICE void lap(int phase) {
+    if (phase_ns != nullptr) {
+      const u64 now = tandem::timer_ns();
+      spent[phase] += now - last;
+      last = now;
+    }
+  }
+
+  TANDEM_DEVICE void report(u64 tasks) const {
+    if (phase_ns != nullptr) {
+      for (int phase = 0; phase < 4; ++phase) {
+        phase_ns[phase] += spent[phase];
+      }
+      phase_ns[4] += tasks;
+    }
+  }
+};
+
+/// Sends `f`'s task (`route` 1: to the device's GPU service; else to the
+/// CPU workers, on `lane` at `priority`) and waits for its answer, `clock`
+/// lapping phase 1 once it is sent and phase 2 once answered: ok with `*rc`
+/// its return code, or the status the thread stops with (the send's, or
+/// wait_answer's).
+TANDEM_DEVICE tandem::rt_status send_and_wait(const tandem::RtContext& rt, tandem::RtFuture& f, u32 route,
+                                              u32 lane, tandem::rt_priority priority, const u32* stop,
+                                              u64 spin_budget, PhaseClock& clock, i32* rc) {
+  const tandem::rt_status sent = route == 1 ? tandem::rt_send_to_gpu(rt, f, stop, spin_budget)
+                                            : tandem::rt_send_to_cpu(rt, f, lane, priority, stop, spin_budget);
+  if (sent != tandem::rt_status::ok) {
+    return sent;
+  }
+  clock.lap(1);
+  const tandem::rt_status answered = wait_answer(f, stop, spin_budget, rc);
+  clock.lap(2);
+  return answered;
+}
+
 /// The GPU service (tandem::rt_serve with the math pool) over the device
 /// segment at `segment` (`len` bytes; its device address): every thread
 /// serves until the segment's service_stop is raised and the inbox is
@@ -59,10 +135,7 @@ TANDEM_DEVICE void add_if_any(u64* counter, u64 n) {
 /// serve at all (0 if all could).
 TANDEM_KERNEL tandem_rt_gpu_service(u8* segment, u64 len, u64* stats) {
   TANDEM_SHARED(tandem::RtContext, rt);
-  const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
-  const tandem::MemoryBackend backend{h->id, tandem::backend_kind::PINNED, 0,
-                                      reinterpret_cast<u64>(segment), len};
-  tandem::rt_attach(rt, backend);
+  tandem::rt_attach(rt, segment_backend(segment, len));
   tandem::RtServeStats served{};
   const tandem::rt_status st = tandem::rt_serve(rt, MathOnDevice{}, &served);
   add_if_any(&stats[0], served.served);
@@ -79,16 +152,13 @@ TANDEM_DEVICE tandem::rt_status echo_noop(const tandem::RtContext& rt, tandem::R
                                           const u32* stop, u64 spin_budget) {
   tandem::rt_status st =
       tandem::rt_make_task(f, math::POOL, math::NOOP, [](tandem::Writer&) { return tandem::ser_status::ok; });
+  i32 rc = 0;
+  PhaseClock untimed = PhaseClock::start(nullptr);
   if (st == tandem::rt_status::ok) {
-    st = tandem::rt_send_to_cpu(rt, f, lane, tandem::rt_priority::high, stop, spin_budget);
+    st = send_and_wait(rt, f, 0, lane, tandem::rt_priority::high, stop, spin_budget, untimed, &rc);
   }
   if (st != tandem::rt_status::ok) {
     return st;
-  }
-  i32 rc = 0;
-  const tandem::wait_outcome outcome = tandem::rt_wait(f, stop, spin_budget, &rc);
-  if (outcome != tandem::wait_outcome::completed) {
-    return outcome == tandem::wait_outcome::stopped ? tandem::rt_status::stopped : tandem::rt_status::queue_full;
   }
   const u8* out = nullptr;
   u32 out_len = 0;
@@ -118,30 +188,16 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
                                    u32 priority, u32 route, const u32* stop, u64 spin_budget,
                                    u64* results, u32* status, u64* phase_ns) {
   TANDEM_SHARED(tandem::RtContext, rt);
-  const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
-  const tandem::MemoryBackend backend{h->id, tandem::backend_kind::PINNED, 0,
-                                      reinterpret_cast<u64>(segment), len};
-  // One future (48 + ECHO_COPY_SPACE bytes) and one notify word per thread,
-  // plus alignment slack.
-  tandem::rt_init(rt, backend, static_cast<u64>(tandem::block_size()) * 160 + 256);
+  init_task_kernel(rt, segment, len);
   const u64 r = tandem::global_rank();
   results[r] = 0;
   tandem::RtFuture f{};
   tandem::rt_status st = tandem::rt_future_alloc(rt, ECHO_COPY_SPACE, &f);
   const u32 lane = static_cast<u32>(tandem::block_rank() % (rt.status == tandem::rt_status::ok ? rt.num_lanes : 1));
   u64 acc = 0;
-  // Phase sums of rank 0 (see above): make, send, wait, output.
-  const bool timed = phase_ns != nullptr && r == 0;
-  u64 spent[4] = {0, 0, 0, 0};
+  // Phases (see above): make, send, wait, output.
+  PhaseClock clock = PhaseClock::start(phase_ns);
   u64 timed_tasks = 0;
-  u64 t = timed ? tandem::timer_ns() : 0;
-  const auto phase_done = [&](int phase) {
-    if (timed) {
-      const u64 now = tandem::timer_ns();
-      spent[phase] += now - t;
-      t = now;
-    }
-  };
   for (u64 i = 0; st == tandem::rt_status::ok && i < tasks_per_thread; ++i) {
     if (method == math::SUM && i % 2 == 1) {
       st = tandem::rt_make_task(f, math::POOL, math::SUM, [&](tandem::Writer& w) {
@@ -162,21 +218,12 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
     if (st != tandem::rt_status::ok) {
       break;
     }
-    phase_done(0);
+    clock.lap(0);
     const tandem::rt_priority p = priority == 2 ? static_cast<tandem::rt_priority>(i & 1)
                                                 : static_cast<tandem::rt_priority>(priority & 1);
-    st = route == 1 ? tandem::rt_send_to_gpu(rt, f, stop, spin_budget)
-                    : tandem::rt_send_to_cpu(rt, f, lane, p, stop, spin_budget);
-    if (st != tandem::rt_status::ok) {
-      break;
-    }
-    phase_done(1);
     i32 rc = 0;
-    const tandem::wait_outcome outcome = tandem::rt_wait(f, stop, spin_budget, &rc);
-    phase_done(2);
-    if (outcome != tandem::wait_outcome::completed) {
-      // The future stays queued or in a worker's hands: it is not reused.
-      st = outcome == tandem::wait_outcome::stopped ? tandem::rt_status::stopped : tandem::rt_status::queue_full;
+    st = send_and_wait(rt, f, route, lane, p, stop, spin_budget, clock, &rc);
+    if (st != tandem::rt_status::ok) {
       break;
     }
     if (rc != 0) {
@@ -203,19 +250,59 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
       }
       acc += 1;
     }
-    phase_done(3);
+    clock.lap(3);
     ++timed_tasks;
     if (st == tandem::rt_status::ok && route == 0 && method == math::SUM && i % 2 == 0) {
       st = echo_noop(rt, f, lane, stop, spin_budget);
     }
   }
-  if (timed) {
-    for (int phase = 0; phase < 4; ++phase) {
-      phase_ns[phase] += spent[phase];
-    }
-    phase_ns[4] += timed_tasks;
-  }
+  clock.report(timed_tasks);
   results[r] = acc;
+  status[r] = static_cast<u32>(st);
+}
+
+/// No-op tasks, as a latency-bound kernel sends them: each thread sends
+/// `tasks_per_thread` math::NOOP tasks one after another to the CPU workers
+/// (high priority, lane = block rank mod lanes) and waits for each; the loop
+/// does nothing else. completed[r] = tasks answered with return code 0,
+/// status[r] = rt_status (ok, or why the thread stopped early), or 0x100 with
+/// completed[r] = the return code of a task that failed. With `phase_ns`
+/// (may be null), global rank 0 adds the nanoseconds it spent making its
+/// tasks, sending them and waiting for the answers to phase_ns[0..3], and
+/// phase_ns[4] += the tasks it timed (phase_ns[3], reading outputs, stays:
+/// a no-op has none). What the roundtrip bench times: the echo kernel's
+/// loop also picks a method, a route and a priority per task and reads each
+/// output, and a GPU thread pays for every instruction of that (README.md,
+/// "Sharing memory across PCIe").
+TANDEM_KERNEL tandem_rt_noop_tasks(u8* segment, u64 len, u64 tasks_per_thread, const u32* stop,
+                                   u64 spin_budget, u64* completed, u32* status, u64* phase_ns) {
+  TANDEM_SHARED(tandem::RtContext, rt);
+  init_task_kernel(rt, segment, len);
+  const u64 r = tandem::global_rank();
+  tandem::RtFuture f{};
+  tandem::rt_status st = tandem::rt_future_alloc(rt, ECHO_COPY_SPACE, &f);
+  const u32 lane = static_cast<u32>(tandem::block_rank() % (rt.status == tandem::rt_status::ok ? rt.num_lanes : 1));
+  PhaseClock clock = PhaseClock::start(phase_ns);
+  u64 done = 0;
+  for (; st == tandem::rt_status::ok && done < tasks_per_thread; ++done) {
+    st = tandem::rt_make_task(f, math::POOL, math::NOOP, [](tandem::Writer&) { return tandem::ser_status::ok; });
+    clock.lap(0);
+    if (st != tandem::rt_status::ok) {
+      break;
+    }
+    i32 rc = 0;
+    st = send_and_wait(rt, f, 0, lane, tandem::rt_priority::high, stop, spin_budget, clock, &rc);
+    if (st != tandem::rt_status::ok) {
+      break;
+    }
+    if (rc != 0) {
+      status[r] = 0x100;
+      completed[r] = static_cast<u64>(static_cast<tandem::i64>(rc));
+      return;
+    }
+  }
+  clock.report(done);
+  completed[r] = done;
   status[r] = static_cast<u32>(st);
 }
 

@@ -7,6 +7,13 @@
 //! * the runtime: one kernel thread's task round trip (`math.noop`), and
 //!   many kernel threads with 4 and 8 workers (no-op tasks per second).
 //!
+//! The runtime's rows run the no-op kernel (`tandem_rt_noop_tasks`), whose
+//! threads only send no-op tasks and wait for them, as the floor's kernel
+//! only exchanges words. The echo kernel, which the tests run, also picks a
+//! method, a route and a priority for every task and reads its output; a GPU
+//! thread pays for each of those instructions, so its round trip is printed
+//! beside the no-op kernel's for comparison.
+//!
 //! Runs on the CPU device always, and on CUDA when built with `--features
 //! cuda` and a device is present (else "skipped: no CUDA device", or a
 //! failure with TANDEM_REQUIRE_GPU=1). Targets (issue 19, on the H100): a
@@ -21,7 +28,7 @@
 use std::time::Duration;
 
 use tandem_hal::{GpuApi, HostApi};
-use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, RuntimeKernels};
+use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels};
 use tandem_runtime::{math, Config, DeviceSelection, Registry, Runtime};
 
 /// Sizes of one backend's run.
@@ -77,10 +84,20 @@ fn start<A: GpuApi>(
     Runtime::start_with(api()?, config, Registry::with_builtins()).map_err(|e| e.to_string())
 }
 
-fn noop(blocks: u32, threads: u32, tasks: u64) -> EchoLaunch {
-    EchoLaunch {
+fn noop(blocks: u32, threads: u32, tasks: u64) -> NoopLaunch {
+    NoopLaunch {
         blocks,
         threads,
+        tasks_per_thread: tasks,
+        spin_budget: 1 << 40,
+    }
+}
+
+/// The echo kernel's launch of the same no-op tasks.
+fn echo_noop(tasks: u64) -> EchoLaunch {
+    EchoLaunch {
+        blocks: 1,
+        threads: 1,
         tasks_per_thread: tasks,
         method: math::NOOP,
         priority: EchoPriority::High,
@@ -104,10 +121,12 @@ fn bench<A: GpuApi>(
     // state, so each is the median of its runs and the spread is printed.
     // The round trips run untimed (the floor's kernel reads no clock either);
     // one more, timed run splits a round trip into its phases.
-    kernels.echo(&noop(1, 1, 100)).map_err(|e| e.to_string())?;
+    kernels
+        .noop_tasks(&noop(1, 1, 100))
+        .map_err(|e| e.to_string())?;
     let single_run = |kernels: &mut RuntimeKernels<'_, A>| {
         let single = kernels
-            .echo(&noop(1, 1, scale.single_tasks))
+            .noop_tasks(&noop(1, 1, scale.single_tasks))
             .map_err(|e| e.to_string())?;
         if single.failed_threads() > 0 {
             return Err(format!("single-thread run failed: {:?}", single.status));
@@ -129,7 +148,7 @@ fn bench<A: GpuApi>(
     let floor = floors[REPEATS / 2];
     let round_trip = trips[REPEATS / 2];
     let (timed, phases) = kernels
-        .echo_with_phases(&noop(1, 1, scale.single_tasks))
+        .noop_tasks_with_phases(&noop(1, 1, scale.single_tasks))
         .map_err(|e| e.to_string())?;
     if timed.failed_threads() > 0 {
         return Err(format!(
@@ -137,6 +156,13 @@ fn bench<A: GpuApi>(
             timed.status
         ));
     }
+    let echo = kernels
+        .echo(&echo_noop(scale.single_tasks))
+        .map_err(|e| e.to_string())?;
+    if echo.failed_threads() > 0 {
+        return Err(format!("echo single-thread run failed: {:?}", echo.status));
+    }
+    let echo_trip = echo.elapsed / scale.single_tasks as u32;
     println!("{label}:");
     println!(
         "  pinned-memory ping-pong floor:      {:8.2} us  (median of {REPEATS}; {:.2} - {:.2})",
@@ -165,6 +191,11 @@ fn bench<A: GpuApi>(
         us(phases.send),
         us(phases.wait),
         phases.tasks
+    );
+    println!(
+        "    the echo kernel's round trip, for comparison (one run): {:.2} us ({:.2}x floor)",
+        us(echo_trip),
+        echo_trip.as_secs_f64() / floor.as_secs_f64()
     );
     drop(kernels);
     drop(runtime);
@@ -220,7 +251,7 @@ fn throughput<A: GpuApi>(
     let mut rates = Vec::with_capacity(GRID_REPEATS);
     for _ in 0..GRID_REPEATS {
         let many = kernels
-            .echo(&noop(blocks, threads, per_thread))
+            .noop_tasks(&noop(blocks, threads, per_thread))
             .map_err(|e| e.to_string())?;
         if many.failed_threads() > 0 {
             return Err(format!("{} threads failed", many.failed_threads()));

@@ -1,6 +1,8 @@
 //! Launching the runtime's own kernels (`kernels/runtime.cu`) on a served
 //! device: the echo kernel whose threads send tasks to the CPU workers, the
-//! pinned-memory ping-pong floor, and an empty kernel for launch + sync.
+//! no-op kernel whose threads only send no-op tasks (what the roundtrip bench
+//! times), the pinned-memory ping-pong floor, and an empty kernel for the
+//! cost of a launch and its synchronisation.
 //! Generic over the backend, so the host backend's tests exercise exactly
 //! the code the GPU runs.
 //!
@@ -66,16 +68,31 @@ pub enum EchoRoute {
     GpuService = 1,
 }
 
+/// One launch of `tandem_rt_noop_tasks`: every thread sends no-op tasks to
+/// the CPU workers one after another (high priority), waiting for each, and
+/// does nothing else.
+#[derive(Clone, Copy, Debug)]
+pub struct NoopLaunch {
+    /// Blocks of the grid.
+    pub blocks: u32,
+    /// Threads per block.
+    pub threads: u32,
+    /// Tasks each thread sends.
+    pub tasks_per_thread: u64,
+    /// Spin rounds a full lane or a wait may take before the thread gives up.
+    pub spin_budget: u64,
+}
+
 /// `rt_status::ok` and the echo kernel's "task failed" status.
 pub const ECHO_OK: u32 = 0;
 /// Status of a thread whose task completed with a nonzero return code.
 pub const ECHO_TASK_FAILED: u32 = 0x100;
 
-/// What an echo launch did, per thread (global rank order).
+/// What an echo or no-op launch did, per thread (global rank order).
 #[derive(Clone, Debug)]
 pub struct EchoOutcome {
-    /// Sum of the answers (add), completion count (noop), or the return code
-    /// of a failed task.
+    /// Sum of the answers (add), completion count (noop, and every task of
+    /// a no-op launch), or the return code of a failed task.
     pub results: Vec<u64>,
     /// `rt_status` per thread, or [`ECHO_TASK_FAILED`].
     pub status: Vec<u32>,
@@ -102,11 +119,11 @@ pub struct EchoPhases {
     pub send: Duration,
     /// `rt_wait`: from the push to the answer seen.
     pub wait: Duration,
-    /// Reading the output (`add` only).
+    /// Reading the output (the echo kernel's `add` only).
     pub output: Duration,
 }
 
-/// Words of the echo kernel's `phase_ns` argument.
+/// Words of the echo and no-op kernels' `phase_ns` argument.
 const PHASE_WORDS: usize = 5;
 
 /// The expected `results[r]` of an `add` echo: sum over i < n of r + i.
@@ -120,6 +137,7 @@ pub struct RuntimeKernels<'q, A: GpuApi> {
     queues: &'q DeviceQueues<A>,
     // Declared before the module they come from.
     echo: <A::Device as GpuDevice>::Kernel,
+    noop: <A::Device as GpuDevice>::Kernel,
     pingpong: <A::Device as GpuDevice>::Kernel,
     empty: <A::Device as GpuDevice>::Kernel,
     stream: <A::Device as GpuDevice>::Stream,
@@ -136,6 +154,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         let module = device.load_module(&tandem_device_kernels::library())?;
         Ok(Self {
             echo: device.kernel(&module, "tandem_rt_echo_tasks")?,
+            noop: device.kernel(&module, "tandem_rt_noop_tasks")?,
             pingpong: device.kernel(&module, "tandem_rt_pingpong")?,
             empty: device.kernel(&module, "tandem_empty")?,
             stream: device.create_stream()?,
@@ -157,11 +176,34 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         &mut self,
         launch: &EchoLaunch,
     ) -> Result<(EchoOutcome, EchoPhases), RuntimeError> {
+        self.with_phases(|kernels, phase_ns| kernels.run_echo(launch, Some(phase_ns)))
+    }
+
+    /// Launches the no-op kernel and waits for it (stop word as
+    /// [`echo`](Self::echo)).
+    pub fn noop_tasks(&mut self, launch: &NoopLaunch) -> Result<EchoOutcome, RuntimeError> {
+        self.run_noop(launch, None)
+    }
+
+    /// [`noop_tasks`](Self::noop_tasks), timing global rank 0's phases as
+    /// well (its `output` stays zero: a no-op has none).
+    pub fn noop_tasks_with_phases(
+        &mut self,
+        launch: &NoopLaunch,
+    ) -> Result<(EchoOutcome, EchoPhases), RuntimeError> {
+        self.with_phases(|kernels, phase_ns| kernels.run_noop(launch, Some(phase_ns)))
+    }
+
+    /// Runs `launch` with a fresh `phase_ns` block and reads it back.
+    fn with_phases(
+        &mut self,
+        launch: impl FnOnce(&mut Self, &SegmentBlock<'_>) -> Result<EchoOutcome, RuntimeError>,
+    ) -> Result<(EchoOutcome, EchoPhases), RuntimeError> {
         let phase_ns = SegmentBlock::new(self.queues, PHASE_WORDS * 8)?;
         // SAFETY: a fresh block of PHASE_WORDS u64s, no kernel uses it yet.
         unsafe { phase_ns.host.write_bytes(0, PHASE_WORDS * 8) };
-        let outcome = self.run_echo(launch, Some(&phase_ns))?;
-        // SAFETY: the kernel finished (run_echo synchronised); it wrote the words.
+        let outcome = launch(self, &phase_ns)?;
+        // SAFETY: the kernel finished (the launch synchronised); it wrote the words.
         let words = unsafe { std::slice::from_raw_parts(phase_ns.host.cast::<u64>(), PHASE_WORDS) };
         let tasks = words[4];
         let per_task = |ns: u64| Duration::from_nanos(ns.checked_div(tasks).unwrap_or(0));
@@ -180,8 +222,56 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         launch: &EchoLaunch,
         phase_ns: Option<&SegmentBlock<'_>>,
     ) -> Result<EchoOutcome, RuntimeError> {
+        let config = LaunchConfig::linear(launch.blocks, launch.threads);
+        self.run_task_kernel(TaskKernel::Echo, config, phase_ns, |at| {
+            vec![
+                KernelArg::Ptr(at.segment),
+                KernelArg::U64(at.len),
+                KernelArg::U64(launch.tasks_per_thread),
+                KernelArg::U32(launch.method),
+                KernelArg::U32(launch.priority as u32),
+                KernelArg::U32(launch.route as u32),
+                KernelArg::Ptr(at.stop),
+                KernelArg::U64(launch.spin_budget),
+                KernelArg::Ptr(at.results),
+                KernelArg::Ptr(at.status),
+                KernelArg::Ptr(at.phase_ns),
+            ]
+        })
+    }
+
+    fn run_noop(
+        &mut self,
+        launch: &NoopLaunch,
+        phase_ns: Option<&SegmentBlock<'_>>,
+    ) -> Result<EchoOutcome, RuntimeError> {
+        let config = LaunchConfig::linear(launch.blocks, launch.threads);
+        self.run_task_kernel(TaskKernel::Noop, config, phase_ns, |at| {
+            vec![
+                KernelArg::Ptr(at.segment),
+                KernelArg::U64(at.len),
+                KernelArg::U64(launch.tasks_per_thread),
+                KernelArg::Ptr(at.stop),
+                KernelArg::U64(launch.spin_budget),
+                KernelArg::Ptr(at.results),
+                KernelArg::Ptr(at.status),
+                KernelArg::Ptr(at.phase_ns),
+            ]
+        })
+    }
+
+    /// Launches `kernel` (one future per thread from the kernel arena) with
+    /// the arguments `args` makes of the device addresses it needs, and waits
+    /// for it.
+    fn run_task_kernel(
+        &mut self,
+        kernel: TaskKernel,
+        config: LaunchConfig,
+        phase_ns: Option<&SegmentBlock<'_>>,
+        args: impl FnOnce(&TaskKernelAddresses) -> Vec<KernelArg<'static>>,
+    ) -> Result<EchoOutcome, RuntimeError> {
         let device = self.queues.device();
-        let threads = launch.blocks as usize * launch.threads as usize;
+        let threads = config.grid.x as usize * config.block.x as usize;
         // From the segment's heap, not the driver: freeing pinned memory
         // synchronises the whole device, which would wait forever for a
         // running GpuService.
@@ -193,26 +283,23 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
             // the arena; launches are serialised by `&mut self`.
             unsafe { self.queues.segment().reset_kernel_arena() };
         }
-        let segment = self.queues.segment();
-        let args = [
-            KernelArg::Ptr(self.queues.kernel_backend().base),
-            KernelArg::U64(segment.len() as u64),
-            KernelArg::U64(launch.tasks_per_thread),
-            KernelArg::U32(launch.method),
-            KernelArg::U32(launch.priority as u32),
-            KernelArg::U32(launch.route as u32),
-            KernelArg::Ptr(self.queues.stop_flag_device_ptr()),
-            KernelArg::U64(launch.spin_budget),
-            KernelArg::Ptr(results.device),
-            KernelArg::Ptr(status.device),
-            KernelArg::Ptr(phase_ns.map_or(0, |block| block.device)),
-        ];
-        let config = LaunchConfig::linear(launch.blocks, launch.threads);
+        let args = args(&TaskKernelAddresses {
+            segment: self.queues.kernel_backend().base,
+            len: self.queues.segment().len() as u64,
+            stop: self.queues.stop_flag_device_ptr(),
+            results: results.device,
+            status: status.device,
+            phase_ns: phase_ns.map_or(0, |block| block.device),
+        });
+        let kernel = match kernel {
+            TaskKernel::Echo => &self.echo,
+            TaskKernel::Noop => &self.noop,
+        };
         let start = Instant::now();
         // SAFETY: the segment stays mapped and registered while `self`
         // borrows its queues; results/status hold one entry per thread and
         // live until after the synchronisation below.
-        unsafe { device.launch(&self.echo, &config, &args, &self.stream) }?;
+        unsafe { device.launch(kernel, &config, &args, &self.stream) }?;
         device.synchronize_stream(&self.stream)?;
         let elapsed = start.elapsed();
         // SAFETY: the kernel finished (synchronised); the buffers hold
@@ -297,6 +384,27 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         }
         Ok(start.elapsed() / n.max(1))
     }
+}
+
+/// The kernels [`RuntimeKernels::run_task_kernel`] launches.
+#[derive(Clone, Copy)]
+enum TaskKernel {
+    Echo,
+    Noop,
+}
+
+/// What a task kernel's arguments point at, as the device sees it.
+struct TaskKernelAddresses {
+    /// The device's queue segment, and its length.
+    segment: u64,
+    len: u64,
+    /// The segment's stop word.
+    stop: u64,
+    /// One u64 result and one u32 status per thread.
+    results: u64,
+    status: u64,
+    /// Rank 0's phase sums, or 0 for none.
+    phase_ns: u64,
 }
 
 /// A block of a device segment's heap (pinned, mapped into the device),

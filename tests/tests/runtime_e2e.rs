@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use tandem_hal::{GpuApi, HostApi};
 use tandem_runtime::kernels::{
-    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, RuntimeKernels, ECHO_OK,
-    ECHO_TASK_FAILED,
+    expected_add_sum, EchoLaunch, EchoOutcome, EchoPhases, EchoPriority, EchoRoute, NoopLaunch,
+    RuntimeKernels, ECHO_OK, ECHO_TASK_FAILED,
 };
 use tandem_runtime::{
     math, Config, DeviceSelection, GpuService, Pool, Registry, Runtime, StatsSnapshot,
@@ -33,6 +33,17 @@ fn config(devices: DeviceSelection, workers: usize, depth: u32) -> Config {
         devices,
         ..Config::default()
     }
+}
+
+/// A runtime on `api`'s device 0 with `workers` workers, lanes `depth` deep
+/// and the built-in pools.
+fn runtime_on_device_0<A: GpuApi>(api: A, workers: usize, depth: u32) -> Runtime<A> {
+    Runtime::start_with(
+        api,
+        config(DeviceSelection::Only(vec![0]), workers, depth),
+        Registry::with_builtins(),
+    )
+    .expect("start")
 }
 
 /// The runtime's counts once `settled` holds them (or after 10 s): a worker
@@ -94,12 +105,7 @@ fn many_threads_every_task_once<A: GpuApi>(
     tasks: u64,
     depth: u32,
 ) {
-    let runtime = Runtime::start_with(
-        api,
-        config(DeviceSelection::Only(vec![0]), 4, depth),
-        Registry::with_builtins(),
-    )
-    .expect("start");
+    let runtime = runtime_on_device_0(api, 4, depth);
     let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
     for priority in [EchoPriority::High, EchoPriority::Alternate] {
         let before = runtime.stats();
@@ -158,12 +164,7 @@ fn direct_claims_wait_on_full_lanes<A: GpuApi>(api: A, blocks: u32, threads: u32
 /// while the future holds the last output (which the kernel must not read
 /// as the no-op's): every answer right, every task completed once.
 fn large_and_inline_tasks_alternate<A: GpuApi>(api: A, blocks: u32, threads: u32, tasks: u64) {
-    let runtime = Runtime::start_with(
-        api,
-        config(DeviceSelection::Only(vec![0]), 4, 16),
-        Registry::with_builtins(),
-    )
-    .expect("start");
+    let runtime = runtime_on_device_0(api, 4, 16);
     let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
     let launch = EchoLaunch {
         method: math::SUM,
@@ -179,12 +180,7 @@ fn large_and_inline_tasks_alternate<A: GpuApi>(api: A, blocks: u32, threads: u32
 /// Unknown methods complete with an error code; the workers serve the next
 /// launch normally.
 fn unknown_method_is_an_error_code<A: GpuApi>(api: A) {
-    let runtime = Runtime::start_with(
-        api,
-        config(DeviceSelection::Only(vec![0]), 2, 64),
-        Registry::with_builtins(),
-    )
-    .expect("start");
+    let runtime = runtime_on_device_0(api, 2, 64);
     let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
     let bad = EchoLaunch {
         method: 99,
@@ -254,12 +250,7 @@ fn stop_flag_releases_waiting_kernels<A: GpuApi>(api: A) {
 /// kernels, with the right outputs and error codes, and the CPU workers run
 /// none of them; stopping it drains the inbox.
 fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, threads: u32) {
-    let runtime = Runtime::start_with(
-        api,
-        config(DeviceSelection::Only(vec![0]), 2, 64),
-        Registry::with_builtins(),
-    )
-    .expect("start");
+    let runtime = runtime_on_device_0(api, 2, 64);
     let queues = &runtime.devices()[0];
     // Loaded first: see GpuService on driver calls while it runs.
     let mut kernels = RuntimeKernels::load(queues).expect("kernels");
@@ -301,24 +292,10 @@ fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, t
     assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
 }
 
-/// The echo kernel's phase timing: rank 0 times every one of its tasks, each
-/// phase is counted, and together they fit in the launch.
-fn echo_phases_cover_rank_zero<A: GpuApi>(api: A) {
-    let runtime = Runtime::start_with(
-        api,
-        config(DeviceSelection::Only(vec![0]), 2, 64),
-        Registry::with_builtins(),
-    )
-    .expect("start");
-    let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
-    let tasks = 200;
-    let (outcome, phases) = kernels
-        .echo_with_phases(&add_launch(2, 4, tasks, EchoPriority::High))
-        .expect("echo");
-    assert_all_added(&outcome, tasks);
+/// Rank 0 timed every one of its `tasks`, waiting took time (every task
+/// crosses to a worker and back), and the phases fit in the launch.
+fn assert_rank_zero_timed(phases: &EchoPhases, tasks: u64, outcome: &EchoOutcome) {
     assert_eq!(phases.tasks, tasks, "rank 0 alone is timed, every task");
-    // Every task crosses to a worker and back, so waiting takes time; `add`
-    // reads its output.
     assert!(phases.wait > Duration::ZERO, "{phases:?}");
     let per_task = phases.make + phases.send + phases.wait + phases.output;
     assert!(
@@ -326,6 +303,19 @@ fn echo_phases_cover_rank_zero<A: GpuApi>(api: A) {
         "{phases:?} per task does not fit in {:?}",
         outcome.elapsed
     );
+}
+
+/// The echo kernel's phase timing: rank 0 times every one of its tasks, each
+/// phase is counted, and together they fit in the launch.
+fn echo_phases_cover_rank_zero<A: GpuApi>(api: A) {
+    let runtime = runtime_on_device_0(api, 2, 64);
+    let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
+    let tasks = 200;
+    let (outcome, phases) = kernels
+        .echo_with_phases(&add_launch(2, 4, tasks, EchoPriority::High))
+        .expect("echo");
+    assert_all_added(&outcome, tasks);
+    assert_rank_zero_timed(&phases, tasks, &outcome);
     // The plain echo leaves no phases behind (null `phase_ns`).
     assert_all_added(
         &kernels
@@ -333,6 +323,40 @@ fn echo_phases_cover_rank_zero<A: GpuApi>(api: A) {
             .expect("echo"),
         tasks,
     );
+}
+
+/// The no-op kernel (the roundtrip bench's): every thread's tasks are
+/// answered, each once, rank 0's are timed with its phases (no output to
+/// read), and the runtime counts each task once.
+fn noop_kernel_answers_every_task<A: GpuApi>(api: A, blocks: u32, threads: u32) {
+    let runtime = runtime_on_device_0(api, 2, 64);
+    let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
+    let tasks = 150;
+    let launch = NoopLaunch {
+        blocks,
+        threads,
+        tasks_per_thread: tasks,
+        spin_budget: 1 << 40,
+    };
+    let (outcome, phases) = kernels.noop_tasks_with_phases(&launch).expect("noop");
+    let untimed = kernels.noop_tasks(&launch).expect("noop");
+    for outcome in [&outcome, &untimed] {
+        assert_eq!(outcome.failed_threads(), 0, "{:?}", outcome.status);
+        assert!(
+            outcome.results.iter().all(|&done| done == tasks),
+            "{:?}",
+            outcome.results
+        );
+    }
+    assert_rank_zero_timed(&phases, tasks, &outcome);
+    assert_eq!(phases.output, Duration::ZERO, "a no-op has no output");
+    let total = 2 * u64::from(blocks * threads) * tasks;
+    assert_completed_once(settled_stats(&runtime, |s| s.completed >= total), total);
+}
+
+#[test]
+fn host_noop_kernel_answers_every_task() {
+    noop_kernel_answers_every_task(HostApi::with_devices(1), 3, 8);
 }
 
 #[test]
@@ -516,6 +540,13 @@ macro_rules! gpu_tests {
             fn echo_phases_cover_rank_zero() {
                 if let Some((api, _one)) = api("runtime echo_phases_cover_rank_zero") {
                     super::echo_phases_cover_rank_zero(api);
+                }
+            }
+
+            #[test]
+            fn noop_kernel_answers_every_task() {
+                if let Some((api, _one)) = api("runtime noop_kernel_answers_every_task") {
+                    super::noop_kernel_answers_every_task(api, 132, 32);
                 }
             }
 
