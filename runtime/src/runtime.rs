@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use tandem_hal::numa::{bind_to_node, node_of_address};
-use tandem_hal::{Backend, DeviceMemory, DeviceProperties, GpuApi, GpuDevice};
+use tandem_hal::{DeviceMemory, DeviceProperties, GpuApi, GpuDevice};
 use tandem_shm_core::layout::{BackendKind, MemoryBackend};
 use tandem_shm_core::Segment;
 
@@ -378,10 +378,8 @@ impl<A: GpuApi> Runtime<A> {
                 })
             })
             .collect();
-        // The CPU device's kernel threads are threads of this process, and
-        // workers that fill the cores leave host submitters none.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let share_cores = A::BACKEND == Backend::Host || cores <= self.workers_running;
+        let share_cores = worker::shares_cores(A::BACKEND, self.workers_running, cores);
         // The workers whose sweeps the clients' janitor waits for.
         let mut cpu_workers = Vec::new();
         for (w, mine) in worker::assign(&sources, self.workers_running)
