@@ -346,10 +346,17 @@ mod cuda {
         }
     }
 
+    /// Runs of each ring push (odd: the median is a run). With the GPU
+    /// producing faster than even 2 consumers drain runs, the consumer
+    /// counts' rates differ by little more than one run's noise, and a single
+    /// run each read the 8 / 2 ratio anywhere in 0.97-1.05x.
+    const RING_REPEATS: usize = 3;
+
     /// GPU threads push u64 records into a ring in mapped pinned memory (one
     /// device-memory fetch_add per record for the ticket, per-slot sequence
     /// stores to publish) while host threads drain it, one record or one run
-    /// at a time; both ways in the same run.
+    /// at a time; both ways in the same run, each consumer count
+    /// RING_REPEATS times in turns, the median printed.
     fn ring_push<A: GpuApi>(gpu: &Gpu<A>, sms: u32) {
         let capacity = 1u32 << 16;
         let count = 1u64 << 24;
@@ -359,32 +366,50 @@ mod cuda {
         println!(
             "\nMPMC ring push into pinned host memory (device tickets): {count} u64 records, \
              {capacity} slots, {} x 256 GPU threads; device-to-host copy through GpuApi: \
-             {copy:.2} GB/s",
+             {copy:.2} GB/s; median of {RING_REPEATS} runs",
             sms * 2
         );
         let consumer_counts = [2usize, 4, 8];
         for how in [Drain::Single, Drain::Runs(256)] {
-            let mut rates = Vec::new();
-            for &consumers in &consumer_counts {
-                let secs = ring_push_once(gpu, capacity, count, grid, block, consumers, how);
-                let rate = count as f64 / secs;
-                rates.push(rate);
-                let payload_gbs = count as f64 * 8.0 / secs / 1e9;
+            let mut rates = vec![Vec::with_capacity(RING_REPEATS); consumer_counts.len()];
+            for _ in 0..RING_REPEATS {
+                for (runs, &consumers) in rates.iter_mut().zip(&consumer_counts) {
+                    let secs = ring_push_once(gpu, capacity, count, grid, block, consumers, how);
+                    runs.push(count as f64 / secs);
+                }
+            }
+            let mut medians = Vec::with_capacity(consumer_counts.len());
+            for (runs, &consumers) in rates.iter_mut().zip(&consumer_counts) {
+                runs.sort_by(f64::total_cmp);
+                let rate = runs[RING_REPEATS / 2];
+                medians.push(rate);
+                let payload_gbs = rate * 8.0 / 1e9;
                 println!(
-                    "  {how:<18} {consumers} host consumers {:>8.3} s  {:>8.2} M records/s  \
+                    "  {how:<18} {consumers} host consumers {:>8.2} M records/s ({:.2} - {:.2})  \
                      {payload_gbs:>6.3} GB/s payload ({:.1}% of the copy bandwidth)",
-                    secs,
                     rate / 1e6,
+                    runs[0] / 1e6,
+                    runs[RING_REPEATS - 1] / 1e6,
                     payload_gbs / copy * 100.0,
                 );
             }
-            let best = rates.iter().copied().fold(0.0, f64::max);
-            println!(
-                "  {how:<18} 8 / 2 consumers {:.2}x (target >= 1); best {:.1} M records/s \
-                 (target >= 200)",
-                rates[2] / rates[0],
-                best / 1e6,
-            );
+            let best = medians.iter().copied().fold(0.0, f64::max);
+            let scaling = medians[2] / medians[0];
+            match how {
+                // Issue 19's "before": its targets are for consumers that take runs.
+                Drain::Single => println!(
+                    "  {how:<18} 8 / 2 consumers {scaling:.2}x; best {:.1} M records/s (one \
+                     record a pop, for comparison)",
+                    best / 1e6,
+                ),
+                Drain::Runs(_) => println!(
+                    "  {how:<18} 8 / 2 consumers {scaling:.2}x (target >= 1: {}); best {:.1} M \
+                     records/s (target >= 200: {})",
+                    if scaling >= 1.0 { "meets" } else { "BELOW" },
+                    best / 1e6,
+                    if best >= 200e6 { "meets" } else { "BELOW" },
+                ),
+            }
         }
     }
 
