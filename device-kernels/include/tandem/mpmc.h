@@ -415,7 +415,7 @@ constexpr u32 RATE_WINDOW_NS = 64 * 1000 * 1000;
 /// refreshers (a probe, refresh_if_due on a lone thread's push) leave it
 /// alone and pay nothing for it: a probe that finds a ring full may come
 /// after the other side drained it and idled, and measuring there too was
-/// slower on the H100 (README.md, "What the H100 ran").
+/// slower on the H100 (README.md, "What the GPU machines ran").
 template <bool Waiting = false>
 TANDEM_COLD void refresh_other_side(DeviceTickets* t, const u64* other) {
   if (cas<scope::device, order::relaxed>(&t->refreshing, 0u, 1u) != 0) {
