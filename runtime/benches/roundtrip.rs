@@ -94,7 +94,7 @@ fn noop(blocks: u32, threads: u32, tasks: u64) -> NoopLaunch {
 }
 
 /// The echo kernel's launch of the same no-op tasks.
-fn echo_noop(tasks: u64) -> EchoLaunch {
+fn echo_of_noops(tasks: u64) -> EchoLaunch {
     EchoLaunch {
         blocks: 1,
         threads: 1,
@@ -157,7 +157,7 @@ fn bench<A: GpuApi>(
         ));
     }
     let echo = kernels
-        .echo(&echo_noop(scale.single_tasks))
+        .echo(&echo_of_noops(scale.single_tasks))
         .map_err(|e| e.to_string())?;
     if echo.failed_threads() > 0 {
         return Err(format!("echo single-thread run failed: {:?}", echo.status));

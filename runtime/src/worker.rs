@@ -187,8 +187,9 @@ fn assignment(sources: usize, workers: usize) -> Vec<Vec<(usize, bool)>> {
 /// one on each core it gets. With cores to spare the yields only cost: on a
 /// 16-core host, 4 workers that also yielded every 16 idle sweeps answered
 /// the CPU device's lone kernel thread in 0.58-0.74 us a round trip, 0.47-0.60
-/// us spinning unbroken (six runs each, alternating; README.md "The CPU
-/// device"), with no loss of throughput.
+/// us spinning unbroken (six runs each, alternating), with no loss of
+/// throughput; a second A/B saw no difference beyond the floor's spread
+/// (README.md, "The CPU device").
 pub(crate) fn shares_cores(backend: Backend, workers: usize, cores: usize) -> bool {
     match backend {
         Backend::Host => 2 * workers > cores,

@@ -37,8 +37,8 @@
 #endif
 /// A function callable from kernels only, kept out of line: a path the hot
 /// one seldom takes (a full ring, a refresh of a counter's copy, a long
-/// sleep). Inlined, such paths sit between the hot path's instructions, and
-/// a kernel thread's task round trip paid for fetching past them (README.md,
+/// sleep). Inlined, such paths sit between the hot path's instructions: a
+/// lone GPU thread's send took 0.58 us with them, 0.52 us without (README.md,
 /// "Sharing memory across PCIe"). Takes and returns values, not references
 /// to the caller's locals, which would have to leave registers for memory.
 #define TANDEM_COLD __device__ inline __attribute__((noinline))
