@@ -773,19 +773,21 @@ fn print_status(s: &StatusSnapshot) {
     }
     println!();
     println!(
-        "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8}",
-        "segment", "device", "NUMA", "MiB", "lanes", "queued"
+        "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8} {:>8} {:>12}",
+        "segment", "device", "NUMA", "MiB", "lanes", "queued", "workers", "tasks"
     );
     let or_dash = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
     for seg in &s.segments {
         println!(
-            "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8}",
+            "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8} {:>8} {:>12}",
             seg.kind,
             or_dash(seg.device),
             or_dash(seg.numa_node),
             seg.bytes >> 20,
             seg.lanes,
-            seg.queued
+            seg.queued,
+            seg.workers,
+            seg.tasks
         );
     }
     if (s.segments.len() as u32) < s.segments_total {

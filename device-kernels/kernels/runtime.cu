@@ -60,9 +60,18 @@ TANDEM_DEVICE tandem::MemoryBackend segment_backend(u8* segment, u64 len) {
 
 /// rt_init for the task kernels (echo, no-op): each thread gets one future
 /// (48 + ECHO_COPY_SPACE bytes) and one notify word from the block's arena
-/// share, plus alignment slack.
-TANDEM_DEVICE void init_task_kernel(tandem::RtContext& rt, u8* segment, u64 len) {
-  tandem::rt_init(rt, segment_backend(segment, len), static_cast<u64>(tandem::block_size()) * 160 + 256);
+/// share, plus alignment slack. `peer`: 0 when the segment is this device's,
+/// else a tandem::rt_peer (the segment is another device's: rt_init_peer,
+/// which reads nothing of it when unreachable).
+TANDEM_DEVICE void init_task_kernel(tandem::RtContext& rt, u8* segment, u64 len, u32 peer) {
+  const u64 arena_bytes = static_cast<u64>(tandem::block_size()) * 160 + 256;
+  if (peer == 0) {
+    tandem::rt_init(rt, segment_backend(segment, len), arena_bytes);
+    return;
+  }
+  const tandem::rt_peer access = static_cast<tandem::rt_peer>(peer);
+  tandem::rt_init_peer(rt, access == tandem::rt_peer::reachable ? segment_backend(segment, len) : tandem::MemoryBackend{},
+                       access, arena_bytes);
 }
 
 /// Waits for the answer to `f`'s task (rt_wait): ok once it came (`*rc` its
@@ -169,7 +178,10 @@ TANDEM_DEVICE tandem::rt_status echo_noop(const tandem::RtContext& rt, tandem::R
 /// Every thread sends `tasks_per_thread` tasks of the math pool, one at a
 /// time, and waits for each: with `route` 0 to the CPU workers, on lane
 /// (block rank mod lanes) of the segment at `segment` (`len` bytes; its
-/// device address); with `route` 1 to the device's GPU service. `method` = math::ADD:
+/// device address); with `route` 1 to the segment's device's GPU service.
+/// `peer`: 0 when the segment is this device's own, else a tandem::rt_peer:
+/// the segment is another device's (its service runs the tasks; see
+/// init_task_kernel). `method` = math::ADD:
 /// task i of global rank r is add(r, i), and results[r] is the wrapping sum
 /// of the answers; math::SUM: the same answers, but odd tasks are
 /// sum(r, i, 0, 0, 0, 0), whose arguments go through the future's copy
@@ -184,11 +196,11 @@ TANDEM_DEVICE tandem::rt_status echo_noop(const tandem::RtContext& rt, tandem::R
 /// nanoseconds it spent making its tasks, sending them, waiting for the
 /// answers and reading them (tandem::timer_ns) to phase_ns[0..4], and
 /// phase_ns[4] += the tasks it timed: where one round trip goes.
-TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u32 method,
+TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u32 peer, u64 tasks_per_thread, u32 method,
                                    u32 priority, u32 route, const u32* stop, u64 spin_budget,
                                    u64* results, u32* status, u64* phase_ns) {
   TANDEM_SHARED(tandem::RtContext, rt);
-  init_task_kernel(rt, segment, len);
+  init_task_kernel(rt, segment, len, peer);
   const u64 r = tandem::global_rank();
   results[r] = 0;
   tandem::RtFuture f{};
@@ -277,7 +289,7 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
 TANDEM_KERNEL tandem_rt_noop_tasks(u8* segment, u64 len, u64 tasks_per_thread, const u32* stop,
                                    u64 spin_budget, u64* completed, u32* status, u64* phase_ns) {
   TANDEM_SHARED(tandem::RtContext, rt);
-  init_task_kernel(rt, segment, len);
+  init_task_kernel(rt, segment, len, 0);
   const u64 r = tandem::global_rank();
   tandem::RtFuture f{};
   tandem::rt_status st = tandem::rt_future_alloc(rt, ECHO_COPY_SPACE, &f);

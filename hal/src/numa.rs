@@ -98,25 +98,104 @@ pub fn online_nodes() -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// The node every CPU this process may run on belongs to, or `None` if the
-/// allowed CPUs span several nodes (or the topology is unreadable).
-pub fn node_of_current_cpus() -> Option<u32> {
+/// The CPUs this process may run on (`sched_getaffinity`), ascending;
+/// empty if the call fails.
+pub fn allowed_cpus() -> Vec<u32> {
     // SAFETY: cpu_set_t is plain bits; all-zero is a valid (empty) set.
     let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
     // SAFETY: `set` is a live cpu_set_t of the size passed; pid 0 is us.
     let rc = unsafe { libc::sched_getaffinity(0, core::mem::size_of_val(&set), &mut set) };
     if rc != 0 {
-        return None;
+        return Vec::new();
     }
     let max_cpus = 8 * core::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: CPU_ISSET reads bit `cpu` of `set`, which is < the set's size in bits.
-    let allowed =
-        |cpu: u32| (cpu as usize) < max_cpus && unsafe { libc::CPU_ISSET(cpu as usize, &set) };
+    (0..max_cpus)
+        // SAFETY: CPU_ISSET reads bit `cpu` of `set`, which is < the set's size in bits.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .map(|cpu| cpu as u32)
+        .collect()
+}
+
+/// The CPUs the kernel lists as local to a PCI device
+/// (`/sys/bus/pci/devices/<bus id>/local_cpulist`: those of its NUMA node),
+/// ascending. `None` if the id is malformed or the file is absent or
+/// unreadable. Accepts the bus id forms of [`numa_node_of_pci`].
+pub fn local_cpus_of_pci(bus_id: &str) -> Option<Vec<u32>> {
+    let name = sysfs_pci_name(bus_id)?;
+    let text = std::fs::read_to_string(
+        Path::new("/sys/bus/pci/devices")
+            .join(name)
+            .join("local_cpulist"),
+    )
+    .ok()?;
+    parse_id_list(&text).filter(|cpus| !cpus.is_empty())
+}
+
+/// Restricts the calling thread to `cpus` (`sched_setaffinity`). An empty
+/// list, or CPUs past what a `cpu_set_t` holds, is `InvalidArgument`; CPUs
+/// the process may not use are the OS's `EINVAL`.
+pub fn pin_current_thread(cpus: &[u32]) -> GpuResult<()> {
+    let max_cpus = 8 * core::mem::size_of::<libc::cpu_set_t>();
+    if cpus.is_empty() || cpus.iter().any(|&cpu| cpu as usize >= max_cpus) {
+        return Err(GpuError::new(
+            Backend::Host,
+            "sched_setaffinity",
+            ErrorKind::InvalidArgument(format!(
+                "CPUs {cpus:?}: none, or past the {max_cpus} a CPU set holds"
+            )),
+        ));
+    }
+    // SAFETY: cpu_set_t is plain bits; all-zero is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+    for &cpu in cpus {
+        // SAFETY: `cpu` < the set's size in bits (checked above).
+        unsafe { libc::CPU_SET(cpu as usize, &mut set) };
+    }
+    // SAFETY: `set` is a live cpu_set_t of the size passed; pid 0 is the
+    // calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, core::mem::size_of_val(&set), &set) };
+    if rc != 0 {
+        return Err(os_error("sched_setaffinity"));
+    }
+    Ok(())
+}
+
+/// `cpus` as the kernel's list format (`0-3,8,10-11`); `cpus` ascending.
+pub fn format_cpu_list(cpus: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let first = cpus[i];
+        let mut last = first;
+        while i + 1 < cpus.len() && cpus[i + 1] == last + 1 {
+            i += 1;
+            last = cpus[i];
+        }
+        parts.push(if first == last {
+            first.to_string()
+        } else {
+            format!("{first}-{last}")
+        });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+/// The node every CPU this process may run on belongs to, or `None` if the
+/// allowed CPUs span several nodes (or the topology is unreadable).
+pub fn node_of_current_cpus() -> Option<u32> {
+    let allowed = allowed_cpus();
+    if allowed.is_empty() {
+        return None;
+    }
     let mut found = None;
     for node in online_nodes() {
         let cpulist =
             std::fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist")).ok()?;
-        if parse_id_list(&cpulist)?.into_iter().any(allowed) {
+        if parse_id_list(&cpulist)?
+            .into_iter()
+            .any(|cpu| allowed.binary_search(&cpu).is_ok())
+        {
             if found.is_some() {
                 return None;
             }
@@ -221,6 +300,32 @@ pub fn page_size() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_format_as_the_kernel_writes_them() {
+        assert_eq!(format_cpu_list(&[]), "");
+        assert_eq!(format_cpu_list(&[3]), "3");
+        assert_eq!(format_cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
+        let text = "0-3,8,10-11";
+        assert_eq!(format_cpu_list(&parse_id_list(text).unwrap()), text);
+    }
+
+    #[test]
+    fn a_thread_pins_to_cpus_it_may_use_and_refuses_none() {
+        let allowed = allowed_cpus();
+        assert!(!allowed.is_empty(), "a running process has CPUs");
+        // In a thread of its own, so the test runner's threads keep theirs.
+        let first = allowed[0];
+        std::thread::spawn(move || {
+            pin_current_thread(&[first]).unwrap();
+            assert_eq!(allowed_cpus(), vec![first]);
+        })
+        .join()
+        .unwrap();
+        assert!(pin_current_thread(&[]).is_err());
+        assert!(pin_current_thread(&[u32::MAX]).is_err());
+        assert_eq!(local_cpus_of_pci("not a bus id"), None);
+    }
 
     #[test]
     fn pci_names_normalise_to_sysfs_form() {

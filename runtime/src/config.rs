@@ -1,7 +1,8 @@
 //! The runtime's configuration: a TOML file, every field optional.
 //!
 //! ```toml
-//! workers = 4                 # CPU worker threads
+//! workers = 4                 # CPU worker threads in all, split among the devices served
+//! # workers_per_device = 4     # or: this many for each device served (overrides `workers`)
 //! queue_depth = 1024          # slots per lane and priority (a power of two)
 //! lanes = 16                  # lanes of the CPU segment and the CPU device's
 //! gpu_lanes = 64              # lanes of a GPU's device segments
@@ -34,8 +35,17 @@ pub enum DeviceSelection {
 /// Runtime settings, with the defaults of [`Config::default`].
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Config {
-    /// Worker threads polling the queues.
+    /// Worker threads polling the queues, in all: split among the devices
+    /// served as evenly as possible (at least one each), every worker also
+    /// polling a share of the CPU segment's lanes. Used when
+    /// [`workers_per_device`](Self::workers_per_device) is `None`.
     pub workers: usize,
+    /// Worker threads for each device served: the total then grows with the
+    /// devices (`workers_per_device` x devices; without devices, this many).
+    /// The workers of a device serve its lanes alone, on CPUs of its NUMA
+    /// node. Overrides [`workers`](Self::workers); a file may set only one
+    /// of the two.
+    pub workers_per_device: Option<usize>,
     /// Slots per lane and priority; a power of two.
     pub queue_depth: u32,
     /// Lanes of the CPU segment's queue, and of the device segments of the
@@ -77,6 +87,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             workers: 4,
+            workers_per_device: None,
             queue_depth: 1024,
             lanes: 16,
             gpu_lanes: 64,
@@ -96,6 +107,7 @@ impl Default for Config {
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
     workers: Option<usize>,
+    workers_per_device: Option<usize>,
     queue_depth: Option<u32>,
     lanes: Option<u32>,
     gpu_lanes: Option<u32>,
@@ -132,8 +144,15 @@ impl Config {
             }
             Some(DevicesField::List(list)) => DeviceSelection::Only(list),
         };
+        if file.workers.is_some() && file.workers_per_device.is_some() {
+            return Err(ConfigError::Invalid {
+                field: "workers_per_device",
+                why: "set either `workers` (in all) or `workers_per_device`, not both".into(),
+            });
+        }
         let config = Config {
             workers: file.workers.unwrap_or(d.workers),
+            workers_per_device: file.workers_per_device,
             queue_depth: file.queue_depth.unwrap_or(d.queue_depth),
             lanes: file.lanes.unwrap_or(d.lanes),
             gpu_lanes: file.gpu_lanes.unwrap_or(d.gpu_lanes),
@@ -163,6 +182,9 @@ impl Config {
         let invalid = |field, why: String| Err(ConfigError::Invalid { field, why });
         if self.workers == 0 || self.workers > 1024 {
             return invalid("workers", format!("{} is not in 1..=1024", self.workers));
+        }
+        if let Some(n) = self.workers_per_device.filter(|&n| n == 0 || n > 1024) {
+            return invalid("workers_per_device", format!("{n} is not in 1..=1024"));
         }
         if !self.queue_depth.is_power_of_two() || self.queue_depth > 1 << 20 {
             return invalid(
@@ -248,6 +270,14 @@ impl Config {
         Ok(())
     }
 
+    /// Worker threads asked for a runtime serving `devices` devices (before
+    /// the cap to the cores): [`workers_per_device`](Self::workers_per_device)
+    /// times the devices (at least once), else [`workers`](Self::workers).
+    pub fn workers_for(&self, devices: usize) -> usize {
+        self.workers_per_device
+            .map_or(self.workers, |n| n.saturating_mul(devices.max(1)))
+    }
+
     /// Lanes of a device segment on `backend`: [`gpu_lanes`](Self::gpu_lanes)
     /// on a GPU, [`lanes`](Self::lanes) on the CPU device, whose workers
     /// sweep every lane and find more of them empty (issue 19).
@@ -264,10 +294,13 @@ impl Config {
     /// The configuration as TOML that [`from_toml`](Self::from_toml) reads
     /// back to an equal value.
     pub fn to_toml(&self) -> String {
+        let workers = match self.workers_per_device {
+            Some(n) => format!("workers_per_device = {n}"),
+            None => format!("workers = {}", self.workers),
+        };
         let mut text = format!(
-            "workers = {}\nqueue_depth = {}\nlanes = {}\ngpu_lanes = {}\ngpu_segment_size = {}\n\
+            "{workers}\nqueue_depth = {}\nlanes = {}\ngpu_lanes = {}\ngpu_segment_size = {}\n\
              cpu_segment_size = {}\ncopy_space = {}\nmax_clients = {}\nclient_heap_bytes = {}\n",
-            self.workers,
             self.queue_depth,
             self.lanes,
             self.gpu_lanes,
@@ -354,5 +387,39 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn workers_are_counted_in_all_or_per_device() {
+        let d = Config::default();
+        assert_eq!(
+            (d.workers_for(0), d.workers_for(1), d.workers_for(4)),
+            (4, 4, 4)
+        );
+        let c = Config::from_toml("workers_per_device = 3").expect("parse");
+        assert_eq!(c.workers_per_device, Some(3));
+        assert_eq!(
+            (c.workers_for(0), c.workers_for(1), c.workers_for(4)),
+            (3, 3, 12)
+        );
+        assert!(c.to_toml().contains("workers_per_device = 3\n"));
+        assert!(!c.to_toml().contains("workers = "));
+        assert_eq!(Config::from_toml(&c.to_toml()).expect("round trip"), c);
+        for bad in [
+            "workers_per_device = 0",
+            "workers_per_device = 1025",
+            "workers = 2\nworkers_per_device = 2",
+        ] {
+            assert!(
+                matches!(
+                    Config::from_toml(bad),
+                    Err(ConfigError::Invalid {
+                        field: "workers_per_device",
+                        ..
+                    })
+                ),
+                "{bad} accepted"
+            );
+        }
     }
 }

@@ -81,6 +81,21 @@ pub enum RuntimeError {
         /// The segment's client slots (`max_clients`).
         max: u32,
     },
+    /// No served device has this index.
+    NoSuchDevice {
+        /// The index asked for.
+        device: usize,
+        /// How many devices the runtime serves.
+        devices: usize,
+    },
+    /// A peer route used between devices other than the ones it was made
+    /// for (ordinals).
+    PeerRouteMismatch {
+        /// The route's devices.
+        route: (usize, usize),
+        /// The devices it was used between.
+        used: (usize, usize),
+    },
 }
 
 impl fmt::Display for RuntimeError {
@@ -117,6 +132,14 @@ impl fmt::Display for RuntimeError {
                 f,
                 "all {max} client slots of the segment are taken: detach a client or raise max_clients"
             ),
+            Self::NoSuchDevice { device, devices } => {
+                write!(f, "no device {device}: the runtime serves {devices}")
+            }
+            Self::PeerRouteMismatch { route, used } => write!(
+                f,
+                "a peer route from device {} to {} used from device {} to {}",
+                route.0, route.1, used.0, used.1
+            ),
         }
     }
 }
@@ -135,7 +158,9 @@ impl std::error::Error for RuntimeError {
             | Self::Process(_)
             | Self::SegmentInUse { .. }
             | Self::NotTandemSegment { .. }
-            | Self::TooManyClients { .. } => None,
+            | Self::TooManyClients { .. }
+            | Self::NoSuchDevice { .. }
+            | Self::PeerRouteMismatch { .. } => None,
         }
     }
 }

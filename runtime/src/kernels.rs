@@ -21,7 +21,7 @@ use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchC
 use tandem_shm_core::ShmPtr;
 
 use crate::error::RuntimeError;
-use crate::runtime::DeviceQueues;
+use crate::runtime::{DeviceQueues, PeerRoute};
 use crate::segment::QueueSegment;
 use crate::task::MethodId;
 
@@ -87,6 +87,9 @@ pub struct NoopLaunch {
 pub const ECHO_OK: u32 = 0;
 /// Status of a thread whose task completed with a nonzero return code.
 pub const ECHO_TASK_FAILED: u32 = 0x100;
+/// `rt_status::no_peer_access`: the status of every thread of an echo over
+/// an unreachable [`PeerRoute`].
+pub const ECHO_NO_PEER_ACCESS: u32 = 11;
 
 /// What an echo or no-op launch did, per thread (global rank order).
 #[derive(Clone, Debug)]
@@ -168,7 +171,40 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
     /// the segment's stop word, so [`DeviceQueues::raise_stop`] from another
     /// thread releases them.
     pub fn echo(&mut self, launch: &EchoLaunch) -> Result<EchoOutcome, RuntimeError> {
-        self.run_echo(launch, None)
+        self.run_echo(launch, None, None)
+    }
+
+    /// Launches the echo kernel on this device with its tasks routed to
+    /// `peer`'s device's GPU service over `route` ([`crate::Runtime::peer_route`]
+    /// from this device to the peer's), and waits for it: the kernel's
+    /// blocks set up with `rt_init_peer` on the peer's segment, whose kernel
+    /// arena their futures come from, and `launch.route` must be
+    /// [`EchoRoute::GpuService`] (a service must run on the peer). Borrowing
+    /// the peer's kernels keeps them from launching (and resetting that
+    /// arena) meanwhile. Over an unreachable route every thread stops with
+    /// [`ECHO_NO_PEER_ACCESS`], having touched nothing of the peer's.
+    pub fn echo_via_peer(
+        &mut self,
+        peer: &mut RuntimeKernels<'q, A>,
+        route: &PeerRoute,
+        launch: &EchoLaunch,
+    ) -> Result<EchoOutcome, RuntimeError> {
+        let used = (
+            self.queues.device().ordinal(),
+            peer.queues.device().ordinal(),
+        );
+        if (route.from, route.to) != used {
+            return Err(RuntimeError::PeerRouteMismatch {
+                route: (route.from, route.to),
+                used,
+            });
+        }
+        let target = Target {
+            queues: peer.queues,
+            arena_reusable: &mut peer.arena_reusable,
+            peer_word: route.access.kernel_word(),
+        };
+        self.run_echo(launch, None, Some(target))
     }
 
     /// [`echo`](Self::echo), timing global rank 0's phases as well.
@@ -176,7 +212,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         &mut self,
         launch: &EchoLaunch,
     ) -> Result<(EchoOutcome, EchoPhases), RuntimeError> {
-        self.with_phases(|kernels, phase_ns| kernels.run_echo(launch, Some(phase_ns)))
+        self.with_phases(|kernels, phase_ns| kernels.run_echo(launch, Some(phase_ns), None))
     }
 
     /// Launches the no-op kernel and waits for it (stop word as
@@ -221,12 +257,14 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         &mut self,
         launch: &EchoLaunch,
         phase_ns: Option<&SegmentBlock<'_>>,
+        target: Option<Target<'_, 'q, A>>,
     ) -> Result<EchoOutcome, RuntimeError> {
         let config = LaunchConfig::linear(launch.blocks, launch.threads);
-        self.run_task_kernel(TaskKernel::Echo, config, phase_ns, |at| {
+        self.run_task_kernel(TaskKernel::Echo, config, phase_ns, target, |at| {
             vec![
                 KernelArg::Ptr(at.segment),
                 KernelArg::U64(at.len),
+                KernelArg::U32(at.peer),
                 KernelArg::U64(launch.tasks_per_thread),
                 KernelArg::U32(launch.method),
                 KernelArg::U32(launch.priority as u32),
@@ -246,7 +284,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         phase_ns: Option<&SegmentBlock<'_>>,
     ) -> Result<EchoOutcome, RuntimeError> {
         let config = LaunchConfig::linear(launch.blocks, launch.threads);
-        self.run_task_kernel(TaskKernel::Noop, config, phase_ns, |at| {
+        self.run_task_kernel(TaskKernel::Noop, config, phase_ns, None, |at| {
             vec![
                 KernelArg::Ptr(at.segment),
                 KernelArg::U64(at.len),
@@ -260,14 +298,15 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         })
     }
 
-    /// Launches `kernel` (one future per thread from the kernel arena) with
-    /// the arguments `args` makes of the device addresses it needs, and waits
-    /// for it.
+    /// Launches `kernel` (one future per thread from the kernel arena of
+    /// `target`'s segment, or of this device's own) with the arguments
+    /// `args` makes of the device addresses it needs, and waits for it.
     fn run_task_kernel(
         &mut self,
         kernel: TaskKernel,
         config: LaunchConfig,
         phase_ns: Option<&SegmentBlock<'_>>,
+        target: Option<Target<'_, 'q, A>>,
         args: impl FnOnce(&TaskKernelAddresses) -> Vec<KernelArg<'static>>,
     ) -> Result<EchoOutcome, RuntimeError> {
         let device = self.queues.device();
@@ -277,15 +316,21 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         // running GpuService.
         let results = SegmentBlock::new(self.queues, threads.max(1) * 8)?;
         let status = SegmentBlock::new(self.queues, threads.max(1) * 4)?;
-        if self.arena_reusable {
-            // SAFETY: the previous launch (if any) was synchronised and every
-            // one of its futures completed (arena_reusable), so nothing uses
-            // the arena; launches are serialised by `&mut self`.
-            unsafe { self.queues.segment().reset_kernel_arena() };
+        let (futures_from, arena_reusable, peer) = match target {
+            Some(t) => (t.queues, t.arena_reusable, t.peer_word),
+            None => (self.queues, &mut self.arena_reusable, 0),
+        };
+        if *arena_reusable {
+            // SAFETY: the previous launch over this arena (if any) was
+            // synchronised and every one of its futures completed
+            // (arena_reusable), so nothing uses it; launches over it are
+            // serialised by `&mut` on the kernels that own it.
+            unsafe { futures_from.segment().reset_kernel_arena() };
         }
         let args = args(&TaskKernelAddresses {
-            segment: self.queues.kernel_backend().base,
-            len: self.queues.segment().len() as u64,
+            segment: futures_from.kernel_backend().base,
+            len: futures_from.segment().len() as u64,
+            peer,
             stop: self.queues.stop_flag_device_ptr(),
             results: results.device,
             status: status.device,
@@ -312,7 +357,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         };
         // A thread that stopped or ran out of budget may have left its
         // future queued: keep the arena until the runtime is gone.
-        self.arena_reusable = status
+        *arena_reusable = status
             .iter()
             .all(|&s| s == ECHO_OK || s == ECHO_TASK_FAILED);
         Ok(EchoOutcome {
@@ -393,11 +438,23 @@ enum TaskKernel {
     Noop,
 }
 
+/// A task kernel's futures from another device's segment: that device's
+/// queues, the flag saying whether its kernel arena may be reset, and the
+/// kernel's `peer` word (a `tandem::rt_peer`).
+struct Target<'a, 'q, A: GpuApi> {
+    queues: &'q DeviceQueues<A>,
+    arena_reusable: &'a mut bool,
+    peer_word: u32,
+}
+
 /// What a task kernel's arguments point at, as the device sees it.
 struct TaskKernelAddresses {
-    /// The device's queue segment, and its length.
+    /// The queue segment its futures come from, and its length.
     segment: u64,
     len: u64,
+    /// 0 when that segment is the kernel's own device's, else a
+    /// `tandem::rt_peer`.
+    peer: u32,
     /// The segment's stop word.
     stop: u64,
     /// One u64 result and one u32 status per thread.

@@ -64,6 +64,16 @@ pub mod inbox {
     pub const RINGS: u32 = 2;
 }
 
+/// Whether a kernel on one device may reach another device's segment: the
+/// word a kernel hands `rt_init_peer` (tandem/runtime.h, `rt_peer`), which
+/// the host found with [`crate::Runtime::peer_route`].
+pub mod peer_access {
+    /// The kernel's device addresses the peer's device memory directly.
+    pub const REACHABLE: u32 = 1;
+    /// It does not: the kernel touches nothing of the peer's.
+    pub const UNREACHABLE: u32 = 2;
+}
+
 /// Where each of a device segment's device tickets (`tandem::DeviceTickets`,
 /// `tandem_device_kernels::DEVICE_TICKETS_BYTES` each) sits: [`PER_LANE`]
 /// per lane, the producers of lane `l` at priority `p` (0 high, 1 low) at
@@ -492,6 +502,8 @@ mod cpp_mirror {
         RC_HANDLER_PANICKED => c::RT_RC_HANDLER_PANICKED,
         Priority::High => c::rt_priority_high,
         Priority::Low => c::rt_priority_low,
+        peer_access::REACHABLE => c::rt_peer_reachable,
+        peer_access::UNREACHABLE => c::rt_peer_unreachable,
         device_ticket::PER_LANE => c::rt_ticket::PER_LANE,
         device_ticket::INBOX_FROM_HOST_CONSUMERS => c::rt_ticket::INBOX_FROM_HOST_CONSUMERS,
         device_ticket::INBOX_FROM_KERNELS_PRODUCERS => c::rt_ticket::INBOX_FROM_KERNELS_PRODUCERS,

@@ -32,7 +32,9 @@
 //! * **Submitting.** [`Runtime::submit`] and [`Client::submit`] take a
 //!   [`Route`] (lane, priority, deadline) and give a [`Pending`] future;
 //!   [`Runtime::submit_to_gpu`] routes to a device's service
-//!   ([`GpuService`]). A failed task is a [`TaskError`], whose
+//!   ([`GpuService`]); a kernel on one device reaches another device's
+//!   service over a [`PeerRoute`] ([`Runtime::peer_route`], whose
+//!   [`PeerAccess`] says whether the hardware allows it). A failed task is a [`TaskError`], whose
 //!   return codes the runtime sets are the `RC_*` constants.
 //! * **Host clients.** [`Client`] attaches to a runtime's CPU segment from
 //!   another process, or starts one in a child process
@@ -109,7 +111,7 @@ pub use error::{ConfigError, RuntimeError};
 pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
 pub use process::{ProcessIdentity, ProcessState};
 pub use registry::{DuplicatePool, Handler, HandlerReply, Pool, Registry};
-pub use runtime::{DeviceQueues, NumaPlacement, Runtime};
+pub use runtime::{DeviceQueues, NumaPlacement, PeerAccess, PeerRoute, Runtime};
 pub use segment::QueueSegment;
 pub use serve::{init_logging, on_best_backend, serve, Backend, OnBackend, ServeOptions};
 pub use service::{GpuService, ServiceStats};

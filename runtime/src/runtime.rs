@@ -5,7 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use tandem_hal::numa::{bind_to_node, node_of_address};
+use tandem_hal::numa::{
+    allowed_cpus, bind_to_node, format_cpu_list, local_cpus_of_pci, node_of_address,
+    pin_current_thread,
+};
 use tandem_hal::{DeviceMemory, DeviceProperties, GpuApi, GpuDevice};
 use tandem_shm_core::layout::{BackendKind, MemoryBackend};
 use tandem_shm_core::Segment;
@@ -13,7 +16,7 @@ use tandem_shm_core::Segment;
 use crate::config::{Config, DeviceSelection};
 use crate::error::RuntimeError;
 use crate::janitor::Janitor;
-use crate::layout::{device_ticket, runtime_state, segment_kind, SegmentHeader};
+use crate::layout::{device_ticket, peer_access, runtime_state, segment_kind, SegmentHeader};
 use crate::liveness::{monotonic_ns, HEARTBEAT_PERIOD};
 use crate::registry::Registry;
 use crate::segment::{QueueSegment, SegmentSpec};
@@ -64,6 +67,42 @@ impl std::fmt::Display for NumaPlacement {
     }
 }
 
+/// How kernels on one served device reach another's GPU service
+/// ([`Runtime::peer_route`]): the two devices' ordinals and whether the
+/// first addresses the second's memory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct PeerRoute {
+    /// The ordinal of the device whose kernels send.
+    pub from: usize,
+    /// The ordinal of the device whose service runs the tasks.
+    pub to: usize,
+    /// Whether they can.
+    pub access: PeerAccess,
+}
+
+/// Whether a device's kernels reach another device's segment.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PeerAccess {
+    /// Peer access is enabled: kernels reach the peer's device memory (its
+    /// tickets) directly, and its segment through the portable pinned
+    /// mapping.
+    Direct,
+    /// The hardware gives no peer access between the two: a kernel handed
+    /// this route gets `no_peer_access` from `rt_init_peer` and touches
+    /// nothing of the peer's.
+    Unreachable,
+}
+
+impl PeerAccess {
+    /// The word a kernel hands `tandem::rt_init_peer` (a `tandem::rt_peer`).
+    pub fn kernel_word(self) -> u32 {
+        match self {
+            Self::Direct => peer_access::REACHABLE,
+            Self::Unreachable => peer_access::UNREACHABLE,
+        }
+    }
+}
+
 /// One device's queue segment and its registration with the device.
 pub struct DeviceQueues<A: GpuApi> {
     // Declared before `segment`: the registration must be dropped (the pages
@@ -77,6 +116,11 @@ pub struct DeviceQueues<A: GpuApi> {
     device: A::Device,
     properties: DeviceProperties,
     placement: NumaPlacement,
+    /// The CPUs its workers run on: its NUMA node's that this process may
+    /// use; empty where that is unknown (then they run anywhere).
+    worker_cpus: Vec<u32>,
+    /// Worker threads serving its lanes alone.
+    workers: usize,
 }
 
 impl<A: GpuApi> DeviceQueues<A> {
@@ -128,6 +172,10 @@ impl<A: GpuApi> DeviceQueues<A> {
             Some((wanted, Ok(()))) => NumaPlacement::Mismatch { wanted, found },
         };
         segment.publish(found);
+        let worker_cpus = properties
+            .pci_bus_id
+            .as_deref()
+            .map_or_else(Vec::new, local_worker_cpus);
         Ok(Self {
             registration,
             _tickets: tickets,
@@ -135,6 +183,8 @@ impl<A: GpuApi> DeviceQueues<A> {
             device,
             properties,
             placement,
+            worker_cpus,
+            workers: 0,
         })
     }
 
@@ -156,6 +206,18 @@ impl<A: GpuApi> DeviceQueues<A> {
     /// Where the segment's pages are.
     pub fn placement(&self) -> &NumaPlacement {
         &self.placement
+    }
+
+    /// The CPUs this device's workers run on (its NUMA node's, among those
+    /// the process may use); empty where the node is unknown and they run
+    /// anywhere.
+    pub fn worker_cpus(&self) -> &[u32] {
+        &self.worker_cpus
+    }
+
+    /// Worker threads serving this device's lanes (and no other device's).
+    pub fn workers(&self) -> usize {
+        self.workers
     }
 
     /// The segment descriptor a kernel is launched with (device address).
@@ -197,6 +259,18 @@ impl<A: GpuApi> DeviceQueues<A> {
 }
 
 /// `tandem-<pid>-<n>`: unique among the runtimes of this process.
+/// The CPUs local to the PCI device `bus_id` that this process may use;
+/// empty where the kernel does not say or none is allowed (the device's
+/// workers then run anywhere rather than nowhere).
+fn local_worker_cpus(bus_id: &str) -> Vec<u32> {
+    let allowed = allowed_cpus();
+    local_cpus_of_pci(bus_id)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|cpu| allowed.binary_search(cpu).is_ok())
+        .collect()
+}
+
 fn default_segment_name() -> String {
     static STARTED: AtomicU32 = AtomicU32::new(0);
     // Relaxed: only uniqueness matters, which the RMW gives.
@@ -248,7 +322,6 @@ impl<A: GpuApi> Runtime<A> {
     /// Starts a runtime on an already loaded backend.
     pub fn start_with(api: A, config: Config, registry: Registry) -> Result<Self, RuntimeError> {
         config.validate()?;
-        let workers_running = capped_workers(config.workers);
         let mut notes = Vec::new();
         let count = api.device_count()?;
         let ordinals: Vec<usize> = match &config.devices {
@@ -282,6 +355,20 @@ impl<A: GpuApi> Runtime<A> {
             ));
             devices.push(queues);
         }
+        let workers_running = capped_workers(config.workers_for(devices.len()));
+        let per_device = worker::split_among_devices(workers_running, devices.len());
+        for (queues, &count) in devices.iter_mut().zip(&per_device) {
+            queues.workers = count;
+            let cpus = if queues.worker_cpus.is_empty() {
+                "any CPU (NUMA node unknown)".to_string()
+            } else {
+                format!("CPUs {}", format_cpu_list(&queues.worker_cpus))
+            };
+            let ordinal = GpuDevice::ordinal(&queues.device);
+            notes.push(format!("device {ordinal}: {count} workers on {cpus}"));
+        }
+        // Devices with fewer cores than one worker each still get one.
+        let workers_running = per_device.iter().sum::<usize>().max(workers_running);
         let name = config
             .cpu_segment_name
             .clone()
@@ -308,7 +395,7 @@ impl<A: GpuApi> Runtime<A> {
         ));
         let cpu = Arc::new(cpu);
         let stats: Vec<Arc<WorkerStats>> = (0..workers_running)
-            .map(|_| Arc::new(WorkerStats::new(registry.pools().len())))
+            .map(|_| Arc::new(WorkerStats::new(registry.pools().len(), 1 + devices.len())))
             .collect();
         // The status block is written before the segment is published.
         let status = StatusPublisher::new(
@@ -320,6 +407,9 @@ impl<A: GpuApi> Runtime<A> {
                 .chain(devices.iter().map(|d| &d.segment))
                 .cloned()
                 .collect(),
+            &std::iter::once(workers_running)
+                .chain(devices.iter().map(|d| d.workers))
+                .collect::<Vec<_>>(),
             stats.clone(),
         );
         cpu.publish(None);
@@ -368,33 +458,52 @@ impl<A: GpuApi> Runtime<A> {
     /// Starts the workers and the heartbeat (which refreshes `status`); on
     /// failure, stops what started (Drop joins them).
     fn spawn_threads(&mut self, mut status: StatusPublisher) -> Result<(), RuntimeError> {
-        let sources: Vec<Source> = self
-            .segments()
-            .flat_map(|segment| {
-                (0..segment.queue().num_lanes()).map(|lane| Source {
+        let lanes_of = |segment: &Arc<QueueSegment>, slot: usize| -> Vec<Source> {
+            (0..segment.queue().num_lanes())
+                .map(|lane| Source {
                     segment: Arc::clone(segment),
+                    slot,
                     lane,
                     sole: false,
                 })
-            })
+                .collect()
+        };
+        let cpu_lanes = lanes_of(&self.cpu, 0);
+        let device_lanes: Vec<Vec<Source>> = self
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(d, queues)| lanes_of(&queues.segment, 1 + d))
             .collect();
+        let per_device: Vec<usize> = self.devices.iter().map(|d| d.workers).collect();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let share_cores = worker::shares_cores(A::BACKEND, self.workers_running, cores);
         // The workers whose sweeps the clients' janitor waits for.
         let mut cpu_workers = Vec::new();
-        for (w, mine) in worker::assign(&sources, self.workers_running)
-            .into_iter()
-            .enumerate()
+        for (w, planned) in
+            worker::plan(&cpu_lanes, &device_lanes, &per_device, self.workers_running)
+                .into_iter()
+                .enumerate()
         {
             let registry = Arc::clone(&self.registry);
             let stats = Arc::clone(&self.stats[w]);
-            if mine.iter().any(|s| Arc::ptr_eq(&s.segment, &self.cpu)) {
+            if planned.sources.iter().any(|s| s.slot == 0) {
                 cpu_workers.push(Arc::clone(&stats));
             }
+            let cpus = planned
+                .device
+                .map_or_else(Vec::new, |d| self.devices[d].worker_cpus.clone());
             let shutdown = Arc::clone(&self.shutdown);
             let handle = std::thread::Builder::new()
                 .name(format!("tandem-worker-{w}"))
-                .spawn(move || worker::run(mine, registry, stats, shutdown, share_cores))
+                .spawn(move || {
+                    if !cpus.is_empty() {
+                        if let Err(e) = pin_current_thread(&cpus) {
+                            tracing::warn!("worker {w}: staying unpinned: {e}");
+                        }
+                    }
+                    worker::run(planned.sources, registry, stats, shutdown, share_cores)
+                })
                 .map_err(RuntimeError::Thread)?;
             self.workers.push(handle);
         }
@@ -504,6 +613,34 @@ impl<A: GpuApi> Runtime<A> {
             devices: self.devices.len(),
         })?;
         submit::submit_to_gpu(&queues.segment, task, deadline)
+    }
+
+    /// The route from device `from`'s kernels to device `to`'s GPU service
+    /// (indices into [`devices`](Self::devices)), enabling `from`'s peer
+    /// access to `to` where the hardware has it (idempotent). A kernel sends
+    /// over it with `tandem::rt_init_peer` on `to`'s segment and
+    /// `rt_send_to_gpu`; where the devices have no peer access the route
+    /// says so and the kernel gets `no_peer_access`. A device and itself:
+    /// [`PeerAccess::Direct`].
+    pub fn peer_route(&self, from: usize, to: usize) -> Result<PeerRoute, RuntimeError> {
+        let devices = self.devices.len();
+        let queues = |device| {
+            self.devices
+                .get(device)
+                .ok_or(RuntimeError::NoSuchDevice { device, devices })
+        };
+        let (sender, server) = (queues(from)?, queues(to)?);
+        let access = if sender.device.can_access_peer(&server.device)? {
+            sender.device.enable_peer_access(&server.device)?;
+            PeerAccess::Direct
+        } else {
+            PeerAccess::Unreachable
+        };
+        Ok(PeerRoute {
+            from: sender.device.ordinal(),
+            to: server.device.ordinal(),
+            access,
+        })
     }
 
     /// Stops the runtime: marks the segments STOPPED, lets the workers drain

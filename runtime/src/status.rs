@@ -41,8 +41,9 @@ pub(crate) const STATUS_BLOCK_OFFSET: usize = 2048;
 pub(crate) const STATUS_MAGIC: u64 = 0x544e_444d_5354_4154;
 /// [`StatusBlock::version`]; bumped on any change to the block's layout or
 /// to what a word means (2: the reserved words of the block and of each
-/// segment's line hold `gpu_lanes` and the segment's lanes).
-pub(crate) const STATUS_VERSION: u32 = 2;
+/// segment's line hold `gpu_lanes` and the segment's lanes; 3: each
+/// segment's line counts its workers and the records they took).
+pub(crate) const STATUS_VERSION: u32 = 3;
 /// Segments the block lists (the CPU one, then the first devices').
 pub const MAX_STATUS_SEGMENTS: usize = 9;
 /// Pools the block lists one by one (by the registry's dense index); the
@@ -79,6 +80,13 @@ pub(crate) struct StatusSegment {
     /// tickets in device memory, so a device segment counts only what host
     /// threads pushed.
     pub queued: AtomicU64,
+    /// Workers polling its lanes: every worker for the CPU segment, a
+    /// device's own workers for its segment.
+    pub workers: AtomicU32,
+    pub reserved: AtomicU32,
+    /// Records the workers took from its lanes (tasks sent to the CPU
+    /// through it).
+    pub tasks: AtomicU64,
 }
 
 /// One pool's line of the block.
@@ -154,19 +162,21 @@ pub(crate) struct StatusBlock {
     pub pools: [StatusPool; MAX_STATUS_POOLS],
 }
 
-static_assertions::assert_eq_size!(StatusSegment, [u8; 32]);
+static_assertions::assert_eq_size!(StatusSegment, [u8; 48]);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, kind), 0);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, device_ordinal), 4);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, numa_node), 8);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, lanes), 12);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, bytes), 16);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, queued), 24);
+static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, workers), 32);
+static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, tasks), 40);
 static_assertions::assert_eq_size!(StatusPool, [u8; 48]);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusPool, id), 0);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusPool, name), 8);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusPool, completed), 32);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusPool, failed), 40);
-static_assertions::assert_eq_size!(StatusBlock, [u8; 1216]);
+static_assertions::assert_eq_size!(StatusBlock, [u8; 1408]);
 static_assertions::const_assert_eq!(core::mem::align_of::<StatusBlock>(), 64);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, magic), 0);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, version), 8);
@@ -195,7 +205,7 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, gpu_lanes
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, other_completed), 144);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, other_failed), 152);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, segments), 160);
-static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, pools), 448);
+static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, pools), 592);
 // The block lies in the header page, after the segment header, aligned.
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= STATUS_BLOCK_OFFSET);
 static_assertions::const_assert!(
@@ -314,6 +324,7 @@ impl StatusPublisher {
         workers_effective: usize,
         registry: &Registry,
         segments: Vec<Arc<QueueSegment>>,
+        segment_workers: &[usize],
         workers: Vec<Arc<WorkerStats>>,
     ) -> Self {
         let cpu = Arc::clone(&segments[0]);
@@ -326,7 +337,8 @@ impl StatusPublisher {
             b.backend.store(backend_code(backend), R);
             b.runtime_start_time
                 .store(ProcessIdentity::current().start_time, R);
-            b.workers_requested.store(clamp_u32(config.workers), R);
+            b.workers_requested
+                .store(clamp_u32(config.workers_for(segments.len() - 1)), R);
             b.workers_effective.store(clamp_u32(workers_effective), R);
             b.lanes.store(config.lanes, R);
             b.gpu_lanes.store(config.gpu_lanes, R);
@@ -336,7 +348,8 @@ impl StatusPublisher {
             b.cpu_segment_size.store(config.cpu_segment_size as u64, R);
             b.gpu_segment_size.store(config.gpu_segment_size as u64, R);
             b.segments_total.store(clamp_u32(segments.len()), R);
-            for (line, segment) in b.segments.iter().zip(&segments) {
+            for ((line, segment), &count) in b.segments.iter().zip(&segments).zip(segment_workers) {
+                line.workers.store(clamp_u32(count), R);
                 let h = segment.header();
                 line.kind.store(h.kind, R);
                 line.device_ordinal.store(h.device_ordinal, R);
@@ -426,8 +439,10 @@ impl StatusPublisher {
                 line.completed.store(c, R);
                 line.failed.store(f, R);
             }
-            for (line, segment) in b.segments.iter().zip(&self.segments) {
+            for (slot, (line, segment)) in b.segments.iter().zip(&self.segments).enumerate() {
                 line.queued.store(queued(segment), R);
+                let tasks = self.workers.iter().map(|w| w.segment_tasks(slot)).sum();
+                line.tasks.store(tasks, R);
             }
             if let Some(table) = self.cpu.clients() {
                 let attached = table
@@ -595,6 +610,15 @@ pub struct SegmentStatus {
     pub lanes: u32,
     /// Records waiting in its lanes (a device segment counts only the host's).
     pub queued: u64,
+    /// Workers polling its lanes: every worker for the CPU segment, the
+    /// device's own for a device segment (0 in the JSON of a version that
+    /// did not publish it).
+    #[serde(default)]
+    pub workers: u32,
+    /// Records its workers took from its lanes: tasks sent through it
+    /// (0 in the JSON of a version that did not publish it).
+    #[serde(default)]
+    pub tasks: u64,
 }
 
 /// Why no status could be read.
@@ -782,6 +806,8 @@ pub fn read_status(name: &str) -> Result<StatusSnapshot, StatusError> {
                     bytes: s.bytes.load(R),
                     lanes: s.lanes.load(R),
                     queued: s.queued.load(R),
+                    workers: s.workers.load(R),
+                    tasks: s.tasks.load(R),
                 })
                 .collect(),
             segments_total,

@@ -34,7 +34,16 @@ pub(crate) struct WorkerStats {
     /// Sweeps ended: a sweep ends after the tasks popped in it are done, so
     /// the clients' janitor waits for this to move (crate::clients).
     sweeps: AtomicU64,
+    /// Records taken per segment, by the runtime's segment order (the CPU
+    /// segment, then the devices'): what `tandem status` shows per device.
+    segments: Box<[SegmentCount]>,
 }
+
+/// One worker's count of records taken from one segment; two cache lines,
+/// for the reason [`PoolCounts`] is.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct SegmentCount(AtomicU64);
 
 /// One worker's counts for one pool (or the no-pool slot). Two cache lines
 /// each, for the reason [`WorkerStats`] is: another worker's slots may sit
@@ -47,12 +56,22 @@ struct PoolCounts {
 }
 
 impl WorkerStats {
-    /// Counters for a registry of `pools` pools.
-    pub(crate) fn new(pools: usize) -> Self {
+    /// Counters for a registry of `pools` pools and a runtime of
+    /// `segments` segments.
+    pub(crate) fn new(pools: usize, segments: usize) -> Self {
         Self {
             pools: (0..=pools).map(|_| PoolCounts::default()).collect(),
+            segments: (0..segments).map(|_| SegmentCount::default()).collect(),
             ..Self::default()
         }
+    }
+
+    /// Records this worker took from segment `slot` (the runtime's segment
+    /// order); 0 for a slot it does not have. `Relaxed`: statistics.
+    pub(crate) fn segment_tasks(&self, slot: usize) -> u64 {
+        self.segments
+            .get(slot)
+            .map_or(0, |c| c.0.load(Ordering::Relaxed))
     }
 
     /// Tasks completed and failed that pool `index` ran (the registry's
@@ -132,6 +151,9 @@ fn bump(counter: &AtomicU64) {
 #[derive(Clone)]
 pub(crate) struct Source {
     pub segment: Arc<QueueSegment>,
+    /// The segment's place in the runtime's segment order (the CPU segment,
+    /// then the devices'), which its per-segment counts use.
+    pub slot: usize,
     pub lane: u32,
     /// The worker is the lane's only consumer (set by [`assign`]): it pops
     /// with a store instead of a compare-and-swap
@@ -154,6 +176,58 @@ pub(crate) fn assign(sources: &[Source], workers: usize) -> Vec<Vec<Source>> {
                 })
                 .collect()
         })
+        .collect()
+}
+
+/// One worker of a [`plan`]: the lanes it polls, and the device (an index
+/// into the runtime's devices) whose lanes it serves, whose NUMA node's CPUs
+/// it runs on.
+pub(crate) struct WorkerPlan {
+    pub sources: Vec<Source>,
+    pub device: Option<usize>,
+}
+
+/// Workers for a runtime: `per_device[d]` workers serve device d's lanes
+/// (`devices[d]`) and no other device's, so a device's records are taken by
+/// threads that can run on its NUMA node and one device's load does not
+/// slow another's sweeps; the CPU segment's lanes (`cpu`, host clients'
+/// records) are spread over every worker. Without devices,
+/// `cpu_only_workers` serve the CPU lanes alone.
+pub(crate) fn plan(
+    cpu: &[Source],
+    devices: &[Vec<Source>],
+    per_device: &[usize],
+    cpu_only_workers: usize,
+) -> Vec<WorkerPlan> {
+    let mut workers: Vec<WorkerPlan> = Vec::new();
+    if devices.is_empty() {
+        workers.extend((0..cpu_only_workers).map(|_| WorkerPlan {
+            sources: Vec::new(),
+            device: None,
+        }));
+    }
+    for (d, (lanes, &count)) in devices.iter().zip(per_device).enumerate() {
+        workers.extend(assign(lanes, count).into_iter().map(|sources| WorkerPlan {
+            sources,
+            device: Some(d),
+        }));
+    }
+    let cpu_shares = assign(cpu, workers.len().max(1));
+    for (worker, cpu_lanes) in workers.iter_mut().zip(cpu_shares) {
+        // The CPU lanes first: a host client's round trip should not wait
+        // behind a sweep of a device's many lanes.
+        let device_lanes = std::mem::replace(&mut worker.sources, cpu_lanes);
+        worker.sources.extend(device_lanes);
+    }
+    workers
+}
+
+/// `total` workers split among `devices` devices as evenly as possible,
+/// the first devices taking the remainder; at least one each, so every
+/// device's lanes have a poller.
+pub(crate) fn split_among_devices(total: usize, devices: usize) -> Vec<usize> {
+    (0..devices)
+        .map(|d| (total / devices + usize::from(d < total % devices)).max(1))
         .collect()
 }
 
@@ -282,6 +356,9 @@ pub(crate) fn run(
         for (source, cursor) in sources.iter().zip(&mut cursors) {
             // A lane index from our own assignment always exists.
             if let Ok(Some((_, record))) = cursor.pop(source.segment.queue(), source.lane) {
+                if let Some(count) = stats.segments.get(source.slot) {
+                    bump(&count.0);
+                }
                 process(&source.segment, record, &registry, &stats, &mut scratch);
                 found = true;
             }
@@ -614,7 +691,7 @@ fn demote(at: *const u8, len: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{assignment, shares_cores, Backend};
+    use super::{assignment, shares_cores, split_among_devices, Backend};
 
     #[test]
     fn workers_yield_only_where_cores_are_short() {
@@ -647,5 +724,13 @@ mod tests {
             vec![vec![(0, false)], vec![(1, true)], vec![(0, false)]]
         );
         assert_eq!(assignment(0, 2), vec![Vec::new(), Vec::new()]);
+    }
+
+    #[test]
+    fn workers_split_evenly_among_devices_and_every_device_gets_one() {
+        assert_eq!(split_among_devices(8, 2), vec![4, 4]);
+        assert_eq!(split_among_devices(7, 3), vec![3, 2, 2]);
+        assert_eq!(split_among_devices(2, 4), vec![1, 1, 1, 1]);
+        assert_eq!(split_among_devices(4, 0), Vec::<usize>::new());
     }
 }

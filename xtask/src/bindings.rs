@@ -48,6 +48,7 @@ pub const TARGETS: [Target; 2] = [
             "tandem::TaskHeader",
             "tandem::RtInbox",
             "tandem::rt_priority",
+            "tandem::rt_peer",
         ],
         vars: &[
             "tandem::RT_.*",

@@ -7,7 +7,9 @@
 //   tandem::rt_future_alloc(rt, 128, &f);          // once per thread, reused
 //   tandem::rt_make_task(f, POOL, METHOD, [&](tandem::Writer& w) { ... });
 //   tandem::rt_send_to_cpu(rt, f, lane, tandem::rt_priority::high, stop, budget);
-//   (or tandem::rt_send_to_gpu(rt, f, stop, budget): the GPU service runs it)
+//   (or tandem::rt_send_to_gpu(rt, f, stop, budget): the GPU service runs it;
+//   after tandem::rt_init_peer(rt, other_segment, access, 64 * 1024), another
+//   device's GPU service runs it)
 //   tandem::rt_wait(f, stop, budget, &rc);         // completed/stopped/budget
 //   tandem::rt_output(f, &data, &len);             // then rt_make_task again
 //
@@ -272,6 +274,19 @@ enum class rt_status : u32 {
   bad_lane = 9,
   /// The segment has no GPU inbox (rt_send_to_gpu, rt_serve).
   no_inbox = 10,
+  /// The segment is another device's, which this device cannot reach
+  /// (rt_init_peer).
+  no_peer_access = 11,
+};
+
+/// Whether a kernel on one device may reach another device's segment, as
+/// the host found it (`Runtime::peer_route`, which enables the devices' peer
+/// access where they have it).
+enum class rt_peer : u32 {
+  /// This device addresses the peer's device memory (its tickets) directly.
+  reachable = 1,
+  /// It does not: nothing of the peer's may be touched.
+  unreachable = 2,
 };
 
 /// Threads of a block that get a notify word (the most a CUDA or HIP block
@@ -624,6 +639,27 @@ TANDEM_DEVICE void rt_init(RtContext& ctx, const MemoryBackend& segment, u64 blo
     }
   }
   block_barrier();
+}
+
+/// rt_init over another device's segment, for a kernel that sends tasks to
+/// that device's GPU service: the block's futures come from the peer
+/// segment's kernel arena, and rt_send_to_gpu, rt_wait and rt_output on this
+/// context then work as on the kernel's own device. The segment is pinned
+/// host memory mapped for every device; the peer's tickets are its device
+/// memory, which this device reaches through peer access. `access` is the
+/// host's word on that: anything but reachable touches nothing of the
+/// peer's and leaves ctx.status = no_peer_access (in every thread). Every
+/// thread of the block, as rt_init.
+TANDEM_DEVICE void rt_init_peer(RtContext& ctx, const MemoryBackend& peer_segment, rt_peer access,
+                                u64 block_arena_bytes) {
+  if (access != rt_peer::reachable) {
+    if (thread_rank() == 0) {
+      ctx.status = rt_status::no_peer_access;
+    }
+    block_barrier();
+    return;
+  }
+  rt_init(ctx, peer_segment, block_arena_bytes);
 }
 
 /// Allocates a future with `copy_space` bytes of copy space from the block's

@@ -250,6 +250,9 @@ pub mod root {
             pub const SUM: root::tandem::u32_ = 2;
             pub const SUM_VALUES: root::tandem::u32_ = 6;
         }
+        pub const rt_peer_reachable: rt_peer = 1;
+        pub const rt_peer_unreachable: rt_peer = 2;
+        pub type rt_peer = root::tandem::u32_;
         pub const RT_NOTIFY_THREADS: root::tandem::u32_ = 1024;
         pub const RT_DEVICE_OUTPUT_MAX: root::tandem::u32_ = 256;
     }
