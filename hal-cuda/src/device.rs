@@ -485,6 +485,92 @@ impl GpuDevice for CudaDevice {
         })
     }
 
+    // --- peer access -----------------------------------------------------------
+
+    fn can_access_peer(&self, peer: &CudaDevice) -> GpuResult<bool> {
+        if peer.ctx.device == self.ctx.device {
+            return Ok(true);
+        }
+        let mut can: c_int = 0;
+        // SAFETY: valid out-pointer and device handles.
+        check("cuDeviceCanAccessPeer", unsafe {
+            sys::cuDeviceCanAccessPeer(&mut can, self.ctx.device, peer.ctx.device)
+        })?;
+        Ok(can != 0)
+    }
+
+    fn enable_peer_access(&self, peer: &CudaDevice) -> GpuResult<()> {
+        if peer.ctx.device == self.ctx.device {
+            return Ok(());
+        }
+        if !self.can_access_peer(peer)? {
+            return Err(error(
+                "enable_peer_access",
+                ErrorKind::PeerAccessUnsupported {
+                    device: self.ctx.ordinal,
+                    peer: peer.ctx.ordinal,
+                },
+            ));
+        }
+        self.ctx.bind()?;
+        // SAFETY: this device's context is current; `peer`'s is retained by
+        // `peer`. Flags must be 0. Access stays enabled until a context is
+        // destroyed; primary contexts live while any handle retains them.
+        match unsafe { sys::cuCtxEnablePeerAccess(peer.ctx.raw, 0) } {
+            CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
+            result => check("cuCtxEnablePeerAccess", result),
+        }
+    }
+
+    fn copy_peer(
+        &self,
+        dst: &impl DeviceMemory<Api = CudaApi>,
+        dst_offset: usize,
+        src_device: &CudaDevice,
+        src: &impl DeviceMemory<Api = CudaApi>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<()> {
+        const CALL: &str = "copy_peer";
+        let to = checks::address(CUDA, CALL, dst, dst_offset, len)?;
+        let from = checks::address(CUDA, CALL, src, src_offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let (dst_ctx, src_ctx) = (self.ctx.raw, src_device.ctx.raw);
+        // SAFETY: both ranges lie inside their memory (device memory by the
+        // contract) and both contexts are retained by their devices. The
+        // copy is queued on the current (this) context's legacy stream,
+        // which `run_sync` waits for.
+        self.run_sync("cuMemcpyPeer", || unsafe {
+            sys::cuMemcpyPeer(to, dst_ctx, from, src_ctx, len)
+        })
+    }
+
+    fn copy_peer_async(
+        &self,
+        stream: &CudaStream,
+        dst: &impl DeviceMemory<Api = CudaApi>,
+        dst_offset: usize,
+        src_device: &CudaDevice,
+        src: &impl DeviceMemory<Api = CudaApi>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<()> {
+        const CALL: &str = "copy_peer_async";
+        let to = checks::address(CUDA, CALL, dst, dst_offset, len)?;
+        let from = checks::address(CUDA, CALL, src, src_offset, len)?;
+        let raw = self.on_stream(CALL, stream)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: as in `copy_device_to_device_async`; `stream` belongs to
+        // this context (checked) and `src_device`'s context is retained.
+        check("cuMemcpyPeerAsync", unsafe {
+            sys::cuMemcpyPeerAsync(to, self.ctx.raw, from, src_device.ctx.raw, len, raw)
+        })
+    }
+
     // --- streams and events -----------------------------------------------
 
     fn create_stream(&self) -> GpuResult<CudaStream> {

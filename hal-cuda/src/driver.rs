@@ -16,9 +16,11 @@ use tandem_hal::{Backend, ErrorKind, GpuError, GpuResult};
 /// Every driver entry point this crate calls through `sys::`. A unit test
 /// keeps this list equal to the calls in the sources.
 pub(crate) const DRIVER_SYMBOLS: &[&str] = &[
+    "cuCtxEnablePeerAccess",
     "cuCtxGetCurrent",
     "cuCtxSetCurrent",
     "cuCtxSynchronize",
+    "cuDeviceCanAccessPeer",
     "cuDeviceGet",
     "cuDeviceGetAttribute",
     "cuDeviceGetCount",
@@ -66,6 +68,8 @@ pub(crate) const DRIVER_SYMBOLS: &[&str] = &[
     "cuMemcpyDtoH_v2",
     "cuMemcpyHtoDAsync_v2",
     "cuMemcpyHtoD_v2",
+    "cuMemcpyPeer",
+    "cuMemcpyPeerAsync",
     "cuMemsetD8Async",
     "cuMemsetD8_v2",
     "cuModuleGetFunction",

@@ -14,6 +14,9 @@
 //!   pool's memory cannot be exported); exportable memory is a dedicated
 //!   allocation rounded up to [`tandem_hal::IPC_ALLOC_GRANULARITY`]; pinned
 //!   and registered host memory are device-mapped and portable.
+//! - **Peer access.** `cuDeviceCanAccessPeer`, `cuCtxEnablePeerAccess`
+//!   (already enabled is success) and `cuMemcpyPeer`/`cuMemcpyPeerAsync`
+//!   between two devices' primary contexts.
 //! - **Modules.** A cubin for the device's exact architecture, else the
 //!   newest suitable PTX, else the CUDA source compiled by NVRTC (once per
 //!   process and architecture) — see [`select_artifact`].

@@ -5,17 +5,17 @@
 //! ([`bind_device`]). Argument checks come before that, so misuse is
 //! reported as misuse even where the runtime would fail anyway.
 
-use core::ffi::{c_char, c_void, CStr};
+use core::ffi::{c_char, c_int, c_void, CStr};
 use core::fmt;
 use core::time::Duration;
 use std::sync::Arc;
 
 use hip_runtime_sys::{
-    hipDeviceAttribute_t, hipDeviceGetAttribute, hipDeviceGetPCIBusId, hipDeviceProp_t,
-    hipDeviceSynchronize, hipDeviceptr_t, hipError_t, hipEventRecord, hipEventSynchronize,
-    hipGetDeviceProperties, hipMemcpyDtoD, hipMemcpyDtoDAsync, hipMemcpyDtoH, hipMemcpyDtoHAsync,
-    hipMemcpyHtoD, hipMemcpyHtoDAsync, hipMemsetD8, hipMemsetD8Async, hipStreamSynchronize,
-    hipStreamWaitEvent,
+    hipDeviceAttribute_t, hipDeviceCanAccessPeer, hipDeviceEnablePeerAccess, hipDeviceGetAttribute,
+    hipDeviceGetPCIBusId, hipDeviceProp_t, hipDeviceSynchronize, hipDeviceptr_t, hipError_t,
+    hipEventRecord, hipEventSynchronize, hipGetDeviceProperties, hipMemcpyDtoD, hipMemcpyDtoDAsync,
+    hipMemcpyDtoH, hipMemcpyDtoHAsync, hipMemcpyHtoD, hipMemcpyHtoDAsync, hipMemcpyPeer,
+    hipMemcpyPeerAsync, hipMemsetD8, hipMemsetD8Async, hipStreamSynchronize, hipStreamWaitEvent,
 };
 use tandem_hal::checks::{self, LaunchLimits};
 use tandem_hal::ipc_cache::IpcOpenCache;
@@ -448,6 +448,96 @@ impl GpuDevice for HipDevice {
         })
     }
 
+    // --- peer access -----------------------------------------------------------
+
+    fn can_access_peer(&self, peer: &HipDevice) -> GpuResult<bool> {
+        if peer.ordinal == self.ordinal {
+            return Ok(true);
+        }
+        let mut can: c_int = 0;
+        // SAFETY: valid out-pointer; the runtime validates both ordinals.
+        check("hipDeviceCanAccessPeer", unsafe {
+            hipDeviceCanAccessPeer(&mut can, self.ordinal, peer.ordinal)
+        })?;
+        Ok(can != 0)
+    }
+
+    fn enable_peer_access(&self, peer: &HipDevice) -> GpuResult<()> {
+        if peer.ordinal == self.ordinal {
+            return Ok(());
+        }
+        if !self.can_access_peer(peer)? {
+            return Err(hip_error(
+                "enable_peer_access",
+                ErrorKind::PeerAccessUnsupported {
+                    device: self.ordinal(),
+                    peer: peer.ordinal(),
+                },
+            ));
+        }
+        self.bind()?;
+        // SAFETY: enables access from the current (this) device to `peer`'s
+        // memory; flags must be 0.
+        match unsafe { hipDeviceEnablePeerAccess(peer.ordinal, 0) } {
+            hipError_t::hipErrorPeerAccessAlreadyEnabled => Ok(()),
+            status => check("hipDeviceEnablePeerAccess", status),
+        }
+    }
+
+    fn copy_peer(
+        &self,
+        dst: &impl DeviceMemory<Api = HipApi>,
+        dst_offset: usize,
+        src_device: &HipDevice,
+        src: &impl DeviceMemory<Api = HipApi>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<()> {
+        const CALL: &str = "copy_peer";
+        let to = device_addr(CALL, dst, dst_offset, len)?;
+        let from = device_addr(CALL, src, src_offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: both ranges lie inside their memory (device memory of the
+        // named devices by the contract); the copy is complete when
+        // `run_sync` has waited for this device's null stream.
+        self.run_sync("hipMemcpyPeer", || unsafe {
+            hipMemcpyPeer(to, self.ordinal, from.cast_const(), src_device.ordinal, len)
+        })
+    }
+
+    fn copy_peer_async(
+        &self,
+        stream: &HipStream,
+        dst: &impl DeviceMemory<Api = HipApi>,
+        dst_offset: usize,
+        src_device: &HipDevice,
+        src: &impl DeviceMemory<Api = HipApi>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<()> {
+        const CALL: &str = "copy_peer_async";
+        let to = device_addr(CALL, dst, dst_offset, len)?;
+        let from = device_addr(CALL, src, src_offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: as in `copy_device_to_device_async`: both ranges lie inside
+        // their memory, and hipFree waits for queued work.
+        check("hipMemcpyPeerAsync", unsafe {
+            hipMemcpyPeerAsync(
+                to,
+                self.ordinal,
+                from.cast_const(),
+                src_device.ordinal,
+                len,
+                stream.raw(),
+            )
+        })
+    }
+
     // --- streams and events -------------------------------------------------
 
     fn create_stream(&self) -> GpuResult<HipStream> {
@@ -700,6 +790,36 @@ mod tests {
         assert_runtime_refused(dev.copy_from_device(&mut host, &mem, 0));
         assert_runtime_refused(dev.copy_device_to_device(&mem, 0, &mem, 32, 32));
         assert_runtime_refused(dev.fill(&mem, 0, 64, 0xAB));
+    }
+
+    #[test]
+    fn peer_calls_check_first_then_fail_in_the_runtime() {
+        let dev = absent_device();
+        let other = HipDevice {
+            ordinal: ABSENT - 1,
+            ..absent_device()
+        };
+        // A device and itself needs no runtime.
+        assert_eq!(dev.can_access_peer(&dev), Ok(true));
+        assert_eq!(dev.enable_peer_access(&dev), Ok(()));
+        for err in [
+            dev.can_access_peer(&other).unwrap_err(),
+            dev.enable_peer_access(&other).unwrap_err(),
+        ] {
+            assert_eq!(err.call, "hipDeviceCanAccessPeer", "{err}");
+            assert!(
+                matches!(&err.kind, ErrorKind::Vendor { name, .. } if name.starts_with("hipError")),
+                "{err}"
+            );
+        }
+        let mem = ForeignMemory(64);
+        let oob = |r: GpuResult<()>| {
+            assert!(matches!(r.unwrap_err().kind, ErrorKind::OutOfBounds { .. }));
+        };
+        oob(dev.copy_peer(&mem, 0, &other, &mem, 63, 2));
+        oob(dev.copy_peer(&mem, 63, &other, &mem, 0, 2));
+        assert_eq!(dev.copy_peer(&mem, 64, &other, &mem, 0, 0), Ok(()));
+        assert_runtime_refused(dev.copy_peer(&mem, 0, &other, &mem, 32, 32));
     }
 
     /// Memory at a fixed address and length, for the checks of

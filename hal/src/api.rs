@@ -149,8 +149,14 @@ pub trait GpuDevice: Send + Sync + Sized {
     fn alloc_device_exportable(&self, bytes: usize) -> GpuResult<Self::DeviceBuffer>;
     /// Page-locked host memory, mapped into the device (portable,
     /// device-mapped), starting on a page boundary (host and device address).
+    /// Pinned and mapped for every device of the backend, not only this one:
+    /// its device pointer is valid in kernels of every device (one unified
+    /// address space), with no peer access needed.
     fn alloc_pinned_mapped(&self, bytes: usize) -> GpuResult<Self::PinnedBuffer>;
-    /// Registers `len` bytes at `ptr` (page-aligned) so kernels can reach them.
+    /// Registers `len` bytes at `ptr` (page-aligned) so kernels can reach
+    /// them: kernels of every device of the backend, like
+    /// [`GpuDevice::alloc_pinned_mapped`] (the device pointer is valid on
+    /// every device).
     ///
     /// # Safety
     /// The region must stay mapped until the registration is dropped.
@@ -249,6 +255,60 @@ pub trait GpuDevice: Send + Sync + Sized {
         offset: usize,
         len: usize,
         byte: u8,
+    ) -> GpuResult<()>;
+
+    // --- peer access between devices -----------------------------------------
+    //
+    // Devices of one backend in one process share one virtual address space
+    // (UVA on CUDA and HIP), so memory of one device has the same address
+    // everywhere; whether another device's kernels may dereference it is
+    // what peer access decides. Pinned and registered host memory needs no
+    // peer access: it is mapped for every device of the backend.
+
+    /// Whether kernels on this device can address memory of `peer` (its
+    /// device allocations) directly once [`GpuDevice::enable_peer_access`]
+    /// has been called, and copies between the two go device to device. A
+    /// device and itself: `true`. The answer is the hardware's and does not
+    /// change while the process runs.
+    fn can_access_peer(&self, peer: &Self) -> GpuResult<bool>;
+    /// Lets kernels on this device address `peer`'s memory (one direction:
+    /// `peer`'s kernels reaching this device's memory needs the call the
+    /// other way round). Idempotent: access already enabled is `Ok`, and so
+    /// is a device and itself. Where [`GpuDevice::can_access_peer`] is
+    /// false: [`crate::ErrorKind::PeerAccessUnsupported`], naming both
+    /// ordinals.
+    fn enable_peer_access(&self, peer: &Self) -> GpuResult<()>;
+    /// Copies `len` bytes of `src` (memory of `src_device`) from
+    /// `src_offset` into `dst` (memory of this device) at `dst_offset`;
+    /// complete on return, like the other synchronous copies (and, like
+    /// them, not promised to wait for work already queued on streams of
+    /// either device: synchronise those first). Works
+    /// between any two devices of the backend, and a device and itself:
+    /// device to device where they have peer access, else the driver may
+    /// stage the bytes through host memory. Ranges are checked as for every
+    /// copy (`OutOfBounds`, `InvalidArgument`).
+    fn copy_peer(
+        &self,
+        dst: &impl DeviceMemory<Api = Self::Api>,
+        dst_offset: usize,
+        src_device: &Self,
+        src: &impl DeviceMemory<Api = Self::Api>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<()>;
+    /// [`GpuDevice::copy_peer`] on `stream`, a stream of this device: it
+    /// runs in the stream's order and does not wait for `src_device`'s
+    /// streams (record an event there and make `stream` wait for it first).
+    #[allow(clippy::too_many_arguments)]
+    fn copy_peer_async(
+        &self,
+        stream: &Self::Stream,
+        dst: &impl DeviceMemory<Api = Self::Api>,
+        dst_offset: usize,
+        src_device: &Self,
+        src: &impl DeviceMemory<Api = Self::Api>,
+        src_offset: usize,
+        len: usize,
     ) -> GpuResult<()>;
 
     // --- streams and events -----------------------------------------------

@@ -80,6 +80,14 @@ pub enum ErrorKind {
     UnsupportedArtifact(String),
     /// The backend does not implement this operation on this system.
     Unsupported(String),
+    /// Kernels on `device` cannot address memory of `peer` (no peer access
+    /// between the two; see [`crate::GpuDevice::can_access_peer`]).
+    PeerAccessUnsupported {
+        /// The ordinal of the device that asked for access.
+        device: usize,
+        /// The ordinal of the device whose memory it asked for.
+        peer: usize,
+    },
     /// A kernel running on the CPU device panicked or a backend thread died.
     KernelFailed(String),
     /// An OS call failed (host backend: shared memory, threads).
@@ -147,6 +155,10 @@ impl fmt::Display for ErrorKind {
                 write!(f, "unsupported module artifact: {what}")
             }
             ErrorKind::Unsupported(what) => write!(f, "unsupported: {what}"),
+            ErrorKind::PeerAccessUnsupported { device, peer } => write!(
+                f,
+                "device {device} cannot access the memory of device {peer} (no peer access)"
+            ),
             ErrorKind::KernelFailed(why) => write!(f, "kernel failed: {why}"),
             ErrorKind::Os { errno } => {
                 write!(f, "{}", std::io::Error::from_raw_os_error(*errno))

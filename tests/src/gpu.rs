@@ -1,6 +1,6 @@
 //! Finding a device for a test, or skipping it.
 
-use tandem_hal::{Backend, GpuApi};
+use tandem_hal::{Backend, GpuApi, GpuResult};
 
 /// Set to `1` to make a missing device fail GPU tests instead of skipping
 /// them (CI machines that do have the GPU).
@@ -21,8 +21,13 @@ fn device_noun(backend: Backend) -> &'static str {
 /// so does it always for the host backend, which is built in and has a
 /// device on every machine: its tests never skip.
 pub fn api_or_skip<A: GpuApi>(label: &str) -> Option<A> {
+    loaded_or_skip(label, A::load())
+}
+
+/// [`api_or_skip`] for a backend already loaded (or not) by the caller.
+fn loaded_or_skip<A: GpuApi>(label: &str, loaded: GpuResult<A>) -> Option<A> {
     let noun = device_noun(A::BACKEND);
-    let found = A::load().and_then(|api| match api.device_count()? {
+    let found = loaded.and_then(|api| match api.device_count()? {
         0 => Ok(None),
         _ => Ok(Some(api)),
     });
@@ -53,4 +58,40 @@ fn skip<T>(label: &str, why: String, backend: Backend) -> Option<T> {
         panic!("{label}: {why}: the host backend must always load");
     }
     crate::skip_unless_required(REQUIRE_GPU_ENV, label, &why)
+}
+
+/// Devices `0..count` of the backend `load` returns, for tests of several
+/// devices (peer access), or `None` when the test `label` is skipped. No
+/// device at all is decided as by [`api_or_skip`] (a failure under
+/// `TANDEM_REQUIRE_GPU=1`); a machine with devices, but fewer than `count`,
+/// skips with `skipped: needs {count} devices` even then, since no setting
+/// makes a one-GPU machine a two-GPU one. The host backend is loaded with as
+/// many devices as asked for by its caller and never skips.
+pub fn devices_or_skip<A: GpuApi>(
+    label: &str,
+    count: usize,
+    load: impl FnOnce() -> GpuResult<A>,
+) -> Option<Vec<A::Device>> {
+    let api = loaded_or_skip(label, load())?;
+    let available = api
+        .device_count()
+        .expect("a loaded backend counted its devices");
+    if available < count {
+        if A::BACKEND == Backend::Host {
+            panic!("{label}: the host backend was loaded with {available} of {count} devices");
+        }
+        println!("{label}: skipped: needs {count} devices ({available} present)");
+        return None;
+    }
+    let devices = (0..count)
+        .map(|ordinal| api.device(ordinal))
+        .collect::<GpuResult<Vec<_>>>();
+    match devices {
+        Ok(devices) => Some(devices),
+        Err(e) => skip(
+            label,
+            format!("no {} device ({e})", device_noun(A::BACKEND)),
+            A::BACKEND,
+        ),
+    }
 }

@@ -16,12 +16,15 @@ fn ipc_child() -> PathBuf {
     }
 }
 
-/// `backend_tests!(module_name, Api)` stamps out the suite for one backend.
+/// `backend_tests!(module_name, Api, load)` stamps out the suite for one
+/// backend; `load` loads it for the tests of two devices (the host backend
+/// with two, whatever `TANDEM_HOST_DEVICES` says).
 macro_rules! backend_tests {
-    ($backend:ident, $api:ty) => {
+    ($backend:ident, $api:ty, $load:expr) => {
         mod $backend {
             use super::*;
-            use tandem_tests::{conformance, gpu::device_or_skip, ipc};
+            use tandem_tests::gpu::{device_or_skip, devices_or_skip};
+            use tandem_tests::{conformance, ipc};
 
             backend_tests!(@device $api, conformance: [
                 properties_are_sane,
@@ -45,6 +48,12 @@ macro_rules! backend_tests {
                 shareable_memory_round_trips,
                 shareable_bad_sizes_are_refused,
                 shareable_garbage_is_refused,
+                a_device_is_its_own_peer,
+            ]);
+            backend_tests!(@two_devices $api, $load, conformance: [
+                peer_access_is_reported_and_enabled,
+                peer_copies_between_devices,
+                kernel_on_a_peer_reaches_another_devices_memory,
             ]);
             backend_tests!(@device_and_child $api, ipc: [
                 add_in_child_process,
@@ -62,6 +71,16 @@ macro_rules! backend_tests {
             }
         )*
     };
+    (@two_devices $api:ty, $load:expr, $module:ident: [$($behaviour:ident),* $(,)?]) => {
+        $(
+            #[test]
+            fn $behaviour() {
+                if let Some(devices) = devices_or_skip::<$api>(stringify!($behaviour), 2, $load) {
+                    $module::$behaviour::<$api>(&devices);
+                }
+            }
+        )*
+    };
     (@device_and_child $api:ty, $module:ident: [$($behaviour:ident),* $(,)?]) => {
         $(
             #[test]
@@ -74,8 +93,18 @@ macro_rules! backend_tests {
     };
 }
 
-backend_tests!(host, tandem_hal::HostApi);
+backend_tests!(host, tandem_hal::HostApi, || Ok(
+    tandem_hal::HostApi::with_devices(2)
+));
 #[cfg(feature = "cuda")]
-backend_tests!(cuda, tandem_hal_cuda::CudaApi);
+backend_tests!(
+    cuda,
+    tandem_hal_cuda::CudaApi,
+    <tandem_hal_cuda::CudaApi as tandem_hal::GpuApi>::load
+);
 #[cfg(feature = "hip")]
-backend_tests!(hip, tandem_hal_hip::HipApi);
+backend_tests!(
+    hip,
+    tandem_hal_hip::HipApi,
+    <tandem_hal_hip::HipApi as tandem_hal::GpuApi>::load
+);

@@ -327,6 +327,48 @@ impl GpuDevice for HostDevice {
         Ok(())
     }
 
+    /// Every device of the CPU backend is the same memory: each reaches
+    /// every other.
+    fn can_access_peer(&self, _peer: &HostDevice) -> GpuResult<bool> {
+        Ok(true)
+    }
+
+    /// Nothing to enable: every device already reaches every other.
+    fn enable_peer_access(&self, _peer: &HostDevice) -> GpuResult<()> {
+        Ok(())
+    }
+
+    fn copy_peer(
+        &self,
+        dst: &impl DeviceMemory<Api = HostApi>,
+        dst_offset: usize,
+        _src_device: &HostDevice,
+        src: &impl DeviceMemory<Api = HostApi>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<()> {
+        const CALL: &str = "copy_peer";
+        Command::copy_between(CALL, dst, dst_offset, src, src_offset, len)?
+            .execute()
+            .map_err(|why| Self::kernel_failed(CALL, why))
+    }
+
+    fn copy_peer_async(
+        &self,
+        stream: &HostStream,
+        dst: &impl DeviceMemory<Api = HostApi>,
+        dst_offset: usize,
+        _src_device: &HostDevice,
+        src: &impl DeviceMemory<Api = HostApi>,
+        src_offset: usize,
+        len: usize,
+    ) -> GpuResult<()> {
+        let command =
+            Command::copy_between("copy_peer_async", dst, dst_offset, src, src_offset, len)?;
+        stream.shared.enqueue(command);
+        Ok(())
+    }
+
     fn create_stream(&self) -> GpuResult<HostStream> {
         let stream = HostStream::start().map_err(|e| {
             host_error(

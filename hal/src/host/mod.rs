@@ -20,7 +20,8 @@
 //! variables.
 //!
 //! `HostApi::load` reports one device, or `TANDEM_HOST_DEVICES=N` devices
-//! (all the same CPU; for tests of multi-device layouts).
+//! (all the same CPU; for tests of multi-device layouts). Every device has
+//! peer access to every other, and a peer copy is a copy like any other.
 
 mod api;
 mod countdown;
