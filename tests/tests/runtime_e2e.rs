@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tandem_hal::{GpuApi, HostApi};
+use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::kernels::{
     expected_add_sum, EchoLaunch, EchoOutcome, EchoPhases, EchoPriority, EchoRoute, NoopLaunch,
-    RuntimeKernels, ECHO_OK, ECHO_TASK_FAILED,
+    RuntimeKernels, ECHO_NO_PEER_ACCESS, ECHO_OK, ECHO_TASK_FAILED,
 };
 use tandem_runtime::{
     math, Config, DeviceSelection, GpuService, Pool, Registry, Runtime, StatsSnapshot,
@@ -198,8 +198,9 @@ fn unknown_method_is_an_error_code<A: GpuApi>(api: A) {
     assert_eq!(settled_stats(&runtime, |s| s.failed >= 8).failed, 8);
 }
 
-/// Kernel threads waiting on tasks no worker gets to are released by the
-/// host raising the segment's stop word; queued tasks complete later.
+/// Kernel threads waiting on tasks no worker gets to, on every device of
+/// `api` at once, are released by the host raising each device's stop word;
+/// queued tasks complete later.
 fn stop_flag_releases_waiting_kernels<A: GpuApi>(api: A) {
     let release = Arc::new(AtomicBool::new(false));
     let gate = Arc::clone(&release);
@@ -214,35 +215,41 @@ fn stop_flag_releases_waiting_kernels<A: GpuApi>(api: A) {
         });
     let mut registry = Registry::new();
     registry.register(blocking).expect("register");
-    let runtime = Runtime::start_with(api, config(DeviceSelection::Only(vec![0]), 1, 64), registry)
-        .expect("start");
-    let queues = &runtime.devices()[0];
-    let mut kernels = RuntimeKernels::load(queues).expect("load");
+    let runtime =
+        Runtime::start_with(api, config(DeviceSelection::All, 1, 64), registry).expect("start");
     let launch = EchoLaunch {
         method: math::NOOP,
         ..add_launch(2, 4, 1, EchoPriority::High)
     };
-    let outcome = std::thread::scope(|s| {
-        s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(200));
+    std::thread::scope(|s| {
+        for queues in runtime.devices() {
+            s.spawn(move || {
+                let mut kernels = RuntimeKernels::load(queues).expect("load");
+                let outcome = kernels.echo(&launch).expect("echo");
+                assert!(
+                    outcome.status.iter().all(|&s| s == RT_STOPPED),
+                    "statuses {:?}",
+                    outcome.status
+                );
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        for queues in runtime.devices() {
             queues.raise_stop();
-        });
-        kernels.echo(&launch).expect("echo")
+        }
     });
-    assert!(
-        outcome.status.iter().all(|&s| s == RT_STOPPED),
-        "statuses {:?}",
-        outcome.status
-    );
     release.store(true, Ordering::Release);
-    queues.clear_stop();
+    for queues in runtime.devices() {
+        queues.clear_stop();
+    }
     // The queued tasks still complete (the futures live in the arena, which
     // is kept since the kernel left them behind).
+    let total = 8 * runtime.devices().len() as u64;
     let deadline = Instant::now() + Duration::from_secs(20);
-    while runtime.stats().completed < 8 && Instant::now() < deadline {
+    while runtime.stats().completed < total && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(runtime.stats().completed, 8);
+    assert_eq!(runtime.stats().completed, total);
     assert_eq!(runtime.stats().double_completions, 0);
 }
 
@@ -414,6 +421,11 @@ fn host_stop_flag_releases_waiting_kernels() {
     stop_flag_releases_waiting_kernels(HostApi::with_devices(1));
 }
 
+#[test]
+fn host_stop_flags_release_every_devices_kernels() {
+    stop_flag_releases_waiting_kernels(HostApi::with_devices(3));
+}
+
 /// Zero devices: CPU queues only, and host submissions are served.
 #[test]
 fn host_zero_devices_serves_cpu_queues() {
@@ -479,13 +491,199 @@ fn host_missing_device_is_a_config_error() {
     assert!(err.to_string().contains("device 3"), "{err}");
 }
 
+/// A runtime on the first two devices of `api`, `workers_per_device`
+/// workers each (capped by the cores), with the built-in pools.
+fn runtime_on_two_devices<A: GpuApi>(api: A, workers_per_device: usize) -> Runtime<A> {
+    let config = Config {
+        workers_per_device: Some(workers_per_device),
+        ..config(DeviceSelection::Only(vec![0, 1]), 1, 64)
+    };
+    Runtime::start_with(api, config, Registry::with_builtins()).expect("start")
+}
+
+/// Kernels on two devices at once, each device's tasks taken by its own
+/// workers: every answer right, every task completed once, and the status
+/// block's lines count each device's workers and tasks.
+fn kernels_on_two_devices_at_once<A: GpuApi>(api: A, blocks: u32, threads: u32, tasks: u64) {
+    let runtime = runtime_on_two_devices(api, 2);
+    let devices = runtime.devices();
+    assert!(devices.iter().all(|d| d.workers() >= 1));
+    assert_eq!(
+        devices.iter().map(|d| d.workers()).sum::<usize>(),
+        runtime.workers(),
+        "every worker serves one device"
+    );
+    std::thread::scope(|s| {
+        for queues in devices {
+            s.spawn(move || {
+                let mut kernels = RuntimeKernels::load(queues).expect("load");
+                let outcome = kernels
+                    .echo(&add_launch(blocks, threads, tasks, EchoPriority::Alternate))
+                    .expect("echo");
+                assert_all_added(&outcome, tasks);
+            });
+        }
+    });
+    let per_device = u64::from(blocks * threads) * tasks;
+    assert_completed_once(
+        settled_stats(&runtime, |s| s.completed >= 2 * per_device),
+        2 * per_device,
+    );
+    let name = runtime.cpu_segment().name().expect("a named CPU segment");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        let status = tandem_runtime::status::read_status(name).expect("status");
+        if status
+            .segments
+            .iter()
+            .skip(1)
+            .all(|s| s.tasks == per_device)
+            || Instant::now() > deadline
+        {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.segments.len(), 3, "{status:?}");
+    assert_eq!(status.segments[0].workers as usize, runtime.workers());
+    for (line, queues) in status.segments[1..].iter().zip(devices) {
+        assert_eq!(line.device, Some(queues.device().ordinal() as u32));
+        assert_eq!(line.workers as usize, queues.workers());
+        assert_eq!(line.tasks, per_device, "{status:?}");
+    }
+}
+
+/// `submit_to_gpu(device)` reaches that device's service and no other.
+fn submit_to_gpu_reaches_the_named_device_only<A: GpuApi>(api: A) {
+    let runtime = runtime_on_two_devices(api, 1);
+    let [first, second] = runtime.devices() else {
+        panic!("two devices");
+    };
+    let services = [
+        GpuService::start(first, 1, 4).expect("service 0"),
+        GpuService::start(second, 1, 4).expect("service 1"),
+    ];
+    let stop = std::sync::atomic::AtomicU32::new(0);
+    for i in 0..40u64 {
+        let mut pending = runtime
+            .submit_to_gpu(1, &math::Add { a: i, b: 7 }, None)
+            .expect("submit to device 1");
+        assert_eq!(pending.wait(&stop, None).expect("answer"), i + 7);
+    }
+    assert!(matches!(
+        runtime.submit_to_gpu(2, &math::Noop, None),
+        Err(tandem_runtime::TaskError::NoSuchDevice {
+            device: 2,
+            devices: 2
+        })
+    ));
+    let [first, second] = services.map(|s| s.stop().expect("the service ends").served);
+    assert_eq!((first, second), (0, 40));
+}
+
+/// A kernel on device 0 sends tasks to device 1's GPU service over a peer
+/// route: every answer right, device 1's service ran them all and no CPU
+/// worker did. Over a route that says the devices cannot reach each other,
+/// every thread stops with `no_peer_access`; a route used between other
+/// devices is refused.
+fn kernels_send_to_another_devices_service<A: GpuApi>(api: A, blocks: u32, threads: u32) {
+    use tandem_runtime::{PeerAccess, PeerRoute, RuntimeError};
+    let runtime = runtime_on_two_devices(api, 1);
+    let [first, second] = runtime.devices() else {
+        panic!("two devices");
+    };
+    let reachable = first
+        .device()
+        .can_access_peer(second.device())
+        .expect("ask");
+    let route = runtime.peer_route(0, 1).expect("route");
+    assert_eq!(
+        route,
+        PeerRoute {
+            from: first.device().ordinal(),
+            to: second.device().ordinal(),
+            access: if reachable {
+                PeerAccess::Direct
+            } else {
+                PeerAccess::Unreachable
+            },
+        }
+    );
+    assert!(matches!(
+        runtime.peer_route(0, 2),
+        Err(RuntimeError::NoSuchDevice {
+            device: 2,
+            devices: 2
+        })
+    ));
+    // Loaded before the service starts (see GpuService).
+    let mut senders = RuntimeKernels::load(first).expect("kernels 0");
+    let mut servers = RuntimeKernels::load(second).expect("kernels 1");
+    let service = GpuService::start(second, 1, 4).expect("service 1");
+    let tasks = 8;
+    let launch = EchoLaunch {
+        route: EchoRoute::GpuService,
+        ..add_launch(blocks, threads, tasks, EchoPriority::High)
+    };
+    let mut sent = 0;
+    if reachable {
+        let outcome = senders
+            .echo_via_peer(&mut servers, &route, &launch)
+            .expect("echo via the peer");
+        assert_all_added(&outcome, tasks);
+        sent = u64::from(blocks * threads) * tasks;
+    } else {
+        println!("peer route 0 -> 1: the devices have no peer access; checking the refusal only");
+    }
+    let unreachable = PeerRoute {
+        access: PeerAccess::Unreachable,
+        ..route
+    };
+    let outcome = senders
+        .echo_via_peer(&mut servers, &unreachable, &launch)
+        .expect("launch");
+    assert!(
+        outcome.status.iter().all(|&s| s == ECHO_NO_PEER_ACCESS),
+        "statuses {:?}",
+        outcome.status
+    );
+    let reversed = PeerRoute {
+        from: route.to,
+        to: route.from,
+        ..route
+    };
+    assert!(matches!(
+        senders.echo_via_peer(&mut servers, &reversed, &launch),
+        Err(RuntimeError::PeerRouteMismatch { .. })
+    ));
+    let stats = service.stop().expect("the service ends");
+    assert_eq!(stats.served, sent);
+    assert_eq!((stats.bad_pointers, stats.foreign_tickets), (0, 0));
+    assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
+}
+
+#[test]
+fn host_kernels_on_two_devices_at_once() {
+    kernels_on_two_devices_at_once(HostApi::with_devices(2), 4, 8, 20);
+}
+
+#[test]
+fn host_submit_to_gpu_reaches_the_named_device_only() {
+    submit_to_gpu_reaches_the_named_device_only(HostApi::with_devices(2));
+}
+
+#[test]
+fn host_kernels_send_to_another_devices_service() {
+    kernels_send_to_another_devices_service(HostApi::with_devices(2), 2, 8);
+}
+
 #[cfg(any(feature = "cuda", feature = "hip"))]
 macro_rules! gpu_tests {
     ($backend:ident, $api:ty) => {
         mod $backend {
             use std::sync::{Mutex, MutexGuard};
 
-            use tandem_tests::gpu::device_or_skip;
+            use tandem_tests::gpu::{api_with_devices_or_skip, device_or_skip};
 
             /// One device test at a time: a test's GPU service must not run
             /// while another test's driver calls wait for the device to be
@@ -497,6 +695,39 @@ macro_rules! gpu_tests {
                 // A failed test poisons the lock; the next one still runs.
                 let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
                 Some((<$api as tandem_hal::GpuApi>::load().expect("load"), guard))
+            }
+
+            /// The backend with two devices, or `None` when the test skips.
+            fn api_with_two(label: &str) -> Option<($api, MutexGuard<'static, ()>)> {
+                let api =
+                    api_with_devices_or_skip::<$api>(label, 2, <$api as tandem_hal::GpuApi>::load)?;
+                let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                Some((api, guard))
+            }
+
+            #[test]
+            fn kernels_on_two_devices_at_once() {
+                if let Some((api, _one)) = api_with_two("runtime kernels_on_two_devices_at_once") {
+                    super::kernels_on_two_devices_at_once(api, 132, 128, 16);
+                }
+            }
+
+            #[test]
+            fn submit_to_gpu_reaches_the_named_device_only() {
+                if let Some((api, _one)) =
+                    api_with_two("runtime submit_to_gpu_reaches_the_named_device_only")
+                {
+                    super::submit_to_gpu_reaches_the_named_device_only(api);
+                }
+            }
+
+            #[test]
+            fn kernels_send_to_another_devices_service() {
+                if let Some((api, _one)) =
+                    api_with_two("runtime kernels_send_to_another_devices_service")
+                {
+                    super::kernels_send_to_another_devices_service(api, 16, 64);
+                }
             }
 
             #[test]
