@@ -45,6 +45,10 @@ constexpr u32 MODE_GET = 2;
 constexpr u32 MODE_BLOCK_PUT = 3;
 constexpr u32 MODE_BLOCK_GET = 4;
 constexpr u32 MODE_BLOCK_PUT_GET_CHECK = 5;
+/// Get and compare with the bytes a PUT launch wrote (its first round's,
+/// which every round of it puts): a blob another kernel put, on this device
+/// or another.
+constexpr u32 MODE_GET_CHECK = 6;
 
 /// Status past tandem::rt_status's values: a get returned other bytes.
 constexpr u32 STATUS_MISMATCH = 1000;
@@ -163,7 +167,8 @@ TANDEM_DEVICE void block_put_get(tandem::RtContext& rt, BlockBlob& shared, tande
 /// offset 0 with `score`, gets it back into a second buffer and compares,
 /// and at the end asks stat for the blob's size;
 /// (mode PUT) only the put; (mode GET) only the get of a blob an earlier
-/// launch put. The BLOCK modes do the same with one blob "b<block>" per
+/// launch put; (mode GET_CHECK) that get, compared with what a PUT launch
+/// wrote. The BLOCK modes do the same with one blob "b<block>" per
 /// block (blob_bytes a multiple of 8), which the block's threads fill and
 /// check together and thread 0 puts and gets. Through lane (block rank mod
 /// lanes) of the device segment at `segment` (`len` bytes), waiting with
@@ -177,7 +182,7 @@ TANDEM_KERNEL tandem_blob_put_get(u8* segment, u64 len, u64 tag, u64 blob_bytes,
   TANDEM_SHARED(BlockBlob, shared);
   const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
   const tandem::MemoryBackend backend{h->id, tandem::backend_kind::PINNED, 0, reinterpret_cast<u64>(segment), len};
-  const bool per_block = mode >= MODE_BLOCK_PUT;
+  const bool per_block = mode >= MODE_BLOCK_PUT && mode <= MODE_BLOCK_PUT_GET_CHECK;
   const u64 padded = (blob_bytes + 15) & ~u64{15};
   // Per thread: its future (48 + COPY_SPACE bytes) and notify word; and two
   // data buffers per thread or per block; with alignment slack.
@@ -215,7 +220,7 @@ TANDEM_KERNEL tandem_blob_put_get(u8* segment, u64 len, u64 tag, u64 blob_bytes,
   i32 first_code = 0;
   for (u64 round = 0; st == tandem::rt_status::ok && round < rounds; ++round) {
     i32 rc = 0;
-    if (mode != MODE_GET) {
+    if (mode != MODE_GET && mode != MODE_GET_CHECK) {
       // A put-only run (a bench) writes its bytes once: what it measures is
       // the puts, not this thread's stores across the link.
       if (mode == MODE_PUT_GET_CHECK || round == 0) {
@@ -235,9 +240,10 @@ TANDEM_KERNEL tandem_blob_put_get(u8* segment, u64 len, u64 tag, u64 blob_bytes,
         break;
       }
     }
-    if (mode == MODE_PUT_GET_CHECK) {
+    if (mode == MODE_PUT_GET_CHECK || mode == MODE_GET_CHECK) {
+      const u64 written = mode == MODE_GET_CHECK ? 0 : round;
       for (u64 i = 0; i < blob_bytes; ++i) {
-        if (back.data[i] != pattern(r, round, i)) {
+        if (back.data[i] != pattern(r, written, i)) {
           result = STATUS_MISMATCH;
           break;
         }

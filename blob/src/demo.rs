@@ -30,6 +30,10 @@ pub enum PutGetMode {
     BlockGet = 4,
     /// Per block: put, get back, and the block's threads compare.
     BlockPutGetCheck = 5,
+    /// Get and compare with the bytes a [`PutGetMode::Put`] launch wrote
+    /// (its first round's, which each of its rounds puts): blobs another
+    /// kernel put, on this device or another.
+    GetCheck = 6,
 }
 
 /// One launch of `tandem_blob_put_get`: thread r works on blob `k<r>` of

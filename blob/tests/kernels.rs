@@ -300,11 +300,77 @@ fn kernels_share_blobs_through_the_object_tier<A: GpuApi>(api: A) {
     runtime.shutdown().expect("shutdown");
 }
 
+/// Kernels on two devices of one runtime share its store: while both put
+/// (device 0 a tag of its own, device 1 puts, gets and compares in another),
+/// and then while both get, each device's kernels read back byte for byte
+/// the blobs the other device's kernels put.
+fn kernels_on_two_devices_share_blobs<A: GpuApi>(api: A) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(&dir);
+    let runtime = runtime_on(api, &store, DeviceSelection::Only(vec![0, 1]));
+    let (blocks, threads) = grid::<A>();
+    let [first, second] = runtime.devices() else {
+        panic!("two devices");
+    };
+    let mut kernels = [
+        BlobKernels::load(first).expect("blob kernels on device 0"),
+        BlobKernels::load(second).expect("blob kernels on device 1"),
+    ];
+    let tags = [
+        store.get_or_create_tag("from-device-0").expect("tag"),
+        store.get_or_create_tag("from-device-1").expect("tag"),
+    ];
+    let launch = |tag, mode| PutGetLaunch {
+        blocks,
+        threads,
+        tag,
+        blob_bytes: 4096 + 24,
+        rounds: 2,
+        mode,
+        score: Score::AUTO,
+        spin_budget: 1 << 40,
+    };
+    let [zero, one] = &mut kernels;
+    let (put0, put1) = std::thread::scope(|s| {
+        let put0 = s.spawn(|| zero.put_get(&launch(tags[0], PutGetMode::Put)));
+        let put1 = one.put_get(&launch(tags[1], PutGetMode::Put));
+        (put0.join().expect("device 0's thread"), put1)
+    });
+    assert_all_ok(&put0.expect("device 0 puts"), "device 0 puts");
+    assert_all_ok(&put1.expect("device 1 puts"), "device 1 puts");
+    let (get0, get1) = std::thread::scope(|s| {
+        let get0 = s.spawn(|| zero.put_get(&launch(tags[1], PutGetMode::GetCheck)));
+        let get1 = one.put_get(&launch(tags[0], PutGetMode::GetCheck));
+        (get0.join().expect("device 0's thread"), get1)
+    });
+    assert_all_ok(
+        &get0.expect("device 0 gets"),
+        "device 0 gets device 1's blobs",
+    );
+    assert_all_ok(
+        &get1.expect("device 1 gets"),
+        "device 1 gets device 0's blobs",
+    );
+    let first = store.stat(tags[0], "k0").expect("a blob device 0 put");
+    assert_eq!(first.size, 4096 + 24);
+    drop(kernels);
+    runtime.shutdown().expect("shutdown");
+}
+
 macro_rules! backend_tests {
-    ($module:ident, $api:ty) => {
+    ($module:ident, $api:ty, $load_two:expr) => {
         mod $module {
             fn api(label: &str) -> Option<$api> {
                 tandem_tests::gpu::api_or_skip::<$api>(label)
+            }
+
+            #[test]
+            fn kernels_on_two_devices_share_blobs() {
+                let label = "kernels_on_two_devices_share_blobs";
+                if let Some(api) = tandem_tests::gpu::api_with_devices_or_skip(label, 2, $load_two)
+                {
+                    super::kernels_on_two_devices_share_blobs::<$api>(api);
+                }
             }
 
             #[test]
@@ -338,11 +404,21 @@ macro_rules! backend_tests {
     };
 }
 
-backend_tests!(host, tandem_hal::HostApi);
+backend_tests!(host, tandem_hal::HostApi, || Ok(
+    tandem_hal::HostApi::with_devices(2)
+));
 #[cfg(feature = "cuda")]
-backend_tests!(cuda, tandem_hal_cuda::CudaApi);
+backend_tests!(
+    cuda,
+    tandem_hal_cuda::CudaApi,
+    <tandem_hal_cuda::CudaApi as tandem_hal::GpuApi>::load
+);
 #[cfg(feature = "hip")]
-backend_tests!(hip, tandem_hal_hip::HipApi);
+backend_tests!(
+    hip,
+    tandem_hal_hip::HipApi,
+    <tandem_hal_hip::HipApi as tandem_hal::GpuApi>::load
+);
 
 /// Host code in the runtime's process, through the task path.
 #[test]
