@@ -1,9 +1,11 @@
 //! `tandem`: Tandem's command-line entry point (`tandem --help`).
 //!
-//! * `tandem demo [--json]`: starts a runtime on the best backend (CUDA when
-//!   compiled in and a device is present, else the CPU device), launches a
-//!   kernel whose threads send tasks to the CPU workers and wait, and reports
-//!   tasks, errors, throughput and latency, ending with one verdict line.
+//! * `tandem demo [--json] [--devices LIST]`: starts a runtime on the best
+//!   backend (CUDA when compiled in and a device is present, else the CPU
+//!   device), launches kernels on every device whose threads send tasks to
+//!   the CPU workers and to the devices' services and wait, and reports
+//!   tasks, errors, throughput and latency per device and in all, ending
+//!   with one verdict line (`demo.rs`).
 //! * `tandem run [--config FILE] [--announce] [--exit-on-stdin-eof]`: serves
 //!   a runtime until SIGINT/SIGTERM (or until stdin closes), then removes its
 //!   segments. `--announce` prints
@@ -22,25 +24,19 @@
 //! `info`) to stderr. Usage errors exit 2.
 
 mod blob;
+mod demo;
 mod share;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicU32;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
-use tandem_blob::{BlobStore, StoreConfig};
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
-use tandem_runtime::kernels::{
-    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, RuntimeKernels,
-};
 use tandem_runtime::status::{read_status, single_live_runtime, StatusSnapshot};
 use tandem_runtime::{
-    clean_stale_segments, init_logging, math, on_best_backend, serve, Backend, Config,
-    DeviceSelection, GpuService, OnBackend, Registry, Route, Runtime, ServeOptions,
+    clean_stale_segments, init_logging, on_best_backend, serve, Backend, Config, OnBackend,
+    Registry, ServeOptions,
 };
 
 /// Tandem: host threads and GPU kernels sharing memory and work.
@@ -56,7 +52,7 @@ struct Cli {
 enum Command {
     /// Runs kernels that send tasks to CPU workers and to the device's
     /// service, and reports what happened.
-    Demo(DemoArgs),
+    Demo(demo::DemoArgs),
     /// Serves a runtime that host clients attach to, until killed.
     Run(RunArgs),
     /// Lists the backends compiled in, their devices and properties.
@@ -71,13 +67,6 @@ enum Command {
     /// Shared buffers between processes: the daemon and a look at it.
     #[command(subcommand)]
     Share(share::ShareCommand),
-}
-
-#[derive(Args, Debug)]
-struct DemoArgs {
-    /// Prints the figures as one JSON object instead of text.
-    #[arg(long)]
-    json: bool,
 }
 
 /// `tandem run`'s options.
@@ -158,7 +147,7 @@ fn clean(args: CleanArgs) -> Result<(), String> {
 }
 
 enum BackendCommand {
-    Demo(DemoArgs),
+    Demo(demo::DemoArgs),
     Run(RunArgs),
 }
 
@@ -168,7 +157,7 @@ impl OnBackend for BackendCommand {
 
     fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
         match self {
-            BackendCommand::Demo(args) => demo(api, &backend.to_string(), args.json),
+            BackendCommand::Demo(args) => demo::demo(api, &backend.to_string(), &args),
             BackendCommand::Run(args) => {
                 let config = match &args.config {
                     Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
@@ -192,122 +181,9 @@ fn run_on_best_backend(command: BackendCommand) -> Result<bool, String> {
     on_best_backend(command).map_err(|e| e.to_string())?
 }
 
-/// Percentile `p` (0..=100) of sorted `values`.
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let index = ((sorted.len() - 1) as f64 * p / 100.0).round() as usize;
-    sorted[index.min(sorted.len() - 1)]
-}
-
-/// Microseconds, for reports.
-fn micros(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-/// What a kernel launch of the demo did.
-#[derive(Serialize)]
-struct LaunchReport {
-    blocks: u32,
-    threads: u32,
-    tasks_per_thread: u64,
-    tasks: u64,
-    seconds: f64,
-    tasks_per_second: f64,
-    /// Threads whose tasks failed (a nonzero return code or a wait error).
-    failed_threads: usize,
-    /// Threads whose answers did not add up.
-    wrong_answers: usize,
-}
-
-impl LaunchReport {
-    fn of(launch: &EchoLaunch, outcome: &EchoOutcome) -> Self {
-        let tasks = outcome.results.len() as u64 * launch.tasks_per_thread;
-        let wrong_answers = outcome
-            .results
-            .iter()
-            .enumerate()
-            .filter(|(r, &sum)| sum != expected_add_sum(*r as u64, launch.tasks_per_thread))
-            .count();
-        Self {
-            blocks: launch.blocks,
-            threads: launch.threads,
-            tasks_per_thread: launch.tasks_per_thread,
-            tasks,
-            seconds: outcome.elapsed.as_secs_f64(),
-            tasks_per_second: tasks as f64 / outcome.elapsed.as_secs_f64(),
-            failed_threads: outcome.failed_threads(),
-            wrong_answers,
-        }
-    }
-
-    fn failures(&self) -> u64 {
-        (self.failed_threads + self.wrong_answers) as u64
-    }
-}
-
-/// Round-trip percentiles, in microseconds.
-#[derive(Serialize)]
-struct Latency {
-    samples: usize,
-    p50_us: f64,
-    p90_us: f64,
-    p99_us: f64,
-    min_us: f64,
-    max_us: f64,
-}
-
-impl Latency {
-    fn of(mut samples: Vec<Duration>) -> Self {
-        samples.sort();
-        let at = |p| micros(percentile(&samples, p));
-        Self {
-            samples: samples.len(),
-            p50_us: at(50.0),
-            p90_us: at(90.0),
-            p99_us: at(99.0),
-            min_us: at(0.0),
-            max_us: at(100.0),
-        }
-    }
-}
-
-/// `tandem demo --json`: the figures the text report prints.
-#[derive(Serialize)]
-struct DemoReport {
-    /// The backend it ran on, in words.
-    backend: String,
-    /// "CPU device" or "GPU".
-    device: &'static str,
-    workers: usize,
-    /// Kernel threads sending tasks to the CPU workers.
-    to_workers: LaunchReport,
-    /// The workers' counters after that launch.
-    workers_completed: u64,
-    workers_failed: u64,
-    /// One kernel thread's round trip per task (launch included).
-    kernel_round_trip: Latency,
-    /// A host thread's round trip through the CPU queues.
-    host_round_trip: Latency,
-    /// The device's service (a persistent kernel).
-    service_threads: u32,
-    to_service: LaunchReport,
-    host_to_service_round_trip: Latency,
-    service_ran: u64,
-    /// The blob part: kernel puts, kernel and host gets, failures.
-    blob_puts: u64,
-    blob_gets: u64,
-    blob_failed: u64,
-    /// Every task the demo sent, and those that failed or answered wrong.
-    tasks: u64,
-    failed: u64,
-    ok: bool,
-}
-
 /// Runs the demo and prints its verdict line (text) or report (JSON);
 /// exit 1 when anything failed.
-fn demo_command(args: DemoArgs) -> ExitCode {
+fn demo_command(args: demo::DemoArgs) -> ExitCode {
     let json = args.json;
     match run_on_best_backend(BackendCommand::Demo(args)) {
         Ok(true) => ExitCode::SUCCESS,
@@ -320,250 +196,6 @@ fn demo_command(args: DemoArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// Host round trips of `count` `math.add(i, b)` tasks through `submit`; the
-/// failures (errors and wrong answers) are counted, the first one logged.
-fn host_round_trips<E: std::fmt::Display>(
-    count: u64,
-    b: u64,
-    what: &str,
-    mut submit: impl FnMut(&math::Add) -> Result<u64, E>,
-) -> (Vec<Duration>, u64) {
-    let mut times = Vec::with_capacity(count as usize);
-    let mut failed = 0;
-    for a in 0..count {
-        let start = Instant::now();
-        let answer = submit(&math::Add { a, b });
-        times.push(start.elapsed());
-        let why = match answer {
-            Ok(sum) if sum == a + b => continue,
-            Ok(sum) => format!("returned {sum}"),
-            Err(e) => e.to_string(),
-        };
-        if failed == 0 {
-            tracing::warn!("{what}: add({a}, {b}) {why}");
-        }
-        failed += 1;
-    }
-    (times, failed)
-}
-
-/// The demo; `Ok(false)` when tasks failed (the report says so).
-fn demo<A: GpuApi>(api: A, backend: &str, json: bool) -> Result<bool, String> {
-    let gpu = A::BACKEND != tandem_hal::Backend::Host;
-    // Words for what runs where: "GPU service" on a CPU device would say
-    // something that did not happen.
-    let (device, service) = if gpu {
-        ("GPU", "GPU service (a persistent kernel on the GPU)")
-    } else {
-        (
-            "CPU device",
-            "device service (a persistent kernel on the CPU device)",
-        )
-    };
-    let say = |line: String| {
-        if !json {
-            println!("{line}");
-        }
-    };
-    let config = Config {
-        devices: DeviceSelection::Only(vec![0]),
-        // The blob part's tasks carry names; its kernel threads' data
-        // buffers live in the device segment.
-        copy_space: tandem_blob::wire::COPY_SPACE,
-        gpu_segment_size: 96 << 20,
-        ..Config::default()
-    };
-    // The blob part's store: a RAM and a file target in a temporary folder,
-    // removed at the end.
-    let store_dir = tempfile::Builder::new()
-        // The pid lets a test find what a killed demo may have left.
-        .prefix(&format!("tandem-demo-blob-{}-", std::process::id()))
-        .tempdir()
-        .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
-    let store = Arc::new(
-        BlobStore::open(&StoreConfig::ram_and_file(store_dir.path(), 64 << 20))
-            .map_err(|e| format!("opening the demo's blob store: {e}"))?,
-    );
-    let mut registry = Registry::with_builtins();
-    tandem_blob::pool::register(&mut registry, Arc::clone(&store)).map_err(|e| e.to_string())?;
-    say(format!("tandem demo on {backend}"));
-    // Kernels in flight cannot be interrupted: on SIGINT/SIGTERM, remove the
-    // named segments and the store's folder, and exit.
-    let folder = store_dir.path().to_owned();
-    tandem_runtime::exit_on_termination(move || {
-        let _ = std::fs::remove_dir_all(folder);
-    })
-    .map_err(|e| e.to_string())?;
-    let runtime = Runtime::start_with(api, config, registry)
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    let queues = &runtime.devices()[0];
-    let mut kernels = RuntimeKernels::load(queues).map_err(|e| e.to_string())?;
-    // Real GPUs take many threads; the CPU device runs the grid on a few
-    // cores, so it gets a smaller grid.
-    let launch = EchoLaunch {
-        blocks: if gpu { 264 } else { 8 },
-        threads: if gpu { 128 } else { 16 },
-        tasks_per_thread: if gpu { 64 } else { 200 },
-        method: math::ADD,
-        priority: EchoPriority::Alternate,
-        route: EchoRoute::CpuWorkers,
-        spin_budget: 1 << 40,
-    };
-    say(format!(
-        "kernel on the {device}: {} blocks x {} threads, each sending {} math.add tasks\n  \
-         to {} CPU workers and waiting for each answer",
-        launch.blocks,
-        launch.threads,
-        launch.tasks_per_thread,
-        runtime.workers()
-    ));
-    let outcome = kernels.echo(&launch).map_err(|e| e.to_string())?;
-    let to_workers = LaunchReport::of(&launch, &outcome);
-    let stats = runtime.stats();
-    say(format!(
-        "  {} tasks in {:.3} s: {:.2} M tasks/s; {} threads failed, {} wrong answers\n  \
-         workers completed {} tasks ({} with errors)",
-        to_workers.tasks,
-        to_workers.seconds,
-        to_workers.tasks_per_second / 1e6,
-        to_workers.failed_threads,
-        to_workers.wrong_answers,
-        stats.completed,
-        stats.failed
-    ));
-
-    // Latency of one kernel thread's round trips, batch by batch.
-    let single = EchoLaunch {
-        blocks: 1,
-        threads: 1,
-        tasks_per_thread: 200,
-        ..launch
-    };
-    let mut per_task = Vec::new();
-    let mut single_failed = 0u64;
-    for _ in 0..25 {
-        let o = kernels.echo(&single).map_err(|e| e.to_string())?;
-        single_failed += LaunchReport::of(&single, &o).failures();
-        per_task.push(o.elapsed / single.tasks_per_thread as u32);
-    }
-    let kernel_round_trip = Latency::of(per_task);
-    say(format!(
-        "one kernel thread's round trip per task (25 launches of 200, launch included):\n  \
-         p50 {:.1} us, p90 {:.1} us, min {:.1} us",
-        kernel_round_trip.p50_us, kernel_round_trip.p90_us, kernel_round_trip.min_us
-    ));
-
-    // Per-task latency percentiles of a host submitter on the CPU queues.
-    let stop = AtomicU32::new(0);
-    let (host, host_failed) = host_round_trips(2000, 1, "host task", |task| {
-        runtime
-            .submit(Route::lane(0), task)
-            .and_then(|mut p| p.wait(&stop, None))
-    });
-    let host_round_trip = Latency::of(host);
-    say(format!(
-        "host thread's round trip through the CPU queues (2000 tasks):\n  \
-         p50 {:.1} us, p90 {:.1} us, p99 {:.1} us, max {:.1} us",
-        host_round_trip.p50_us,
-        host_round_trip.p90_us,
-        host_round_trip.p99_us,
-        host_round_trip.max_us
-    ));
-
-    // Tasks routed to the device: its service (a persistent kernel) runs
-    // them, from kernels and from the host.
-    let service_threads = if gpu { 64 } else { 4 };
-    let service_handle =
-        GpuService::start(queues, 1, service_threads).map_err(|e| e.to_string())?;
-    let to_gpu = EchoLaunch {
-        blocks: if gpu { 132 } else { 4 },
-        threads: if gpu { 64 } else { 8 },
-        tasks_per_thread: if gpu { 16 } else { 50 },
-        route: EchoRoute::GpuService,
-        ..launch
-    };
-    let routed = kernels.echo(&to_gpu).map_err(|e| e.to_string())?;
-    let to_service = LaunchReport::of(&to_gpu, &routed);
-    let (host_to_gpu, host_to_gpu_failed) = host_round_trips(500, 2, service, |task| {
-        runtime
-            .submit_to_gpu(0, task, None)
-            .and_then(|mut p| p.wait(&stop, None))
-    });
-    let served = service_handle.stop().map_err(|e| e.to_string())?;
-    let host_to_service_round_trip = Latency::of(host_to_gpu);
-    say(format!(
-        "{service}, {service_threads} threads:\n  \
-         kernel of {} x {} threads sent {} math.add tasks in {:.3} s ({:.2} M tasks/s);\n  \
-         {} threads failed, {} wrong answers\n  \
-         host round trip to the service (500 tasks): p50 {:.1} us, p90 {:.1} us\n  \
-         the service ran {} tasks",
-        to_gpu.blocks,
-        to_gpu.threads,
-        to_service.tasks,
-        to_service.seconds,
-        to_service.tasks_per_second / 1e6,
-        to_service.failed_threads,
-        to_service.wrong_answers,
-        host_to_service_round_trip.p50_us,
-        host_to_service_round_trip.p90_us,
-        served.served
-    ));
-    drop(kernels);
-
-    // The blob store, a pool of this runtime: kernel threads put and get
-    // blobs of their own, the host checks them (after the service stopped:
-    // it loads a module).
-    say("blob store (a pool of this runtime; RAM and file targets):".to_string());
-    let blob = blob::demo_part(&runtime, &store, gpu, &|line| say(format!("  {line}")))?;
-    let workers = runtime.workers();
-    runtime.shutdown().map_err(|e| e.to_string())?;
-
-    let tasks = to_workers.tasks
-        + 25 * single.tasks_per_thread
-        + host_round_trip.samples as u64
-        + to_service.tasks
-        + host_to_service_round_trip.samples as u64
-        + blob.puts
-        + blob.gets;
-    let failed = to_workers.failures()
-        + single_failed
-        + host_failed
-        + to_service.failures()
-        + host_to_gpu_failed
-        + blob.failed;
-    let ok = failed == 0;
-    if json {
-        let report = DemoReport {
-            backend: backend.to_string(),
-            device,
-            workers,
-            to_workers,
-            workers_completed: stats.completed,
-            workers_failed: stats.failed,
-            kernel_round_trip,
-            host_round_trip,
-            service_threads,
-            to_service,
-            host_to_service_round_trip,
-            service_ran: served.served,
-            blob_puts: blob.puts,
-            blob_gets: blob.gets,
-            blob_failed: blob.failed,
-            tasks,
-            failed,
-            ok,
-        };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
-    } else {
-        let verdict = if ok { "ok" } else { "FAILED" };
-        println!("demo: {tasks} tasks, {failed} failed: {verdict}");
-    }
-    Ok(ok)
 }
 
 /// One backend in `tandem info --json`.

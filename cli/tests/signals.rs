@@ -105,8 +105,8 @@ fn sigint_mid_demo_removes_its_segments_and_exits_130() {
     };
     let child = &mut guard.children[0];
     let out = lines(child);
-    // Printed just before the echo kernel starts (on whichever device).
-    line_starting(&out, "kernel on the ");
+    // Printed just before the echo kernels start (on whichever devices).
+    line_starting(&out, "kernels on ");
     assert!(shm.exists(), "no segment while the demo runs");
     signal(child, libc::SIGINT);
     let status = exit_of(child);
