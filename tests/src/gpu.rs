@@ -60,18 +60,19 @@ fn skip<T>(label: &str, why: String, backend: Backend) -> Option<T> {
     crate::skip_unless_required(REQUIRE_GPU_ENV, label, &why)
 }
 
-/// Devices `0..count` of the backend `load` returns, for tests of several
-/// devices (peer access), or `None` when the test `label` is skipped. No
-/// device at all is decided as by [`api_or_skip`] (a failure under
-/// `TANDEM_REQUIRE_GPU=1`); a machine with devices, but fewer than `count`,
-/// skips with `skipped: needs {count} devices` even then, since no setting
-/// makes a one-GPU machine a two-GPU one. The host backend is loaded with as
-/// many devices as asked for by its caller and never skips.
-pub fn devices_or_skip<A: GpuApi>(
+/// The backend `load` returns, with at least `count` devices, for tests of
+/// several devices (peer access, buffers shared across devices), or `None`
+/// when the test `label` is skipped. No device at all is decided as by
+/// [`api_or_skip`] (a failure under `TANDEM_REQUIRE_GPU=1`); a machine with
+/// devices, but fewer than `count`, skips with `skipped: needs {count}
+/// devices` even then, since no setting makes a one-GPU machine a two-GPU
+/// one. The host backend is loaded with as many devices as its caller asks
+/// for and never skips.
+pub fn api_with_devices_or_skip<A: GpuApi>(
     label: &str,
     count: usize,
     load: impl FnOnce() -> GpuResult<A>,
-) -> Option<Vec<A::Device>> {
+) -> Option<A> {
     let api = loaded_or_skip(label, load())?;
     let available = api
         .device_count()
@@ -83,6 +84,17 @@ pub fn devices_or_skip<A: GpuApi>(
         println!("{label}: skipped: needs {count} devices ({available} present)");
         return None;
     }
+    Some(api)
+}
+
+/// Devices `0..count` of the backend `load` returns, or `None` when the
+/// test `label` is skipped, as [`api_with_devices_or_skip`] decides.
+pub fn devices_or_skip<A: GpuApi>(
+    label: &str,
+    count: usize,
+    load: impl FnOnce() -> GpuResult<A>,
+) -> Option<Vec<A::Device>> {
+    let api = api_with_devices_or_skip(label, count, load)?;
     let devices = (0..count)
         .map(|ordinal| api.device(ordinal))
         .collect::<GpuResult<Vec<_>>>();
