@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tandem_hal::{
     DeviceMemory, EventFlags, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig,
 };
-use tandem_share::{HostMirror, ObjectId, ShareClient, ShareError};
+use tandem_share::{Access, HostMirror, ObjectId, ShareClient, ShareError};
 use tandem_tests::conformance::{kernels, launch, read_u32s};
 
 /// Set in a child: which role it plays, then its arguments in [`ARGS_ENV`].
@@ -144,6 +144,9 @@ impl RoleChild {
                 "--test-threads=1",
             ])
             .env(ROLE_ENV, format!("{}:{role}", A::BACKEND))
+            // Host children see two devices, like the daemon of the tests
+            // of two devices; the others use device 0 alone.
+            .env(tandem_hal::host::DEVICES_ENV, "2")
             .env(ARGS_ENV, args.join(" "))
             .env("RUST_LOG", "warn")
             .stdin(Stdio::piped())
@@ -308,6 +311,30 @@ fn child_role<A: GpuApi>(role: &str, args: &[String]) {
             say(format!(
                 "sum {}",
                 kernel_sum::<A>(&device, &buffer, &stream)
+            ));
+        }
+        // Opens a buffer on device 1 (its memory is device 0's), says how it
+        // is reached ("none": device 1 cannot reach it), sums it by kernel
+        // there, and sums a copy of it made into device 1's memory.
+        "peer-consumer" => {
+            let id = ObjectId(args[1].parse().unwrap());
+            let second = client.device(1).unwrap();
+            let stream = second.create_stream().unwrap();
+            let buffer = match client.get_buffer_on(id, 1, &stream, STEP) {
+                Ok(buffer) => buffer,
+                Err(ShareError::NoPeerAccess { .. }) => return say("access none"),
+                Err(e) => panic!("opening on device 1: {e}"),
+            };
+            say(format!("access {:?}", buffer.access()));
+            say(format!(
+                "sum {}",
+                kernel_sum::<A>(&second, &buffer, &stream)
+            ));
+            let copy = second.alloc_device(buffer.len()).unwrap();
+            buffer.copy_to(&second, &copy, 0).unwrap();
+            say(format!(
+                "copy sum {}",
+                kernel_sum::<A>(&second, &copy, &stream)
             ));
         }
         // Holds buffers (two sealed, one opened twice, one unsealed) until killed.
@@ -732,8 +759,103 @@ fn other_users_are_refused<A: GpuApi>(api: A) {
     assert_eq!(client.status().unwrap().clients, 1, "the daemon serves on");
 }
 
+/// A daemon (`tandem share serve`) of backend `A` whose CPU device is two
+/// devices, as the host clients of the tests of two devices load it (GPU
+/// backends serve every device anyway): its socket, and the guard that
+/// stops it.
+fn daemon_of_two_devices<A: GpuApi>() -> (std::path::PathBuf, common::Cleanup) {
+    static STARTED: AtomicU32 = AtomicU32::new(0);
+    let socket = tandem_share::transport::runtime_dir().join(format!(
+        "share-test-{}-{}.sock",
+        std::process::id(),
+        STARTED.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut child = common::tandem()
+        .args(["share", "serve", "--socket"])
+        .arg(&socket)
+        .args(["--backend", &A::BACKEND.to_string()])
+        .args(["--announce", "--exit-on-stdin-eof"])
+        .env(tandem_hal::host::DEVICES_ENV, "2")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the share daemon");
+    let lines = common::lines(&mut child);
+    let ready = lines.recv_timeout(STEP).expect("the daemon's ready line");
+    assert!(ready.starts_with("ready "), "{ready}");
+    let cleanup = common::Cleanup {
+        children: vec![child],
+        files: vec![socket.clone()],
+    };
+    (socket, cleanup)
+}
+
+/// A buffer created on device 0 and filled there by kernel is opened on
+/// device 1 by another process, mapped through peer access: its kernel
+/// there sums what the kernel on device 0 wrote, and so does one over a
+/// copy made into device 1's memory. In this process, a second client's
+/// open on device 1 is its own mapping, cached apart from the one on device
+/// 0, and an open on a device the daemon lacks gives its lease back.
+fn buffer_opened_on_another_device<A: GpuApi>(load: impl Fn() -> tandem_hal::GpuResult<A>) {
+    let (socket, _daemon) = daemon_of_two_devices::<A>();
+    let writer = ShareClient::connect(load().unwrap(), &socket).expect("connecting");
+    let first = writer.device(0).unwrap();
+    let first_stream = first.create_stream().unwrap();
+    let (id, buffer) = writer.create_buffer(0, WORDS * 4).unwrap();
+    fill::<A>(&first, &buffer, 11, &first_stream);
+    let sealed = writer.seal(buffer, &first_stream).unwrap();
+    assert_eq!(sealed.access(), Access::Local);
+    let expected = (11 * WORDS as u64).to_string();
+
+    let args = [socket.display().to_string(), id.0.to_string()];
+    let reader = RoleChild::spawn::<A>("peer-consumer", &args);
+    match reader.expect_line("access ").as_str() {
+        "Peer { holder: 0 }" => {
+            assert_eq!(reader.expect_line("sum "), expected);
+            assert_eq!(reader.expect_line("copy sum "), expected);
+            reader.succeeds();
+        }
+        "none" if A::BACKEND != tandem_hal::Backend::Host => {
+            reader.succeeds();
+            println!(
+                "buffer_opened_on_another_device: skipped the rest: device 1 has no peer \
+                 access to device 0 (refused as NoPeerAccess)"
+            );
+            return;
+        }
+        other => panic!("device 1 reached device 0's buffer as {other}"),
+    }
+
+    let second_client = ShareClient::connect(load().unwrap(), &socket).unwrap();
+    let second = second_client.device(1).unwrap();
+    let stream = second.create_stream().unwrap();
+    let on_second = second_client.get_buffer_on(id, 1, &stream, STEP).unwrap();
+    assert_eq!(on_second.access(), Access::Peer { holder: 0 });
+    assert_eq!(on_second.device().ordinal(), 1);
+    let mirror = HostMirror::new(&on_second, true).unwrap();
+    assert!(mirror.chunks_exact(4).all(|w| w == 11u32.to_le_bytes()));
+    drop(mirror);
+    let again = second_client.get_buffer_on(id, 1, &stream, STEP).unwrap();
+    assert!(again.same_mapping(&on_second), "one mapping per device");
+    let local = second_client.get_buffer(id, &first_stream).unwrap();
+    assert_eq!(local.access(), Access::Local);
+    assert!(!local.same_mapping(&on_second), "a mapping per device");
+    assert_eq!(writer.stat(id).unwrap().leases, 3, "the writer's and two");
+    assert!(matches!(
+        second_client.get_buffer_on(id, 2, &stream, STEP),
+        Err(ShareError::NoDevice(_))
+    ));
+    assert_eq!(
+        writer.stat(id).unwrap().leases,
+        3,
+        "the failed open's lease"
+    );
+    drop((again, on_second, local));
+    assert_eq!(writer.stat(id).unwrap().leases, 1);
+}
+
 macro_rules! backend_tests {
-    ($backend:ident, $api:ty) => {
+    ($backend:ident, $api:ty, $load:expr) => {
         mod $backend {
             backend_tests!(@each $api:
                 round_trip_in_one_process,
@@ -746,6 +868,14 @@ macro_rules! backend_tests {
                 garbage_closes_the_connection,
                 other_users_are_refused,
             );
+            #[test]
+            fn buffer_opened_on_another_device() {
+                let label = stringify!(buffer_opened_on_another_device);
+                // Loaded once to decide, then by the test for each client.
+                if tandem_tests::gpu::api_with_devices_or_skip::<$api>(label, 2, $load).is_some() {
+                    super::buffer_opened_on_another_device::<$api>($load);
+                }
+            }
         }
     };
     (@each $api:ty: $($behaviour:ident),* $(,)?) => {
@@ -760,6 +890,12 @@ macro_rules! backend_tests {
     };
 }
 
-backend_tests!(host, tandem_hal::HostApi);
+backend_tests!(host, tandem_hal::HostApi, || Ok(
+    tandem_hal::HostApi::with_devices(2)
+));
 #[cfg(feature = "cuda")]
-backend_tests!(cuda, tandem_hal_cuda::CudaApi);
+backend_tests!(
+    cuda,
+    tandem_hal_cuda::CudaApi,
+    <tandem_hal_cuda::CudaApi as tandem_hal::GpuApi>::load
+);

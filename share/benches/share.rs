@@ -18,6 +18,13 @@
 //!   through a shared host segment (device to host here, host to device
 //!   there).
 //!
+//! With 2 or more CUDA devices, one row more: a device-to-device copy of
+//! a shared buffer of device 0's memory, opened on device 1
+//! ([`ShareClient::get_buffer_on`]) and copied into device 1's memory
+//! ([`tandem_share::GpuBuffer::copy_to`]), against the floor of a raw
+//! `copy_peer` (`cuMemcpyPeer`) of the same bytes between plain allocations
+//! of the two devices: best of several runs, target >= 0.95x its bandwidth.
+//!
 //! Both producers write by kernel, as users do: on a GPU, the consumer's
 //! first kernel after another process's work then waits for the GPU to
 //! switch contexts, on both paths (a producer with no GPU work at all, as
@@ -108,6 +115,7 @@ fn cuda() {
         touch_grid: (264, 256),
     };
     bench::<tandem_hal_cuda::CudaApi>("CUDA device 0", &gpu);
+    peer::peer_copy::<tandem_hal_cuda::CudaApi>("CUDA", <tandem_hal_cuda::CudaApi as GpuApi>::load);
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -230,6 +238,115 @@ fn run<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         through_host.as_secs_f64() / through_daemon.as_secs_f64(),
     );
     consumer.finish()
+}
+
+/// The peer copy row: CUDA only (the CPU device's devices are one memory).
+#[cfg(feature = "cuda")]
+mod peer {
+    use super::*;
+
+    /// Bytes of the peer copy row.
+    const PEER_COPY_BYTES: usize = 256 << 20;
+    /// Runs of each copy; the best is kept (a copy's floor is its fastest run).
+    const PEER_COPY_RUNS: usize = 10;
+    /// The shared buffer's copy against the raw one, as a ratio of bandwidths.
+    const PEER_COPY_RATIO_TARGET: f64 = 0.95;
+
+    /// The peer copy row on backend `A` (`load`), or a skip below 2 devices.
+    pub(super) fn peer_copy<A: GpuApi>(label: &str, load: fn() -> tandem_hal::GpuResult<A>) {
+        let title = format!("share bench, device-to-device copy of a shared buffer on {label}");
+        if tandem_tests::gpu::api_with_devices_or_skip(&title, 2, load).is_none() {
+            return;
+        }
+        if let Err(e) = peer_copy_row(load, &title) {
+            eprintln!("{title} failed: {e}");
+            std::process::exit(1);
+        }
+    }
+
+    fn peer_copy_row<A: GpuApi>(
+        load: fn() -> tandem_hal::GpuResult<A>,
+        title: &str,
+    ) -> Result<(), String> {
+        let text = |e: &dyn std::fmt::Display| e.to_string();
+        let api = load().map_err(|e| text(&e))?;
+        let client = ShareClient::spawn_daemon_with(api, &tandem_binary()?)
+            .map_err(|e| format!("starting the daemon: {e}"))?;
+        let (first, second) = (
+            client.device(0).map_err(|e| text(&e))?,
+            client.device(1).map_err(|e| text(&e))?,
+        );
+        let peers = second.can_access_peer(&first).map_err(|e| text(&e))?;
+        if peers {
+            second.enable_peer_access(&first).map_err(|e| text(&e))?;
+        }
+        let best = |copy: &dyn Fn() -> Result<(), String>| -> Result<Duration, String> {
+            copy()?; // warm-up: first use of the mapping and of the copy engines
+            let mut best = Duration::MAX;
+            for _ in 0..PEER_COPY_RUNS {
+                let start = Instant::now();
+                copy()?;
+                best = best.min(start.elapsed());
+            }
+            Ok(best)
+        };
+
+        let src = first.alloc_device(PEER_COPY_BYTES).map_err(|e| text(&e))?;
+        let dst = second.alloc_device(PEER_COPY_BYTES).map_err(|e| text(&e))?;
+        first
+            .fill(&src, 0, PEER_COPY_BYTES, 0x5a)
+            .map_err(|e| text(&e))?;
+        let raw = best(&|| {
+            second
+                .copy_peer(&dst, 0, &first, &src, 0, PEER_COPY_BYTES)
+                .map_err(|e| text(&e))
+        })?;
+
+        let stream = first.create_stream().map_err(|e| text(&e))?;
+        let (id, buffer) = client
+            .create_buffer(0, PEER_COPY_BYTES)
+            .map_err(|e| text(&e))?;
+        first
+            .fill(&buffer, 0, PEER_COPY_BYTES, 0xa5)
+            .map_err(|e| text(&e))?;
+        let sealed = client.seal(buffer, &stream).map_err(|e| text(&e))?;
+        let second_stream = second.create_stream().map_err(|e| text(&e))?;
+        let opened = client.get_buffer_on(id, 1, &second_stream, CHILD_TIMEOUT);
+        let shared = match opened {
+            Ok(on_second) => best(&|| on_second.copy_to(&second, &dst, 0).map_err(|e| text(&e)))?,
+            Err(e @ tandem_share::ShareError::NoPeerAccess { .. }) => {
+                println!(
+                    "
+    {title}: skipped: {e}"
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(text(&e)),
+        };
+        drop(sealed);
+        let gbps = |t: Duration| PEER_COPY_BYTES as f64 / t.as_secs_f64() / 1e9;
+        let ratio = gbps(shared) / gbps(raw);
+        println!(
+            "
+    {title} ({} MiB, best of {PEER_COPY_RUNS}; peer access {}):
+               {:<58} {:>9.3} ms {:>8.1} GB/s
+               {:<58} {:>9.3} ms {:>8.1} GB/s   {ratio:.2}x  target >= {PEER_COPY_RATIO_TARGET}x: {}",
+            PEER_COPY_BYTES >> 20,
+            if peers {
+                "on"
+            } else {
+                "none: staged by the driver"
+            },
+            "raw copy_peer, device 0 -> device 1 (cuMemcpyPeer)",
+            ms(raw),
+            gbps(raw),
+            "shared buffer opened on device 1, copy_to device 1",
+            ms(shared),
+            gbps(shared),
+            verdict(ratio >= PEER_COPY_RATIO_TARGET),
+        );
+        Ok(())
+    }
 }
 
 /// One small hand-off: the producer's time to a handle, the consumer's

@@ -1,8 +1,13 @@
-//! Shared buffers as a process sees them: mapped once, handed out as
-//! [`MutableGpuBuffer`] (the writer's, until sealed) and [`GpuBuffer`]
-//! (read-only), both [`DeviceMemory`] of their backend, so they go straight
-//! into copies and kernel launches; and [`HostMirror`], a host copy that a
-//! writer's mirror copies back when dropped.
+//! Shared buffers as a process sees them: mapped once per device, handed
+//! out as [`MutableGpuBuffer`] (the writer's, until sealed) and
+//! [`GpuBuffer`] (read-only), both [`DeviceMemory`] of their backend, so
+//! they go straight into copies and kernel launches; and [`HostMirror`], a
+//! host copy that a writer's mirror copies back when dropped.
+//!
+//! A buffer's memory lives on one device, its holder (where it was
+//! created). A reader may map it for another device ([`Access::Peer`]) where
+//! that device reaches the holder's memory, or copy it across
+//! ([`GpuBuffer::copy_to`]).
 
 use core::marker::PhantomData;
 use core::ops::{Deref, DerefMut};
@@ -15,6 +20,21 @@ use crate::client::ClientInner;
 use crate::error::ShareError;
 use crate::wire::ObjectId;
 
+/// How a mapping reaches the buffer's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Mapped on the device that holds the memory.
+    Local,
+    /// Mapped for another device than the holder, through peer access:
+    /// kernels of the mapping's device read the holder's memory directly
+    /// (a VMM mapping with access granted to that device, or a legacy IPC
+    /// handle opened there with peer access to the holder enabled).
+    Peer {
+        /// The ordinal of the device whose memory it is.
+        holder: usize,
+    },
+}
+
 /// A lease on a buffer, given back to the daemon on drop.
 pub(crate) struct Lease<A: GpuApi> {
     id: ObjectId,
@@ -24,6 +44,10 @@ pub(crate) struct Lease<A: GpuApi> {
 impl<A: GpuApi> Lease<A> {
     pub(crate) fn new(id: ObjectId, client: Arc<ClientInner<A>>) -> Self {
         Self { id, client }
+    }
+
+    pub(crate) fn id(&self) -> ObjectId {
+        self.id
     }
 }
 
@@ -39,21 +63,30 @@ pub struct Mapping<A: GpuApi> {
     // Fields drop in order: the memory is unmapped before the lease goes,
     // so the daemon never frees what this process still maps.
     buffer: <A::Device as GpuDevice>::ShareableBuffer,
-    /// The seal's interprocess event, opened on first need: a reader that
-    /// the daemon told the work was done never needs it.
+    /// The seal's interprocess event, opened on first need (on the holder,
+    /// where it was made): a reader that the daemon told the work was done
+    /// never needs it.
     event: OnceLock<<A::Device as GpuDevice>::Event>,
     event_handle: IpcEventHandle,
     /// Whether the writer's work before the seal is known finished.
     /// Release/Acquire: a thread that reads `true` skips the wait, so it
     /// must see what the thread that learned it saw.
     seal_done: AtomicBool,
+    /// The device it is mapped for.
     device: Arc<A::Device>,
+    /// The device whose memory it is (`device` itself for local access).
+    holder: Arc<A::Device>,
+    access: Access,
     lease: Lease<A>,
 }
 
 impl<A: GpuApi> Mapping<A> {
+    /// A mapping of `buffer` for `device`; `holder` is the device whose
+    /// memory it is (for `Access::Local`, the same device).
     pub(crate) fn new(
         device: Arc<A::Device>,
+        holder: Arc<A::Device>,
+        access: Access,
         buffer: <A::Device as GpuDevice>::ShareableBuffer,
         event_handle: IpcEventHandle,
         seal_done: bool,
@@ -65,16 +98,22 @@ impl<A: GpuApi> Mapping<A> {
             event_handle,
             seal_done: AtomicBool::new(seal_done),
             device,
+            holder,
+            access,
             lease,
         }
     }
 
     pub(crate) fn id(&self) -> ObjectId {
-        self.lease.id
+        self.lease.id()
     }
 
     pub(crate) fn device(&self) -> &A::Device {
         &self.device
+    }
+
+    pub(crate) fn access(&self) -> Access {
+        self.access
     }
 
     /// Opens the seal's event if it is not open yet.
@@ -88,33 +127,36 @@ impl<A: GpuApi> Mapping<A> {
         if let Some(event) = self.event.get() {
             return Ok(event);
         }
-        let opened = self.device.ipc_open_event(&self.event_handle)?;
+        let opened = self.holder.ipc_open_event(&self.event_handle)?;
         Ok(self.event.get_or_init(|| opened))
     }
 
-    /// The writer's seal: `stream`'s work so far completes the event.
+    /// The writer's seal: `stream`'s work so far completes the event. The
+    /// writer's mapping is local, so `stream` is a stream of the holder.
     pub(crate) fn record_seal(
         &self,
         stream: &<A::Device as GpuDevice>::Stream,
     ) -> Result<(), ShareError> {
-        Ok(self.device.record_event(self.event()?, stream)?)
+        Ok(self.holder.record_event(self.event()?, stream)?)
     }
 
-    /// Orders `stream`'s later work after the writer's: nothing when that
-    /// work is known done (a finished event orders nothing, and a stream
-    /// wait on an interprocess event is not free), else a stream wait.
+    /// Orders later work on `stream` (a stream of `device`) after the
+    /// writer's: nothing when that work is known done (a finished event
+    /// orders nothing, and a stream wait on an interprocess event is not
+    /// free), else a stream wait, which may cross devices.
     pub(crate) fn order_after_seal(
         &self,
+        device: &A::Device,
         stream: &<A::Device as GpuDevice>::Stream,
     ) -> Result<(), ShareError> {
         if self.seal_done.load(Ordering::Acquire) {
             return Ok(());
         }
         let event = self.event()?;
-        if self.device.query_event(event)? {
+        if self.holder.query_event(event)? {
             self.seal_done.store(true, Ordering::Release);
         } else {
-            self.device.stream_wait_event(stream, event)?;
+            device.stream_wait_event(stream, event)?;
         }
         Ok(())
     }
@@ -122,7 +164,7 @@ impl<A: GpuApi> Mapping<A> {
     /// Blocks until the writer's work is done, for host reads.
     fn wait_for_seal(&self) -> Result<(), ShareError> {
         if !self.seal_done.load(Ordering::Acquire) {
-            self.device.synchronize_event(self.event()?)?;
+            self.holder.synchronize_event(self.event()?)?;
             self.seal_done.store(true, Ordering::Release);
         }
         Ok(())
@@ -163,6 +205,41 @@ impl<A: GpuApi> GpuBuffer<A> {
     pub fn same_mapping(&self, other: &Self) -> bool {
         Arc::ptr_eq(&self.mapping, &other.mapping)
     }
+
+    /// How this mapping reaches the buffer's memory: on its own device, or
+    /// through peer access to the device holding it.
+    pub fn access(&self) -> Access {
+        self.mapping.access()
+    }
+
+    /// Copies the whole buffer into `dst`, memory of `device` (any device of
+    /// the backend), at `dst_offset`, after the writer's work; complete on
+    /// return. Device to device where `device` and this mapping's device
+    /// have peer access, else staged by the driver: what a reader does whose
+    /// device cannot map the buffer ([`ShareError::NoPeerAccess`]), with the
+    /// buffer opened on the device holding it.
+    pub fn copy_to(
+        &self,
+        device: &A::Device,
+        dst: &impl DeviceMemory<Api = A>,
+        dst_offset: usize,
+    ) -> Result<(), ShareError> {
+        self.mapping.wait_for_seal()?;
+        Ok(device.copy_peer(dst, dst_offset, self.device(), self, 0, self.len())?)
+    }
+
+    /// [`copy_to`](Self::copy_to) on `stream`, a stream of `device`, which
+    /// is made to wait for the writer's work first.
+    pub fn copy_to_async(
+        &self,
+        device: &A::Device,
+        stream: &<A::Device as GpuDevice>::Stream,
+        dst: &impl DeviceMemory<Api = A>,
+        dst_offset: usize,
+    ) -> Result<(), ShareError> {
+        self.mapping.order_after_seal(device, stream)?;
+        Ok(device.copy_peer_async(stream, dst, dst_offset, self.device(), self, 0, self.len())?)
+    }
 }
 
 impl<A: GpuApi> core::fmt::Debug for GpuBuffer<A> {
@@ -170,6 +247,7 @@ impl<A: GpuApi> core::fmt::Debug for GpuBuffer<A> {
         f.debug_struct("GpuBuffer")
             .field("id", &self.id())
             .field("len", &self.len())
+            .field("access", &self.access())
             .finish()
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tandem_hal::{GpuApi, GpuDevice, IpcEventHandle, IpcMemHandle, ShareableHandle};
 use tandem_runtime::child::{find_tandem_binary, ServiceChild};
 
-use crate::buffer::{GpuBuffer, Lease, Mapping, MutableGpuBuffer};
+use crate::buffer::{Access, GpuBuffer, Lease, Mapping, MutableGpuBuffer};
 use crate::connection::{unexpected, Connections};
 use crate::error::ShareError;
 use crate::poll::Polling;
@@ -27,8 +27,9 @@ pub(crate) struct ClientInner<A: GpuApi> {
     api: A,
     pub(crate) connections: Connections,
     devices: Mutex<HashMap<usize, Arc<A::Device>>>,
-    /// Buffers this process maps, by id: a second open shares the mapping.
-    cache: Mutex<HashMap<ObjectId, Weak<Mapping<A>>>>,
+    /// Buffers this process maps, by id, one mapping per device it is
+    /// mapped for: a second open for the same device shares the mapping.
+    cache: Mutex<HashMap<ObjectId, Vec<Weak<Mapping<A>>>>>,
     /// The daemon, if this client started it: stopped with the last user.
     daemon: Mutex<Option<ServiceChild>>,
 }
@@ -209,7 +210,8 @@ impl<A: GpuApi> ShareClient<A> {
         let Reply::Created { id, handle } = reply else {
             return Err(unexpected(&reply));
         };
-        let mapping = self.map(id, &gpu, handle, fd, false)?;
+        let lease = Lease::new(id, Arc::clone(&self.inner));
+        let mapping = self.map(lease, &gpu, &gpu, handle, fd, false)?;
         // The writer opens the seal's event now, before it queues work, so
         // that its seal makes no driver call but the record: on CUDA, set-up
         // calls made while kernels ran were seen to wait for them (README.md,
@@ -233,12 +235,17 @@ impl<A: GpuApi> ShareClient<A> {
         self.inner
             .connections
             .call(&Request::Seal { id }, Some(id))?;
-        self.cache().insert(id, Arc::downgrade(&mapping));
+        self.cache()
+            .entry(id)
+            .or_default()
+            .push(Arc::downgrade(&mapping));
         Ok(GpuBuffer::new(mapping))
     }
 
-    /// Opens sealed buffer `id` read-only, making `stream` wait for the
-    /// writer's work; waits up to [`DEFAULT_SEAL_WAIT`] for the seal.
+    /// Opens sealed buffer `id` read-only on the device that holds it (see
+    /// [`ObjectInfo::device`]), making `stream`, a stream of that device,
+    /// wait for the writer's work; waits up to [`DEFAULT_SEAL_WAIT`] for the
+    /// seal.
     pub fn get_buffer(
         &self,
         id: ObjectId,
@@ -255,20 +262,67 @@ impl<A: GpuApi> ShareClient<A> {
         stream: &<A::Device as GpuDevice>::Stream,
         wait: Duration,
     ) -> Result<GpuBuffer<A>, ShareError> {
-        let cached = self.cache().get(&id).and_then(Weak::upgrade);
+        self.get(id, None, stream, wait)
+    }
+
+    /// Opens sealed buffer `id` read-only, mapped for device `device`, which
+    /// may be another device than the one holding its memory: then the
+    /// mapping reaches that memory through peer access
+    /// ([`GpuBuffer::access`] says [`Access::Peer`]), or, where `device`
+    /// cannot reach it, the open fails with [`ShareError::NoPeerAccess`]
+    /// (open it on its holder and copy it with [`GpuBuffer::copy_to`]).
+    /// `stream`, a stream of `device`, is made to wait for the writer's
+    /// work. Waits up to `wait` for the seal (`NotSealed` after it).
+    pub fn get_buffer_on(
+        &self,
+        id: ObjectId,
+        device: usize,
+        stream: &<A::Device as GpuDevice>::Stream,
+        wait: Duration,
+    ) -> Result<GpuBuffer<A>, ShareError> {
+        self.get(id, Some(device), stream, wait)
+    }
+
+    /// A mapping of `id` for `device` (`None`: its holder), from the cache
+    /// or opened now, with `stream` (of that device) ordered after the seal.
+    fn get(
+        &self,
+        id: ObjectId,
+        device: Option<usize>,
+        stream: &<A::Device as GpuDevice>::Stream,
+        wait: Duration,
+    ) -> Result<GpuBuffer<A>, ShareError> {
+        let wanted = |mapping: &Mapping<A>| match device {
+            Some(ordinal) => mapping.device().ordinal() == ordinal,
+            None => mapping.access() == Access::Local,
+        };
+        let cached = self.cache().get(&id).and_then(|mappings| {
+            mappings
+                .iter()
+                .filter_map(Weak::upgrade)
+                .find(|mapping| wanted(mapping))
+        });
         let mapping = match cached {
             Some(mapping) => mapping,
             None => {
-                let mapping = Arc::new(self.open(id, wait)?);
-                self.cache().insert(id, Arc::downgrade(&mapping));
+                let mapping = Arc::new(self.open(id, device, wait)?);
+                self.cache()
+                    .entry(id)
+                    .or_default()
+                    .push(Arc::downgrade(&mapping));
                 mapping
             }
         };
-        mapping.order_after_seal(stream)?;
+        mapping.order_after_seal(mapping.device(), stream)?;
         Ok(GpuBuffer::new(mapping))
     }
 
-    fn open(&self, id: ObjectId, wait: Duration) -> Result<Mapping<A>, ShareError> {
+    fn open(
+        &self,
+        id: ObjectId,
+        device: Option<usize>,
+        wait: Duration,
+    ) -> Result<Mapping<A>, ShareError> {
         let started = Instant::now();
         let timeout_ms = u32::try_from(wait.as_millis()).unwrap_or(u32::MAX);
         let request = Request::Open { id, timeout_ms };
@@ -294,22 +348,51 @@ impl<A: GpuApi> ShareClient<A> {
         else {
             return Err(unexpected(&reply));
         };
-        let gpu = self.device(info.device as usize)?;
-        self.map(id, &gpu, handle, fd, seal_done)
+        // The daemon took a lease for this open: given back if anything
+        // below fails.
+        let lease = Lease::new(id, Arc::clone(&self.inner));
+        let holder = self.device(info.device as usize)?;
+        let gpu = match device {
+            Some(ordinal) => self.device(ordinal)?,
+            None => Arc::clone(&holder),
+        };
+        self.map(lease, &gpu, &holder, handle, fd, seal_done)
     }
 
-    /// Maps what the daemon handed out; the lease is taken already, so it
-    /// is given back if mapping fails. The seal's event is opened later,
-    /// if ever (`seal_done`: the daemon saw the writer's work finished).
+    /// Maps what the daemon handed out, under `lease` (given back if mapping
+    /// fails), for `gpu`, the buffer's memory being `holder`'s. The seal's
+    /// event is opened later, if ever (`seal_done`: the daemon saw the
+    /// writer's work finished).
     fn map(
         &self,
-        id: ObjectId,
+        lease: Lease<A>,
         gpu: &Arc<A::Device>,
+        holder: &Arc<A::Device>,
         handle: BufferHandle,
         fd: Option<std::os::fd::OwnedFd>,
         seal_done: bool,
     ) -> Result<Mapping<A>, ShareError> {
-        let lease = Lease::new(id, Arc::clone(&self.inner));
+        let id = lease.id();
+        let access = if gpu.ordinal() == holder.ordinal() {
+            Access::Local
+        } else {
+            if !gpu.can_access_peer(holder)? {
+                return Err(ShareError::NoPeerAccess {
+                    id,
+                    device: gpu.ordinal(),
+                    holder: holder.ordinal(),
+                });
+            }
+            // A VMM import grants `gpu` access itself; a legacy IPC handle
+            // maps the holder's allocation, which `gpu` reaches once peer
+            // access is on.
+            if matches!(handle.form, HandleForm::Ipc { .. }) {
+                gpu.enable_peer_access(holder)?;
+            }
+            Access::Peer {
+                holder: holder.ordinal(),
+            }
+        };
         let len = usize::try_from(handle.len)
             .map_err(|_| ShareError::Protocol("buffer length overflows".into()))?;
         let size = usize::try_from(handle.size)
@@ -332,6 +415,8 @@ impl<A: GpuApi> ShareClient<A> {
         let event = IpcEventHandle(handle.event);
         Ok(Mapping::new(
             Arc::clone(gpu),
+            Arc::clone(holder),
+            access,
             buffer,
             event,
             seal_done,
@@ -361,7 +446,7 @@ impl<A: GpuApi> ShareClient<A> {
         self.inner.connections.status()
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, Weak<Mapping<A>>>> {
+    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, Vec<Weak<Mapping<A>>>>> {
         self.inner
             .cache
             .lock()
@@ -375,8 +460,11 @@ impl<A: GpuApi> ClientInner<A> {
     pub(crate) fn release(&self, id: ObjectId) {
         {
             let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            if cache.get(&id).is_some_and(|w| w.strong_count() == 0) {
-                cache.remove(&id);
+            if let Some(mappings) = cache.get_mut(&id) {
+                mappings.retain(|mapping| mapping.strong_count() > 0);
+                if mappings.is_empty() {
+                    cache.remove(&id);
+                }
             }
         }
         match self.connections.call(&Request::Release { id }, Some(id)) {

@@ -39,6 +39,17 @@ pub enum ShareError {
     },
     /// No such device.
     NoDevice(String),
+    /// The buffer's memory lives on device `holder`, which device `device`
+    /// cannot reach (no peer access between them): open it on `holder` and
+    /// copy it across ([`crate::GpuBuffer::copy_to`]).
+    NoPeerAccess {
+        /// The buffer.
+        id: ObjectId,
+        /// The device it was to be mapped for.
+        device: usize,
+        /// The device holding its memory.
+        holder: usize,
+    },
     /// A GpuApi call failed, here or in the daemon.
     Gpu(String),
     /// A frame that is not this protocol, or a socket error mid-frame.
@@ -87,6 +98,11 @@ impl fmt::Display for ShareError {
                 )
             }
             Self::NoDevice(why) => write!(f, "no such device: {why}"),
+            Self::NoPeerAccess { id, device, holder } => write!(
+                f,
+                "shared buffer {id} lives on device {holder}, which device {device} cannot \
+                 reach (no peer access): open it on device {holder} and copy it"
+            ),
             Self::Gpu(why) => write!(f, "GPU call failed: {why}"),
             Self::Protocol(why) => write!(f, "share protocol error: {why}"),
             Self::Daemon { code, message } => write!(f, "share daemon: {message} ({code:?})"),
@@ -105,5 +121,26 @@ impl From<GpuError> for ShareError {
 impl From<WireError> for ShareError {
     fn from(e: WireError) -> Self {
         Self::Protocol(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_peer_access_names_the_buffer_and_both_devices() {
+        let error = ShareError::NoPeerAccess {
+            id: ObjectId(5),
+            device: 1,
+            holder: 0,
+        };
+        let text = error.to_string();
+        assert!(
+            text.contains(&ObjectId(5).to_string())
+                && text.contains("lives on device 0")
+                && text.contains("device 1 cannot reach"),
+            "{text}"
+        );
     }
 }

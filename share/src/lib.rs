@@ -9,6 +9,11 @@
 //! frees a buffer only once it is deleted and the last lease is gone, and a
 //! client's leases go when it drops its buffers, disconnects or dies.
 //!
+//! A buffer's memory lives on the device it was created on; a reader may
+//! map it for another device ([`ShareClient::get_buffer_on`]) where that
+//! device reaches it through peer access ([`Access`] says how a mapping
+//! reaches its memory), or copy it across ([`GpuBuffer::copy_to`]).
+//!
 //! ```no_run
 //! # use tandem_hal::{GpuApi, GpuDevice, HostApi};
 //! # use tandem_share::{HostMirror, ShareClient};
@@ -41,7 +46,8 @@ pub mod transport;
 pub mod wire;
 
 pub use buffer::{
-    GpuBuffer, HostMirror, MirrorAccess, MirrorSource, MutableGpuBuffer, ReadOnly, WriteBack,
+    Access, GpuBuffer, HostMirror, MirrorAccess, MirrorSource, MutableGpuBuffer, ReadOnly,
+    WriteBack,
 };
 pub use client::{ShareClient, DEFAULT_SEAL_WAIT};
 pub use connection::Inspector;

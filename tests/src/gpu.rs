@@ -61,13 +61,13 @@ fn skip<T>(label: &str, why: String, backend: Backend) -> Option<T> {
 }
 
 /// The backend `load` returns, with at least `count` devices, for tests of
-/// several devices (peer access, multi-device runtimes), or `None` when the
-/// test `label` is skipped. No device at all is decided as by
+/// several devices (peer access, multi-device runtimes, shared buffers), or `None`
+/// when the test `label` is skipped. No device at all is decided as by
 /// [`api_or_skip`] (a failure under `TANDEM_REQUIRE_GPU=1`); a machine with
 /// devices, but fewer than `count`, skips with `skipped: needs {count}
 /// devices` even then, since no setting makes a one-GPU machine a two-GPU
-/// one. The host backend is loaded with as many devices as asked for by its
-/// caller and never skips.
+/// one. The host backend is loaded with as many devices as its caller asks
+/// for and never skips.
 pub fn api_with_devices_or_skip<A: GpuApi>(
     label: &str,
     count: usize,
@@ -87,8 +87,8 @@ pub fn api_with_devices_or_skip<A: GpuApi>(
     Some(api)
 }
 
-/// Devices `0..count` of the backend `load` returns, or `None` when the test
-/// `label` is skipped, as [`api_with_devices_or_skip`] decides.
+/// Devices `0..count` of the backend `load` returns, or `None` when the
+/// test `label` is skipped, as [`api_with_devices_or_skip`] decides.
 pub fn devices_or_skip<A: GpuApi>(
     label: &str,
     count: usize,
