@@ -17,8 +17,7 @@ use tandem_runtime::kernels::{
     ECHO_NO_PEER_ACCESS,
 };
 use tandem_runtime::{
-    math, Config, DeviceQueues, DeviceSelection, GpuService, PeerAccess, Registry, Route,
-    Runtime,
+    math, Config, DeviceQueues, DeviceSelection, GpuService, PeerAccess, Registry, Route, Runtime,
 };
 
 use crate::blob;
