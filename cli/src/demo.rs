@@ -299,10 +299,11 @@ fn describe<A: GpuApi>(queues: &DeviceQueues<A>) -> String {
         format!("CPUs {}", format_cpu_list(queues.worker_cpus()))
     };
     format!(
-        "device {} ({}, {} workers on {cpus})",
+        "device {} ({}, {} worker{} on {cpus})",
         queues.device().ordinal(),
         queues.properties().name,
-        queues.workers()
+        queues.workers(),
+        if queues.workers() == 1 { "" } else { "s" }
     )
 }
 

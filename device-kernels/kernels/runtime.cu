@@ -341,3 +341,37 @@ TANDEM_KERNEL tandem_rt_pingpong(u64* words, u64 rounds, u64 spin_budget, u64* d
   }
   *done = completed;
 }
+
+/// The floor of a task round trip between two devices: this kernel runs on
+/// each of them, global rank 0 of each exchanging values with the other
+/// through peer memory. `mine` is a word of this device's memory, which only
+/// this kernel polls; `theirs` the other device's word, which this kernel
+/// only writes (a remote store, a local poll: the cheapest way across).
+/// For i = 1..=rounds the leader writes i to `theirs` and waits for i in
+/// `mine`; the other waits for i, then writes it back. System-scope release
+/// and acquire: the two devices share no narrower scope. Gives up after
+/// `spin_budget` spins on one round; *done = rounds completed.
+TANDEM_KERNEL tandem_rt_peer_pingpong(u64* mine, u64* theirs, u64 rounds, u32 leader, u64 spin_budget, u64* done) {
+  if (tandem::global_rank() != 0) {
+    return;
+  }
+  u64 completed = 0;
+  for (u64 i = 1; i <= rounds; ++i) {
+    if (leader != 0) {
+      tandem::store_release<tandem::scope::system>(theirs, i);
+    }
+    u64 spins = 0;
+    while (tandem::load_acquire<tandem::scope::system>(mine) != i && spins < spin_budget) {
+      tandem::spin_pause();
+      ++spins;
+    }
+    if (spins >= spin_budget) {
+      break;
+    }
+    if (leader == 0) {
+      tandem::store_release<tandem::scope::system>(theirs, i);
+    }
+    completed = i;
+  }
+  *done = completed;
+}

@@ -142,6 +142,7 @@ pub struct RuntimeKernels<'q, A: GpuApi> {
     echo: <A::Device as GpuDevice>::Kernel,
     noop: <A::Device as GpuDevice>::Kernel,
     pingpong: <A::Device as GpuDevice>::Kernel,
+    peer_pingpong: <A::Device as GpuDevice>::Kernel,
     empty: <A::Device as GpuDevice>::Kernel,
     stream: <A::Device as GpuDevice>::Stream,
     _module: <A::Device as GpuDevice>::Module,
@@ -159,6 +160,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
             echo: device.kernel(&module, "tandem_rt_echo_tasks")?,
             noop: device.kernel(&module, "tandem_rt_noop_tasks")?,
             pingpong: device.kernel(&module, "tandem_rt_pingpong")?,
+            peer_pingpong: device.kernel(&module, "tandem_rt_peer_pingpong")?,
             empty: device.kernel(&module, "tandem_empty")?,
             stream: device.create_stream()?,
             _module: module,
@@ -414,6 +416,82 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         }
         device.synchronize_stream(&self.stream)?;
         let elapsed = start.elapsed();
+        Ok(elapsed / rounds.max(1) as u32)
+    }
+
+    /// The raw round-trip floor between two devices: a kernel thread on
+    /// this device and one on `peer`'s exchange `rounds` values, each polling
+    /// a word of its own device's memory that the other writes through peer
+    /// memory (`tandem_rt_peer_pingpong`). Both devices must reach each
+    /// other's memory (enabled here both ways; `PeerAccessUnsupported`
+    /// where the hardware has none). It allocates and frees device memory,
+    /// which waits for the devices to go idle: not while a
+    /// [`crate::GpuService`] runs on either. Returns the time per round
+    /// trip.
+    pub fn peer_pingpong(
+        &self,
+        peer: &RuntimeKernels<'_, A>,
+        rounds: u64,
+    ) -> Result<Duration, RuntimeError> {
+        let (here, there) = (self.queues.device(), peer.queues.device());
+        for (from, to) in [(here, there), (there, here)] {
+            if !from.can_access_peer(to)? {
+                return Err(RuntimeError::Gpu(tandem_hal::GpuError::new(
+                    A::BACKEND,
+                    "peer_pingpong",
+                    tandem_hal::ErrorKind::PeerAccessUnsupported {
+                        device: from.ordinal(),
+                        peer: to.ordinal(),
+                    },
+                )));
+            }
+            from.enable_peer_access(to)?;
+        }
+        // Each device's word and its `done`, zeroed.
+        let words = [here.alloc_device(16)?, there.alloc_device(16)?];
+        here.fill(&words[0], 0, 16, 0)?;
+        there.fill(&words[1], 0, 16, 0)?;
+        let spin_budget = 1u64 << 32;
+        let args = |mine: u64, theirs: u64, leader: u32| {
+            [
+                KernelArg::Ptr(mine),
+                KernelArg::Ptr(theirs),
+                KernelArg::U64(rounds),
+                KernelArg::U32(leader),
+                KernelArg::U64(spin_budget),
+                KernelArg::Ptr(mine + 8),
+            ]
+        };
+        let (mine, theirs) = (words[0].device_ptr(), words[1].device_ptr());
+        let one = LaunchConfig::linear(1, 1);
+        let start = Instant::now();
+        // SAFETY: both words live until after both streams are synchronised;
+        // each kernel writes only its own `done` and the other's word.
+        unsafe {
+            there.launch(
+                &peer.peer_pingpong,
+                &one,
+                &args(theirs, mine, 0),
+                &peer.stream,
+            )?;
+            here.launch(
+                &self.peer_pingpong,
+                &one,
+                &args(mine, theirs, 1),
+                &self.stream,
+            )?;
+        }
+        here.synchronize_stream(&self.stream)?;
+        there.synchronize_stream(&peer.stream)?;
+        let elapsed = start.elapsed();
+        let mut done = [0u8; 8];
+        here.copy_from_device(&mut done, &words[0], 8)?;
+        let done = u64::from_ne_bytes(done);
+        if done != rounds {
+            return Err(RuntimeError::Process(format!(
+                "peer ping-pong: {done} of {rounds} rounds before a side gave up"
+            )));
+        }
         Ok(elapsed / rounds.max(1) as u32)
     }
 

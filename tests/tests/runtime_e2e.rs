@@ -660,6 +660,19 @@ fn kernels_send_to_another_devices_service<A: GpuApi>(api: A, blocks: u32, threa
     assert_eq!(stats.served, sent);
     assert_eq!((stats.bad_pointers, stats.foreign_tickets), (0, 0));
     assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
+    if reachable
+        && second
+            .device()
+            .can_access_peer(first.device())
+            .expect("ask")
+    {
+        // The floor the cross-device round trip is measured against runs
+        // every round (it errs when a side gives up).
+        let floor = senders
+            .peer_pingpong(&servers, 1000)
+            .expect("peer ping-pong");
+        assert!(floor > Duration::ZERO);
+    }
 }
 
 #[test]
