@@ -386,8 +386,8 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
         spin_budget: 1 << 40,
     };
     say(format!(
-        "kernels on {} ({device_word}) at once: each {} blocks x {} threads, every thread sending {} \
-         math.add tasks\n  to its device's CPU workers and waiting for each answer",
+        "kernels on {} ({device_word}) at once, each {} blocks x {} threads:\n  \
+         every thread sends {} math.add tasks to its device's CPU workers, waiting for each",
         devices_word(devices.len()),
         launch.blocks,
         launch.threads,
@@ -400,7 +400,7 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
         .collect();
     for (queues, report) in devices.iter().zip(&to_workers) {
         say(format!(
-            "  {}: {} tasks in {:.3} s, {:.2} M tasks/s; {} threads failed, {} wrong answers",
+            "  {}:\n    {} tasks in {:.3} s, {:.2} M tasks/s; {} threads failed, {} wrong answers",
             describe(queues),
             report.tasks,
             report.seconds,
@@ -412,7 +412,8 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
     let to_workers_total = TotalReport::of(&to_workers, wall);
     let stats = runtime.stats();
     say(format!(
-        "  {} in all: {} tasks in {:.3} s, {:.2} M tasks/s; the workers completed {} tasks ({} with errors)",
+        "  {} in all: {} tasks in {:.3} s, {:.2} M tasks/s\n  \
+         the workers completed {} tasks ({} with errors)",
         devices_word(to_workers_total.devices),
         to_workers_total.tasks,
         to_workers_total.seconds,
@@ -484,8 +485,9 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
         ..launch
     };
     say(format!(
-        "{service} on each device, {service_threads} threads; kernels of {} x {} threads on every \
-         device at once, each thread sending {} math.add tasks to its own device's service:",
+        "{service} on each device, {service_threads} threads;\n  \
+         kernels of {} x {} threads on every device at once, each thread sending {} math.add\n  \
+         tasks to its own device's service:",
         to_gpu.blocks, to_gpu.threads, to_gpu.tasks_per_thread
     ));
     let (routed, wall) = echo_on_every_device(&mut kernels, &to_gpu)?;
@@ -504,7 +506,7 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
         host_to_service_failed += failed;
         let latency = Latency::of(times);
         say(format!(
-            "  device {}: {} tasks in {:.3} s ({:.2} M tasks/s), {} threads failed, {} wrong answers; \
+            "  device {}: {} tasks in {:.3} s ({:.2} M tasks/s), {} threads failed, {} wrong answers\n    \
              host round trip to the service (500 tasks): p50 {:.1} us, p90 {:.1} us",
             queues.device().ordinal(),
             report.tasks,
@@ -546,8 +548,8 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
         };
         if route.access == PeerAccess::Direct {
             say(format!(
-                "  device {} -> device {}'s service (peer access): {} tasks in {:.3} s ({:.2} M tasks/s), \
-                 {} threads failed, {} wrong answers",
+                "  device {} -> device {}'s service (peer access):\n    \
+                 {} tasks in {:.3} s ({:.2} M tasks/s), {} threads failed, {} wrong answers",
                 route.from,
                 route.to,
                 report.tasks,
@@ -563,7 +565,7 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
                 .filter(|&&s| s == ECHO_NO_PEER_ACCESS)
                 .count();
             say(format!(
-                "  device {} -> device {}: no peer access between them; {told} of {} threads told so, none sent",
+                "  device {} -> device {}: no peer access; {told} of {} threads told so, none sent",
                 route.from,
                 route.to,
                 outcome.status.len()
@@ -632,7 +634,7 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
         .map(|&n| (waiting_threads - n.min(waiting_threads)) as u64)
         .sum();
     say(format!(
-        "stop flags: kernels of {waiting_threads} threads on each device waiting on tasks nobody serves; \
+        "stop flags: kernels of {waiting_threads} threads on each device wait on tasks nobody serves;\n  \
          raising each device's stop flag released {} of {}",
         stopped.iter().sum::<usize>(),
         waiting_threads * devices.len()
