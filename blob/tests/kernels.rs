@@ -320,11 +320,14 @@ fn kernels_on_two_devices_share_blobs<A: GpuApi>(api: A) {
         store.get_or_create_tag("from-device-0").expect("tag"),
         store.get_or_create_tag("from-device-1").expect("tag"),
     ];
+    // Both tags' blobs fit the RAM target (one page each), with room for
+    // the second round's new extents before the first's are freed.
+    let blob_bytes = 2048 + 24;
     let launch = |tag, mode| PutGetLaunch {
         blocks,
         threads,
         tag,
-        blob_bytes: 4096 + 24,
+        blob_bytes,
         rounds: 2,
         mode,
         score: Score::AUTO,
@@ -352,7 +355,7 @@ fn kernels_on_two_devices_share_blobs<A: GpuApi>(api: A) {
         "device 1 gets device 0's blobs",
     );
     let first = store.stat(tags[0], "k0").expect("a blob device 0 put");
-    assert_eq!(first.size, 4096 + 24);
+    assert_eq!(first.size, blob_bytes);
     drop(kernels);
     runtime.shutdown().expect("shutdown");
 }
