@@ -550,6 +550,75 @@ fn size_class_cached_stress_with_crossing_frees() {
     assert_eq!(stats.free_bytes(), stats.carved_bytes);
 }
 
+/// Threads allocating blocks of sizes 16 bytes to 8 KiB from a heap they
+/// carve to its end early, so that most requests split larger free blocks
+/// or merge smaller ones while the others pop, push, split and merge (half
+/// of the threads through caches): a request may fail while the others hold
+/// memory, but no block is handed out twice (the stamps survive), and once
+/// all is freed every byte is back and merges into the largest block.
+#[test]
+fn size_class_stress_splits_and_merges() {
+    const THREADS: u64 = 4;
+    const ITERATIONS: u64 = 20_000;
+    const LIVE: usize = 8;
+    const LEN: usize = 256 * 1024;
+    let region = Region::new(LEN);
+    let alloc = region.size_class();
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let alloc = &alloc;
+            scope.spawn(move || {
+                let mut cache = (thread % 2 == 1).then(|| SizeClassCache::new(*alloc));
+                let mut rng = XorShift(0xfeed_0000 + thread);
+                let mut live: Vec<(ShmPtr<u8>, u64, u64)> = Vec::new();
+                for iteration in 0..ITERATIONS {
+                    if live.len() == LIVE || (!live.is_empty() && rng.next() % 2 == 0) {
+                        let (ptr, size, tag) = live.swap_remove(rng.next() as usize % live.len());
+                        let full = alloc.to_full(ptr).expect("resolves");
+                        // SAFETY: the block is ours until the free below.
+                        unsafe { check(full.ptr, size, tag) };
+                        match cache.as_mut() {
+                            Some(cache) => cache.free(ptr).expect("free"),
+                            None => alloc.free(ptr).expect("free"),
+                        }
+                        continue;
+                    }
+                    let size = 16 << (rng.next() % 10);
+                    let tag = thread << 32 | iteration;
+                    let result = match cache.as_mut() {
+                        Some(cache) => cache.allocate_full(size, 16),
+                        None => alloc.allocate_full(size, 16),
+                    };
+                    match result {
+                        Ok(full) => {
+                            // SAFETY: `size` fresh bytes that are ours.
+                            unsafe { fill(full.ptr, size, tag) };
+                            live.push((full.shm, size, tag));
+                        }
+                        // The others hold the memory (or a merge holds
+                        // the blocks it took) at this moment.
+                        Err(AllocError::Exhausted { .. }) => {}
+                        Err(e) => panic!("unexpected {e:?}"),
+                    }
+                }
+                for (ptr, size, tag) in live {
+                    let full = alloc.to_full(ptr).expect("resolves");
+                    // SAFETY: as above.
+                    unsafe { check(full.ptr, size, tag) };
+                    alloc.free(ptr).expect("free");
+                }
+            });
+        }
+    });
+    let stats = alloc.stats().expect("stats");
+    assert_eq!(stats.uncarved_bytes(), 0, "the heap was carved to its end");
+    assert_eq!(stats.free_bytes(), stats.carved_bytes, "every byte back");
+    // Everything free merges back: the heap's largest aligned block.
+    let largest = 128 * 1024;
+    let full = alloc.allocate(largest - 16, 16).expect("merged whole");
+    assert_eq!(full.off, HEAP_ALIGN + 16);
+}
+
 /// Allocates blocks of `size` until the heap is exhausted, through `cache`
 /// when given; returns them.
 fn fill_heap(
