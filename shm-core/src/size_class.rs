@@ -131,6 +131,22 @@ pub const fn block_size(class: usize) -> u64 {
     MIN_BLOCK << class
 }
 
+/// The largest block (at most [`MAX_BLOCK`]) that lies naturally aligned in
+/// `[start, end)`, offsets from the heap start; 0 if not even the smallest.
+#[cfg(feature = "alloc")]
+fn largest_aligned_block(start: u64, end: u64) -> u64 {
+    (0..SIZE_CLASSES)
+        .rev()
+        .map(block_size)
+        .find(|&size| {
+            start
+                .checked_next_multiple_of(size)
+                .and_then(|at| at.checked_add(size))
+                .is_some_and(|block_end| block_end <= end)
+        })
+        .unwrap_or(0)
+}
+
 /// Offset of user data from its block's start for a given alignment.
 const fn data_offset(align: u64) -> u64 {
     if align <= MIN_DATA_ALIGN {
@@ -614,6 +630,55 @@ impl<'r> SizeClassAllocator<'r> {
             carved_bytes: bump.saturating_sub(self.header.heap_begin),
             free_blocks,
         })
+    }
+
+    /// Bytes (header included) of the largest block a request could get
+    /// now: the largest naturally aligned block of the heap that is all
+    /// free, in blocks on the lists (which a request merges and splits as
+    /// needed) or never carved; 0 when there is none. A request of `size`
+    /// bytes aligned to `align` fits when its class's block is no larger.
+    /// Walks the lists as [`stats`](Self::stats) does, so it is a snapshot
+    /// only while no one allocates or frees; blocks in caches are not free.
+    #[cfg(feature = "alloc")]
+    pub fn largest_servable_block(&self) -> Result<u64, AllocError> {
+        let heap_begin = self.header.heap_begin;
+        let heap_bytes = self.header.heap_end - heap_begin;
+        // Free blocks as (start, end) from the heap start.
+        let mut free = alloc::vec::Vec::new();
+        for class in 0..SIZE_CLASSES {
+            let list = &self.header.free_lists[class];
+            // A reader, as in `stats`.
+            let _reader = ListReader::enter(list);
+            let size = block_size(class);
+            let mut count = 0;
+            // Acquire: as in `stats`.
+            let mut off = head_offset(list.head.load(Ordering::Acquire));
+            while off != 0 {
+                if !self.is_block(class, off) || count >= heap_bytes / size {
+                    return Err(AllocError::CorruptFreeList { class, off });
+                }
+                count += 1;
+                free.push((off - heap_begin, off - heap_begin + size));
+                // SAFETY: `off` is a block of this class inside the heap.
+                off = unsafe { self.next(off) }.load(Ordering::Relaxed);
+            }
+        }
+        free.sort_unstable();
+        // Relaxed: a snapshot.
+        let carved = self.header.bump.value.load(Ordering::Relaxed) - heap_begin;
+        let mut largest = largest_aligned_block(carved, heap_bytes);
+        let mut ranges = free.into_iter().peekable();
+        while let Some((start, mut end)) = ranges.next() {
+            while let Some(&(next_start, next_end)) = ranges.peek() {
+                if next_start != end {
+                    break;
+                }
+                end = next_end;
+                ranges.next();
+            }
+            largest = largest.max(largest_aligned_block(start, end));
+        }
+        Ok(largest)
     }
 
     /// The allocator id every pointer from this allocator carries.
@@ -1368,6 +1433,7 @@ mod tests {
         );
         assert_eq!(stats.usable_bytes(8, 8), Ok(4096));
         assert_eq!(stats.usable_bytes(5000, 8), Ok(0));
+        assert_eq!(alloc.largest_servable_block(), Ok(4096));
 
         // The free 4 KiB block serves a small request: its lower 32 bytes,
         // the halves above go to the lists of the classes below.
@@ -1405,6 +1471,9 @@ mod tests {
         let stats = alloc.stats().unwrap();
         assert_eq!(stats.free_bytes(), heap - 32);
         assert_eq!(stats.usable_bytes(30_000, 8), Ok(0));
+        // Unmerged yet, the free blocks serve a 16 KiB block once merged.
+        assert_eq!(stats.largest_free_block(), 32);
+        assert_eq!(alloc.largest_servable_block(), Ok(16 << 10));
         assert_eq!(
             alloc.allocate(30_000, 8),
             Err(AllocError::Exhausted {
@@ -1425,6 +1494,7 @@ mod tests {
         assert_eq!(p.off, HEAP_ALIGN + (16 << 10) + HEADER);
         alloc.free(p).unwrap();
         alloc.free(small[0]).unwrap();
+        assert_eq!(alloc.largest_servable_block(), Ok(32 << 10));
         // Everything free: the first 32 KiB merge whole.
         assert_eq!(alloc.allocate(30_000, 8).unwrap().off, HEAP_ALIGN + HEADER);
     }

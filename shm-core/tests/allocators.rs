@@ -192,6 +192,8 @@ proptest! {
                     let class = SizeClassAllocator::class_for(size, align).expect("valid request");
                     let before = alloc.stats().expect("stats");
                     let fits = reference.fits(block_size(class), before.carved_bytes);
+                    let servable = alloc.largest_servable_block().expect("walk");
+                    prop_assert_eq!(servable >= block_size(class), fits, "largest servable {}", servable);
                     match alloc.allocate_full(size, align) {
                         Ok(full) => {
                             let off = full.shm.off;
