@@ -270,7 +270,7 @@ fn take_sized(alloc: &SizeClassAllocator<'_>, size: u64, tag: u8) -> ShmPtr<u8> 
 #[test]
 fn a_split_against_a_pop_and_a_push_of_its_class() {
     let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
+    builder.preemption_bound = Some(3);
     // The split path checks the lists of every larger class.
     builder.max_branches = 10_000;
     builder.check(|| {
@@ -312,7 +312,7 @@ fn a_split_against_a_pop_and_a_push_of_its_class() {
 #[test]
 fn a_merge_against_a_pop_and_a_push_of_the_classes_below() {
     let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(2);
+    builder.preemption_bound = Some(3);
     // The merge path checks the lists of every class.
     builder.max_branches = 10_000;
     builder.check(|| {
