@@ -665,7 +665,12 @@ impl<'r> SizeClassAllocator<'r> {
         }
         free.sort_unstable();
         // Relaxed: a snapshot.
-        let carved = self.header.bump.value.load(Ordering::Relaxed) - heap_begin;
+        let carved = self
+            .header
+            .bump
+            .value
+            .load(Ordering::Relaxed)
+            .saturating_sub(heap_begin);
         let mut largest = largest_aligned_block(carved, heap_bytes);
         let mut ranges = free.into_iter().peekable();
         while let Some((start, mut end)) = ranges.next() {
@@ -890,18 +895,20 @@ impl<'r> SizeClassAllocator<'r> {
     #[cold]
     fn merge_below(&self, class: usize) -> Result<Option<u64>, AllocError> {
         let mut taken = [Chain::EMPTY; SIZE_CLASSES];
-        for (below, chain) in taken.iter_mut().enumerate().take(class) {
-            *chain = self.take_list(below)?;
+        for below in 0..class {
+            match self.take_list(below) {
+                Ok(chain) => taken[below] = chain,
+                Err(e) => {
+                    self.give_back(&taken[..below]);
+                    return Err(e);
+                }
+            }
         }
         if taken.iter().all(|chain| chain.count == 0) {
             return Ok(None);
         }
         if !self.readers_drained(class) {
-            for (below, chain) in taken.iter().enumerate().take(class) {
-                if chain.count > 0 {
-                    self.push_chain(below, chain.first, chain.last);
-                }
-            }
+            self.give_back(&taken[..class]);
             return Ok(None);
         }
         let mut carried = Chain::EMPTY;
@@ -924,6 +931,16 @@ impl<'r> SizeClassAllocator<'r> {
             self.push_chain(class, second, carried.last);
         }
         Ok(Some(carried.first))
+    }
+
+    /// Pushes the chains a merge took, unmerged, back on their lists (the
+    /// chain at index `c` is of class `c`).
+    fn give_back(&self, taken: &[Chain]) {
+        for (class, chain) in taken.iter().enumerate() {
+            if chain.count > 0 {
+                self.push_chain(class, chain.first, chain.last);
+            }
+        }
     }
 
     /// Takes the class's whole free list with one compare-and-swap (the

@@ -425,7 +425,7 @@ struct SizeClassChain {
 /// `take_list`: takes the class's whole list with one compare-and-swap (the
 /// head to empty, the tag moved) and checks it: every link a block of the
 /// class, no longer than the heap holds. On a bad list, status
-/// corrupt_free_list with the bad entry in `off` and `*out` untouched.
+/// corrupt_free_list with the bad entry in `off` and `*out` empty.
 template <scope S>
 TANDEM_DEVICE SizeClassResult sc_take_list(const SizeClassHeap& heap, u64 cls,
                                            SizeClassChain* out) {
@@ -588,6 +588,18 @@ TANDEM_DEVICE void sc_pair_buddies(const SizeClassHeap& heap, u64 cls, u64 first
   }
 }
 
+/// `give_back`: pushes the first `classes` chains a merge took (chain `c` of
+/// class `c`), unmerged, back on their lists.
+template <scope S>
+TANDEM_DEVICE void sc_give_back(const SizeClassHeap& heap, const SizeClassChain* taken,
+                                u64 classes) {
+  for (u64 cls = 0; cls < classes; ++cls) {
+    if (taken[cls].count > 0) {
+      sc_push_chain<S>(heap, cls, taken[cls].first, taken[cls].last);
+    }
+  }
+}
+
 /// `merge_below`: merges the free blocks of every class below `cls` with
 /// their free buddies as far as they go and returns one merged block of
 /// `cls` (ok with off 0: none), the rest pushed on their lists. The lists are
@@ -605,6 +617,7 @@ TANDEM_DEVICE SizeClassResult sc_merge_below(const SizeClassHeap& heap, u64 cls)
   for (u64 below = 0; below < cls; ++below) {
     const SizeClassResult took = sc_take_list<S>(heap, below, &taken[below]);
     if (took.status != size_class_status::ok) {
+      sc_give_back<S>(heap, taken, below);
       return took;
     }
     any += taken[below].count;
@@ -613,11 +626,7 @@ TANDEM_DEVICE SizeClassResult sc_merge_below(const SizeClassHeap& heap, u64 cls)
     return SizeClassResult{size_class_status::ok, 0};
   }
   if (!sc_readers_drained<S>(heap, cls)) {
-    for (u64 below = 0; below < cls; ++below) {
-      if (taken[below].count > 0) {
-        sc_push_chain<S>(heap, below, taken[below].first, taken[below].last);
-      }
-    }
+    sc_give_back<S>(heap, taken, cls);
     return SizeClassResult{size_class_status::ok, 0};
   }
   SizeClassChain carried{0, 0, 0};
