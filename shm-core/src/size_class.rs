@@ -45,9 +45,9 @@
 //!   Blocks are naturally aligned powers of two, so each half is a naturally
 //!   aligned block of the class below: every list still holds whole blocks
 //!   of its class, linked through header words that are always atomics;
-//! * a merge: the lists of the smaller
-//!   classes are taken whole, sorted by offset and paired with their buddies
-//!   from the smallest class up; the unpaired blocks go back.
+//! * a merge: the lists of the smaller classes are taken whole, sorted by
+//!   offset and paired with their buddies from the smallest class up; the
+//!   unpaired blocks go back.
 //!
 //! Splitting never puts a header where a pop could be reading (a block's
 //! interior is on no list). Merging does: the upper buddy's header becomes
