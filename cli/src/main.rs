@@ -386,6 +386,22 @@ fn print_status(s: &StatusSnapshot) {
         Some(n) => println!("clients   {n} attached"),
         None => println!("clients   unknown (not counted by this runtime)"),
     }
+    // A heap whose largest request is well below its free bytes is
+    // fragmented (its free memory lies between live blocks), not full.
+    for c in &s.clients {
+        println!(
+            "  slot {} pid {} {}: {} futures; heap {} bytes, {} in use, {} free, \
+             largest request {} bytes",
+            c.slot,
+            c.pid,
+            c.state,
+            c.futures,
+            c.heap_bytes,
+            c.in_use_bytes,
+            c.free_bytes,
+            c.largest_request
+        );
+    }
     println!();
     println!(
         "{:>6}  {:<24} {:>12} {:>10}",

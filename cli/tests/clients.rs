@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use tandem_hal::HostApi;
 use tandem_runtime::{
-    math, Client, ClientSnapshot, ClientState, Config, ConfigError, DeviceSelection, Pool,
-    Registry, Route, Runtime, RuntimeError, Task, TaskError,
+    math, Client, ClientSnapshot, ClientState, Config, ConfigError, DeviceSelection, Pending, Pool,
+    Registry, Route, Runtime, RuntimeError, SharedBuffer, Task, TaskError,
 };
 use tandem_shm_core::impl_serialize_fields;
 
@@ -408,6 +408,122 @@ fn leaking_client_hits_its_own_quota_while_another_keeps_going() {
     // Clients never touched the segment's own heap.
     let main_heap = runtime.cpu_segment().heap().stats().expect("stats");
     assert_eq!(main_heap.carved_bytes, 0, "{main_heap:?}");
+}
+
+/// Submits `Add` tasks through `client` until its heap refuses one, each
+/// waited for (so workers are done with it) and held (so its future stays
+/// allocated); returns them and the error.
+fn hold_futures(client: &Client) -> (Vec<Pending<'_, math::Add>>, TaskError) {
+    let stop = AtomicU32::new(0);
+    let mut held = Vec::new();
+    loop {
+        match client.submit(Route::lane(0), &math::Add { a: 1, b: 2 }) {
+            Ok(mut pending) => {
+                assert_eq!(pending.wait(&stop, None).expect("the sum"), 3);
+                held.push(pending);
+            }
+            Err(e) => return (held, e),
+        }
+    }
+}
+
+/// Allocates shared buffers of `len` bytes through `client` until its heap
+/// refuses one; returns them and the error.
+fn hold_buffers(client: &Client, len: usize) -> (Vec<SharedBuffer<'_>>, TaskError) {
+    let mut held = Vec::new();
+    loop {
+        match client.allocate_shared(len) {
+            Ok(buffer) => held.push(buffer),
+            Err(e) => return (held, e),
+        }
+    }
+}
+
+/// A client heap that held large shared buffers serves a heap's worth of
+/// small futures once they are freed, and the reverse; with every other
+/// future freed, a buffer request is refused as fragmented, not as the quota
+/// used up; the slot's heap figures (`tandem status`) say the same.
+#[test]
+fn a_client_heap_of_freed_buffers_serves_futures_and_the_reverse() {
+    const BUFFER: usize = 8000;
+    let quota = 64 << 10;
+    // The heap's allocator keeps its first page for its header.
+    let heap = quota as u64 - 4096;
+    let (runtime, gate, name) = start(config("sizes", 1, 1, quota));
+    let _open = OpenOnDrop(gate);
+    let client = Client::attach(&name).expect("attach");
+    let index = client.slot();
+    // Bytes of the block that one of `held` takes, from the slot's count.
+    let block_of = |held: usize| slot(&runtime, index).bytes_in_use / held as u64;
+    let all_free = || {
+        let s = slot(&runtime, index);
+        // The largest naturally aligned block of a 60 KiB heap: 32 KiB.
+        s.bytes_in_use == 0 && s.free_bytes == heap && s.largest_servable_block == 32 << 10
+    };
+    for round in 0..2 {
+        let (buffers, err) = hold_buffers(&client, BUFFER);
+        let buffer_block = block_of(buffers.len());
+        assert_eq!(
+            buffers.len() as u64,
+            heap / buffer_block,
+            "round {round}: {err}"
+        );
+        assert!(matches!(err, TaskError::ClientQuota { .. }), "{err}");
+        drop(buffers);
+        wait_until("the heap's figures show it free", all_free);
+
+        let (futures, err) = hold_futures(&client);
+        let future_block = block_of(futures.len());
+        assert_eq!(
+            futures.len() as u64,
+            heap / future_block,
+            "round {round}: {err}"
+        );
+        let TaskError::ClientQuota { futures: held, .. } = err else {
+            panic!("the futures ended with {err:?}");
+        };
+        assert_eq!(held, futures.len() as u64);
+        // Every other future freed: half the heap free, in pieces.
+        let kept: Vec<_> = futures.into_iter().step_by(2).collect();
+        let Err(err) = client.allocate_shared(BUFFER) else {
+            panic!("a buffer fit between the futures");
+        };
+        let TaskError::ClientHeapFragmented {
+            quota_bytes,
+            needed_bytes,
+            free_bytes,
+            largest_free_block,
+        } = err
+        else {
+            panic!("a buffer between the futures: {err:?}");
+        };
+        assert_eq!(quota_bytes, quota as u64);
+        assert_eq!(needed_bytes, buffer_block);
+        assert_eq!(free_bytes, heap - kept.len() as u64 * future_block);
+        assert_eq!(largest_free_block, future_block);
+        assert!(
+            err.to_string().starts_with("client heap fragmented"),
+            "{err}"
+        );
+        wait_until("the heap's figures show it fragmented", || {
+            let s = slot(&runtime, index);
+            s.free_bytes == free_bytes && s.largest_servable_block == future_block
+        });
+        let status = tandem_runtime::status::read_status(&name).expect("status");
+        let line = status
+            .clients
+            .iter()
+            .find(|c| c.slot == index)
+            .expect("the client's line");
+        assert_eq!(
+            (line.state.as_str(), line.heap_bytes),
+            ("attached", quota as u64)
+        );
+        assert_eq!(line.futures, kept.len() as u64);
+        assert_eq!(line.largest_request, future_block - 16);
+        drop(kept);
+        wait_until("the heap's figures show it free", all_free);
+    }
 }
 
 #[test]

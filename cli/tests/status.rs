@@ -105,7 +105,14 @@ fn status_json_reports_the_runtimes_counts() {
     assert_eq!(status.config.gpu_lanes, Config::default().gpu_lanes);
     assert_eq!(status.workers.running as usize, cores());
     assert_eq!(status.clients_attached, Some(1), "{status:?}");
-    drop(client);
+    let line = &status.clients[..];
+    assert_eq!(line.len(), 1, "{status:?}");
+    assert_eq!(
+        (line[0].slot, line[0].pid),
+        (client.slot(), std::process::id())
+    );
+    assert_eq!((line[0].state.as_str(), line[0].futures), ("attached", 0));
+    assert!(line[0].largest_request > 0 && line[0].free_bytes <= line[0].heap_bytes);
     let pools: Vec<_> = status
         .pools
         .iter()
@@ -132,6 +139,8 @@ fn status_json_reports_the_runtimes_counts() {
         "{text}"
     );
     assert!(text.contains("math"), "{text}");
+    assert!(text.contains("largest request"), "{text}");
+    drop(client);
     runtime.shutdown().expect("shutdown");
 }
 

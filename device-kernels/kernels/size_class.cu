@@ -162,3 +162,54 @@ TANDEM_KERNEL tandem_size_class_stress(tandem::SizeClassHeader* heap, u64 len, u
     }
   }
 }
+
+/// Global rank 0 allocates `size`-byte blocks (aligned to 16) until the heap
+/// has none left, through a SizeClassCache when `cached` is non-zero, keeping
+/// up to `capacity` offsets in `offsets`, then frees them all (and flushes the
+/// cache). out[0] = blocks allocated, out[1] = the size_class_status that
+/// ended the allocations (of the attach when it failed; exhausted when all
+/// went well, also when `capacity` ran out first: then out[0] == capacity),
+/// out[2] = failed frees.
+TANDEM_KERNEL tandem_size_class_fill_and_free(tandem::SizeClassHeader* heap, u64 len, u64 size,
+                                              u32 cached, u64* offsets, u64 capacity, u64* out) {
+  if (tandem::global_rank() != 0) {
+    return;
+  }
+  using tandem::size_class_status;
+  tandem::SizeClassHeap h;
+  size_class_status ended = tandem::size_class_attach(heap, len, &h);
+  out[0] = 0;
+  out[1] = static_cast<u64>(ended);
+  out[2] = 0;
+  if (ended != size_class_status::ok) {
+    return;
+  }
+  tandem::SizeClassCache cache = {};
+  u64 count = 0;
+  while (ended == size_class_status::ok) {
+    if (count == capacity) {
+      ended = size_class_status::exhausted;
+      break;
+    }
+    const tandem::SizeClassResult a = cached
+                                          ? tandem::size_class_cached_allocate(h, cache, size, 16)
+                                          : tandem::size_class_allocate(h, size, 16);
+    ended = a.status;
+    if (a.status == size_class_status::ok) {
+      offsets[count++] = a.off;
+    }
+  }
+  u64 failed_frees = 0;
+  for (u64 i = 0; i < count; ++i) {
+    const tandem::ShmPtr<u8> p{h.id, offsets[i]};
+    const tandem::SizeClassResult f =
+        cached ? tandem::size_class_cached_free(h, cache, p) : tandem::size_class_free(h, p);
+    failed_frees += f.status != size_class_status::ok;
+  }
+  if (cached) {
+    tandem::size_class_flush(h, cache);
+  }
+  out[0] = count;
+  out[1] = static_cast<u64>(ended);
+  out[2] = failed_frees;
+}

@@ -47,6 +47,7 @@ assert_same_layout!(
     }
 );
 assert_same_layout!(rs::PaddedAtomicU64, c::PaddedAtomicU64 { value });
+assert_same_layout!(rs::FreeList, c::FreeList { head, readers });
 assert_same_layout!(
     rs::ArenaHeader,
     c::ArenaHeader {
@@ -66,7 +67,7 @@ assert_same_layout!(
         heap_begin,
         heap_end,
         bump,
-        free_heads,
+        free_lists,
     }
 );
 assert_same_layout!(rs::BlockHeader, c::BlockHeader { state, class => class_, next });

@@ -129,13 +129,16 @@ impl Client {
 
     /// Submits `task` (a copy future from this client's heap) without
     /// waiting; [`TaskError::ClientQuota`] when the futures this client holds
-    /// fill its heap.
+    /// fill its heap ([`TaskError::ClientHeapFragmented`] when its free
+    /// bytes would hold the future but lie in pieces between live blocks).
     pub fn submit<T: Task>(&self, route: Route, task: &T) -> Result<Pending<'_, T>, TaskError> {
         submit::submit_from(&self.segment, Heap::Client(&self.lease), route, task)
     }
 
     /// A block of `len` bytes of this client's heap, for data a task takes
-    /// by reference; [`TaskError::ClientQuota`] when the heap is full.
+    /// by reference; [`TaskError::ClientQuota`] when the heap is full,
+    /// [`TaskError::ClientHeapFragmented`] when its free bytes lie in pieces
+    /// too small for the buffer.
     pub fn allocate_shared(&self, len: usize) -> Result<SharedBuffer<'_>, TaskError> {
         SharedBuffer::allocate(&self.segment, Heap::Client(&self.lease), len)
     }

@@ -1,7 +1,8 @@
 //! Host clients cannot starve each other: each attached [`crate::Client`]
 //! takes its futures and payloads from its own heap in the CPU segment, so a
 //! client that leaks futures runs out of its own quota
-//! ([`TaskError::ClientQuota`]), never the segment's, and what it held is
+//! ([`TaskError::ClientQuota`], or [`TaskError::ClientHeapFragmented`] when
+//! it has the bytes but not in one piece), never the segment's, and what it held is
 //! taken back when its process dies or it detaches.
 //!
 //! # Layout
@@ -59,7 +60,7 @@
 //! [`LlRing::taken`]: tandem_shm_core::LlRing::taken
 
 use std::ptr::addr_of_mut;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use tandem_shm_core::size_class::block_size;
 use tandem_shm_core::{AllocError, AllocatorId, ShmPtr, SizeClassAllocator};
@@ -109,6 +110,16 @@ pub(crate) struct ClientSlot {
     pub futures: AtomicU64,
     /// How many times the slot has been claimed.
     pub claims: AtomicU64,
+    /// The runtime's heartbeat reading the slot's heap for the figures
+    /// below (0 or 1): a claimer waits for it to leave before it
+    /// re-initialises the heap ([`ClientTable::refresh_heap_figures`]).
+    pub heap_readers: AtomicU64,
+    /// Bytes of the slot's heap that were free (on its lists or never
+    /// carved) when the heartbeat last read it.
+    pub free_bytes: AtomicU64,
+    /// The largest block a request could get from the heap then (header
+    /// included; `SizeClassAllocator::largest_servable_block`).
+    pub largest_servable_block: AtomicU64,
 }
 
 const _: () = assert!(size_of::<ClientTableHeader>() == 64);
@@ -121,6 +132,9 @@ const _: () = assert!(std::mem::offset_of!(ClientSlot, start_time) == 8);
 const _: () = assert!(std::mem::offset_of!(ClientSlot, bytes_in_use) == 16);
 const _: () = assert!(std::mem::offset_of!(ClientSlot, futures) == 24);
 const _: () = assert!(std::mem::offset_of!(ClientSlot, claims) == 32);
+const _: () = assert!(std::mem::offset_of!(ClientSlot, heap_readers) == 40);
+const _: () = assert!(std::mem::offset_of!(ClientSlot, free_bytes) == 48);
+const _: () = assert!(std::mem::offset_of!(ClientSlot, largest_servable_block) == 56);
 
 /// Where a slot is in its life (module docs).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -175,6 +189,13 @@ pub struct ClientSnapshot {
     pub futures: u64,
     /// How many times the slot has been claimed.
     pub claims: u64,
+    /// Bytes of the slot's heap free at the runtime's last look (every
+    /// status refresh): on its lists or never carved.
+    pub free_bytes: u64,
+    /// The largest block a request could get from the heap then, header
+    /// included (a request of up to 16 bytes less fits): smaller than
+    /// `free_bytes` when the free memory lies in pieces between live blocks.
+    pub largest_servable_block: u64,
 }
 
 /// Bytes of a client region of `max_clients` heaps of `heap_bytes`.
@@ -246,6 +267,9 @@ impl<'r> ClientTable<'r> {
                 addr_of_mut!((*slot).bytes_in_use).write(AtomicU64::new(0));
                 addr_of_mut!((*slot).futures).write(AtomicU64::new(0));
                 addr_of_mut!((*slot).claims).write(AtomicU64::new(0));
+                addr_of_mut!((*slot).heap_readers).write(AtomicU64::new(0));
+                addr_of_mut!((*slot).free_bytes).write(AtomicU64::new(0));
+                addr_of_mut!((*slot).largest_servable_block).write(AtomicU64::new(0));
             }
             Self::attach(region, len, region_offset)
         }
@@ -327,7 +351,74 @@ impl<'r> ClientTable<'r> {
             bytes_in_use: slot.bytes_in_use.load(Ordering::Relaxed),
             futures: slot.futures.load(Ordering::Relaxed),
             claims: slot.claims.load(Ordering::Relaxed),
+            free_bytes: slot.free_bytes.load(Ordering::Relaxed),
+            largest_servable_block: slot.largest_servable_block.load(Ordering::Relaxed),
         })
+    }
+
+    /// The heap of slot `index`.
+    ///
+    /// # Safety
+    /// The caller keeps whoever could re-initialise the heap (a claimer)
+    /// from doing so while the handle is used: it holds the slot, or is
+    /// counted in its `heap_readers` and saw it claimed.
+    unsafe fn heap(&self, index: usize) -> Result<SizeClassAllocator<'r>, AllocError> {
+        let heap_offset = self.header.heaps_offset + index as u64 * self.header.heap_bytes;
+        // SAFETY: the heap lies in the region (checked at attach), which
+        // lives for 'r; the caller rules out a concurrent initialisation.
+        unsafe {
+            SizeClassAllocator::attach(
+                self.base.add(heap_offset as usize),
+                self.header.heap_bytes as usize,
+            )
+        }
+    }
+
+    /// Reads every claimed slot's heap and stores its free bytes and the
+    /// largest block a request could get in the slot, for `tandem status`
+    /// (the runtime's heartbeat calls it on each refresh). The reads walk
+    /// the heap's free lists as a reader (shm-core's `stats`) while the
+    /// client allocates and frees: figures, not a proof.
+    ///
+    /// A claimer re-initialises a heap it finds free, which must not happen
+    /// under the walk: this counts itself in the slot's `heap_readers`, then
+    /// (a SeqCst fence between) reads the state, and walks only a heap whose
+    /// slot is held; a claimer moves the state to `Claiming`, then (a fence
+    /// between) waits for `heap_readers` to read 0. Either the claimer sees
+    /// this reader or this reader sees the claim (the store-buffering
+    /// pattern, fences on both sides).
+    pub(crate) fn refresh_heap_figures(&self) {
+        for (index, slot) in self.slots.iter().enumerate() {
+            slot.heap_readers.fetch_add(1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            // Acquire: pairs with the claimer's Release of Attached, so the
+            // initialised heap is visible.
+            let state = ClientState::from_word(slot.state.load(Ordering::Acquire));
+            let held = matches!(
+                state,
+                Some(ClientState::Attached | ClientState::Detaching | ClientState::Reclaiming)
+            );
+            // SAFETY: the slot is held and its heap initialised (Acquire
+            // above); no claimer can re-initialise it before we leave
+            // `heap_readers` (see above).
+            let figures = held.then(|| unsafe { self.heap(index) }).and_then(|heap| {
+                let heap = heap.ok()?;
+                let stats = heap.stats().ok()?;
+                Some((
+                    stats.free_bytes() + stats.uncarved_bytes(),
+                    heap.largest_servable_block().ok()?,
+                ))
+            });
+            // Release: pairs with a claimer's Acquire load of
+            // `heap_readers`, so our walk happens before its initialisation.
+            slot.heap_readers.fetch_sub(1, Ordering::Release);
+            if let Some((free, largest)) = figures {
+                // Relaxed: figures for status.
+                slot.free_bytes.store(free, Ordering::Relaxed);
+                slot.largest_servable_block
+                    .store(largest, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Every slot that is not free: attached clients, and those being set up
@@ -359,6 +450,16 @@ impl<'r> ClientTable<'r> {
             {
                 continue;
             }
+            // SeqCst: pairs with the fence of `refresh_heap_figures` (the
+            // store-buffering pattern there): a heartbeat that did not see
+            // our claim is counted in `heap_readers` below.
+            fence(Ordering::SeqCst);
+            if !heap_readers_left(slot) {
+                // Release: hands the slot back as it was.
+                slot.state
+                    .store(ClientState::Free.word(0), Ordering::Release);
+                continue;
+            }
             // Relaxed: published by the Release of Attached below.
             slot.start_time.store(owner.start_time, Ordering::Relaxed);
             slot.bytes_in_use.store(0, Ordering::Relaxed);
@@ -385,6 +486,15 @@ impl<'r> ClientTable<'r> {
                     return Err(e.into());
                 }
             };
+            // Relaxed: published by the Release of Attached below.
+            slot.free_bytes.store(
+                heap.stats().map_or(0, |s| s.uncarved_bytes()),
+                Ordering::Relaxed,
+            );
+            slot.largest_servable_block.store(
+                heap.largest_servable_block().unwrap_or(0),
+                Ordering::Relaxed,
+            );
             // Release: the start time and the heap are visible to whoever
             // sees Attached. A CAS, not a store: the janitor frees a Claiming
             // slot whose pid it finds gone, which cannot be ours unless our
@@ -412,6 +522,25 @@ impl<'r> ClientTable<'r> {
             max: self.max_clients(),
         })
     }
+}
+
+/// How many times a claimer checks a slot's `heap_readers` before it takes
+/// another slot (a heartbeat that died in its walk never leaves); it yields
+/// between checks, so a walk descheduled on a busy machine gets to finish.
+const HEAP_READERS_PATIENCE: u32 = 1 << 16;
+
+/// Whether the slot's `heap_readers` were seen at 0 (the claimer's side of
+/// `refresh_heap_figures`).
+fn heap_readers_left(slot: &ClientSlot) -> bool {
+    // Acquire: pairs with the heartbeat's Release decrement, so its walk of
+    // the heap happens before our initialisation.
+    (0..HEAP_READERS_PATIENCE).any(|_| {
+        let left = slot.heap_readers.load(Ordering::Acquire) == 0;
+        if !left {
+            std::thread::yield_now();
+        }
+        left
+    })
 }
 
 /// A claimed slot: where a [`crate::Client`] allocates its futures.
@@ -460,12 +589,33 @@ impl ClientLease<'_> {
                     full.ptr,
                 ))
             }
-            Err(AllocError::Exhausted { .. }) => Err(TaskError::ClientQuota {
+            Err(AllocError::Exhausted { .. }) => Err(self.exhausted(bytes)),
+            Err(e) => Err(TaskError::OutOfMemory(e.to_string())),
+        }
+    }
+
+    /// The error for a request of `bytes` the heap could not serve: a
+    /// fragmented heap when its free bytes would hold the request's block,
+    /// else the quota used up. The heap's lists are walked while the
+    /// client's other threads may use them: figures for a message.
+    fn exhausted(&self, bytes: usize) -> TaskError {
+        let needed = block_bytes(bytes);
+        let free = self
+            .heap
+            .stats()
+            .map(|s| s.free_bytes() + s.uncarved_bytes());
+        match (free, self.heap.largest_servable_block()) {
+            (Ok(free), Ok(largest)) if free >= needed => TaskError::ClientHeapFragmented {
+                quota_bytes: self.quota,
+                needed_bytes: needed,
+                free_bytes: free,
+                largest_free_block: largest,
+            },
+            _ => TaskError::ClientQuota {
                 quota_bytes: self.quota,
                 // Relaxed: a count for the message.
                 futures: self.slot.futures.load(Ordering::Relaxed),
-            }),
-            Err(e) => Err(TaskError::OutOfMemory(e.to_string())),
+            },
         }
     }
 

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use tandem_hal::Backend;
 use tandem_shm_core::{Priority, Segment};
 
+use crate::clients::{ClientState, ClientTable};
 use crate::config::Config;
 use crate::layout::{
     runtime_state, segment_kind, SegmentHeader, SEGMENT_HEADER_RESERVED, SEGMENT_MAGIC,
@@ -421,6 +422,9 @@ impl StatusPublisher {
             other_completed += c;
             other_failed += f;
         }
+        if let Some(table) = self.cpu.clients() {
+            table.refresh_heap_figures();
+        }
         let block = block_of(&self.cpu);
         block.write(|b| {
             b.uptime_ms
@@ -509,6 +513,35 @@ pub struct StatusSnapshot {
     pub segments: Vec<SegmentStatus>,
     /// How many segments the runtime has.
     pub segments_total: u32,
+    /// The client slots in use (attached, or being set up or taken back),
+    /// by slot, each with its heap (its quota); read from the segment's
+    /// client table, whose heap figures the heartbeat refreshes. Absent
+    /// from the JSON of runtimes from before it (read as empty).
+    #[serde(default)]
+    pub clients: Vec<ClientStatus>,
+}
+
+/// A client slot in use and its heap.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct ClientStatus {
+    /// The slot's index.
+    pub slot: u32,
+    /// The owner's process id.
+    pub pid: u32,
+    /// "claiming", "attached", "detaching" or "reclaiming".
+    pub state: String,
+    /// Futures it holds.
+    pub futures: u64,
+    /// Bytes of its heap (its quota, `client_heap_bytes`).
+    pub heap_bytes: u64,
+    /// Bytes of its heap in use (whole blocks).
+    pub in_use_bytes: u64,
+    /// Bytes of its heap free, at the heartbeat's last look.
+    pub free_bytes: u64,
+    /// The largest request (in bytes, 16-aligned) its heap could serve
+    /// then: below `free_bytes` by more than a block's header when the free
+    /// memory lies in pieces between live blocks (fragmented); 0 when none.
+    pub largest_request: u64,
 }
 
 /// The runtime process.
@@ -811,9 +844,55 @@ pub fn read_status(name: &str) -> Result<StatusSnapshot, StatusError> {
                 })
                 .collect(),
             segments_total,
+            clients: Vec::new(),
         }
     });
-    snapshot.ok_or_else(|| StatusError::Torn { name: name.into() })
+    let mut snapshot = snapshot.ok_or_else(|| StatusError::Torn { name: name.into() })?;
+    snapshot.clients = client_statuses(&memory, header);
+    Ok(snapshot)
+}
+
+/// The client slots in use in the CPU segment `memory` with header
+/// `header`; none when it has no client table (or a malformed one).
+fn client_statuses(memory: &Segment, header: &SegmentHeader) -> Vec<ClientStatus> {
+    let (offset, bytes) = (header.clients_offset, header.clients_bytes);
+    let fits = offset
+        .checked_add(bytes)
+        .is_some_and(|end| end <= memory.len() as u64);
+    if bytes == 0 || !fits || offset % 4096 != 0 {
+        return Vec::new();
+    }
+    // SAFETY: the region lies in the mapping (checked), page-aligned (its
+    // offset is, and so is the mapping), and the segment is published
+    // (`runtime_header` saw its magic with Acquire); only its slots'
+    // atomics are read.
+    let table = unsafe {
+        ClientTable::attach(memory.as_ptr().add(offset as usize), bytes as usize, offset)
+    };
+    let Ok(table) = table else {
+        return Vec::new();
+    };
+    table
+        .attached()
+        .into_iter()
+        .map(|c| ClientStatus {
+            slot: c.slot,
+            pid: c.pid,
+            state: match c.state {
+                ClientState::Free => "free",
+                ClientState::Claiming => "claiming",
+                ClientState::Attached => "attached",
+                ClientState::Detaching => "detaching",
+                ClientState::Reclaiming => "reclaiming",
+            }
+            .into(),
+            futures: c.futures,
+            heap_bytes: table.quota_bytes(),
+            in_use_bytes: c.bytes_in_use,
+            free_bytes: c.free_bytes,
+            largest_request: c.largest_servable_block.saturating_sub(16),
+        })
+        .collect()
 }
 
 /// The published runtime CPU segment header of `memory`, or why not.

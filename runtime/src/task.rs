@@ -107,6 +107,22 @@ pub enum TaskError {
         /// Futures the client holds.
         futures: u64,
     },
+    /// This client's heap has the bytes free for the request, but not in
+    /// one piece: its live blocks sit between the free ones, so no free
+    /// block (merged with its free neighbours as far as they go) holds it.
+    /// Freeing what lies between, or smaller requests, help; raising
+    /// `client_heap_bytes` does too.
+    ClientHeapFragmented {
+        /// The client's heap, in bytes.
+        quota_bytes: u64,
+        /// Bytes the request needs (its block, header included).
+        needed_bytes: u64,
+        /// Bytes of the heap that are free.
+        free_bytes: u64,
+        /// The largest block a request could get, its free neighbours
+        /// merged in, in bytes (smaller than `needed_bytes`).
+        largest_free_block: u64,
+    },
 }
 
 impl fmt::Display for TaskError {
@@ -144,6 +160,18 @@ impl fmt::Display for TaskError {
                 f,
                 "client quota of {quota_bytes} bytes used up by {futures} outstanding futures: \
                  wait for or drop pending tasks, or raise client_heap_bytes"
+            ),
+            Self::ClientHeapFragmented {
+                quota_bytes,
+                needed_bytes,
+                free_bytes,
+                largest_free_block,
+            } => write!(
+                f,
+                "client heap fragmented: {free_bytes} of its {quota_bytes} bytes are free, but \
+                 the largest free block has {largest_free_block} and the request needs \
+                 {needed_bytes}: free the buffers or futures between them, or raise \
+                 client_heap_bytes"
             ),
         }
     }

@@ -4,7 +4,9 @@
 //! (the arena's reset, the system allocator's deallocs) run after the clock
 //! stops. The size-class rows time allocate+free pairs on both sides, through
 //! a per-thread `SizeClassCache` and uncached; with two threads, hand-off
-//! rows also time blocks that one thread allocates and the other frees.
+//! rows also time blocks that one thread allocates and the other frees. The
+//! split rows time uncached allocations that split a larger free block (every
+//! other one) against allocations that pop, from heaps carved to their end.
 //!
 //! Fairness on a shared or many-core host: the runs a row compares take turns
 //! within each repetition (`harness::interleaved_times`), so load from
@@ -48,6 +50,11 @@ impl Region {
         Region { ptr, layout }
     }
 }
+
+// SAFETY: the buffer is reached only through allocator handles (Send and
+// Sync themselves), which a benchmark thread may set up in it; it is freed
+// once, when the owner drops it after every thread has ended.
+unsafe impl Sync for Region {}
 
 impl Drop for Region {
     fn drop(&mut self) {
@@ -205,6 +212,46 @@ fn size_class_pairs(alloc: &SizeClassAllocator<'_>, threads: &Threads) -> Durati
             for _ in 0..OPS {
                 let ptr = alloc.allocate(SIZE, ALIGN).expect("allocate");
                 alloc.free(black_box(ptr)).expect("free");
+            }
+        },
+        drop,
+    )
+}
+
+/// Requests of the split rows: each takes a 2 KiB block, header included.
+const SPLIT_SIZE: u64 = 2048 - 16;
+/// Requests per split-row batch (fewer than `OPS`: each batch needs a heap of
+/// its own, a block of it per request).
+const SPLIT_OPS: u64 = 20_000;
+
+/// A heap in `region` carved to its end into blocks of `block` bytes, all
+/// freed: a request of another class finds only those on the lists.
+fn freed_heap(region: &Region, block: u64) -> SizeClassAllocator<'_> {
+    // SAFETY: the region outlives the handle and is used only through it;
+    // the previous batch's handle is gone.
+    let alloc =
+        unsafe { SizeClassAllocator::init_in(region.ptr, region.layout.size(), ID) }.expect("init");
+    let mut blocks = Vec::new();
+    while let Ok(ptr) = alloc.allocate(block - 16, ALIGN) {
+        blocks.push(ptr);
+    }
+    for ptr in blocks {
+        alloc.free(ptr).expect("free");
+    }
+    alloc
+}
+
+/// `SPLIT_OPS` uncached 2 KiB allocations from a heap of freed blocks of
+/// `block` bytes (timed; the setup and the frees are not): from freed 2 KiB
+/// blocks every one is a pop; from freed 4 KiB blocks every other one splits
+/// a block (a pop of the 4 KiB list, a push of the upper half on the 2 KiB
+/// list) and the next pops that half.
+fn size_class_allocations_from(region: &Region, block: u64, threads: &Threads) -> Duration {
+    threads.batch(
+        |_| freed_heap(region, block),
+        |alloc| {
+            for _ in 0..SPLIT_OPS {
+                black_box(alloc.allocate(SPLIT_SIZE, ALIGN).expect("allocate"));
             }
         },
         drop,
@@ -415,6 +462,31 @@ fn main() {
             );
         }
     }
+    // The split path, one thread: allocations that split against plain pops.
+    let split_region = Region::new((SPLIT_OPS * 2048 + 2 * 4096) as usize);
+    let threads = Threads::new(1);
+    let [popping, splitting] = harness::interleaved_times(
+        REPS,
+        [
+            &mut || size_class_allocations_from(&split_region, 2048, &threads),
+            &mut || size_class_allocations_from(&split_region, 4096, &threads),
+        ],
+    )
+    .map(|time| SPLIT_OPS as f64 / time.as_secs_f64());
+    harness::compare(
+        "size-class half split, 1 thr",
+        splitting,
+        "all pops",
+        popping,
+        None,
+    );
+    // Half the allocations split: each split costs the difference twice.
+    let split_ns = 2.0 * (1e9 / splitting - 1e9 / popping);
+    println!(
+        "size-class split path: {:.1} ns per allocation that splits, {:.1} ns per pop",
+        1e9 / popping + split_ns,
+        1e9 / popping
+    );
     println!(
         "note: the 5x target is for ThreadArena, the designed per-thread path (no shared atomic); \
          the shared-cursor row, ArenaAllocator::allocate, is information: a CAS loop on one cursor \

@@ -199,10 +199,38 @@ pub const SIZE_CLASSES: usize = 24;
 /// Smallest block, header included.
 pub const MIN_BLOCK: u64 = 32;
 
+/// One size class's free list of the freeing allocator, on a cache line of
+/// its own.
+#[repr(C, align(64))]
+pub struct FreeList {
+    /// The tagged head: a 24-bit ABA tag above a 40-bit (offset / 16);
+    /// offset 0 means empty.
+    pub head: AtomicU64,
+    /// Pops and walks of this list in progress: they may still read the
+    /// headers of blocks that left the list, so a merge waits for it to
+    /// read 0 before it gives out memory that held such headers.
+    pub readers: AtomicU64,
+}
+
+impl FreeList {
+    /// Initialises the list at `slot` in place, empty (head `empty_head`) with
+    /// no readers, its padding zeroed (as [`PaddedAtomicU64::init_at`]).
+    ///
+    /// # Safety
+    /// As for [`PaddedAtomicU64::init_at`].
+    pub(crate) unsafe fn init_at(slot: *mut Self, empty_head: u64) {
+        // SAFETY: the caller guarantees `slot` is writable, aligned, unshared.
+        unsafe {
+            core::ptr::write_bytes(slot.cast::<u8>(), 0, core::mem::size_of::<Self>());
+            core::ptr::addr_of_mut!((*slot).head).write(AtomicU64::new(empty_head));
+            core::ptr::addr_of_mut!((*slot).readers).write(AtomicU64::new(0));
+        }
+    }
+}
+
 /// Header of the freeing (size-class) allocator, placed at offset 0 of its
 /// region. Blocks are carved from `[heap_begin, heap_end)` by the bump cursor
-/// and recycled through one lock-free free list per class. Each list head packs
-/// a 24-bit ABA tag above a 40-bit (offset / 16).
+/// and recycled through one lock-free free list per class.
 #[repr(C, align(64))]
 pub struct SizeClassHeader {
     /// [`magic::SIZE_CLASS`] once initialised.
@@ -215,8 +243,8 @@ pub struct SizeClassHeader {
     pub heap_end: u64,
     /// Offset where the next never-used block is carved; only grows.
     pub bump: PaddedAtomicU64,
-    /// Per class, the tagged head of its free list (offset 0: empty).
-    pub free_heads: [PaddedAtomicU64; SIZE_CLASSES],
+    /// Per class, its free list.
+    pub free_lists: [FreeList; SIZE_CLASSES],
 }
 
 /// Precedes every block handed out by the size-class allocator.
@@ -425,7 +453,12 @@ mod asserts {
     const_assert_eq!(offset_of!(SizeClassHeader, heap_begin), 16);
     const_assert_eq!(offset_of!(SizeClassHeader, heap_end), 24);
     const_assert_eq!(offset_of!(SizeClassHeader, bump), 64);
-    const_assert_eq!(offset_of!(SizeClassHeader, free_heads), 128);
+    const_assert_eq!(offset_of!(SizeClassHeader, free_lists), 128);
+
+    assert_eq_size!(FreeList, [u8; 64]);
+    const_assert_eq!(core::mem::align_of::<FreeList>(), 64);
+    const_assert_eq!(offset_of!(FreeList, head), 0);
+    const_assert_eq!(offset_of!(FreeList, readers), 8);
 
     assert_eq_size!(BlockHeader, [u8; 16]);
     const_assert_eq!(offset_of!(BlockHeader, state), 0);

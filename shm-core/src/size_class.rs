@@ -8,9 +8,9 @@
 //!   of `s` bytes starts at a multiple of `s` from the heap start. Blocks are
 //!   carved from the bump cursor; the padding that aligning a carve skips is
 //!   itself cut into naturally aligned smaller blocks and put on their free
-//!   lists, so no byte is lost. A block keeps its class forever (no splitting
-//!   or coalescing), which is what makes the free lists' `next` fields
-//!   always-valid atomics.
+//!   lists, so no byte is lost. A request whose list is empty and which the
+//!   cursor can no longer carve splits a larger free block, else merges free
+//!   buddies (see [Splitting and merging](#splitting-and-merging)).
 //! * User data follows a [`BlockHeader`], so it is 16-byte aligned. For an
 //!   alignment `a > 16` (up to [`MAX_ALIGN`]) the data starts `a` bytes (at
 //!   least two headers) into a block of at least `2a` bytes, hence aligned; a
@@ -18,9 +18,9 @@
 //!   header is then marked as holding such an allocation.
 //! * Free lists are Treiber stacks whose heads pack a 24-bit ABA tag above
 //!   a 40-bit (offset / 16); offset 0 (the region header) means empty. Every
-//!   successful push or pop bumps the tag, so a pop that read a stale `next`
-//!   fails its compare-and-swap unless 2^24 list operations happened in
-//!   between.
+//!   successful push or pop (and a merge's take of a whole list) bumps the
+//!   tag, so a pop that read a stale `next` fails its compare-and-swap unless
+//!   2^24 list operations happened in between.
 //! * Everything in shared memory is an offset, so any process that maps the
 //!   region (at any address aligned as in [`SizeClassAllocator::allocate`])
 //!   can allocate and free.
@@ -29,6 +29,55 @@
 //!   in its own memory, refilled from and flushed to the shared lists a run
 //!   at a time, each run with one compare-and-swap of the list head (a pop
 //!   that walks several links, a push of a whole chain).
+//!
+//! # Splitting and merging
+//!
+//! A heap that once held many blocks of one size must serve another size
+//! once they are freed: a client heap that held large shared buffers then
+//! serves small futures, or the reverse. So a request fails only when no
+//! free memory, merged as far as it goes, holds a naturally aligned block
+//! of its class (tried in this order):
+//!
+//! * its class's list (the fast path);
+//! * the bump cursor;
+//! * a split: the smallest larger free block is popped, its upper halves go
+//!   on the lists of the classes below, and the lowest piece is the request's.
+//!   Blocks are naturally aligned powers of two, so each half is a naturally
+//!   aligned block of the class below: every list still holds whole blocks
+//!   of its class, linked through header words that are always atomics;
+//! * a merge: the lists of the smaller classes are taken whole, sorted by
+//!   offset and paired with their buddies from the smallest class up; the
+//!   unpaired blocks go back.
+//!
+//! Splitting never puts a header where a pop could be reading (a block's
+//! interior is on no list). Merging does: the upper buddy's header becomes
+//! the inside of the merged block, which its next owner writes, while a pop
+//! that loaded that block as its list's head before the merge took the list
+//! may not have read its `next` word yet. A tagged Treiber stack makes such a
+//! stale read harmless to the list (the pop's compare-and-swap fails), but
+//! it would race with the owner's plain writes. So every pop (and every walk
+//! of [`SizeClassAllocator::stats`]) counts itself in its list's
+//! [`readers`](crate::layout::FreeList::readers) from before its load of the
+//! head to its last read of a link, and a merge gives nothing out until it
+//! has seen every list it took without readers: a fence on each side makes
+//! sure that a pop the merge does not see cannot see the taken blocks. A
+//! reader that never leaves (its process died mid-pop) makes merges of the
+//! classes above give up after a while: the request then fails as it would
+//! have without merging, and the heap is otherwise unaffected.
+//!
+//! What it costs: a pop (the uncached allocation's, a cache's refill) pays
+//! an increment, a SeqCst fence and a decrement on its list's cache line,
+//! which it holds anyway; a cached allocation that hits its bin pays
+//! nothing. A split costs a pop and a push per class it halves through. A
+//! merge sorts every free block of the classes below the request (O(n log n)
+//! over their links) and is taken only when the request would otherwise
+//! fail.
+//!
+//! Blocks in a [`SizeClassCache`] are on no list, so a merge does not see
+//! them: a heap whose free memory sits in caches can still fail a request
+//! (flush them, as for any other request). Concurrent merges each merge the
+//! blocks they took, so they need no lock; while a merge holds blocks,
+//! others cannot allocate them, as with blocks held in a cache.
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -37,14 +86,14 @@ use core::ptr::{addr_of, addr_of_mut};
 
 use crate::alloc_error::AllocError;
 use crate::layout::{
-    magic, AllocatorId, BackendKind, BlockHeader, FullPtr, MemoryBackend, PaddedAtomicU64, ShmPtr,
-    SizeClassHeader, MIN_BLOCK, SIZE_CLASSES,
+    magic, AllocatorId, BackendKind, BlockHeader, FreeList, FullPtr, MemoryBackend,
+    PaddedAtomicU64, ShmPtr, SizeClassHeader, MIN_BLOCK, SIZE_CLASSES,
 };
 use crate::ptr::PtrError;
 use crate::region::{
     address, align_down, align_up, check_region, check_request, load_magic, publish_magic,
 };
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{fence, yield_now, AtomicU32, AtomicU64, Ordering};
 
 pub mod cache;
 pub use cache::SizeClassCache;
@@ -82,6 +131,22 @@ pub const fn block_size(class: usize) -> u64 {
     MIN_BLOCK << class
 }
 
+/// The largest block (at most [`MAX_BLOCK`]) that lies naturally aligned in
+/// `[start, end)`, offsets from the heap start; 0 if not even the smallest.
+#[cfg(feature = "alloc")]
+fn largest_aligned_block(start: u64, end: u64) -> u64 {
+    (0..SIZE_CLASSES)
+        .rev()
+        .map(block_size)
+        .find(|&size| {
+            start
+                .checked_next_multiple_of(size)
+                .and_then(|at| at.checked_add(size))
+                .is_some_and(|block_end| block_end <= end)
+        })
+        .unwrap_or(0)
+}
+
 /// Offset of user data from its block's start for a given alignment.
 const fn data_offset(align: u64) -> u64 {
     if align <= MIN_DATA_ALIGN {
@@ -104,13 +169,66 @@ fn head_tag(head: u64) -> u64 {
     head >> OFFSET_BITS
 }
 
-/// Blocks taken off a free list by one pop: `count` of them, linked through
-/// their `next` words from `first` to `last`.
+/// Blocks linked through their `next` words from `first` to `last`: a run
+/// taken off a free list by one pop, or a chain a merge builds.
 #[derive(Clone, Copy, Debug)]
-struct Run {
+struct Chain {
     first: u64,
     last: u64,
-    count: u32,
+    count: u64,
+}
+
+impl Chain {
+    const EMPTY: Chain = Chain {
+        first: 0,
+        last: 0,
+        count: 0,
+    };
+}
+
+/// How many times a merge checks a list's readers before it gives up on
+/// them (one that died in the middle of a pop never leaves); between checks
+/// it yields, so a reader descheduled on a busy machine gets to finish.
+#[cfg(not(loom))]
+const DRAIN_PATIENCE: u32 = 1 << 14;
+#[cfg(loom)]
+const DRAIN_PATIENCE: u32 = 4;
+
+/// A pop or walk of a class's free list in progress, counted in the list's
+/// `readers` from [`enter`](Self::enter) to drop, so that a merge can wait
+/// until no one still reads the headers of blocks it took (see
+/// [`SizeClassAllocator::merge_below`]).
+struct ListReader<'a> {
+    readers: &'a AtomicU64,
+}
+
+impl<'a> ListReader<'a> {
+    /// Counts a reader of `list`; the caller loads the list's head after
+    /// this returns.
+    #[inline]
+    fn enter(list: &'a FreeList) -> Self {
+        // Relaxed increment, then a SeqCst fence before the caller's load of
+        // the head: with the SeqCst fence between a merge's take of the list
+        // and its load of `readers` (`readers_drained`), this is the
+        // store-buffering pattern, so either the merge sees this increment,
+        // or this reader's load of the head sees the take (and never the
+        // taken blocks).
+        list.readers.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        ListReader {
+            readers: &list.readers,
+        }
+    }
+}
+
+impl Drop for ListReader<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release pairs with the Acquire load of `readers_drained`: every
+        // read this reader made of block headers happens before a merge that
+        // sees the count it leaves goes on to give those bytes out.
+        self.readers.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// How a free marks the block it has checked as free.
@@ -145,6 +263,43 @@ impl SizeClassStats {
         (0..SIZE_CLASSES)
             .map(|class| self.free_blocks[class] * block_size(class))
             .sum()
+    }
+
+    /// Bytes of the heap the bump cursor has not carved yet.
+    pub fn uncarved_bytes(&self) -> u64 {
+        self.heap_bytes - self.carved_bytes
+    }
+
+    /// Bytes of the largest block on a free list (header included); 0 when
+    /// the lists are empty.
+    pub fn largest_free_block(&self) -> u64 {
+        (0..SIZE_CLASSES)
+            .rev()
+            .find(|&class| self.free_blocks[class] > 0)
+            .map_or(0, block_size)
+    }
+
+    /// Bytes (headers included) that requests of `size` bytes aligned to
+    /// `align` can take as things stand: the blocks on the lists of the
+    /// request's class and larger ones (split on the way), and the whole
+    /// blocks of its class that fit the uncarved rest of the heap. Free
+    /// blocks of smaller classes only count once merged into larger ones,
+    /// which a request does when it would otherwise fail: a heap whose
+    /// [`free_bytes`](Self::free_bytes) plus
+    /// [`uncarved_bytes`](Self::uncarved_bytes) cover a request that just
+    /// failed, while this is 0, is fragmented (live blocks sit between the
+    /// free ones), not full.
+    pub fn usable_bytes(&self, size: u64, align: u64) -> Result<u64, AllocError> {
+        let class = SizeClassAllocator::class_for(size, align)?;
+        let block = block_size(class);
+        let listed: u64 = (class..SIZE_CLASSES)
+            .map(|larger| self.free_blocks[larger] * block_size(larger))
+            .sum();
+        // The heap start is aligned for every class, so the cursor's
+        // offset from it tells where the next block of the class starts.
+        let next_start = self.carved_bytes.next_multiple_of(block);
+        let carvable = self.heap_bytes.saturating_sub(next_start) / block * block;
+        Ok(listed + carvable)
     }
 }
 
@@ -209,9 +364,9 @@ impl<'r> SizeClassAllocator<'r> {
             addr_of_mut!((*header).heap_begin).write(heap_begin);
             addr_of_mut!((*header).heap_end).write(heap_end);
             PaddedAtomicU64::init_at(addr_of_mut!((*header).bump), heap_begin);
-            let heads = addr_of_mut!((*header).free_heads).cast::<PaddedAtomicU64>();
+            let lists = addr_of_mut!((*header).free_lists).cast::<FreeList>();
             for class in 0..SIZE_CLASSES {
-                PaddedAtomicU64::init_at(heads.add(class), pack_head(0, 0));
+                FreeList::init_at(lists.add(class), pack_head(0, 0));
             }
             publish_magic(addr_of_mut!((*header).magic), magic::SIZE_CLASS);
             Self::attach(region, len)
@@ -286,7 +441,10 @@ impl<'r> SizeClassAllocator<'r> {
 
     /// Allocates `size` bytes aligned to `align` (a power of two up to
     /// [`MAX_ALIGN`]), from the class's free list if it has a block, else by
-    /// carving a new block. Offsets are aligned relative to the region base,
+    /// carving a new block, else by splitting a larger free block, else by
+    /// merging free buddies (see [Splitting and merging](self#splitting-and-merging)): it fails
+    /// only when no free memory of the heap, merged as far as it can be,
+    /// holds a block of the request's class. Offsets are aligned relative to the region base,
     /// so the address is aligned wherever the mapping's base is aligned at
     /// least as far; an alignment beyond this mapping's base alignment is
     /// refused with `BadAlignment`.
@@ -294,9 +452,9 @@ impl<'r> SizeClassAllocator<'r> {
         let (class, pad) = self.request(size, align)?;
         let block = match self.pop_run(class, 1)? {
             Some(run) => run.first,
-            None => self.carve(class, 1, size)?,
+            None => self.take_fresh(class, size)?,
         };
-        // SAFETY: the pop or the carve made the block ours alone.
+        // SAFETY: the pop, carve, split or merge made the block ours alone.
         Ok(unsafe { self.hand_out(block, class, pad) })
     }
 
@@ -449,9 +607,13 @@ impl<'r> SizeClassAllocator<'r> {
         let heap_bytes = self.header.heap_end - self.header.heap_begin;
         let mut free_blocks = [0; SIZE_CLASSES];
         for (class, count) in free_blocks.iter_mut().enumerate() {
+            let list = &self.header.free_lists[class];
+            // A reader, so that no merge gives out a block whose header the
+            // walk may still read.
+            let _reader = ListReader::enter(list);
             // Acquire pairs with the pushes' Release: the links of every
             // block on the list are visible.
-            let mut off = head_offset(self.header.free_heads[class].value.load(Ordering::Acquire));
+            let mut off = head_offset(list.head.load(Ordering::Acquire));
             while off != 0 {
                 if !self.is_block(class, off) || *count >= heap_bytes / block_size(class) {
                     return Err(AllocError::CorruptFreeList { class, off });
@@ -468,6 +630,60 @@ impl<'r> SizeClassAllocator<'r> {
             carved_bytes: bump.saturating_sub(self.header.heap_begin),
             free_blocks,
         })
+    }
+
+    /// Bytes (header included) of the largest block a request could get
+    /// now: the largest naturally aligned block of the heap that is all
+    /// free, in blocks on the lists (which a request merges and splits as
+    /// needed) or never carved; 0 when there is none. A request of `size`
+    /// bytes aligned to `align` fits when its class's block is no larger.
+    /// Walks the lists as [`stats`](Self::stats) does, so it is a snapshot
+    /// only while no one allocates or frees; blocks in caches are not free.
+    #[cfg(feature = "alloc")]
+    pub fn largest_servable_block(&self) -> Result<u64, AllocError> {
+        let heap_begin = self.header.heap_begin;
+        let heap_bytes = self.header.heap_end - heap_begin;
+        // Free blocks as (start, end) from the heap start.
+        let mut free = alloc::vec::Vec::new();
+        for class in 0..SIZE_CLASSES {
+            let list = &self.header.free_lists[class];
+            // A reader, as in `stats`.
+            let _reader = ListReader::enter(list);
+            let size = block_size(class);
+            let mut count = 0;
+            // Acquire: as in `stats`.
+            let mut off = head_offset(list.head.load(Ordering::Acquire));
+            while off != 0 {
+                if !self.is_block(class, off) || count >= heap_bytes / size {
+                    return Err(AllocError::CorruptFreeList { class, off });
+                }
+                count += 1;
+                free.push((off - heap_begin, off - heap_begin + size));
+                // SAFETY: `off` is a block of this class inside the heap.
+                off = unsafe { self.next(off) }.load(Ordering::Relaxed);
+            }
+        }
+        free.sort_unstable();
+        // Relaxed: a snapshot.
+        let carved = self
+            .header
+            .bump
+            .value
+            .load(Ordering::Relaxed)
+            .saturating_sub(heap_begin);
+        let mut largest = largest_aligned_block(carved, heap_bytes);
+        let mut ranges = free.into_iter().peekable();
+        while let Some((start, mut end)) = ranges.next() {
+            while let Some(&(next_start, next_end)) = ranges.peek() {
+                if next_start != end {
+                    break;
+                }
+                end = next_end;
+                ranges.next();
+            }
+            largest = largest.max(largest_aligned_block(start, end));
+        }
+        Ok(largest)
     }
 
     /// The allocator id every pointer from this allocator carries.
@@ -501,8 +717,11 @@ impl<'r> SizeClassAllocator<'r> {
     /// this is a plain Treiber pop; more takes what as many pops in a row
     /// would have taken. The run's blocks stay linked through their `next`
     /// words from `first` to `last`; `last`'s link is stale.
-    fn pop_run(&self, class: usize, want: u32) -> Result<Option<Run>, AllocError> {
-        let head = &self.header.free_heads[class].value;
+    fn pop_run(&self, class: usize, want: u32) -> Result<Option<Chain>, AllocError> {
+        let list = &self.header.free_lists[class];
+        // Counted from before the head is loaded until the last link is read.
+        let _reader = ListReader::enter(list);
+        let head = &list.head;
         // Acquire (load and both CAS outcomes) pairs with the Release of the
         // push that put the first block on the list. The blocks under it were
         // pushed earlier, and every later change of the head is an RMW, which
@@ -527,10 +746,10 @@ impl<'r> SizeClassAllocator<'r> {
             // walk, or a corrupt list) is never followed: the run ends there,
             // and if the CAS succeeds it was the list's real link, installed
             // as pops in a row would have, for the next pop to report.
-            let (mut last, mut count) = (first, 1);
+            let (mut last, mut count) = (first, 1u64);
             // SAFETY: `first` is a block of this class inside the heap.
             let mut after = unsafe { self.next(first) }.load(Ordering::Relaxed);
-            while count < want && after != 0 && self.is_block(class, after) {
+            while count < u64::from(want) && after != 0 && self.is_block(class, after) {
                 last = after;
                 count += 1;
                 // SAFETY: checked just above to be a block of the heap.
@@ -543,7 +762,7 @@ impl<'r> SizeClassAllocator<'r> {
                 Ordering::Acquire,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Ok(Some(Run { first, last, count })),
+                Ok(_) => return Ok(Some(Chain { first, last, count })),
                 Err(actual) => current = actual,
             }
         }
@@ -556,7 +775,7 @@ impl<'r> SizeClassAllocator<'r> {
     /// built, and it bumps the tag once, which keeps the ABA argument: every
     /// successful change of the head moves the tag.
     fn push_chain(&self, class: usize, first: u64, last: u64) {
-        let head = &self.header.free_heads[class].value;
+        let head = &self.header.free_lists[class].head;
         // Relaxed: the value only seeds the CAS, which checks it.
         let mut current = head.load(Ordering::Relaxed);
         loop {
@@ -576,6 +795,338 @@ impl<'r> SizeClassAllocator<'r> {
                 Err(actual) => current = actual,
             }
         }
+    }
+
+    /// A free block of `class` for a request whose list was empty: carved
+    /// from the bump cursor, else split from the smallest free block of a
+    /// larger class, else merged from free buddies of the smaller classes;
+    /// `requested` is the user's size, for the error. The block's header
+    /// marks it free and of `class`; it is the caller's alone.
+    ///
+    /// It fails (`Exhausted`) only when none of the three finds the memory:
+    /// then no free block on a list, merged with its free buddies as far as
+    /// they go, holds a block of `class`, and neither does the uncarved rest
+    /// of the heap. Blocks held in caches, or taken off the lists by another
+    /// thread's merge at that moment, are not seen.
+    #[cold]
+    fn take_fresh(&self, class: usize, requested: u64) -> Result<u64, AllocError> {
+        match self.carve(class, 1, requested) {
+            Err(AllocError::Exhausted { .. }) => {}
+            carved => return carved,
+        }
+        if let Some(block) = self.split_larger(class)? {
+            return Ok(block);
+        }
+        if let Some(block) = self.merge_below(class)? {
+            return Ok(block);
+        }
+        // Relaxed: a figure for the error.
+        let bump = self.header.bump.value.load(Ordering::Relaxed);
+        Err(AllocError::Exhausted {
+            requested,
+            available: self.header.heap_end.saturating_sub(bump),
+        })
+    }
+
+    /// Pops a block of the smallest larger class that has one and splits it
+    /// down to `class`: at each halving the upper half goes on its class's
+    /// list and the lower half is split further; the last lower half is
+    /// returned, marked free and of `class`, the caller's.
+    ///
+    /// Blocks are naturally aligned powers of two, so both halves of a block
+    /// are naturally aligned blocks of the class below, and each starts where
+    /// a header of that class may be: the free lists' invariants (a list's
+    /// blocks are whole blocks of its class, their `next` words atomics) hold
+    /// for the halves as they held for the whole. The upper halves' headers
+    /// are written into the popped block's interior, which no one else
+    /// reads: no list holds a block there (a merge that absorbed one waited
+    /// for its readers, `merge_below`), so no pop or walk can be on its way
+    /// to it.
+    fn split_larger(&self, class: usize) -> Result<Option<u64>, AllocError> {
+        for larger in class + 1..SIZE_CLASSES {
+            // Relaxed: a hint that skips empty lists; the pop decides.
+            if head_offset(self.header.free_lists[larger].head.load(Ordering::Relaxed)) == 0 {
+                continue;
+            }
+            let Some(popped) = self.pop_run(larger, 1)? else {
+                continue;
+            };
+            let block = popped.first;
+            for half in (class..larger).rev() {
+                let upper = block + block_size(half);
+                // SAFETY: `upper` is inside the block we popped, 16-aligned,
+                // and no one reads a header there (see above).
+                unsafe { self.write_header(upper, half, magic::BLOCK_FREE, 0) };
+                // The push's Release publishes the header to the next owner.
+                self.push_chain(half, upper, upper);
+            }
+            // SAFETY: the block is ours since the pop.
+            unsafe { self.set_class(block, class) };
+            return Ok(Some(block));
+        }
+        Ok(None)
+    }
+
+    /// Merges the free blocks of every class below `class` with their free
+    /// buddies, as far as they go, and returns one merged block of `class`
+    /// (the others go on the lists), or `None` when no two buddies make one.
+    ///
+    /// 1. It takes the lists of the classes below `class` whole, each with
+    ///    one compare-and-swap of the head to empty (no other thread can
+    ///    then pop those blocks).
+    /// 2. It waits until no reader is left on those lists: a pop that loaded
+    ///    a head before the take may still read the `next` word of a block
+    ///    it took, and once two buddies are merged the upper one's header is
+    ///    inside the merged block, which a user will write. The readers'
+    ///    count (`FreeList::readers`) and the SeqCst fences on both sides
+    ///    make sure every such pop is counted (`ListReader::enter`); one
+    ///    that does not finish within `DRAIN_PATIENCE` checks (a reader
+    ///    that died in a pop never does) makes the merge give the blocks
+    ///    back unmerged and return `None`.
+    /// 3. From the smallest class up, it sorts the taken blocks by offset
+    ///    (with the blocks merged from the class below), pairs each lower
+    ///    buddy with the upper one right after it into a block of the next
+    ///    class, and pushes the blocks left unpaired back on their list as
+    ///    one chain.
+    ///
+    /// Only the blocks this merge took are merged, so concurrent merges
+    /// work on disjoint sets and need no lock; while a merge holds blocks,
+    /// others cannot allocate them (as with blocks held in a cache).
+    #[cold]
+    fn merge_below(&self, class: usize) -> Result<Option<u64>, AllocError> {
+        let mut taken = [Chain::EMPTY; SIZE_CLASSES];
+        for below in 0..class {
+            match self.take_list(below) {
+                Ok(chain) => taken[below] = chain,
+                Err(e) => {
+                    self.give_back(&taken[..below]);
+                    return Err(e);
+                }
+            }
+        }
+        if taken.iter().all(|chain| chain.count == 0) {
+            return Ok(None);
+        }
+        if !self.readers_drained(class) {
+            self.give_back(&taken[..class]);
+            return Ok(None);
+        }
+        let mut carried = Chain::EMPTY;
+        for (below, chain) in taken.iter().enumerate().take(class) {
+            let sorted = self.sort_chain(*chain);
+            let all = self.merge_sorted(sorted.first, carried.first);
+            let (unpaired, merged) = self.pair_buddies(below, all.first);
+            if unpaired.count > 0 {
+                self.push_chain(below, unpaired.first, unpaired.last);
+            }
+            carried = merged;
+        }
+        if carried.count == 0 {
+            return Ok(None);
+        }
+        if carried.count > 1 {
+            // Relaxed: a link of our own chain.
+            // SAFETY: `carried.first` is a block of the heap that we hold.
+            let second = unsafe { self.next(carried.first) }.load(Ordering::Relaxed);
+            self.push_chain(class, second, carried.last);
+        }
+        Ok(Some(carried.first))
+    }
+
+    /// Pushes the chains a merge took, unmerged, back on their lists (the
+    /// chain at index `c` is of class `c`).
+    fn give_back(&self, taken: &[Chain]) {
+        for (class, chain) in taken.iter().enumerate() {
+            if chain.count > 0 {
+                self.push_chain(class, chain.first, chain.last);
+            }
+        }
+    }
+
+    /// Takes the class's whole free list with one compare-and-swap (the
+    /// head to empty, the tag moved) and checks it: every link a block of the
+    /// class, no longer than the heap holds.
+    fn take_list(&self, class: usize) -> Result<Chain, AllocError> {
+        let head = &self.header.free_lists[class].head;
+        // Relaxed: the value only seeds the CAS, which checks it.
+        let mut current = head.load(Ordering::Relaxed);
+        let first = loop {
+            let first = head_offset(current);
+            if first == 0 {
+                return Ok(Chain::EMPTY);
+            }
+            // Acquire pairs with the Release of the pushes (the release
+            // sequence of the head, as in `pop_run`): every link of the list
+            // and its blocks' earlier owners' writes happen before our use.
+            match head.compare_exchange_weak(
+                current,
+                pack_head(0, head_tag(current) + 1),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break first,
+                Err(actual) => current = actual,
+            }
+        };
+        let most = (self.header.heap_end - self.header.heap_begin) / block_size(class);
+        let mut chain = Chain {
+            first,
+            last: first,
+            count: 0,
+        };
+        let mut off = first;
+        while off != 0 {
+            if !self.is_block(class, off) || chain.count == most {
+                return Err(AllocError::CorruptFreeList { class, off });
+            }
+            chain.last = off;
+            chain.count += 1;
+            // Relaxed: ordered by the Acquire above.
+            // SAFETY: `off` is a block of this class inside the heap.
+            off = unsafe { self.next(off) }.load(Ordering::Relaxed);
+        }
+        Ok(chain)
+    }
+
+    /// Whether every list below `class` was seen without readers after the
+    /// lists were taken (`merge_below`, step 2).
+    fn readers_drained(&self, class: usize) -> bool {
+        // SeqCst: pairs with the fence in `ListReader::enter` (the
+        // store-buffering pattern there): a reader that loaded a head from
+        // before our take incremented `readers` before its fence, and this
+        // fence follows our take, so the loads below see the increment.
+        fence(Ordering::SeqCst);
+        for list in &self.header.free_lists[..class] {
+            let mut checks = 0;
+            // Acquire pairs with the readers' Release decrements: what they
+            // read happens before the merged blocks are given out.
+            while list.readers.load(Ordering::Acquire) != 0 {
+                checks += 1;
+                if checks == DRAIN_PATIENCE {
+                    return false;
+                }
+                yield_now();
+            }
+        }
+        true
+    }
+
+    /// Sorts the chain (ours, its last link 0) by offset, relinking it: a
+    /// bottom-up merge sort, which needs no memory beyond the links and no
+    /// recursion (the kernels' mirror runs it on a GPU thread).
+    fn sort_chain(&self, chain: Chain) -> Chain {
+        let mut sorted = chain;
+        let mut width = 1;
+        while width < chain.count {
+            let mut rest = sorted.first;
+            sorted = Chain::EMPTY;
+            while rest != 0 {
+                let a = rest;
+                let b = self.cut_after(a, width);
+                rest = self.cut_after(b, width);
+                let merged = self.merge_sorted(a, b);
+                if sorted.count == 0 {
+                    sorted = merged;
+                } else {
+                    // Relaxed: links of our own chains.
+                    // SAFETY: a block of our chain.
+                    unsafe { self.next(sorted.last) }.store(merged.first, Ordering::Relaxed);
+                    sorted.last = merged.last;
+                    sorted.count += merged.count;
+                }
+            }
+            width *= 2;
+        }
+        sorted
+    }
+
+    /// Cuts the chain (ours) at `first` after `count` blocks; returns the
+    /// block after the cut, 0 if the chain is not longer (or `first` is 0).
+    fn cut_after(&self, first: u64, count: u64) -> u64 {
+        if first == 0 {
+            return 0;
+        }
+        let mut last = first;
+        for _ in 1..count {
+            // Relaxed: links of our own chain, here and below.
+            // SAFETY: a block of our chain.
+            let after = unsafe { self.next(last) }.load(Ordering::Relaxed);
+            if after == 0 {
+                return 0;
+            }
+            last = after;
+        }
+        // SAFETY: as above.
+        let link = unsafe { self.next(last) };
+        let after = link.load(Ordering::Relaxed);
+        link.store(0, Ordering::Relaxed);
+        after
+    }
+
+    /// Merges two sorted chains of ours (last links 0) into one.
+    fn merge_sorted(&self, mut a: u64, mut b: u64) -> Chain {
+        let mut merged = Chain::EMPTY;
+        while a != 0 || b != 0 {
+            let take_a = b == 0 || (a != 0 && a < b);
+            let block = if take_a { a } else { b };
+            // Relaxed: links of our own chains.
+            // SAFETY: a block of one of our chains.
+            let after = unsafe { self.next(block) }.load(Ordering::Relaxed);
+            if take_a {
+                a = after;
+            } else {
+                b = after;
+            }
+            self.append(&mut merged, block);
+        }
+        merged
+    }
+
+    /// Walks the sorted chain at `first` of class-`class` blocks (ours) and
+    /// merges each lower buddy with its upper buddy when that follows it:
+    /// returns the blocks left unpaired and the merged blocks of the next
+    /// class, both sorted.
+    fn pair_buddies(&self, class: usize, first: u64) -> (Chain, Chain) {
+        let size = block_size(class);
+        let (mut unpaired, mut merged) = (Chain::EMPTY, Chain::EMPTY);
+        let mut block = first;
+        while block != 0 {
+            // Relaxed: links of our own chain.
+            // SAFETY: a block of our chain, here and below.
+            let after = unsafe { self.next(block) }.load(Ordering::Relaxed);
+            let lower = (block - self.header.heap_begin) & size == 0;
+            if lower && after == block + size {
+                // SAFETY: as above.
+                let beyond = unsafe { self.next(after) }.load(Ordering::Relaxed);
+                // SAFETY: both buddies are ours; the upper one's header is
+                // now inside the merged block, which no reader will read
+                // (`merge_below` drained them).
+                unsafe { self.set_class(block, class + 1) };
+                self.append(&mut merged, block);
+                block = beyond;
+            } else {
+                self.append(&mut unpaired, block);
+                block = after;
+            }
+        }
+        (unpaired, merged)
+    }
+
+    /// Appends `block` (ours) to the chain, its link set to 0.
+    fn append(&self, chain: &mut Chain, block: u64) {
+        // Relaxed: links of our own chain, published by a push's Release.
+        // SAFETY: `block` and the chain's blocks are blocks of the heap that
+        // we hold.
+        unsafe {
+            if chain.count == 0 {
+                chain.first = block;
+            } else {
+                self.next(chain.last).store(block, Ordering::Relaxed);
+            }
+            self.next(block).store(0, Ordering::Relaxed);
+        }
+        chain.last = block;
+        chain.count += 1;
     }
 
     /// Carves `count` consecutive new class-`class` blocks from the bump
@@ -695,6 +1246,17 @@ impl<'r> SizeClassAllocator<'r> {
     unsafe fn class(&self, off: u64) -> usize {
         // SAFETY: per the contract.
         unsafe { addr_of!((*self.header_ptr(off)).class).read() as usize }
+    }
+
+    /// Records `class` in the header at `off`, a block that is the caller's
+    /// (split or merged): only its owner, or a free of a wild pointer (the
+    /// checks of `claim` are a guard, not a proof), reads the field.
+    ///
+    /// # Safety
+    /// As for [`state`](Self::state), and the block is the caller's.
+    unsafe fn set_class(&self, off: u64, class: usize) {
+        // SAFETY: per the contract.
+        unsafe { addr_of_mut!((*self.header_ptr(off)).class).write(class as u32) }
     }
 }
 
@@ -860,6 +1422,100 @@ mod tests {
         );
     }
 
+    /// Allocates `size`-byte blocks until the heap is exhausted.
+    fn fill(alloc: &SizeClassAllocator<'_>, size: u64) -> std::vec::Vec<ShmPtr<u8>> {
+        let mut ptrs = std::vec::Vec::new();
+        loop {
+            match alloc.allocate(size, 8) {
+                Ok(ptr) => ptrs.push(ptr),
+                Err(AllocError::Exhausted { .. }) => return ptrs,
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_request_splits_a_larger_free_block_once_the_heap_is_carved() {
+        let mut r = region();
+        // SAFETY: `r` outlives the handle and is used only through it.
+        let alloc = unsafe { SizeClassAllocator::init_in(r.0.as_mut_ptr(), LEN, ID).unwrap() };
+        let big = fill(&alloc, 4000);
+        let heap = LEN as u64 - HEAP_ALIGN;
+        assert_eq!(big.len() as u64, heap / 4096);
+        alloc.free(big[0]).unwrap();
+        let stats = alloc.stats().unwrap();
+        assert_eq!(
+            (stats.carved_bytes, stats.largest_free_block()),
+            (heap, 4096)
+        );
+        assert_eq!(stats.usable_bytes(8, 8), Ok(4096));
+        assert_eq!(stats.usable_bytes(5000, 8), Ok(0));
+        assert_eq!(alloc.largest_servable_block(), Ok(4096));
+
+        // The free 4 KiB block serves a small request: its lower 32 bytes,
+        // the halves above go to the lists of the classes below.
+        let small = alloc.allocate(8, 8).unwrap();
+        assert_eq!(small.off, big[0].off);
+        let stats = alloc.stats().unwrap();
+        assert_eq!(stats.free_blocks[..8], [1, 1, 1, 1, 1, 1, 1, 0]);
+        assert_eq!(stats.free_bytes(), 4096 - 32);
+        // The whole block serves small requests, to the last byte.
+        let mut smalls = std::vec![small];
+        smalls.extend(fill(&alloc, 8));
+        assert_eq!(smalls.len(), 4096 / 32);
+        assert_eq!(alloc.stats().unwrap().free_bytes(), 0);
+        for &p in &smalls {
+            alloc.free(p).unwrap();
+        }
+        // Freed, the small blocks merge back into the 4 KiB one.
+        assert_eq!(alloc.allocate(4000, 8).unwrap(), big[0]);
+        let stats = alloc.stats().unwrap();
+        assert_eq!(stats.free_bytes(), 0);
+    }
+
+    #[test]
+    fn a_request_merges_free_buddies_when_nothing_larger_is_free() {
+        let mut r = region();
+        // SAFETY: `r` outlives the handle and is used only through it.
+        let alloc = unsafe { SizeClassAllocator::init_in(r.0.as_mut_ptr(), LEN, ID).unwrap() };
+        let small = fill(&alloc, 8);
+        let heap = LEN as u64 - HEAP_ALIGN;
+        assert_eq!(small.len() as u64, heap / 32);
+        // One live block in the first 32 KiB keeps it from merging whole.
+        for &p in &small[1..] {
+            alloc.free(p).unwrap();
+        }
+        let stats = alloc.stats().unwrap();
+        assert_eq!(stats.free_bytes(), heap - 32);
+        assert_eq!(stats.usable_bytes(30_000, 8), Ok(0));
+        // Unmerged yet, the free blocks serve a 16 KiB block once merged.
+        assert_eq!(stats.largest_free_block(), 32);
+        assert_eq!(alloc.largest_servable_block(), Ok(16 << 10));
+        assert_eq!(
+            alloc.allocate(30_000, 8),
+            Err(AllocError::Exhausted {
+                requested: 30_000,
+                available: 0
+            }),
+            "fragmented: a live block in every free 32 KiB"
+        );
+        // The failed request merged what it could: the halves beside the
+        // live block (32 bytes .. 16 KiB) and the upper 28 KiB (16 + 8 +
+        // 4 KiB), nothing lost.
+        let stats = alloc.stats().unwrap();
+        assert_eq!(stats.free_bytes(), heap - 32);
+        assert_eq!(stats.largest_free_block(), 16 << 10);
+        assert_eq!(stats.free_blocks[..10], [1, 1, 1, 1, 1, 1, 1, 2, 2, 2]);
+        // The lowest block of a class comes first after a merge.
+        let p = alloc.allocate(16_000, 8).unwrap();
+        assert_eq!(p.off, HEAP_ALIGN + (16 << 10) + HEADER);
+        alloc.free(p).unwrap();
+        alloc.free(small[0]).unwrap();
+        assert_eq!(alloc.largest_servable_block(), Ok(32 << 10));
+        // Everything free: the first 32 KiB merge whole.
+        assert_eq!(alloc.allocate(30_000, 8).unwrap().off, HEAP_ALIGN + HEADER);
+    }
+
     #[test]
     fn init_attach_errors() {
         let mut r = region();
@@ -909,8 +1565,8 @@ mod tests {
         // SAFETY: `r` outlives the handle and is used only through it.
         let alloc = unsafe { SizeClassAllocator::init_in(r.0.as_mut_ptr(), LEN, ID).unwrap() };
         // A head pointing at an offset that is not a class-3 block.
-        alloc.header.free_heads[3]
-            .value
+        alloc.header.free_lists[3]
+            .head
             .store(pack_head(HEAP_ALIGN + 16, 0), Ordering::Relaxed);
         let err = AllocError::CorruptFreeList {
             class: 3,

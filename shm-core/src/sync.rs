@@ -20,3 +20,16 @@ pub(crate) fn spin_hint() {
     #[cfg(loom)]
     loom::thread::yield_now();
 }
+
+/// Gives up the processor for a moment where there is a scheduler to give it
+/// to (a wait for another thread that may be descheduled); a spin-loop hint
+/// without `std`, a yield under loom.
+#[inline]
+pub(crate) fn yield_now() {
+    #[cfg(all(feature = "std", not(loom)))]
+    std::thread::yield_now();
+    #[cfg(all(not(feature = "std"), not(loom)))]
+    core::hint::spin_loop();
+    #[cfg(loom)]
+    loom::thread::yield_now();
+}

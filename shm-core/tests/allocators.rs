@@ -4,6 +4,7 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::BTreeMap;
+use std::sync::mpsc::TrySendError;
 
 use proptest::prelude::*;
 use tandem_shm_core::layout::{AllocatorId, ShmPtr, SIZE_CLASSES};
@@ -73,6 +74,56 @@ impl Ranges {
     }
 }
 
+/// The reference a size-class heap is held to: the blocks handed out (start
+/// and size, headers included), and whether a request of a block's size
+/// can be served: by a naturally aligned range (from the heap start) that
+/// no live block overlaps, inside the carved part of the heap (free blocks,
+/// merged and split as far as they go) or wholly beyond it (a carve).
+struct ReferenceHeap {
+    heap_end: u64,
+    live: BTreeMap<u64, u64>,
+}
+
+impl ReferenceHeap {
+    fn new(heap_end: u64) -> Self {
+        ReferenceHeap {
+            heap_end,
+            live: BTreeMap::new(),
+        }
+    }
+
+    fn fits(&self, block: u64, carved_bytes: u64) -> bool {
+        let carved_end = HEAP_ALIGN + carved_bytes;
+        let overlaps = |start: u64| {
+            self.live
+                .range(..start + block)
+                .next_back()
+                .is_some_and(|(&at, &size)| at + size > start)
+        };
+        let free_in_carved = (HEAP_ALIGN..carved_end)
+            .step_by(block as usize)
+            .any(|start| start + block <= carved_end && !overlaps(start));
+        let carvable = HEAP_ALIGN + carved_bytes.next_multiple_of(block) + block <= self.heap_end;
+        free_in_carved || carvable
+    }
+
+    fn take(&mut self, start: u64, block: u64) {
+        assert_eq!((start - HEAP_ALIGN) % block, 0, "naturally aligned");
+        assert!(self.live.insert(start, block).is_none());
+    }
+
+    /// Forgets the block of the allocation whose data is at `data`.
+    fn give_back(&mut self, data: u64) {
+        let (&start, _) = self.live.range(..data).next_back().expect("a live block");
+        self.live.remove(&start);
+    }
+}
+
+/// Where an allocation's data starts in its block (size_class.rs).
+fn data_offset(align: u64) -> u64 {
+    align.max(16)
+}
+
 /// Fills `len` bytes at `ptr` with a pattern derived from `tag`.
 ///
 /// # Safety
@@ -121,13 +172,17 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
-    /// Random allocate/free sequences against a model of the live ranges.
+    /// Random allocate/free sequences against a model of the live ranges
+    /// and a reference buddy heap: a request succeeds exactly when the
+    /// reference has a free naturally aligned block of its size (free lists
+    /// split, merged and carved as far as they go).
     #[test]
     fn size_class_model(ops in prop::collection::vec(op_strategy(), 1..200)) {
         let region = Region::new(256 * 1024);
         let alloc = region.size_class();
         let base = region.ptr.addr() as u64;
         let heap_end = region.len() as u64;
+        let mut reference = ReferenceHeap::new(heap_end);
         let mut ranges = Ranges::default();
         let mut live: Vec<(ShmPtr<u8>, u64, u64)> = Vec::new();
         for (step, op) in ops.into_iter().enumerate() {
@@ -136,6 +191,9 @@ proptest! {
                 Op::Alloc { size, align } => {
                     let class = SizeClassAllocator::class_for(size, align).expect("valid request");
                     let before = alloc.stats().expect("stats");
+                    let fits = reference.fits(block_size(class), before.carved_bytes);
+                    let servable = alloc.largest_servable_block().expect("walk");
+                    prop_assert_eq!(servable >= block_size(class), fits, "largest servable {}", servable);
                     match alloc.allocate_full(size, align) {
                         Ok(full) => {
                             let off = full.shm.off;
@@ -143,6 +201,8 @@ proptest! {
                             prop_assert_eq!((base + off) % align, 0);
                             prop_assert_eq!(off % 16, 0);
                             prop_assert!(off >= HEAP_ALIGN && off + size <= heap_end);
+                            prop_assert!(fits, "served where the reference has no free block");
+                            reference.take(off - data_offset(align), block_size(class));
                             ranges.insert(off, size);
                             let after = alloc.stats().expect("stats");
                             if before.free_blocks[class] > 0 {
@@ -156,9 +216,14 @@ proptest! {
                         }
                         Err(AllocError::Exhausted { requested, .. }) => {
                             prop_assert_eq!(requested, size);
-                            // A free block of the class would have been used.
+                            prop_assert!(!fits, "the reference has a free block of {} bytes", block_size(class));
+                            // A free block of the class would have been used,
+                            // and merging loses no byte.
                             prop_assert_eq!(before.free_blocks[class], 0);
-                            prop_assert_eq!(alloc.stats().expect("stats"), before);
+                            let after = alloc.stats().expect("stats");
+                            prop_assert_eq!(after.usable_bytes(size, align), Ok(0));
+                            prop_assert_eq!(after.free_bytes(), before.free_bytes());
+                            prop_assert_eq!(after.carved_bytes, before.carved_bytes);
                         }
                         Err(e) => prop_assert!(false, "unexpected error {e:?}"),
                     }
@@ -174,6 +239,7 @@ proptest! {
                     prop_assert_eq!(alloc.free(ptr), Ok(()));
                     prop_assert_eq!(alloc.free(ptr), Err(AllocError::DoubleFree { off: ptr.off }));
                     ranges.remove(ptr.off);
+                    reference.give_back(ptr.off);
                 }
             }
         }
@@ -367,7 +433,13 @@ fn size_class_stress_four_threads() {
                     let size = 1 + rng.next() % 2048;
                     let align = [8, 16, 64, 256][rng.next() as usize % 4];
                     let tag = thread << 32 | iteration;
-                    let full = alloc.allocate_full(size, align).expect("4 MiB is plenty");
+                    let full = alloc.allocate_full(size, align).unwrap_or_else(|e| {
+                        panic!(
+                            "4 MiB is plenty: {e:?} with {} live blocks held here, heap {:?}",
+                            live.len(),
+                            alloc.stats()
+                        )
+                    });
                     assert_eq!(full.ptr.addr() as u64 % align, 0);
                     // SAFETY: `size` fresh bytes that are ours.
                     unsafe { fill(full.ptr, size, tag) };
@@ -387,15 +459,24 @@ fn size_class_stress_four_threads() {
 /// frees made by the next thread (its pointers cross through a channel), some
 /// uncached: no block is handed out twice (the stamps survive), and once the
 /// caches are dropped with their threads every carved byte is on a list.
+///
+/// The channels are bounded, and a thread whose neighbour's channel is full
+/// frees the block itself: with more threads than cores a descheduled
+/// receiver would otherwise let its sender run a heap's worth of blocks
+/// ahead into the channel, and the test would measure the scheduler instead
+/// of the allocator. What the threads can hold at once (live blocks, their
+/// caches' bins, the channels) is then far below the heap, so an exhausted
+/// heap is a bug, reported with the allocator's stats.
 #[test]
 fn size_class_cached_stress_with_crossing_frees() {
     const THREADS: usize = 4;
     const ITERATIONS: u64 = 20_000;
     const LIVE: usize = 16;
+    const IN_FLIGHT: usize = 64;
     let region = Region::new(8 << 20);
     let alloc = region.size_class();
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..THREADS)
-        .map(|_| std::sync::mpsc::channel::<(ShmPtr<u8>, u64, u64)>())
+        .map(|_| std::sync::mpsc::sync_channel::<(ShmPtr<u8>, u64, u64)>(IN_FLIGHT))
         .unzip();
     std::thread::scope(|scope| {
         for (thread, incoming) in receivers.into_iter().enumerate() {
@@ -424,7 +505,13 @@ fn size_class_cached_stress_with_crossing_frees() {
                         let pick = rng.next() as usize % live.len();
                         let mine = live.swap_remove(pick);
                         match rng.next() % 6 {
-                            0 | 1 => outgoing.send(mine).expect("the next thread listens"),
+                            0 | 1 => match outgoing.try_send(mine) {
+                                Ok(()) => {}
+                                Err(TrySendError::Full(mine)) => release(&mut cache, mine, false),
+                                Err(TrySendError::Disconnected(_)) => {
+                                    panic!("the next thread listens")
+                                }
+                            },
                             2 => release(&mut cache, mine, true),
                             _ => release(&mut cache, mine, false),
                         }
@@ -433,7 +520,15 @@ fn size_class_cached_stress_with_crossing_frees() {
                     let size = 1 + rng.next() % 2048;
                     let align = [8, 16, 64, 256][rng.next() as usize % 4];
                     let tag = (thread as u64) << 32 | iteration;
-                    let full = cache.allocate_full(size, align).expect("8 MiB is plenty");
+                    let full = cache.allocate_full(size, align).unwrap_or_else(|e| {
+                        panic!(
+                            "8 MiB is plenty: {e:?} with {} live blocks held here, \
+                             {:?} cached here, heap {:?}",
+                            live.len(),
+                            cache.cached_blocks(),
+                            alloc.stats()
+                        )
+                    });
                     assert_eq!(full.ptr.addr() as u64 % align, 0);
                     // SAFETY: `size` fresh bytes that are ours.
                     unsafe { fill(full.ptr, size, tag) };
@@ -455,6 +550,134 @@ fn size_class_cached_stress_with_crossing_frees() {
     let stats = alloc.stats().expect("stats");
     assert!(stats.carved_bytes > 0);
     assert_eq!(stats.free_bytes(), stats.carved_bytes);
+}
+
+/// Threads allocating blocks of sizes 16 bytes to 8 KiB from a heap they
+/// carve to its end early, so that most requests split larger free blocks
+/// or merge smaller ones while the others pop, push, split and merge (half
+/// of the threads through caches): a request may fail while the others hold
+/// memory, but no block is handed out twice (the stamps survive), and once
+/// all is freed every byte is back and merges into the largest block.
+#[test]
+fn size_class_stress_splits_and_merges() {
+    const THREADS: u64 = 4;
+    const ITERATIONS: u64 = 20_000;
+    const LIVE: usize = 8;
+    const LEN: usize = 256 * 1024;
+    let region = Region::new(LEN);
+    let alloc = region.size_class();
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let alloc = &alloc;
+            scope.spawn(move || {
+                let mut cache = (thread % 2 == 1).then(|| SizeClassCache::new(*alloc));
+                let mut rng = XorShift(0xfeed_0000 + thread);
+                let mut live: Vec<(ShmPtr<u8>, u64, u64)> = Vec::new();
+                for iteration in 0..ITERATIONS {
+                    if live.len() == LIVE || (!live.is_empty() && rng.next() % 2 == 0) {
+                        let (ptr, size, tag) = live.swap_remove(rng.next() as usize % live.len());
+                        let full = alloc.to_full(ptr).expect("resolves");
+                        // SAFETY: the block is ours until the free below.
+                        unsafe { check(full.ptr, size, tag) };
+                        match cache.as_mut() {
+                            Some(cache) => cache.free(ptr).expect("free"),
+                            None => alloc.free(ptr).expect("free"),
+                        }
+                        continue;
+                    }
+                    let size = 16 << (rng.next() % 10);
+                    let tag = thread << 32 | iteration;
+                    let result = match cache.as_mut() {
+                        Some(cache) => cache.allocate_full(size, 16),
+                        None => alloc.allocate_full(size, 16),
+                    };
+                    match result {
+                        Ok(full) => {
+                            // SAFETY: `size` fresh bytes that are ours.
+                            unsafe { fill(full.ptr, size, tag) };
+                            live.push((full.shm, size, tag));
+                        }
+                        // The others hold the memory (or a merge holds
+                        // the blocks it took) at this moment.
+                        Err(AllocError::Exhausted { .. }) => {}
+                        Err(e) => panic!("unexpected {e:?}"),
+                    }
+                }
+                for (ptr, size, tag) in live {
+                    let full = alloc.to_full(ptr).expect("resolves");
+                    // SAFETY: as above.
+                    unsafe { check(full.ptr, size, tag) };
+                    alloc.free(ptr).expect("free");
+                }
+            });
+        }
+    });
+    let stats = alloc.stats().expect("stats");
+    assert_eq!(stats.uncarved_bytes(), 0, "the heap was carved to its end");
+    assert_eq!(stats.free_bytes(), stats.carved_bytes, "every byte back");
+    // Everything free merges back: the heap's largest aligned block.
+    let largest = 128 * 1024;
+    let full = alloc.allocate(largest - 16, 16).expect("merged whole");
+    assert_eq!(full.off, HEAP_ALIGN + 16);
+}
+
+/// Allocates blocks of `size` until the heap is exhausted, through `cache`
+/// when given; returns them.
+fn fill_heap(
+    alloc: &SizeClassAllocator<'_>,
+    mut cache: Option<&mut SizeClassCache<'_>>,
+    size: u64,
+) -> Vec<ShmPtr<u8>> {
+    let mut ptrs = Vec::new();
+    loop {
+        let result = match cache.as_deref_mut() {
+            Some(cache) => cache.allocate(size, 16),
+            None => alloc.allocate(size, 16),
+        };
+        match result {
+            Ok(ptr) => ptrs.push(ptr),
+            Err(AllocError::Exhausted { .. }) => return ptrs,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+}
+
+/// A heap once filled with large blocks and emptied serves a heap's worth of
+/// small ones, and the reverse, uncached and through a cache: a block's class
+/// is not fixed, free memory of one class serves another.
+#[test]
+fn a_heap_of_freed_blocks_of_one_size_serves_another() {
+    const LEN: usize = 1 << 20;
+    let heap = (LEN as u64 - HEAP_ALIGN) / 4096 * 4096;
+    let region = Region::new(LEN);
+    for cached in [false, true] {
+        let alloc = region.size_class();
+        let mut cache = cached.then(|| SizeClassCache::new(alloc));
+        for (first, then) in [(60_000, 100), (100, 60_000), (2000, 30_000), (30_000, 2000)] {
+            for size in [first, then] {
+                let block = block_size(SizeClassAllocator::class_for(size, 16).expect("class"));
+                let ptrs = fill_heap(&alloc, cache.as_mut(), size);
+                // Every naturally aligned block of the heap was served.
+                assert_eq!(
+                    ptrs.len() as u64,
+                    heap / block,
+                    "cached {cached}, {first} then {then} bytes: {block}-byte blocks, {:?}",
+                    alloc.stats()
+                );
+                for ptr in ptrs {
+                    match cache.as_mut() {
+                        Some(cache) => cache.free(ptr).expect("free"),
+                        None => alloc.free(ptr).expect("free"),
+                    }
+                }
+                if let Some(cache) = cache.as_mut() {
+                    cache.flush();
+                }
+                let stats = alloc.stats().expect("stats");
+                assert_eq!(stats.free_bytes(), stats.carved_bytes);
+            }
+        }
+    }
 }
 
 /// A cache in a `thread_local!` (over a region kept for the process's life,

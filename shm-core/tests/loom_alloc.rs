@@ -6,7 +6,9 @@
 //! along links another thread may be changing) and giving them back as one
 //! chain, against a thread allocating and freeing uncached; and a cached
 //! free, which marks its block with a store, refusing a second free that
-//! another thread makes after it (ordered by a flag, not by the mark).
+//! another thread makes after it (ordered by a flag, not by the mark); and a
+//! request that splits a larger free block, or merges free buddies, while
+//! another thread pops and pushes the lists involved.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p tandem-shm-core --release --test loom_alloc`.
 #![cfg(loom)]
@@ -16,7 +18,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use tandem_shm_core::layout::AllocatorId;
-use tandem_shm_core::size_class::block_size;
+use tandem_shm_core::size_class::{block_size, HEAP_ALIGN};
 use tandem_shm_core::{AllocError, ShmPtr, SizeClassAllocator, SizeClassCache};
 
 const ID: AllocatorId = AllocatorId::new(1, 1);
@@ -218,5 +220,161 @@ fn a_free_after_a_cached_free_is_refused() {
 
         let stats = alloc.stats().expect("stats");
         assert_eq!(stats.free_bytes(), stats.carved_bytes, "the block once");
+    });
+}
+
+/// Bytes of the block a request of `SIZE` gets (loom's atomics make block
+/// headers larger than in real builds, so the tests compute their sizes).
+fn small_block() -> u64 {
+    block_size(SizeClassAllocator::class_for(SIZE, 8).expect("class"))
+}
+
+/// Fills the region's 12 KiB heap: 4 KiB blocks only, or four small blocks
+/// (`small_block`) at the start and then, up to the end, blocks each as
+/// large as the offset where it starts allows (no carve skips padding).
+/// Returns the blocks in allocation order.
+fn fill_heap(alloc: &SizeClassAllocator<'_>, small_first: bool) -> Vec<ShmPtr<u8>> {
+    const HEAP: u64 = LEN as u64 - HEAP_ALIGN;
+    let mut ptrs = Vec::new();
+    let mut carved = 0;
+    if small_first {
+        for _ in 0..4 {
+            ptrs.push(take(alloc, 0));
+        }
+        carved = 4 * small_block();
+    }
+    while carved < HEAP {
+        let block = match carved {
+            0 => 4096,
+            _ => 1 << carved.trailing_zeros().min(12),
+        };
+        // Half a block leaves room for any header.
+        ptrs.push(take_sized(alloc, block / 2, 0));
+        carved += block;
+    }
+    ptrs
+}
+
+/// `take` of `size` bytes (stamped over the first `SIZE`).
+fn take_sized(alloc: &SizeClassAllocator<'_>, size: u64, tag: u8) -> ShmPtr<u8> {
+    let full = alloc.allocate_full(size, 8).expect("allocate");
+    // SAFETY: at least `SIZE` bytes that are ours.
+    unsafe { full.ptr.write_bytes(tag, SIZE as usize) };
+    full.shm
+}
+
+/// A request that finds its list empty and the heap carved splits the free
+/// 4 KiB block while another thread frees a second one and allocates a
+/// 4 KiB block (popping the list the split pops from): both are served, no
+/// block twice, and every byte is accounted for afterwards.
+#[test]
+fn a_split_against_a_pop_and_a_push_of_its_class() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    // The split path checks the lists of every larger class.
+    builder.max_branches = 10_000;
+    builder.check(|| {
+        let region = Arc::new(Region::new());
+        // SAFETY: a fresh buffer, used only through allocator handles.
+        let alloc = unsafe { SizeClassAllocator::init_in(region.0, LEN, ID) }.expect("init");
+        let big = fill_heap(&alloc, false);
+        give_back(&alloc, big[0], 0);
+        let second = big[1];
+
+        let other = Arc::clone(&region);
+        let popper = loom::thread::spawn(move || {
+            let alloc = other.attach();
+            give_back(&alloc, second, 0);
+            let p = take_sized(&alloc, 2048, 1);
+            give_back(&alloc, p, 1);
+        });
+        let small = take(&alloc, 2);
+        give_back(&alloc, small, 2);
+        popper.join().expect("thread");
+
+        let stats = alloc.stats().expect("stats");
+        assert_eq!(stats.uncarved_bytes(), 0);
+        assert_eq!(
+            stats.free_bytes() + 4096,
+            stats.carved_bytes,
+            "all but big[2]"
+        );
+        assert_eq!(big.len(), 3);
+    });
+}
+
+/// A request that can only be served by merging the four free small
+/// blocks into one, while another thread allocates and frees a small
+/// block (its pop may be on its way through the list the merge
+/// takes, or hold a block the merge needs): whatever either gets is its
+/// alone, a merge that cannot wait out a reader gives the blocks back, and
+/// afterwards every byte is on a list and the merge succeeds.
+#[test]
+fn a_merge_against_a_pop_and_a_push_of_the_classes_below() {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    // The merge path checks the lists of every class.
+    builder.max_branches = 10_000;
+    builder.check(|| {
+        let region = Arc::new(Region::new());
+        // SAFETY: a fresh buffer, used only through allocator handles.
+        let alloc = unsafe { SizeClassAllocator::init_in(region.0, LEN, ID) }.expect("init");
+        let blocks = fill_heap(&alloc, true);
+        for &p in &blocks[..4] {
+            give_back(&alloc, p, 0);
+        }
+        let live = blocks[4..].to_vec();
+
+        let other = Arc::clone(&region);
+        let small = loom::thread::spawn(move || {
+            let alloc = other.attach();
+            match alloc.allocate_full(SIZE, 8) {
+                Ok(full) => {
+                    // SAFETY: `SIZE` bytes that are ours.
+                    unsafe { full.ptr.write_bytes(1, SIZE as usize) };
+                    give_back(&alloc, full.shm, 1);
+                }
+                // The merge held every free small block.
+                Err(AllocError::Exhausted { .. }) => {}
+                Err(e) => panic!("unexpected {e:?}"),
+            }
+        });
+        // Half of four small blocks: only their merge serves it.
+        let request = 2 * small_block();
+        let merged = match alloc.allocate_full(request, 8) {
+            Ok(full) => {
+                // SAFETY: `request` bytes that are ours.
+                unsafe { full.ptr.write_bytes(2, request as usize) };
+                Some(full.shm)
+            }
+            // The other thread held a block the merge needed, or its pop
+            // outlasted the merge's patience.
+            Err(AllocError::Exhausted { .. }) => None,
+            Err(e) => panic!("unexpected {e:?}"),
+        };
+        small.join().expect("thread");
+        if let Some(p) = merged {
+            let full = alloc.to_full(p).expect("resolves");
+            for i in 0..request as usize {
+                // SAFETY: the block is ours until the free below.
+                assert_eq!(unsafe { full.ptr.add(i).read() }, 2, "handed out twice");
+            }
+            alloc.free(p).expect("free");
+        }
+
+        let stats = alloc.stats().expect("stats");
+        assert_eq!(
+            stats.free_bytes(),
+            4 * small_block(),
+            "the four small blocks, merged or not"
+        );
+        let p = take_sized(&alloc, request, 3);
+        assert!(
+            p.off < HEAP_ALIGN + 4 * small_block(),
+            "merged at the heap start"
+        );
+        for p in live {
+            give_back(&alloc, p, 0);
+        }
     });
 }

@@ -40,6 +40,7 @@ macro_rules! cross_language_tests {
                 racing_frees_have_one_winner,
                 cpp_and_rust_threads_at_once_overlap_and_lose_nothing,
                 malformed_heaps_are_refused_like_rust_refuses_them,
+                a_heap_of_freed_blocks_of_one_size_serves_another,
             ]);
         }
     };

@@ -23,7 +23,8 @@ use std::{
 /// One leg of the test matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leg {
-    /// Workspace tests with default features (the host backend), then the host-client example.
+    /// Workspace tests with default features (the host backend), shm-core's tests again in
+    /// release, then the host-client example.
     Host,
     /// The loom models in `shm-core/tests/loom_*.rs` and tandem-hal's `loom` unit tests.
     Loom,
@@ -267,8 +268,12 @@ fn leg_commands(
             // The host-client example forks `tandem run`, which it finds next to it in the
             // target directory: built first.
             let example = ["run", "-p", "tandem-examples", "--example", "host_client"];
+            // shm-core's stress and model tests again in release: optimised code runs threads
+            // at other relative speeds and interleaves them otherwise than a debug build.
+            let shm_core_release = ["test", "-p", "tandem-shm-core", "--release", "--tests"];
             Ok(vec![
                 cmd,
+                cargo().args(shm_core_release),
                 cargo().args(["build", "-p", "tandem-cli", "--bin", "tandem"]),
                 cargo().args(example),
                 cargo().args(["run", "-p", "tandem-examples", "--example", "user_pool"]),
@@ -579,11 +584,15 @@ mod tests {
             "cargo test --workspace --exclude tandem-hal-cuda --exclude tandem-hal-hip"
         );
         assert_eq!(
-            host[2].display(),
-            "cargo run -p tandem-examples --example host_client"
+            host[1].display(),
+            "cargo test -p tandem-shm-core --release --tests"
         );
         assert_eq!(
             host[3].display(),
+            "cargo run -p tandem-examples --example host_client"
+        );
+        assert_eq!(
+            host[4].display(),
             "cargo run -p tandem-examples --example user_pool"
         );
         let cuda = leg_commands(&ctx, Leg::Cuda, &mut notes).unwrap();

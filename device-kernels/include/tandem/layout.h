@@ -112,6 +112,13 @@ constexpr u64 SIZE_CLASSES = 24;
 /// Smallest block, header included.
 constexpr u64 MIN_BLOCK = 32;
 
+/// One size class's free list (layout.rs: FreeList): the tagged head, and
+/// the pops and walks of the list in progress.
+struct alignas(64) FreeList {
+  u64 head;
+  u64 readers;
+};
+
 /// Header of the freeing (size-class) allocator.
 struct alignas(64) SizeClassHeader {
   u64 magic;
@@ -119,7 +126,7 @@ struct alignas(64) SizeClassHeader {
   u64 heap_begin;
   u64 heap_end;
   PaddedAtomicU64 bump;
-  PaddedAtomicU64 free_heads[SIZE_CLASSES];
+  FreeList free_lists[SIZE_CLASSES];
 };
 
 /// Precedes every block of the size-class allocator.
@@ -253,7 +260,9 @@ TANDEM_ASSERT_OFFSET(ThreadArena, cursor, 8);
 TANDEM_ASSERT_OFFSET(ThreadArena, end, 16);
 static_assert(sizeof(SizeClassHeader) == 128 + 64 * SIZE_CLASSES, "SizeClassHeader");
 TANDEM_ASSERT_OFFSET(SizeClassHeader, bump, 64);
-TANDEM_ASSERT_OFFSET(SizeClassHeader, free_heads, 128);
+TANDEM_ASSERT_OFFSET(SizeClassHeader, free_lists, 128);
+static_assert(sizeof(FreeList) == 64 && alignof(FreeList) == 64, "FreeList");
+TANDEM_ASSERT_OFFSET(FreeList, readers, 8);
 static_assert(sizeof(BlockHeader) == 16, "BlockHeader");
 TANDEM_ASSERT_OFFSET(BlockHeader, class_, 4);
 TANDEM_ASSERT_OFFSET(BlockHeader, next, 8);

@@ -5,11 +5,18 @@
 //
 //   * Class c blocks are MIN_BLOCK << c bytes, header included, naturally
 //     aligned from the heap start, carved from the bump cursor; the padding a
-//     carve skips is cut into smaller naturally aligned blocks and freed. A
-//     block keeps its class forever.
+//     carve skips is cut into smaller naturally aligned blocks and freed.
+//   * A request whose list is empty and whose class the cursor can no longer
+//     carve splits the smallest larger free block (the upper halves go to
+//     their lists), else merges free buddies of the smaller classes (the
+//     lists taken whole, sorted, paired), so it fails only when no free
+//     memory, merged as far as it goes, holds its block (size_class.rs,
+//     `take_fresh`).
 //   * Each class has a Treiber stack of free blocks whose head packs a 24-bit
 //     ABA tag above (offset / 16) in 40 bits; offset 0 means empty. Every
-//     successful push or pop bumps the tag.
+//     successful push or pop bumps the tag. Every pop (and Rust's stats walk)
+//     counts itself in the list's `readers` while it may read block headers,
+//     so that a merge can wait until no one reads a header it absorbs.
 //   * User data follows the block's header (16-aligned); an alignment above
 //     16 puts the data `align` bytes (at least two headers) into the block,
 //     with a second header right before it, and marks the block's own header
@@ -106,6 +113,10 @@ constexpr u64 OFFSET_MASK = (1ull << OFFSET_BITS) - 1;
 constexpr u64 TAG_MASK = (1ull << (64 - OFFSET_BITS)) - 1;
 /// Offsets must fit a head's 40 bits after division by 16 (16 TiB).
 constexpr u64 MAX_HEAP_END = 1ull << (OFFSET_BITS + OFFSET_SHIFT);
+/// How many times a merge checks a list's readers before it gives up on
+/// them (Rust's DRAIN_PATIENCE): a reader that died in a pop never leaves,
+/// and on AMD a lane must not wait without end for a lane of its own warp.
+constexpr u32 DRAIN_PATIENCE = 1u << 14;
 /// REGION_ALIGN of region.rs: the header's alignment.
 constexpr u64 REGION_ALIGN = CACHE_LINE;
 
@@ -205,7 +216,7 @@ TANDEM_DEVICE void sc_write_header(const SizeClassHeap& heap, u64 off, u64 cls, 
 /// successful change of the head moves the tag).
 template <scope S>
 TANDEM_DEVICE void sc_push_chain(const SizeClassHeap& heap, u64 cls, u64 first, u64 last) {
-  u64* const head = &heap.header->free_heads[cls].value;
+  u64* const head = &heap.header->free_lists[cls].head;
   u64* const link = &heap.block(last)->next;
   Backoff backoff = Backoff::for_races<S>();
   // Relaxed: the value only seeds the CAS, which checks it.
@@ -236,19 +247,10 @@ struct SizeClassRun {
   u64 taken;
 };
 
-/// `pop`, generalised to a run: takes up to `want` (>= 1) blocks off the
-/// class's free list with one compare-and-swap; none when it is empty. With
-/// want 1 this is Rust's pop; more is what as many pops in a row would have
-/// taken. The walk along the list may read links of blocks that others pop
-/// and reuse meanwhile, which only happens if the head moved, and then the
-/// compare-and-swap (tag included) fails and the walk is redone: so each
-/// link is checked to be a block before it is followed, and a bad one ends
-/// the run there (installed as the new head only if the head did not move,
-/// that is, if the list really holds it, which is what pops in a row would
-/// have installed).
+/// sc_pop_run's work, between the reader's enter and leave.
 template <scope S>
-TANDEM_DEVICE SizeClassRun sc_pop_run(const SizeClassHeap& heap, u64 cls, u64 want) {
-  u64* const head = &heap.header->free_heads[cls].value;
+TANDEM_DEVICE SizeClassRun sc_pop_run_counted(const SizeClassHeap& heap, u64 cls, u64 want) {
+  u64* const head = &heap.header->free_lists[cls].head;
   Backoff backoff = Backoff::for_races<S>();
   // Acquire (the load and both outcomes of the CAS) pairs with the release
   // of the push that put the first block on the list; the pushes of the
@@ -281,6 +283,47 @@ TANDEM_DEVICE SizeClassRun sc_pop_run(const SizeClassHeap& heap, u64 cls, u64 wa
     // After a sleep, reload: see Backoff::contended.
     current = backoff.contended() ? load_acquire<S>(head) : seen;
   }
+}
+
+/// Rust's ListReader::enter: counts a reader of the class's list before the
+/// caller loads its head.
+template <scope S>
+TANDEM_DEVICE void sc_enter_reader(const SizeClassHeap& heap, u64 cls) {
+  // Relaxed increment, then a seq_cst fence before the caller's load of the
+  // head: with the fence between a merge's take of the list and its load of
+  // `readers` (sc_readers_drained), the store-buffering pattern, so either
+  // the merge sees this reader or this reader's load sees the take.
+  fetch_add<S, order::relaxed>(&heap.header->free_lists[cls].readers, u64{1});
+  fence_seq_cst<S>();
+}
+
+/// Rust's ListReader drop: the reader is done with the list's headers.
+template <scope S>
+TANDEM_DEVICE void sc_leave_reader(const SizeClassHeap& heap, u64 cls) {
+  // Release pairs with the merge's acquire load of `readers`: what this
+  // reader read happens before the merge gives the bytes out.
+  fetch_add<S, order::release>(&heap.header->free_lists[cls].readers, ~u64{0});
+}
+
+/// `pop`, generalised to a run: takes up to `want` (>= 1) blocks off the
+/// class's free list with one compare-and-swap; none when it is empty. With
+/// want 1 this is Rust's pop; more is what as many pops in a row would have
+/// taken. The walk along the list may read links of blocks that others pop
+/// and reuse meanwhile, which only happens if the head moved, and then the
+/// compare-and-swap (tag included) fails and the walk is redone: so each
+/// link is checked to be a block before it is followed, and a bad one ends
+/// the run there (installed as the new head only if the head did not move,
+/// that is, if the list really holds it, which is what pops in a row would
+/// have installed).
+///
+/// The pop counts itself in the list's readers from before its load of the
+/// head until its last read of a link.
+template <scope S>
+TANDEM_DEVICE SizeClassRun sc_pop_run(const SizeClassHeap& heap, u64 cls, u64 want) {
+  sc_enter_reader<S>(heap, cls);
+  const SizeClassRun run = sc_pop_run_counted<S>(heap, cls, want);
+  sc_leave_reader<S>(heap, cls);
+  return run;
 }
 
 /// `recycle_padding`: cuts `[from, to)`, padding a carve skipped, into
@@ -329,6 +372,303 @@ TANDEM_DEVICE SizeClassResult sc_carve(const SizeClassHeap& heap, u64 cls, u64 c
     // After a sleep, reload: see Backoff::contended.
     current = backoff.contended() ? load_relaxed<S>(bump) : seen;
   }
+}
+
+/// `set_class`: records `cls` in the header of a block the caller holds
+/// (split or merged). Relaxed: only its owner reads the field, or a free of a
+/// wild pointer (the checks of sc_claim are a guard, not a proof).
+template <scope S>
+TANDEM_DEVICE void sc_set_class(const SizeClassHeap& heap, u64 off, u64 cls) {
+  store_relaxed<S>(&heap.block(off)->class_, static_cast<u32>(cls));
+}
+
+/// `split_larger`: pops a block of the smallest larger class that has one and
+/// splits it down to `cls`, each upper half pushed on its class's list;
+/// returns the last lower half (ok with off 0: no larger block is free). The
+/// halves' headers go into the popped block's interior, which no pop can be
+/// on its way to: no list holds a block there, and a merge that absorbed one
+/// waited for its readers.
+template <scope S>
+TANDEM_DEVICE SizeClassResult sc_split_larger(const SizeClassHeap& heap, u64 cls) {
+  for (u64 larger = cls + 1; larger < SIZE_CLASSES; ++larger) {
+    // Relaxed: a hint that skips empty lists; the pop decides.
+    if (sc_head_offset(load_relaxed<S>(&heap.header->free_lists[larger].head)) == 0) {
+      continue;
+    }
+    const SizeClassRun popped = sc_pop_run<S>(heap, larger, 1);
+    if (popped.status != size_class_status::ok) {
+      return SizeClassResult{popped.status, popped.first};
+    }
+    if (popped.taken == 0) {
+      continue;
+    }
+    for (u64 half = larger; half-- > cls;) {
+      const u64 upper = popped.first + sc_block_size(half);
+      sc_write_header(heap, upper, half, magic::BLOCK_FREE);
+      // The push's release publishes the header to the next owner.
+      sc_push_chain<S>(heap, half, upper, upper);
+    }
+    sc_set_class<S>(heap, popped.first, cls);
+    return SizeClassResult{size_class_status::ok, popped.first};
+  }
+  return SizeClassResult{size_class_status::ok, 0};
+}
+
+/// Blocks of the caller's linked through `next` from `first` to `last` (the
+/// last link 0): Rust's `Chain`, what a merge sorts and pairs.
+struct SizeClassChain {
+  u64 first;
+  u64 last;
+  u64 count;
+};
+
+/// `take_list`: takes the class's whole list with one compare-and-swap (the
+/// head to empty, the tag moved) and checks it: every link a block of the
+/// class, no longer than the heap holds. On a bad list, status
+/// corrupt_free_list with the bad entry in `off` and `*out` empty.
+template <scope S>
+TANDEM_DEVICE SizeClassResult sc_take_list(const SizeClassHeap& heap, u64 cls,
+                                           SizeClassChain* out) {
+  u64* const head = &heap.header->free_lists[cls].head;
+  *out = SizeClassChain{0, 0, 0};
+  // Relaxed: the value only seeds the CAS, which checks it.
+  u64 current = load_relaxed<S>(head);
+  u64 first = 0;
+  for (;;) {
+    first = sc_head_offset(current);
+    if (first == 0) {
+      return SizeClassResult{size_class_status::ok, 0};
+    }
+    // Acquire pairs with the pushes' release (the head's release sequence,
+    // as in sc_pop_run): the links and the blocks' earlier owners' writes
+    // happen before our use.
+    const u64 seen = cas<S, order::acquire>(head, current, sc_pack_head(0, sc_head_tag(current) + 1));
+    if (seen == current) {
+      break;
+    }
+    current = seen;
+  }
+  const u64 most = (heap.heap_end - heap.heap_begin) / sc_block_size(cls);
+  SizeClassChain chain{first, first, 0};
+  for (u64 off = first; off != 0;) {
+    if (!sc_is_block(heap, cls, off) || chain.count == most) {
+      return SizeClassResult{size_class_status::corrupt_free_list, off};
+    }
+    chain.last = off;
+    ++chain.count;
+    // Relaxed: ordered by the acquire above.
+    off = load_relaxed<S>(&heap.block(off)->next);
+  }
+  *out = chain;
+  return SizeClassResult{size_class_status::ok, 0};
+}
+
+/// `readers_drained`: whether every list below `cls` was seen without
+/// readers after the merge took them.
+template <scope S>
+TANDEM_DEVICE bool sc_readers_drained(const SizeClassHeap& heap, u64 cls) {
+  // seq_cst: pairs with the fence of sc_enter_reader (store-buffering): a
+  // reader that loaded a head from before our take counted itself before
+  // its fence, and this fence follows the take, so the loads below see it.
+  fence_seq_cst<S>();
+  for (u64 below = 0; below < cls; ++below) {
+    u32 checks = 0;
+    // Acquire pairs with the readers' release decrements.
+    while (load_acquire<S>(&heap.header->free_lists[below].readers) != 0) {
+      if (++checks == size_class::DRAIN_PATIENCE) {
+        return false;
+      }
+      spin_pause();
+    }
+  }
+  return true;
+}
+
+/// `append`: `block` (ours) at the end of the chain, its link set to 0.
+/// Relaxed: links of the caller's own chains, published by a push's release.
+template <scope S>
+TANDEM_DEVICE void sc_append(const SizeClassHeap& heap, SizeClassChain& chain, u64 block) {
+  if (chain.count == 0) {
+    chain.first = block;
+  } else {
+    store_relaxed<S>(&heap.block(chain.last)->next, block);
+  }
+  store_relaxed<S>(&heap.block(block)->next, u64{0});
+  chain.last = block;
+  ++chain.count;
+}
+
+/// `cut_after`: cuts the chain at `first` after `count` blocks; returns the
+/// block after the cut, 0 if the chain is not longer (or `first` is 0).
+template <scope S>
+TANDEM_DEVICE u64 sc_cut_after(const SizeClassHeap& heap, u64 first, u64 count) {
+  if (first == 0) {
+    return 0;
+  }
+  u64 last = first;
+  for (u64 i = 1; i < count; ++i) {
+    const u64 after = load_relaxed<S>(&heap.block(last)->next);
+    if (after == 0) {
+      return 0;
+    }
+    last = after;
+  }
+  const u64 after = load_relaxed<S>(&heap.block(last)->next);
+  store_relaxed<S>(&heap.block(last)->next, u64{0});
+  return after;
+}
+
+/// `merge_sorted`: two sorted chains of ours (last links 0) merged into one.
+template <scope S>
+TANDEM_DEVICE SizeClassChain sc_merge_sorted(const SizeClassHeap& heap, u64 a, u64 b) {
+  SizeClassChain merged{0, 0, 0};
+  while (a != 0 || b != 0) {
+    const bool take_a = b == 0 || (a != 0 && a < b);
+    const u64 block = take_a ? a : b;
+    const u64 after = load_relaxed<S>(&heap.block(block)->next);
+    if (take_a) {
+      a = after;
+    } else {
+      b = after;
+    }
+    sc_append<S>(heap, merged, block);
+  }
+  return merged;
+}
+
+/// `sort_chain`: the chain (ours) sorted by offset, relinked: a bottom-up
+/// merge sort, no memory beyond the links and no recursion.
+template <scope S>
+TANDEM_DEVICE SizeClassChain sc_sort_chain(const SizeClassHeap& heap, SizeClassChain chain) {
+  SizeClassChain sorted = chain;
+  for (u64 width = 1; width < chain.count; width *= 2) {
+    u64 rest = sorted.first;
+    sorted = SizeClassChain{0, 0, 0};
+    while (rest != 0) {
+      const u64 a = rest;
+      const u64 b = sc_cut_after<S>(heap, a, width);
+      rest = sc_cut_after<S>(heap, b, width);
+      const SizeClassChain merged = sc_merge_sorted<S>(heap, a, b);
+      if (sorted.count == 0) {
+        sorted = merged;
+      } else {
+        store_relaxed<S>(&heap.block(sorted.last)->next, merged.first);
+        sorted.last = merged.last;
+        sorted.count += merged.count;
+      }
+    }
+  }
+  return sorted;
+}
+
+/// `pair_buddies`: walks the sorted chain at `first` of class-`cls` blocks
+/// (ours) and merges each lower buddy with the upper one when that follows
+/// it; `*unpaired` gets the blocks left alone, `*merged` the merged blocks of
+/// the next class, both sorted.
+template <scope S>
+TANDEM_DEVICE void sc_pair_buddies(const SizeClassHeap& heap, u64 cls, u64 first,
+                                   SizeClassChain* unpaired, SizeClassChain* merged) {
+  const u64 size = sc_block_size(cls);
+  *unpaired = SizeClassChain{0, 0, 0};
+  *merged = SizeClassChain{0, 0, 0};
+  for (u64 block = first; block != 0;) {
+    const u64 after = load_relaxed<S>(&heap.block(block)->next);
+    const bool lower = ((block - heap.heap_begin) & size) == 0;
+    if (lower && after == block + size) {
+      const u64 beyond = load_relaxed<S>(&heap.block(after)->next);
+      // The upper buddy's header is now inside the merged block, which no
+      // reader will read (sc_merge_below drained them).
+      sc_set_class<S>(heap, block, cls + 1);
+      sc_append<S>(heap, *merged, block);
+      block = beyond;
+    } else {
+      sc_append<S>(heap, *unpaired, block);
+      block = after;
+    }
+  }
+}
+
+/// `give_back`: pushes the first `classes` chains a merge took (chain `c` of
+/// class `c`), unmerged, back on their lists.
+template <scope S>
+TANDEM_DEVICE void sc_give_back(const SizeClassHeap& heap, const SizeClassChain* taken,
+                                u64 classes) {
+  for (u64 cls = 0; cls < classes; ++cls) {
+    if (taken[cls].count > 0) {
+      sc_push_chain<S>(heap, cls, taken[cls].first, taken[cls].last);
+    }
+  }
+}
+
+/// `merge_below`: merges the free blocks of every class below `cls` with
+/// their free buddies as far as they go and returns one merged block of
+/// `cls` (ok with off 0: none), the rest pushed on their lists. The lists are
+/// taken whole, then the merge waits until no pop is left on them (a pop
+/// that loaded a head before the take may still read a taken block's
+/// header, which a merge puts inside a larger block), or gives the blocks
+/// back unmerged when one outlasts size_class::DRAIN_PATIENCE checks; then
+/// from the smallest class up it sorts the blocks with those merged from
+/// below, pairs buddies, and pushes the unpaired ones back. See Rust's
+/// `merge_below` for why concurrent merges need no lock.
+template <scope S>
+TANDEM_DEVICE SizeClassResult sc_merge_below(const SizeClassHeap& heap, u64 cls) {
+  SizeClassChain taken[SIZE_CLASSES];
+  u64 any = 0;
+  for (u64 below = 0; below < cls; ++below) {
+    const SizeClassResult took = sc_take_list<S>(heap, below, &taken[below]);
+    if (took.status != size_class_status::ok) {
+      sc_give_back<S>(heap, taken, below);
+      return took;
+    }
+    any += taken[below].count;
+  }
+  if (any == 0) {
+    return SizeClassResult{size_class_status::ok, 0};
+  }
+  if (!sc_readers_drained<S>(heap, cls)) {
+    sc_give_back<S>(heap, taken, cls);
+    return SizeClassResult{size_class_status::ok, 0};
+  }
+  SizeClassChain carried{0, 0, 0};
+  for (u64 below = 0; below < cls; ++below) {
+    const SizeClassChain sorted = sc_sort_chain<S>(heap, taken[below]);
+    const SizeClassChain all = sc_merge_sorted<S>(heap, sorted.first, carried.first);
+    SizeClassChain unpaired;
+    sc_pair_buddies<S>(heap, below, all.first, &unpaired, &carried);
+    if (unpaired.count > 0) {
+      sc_push_chain<S>(heap, below, unpaired.first, unpaired.last);
+    }
+  }
+  if (carried.count > 1) {
+    const u64 second = load_relaxed<S>(&heap.block(carried.first)->next);
+    sc_push_chain<S>(heap, cls, second, carried.last);
+  }
+  return SizeClassResult{size_class_status::ok, carried.first};
+}
+
+/// `take_fresh`: a free block of `cls` for a request whose list was empty:
+/// carved, else split from a larger free block, else merged from free
+/// buddies below; its header marks it free and of `cls`, the caller's.
+/// Exhausted only when none of the three finds the memory.
+template <scope S>
+TANDEM_DEVICE SizeClassResult sc_take_fresh(const SizeClassHeap& heap, u64 cls) {
+  SizeClassResult got = sc_carve<S>(heap, cls);
+  if (got.status == size_class_status::ok) {
+    sc_write_header(heap, got.off, cls, magic::BLOCK_FREE);
+    return got;
+  }
+  if (got.status != size_class_status::exhausted) {
+    return got;
+  }
+  got = sc_split_larger<S>(heap, cls);
+  if (got.status != size_class_status::ok || got.off != 0) {
+    return got;
+  }
+  got = sc_merge_below<S>(heap, cls);
+  if (got.status != size_class_status::ok || got.off != 0) {
+    return got;
+  }
+  return SizeClassResult{size_class_status::exhausted, 0};
 }
 
 /// The tail of `allocate`: marks `block` (class `cls`, exclusively the
@@ -470,7 +810,7 @@ TANDEM_DEVICE size_class_status size_class_attach(SizeClassHeader* header, u64 l
 namespace detail {
 
 /// `allocate` after its checks: a block of the request's class from the free
-/// list, else carved, handed out.
+/// list, else carved, split or merged (sc_take_fresh), handed out.
 template <scope S>
 TANDEM_DEVICE SizeClassResult sc_allocate(const SizeClassHeap& heap, const SizeClassRequest& req) {
   const SizeClassRun popped = sc_pop_run<S>(heap, req.cls, 1);
@@ -479,11 +819,10 @@ TANDEM_DEVICE SizeClassResult sc_allocate(const SizeClassHeap& heap, const SizeC
     return got;
   }
   if (got.off == 0) {
-    got = sc_carve<S>(heap, req.cls);
+    got = sc_take_fresh<S>(heap, req.cls);
     if (got.status != size_class_status::ok) {
       return got;
     }
-    sc_write_header(heap, got.off, req.cls, magic::BLOCK_FREE);
   }
   return sc_hand_out<S>(heap, got.off, req.cls, req.pad);
 }

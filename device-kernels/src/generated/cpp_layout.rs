@@ -215,6 +215,24 @@ pub mod root {
         #[repr(C)]
         #[repr(align(64))]
         #[derive(Copy, Clone)]
+        pub struct FreeList {
+            pub head: root::tandem::u64_,
+            pub readers: root::tandem::u64_,
+        }
+        #[allow(clippy::unnecessary_operation, clippy::identity_op)]
+        const _: () = {
+            ["Size of FreeList"][::core::mem::size_of::<FreeList>() - 64usize];
+            ["Alignment of FreeList"][::core::mem::align_of::<FreeList>() - 64usize];
+            [
+                "Offset of field: FreeList::head",
+            ][::core::mem::offset_of!(FreeList, head) - 0usize];
+            [
+                "Offset of field: FreeList::readers",
+            ][::core::mem::offset_of!(FreeList, readers) - 8usize];
+        };
+        #[repr(C)]
+        #[repr(align(64))]
+        #[derive(Copy, Clone)]
         pub struct SizeClassHeader {
             pub magic: root::tandem::u64_,
             pub id: root::tandem::AllocatorId,
@@ -222,7 +240,7 @@ pub mod root {
             pub heap_end: root::tandem::u64_,
             pub __bindgen_padding_0: [u64; 4usize],
             pub bump: root::tandem::PaddedAtomicU64,
-            pub free_heads: [root::tandem::PaddedAtomicU64; 24usize],
+            pub free_lists: [root::tandem::FreeList; 24usize],
         }
         #[allow(clippy::unnecessary_operation, clippy::identity_op)]
         const _: () = {
@@ -248,8 +266,8 @@ pub mod root {
                 "Offset of field: SizeClassHeader::bump",
             ][::core::mem::offset_of!(SizeClassHeader, bump) - 64usize];
             [
-                "Offset of field: SizeClassHeader::free_heads",
-            ][::core::mem::offset_of!(SizeClassHeader, free_heads) - 128usize];
+                "Offset of field: SizeClassHeader::free_lists",
+            ][::core::mem::offset_of!(SizeClassHeader, free_lists) - 128usize];
         };
         #[repr(C)]
         #[repr(align(16))]

@@ -167,17 +167,18 @@ impl<'r> SizeClassCache<'r> {
 
     /// Fills the empty bin of `class` with a run off the class's list, or
     /// freshly carved blocks when the list is empty, and returns one block
-    /// of it; `requested` is the user's size, for the error.
+    /// of it; `requested` is the user's size, for the error. A heap too
+    /// full for a run of new blocks gives one block the way an uncached
+    /// allocation would (carved, split or merged).
     #[cold]
     fn refill(&mut self, class: usize, requested: u64) -> Result<u64, AllocError> {
         let want = refill_count(class);
         let (first, last, count) = match self.alloc.pop_run(class, want)? {
-            Some(run) => (run.first, run.last, run.count),
+            Some(run) => (run.first, run.last, run.count as u32),
             None => match self.alloc.carve(class, want, requested) {
                 Ok(first) => (first, first + u64::from(want - 1) * block_size(class), want),
-                // A heap too full for a run may still hold one block.
-                Err(AllocError::Exhausted { .. }) if want > 1 => {
-                    let first = self.alloc.carve(class, 1, requested)?;
+                Err(AllocError::Exhausted { .. }) => {
+                    let first = self.alloc.take_fresh(class, requested)?;
                     (first, first, 1)
                 }
                 Err(e) => return Err(e),

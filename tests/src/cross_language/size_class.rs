@@ -5,7 +5,8 @@
 //! time); the C++ thread cache hides blocks until it is flushed; racing
 //! frees of one block have one winner; kernel threads and Rust threads
 //! allocating and freeing at once overlap and lose nothing; both sides refuse
-//! the same malformed heaps.
+//! the same malformed heaps; a kernels' heap emptied of blocks of one size
+//! serves a heap's worth of another.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -339,6 +340,69 @@ pub fn cpp_allocates_rust_frees_and_back<A: GpuApi>(gpu: &Gpu<A>) {
         cpp_free(gpu, &mem, ShmPtr::new(ID, plain)),
         (status::OK, plain)
     );
+}
+
+/// `tandem_size_class_fill_and_free`: C++ allocates `size`-byte blocks until
+/// the heap has none left (through a thread cache when `cached`), then frees
+/// them all; returns how many it got.
+fn cpp_fill_and_free<A: GpuApi>(gpu: &Gpu<A>, mem: &Shared<A>, size: u64, cached: bool) -> u64 {
+    let capacity = mem.len() / 32;
+    let offsets = gpu.shared(capacity * 8);
+    let out = gpu.shared(3 * 8);
+    // SAFETY: `mem` holds an initialised heap of its length, `offsets`
+    // `capacity` words, `out` three.
+    unsafe {
+        gpu.run_one(
+            names::TANDEM_SIZE_CLASS_FILL_AND_FREE,
+            &[
+                mem.arg(),
+                KernelArg::U64(mem.len() as u64),
+                KernelArg::U64(size),
+                KernelArg::U32(cached.into()),
+                offsets.arg(),
+                KernelArg::U64(capacity as u64),
+                out.arg(),
+            ],
+        )
+    };
+    assert_eq!(
+        out.read::<u64>(1),
+        status::EXHAUSTED,
+        "ran until the heap was full"
+    );
+    assert_eq!(out.read::<u64>(2), 0, "every free succeeded");
+    let count = out.read::<u64>(0);
+    assert!(
+        count < capacity as u64,
+        "the heap ran out before the offsets"
+    );
+    count
+}
+
+/// A kernels' heap once filled with large blocks and emptied serves a heap's
+/// worth of small ones, and the reverse, uncached and through a thread cache:
+/// the C++ side splits and merges as Rust does, and Rust finds every byte
+/// back on the lists.
+pub fn a_heap_of_freed_blocks_of_one_size_serves_another<A: GpuApi>(gpu: &Gpu<A>) {
+    const LEN: usize = 256 * 1024;
+    let heap = (LEN as u64 - HEAP_ALIGN) / 4096 * 4096;
+    for cached in [false, true] {
+        let mem = gpu.shared(LEN);
+        let alloc = rust_init(&mem);
+        for (first, then) in [(60_000, 100), (100, 60_000), (2000, 30_000), (30_000, 2000)] {
+            for size in [first, then] {
+                let class = SizeClassAllocator::class_for(size, 16).expect("class");
+                let got = cpp_fill_and_free(gpu, &mem, size, cached);
+                assert_eq!(
+                    got,
+                    heap / block_size(class),
+                    "cached {cached}, {first} then {then} bytes: every naturally aligned block"
+                );
+                let stats = alloc.stats().expect("the lists are sound");
+                assert_eq!(stats.free_bytes(), stats.carved_bytes, "every byte back");
+            }
+        }
+    }
 }
 
 /// `tandem_size_class_cache_cycle`: allocates `count` blocks of `size` through
@@ -710,7 +774,7 @@ pub fn malformed_heaps_are_refused_like_rust_refuses_them<A: GpuApi>(gpu: &Gpu<A
     // in the low bits, tag 0).
     let bogus = HEAP_ALIGN + 16;
     // SAFETY: as above; the head is an atomic, written through it.
-    unsafe { &(*header).free_heads[3].value }.store(bogus >> 4, Ordering::Relaxed);
+    unsafe { &(*header).free_lists[3].head }.store(bogus >> 4, Ordering::Relaxed);
     let cpp = cpp_allocate(gpu, &bad_list, 200, 8);
     assert_eq!(cpp, (status::CORRUPT_FREE_LIST, bogus));
     let rust = rust_attach(&bad_list, 0, len).expect("attach");
