@@ -42,7 +42,12 @@ impl Connections {
     /// Connects once (which checks that a daemon answers and accepts us).
     pub(crate) fn connect(socket: &Path, backend: WireBackend) -> Result<Self, ShareError> {
         let token = new_token();
-        let (stream, hello) = Self::open(socket, token, backend)?;
+        // Nobody reached yet: no daemon, rather than a daemon gone.
+        let stream = UnixStream::connect(socket).map_err(|e| ShareError::NoDaemon {
+            socket: socket.to_path_buf(),
+            why: e.to_string(),
+        })?;
+        let (stream, hello) = Self::hello(stream, token, backend)?;
         let Reply::Hello { pid, devices, .. } = hello else {
             return Err(ShareError::Protocol(format!(
                 "expected Hello, got {hello:?}"
@@ -58,14 +63,20 @@ impl Connections {
         })
     }
 
-    fn open(
-        socket: &Path,
+    /// Another connection to the daemon this client reached before.
+    fn open(&self) -> Result<UnixStream, ShareError> {
+        let stream = UnixStream::connect(&self.socket).map_err(|e| {
+            ShareError::DaemonGone(format!("cannot connect to {}: {e}", self.socket.display()))
+        })?;
+        Ok(Self::hello(stream, self.token, self.backend)?.0)
+    }
+
+    /// Says Hello on a new connection; returns it with the daemon's answer.
+    fn hello(
+        stream: UnixStream,
         token: u64,
         backend: WireBackend,
     ) -> Result<(UnixStream, Reply), ShareError> {
-        let stream = UnixStream::connect(socket).map_err(|e| {
-            ShareError::DaemonGone(format!("cannot connect to {}: {e}", socket.display()))
-        })?;
         let hello = Request::Hello {
             pid: std::process::id(),
             client: token,
@@ -104,7 +115,7 @@ impl Connections {
             .pop();
         let stream = match idle {
             Some(stream) => stream,
-            None => Self::open(&self.socket, self.token, self.backend)?.0,
+            None => self.open()?,
         };
         // A broken connection is dropped, not returned to the pool.
         let (reply, fd) = exchange(&stream, request)?;

@@ -10,8 +10,17 @@ use crate::wire::{ErrorCode, ObjectId, WireError};
 /// Why a share call failed.
 #[derive(Debug)]
 pub enum ShareError {
-    /// No daemon answers (not started, killed, or it closed the connection):
-    /// buffers already mapped stay usable; new calls fail.
+    /// No daemon serves the socket a client first connected to: none was
+    /// started there, or it stopped (or died, leaving its socket file).
+    NoDaemon {
+        /// The socket tried.
+        socket: std::path::PathBuf,
+        /// What `connect` said.
+        why: String,
+    },
+    /// The daemon this client was talking to went away (killed, or it
+    /// closed the connection): buffers already mapped stay usable; new
+    /// calls fail.
     DaemonGone(String),
     /// The daemon cannot serve its socket (another daemon serves it, or
     /// the directory is not private).
@@ -71,6 +80,11 @@ impl ShareError {
 impl fmt::Display for ShareError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::NoDaemon { socket, why } => write!(
+                f,
+                "no share daemon serves {} ({why}): start one with `tandem share serve`",
+                socket.display()
+            ),
             Self::DaemonGone(why) => write!(f, "the share daemon is gone: {why}"),
             Self::CannotServe(why) => write!(f, "cannot serve: {why}"),
             Self::Refused(why) => write!(f, "the share daemon refused this client: {why}"),

@@ -39,8 +39,10 @@ pub const MAX_LISTED: usize = 8192;
 pub struct ObjectId(pub u64);
 
 impl fmt::Display for ObjectId {
+    /// The number, honouring width and alignment (`tandem share ls` aligns
+    /// its id column with them).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -744,6 +746,14 @@ impl Writer {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn an_id_honours_width_and_alignment() {
+        assert_eq!(
+            format!("{:>6}|{:<4}|{}", ObjectId(42), ObjectId(7), ObjectId(9)),
+            "    42|7   |9"
+        );
+    }
 
     fn id() -> impl Strategy<Value = ObjectId> {
         any::<u64>().prop_map(ObjectId)
