@@ -10,7 +10,7 @@ use tandem_hal::{GpuApi, HostApi};
 use tandem_runtime::child::{wake_on_stdin_eof, READY_PREFIX};
 use tandem_runtime::{on_best_backend, Backend, OnBackend, Termination};
 use tandem_share::transport::default_socket_path;
-use tandem_share::{Daemon, Inspector, ObjectId, Polling};
+use tandem_share::{Daemon, Inspector, Limits, ObjectId, Polling};
 
 /// `tandem share`'s subcommands.
 #[derive(Subcommand, Debug)]
@@ -75,9 +75,22 @@ pub(crate) struct ServeArgs {
     /// 1 to 4]
     #[arg(long, value_name = "N")]
     poll_threads: Option<usize>,
+    /// Connections served at once, every client together (each is a
+    /// thread); more are refused as busy
+    #[arg(long, value_name = "N", default_value_t = Limits::DEFAULT_CONNECTIONS)]
+    max_connections: usize,
+    /// Connections one client process may hold at once; more are refused
+    /// as busy
+    #[arg(long, value_name = "N", default_value_t = Limits::DEFAULT_CLIENT_CONNECTIONS)]
+    max_client_connections: usize,
+    /// How long a new connection may take to say Hello, and a request
+    /// that started to arrive whole, before the connection is closed
+    #[arg(long, value_name = "MILLISECONDS", default_value_t = DEFAULT_FRAME_TIMEOUT_MS)]
+    frame_timeout_ms: u64,
 }
 
 const DEFAULT_POLL_US: u64 = Polling::DEFAULT_WINDOW.as_micros() as u64;
+const DEFAULT_FRAME_TIMEOUT_MS: u64 = Limits::DEFAULT_FRAME_TIMEOUT.as_millis() as u64;
 
 impl ServeArgs {
     fn polling(&self) -> Result<Polling, String> {
@@ -94,6 +107,20 @@ impl ServeArgs {
             polling.threads = threads;
         }
         Ok(polling)
+    }
+
+    fn limits(&self) -> Result<Limits, String> {
+        if self.max_connections == 0 || self.max_client_connections == 0 {
+            return Err("--max-connections and --max-client-connections must be at least 1".into());
+        }
+        if self.frame_timeout_ms == 0 {
+            return Err("--frame-timeout-ms must be at least 1".into());
+        }
+        Ok(Limits {
+            connections: self.max_connections,
+            client_connections: self.max_client_connections,
+            frame_timeout: Duration::from_millis(self.frame_timeout_ms),
+        })
     }
 }
 
@@ -126,6 +153,7 @@ pub(crate) fn run(command: ShareCommand) -> ExitCode {
 fn serve(args: ServeArgs) -> Result<(), String> {
     let work = Serve {
         polling: args.polling()?,
+        limits: args.limits()?,
         socket: args.socket.path(),
         announce: args.announce,
         exit_on_stdin_eof: args.exit_on_stdin_eof,
@@ -154,6 +182,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
 /// The daemon, on the backend chosen.
 struct Serve {
     polling: Polling,
+    limits: Limits,
     socket: PathBuf,
     announce: bool,
     exit_on_stdin_eof: bool,
@@ -165,8 +194,8 @@ impl OnBackend for Serve {
     fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
         // Caught before binding: a signal during setup still cleans up.
         let mut termination = Termination::catch().map_err(|e| e.to_string())?;
-        let daemon =
-            Daemon::bind_polling(api, &self.socket, self.polling).map_err(|e| e.to_string())?;
+        let daemon = Daemon::bind_with(api, &self.socket, self.polling, self.limits)
+            .map_err(|e| e.to_string())?;
         let running = daemon.start();
         if self.announce {
             println!(

@@ -180,7 +180,7 @@ fn exchange(
     }
     // A daemon that refuses a connection says why and closes it, maybe
     // before the request lands: read its reason before calling it gone.
-    let received = transport::recv_frame(stream);
+    let received = transport::recv_frame(stream, None);
     if let Err(e) = sent {
         return match received.map(|r| Reply::decode(&r.frame)) {
             Ok(Ok(Reply::Error { code, message })) => {

@@ -28,6 +28,9 @@ pub enum ShareError {
     /// The daemon refused this client (another user, protocol version or
     /// backend).
     Refused(String),
+    /// The daemon is at a limit (connections in all, this process's
+    /// connections, or its descriptors) and refused the connection.
+    Busy(String),
     /// No buffer has this id (never had, or freed).
     UnknownId(ObjectId),
     /// The buffer was deleted (those who hold it keep it until they drop it).
@@ -69,6 +72,7 @@ impl ShareError {
             (ErrorCode::Deleted, Some(id)) => Self::Deleted(id),
             (ErrorCode::NotWriter | ErrorCode::AlreadySealed, Some(id)) => Self::NotWriter(id),
             (ErrorCode::Refused, _) => Self::Refused(message),
+            (ErrorCode::Busy, _) => Self::Busy(message),
             (ErrorCode::NoDevice, _) => Self::NoDevice(message),
             (ErrorCode::Device, _) => Self::Gpu(message),
             (ErrorCode::Protocol, _) => Self::Protocol(message),
@@ -88,6 +92,7 @@ impl fmt::Display for ShareError {
             Self::DaemonGone(why) => write!(f, "the share daemon is gone: {why}"),
             Self::CannotServe(why) => write!(f, "cannot serve: {why}"),
             Self::Refused(why) => write!(f, "the share daemon refused this client: {why}"),
+            Self::Busy(why) => write!(f, "the share daemon is busy: {why}; try again later"),
             Self::UnknownId(id) => write!(f, "no shared buffer {id}"),
             Self::Deleted(id) => write!(f, "shared buffer {id} was deleted"),
             Self::NotSealed { id, waited } => {

@@ -21,8 +21,9 @@ use core::fmt;
 /// First bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"TDSH";
 /// Version of this format; a peer speaking another is refused. 2: an
-/// open's reply says whether the seal's work had finished.
-pub const VERSION: u16 = 2;
+/// open's reply says whether the seal's work had finished. 3: a daemon at
+/// its limits refuses a connection with [`ErrorCode::Busy`].
+pub const VERSION: u16 = 3;
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 12;
 /// Largest payload either side sends or accepts.
@@ -176,6 +177,9 @@ pub enum ErrorCode {
     NoLease = 11,
     /// What an inspecting client may not do.
     NotPermitted = 12,
+    /// The daemon is at a limit (its connections, a client's connections,
+    /// its descriptors); the connection is closed. Try again later.
+    Busy = 13,
 }
 
 impl ErrorCode {
@@ -193,6 +197,7 @@ impl ErrorCode {
             10 => Self::Refused,
             11 => Self::NoLease,
             12 => Self::NotPermitted,
+            13 => Self::Busy,
             _ => return Err(WireError::Malformed("error code")),
         })
     }
@@ -859,7 +864,7 @@ mod tests {
                 leases: n / 3,
                 clients: 1,
             })),
-            ("[ -~]{0,80}", 1u16..=12).prop_map(|(message, code)| Reply::Error {
+            ("[ -~]{0,80}", 1u16..=13).prop_map(|(message, code)| Reply::Error {
                 code: ErrorCode::from_u16(code).unwrap(),
                 message,
             }),
