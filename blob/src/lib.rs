@@ -14,7 +14,8 @@
 //! # Names and limits
 //!
 //! Blob names are non-empty UTF-8 of at most [`MAX_NAME_LEN`] bytes, tag names at most
-//! [`MAX_TAG_LEN`] bytes ([`BlobError::EmptyName`], [`BlobError::NameTooLong`]). A blob may grow
+//! [`MAX_TAG_LEN`] bytes ([`BlobError::EmptyName`], [`BlobError::NameTooLong`]); a new one holds
+//! no control character ([`BlobError::ControlInName`]: listings print a name a line). A blob may grow
 //! to [`Limits::max_blob_size`] bytes; a range whose end overflows or passes it is
 //! [`BlobError::TooLarge`], checked before anything is allocated.
 //!
@@ -160,7 +161,7 @@ use parking_lot::{Mutex, RwLock};
 
 pub use caller::{BlobCaller, CallError, Submitter};
 pub use config::{Limits, ObjectConfig, StoreConfig, TargetConfig, TargetKind};
-pub use error::{BlobError, FillError};
+pub use error::{BlobError, FillError, NameKind};
 /// The `object_store` crate the object tier is built on, for
 /// [`BlobStore::open_with_object_store`].
 pub use object_store;
@@ -314,17 +315,36 @@ pub struct BlobStore {
     committer: Committer,
 }
 
-fn check_name(name: &str, max: usize) -> Result<(), BlobError> {
+/// Checks a name looked up: not empty, within its limit.
+fn check_name(name: &str, kind: NameKind) -> Result<(), BlobError> {
+    let max = match kind {
+        NameKind::Tag => MAX_TAG_LEN,
+        NameKind::Blob => MAX_NAME_LEN,
+    };
     if name.is_empty() {
-        Err(BlobError::EmptyName)
+        Err(BlobError::EmptyName(kind))
     } else if name.len() > max {
         Err(BlobError::NameTooLong {
+            kind,
             len: name.len(),
             max,
         })
     } else {
         Ok(())
     }
+}
+
+/// Checks a name about to be created: [`check_name`], and no control
+/// characters (listings print one name a line).
+fn check_new_name(name: &str, kind: NameKind) -> Result<(), BlobError> {
+    check_name(name, kind)?;
+    if name.chars().any(char::is_control) {
+        return Err(BlobError::ControlInName {
+            kind,
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 static ZEROS: [u8; 65536] = [0; 65536];
@@ -571,7 +591,7 @@ impl BlobStore {
 
     /// The id of tag `name`, creating (and durably committing) it if it does not exist.
     pub fn get_or_create_tag(&self, name: &str) -> Result<TagId, BlobError> {
-        check_name(name, MAX_TAG_LEN)?;
+        check_new_name(name, NameKind::Tag)?;
         if let Some(&id) = self.tags.read().by_name.get(name) {
             return Ok(id);
         }
@@ -603,7 +623,7 @@ impl BlobStore {
     /// The id of tag `name`, if it exists (here, or in the object target's bucket: another
     /// store made it; it then gets an id here).
     pub fn tag(&self, name: &str) -> Result<Option<TagId>, BlobError> {
-        check_name(name, MAX_TAG_LEN)?;
+        check_name(name, NameKind::Tag)?;
         if let Some(&id) = self.tags.read().by_name.get(name) {
             return Ok(Some(id));
         }
@@ -719,7 +739,7 @@ impl BlobStore {
         score: Score,
         fill: &mut Fill<'_>,
     ) -> Result<PutInfo, BlobError> {
-        check_name(name, MAX_NAME_LEN)?;
+        check_new_name(name, NameKind::Blob)?;
         let score = score.check()?;
         self.check_tag(tag)?;
         if len == 0 {
@@ -1134,7 +1154,7 @@ impl BlobStore {
     }
 
     fn published(&self, tag: TagId, name: &str) -> Result<Arc<BlobEntry>, BlobError> {
-        check_name(name, MAX_NAME_LEN)?;
+        check_name(name, NameKind::Blob)?;
         self.check_tag(tag)?;
         self.lookup(tag, name).ok_or_else(|| BlobError::NotFound {
             tag,
@@ -1218,7 +1238,7 @@ impl BlobStore {
         if self.object.is_none() {
             return Ok(None);
         }
-        check_name(name, MAX_NAME_LEN)?;
+        check_name(name, NameKind::Blob)?;
         let tag_name = self.tag_name(tag)?;
         Ok((!self.has_local(tag, name)).then_some(tag_name))
     }

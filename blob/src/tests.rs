@@ -363,13 +363,34 @@ fn get_with_and_put_with_chunks_cover_the_range() {
 fn name_and_range_errors() {
     let dir = tempfile::tempdir().unwrap();
     let s = BlobStore::open(&config(dir.path(), &[(RAM, 4, 1.0)])).unwrap();
-    assert!(matches!(s.get_or_create_tag(""), Err(BlobError::EmptyName)));
+    assert!(matches!(
+        s.get_or_create_tag(""),
+        Err(BlobError::EmptyName(NameKind::Tag))
+    ));
+    assert_eq!(
+        s.get_or_create_tag("").unwrap_err().to_string(),
+        "empty tag name"
+    );
     let long = "x".repeat(MAX_TAG_LEN + 1);
     assert!(matches!(
         s.get_or_create_tag(&long),
-        Err(BlobError::NameTooLong { len: 256, max: 255 })
+        Err(BlobError::NameTooLong {
+            kind: NameKind::Tag,
+            len: 256,
+            max: 255
+        })
     ));
-    assert!(matches!(s.tag(""), Err(BlobError::EmptyName)));
+    assert!(matches!(
+        s.tag(""),
+        Err(BlobError::EmptyName(NameKind::Tag))
+    ));
+    assert!(matches!(
+        s.get_or_create_tag("a\nb"),
+        Err(BlobError::ControlInName {
+            kind: NameKind::Tag,
+            ..
+        })
+    ));
     assert_eq!(s.tag("t").unwrap(), None);
     let t = s.get_or_create_tag("t").unwrap();
     assert_eq!(s.get_or_create_tag("t").unwrap(), t);
@@ -378,7 +399,24 @@ fn name_and_range_errors() {
 
     assert!(matches!(
         s.put(t, "", 0, b"a", Score::AUTO),
-        Err(BlobError::EmptyName)
+        Err(BlobError::EmptyName(NameKind::Blob))
+    ));
+    for bad in ["two\nlines", "tab\there", "nul\0"] {
+        assert!(
+            matches!(
+                s.put(t, bad, 0, b"a", Score::AUTO),
+                Err(BlobError::ControlInName {
+                    kind: NameKind::Blob,
+                    ..
+                })
+            ),
+            "{bad:?}"
+        );
+    }
+    // Looking one up is no error: there is none.
+    assert!(matches!(
+        s.stat(t, "two\nlines"),
+        Err(BlobError::NotFound { .. })
     ));
     let long = "n".repeat(MAX_NAME_LEN + 1);
     assert!(matches!(
@@ -653,8 +691,12 @@ fn error_codes_are_distinct_and_non_zero() {
     let p = std::path::PathBuf::from("/x");
     let io = || std::io::Error::from(std::io::ErrorKind::Other);
     let all = [
-        BlobError::EmptyName,
-        BlobError::NameTooLong { len: 1, max: 0 },
+        BlobError::EmptyName(NameKind::Blob),
+        BlobError::NameTooLong {
+            kind: NameKind::Tag,
+            len: 1,
+            max: 0,
+        },
         BlobError::UnknownTag(TagId(1)),
         BlobError::NotFound {
             tag: TagId(1),
@@ -697,9 +739,13 @@ fn error_codes_are_distinct_and_non_zero() {
         BlobError::Config("c".into()),
         BlobError::Metadata("m".into()),
         BlobError::Corrupt("c".into()),
+        BlobError::ControlInName {
+            kind: NameKind::Blob,
+            name: "\n".into(),
+        },
     ];
     let codes: Vec<i32> = all.iter().map(|e| e.code()).collect();
-    assert_eq!(codes, (1..=17).collect::<Vec<i32>>());
+    assert_eq!(codes, (1..=18).collect::<Vec<i32>>());
     assert!(all.iter().all(|e| !e.to_string().is_empty()));
 }
 
