@@ -827,3 +827,96 @@ fn cut_and_merge() {
     );
     assert_eq!(merge(vec![e(0, 3, 100), e(3, 2, 200)]).len(), 2);
 }
+
+/// Every file and folder under `dir`, sorted.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(tree(&path));
+        }
+        out.push(path);
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_look_at_a_store_never_made_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("store"), &[(RAM, 4, 1.0), (FILE, 4, 0.5)]);
+    assert!(matches!(
+        BlobStore::open_existing(&cfg),
+        Err(BlobError::Metadata(_))
+    ));
+    assert_eq!(tree(dir.path()), Vec::<PathBuf>::new());
+    // Once made, it opens; a file target added since is not made by a look.
+    drop(BlobStore::open(&cfg).unwrap());
+    let made = tree(dir.path());
+    let existing = BlobStore::open_existing(&cfg).unwrap();
+    assert_eq!(existing.list_tags().unwrap(), vec![]);
+    drop(existing);
+    let mut grown = cfg.clone();
+    grown.targets.push(TargetConfig {
+        kind: FILE,
+        path: Some(dir.path().join("store/new.dat")),
+        capacity: 4 * PAGE_SIZE,
+        score: 0.2,
+        object: None,
+    });
+    assert!(matches!(
+        BlobStore::open_existing(&grown),
+        Err(BlobError::TargetMismatch { .. })
+    ));
+    assert_eq!(tree(dir.path()), made);
+}
+
+#[test]
+fn a_failed_open_removes_what_it_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir.path().join("a/b"), &[(FILE, 4, 0.5), (FILE, 4, 0.4)]);
+    // The second target cannot be made: its folder does not exist.
+    cfg.targets[1].path = Some(dir.path().join("missing/t1.dat"));
+    assert!(matches!(
+        BlobStore::open(&cfg),
+        Err(BlobError::TargetCreate { .. })
+    ));
+    assert_eq!(tree(dir.path()), Vec::<PathBuf>::new());
+    // A store that existed keeps its files when a later open fails.
+    let good = config(dir.path(), &[(FILE, 4, 0.5)]);
+    let s = BlobStore::open(&good).unwrap();
+    let t = s.get_or_create_tag("t").unwrap();
+    s.put(t, "b", 0, b"kept", Score::AUTO).unwrap();
+    drop(s);
+    let made = tree(dir.path());
+    let mut broken = good.clone();
+    broken.targets.push(TargetConfig {
+        kind: FILE,
+        path: Some(dir.path().join("missing/t9.dat")),
+        capacity: 4 * PAGE_SIZE,
+        score: 0.2,
+        object: None,
+    });
+    assert!(BlobStore::open(&broken).is_err());
+    assert_eq!(tree(dir.path()), made);
+    let s = BlobStore::open(&good).unwrap();
+    let mut back = [0u8; 4];
+    s.get(t, "b", 0, &mut back).unwrap();
+    assert_eq!(&back, b"kept");
+}
+
+#[test]
+fn targets_without_a_whole_page_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (kind, capacity) in [(RAM, 0), (RAM, PAGE_SIZE - 1), (FILE, 0), (FILE, 100)] {
+        let mut cfg = config(dir.path(), &[(kind, 1, 0.5)]);
+        cfg.targets[0].capacity = capacity;
+        match BlobStore::open(&cfg) {
+            Err(BlobError::Config(why)) => assert!(why.contains("holds no page"), "{why}"),
+            Err(e) => panic!("{kind:?} of {capacity} bytes: {e}"),
+            Ok(_) => panic!("{kind:?} of {capacity} bytes was accepted"),
+        }
+    }
+    assert_eq!(tree(dir.path()), Vec::<PathBuf>::new());
+}
