@@ -199,6 +199,8 @@ pub(crate) fn run(command: BlobCommand) -> ExitCode {
 /// The runtime's and the store's configurations.
 struct Configs {
     runtime: Config,
+    /// Whether the configuration file set `copy_space` (else it is the default).
+    copy_space_set: bool,
     store: StoreConfig,
 }
 
@@ -232,10 +234,9 @@ fn store_config_from_env() -> Result<Option<StoreConfig>, String> {
 }
 
 /// Reads `--config` (split into the runtime's part and `[blob]`), falling
-/// back to $TANDEM_BLOB_CONFIG for the store; raises `copy_space` to what
-/// blob tasks need.
+/// back to $TANDEM_BLOB_CONFIG for the store.
 fn configs(arg: &ConfigArg) -> Result<Configs, String> {
-    let (runtime, store) = match &arg.config {
+    let (runtime, copy_space_set, store) = match &arg.config {
         Some(path) => {
             let mut table = read_toml(path)?;
             let store = match table.remove("blob") {
@@ -249,10 +250,11 @@ fn configs(arg: &ConfigArg) -> Result<Configs, String> {
                     )
                 })?,
             };
+            let copy_space_set = table.contains_key("copy_space");
             let rest = toml::to_string(&table).map_err(|e| e.to_string())?;
             let runtime =
                 Config::from_toml(&rest).map_err(|e| format!("{}: {e}", path.display()))?;
-            (runtime, store)
+            (runtime, copy_space_set, store)
         }
         None => {
             let store = store_config_from_env()?.ok_or_else(|| {
@@ -261,32 +263,54 @@ fn configs(arg: &ConfigArg) -> Result<Configs, String> {
                      or set ${STORE_CONFIG_ENV} to a store configuration file"
                 )
             })?;
-            (Config::default(), store)
+            (Config::default(), false, store)
         }
     };
     Ok(Configs {
-        runtime: with_copy_space(runtime),
+        runtime,
+        copy_space_set,
         store,
     })
 }
 
-/// `config` with a copy space that holds any blob task.
-fn with_copy_space(mut config: Config) -> Config {
+/// The runtime configuration of a runtime serving the blob pool: a copy
+/// space that holds any blob task. Raising a `copy_space` the user set is
+/// worth a warning; raising the default, a note.
+fn with_copy_space(mut config: Config, user_set: bool) -> Config {
     if config.copy_space < wire::COPY_SPACE {
-        tracing::info!(
-            "copy_space raised from {} to {} bytes: blob tasks carry names up to {} bytes",
+        let why = format!(
+            "{} to {} bytes: blob tasks carry names up to {} bytes",
             config.copy_space,
             wire::COPY_SPACE,
             wire::MAX_NAME_BYTES
         );
+        if user_set {
+            tracing::warn!("copy_space raised from the configured {why}");
+        } else {
+            tracing::info!("copy_space raised from the default {why}");
+        }
         config.copy_space = wire::COPY_SPACE;
     }
     config
 }
 
-/// Opens the store, saying so when a runtime probably holds it.
+/// Opens the store (creating it on first use), saying so when a runtime
+/// probably holds it.
 fn open_store(config: &StoreConfig) -> Result<BlobStore, String> {
-    BlobStore::open(config).map_err(|e| match &e {
+    open_store_with(config, BlobStore::open)
+}
+
+/// Opens a store that exists, creating nothing: for the commands that only
+/// look (or remove).
+fn open_existing_store(config: &StoreConfig) -> Result<BlobStore, String> {
+    open_store_with(config, BlobStore::open_existing)
+}
+
+fn open_store_with(
+    config: &StoreConfig,
+    open: fn(&StoreConfig) -> Result<BlobStore, BlobError>,
+) -> Result<BlobStore, String> {
+    open(config).map_err(|e| match &e {
         BlobError::Metadata(m) if m.to_lowercase().contains("already open") => format!(
             "the store's metadata file {} is in use: a runtime (tandem blob run) may be \
              serving this store; stop it, or go through it ({e})",
@@ -346,7 +370,7 @@ fn serve_store(args: RunArgs) -> Result<(), String> {
         exit_on_stdin_eof: args.exit_on_stdin_eof,
     };
     on_best_backend(Serve {
-        config: configs.runtime,
+        config: with_copy_space(configs.runtime, configs.copy_space_set),
         store,
         options,
     })
@@ -382,7 +406,7 @@ fn put(args: PutArgs) -> Result<(), String> {
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| format!("{} has no file name: pass --name", args.file.display()))?,
     };
-    let file = File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    let file = readable_at(&args.file)?;
     let len = file
         .metadata()
         .map_err(|e| format!("{}: {e}", args.file.display()))?
@@ -416,10 +440,35 @@ fn put(args: PutArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `path` opened for reads at any offset. A pipe, a socket or a character
+/// device (`/dev/stdin` fed by a pipe) has no length and no offsets: it is
+/// read whole into an unnamed temporary file first (gone when closed, even
+/// if this process is killed).
+fn readable_at(path: &Path) -> Result<File, String> {
+    let mut file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let kind = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    if kind.is_dir() {
+        return Err(format!("{} is a directory", path.display()));
+    }
+    let mut spool = tempfile::tempfile()
+        .map_err(|e| format!("cannot make a temporary file for {}: {e}", path.display()))?;
+    std::io::copy(&mut file, &mut spool).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    Ok(spool)
+}
+
 /// `tandem blob get`.
 fn get(args: GetArgs) -> Result<(), String> {
+    if args.output.is_none() && crate::stdout::was_closed() {
+        return Err("stdout is closed: nowhere to write the blob (pass -o OUT)".into());
+    }
     let configs = configs(&args.config)?;
-    let store = open_store(&configs.store)?;
+    let store = open_existing_store(&configs.store)?;
     let tag = existing_tag(&store, &args.tag)?;
     let len = match args.len {
         Some(len) => len,
@@ -468,7 +517,7 @@ fn get(args: GetArgs) -> Result<(), String> {
 /// `tandem blob ls`.
 fn ls(args: LsArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
-    let store = open_store(&configs.store)?;
+    let store = open_existing_store(&configs.store)?;
     match &args.tag {
         Some(tag_name) => {
             let tag = existing_tag(&store, tag_name)?;
@@ -500,7 +549,7 @@ fn ls(args: LsArgs) -> Result<(), String> {
 /// `tandem blob stat`.
 fn stat(args: NameArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
-    let store = open_store(&configs.store)?;
+    let store = open_existing_store(&configs.store)?;
     let tag = existing_tag(&store, &args.tag)?;
     let s = store
         .stat(tag, &args.name)
@@ -516,7 +565,7 @@ fn stat(args: NameArgs) -> Result<(), String> {
 /// `tandem blob rm`.
 fn rm(args: NameArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
-    let store = open_store(&configs.store)?;
+    let store = open_existing_store(&configs.store)?;
     let tag = existing_tag(&store, &args.tag)?;
     store
         .delete(tag, &args.name)
@@ -546,7 +595,8 @@ fn demo(args: DemoArgs) -> Result<bool, String> {
             let configs = configs(&ConfigArg {
                 config: Some(path.clone()),
             })?;
-            (configs.runtime, configs.store, None)
+            let runtime = with_copy_space(configs.runtime, configs.copy_space_set);
+            (runtime, configs.store, None)
         }
         None => {
             let dir = tempfile::Builder::new()
@@ -554,7 +604,7 @@ fn demo(args: DemoArgs) -> Result<bool, String> {
                 .tempdir()
                 .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
             let store = StoreConfig::ram_and_file(dir.path(), 64 << 20);
-            (with_copy_space(Config::default()), store, Some(dir))
+            (with_copy_space(Config::default(), false), store, Some(dir))
         }
     };
     let store = Arc::new(open_store(&store)?);

@@ -23,6 +23,7 @@
 
 mod blob;
 mod share;
+mod stdout;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
