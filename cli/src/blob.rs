@@ -56,9 +56,13 @@ use tandem_blob::{
 };
 use tandem_hal::GpuApi;
 use tandem_runtime::{
-    on_best_backend, serve, Backend, Config, DeviceSelection, OnBackend, Registry, Runtime,
-    ServeOptions,
+    on_best_backend, owned_temp_prefix, serve, Backend, Config, DeviceSelection, OnBackend,
+    Registry, Runtime, ServeOptions,
 };
+
+/// What names `tandem blob demo`'s temporary store
+/// ([`tandem_runtime::owned_temp_prefix`]).
+pub(crate) const DEMO_STORE_KIND: &str = "blob-demo";
 
 /// The environment variable naming a store configuration file, used when
 /// the runtime configuration has no `[blob]` table.
@@ -600,7 +604,8 @@ fn demo(args: DemoArgs) -> Result<bool, String> {
         }
         None => {
             let dir = tempfile::Builder::new()
-                .prefix("tandem-blob-demo-")
+                // Names its owner: `tandem clean` removes what a killed demo left.
+                .prefix(&owned_temp_prefix(DEMO_STORE_KIND))
                 .tempdir()
                 .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
             let store = StoreConfig::ram_and_file(dir.path(), 64 << 20);

@@ -40,8 +40,9 @@ use tandem_runtime::kernels::{
 };
 use tandem_runtime::status::{read_status, single_live_runtime, StatusSnapshot};
 use tandem_runtime::{
-    clean_stale_segments, init_logging, math, on_best_backend, serve, Backend, Config,
-    DeviceSelection, GpuService, OnBackend, Registry, Route, Runtime, ServeOptions,
+    clean_stale_segments, clean_stale_temp_folders, init_logging, math, on_best_backend,
+    owned_temp_prefix, serve, Backend, Config, DeviceSelection, GpuService, OnBackend, Registry,
+    Route, Runtime, ServeOptions,
 };
 
 /// Tandem: host threads and GPU kernels sharing memory and work.
@@ -143,9 +144,15 @@ fn report(result: Result<(), String>) -> ExitCode {
     }
 }
 
-/// `tandem clean`: one line per stale segment, then a count.
+/// What names `tandem demo`'s temporary blob store ([`owned_temp_prefix`]).
+const DEMO_STORE_KIND: &str = "demo-blob";
+
+/// `tandem clean`: one line per stale segment and per temporary folder of a
+/// killed demo, then counts.
 fn clean(args: CleanArgs) -> Result<(), String> {
     let stale = clean_stale_segments(args.dry_run).map_err(|e| e.to_string())?;
+    let folders = clean_stale_temp_folders(&[DEMO_STORE_KIND, blob::DEMO_STORE_KIND], args.dry_run)
+        .map_err(|e| format!("cleaning {}: {e}", std::env::temp_dir().display()))?;
     let verb = if args.dry_run {
         "would remove"
     } else {
@@ -154,7 +161,14 @@ fn clean(args: CleanArgs) -> Result<(), String> {
     for segment in &stale {
         println!("{verb} /dev/shm/{segment}");
     }
-    println!("{verb} {} stale segment(s)", stale.len());
+    for folder in &folders {
+        println!("{verb} {} (a killed demo's store)", folder.display());
+    }
+    println!(
+        "{verb} {} stale segment(s), {} stale folder(s)",
+        stale.len(),
+        folders.len()
+    );
     Ok(())
 }
 
@@ -379,8 +393,8 @@ fn demo<A: GpuApi>(api: A, backend: &str, json: bool) -> Result<bool, String> {
     // The blob part's store: a RAM and a file target in a temporary folder,
     // removed at the end.
     let store_dir = tempfile::Builder::new()
-        // The pid lets a test find what a killed demo may have left.
-        .prefix(&format!("tandem-demo-blob-{}-", std::process::id()))
+        // Names its owner: `tandem clean` removes what a killed demo left.
+        .prefix(&owned_temp_prefix(DEMO_STORE_KIND))
         .tempdir()
         .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
     let store = Arc::new(
