@@ -742,6 +742,7 @@ pub(crate) fn demo_part<A: GpuApi>(
         // Every blob from the host: the store's index for all, the task
         // path (BlobCaller) for a few.
         let mut durable = 0;
+        let mut read_back = 0;
         let mut back = vec![0u8; blob_bytes as usize];
         for rank in 0..n {
             let name = format!("k{rank}");
@@ -760,6 +761,7 @@ pub(crate) fn demo_part<A: GpuApi>(
                 continue;
             }
             tally.gets += 1;
+            read_back += 1;
             let good = match caller.get(tag, &name, 0, &mut back) {
                 Ok(()) => back
                     .iter()
@@ -773,8 +775,8 @@ pub(crate) fn demo_part<A: GpuApi>(
             tally.failed += u64::from(!good);
         }
         say(format!(
-            "  host: {n} blobs of {blob_bytes} bytes ({durable} durable), a few read back \
-                 through the task path"
+            "  host: {n} blobs of {blob_bytes} bytes ({durable} durable), {read_back} gets \
+             of them through the task path"
         ));
     }
     drop(kernels);

@@ -128,11 +128,42 @@ fn demo_says_where_it_ran_and_ends_with_its_verdict() {
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     let lines: Vec<&str> = stdout.lines().collect();
     let verdict = lines.last().expect("output");
-    let tasks: u64 = verdict
+    // "demo: N tasks (W to the workers, S to the service, B blob puts/gets),
+    // 0 failed: ok": the parts add up, each from the lines above.
+    let figures: Vec<u64> = verdict
         .strip_prefix("demo: ")
-        .and_then(|rest| rest.strip_suffix(" tasks, 0 failed: ok"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("verdict line {verdict:?}"));
+        .and_then(|rest| rest.strip_suffix(", 0 failed: ok"))
+        .unwrap_or_else(|| panic!("verdict line {verdict:?}"))
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let [tasks, workers, service, blob] = figures[..] else {
+        panic!("verdict line {verdict:?}");
+    };
+    assert_eq!(tasks, workers + service + blob, "{verdict}");
+    let figure = |key: &str| report[key]["tasks"].as_u64().unwrap();
+    assert_eq!(
+        service,
+        figure("to_service")
+            + report["host_to_service_round_trip"]["samples"]
+                .as_u64()
+                .unwrap()
+    );
+    assert!(
+        stdout.contains(&format!("the service ran {service} tasks")),
+        "{stdout}"
+    );
+    assert!(workers > figure("to_workers"));
+    assert_eq!(
+        report["blob_puts"].as_u64().unwrap() + report["blob_gets"].as_u64().unwrap(),
+        blob
+    );
+    // Nobody configured the workers: no warning about their number.
+    assert!(
+        !text(&out.stderr).contains("workers"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(
         report["tasks"].as_u64(),
         Some(tasks),
