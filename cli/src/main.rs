@@ -741,6 +741,13 @@ fn status(args: StatusArgs) -> Result<(), String> {
     } else {
         print_status(&status);
     }
+    if status.runtime.process == "gone" {
+        return Err(format!(
+            "the runtime of segment {name} (pid {}) is gone: killed or crashed; the figures \
+             are the last it published. `tandem clean` removes its segment",
+            status.runtime.pid
+        ));
+    }
     Ok(())
 }
 
@@ -748,19 +755,34 @@ fn print_status(s: &StatusSnapshot) {
     let r = &s.runtime;
     let c = &s.config;
     println!("segment   {}", s.segment);
-    println!(
-        "runtime   pid {} ({}, {}), {} backend, up {:.1} s",
-        r.pid, r.process, r.state, r.backend, r.uptime_s
-    );
+    let gone = r.process == "gone";
+    if gone {
+        println!(
+            "runtime   pid {} (gone; it last said {}), {} backend, up {:.1} s when it last wrote",
+            r.pid, r.state, r.backend, r.uptime_s
+        );
+    } else {
+        println!(
+            "runtime   pid {} ({}, {}), {} backend, up {:.1} s",
+            r.pid, r.process, r.state, r.backend, r.uptime_s
+        );
+    }
     let capped = if s.workers.running < c.workers {
         format!(" ({} configured, capped by the cores)", c.workers)
     } else {
         String::new()
     };
-    println!(
-        "workers   {} running{capped}, {} busy",
-        s.workers.running, s.workers.busy
-    );
+    if gone {
+        println!(
+            "workers   none running (it ran {}{capped})",
+            s.workers.running
+        );
+    } else {
+        println!(
+            "workers   {} running{capped}, {} busy",
+            s.workers.running, s.workers.busy
+        );
+    }
     println!(
         "queues    {} lanes ({} on a GPU's segments) x {} slots, copy space {} bytes",
         c.lanes, c.gpu_lanes, c.queue_depth, c.copy_space

@@ -625,8 +625,12 @@ pub enum StatusError {
         /// The segment's name.
         name: String,
     },
-    /// `/dev/shm` holds no live runtime segment.
-    NoLiveRuntime,
+    /// `/dev/shm` holds no live runtime segment; these are left by dead
+    /// ones (`tandem clean` removes them).
+    NoLiveRuntime {
+        /// Names of the stale segments found.
+        stale: Vec<String>,
+    },
     /// Several live runtimes: one must be named.
     Ambiguous(Vec<String>),
     /// `/dev/shm` could not be listed.
@@ -651,9 +655,17 @@ impl std::fmt::Display for StatusError {
                 f,
                 "the status of segment {name} changed under every read; try again"
             ),
-            Self::NoLiveRuntime => f.write_str(
+            Self::NoLiveRuntime { stale } if stale.is_empty() => f.write_str(
                 "no live Tandem runtime segment in /dev/shm (start one with `tandem run`, \
                  or name one with --segment)",
+            ),
+            Self::NoLiveRuntime { stale } => write!(
+                f,
+                "no live Tandem runtime segment in /dev/shm, only {} left by dead processes: \
+                 {} (`tandem status --segment NAME` shows what one last published; `tandem \
+                 clean` removes them)",
+                stale.len(),
+                stale.join(", ")
             ),
             Self::Ambiguous(names) => write!(
                 f,
@@ -858,7 +870,12 @@ fn is_live_runtime(name: &str) -> bool {
 pub fn single_live_runtime() -> Result<String, StatusError> {
     let mut names = live_runtime_segments()?;
     match names.len() {
-        0 => Err(StatusError::NoLiveRuntime),
+        0 => Err(StatusError::NoLiveRuntime {
+            // Only to name them: a listing that fails names none.
+            stale: crate::stale::clean_stale_segments(true)
+                .map(|found| found.into_iter().map(|s| s.name).collect())
+                .unwrap_or_default(),
+        }),
         1 => Ok(names.remove(0)),
         _ => Err(StatusError::Ambiguous(names)),
     }
