@@ -296,3 +296,47 @@ fn open_and_wait(socket: &Path, id: ObjectId) -> UnixStream {
     (&stream).write_all(&open.encode()).unwrap();
     stream
 }
+
+/// Creates beyond the buffers the daemon may hold are refused as busy;
+/// a buffer freed makes room again.
+#[test]
+fn creates_beyond_the_buffer_limit_are_busy() {
+    let served = Served::start(&["--max-buffers", "2"], None);
+    let client = ShareClient::connect(HostApi::load().unwrap(), &served.socket).unwrap();
+    let (_, first) = client.create_buffer(0, 4096).unwrap();
+    let (_, _second) = client.create_buffer(0, 4096).unwrap();
+    match client.create_buffer(0, 4096) {
+        Err(ShareError::Busy(why)) => assert!(why.contains("buffers"), "{why}"),
+        other => panic!("a third buffer: {:?}", other.map(|(id, _)| id)),
+    }
+    // Dropped unsealed: freed.
+    drop(first);
+    eventually("a freed buffer makes room", || {
+        client.create_buffer(0, 4096).is_ok()
+    });
+}
+
+/// `--socket` naming a file that is not a socket (a mistake, or a link
+/// planted there) fails and leaves it alone, rather than replace it.
+#[test]
+fn serve_keeps_a_file_that_is_not_a_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "precious").unwrap();
+    let link = dir.path().join("link.sock");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    for path in [&file, &link] {
+        let out = common::tandem()
+            .args(["share", "serve", "--backend", "host", "--exit-on-stdin-eof"])
+            .arg("--socket")
+            .arg(path)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "served on {}", path.display());
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("is not a socket"), "{said}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
+    assert!(link.symlink_metadata().is_ok(), "the link was removed");
+}

@@ -21,7 +21,8 @@
 //! # Limits
 //! What one client can take is bounded ([`Limits`]): the connections (and
 //! so the threads) in all and per client process, refused beyond with
-//! [`ErrorCode::Busy`]; how long a new connection may take to say Hello and
+//! [`ErrorCode::Busy`]; the buffers held, a create beyond refused the same
+//! way; how long a new connection may take to say Hello and
 //! a started frame to finish; and an `Open` waiting for its seal ends when
 //! its opener hangs up. Out of descriptors, the accept loop sheds the
 //! waiting connections with a spare descriptor kept for it, backs off, and
@@ -177,6 +178,10 @@ pub struct Limits {
     /// How long a new connection may take to say Hello, and a frame whose
     /// first byte came to arrive whole.
     pub frame_timeout: Duration,
+    /// Buffers the daemon holds at once (each a descriptor of the daemon,
+    /// and on the CPU device a segment in `/dev/shm`); a create beyond is
+    /// refused as busy.
+    pub buffers: usize,
 }
 
 impl Limits {
@@ -186,6 +191,15 @@ impl Limits {
     pub const DEFAULT_CLIENT_CONNECTIONS: usize = 256;
     /// [`Limits::frame_timeout`] unless configured.
     pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+    /// [`Limits::buffers`] unless configured.
+    pub const DEFAULT_BUFFERS: usize = 4096;
+
+    /// Descriptors the daemon may need at these limits: two per
+    /// connection, two per buffer (its export and its event), and a few of
+    /// its own.
+    pub fn descriptors(&self) -> u64 {
+        (2 * self.connections as u64) + (2 * self.buffers as u64) + 64
+    }
 }
 
 impl Default for Limits {
@@ -194,6 +208,7 @@ impl Default for Limits {
             connections: Self::DEFAULT_CONNECTIONS,
             client_connections: Self::DEFAULT_CLIENT_CONNECTIONS,
             frame_timeout: Self::DEFAULT_FRAME_TIMEOUT,
+            buffers: Self::DEFAULT_BUFFERS,
         }
     }
 }
@@ -272,9 +287,9 @@ impl<A: GpuApi> Daemon<A> {
         polling: Polling,
         limits: Limits,
     ) -> Result<Self, ShareError> {
-        if limits.connections == 0 || limits.client_connections == 0 {
+        if limits.connections == 0 || limits.client_connections == 0 || limits.buffers == 0 {
             return Err(ShareError::CannotServe(
-                "the connection limits must be at least 1".into(),
+                "the connection and buffer limits must be at least 1".into(),
             ));
         }
         let count = api.device_count()?;
@@ -322,14 +337,15 @@ impl<A: GpuApi> Daemon<A> {
         let limits = self.shared.limits;
         tracing::info!(
             "share daemon serving {} on {} device(s) of {:?}; polling for {:?} after a request on up to {} thread(s); \
-             at most {} connection(s), {} per client process",
+             at most {} connection(s), {} per client process, and {} buffer(s)",
             self.path.display(),
             self.shared.devices.len(),
             self.shared.backend,
             polling.window,
             polling.threads,
             limits.connections,
-            limits.client_connections
+            limits.client_connections,
+            limits.buffers
         );
         RunningDaemon {
             shared: self.shared,
@@ -806,6 +822,20 @@ impl<A: GpuApi> Shared<A> {
     }
 
     fn create(&self, client: u64, device: u32, bytes: u64) -> (Reply, Option<OwnedFd>) {
+        let at_limit = || {
+            error(
+                ErrorCode::Busy,
+                format!(
+                    "the daemon holds {} buffers, its limit",
+                    self.limits.buffers
+                ),
+            )
+        };
+        // Checked before allocating (the cost) and again when inserting
+        // (creates run on several threads at once).
+        if lock(&self.state).objects.len() >= self.limits.buffers {
+            return (at_limit(), None);
+        }
         let Some(gpu) = self.devices.get(device as usize) else {
             return (
                 error(
@@ -843,6 +873,9 @@ impl<A: GpuApi> Shared<A> {
             Err(e) => return (error(ErrorCode::Device, format!("dup: {e}")), None),
         };
         let mut state = lock(&self.state);
+        if state.objects.len() >= self.limits.buffers {
+            return (at_limit(), None);
+        }
         let id = ObjectId(state.next_id);
         state.next_id += 1;
         state.objects.insert(

@@ -29,7 +29,8 @@ pub enum ShareError {
     /// backend).
     Refused(String),
     /// The daemon is at a limit (connections in all, this process's
-    /// connections, or its descriptors) and refused the connection.
+    /// connections, its descriptors, or the buffers it holds) and refused
+    /// the connection or the create.
     Busy(String),
     /// No buffer has this id (never had, or freed).
     UnknownId(ObjectId),

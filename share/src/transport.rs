@@ -68,12 +68,28 @@ fn private_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Binds `path` owner-only. A socket file left by a dead daemon is
-/// replaced; one a live daemon answers on is `AddrInUse`.
+/// replaced; one a live daemon answers on is `AddrInUse`; anything else
+/// there (a file named by mistake, a link) is `AlreadyExists`, and kept.
 pub fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         private_dir(dir)?;
     }
-    if path.exists() {
+    let existing = match std::fs::symlink_metadata(path) {
+        Ok(meta) => Some(meta.file_type()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    if existing.is_some_and(|kind| !kind.is_socket()) {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} exists and is not a socket: not replacing it",
+                path.display()
+            ),
+        ));
+    }
+    if existing.is_some() {
         if UnixStream::connect(path).is_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,

@@ -177,8 +177,9 @@ pub enum ErrorCode {
     NoLease = 11,
     /// What an inspecting client may not do.
     NotPermitted = 12,
-    /// The daemon is at a limit (its connections, a client's connections,
-    /// its descriptors); the connection is closed. Try again later.
+    /// The daemon is at a limit: its connections, a client's connections
+    /// or its descriptors (the connection is then closed), or the buffers
+    /// it holds (a create). Try again later.
     Busy = 13,
 }
 
