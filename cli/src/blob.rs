@@ -56,8 +56,8 @@ use tandem_blob::{
 };
 use tandem_hal::GpuApi;
 use tandem_runtime::{
-    on_best_backend, owned_temp_prefix, serve, Backend, Config, DeviceSelection, OnBackend,
-    Registry, Runtime, ServeOptions,
+    on_best_backend, owned_temp_prefix, read_config_file, serve, Backend, Config, DeviceSelection,
+    OnBackend, Registry, Runtime, ServeOptions,
 };
 
 /// What names `tandem blob demo`'s temporary store
@@ -209,8 +209,7 @@ struct Configs {
 }
 
 fn read_toml(path: &Path) -> Result<toml::Table, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = read_config_file(path).map_err(|e| e.to_string())?;
     text.parse::<toml::Table>()
         .map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -410,7 +409,21 @@ fn put(args: PutArgs) -> Result<(), String> {
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| format!("{} has no file name: pass --name", args.file.display()))?,
     };
-    let file = readable_at(&args.file)?;
+    // What a blob can take: its largest size, and without an object
+    // target (which has no capacity) the targets' room.
+    let targets = &configs.store.targets;
+    let room = if targets.iter().any(|t| t.kind == TargetKind::Object) {
+        u64::MAX
+    } else {
+        targets.iter().map(|t| t.capacity).sum()
+    };
+    let most = configs
+        .store
+        .limits
+        .max_blob_size
+        .saturating_sub(args.offset)
+        .min(room);
+    let file = readable_at(&args.file, most)?;
     let len = file
         .metadata()
         .map_err(|e| format!("{}: {e}", args.file.display()))?
@@ -447,8 +460,9 @@ fn put(args: PutArgs) -> Result<(), String> {
 /// `path` opened for reads at any offset. A pipe, a socket or a character
 /// device (`/dev/stdin` fed by a pipe) has no length and no offsets: it is
 /// read whole into an unnamed temporary file first (gone when closed, even
-/// if this process is killed).
-fn readable_at(path: &Path) -> Result<File, String> {
+/// if this process is killed), up to `most` bytes (what the blob can take:
+/// `/dev/zero` must not fill the disk).
+fn readable_at(path: &Path, most: u64) -> Result<File, String> {
     let mut file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let kind = file
         .metadata()
@@ -462,7 +476,14 @@ fn readable_at(path: &Path) -> Result<File, String> {
     }
     let mut spool = tempfile::tempfile()
         .map_err(|e| format!("cannot make a temporary file for {}: {e}", path.display()))?;
-    std::io::copy(&mut file, &mut spool).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let read = std::io::copy(&mut std::io::Read::take(&mut file, most + 1), &mut spool)
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if read > most {
+        return Err(format!(
+            "{} holds more than the {most} bytes this blob can take",
+            path.display()
+        ));
+    }
     Ok(spool)
 }
 
@@ -474,21 +495,20 @@ fn get(args: GetArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
     let store = open_existing_store(&configs.store)?;
     let tag = existing_tag(&store, &args.tag)?;
-    let len = match args.len {
-        Some(len) => len,
-        None => {
-            let size = store
-                .stat(tag, &args.name)
-                .map_err(|e| in_tag(e, &args.tag))?
-                .size;
-            size.checked_sub(args.offset).ok_or_else(|| {
-                format!(
-                    "offset {} is past the end of {}/{} (size {size})",
-                    args.offset, args.tag, args.name
-                )
-            })?
-        }
-    };
+    // Checked whole before the output is created: a get that cannot succeed
+    // must not truncate OUT. (This process holds the store: nothing
+    // changes the blob meanwhile.)
+    let size = store
+        .stat(tag, &args.name)
+        .map_err(|e| in_tag(e, &args.tag))?
+        .size;
+    let len = args.len.unwrap_or_else(|| size.saturating_sub(args.offset));
+    if len == 0 || args.offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(format!(
+            "range {}+{len} is not within {}/{} (size {size})",
+            args.offset, args.tag, args.name
+        ));
+    }
     let mut out: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(
             File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?,

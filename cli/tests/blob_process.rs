@@ -416,6 +416,51 @@ fn pipes_a_closed_stdout_and_a_store_never_made() {
     assert!(text(&closed.stderr).contains("stdout is closed"));
 }
 
+/// A get that cannot succeed leaves its output file as it was; a put from
+/// an endless device stops at what a blob can take.
+#[test]
+fn failed_gets_keep_their_output_and_endless_puts_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = runtime_toml(dir.path());
+    let config = config.to_str().unwrap();
+    let data = dir.path().join("data");
+    std::fs::write(&data, b"abc").unwrap();
+    let data = data.to_str().unwrap();
+    assert!(
+        blob(&["put", data, "--name", "x", "--tag", "t", "--config", config])
+            .status
+            .success()
+    );
+    let out = dir.path().join("out.txt");
+    std::fs::write(&out, "kept").unwrap();
+    let out = out.to_str().unwrap();
+    for args in [
+        &["get", "none", "--len", "2"][..],
+        &["get", "x", "--offset", "1", "--len", "100"],
+        &["get", "x", "--offset", "3"],
+    ] {
+        let got = blob(&[args, &["--tag", "t", "--config", config, "-o", out]].concat());
+        assert!(!got.status.success(), "{args:?}");
+        assert_eq!(std::fs::read_to_string(out).unwrap(), "kept", "{args:?}");
+    }
+    let endless = blob(&[
+        "put",
+        "/dev/zero",
+        "--name",
+        "z",
+        "--tag",
+        "t",
+        "--config",
+        config,
+    ]);
+    assert!(!endless.status.success());
+    assert!(
+        text(&endless.stderr).contains("more than the"),
+        "{}",
+        text(&endless.stderr)
+    );
+}
+
 #[test]
 fn the_demo_ends_with_its_verdict() {
     let out = blob(&["demo"]);

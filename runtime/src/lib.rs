@@ -104,7 +104,7 @@ mod worker;
 
 pub use client::Client;
 pub use clients::{ClientSnapshot, ClientState, ClientTable};
-pub use config::{Config, DeviceSelection};
+pub use config::{read_config_file, Config, DeviceSelection, MAX_CONFIG_BYTES};
 pub use context::{CallerMemoryError, SharedBytes, TaskContext};
 pub use error::{ConfigError, RuntimeError};
 pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
