@@ -337,8 +337,8 @@ pub fn owned_temp_prefix(kind: &str) -> String {
 
 /// Removes (or, with `dry_run`, only lists) the folders of the temporary
 /// folder named by [`owned_temp_prefix`] with one of `kinds` whose owner is
-/// gone. A folder whose owner lives, or whose name is not such a prefix and
-/// a random tail, is left alone.
+/// gone. A folder whose owner lives, of another user, or whose name is not
+/// such a prefix and a random tail, is left alone.
 pub fn clean_stale_temp_folders(
     kinds: &[&str],
     dry_run: bool,
@@ -351,8 +351,14 @@ pub fn clean_stale_temp_folders(
         let Some(owner) = temp_folder_owner(&name, kinds) else {
             continue;
         };
-        // A link is not a folder we made (and is not followed).
-        if owner.is_alive() || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+        // A link is not a folder we made (and is not followed); another
+        // user's folder is theirs to clean, even for root.
+        // SAFETY: getuid cannot fail and touches no memory.
+        let uid = unsafe { libc::getuid() };
+        let ours = entry
+            .metadata()
+            .is_ok_and(|m| m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == uid);
+        if owner.is_alive() || !ours {
             continue;
         }
         let path = entry.path();
@@ -417,6 +423,17 @@ mod tests {
         // A pid that is no process: beyond the kernel's pid limit.
         let dead = std::env::temp_dir().join(format!("tandem-stale-test-{}-1-Ab3xYz", 1u32 << 23));
         std::fs::create_dir_all(dead.join("inside")).unwrap();
+        // Another user's (when this test may make one): left alone.
+        let theirs =
+            std::env::temp_dir().join(format!("tandem-stale-test-{}-1-Other1", 1u32 << 23));
+        std::fs::create_dir_all(&theirs).unwrap();
+        // SAFETY: getuid cannot fail and touches no memory.
+        let root = unsafe { libc::getuid() } == 0;
+        if root {
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        } else {
+            std::fs::remove_dir(&theirs).unwrap();
+        }
         let listed = clean_stale_temp_folders(&kinds, true).unwrap();
         assert!(
             listed.contains(&dead) && dead.exists(),
@@ -427,6 +444,10 @@ mod tests {
         assert!(!dead.exists());
         assert!(live.exists());
         std::fs::remove_dir(&live).unwrap();
+        if root {
+            assert!(theirs.exists(), "another user's folder was removed");
+            std::fs::remove_dir(&theirs).unwrap();
+        }
     }
 
     /// Removes the file when dropped, so a failing test leaves no segment.
