@@ -65,7 +65,8 @@ enum Command {
     Info(InfoArgs),
     /// Asks a running runtime (through its CPU segment) what it is doing.
     Status(StatusArgs),
-    /// Removes Tandem segments in /dev/shm whose owner process is gone.
+    /// Removes Tandem segments in /dev/shm whose owner process is gone, and
+    /// the temporary folders of demos that were killed.
     Clean(CleanArgs),
     /// The blob store: serve it, look at it, run its demo.
     #[command(subcommand)]

@@ -340,3 +340,22 @@ fn serve_keeps_a_file_that_is_not_a_socket() {
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "precious");
     assert!(link.symlink_metadata().is_ok(), "the link was removed");
 }
+
+/// A socket that accepts and never answers (not a share daemon's) gives a
+/// client an error, not a hang.
+#[test]
+fn a_silent_socket_is_not_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("silent.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let (done, result) = std::sync::mpsc::channel();
+    let path = socket.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(Inspector::connect(&path).map(drop));
+    });
+    match result.recv_timeout(HANG) {
+        Ok(Err(ShareError::Protocol(why))) => assert!(why.contains("Hello"), "{why}"),
+        Ok(other) => panic!("a silent socket: {other:?}"),
+        Err(_) => panic!("the client hung on a silent socket"),
+    }
+}

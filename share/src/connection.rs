@@ -82,7 +82,12 @@ impl Connections {
             client: token,
             backend,
         };
-        let (reply, _) = exchange(&stream, &hello)?;
+        let gone = |e: std::io::Error| ShareError::DaemonGone(e.to_string());
+        // A socket that is not a daemon's may never answer.
+        stream.set_read_timeout(Some(HELLO_TIMEOUT)).map_err(gone)?;
+        let answer = exchange(&stream, &hello);
+        stream.set_read_timeout(None).map_err(gone)?;
+        let (reply, _) = answer?;
         match reply {
             Reply::Error { code, message } => Err(ShareError::from_reply(code, message, None)),
             reply => Ok((stream, reply)),
@@ -159,6 +164,10 @@ impl Connections {
     }
 }
 
+/// How long a new connection waits for the daemon's Hello: it answers at
+/// once unless the socket is not a share daemon's.
+const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A reply that does not answer the request.
 pub(crate) fn unexpected(reply: &Reply) -> ShareError {
     ShareError::Protocol(format!("unexpected reply {reply:?}"))
@@ -191,6 +200,17 @@ fn exchange(
     }
     let received = received.map_err(|e| match e {
         RecvError::Closed => ShareError::DaemonGone("it closed the connection".into()),
+        // Only a Hello waits with a timeout.
+        RecvError::Io(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            ShareError::Protocol(format!(
+                "no answer to Hello within {HELLO_TIMEOUT:?}: not a share daemon's socket?"
+            ))
+        }
         RecvError::Io(e) => gone(e),
         RecvError::Wire(e) => ShareError::Protocol(e.to_string()),
     })?;
