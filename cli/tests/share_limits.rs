@@ -359,3 +359,20 @@ fn a_silent_socket_is_not_a_hang() {
         Err(_) => panic!("the client hung on a silent socket"),
     }
 }
+
+/// A socket named without a folder lives in the current one, which must be
+/// private too: not the shared temporary folder.
+#[test]
+fn a_bare_socket_name_needs_a_private_current_folder() {
+    let out = common::tandem()
+        .args(["share", "serve", "--backend", "host", "--exit-on-stdin-eof"])
+        .args(["--socket", "tandem-share-limits-bare.sock"])
+        .current_dir("/tmp")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("not a private directory"), "{said}");
+    assert!(!Path::new("/tmp/tandem-share-limits-bare.sock").exists());
+}

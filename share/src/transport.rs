@@ -72,8 +72,11 @@ fn private_dir(dir: &Path) -> io::Result<()> {
 /// there (a file named by mistake, a link) is `AlreadyExists`, and kept.
 pub fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
     use std::os::unix::fs::FileTypeExt;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        private_dir(dir)?;
+    // A bare file name lives in the current directory, which must be as
+    // private as any other.
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => private_dir(dir)?,
+        _ => private_dir(Path::new("."))?,
     }
     let existing = match std::fs::symlink_metadata(path) {
         Ok(meta) => Some(meta.file_type()),
