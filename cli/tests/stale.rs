@@ -143,7 +143,7 @@ fn clean_removes_a_killed_demos_store() {
     let started = BufReader::new(out)
         .lines()
         .map_while(Result::ok)
-        .any(|line| line.starts_with("tandem blob demo on"));
+        .any(|line| line.starts_with("kernel: "));
     assert!(started, "the demo did not start");
     let prefix = format!("tandem-blob-demo-{pid}-");
     let folders = || -> Vec<PathBuf> {

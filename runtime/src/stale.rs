@@ -309,7 +309,16 @@ pub fn clean_stale_segments(dry_run: bool) -> Result<Vec<StaleSegment>, RuntimeE
         let Ok(probe) = SegmentProbe::open(&name) else {
             continue;
         };
-        if !matches!(read_header(&probe)?, Header::Tandem(_) | Header::HostIpc(_)) {
+        let ours = match read_header(&probe)? {
+            Header::Tandem(_) | Header::HostIpc(_) => true,
+            // A runtime killed while it set up its segment: only its
+            // default name says whose it was.
+            Header::Unpublished => {
+                default_name_pid(&name).is_some_and(|pid| ProcessIdentity::of(pid).is_none())
+            }
+            Header::Foreign => false,
+        };
+        if !ours {
             continue;
         }
         let Ok(stale) = judge(&probe)? else {
@@ -324,6 +333,13 @@ pub fn clean_stale_segments(dry_run: bool) -> Result<Vec<StaleSegment>, RuntimeE
     }
     removed.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(removed)
+}
+
+/// The pid a runtime's default segment name (`tandem-<pid>-<n>`) names.
+fn default_name_pid(name: &str) -> Option<u32> {
+    let (pid, n) = name.strip_prefix("tandem-")?.split_once('-')?;
+    n.parse::<u32>().ok()?;
+    pid.parse().ok()
 }
 
 /// The prefix of a temporary folder that this process makes and means to
@@ -393,6 +409,34 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+
+    #[test]
+    fn a_runtime_killed_before_its_header_is_cleaned_by_its_default_name() {
+        // A pid that is no process: beyond the kernel's pid limit.
+        let dead = 1u32 << 23;
+        let names = [format!("tandem-{dead}-0"), format!("tandem-x{dead}-0")];
+        let paths: Vec<PathBuf> = names
+            .iter()
+            .map(|n| PathBuf::from(SHM_DIR).join(n))
+            .collect();
+        let _remove: Vec<RemoveOnDrop> = paths.iter().cloned().map(RemoveOnDrop).collect();
+        for path in &paths {
+            // Sized, its header never written: all zeros.
+            std::fs::File::create(path)
+                .unwrap()
+                .set_len(1 << 16)
+                .unwrap();
+        }
+        let stale = clean_stale_segments(true).unwrap();
+        let found = |name: &str| stale.iter().find(|s| s.name == name);
+        assert_eq!(
+            found(&names[0]).map(|s| s.why),
+            Some(StaleWhy::NeverPublished)
+        );
+        assert!(found(&names[1]).is_none(), "not a default name: not ours");
+        assert_eq!(default_name_pid("tandem-12-3"), Some(12));
+        assert_eq!(default_name_pid("tandem-demo-blob-12-3"), None);
+    }
 
     #[test]
     fn a_temp_folder_names_its_owner() {
