@@ -888,6 +888,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn no_live_runtime_names_the_stale_segments() {
+        let none = StatusError::NoLiveRuntime { stale: vec![] }.to_string();
+        assert!(none.contains("tandem run"), "{none}");
+        let stale = StatusError::NoLiveRuntime {
+            stale: vec!["tandem-12-0".into(), "tandem-13-0".into()],
+        }
+        .to_string();
+        assert!(
+            stale.contains("tandem-12-0, tandem-13-0") && stale.contains("`tandem clean`"),
+            "{stale}"
+        );
+    }
+
+    #[test]
     fn a_reader_never_sees_a_torn_write() {
         let memory = Segment::create_anonymous(SEGMENT_HEADER_RESERVED).expect("segment");
         // SAFETY: a fresh page-aligned mapping that outlives the block's use.
