@@ -124,6 +124,18 @@ struct CleanArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    // Services and demos hold segments and folders that a SIGPIPE would
+    // leave behind; the others print and exit.
+    let holds_resources = matches!(
+        &cli.command,
+        Command::Demo(_)
+            | Command::Run(_)
+            | Command::Blob(blob::BlobCommand::Run(_) | blob::BlobCommand::Demo(_))
+            | Command::Share(share::ShareCommand::Serve(_))
+    );
+    if !holds_resources {
+        stdout::end_quietly_when_the_reader_leaves();
+    }
     match cli.command {
         Command::Demo(args) => demo_command(args),
         Command::Run(args) => report(run_on_best_backend(BackendCommand::Run(args)).map(drop)),

@@ -28,3 +28,13 @@ static NOTE_A_CLOSED_STDOUT: extern "C" fn() = note_a_closed_stdout;
 pub(crate) fn was_closed() -> bool {
     CLOSED.load(Ordering::Relaxed)
 }
+
+/// Lets SIGPIPE end the process, as it ends other commands whose reader
+/// went away (`tandem blob ls | head -1`): Rust ignores it, and a print to
+/// the closed pipe then panics. Only for commands that hold nothing a
+/// signal would leave behind; their sockets send with `MSG_NOSIGNAL`.
+pub(crate) fn end_quietly_when_the_reader_leaves() {
+    // SAFETY: restores the default disposition of one signal; no handler
+    // is installed, so nothing runs in signal context.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}

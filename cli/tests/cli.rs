@@ -199,3 +199,26 @@ fn the_example_config_parses_to_the_defaults() {
         "tandem.example.toml should show every key at its default"
     );
 }
+
+/// A command whose reader went away (`tandem info | head -0`) ends as
+/// other commands do, by SIGPIPE, without a panic's message.
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    let mut ends = [0; 2];
+    // SAFETY: pipe(2) writes two descriptors into `ends`.
+    assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+    // SAFETY: both are fresh descriptors this test owns alone.
+    let (reader, writer) =
+        unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    drop(reader);
+    let out = common::tandem()
+        .arg("info")
+        .stdout(std::process::Stdio::from(writer))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run tandem");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{out:?}");
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}

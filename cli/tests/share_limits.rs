@@ -376,3 +376,12 @@ fn a_bare_socket_name_needs_a_private_current_folder() {
     assert!(said.contains("not a private directory"), "{said}");
     assert!(!Path::new("/tmp/tandem-share-limits-bare.sock").exists());
 }
+
+/// A frame timeout beyond what the clock can count is no timeout, not a
+/// connection thread that panics.
+#[test]
+fn an_endless_frame_timeout_serves() {
+    let served = Served::start(&["--frame-timeout-ms", &u64::MAX.to_string()], None);
+    let inspector = Inspector::connect(&served.socket).expect("served");
+    assert_eq!(inspector.status().unwrap().clients, 1);
+}

@@ -7,7 +7,7 @@
 //! connection's uid with `SO_PEERCRED` (in case the file's mode was widened
 //! or the socket handed on).
 
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -149,10 +149,12 @@ pub fn peer_credentials(stream: &UnixStream) -> io::Result<PeerCredentials> {
 /// Room for one descriptor's control message.
 const CMSG_SPACE: usize = 64;
 
-/// Sends `frame`, with `fd` beside its first byte when given.
+/// Sends `frame`, with `fd` beside its first byte when given. A peer that
+/// closed its end is `BrokenPipe`, never SIGPIPE: the process may not
+/// ignore that signal (a command that lets it end a `| head` pipeline).
 pub fn send_frame(stream: &UnixStream, frame: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
     let Some(fd) = fd else {
-        return (&*stream).write_all(frame);
+        return send_all(stream, frame);
     };
     let mut control = [0u8; CMSG_SPACE];
     let iov = [IoSlice::new(frame)];
@@ -181,7 +183,31 @@ pub fn send_frame(stream: &UnixStream, frame: &[u8], fd: Option<BorrowedFd<'_>>)
         return Err(io::Error::last_os_error());
     }
     // The descriptor went with the first byte; the rest is plain.
-    (&*stream).write_all(&frame[sent as usize..])
+    send_all(stream, &frame[sent as usize..])
+}
+
+/// Writes all of `bytes` with `MSG_NOSIGNAL`.
+fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a live slice of its length; send only reads it.
+        let sent = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if sent < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        bytes = &bytes[sent as usize..];
+    }
+    Ok(())
 }
 
 /// What [`recv_frame`] read.
@@ -244,7 +270,8 @@ pub fn recv_frame(
             "more descriptors than one came with a frame",
         )));
     }
-    let deadline = rest_within.map(|d| Instant::now() + d);
+    // A deadline past what an Instant holds is no deadline.
+    let deadline = rest_within.and_then(|d| Instant::now().checked_add(d));
     read_exact_by(stream, &mut header[got..], deadline).map_err(RecvError::Io)?;
     let parsed = Header::decode(&header).map_err(RecvError::Wire)?;
     let mut frame = vec![0u8; HEADER_BYTES + parsed.payload as usize];
