@@ -20,10 +20,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tandem_runtime::{math, Client, Config, DeviceSelection, Route};
+use tandem_runtime::{math, Client, Config, DeviceSelection, Route, TaskError};
 
 /// Submits math.add tasks to a Tandem runtime and checks the answers.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(version)]
 struct Args {
     /// The runtime's CPU segment (in /dev/shm); none: start a runtime.
@@ -76,45 +76,83 @@ fn run(args: &Args) -> Result<bool, String> {
     watch_signals(Arc::clone(&stop))?;
     let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
 
-    let lanes = client.segment().queue().num_lanes();
     let started = Instant::now();
-    let (mut right, mut wrong, mut failed) = (0u64, 0u64, 0u64);
-    let mut first_error = None;
-    let mut next = 0u64;
-    while next < args.tasks {
-        // Submit a batch, spread over the lanes, then wait for each answer.
-        let end = (next + args.batch).min(args.tasks);
-        let mut batch = Vec::with_capacity((end - next) as usize);
-        for a in next..end {
+    let tally = submit_all(&client, args, &stop, deadline);
+    let seconds = started.elapsed().as_secs_f64();
+    let answered = tally.right + tally.wrong + tally.failed;
+    println!(
+        "host_client: {answered} math.add tasks in {seconds:.3} s ({:.0} tasks/s): {} right, \
+         {} wrong, {} failed",
+        answered as f64 / seconds,
+        tally.right,
+        tally.wrong,
+        tally.failed
+    );
+    if let Some(why) = &tally.first_error {
+        println!("host_client: first failure: {why}");
+    }
+    if let Some(why) = &tally.gave_up {
+        println!(
+            "host_client: gave up, {} of {} tasks not sent: {why}",
+            args.tasks - tally.sent,
+            args.tasks
+        );
+    }
+    Ok(tally.right == args.tasks)
+}
+
+/// What [`submit_all`] counted.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Tasks submitted (or tried).
+    sent: u64,
+    right: u64,
+    wrong: u64,
+    failed: u64,
+    first_error: Option<String>,
+    /// Why it stopped before the last task: the runtime died, the stop flag
+    /// was raised, or the deadline passed. Every later task would fail the
+    /// same way at once.
+    gave_up: Option<String>,
+}
+
+/// Submits `args.tasks` math.add tasks in batches, spread over the lanes,
+/// waiting for each answer; stops at the first error that every later task
+/// would share.
+fn submit_all(client: &Client, args: &Args, stop: &AtomicU32, deadline: Instant) -> Tally {
+    let lanes = client.segment().queue().num_lanes();
+    let mut tally = Tally::default();
+    while tally.sent < args.tasks && tally.gave_up.is_none() {
+        let end = (tally.sent + args.batch).min(args.tasks);
+        let mut batch = Vec::with_capacity((end - tally.sent) as usize);
+        for a in tally.sent..end {
             let route = Route {
                 deadline: Some(deadline),
                 ..Route::lane(a as u32 % lanes)
             };
             batch.push((a, client.submit(route, &math::Add { a, b: 1 })));
         }
+        tally.sent = end;
         for (a, submitted) in batch {
-            match submitted.and_then(|mut pending| pending.wait(&stop, Some(deadline))) {
-                Ok(sum) if sum == a + 1 => right += 1,
-                Ok(_) => wrong += 1,
+            match submitted.and_then(|mut pending| pending.wait(stop, Some(deadline))) {
+                Ok(sum) if sum == a + 1 => tally.right += 1,
+                Ok(_) => tally.wrong += 1,
                 Err(e) => {
-                    failed += 1;
-                    first_error.get_or_insert_with(|| format!("add({a}, 1): {e}"));
+                    tally.failed += 1;
+                    tally
+                        .first_error
+                        .get_or_insert_with(|| format!("add({a}, 1): {e}"));
+                    if matches!(
+                        e,
+                        TaskError::RuntimeDead { .. } | TaskError::Stopped | TaskError::TimedOut
+                    ) {
+                        tally.gave_up.get_or_insert_with(|| e.to_string());
+                    }
                 }
             }
         }
-        next = end;
     }
-    let seconds = started.elapsed().as_secs_f64();
-    println!(
-        "host_client: {} math.add tasks in {seconds:.3} s ({:.0} tasks/s): {right} right, \
-         {wrong} wrong, {failed} failed",
-        args.tasks,
-        args.tasks as f64 / seconds
-    );
-    if let Some(why) = first_error {
-        println!("host_client: first failure: {why}");
-    }
-    Ok(right == args.tasks)
+    tally
 }
 
 /// Raises `stop` on SIGINT or SIGTERM, from a thread of its own.
@@ -129,4 +167,51 @@ fn watch_signals(stop: Arc<AtomicU32>) -> Result<(), String> {
         }
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tandem_hal::HostApi;
+    use tandem_runtime::{Registry, Runtime};
+
+    /// A client whose runtime stopped gives up after the batch in flight,
+    /// instead of submitting (and failing) every task left.
+    #[test]
+    fn a_client_stops_once_the_runtime_died() {
+        let name = format!("tandem-test-host-client-{}", std::process::id());
+        let config = Config {
+            workers: 1,
+            devices: DeviceSelection::Only(vec![]),
+            cpu_segment_name: Some(name.clone()),
+            ..Config::default()
+        };
+        let runtime =
+            Runtime::start_with(HostApi::with_devices(0), config, Registry::with_builtins())
+                .unwrap();
+        let client = Client::attach(&name).unwrap();
+        let args = Args {
+            segment: Some(name),
+            tasks: 1_000_000,
+            batch: 8,
+            timeout_s: 60,
+        };
+        let stop = AtomicU32::new(0);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let before = submit_all(
+            &client,
+            &Args {
+                tasks: 16,
+                ..args.clone()
+            },
+            &stop,
+            deadline,
+        );
+        assert_eq!((before.right, before.gave_up), (16, None));
+        runtime.shutdown().unwrap();
+        let after = submit_all(&client, &args, &stop, deadline);
+        assert_eq!(after.right, 0);
+        assert!(after.gave_up.is_some(), "{after:?}");
+        assert!(after.sent <= args.batch, "{after:?}");
+    }
 }

@@ -9,7 +9,7 @@ using tandem::u32;
 using tandem::u64;
 using tandem::u8;
 
-/// Writes blob.h's ids, codes and limits to out[0..28], in the order
+/// Writes blob.h's ids, codes and limits to out[0..29], in the order
 /// tandem_blob::wire lists them (tests/kernels.rs reads them back).
 TANDEM_KERNEL tandem_blob_wire(u64* out) {
   namespace b = tandem::blob;
@@ -20,7 +20,8 @@ TANDEM_KERNEL tandem_blob_wire(u64* out) {
                        b::code::OUT_OF_RANGE, b::code::EMPTY_RANGE,   b::code::TOO_LARGE,     b::code::NO_SPACE,
                        b::code::BAD_SCORE,    b::code::FILL,          b::code::TARGET_CREATE, b::code::TARGET_SIZE,
                        b::code::TARGET_IO,    b::code::TARGET_MISMATCH, b::code::CONFIG,      b::code::METADATA,
-                       b::code::CORRUPT,      b::code::BAD_POINTER,   b::code::BUFFER_TOO_SMALL};
+                       b::code::CORRUPT,      b::code::CONTROL_IN_NAME, b::code::BAD_POINTER,
+                       b::code::BUFFER_TOO_SMALL};
   u32 i = 0;
   out[i++] = b::POOL;
   out[i++] = b::method::TAG;

@@ -17,18 +17,46 @@ impl fmt::Display for FillError {
 
 impl std::error::Error for FillError {}
 
+/// Which kind of name an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    /// A tag's name.
+    Tag,
+    /// A blob's name.
+    Blob,
+}
+
+impl fmt::Display for NameKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NameKind::Tag => "tag name",
+            NameKind::Blob => "blob name",
+        })
+    }
+}
+
 /// Every way a store operation can fail. The store stays usable after any of them.
 #[derive(Debug)]
 pub enum BlobError {
     /// A tag or blob name is empty.
-    EmptyName,
+    EmptyName(NameKind),
     /// A tag or blob name is longer than its limit ([`crate::MAX_NAME_LEN`],
     /// [`crate::MAX_TAG_LEN`]).
     NameTooLong {
+        /// Which name.
+        kind: NameKind,
         /// Length of the name given, in bytes.
         len: usize,
         /// The limit, in bytes.
         max: usize,
+    },
+    /// A new tag or blob name holds a control character (a newline, a tab,
+    /// ...): listings print one name a line.
+    ControlInName {
+        /// Which name.
+        kind: NameKind,
+        /// The name given.
+        name: String,
     },
     /// No tag has this id.
     UnknownTag(TagId),
@@ -136,8 +164,9 @@ impl BlobError {
     pub fn code(&self) -> i32 {
         use crate::wire::code;
         match self {
-            BlobError::EmptyName => code::EMPTY_NAME,
+            BlobError::EmptyName(_) => code::EMPTY_NAME,
             BlobError::NameTooLong { .. } => code::NAME_TOO_LONG,
+            BlobError::ControlInName { .. } => code::CONTROL_IN_NAME,
             BlobError::UnknownTag(_) => code::UNKNOWN_TAG,
             BlobError::NotFound { .. } => code::NOT_FOUND,
             BlobError::OutOfRange { .. } => code::OUT_OF_RANGE,
@@ -162,9 +191,12 @@ impl BlobError {
 impl fmt::Display for BlobError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BlobError::EmptyName => write!(f, "empty name"),
-            BlobError::NameTooLong { len, max } => {
-                write!(f, "name of {len} bytes is longer than the limit of {max}")
+            BlobError::EmptyName(kind) => write!(f, "empty {kind}"),
+            BlobError::NameTooLong { kind, len, max } => {
+                write!(f, "{kind} of {len} bytes is longer than the limit of {max}")
+            }
+            BlobError::ControlInName { kind, name } => {
+                write!(f, "{kind} {name:?} holds a control character")
             }
             BlobError::UnknownTag(t) => write!(f, "unknown tag {}", t.0),
             BlobError::NotFound { tag, name } => {

@@ -14,7 +14,8 @@
 //! # Names and limits
 //!
 //! Blob names are non-empty UTF-8 of at most [`MAX_NAME_LEN`] bytes, tag names at most
-//! [`MAX_TAG_LEN`] bytes ([`BlobError::EmptyName`], [`BlobError::NameTooLong`]). A blob may grow
+//! [`MAX_TAG_LEN`] bytes ([`BlobError::EmptyName`], [`BlobError::NameTooLong`]); a new one holds
+//! no control character ([`BlobError::ControlInName`]: listings print a name a line). A blob may grow
 //! to [`Limits::max_blob_size`] bytes; a range whose end overflows or passes it is
 //! [`BlobError::TooLarge`], checked before anything is allocated.
 //!
@@ -160,7 +161,7 @@ use parking_lot::{Mutex, RwLock};
 
 pub use caller::{BlobCaller, CallError, Submitter};
 pub use config::{Limits, ObjectConfig, StoreConfig, TargetConfig, TargetKind};
-pub use error::{BlobError, FillError};
+pub use error::{BlobError, FillError, NameKind};
 /// The `object_store` crate the object tier is built on, for
 /// [`BlobStore::open_with_object_store`].
 pub use object_store;
@@ -314,11 +315,17 @@ pub struct BlobStore {
     committer: Committer,
 }
 
-fn check_name(name: &str, max: usize) -> Result<(), BlobError> {
+/// Checks a name looked up: not empty, within its limit.
+fn check_name(name: &str, kind: NameKind) -> Result<(), BlobError> {
+    let max = match kind {
+        NameKind::Tag => MAX_TAG_LEN,
+        NameKind::Blob => MAX_NAME_LEN,
+    };
     if name.is_empty() {
-        Err(BlobError::EmptyName)
+        Err(BlobError::EmptyName(kind))
     } else if name.len() > max {
         Err(BlobError::NameTooLong {
+            kind,
             len: name.len(),
             max,
         })
@@ -327,13 +334,34 @@ fn check_name(name: &str, max: usize) -> Result<(), BlobError> {
     }
 }
 
+/// Checks a name about to be created: [`check_name`], and no control
+/// characters (listings print one name a line).
+fn check_new_name(name: &str, kind: NameKind) -> Result<(), BlobError> {
+    check_name(name, kind)?;
+    if name.chars().any(char::is_control) {
+        return Err(BlobError::ControlInName {
+            kind,
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 static ZEROS: [u8; 65536] = [0; 65536];
 
 impl BlobStore {
     /// Opens the store, creating the metadata file and target files on first start, and
-    /// rebuilds the in-memory index and free space from the committed metadata.
+    /// rebuilds the in-memory index and free space from the committed metadata. An open that
+    /// fails removes what it created.
     pub fn open(config: &StoreConfig) -> Result<BlobStore, BlobError> {
-        Self::open_inner(config, None)
+        Self::open_inner(config, None, Opening::CreateMissing)
+    }
+
+    /// Like [`BlobStore::open`], but creates nothing: for a look at a store, which a store that
+    /// was never made has nothing to show. A missing metadata file is [`BlobError::Metadata`],
+    /// a missing file target [`BlobError::TargetMismatch`].
+    pub fn open_existing(config: &StoreConfig) -> Result<BlobStore, BlobError> {
+        Self::open_inner(config, None, Opening::ExistingOnly)
     }
 
     /// Like [`BlobStore::open`], with the object target on `store` (any `object_store`
@@ -345,12 +373,28 @@ impl BlobStore {
         config: &StoreConfig,
         store: Arc<dyn object_store::ObjectStore>,
     ) -> Result<BlobStore, BlobError> {
-        Self::open_inner(config, Some(store))
+        Self::open_inner(config, Some(store), Opening::CreateMissing)
     }
 
     fn open_inner(
         config: &StoreConfig,
         object_store: Option<Arc<dyn object_store::ObjectStore>>,
+        opening: Opening,
+    ) -> Result<BlobStore, BlobError> {
+        let mut created = Created::default();
+        let opened = Self::open_creating(config, object_store, opening, &mut created);
+        if opened.is_err() {
+            created.remove();
+        }
+        opened
+    }
+
+    /// [`BlobStore::open_inner`]'s work, noting in `created` each file and folder it made.
+    fn open_creating(
+        config: &StoreConfig,
+        object_store: Option<Arc<dyn object_store::ObjectStore>>,
+        opening: Opening,
+        created: &mut Created,
     ) -> Result<BlobStore, BlobError> {
         if config.targets.is_empty() {
             return Err(BlobError::Config("no targets".into()));
@@ -402,13 +446,28 @@ impl BlobStore {
                 }
                 (TargetKind::Ram, None) => {}
             }
+            if t.kind != TargetKind::Object && t.capacity < PAGE_SIZE {
+                return Err(BlobError::Config(format!(
+                    "target {i}: a capacity of {} bytes holds no page of {PAGE_SIZE} bytes",
+                    t.capacity
+                )));
+            }
+        }
+        if opening == Opening::ExistingOnly && !config.metadata.try_exists().map_err(meta_io)? {
+            return Err(BlobError::Metadata(format!(
+                "{} does not exist: nothing was ever put in this store",
+                config.metadata.display()
+            )));
         }
         if let Some(dir) = config
             .metadata
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
         {
-            std::fs::create_dir_all(dir).map_err(meta_io)?;
+            created.dirs_of(dir).map_err(meta_io)?;
+        }
+        if !config.metadata.try_exists().map_err(meta_io)? {
+            created.files.push(config.metadata.clone());
         }
         let db = open_metadata(&config.metadata)?;
         // Which paths the metadata already knows (and so must exist) is read before registering.
@@ -453,6 +512,15 @@ impl BlobStore {
                             path: path.clone(),
                             reason: "the metadata knows this target but its file is gone".into(),
                         });
+                    }
+                    if !path.exists() {
+                        if opening == Opening::ExistingOnly {
+                            return Err(BlobError::TargetMismatch {
+                                path: path.clone(),
+                                reason: "configured, but its file was never made".into(),
+                            });
+                        }
+                        created.files.push(path.clone());
                     }
                     // The file is created before its path is committed, so a known path always
                     // had a file.
@@ -571,7 +639,7 @@ impl BlobStore {
 
     /// The id of tag `name`, creating (and durably committing) it if it does not exist.
     pub fn get_or_create_tag(&self, name: &str) -> Result<TagId, BlobError> {
-        check_name(name, MAX_TAG_LEN)?;
+        check_new_name(name, NameKind::Tag)?;
         if let Some(&id) = self.tags.read().by_name.get(name) {
             return Ok(id);
         }
@@ -603,7 +671,7 @@ impl BlobStore {
     /// The id of tag `name`, if it exists (here, or in the object target's bucket: another
     /// store made it; it then gets an id here).
     pub fn tag(&self, name: &str) -> Result<Option<TagId>, BlobError> {
-        check_name(name, MAX_TAG_LEN)?;
+        check_name(name, NameKind::Tag)?;
         if let Some(&id) = self.tags.read().by_name.get(name) {
             return Ok(Some(id));
         }
@@ -719,7 +787,7 @@ impl BlobStore {
         score: Score,
         fill: &mut Fill<'_>,
     ) -> Result<PutInfo, BlobError> {
-        check_name(name, MAX_NAME_LEN)?;
+        check_new_name(name, NameKind::Blob)?;
         let score = score.check()?;
         self.check_tag(tag)?;
         if len == 0 {
@@ -1134,7 +1202,7 @@ impl BlobStore {
     }
 
     fn published(&self, tag: TagId, name: &str) -> Result<Arc<BlobEntry>, BlobError> {
-        check_name(name, MAX_NAME_LEN)?;
+        check_name(name, NameKind::Blob)?;
         self.check_tag(tag)?;
         self.lookup(tag, name).ok_or_else(|| BlobError::NotFound {
             tag,
@@ -1218,7 +1286,7 @@ impl BlobStore {
         if self.object.is_none() {
             return Ok(None);
         }
-        check_name(name, MAX_NAME_LEN)?;
+        check_name(name, NameKind::Blob)?;
         let tag_name = self.tag_name(tag)?;
         Ok((!self.has_local(tag, name)).then_some(tag_name))
     }
@@ -1340,6 +1408,45 @@ impl BlobStore {
                     .is_some_and(|(i, tier)| *i == index && tier.conditional_writes()),
             })
             .collect()
+    }
+}
+
+/// Whether an open may create what is missing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    CreateMissing,
+    ExistingOnly,
+}
+
+/// What an open created, to remove again if it fails: files, and folders
+/// (deepest first).
+#[derive(Default)]
+struct Created {
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+}
+
+impl Created {
+    /// Creates `dir` and its missing parents, noting each made.
+    fn dirs_of(&mut self, dir: &std::path::Path) -> std::io::Result<()> {
+        let mut missing: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+            .map(PathBuf::from)
+            .collect();
+        std::fs::create_dir_all(dir)?;
+        self.dirs.append(&mut missing);
+        Ok(())
+    }
+
+    fn remove(self) {
+        for file in &self.files {
+            let _ = std::fs::remove_file(file);
+        }
+        // Only if empty: a folder something else wrote to meanwhile stays.
+        for dir in &self.dirs {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 

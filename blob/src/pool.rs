@@ -275,6 +275,7 @@ pub fn describe(code: i32) -> &'static str {
         code::CONFIG => "bad store configuration",
         code::METADATA => "metadata database failed",
         code::CORRUPT => "metadata corrupt",
+        code::CONTROL_IN_NAME => "a new name holds a control character",
         code::BAD_POINTER => "data pointer outside the caller's segment",
         code::BUFFER_TOO_SMALL => "the list does not fit the caller's buffer",
         _ => "not a blob pool code",

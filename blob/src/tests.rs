@@ -363,13 +363,34 @@ fn get_with_and_put_with_chunks_cover_the_range() {
 fn name_and_range_errors() {
     let dir = tempfile::tempdir().unwrap();
     let s = BlobStore::open(&config(dir.path(), &[(RAM, 4, 1.0)])).unwrap();
-    assert!(matches!(s.get_or_create_tag(""), Err(BlobError::EmptyName)));
+    assert!(matches!(
+        s.get_or_create_tag(""),
+        Err(BlobError::EmptyName(NameKind::Tag))
+    ));
+    assert_eq!(
+        s.get_or_create_tag("").unwrap_err().to_string(),
+        "empty tag name"
+    );
     let long = "x".repeat(MAX_TAG_LEN + 1);
     assert!(matches!(
         s.get_or_create_tag(&long),
-        Err(BlobError::NameTooLong { len: 256, max: 255 })
+        Err(BlobError::NameTooLong {
+            kind: NameKind::Tag,
+            len: 256,
+            max: 255
+        })
     ));
-    assert!(matches!(s.tag(""), Err(BlobError::EmptyName)));
+    assert!(matches!(
+        s.tag(""),
+        Err(BlobError::EmptyName(NameKind::Tag))
+    ));
+    assert!(matches!(
+        s.get_or_create_tag("a\nb"),
+        Err(BlobError::ControlInName {
+            kind: NameKind::Tag,
+            ..
+        })
+    ));
     assert_eq!(s.tag("t").unwrap(), None);
     let t = s.get_or_create_tag("t").unwrap();
     assert_eq!(s.get_or_create_tag("t").unwrap(), t);
@@ -378,7 +399,24 @@ fn name_and_range_errors() {
 
     assert!(matches!(
         s.put(t, "", 0, b"a", Score::AUTO),
-        Err(BlobError::EmptyName)
+        Err(BlobError::EmptyName(NameKind::Blob))
+    ));
+    for bad in ["two\nlines", "tab\there", "nul\0"] {
+        assert!(
+            matches!(
+                s.put(t, bad, 0, b"a", Score::AUTO),
+                Err(BlobError::ControlInName {
+                    kind: NameKind::Blob,
+                    ..
+                })
+            ),
+            "{bad:?}"
+        );
+    }
+    // Looking one up is no error: there is none.
+    assert!(matches!(
+        s.stat(t, "two\nlines"),
+        Err(BlobError::NotFound { .. })
     ));
     let long = "n".repeat(MAX_NAME_LEN + 1);
     assert!(matches!(
@@ -653,8 +691,12 @@ fn error_codes_are_distinct_and_non_zero() {
     let p = std::path::PathBuf::from("/x");
     let io = || std::io::Error::from(std::io::ErrorKind::Other);
     let all = [
-        BlobError::EmptyName,
-        BlobError::NameTooLong { len: 1, max: 0 },
+        BlobError::EmptyName(NameKind::Blob),
+        BlobError::NameTooLong {
+            kind: NameKind::Tag,
+            len: 1,
+            max: 0,
+        },
         BlobError::UnknownTag(TagId(1)),
         BlobError::NotFound {
             tag: TagId(1),
@@ -697,9 +739,13 @@ fn error_codes_are_distinct_and_non_zero() {
         BlobError::Config("c".into()),
         BlobError::Metadata("m".into()),
         BlobError::Corrupt("c".into()),
+        BlobError::ControlInName {
+            kind: NameKind::Blob,
+            name: "\n".into(),
+        },
     ];
     let codes: Vec<i32> = all.iter().map(|e| e.code()).collect();
-    assert_eq!(codes, (1..=17).collect::<Vec<i32>>());
+    assert_eq!(codes, (1..=18).collect::<Vec<i32>>());
     assert!(all.iter().all(|e| !e.to_string().is_empty()));
 }
 
@@ -780,4 +826,97 @@ fn cut_and_merge() {
         vec![e(0, 10, 100)]
     );
     assert_eq!(merge(vec![e(0, 3, 100), e(3, 2, 200)]).len(), 2);
+}
+
+/// Every file and folder under `dir`, sorted.
+fn tree(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(tree(&path));
+        }
+        out.push(path);
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_look_at_a_store_never_made_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(&dir.path().join("store"), &[(RAM, 4, 1.0), (FILE, 4, 0.5)]);
+    assert!(matches!(
+        BlobStore::open_existing(&cfg),
+        Err(BlobError::Metadata(_))
+    ));
+    assert_eq!(tree(dir.path()), Vec::<PathBuf>::new());
+    // Once made, it opens; a file target added since is not made by a look.
+    drop(BlobStore::open(&cfg).unwrap());
+    let made = tree(dir.path());
+    let existing = BlobStore::open_existing(&cfg).unwrap();
+    assert_eq!(existing.list_tags().unwrap(), vec![]);
+    drop(existing);
+    let mut grown = cfg.clone();
+    grown.targets.push(TargetConfig {
+        kind: FILE,
+        path: Some(dir.path().join("store/new.dat")),
+        capacity: 4 * PAGE_SIZE,
+        score: 0.2,
+        object: None,
+    });
+    assert!(matches!(
+        BlobStore::open_existing(&grown),
+        Err(BlobError::TargetMismatch { .. })
+    ));
+    assert_eq!(tree(dir.path()), made);
+}
+
+#[test]
+fn a_failed_open_removes_what_it_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(&dir.path().join("a/b"), &[(FILE, 4, 0.5), (FILE, 4, 0.4)]);
+    // The second target cannot be made: its folder does not exist.
+    cfg.targets[1].path = Some(dir.path().join("missing/t1.dat"));
+    assert!(matches!(
+        BlobStore::open(&cfg),
+        Err(BlobError::TargetCreate { .. })
+    ));
+    assert_eq!(tree(dir.path()), Vec::<PathBuf>::new());
+    // A store that existed keeps its files when a later open fails.
+    let good = config(dir.path(), &[(FILE, 4, 0.5)]);
+    let s = BlobStore::open(&good).unwrap();
+    let t = s.get_or_create_tag("t").unwrap();
+    s.put(t, "b", 0, b"kept", Score::AUTO).unwrap();
+    drop(s);
+    let made = tree(dir.path());
+    let mut broken = good.clone();
+    broken.targets.push(TargetConfig {
+        kind: FILE,
+        path: Some(dir.path().join("missing/t9.dat")),
+        capacity: 4 * PAGE_SIZE,
+        score: 0.2,
+        object: None,
+    });
+    assert!(BlobStore::open(&broken).is_err());
+    assert_eq!(tree(dir.path()), made);
+    let s = BlobStore::open(&good).unwrap();
+    let mut back = [0u8; 4];
+    s.get(t, "b", 0, &mut back).unwrap();
+    assert_eq!(&back, b"kept");
+}
+
+#[test]
+fn targets_without_a_whole_page_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for (kind, capacity) in [(RAM, 0), (RAM, PAGE_SIZE - 1), (FILE, 0), (FILE, 100)] {
+        let mut cfg = config(dir.path(), &[(kind, 1, 0.5)]);
+        cfg.targets[0].capacity = capacity;
+        match BlobStore::open(&cfg) {
+            Err(BlobError::Config(why)) => assert!(why.contains("holds no page"), "{why}"),
+            Err(e) => panic!("{kind:?} of {capacity} bytes: {e}"),
+            Ok(_) => panic!("{kind:?} of {capacity} bytes was accepted"),
+        }
+    }
+    assert_eq!(tree(dir.path()), Vec::<PathBuf>::new());
 }

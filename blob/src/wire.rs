@@ -67,6 +67,8 @@ pub mod code {
     pub const METADATA: i32 = 16;
     /// [`crate::BlobError::Corrupt`].
     pub const CORRUPT: i32 = 17;
+    /// [`crate::BlobError::ControlInName`].
+    pub const CONTROL_IN_NAME: i32 = 18;
     /// The data pointer does not name the length's bytes of the caller's
     /// segment (`tandem_runtime::CallerMemoryError`).
     pub const BAD_POINTER: i32 = 32;

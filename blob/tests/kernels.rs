@@ -88,6 +88,7 @@ fn expected_wire() -> Vec<u64> {
             code::CONFIG,
             code::METADATA,
             code::CORRUPT,
+            code::CONTROL_IN_NAME,
             code::BAD_POINTER,
             code::BUFFER_TOO_SMALL,
         ]

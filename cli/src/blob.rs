@@ -56,9 +56,13 @@ use tandem_blob::{
 };
 use tandem_hal::GpuApi;
 use tandem_runtime::{
-    on_best_backend, serve, Backend, Config, DeviceSelection, OnBackend, Registry, Runtime,
-    ServeOptions,
+    on_best_backend, owned_temp_prefix, read_config_file, serve, Backend, Config, DeviceSelection,
+    OnBackend, Registry, Runtime, ServeOptions,
 };
+
+/// What names `tandem blob demo`'s temporary store
+/// ([`tandem_runtime::owned_temp_prefix`]).
+pub(crate) const DEMO_STORE_KIND: &str = "blob-demo";
 
 /// The environment variable naming a store configuration file, used when
 /// the runtime configuration has no `[blob]` table.
@@ -199,12 +203,13 @@ pub(crate) fn run(command: BlobCommand) -> ExitCode {
 /// The runtime's and the store's configurations.
 struct Configs {
     runtime: Config,
+    /// Whether the configuration file set `copy_space` (else it is the default).
+    copy_space_set: bool,
     store: StoreConfig,
 }
 
 fn read_toml(path: &Path) -> Result<toml::Table, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = read_config_file(path).map_err(|e| e.to_string())?;
     text.parse::<toml::Table>()
         .map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -232,10 +237,9 @@ fn store_config_from_env() -> Result<Option<StoreConfig>, String> {
 }
 
 /// Reads `--config` (split into the runtime's part and `[blob]`), falling
-/// back to $TANDEM_BLOB_CONFIG for the store; raises `copy_space` to what
-/// blob tasks need.
+/// back to $TANDEM_BLOB_CONFIG for the store.
 fn configs(arg: &ConfigArg) -> Result<Configs, String> {
-    let (runtime, store) = match &arg.config {
+    let (runtime, copy_space_set, store) = match &arg.config {
         Some(path) => {
             let mut table = read_toml(path)?;
             let store = match table.remove("blob") {
@@ -249,10 +253,11 @@ fn configs(arg: &ConfigArg) -> Result<Configs, String> {
                     )
                 })?,
             };
+            let copy_space_set = table.contains_key("copy_space");
             let rest = toml::to_string(&table).map_err(|e| e.to_string())?;
             let runtime =
                 Config::from_toml(&rest).map_err(|e| format!("{}: {e}", path.display()))?;
-            (runtime, store)
+            (runtime, copy_space_set, store)
         }
         None => {
             let store = store_config_from_env()?.ok_or_else(|| {
@@ -261,32 +266,54 @@ fn configs(arg: &ConfigArg) -> Result<Configs, String> {
                      or set ${STORE_CONFIG_ENV} to a store configuration file"
                 )
             })?;
-            (Config::default(), store)
+            (Config::default(), false, store)
         }
     };
     Ok(Configs {
-        runtime: with_copy_space(runtime),
+        runtime,
+        copy_space_set,
         store,
     })
 }
 
-/// `config` with a copy space that holds any blob task.
-fn with_copy_space(mut config: Config) -> Config {
+/// The runtime configuration of a runtime serving the blob pool: a copy
+/// space that holds any blob task. Raising a `copy_space` the user set is
+/// worth a warning; raising the default, a note.
+fn with_copy_space(mut config: Config, user_set: bool) -> Config {
     if config.copy_space < wire::COPY_SPACE {
-        tracing::info!(
-            "copy_space raised from {} to {} bytes: blob tasks carry names up to {} bytes",
+        let why = format!(
+            "{} to {} bytes: blob tasks carry names up to {} bytes",
             config.copy_space,
             wire::COPY_SPACE,
             wire::MAX_NAME_BYTES
         );
+        if user_set {
+            tracing::warn!("copy_space raised from the configured {why}");
+        } else {
+            tracing::info!("copy_space raised from the default {why}");
+        }
         config.copy_space = wire::COPY_SPACE;
     }
     config
 }
 
-/// Opens the store, saying so when a runtime probably holds it.
+/// Opens the store (creating it on first use), saying so when a runtime
+/// probably holds it.
 fn open_store(config: &StoreConfig) -> Result<BlobStore, String> {
-    BlobStore::open(config).map_err(|e| match &e {
+    open_store_with(config, BlobStore::open)
+}
+
+/// Opens a store that exists, creating nothing: for the commands that only
+/// look (or remove).
+fn open_existing_store(config: &StoreConfig) -> Result<BlobStore, String> {
+    open_store_with(config, BlobStore::open_existing)
+}
+
+fn open_store_with(
+    config: &StoreConfig,
+    open: fn(&StoreConfig) -> Result<BlobStore, BlobError>,
+) -> Result<BlobStore, String> {
+    open(config).map_err(|e| match &e {
         BlobError::Metadata(m) if m.to_lowercase().contains("already open") => format!(
             "the store's metadata file {} is in use: a runtime (tandem blob run) may be \
              serving this store; stop it, or go through it ({e})",
@@ -346,7 +373,7 @@ fn serve_store(args: RunArgs) -> Result<(), String> {
         exit_on_stdin_eof: args.exit_on_stdin_eof,
     };
     on_best_backend(Serve {
-        config: configs.runtime,
+        config: with_copy_space(configs.runtime, configs.copy_space_set),
         store,
         options,
     })
@@ -382,7 +409,21 @@ fn put(args: PutArgs) -> Result<(), String> {
             .map(|n| n.to_string_lossy().into_owned())
             .ok_or_else(|| format!("{} has no file name: pass --name", args.file.display()))?,
     };
-    let file = File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
+    // What a blob can take: its largest size, and without an object
+    // target (which has no capacity) the targets' room.
+    let targets = &configs.store.targets;
+    let room = if targets.iter().any(|t| t.kind == TargetKind::Object) {
+        u64::MAX
+    } else {
+        targets.iter().map(|t| t.capacity).sum()
+    };
+    let most = configs
+        .store
+        .limits
+        .max_blob_size
+        .saturating_sub(args.offset)
+        .min(room);
+    let file = readable_at(&args.file, most)?;
     let len = file
         .metadata()
         .map_err(|e| format!("{}: {e}", args.file.display()))?
@@ -416,26 +457,58 @@ fn put(args: PutArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// `path` opened for reads at any offset. A pipe, a socket or a character
+/// device (`/dev/stdin` fed by a pipe) has no length and no offsets: it is
+/// read whole into an unnamed temporary file first (gone when closed, even
+/// if this process is killed), up to `most` bytes (what the blob can take:
+/// `/dev/zero` must not fill the disk).
+fn readable_at(path: &Path, most: u64) -> Result<File, String> {
+    let mut file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let kind = file
+        .metadata()
+        .map_err(|e| format!("{}: {e}", path.display()))?
+        .file_type();
+    if kind.is_file() {
+        return Ok(file);
+    }
+    if kind.is_dir() {
+        return Err(format!("{} is a directory", path.display()));
+    }
+    let mut spool = tempfile::tempfile()
+        .map_err(|e| format!("cannot make a temporary file for {}: {e}", path.display()))?;
+    let read = std::io::copy(&mut std::io::Read::take(&mut file, most + 1), &mut spool)
+        .map_err(|e| format!("reading {}: {e}", path.display()))?;
+    if read > most {
+        return Err(format!(
+            "{} holds more than the {most} bytes this blob can take",
+            path.display()
+        ));
+    }
+    Ok(spool)
+}
+
 /// `tandem blob get`.
 fn get(args: GetArgs) -> Result<(), String> {
+    if args.output.is_none() && crate::stdout::was_closed() {
+        return Err("stdout is closed: nowhere to write the blob (pass -o OUT)".into());
+    }
     let configs = configs(&args.config)?;
-    let store = open_store(&configs.store)?;
+    let store = open_existing_store(&configs.store)?;
     let tag = existing_tag(&store, &args.tag)?;
-    let len = match args.len {
-        Some(len) => len,
-        None => {
-            let size = store
-                .stat(tag, &args.name)
-                .map_err(|e| in_tag(e, &args.tag))?
-                .size;
-            size.checked_sub(args.offset).ok_or_else(|| {
-                format!(
-                    "offset {} is past the end of {}/{} (size {size})",
-                    args.offset, args.tag, args.name
-                )
-            })?
-        }
-    };
+    // Checked whole before the output is created: a get that cannot succeed
+    // must not truncate OUT. (This process holds the store: nothing
+    // changes the blob meanwhile.)
+    let size = store
+        .stat(tag, &args.name)
+        .map_err(|e| in_tag(e, &args.tag))?
+        .size;
+    let len = args.len.unwrap_or_else(|| size.saturating_sub(args.offset));
+    if len == 0 || args.offset.checked_add(len).is_none_or(|end| end > size) {
+        return Err(format!(
+            "range {}+{len} is not within {}/{} (size {size})",
+            args.offset, args.tag, args.name
+        ));
+    }
     let mut out: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(
             File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?,
@@ -468,7 +541,7 @@ fn get(args: GetArgs) -> Result<(), String> {
 /// `tandem blob ls`.
 fn ls(args: LsArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
-    let store = open_store(&configs.store)?;
+    let store = open_existing_store(&configs.store)?;
     match &args.tag {
         Some(tag_name) => {
             let tag = existing_tag(&store, tag_name)?;
@@ -500,7 +573,7 @@ fn ls(args: LsArgs) -> Result<(), String> {
 /// `tandem blob stat`.
 fn stat(args: NameArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
-    let store = open_store(&configs.store)?;
+    let store = open_existing_store(&configs.store)?;
     let tag = existing_tag(&store, &args.tag)?;
     let s = store
         .stat(tag, &args.name)
@@ -516,7 +589,7 @@ fn stat(args: NameArgs) -> Result<(), String> {
 /// `tandem blob rm`.
 fn rm(args: NameArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
-    let store = open_store(&configs.store)?;
+    let store = open_existing_store(&configs.store)?;
     let tag = existing_tag(&store, &args.tag)?;
     store
         .delete(tag, &args.name)
@@ -546,15 +619,17 @@ fn demo(args: DemoArgs) -> Result<bool, String> {
             let configs = configs(&ConfigArg {
                 config: Some(path.clone()),
             })?;
-            (configs.runtime, configs.store, None)
+            let runtime = with_copy_space(configs.runtime, configs.copy_space_set);
+            (runtime, configs.store, None)
         }
         None => {
             let dir = tempfile::Builder::new()
-                .prefix("tandem-blob-demo-")
+                // Names its owner: `tandem clean` removes what a killed demo left.
+                .prefix(&owned_temp_prefix(DEMO_STORE_KIND))
                 .tempdir()
                 .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
             let store = StoreConfig::ram_and_file(dir.path(), 64 << 20);
-            (with_copy_space(Config::default()), store, Some(dir))
+            (with_copy_space(Config::default(), false), store, Some(dir))
         }
     };
     let store = Arc::new(open_store(&store)?);
@@ -687,6 +762,7 @@ pub(crate) fn demo_part<A: GpuApi>(
         // Every blob from the host: the store's index for all, the task
         // path (BlobCaller) for a few.
         let mut durable = 0;
+        let mut read_back = 0;
         let mut back = vec![0u8; blob_bytes as usize];
         for rank in 0..n {
             let name = format!("k{rank}");
@@ -705,6 +781,7 @@ pub(crate) fn demo_part<A: GpuApi>(
                 continue;
             }
             tally.gets += 1;
+            read_back += 1;
             let good = match caller.get(tag, &name, 0, &mut back) {
                 Ok(()) => back
                     .iter()
@@ -718,8 +795,8 @@ pub(crate) fn demo_part<A: GpuApi>(
             tally.failed += u64::from(!good);
         }
         say(format!(
-            "  host: {n} blobs of {blob_bytes} bytes ({durable} durable), a few read back \
-                 through the task path"
+            "  host: {n} blobs of {blob_bytes} bytes ({durable} durable), {read_back} gets \
+             of them through the task path"
         ));
     }
     drop(kernels);

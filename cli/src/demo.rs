@@ -33,6 +33,11 @@ pub(crate) struct DemoArgs {
     devices: Option<Vec<usize>>,
 }
 
+/// What names `tandem demo`'s temporary blob store
+/// ([`tandem_runtime::owned_temp_prefix`]), which `tandem clean` removes
+/// once its owner is gone.
+pub(crate) const DEMO_STORE_KIND: &str = "demo-blob";
+
 /// `rt_status::stopped` (tandem/runtime.h): a thread released by its stop
 /// flag.
 const RT_STOPPED: u32 = 7;
@@ -326,14 +331,21 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
             println!("{line}");
         }
     };
+    let devices_asked = match &args.devices {
+        Some(list) => list.len(),
+        None => api.device_count().map_err(|e| e.to_string())?,
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let config = Config {
         devices: args
             .devices
             .clone()
             .map_or(DeviceSelection::All, DeviceSelection::Only),
-        // The default worker count for each device: more devices, more
-        // workers (capped by the cores).
-        workers_per_device: Some(Config::default().workers),
+        // The default worker count for each device, as far as the cores go:
+        // more devices, more workers.
+        workers_per_device: Some(
+            (cores / devices_asked.max(1)).clamp(1, Config::default().workers),
+        ),
         // The blob part's tasks carry names; its kernel threads' data
         // buffers live in the device segment.
         copy_space: tandem_blob::wire::COPY_SPACE,
@@ -343,8 +355,8 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
     // The blob part's store: a RAM and a file target in a temporary folder,
     // removed at the end.
     let store_dir = tempfile::Builder::new()
-        // The pid lets a test find what a killed demo may have left.
-        .prefix(&format!("tandem-demo-blob-{}-", std::process::id()))
+        // Names its owner: `tandem clean` removes what a killed demo left.
+        .prefix(&tandem_runtime::owned_temp_prefix(DEMO_STORE_KIND))
         .tempdir()
         .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
     let store = Arc::new(
@@ -679,17 +691,22 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
         .filter(|p| p.access == "direct")
         .map(|p| p.launch.failures())
         .sum();
-    let tasks = to_workers_total.tasks
+    // Counted as the lines above show them: the tasks sent to the CPU
+    // workers, to the devices' services (from their own kernels, the host,
+    // and other devices' kernels), and the blob puts and gets. The runtime's
+    // own count, logged at its stop, is what its workers ran: neither the
+    // services' tasks nor the blob kernels'.
+    let to_cpu_workers = to_workers_total.tasks
         + 25 * single.tasks_per_thread * device_reports.len() as u64
-        + host_round_trip.samples as u64
-        + to_services_total.tasks
+        + host_round_trip.samples as u64;
+    let to_services = to_services_total.tasks
         + device_reports
             .iter()
             .map(|d| d.host_to_service_round_trip.samples as u64)
             .sum::<u64>()
-        + peer_tasks
-        + blob.puts
-        + blob.gets;
+        + peer_tasks;
+    let blob_calls = blob.puts + blob.gets;
+    let tasks = to_cpu_workers + to_services + blob_calls;
     let failed = to_workers_total.failures()
         + single_failed
         + host_failed
@@ -724,7 +741,10 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
         );
     } else {
         let verdict = if ok { "ok" } else { "FAILED" };
-        println!("demo: {tasks} tasks, {failed} failed: {verdict}");
+        println!(
+            "demo: {tasks} tasks ({to_cpu_workers} to the workers, {to_services} to the \
+             services, {blob_calls} blob puts/gets), {failed} failed: {verdict}"
+        );
     }
     Ok(ok)
 }

@@ -26,6 +26,7 @@
 mod blob;
 mod demo;
 mod share;
+mod stdout;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,8 +36,8 @@ use serde::Serialize;
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::status::{read_status, single_live_runtime, StatusSnapshot};
 use tandem_runtime::{
-    clean_stale_segments, init_logging, on_best_backend, serve, Backend, Config, OnBackend,
-    Registry, ServeOptions,
+    clean_stale_segments, clean_stale_temp_folders, init_logging, on_best_backend, serve, Backend,
+    Config, OnBackend, Registry, ServeOptions,
 };
 
 /// Tandem: host threads and GPU kernels sharing memory and work.
@@ -59,7 +60,8 @@ enum Command {
     Info(InfoArgs),
     /// Asks a running runtime (through its CPU segment) what it is doing.
     Status(StatusArgs),
-    /// Removes Tandem segments in /dev/shm whose owner process is gone.
+    /// Removes Tandem segments in /dev/shm whose owner process is gone, and
+    /// the temporary folders of demos that were killed.
     Clean(CleanArgs),
     /// The blob store: serve it, look at it, run its demo.
     #[command(subcommand)]
@@ -110,6 +112,18 @@ struct CleanArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    // Services and demos hold segments and folders that a SIGPIPE would
+    // leave behind; the others print and exit.
+    let holds_resources = matches!(
+        &cli.command,
+        Command::Demo(_)
+            | Command::Run(_)
+            | Command::Blob(blob::BlobCommand::Run(_) | blob::BlobCommand::Demo(_))
+            | Command::Share(share::ShareCommand::Serve(_))
+    );
+    if !holds_resources {
+        stdout::end_quietly_when_the_reader_leaves();
+    }
     match cli.command {
         Command::Demo(args) => demo_command(args),
         Command::Run(args) => report(run_on_best_backend(BackendCommand::Run(args)).map(drop)),
@@ -131,9 +145,15 @@ fn report(result: Result<(), String>) -> ExitCode {
     }
 }
 
-/// `tandem clean`: one line per stale segment, then a count.
+/// `tandem clean`: one line per stale segment and per temporary folder of a
+/// killed demo, then counts.
 fn clean(args: CleanArgs) -> Result<(), String> {
     let stale = clean_stale_segments(args.dry_run).map_err(|e| e.to_string())?;
+    let folders = clean_stale_temp_folders(
+        &[demo::DEMO_STORE_KIND, blob::DEMO_STORE_KIND],
+        args.dry_run,
+    )
+    .map_err(|e| format!("cleaning {}: {e}", std::env::temp_dir().display()))?;
     let verb = if args.dry_run {
         "would remove"
     } else {
@@ -142,7 +162,14 @@ fn clean(args: CleanArgs) -> Result<(), String> {
     for segment in &stale {
         println!("{verb} /dev/shm/{segment}");
     }
-    println!("{verb} {} stale segment(s)", stale.len());
+    for folder in &folders {
+        println!("{verb} {} (a killed demo's store)", folder.display());
+    }
+    println!(
+        "{verb} {} stale segment(s), {} stale folder(s)",
+        stale.len(),
+        folders.len()
+    );
     Ok(())
 }
 
@@ -353,6 +380,13 @@ fn status(args: StatusArgs) -> Result<(), String> {
     } else {
         print_status(&status);
     }
+    if status.runtime.process == "gone" {
+        return Err(format!(
+            "the runtime of segment {name} (pid {}) is gone: killed or crashed; the figures \
+             are the last it published. `tandem clean` removes its segment",
+            status.runtime.pid
+        ));
+    }
     Ok(())
 }
 
@@ -360,19 +394,34 @@ fn print_status(s: &StatusSnapshot) {
     let r = &s.runtime;
     let c = &s.config;
     println!("segment   {}", s.segment);
-    println!(
-        "runtime   pid {} ({}, {}), {} backend, up {:.1} s",
-        r.pid, r.process, r.state, r.backend, r.uptime_s
-    );
+    let gone = r.process == "gone";
+    if gone {
+        println!(
+            "runtime   pid {} (gone; it last said {}), {} backend, up {:.1} s when it last wrote",
+            r.pid, r.state, r.backend, r.uptime_s
+        );
+    } else {
+        println!(
+            "runtime   pid {} ({}, {}), {} backend, up {:.1} s",
+            r.pid, r.process, r.state, r.backend, r.uptime_s
+        );
+    }
     let capped = if s.workers.running < c.workers {
         format!(" ({} configured, capped by the cores)", c.workers)
     } else {
         String::new()
     };
-    println!(
-        "workers   {} running{capped}, {} busy",
-        s.workers.running, s.workers.busy
-    );
+    if gone {
+        println!(
+            "workers   none running (it ran {}{capped})",
+            s.workers.running
+        );
+    } else {
+        println!(
+            "workers   {} running{capped}, {} busy",
+            s.workers.running, s.workers.busy
+        );
+    }
     println!(
         "queues    {} lanes ({} on a GPU's segments) x {} slots, copy space {} bytes",
         c.lanes, c.gpu_lanes, c.queue_depth, c.copy_space

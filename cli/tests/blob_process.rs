@@ -339,6 +339,128 @@ fn the_store_commands_put_list_get_and_remove() {
     assert!(out.stdout == data, "after the runtime");
 }
 
+/// `tandem blob args...` run as `cmd` would be, logging at `info`.
+fn blob_with(args: &[&str], cmd: impl FnOnce(&mut Command)) -> Output {
+    let mut command = Command::new(exe());
+    command
+        .arg("blob")
+        .args(args)
+        .env("RUST_LOG", "info")
+        .env_remove("TANDEM_BLOB_CONFIG");
+    cmd(&mut command);
+    command.output().expect("run tandem blob")
+}
+
+/// Pipes have no length, a closed stdout takes no bytes, and a look at a
+/// store never made makes nothing (nor talks of a runtime's copy space).
+#[test]
+fn pipes_a_closed_stdout_and_a_store_never_made() {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = runtime_toml(dir.path());
+    let config = config.to_str().unwrap();
+    let before: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    for look in [
+        &["ls", "--config", config][..],
+        &["stat", "x", "--tag", "t", "--config", config],
+        &["get", "x", "--tag", "t", "--config", config],
+        &["rm", "x", "--tag", "t", "--config", config],
+    ] {
+        let out = blob_with(look, |_| {});
+        assert!(!out.status.success(), "{look:?}");
+        let said = text(&out.stderr);
+        assert!(said.contains("nothing was ever put"), "{look:?}: {said}");
+        assert!(!said.contains("copy_space"), "{look:?}: {said}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        before.len(),
+        "a look made files"
+    );
+
+    let mut put = Command::new(exe())
+        .args(["blob", "put", "/dev/stdin", "--name", "piped", "--tag", "t"])
+        .args(["--config", config])
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    put.stdin.take().unwrap().write_all(b"hi\n").unwrap();
+    let out = put.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("3 bytes"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(!text(&out.stderr).contains("copy_space"));
+    let got = blob(&["get", "piped", "--tag", "t", "--config", config]);
+    assert_eq!(got.stdout, b"hi\n");
+
+    let closed = blob_with(&["get", "piped", "--tag", "t", "--config", config], |c| {
+        // SAFETY: close(2) in the child before exec; nothing else runs there.
+        unsafe {
+            c.pre_exec(|| {
+                libc::close(1);
+                Ok(())
+            });
+        }
+    });
+    assert!(
+        !closed.status.success(),
+        "a get to a closed stdout succeeded"
+    );
+    assert!(text(&closed.stderr).contains("stdout is closed"));
+}
+
+/// A get that cannot succeed leaves its output file as it was; a put from
+/// an endless device stops at what a blob can take.
+#[test]
+fn failed_gets_keep_their_output_and_endless_puts_stop() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = runtime_toml(dir.path());
+    let config = config.to_str().unwrap();
+    let data = dir.path().join("data");
+    std::fs::write(&data, b"abc").unwrap();
+    let data = data.to_str().unwrap();
+    assert!(
+        blob(&["put", data, "--name", "x", "--tag", "t", "--config", config])
+            .status
+            .success()
+    );
+    let out = dir.path().join("out.txt");
+    std::fs::write(&out, "kept").unwrap();
+    let out = out.to_str().unwrap();
+    for args in [
+        &["get", "none", "--len", "2"][..],
+        &["get", "x", "--offset", "1", "--len", "100"],
+        &["get", "x", "--offset", "3"],
+    ] {
+        let got = blob(&[args, &["--tag", "t", "--config", config, "-o", out]].concat());
+        assert!(!got.status.success(), "{args:?}");
+        assert_eq!(std::fs::read_to_string(out).unwrap(), "kept", "{args:?}");
+    }
+    let endless = blob(&[
+        "put",
+        "/dev/zero",
+        "--name",
+        "z",
+        "--tag",
+        "t",
+        "--config",
+        config,
+    ]);
+    assert!(!endless.status.success());
+    assert!(
+        text(&endless.stderr).contains("more than the"),
+        "{}",
+        text(&endless.stderr)
+    );
+}
+
 #[test]
 fn the_demo_ends_with_its_verdict() {
     let out = blob(&["demo"]);

@@ -128,11 +128,57 @@ fn demo_says_where_it_ran_and_ends_with_its_verdict() {
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     let lines: Vec<&str> = stdout.lines().collect();
     let verdict = lines.last().expect("output");
-    let tasks: u64 = verdict
+    // "demo: N tasks (W to the workers, S to the services, B blob puts/gets),
+    // 0 failed: ok": the parts add up, each from the lines above.
+    let figures: Vec<u64> = verdict
         .strip_prefix("demo: ")
-        .and_then(|rest| rest.strip_suffix(" tasks, 0 failed: ok"))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("verdict line {verdict:?}"));
+        .and_then(|rest| rest.strip_suffix(", 0 failed: ok"))
+        .unwrap_or_else(|| panic!("verdict line {verdict:?}"))
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let [tasks, workers, services, blob] = figures[..] else {
+        panic!("verdict line {verdict:?}");
+    };
+    assert_eq!(tasks, workers + services + blob, "{verdict}");
+    let devices = report["devices"].as_array().expect("devices");
+    assert!(!devices.is_empty());
+    let sum = |f: &dyn Fn(&serde_json::Value) -> u64| devices.iter().map(f).sum::<u64>();
+    let peers: u64 = report["peers"]
+        .as_array()
+        .expect("peers")
+        .iter()
+        .filter(|p| p["access"] == "direct")
+        .map(|p| p["launch"]["tasks"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        services,
+        report["to_services"]["tasks"].as_u64().unwrap()
+            + sum(&|d| d["host_to_service_round_trip"]["samples"].as_u64().unwrap())
+            + peers
+    );
+    // Every task sent to a service was run by one, and each device's line
+    // says how many its ran.
+    assert_eq!(sum(&|d| d["service_ran"].as_u64().unwrap()), services);
+    for d in devices {
+        let line = format!(
+            "device {}'s service ran {} tasks",
+            d["ordinal"],
+            d["service_ran"].as_u64().unwrap()
+        );
+        assert!(stdout.contains(&line), "{line}:\n{stdout}");
+    }
+    assert!(workers > report["to_workers"]["tasks"].as_u64().unwrap());
+    assert_eq!(
+        report["blob_puts"].as_u64().unwrap() + report["blob_gets"].as_u64().unwrap(),
+        blob
+    );
+    // Nobody configured the workers: no warning about their number.
+    assert!(
+        !text(&out.stderr).contains("workers"),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(
         report["tasks"].as_u64(),
         Some(tasks),
@@ -167,4 +213,27 @@ fn the_example_config_parses_to_the_defaults() {
         },
         "tandem.example.toml should show every key at its default"
     );
+}
+
+/// A command whose reader went away (`tandem info | head -0`) ends as
+/// other commands do, by SIGPIPE, without a panic's message.
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    let mut ends = [0; 2];
+    // SAFETY: pipe(2) writes two descriptors into `ends`.
+    assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+    // SAFETY: both are fresh descriptors this test owns alone.
+    let (reader, writer) =
+        unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    drop(reader);
+    let out = common::tandem()
+        .arg("info")
+        .stdout(std::process::Stdio::from(writer))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run tandem");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{out:?}");
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
 }

@@ -854,6 +854,26 @@ fn buffer_opened_on_another_device<A: GpuApi>(load: impl Fn() -> tandem_hal::Gpu
     assert_eq!(writer.stat(id).unwrap().leases, 1);
 }
 
+/// A command aimed at a socket no daemon ever served says that, not that
+/// a daemon is gone.
+#[test]
+fn no_daemon_is_not_a_daemon_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("never.sock");
+    let out = common::tandem()
+        .args(["share", "status", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        why.contains("no share daemon serves") && why.contains("tandem share serve"),
+        "{why}"
+    );
+    assert!(!why.contains("gone"), "{why}");
+}
+
 macro_rules! backend_tests {
     ($backend:ident, $api:ty, $load:expr) => {
         mod $backend {

@@ -127,3 +127,61 @@ fn clean_removes_dead_owners_segments_only() {
     drop(live);
     assert!(!shm(&live_runtime).exists());
 }
+
+/// A demo killed with SIGKILL leaves its temporary blob store; `tandem
+/// clean` removes it (and its segments), and only after its owner died.
+#[test]
+fn clean_removes_a_killed_demos_store() {
+    let mut cleanup = Cleanup::default();
+    let mut command = tandem();
+    command.args(["blob", "demo"]);
+    let mut child = command.spawn().expect("spawn");
+    let pid = child.id();
+    let out = child.stdout.take().expect("stdout");
+    cleanup.children.push(child);
+    // Printed once its store and runtime are up.
+    let started = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.starts_with("kernel: "));
+    assert!(started, "the demo did not start");
+    let prefix = format!("tandem-blob-demo-{pid}-");
+    let folders = || -> Vec<PathBuf> {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect()
+    };
+    let store = folders();
+    assert_eq!(store.len(), 1, "the demo's store: {store:?}");
+    let clean = || {
+        let out = common::tandem()
+            .arg("clean")
+            .output()
+            .expect("tandem clean");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Its owner lives: kept.
+    clean();
+    assert!(store[0].exists(), "a live demo's store was removed");
+    let child = cleanup.children.last_mut().expect("child");
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    assert!(store[0].exists(), "SIGKILL leaves the store behind");
+    let said = clean();
+    assert!(
+        said.contains(&store[0].display().to_string()),
+        "tandem clean said: {said}"
+    );
+    assert_eq!(folders(), Vec::<PathBuf>::new());
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(&format!("-{pid}-")) || n.contains(&format!("{pid:x}")))
+        .collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+}

@@ -195,3 +195,56 @@ fn a_live_runtime_is_listed_until_it_stops() {
     let live = tandem_runtime::status::live_runtime_segments().expect("list /dev/shm");
     assert!(!live.contains(&name), "{name} still in {live:?}");
 }
+
+/// A killed runtime's segment: `tandem status --segment` says it is gone
+/// (no workers running) and fails; `tandem status` with no live runtime
+/// names the stale segment and `tandem clean`.
+#[test]
+fn a_killed_runtimes_status_says_gone() {
+    use std::io::{BufRead, BufReader};
+    let name = format!("tandem-test-status-killed-{}", std::process::id());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!("workers = 1\ndevices = []\ncpu_segment_name = {name:?}\n"),
+    )
+    .unwrap();
+    let mut child = common::tandem()
+        .args(["run", "--announce", "--config"])
+        .arg(&config)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("tandem run");
+    let mut cleanup = common::Cleanup::default();
+    cleanup.files.push(format!("/dev/shm/{name}").into());
+    let out = child.stdout.take().unwrap();
+    cleanup.children.push(child);
+    let ready = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.starts_with("ready"));
+    assert!(ready, "no ready line");
+    let child = cleanup.children.last_mut().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let out = tandem(&["status", "--segment", &name]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("(gone;"), "{said}");
+    assert!(said.contains("workers   none running"), "{said}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is gone") && err.contains("tandem clean"),
+        "{err}"
+    );
+
+    // Other tests may run a live runtime meanwhile: only a "no live
+    // runtime" answer is checked.
+    let out = tandem(&["status"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("no live Tandem runtime") {
+        assert!(err.contains(&name) && err.contains("tandem clean"), "{err}");
+    }
+}

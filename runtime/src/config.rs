@@ -127,6 +127,34 @@ enum DevicesField {
     List(Vec<usize>),
 }
 
+/// Largest configuration file read: a configuration is a few hundred
+/// bytes, and a path named by mistake (`/dev/zero`, a disk image) must not
+/// be read into memory whole.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The text of the configuration file at `path`, at most
+/// [`MAX_CONFIG_BYTES`].
+pub fn read_config_file(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let io = |error| ConfigError::Io {
+        path: path.display().to_string(),
+        error,
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("longer than {MAX_CONFIG_BYTES} bytes: not a configuration file"),
+        )));
+    }
+    Ok(text)
+}
+
 impl Config {
     /// Parses TOML text; fields left out keep their defaults.
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
@@ -170,11 +198,7 @@ impl Config {
 
     /// Reads and parses a TOML file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
-            path: path.display().to_string(),
-            error,
-        })?;
-        Self::from_toml(&text)
+        Self::from_toml(&read_config_file(path)?)
     }
 
     /// Checks every value's range (what [`crate::Runtime::start`] relies on).
@@ -329,6 +353,12 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_endless_file_is_not_a_configuration() {
+        let e = Config::from_file(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("not a configuration file"), "{e}");
+    }
 
     #[test]
     fn device_segments_take_their_backends_lanes() {

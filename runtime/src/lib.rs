@@ -50,8 +50,9 @@
 //! * **Operating a service.** [`status`] reads the status block a runtime
 //!   publishes (`tandem status`); [`clean_stale_segments`] removes the
 //!   segments of dead owners (`tandem clean`, [`StaleSegment`],
-//!   [`StaleWhy`]); [`Termination`] and [`exit_on_termination`] turn
-//!   SIGINT/SIGTERM into a clean stop; [`serve`] is `tandem run` for a
+//!   [`StaleWhy`]), [`clean_stale_temp_folders`] the temporary folders
+//!   of dead owners ([`owned_temp_prefix`]); [`Termination`] and
+//!   [`exit_on_termination`] turn SIGINT/SIGTERM into a clean stop; [`serve`] is `tandem run` for a
 //!   binary with pools of its own, on the backend [`on_best_backend`] picks
 //!   ([`OnBackend`], [`ServeOptions`]). A named segment of one's own format
 //!   gets the same care through [`create_owned_segment`] and an
@@ -105,7 +106,7 @@ mod worker;
 
 pub use client::Client;
 pub use clients::{ClientSnapshot, ClientState, ClientTable};
-pub use config::{Config, DeviceSelection};
+pub use config::{read_config_file, Config, DeviceSelection, MAX_CONFIG_BYTES};
 pub use context::{CallerMemoryError, SharedBytes, TaskContext};
 pub use error::{ConfigError, RuntimeError};
 pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
@@ -117,8 +118,9 @@ pub use serve::{init_logging, on_best_backend, serve, Backend, OnBackend, ServeO
 pub use service::{GpuService, ServiceStats};
 pub use signals::{exit_on_termination, Termination, TerminationWaker};
 pub use stale::{
-    clean_stale_segments, create_owned_segment, remove_host_ipc_segments_of, remove_stale_segment,
-    OwnerRecord, StaleSegment, StaleWhy, OWNED_SEGMENT_MAGIC,
+    clean_stale_segments, clean_stale_temp_folders, create_owned_segment, owned_temp_prefix,
+    remove_host_ipc_segments_of, remove_stale_segment, OwnerRecord, StaleSegment, StaleWhy,
+    OWNED_SEGMENT_MAGIC,
 };
 pub use submit::{Pending, Route, SharedBuffer};
 pub use task::{

@@ -285,10 +285,18 @@ fn default_segment_name() -> String {
 fn capped_workers(requested: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if requested > cores {
-        tracing::warn!(
-            "workers: {requested} configured but {cores} cores available: running {cores} \
-             (more workers than cores would only take turns on them, costing system time)"
-        );
+        // The default is no one's choice to warn about.
+        if requested == Config::default().workers {
+            tracing::info!(
+                "workers: running {cores}, one per core available (the default is {requested}; \
+                 more workers than cores would only take turns on them)"
+            );
+        } else {
+            tracing::warn!(
+                "workers: {requested} configured but {cores} cores available: running {cores} \
+                 (more workers than cores would only take turns on them, costing system time)"
+            );
+        }
     }
     requested.min(cores)
 }
@@ -667,10 +675,12 @@ impl<A: GpuApi> Runtime<A> {
         // Once: `shutdown` stops the threads, then Drop finds none.
         if running {
             let stats = self.stats();
+            // The workers' count: tasks a device's service ran are not in it,
+            // and every task a pool's kernels sent is.
             tracing::info!(
                 completed = stats.completed,
                 failed = stats.failed,
-                "runtime stopped"
+                "runtime stopped; its CPU workers ran the tasks counted"
             );
         }
         if panicked > 0 {

@@ -309,7 +309,16 @@ pub fn clean_stale_segments(dry_run: bool) -> Result<Vec<StaleSegment>, RuntimeE
         let Ok(probe) = SegmentProbe::open(&name) else {
             continue;
         };
-        if !matches!(read_header(&probe)?, Header::Tandem(_) | Header::HostIpc(_)) {
+        let ours = match read_header(&probe)? {
+            Header::Tandem(_) | Header::HostIpc(_) => true,
+            // A runtime killed while it set up its segment: only its
+            // default name says whose it was.
+            Header::Unpublished => {
+                default_name_pid(&name).is_some_and(|pid| ProcessIdentity::of(pid).is_none())
+            }
+            Header::Foreign => false,
+        };
+        if !ours {
             continue;
         }
         let Ok(stale) = judge(&probe)? else {
@@ -326,11 +335,164 @@ pub fn clean_stale_segments(dry_run: bool) -> Result<Vec<StaleSegment>, RuntimeE
     Ok(removed)
 }
 
+/// The pid a runtime's default segment name (`tandem-<pid>-<n>`) names.
+fn default_name_pid(name: &str) -> Option<u32> {
+    let (pid, n) = name.strip_prefix("tandem-")?.split_once('-')?;
+    n.parse::<u32>().ok()?;
+    pid.parse().ok()
+}
+
+/// The prefix of a temporary folder that this process makes and means to
+/// remove, `tandem-<kind>-<pid>-<start time>-`, to give `tempfile`: what a
+/// process killed before it could remove its folder leaves is then found by
+/// [`clean_stale_temp_folders`].
+pub fn owned_temp_prefix(kind: &str) -> String {
+    let me = ProcessIdentity::current();
+    format!("tandem-{kind}-{}-{}-", me.pid, me.start_time)
+}
+
+/// Removes (or, with `dry_run`, only lists) the folders of the temporary
+/// folder named by [`owned_temp_prefix`] with one of `kinds` whose owner is
+/// gone. A folder whose owner lives, of another user, or whose name is not
+/// such a prefix and a random tail, is left alone.
+pub fn clean_stale_temp_folders(
+    kinds: &[&str],
+    dry_run: bool,
+) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut removed = Vec::new();
+    for entry in std::fs::read_dir(std::env::temp_dir())?.filter_map(Result::ok) {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Some(owner) = temp_folder_owner(&name, kinds) else {
+            continue;
+        };
+        // A link is not a folder we made (and is not followed); another
+        // user's folder is theirs to clean, even for root.
+        // SAFETY: getuid cannot fail and touches no memory.
+        let uid = unsafe { libc::getuid() };
+        let ours = entry
+            .metadata()
+            .is_ok_and(|m| m.is_dir() && std::os::unix::fs::MetadataExt::uid(&m) == uid);
+        if owner.is_alive() || !ours {
+            continue;
+        }
+        let path = entry.path();
+        if !dry_run {
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => tracing::info!("removed {} ({owner}, gone)", path.display()),
+                // Removed meanwhile by another cleaner.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        removed.push(path);
+    }
+    Ok(removed)
+}
+
+/// The owner a folder named `tandem-<kind>-<pid>-<start time>-<tail>` names,
+/// for one of `kinds`.
+fn temp_folder_owner(name: &str, kinds: &[&str]) -> Option<ProcessIdentity> {
+    let rest = name.strip_prefix("tandem-")?;
+    let mut fields = rest.rsplitn(4, '-');
+    let tail = fields.next()?;
+    let start_time = fields.next()?.parse().ok()?;
+    let pid = fields.next()?.parse().ok()?;
+    let kind = fields.next()?;
+    (kinds.contains(&kind) && !tail.is_empty() && tail.chars().all(|c| c.is_ascii_alphanumeric()))
+        .then_some(ProcessIdentity { pid, start_time })
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
 
     use super::*;
+
+    #[test]
+    fn a_runtime_killed_before_its_header_is_cleaned_by_its_default_name() {
+        // A pid that is no process: beyond the kernel's pid limit.
+        let dead = 1u32 << 23;
+        let names = [format!("tandem-{dead}-0"), format!("tandem-x{dead}-0")];
+        let paths: Vec<PathBuf> = names
+            .iter()
+            .map(|n| PathBuf::from(SHM_DIR).join(n))
+            .collect();
+        let _remove: Vec<RemoveOnDrop> = paths.iter().cloned().map(RemoveOnDrop).collect();
+        for path in &paths {
+            // Sized, its header never written: all zeros.
+            std::fs::File::create(path)
+                .unwrap()
+                .set_len(1 << 16)
+                .unwrap();
+        }
+        let stale = clean_stale_segments(true).unwrap();
+        let found = |name: &str| stale.iter().find(|s| s.name == name);
+        assert_eq!(
+            found(&names[0]).map(|s| s.why),
+            Some(StaleWhy::NeverPublished)
+        );
+        assert!(found(&names[1]).is_none(), "not a default name: not ours");
+        assert_eq!(default_name_pid("tandem-12-3"), Some(12));
+        assert_eq!(default_name_pid("tandem-demo-blob-12-3"), None);
+    }
+
+    #[test]
+    fn a_temp_folder_names_its_owner() {
+        let prefix = owned_temp_prefix("demo-blob");
+        let me = ProcessIdentity::current();
+        let kinds = ["demo-blob", "blob-demo"];
+        assert_eq!(
+            temp_folder_owner(&format!("{prefix}Ab3xYz"), &kinds),
+            Some(me)
+        );
+        for other in [
+            prefix.clone(),
+            format!("{prefix}a-b"),
+            format!("tandem-other-{}-{}-Ab3xYz", me.pid, me.start_time),
+            format!("tandem-demo-blob-x-{}-Ab3xYz", me.start_time),
+            "tandem-0".to_string(),
+            "tandem-share-test-12-0".to_string(),
+        ] {
+            assert_eq!(temp_folder_owner(&other, &kinds), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn stale_temp_folders_go_live_ones_stay() {
+        let kinds = ["stale-test"];
+        let live = std::env::temp_dir().join(format!("{}Live12", owned_temp_prefix("stale-test")));
+        std::fs::create_dir_all(&live).unwrap();
+        // A pid that is no process: beyond the kernel's pid limit.
+        let dead = std::env::temp_dir().join(format!("tandem-stale-test-{}-1-Ab3xYz", 1u32 << 23));
+        std::fs::create_dir_all(dead.join("inside")).unwrap();
+        // Another user's (when this test may make one): left alone.
+        let theirs =
+            std::env::temp_dir().join(format!("tandem-stale-test-{}-1-Other1", 1u32 << 23));
+        std::fs::create_dir_all(&theirs).unwrap();
+        // SAFETY: getuid cannot fail and touches no memory.
+        let root = unsafe { libc::getuid() } == 0;
+        if root {
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        } else {
+            std::fs::remove_dir(&theirs).unwrap();
+        }
+        let listed = clean_stale_temp_folders(&kinds, true).unwrap();
+        assert!(
+            listed.contains(&dead) && dead.exists(),
+            "a dry run removes nothing"
+        );
+        let removed = clean_stale_temp_folders(&kinds, false).unwrap();
+        assert_eq!(removed, vec![dead.clone()]);
+        assert!(!dead.exists());
+        assert!(live.exists());
+        std::fs::remove_dir(&live).unwrap();
+        if root {
+            assert!(theirs.exists(), "another user's folder was removed");
+            std::fs::remove_dir(&theirs).unwrap();
+        }
+    }
 
     /// Removes the file when dropped, so a failing test leaves no segment.
     struct RemoveOnDrop(PathBuf);

@@ -682,8 +682,12 @@ pub enum StatusError {
         /// The segment's name.
         name: String,
     },
-    /// `/dev/shm` holds no live runtime segment.
-    NoLiveRuntime,
+    /// `/dev/shm` holds no live runtime segment; these are left by dead
+    /// ones (`tandem clean` removes them).
+    NoLiveRuntime {
+        /// Names of the stale segments found.
+        stale: Vec<String>,
+    },
     /// Several live runtimes: one must be named.
     Ambiguous(Vec<String>),
     /// `/dev/shm` could not be listed.
@@ -708,9 +712,17 @@ impl std::fmt::Display for StatusError {
                 f,
                 "the status of segment {name} changed under every read; try again"
             ),
-            Self::NoLiveRuntime => f.write_str(
+            Self::NoLiveRuntime { stale } if stale.is_empty() => f.write_str(
                 "no live Tandem runtime segment in /dev/shm (start one with `tandem run`, \
                  or name one with --segment)",
+            ),
+            Self::NoLiveRuntime { stale } => write!(
+                f,
+                "no live Tandem runtime segment in /dev/shm, only {} left by dead processes: \
+                 {} (`tandem status --segment NAME` shows what one last published; `tandem \
+                 clean` removes them)",
+                stale.len(),
+                stale.join(", ")
             ),
             Self::Ambiguous(names) => write!(
                 f,
@@ -963,7 +975,12 @@ fn is_live_runtime(name: &str) -> bool {
 pub fn single_live_runtime() -> Result<String, StatusError> {
     let mut names = live_runtime_segments()?;
     match names.len() {
-        0 => Err(StatusError::NoLiveRuntime),
+        0 => Err(StatusError::NoLiveRuntime {
+            // Only to name them: a listing that fails names none.
+            stale: crate::stale::clean_stale_segments(true)
+                .map(|found| found.into_iter().map(|s| s.name).collect())
+                .unwrap_or_default(),
+        }),
         1 => Ok(names.remove(0)),
         _ => Err(StatusError::Ambiguous(names)),
     }
@@ -974,6 +991,20 @@ mod tests {
     use std::sync::atomic::AtomicBool;
 
     use super::*;
+
+    #[test]
+    fn no_live_runtime_names_the_stale_segments() {
+        let none = StatusError::NoLiveRuntime { stale: vec![] }.to_string();
+        assert!(none.contains("tandem run"), "{none}");
+        let stale = StatusError::NoLiveRuntime {
+            stale: vec!["tandem-12-0".into(), "tandem-13-0".into()],
+        }
+        .to_string();
+        assert!(
+            stale.contains("tandem-12-0, tandem-13-0") && stale.contains("`tandem clean`"),
+            "{stale}"
+        );
+    }
 
     #[test]
     fn a_reader_never_sees_a_torn_write() {

@@ -85,7 +85,8 @@ impl<A: GpuApi> ShareClient<A> {
     /// connects to it; it serves when this returns, and stops when the
     /// last clone of this client and its buffers are gone.
     pub fn spawn_daemon(api: A) -> Result<Self, ShareError> {
-        let exe = find_tandem_binary().map_err(|e| ShareError::DaemonGone(e.to_string()))?;
+        let exe = find_tandem_binary()
+            .map_err(|e| ShareError::CannotServe(format!("cannot start a daemon: {e}")))?;
         Self::spawn_daemon_with(api, &exe)
     }
 
@@ -123,8 +124,8 @@ impl<A: GpuApi> ShareClient<A> {
             "--announce".as_ref(),
             "--exit-on-stdin-eof".as_ref(),
         ];
-        let daemon =
-            ServiceChild::spawn(exe, &args).map_err(|e| ShareError::DaemonGone(e.to_string()))?;
+        let daemon = ServiceChild::spawn(exe, &args)
+            .map_err(|e| ShareError::CannotServe(format!("cannot start a daemon: {e}")))?;
         let socket = PathBuf::from(daemon.ready());
         match Connections::connect(&socket, WireBackend::of(A::BACKEND)) {
             Ok(connections) => Ok(Self::with(api, connections, Some(daemon))),

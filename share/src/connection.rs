@@ -42,7 +42,12 @@ impl Connections {
     /// Connects once (which checks that a daemon answers and accepts us).
     pub(crate) fn connect(socket: &Path, backend: WireBackend) -> Result<Self, ShareError> {
         let token = new_token();
-        let (stream, hello) = Self::open(socket, token, backend)?;
+        // Nobody reached yet: no daemon, rather than a daemon gone.
+        let stream = UnixStream::connect(socket).map_err(|e| ShareError::NoDaemon {
+            socket: socket.to_path_buf(),
+            why: e.to_string(),
+        })?;
+        let (stream, hello) = Self::hello(stream, token, backend)?;
         let Reply::Hello { pid, devices, .. } = hello else {
             return Err(ShareError::Protocol(format!(
                 "expected Hello, got {hello:?}"
@@ -58,20 +63,31 @@ impl Connections {
         })
     }
 
-    fn open(
-        socket: &Path,
+    /// Another connection to the daemon this client reached before.
+    fn open(&self) -> Result<UnixStream, ShareError> {
+        let stream = UnixStream::connect(&self.socket).map_err(|e| {
+            ShareError::DaemonGone(format!("cannot connect to {}: {e}", self.socket.display()))
+        })?;
+        Ok(Self::hello(stream, self.token, self.backend)?.0)
+    }
+
+    /// Says Hello on a new connection; returns it with the daemon's answer.
+    fn hello(
+        stream: UnixStream,
         token: u64,
         backend: WireBackend,
     ) -> Result<(UnixStream, Reply), ShareError> {
-        let stream = UnixStream::connect(socket).map_err(|e| {
-            ShareError::DaemonGone(format!("cannot connect to {}: {e}", socket.display()))
-        })?;
         let hello = Request::Hello {
             pid: std::process::id(),
             client: token,
             backend,
         };
-        let (reply, _) = exchange(&stream, &hello)?;
+        let gone = |e: std::io::Error| ShareError::DaemonGone(e.to_string());
+        // A socket that is not a daemon's may never answer.
+        stream.set_read_timeout(Some(HELLO_TIMEOUT)).map_err(gone)?;
+        let answer = exchange(&stream, &hello);
+        stream.set_read_timeout(None).map_err(gone)?;
+        let (reply, _) = answer?;
         match reply {
             Reply::Error { code, message } => Err(ShareError::from_reply(code, message, None)),
             reply => Ok((stream, reply)),
@@ -104,7 +120,7 @@ impl Connections {
             .pop();
         let stream = match idle {
             Some(stream) => stream,
-            None => Self::open(&self.socket, self.token, self.backend)?.0,
+            None => self.open()?,
         };
         // A broken connection is dropped, not returned to the pool.
         let (reply, fd) = exchange(&stream, request)?;
@@ -148,6 +164,10 @@ impl Connections {
     }
 }
 
+/// How long a new connection waits for the daemon's Hello: it answers at
+/// once unless the socket is not a share daemon's.
+const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A reply that does not answer the request.
 pub(crate) fn unexpected(reply: &Reply) -> ShareError {
     ShareError::Protocol(format!("unexpected reply {reply:?}"))
@@ -169,7 +189,7 @@ fn exchange(
     }
     // A daemon that refuses a connection says why and closes it, maybe
     // before the request lands: read its reason before calling it gone.
-    let received = transport::recv_frame(stream);
+    let received = transport::recv_frame(stream, None);
     if let Err(e) = sent {
         return match received.map(|r| Reply::decode(&r.frame)) {
             Ok(Ok(Reply::Error { code, message })) => {
@@ -180,6 +200,17 @@ fn exchange(
     }
     let received = received.map_err(|e| match e {
         RecvError::Closed => ShareError::DaemonGone("it closed the connection".into()),
+        // Only a Hello waits with a timeout.
+        RecvError::Io(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            ShareError::Protocol(format!(
+                "no answer to Hello within {HELLO_TIMEOUT:?}: not a share daemon's socket?"
+            ))
+        }
         RecvError::Io(e) => gone(e),
         RecvError::Wire(e) => ShareError::Protocol(e.to_string()),
     })?;

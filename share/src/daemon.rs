@@ -17,6 +17,16 @@
 //! on the condition variable, not holding the lock. While the daemon is
 //! busy, connection threads poll for their next request rather than sleep
 //! in `recv` ([`Polling`]).
+//!
+//! # Limits
+//! What one client can take is bounded ([`Limits`]): the connections (and
+//! so the threads) in all and per client process, refused beyond with
+//! [`ErrorCode::Busy`]; the buffers held, a create beyond refused the same
+//! way; how long a new connection may take to say Hello and
+//! a started frame to finish; and an `Open` waiting for its seal ends when
+//! its opener hangs up. Out of descriptors, the accept loop sheds the
+//! waiting connections with a spare descriptor kept for it, backs off, and
+//! logs once per [`QUIET_LOG`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
@@ -157,6 +167,66 @@ impl<A: GpuApi> State<A> {
     }
 }
 
+/// Bounds on what clients may hold (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections open at once, every client together: each is a thread
+    /// and two descriptors of the daemon.
+    pub connections: usize,
+    /// Connections one client process may hold at once.
+    pub client_connections: usize,
+    /// How long a new connection may take to say Hello, and a frame whose
+    /// first byte came to arrive whole.
+    pub frame_timeout: Duration,
+    /// Buffers the daemon holds at once (each a descriptor of the daemon,
+    /// and on the CPU device a segment in `/dev/shm`); a create beyond is
+    /// refused as busy.
+    pub buffers: usize,
+}
+
+impl Limits {
+    /// [`Limits::connections`] unless configured.
+    pub const DEFAULT_CONNECTIONS: usize = 1024;
+    /// [`Limits::client_connections`] unless configured.
+    pub const DEFAULT_CLIENT_CONNECTIONS: usize = 256;
+    /// [`Limits::frame_timeout`] unless configured.
+    pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+    /// [`Limits::buffers`] unless configured.
+    pub const DEFAULT_BUFFERS: usize = 4096;
+
+    /// Descriptors the daemon may need at these limits: two per
+    /// connection, two per buffer (its export and its event), and a few of
+    /// its own.
+    pub fn descriptors(&self) -> u64 {
+        (2 * self.connections as u64) + (2 * self.buffers as u64) + 64
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            connections: Self::DEFAULT_CONNECTIONS,
+            client_connections: Self::DEFAULT_CLIENT_CONNECTIONS,
+            frame_timeout: Self::DEFAULT_FRAME_TIMEOUT,
+            buffers: Self::DEFAULT_BUFFERS,
+        }
+    }
+}
+
+/// How often the accept loop logs a recurring condition (out of
+/// descriptors, connections refused): a client that hammers the daemon
+/// must not fill the disk with its log.
+pub const QUIET_LOG: Duration = Duration::from_secs(10);
+
+/// How often an `Open` waiting for its seal checks that its opener is
+/// still connected.
+const HANG_UP_CHECK: Duration = Duration::from_millis(200);
+
+/// Longest pause of the accept loop out of descriptors (it starts at a
+/// millisecond and doubles while the shortage lasts): how long a new
+/// connection may wait to be refused.
+const MAX_BACKOFF: Duration = Duration::from_millis(100);
+
 /// What the connection threads share.
 struct Shared<A: GpuApi> {
     backend: WireBackend,
@@ -167,8 +237,10 @@ struct Shared<A: GpuApi> {
     changed: Condvar,
     stopping: AtomicBool,
     poller: RequestPoller,
-    /// A clone of every open connection, to shut them at stop.
-    connections: Mutex<HashMap<u64, UnixStream>>,
+    limits: Limits,
+    /// Every open connection: its peer's pid (for the per-client limit) and
+    /// a clone, to shut it at stop.
+    connections: Mutex<HashMap<u64, (u32, UnixStream)>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -201,13 +273,25 @@ pub struct RunningDaemon<A: GpuApi> {
 
 impl<A: GpuApi> Daemon<A> {
     /// Opens every device of `api` and binds `socket` owner-only (see
-    /// [`transport::bind_owner_only`]); polls as [`Polling::default`].
+    /// [`transport::bind_owner_only`]); polls as [`Polling::default`],
+    /// within [`Limits::default`].
     pub fn bind(api: A, socket: &Path) -> Result<Self, ShareError> {
-        Self::bind_polling(api, socket, Polling::default())
+        Self::bind_with(api, socket, Polling::default(), Limits::default())
     }
 
-    /// [`bind`](Self::bind), polling for requests as `polling` says.
-    pub fn bind_polling(api: A, socket: &Path, polling: Polling) -> Result<Self, ShareError> {
+    /// [`bind`](Self::bind), polling for requests as `polling` says and
+    /// within `limits`.
+    pub fn bind_with(
+        api: A,
+        socket: &Path,
+        polling: Polling,
+        limits: Limits,
+    ) -> Result<Self, ShareError> {
+        if limits.connections == 0 || limits.client_connections == 0 || limits.buffers == 0 {
+            return Err(ShareError::CannotServe(
+                "the connection and buffer limits must be at least 1".into(),
+            ));
+        }
         let count = api.device_count()?;
         let devices = (0..count)
             .map(|i| api.device(i))
@@ -227,6 +311,7 @@ impl<A: GpuApi> Daemon<A> {
                 changed: Condvar::new(),
                 stopping: AtomicBool::new(false),
                 poller: RequestPoller::new(polling),
+                limits,
                 connections: Mutex::new(HashMap::new()),
                 threads: Mutex::new(Vec::new()),
             }),
@@ -249,13 +334,18 @@ impl<A: GpuApi> Daemon<A> {
             .spawn(move || accept_loop(&shared, &listener))
             .ok();
         let polling = self.shared.poller.polling();
+        let limits = self.shared.limits;
         tracing::info!(
-            "share daemon serving {} on {} device(s) of {:?}; polling for {:?} after a request on up to {} thread(s)",
+            "share daemon serving {} on {} device(s) of {:?}; polling for {:?} after a request on up to {} thread(s); \
+             at most {} connection(s), {} per client process, and {} buffer(s)",
             self.path.display(),
             self.shared.devices.len(),
             self.shared.backend,
             polling.window,
-            polling.threads
+            polling.threads,
+            limits.connections,
+            limits.client_connections,
+            limits.buffers
         );
         RunningDaemon {
             shared: self.shared,
@@ -287,12 +377,15 @@ impl<A: GpuApi> RunningDaemon<A> {
             return;
         };
         self.shared.stopping.store(true, Ordering::SeqCst);
-        // Wakes the accept loop, which sees `stopping`.
-        drop(UnixStream::connect(&self.path));
-        let _ = accept.join();
-        for stream in lock(&self.shared.connections).values() {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
+        // Wakes the accept loop, which sees `stopping`. Out of descriptors,
+        // this process may fail to connect: the connections shut give
+        // theirs back, and an accept loop backing off sees `stopping` too.
+        while UnixStream::connect(&self.path).is_err() && !accept.is_finished() {
+            self.shared.shut_connections();
+            std::thread::sleep(Duration::from_millis(10));
         }
+        let _ = accept.join();
+        self.shared.shut_connections();
         self.shared.changed.notify_all();
         let threads = std::mem::take(&mut *lock(&self.shared.threads));
         for thread in threads {
@@ -315,41 +408,198 @@ impl<A: GpuApi> Drop for RunningDaemon<A> {
     }
 }
 
+/// Logs a recurring condition at most once per [`QUIET_LOG`], counting the
+/// times it kept quiet.
+struct QuietLog {
+    last: Option<Instant>,
+    quiet: u64,
+}
+
+impl QuietLog {
+    const fn new() -> Self {
+        Self {
+            last: None,
+            quiet: 0,
+        }
+    }
+
+    fn warn(&mut self, what: impl FnOnce() -> String) {
+        if self.last.is_some_and(|last| last.elapsed() < QUIET_LOG) {
+            self.quiet += 1;
+            return;
+        }
+        let quiet = std::mem::take(&mut self.quiet);
+        if quiet > 0 {
+            tracing::warn!("{} ({quiet} more time(s) since the last such line)", what());
+        } else {
+            tracing::warn!("{}", what());
+        }
+        self.last = Some(Instant::now());
+    }
+}
+
+/// A descriptor held in reserve: given back when the process runs out, so
+/// that the accept loop can still take a waiting connection to refuse it.
+fn spare_descriptor() -> Option<std::fs::File> {
+    std::fs::File::open("/dev/null").ok()
+}
+
+/// Whether `e` says this process (or the system) is out of descriptors.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// Refuses `stream` with `code`, without waiting on its peer.
+fn refuse(stream: &UnixStream, code: ErrorCode, message: String) {
+    // A new connection's send buffer is empty: the frame fits, unless the
+    // peer is already gone, which is no reason to wait.
+    let _ = stream.set_nonblocking(true);
+    let _ = transport::send_frame(stream, &error(code, message).encode(), None);
+}
+
 fn accept_loop<A: GpuApi>(shared: &Arc<Shared<A>>, listener: &UnixListener) {
     let mut next_connection = 0u64;
-    for stream in listener.incoming() {
-        if shared.stopping.load(Ordering::SeqCst) {
-            break;
-        }
-        let stream = match stream {
-            Ok(stream) => stream,
+    let mut spare = spare_descriptor();
+    let mut backoff = Duration::ZERO;
+    let mut short_log = QuietLog::new();
+    let mut refused_log = QuietLog::new();
+    let mut failed_log = QuietLog::new();
+    while !shared.stopping.load(Ordering::SeqCst) {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                tracing::warn!("accept failed: {e}");
+                if out_of_descriptors(&e) {
+                    shed_waiting(listener, &mut spare);
+                    short_log.warn(|| {
+                        format!(
+                            "out of file descriptors ({e}): refusing new connections as busy \
+                             until some close"
+                        )
+                    });
+                } else {
+                    failed_log.warn(|| format!("accept failed: {e}"));
+                }
+                // Retrying at once would spin on the same error.
+                backoff = (backoff * 2).clamp(Duration::from_millis(1), MAX_BACKOFF);
+                std::thread::sleep(backoff);
                 continue;
             }
         };
-        next_connection += 1;
-        let connection = next_connection;
-        if let Ok(clone) = stream.try_clone() {
-            lock(&shared.connections).insert(connection, clone);
+        backoff = Duration::ZERO;
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
         }
-        let worker = Arc::clone(shared);
+        next_connection += 1;
+        shared.admit(stream, next_connection, &mut refused_log);
+    }
+}
+
+/// Out of descriptors: frees the spare, takes each connection waiting on
+/// `listener` to refuse it with a reason (rather than leave it hanging),
+/// and takes the spare back.
+fn shed_waiting(listener: &UnixListener, spare: &mut Option<std::fs::File>) {
+    drop(spare.take());
+    if listener.set_nonblocking(true).is_ok() {
+        while let Ok((stream, _)) = listener.accept() {
+            refuse(
+                &stream,
+                ErrorCode::Busy,
+                "the daemon is out of file descriptors".into(),
+            );
+        }
+        let _ = listener.set_nonblocking(false);
+    }
+    *spare = spare_descriptor();
+}
+
+impl<A: GpuApi> Shared<A> {
+    /// Serves `stream` on a thread of its own, or refuses it: another
+    /// user's, or over a limit.
+    fn admit(self: &Arc<Self>, stream: UnixStream, connection: u64, refused_log: &mut QuietLog) {
+        let peer = match transport::peer_credentials(&stream) {
+            Ok(peer) => peer,
+            Err(e) => {
+                refused_log.warn(|| format!("cannot read a connection's credentials: {e}"));
+                return;
+            }
+        };
+        if peer.uid != self.uid {
+            refused_log.warn(|| format!("refused a connection from uid {}", peer.uid));
+            refuse(
+                &stream,
+                ErrorCode::Refused,
+                format!("uid {} is not the daemon's user", peer.uid),
+            );
+            return;
+        }
+        let clone = match stream.try_clone() {
+            Ok(clone) => clone,
+            Err(e) => {
+                refused_log.warn(|| format!("cannot serve a connection: {e}"));
+                refuse(
+                    &stream,
+                    ErrorCode::Busy,
+                    format!("the daemon cannot serve it: {e}"),
+                );
+                return;
+            }
+        };
+        {
+            let mut connections = lock(&self.connections);
+            let limits = self.limits;
+            let of_client = connections
+                .values()
+                .filter(|(pid, _)| *pid == peer.pid)
+                .count();
+            let over = if connections.len() >= limits.connections {
+                Some(format!(
+                    "{} connections open, the daemon's limit",
+                    connections.len()
+                ))
+            } else if of_client >= limits.client_connections {
+                Some(format!(
+                    "process {} holds {of_client} connections, the limit per client process",
+                    peer.pid
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = over {
+                drop(connections);
+                refused_log.warn(|| format!("refused a connection: {why}"));
+                refuse(&stream, ErrorCode::Busy, why);
+                return;
+            }
+            connections.insert(connection, (peer.pid, clone));
+        }
+        let worker = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name(format!("share-conn-{connection}"))
             .spawn(move || {
                 worker.serve_connection(&stream);
                 lock(&worker.connections).remove(&connection);
             });
-        let mut threads = lock(&shared.threads);
+        let mut threads = lock(&self.threads);
         threads.retain(|t| !t.is_finished());
         match spawned {
             Ok(thread) => threads.push(thread),
-            Err(e) => tracing::warn!("cannot start a connection thread: {e}"),
+            Err(e) => {
+                // The closure, and the stream with it, is gone: so is the
+                // connection.
+                lock(&self.connections).remove(&connection);
+                refused_log.warn(|| format!("cannot start a connection thread: {e}"));
+            }
         }
     }
-}
 
-impl<A: GpuApi> Shared<A> {
+    /// Shuts every open connection: their threads see them close.
+    fn shut_connections(&self) {
+        for (_, stream) in lock(&self.connections).values() {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
     fn status(&self) -> DaemonStatus {
         let state = lock(&self.state);
         DaemonStatus {
@@ -370,26 +620,16 @@ impl<A: GpuApi> Shared<A> {
 
     /// Serves one connection until it closes or breaks the protocol.
     fn serve_connection(&self, stream: &UnixStream) {
-        match transport::peer_uid(stream) {
-            Ok(uid) if uid == self.uid => {}
-            Ok(uid) => {
-                tracing::warn!("refused a connection from uid {uid}");
-                Self::reply(
-                    stream,
-                    &error(
-                        ErrorCode::Refused,
-                        format!("uid {uid} is not the daemon's user"),
-                    ),
-                    None,
-                );
-                return;
-            }
-            Err(e) => {
-                tracing::warn!("cannot read a connection's credentials: {e}");
-                return;
-            }
+        // A connection that says nothing holds a slot for nothing.
+        let frame_timeout = Some(self.limits.frame_timeout);
+        if stream.set_read_timeout(frame_timeout).is_err() {
+            return;
         }
-        let (client, backend) = match transport::recv_frame(stream) {
+        let hello = transport::recv_frame(stream, frame_timeout);
+        if stream.set_read_timeout(None).is_err() {
+            return;
+        }
+        let (client, backend) = match hello {
             Ok(received) => match Request::decode(&received.frame) {
                 Ok(Request::Hello {
                     pid,
@@ -452,7 +692,7 @@ impl<A: GpuApi> Shared<A> {
     fn serve_requests(&self, stream: &UnixStream, client: u64, inspect: bool) {
         loop {
             self.poller.await_request(stream, &self.stopping);
-            let received = match transport::recv_frame(stream) {
+            let received = match transport::recv_frame(stream, Some(self.limits.frame_timeout)) {
                 Ok(received) => received,
                 Err(e) => return self.report_recv(stream, e),
             };
@@ -474,7 +714,7 @@ impl<A: GpuApi> Shared<A> {
                     return;
                 }
             };
-            let (reply, fd) = self.handle(client, inspect, request);
+            let (reply, fd) = self.handle(stream, client, inspect, request);
             if !Self::reply(stream, &reply, fd.as_ref()) {
                 return;
             }
@@ -484,6 +724,12 @@ impl<A: GpuApi> Shared<A> {
     fn report_recv(&self, stream: &UnixStream, e: RecvError) {
         match e {
             RecvError::Closed => {}
+            RecvError::Io(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                tracing::debug!("closing a connection: {e}")
+            }
+            RecvError::Io(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tracing::debug!("closing a connection that said no Hello in time")
+            }
             RecvError::Io(e) => tracing::debug!("connection ended: {e}"),
             RecvError::Wire(e) => {
                 tracing::warn!("closing a connection: {e}");
@@ -516,7 +762,13 @@ impl<A: GpuApi> Shared<A> {
         }
     }
 
-    fn handle(&self, client: u64, inspect: bool, request: Request) -> (Reply, Option<OwnedFd>) {
+    fn handle(
+        &self,
+        stream: &UnixStream,
+        client: u64,
+        inspect: bool,
+        request: Request,
+    ) -> (Reply, Option<OwnedFd>) {
         let mutating = matches!(
             request,
             Request::Create { .. }
@@ -536,9 +788,12 @@ impl<A: GpuApi> Shared<A> {
         match request {
             Request::Hello { .. } => (error(ErrorCode::Protocol, "Hello twice"), None),
             Request::Create { device, bytes } => self.create(client, device, bytes),
-            Request::Open { id, timeout_ms } => {
-                self.open(client, id, Duration::from_millis(u64::from(timeout_ms)))
-            }
+            Request::Open { id, timeout_ms } => self.open(
+                stream,
+                client,
+                id,
+                Duration::from_millis(u64::from(timeout_ms)),
+            ),
             Request::Seal { id } => (self.seal(client, id), None),
             Request::Release { id } => {
                 let released = lock(&self.state).release(client, id, Some(1));
@@ -567,6 +822,20 @@ impl<A: GpuApi> Shared<A> {
     }
 
     fn create(&self, client: u64, device: u32, bytes: u64) -> (Reply, Option<OwnedFd>) {
+        let at_limit = || {
+            error(
+                ErrorCode::Busy,
+                format!(
+                    "the daemon holds {} buffers, its limit",
+                    self.limits.buffers
+                ),
+            )
+        };
+        // Checked before allocating (the cost) and again when inserting
+        // (creates run on several threads at once).
+        if lock(&self.state).objects.len() >= self.limits.buffers {
+            return (at_limit(), None);
+        }
         let Some(gpu) = self.devices.get(device as usize) else {
             return (
                 error(
@@ -604,6 +873,9 @@ impl<A: GpuApi> Shared<A> {
             Err(e) => return (error(ErrorCode::Device, format!("dup: {e}")), None),
         };
         let mut state = lock(&self.state);
+        if state.objects.len() >= self.limits.buffers {
+            return (at_limit(), None);
+        }
         let id = ObjectId(state.next_id);
         state.next_id += 1;
         state.objects.insert(
@@ -629,7 +901,15 @@ impl<A: GpuApi> Shared<A> {
         (Reply::Created { id, handle }, creator_fd)
     }
 
-    fn open(&self, client: u64, id: ObjectId, timeout: Duration) -> (Reply, Option<OwnedFd>) {
+    /// Opens `id` for `client`, waiting up to `timeout` for its seal while
+    /// the opener stays connected on `stream`.
+    fn open(
+        &self,
+        stream: &UnixStream,
+        client: u64,
+        id: ObjectId,
+        timeout: Duration,
+    ) -> (Reply, Option<OwnedFd>) {
         let deadline = Instant::now() + timeout;
         let mut state = lock(&self.state);
         loop {
@@ -657,9 +937,19 @@ impl<A: GpuApi> Shared<A> {
             }
             state = self
                 .changed
-                .wait_timeout(state, deadline - now)
+                .wait_timeout(state, (deadline - now).min(HANG_UP_CHECK))
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            if transport::peer_hung_up(stream) {
+                // Nobody to answer: the reply is only for the log's sake.
+                return (
+                    error(
+                        ErrorCode::NotSealed,
+                        format!("the opener of buffer {id} hung up"),
+                    ),
+                    None,
+                );
+            }
         }
         let Some(object) = state.objects.get(&id) else {
             return (error(ErrorCode::UnknownId, format!("no buffer {id}")), None);

@@ -10,8 +10,17 @@ use crate::wire::{ErrorCode, ObjectId, WireError};
 /// Why a share call failed.
 #[derive(Debug)]
 pub enum ShareError {
-    /// No daemon answers (not started, killed, or it closed the connection):
-    /// buffers already mapped stay usable; new calls fail.
+    /// No daemon serves the socket a client first connected to: none was
+    /// started there, or it stopped (or died, leaving its socket file).
+    NoDaemon {
+        /// The socket tried.
+        socket: std::path::PathBuf,
+        /// What `connect` said.
+        why: String,
+    },
+    /// The daemon this client was talking to went away (killed, or it
+    /// closed the connection): buffers already mapped stay usable; new
+    /// calls fail.
     DaemonGone(String),
     /// The daemon cannot serve its socket (another daemon serves it, or
     /// the directory is not private).
@@ -19,6 +28,10 @@ pub enum ShareError {
     /// The daemon refused this client (another user, protocol version or
     /// backend).
     Refused(String),
+    /// The daemon is at a limit (connections in all, this process's
+    /// connections, its descriptors, or the buffers it holds) and refused
+    /// the connection or the create.
+    Busy(String),
     /// No buffer has this id (never had, or freed).
     UnknownId(ObjectId),
     /// The buffer was deleted (those who hold it keep it until they drop it).
@@ -71,6 +84,7 @@ impl ShareError {
             (ErrorCode::Deleted, Some(id)) => Self::Deleted(id),
             (ErrorCode::NotWriter | ErrorCode::AlreadySealed, Some(id)) => Self::NotWriter(id),
             (ErrorCode::Refused, _) => Self::Refused(message),
+            (ErrorCode::Busy, _) => Self::Busy(message),
             (ErrorCode::NoDevice, _) => Self::NoDevice(message),
             (ErrorCode::Device, _) => Self::Gpu(message),
             (ErrorCode::Protocol, _) => Self::Protocol(message),
@@ -82,9 +96,15 @@ impl ShareError {
 impl fmt::Display for ShareError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Self::NoDaemon { socket, why } => write!(
+                f,
+                "no share daemon serves {} ({why}): start one with `tandem share serve`",
+                socket.display()
+            ),
             Self::DaemonGone(why) => write!(f, "the share daemon is gone: {why}"),
             Self::CannotServe(why) => write!(f, "cannot serve: {why}"),
             Self::Refused(why) => write!(f, "the share daemon refused this client: {why}"),
+            Self::Busy(why) => write!(f, "the share daemon is busy: {why}; try again later"),
             Self::UnknownId(id) => write!(f, "no shared buffer {id}"),
             Self::Deleted(id) => write!(f, "shared buffer {id} was deleted"),
             Self::NotSealed { id, waited } => {

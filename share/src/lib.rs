@@ -51,7 +51,7 @@ pub use buffer::{
 };
 pub use client::{ShareClient, DEFAULT_SEAL_WAIT};
 pub use connection::Inspector;
-pub use daemon::{Daemon, RunningDaemon};
+pub use daemon::{Daemon, Limits, RunningDaemon};
 pub use error::ShareError;
 pub use poll::Polling;
 pub use wire::{DaemonStatus, ObjectId, ObjectInfo};

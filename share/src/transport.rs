@@ -7,11 +7,12 @@
 //! connection's uid with `SO_PEERCRED` (in case the file's mode was widened
 //! or the socket handed on).
 
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::wire::{Header, HEADER_BYTES};
 
@@ -67,12 +68,31 @@ fn private_dir(dir: &Path) -> io::Result<()> {
 }
 
 /// Binds `path` owner-only. A socket file left by a dead daemon is
-/// replaced; one a live daemon answers on is `AddrInUse`.
+/// replaced; one a live daemon answers on is `AddrInUse`; anything else
+/// there (a file named by mistake, a link) is `AlreadyExists`, and kept.
 pub fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        private_dir(dir)?;
+    use std::os::unix::fs::FileTypeExt;
+    // A bare file name lives in the current directory, which must be as
+    // private as any other.
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => private_dir(dir)?,
+        _ => private_dir(Path::new("."))?,
     }
-    if path.exists() {
+    let existing = match std::fs::symlink_metadata(path) {
+        Ok(meta) => Some(meta.file_type()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    if existing.is_some_and(|kind| !kind.is_socket()) {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} exists and is not a socket: not replacing it",
+                path.display()
+            ),
+        ));
+    }
+    if existing.is_some() {
         if UnixStream::connect(path).is_ok() {
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
@@ -88,9 +108,18 @@ pub fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
-/// The uid of the process at the other end (`SO_PEERCRED`, as it was at
+/// Who is at the other end of a connection, as it was at `connect`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PeerCredentials {
+    /// Its process.
+    pub pid: u32,
+    /// Its user.
+    pub uid: u32,
+}
+
+/// The process and user at the other end (`SO_PEERCRED`, as they were at
 /// `connect`).
-pub fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+pub fn peer_credentials(stream: &UnixStream) -> io::Result<PeerCredentials> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -111,16 +140,21 @@ pub fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(cred.uid)
+    Ok(PeerCredentials {
+        pid: cred.pid as u32,
+        uid: cred.uid,
+    })
 }
 
 /// Room for one descriptor's control message.
 const CMSG_SPACE: usize = 64;
 
-/// Sends `frame`, with `fd` beside its first byte when given.
+/// Sends `frame`, with `fd` beside its first byte when given. A peer that
+/// closed its end is `BrokenPipe`, never SIGPIPE: the process may not
+/// ignore that signal (a command that lets it end a `| head` pipeline).
 pub fn send_frame(stream: &UnixStream, frame: &[u8], fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
     let Some(fd) = fd else {
-        return (&*stream).write_all(frame);
+        return send_all(stream, frame);
     };
     let mut control = [0u8; CMSG_SPACE];
     let iov = [IoSlice::new(frame)];
@@ -149,7 +183,31 @@ pub fn send_frame(stream: &UnixStream, frame: &[u8], fd: Option<BorrowedFd<'_>>)
         return Err(io::Error::last_os_error());
     }
     // The descriptor went with the first byte; the rest is plain.
-    (&*stream).write_all(&frame[sent as usize..])
+    send_all(stream, &frame[sent as usize..])
+}
+
+/// Writes all of `bytes` with `MSG_NOSIGNAL`.
+fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a live slice of its length; send only reads it.
+        let sent = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if sent < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        bytes = &bytes[sent as usize..];
+    }
+    Ok(())
 }
 
 /// What [`recv_frame`] read.
@@ -174,7 +232,13 @@ pub enum RecvError {
 
 /// Reads one frame and any descriptor sent with it. More than one
 /// descriptor, or one cut short by the kernel, is an error (and closed).
-pub fn recv_frame(stream: &UnixStream) -> Result<Received, RecvError> {
+/// Waits for the first byte as long as the stream's read timeout lets it,
+/// then for the rest as long as `rest_within` (when given) allows in all:
+/// a peer that starts a frame and stalls cannot hold the reader.
+pub fn recv_frame(
+    stream: &UnixStream,
+    rest_within: Option<Duration>,
+) -> Result<Received, RecvError> {
     let mut header = [0u8; HEADER_BYTES];
     let mut control = [0u8; CMSG_SPACE];
     let mut iov = [IoSliceMut::new(&mut header)];
@@ -206,20 +270,66 @@ pub fn recv_frame(stream: &UnixStream) -> Result<Received, RecvError> {
             "more descriptors than one came with a frame",
         )));
     }
-    let mut stream_ref = stream;
-    stream_ref
-        .read_exact(&mut header[got..])
-        .map_err(RecvError::Io)?;
+    // A deadline past what an Instant holds is no deadline.
+    let deadline = rest_within.and_then(|d| Instant::now().checked_add(d));
+    read_exact_by(stream, &mut header[got..], deadline).map_err(RecvError::Io)?;
     let parsed = Header::decode(&header).map_err(RecvError::Wire)?;
     let mut frame = vec![0u8; HEADER_BYTES + parsed.payload as usize];
     frame[..HEADER_BYTES].copy_from_slice(&header);
-    stream_ref
-        .read_exact(&mut frame[HEADER_BYTES..])
-        .map_err(RecvError::Io)?;
+    read_exact_by(stream, &mut frame[HEADER_BYTES..], deadline).map_err(RecvError::Io)?;
     Ok(Received {
         frame,
         fd: fds.into_iter().next(),
     })
+}
+
+/// Fills `buf` from `stream`, failing with `TimedOut` once `deadline` (if
+/// any) passes; the stream's read timeout is as it was afterwards.
+fn read_exact_by(stream: &UnixStream, buf: &mut [u8], deadline: Option<Instant>) -> io::Result<()> {
+    let Some(deadline) = deadline else {
+        return (&*stream).read_exact(buf);
+    };
+    let before = stream.read_timeout()?;
+    let mut filled = 0;
+    let result = loop {
+        if filled == buf.len() {
+            break Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "a frame was started but not finished in time",
+            ));
+        }
+        if let Err(e) = stream.set_read_timeout(Some(left)) {
+            break Err(e);
+        }
+        match (&*stream).read(&mut buf[filled..]) {
+            Ok(0) => break Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // The timeout expired: the loop's check says so.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => break Err(e),
+        }
+    };
+    stream.set_read_timeout(before)?;
+    result
+}
+
+/// Whether the peer of `stream` closed its end (or the connection broke):
+/// what a daemon thread that waits on the peer's behalf checks, to stop
+/// waiting for someone who left.
+pub fn peer_hung_up(stream: &UnixStream) -> bool {
+    let mut poll = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a zero timeout: poll only reports.
+    let rc = unsafe { libc::poll(&mut poll, 1, 0) };
+    rc > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
 /// Whether a read of `stream` would return at once: bytes are waiting, or

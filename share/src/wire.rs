@@ -21,8 +21,9 @@ use core::fmt;
 /// First bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"TDSH";
 /// Version of this format; a peer speaking another is refused. 2: an
-/// open's reply says whether the seal's work had finished.
-pub const VERSION: u16 = 2;
+/// open's reply says whether the seal's work had finished. 3: a daemon at
+/// its limits refuses a connection with [`ErrorCode::Busy`].
+pub const VERSION: u16 = 3;
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 12;
 /// Largest payload either side sends or accepts.
@@ -39,8 +40,10 @@ pub const MAX_LISTED: usize = 8192;
 pub struct ObjectId(pub u64);
 
 impl fmt::Display for ObjectId {
+    /// The number, honouring width and alignment (`tandem share ls` aligns
+    /// its id column with them).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -174,6 +177,10 @@ pub enum ErrorCode {
     NoLease = 11,
     /// What an inspecting client may not do.
     NotPermitted = 12,
+    /// The daemon is at a limit: its connections, a client's connections
+    /// or its descriptors (the connection is then closed), or the buffers
+    /// it holds (a create). Try again later.
+    Busy = 13,
 }
 
 impl ErrorCode {
@@ -191,6 +198,7 @@ impl ErrorCode {
             10 => Self::Refused,
             11 => Self::NoLease,
             12 => Self::NotPermitted,
+            13 => Self::Busy,
             _ => return Err(WireError::Malformed("error code")),
         })
     }
@@ -745,6 +753,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    #[test]
+    fn an_id_honours_width_and_alignment() {
+        assert_eq!(
+            format!("{:>6}|{:<4}|{}", ObjectId(42), ObjectId(7), ObjectId(9)),
+            "    42|7   |9"
+        );
+    }
+
     fn id() -> impl Strategy<Value = ObjectId> {
         any::<u64>().prop_map(ObjectId)
     }
@@ -849,7 +865,7 @@ mod tests {
                 leases: n / 3,
                 clients: 1,
             })),
-            ("[ -~]{0,80}", 1u16..=12).prop_map(|(message, code)| Reply::Error {
+            ("[ -~]{0,80}", 1u16..=13).prop_map(|(message, code)| Reply::Error {
                 code: ErrorCode::from_u16(code).unwrap(),
                 message,
             }),

@@ -54,6 +54,8 @@ constexpr i32 TARGET_MISMATCH = 14;
 constexpr i32 CONFIG = 15;
 constexpr i32 METADATA = 16;
 constexpr i32 CORRUPT = 17;
+/// A new tag or blob name holds a control character.
+constexpr i32 CONTROL_IN_NAME = 18;
 /// The data pointer does not name the length's bytes of the caller's segment.
 constexpr i32 BAD_POINTER = 32;
 /// A list did not fit the caller's buffer.
