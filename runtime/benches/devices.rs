@@ -151,7 +151,7 @@ fn bench<A: GpuApi>(
         let one = *one_device.get_or_insert(rate);
         let scaling = rate / (n as f64 * one);
         println!(
-            "  no-op tasks, {} x {} kernel threads on each of {n} devices at once, {} workers: {:.2} M tasks/s (median of {REPEATS}; {:.2} - {:.2}); {scaling:.2} x {n} x one device, target >= 0.9: {}",
+            "  no-op tasks, {} x {} kernel threads on each device, {n} at once, {} workers: {:.2} M tasks/s (median of {REPEATS}; {:.2} - {:.2}); {scaling:.2} x {n} x one device, target >= 0.9: {}",
             scale.blocks,
             scale.threads,
             runtime.workers(),
