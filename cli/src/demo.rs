@@ -742,8 +742,8 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
     } else {
         let verdict = if ok { "ok" } else { "FAILED" };
         println!(
-            "demo: {tasks} tasks ({to_cpu_workers} to the workers, {to_services} to the \
-             services, {blob_calls} blob puts/gets), {failed} failed: {verdict}"
+            "demo: {tasks} tasks ({to_cpu_workers} to workers, {to_services} to services, \
+             {blob_calls} blob calls), {failed} failed: {verdict}"
         );
     }
     Ok(ok)

@@ -128,8 +128,8 @@ fn demo_says_where_it_ran_and_ends_with_its_verdict() {
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     let lines: Vec<&str> = stdout.lines().collect();
     let verdict = lines.last().expect("output");
-    // "demo: N tasks (W to the workers, S to the services, B blob puts/gets),
-    // 0 failed: ok": the parts add up, each from the lines above.
+    // "demo: N tasks (W to workers, S to services, B blob calls), 0 failed:
+    // ok": the parts add up, each from the lines above.
     let figures: Vec<u64> = verdict
         .strip_prefix("demo: ")
         .and_then(|rest| rest.strip_suffix(", 0 failed: ok"))
