@@ -21,9 +21,10 @@
 //!
 //! Runs on the CPU device always, and on CUDA when built with `--features
 //! cuda` and a device is present (else "skipped: no CUDA device", or a
-//! failure with TANDEM_REQUIRE_GPU=1). Targets (issue 17, on the H100): 4 KiB
-//! puts from a kernel at >= 1 M/s; 1 MiB puts to the RAM target at >= 50% of
-//! the copy bandwidth; the file target within 80% of the sequential writes.
+//! failure with TANDEM_REQUIRE_GPU=1). Targets (on the H100;
+//! docs/perf/README.md, "Targets"): 4 KiB puts from a kernel at >= 1 M/s;
+//! 1 MiB puts to the RAM target at >= 50% of the copy bandwidth; the file
+//! target within 80% of the sequential writes.
 //! The CPU device's rows show the same comparisons without a verdict: its
 //! kernel threads (and 2 workers, for CI's 2 cores) are not what they are set for.
 
@@ -50,7 +51,7 @@ struct Scale {
     target_bytes: u64,
     /// Runtime workers.
     workers: usize,
-    /// A GPU's run: issue 17's targets are kernel threads' on the H100.
+    /// A GPU's run: the targets are kernel threads' on the H100.
     gpu: bool,
 }
 
@@ -312,11 +313,12 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         scale.large_rounds
     );
     let (ram, file) = (tag("large-ram")?, tag("large-file")?);
-    // A first run writes RAM-target pages never touched before: the kernel faults in and
-    // zeroes each on a worker's first store (on the H100's host: 43-48% of the copy bandwidth,
-    // against 85-116% for the same puts again). It gets its own row; the target's row is the
-    // store's steady state, overwriting those blobs into pages it has used before (its free
-    // lists hand out the lowest pages first), as the yardstick copies into resident pages.
+    // A first run writes RAM-target pages never touched before: the kernel faults in and zeroes
+    // each on a worker's first store, far slower than the same puts again
+    // (docs/perf/2026-11-25-h100.md, "Why the CUDA 1 MiB RAM puts"). It gets its own row; the
+    // target's row is the store's steady state, overwriting those blobs into pages it has used
+    // before (its free lists hand out the lowest pages first), as the yardstick copies into
+    // resident pages.
     kernel_row(
         &mut kernels,
         "put, RAM target, its pages' first writes",

@@ -5,7 +5,8 @@
 //!
 //! The tier's gets run on a second store with its part cache off, as another node reading the
 //! blob for the first time would; a get that the writing store answers from its cache is
-//! printed beside them. Target (issue 21): the tier adds little to the client's own path.
+//! printed beside them. Target (docs/perf/README.md, "Targets"): the tier adds little to the
+//! client's own path.
 //! Needs Garage (`TANDEM_GARAGE`); without it the bench prints "skipped: no Garage".
 
 use std::sync::Arc;

@@ -1459,9 +1459,9 @@ fn meta_io(e: std::io::Error) -> BlobError {
 /// one that redb then refuses to open ("invalid data"), and the store with it.
 ///
 /// The database made whole is the one returned (its descriptor follows the rename): opening
-/// the fresh file a second time made 1 MiB puts to a file target about half as fast (the blob
-/// bench on the CPU device: 21-48% of sequential writes against 67-109% keeping the first one,
-/// here and on the H100's host), with the same syscalls.
+/// the fresh file a second time made 1 MiB puts to a file target about half as fast, with the
+/// same syscalls (the blob bench on the CPU device; docs/perf/2026-11-25-dev-vm-2core.md,
+/// "The metadata database opened twice").
 fn open_metadata(path: &std::path::Path) -> Result<redb::Database, BlobError> {
     if path.try_exists().map_err(meta_io)? {
         return redb::Database::create(path).map_err(error::meta_err);

@@ -97,7 +97,7 @@ struct StatusArgs {
     /// The runtime's CPU segment (in /dev/shm); default: the one live runtime.
     #[arg(long, value_name = "NAME")]
     segment: Option<String>,
-    /// Prints the status as JSON (the schema in the README).
+    /// Prints the status as JSON (the schema in docs/status.md).
     #[arg(long)]
     json: bool,
 }

@@ -284,8 +284,8 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u32 peer, u64 tasks_per
 /// phase_ns[4] += the tasks it timed (phase_ns[3], reading outputs, stays:
 /// a no-op has none). What the roundtrip bench times: the echo kernel's
 /// loop also picks a method, a route and a priority per task and reads each
-/// output, and a GPU thread pays for every instruction of that (README.md,
-/// "Sharing memory across PCIe").
+/// output, and a GPU thread pays for every instruction of that
+/// (docs/design/pcie.md, "A kernel's own instructions count").
 TANDEM_KERNEL tandem_rt_noop_tasks(u8* segment, u64 len, u64 tasks_per_thread, const u32* stop,
                                    u64 spin_budget, u64* completed, u32* status, u64* phase_ns) {
   TANDEM_SHARED(tandem::RtContext, rt);

@@ -4,7 +4,7 @@
 //!
 //! The build script turns the manifest, through the build support in
 //! `tandem-kernel-build` (which user crates call the same way for their own
-//! kernels: README, "How to add a pool"), into
+//! kernels: docs/pools.md), into
 //! * the CPU device's kernels: the sources and a generated `extern "C"` entry
 //!   per kernel (`tandem_host_<name>`, the [`HostKernelFn`] ABI), compiled
 //!   with the host C++ compiler and linked into this crate ([`HOST_TABLE`]);

@@ -16,10 +16,11 @@
 //!
 //! Runs on the CPU device always, and on CUDA when built with `--features
 //! cuda` and a device is present (else "skipped: no CUDA device", or a
-//! failure with TANDEM_REQUIRE_GPU=1). Targets (issue 19, on the H100): a
-//! kernel thread's round trip at most 1.25x the floor (the CPU device's
-//! 1.5x); at least 20 M no-op tasks/s at every shape with 4 workers and 40 M
-//! with 8 at 132 x 128 threads (the CPU device's 10 M with 4).
+//! failure with TANDEM_REQUIRE_GPU=1). Targets (on the H100; their origin
+//! in docs/perf/README.md, "Targets"): a kernel thread's round trip at most
+//! 1.25x the floor (the CPU device's 1.5x); at least 20 M no-op tasks/s at
+//! every shape with 4 workers and 40 M with 8 at 132 x 128 threads (the CPU
+//! device's 10 M with 4).
 //!
 //! Every run takes the default [`Config`] but for its workers and device,
 //! so the lanes are the defaults': the CPU device's segment gets `lanes`
@@ -53,8 +54,9 @@ const REPEATS: usize = 5;
 /// Runtimes started for each worker count's throughput runs, and runs of
 /// each shape in each (both odd, likewise). A runtime's runs tend to be slow
 /// or fast together: on one H100 machine, seven runs of this bench (one
-/// 8-worker runtime each) read 37.8 to 55.7 M tasks/s. So one runtime is a
-/// sample of one: each row is the median of all its runs and also prints
+/// 8-worker runtime each) spread far wider than one runtime's runs
+/// (docs/perf/2026-11-25-h100.md, "Why the 8-worker row moves"). So one
+/// runtime is a sample of one: each row is the median of all its runs and also prints
 /// each runtime's median.
 const RUNTIMES: usize = 3;
 const GRID_REPEATS: usize = 3;

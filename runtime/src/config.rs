@@ -55,14 +55,14 @@ pub struct Config {
     /// claim their slots on one word of device memory, which many threads
     /// waiting for a full lane make a bottleneck: more lanes raise many
     /// threads' throughput and leave a lone thread's round trip as it is
-    /// (README.md, "Sharing memory across PCIe").
+    /// (docs/design/pcie.md, "Many lanes").
     pub lanes: u32,
     /// Lanes of the queue of each device segment whose backend is a GPU
     /// (not [`Backend::Host`]; see [`device_lanes`](Self::device_lanes)).
-    /// More than `lanes` by default (issue 19): a GPU's thousands of
-    /// threads then share each lane's ticket word with fewer others, while
-    /// on the CPU device the same lanes only give its workers more empty
-    /// lanes to sweep.
+    /// More than `lanes` by default (docs/design/pcie.md, "Many lanes"): a
+    /// GPU's thousands of threads then share each lane's ticket word with
+    /// fewer others, while on the CPU device the same lanes only give its
+    /// workers more empty lanes to sweep.
     pub gpu_lanes: u32,
     /// Bytes of each device's pinned segment.
     pub gpu_segment_size: usize,
@@ -304,7 +304,8 @@ impl Config {
 
     /// Lanes of a device segment on `backend`: [`gpu_lanes`](Self::gpu_lanes)
     /// on a GPU, [`lanes`](Self::lanes) on the CPU device, whose workers
-    /// sweep every lane and find more of them empty (issue 19).
+    /// sweep every lane and find more of them empty (docs/design/pcie.md,
+    /// "Many lanes").
     pub fn device_lanes(&self, backend: Backend) -> u32 {
         if backend == Backend::Host {
             self.lanes

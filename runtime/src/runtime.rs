@@ -134,7 +134,7 @@ impl<A: GpuApi> DeviceQueues<A> {
         // SAFETY: the mapping is owned by the segment, which this struct keeps
         // until after the registration is dropped (field order).
         let registration = unsafe { device.register_host(memory.as_ptr(), memory.len()) }?;
-        // The lanes depend on the backend (issue 19).
+        // The lanes depend on the backend (docs/design/pcie.md, "Many lanes").
         let lanes = config.device_lanes(A::BACKEND);
         // One zeroed device allocation: the tickets, then the free-slot hints.
         let ticket_bytes =

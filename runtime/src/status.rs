@@ -487,7 +487,7 @@ fn queued(segment: &QueueSegment) -> u64 {
 }
 
 /// `tandem status`'s view of a runtime: what its CPU segment's status block
-/// said at one instant. Its JSON form (serde) is the schema the README
+/// said at one instant. Its JSON form (serde) is the schema docs/status.md
 /// documents; fields are only ever added.
 #[derive(Clone, PartialEq, Debug, Serialize, Deserialize)]
 pub struct StatusSnapshot {

@@ -258,12 +258,10 @@ fn assignment(sources: usize, workers: usize) -> Vec<Vec<(usize, bool)>> {
 /// (see [`IdleBackoff`]): when they fill the cores, a host submitter has
 /// none; on the CPU device ([`Backend::Host`]) once they take more than half,
 /// as its kernel threads are threads of this process too, and a launch runs
-/// one on each core it gets. With cores to spare the yields only cost: on a
-/// 16-core host, 4 workers that also yielded every 16 idle sweeps answered
-/// the CPU device's lone kernel thread in 0.58-0.74 us a round trip, 0.47-0.60
-/// us spinning unbroken (six runs each, alternating), with no loss of
-/// throughput; a second A/B saw no difference beyond the floor's spread
-/// (README.md, "The CPU device").
+/// one on each core it gets. With cores to spare the yields only cost: a
+/// record that lands during a `sched_yield` waits it out, which lengthens
+/// the CPU device's round trip (docs/cpu-device.md; the A/B is in
+/// docs/perf/2026-11-27-h200.md).
 pub(crate) fn shares_cores(backend: Backend, workers: usize, cores: usize) -> bool {
     match backend {
         Backend::Host => 2 * workers > cores,
@@ -667,8 +665,8 @@ fn notify_submitter(segment: &QueueSegment, at: u32, answer: u32) -> bool {
 /// last-level cache (x86's CLDEMOTE). A device's read of a line that a core
 /// holds modified has to snoop that core; from the shared cache it is
 /// answered sooner, which shortens a kernel thread's task round trip
-/// (runtime/benches/roundtrip.rs measures it; README.md, "Sharing memory
-/// across PCIe", has the figures). Nothing elsewhere: the hint has no effect
+/// (runtime/benches/roundtrip.rs measures it; docs/design/pcie.md, "Cache
+/// lines the GPU reads", names the record). Nothing elsewhere: the hint has no effect
 /// on memory's contents.
 fn demote(at: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]

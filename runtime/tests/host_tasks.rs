@@ -466,8 +466,8 @@ fn config_parses_defaults_and_refuses_bad_values() {
     }
 }
 
-/// The CPU device's device segments take `lanes`, not `gpu_lanes` (issue
-/// 19), and the status block records each segment's lanes.
+/// The CPU device's device segments take `lanes`, not `gpu_lanes`
+/// (docs/design/pcie.md, "Many lanes"), and the status block records each segment's lanes.
 #[test]
 fn host_device_segments_take_lanes() {
     let config = Config {

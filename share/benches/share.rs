@@ -398,8 +398,9 @@ fn verdict(met: bool) -> &'static str {
     }
 }
 
-/// The small hand-offs' table; issue 18 sets the first open's target for
-/// GPUs (`gpu`), the CPU device's row is the same figure for memfd buffers.
+/// The small hand-offs' table; the first open's target is for GPUs (`gpu`;
+/// docs/perf/README.md, "Targets"), the CPU device's row is the same
+/// figure for memfd buffers.
 fn print_small(raw: &Round, shared: &Round, sleeping: &Round, gpu: bool) {
     let ratio = |d: Duration, r: Duration| d.as_secs_f64() / r.as_secs_f64();
     println!(

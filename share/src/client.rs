@@ -215,9 +215,9 @@ impl<A: GpuApi> ShareClient<A> {
         let mapping = self.map(lease, &gpu, &gpu, handle, fd, false)?;
         // The writer opens the seal's event now, before it queues work, so
         // that its seal makes no driver call but the record: on CUDA, set-up
-        // calls made while kernels ran were seen to wait for them (README.md,
-        // "Shared buffers between processes"), and a seal must not wait for
-        // the work it orders readers after.
+        // calls made while kernels ran were seen to wait for them
+        // (docs/shared-buffers.md, "What the H100 showed"), and a seal must
+        // not wait for the work it orders readers after.
         mapping.open_event()?;
         Ok((id, MutableGpuBuffer::new(Arc::new(mapping))))
     }

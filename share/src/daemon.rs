@@ -62,9 +62,10 @@ struct Object<A: GpuApi> {
     /// it for each open: an interprocess event's state is shared by every
     /// process that opened it.
     event: Event<A>,
-    /// How openers map it. Exported once: a fresh export is slow on CUDA
-    /// (`cuMemExportToShareableHandle` measured ~0.6 ms on an H100), a
-    /// duplicate of the descriptor names the same allocation for ~1 us.
+    /// How openers map it. Exported once: a fresh export
+    /// (`cuMemExportToShareableHandle`) is slow on CUDA, a duplicate of the
+    /// descriptor names the same allocation at a small fraction of that
+    /// (docs/perf/2026-11-24-h100.md, "Exporting a shareable buffer").
     handle: BufferHandle,
     fd: Option<OwnedFd>,
     /// The client that may seal it; `None` once sealed.

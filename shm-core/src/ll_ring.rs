@@ -3,15 +3,15 @@
 //! NCCL's LL protocol), so a consumer can tell a whole record from a torn one
 //! by reading it.
 //!
-//! Why: a GPU thread that publishes data in host memory behind a flag must
-//! put a system-scope fence between the two (the link may reorder its
-//! stores), and that fence alone costs a sizeable part of a whole host round
-//! trip (README.md, "Sharing memory across PCIe"). A single 8-byte store,
-//! though, arrives whole. So
-//! a record is a tagged length word and up to [`LL_RECORD_WORDS`] tagged data
-//! words ([`LlSlot`]), each written with one relaxed 8-byte store in any
-//! order; it is published for position `t` once every word carries tag
-//! `(2t + 1) as u32`, which differs from the tags of the slot's other laps.
+//! Why: a GPU thread that publishes data in host memory behind a flag must put
+//! a system-scope fence between the two (the link may reorder its stores), and
+//! that fence alone costs a sizeable part of a whole host round trip
+//! (docs/design/pcie.md, "Publishing without a fence"). A single 8-byte store,
+//! though, arrives whole. So a record is a tagged length word and up to
+//! [`LL_RECORD_WORDS`] tagged data words ([`LlSlot`]), each written with one
+//! relaxed 8-byte store in any order; it is published for position `t` once
+//! every word carries tag `(2t + 1) as u32`, which differs from the tags of the
+//! slot's other laps.
 //!
 //! Tickets and turns are Vyukov's, as in [`MpmcRing`](crate::MpmcRing): the
 //! slot's sequence number `2t` says it is free for the producer of position

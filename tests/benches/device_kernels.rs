@@ -12,7 +12,8 @@
 //!   it (tandem/mpmc.h's device tickets against shm-core's MpmcRing), the
 //!   consumers taking one record (`try_pop`) or a run (`try_pop_many`) per
 //!   claim: records/s and GB/s, against the device-to-host copy bandwidth,
-//!   and issue 19's targets (8 consumers >= 2, >= 200 M records/s).
+//!   and the targets (8 consumers >= 2, >= 200 M records/s;
+//!   docs/perf/README.md, "Targets").
 //!
 //! Without a CUDA device (or without feature `cuda`) it prints
 //! "skipped: no CUDA device", and fails instead under `TANDEM_REQUIRE_GPU=1`.
@@ -349,7 +350,8 @@ mod cuda {
     /// Runs of each ring push (odd: the median is a run). With the GPU
     /// producing faster than even 2 consumers drain runs, the consumer
     /// counts' rates differ by little more than one run's noise, and a single
-    /// run each read the 8 / 2 ratio anywhere in 0.97-1.05x.
+    /// run each read the 8 / 2 ratio on either side of 1
+    /// (docs/perf/2026-11-25-h100.md).
     const RING_REPEATS: usize = 3;
 
     /// GPU threads push u64 records into a ring in mapped pinned memory (one
@@ -396,7 +398,7 @@ mod cuda {
             let best = medians.iter().copied().fold(0.0, f64::max);
             let scaling = medians[2] / medians[0];
             match how {
-                // Issue 19's "before": its targets are for consumers that take runs.
+                // The "before": the targets are for consumers that take runs.
                 Drain::Single => println!(
                     "  {how:<18} 8 / 2 consumers {scaling:.2}x; best {:.1} M records/s (one \
                      record a pop, for comparison)",

@@ -4,7 +4,7 @@
 //! spawning and joining one OS thread (what each kernel thread would cost a
 //! backend that started one per kernel thread) measured in the same run.
 //!
-//! Targets (issue 19, row "CPU device"): an empty launch + sync within
+//! Targets (docs/perf/README.md, "Targets"): an empty launch + sync within
 //! 10 us, 4 blocks x 256 threads within 300 us, and 264 x 256 threads of the
 //! round-trip kernel running to the end; each is printed as now / target.
 
@@ -15,7 +15,7 @@ use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, RuntimeKernel
 use tandem_runtime::{math, Config, DeviceSelection, Registry, Runtime};
 use tandem_tests::conformance::kernels;
 
-/// Issue 19's targets for an empty launch + sync of 1 x 1 and 4 x 256.
+/// The targets for an empty launch + sync of 1 x 1 and 4 x 256.
 const EMPTY_TARGET: Duration = Duration::from_micros(10);
 const FOUR_BY_256_TARGET: Duration = Duration::from_micros(300);
 

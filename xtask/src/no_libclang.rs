@@ -5,7 +5,8 @@
 //! finds (nothing outside the namespace changes), proves that libclang can no longer be loaded,
 //! then, in target folders of its own (one per build: see [`run`]),
 //! - builds tandem-runtime with device-kernels' build script run afresh: the README's first
-//!   command, which failed with "Unable to find libclang" while the build ran bindgen;
+//!   command (`tandem demo`), which failed with "Unable to find libclang" while the build ran
+//!   bindgen;
 //! - builds a copy of the repository whose headers drift from the committed bindings (a field
 //!   dropped and two swapped in `tandem/layout.h`, two swapped in `tandem/runtime.h`) and checks
 //!   that the build fails naming each field.

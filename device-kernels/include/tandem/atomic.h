@@ -12,7 +12,7 @@
 //
 // A narrower scope is cheaper (a device-scope RMW stays in L2; a system-scope
 // RMW on pinned host memory crosses PCIe, at a small fraction of that rate:
-// README.md "Sharing memory across PCIe"), so use system scope only on words
+// docs/design/pcie.md, "Atomics across PCIe"), so use system scope only on words
 // another agent reads or writes.
 //
 // The orders are C++'s: an acquire load that reads the value of a release
@@ -448,7 +448,8 @@ namespace detail {
 /// is relaxed, so it does not hold that poll back and both reads cross the
 /// link together; an acquire load would make the poll wait for it, and a
 /// waiter whose answer landed meanwhile would pay a whole extra round trip
-/// (README.md "Sharing memory across PCIe"). When the flag is raised, an
+/// (docs/design/pcie.md, "Waiting: the stop flag and one read at a time").
+/// When the flag is raised, an
 /// acquire fence makes the load synchronise like an acquire load, so
 /// whatever completed before the flag was raised is visible to the waiter's
 /// re-check.

@@ -37,10 +37,11 @@
 #endif
 /// A function callable from kernels only, kept out of line: a path the hot
 /// one seldom takes (a full ring, a refresh of a counter's copy, a long
-/// sleep). Inlined, such paths sit between the hot path's instructions: a
-/// lone GPU thread's send took 0.58 us with them, 0.52 us without (README.md,
-/// "Sharing memory across PCIe"). Takes and returns values, not references
-/// to the caller's locals, which would have to leave registers for memory.
+/// sleep). Inlined, such paths sit between the hot path's instructions and
+/// lengthen a lone GPU thread's send (docs/design/pcie.md, "A kernel's own
+/// instructions count"; the figures in docs/perf/2026-11-27-h200.md). Takes
+/// and returns values, not references to the caller's locals, which would
+/// have to leave registers for memory.
 #define TANDEM_COLD __device__ inline __attribute__((noinline))
 /// A function callable from kernels and from host code.
 #define TANDEM_HOST_DEVICE __host__ __device__ inline

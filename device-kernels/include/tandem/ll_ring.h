@@ -6,9 +6,9 @@
 // Why: a GPU thread that publishes data in host memory behind a flag needs a
 // system-scope fence between the two (stores to different addresses may
 // reach the host in any order), and that fence alone costs a sizeable part
-// of a host round trip (README.md "Sharing memory across PCIe"). An aligned
-// 8-byte store reaches the host whole, so each word here says by its tag,
-// (2t + 1) mod 2^32 for position t, whether it is position t's; a consumer
+// of a host round trip (docs/design/pcie.md, "Publishing without a fence").
+// An aligned 8-byte store reaches the host whole, so each word here says by
+// its tag, (2t + 1) mod 2^32 for position t, whether it is position t's; a consumer
 // takes a record only once all its words do (NCCL's LL protocol makes the
 // same bet on 8-byte stores, over the same links).
 //

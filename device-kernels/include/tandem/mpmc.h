@@ -275,7 +275,7 @@ TANDEM_DEVICE bool mpmc_try_pop(const MpmcRing<T>& ring, T* out) {
 // ---------------------------------------------------------------------------
 // mpmc_try_push/mpmc_try_pop take their ticket with a compare-and-swap on the
 // ring's `tail`/`head`. From a GPU that word is in host memory, and a
-// system-scope RMW there crosses PCIe (README.md "Sharing memory across
+// system-scope RMW there crosses PCIe (docs/design/pcie.md, "Atomics across
 // PCIe"), and the CAS window spans a round trip to read the slot, so
 // thousands of threads mostly fail and retry: progress collapses. Worse,
 // without hostNativeAtomicSupported (x86 hosts over PCIe) GPU RMWs on host
@@ -415,7 +415,8 @@ constexpr u32 RATE_WINDOW_NS = 64 * 1000 * 1000;
 /// refreshers (a probe, refresh_if_due on a lone thread's push) leave it
 /// alone and pay nothing for it: a probe that finds a ring full may come
 /// after the other side drained it and idled, and measuring there too was
-/// slower on the H100 (README.md, "What the GPU machines ran").
+/// slower (docs/design/pcie.md, "GPU ring push: runs of slots, and a
+/// measured pace").
 template <bool Waiting = false>
 TANDEM_COLD void refresh_other_side(DeviceTickets* t, const u64* other) {
   if (cas<scope::device, order::relaxed>(&t->refreshing, 0u, 1u) != 0) {
@@ -484,8 +485,8 @@ constexpr u32 TICKET_WAIT_NS_PER_ITEM = 64;
 /// full ring cannot run dry before the first sleeper is back; kept between
 /// Backoff::MAX_NS and FULL_MAX_NS. Shorter sleeps only add traffic: every
 /// retry reads the ring's DeviceTickets line, which thousands of waiting
-/// threads then saturate, and the claims queue behind them there (README.md
-/// "Sharing memory across PCIe" has the throughput with shorter sleeps).
+/// threads then saturate, and the claims queue behind them there
+/// (docs/design/pcie.md, "Full lanes: sleep up to the drain time").
 TANDEM_HOST_DEVICE u32 full_ring_max_sleep_ns(u64 capacity) {
   const u64 ns = capacity * TICKET_WAIT_NS_PER_ITEM;
   return ns < Backoff::MAX_NS        ? Backoff::MAX_NS

@@ -56,7 +56,7 @@ pub const MAX_RESIDENT_THREADS: u32 = 16 * 1024;
 
 /// CPUs available to the process, read once: `available_parallelism` reads
 /// the cgroup quota files and the affinity mask on every call, which cost
-/// most of an empty launch (~55 us measured on a 2-core VM).
+/// most of an empty launch (docs/perf/2026-11-24-dev-vm-2core.md).
 pub(crate) fn cpus() -> usize {
     static CPUS: OnceLock<usize> = OnceLock::new();
     *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -168,8 +168,8 @@ unsafe impl Sync for SharedMemory {}
 
 /// Zeroed buffers of finished launches, for the next ones. A fresh buffer
 /// costs a page fault per 4 KiB touched once the allocator has returned its
-/// pages to the OS: measured, that was most of an empty launch (~57 us of
-/// ~95 us on a 2-core VM).
+/// pages to the OS: measured, that was most of an empty launch
+/// (docs/perf/2026-11-24-dev-vm-2core.md).
 static SHARED_POOL: Mutex<Vec<SharedMemory>> = Mutex::new(Vec::new());
 
 /// Most buffers [`SHARED_POOL`] keeps (each at least 48 KiB).

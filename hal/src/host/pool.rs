@@ -58,8 +58,9 @@ pub(crate) fn submit(jobs: Vec<Job>) -> std::io::Result<()> {
     let count = jobs.len();
     pool.state().queue.extend(jobs);
     // One wake-up per job, not `notify_all`: the pool keeps every thread it
-    // ever started, and waking all of them for each launch cost ~2 ms
-    // (measured) once it had grown past 1000.
+    // ever started, and waking all of them for each launch cost more than
+    // the launch once it had grown past 1000
+    // (docs/perf/2026-11-24-dev-vm-2core.md).
     for _ in 0..count {
         pool.work.notify_one();
     }

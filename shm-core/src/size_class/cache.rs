@@ -31,9 +31,10 @@
 //! free that happens after the first sees the mark, but two that race can
 //! both pass, and the block then sits in two places. Racing frees of one
 //! pointer are the caller's data race, the bug a double free is; refereeing
-//! them takes a locked instruction, which on the H100's host (an Emerald
-//! Rapids Xeon) costs more than the system allocator's whole allocate+free
-//! pair (README, "Sharing memory across PCIe"). Free through the allocator
+//! them takes a locked instruction, which on an Emerald Rapids Xeon (the
+//! H100's host) costs more than the system allocator's whole allocate+free
+//! pair (docs/design/pcie.md, "The size-class cache frees with a store").
+//! Free through the allocator
 //! itself where frees of one pointer may race.
 //!
 //! Blocks in a cache are marked free but are on no list: no one else can
