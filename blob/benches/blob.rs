@@ -22,7 +22,7 @@
 //! Runs on the CPU device always, and on CUDA when built with `--features
 //! cuda` and a device is present (else "skipped: no CUDA device", or a
 //! failure with TANDEM_REQUIRE_GPU=1). Targets (on the H100;
-//! docs/perf/README.md, "Targets"): 4 KiB puts from a kernel at >= 1 M/s;
+//! docs/perf/README.md, "Targets"): 4 KiB puts from a kernel at >= 1 M puts a second;
 //! 1 MiB puts to the RAM target at >= 50% of the copy bandwidth; the file
 //! target within 80% of the sequential writes.
 //! The CPU device's rows show the same comparisons without a verdict: its
