@@ -258,7 +258,6 @@ impl<A: GpuApi> DeviceQueues<A> {
     }
 }
 
-/// `tandem-<pid>-<n>`: unique among the runtimes of this process.
 /// The CPUs local to the PCI device `bus_id` that this process may use;
 /// empty where the kernel does not say or none is allowed (the device's
 /// workers then run anywhere rather than nowhere).
@@ -271,6 +270,7 @@ fn local_worker_cpus(bus_id: &str) -> Vec<u32> {
         .collect()
 }
 
+/// `tandem-<pid>-<n>`: unique among the runtimes of this process.
 fn default_segment_name() -> String {
     static STARTED: AtomicU32 = AtomicU32::new(0);
     // Relaxed: only uniqueness matters, which the RMW gives.
@@ -373,7 +373,8 @@ impl<A: GpuApi> Runtime<A> {
                 format!("CPUs {}", format_cpu_list(&queues.worker_cpus))
             };
             let ordinal = GpuDevice::ordinal(&queues.device);
-            notes.push(format!("device {ordinal}: {count} workers on {cpus}"));
+            let workers = if count == 1 { "worker" } else { "workers" };
+            notes.push(format!("device {ordinal}: {count} {workers} on {cpus}"));
         }
         // Devices with fewer cores than one worker each still get one.
         let workers_running = per_device.iter().sum::<usize>().max(workers_running);
