@@ -359,9 +359,18 @@ impl BlobStore {
 
     /// Like [`BlobStore::open`], but creates nothing: for a look at a store, which a store that
     /// was never made has nothing to show. A missing metadata file is [`BlobError::Metadata`],
-    /// a missing file target [`BlobError::TargetMismatch`].
+    /// a missing file target [`BlobError::TargetMismatch`]. A store with an object target is
+    /// the exception: its blobs live in the bucket, which other nodes share, so a node that
+    /// never opened it still has them to show, and its look opens the store as
+    /// [`BlobStore::open`] does.
     pub fn open_existing(config: &StoreConfig) -> Result<BlobStore, BlobError> {
-        Self::open_inner(config, None, Opening::ExistingOnly)
+        let in_a_bucket = config.targets.iter().any(|t| t.kind == TargetKind::Object);
+        let opening = if in_a_bucket {
+            Opening::CreateMissing
+        } else {
+            Opening::ExistingOnly
+        };
+        Self::open_inner(config, None, opening)
     }
 
     /// Like [`BlobStore::open`], with the object target on `store` (any `object_store`
