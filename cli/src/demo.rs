@@ -170,8 +170,11 @@ struct DeviceReport {
     worker_cpus: Vec<u32>,
     /// Its kernel's threads sending tasks to its CPU workers.
     to_workers: LaunchReport,
-    /// One kernel thread's round trip per task (launch included).
+    /// One kernel thread's round trip per task, as its clock saw it (no
+    /// launch in it).
     kernel_round_trip: Latency,
+    /// One empty kernel's launch + sync, in microseconds.
+    launch_and_sync_us: f64,
     /// Its kernel's threads sending tasks to its service.
     to_service: LaunchReport,
     /// A host thread's round trip to its service.
@@ -434,33 +437,42 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
         stats.failed
     ));
 
-    // Latency of one kernel thread's round trips, batch by batch, device by
-    // device.
+    // One kernel thread's round trip, as its own clock saw it (rank 0's
+    // phases: the launch is not in it), device by device, and what a kernel
+    // launch + sync costs there: what a persistent kernel saves per request.
     let single = EchoLaunch {
         blocks: 1,
         threads: 1,
-        tasks_per_thread: 200,
+        tasks_per_thread: 1000,
         ..launch
     };
-    say("one kernel thread's round trip per task (25 launches of 200, launch included):".into());
+    const SINGLE_LAUNCHES: u32 = 5;
+    say(format!(
+        "one kernel thread's round trip per task, as its clock saw it ({SINGLE_LAUNCHES} launches \
+         of {}),\n  and a kernel launch + sync for comparison:",
+        single.tasks_per_thread
+    ));
     let mut kernel_round_trips = Vec::new();
+    let mut launch_and_sync = Vec::new();
     let mut single_failed = 0u64;
     for (queues, k) in devices.iter().zip(&mut kernels) {
         let mut per_task = Vec::new();
-        for _ in 0..25 {
-            let o = k.echo(&single).map_err(|e| e.to_string())?;
+        for _ in 0..SINGLE_LAUNCHES {
+            let (o, phases) = k.echo_with_phases(&single).map_err(|e| e.to_string())?;
             single_failed += LaunchReport::of(&single, &o).failures();
-            per_task.push(o.elapsed / single.tasks_per_thread as u32);
+            per_task.push(phases.make + phases.send + phases.wait + phases.output);
         }
         let latency = Latency::of(per_task);
+        let launch = k.launch_and_sync(100).map_err(|e| e.to_string())?;
         say(format!(
-            "  device {}: p50 {:.1} us, p90 {:.1} us, min {:.1} us",
+            "  device {}: p50 {:.2} us, min {:.2} us; a launch + sync {:.1} us",
             queues.device().ordinal(),
             latency.p50_us,
-            latency.p90_us,
-            latency.min_us
+            latency.min_us,
+            micros(launch)
         ));
         kernel_round_trips.push(latency);
+        launch_and_sync.push(micros(launch));
     }
 
     // Per-task latency percentiles of a host submitter on the CPU queues.
@@ -654,31 +666,28 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
 
     drop(kernels);
     let workers = runtime.workers();
-    let device_reports: Vec<DeviceReport> = devices
-        .iter()
-        .zip(to_workers)
-        .zip(kernel_round_trips)
-        .zip(to_service)
-        .zip(host_to_service)
-        .zip(service_ran)
-        .zip(stopped)
-        .map(
-            |((((((queues, to_workers), kernel_round_trip), to_service), host), ran), stopped)| {
-                DeviceReport {
-                    ordinal: queues.device().ordinal(),
-                    name: queues.properties().name.clone(),
-                    workers: queues.workers(),
-                    worker_cpus: queues.worker_cpus().to_vec(),
-                    to_workers,
-                    kernel_round_trip,
-                    to_service,
-                    host_to_service_round_trip: host,
-                    service_ran: ran,
-                    stopped_threads: stopped,
-                }
-            },
-        )
-        .collect();
+    // Each device's figures, in device order.
+    let mut to_workers = to_workers.into_iter();
+    let mut kernel_round_trips = kernel_round_trips.into_iter();
+    let mut to_service = to_service.into_iter();
+    let mut host_to_service = host_to_service.into_iter();
+    let mut device_reports = Vec::with_capacity(devices.len());
+    for (d, queues) in devices.iter().enumerate() {
+        let next = "one figure per device";
+        device_reports.push(DeviceReport {
+            ordinal: queues.device().ordinal(),
+            name: queues.properties().name.clone(),
+            workers: queues.workers(),
+            worker_cpus: queues.worker_cpus().to_vec(),
+            to_workers: to_workers.next().expect(next),
+            kernel_round_trip: kernel_round_trips.next().expect(next),
+            launch_and_sync_us: launch_and_sync[d],
+            to_service: to_service.next().expect(next),
+            host_to_service_round_trip: host_to_service.next().expect(next),
+            service_ran: service_ran[d],
+            stopped_threads: stopped[d],
+        });
+    }
     runtime.shutdown().map_err(|e| e.to_string())?;
 
     let peer_tasks: u64 = peers
@@ -697,7 +706,7 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
     // own count, logged at its stop, is what its workers ran: neither the
     // services' tasks nor the blob kernels'.
     let to_cpu_workers = to_workers_total.tasks
-        + 25 * single.tasks_per_thread * device_reports.len() as u64
+        + u64::from(SINGLE_LAUNCHES) * single.tasks_per_thread * device_reports.len() as u64
         + host_round_trip.samples as u64;
     let to_services = to_services_total.tasks
         + device_reports

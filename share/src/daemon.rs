@@ -117,7 +117,8 @@ impl<A: GpuApi> State<A> {
         if (object.deleted && object.leases == 0) || abandoned {
             let object = self.objects.remove(&id);
             if let Some(object) = object {
-                tracing::info!(
+                // Per buffer: debug, so a daemon's log at info is its life, not its traffic.
+                tracing::debug!(
                     "freed buffer {id} ({} bytes on device {}{})",
                     object.size,
                     object.device,
@@ -895,7 +896,7 @@ impl<A: GpuApi> Shared<A> {
             },
         );
         state.lease(client, id);
-        tracing::info!(
+        tracing::debug!(
             "created buffer {id}: {} bytes on device {device}",
             handle.size
         );
@@ -1022,7 +1023,7 @@ impl<A: GpuApi> Shared<A> {
         state.free_if_unheld(id);
         drop(state);
         self.changed.notify_all();
-        tracing::info!("deleted buffer {id} ({leases} lease(s) outstanding)");
+        tracing::debug!("deleted buffer {id} ({leases} lease(s) outstanding)");
         Reply::Done
     }
 }
