@@ -299,7 +299,10 @@ pub trait GpuDevice: Send + Sync + Sized {
     /// [`GpuDevice::copy_peer`] on `stream`, a stream of this device: it
     /// runs in the stream's order and does not wait for `src_device`'s
     /// streams (record an event there and make `stream` wait for it first).
-    #[allow(clippy::too_many_arguments)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "copy_peer's arguments and the stream, in the order of the other async copies"
+    )]
     fn copy_peer_async(
         &self,
         stream: &Self::Stream,
