@@ -24,24 +24,6 @@ fn tandem() -> Command {
     cmd
 }
 
-/// Starts `command`, waits for its line starting with `ready`, kills it
-/// with SIGKILL and reaps it: what it created stays behind. Returns its pid.
-fn kill_after_ready(mut command: Command, cleanup: &mut Cleanup) -> u32 {
-    let mut child = command.spawn().expect("spawn");
-    let pid = child.id();
-    let out = child.stdout.take().expect("stdout");
-    cleanup.children.push(child);
-    let ready = BufReader::new(out)
-        .lines()
-        .map_while(Result::ok)
-        .any(|line| line.starts_with("ready"));
-    assert!(ready, "no ready line");
-    let child = cleanup.children.last_mut().expect("child");
-    child.kill().expect("kill");
-    child.wait().expect("reap");
-    pid
-}
-
 fn find<'a>(found: &'a [StaleSegment], name: &str) -> Option<&'a StaleSegment> {
     found.iter().find(|s| s.name == name)
 }
@@ -75,7 +57,7 @@ fn clean_removes_dead_owners_segments_only() {
         .arg("--config")
         .arg(&config_file)
         .arg("--announce");
-    let runtime_pid = kill_after_ready(run, &mut cleanup);
+    let runtime_pid = common::kill_after_ready(run, &mut cleanup);
 
     let config = Config {
         workers: 1,

@@ -201,7 +201,6 @@ fn a_live_runtime_is_listed_until_it_stops() {
 /// names the stale segment and `tandem clean`.
 #[test]
 fn a_killed_runtimes_status_says_gone() {
-    use std::io::{BufRead, BufReader};
     let name = format!("tandem-test-status-killed-{}", std::process::id());
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("tandem.toml");
@@ -210,24 +209,13 @@ fn a_killed_runtimes_status_says_gone() {
         format!("workers = 1\ndevices = []\ncpu_segment_name = {name:?}\n"),
     )
     .unwrap();
-    let mut child = common::tandem()
-        .args(["run", "--announce", "--config"])
+    let mut run = common::tandem();
+    run.args(["run", "--announce", "--config"])
         .arg(&config)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("tandem run");
+        .stdout(std::process::Stdio::piped());
     let mut cleanup = common::Cleanup::default();
     cleanup.files.push(format!("/dev/shm/{name}").into());
-    let out = child.stdout.take().unwrap();
-    cleanup.children.push(child);
-    let ready = BufReader::new(out)
-        .lines()
-        .map_while(Result::ok)
-        .any(|line| line.starts_with("ready"));
-    assert!(ready, "no ready line");
-    let child = cleanup.children.last_mut().unwrap();
-    child.kill().unwrap();
-    child.wait().unwrap();
+    common::kill_after_ready(run, &mut cleanup);
 
     let out = tandem(&["status", "--segment", &name]);
     assert_eq!(out.status.code(), Some(1));

@@ -16,7 +16,9 @@
 //! with fewer than two devices: "skipped: needs 2 CUDA devices" (a failure
 //! with TANDEM_REQUIRE_GPU=1 only when there is no device at all).
 
-use std::time::Duration;
+mod support;
+
+use support::{skip_cuda, us};
 
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels};
@@ -40,10 +42,6 @@ struct Scale {
 /// Turns of floor and round-trip measurement, and throughput runs (odd:
 /// the median is a run).
 const REPEATS: usize = 5;
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
 
 fn median<T: Copy + PartialOrd>(mut values: Vec<T>) -> T {
     values.sort_by(|a, b| a.partial_cmp(b).expect("comparable"));
@@ -311,7 +309,7 @@ fn cuda() {
         .and_then(|api| api.device_count().ok())
         .unwrap_or(0);
     if devices == 0 {
-        skip("no CUDA device");
+        skip_cuda("no CUDA device");
     } else if devices < 2 {
         println!("CUDA: skipped: needs 2 CUDA devices ({devices} present)");
     } else if let Err(e) = bench(load, "CUDA", &gpu) {
@@ -322,13 +320,5 @@ fn cuda() {
 
 #[cfg(not(feature = "cuda"))]
 fn cuda() {
-    skip("no CUDA device");
-}
-
-fn skip(why: &str) {
-    if std::env::var("TANDEM_REQUIRE_GPU").as_deref() == Ok("1") {
-        eprintln!("CUDA: {why} (or not compiled in), but TANDEM_REQUIRE_GPU=1");
-        std::process::exit(1);
-    }
-    println!("CUDA: skipped: {why}");
+    skip_cuda("no CUDA device");
 }

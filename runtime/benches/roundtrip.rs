@@ -26,7 +26,9 @@
 //! so the lanes are the defaults': the CPU device's segment gets `lanes`
 //! (16), a GPU's `gpu_lanes` (64), as `tandem run` gives them.
 
-use std::time::Duration;
+mod support;
+
+use support::{skip_cuda, us};
 
 use tandem_hal::{GpuApi, HostApi};
 use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels};
@@ -67,10 +69,6 @@ fn verdict(met: bool) -> &'static str {
     } else {
         "BELOW"
     }
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
 }
 
 /// A runtime on device 0 with `workers` workers.
@@ -299,7 +297,7 @@ fn cuda() {
         .ok()
         .is_some_and(|api| api.device_count().is_ok_and(|n| n > 0));
     if !present {
-        skip();
+        skip_cuda("no CUDA device");
     } else if let Err(e) = bench(load, "CUDA device 0", &gpu) {
         eprintln!("CUDA bench failed: {e}");
         std::process::exit(1);
@@ -308,13 +306,5 @@ fn cuda() {
 
 #[cfg(not(feature = "cuda"))]
 fn cuda() {
-    skip();
-}
-
-fn skip() {
-    if std::env::var("TANDEM_REQUIRE_GPU").as_deref() == Ok("1") {
-        eprintln!("CUDA: no device (or not compiled in), but TANDEM_REQUIRE_GPU=1");
-        std::process::exit(1);
-    }
-    println!("CUDA: skipped: no CUDA device");
+    skip_cuda("no CUDA device");
 }

@@ -96,3 +96,21 @@ pub fn fork_script(
     )
     .expect("fork the runtime")
 }
+
+/// Starts `command`, waits for its line starting with `ready`, kills it
+/// with SIGKILL and reaps it: what it created stays behind. Returns its pid.
+pub fn kill_after_ready(mut command: Command, cleanup: &mut Cleanup) -> u32 {
+    let mut child = command.spawn().expect("spawn");
+    let pid = child.id();
+    let out = child.stdout.take().expect("stdout");
+    cleanup.children.push(child);
+    let ready = BufReader::new(out)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.starts_with("ready"));
+    assert!(ready, "no ready line");
+    let child = cleanup.children.last_mut().expect("child");
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    pid
+}
