@@ -539,11 +539,12 @@ impl<A: GpuApi> Shared<A> {
             Ok(clone) => clone,
             Err(e) => {
                 refused_log.warn(|| format!("cannot serve a connection: {e}"));
-                refuse(
-                    &stream,
-                    ErrorCode::Busy,
-                    format!("the daemon cannot serve it: {e}"),
-                );
+                let why = if out_of_descriptors(&e) {
+                    "the daemon is out of file descriptors".into()
+                } else {
+                    format!("the daemon cannot serve it: {e}")
+                };
+                refuse(&stream, ErrorCode::Busy, why);
                 return;
             }
         };
