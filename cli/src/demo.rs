@@ -4,6 +4,7 @@
 //! kernels put and get; stop flags release every device's waiting kernels.
 //! Per-device figures and a total, then one verdict line.
 
+use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +18,8 @@ use tandem_runtime::kernels::{
     ECHO_NO_PEER_ACCESS,
 };
 use tandem_runtime::{
-    math, Config, DeviceQueues, DeviceSelection, GpuService, PeerAccess, Registry, Route, Runtime,
+    math, on_best_backend, Backend, Config, DeviceQueues, DeviceSelection, GpuService, OnBackend,
+    PeerAccess, Registry, Route, Runtime,
 };
 
 use crate::blob;
@@ -313,6 +315,32 @@ fn describe<A: GpuApi>(queues: &DeviceQueues<A>) -> String {
         queues.workers(),
         if queues.workers() == 1 { "" } else { "s" }
     )
+}
+
+impl OnBackend for DemoArgs {
+    /// `Ok(false)`: it ran, and reported a failure itself.
+    type Output = Result<bool, String>;
+
+    fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
+        demo(api, &backend.to_string(), &self)
+    }
+}
+
+/// `tandem demo` on the best backend: its verdict line (text) or report
+/// (JSON); exit 1 when anything failed.
+pub(crate) fn demo_command(args: DemoArgs) -> ExitCode {
+    let json = args.json;
+    match on_best_backend(args).map_err(|e| e.to_string()) {
+        Ok(Ok(true)) => ExitCode::SUCCESS,
+        Ok(Ok(false)) => ExitCode::from(1),
+        Ok(Err(why)) | Err(why) => {
+            eprintln!("tandem: {why}");
+            if !json {
+                println!("demo: FAILED: {why}");
+            }
+            ExitCode::from(1)
+        }
+    }
 }
 
 /// The demo; `Ok(false)` when tasks failed (the report says so).

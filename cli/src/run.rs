@@ -1,0 +1,44 @@
+//! `tandem run`: serves a runtime that host clients attach to, until
+//! SIGINT/SIGTERM (or until stdin closes), then removes its segments.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use tandem_hal::GpuApi;
+use tandem_runtime::{on_best_backend, serve, Backend, Config, OnBackend, Registry, ServeOptions};
+
+/// `tandem run`'s options.
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    /// A TOML configuration (see tandem.example.toml); defaults otherwise.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Prints `ready <cpu segment> <pid>` on stdout once serving.
+    #[arg(long)]
+    announce: bool,
+    /// Stops (cleanly) when stdin closes, e.g. when the parent dies.
+    #[arg(long)]
+    exit_on_stdin_eof: bool,
+}
+
+impl OnBackend for RunArgs {
+    type Output = Result<(), String>;
+
+    fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
+        let config = match &self.config {
+            Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
+            None => Config::default(),
+        };
+        let options = ServeOptions {
+            announce: self.announce,
+            exit_on_stdin_eof: self.exit_on_stdin_eof,
+        };
+        serve(api, backend, config, Registry::with_builtins(), options)
+            .map_err(|e| format!("serving the runtime: {e}"))
+    }
+}
+
+/// `tandem run` on the best backend.
+pub(crate) fn run(args: RunArgs) -> Result<(), String> {
+    on_best_backend(args).map_err(|e| e.to_string())?
+}

@@ -1,0 +1,145 @@
+//! `tandem status`: what a running runtime's status block says, as text or
+//! JSON (the schema in docs/status.md).
+
+use clap::Args;
+use tandem_runtime::status::{read_status, single_live_runtime, StatusSnapshot};
+
+/// `tandem status`'s options.
+#[derive(Args, Debug)]
+pub(crate) struct StatusArgs {
+    /// The runtime's CPU segment (in /dev/shm); default: the one live runtime.
+    #[arg(long, value_name = "NAME")]
+    segment: Option<String>,
+    /// Prints the status as JSON (the schema in docs/status.md).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `tandem status`: fails when the runtime is gone, after printing what it
+/// last published.
+pub(crate) fn status(args: StatusArgs) -> Result<(), String> {
+    let name = match args.segment {
+        Some(name) => name,
+        None => single_live_runtime().map_err(|e| e.to_string())?,
+    };
+    let status = read_status(&name).map_err(|e| e.to_string())?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?;
+        println!("{text}");
+    } else {
+        print_status(&status);
+    }
+    if status.runtime.process == "gone" {
+        return Err(format!(
+            "the runtime of segment {name} (pid {}) is gone: killed or crashed; the figures \
+             are the last it published. `tandem clean` removes its segment",
+            status.runtime.pid
+        ));
+    }
+    Ok(())
+}
+
+fn print_status(s: &StatusSnapshot) {
+    let r = &s.runtime;
+    let c = &s.config;
+    println!("segment   {}", s.segment);
+    let gone = r.process == "gone";
+    if gone {
+        println!(
+            "runtime   pid {} (gone; it last said {}), {} backend, up {:.1} s when it last wrote",
+            r.pid, r.state, r.backend, r.uptime_s
+        );
+    } else {
+        println!(
+            "runtime   pid {} ({}, {}), {} backend, up {:.1} s",
+            r.pid, r.process, r.state, r.backend, r.uptime_s
+        );
+    }
+    let capped = if s.workers.running < c.workers {
+        format!(" ({} configured, capped by the cores)", c.workers)
+    } else {
+        String::new()
+    };
+    if gone {
+        println!(
+            "workers   none running (it ran {}{capped})",
+            s.workers.running
+        );
+    } else {
+        println!(
+            "workers   {} running{capped}, {} busy",
+            s.workers.running, s.workers.busy
+        );
+    }
+    println!(
+        "queues    {} lanes ({} on a GPU's segments) x {} slots, copy space {} bytes",
+        c.lanes, c.gpu_lanes, c.queue_depth, c.copy_space
+    );
+    let t = &s.tasks;
+    println!(
+        "tasks     {} completed, {} failed ({:.0} /s); {} bad pointers, {} double completions",
+        t.completed, t.failed, t.per_second, t.bad_pointers, t.double_completions
+    );
+    match s.clients_attached {
+        Some(n) => println!("clients   {n} attached"),
+        None => println!("clients   unknown (not counted by this runtime)"),
+    }
+    // A heap whose largest request is well below its free bytes is
+    // fragmented (its free memory lies between live blocks), not full.
+    for c in &s.clients {
+        println!(
+            "  slot {} pid {} {}: {} futures; heap {} bytes, {} in use, {} free, \
+             largest request {} bytes",
+            c.slot,
+            c.pid,
+            c.state,
+            c.futures,
+            c.heap_bytes,
+            c.in_use_bytes,
+            c.free_bytes,
+            c.largest_request
+        );
+    }
+    println!();
+    println!(
+        "{:>6}  {:<24} {:>12} {:>10}",
+        "pool", "name", "completed", "failed"
+    );
+    for p in &s.pools {
+        println!(
+            "{:>6}  {:<24} {:>12} {:>10}",
+            p.id, p.name, p.completed, p.failed
+        );
+    }
+    if s.other.completed > 0 {
+        println!(
+            "{:>6}  {:<24} {:>12} {:>10}",
+            "-", "(other)", s.other.completed, s.other.failed
+        );
+    }
+    println!();
+    println!(
+        "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8} {:>8} {:>12}",
+        "segment", "device", "NUMA", "MiB", "lanes", "queued", "workers", "tasks"
+    );
+    let or_dash = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
+    for seg in &s.segments {
+        println!(
+            "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8} {:>8} {:>12}",
+            seg.kind,
+            or_dash(seg.device),
+            or_dash(seg.numa_node),
+            seg.bytes >> 20,
+            seg.lanes,
+            seg.queued,
+            seg.workers,
+            seg.tasks
+        );
+    }
+    if (s.segments.len() as u32) < s.segments_total {
+        println!(
+            "(and {} more device segments)",
+            s.segments_total - s.segments.len() as u32
+        );
+    }
+}
