@@ -179,7 +179,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             tandem_hal_hip::HipApi::load().map_err(|e| e.to_string())?,
             Backend::Hip,
         ),
-        #[allow(unreachable_patterns)]
+        #[allow(
+            unreachable_patterns,
+            reason = "reached only in builds that leave a backend out"
+        )]
         other => Err(format!(
             "this build has no {other:?} backend (build with --features {})",
             format!("{other:?}").to_lowercase()

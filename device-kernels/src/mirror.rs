@@ -97,7 +97,8 @@ macro_rules! bindgen_module {
             non_upper_case_globals,
             missing_docs,
             clippy::all,
-            clippy::undocumented_unsafe_blocks
+            clippy::undocumented_unsafe_blocks,
+            reason = "bindgen's output: generated names and no docs"
         )]
         $vis mod $name {
             include!(concat!("generated/", $file));

@@ -4,7 +4,7 @@
 //! functions of type [`HostKernelFn`] and lists them in a table of
 //! [`HostKernel`]s. The host backend runs the threads of a block as fibers of
 //! one OS thread, which switch at the block barrier and in wait loops
-//! ([`tandem_host_yield`]), and hands each one a [`HostThreadCtx`]; the C++
+//! (`tandem_host_yield`, which the host backend exports), and hands each one a [`HostThreadCtx`]; the C++
 //! portability header reads `threadIdx`, `blockIdx`, block-shared memory and
 //! the barrier from it.
 //! The C++ mirror is `device-kernels/include/tandem/host_abi.h`, checked
@@ -71,18 +71,6 @@ pub extern "C" fn tandem_host_timer_ns() -> u64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     let start = *START.get_or_init(std::time::Instant::now);
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// A kernel thread's turn in a wait loop (`tandem::spin_pause()`,
-/// `sleep_for` and `Backoff::idle` in tandem/atomic.h): the CPU device runs
-/// a block's threads as fibers of one OS thread, and this lets the block's
-/// other threads run before the caller polls again (once they all wait, the
-/// OS thread is yielded). Outside a kernel it yields the OS thread. A Rust
-/// kernel's wait loop calls it too: one that spins without it never lets the
-/// thread it waits for run. Never unwinds.
-#[no_mangle]
-pub extern "C" fn tandem_host_yield() {
-    crate::host::spin_pause();
 }
 
 mod asserts {

@@ -209,9 +209,10 @@ pub fn node_of_current_cpus() -> Option<u32> {
 /// `MPOL_BIND`, moving pages already faulted in and failing if any cannot be
 /// moved). `ptr` must be page-aligned. Changing placement never changes the
 /// bytes, so this is safe; an unmapped range is the OS's `EFAULT`/`ENOMEM`.
-// Not `unsafe`: the pointer is never dereferenced here; the kernel validates
-// the range and moving pages preserves their contents.
-#[allow(clippy::not_unsafe_ptr_arg_deref)]
+#[allow(
+    clippy::not_unsafe_ptr_arg_deref,
+    reason = "never dereferenced here: the kernel validates the range and moving pages keeps their contents"
+)]
 pub fn bind_to_node(ptr: *mut u8, len: usize, node: u32) -> GpuResult<()> {
     let invalid =
         |what: String| GpuError::new(Backend::Host, "mbind", ErrorKind::InvalidArgument(what));

@@ -16,7 +16,7 @@
 // `interleaved_rates` is unused here: a batch's setup and teardown (the
 // frees of allocation-only rows) must stay outside its clock, so each run
 // times itself and `interleaved_times` takes the times.
-#[allow(dead_code)]
+#[allow(dead_code, reason = "interleaved_rates is for the other benches")]
 mod harness;
 
 use std::alloc::{alloc, dealloc, Layout};

@@ -392,7 +392,7 @@ impl<'r> FutureShm<'r> {
     ///
     /// # Safety
     /// No one else may read or write the copy space while the slice lives.
-    #[allow(clippy::mut_from_ref)] // exclusivity is the caller's contract
+    #[allow(clippy::mut_from_ref, reason = "exclusivity is the caller's contract")]
     unsafe fn copy_space_mut(&self) -> &mut [u8] {
         // SAFETY: the copy space is `copy_space_size` bytes inside the region;
         // exclusivity is the caller's contract.

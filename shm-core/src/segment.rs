@@ -423,8 +423,10 @@ fn inode_and_size(fd: BorrowedFd<'_>) -> Result<(u64, u64), SegmentError> {
     }
     // SAFETY: `fstat` succeeded, so it filled `stat`.
     let stat = unsafe { stat.assume_init() };
-    // `st_ino` is narrower than u64 on some targets.
-    #[allow(clippy::unnecessary_cast)]
+    #[allow(
+        clippy::unnecessary_cast,
+        reason = "st_ino is narrower than u64 on some targets"
+    )]
     let inode = stat.st_ino as u64;
     Ok((inode, stat.st_size.max(0) as u64))
 }

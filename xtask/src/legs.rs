@@ -112,11 +112,6 @@ pub fn plan(named: &[String], ci: bool) -> Result<Vec<PlannedLeg>, XtaskError> {
     Ok(planned)
 }
 
-/// Whether the `CI` environment variable asks for every leg to be required.
-pub fn ci_requires_all(ci_var: Option<&str>) -> bool {
-    ci_var.is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
-}
-
 /// How a leg ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum LegResult {
@@ -338,6 +333,7 @@ fn leg_commands(
         Leg::Lint => {
             let mut commands = vec![
                 cargo().args(["fmt", "--all", "--check"]),
+                cargo().args(["xtask", "structure"]),
                 clippy(cargo(), Backend::Cuda),
             ];
             match &ctx.hip {
@@ -515,16 +511,6 @@ mod tests {
     }
 
     #[test]
-    fn ci_variable_values() {
-        assert!(ci_requires_all(Some("true")));
-        assert!(ci_requires_all(Some("TRUE")));
-        assert!(ci_requires_all(Some("1")));
-        assert!(!ci_requires_all(Some("false")));
-        assert!(!ci_requires_all(Some("")));
-        assert!(!ci_requires_all(None));
-    }
-
-    #[test]
     fn a_leg_that_cannot_run_fails_only_when_required() {
         let not_run = LegResult::NotRun("hipcc is not on PATH".into());
         assert_eq!(not_run.verdict(true), Verdict::Failed);
@@ -624,12 +610,13 @@ mod tests {
         let mut notes = Vec::new();
         assert_eq!(leg_commands(&ctx, Leg::Hip, &mut notes).unwrap_err(), why);
         let lint = leg_commands(&ctx, Leg::Lint, &mut notes).unwrap();
-        assert_eq!(lint.len(), 2);
+        assert_eq!(lint.len(), 3);
         assert_eq!(lint[0].display(), "cargo fmt --all --check");
-        assert!(lint[1].display().starts_with(
+        assert_eq!(lint[1].display(), "cargo xtask structure");
+        assert!(lint[2].display().starts_with(
             "cargo clippy --workspace --exclude tandem-hal-hip --all-targets --features"
         ));
-        assert!(lint[1].display().ends_with("-- -D warnings"));
+        assert!(lint[2].display().ends_with("-- -D warnings"));
         assert_eq!(notes.len(), 1);
 
         let ci = context(&meta, true, Err(why));

@@ -6,6 +6,7 @@
 //! - `bench [--gpu]`: every benchmark of the workspace, with CUDA variants under `--gpu`;
 //! - `gpu-bundle [--out DIR]`: CUDA test and bench binaries plus `run.sh`, for a GPU machine;
 //! - `bindings [--check]`: regenerates (or checks) device-kernels' checked-in bindgen output;
+//! - `structure`: fails on a module circle inside a crate or an `allow` without a reason;
 //! - `no-libclang-check DIR`: the `no-libclang` leg's work, run in a private mount namespace.
 
 mod backend;
@@ -17,6 +18,7 @@ mod error;
 mod legs;
 mod metadata;
 mod no_libclang;
+mod structure;
 mod test_result;
 
 use backend::HipToolchain;
@@ -42,6 +44,8 @@ commands:
   bindings [--check]     rewrite device-kernels/src/generated/ from the C++ headers with
                          bindgen (needs libclang); --check only compares and fails on a
                          difference
+  structure              fail on a module circle inside a crate (modules that import each
+                         other) or an allow/expect without a `reason`
   no-libclang-check DIR  what the no-libclang leg runs in a private mount namespace: hide
                          libclang, build into DIR, check that drifted headers fail the build
   help                   print this";
@@ -53,6 +57,7 @@ enum Command {
     Bench { gpu: bool },
     GpuBundle { out: Option<PathBuf> },
     Bindings { check: bool },
+    Structure,
     NoLibclangCheck { dir: PathBuf },
     Help,
 }
@@ -113,6 +118,13 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, Xtask
             }
             Ok(Command::Bindings { check })
         }
+        "structure" => match args.next() {
+            None => Ok(Command::Structure),
+            Some(arg) => Err(XtaskError::Usage(format!(
+                "structure takes no arguments, got `{}`",
+                arg.to_string_lossy()
+            ))),
+        },
         no_libclang::SUBCOMMAND => match (args.next(), args.next()) {
             (Some(dir), None) => Ok(Command::NoLibclangCheck { dir: dir.into() }),
             _ => Err(XtaskError::Usage(format!(
@@ -136,6 +148,12 @@ fn repo_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Whether the `CI` environment variable asks for every leg to be required (and libclang, hipcc
+/// and Garage to be present).
+fn ci_requires_all(ci_var: Option<&str>) -> bool {
+    ci_var.is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
 fn run(command: Command) -> Result<ExitCode, XtaskError> {
     let metadata = || Metadata::load(&repo_root());
     match command {
@@ -144,7 +162,7 @@ fn run(command: Command) -> Result<ExitCode, XtaskError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Test { legs } => {
-            let ci = legs::ci_requires_all(std::env::var("CI").ok().as_deref());
+            let ci = ci_requires_all(std::env::var("CI").ok().as_deref());
             let planned = legs::plan(&legs, ci)?;
             let metadata = metadata()?;
             let ctx = legs::TestContext {
@@ -173,6 +191,7 @@ fn run(command: Command) -> Result<ExitCode, XtaskError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Structure => structure::run(&metadata()?),
         Command::NoLibclangCheck { dir } => no_libclang::run(&dir),
     }
 }
@@ -197,6 +216,16 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ci_variable_values() {
+        assert!(ci_requires_all(Some("true")));
+        assert!(ci_requires_all(Some("TRUE")));
+        assert!(ci_requires_all(Some("1")));
+        assert!(!ci_requires_all(Some("false")));
+        assert!(!ci_requires_all(Some("")));
+        assert!(!ci_requires_all(None));
+    }
 
     fn parse(args: &[&str]) -> Result<Command, XtaskError> {
         parse_args(args.iter().map(OsString::from))

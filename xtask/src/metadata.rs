@@ -65,6 +65,9 @@ pub struct Target {
     pub name: String,
     /// Its kinds: `lib`, `bin`, `test`, `bench`, `example`, `custom-build`, ...
     pub kind: Vec<String>,
+    /// The file at its root (`src/lib.rs`, `src/main.rs`, ...).
+    #[serde(default)]
+    pub src_path: PathBuf,
 }
 
 impl Target {

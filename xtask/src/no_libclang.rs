@@ -300,6 +300,55 @@ fn copy_tracked_files(root: &Path, to: &Path) -> Result<(), XtaskError> {
 mod tests {
     use super::*;
 
+    /// Removes a folder when dropped, so a failed test leaves nothing behind.
+    struct TempDir(PathBuf);
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn copy_files(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_file() {
+                std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn check_fails_on_a_header_edited_without_regeneration() {
+        if let Err(why) = bindings::load_libclang() {
+            // A newcomer's machine; CI installs libclang, and there this is a failure.
+            let ci = crate::ci_requires_all(std::env::var("CI").ok().as_deref());
+            assert!(!ci, "{why}");
+            println!("skipped: {why}");
+            return;
+        }
+        let root = crate::repo_root();
+        let copy =
+            TempDir(std::env::temp_dir().join(format!("xtask-bindings-{}", std::process::id())));
+        for dir in [
+            "device-kernels/include/tandem",
+            "device-kernels/src/generated",
+        ] {
+            copy_files(&root.join(dir), &copy.0.join(dir));
+        }
+        assert_eq!(bindings::run(&copy.0, true).unwrap(), Vec::<PathBuf>::new());
+
+        // An edit that the header's own static_asserts let through: only this check sees it.
+        let drift = &DRIFTS[1];
+        let header = copy.0.join(drift.header);
+        let text = std::fs::read_to_string(&header).unwrap();
+        std::fs::write(&header, apply(&text, drift).unwrap()).unwrap();
+        let err = bindings::run(&copy.0, true).unwrap_err().to_string();
+        assert!(err.contains("cpp_layout.rs: line "), "{err}");
+        assert!(!err.contains("cpp_runtime.rs"), "{err}");
+    }
+
     #[test]
     fn drifts_apply_to_the_headers_and_change_them() {
         let root = crate::repo_root();

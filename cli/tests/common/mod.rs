@@ -2,8 +2,10 @@
 //! share: where the binary is, a guard that kills children and removes
 //! files however a test ends, and a child's stdout as lines.
 
-// Each test file is its own crate and uses a part of this module.
-#![allow(dead_code)]
+#![allow(
+    dead_code,
+    reason = "each test file is its own crate and uses a part of this module"
+)]
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -67,8 +67,15 @@ fn pause(why: Pause) {
     YIELDER.set(yielder);
 }
 
-/// A kernel thread's wait-loop turn (`tandem_host_yield`).
-pub(crate) fn spin_pause() {
+/// A kernel thread's turn in a wait loop (`tandem::spin_pause()`,
+/// `sleep_for` and `Backoff::idle` in tandem/atomic.h): the CPU device runs
+/// a block's threads as fibers of one OS thread, and this lets the block's
+/// other threads run before the caller polls again (once they all wait, the
+/// OS thread is yielded). Outside a kernel it yields the OS thread. A Rust
+/// kernel's wait loop calls it too: one that spins without it never lets the
+/// thread it waits for run. Never unwinds.
+#[no_mangle]
+pub extern "C" fn tandem_host_yield() {
     pause(Pause::Spin);
 }
 

@@ -8,7 +8,7 @@
 //! blocks `l, l + resident, l + 2 * resident, ...` one after the other, and
 //! a block's threads as fibers taking turns on the lane's thread (module
 //! `fiber`): they switch at the block barrier (`__syncthreads`) and in wait
-//! loops ([`crate::host_abi::tandem_host_yield`]), so a kernel thread that
+//! loops ([`crate::host::tandem_host_yield`]), so a kernel thread that
 //! waits for another thread of its block must wait in such a loop, as the
 //! spinning rule of tandem/atomic.h asks of every kernel anyway. After each
 //! block the lane zeroes its shared memory, so each block starts from zeroed

@@ -113,13 +113,13 @@ unsafe extern "C" fn handshake(ctx: *const HostThreadCtx, args: *const *const c_
         // Acquire pairs with the counting RMWs' Release: what each thread
         // wrote before counting is visible once the count is seen.
         while count.load(Ordering::Acquire) != threads - 1 {
-            crate::host_abi::tandem_host_yield();
+            super::tandem_host_yield();
         }
         go.store(1, Ordering::Release);
     } else {
         count.fetch_add(1, Ordering::Release);
         while go.load(Ordering::Acquire) == 0 {
-            crate::host_abi::tandem_host_yield();
+            super::tandem_host_yield();
         }
     }
     // SAFETY: as above.
@@ -417,7 +417,7 @@ fn a_failure_in_a_67k_thread_grid_is_reported_and_the_stream_goes_on() {
 
 #[test]
 fn yielding_outside_a_kernel_returns() {
-    crate::host_abi::tandem_host_yield();
+    super::tandem_host_yield();
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Regions for the ring tests and benchmark: a 64-aligned heap block, and
 //! (Linux) one memfd mapped twice at two addresses, as two processes would.
-#![allow(dead_code)] // each test crate uses a different subset
+#![allow(dead_code, reason = "each test crate uses a different subset")]
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 

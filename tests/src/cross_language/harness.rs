@@ -25,8 +25,10 @@ pub struct Shared<A: GpuApi> {
     buffer: <A::Device as GpuDevice>::PinnedBuffer,
 }
 
-// No `is_empty`: a test's memory is never empty, and nothing would call it.
-#[allow(clippy::len_without_is_empty)]
+#[allow(
+    clippy::len_without_is_empty,
+    reason = "a test's memory is never empty, and nothing would call it"
+)]
 impl<A: GpuApi> Shared<A> {
     /// The address Rust uses.
     pub fn host(&self) -> *mut u8 {
