@@ -23,7 +23,7 @@ use tandem_hal::{
     DeviceMemory, EventFlags, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig,
 };
 use tandem_share::{Access, HostMirror, ObjectId, ShareClient, ShareError};
-use tandem_tests::conformance::{kernels, launch, read_u32s};
+use tandem_tests::support::{kernels, launch, read_u32s};
 
 /// Set in a child: which role it plays, then its arguments in [`ARGS_ENV`].
 const ROLE_ENV: &str = "TANDEM_SHARE_TEST_ROLE";

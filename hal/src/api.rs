@@ -76,7 +76,7 @@ pub trait GpuApi: Send + Sync + Sized + 'static {
 /// `unsafe impl` whose author answers for the contract above, while a new
 /// backend crate, or a view of part of a buffer, can still implement it.
 /// The conformance suite checks both halves on every backend
-/// (`tandem_tests::conformance::forged_memory_is_refused`).
+/// (`tandem_tests::conformance::memory::forged_memory_is_refused`).
 pub unsafe trait DeviceMemory: Send + Sync {
     /// The backend whose devices address this memory.
     type Api: GpuApi;

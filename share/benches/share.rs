@@ -46,8 +46,8 @@ use tandem_hal::{
 };
 use tandem_share::{ObjectId, Polling, ShareClient};
 use tandem_shm_core::segment::Segment;
-use tandem_tests::conformance::{kernels, launch};
 use tandem_tests::ipc::{from_hex, to_hex, Child};
+use tandem_tests::support::{kernels, launch};
 
 /// The first argument that makes this executable the consumer.
 const CHILD_FLAG: &str = "--share-child";

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tandem_hal::{GpuApi, GpuDevice, HostApi, LaunchConfig};
 use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, RuntimeKernels};
 use tandem_runtime::{math, Config, DeviceSelection, Registry, Runtime};
-use tandem_tests::conformance::kernels;
+use tandem_tests::support::kernels;
 
 /// The targets for an empty launch + sync of 1 x 1 and 4 x 256.
 const EMPTY_TARGET: Duration = Duration::from_micros(10);

@@ -20,7 +20,7 @@ use tandem_hal::{
     KernelArg, LaunchConfig,
 };
 
-use crate::conformance::{kernels, launch, read_u32s};
+use crate::support::{kernels, launch, read_u32s};
 
 /// Printed by the child once it has recorded the event after its kernel.
 pub const CHILD_RECORDED: &str = "recorded";
@@ -296,6 +296,32 @@ fn child_add<A: GpuApi>(device: &A::Device, args: &[String]) -> Result<(), Strin
     device
         .synchronize_stream(&stream)
         .map_err(|e| e.to_string())
+}
+
+/// One `#[test]` per two-process behaviour above for backend `$api`, in a
+/// module `ipc`; `$child_exe` is the path of the `ipc_child` binary.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! ipc_tests {
+    ($api:ty, $child_exe:expr) => {
+        mod ipc {
+            #[test]
+            fn add_in_child_process() {
+                let label = "ipc::add_in_child_process";
+                if let Some(device) = $crate::gpu::device_or_skip::<$api>(label) {
+                    $crate::ipc::add_in_child_process::<$api>(&device, &$child_exe);
+                }
+            }
+
+            #[test]
+            fn stale_handle_in_child_process() {
+                let label = "ipc::stale_handle_in_child_process";
+                if let Some(device) = $crate::gpu::device_or_skip::<$api>(label) {
+                    $crate::ipc::stale_handle_in_child_process::<$api>(&device, &$child_exe);
+                }
+            }
+        }
+    };
 }
 
 #[cfg(test)]

@@ -2,11 +2,14 @@
 //! suite, written once over [`tandem_hal::GpuApi`] ([`conformance`]), the
 //! device kernels' cross-language suite, written the same way
 //! ([`cross_language`]), the one way GPU tests find a device or skip
-//! ([`gpu`]), and both sides of the two-process IPC test ([`ipc`]; the child
-//! is the `ipc_child` binary), the benchmarks' yardsticks ([`measure`]), and a
-//! real Garage S3 cluster on loopback for the object-tier tests ([`garage`]).
-//! `tests/conformance.rs` and
-//! `tests/cross_language.rs` stamp one `#[test]` per behaviour per backend.
+//! ([`gpu`]), both sides of the two-process IPC test ([`ipc`]; the child is
+//! the `ipc_child` binary), the helpers tests and benches share
+//! ([`support`]), the benchmarks' yardsticks ([`measure`]), and a real
+//! Garage S3 cluster on loopback for the object-tier tests ([`garage`]).
+//! Each suite file lists its behaviours in a macro at its bottom;
+//! [`conformance_tests!`] and [`cross_language_tests!`] stamp one `#[test]`
+//! per behaviour for a backend (`tests/conformance.rs`,
+//! `tests/cross_language.rs`).
 
 pub mod conformance;
 pub mod cross_language;
@@ -14,6 +17,7 @@ pub mod garage;
 pub mod gpu;
 pub mod ipc;
 pub mod measure;
+pub mod support;
 
 /// `None` after printing why the test `label` is skipped (`why`), or, when the environment
 /// variable `require_env` is `1` (a machine that must run it), a panic that fails the test.

@@ -328,3 +328,19 @@ pub fn block_contexts_hand_out_disjoint_usable_buffers<A: GpuApi>(gpu: &Gpu<A>) 
         );
     }
 }
+
+/// One `#[test]` per behaviour above for backend `$api`, in a module
+/// `arena`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! cross_language_arena_tests {
+    ($api:ty) => {
+        mod arena {
+            $crate::stamp_cross_language_tests!($api, arena: [
+                mixed_rust_and_cpp_sequences_match_all_rust,
+                concurrent_rust_and_cpp_allocations_never_overlap,
+                block_contexts_hand_out_disjoint_usable_buffers,
+            ]);
+        }
+    };
+}

@@ -351,3 +351,20 @@ fn blocks_wait_on_rust<A: GpuApi>(gpu: &Gpu<A>, launch: (Dim3, Dim3)) {
         "raised stop seen within a 3-round budget: {got:?}"
     );
 }
+
+/// One `#[test]` per behaviour above for backend `$api`, in a module
+/// `future`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! cross_language_future_tests {
+    ($api:ty) => {
+        mod future {
+            $crate::stamp_cross_language_tests!($api, future: [
+                cpp_completes_what_rust_waits_on,
+                cpp_completion_failures_release_rust_waiters,
+                rust_stop_flag_ends_a_wait_and_completion_wins,
+                cpp_blocks_wait_on_futures_rust_completes_or_stops,
+            ]);
+        }
+    };
+}

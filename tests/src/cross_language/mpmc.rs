@@ -610,3 +610,22 @@ pub fn malformed_rings_are_refused_like_rust_refuses_them<A: GpuApi>(gpu: &Gpu<A
         );
     }
 }
+
+/// One `#[test]` per behaviour above for backend `$api`, in a module
+/// `mpmc`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! cross_language_mpmc_tests {
+    ($api:ty) => {
+        mod mpmc {
+            $crate::stamp_cross_language_tests!($api, mpmc: [
+                mixed_rust_and_cpp_sequences_match_all_rust,
+                cpp_producers_rust_consumers_lose_and_duplicate_nothing,
+                cpp_producers_rust_run_consumers_lose_and_duplicate_nothing,
+                waiting_producers_measure_their_consumers_pace,
+                rust_producers_cpp_consumers_lose_and_duplicate_nothing,
+                malformed_rings_are_refused_like_rust_refuses_them,
+            ]);
+        }
+    };
+}

@@ -252,3 +252,18 @@ pub fn rust_writes_what_cpp_reads<A: GpuApi>(gpu: &Gpu<A>) {
         Ok(())
     });
 }
+
+/// One `#[test]` per behaviour above for backend `$api`, in a module
+/// `ser`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! cross_language_ser_tests {
+    ($api:ty) => {
+        mod ser {
+            $crate::stamp_cross_language_tests!($api, ser: [
+                cpp_writes_what_rust_reads,
+                rust_writes_what_cpp_reads,
+            ]);
+        }
+    };
+}

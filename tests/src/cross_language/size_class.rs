@@ -792,3 +792,23 @@ pub fn malformed_heaps_are_refused_like_rust_refuses_them<A: GpuApi>(gpu: &Gpu<A
         assert_eq!(cpp.0, want, "{size} bytes aligned to {align}");
     }
 }
+
+/// One `#[test]` per behaviour above for backend `$api`, in a module
+/// `size_class`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! cross_language_size_class_tests {
+    ($api:ty) => {
+        mod size_class {
+            $crate::stamp_cross_language_tests!($api, size_class: [
+                mixed_rust_and_cpp_sequences_match_all_rust,
+                cpp_allocates_rust_frees_and_back,
+                cache_serves_own_frees_until_flushed,
+                racing_frees_have_one_winner,
+                cpp_and_rust_threads_at_once_overlap_and_lose_nothing,
+                malformed_heaps_are_refused_like_rust_refuses_them,
+                a_heap_of_freed_blocks_of_one_size_serves_another,
+            ]);
+        }
+    };
+}
