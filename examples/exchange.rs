@@ -23,9 +23,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use tandem_runtime::{
-    create_owned_segment, remove_stale_segment, OwnerRecord, ProcessIdentity, ProcessState,
-};
+use tandem_process::{OwnerRecord, ProcessIdentity, ProcessState};
+use tandem_runtime::{create_owned_segment, remove_stale_segment};
 use tandem_shm_core::{AllocError, AllocatorId, Segment, ShmPtr, SizeClassAllocator, SpscRing};
 
 /// Segment header, at offset 0.

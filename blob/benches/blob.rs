@@ -443,7 +443,7 @@ fn mean(rounds: u32, f: &mut dyn FnMut(u32) -> Result<(), String>) -> Result<Dur
 /// serving a RAM and a file target, started through a script that names
 /// the store (the fork client passes only the runtime's configuration).
 fn client_latency() -> Result<(), String> {
-    let tandem = match tandem_runtime::child::find_tandem_binary() {
+    let tandem = match tandem_process::find_tandem_binary() {
         Ok(path) if path.is_file() => path,
         found => {
             let why = found.map_or_else(

@@ -642,7 +642,7 @@ fn demo(args: DemoArgs) -> Result<bool, String> {
     // Kernels in flight cannot be interrupted: on SIGINT/SIGTERM, remove the
     // named segments and the temporary store's folder, and exit.
     let folder = dir.as_ref().map(|d| d.path().to_owned());
-    tandem_runtime::exit_on_termination(move || {
+    tandem_process::exit_on_termination(move || {
         if let Some(folder) = folder {
             let _ = std::fs::remove_dir_all(folder);
         }

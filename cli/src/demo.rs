@@ -400,7 +400,7 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
     // Kernels in flight cannot be interrupted: on SIGINT/SIGTERM, remove the
     // named segments and the store's folder, and exit.
     let folder = store_dir.path().to_owned();
-    tandem_runtime::exit_on_termination(move || {
+    tandem_process::exit_on_termination(move || {
         let _ = std::fs::remove_dir_all(folder);
     })
     .map_err(|e| e.to_string())?;

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
 use tandem_hal::{GpuApi, HostApi};
-use tandem_runtime::child::{wake_on_stdin_eof, READY_PREFIX};
-use tandem_runtime::{on_best_backend, Backend, OnBackend, Termination};
+use tandem_process::{wake_on_stdin_eof, Termination, READY_PREFIX};
+use tandem_runtime::{on_best_backend, Backend, OnBackend};
 use tandem_share::transport::default_socket_path;
 use tandem_share::{Daemon, Inspector, Limits, ObjectId, Polling};
 

@@ -580,11 +580,10 @@ fn killed_daemon<A: GpuApi>(api: A) {
     drop((buffer, device, client));
     // The client that started it removes what the killed daemon left.
     assert!(!socket.exists(), "socket file left behind");
-    let prefix = format!("tdm-{pid:x}-");
     let left: Vec<_> = std::fs::read_dir("/dev/shm")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|name| name.starts_with(&prefix))
+        .filter(|name| tandem_process::host_ipc_exporter(name) == Some(pid))
         .collect();
     assert!(left.is_empty(), "segments left in /dev/shm: {left:?}");
 }

@@ -7,9 +7,9 @@ use std::process::Child;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
+use tandem_process::{find_tandem_binary, ServiceChild};
 use tandem_shm_core::Segment;
 
-use crate::child::{find_tandem_binary, ServiceChild};
 use crate::clients::ClientLease;
 use crate::config::Config;
 use crate::error::RuntimeError;

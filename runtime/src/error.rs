@@ -175,6 +175,14 @@ macro_rules! from_error {
     };
 }
 
+/// A forked runtime's child, the `tandem` executable or the signals `tandem
+/// run` waits for: starting or talking to a runtime process.
+impl From<tandem_process::ProcessError> for RuntimeError {
+    fn from(e: tandem_process::ProcessError) -> Self {
+        Self::Process(e.to_string())
+    }
+}
+
 from_error! {
     ConfigError => Config,
     SegmentError => Segment,

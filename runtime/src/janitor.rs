@@ -8,10 +8,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tandem_process::{ProcessIdentity, ProcessState};
 use tandem_shm_core::Priority;
 
 use crate::clients::{pid_of, ClientSlot, ClientState};
-use crate::process::{ProcessIdentity, ProcessState};
 use crate::segment::QueueSegment;
 use crate::worker::WorkerStats;
 

@@ -241,8 +241,8 @@ pub struct SegmentHeader {
 
 impl SegmentHeader {
     /// The process that serves this segment: its runtime.
-    pub(crate) fn owner(&self) -> crate::process::ProcessIdentity {
-        crate::process::ProcessIdentity {
+    pub(crate) fn owner(&self) -> tandem_process::ProcessIdentity {
+        tandem_process::ProcessIdentity {
             // Relaxed: written once before the magic was published, which
             // whoever holds this header acquired.
             pid: self.runtime_pid.load(core::sync::atomic::Ordering::Relaxed),

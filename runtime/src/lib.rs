@@ -51,14 +51,21 @@
 //!   publishes (`tandem status`); [`clean_stale_segments`] removes the
 //!   segments of dead owners (`tandem clean`, [`StaleSegment`],
 //!   [`StaleWhy`]), [`clean_stale_temp_folders`] the temporary folders
-//!   of dead owners ([`owned_temp_prefix`]); [`Termination`] and
-//!   [`exit_on_termination`] turn SIGINT/SIGTERM into a clean stop; [`serve`] is `tandem run` for a
+//!   of dead owners ([`owned_temp_prefix`]); [`serve`] is `tandem run` for a
 //!   binary with pools of its own, on the backend [`on_best_backend`] picks
-//!   ([`OnBackend`], [`ServeOptions`]). A named segment of one's own format
-//!   gets the same care through [`create_owned_segment`] and an
-//!   [`OwnerRecord`] at its start (its owner a [`ProcessIdentity`];
-//!   [`remove_stale_segment`] for a peer that saw it die):
+//!   ([`OnBackend`], [`ServeOptions`]), stopping cleanly on SIGINT/SIGTERM.
+//!   A named segment of one's own format gets the same care through
+//!   [`create_owned_segment`] and an [`OwnerRecord`] at its start
+//!   ([`remove_stale_segment`] for a peer that saw it die):
 //!   `examples/exchange.rs` is one.
+//!
+//! Processes themselves (who owns a segment and whether it lives, service
+//! children, termination signals) are tandem-process's, which the share
+//! daemon and the host backend use too. Of its items only [`StaleSegment`]
+//! and [`StaleWhy`] are re-exported here, because this crate's
+//! [`clean_stale_segments`] and [`remove_stale_segment`] return them.
+//!
+//! [`OwnerRecord`]: tandem_process::OwnerRecord
 //!
 //! One module is public as support rather than API, and only with the
 //! `demo-kernels` feature (on by default): [`kernels`] launches Tandem's own
@@ -70,9 +77,9 @@
 //! A module uses only modules of the layers below its own, so none depends
 //! on itself through others. Bottom up:
 //!
-//! 1. `error` and `process`: leaves, naming no other module's types.
+//! 1. `error`: a leaf, naming no other module's types.
 //! 2. `layout`, the wire format (every constant and layout kernels share);
-//!    then `task`, `liveness`, `signals`.
+//!    then `task` and `liveness`.
 //! 3. `clients` (the client table), then `segment` (a queue segment seen
 //!    from the host), `context` (a handler's view of its caller's segment)
 //!    and `registry`.
@@ -80,7 +87,6 @@
 //! 5. `submit`, `janitor` (takes back dead clients' slots), `status`.
 //! 6. `runtime` and `client`, then `service`, `serve` and `kernels`.
 
-pub mod child;
 mod client;
 mod clients;
 mod config;
@@ -91,13 +97,11 @@ mod janitor;
 pub mod kernels;
 pub mod layout;
 mod liveness;
-mod process;
 mod registry;
 mod runtime;
 mod segment;
 mod serve;
 mod service;
-mod signals;
 mod stale;
 pub mod status;
 mod submit;
@@ -110,19 +114,17 @@ pub use config::{read_config_file, Config, DeviceSelection, MAX_CONFIG_BYTES};
 pub use context::{CallerMemoryError, SharedBytes, TaskContext};
 pub use error::{ConfigError, RuntimeError};
 pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
-pub use process::{ProcessIdentity, ProcessState};
 pub use registry::{DuplicatePool, Handler, HandlerReply, Pool, Registry};
 pub use runtime::{DeviceQueues, NumaPlacement, PeerAccess, PeerRoute, Runtime};
 pub use segment::QueueSegment;
 pub use serve::{init_logging, on_best_backend, serve, Backend, OnBackend, ServeOptions};
 pub use service::{GpuService, ServiceStats};
-pub use signals::{exit_on_termination, Termination, TerminationWaker};
 pub use stale::{
     clean_stale_segments, clean_stale_temp_folders, create_owned_segment, owned_temp_prefix,
-    remove_host_ipc_segments_of, remove_stale_segment, OwnerRecord, StaleSegment, StaleWhy,
-    OWNED_SEGMENT_MAGIC,
+    remove_stale_segment,
 };
 pub use submit::{Pending, Route, SharedBuffer};
+pub use tandem_process::{StaleSegment, StaleWhy};
 pub use task::{
     math, MethodId, PoolId, Task, TaskError, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED,
     RC_UNKNOWN_METHOD, RC_UNKNOWN_POOL,

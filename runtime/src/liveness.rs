@@ -1,7 +1,7 @@
 //! Is the runtime behind a segment still there?
 //!
-//! Dead means its process is gone ([`crate::ProcessIdentity::state`]: pid
-//! and start time, so a reused pid is not mistaken for it) or it shut down. A
+//! Dead means its process is gone ([`ProcessState::Gone`]: pid and start
+//! time, so a reused pid is not mistaken for it) or it shut down. A
 //! heartbeat that stops moving says only that the runtime is not answering,
 //! and for how long: a runtime paused with SIGSTOP, or under a debugger,
 //! resumes where it was, so waiters keep waiting (until their own deadline or
@@ -10,8 +10,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use tandem_process::ProcessState;
+
 use crate::layout::{runtime_state, SegmentHeader};
-use crate::process::ProcessState;
 
 /// How often the runtime stores its heartbeat in every segment.
 pub const HEARTBEAT_PERIOD: Duration = Duration::from_millis(10);
@@ -147,7 +148,7 @@ impl<'h> LivenessWatch<'h> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::process::ProcessIdentity;
+    use tandem_process::ProcessIdentity;
 
     /// A header served by this process, beating now.
     fn header() -> Box<SegmentHeader> {

@@ -4,6 +4,7 @@
 use std::ptr::addr_of_mut;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
+use tandem_process::ProcessIdentity;
 use tandem_shm_core::future::FutureShm;
 use tandem_shm_core::layout::{BackendKind, MemoryBackend};
 use tandem_shm_core::{
@@ -17,7 +18,6 @@ use crate::layout::{
     SEGMENT_ID_MAJOR, SEGMENT_MAGIC, SEGMENT_VERSION,
 };
 use crate::liveness::monotonic_ns;
-use crate::process::ProcessIdentity;
 
 /// Page granularity of the regions inside a segment.
 const REGION_ALIGN: usize = 4096;

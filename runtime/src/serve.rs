@@ -3,13 +3,12 @@
 //! own (the blob store's `tandem blob run`).
 
 use tandem_hal::{GpuApi, HostApi};
+use tandem_process::{wake_on_stdin_eof, Termination, READY_PREFIX};
 
-use crate::child::READY_PREFIX;
 use crate::config::Config;
 use crate::error::RuntimeError;
 use crate::registry::Registry;
 use crate::runtime::Runtime;
-use crate::signals::Termination;
 
 /// Which backend [`on_best_backend`] picked.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -122,7 +121,7 @@ pub fn serve<A: GpuApi>(
     }
     if options.exit_on_stdin_eof {
         // Stop when the parent closes the pipe (or dies).
-        crate::child::wake_on_stdin_eof(termination.waker());
+        wake_on_stdin_eof(termination.waker());
     }
     termination.wait();
     runtime.shutdown()

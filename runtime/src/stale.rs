@@ -2,14 +2,12 @@
 //! when a runtime (or any creator using [`create_owned_segment`]) starts on
 //! their name, removed by hand with [`clean_stale_segments`] (`tandem clean`).
 //!
-//! Two records say who owns a named segment. Its creator holds an `flock` on
-//! it for as long as its segment lives (shm-core's [`SegmentProbe`]), which
-//! the kernel drops when the creator dies; and its header names the owner's
-//! [`ProcessIdentity`] (pid and start time): a runtime segment's
-//! [`SegmentHeader::runtime_pid`] and `runtime_start_time`, or, for a segment
-//! of a user's own format, the [`OwnerRecord`] it starts with. A segment is
-//! stale when nobody holds it and, if its header is published, the owner it
-//! names is gone. A live owner, stopped or not, keeps its segment.
+//! Whether a segment is stale is tandem-process's to decide
+//! ([`tandem_process::staleness`]); this module reads what a segment says of
+//! its owner, which takes the runtime's header layout: a runtime segment's
+//! [`SegmentHeader::runtime_pid`] and `runtime_start_time`, an
+//! [`OwnerRecord`] for a segment of a user's own format, the name of a CPU
+//! device IPC segment.
 //!
 //! Two starters reclaiming one stale name at once: the probe that wins the
 //! lock is the only one that may remove the name, and it creates the new
@@ -18,188 +16,51 @@
 //! segment in use. One wins, the other gets [`RuntimeError::SegmentInUse`].
 
 use std::mem::size_of;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use memoffset::offset_of;
+use tandem_process::{
+    host_ipc_exporter, staleness, OwnerRecord, ProcessIdentity, SegmentOwner, StaleSegment,
+    Staleness, OWNED_SEGMENT_MAGIC,
+};
 use tandem_shm_core::segment::SHM_DIR;
 use tandem_shm_core::{Segment, SegmentError, SegmentProbe};
 
 use crate::error::RuntimeError;
 use crate::layout::{SegmentHeader, SEGMENT_MAGIC};
-use crate::process::ProcessIdentity;
 
-/// The first word of a published [`OwnerRecord`] ("TNDMOWND").
-pub const OWNED_SEGMENT_MAGIC: u64 = 0x544e_444d_4f57_4e44;
-
-/// The first 24 bytes of a named segment of a user's own format that
-/// `tandem clean` and [`create_owned_segment`] should recognise: who owns it.
-/// The segment's creator places it at offset 0, initialises the rest of its
-/// segment, then [`publish`](Self::publish)es it; the runtime's own segments
-/// record their owner in their header instead.
-#[repr(C, align(8))]
-#[derive(Debug)]
-pub struct OwnerRecord {
-    magic: AtomicU64,
-    pid: AtomicU32,
-    kind: AtomicU32,
-    start_time: AtomicU64,
-}
-
-static_assertions::assert_eq_size!(OwnerRecord, [u8; 24]);
-static_assertions::const_assert_eq!(offset_of!(OwnerRecord, magic), 0);
-static_assertions::const_assert_eq!(offset_of!(OwnerRecord, pid), 8);
-static_assertions::const_assert_eq!(offset_of!(OwnerRecord, kind), 12);
-static_assertions::const_assert_eq!(offset_of!(OwnerRecord, start_time), 16);
-
-impl OwnerRecord {
-    /// Records this process as the owner and `kind` (the format's own tag,
-    /// which [`owner`](Self::owner) returns to tell formats apart), then
-    /// publishes the record. Call it last: a reader that sees the record
-    /// published sees everything written before the call.
-    pub fn publish(&self, kind: u32) {
-        let me = ProcessIdentity::current();
-        // Relaxed: published by the Release of the magic below.
-        self.pid.store(me.pid, Ordering::Relaxed);
-        self.kind.store(kind, Ordering::Relaxed);
-        self.start_time.store(me.start_time, Ordering::Relaxed);
-        // Release: pairs with the Acquire in `owner` (and with `tandem
-        // clean`'s read of the segment), ordering the segment's
-        // initialisation and the fields above before the magic.
-        self.magic.store(OWNED_SEGMENT_MAGIC, Ordering::Release);
-    }
-
-    /// The owner and kind, once published; `None` before.
-    pub fn owner(&self) -> Option<(ProcessIdentity, u32)> {
-        // Acquire: pairs with `publish`'s Release.
-        if self.magic.load(Ordering::Acquire) != OWNED_SEGMENT_MAGIC {
-            return None;
-        }
-        // Relaxed: ordered by the Acquire above.
-        let owner = ProcessIdentity {
-            pid: self.pid.load(Ordering::Relaxed),
-            start_time: self.start_time.load(Ordering::Relaxed),
-        };
-        Some((owner, self.kind.load(Ordering::Relaxed)))
-    }
-}
-
-/// Why a segment was found stale.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum StaleWhy {
-    /// Its header names an owner process that is gone, and nobody holds it.
-    OwnerGone,
-    /// Its creator died before publishing its header (and nobody holds it).
-    NeverPublished,
-}
-
-/// A segment left behind by a process that is gone. Displays as
-/// `NAME (owner pid N, gone)`.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct StaleSegment {
-    /// Its name (the file `/dev/shm/<name>`).
-    pub name: String,
-    /// The owner its header names, when it has one.
-    pub owner_pid: Option<u32>,
-    /// Why it is stale.
-    pub why: StaleWhy,
-}
-
-impl std::fmt::Display for StaleSegment {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (", self.name)?;
-        match (self.why, self.owner_pid) {
-            (StaleWhy::OwnerGone, Some(pid)) => write!(f, "owner pid {pid}, gone)"),
-            (StaleWhy::OwnerGone, None) => f.write_str("owner gone)"),
-            (StaleWhy::NeverPublished, _) => {
-                f.write_str("never set up: its creator died first, nobody holds it)")
-            }
-        }
-    }
-}
-
-/// What a segment's first bytes say.
-enum Header {
-    /// A runtime segment or an owned segment, published, with its owner.
-    Tandem(ProcessIdentity),
-    /// Too short for a magic, or the magic still 0: its creator had not
-    /// finished (or is finishing now).
-    Unpublished,
-    /// A CPU device IPC segment (memory or event), which has no header;
-    /// its name (`tdm-<pid>-<sequence>`, hex) gives its exporter, which
-    /// holds it while alive.
-    HostIpc(u32),
-    /// Something else.
-    Foreign,
-}
-
-/// The exporter of a CPU device IPC segment named `name` (see
-/// `tandem_hal::host`), if that is what the name is.
-fn host_ipc_exporter(name: &str) -> Option<u32> {
-    let (pid, sequence) = name.strip_prefix("tdm-")?.split_once('-')?;
-    u64::from_str_radix(sequence, 16).ok()?;
-    u32::from_str_radix(pid, 16).ok()
-}
-
-fn read_header(probe: &SegmentProbe) -> Result<Header, RuntimeError> {
+/// What the segment `probe` opened says of its owner.
+fn read_owner(probe: &SegmentProbe) -> Result<SegmentOwner, RuntimeError> {
     if let Some(pid) = host_ipc_exporter(probe.name()) {
-        return Ok(Header::HostIpc(pid));
+        return Ok(SegmentOwner::HostIpcExporter(pid));
     }
     let mut bytes = [0u8; size_of::<SegmentHeader>()];
     let n = probe.read_at(0, &mut bytes)?;
     let u32_at = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
     let u64_at = |at: usize| u64::from_ne_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     if n < size_of::<u64>() {
-        return Ok(Header::Unpublished);
+        return Ok(SegmentOwner::Unpublished);
     }
-    Ok(match u64_at(0) {
-        0 => Header::Unpublished,
-        SEGMENT_MAGIC if n >= size_of::<SegmentHeader>() => Header::Tandem(ProcessIdentity {
+    let recorded = match u64_at(0) {
+        0 => return Ok(SegmentOwner::Unpublished),
+        SEGMENT_MAGIC if n >= size_of::<SegmentHeader>() => Some(ProcessIdentity {
             pid: u32_at(offset_of!(SegmentHeader, runtime_pid)),
             start_time: u64_at(offset_of!(SegmentHeader, runtime_start_time)),
         }),
-        OWNED_SEGMENT_MAGIC if n >= size_of::<OwnerRecord>() => Header::Tandem(ProcessIdentity {
-            pid: u32_at(offset_of!(OwnerRecord, pid)),
-            start_time: u64_at(offset_of!(OwnerRecord, start_time)),
-        }),
-        _ => Header::Foreign,
-    })
-}
-
-/// Whether the segment `probe` opened is stale, or why it must be left alone.
-fn judge(probe: &SegmentProbe) -> Result<Result<StaleSegment, RuntimeError>, RuntimeError> {
-    let name = probe.name().to_owned();
-    let header = read_header(probe)?;
-    let owner = match &header {
-        Header::Tandem(owner) => Some(*owner),
+        OWNED_SEGMENT_MAGIC => OwnerRecord::owner_in(&bytes[..n]),
         _ => None,
     };
-    let in_use = |owner: Option<ProcessIdentity>| RuntimeError::SegmentInUse {
-        name: name.clone(),
-        owner_pid: owner.map(|o| o.pid),
-    };
-    if probe.is_held() {
-        return Ok(Err(in_use(owner)));
+    Ok(recorded.map_or(SegmentOwner::Foreign, SegmentOwner::Recorded))
+}
+
+/// The segment `probe` opened if it is stale, else why it must be left
+/// alone, as the error a creator on its name reports.
+fn stale_or_refusal(probe: &SegmentProbe) -> Result<StaleSegment, RuntimeError> {
+    let name = probe.name().to_owned();
+    match staleness(probe, read_owner(probe)?) {
+        Staleness::Stale(stale) => Ok(stale),
+        Staleness::InUse { owner_pid } => Err(RuntimeError::SegmentInUse { name, owner_pid }),
+        Staleness::Foreign => Err(RuntimeError::NotTandemSegment { name }),
     }
-    Ok(match header {
-        Header::Tandem(owner) if owner.is_alive() => Err(in_use(Some(owner))),
-        Header::Tandem(owner) => Ok(StaleSegment {
-            name,
-            owner_pid: Some(owner.pid),
-            why: StaleWhy::OwnerGone,
-        }),
-        // Not held: its exporter is gone (it held it while alive).
-        Header::HostIpc(pid) => Ok(StaleSegment {
-            name,
-            owner_pid: Some(pid),
-            why: StaleWhy::OwnerGone,
-        }),
-        Header::Unpublished => Ok(StaleSegment {
-            name,
-            owner_pid: None,
-            why: StaleWhy::NeverPublished,
-        }),
-        Header::Foreign => Err(RuntimeError::NotTandemSegment { name }),
-    })
 }
 
 /// Creates the named segment `name` of `len` bytes (shm-core's
@@ -229,7 +90,7 @@ pub fn create_owned_segment(name: &str, len: usize) -> Result<Segment, RuntimeEr
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(e) => return Err(e.into()),
         };
-        let stale = judge(&probe)??;
+        let stale = stale_or_refusal(&probe)?;
         if !probe.unlink()? {
             return Err(taken());
         }
@@ -254,29 +115,13 @@ pub fn remove_stale_segment(name: &str) -> Result<Option<StaleSegment>, RuntimeE
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    match judge(&probe)? {
-        Ok(stale) if probe.unlink()? => {
+    match staleness(&probe, read_owner(&probe)?) {
+        Staleness::Stale(stale) if probe.unlink()? => {
             tracing::info!("removed stale segment {stale}");
             Ok(Some(stale))
         }
         _ => Ok(None),
     }
-}
-
-/// Removes the CPU device IPC segments that process `pid`, now dead,
-/// exported and nobody holds: what a parent does after its child service
-/// was killed. Returns how many it removed.
-pub fn remove_host_ipc_segments_of(pid: u32) -> usize {
-    let prefix = format!("tdm-{pid:x}-");
-    let Ok(entries) = std::fs::read_dir(SHM_DIR) else {
-        return 0;
-    };
-    entries
-        .filter_map(Result::ok)
-        .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
-        .filter(|name| name.starts_with(&prefix))
-        .filter(|name| matches!(remove_stale_segment(name), Ok(Some(_))))
-        .count()
 }
 
 /// `tandem clean`: scans `/dev/shm` for Tandem's segments (runtime segments
@@ -309,19 +154,20 @@ pub fn clean_stale_segments(dry_run: bool) -> Result<Vec<StaleSegment>, RuntimeE
         let Ok(probe) = SegmentProbe::open(&name) else {
             continue;
         };
-        let ours = match read_header(&probe)? {
-            Header::Tandem(_) | Header::HostIpc(_) => true,
+        let owner = read_owner(&probe)?;
+        let ours = match owner {
+            SegmentOwner::Recorded(_) | SegmentOwner::HostIpcExporter(_) => true,
             // A runtime killed while it set up its segment: only its
             // default name says whose it was.
-            Header::Unpublished => {
+            SegmentOwner::Unpublished => {
                 default_name_pid(&name).is_some_and(|pid| ProcessIdentity::of(pid).is_none())
             }
-            Header::Foreign => false,
+            SegmentOwner::Foreign => false,
         };
         if !ours {
             continue;
         }
-        let Ok(stale) = judge(&probe)? else {
+        let Staleness::Stale(stale) = staleness(&probe, owner) else {
             continue;
         };
         if dry_run || probe.unlink()? {
@@ -409,6 +255,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+    use tandem_process::StaleWhy;
 
     #[test]
     fn a_runtime_killed_before_its_header_is_cleaned_by_its_default_name() {

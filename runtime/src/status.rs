@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tandem_hal::Backend;
+use tandem_process::{ProcessIdentity, ProcessState};
 use tandem_shm_core::{Priority, Segment};
 
 use crate::clients::{ClientState, ClientTable};
@@ -31,7 +32,6 @@ use crate::layout::{
     runtime_state, segment_kind, SegmentHeader, SEGMENT_HEADER_RESERVED, SEGMENT_MAGIC,
     SEGMENT_VERSION,
 };
-use crate::process::{ProcessIdentity, ProcessState};
 use crate::registry::Registry;
 use crate::segment::QueueSegment;
 use crate::worker::WorkerStats;

@@ -143,7 +143,7 @@ fn backend_name(backend: Backend) -> &'static str {
 
 /// The `tandem` binary (see `find_tandem_binary`).
 fn tandem_binary() -> Result<PathBuf, String> {
-    tandem_runtime::child::find_tandem_binary().map_err(|e| e.to_string())
+    tandem_process::find_tandem_binary().map_err(|e| e.to_string())
 }
 
 /// Runs one backend's table; a device-less GPU backend is skipped (or

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use tandem_hal::{GpuApi, GpuDevice, IpcEventHandle, IpcMemHandle, ShareableHandle};
-use tandem_runtime::child::{find_tandem_binary, ServiceChild};
+use tandem_process::{find_tandem_binary, remove_host_ipc_segments_of, ServiceChild};
 
 use crate::buffer::{Access, GpuBuffer, Lease, Mapping, MutableGpuBuffer};
 use crate::connection::{unexpected, Connections};
@@ -48,7 +48,7 @@ impl<A: GpuApi> Drop for ClientInner<A> {
             if !daemon.stop().is_ok_and(|status| status.success()) {
                 let _ = std::fs::remove_file(self.connections.socket());
                 // Its CPU device events too (named segments).
-                tandem_runtime::remove_host_ipc_segments_of(self.connections.daemon_pid());
+                remove_host_ipc_segments_of(self.connections.daemon_pid());
             }
         }
     }

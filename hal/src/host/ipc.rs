@@ -23,6 +23,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use tandem_process::host_ipc_segment_name;
 use tandem_shm_core::segment::Segment;
 
 use super::error::{host_error, segment_error};
@@ -136,14 +137,15 @@ pub(crate) fn own_pid() -> u32 {
 }
 
 /// Creates a named segment of `len` bytes under a fresh name
-/// (`tdm-<pid>-<sequence>`, hex) that this process owns.
+/// ([`host_ipc_segment_name`], which `tandem clean` reads the exporter back
+/// from) that this process owns.
 pub(crate) fn create_named_segment(call: &'static str, len: usize) -> GpuResult<Segment> {
     static SEQUENCE: AtomicU64 = AtomicU64::new(0);
     let mut last = None;
     for _ in 0..NAME_ATTEMPTS {
         // Relaxed: only uniqueness matters, which the RMW gives.
         let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-        let name = format!("tdm-{:x}-{sequence:x}", own_pid());
+        let name = host_ipc_segment_name(own_pid(), sequence);
         match Segment::create_named(&name, len) {
             Ok(segment) => return Ok(segment),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => last = Some(e),
@@ -205,8 +207,15 @@ mod tests {
             kind: HandleKind::Memory,
             exporter_pid: 4242,
             len: 3 << 20,
-            name: "tdm-1092-1f".into(),
+            name: host_ipc_segment_name(0x1092, 0x1f),
         }
+    }
+
+    #[test]
+    fn the_longest_segment_name_fits_a_handle() {
+        let longest = host_ipc_segment_name(u32::MAX, u64::MAX);
+        assert!(longest.len() <= NAME_MAX, "{longest}");
+        assert!(longest.bytes().all(is_name_char), "{longest}");
     }
 
     #[test]

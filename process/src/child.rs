@@ -1,13 +1,14 @@
 //! Tandem services started in a child process by their client (a runtime
-//! by [`crate::Client::fork_runtime`], the share daemon by its client): the
-//! child prints a ready line on stdout once it serves, and stops when its
-//! stdin closes, so it never outlives the parent that started it.
+//! by `tandem_runtime::Client::fork_runtime`, the share daemon by its
+//! client): the child prints a ready line on stdout once it serves, and
+//! stops when its stdin closes, so it never outlives the parent that
+//! started it.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 
-use crate::error::RuntimeError;
+use crate::error::ProcessError;
 use crate::signals::TerminationWaker;
 
 /// What a service started with `--announce` prints on stdout once it serves:
@@ -30,14 +31,14 @@ pub struct ServiceChild {
 impl ServiceChild {
     /// Starts `exe` with `args` (which must make it announce and watch its
     /// stdin) and waits for its ready line: when this returns, it serves.
-    pub fn spawn(exe: &Path, args: &[&std::ffi::OsStr]) -> Result<Self, RuntimeError> {
+    pub fn spawn(exe: &Path, args: &[&std::ffi::OsStr]) -> Result<Self, ProcessError> {
         let mut child = Command::new(exe)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|e| RuntimeError::Process(format!("cannot start {}: {e}", exe.display())))?;
+            .map_err(|e| ProcessError::Child(format!("cannot start {}: {e}", exe.display())))?;
         match read_ready_line(&mut child) {
             Ok(ready) => {
                 let lifeline = child.stdin.take();
@@ -74,9 +75,9 @@ impl ServiceChild {
 }
 
 /// Reads the child's stdout up to its ready line; returns what it serves.
-fn read_ready_line(child: &mut Child) -> Result<String, RuntimeError> {
+fn read_ready_line(child: &mut Child) -> Result<String, ProcessError> {
     let Some(out) = child.stdout.take() else {
-        return Err(RuntimeError::Process("child has no stdout pipe".into()));
+        return Err(ProcessError::Child("child has no stdout pipe".into()));
     };
     let mut lines = BufReader::new(out).lines();
     loop {
@@ -85,7 +86,7 @@ fn read_ready_line(child: &mut Child) -> Result<String, RuntimeError> {
                 if let Some(rest) = line.strip_prefix(READY_PREFIX) {
                     let served = rest.split_whitespace().next().unwrap_or_default();
                     if served.is_empty() {
-                        return Err(RuntimeError::Process(format!("bad ready line {line:?}")));
+                        return Err(ProcessError::Child(format!("bad ready line {line:?}")));
                     }
                     // Keep draining the child's stdout so it never blocks on
                     // a full pipe.
@@ -93,12 +94,10 @@ fn read_ready_line(child: &mut Child) -> Result<String, RuntimeError> {
                     return Ok(served.to_string());
                 }
             }
-            Some(Err(e)) => {
-                return Err(RuntimeError::Process(format!("reading child stdout: {e}")))
-            }
+            Some(Err(e)) => return Err(ProcessError::Child(format!("reading child stdout: {e}"))),
             None => {
                 let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-                return Err(RuntimeError::Process(format!(
+                return Err(ProcessError::Child(format!(
                     "child exited before it was ready ({status})"
                 )));
             }
@@ -109,7 +108,7 @@ fn read_ready_line(child: &mut Child) -> Result<String, RuntimeError> {
 /// `$TANDEM_BIN`, or `tandem` in `$TANDEM_BIN_DIR` (a GPU bundle's
 /// programs), or next to (or one directory above, for test and bench
 /// binaries in `deps/`) the current executable.
-pub fn find_tandem_binary() -> Result<PathBuf, RuntimeError> {
+pub fn find_tandem_binary() -> Result<PathBuf, ProcessError> {
     if let Some(path) = std::env::var_os(TANDEM_BIN_ENV) {
         return Ok(PathBuf::from(path));
     }
@@ -117,13 +116,13 @@ pub fn find_tandem_binary() -> Result<PathBuf, RuntimeError> {
         return Ok(PathBuf::from(dir).join("tandem"));
     }
     let exe = std::env::current_exe()
-        .map_err(|e| RuntimeError::Process(format!("cannot find own executable: {e}")))?;
+        .map_err(|e| ProcessError::NoTandemBinary(format!("cannot find own executable: {e}")))?;
     let dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
     [dir.join("tandem"), dir.join("..").join("tandem")]
         .into_iter()
         .find(|p| p.is_file())
         .ok_or_else(|| {
-            RuntimeError::Process(format!(
+            ProcessError::NoTandemBinary(format!(
                 "no `tandem` executable near {} (cargo build -p tandem-cli); set {TANDEM_BIN_ENV}",
                 exe.display()
             ))

@@ -14,14 +14,13 @@
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::{Handle, Signals};
 
-use crate::error::RuntimeError;
+use crate::error::ProcessError;
 
 /// The signals that ask a `tandem` process to end.
 const TERMINATION: [i32; 2] = [SIGINT, SIGTERM];
 
-fn catch() -> Result<Signals, RuntimeError> {
-    Signals::new(TERMINATION)
-        .map_err(|e| RuntimeError::Process(format!("cannot catch SIGINT/SIGTERM: {e}")))
+fn catch() -> Result<Signals, ProcessError> {
+    Signals::new(TERMINATION).map_err(ProcessError::Signals)
 }
 
 /// SIGINT and SIGTERM, caught from [`catch`](Self::catch) on: they no longer
@@ -38,7 +37,7 @@ pub struct TerminationWaker(Handle);
 
 impl Termination {
     /// Starts catching SIGINT and SIGTERM.
-    pub fn catch() -> Result<Self, RuntimeError> {
+    pub fn catch() -> Result<Self, ProcessError> {
         Ok(Self { signals: catch()? })
     }
 
@@ -72,7 +71,7 @@ impl TerminationWaker {
 /// [`unlink_created_names`]: tandem_shm_core::segment::unlink_created_names
 pub fn exit_on_termination(
     before_exit: impl FnOnce() + Send + 'static,
-) -> Result<(), RuntimeError> {
+) -> Result<(), ProcessError> {
     let mut signals = catch()?;
     std::thread::Builder::new()
         .name("tandem-signals".into())
@@ -84,6 +83,6 @@ pub fn exit_on_termination(
                 std::process::exit(128 + signal);
             }
         })
-        .map_err(RuntimeError::Thread)?;
+        .map_err(ProcessError::Thread)?;
     Ok(())
 }
