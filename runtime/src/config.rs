@@ -238,7 +238,9 @@ impl Config {
             );
         }
         let heap = self.client_heap_bytes;
-        if heap % crate::clients::CLIENT_HEAP_ALIGN != 0 || !(16 << 10..=1 << 30).contains(&heap) {
+        if heap % crate::client_table::CLIENT_HEAP_ALIGN != 0
+            || !(16 << 10..=1 << 30).contains(&heap)
+        {
             return invalid(
                 "client_heap_bytes",
                 format!("{heap} is not a multiple of 4096 in 16 KiB..=1 GiB"),
@@ -249,7 +251,7 @@ impl Config {
         let future = tandem_shm_core::FutureShm::required_bytes(self.copy_space) as u64;
         let block = tandem_shm_core::SizeClassAllocator::class_for(future, 16)
             .map_or(u64::MAX, tandem_shm_core::size_class::block_size);
-        if block > (heap - crate::clients::CLIENT_HEAP_ALIGN) as u64 {
+        if block > (heap - crate::client_table::CLIENT_HEAP_ALIGN) as u64 {
             return invalid(
                 "client_heap_bytes",
                 format!(
@@ -258,7 +260,7 @@ impl Config {
                 ),
             );
         }
-        let clients = crate::clients::region_bytes(self.max_clients, heap);
+        let clients = crate::client_table::region_bytes(self.max_clients, heap);
         // The backend is not known here (the same configuration may start
         // either), so device segments must hold the larger lane count.
         let device_lanes = self.lanes.max(self.gpu_lanes);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tandem_process::{ProcessIdentity, ProcessState};
 use tandem_shm_core::Priority;
 
-use crate::clients::{pid_of, ClientSlot, ClientState};
+use crate::client_table::{pid_of, ClientSlot, ClientState};
 use crate::segment::QueueSegment;
 use crate::worker::WorkerStats;
 

@@ -80,18 +80,19 @@
 //! 1. `error`: a leaf, naming no other module's types.
 //! 2. `layout`, the wire format (every constant and layout kernels share);
 //!    then `task` and `liveness`.
-//! 3. `clients` (the client table), then `segment` (a queue segment seen
+//! 3. `client_table` (the client table), then `segment` (a queue segment seen
 //!    from the host), `context` (a handler's view of its caller's segment)
 //!    and `registry`.
 //! 4. `config` (checked against the segment's geometry), `worker`, `stale`.
 //! 5. `submit`, `janitor` (takes back dead clients' slots), `status`.
-//! 6. `runtime` and `client`, then `service`, `serve` and `kernels`.
+//! 6. `runtime` and `host_client`, then `gpu_service`, `serve` and `kernels`.
 
-mod client;
-mod clients;
+mod client_table;
 mod config;
 mod context;
 mod error;
+mod gpu_service;
+mod host_client;
 mod janitor;
 #[cfg(feature = "demo-kernels")]
 pub mod kernels;
@@ -101,24 +102,23 @@ mod registry;
 mod runtime;
 mod segment;
 mod serve;
-mod service;
 mod stale;
 pub mod status;
 mod submit;
 mod task;
 mod worker;
 
-pub use client::Client;
-pub use clients::{ClientSnapshot, ClientState, ClientTable};
+pub use client_table::{ClientSnapshot, ClientState, ClientTable};
 pub use config::{read_config_file, Config, DeviceSelection, MAX_CONFIG_BYTES};
 pub use context::{CallerMemoryError, SharedBytes, TaskContext};
 pub use error::{ConfigError, RuntimeError};
+pub use gpu_service::{GpuService, ServiceStats};
+pub use host_client::Client;
 pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
 pub use registry::{DuplicatePool, Handler, HandlerReply, Pool, Registry};
 pub use runtime::{DeviceQueues, NumaPlacement, PeerAccess, PeerRoute, Runtime};
 pub use segment::QueueSegment;
 pub use serve::{init_logging, on_best_backend, serve, Backend, OnBackend, ServeOptions};
-pub use service::{GpuService, ServiceStats};
 pub use stale::{
     clean_stale_segments, clean_stale_temp_folders, create_owned_segment, owned_temp_prefix,
     remove_stale_segment,

@@ -11,7 +11,7 @@ use tandem_shm_core::{
     AllocatorId, ArenaAllocator, LaneQueue, MpmcRing, Segment, ShmPtr, SizeClassAllocator,
 };
 
-use crate::clients::{ClientLease, ClientTable};
+use crate::client_table::{ClientLease, ClientTable};
 use crate::error::RuntimeError;
 use crate::layout::{
     inbox, runtime_state, SegmentHeader, ARENA_ID_MAJOR, HEAP_ID_MAJOR, SEGMENT_HEADER_RESERVED,
@@ -205,7 +205,7 @@ impl QueueSegment {
         let clients_bytes = if spec.max_clients == 0 {
             0
         } else {
-            crate::clients::region_bytes(spec.max_clients, spec.client_heap_bytes)
+            crate::client_table::region_bytes(spec.max_clients, spec.client_heap_bytes)
         };
         let geometry = SegmentGeometry::plan(memory.len(), spec.lanes, spec.depth, clients_bytes)?;
         let base = memory.as_ptr();

@@ -26,7 +26,7 @@ use tandem_hal::Backend;
 use tandem_process::{ProcessIdentity, ProcessState};
 use tandem_shm_core::{Priority, Segment};
 
-use crate::clients::{ClientState, ClientTable};
+use crate::client_table::{ClientState, ClientTable};
 use crate::config::Config;
 use crate::layout::{
     runtime_state, segment_kind, SegmentHeader, SEGMENT_HEADER_RESERVED, SEGMENT_MAGIC,
@@ -452,7 +452,7 @@ impl StatusPublisher {
                 let attached = table
                     .attached()
                     .iter()
-                    .filter(|c| c.state == crate::clients::ClientState::Attached)
+                    .filter(|c| c.state == crate::client_table::ClientState::Attached)
                     .count();
                 b.clients_attached
                     .store(u32::try_from(attached).unwrap_or(u32::MAX - 1), R);

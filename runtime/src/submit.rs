@@ -10,7 +10,7 @@ use tandem_shm_core::future::FutureShm;
 use tandem_shm_core::ser::{serialized_len, Reader};
 use tandem_shm_core::{FillError, LlRecord, Priority, ShmPtr, WaitOutcome};
 
-use crate::clients::ClientLease;
+use crate::client_table::ClientLease;
 use crate::layout::{task_record, TASK_HEADER_BYTES};
 use crate::liveness::LivenessWatch;
 use crate::segment::QueueSegment;

@@ -10,7 +10,7 @@ use std::time::Instant;
 use tandem_process::{find_tandem_binary, ServiceChild};
 use tandem_shm_core::Segment;
 
-use crate::clients::ClientLease;
+use crate::client_table::ClientLease;
 use crate::config::Config;
 use crate::error::RuntimeError;
 use crate::layout::runtime_state;
@@ -122,7 +122,7 @@ impl Client {
     }
 
     /// The client slot this client holds (an index into the segment's
-    /// [`ClientTable`](crate::clients::ClientTable)).
+    /// [`ClientTable`](crate::client_table::ClientTable)).
     pub fn slot(&self) -> u32 {
         self.lease.index()
     }
