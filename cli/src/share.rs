@@ -9,8 +9,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use tandem_hal::{GpuApi, HostApi};
 use tandem_process::{wake_on_stdin_eof, Termination, READY_PREFIX};
 use tandem_runtime::{on_best_backend, Backend, OnBackend};
-use tandem_share::transport::default_socket_path;
-use tandem_share::{Daemon, Inspector, Limits, ObjectId, Polling};
+use tandem_share::{default_socket_path, Daemon, Inspector, Limits, ObjectId, Polling};
 
 /// `tandem share`'s subcommands.
 #[derive(Subcommand, Debug)]

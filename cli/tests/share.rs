@@ -645,7 +645,8 @@ fn bad_requests_are_refused<A: GpuApi>(api: A) {
 /// Garbage, truncated frames and frames out of order close the connection
 /// with an error; the daemon serves on.
 fn garbage_closes_the_connection<A: GpuApi>(api: A) {
-    use tandem_share::wire::{Request, WireBackend};
+    use tandem_share::testing::Request;
+    use tandem_share::WireBackend;
     let client = daemon(api);
     let socket = client.socket_path().to_path_buf();
     let hello = Request::Hello {
@@ -764,7 +765,7 @@ fn other_users_are_refused<A: GpuApi>(api: A) {
 /// stops it.
 fn daemon_of_two_devices<A: GpuApi>() -> (std::path::PathBuf, common::Cleanup) {
     static STARTED: AtomicU32 = AtomicU32::new(0);
-    let socket = tandem_share::transport::runtime_dir().join(format!(
+    let socket = tandem_share::runtime_dir().join(format!(
         "share-test-{}-{}.sock",
         std::process::id(),
         STARTED.fetch_add(1, Ordering::Relaxed)

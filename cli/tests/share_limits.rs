@@ -17,9 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_hal::{GpuApi, HostApi};
-use tandem_share::transport::recv_frame;
-use tandem_share::wire::{ErrorCode, ObjectId, Reply, Request, WireBackend};
-use tandem_share::{Inspector, ShareClient, ShareError};
+use tandem_share::testing::{recv_frame, Reply, Request};
+use tandem_share::{ErrorCode, Inspector, ObjectId, ShareClient, ShareError, WireBackend};
 
 /// How long anything may take before the test calls it a hang.
 const HANG: Duration = Duration::from_secs(60);

@@ -9,11 +9,12 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use tandem_hal::{GpuApi, GpuDevice, IpcEventHandle, IpcMemHandle, ShareableHandle};
-use tandem_process::{find_tandem_binary, remove_host_ipc_segments_of, ServiceChild};
+use tandem_process::{find_tandem_binary, ServiceChild};
 
-use crate::buffer::{Access, GpuBuffer, Lease, Mapping, MutableGpuBuffer};
+use crate::buffer::{GpuBuffer, MutableGpuBuffer};
 use crate::connection::{unexpected, Connections};
 use crate::error::ShareError;
+use crate::mapping::{Access, ClientInner, Lease, Mapping};
 use crate::poll::Polling;
 use crate::transport;
 use crate::wire::{
@@ -22,37 +23,6 @@ use crate::wire::{
 
 /// How long [`ShareClient::get_buffer`] waits for an unsealed buffer's seal.
 pub const DEFAULT_SEAL_WAIT: Duration = Duration::from_secs(30);
-
-pub(crate) struct ClientInner<A: GpuApi> {
-    api: A,
-    pub(crate) connections: Connections,
-    devices: Mutex<HashMap<usize, Arc<A::Device>>>,
-    /// Buffers this process maps, by id, one mapping per device it is
-    /// mapped for: a second open for the same device shares the mapping.
-    cache: Mutex<HashMap<ObjectId, Vec<Weak<Mapping<A>>>>>,
-    /// The daemon, if this client started it: stopped with the last user.
-    daemon: Mutex<Option<ServiceChild>>,
-}
-
-impl<A: GpuApi> Drop for ClientInner<A> {
-    fn drop(&mut self) {
-        let daemon = self
-            .daemon
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(daemon) = daemon {
-            // A daemon that stops cleanly removes its socket; one that was
-            // killed could not, and nobody else will. Nothing to tell
-            // anyone in a drop.
-            if !daemon.stop().is_ok_and(|status| status.success()) {
-                let _ = std::fs::remove_file(self.connections.socket());
-                // Its CPU device events too (named segments).
-                remove_host_ipc_segments_of(self.connections.daemon_pid());
-            }
-        }
-    }
-}
 
 /// A connection to the share daemon, as one client of backend `A`. Cheap to
 /// clone; a process should share one (its cache of mapped buffers is per
@@ -73,7 +43,8 @@ static SPAWNED: AtomicU32 = AtomicU32::new(0);
 
 impl<A: GpuApi> ShareClient<A> {
     /// Connects to the daemon serving `socket` (see
-    /// [`transport::default_socket_path`]). A daemon of another backend
+    /// [`default_socket_path`](crate::default_socket_path)). A daemon of
+    /// another backend
     /// refuses the client.
     pub fn connect(api: A, socket: &Path) -> Result<Self, ShareError> {
         let connections = Connections::connect(socket, WireBackend::of(A::BACKEND))?;
@@ -452,25 +423,5 @@ impl<A: GpuApi> ShareClient<A> {
             .cache
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl<A: GpuApi> ClientInner<A> {
-    /// Gives back one lease on `id` (a buffer unmapped); a gone daemon has
-    /// taken it back already.
-    pub(crate) fn release(&self, id: ObjectId) {
-        {
-            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(mappings) = cache.get_mut(&id) {
-                mappings.retain(|mapping| mapping.strong_count() > 0);
-                if mappings.is_empty() {
-                    cache.remove(&id);
-                }
-            }
-        }
-        match self.connections.call(&Request::Release { id }, Some(id)) {
-            Ok(_) | Err(ShareError::DaemonGone(_)) => {}
-            Err(e) => tracing::warn!("releasing shared buffer {id}: {e}"),
-        }
     }
 }

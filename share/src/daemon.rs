@@ -95,13 +95,15 @@ struct ClientEntry {
     leases: HashMap<ObjectId, u32>,
 }
 
-struct State<A: GpuApi> {
+/// The daemon's books, under one lock: every buffer it holds, and every
+/// client with the leases it holds on them.
+struct Ledger<A: GpuApi> {
     objects: BTreeMap<ObjectId, Object<A>>,
     clients: HashMap<u64, ClientEntry>,
     next_id: u64,
 }
 
-impl<A: GpuApi> State<A> {
+impl<A: GpuApi> Ledger<A> {
     /// Frees `id` if nothing keeps it: deleted with no lease, or abandoned
     /// by its writer before the seal.
     fn free_if_unheld(&mut self, id: ObjectId) {
@@ -229,12 +231,13 @@ const HANG_UP_CHECK: Duration = Duration::from_millis(200);
 /// connection may wait to be refused.
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
 
-/// What the connection threads share.
-struct Shared<A: GpuApi> {
+/// The daemon's state, which its accept loop and connection threads share:
+/// its devices, its books, its limits, its open connections.
+struct DaemonState<A: GpuApi> {
     backend: WireBackend,
     devices: Vec<A::Device>,
     uid: u32,
-    state: Mutex<State<A>>,
+    ledger: Mutex<Ledger<A>>,
     /// Signalled on every seal, delete, free and stop (opens wait on it).
     changed: Condvar,
     stopping: AtomicBool,
@@ -261,21 +264,21 @@ fn error(code: ErrorCode, message: impl Into<String>) -> Reply {
 
 /// A bound daemon, not yet serving.
 pub struct Daemon<A: GpuApi> {
-    shared: Arc<Shared<A>>,
+    daemon: Arc<DaemonState<A>>,
     listener: UnixListener,
     path: PathBuf,
 }
 
 /// A daemon serving on its own threads; [`RunningDaemon::stop`] ends it.
 pub struct RunningDaemon<A: GpuApi> {
-    shared: Arc<Shared<A>>,
+    daemon: Arc<DaemonState<A>>,
     accept: Option<JoinHandle<()>>,
     path: PathBuf,
 }
 
 impl<A: GpuApi> Daemon<A> {
-    /// Opens every device of `api` and binds `socket` owner-only (see
-    /// [`transport::bind_owner_only`]); polls as [`Polling::default`],
+    /// Opens every device of `api` and binds `socket` owner-only (mode 0600
+    /// in a directory only the user may enter); polls as [`Polling::default`],
     /// within [`Limits::default`].
     pub fn bind(api: A, socket: &Path) -> Result<Self, ShareError> {
         Self::bind_with(api, socket, Polling::default(), Limits::default())
@@ -301,11 +304,11 @@ impl<A: GpuApi> Daemon<A> {
         let listener = transport::bind_owner_only(socket)
             .map_err(|e| ShareError::CannotServe(format!("{}: {e}", socket.display())))?;
         Ok(Self {
-            shared: Arc::new(Shared {
+            daemon: Arc::new(DaemonState {
                 backend: WireBackend::of(A::BACKEND),
                 devices,
                 uid: transport::own_uid(),
-                state: Mutex::new(State {
+                ledger: Mutex::new(Ledger {
                     objects: BTreeMap::new(),
                     clients: HashMap::new(),
                     next_id: 1,
@@ -329,20 +332,20 @@ impl<A: GpuApi> Daemon<A> {
 
     /// Serves on a thread of its own (one more per connection).
     pub fn start(self) -> RunningDaemon<A> {
-        let shared = Arc::clone(&self.shared);
+        let daemon = Arc::clone(&self.daemon);
         let listener = self.listener;
         let accept = std::thread::Builder::new()
             .name("share-accept".into())
-            .spawn(move || accept_loop(&shared, &listener))
+            .spawn(move || accept_loop(&daemon, &listener))
             .ok();
-        let polling = self.shared.poller.polling();
-        let limits = self.shared.limits;
+        let polling = self.daemon.poller.polling();
+        let limits = self.daemon.limits;
         tracing::info!(
             "share daemon serving {} on {} device(s) of {:?}; polling for {:?} after a request on up to {} thread(s); \
              at most {} connection(s), {} per client process, and {} buffer(s)",
             self.path.display(),
-            self.shared.devices.len(),
-            self.shared.backend,
+            self.daemon.devices.len(),
+            self.daemon.backend,
             polling.window,
             polling.threads,
             limits.connections,
@@ -350,7 +353,7 @@ impl<A: GpuApi> Daemon<A> {
             limits.buffers
         );
         RunningDaemon {
-            shared: self.shared,
+            daemon: self.daemon,
             accept,
             path: self.path,
         }
@@ -365,7 +368,7 @@ impl<A: GpuApi> RunningDaemon<A> {
 
     /// What it holds now.
     pub fn status(&self) -> DaemonStatus {
-        self.shared.status()
+        self.daemon.status()
     }
 
     /// Stops: closes every connection (their leases go), frees every
@@ -378,23 +381,23 @@ impl<A: GpuApi> RunningDaemon<A> {
         let Some(accept) = self.accept.take() else {
             return;
         };
-        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.daemon.stopping.store(true, Ordering::SeqCst);
         // Wakes the accept loop, which sees `stopping`. Out of descriptors,
         // this process may fail to connect: the connections shut give
         // theirs back, and an accept loop backing off sees `stopping` too.
         while UnixStream::connect(&self.path).is_err() && !accept.is_finished() {
-            self.shared.shut_connections();
+            self.daemon.shut_connections();
             std::thread::sleep(Duration::from_millis(10));
         }
         let _ = accept.join();
-        self.shared.shut_connections();
-        self.shared.changed.notify_all();
-        let threads = std::mem::take(&mut *lock(&self.shared.threads));
+        self.daemon.shut_connections();
+        self.daemon.changed.notify_all();
+        let threads = std::mem::take(&mut *lock(&self.daemon.threads));
         for thread in threads {
             let _ = thread.join();
         }
-        let status = self.shared.status();
-        lock(&self.shared.state).objects.clear();
+        let status = self.daemon.status();
+        lock(&self.daemon.ledger).objects.clear();
         let _ = std::fs::remove_file(&self.path);
         tracing::info!(
             "share daemon stopped: freed {} buffer(s), {} bytes",
@@ -459,14 +462,14 @@ fn refuse(stream: &UnixStream, code: ErrorCode, message: String) {
     let _ = transport::send_frame(stream, &error(code, message).encode(), None);
 }
 
-fn accept_loop<A: GpuApi>(shared: &Arc<Shared<A>>, listener: &UnixListener) {
+fn accept_loop<A: GpuApi>(daemon: &Arc<DaemonState<A>>, listener: &UnixListener) {
     let mut next_connection = 0u64;
     let mut spare = spare_descriptor();
     let mut backoff = Duration::ZERO;
     let mut short_log = QuietLog::new();
     let mut refused_log = QuietLog::new();
     let mut failed_log = QuietLog::new();
-    while !shared.stopping.load(Ordering::SeqCst) {
+    while !daemon.stopping.load(Ordering::SeqCst) {
         let stream = match listener.accept() {
             Ok((stream, _)) => stream,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -489,11 +492,11 @@ fn accept_loop<A: GpuApi>(shared: &Arc<Shared<A>>, listener: &UnixListener) {
             }
         };
         backoff = Duration::ZERO;
-        if shared.stopping.load(Ordering::SeqCst) {
+        if daemon.stopping.load(Ordering::SeqCst) {
             break;
         }
         next_connection += 1;
-        shared.admit(stream, next_connection, &mut refused_log);
+        daemon.admit(stream, next_connection, &mut refused_log);
     }
 }
 
@@ -515,7 +518,7 @@ fn shed_waiting(listener: &UnixListener, spare: &mut Option<std::fs::File>) {
     *spare = spare_descriptor();
 }
 
-impl<A: GpuApi> Shared<A> {
+impl<A: GpuApi> DaemonState<A> {
     /// Serves `stream` on a thread of its own, or refuses it: another
     /// user's, or over a limit.
     fn admit(self: &Arc<Self>, stream: UnixStream, connection: u64, refused_log: &mut QuietLog) {
@@ -604,15 +607,15 @@ impl<A: GpuApi> Shared<A> {
     }
 
     fn status(&self) -> DaemonStatus {
-        let state = lock(&self.state);
+        let ledger = lock(&self.ledger);
         DaemonStatus {
             pid: std::process::id(),
             backend: self.backend,
             devices: self.devices.len() as u32,
-            objects: state.objects.len() as u32,
-            bytes: state.objects.values().map(|o| o.size).sum(),
-            leases: state.objects.values().map(|o| o.leases).sum(),
-            clients: state.clients.len() as u32,
+            objects: ledger.objects.len() as u32,
+            bytes: ledger.objects.values().map(|o| o.size).sum(),
+            leases: ledger.objects.values().map(|o| o.leases).sum(),
+            clients: ledger.clients.len() as u32,
         }
     }
 
@@ -653,8 +656,8 @@ impl<A: GpuApi> Shared<A> {
                         );
                         return;
                     }
-                    let mut state = lock(&self.state);
-                    let entry = state.clients.entry(client).or_insert_with(|| ClientEntry {
+                    let mut ledger = lock(&self.ledger);
+                    let entry = ledger.clients.entry(client).or_insert_with(|| ClientEntry {
                         pid,
                         connections: 0,
                         leases: HashMap::new(),
@@ -743,8 +746,8 @@ impl<A: GpuApi> Shared<A> {
 
     /// The client's connection closed: with its last one, its leases go.
     fn disconnect(&self, client: u64) {
-        let mut state = lock(&self.state);
-        let Some(entry) = state.clients.get_mut(&client) else {
+        let mut ledger = lock(&self.ledger);
+        let Some(entry) = ledger.clients.get_mut(&client) else {
             return;
         };
         entry.connections -= 1;
@@ -754,10 +757,10 @@ impl<A: GpuApi> Shared<A> {
         let pid = entry.pid;
         let held: Vec<(ObjectId, u32)> = entry.leases.iter().map(|(&id, &n)| (id, n)).collect();
         for &(id, _) in &held {
-            state.release(client, id, None);
+            ledger.release(client, id, None);
         }
-        state.clients.remove(&client);
-        drop(state);
+        ledger.clients.remove(&client);
+        drop(ledger);
         self.changed.notify_all();
         let leases: u32 = held.iter().map(|&(_, n)| n).sum();
         if leases > 0 {
@@ -799,7 +802,7 @@ impl<A: GpuApi> Shared<A> {
             ),
             Request::Seal { id } => (self.seal(client, id), None),
             Request::Release { id } => {
-                let released = lock(&self.state).release(client, id, Some(1));
+                let released = lock(&self.ledger).release(client, id, Some(1));
                 self.changed.notify_all();
                 if released {
                     (Reply::Done, None)
@@ -811,13 +814,13 @@ impl<A: GpuApi> Shared<A> {
                 }
             }
             Request::Delete { id } => (self.delete(id), None),
-            Request::Stat { id } => match lock(&self.state).objects.get(&id) {
+            Request::Stat { id } => match lock(&self.ledger).objects.get(&id) {
                 Some(object) => (Reply::Info(object.info(id)), None),
                 None => (error(ErrorCode::UnknownId, format!("no buffer {id}")), None),
             },
             Request::List => {
-                let state = lock(&self.state);
-                let infos = state.objects.iter().map(|(&id, o)| o.info(id)).collect();
+                let ledger = lock(&self.ledger);
+                let infos = ledger.objects.iter().map(|(&id, o)| o.info(id)).collect();
                 (Reply::List(infos), None)
             }
             Request::Status => (Reply::Status(self.status()), None),
@@ -836,7 +839,7 @@ impl<A: GpuApi> Shared<A> {
         };
         // Checked before allocating (the cost) and again when inserting
         // (creates run on several threads at once).
-        if lock(&self.state).objects.len() >= self.limits.buffers {
+        if lock(&self.ledger).objects.len() >= self.limits.buffers {
             return (at_limit(), None);
         }
         let Some(gpu) = self.devices.get(device as usize) else {
@@ -875,13 +878,13 @@ impl<A: GpuApi> Shared<A> {
             Ok(copy) => copy,
             Err(e) => return (error(ErrorCode::Device, format!("dup: {e}")), None),
         };
-        let mut state = lock(&self.state);
-        if state.objects.len() >= self.limits.buffers {
+        let mut ledger = lock(&self.ledger);
+        if ledger.objects.len() >= self.limits.buffers {
             return (at_limit(), None);
         }
-        let id = ObjectId(state.next_id);
-        state.next_id += 1;
-        state.objects.insert(
+        let id = ObjectId(ledger.next_id);
+        ledger.next_id += 1;
+        ledger.objects.insert(
             id,
             Object {
                 device,
@@ -896,7 +899,7 @@ impl<A: GpuApi> Shared<A> {
                 leases: 0,
             },
         );
-        state.lease(client, id);
+        ledger.lease(client, id);
         tracing::debug!(
             "created buffer {id}: {} bytes on device {device}",
             handle.size
@@ -914,9 +917,9 @@ impl<A: GpuApi> Shared<A> {
         timeout: Duration,
     ) -> (Reply, Option<OwnedFd>) {
         let deadline = Instant::now() + timeout;
-        let mut state = lock(&self.state);
+        let mut ledger = lock(&self.ledger);
         loop {
-            let Some(object) = state.objects.get(&id) else {
+            let Some(object) = ledger.objects.get(&id) else {
                 return (error(ErrorCode::UnknownId, format!("no buffer {id}")), None);
             };
             if object.deleted {
@@ -938,9 +941,9 @@ impl<A: GpuApi> Shared<A> {
                     None,
                 );
             }
-            state = self
+            ledger = self
                 .changed
-                .wait_timeout(state, (deadline - now).min(HANG_UP_CHECK))
+                .wait_timeout(ledger, (deadline - now).min(HANG_UP_CHECK))
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
             if transport::peer_hung_up(stream) {
@@ -954,7 +957,7 @@ impl<A: GpuApi> Shared<A> {
                 );
             }
         }
-        let Some(object) = state.objects.get(&id) else {
+        let Some(object) = ledger.objects.get(&id) else {
             return (error(ErrorCode::UnknownId, format!("no buffer {id}")), None);
         };
         let handle = object.handle;
@@ -962,8 +965,8 @@ impl<A: GpuApi> Shared<A> {
             Ok(fd) => fd,
             Err(e) => return (error(ErrorCode::Device, format!("dup: {e}")), None),
         };
-        state.lease(client, id);
-        let Some(object) = state.objects.get(&id) else {
+        ledger.lease(client, id);
+        let Some(object) = ledger.objects.get(&id) else {
             return (error(ErrorCode::UnknownId, format!("no buffer {id}")), None);
         };
         // Answered here, a reader opens the event and makes its stream wait
@@ -983,8 +986,8 @@ impl<A: GpuApi> Shared<A> {
     }
 
     fn seal(&self, client: u64, id: ObjectId) -> Reply {
-        let mut state = lock(&self.state);
-        let Some(object) = state.objects.get_mut(&id) else {
+        let mut ledger = lock(&self.ledger);
+        let Some(object) = ledger.objects.get_mut(&id) else {
             return error(ErrorCode::UnknownId, format!("no buffer {id}"));
         };
         match object.writer {
@@ -1002,15 +1005,15 @@ impl<A: GpuApi> Shared<A> {
             }
             Some(_) => object.writer = None,
         }
-        drop(state);
+        drop(ledger);
         self.changed.notify_all();
         tracing::debug!("sealed buffer {id}");
         Reply::Done
     }
 
     fn delete(&self, id: ObjectId) -> Reply {
-        let mut state = lock(&self.state);
-        let Some(object) = state.objects.get_mut(&id) else {
+        let mut ledger = lock(&self.ledger);
+        let Some(object) = ledger.objects.get_mut(&id) else {
             return error(ErrorCode::UnknownId, format!("no buffer {id}"));
         };
         if object.deleted {
@@ -1021,8 +1024,8 @@ impl<A: GpuApi> Shared<A> {
         }
         object.deleted = true;
         let leases = object.leases;
-        state.free_if_unheld(id);
-        drop(state);
+        ledger.free_if_unheld(id);
+        drop(ledger);
         self.changed.notify_all();
         tracing::debug!("deleted buffer {id} ({leases} lease(s) outstanding)");
         Reply::Done

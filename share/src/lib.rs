@@ -33,25 +33,67 @@
 //! # }
 //! ```
 //!
+//! # The front
+//!
+//! Every module is private; what a user writes against is re-exported here,
+//! each item for one of these jobs:
+//!
+//! * **Using shared buffers.** [`ShareClient`] connects to a daemon
+//!   ([`ShareClient::connect`]) or starts one in a child process
+//!   ([`ShareClient::spawn_daemon`]), creates, seals, opens (waiting up to
+//!   [`DEFAULT_SEAL_WAIT`] for the seal) and deletes buffers; a writer holds
+//!   a [`MutableGpuBuffer`], readers a [`GpuBuffer`] ([`Access`] says how its
+//!   mapping reaches the memory). [`HostMirror`] copies one to the host
+//!   ([`MirrorSource`] says of what, [`MirrorAccess`] with [`ReadOnly`] or
+//!   [`WriteBack`] whether it copies back). Every failure is a
+//!   [`ShareError`]; a refusal the client library has no variant for keeps
+//!   the daemon's [`ErrorCode`].
+//! * **Looking at a daemon.** [`Inspector`] stats, lists and deletes without
+//!   a backend (`tandem share ls`): [`ObjectId`], [`ObjectInfo`],
+//!   [`DaemonStatus`] (with the [`WireBackend`] it serves).
+//! * **Running a daemon.** [`Daemon`] binds a socket
+//!   ([`default_socket_path`], in the user's private [`runtime_dir`]) and
+//!   serves it as a [`RunningDaemon`], within [`Limits`], polling for
+//!   requests as [`Polling`] says (`tandem share serve`).
+//!
+//! With the `testing` feature, [`testing`] speaks the wire by hand: for the
+//! tests of a daemon against clients that misbehave, which no client of this
+//! crate can be made to do. It is not API.
+//!
+//! # Module layers
+//!
+//! A module uses only modules of the layers below its own. Bottom up:
+//!
+//! 1. `wire`: the frames.
+//! 2. `transport` (the socket) and `error`.
+//! 3. `poll` and `connection` (a client's connections to the daemon).
+//! 4. `daemon`; `mapping` (a process's mappings, their leases, and the
+//!    client state they hold).
+//! 5. `buffer`, then `client`; `testing` over `wire` and `transport`.
+//!
 //! [`GpuDevice::alloc_shareable`]: tandem_hal::GpuDevice::alloc_shareable
 //! [`GpuDevice::import_shareable`]: tandem_hal::GpuDevice::import_shareable
 
 mod buffer;
 mod client;
 mod connection;
-pub mod daemon;
+mod daemon;
 mod error;
+mod mapping;
 mod poll;
-pub mod transport;
-pub mod wire;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod transport;
+mod wire;
 
 pub use buffer::{
-    Access, GpuBuffer, HostMirror, MirrorAccess, MirrorSource, MutableGpuBuffer, ReadOnly,
-    WriteBack,
+    GpuBuffer, HostMirror, MirrorAccess, MirrorSource, MutableGpuBuffer, ReadOnly, WriteBack,
 };
 pub use client::{ShareClient, DEFAULT_SEAL_WAIT};
 pub use connection::Inspector;
 pub use daemon::{Daemon, Limits, RunningDaemon};
 pub use error::ShareError;
+pub use mapping::Access;
 pub use poll::Polling;
-pub use wire::{DaemonStatus, ObjectId, ObjectInfo};
+pub use transport::{default_socket_path, runtime_dir};
+pub use wire::{DaemonStatus, ErrorCode, ObjectId, ObjectInfo, WireBackend};

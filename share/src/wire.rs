@@ -252,7 +252,7 @@ pub enum Request {
         /// The buffer.
         id: ObjectId,
     },
-    /// Every buffer (up to [`MAX_LISTED`]).
+    /// Every buffer (up to `MAX_LISTED`).
     List,
     /// The daemon's totals.
     Status,

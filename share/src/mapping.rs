@@ -1,0 +1,221 @@
+//! A process's mappings of shared buffers, the leases that keep them, and
+//! the client state both hold on to: one module, because each of them holds
+//! the others (a mapping its lease, a lease its client, a client its cache
+//! of mappings), and what uses them ([`crate::buffer`], [`crate::client`])
+//! depends on this module, never the reverse.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+
+use tandem_hal::{GpuApi, GpuDevice, IpcEventHandle};
+use tandem_process::{remove_host_ipc_segments_of, ServiceChild};
+
+use crate::connection::Connections;
+use crate::error::ShareError;
+use crate::wire::{ObjectId, Request};
+
+/// What every handle of one client shares: its connections to the daemon,
+/// its devices, the buffers it maps, and the daemon if it started it.
+pub(crate) struct ClientInner<A: GpuApi> {
+    pub(crate) api: A,
+    pub(crate) connections: Connections,
+    pub(crate) devices: Mutex<HashMap<usize, Arc<A::Device>>>,
+    /// Buffers this process maps, by id, one mapping per device it is
+    /// mapped for: a second open for the same device shares the mapping.
+    pub(crate) cache: Mutex<HashMap<ObjectId, Vec<Weak<Mapping<A>>>>>,
+    /// The daemon, if this client started it: stopped with the last user.
+    pub(crate) daemon: Mutex<Option<ServiceChild>>,
+}
+
+impl<A: GpuApi> Drop for ClientInner<A> {
+    fn drop(&mut self) {
+        let daemon = self
+            .daemon
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(daemon) = daemon {
+            // A daemon that stops cleanly removes its socket; one that was
+            // killed could not, and nobody else will. Nothing to tell
+            // anyone in a drop.
+            if !daemon.stop().is_ok_and(|status| status.success()) {
+                let _ = std::fs::remove_file(self.connections.socket());
+                // Its CPU device events too (named segments).
+                remove_host_ipc_segments_of(self.connections.daemon_pid());
+            }
+        }
+    }
+}
+
+impl<A: GpuApi> ClientInner<A> {
+    /// Gives back one lease on `id` (a buffer unmapped); a gone daemon has
+    /// taken it back already.
+    pub(crate) fn release(&self, id: ObjectId) {
+        {
+            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(mappings) = cache.get_mut(&id) {
+                mappings.retain(|mapping| mapping.strong_count() > 0);
+                if mappings.is_empty() {
+                    cache.remove(&id);
+                }
+            }
+        }
+        match self.connections.call(&Request::Release { id }, Some(id)) {
+            Ok(_) | Err(ShareError::DaemonGone(_)) => {}
+            Err(e) => tracing::warn!("releasing shared buffer {id}: {e}"),
+        }
+    }
+}
+
+/// How a mapping reaches the buffer's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Mapped on the device that holds the memory.
+    Local,
+    /// Mapped for another device than the holder, through peer access:
+    /// kernels of the mapping's device read the holder's memory directly
+    /// (a VMM mapping with access granted to that device, or a legacy IPC
+    /// handle opened there with peer access to the holder enabled).
+    Peer {
+        /// The ordinal of the device whose memory it is.
+        holder: usize,
+    },
+}
+
+/// A lease on a buffer, given back to the daemon on drop.
+pub(crate) struct Lease<A: GpuApi> {
+    id: ObjectId,
+    client: Arc<ClientInner<A>>,
+}
+
+impl<A: GpuApi> Lease<A> {
+    pub(crate) fn new(id: ObjectId, client: Arc<ClientInner<A>>) -> Self {
+        Self { id, client }
+    }
+
+    pub(crate) fn id(&self) -> ObjectId {
+        self.id
+    }
+}
+
+impl<A: GpuApi> Drop for Lease<A> {
+    fn drop(&mut self) {
+        self.client.release(self.id);
+    }
+}
+
+/// One mapping of a shared buffer in this process (public only so the
+/// sealed [`MirrorSource`](crate::MirrorSource) can name it; not reachable
+/// from outside).
+pub struct Mapping<A: GpuApi> {
+    // Fields drop in order: the memory is unmapped before the lease goes,
+    // so the daemon never frees what this process still maps.
+    pub(crate) buffer: <A::Device as GpuDevice>::ShareableBuffer,
+    /// The seal's interprocess event, opened on first need (on the holder,
+    /// where it was made): a reader that the daemon told the work was done
+    /// never needs it.
+    event: OnceLock<<A::Device as GpuDevice>::Event>,
+    event_handle: IpcEventHandle,
+    /// Whether the writer's work before the seal is known finished.
+    /// Release/Acquire: a thread that reads `true` skips the wait, so it
+    /// must see what the thread that learned it saw.
+    seal_done: AtomicBool,
+    /// The device it is mapped for.
+    device: Arc<A::Device>,
+    /// The device whose memory it is (`device` itself for local access).
+    holder: Arc<A::Device>,
+    access: Access,
+    lease: Lease<A>,
+}
+
+impl<A: GpuApi> Mapping<A> {
+    /// A mapping of `buffer` for `device`; `holder` is the device whose
+    /// memory it is (for `Access::Local`, the same device).
+    pub(crate) fn new(
+        device: Arc<A::Device>,
+        holder: Arc<A::Device>,
+        access: Access,
+        buffer: <A::Device as GpuDevice>::ShareableBuffer,
+        event_handle: IpcEventHandle,
+        seal_done: bool,
+        lease: Lease<A>,
+    ) -> Self {
+        Self {
+            buffer,
+            event: OnceLock::new(),
+            event_handle,
+            seal_done: AtomicBool::new(seal_done),
+            device,
+            holder,
+            access,
+            lease,
+        }
+    }
+
+    pub(crate) fn id(&self) -> ObjectId {
+        self.lease.id()
+    }
+
+    pub(crate) fn device(&self) -> &A::Device {
+        &self.device
+    }
+
+    pub(crate) fn access(&self) -> Access {
+        self.access
+    }
+
+    /// Opens the seal's event if it is not open yet.
+    pub(crate) fn open_event(&self) -> Result<(), ShareError> {
+        self.event().map(drop)
+    }
+
+    /// The seal's event, opened the first time it is needed (two threads
+    /// racing both open it; one keeps its copy).
+    fn event(&self) -> Result<&<A::Device as GpuDevice>::Event, ShareError> {
+        if let Some(event) = self.event.get() {
+            return Ok(event);
+        }
+        let opened = self.holder.ipc_open_event(&self.event_handle)?;
+        Ok(self.event.get_or_init(|| opened))
+    }
+
+    /// The writer's seal: `stream`'s work so far completes the event. The
+    /// writer's mapping is local, so `stream` is a stream of the holder.
+    pub(crate) fn record_seal(
+        &self,
+        stream: &<A::Device as GpuDevice>::Stream,
+    ) -> Result<(), ShareError> {
+        Ok(self.holder.record_event(self.event()?, stream)?)
+    }
+
+    /// Orders later work on `stream` (a stream of `device`) after the
+    /// writer's: nothing when that work is known done (a finished event
+    /// orders nothing, and a stream wait on an interprocess event is not
+    /// free), else a stream wait, which may cross devices.
+    pub(crate) fn order_after_seal(
+        &self,
+        device: &A::Device,
+        stream: &<A::Device as GpuDevice>::Stream,
+    ) -> Result<(), ShareError> {
+        if self.seal_done.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let event = self.event()?;
+        if self.holder.query_event(event)? {
+            self.seal_done.store(true, Ordering::Release);
+        } else {
+            device.stream_wait_event(stream, event)?;
+        }
+        Ok(())
+    }
+
+    /// Blocks until the writer's work is done, for host reads.
+    pub(crate) fn wait_for_seal(&self) -> Result<(), ShareError> {
+        if !self.seal_done.load(Ordering::Acquire) {
+            self.holder.synchronize_event(self.event()?)?;
+            self.seal_done.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+}
