@@ -1,7 +1,7 @@
 //! A process's mappings of shared buffers, the leases that keep them, and
 //! the client state both hold on to: one module, because each of them holds
 //! the others (a mapping its lease, a lease its client, a client its cache
-//! of mappings), and what uses them ([`crate::buffer`], [`crate::client`])
+//! of mappings), and what uses them (the buffer handles, the client)
 //! depends on this module, never the reverse.
 
 use std::collections::HashMap;
