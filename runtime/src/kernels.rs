@@ -332,9 +332,16 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
             Some(t) => (
                 t.queues,
                 t.peer_word,
-                [Some((t.queues, t.arena_reusable)), Some((self.queues, &mut self.arena_reusable))],
+                [
+                    Some((t.queues, t.arena_reusable)),
+                    Some((self.queues, &mut self.arena_reusable)),
+                ],
             ),
-            None => (self.queues, 0, [Some((self.queues, &mut self.arena_reusable)), None]),
+            None => (
+                self.queues,
+                0,
+                [Some((self.queues, &mut self.arena_reusable)), None],
+            ),
         };
         for (queues, reusable) in used.iter_mut().flatten() {
             if **reusable {
