@@ -27,7 +27,7 @@ pub struct ServiceStats {
 /// through the device inbox in device memory). [`stop`](Self::stop) (or
 /// drop) raises the segment's service stop flag, lets the service drain
 /// both routes, and waits for it. An idle service's threads poll on short
-/// sleeps (docs/service.md, "What an idle service costs").
+/// sleeps (docs/gpu.md, "The GPU service").
 ///
 /// While it runs, nothing in the process may make a driver call that waits
 /// for the whole device to be idle (on CUDA: freeing device or pinned
