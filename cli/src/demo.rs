@@ -498,12 +498,11 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
     // Tasks routed to the devices: each device's service (a persistent
     // kernel) runs them, from its kernels and from the host, and from
     // another device's kernels over a peer route.
-    // On a GPU, a quarter of the multiprocessors (a power of two, so every
-    // service thread owns inbox tickets: GpuService::start) of 128 threads.
+    // On a GPU, a quarter of the multiprocessors, 128 threads each: the
+    // kernels' tasks split evenly among the service's threads.
     let service_shape = |queues: &DeviceQueues<_>| {
-        let quarter = (queues.properties().multiprocessor_count / 4).max(1);
         if gpu {
-            (1 << quarter.ilog2(), 128)
+            ((queues.properties().multiprocessor_count / 4).max(1), 128)
         } else {
             (1, 4)
         }

@@ -153,9 +153,8 @@ fn service_bench<A: GpuApi>(
     let pinned_floor = median_of(|| kernels.pingpong(scale.pingpong_rounds).map_err(err))?;
     let launch_sync = kernels.launch_and_sync(scale.launches).map_err(err)?;
     let sms = queues.properties().multiprocessor_count;
-    // A power of two, at most a quarter of the multiprocessors: every
-    // service thread then owns device-inbox tickets (GpuService::start).
-    let service_blocks = 1 << (sms / 4).max(1).ilog2();
+    // At most a quarter of the multiprocessors (the target's bound).
+    let service_blocks = (sms / 4).max(1);
     let service = GpuService::start(queues, service_blocks, scale.service_threads).map_err(err)?;
     service_round_trip(&mut kernels, 100)?;
     let kernel_trip = median_of(|| service_round_trip(&mut kernels, scale.single_tasks))?;

@@ -105,6 +105,12 @@ pub enum RuntimeError {
         /// The device's multiprocessors.
         multiprocessors: u32,
     },
+    /// A GPU service already runs on the device (its threads own the
+    /// device inbox's tickets: one service a device).
+    ServiceRunning {
+        /// The device's ordinal.
+        device: usize,
+    },
 }
 
 impl fmt::Display for RuntimeError {
@@ -156,6 +162,10 @@ impl fmt::Display for RuntimeError {
                 f,
                 "a GPU service of {blocks} blocks on a device of {multiprocessors} multiprocessors: every block must be resident at once, so at most one a multiprocessor"
             ),
+            Self::ServiceRunning { device } => write!(
+                f,
+                "a GPU service already runs on device {device}: stop it before starting another"
+            ),
         }
     }
 }
@@ -177,7 +187,8 @@ impl std::error::Error for RuntimeError {
             | Self::TooManyClients { .. }
             | Self::NoSuchDevice { .. }
             | Self::PeerRouteMismatch { .. }
-            | Self::ServiceTooLarge { .. } => None,
+            | Self::ServiceTooLarge { .. }
+            | Self::ServiceRunning { .. } => None,
         }
     }
 }

@@ -63,9 +63,8 @@ pub mod segment_kind {
 /// first 8 bytes) says whose turn it is: `2t` free for the sender of `t`,
 /// `2t + 1` holding its task.
 pub mod device_inbox {
-    /// Slots: a power of two, at least the GPU service threads that take
-    /// tickets (`rt_serve` splits the tickets among the largest power of two
-    /// of its threads that divides it).
+    /// Slots, a power of two: tasks in flight beyond that many make their
+    /// senders wait for a slot.
     pub const DEPTH: u32 = 16384;
     /// Bytes of a slot (one cache line).
     pub const SLOT_BYTES: usize = 64;
@@ -101,11 +100,14 @@ pub mod device_ticket {
     /// After the lanes' tickets: the GPU service's tickets on the
     /// from-host ring.
     pub const INBOX_FROM_HOST_CONSUMERS: u32 = 0;
-    /// After the lanes' tickets: kernels' tickets on the device inbox
-    /// (whose consumers take none: each service thread owns a fixed share).
+    /// After the lanes' tickets: kernels' tickets on the device inbox.
     pub const DEVICE_INBOX_PRODUCERS: u32 = 1;
+    /// After the lanes' tickets: the first device-inbox ticket the next GPU
+    /// service serves, which the last one left (its consumers take no
+    /// tickets: each service thread owns a fixed share).
+    pub const DEVICE_INBOX_SERVED: u32 = 2;
     /// Tickets after the lanes' (the GPU service's).
-    pub const INBOX: u32 = 2;
+    pub const INBOX: u32 = 3;
 
     /// How many a segment of `lanes` lanes has.
     pub const fn count(lanes: u32) -> u32 {
@@ -540,6 +542,7 @@ mod cpp_mirror {
         device_ticket::PER_LANE => c::rt_ticket::PER_LANE,
         device_ticket::INBOX_FROM_HOST_CONSUMERS => c::rt_ticket::INBOX_FROM_HOST_CONSUMERS,
         device_ticket::DEVICE_INBOX_PRODUCERS => c::rt_ticket::DEVICE_INBOX_PRODUCERS,
+        device_ticket::DEVICE_INBOX_SERVED => c::rt_ticket::DEVICE_INBOX_SERVED,
         device_ticket::INBOX => c::rt_ticket::INBOX,
         math_pool::POOL => c::rt_math::POOL,
         math_pool::NOOP => c::rt_math::NOOP,

@@ -125,6 +125,9 @@ pub struct DeviceQueues<A: GpuApi> {
     worker_cpus: Vec<u32>,
     /// Worker threads serving its lanes alone.
     workers: usize,
+    /// Whether a [`crate::GpuService`] runs on it: one at a time, as the
+    /// service's threads split the device inbox's tickets among themselves.
+    pub(crate) service_running: AtomicBool,
 }
 
 impl<A: GpuApi> DeviceQueues<A> {
@@ -205,6 +208,7 @@ impl<A: GpuApi> DeviceQueues<A> {
             placement,
             worker_cpus,
             workers: 0,
+            service_running: AtomicBool::new(false),
         })
     }
 

@@ -48,11 +48,11 @@ const SERVICE_STATS_WORDS: usize = 4;
 
 impl<'q, A: GpuApi> GpuService<'q, A> {
     /// Launches the service with `blocks` x `threads` threads (each serves
-    /// one task at a time; the kernels' tasks are split among the largest
-    /// power of two of them that divides the device inbox's depth, so a
-    /// power of two wastes none). Every block must stay resident beside the
+    /// one task at a time; the kernels' tasks are split evenly among them).
+    /// Every block must stay resident beside the
     /// kernels that use it: [`RuntimeError::ServiceTooLarge`] for more blocks
-    /// than the device has multiprocessors.
+    /// than the device has multiprocessors. One service a device:
+    /// [`RuntimeError::ServiceRunning`] while another runs.
     pub fn start(
         queues: &'q DeviceQueues<A>,
         blocks: u32,
@@ -65,6 +65,23 @@ impl<'q, A: GpuApi> GpuService<'q, A> {
                 multiprocessors,
             });
         }
+        if queues.service_running.swap(true, Ordering::Acquire) {
+            return Err(RuntimeError::ServiceRunning {
+                device: queues.device().ordinal(),
+            });
+        }
+        Self::launch(queues, blocks, threads).inspect_err(|_| {
+            // Release: none of this attempt's setup outlives it.
+            queues.service_running.store(false, Ordering::Release);
+        })
+    }
+
+    /// The launch behind [`start`](Self::start), once the device is ours.
+    fn launch(
+        queues: &'q DeviceQueues<A>,
+        blocks: u32,
+        threads: u32,
+    ) -> Result<Self, RuntimeError> {
         let device = queues.device();
         let module = device.load_module(&tandem_device_kernels::library())?;
         let kernel = device.kernel(&module, "tandem_rt_gpu_service")?;
@@ -119,7 +136,11 @@ impl<'q, A: GpuApi> GpuService<'q, A> {
             .header()
             .service_stop
             .store(1, Ordering::Release);
-        self.queues.device().synchronize_stream(&self.stream)?;
+        let ended = self.queues.device().synchronize_stream(&self.stream);
+        // Release: the next service on the device starts after this one's
+        // end, which the synchronisation saw (Acquire in `start`).
+        self.queues.service_running.store(false, Ordering::Release);
+        ended?;
         // SAFETY: the kernel has ended (synchronized): nobody writes the words.
         let words = unsafe {
             std::slice::from_raw_parts(self.stats.host_ptr().cast::<u64>(), SERVICE_STATS_WORDS)

@@ -348,7 +348,9 @@ fn gpu_service_stress<A: GpuApi>(
 
 /// A kernel thread waiting for a GPU service's answer returns `stopped` once
 /// the stop flag is raised; its task stays in the device inbox, and a
-/// service started later serves it (and its stop then drains it).
+/// service started later serves it (and its stop then drains it); a service
+/// after that starts where it ended; one service a device at a time, of at
+/// most one block a multiprocessor.
 fn gpu_route_waits_end_at_stop<A: GpuApi>(api: A, blocks: u32, threads: u32) {
     let runtime = runtime_on_device_0(api, 1, 64);
     let queues = &runtime.devices()[0];
@@ -374,6 +376,23 @@ fn gpu_route_waits_end_at_stop<A: GpuApi>(api: A, blocks: u32, threads: u32) {
         .stop()
         .expect("the service ends");
     assert_eq!(stats.served, u64::from(blocks * threads));
+    // A later service (of another size) starts where the last one ended,
+    // and is the device's only one while it runs.
+    let again = GpuService::start(queues, 1, 3).expect("second service");
+    assert!(matches!(
+        GpuService::start(queues, 1, 4),
+        Err(RuntimeError::ServiceRunning { .. })
+    ));
+    let tasks = 5;
+    let outcome = kernels
+        .echo(&EchoLaunch {
+            tasks_per_thread: tasks,
+            ..launch
+        })
+        .expect("echo");
+    assert_all_added(&outcome, tasks);
+    let stats = again.stop().expect("the second service ends");
+    assert_eq!(stats.served, u64::from(blocks * threads) * tasks);
     // A service that could not keep all its blocks resident is refused.
     let multiprocessors = queues.properties().multiprocessor_count;
     assert!(matches!(

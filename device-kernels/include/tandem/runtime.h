@@ -166,11 +166,13 @@ namespace rt_ticket {
 constexpr u32 PER_LANE = 2;
 /// The GPU service's tickets on the from-host ring.
 constexpr u32 INBOX_FROM_HOST_CONSUMERS = 0;
-/// Kernels' tickets on the device inbox (its consumers need none: see
-/// rt_serve).
+/// Kernels' tickets on the device inbox.
 constexpr u32 DEVICE_INBOX_PRODUCERS = 1;
+/// Its consumers take none (rt_serve): `next` here is the first ticket the
+/// next service serves, which the last one left.
+constexpr u32 DEVICE_INBOX_SERVED = 2;
 /// Tickets after the lanes'.
-constexpr u32 INBOX = 2;
+constexpr u32 INBOX = 3;
 }  // namespace rt_ticket
 
 /// Indices into the segment's tickets, from rt_ticket.
@@ -183,6 +185,9 @@ struct RtTicket {
   }
   static TANDEM_HOST_DEVICE u32 device_inbox_producers(u32 lanes) {
     return rt_ticket::PER_LANE * lanes + rt_ticket::DEVICE_INBOX_PRODUCERS;
+  }
+  static TANDEM_HOST_DEVICE u32 device_inbox_served(u32 lanes) {
+    return rt_ticket::PER_LANE * lanes + rt_ticket::DEVICE_INBOX_SERVED;
   }
 };
 
@@ -1499,15 +1504,18 @@ constexpr u32 RT_SERVE_IDLE_SLEEP_NS = 512;
 constexpr u64 RT_SERVE_STOP_POLL_EVERY = 64;
 
 /// Whether a stopping service thread is done: no sender claimed its next
-/// device-inbox ticket (`owner`), and the from-host ring holds nothing more
+/// device-inbox ticket, and the from-host ring holds nothing more
 /// (`host_server`). Acquire loads after the stop flag's acquire: every push
-/// made before the flag was raised is seen.
-TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, bool owner, u64 ticket, bool host_server) {
-  if (owner) {
-    DeviceTickets* const producers = ctx.tickets + RtTicket::device_inbox_producers(ctx.num_lanes);
-    if (load_acquire<scope::system>(&producers->next) > ticket) {
-      return false;
-    }
+/// made before the flag was raised is seen. Once done, the thread records
+/// the senders' count as the first ticket of the next service: every
+/// ticket below it was served (each thread serves its tickets in order and
+/// is past the count), and as senders are done the count no longer moves,
+/// so every thread records the same.
+TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, u64 ticket, bool host_server) {
+  DeviceTickets* const producers = ctx.tickets + RtTicket::device_inbox_producers(ctx.num_lanes);
+  const u64 claimed = load_acquire<scope::system>(&producers->next);
+  if (claimed > ticket) {
+    return false;
   }
   if (host_server) {
     const DeviceTickets* const consumers = ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes);
@@ -1516,6 +1524,9 @@ TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, bool owner, u64 ticket
       return false;
     }
   }
+  // Relaxed: the next service reads it after this kernel ended (the host
+  // synchronises before starting another).
+  store_relaxed<scope::device>(&(ctx.tickets + RtTicket::device_inbox_served(ctx.num_lanes))->next, claimed);
   return true;
 }
 
@@ -1539,14 +1550,17 @@ struct RtServeStats {
 /// up to RT_DEVICE_OUTPUT_MAX bytes). Kernels' tasks are answered in their
 /// reply words (rt_answer), host tasks by completing the future.
 ///
-/// Who serves what: the device inbox's tickets are split among the largest
-/// power of two of the grid's threads that divides the inbox's depth, thread
-/// g taking tickets g, g + G, g + 2G, ...: each waits on the one slot its
-/// next ticket uses (device memory), takes no counter, and meets its tickets
-/// in the order senders claim them, so none is skipped or taken twice. All
-/// of the service's threads must be resident at once, as for any persistent
-/// kernel. Thread 0 of the grid also serves the from-host ring, alone, so a
-/// ticket it claims always has a producer and the pop never waits for one.
+/// Who serves what: the device inbox's tickets are split among the grid's
+/// G threads, from the first ticket B no earlier service served: thread g
+/// takes B + g, B + g + G, B + g + 2G, ..., each waiting on the one slot its
+/// next ticket uses (device memory) and taking no counter, so no ticket is
+/// skipped or taken twice. Each ticket is taken once its earlier ones are
+/// (its thread's, and the slot's previous lap, which frees the slot for its
+/// sender): by induction on the tickets, none waits forever, provided all of
+/// the service's threads are resident at once, as for any persistent
+/// kernel, and one service runs on a device at a time. Thread 0 of the grid
+/// also serves the from-host ring, alone, so a ticket it claims always has a
+/// producer and the pop never waits for one.
 /// Nothing sleeps while there is work; an idle thread sleeps briefly
 /// between polls (RT_SERVE_IDLE_SLEEP_NS) and reads the stop flag now and
 /// then (RT_SERVE_STOP_POLL_EVERY).
@@ -1564,24 +1578,19 @@ TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* s
   if (ctx.inbox == nullptr || ctx.device_inbox == nullptr) {
     return rt_status::no_inbox;
   }
-  const u64 depth = ctx.device_inbox_mask + 1;
   const u64 threads = grid_size();
-  u64 owners = 1;
-  while (owners * 2 <= threads && owners * 2 <= depth) {
-    owners *= 2;
-  }
   const u64 me = global_rank();
-  const bool owner = me < owners;
   const bool host_server = me == 0;
   const MpmcRing<ShmPtr<u8>> from_host = detail::rt_inbox_from_host(ctx);
   DeviceTickets* const host_consumers = ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes);
-  u64 ticket = me;
+  // Relaxed: written by the last service, which ended before this launch.
+  u64 ticket = load_relaxed<scope::device>(&(ctx.tickets + RtTicket::device_inbox_served(ctx.num_lanes))->next) + me;
   bool stopping = false;
   for (u64 idle = 0;;) {
     bool worked = false;
     detail::RtInboxTask task;
-    if (owner && detail::rt_take_inbox_task(ctx, ticket, &task)) {
-      ticket += owners;
+    if (detail::rt_take_inbox_task(ctx, ticket, &task)) {
+      ticket += threads;
       worked = true;
       if (detail::rt_run_inbox_task(ctx, task, handle)) {
         ++stats->served;
@@ -1609,7 +1618,7 @@ TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* s
       continue;
     }
     if (stopping) {
-      if (detail::rt_serve_drained(ctx, owner, ticket, host_server)) {
+      if (detail::rt_serve_drained(ctx, ticket, host_server)) {
         return rt_status::ok;
       }
     } else if (++idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && load_relaxed<scope::system>(&ctx.header->service_stop) != 0) {

@@ -191,7 +191,8 @@ pub mod root {
             pub const PER_LANE: root::tandem::u32_ = 2;
             pub const INBOX_FROM_HOST_CONSUMERS: root::tandem::u32_ = 0;
             pub const DEVICE_INBOX_PRODUCERS: root::tandem::u32_ = 1;
-            pub const INBOX: root::tandem::u32_ = 2;
+            pub const DEVICE_INBOX_SERVED: root::tandem::u32_ = 2;
+            pub const INBOX: root::tandem::u32_ = 3;
         }
         pub const RT_INBOX_ARGS_WORDS: root::tandem::u32_ = 4;
         pub const RT_INBOX_ARGS_MAX: root::tandem::u32_ = 16;
