@@ -526,10 +526,22 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
     // Tasks routed to the devices: each device's service (a persistent
     // kernel) runs them, from its kernels and from the host, and from
     // another device's kernels over a peer route.
-    let service_threads = if gpu { 64 } else { 4 };
+    // On a GPU, a quarter of the multiprocessors, 128 threads each: the
+    // kernels' tasks split evenly among the service's threads.
+    let service_shape = |queues: &DeviceQueues<_>| {
+        if gpu {
+            ((queues.properties().multiprocessor_count / 4).max(1), 128)
+        } else {
+            (1, 4)
+        }
+    };
+    let (service_blocks, service_threads) = devices.first().map_or((1, 4), service_shape);
     let services = devices
         .iter()
-        .map(|queues| GpuService::start(queues, 1, service_threads))
+        .map(|queues| {
+            let (blocks, threads) = service_shape(queues);
+            GpuService::start(queues, blocks, threads)
+        })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let to_gpu = EchoLaunch {
@@ -540,7 +552,7 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
         ..launch
     };
     say(format!(
-        "{service} on each device, {service_threads} threads;\n  \
+        "{service} on each device, {service_blocks} x {service_threads} threads;\n  \
          kernels of {} x {} threads on every device at once, each thread sending {} math.add\n  \
          tasks to its own device's service:",
         to_gpu.blocks, to_gpu.threads, to_gpu.tasks_per_thread

@@ -74,7 +74,7 @@ TANDEM_KERNEL tandem_mpmc_push_u64(tandem::RingHeader* ring, u64 len, u64* ticke
     tandem::Backoff backoff;
     for (u64 tries = 0;; ++tries) {
       const tandem::ticket_result res = tandem::mpmc_push_ticketed(
-          r, mine, base + i, nullptr, nullptr, nullptr,
+          r, mine, base + i, nullptr, nullptr,
           direct != 0 ? tandem::claim_mode::direct : tandem::claim_mode::probe);
       if (res == tandem::ticket_result::done) {
         break;

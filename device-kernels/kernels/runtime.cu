@@ -1,6 +1,7 @@
 // Kernels over the runtime's device API (tandem/runtime.h): threads that
-// send tasks to the CPU workers and wait for the answers, and the raw
-// pinned-memory ping-pong the runtime's round trip is measured against.
+// send tasks to the CPU workers or a GPU service and wait for the answers,
+// the GPU service itself, and the raw ping-pongs (pinned memory, device
+// memory, peer memory) the runtime's round trips are measured against.
 #include "tandem/runtime.h"
 
 using tandem::i32;
@@ -60,18 +61,20 @@ TANDEM_DEVICE tandem::MemoryBackend segment_backend(u8* segment, u64 len) {
 
 /// rt_init for the task kernels (echo, no-op): each thread gets one future
 /// (48 + ECHO_COPY_SPACE bytes) and one notify word from the block's arena
-/// share, plus alignment slack. `peer`: 0 when the segment is this device's,
-/// else a tandem::rt_peer (the segment is another device's: rt_init_peer,
-/// which reads nothing of it when unreachable).
-TANDEM_DEVICE void init_task_kernel(tandem::RtContext& rt, u8* segment, u64 len, u32 peer) {
+/// share, plus alignment slack, and a reply from its device's reply region.
+/// `peer`: 0 when the segment is this device's, else a tandem::rt_peer (the
+/// segment is another device's: rt_init_peer, with replies from `own`, this
+/// device's segment; it reads nothing of the peer's when unreachable).
+TANDEM_DEVICE void init_task_kernel(tandem::RtContext& rt, u8* own, u64 own_len, u8* segment, u64 len, u32 peer) {
   const u64 arena_bytes = static_cast<u64>(tandem::block_size()) * 160 + 256;
   if (peer == 0) {
     tandem::rt_init(rt, segment_backend(segment, len), arena_bytes);
     return;
   }
   const tandem::rt_peer access = static_cast<tandem::rt_peer>(peer);
-  tandem::rt_init_peer(rt, access == tandem::rt_peer::reachable ? segment_backend(segment, len) : tandem::MemoryBackend{},
-                       access, arena_bytes);
+  const bool reachable = access == tandem::rt_peer::reachable;
+  tandem::rt_init_peer(rt, reachable ? segment_backend(own, own_len) : tandem::MemoryBackend{},
+                       reachable ? segment_backend(segment, len) : tandem::MemoryBackend{}, access, arena_bytes);
 }
 
 /// Waits for the answer to `f`'s task (rt_wait): ok once it came (`*rc` its
@@ -180,8 +183,9 @@ TANDEM_DEVICE tandem::rt_status echo_noop(const tandem::RtContext& rt, tandem::R
 /// (block rank mod lanes) of the segment at `segment` (`len` bytes; its
 /// device address); with `route` 1 to the segment's device's GPU service.
 /// `peer`: 0 when the segment is this device's own, else a tandem::rt_peer:
-/// the segment is another device's (its service runs the tasks; see
-/// init_task_kernel). `method` = math::ADD:
+/// the segment is another device's (its service runs the tasks) and
+/// `own_segment` (`own_len` bytes) this device's, whose reply region the
+/// answers come to (see init_task_kernel). `method` = math::ADD:
 /// task i of global rank r is add(r, i), and results[r] is the wrapping sum
 /// of the answers; math::SUM: the same answers, but odd tasks are
 /// sum(r, i, 0, 0, 0, 0), whose arguments go through the future's copy
@@ -196,11 +200,11 @@ TANDEM_DEVICE tandem::rt_status echo_noop(const tandem::RtContext& rt, tandem::R
 /// nanoseconds it spent making its tasks, sending them, waiting for the
 /// answers and reading them (tandem::timer_ns) to phase_ns[0..4], and
 /// phase_ns[4] += the tasks it timed: where one round trip goes.
-TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u32 peer, u64 tasks_per_thread, u32 method,
-                                   u32 priority, u32 route, const u32* stop, u64 spin_budget,
-                                   u64* results, u32* status, u64* phase_ns) {
+TANDEM_KERNEL tandem_rt_echo_tasks(u8* own_segment, u64 own_len, u8* segment, u64 len, u32 peer,
+                                   u64 tasks_per_thread, u32 method, u32 priority, u32 route, const u32* stop,
+                                   u64 spin_budget, u64* results, u32* status, u64* phase_ns) {
   TANDEM_SHARED(tandem::RtContext, rt);
-  init_task_kernel(rt, segment, len, peer);
+  init_task_kernel(rt, own_segment, own_len, segment, len, peer);
   const u64 r = tandem::global_rank();
   results[r] = 0;
   tandem::RtFuture f{};
@@ -289,7 +293,7 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* segment, u64 len, u32 peer, u64 tasks_per
 TANDEM_KERNEL tandem_rt_noop_tasks(u8* segment, u64 len, u64 tasks_per_thread, const u32* stop,
                                    u64 spin_budget, u64* completed, u32* status, u64* phase_ns) {
   TANDEM_SHARED(tandem::RtContext, rt);
-  init_task_kernel(rt, segment, len, 0);
+  init_task_kernel(rt, segment, len, segment, len, 0);
   const u64 r = tandem::global_rank();
   tandem::RtFuture f{};
   tandem::rt_status st = tandem::rt_future_alloc(rt, ECHO_COPY_SPACE, &f);
@@ -340,6 +344,47 @@ TANDEM_KERNEL tandem_rt_pingpong(u64* words, u64 rounds, u64 spin_budget, u64* d
     completed = i;
   }
   *done = completed;
+}
+
+/// The floor of a kernel thread's round trip to its device's GPU service:
+/// thread 0 of block 0 and thread 0 of block 1 of one launch (of at least
+/// two blocks, both resident) bounce i = 1..=rounds through two words of
+/// device memory, block 0 writing `words[0]` and waiting for `words[1]`,
+/// block 1 echoing; device-scope release and acquire, as the service's
+/// route. Gives up after `spin_budget` spins on one round; *done = rounds
+/// block 0 completed.
+TANDEM_KERNEL tandem_rt_device_pingpong(u64* words, u64 rounds, u64 spin_budget, u64* done) {
+  const u64 block = tandem::block_rank();
+  if (tandem::thread_rank() != 0 || block > 1) {
+    return;
+  }
+  const bool leader = block == 0;
+  u64 completed = 0;
+  for (u64 i = 1; i <= rounds; ++i) {
+    if (leader) {
+      tandem::store_release<tandem::scope::device>(&words[0], i);
+    }
+    u64* const awaited = leader ? &words[1] : &words[0];
+    u64 spins = 0;
+    while (tandem::load_acquire<tandem::scope::device>(awaited) != i && spins < spin_budget) {
+#if !defined(TANDEM_BACKEND_GPU)
+      // The CPU device's threads are fibers: give the turn away. A GPU
+      // spins bare, the floor being what the hardware does at best.
+      tandem::spin_pause();
+#endif
+      ++spins;
+    }
+    if (spins >= spin_budget) {
+      break;
+    }
+    if (!leader) {
+      tandem::store_release<tandem::scope::device>(&words[1], i);
+    }
+    completed = i;
+  }
+  if (leader) {
+    *done = completed;
+  }
 }
 
 /// The floor of a task round trip between two devices: this kernel runs on

@@ -5,7 +5,15 @@
 //!   words of mapped pinned memory (`tandem_rt_pingpong`);
 //! * one kernel launch + stream synchronisation per request;
 //! * the runtime: one kernel thread's task round trip (`math.noop`), and
-//!   many kernel threads with 4 and 8 workers (no-op tasks per second).
+//!   many kernel threads with 4 and 8 workers (no-op tasks per second);
+//! * the GPU service (the GPU route), against floors measured in the same
+//!   run: a kernel thread's round trip to it against two blocks ping-ponging
+//!   through device memory (target <= 1.5x); kernel threads' throughput to a
+//!   service of at most a quarter of the multiprocessors, its size printed
+//!   (target >= 1 G tasks/s, with multiprocessors x 128 threads sending); a
+//!   host thread's round trip against the pinned-memory ping-pong (target
+//!   <= 1.5x) and against a kernel launch + sync per request; and the first
+//!   round trip after an idle second against a busy one (target <= 2x).
 //!
 //! The runtime's rows run the no-op kernel (`tandem_rt_noop_tasks`), whose
 //! threads only send no-op tasks and wait for them, as the floor's kernel
@@ -30,9 +38,11 @@ mod support;
 
 use support::{skip_cuda, us};
 
+use std::time::Duration;
+
 use tandem_hal::{GpuApi, HostApi};
 use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels};
-use tandem_runtime::{math, Config, DeviceSelection, Registry, Runtime};
+use tandem_runtime::{math, Config, DeviceSelection, GpuService, Registry, Runtime};
 
 /// Sizes of one backend's run.
 struct Scale {
@@ -50,6 +60,25 @@ struct Scale {
 /// A throughput run's launch (blocks, threads per block) and its target in
 /// tasks per second.
 type Shape = (u32, u32, f64);
+
+/// Sizes of one backend's GPU-service rows.
+struct ServiceScale {
+    /// Rounds of each ping-pong floor.
+    pingpong_rounds: u64,
+    launches: u32,
+    /// Tasks of a single thread's round-trip run (kernel or host).
+    single_tasks: u64,
+    /// Threads per block of the throughput launch (whose blocks are the
+    /// device's multiprocessors) and of the service.
+    producer_threads: u32,
+    service_threads: u32,
+    /// Tasks of one throughput run, about.
+    tasks_per_grid: u64,
+    /// The pause before an idle round trip.
+    idle: Duration,
+    /// Whether the targets apply (a GPU, not the CPU device's shared cores).
+    targets: bool,
+}
 
 /// Turns of floor and round-trip measurement (odd: the median is a run).
 const REPEATS: usize = 5;
@@ -69,6 +98,157 @@ fn verdict(met: bool) -> &'static str {
     } else {
         "BELOW"
     }
+}
+
+/// "target {target}: meets/BELOW", or that the CPU device has none.
+fn service_verdict(scale: &ServiceScale, target: &str, met: bool) -> String {
+    if scale.targets {
+        format!("target {target}: {}", verdict(met))
+    } else {
+        "no target on the CPU device".to_string()
+    }
+}
+
+/// The median of `REPEATS` runs of `run`, and the lowest and highest.
+fn median_of<T: Copy + Ord>(
+    mut run: impl FnMut() -> Result<T, String>,
+) -> Result<(T, T, T), String> {
+    let mut values = (0..REPEATS)
+        .map(|_| run())
+        .collect::<Result<Vec<T>, String>>()?;
+    values.sort();
+    Ok((values[REPEATS / 2], values[0], values[REPEATS - 1]))
+}
+
+/// One kernel thread's `tasks` no-op tasks to the GPU service, as its own
+/// clock saw them: send + wait per task.
+fn service_round_trip<A: GpuApi>(
+    kernels: &mut RuntimeKernels<'_, A>,
+    tasks: u64,
+) -> Result<Duration, String> {
+    let (outcome, phases) = kernels
+        .echo_with_phases(&EchoLaunch {
+            route: EchoRoute::GpuService,
+            ..echo_of_noops(tasks)
+        })
+        .map_err(|e| e.to_string())?;
+    if outcome.failed_threads() > 0 {
+        return Err(format!("GPU-route run failed: {:?}", outcome.status));
+    }
+    Ok(phases.send + phases.wait)
+}
+
+/// The GPU service's rows (see the top of the file): floors first, as they
+/// allocate and free memory, which waits for the device to be idle, and a
+/// running service never is.
+fn service_bench<A: GpuApi>(
+    api: impl Fn() -> Result<A, String>,
+    scale: &ServiceScale,
+) -> Result<(), String> {
+    let runtime = start(&api, 1)?;
+    let queues = &runtime.devices()[0];
+    let mut kernels = RuntimeKernels::load(queues).map_err(|e| e.to_string())?;
+    let err = |e: tandem_runtime::RuntimeError| e.to_string();
+    let device_floor = median_of(|| kernels.device_pingpong(scale.pingpong_rounds).map_err(err))?;
+    let pinned_floor = median_of(|| kernels.pingpong(scale.pingpong_rounds).map_err(err))?;
+    let launch_sync = kernels.launch_and_sync(scale.launches).map_err(err)?;
+    let sms = queues.properties().multiprocessor_count;
+    // At most a quarter of the multiprocessors (the target's bound).
+    let service_blocks = (sms / 4).max(1);
+    let service = GpuService::start(queues, service_blocks, scale.service_threads).map_err(err)?;
+    service_round_trip(&mut kernels, 100)?;
+    let kernel_trip = median_of(|| service_round_trip(&mut kernels, scale.single_tasks))?;
+    let producers = (sms, scale.producer_threads);
+    let per_thread = scale
+        .tasks_per_grid
+        .div_ceil(u64::from(producers.0 * producers.1));
+    let grid = EchoLaunch {
+        blocks: producers.0,
+        threads: producers.1,
+        tasks_per_thread: per_thread,
+        route: EchoRoute::GpuService,
+        ..echo_of_noops(per_thread)
+    };
+    let mut rates = Vec::with_capacity(REPEATS);
+    for _ in 0..REPEATS {
+        let outcome = kernels.echo(&grid).map_err(err)?;
+        if outcome.failed_threads() > 0 {
+            return Err(format!("{} threads failed", outcome.failed_threads()));
+        }
+        let tasks = u64::from(producers.0 * producers.1) * per_thread;
+        rates.push(tasks as f64 / outcome.elapsed.as_secs_f64());
+    }
+    rates.sort_by(f64::total_cmp);
+    let stop = std::sync::atomic::AtomicU32::new(0);
+    let host_trip = median_of(|| {
+        let start = std::time::Instant::now();
+        for _ in 0..scale.single_tasks {
+            let mut pending = runtime
+                .submit_to_gpu(0, &math::Noop, None)
+                .map_err(|e| e.to_string())?;
+            pending.wait(&stop, None).map_err(|e| e.to_string())?;
+        }
+        Ok(start.elapsed() / scale.single_tasks as u32)
+    })?;
+    let idle_trip = median_of(|| {
+        std::thread::sleep(scale.idle);
+        service_round_trip(&mut kernels, 1)
+    })?;
+    let served = service.stop().map_err(err)?;
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    let spread = |(m, lo, hi): (Duration, Duration, Duration)| {
+        format!(
+            "{:.2} us (median of {REPEATS}; {:.2} - {:.2})",
+            us(m),
+            us(lo),
+            us(hi)
+        )
+    };
+    println!(
+        "  GPU service ({service_blocks} x {} threads; it ran {} tasks):",
+        scale.service_threads, served.served
+    );
+    println!(
+        "    device-memory ping-pong floor (two blocks): {}",
+        spread(device_floor)
+    );
+    let vs = ratio(kernel_trip.0, device_floor.0);
+    println!(
+        "    kernel thread -> service round trip: {}; {vs:.2}x the device floor, {}",
+        spread(kernel_trip),
+        service_verdict(scale, "<= 1.5x", vs <= 1.5)
+    );
+    let median = rates[REPEATS / 2];
+    println!(
+        "    {} x {} kernel threads -> service ({service_blocks} x {}): {:.1} M tasks/s (median of {REPEATS}; {:.1} - {:.1}), {}",
+        producers.0,
+        producers.1,
+        scale.service_threads,
+        median / 1e6,
+        rates[0] / 1e6,
+        rates[REPEATS - 1] / 1e6,
+        service_verdict(scale, ">= 1000 M/s", median >= 1e9)
+    );
+    println!(
+        "    pinned-memory ping-pong floor: {}",
+        spread(pinned_floor)
+    );
+    let vs = ratio(host_trip.0, pinned_floor.0);
+    println!(
+        "    host thread -> service round trip: {}; {vs:.2}x the pinned floor, {}; a kernel launch + sync per request is {:.2} us, {:.2}x this",
+        spread(host_trip),
+        service_verdict(scale, "<= 1.5x", vs <= 1.5),
+        us(launch_sync),
+        ratio(launch_sync, host_trip.0)
+    );
+    let vs = ratio(idle_trip.0, kernel_trip.0);
+    println!(
+        "    kernel thread -> service after {:?} idle: {}; {vs:.2}x the busy round trip, {}",
+        scale.idle,
+        spread(idle_trip),
+        service_verdict(scale, "<= 2x", vs <= 2.0)
+    );
+    Ok(())
 }
 
 /// A runtime on device 0 with `workers` workers.
@@ -271,8 +451,20 @@ fn main() {
         throughput: &[(4, &[(8, 16, 10e6)])],
         tasks_per_grid: 64_000,
     };
+    let host_service = ServiceScale {
+        pingpong_rounds: 20_000,
+        launches: 2_000,
+        single_tasks: 20_000,
+        producer_threads: 16,
+        service_threads: 4,
+        tasks_per_grid: 64_000,
+        idle: Duration::from_millis(100),
+        targets: false,
+    };
     let host_api = || Ok(HostApi::with_devices(1));
-    if let Err(e) = bench(host_api, "CPU device (host backend)", &host) {
+    let host_run = bench(host_api, "CPU device (host backend)", &host)
+        .and_then(|()| service_bench(host_api, &host_service));
+    if let Err(e) = host_run {
         eprintln!("host backend bench failed: {e}");
         std::process::exit(1);
     }
@@ -292,13 +484,25 @@ fn cuda() {
         ],
         tasks_per_grid: 2_000_000,
     };
+    let service = ServiceScale {
+        pingpong_rounds: 100_000,
+        launches: 10_000,
+        single_tasks: 100_000,
+        producer_threads: 128,
+        service_threads: 128,
+        tasks_per_grid: 20_000_000,
+        idle: Duration::from_secs(1),
+        targets: true,
+    };
     let load = || tandem_hal_cuda::CudaApi::load().map_err(|e| e.to_string());
     let present = load()
         .ok()
         .is_some_and(|api| api.device_count().is_ok_and(|n| n > 0));
     if !present {
         skip_cuda("no CUDA device");
-    } else if let Err(e) = bench(load, "CUDA device 0", &gpu) {
+    } else if let Err(e) =
+        bench(load, "CUDA device 0", &gpu).and_then(|()| service_bench(load, &service))
+    {
         eprintln!("CUDA bench failed: {e}");
         std::process::exit(1);
     }

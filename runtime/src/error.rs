@@ -96,6 +96,21 @@ pub enum RuntimeError {
         /// The devices it was used between.
         used: (usize, usize),
     },
+    /// A GPU service of more blocks than the device has multiprocessors:
+    /// its blocks might not all be resident, and a task whose ticket a
+    /// block not yet running owns would wait forever.
+    ServiceTooLarge {
+        /// The blocks asked for.
+        blocks: u32,
+        /// The device's multiprocessors.
+        multiprocessors: u32,
+    },
+    /// A GPU service already runs on the device (its threads own the
+    /// device inbox's tickets: one service a device).
+    ServiceRunning {
+        /// The device's ordinal.
+        device: usize,
+    },
 }
 
 impl fmt::Display for RuntimeError {
@@ -140,6 +155,17 @@ impl fmt::Display for RuntimeError {
                 "a peer route from device {} to {} used from device {} to {}",
                 route.0, route.1, used.0, used.1
             ),
+            Self::ServiceTooLarge {
+                blocks,
+                multiprocessors,
+            } => write!(
+                f,
+                "a GPU service of {blocks} blocks on a device of {multiprocessors} multiprocessors: every block must be resident at once, so at most one a multiprocessor"
+            ),
+            Self::ServiceRunning { device } => write!(
+                f,
+                "a GPU service already runs on device {device}: stop it before starting another"
+            ),
         }
     }
 }
@@ -160,7 +186,9 @@ impl std::error::Error for RuntimeError {
             | Self::NotTandemSegment { .. }
             | Self::TooManyClients { .. }
             | Self::NoSuchDevice { .. }
-            | Self::PeerRouteMismatch { .. } => None,
+            | Self::PeerRouteMismatch { .. }
+            | Self::ServiceTooLarge { .. }
+            | Self::ServiceRunning { .. } => None,
         }
     }
 }

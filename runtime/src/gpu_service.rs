@@ -1,6 +1,6 @@
-//! A device's GPU service: the persistent kernel that serves the device's
-//! GPU inbox ([`crate::Runtime::submit_to_gpu`], `rt_send_to_gpu`), so tasks
-//! sent to the GPU route stay on the device.
+//! A device's GPU service: the persistent kernel that serves the tasks sent
+//! to the device's GPU route ([`crate::Runtime::submit_to_gpu`],
+//! `rt_send_to_gpu`), so they stay on the device.
 
 use std::sync::atomic::Ordering;
 
@@ -22,10 +22,12 @@ pub struct ServiceStats {
 
 /// A device's GPU service: the persistent kernel `tandem_rt_gpu_service`
 /// (tandem/runtime.h `rt_serve`, with the device-side math pool) running on
-/// its own stream, serving the device's GPU inbox: tasks from the host
-/// ([`crate::Runtime::submit_to_gpu`]) and from kernels (`rt_send_to_gpu`)
-/// stay on the device. [`stop`](Self::stop) (or drop) raises the segment's
-/// service stop flag, lets the service drain the inbox, and waits for it.
+/// its own stream, serving the tasks sent to the device: from the host
+/// ([`crate::Runtime::submit_to_gpu`]) and from kernels (`rt_send_to_gpu`,
+/// through the device inbox in device memory). [`stop`](Self::stop) (or
+/// drop) raises the segment's service stop flag, lets the service drain
+/// both routes, and waits for it. An idle service's threads poll on short
+/// sleeps (docs/gpu.md, "The GPU service").
 ///
 /// While it runs, nothing in the process may make a driver call that waits
 /// for the whole device to be idle (on CUDA: freeing device or pinned
@@ -46,9 +48,36 @@ const SERVICE_STATS_WORDS: usize = 4;
 
 impl<'q, A: GpuApi> GpuService<'q, A> {
     /// Launches the service with `blocks` x `threads` threads (each serves
-    /// one task at a time; keep the grid small enough to stay resident
-    /// beside the kernels that use it).
+    /// one task at a time; the kernels' tasks are split evenly among them).
+    /// Every block must stay resident beside the
+    /// kernels that use it: [`RuntimeError::ServiceTooLarge`] for more blocks
+    /// than the device has multiprocessors. One service a device:
+    /// [`RuntimeError::ServiceRunning`] while another runs.
     pub fn start(
+        queues: &'q DeviceQueues<A>,
+        blocks: u32,
+        threads: u32,
+    ) -> Result<Self, RuntimeError> {
+        let multiprocessors = queues.properties().multiprocessor_count;
+        if blocks > multiprocessors {
+            return Err(RuntimeError::ServiceTooLarge {
+                blocks,
+                multiprocessors,
+            });
+        }
+        if queues.service_running.swap(true, Ordering::Acquire) {
+            return Err(RuntimeError::ServiceRunning {
+                device: queues.device().ordinal(),
+            });
+        }
+        Self::launch(queues, blocks, threads).inspect_err(|_| {
+            // Release: none of this attempt's setup outlives it.
+            queues.service_running.store(false, Ordering::Release);
+        })
+    }
+
+    /// The launch behind [`start`](Self::start), once the device is ours.
+    fn launch(
         queues: &'q DeviceQueues<A>,
         blocks: u32,
         threads: u32,
@@ -91,23 +120,27 @@ impl<'q, A: GpuApi> GpuService<'q, A> {
         })
     }
 
-    /// Raises the service stop flag and waits for the service to drain the
-    /// inbox and end. Submitters to the inbox must be done by then (what
-    /// they push later is not served).
+    /// Raises the service stop flag and waits for the service to drain both
+    /// routes and end. Submitters (host threads, and kernels sending here)
+    /// must be done by then (what they push later is not served).
     pub fn stop(mut self) -> Result<ServiceStats, RuntimeError> {
         self.finish()
     }
 
     fn finish(&mut self) -> Result<ServiceStats, RuntimeError> {
         self.running = false;
-        // Release: pairs with the service's acquire of the flag, after which
-        // it sees every push made before this store.
+        // Release: pairs with the service's acquire pattern on the flag
+        // (rt_serve), after which it sees every push made before this store.
         self.queues
             .segment()
             .header()
             .service_stop
             .store(1, Ordering::Release);
-        self.queues.device().synchronize_stream(&self.stream)?;
+        let ended = self.queues.device().synchronize_stream(&self.stream);
+        // Release: the next service on the device starts after this one's
+        // end, which the synchronisation saw (Acquire in `start`).
+        self.queues.service_running.store(false, Ordering::Release);
+        ended?;
         // SAFETY: the kernel has ended (synchronized): nobody writes the words.
         let words = unsafe {
             std::slice::from_raw_parts(self.stats.host_ptr().cast::<u64>(), SERVICE_STATS_WORDS)

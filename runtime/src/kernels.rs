@@ -1,8 +1,9 @@
 //! Launching the runtime's own kernels (`kernels/runtime.cu`) on a served
-//! device: the echo kernel whose threads send tasks to the CPU workers, the
-//! no-op kernel whose threads only send no-op tasks (what the roundtrip bench
-//! times), the pinned-memory ping-pong floor, and an empty kernel for the
-//! cost of a launch and its synchronisation.
+//! device: the echo kernel whose threads send tasks to the CPU workers or a
+//! GPU service, the no-op kernel whose threads only send no-op tasks to the
+//! workers (what the roundtrip bench times), the ping-pong floors (pinned
+//! memory, device memory, peer memory), and an empty kernel for the cost of
+//! a launch and its synchronisation.
 //! Generic over the backend, so the host backend's tests exercise exactly
 //! the code the GPU runs.
 //!
@@ -142,12 +143,14 @@ pub struct RuntimeKernels<'q, A: GpuApi> {
     echo: <A::Device as GpuDevice>::Kernel,
     noop: <A::Device as GpuDevice>::Kernel,
     pingpong: <A::Device as GpuDevice>::Kernel,
+    device_pingpong: <A::Device as GpuDevice>::Kernel,
     peer_pingpong: <A::Device as GpuDevice>::Kernel,
     empty: <A::Device as GpuDevice>::Kernel,
     stream: <A::Device as GpuDevice>::Stream,
     _module: <A::Device as GpuDevice>::Module,
-    /// Whether every future of the last echo launch completed, so the
-    /// kernel arena can be reset before the next one.
+    /// Whether every task of the last launch that used this device's kernel
+    /// arena or reply region was answered, so both can be reset before the
+    /// next one.
     arena_reusable: bool,
 }
 
@@ -160,6 +163,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
             echo: device.kernel(&module, "tandem_rt_echo_tasks")?,
             noop: device.kernel(&module, "tandem_rt_noop_tasks")?,
             pingpong: device.kernel(&module, "tandem_rt_pingpong")?,
+            device_pingpong: device.kernel(&module, "tandem_rt_device_pingpong")?,
             peer_pingpong: device.kernel(&module, "tandem_rt_peer_pingpong")?,
             empty: device.kernel(&module, "tandem_empty")?,
             stream: device.create_stream()?,
@@ -264,6 +268,8 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         let config = LaunchConfig::linear(launch.blocks, launch.threads);
         self.run_task_kernel(TaskKernel::Echo, config, phase_ns, target, |at| {
             vec![
+                KernelArg::Ptr(at.own_segment),
+                KernelArg::U64(at.own_len),
                 KernelArg::Ptr(at.segment),
                 KernelArg::U64(at.len),
                 KernelArg::U32(at.peer),
@@ -301,8 +307,9 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
     }
 
     /// Launches `kernel` (one future per thread from the kernel arena of
-    /// `target`'s segment, or of this device's own) with the arguments
-    /// `args` makes of the device addresses it needs, and waits for it.
+    /// `target`'s segment, or of this device's own, and one reply from this
+    /// device's reply region) with the arguments `args` makes of the device
+    /// addresses it needs, and waits for it.
     fn run_task_kernel(
         &mut self,
         kernel: TaskKernel,
@@ -318,18 +325,38 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         // running GpuService.
         let results = SegmentBlock::new(self.queues, threads.max(1) * 8)?;
         let status = SegmentBlock::new(self.queues, threads.max(1) * 4)?;
-        let (futures_from, arena_reusable, peer) = match target {
-            Some(t) => (t.queues, t.arena_reusable, t.peer_word),
-            None => (self.queues, &mut self.arena_reusable, 0),
+        // The segments whose arena or reply region the launch uses: the
+        // target's (futures) and this device's (replies), or this device's
+        // for both; each with its flag.
+        let (futures_from, peer, mut used) = match target {
+            Some(t) => (
+                t.queues,
+                t.peer_word,
+                [
+                    Some((t.queues, t.arena_reusable)),
+                    Some((self.queues, &mut self.arena_reusable)),
+                ],
+            ),
+            None => (
+                self.queues,
+                0,
+                [Some((self.queues, &mut self.arena_reusable)), None],
+            ),
         };
-        if *arena_reusable {
-            // SAFETY: the previous launch over this arena (if any) was
-            // synchronised and every one of its futures completed
-            // (arena_reusable), so nothing uses it; launches over it are
-            // serialised by `&mut` on the kernels that own it.
-            unsafe { futures_from.segment().reset_kernel_arena() };
+        for (queues, reusable) in used.iter_mut().flatten() {
+            if **reusable {
+                // SAFETY: the previous launch over this segment's arena and
+                // reply region (if any) was synchronised and every one of
+                // its tasks answered (the flag), so nothing uses them;
+                // launches over them are serialised by `&mut` on the kernels
+                // that own them.
+                unsafe { queues.segment().reset_kernel_arena() };
+            }
         }
+        let own = self.queues.kernel_backend();
         let args = args(&TaskKernelAddresses {
+            own_segment: own.base,
+            own_len: self.queues.segment().len() as u64,
             segment: futures_from.kernel_backend().base,
             len: futures_from.segment().len() as u64,
             peer,
@@ -358,10 +385,14 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
             )
         };
         // A thread that stopped or ran out of budget may have left its
-        // future queued: keep the arena until the runtime is gone.
-        *arena_reusable = status
+        // future queued and its reply awaited: keep the arena and the reply
+        // region until the runtime is gone.
+        let answered = status
             .iter()
             .all(|&s| s == ECHO_OK || s == ECHO_TASK_FAILED);
+        for (_, reusable) in used.iter_mut().flatten() {
+            **reusable = answered;
+        }
         Ok(EchoOutcome {
             results,
             status,
@@ -416,6 +447,48 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         }
         device.synchronize_stream(&self.stream)?;
         let elapsed = start.elapsed();
+        Ok(elapsed / rounds.max(1) as u32)
+    }
+
+    /// The floor of a kernel thread's round trip to its device's GPU
+    /// service: two blocks of one launch exchange `rounds` values through two
+    /// words of device memory (`tandem_rt_device_pingpong`, device-scope
+    /// release and acquire). It allocates and frees device memory, which
+    /// waits for the device to go idle: not while a [`crate::GpuService`]
+    /// runs. Returns the time per round trip.
+    pub fn device_pingpong(&self, rounds: u64) -> Result<Duration, RuntimeError> {
+        let device = self.queues.device();
+        // The two words, then block 0's count of rounds done.
+        let words = device.alloc_device(24)?;
+        device.fill(&words, 0, 24, 0)?;
+        let spin_budget = 1u64 << 32;
+        let args = [
+            KernelArg::Ptr(words.device_ptr()),
+            KernelArg::U64(rounds),
+            KernelArg::U64(spin_budget),
+            KernelArg::Ptr(words.device_ptr() + 16),
+        ];
+        let start = Instant::now();
+        // SAFETY: the words live until after the synchronisation; the kernel
+        // touches only them.
+        unsafe {
+            device.launch(
+                &self.device_pingpong,
+                &LaunchConfig::linear(2, 1),
+                &args,
+                &self.stream,
+            )
+        }?;
+        device.synchronize_stream(&self.stream)?;
+        let elapsed = start.elapsed();
+        let mut done = [0u8; 8];
+        device.copy_from_device(&mut done, &words, 16)?;
+        let done = u64::from_ne_bytes(done);
+        if done != rounds {
+            return Err(RuntimeError::Process(format!(
+                "device ping-pong: {done} of {rounds} rounds before a block gave up"
+            )));
+        }
         Ok(elapsed / rounds.max(1) as u32)
     }
 
@@ -527,6 +600,9 @@ struct Target<'a, 'q, A: GpuApi> {
 
 /// What a task kernel's arguments point at, as the device sees it.
 struct TaskKernelAddresses {
+    /// This device's queue segment (its reply region), and its length.
+    own_segment: u64,
+    own_len: u64,
     /// The queue segment its futures come from, and its length.
     segment: u64,
     len: u64,

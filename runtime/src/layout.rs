@@ -20,13 +20,14 @@
 //! The CPU segment's header page also holds the runtime's status block
 //! (host-only), at `status::STATUS_BLOCK_OFFSET` (2048) after the header.
 //!
-//! A device segment's queue region also holds the device's GPU inbox after
-//! the lane queue: two MPMC rings of task pointers that the device's GPU
-//! service kernel (tandem/runtime.h, `rt_serve`) consumes, one the host
-//! pushes into ([`inbox::FROM_HOST`]), one kernels push into
-//! ([`inbox::FROM_KERNELS`]). A ring side whose threads are all on the GPU
-//! counts its tickets in device memory ([`SegmentHeader::device_tickets`],
-//! indices in [`device_ticket`]).
+//! A device segment's queue region also holds, after the lane queue, the
+//! ring of task pointers host threads send to the device's GPU service
+//! kernel (tandem/runtime.h, `rt_serve`) through. Kernels send to it through
+//! the device inbox ([`device_inbox`]), in device memory, and get its
+//! answers in the reply region ([`SegmentHeader::device_replies`]), in their
+//! own device's memory. A ring side whose threads are all on the GPU counts
+//! its tickets in device memory ([`SegmentHeader::device_tickets`], indices
+//! in [`device_ticket`]).
 //!
 //! Every future a task record or an inbox pointer names is given by its byte
 //! offset from the segment's base (an inbox `ShmPtr` also carries the
@@ -42,7 +43,7 @@ use tandem_shm_core::AllocatorId;
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file or to what the
 /// segment's other shared words mean (client slots, heaps).
-pub const SEGMENT_VERSION: u32 = 7;
+pub const SEGMENT_VERSION: u32 = 8;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -55,14 +56,24 @@ pub mod segment_kind {
     pub const DEVICE: u32 = 1;
 }
 
-/// The rings of a device's GPU inbox, at `inbox_offset + i * inbox_ring_bytes`.
-pub mod inbox {
-    /// Host threads push (the ring's own `tail`); the GPU service pops.
-    pub const FROM_HOST: u32 = 0;
-    /// Kernels push; the GPU service pops (both sides with device tickets).
-    pub const FROM_KERNELS: u32 = 1;
-    /// Rings in an inbox.
-    pub const RINGS: u32 = 2;
+/// A device's device inbox ([`SegmentHeader::device_inbox`]): the slots, in
+/// device memory, through which kernels send tasks to the device's GPU
+/// service (`RtInboxSlot` in tandem/runtime.h, which the host only
+/// initialises). Ticket `t` uses slot `t % DEPTH`, whose sequence word (its
+/// first 8 bytes) says whose turn it is: `2t` free for the sender of `t`,
+/// `2t + 1` holding its task.
+pub mod device_inbox {
+    /// Slots, a power of two: tasks in flight beyond that many make their
+    /// senders wait for a slot.
+    pub const DEPTH: u32 = 16384;
+    /// Bytes of a slot (one cache line).
+    pub const SLOT_BYTES: usize = 64;
+
+    /// The sequence word slot `slot` starts with: free for its first lap's
+    /// ticket (`slot` itself).
+    pub const fn initial_seq(slot: u32) -> u64 {
+        2 * slot as u64
+    }
 }
 
 /// Whether a kernel on one device may reach another device's segment: the
@@ -78,7 +89,7 @@ pub mod peer_access {
 /// Where each of a device segment's device tickets (`tandem::DeviceTickets`,
 /// `tandem_device_kernels::DEVICE_TICKETS_BYTES` each) sits: [`PER_LANE`]
 /// per lane, the producers of lane `l` at priority `p` (0 high, 1 low) at
-/// `PER_LANE * l + p`, then, from `PER_LANE * lanes`, the inbox's GPU-side
+/// `PER_LANE * l + p`, then, from `PER_LANE * lanes`, the GPU service's
 /// counters in the order below. Mirrored in tandem/runtime.h (`rt_ticket`,
 /// whose `RtTicket` computes the indices from these constants).
 ///
@@ -87,15 +98,15 @@ pub mod device_ticket {
     /// Tickets per lane: its producers at each priority.
     pub const PER_LANE: u32 = 2;
     /// After the lanes' tickets: the GPU service's tickets on the
-    /// from-host inbox ring.
+    /// from-host ring.
     pub const INBOX_FROM_HOST_CONSUMERS: u32 = 0;
-    /// After the lanes' tickets: kernels' tickets on the from-kernels inbox
-    /// ring.
-    pub const INBOX_FROM_KERNELS_PRODUCERS: u32 = 1;
-    /// After the lanes' tickets: the GPU service's tickets on the
-    /// from-kernels inbox ring.
-    pub const INBOX_FROM_KERNELS_CONSUMERS: u32 = 2;
-    /// Tickets after the lanes' (the inbox's).
+    /// After the lanes' tickets: kernels' tickets on the device inbox.
+    pub const DEVICE_INBOX_PRODUCERS: u32 = 1;
+    /// After the lanes' tickets: the first device-inbox ticket the next GPU
+    /// service serves, which the last one left (its consumers take no
+    /// tickets: each service thread owns a fixed share).
+    pub const DEVICE_INBOX_SERVED: u32 = 2;
+    /// Tickets after the lanes' (the GPU service's).
     pub const INBOX: u32 = 3;
 
     /// How many a segment of `lanes` lanes has.
@@ -202,8 +213,9 @@ pub struct SegmentHeader {
     pub heartbeat: AtomicU64,
     /// Raised (nonzero) by the host to release every kernel waiting with it.
     pub stop: AtomicU32,
-    /// Padding, zero.
-    pub reserved: u32,
+    /// Slots of the device inbox ([`device_inbox::DEPTH`]); 0 in the CPU
+    /// segment.
+    pub device_inbox_depth: u32,
     /// Device address of the segment's device tickets, [`device_ticket::count`]
     /// `tandem::DeviceTickets` in device memory; 0 in the CPU segment. The
     /// lane queue's producers (kernels) and the inbox's GPU sides take their
@@ -211,21 +223,19 @@ pub struct SegmentHeader {
     /// tickets") instead of an RMW on a ring counter in host memory; the
     /// workers (and host submitters to the inbox) use the rings as usual.
     pub device_tickets: u64,
-    /// Where the GPU inbox's rings start (inside the queue region); 0 when
-    /// the segment has none (the CPU segment).
+    /// Where the GPU service's from-host ring starts (inside the queue
+    /// region); 0 when the segment has none (the CPU segment).
     pub inbox_offset: u64,
-    /// Bytes between the inbox's rings.
+    /// Bytes of the from-host ring.
     pub inbox_ring_bytes: u64,
-    /// Slots of each inbox ring.
+    /// Slots of the from-host ring.
     pub inbox_depth: u32,
     /// Raised (nonzero) by the host to end the GPU service kernel once the
     /// inbox is drained.
     pub service_stop: AtomicU32,
-    /// Device address of the free-slot hints (tandem/mpmc.h) of the GPU
-    /// inbox's from-kernels ring, in device memory, zeroed: `depth` u64s; 0
-    /// in the CPU segment. (The lane rings are LL rings, whose kernel
-    /// producers learn a slot is free from the workers' counter alone.)
-    pub device_free_hints: u64,
+    /// Device address of the device inbox ([`device_inbox`]): its slots, in
+    /// device memory; 0 in the CPU segment.
+    pub device_inbox: u64,
     /// The runtime process's start time (clock ticks after boot,
     /// as `/proc/<pid>/stat` gives it), so that a later process
     /// reusing `runtime_pid` is not taken for the owner. Written before
@@ -237,6 +247,17 @@ pub struct SegmentHeader {
     pub clients_offset: u64,
     /// The host clients' region's length.
     pub clients_bytes: u64,
+    /// Device address of the reply region: device memory from which each
+    /// block of a kernel that sends to GPU services carves a reply word and
+    /// cell per thread (`rt_init`), where the services answer; 0 in the CPU
+    /// segment. Never touched by the host.
+    pub device_replies: u64,
+    /// The reply region's length.
+    pub device_replies_bytes: u64,
+    /// Bytes of the reply region carved so far (a fetch_add per block);
+    /// reset with the kernel arena
+    /// ([`QueueSegment::reset_kernel_arena`](crate::QueueSegment::reset_kernel_arena)).
+    pub replies_carved: AtomicU64,
 }
 
 impl SegmentHeader {
@@ -377,7 +398,7 @@ pub const TASK_HEADER_BYTES: usize = 16;
 /// `TaskHeader::version`.
 pub const TASK_VERSION: u32 = 1;
 
-static_assertions::assert_eq_size!(SegmentHeader, [u8; 192]);
+static_assertions::assert_eq_size!(SegmentHeader, [u8; 256]);
 static_assertions::const_assert_eq!(core::mem::align_of::<SegmentHeader>(), 64);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, magic), 0);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, version), 8);
@@ -398,18 +419,29 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, runtime
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, state), 100);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, heartbeat), 104);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, stop), 112);
+static_assertions::const_assert_eq!(
+    memoffset::offset_of!(SegmentHeader, device_inbox_depth),
+    116
+);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, device_tickets), 120);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_offset), 128);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_ring_bytes), 136);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, inbox_depth), 144);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, service_stop), 148);
-static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, device_free_hints), 152);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, device_inbox), 152);
 static_assertions::const_assert_eq!(
     memoffset::offset_of!(SegmentHeader, runtime_start_time),
     160
 );
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, clients_offset), 168);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, clients_bytes), 176);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, device_replies), 184);
+static_assertions::const_assert_eq!(
+    memoffset::offset_of!(SegmentHeader, device_replies_bytes),
+    192
+);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, replies_carved), 200);
+static_assertions::const_assert!(device_inbox::DEPTH.is_power_of_two());
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
 
 static_assertions::const_assert!(task_record::INLINE_ARGS_MAX < 1 << task_record::ARGS_LEN_BITS);
@@ -452,16 +484,19 @@ mod cpp_mirror {
             state,
             heartbeat,
             stop,
-            reserved,
+            device_inbox_depth,
             device_tickets,
             inbox_offset,
             inbox_ring_bytes,
             inbox_depth,
             service_stop,
-            device_free_hints,
+            device_inbox,
             runtime_start_time,
             clients_offset,
             clients_bytes,
+            device_replies,
+            device_replies_bytes,
+            replies_carved,
         }
     );
     assert_same_layout!(
@@ -479,8 +514,7 @@ mod cpp_mirror {
         TASK_VERSION => c::RT_TASK_VERSION,
         TASK_HEADER_BYTES => c::RT_TASK_HEADER_BYTES,
         SEGMENT_HEADER_RESERVED => c::RT_SEGMENT_HEADER_RESERVED,
-        inbox::FROM_HOST => c::RtInbox_from_host,
-        inbox::FROM_KERNELS => c::RtInbox_from_kernels,
+        device_inbox::SLOT_BYTES => c::RT_INBOX_SLOT_BYTES,
         task_record::FUTURE => c::rt_record::FUTURE,
         task_record::NOTIFY => c::rt_record::NOTIFY,
         task_record::TOKEN => c::rt_record::TOKEN,
@@ -507,8 +541,8 @@ mod cpp_mirror {
         peer_access::UNREACHABLE => c::rt_peer_unreachable,
         device_ticket::PER_LANE => c::rt_ticket::PER_LANE,
         device_ticket::INBOX_FROM_HOST_CONSUMERS => c::rt_ticket::INBOX_FROM_HOST_CONSUMERS,
-        device_ticket::INBOX_FROM_KERNELS_PRODUCERS => c::rt_ticket::INBOX_FROM_KERNELS_PRODUCERS,
-        device_ticket::INBOX_FROM_KERNELS_CONSUMERS => c::rt_ticket::INBOX_FROM_KERNELS_CONSUMERS,
+        device_ticket::DEVICE_INBOX_PRODUCERS => c::rt_ticket::DEVICE_INBOX_PRODUCERS,
+        device_ticket::DEVICE_INBOX_SERVED => c::rt_ticket::DEVICE_INBOX_SERVED,
         device_ticket::INBOX => c::rt_ticket::INBOX,
         math_pool::POOL => c::rt_math::POOL,
         math_pool::NOOP => c::rt_math::NOOP,

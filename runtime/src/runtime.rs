@@ -16,7 +16,9 @@ use tandem_shm_core::Segment;
 use crate::config::{Config, DeviceSelection};
 use crate::error::RuntimeError;
 use crate::janitor::Janitor;
-use crate::layout::{device_ticket, peer_access, runtime_state, segment_kind, SegmentHeader};
+use crate::layout::{
+    device_inbox, device_ticket, peer_access, runtime_state, segment_kind, SegmentHeader,
+};
 use crate::liveness::{monotonic_ns, HEARTBEAT_PERIOD};
 use crate::registry::Registry;
 use crate::segment::{QueueSegment, SegmentSpec};
@@ -108,10 +110,12 @@ pub struct DeviceQueues<A: GpuApi> {
     // Declared before `segment`: the registration must be dropped (the pages
     // unregistered) before the mapping can go.
     registration: <A::Device as GpuDevice>::HostRegistration,
-    /// The device tickets and free-slot hints
-    /// ([`SegmentHeader::device_tickets`], [`SegmentHeader::device_free_hints`]):
-    /// held for the kernels, which find them through the header.
+    /// The device tickets and the device inbox
+    /// ([`SegmentHeader::device_tickets`], [`SegmentHeader::device_inbox`]),
+    /// and the reply region ([`SegmentHeader::device_replies`]): held for
+    /// the kernels, which find them through the header.
     _tickets: <A::Device as GpuDevice>::DeviceBuffer,
+    _replies: <A::Device as GpuDevice>::DeviceBuffer,
     segment: Arc<QueueSegment>,
     device: A::Device,
     properties: DeviceProperties,
@@ -121,6 +125,9 @@ pub struct DeviceQueues<A: GpuApi> {
     worker_cpus: Vec<u32>,
     /// Worker threads serving its lanes alone.
     workers: usize,
+    /// Whether a [`crate::GpuService`] runs on it: one at a time, as the
+    /// service's threads split the device inbox's tickets among themselves.
+    pub(crate) service_running: AtomicBool,
 }
 
 impl<A: GpuApi> DeviceQueues<A> {
@@ -136,12 +143,24 @@ impl<A: GpuApi> DeviceQueues<A> {
         let registration = unsafe { device.register_host(memory.as_ptr(), memory.len()) }?;
         // The lanes depend on the backend (docs/design/pcie.md, "Many lanes").
         let lanes = config.device_lanes(A::BACKEND);
-        // One zeroed device allocation: the tickets, then the free-slot hints.
-        let ticket_bytes =
-            device_ticket::count(lanes) as usize * tandem_device_kernels::DEVICE_TICKETS_BYTES;
-        let hint_bytes = config.queue_depth as usize * size_of::<u64>();
-        let tickets = device.alloc_device(ticket_bytes + hint_bytes)?;
-        device.fill(&tickets, 0, ticket_bytes + hint_bytes, 0)?;
+        // One device allocation: the tickets (zeroed), then the device inbox
+        // (each slot's sequence word free for its first lap). Cache-line
+        // aligned, as the slots must be: the allocation is, and the tickets
+        // fill whole lines.
+        let ticket_bytes = (device_ticket::count(lanes) as usize
+            * tandem_device_kernels::DEVICE_TICKETS_BYTES)
+            .next_multiple_of(device_inbox::SLOT_BYTES);
+        let inbox_bytes = device_inbox::DEPTH as usize * device_inbox::SLOT_BYTES;
+        let tickets = device.alloc_device(ticket_bytes + inbox_bytes)?;
+        device.fill(&tickets, 0, ticket_bytes, 0)?;
+        let mut slots = vec![0u8; inbox_bytes];
+        for (i, slot) in slots.chunks_exact_mut(device_inbox::SLOT_BYTES).enumerate() {
+            slot[..8].copy_from_slice(&device_inbox::initial_seq(i as u32).to_ne_bytes());
+        }
+        device.copy_to_device(&tickets, ticket_bytes, &slots)?;
+        // As many bytes as the segment: the arena's futures and the replies
+        // grow with the same threads, and both are reset together.
+        let replies = device.alloc_device(config.gpu_segment_size)?;
         let segment = QueueSegment::init(
             memory,
             SegmentSpec {
@@ -152,7 +171,10 @@ impl<A: GpuApi> DeviceQueues<A> {
                 depth: config.queue_depth,
                 copy_space: config.copy_space,
                 device_tickets: tickets.device_ptr(),
-                device_free_hints: tickets.device_ptr() + ticket_bytes as u64,
+                device_inbox: tickets.device_ptr() + ticket_bytes as u64,
+                device_inbox_depth: device_inbox::DEPTH,
+                device_replies: replies.device_ptr(),
+                device_replies_bytes: config.gpu_segment_size as u64,
                 inbox: true,
                 max_clients: 0,
                 client_heap_bytes: 0,
@@ -179,12 +201,14 @@ impl<A: GpuApi> DeviceQueues<A> {
         Ok(Self {
             registration,
             _tickets: tickets,
+            _replies: replies,
             segment: Arc::new(segment),
             device,
             properties,
             placement,
             worker_cpus,
             workers: 0,
+            service_running: AtomicBool::new(false),
         })
     }
 
@@ -393,7 +417,10 @@ impl<A: GpuApi> Runtime<A> {
                 depth: config.queue_depth,
                 copy_space: config.copy_space,
                 device_tickets: 0,
-                device_free_hints: 0,
+                device_inbox: 0,
+                device_inbox_depth: 0,
+                device_replies: 0,
+                device_replies_bytes: 0,
                 inbox: false,
                 max_clients: config.max_clients,
                 client_heap_bytes: config.client_heap_bytes,

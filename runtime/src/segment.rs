@@ -14,7 +14,7 @@ use tandem_shm_core::{
 use crate::client_table::{ClientLease, ClientTable};
 use crate::error::RuntimeError;
 use crate::layout::{
-    inbox, runtime_state, SegmentHeader, ARENA_ID_MAJOR, HEAP_ID_MAJOR, SEGMENT_HEADER_RESERVED,
+    runtime_state, SegmentHeader, ARENA_ID_MAJOR, HEAP_ID_MAJOR, SEGMENT_HEADER_RESERVED,
     SEGMENT_ID_MAJOR, SEGMENT_MAGIC, SEGMENT_VERSION,
 };
 use crate::liveness::monotonic_ns;
@@ -31,17 +31,18 @@ fn align_up(n: usize) -> usize {
     n.next_multiple_of(REGION_ALIGN)
 }
 
-/// Bytes between the GPU inbox's rings (`rt_inbox_ring_bytes` in
+/// Bytes of the GPU service's from-host ring (`rt_inbox_ring_bytes` in
 /// runtime.h): one ring of task pointers, rounded up to a cache line.
 pub(crate) fn inbox_ring_bytes(depth: u32) -> usize {
     MpmcRing::<ShmPtr<u8>>::required_bytes(depth).next_multiple_of(64)
 }
 
-/// Bytes of the queue region: the lane queue, then room for a GPU inbox
-/// (every segment gets the room, so one size fits the configuration check).
+/// Bytes of the queue region: the lane queue, then room for the from-host
+/// ring (every segment gets the room, so one size fits the configuration
+/// check).
 fn queue_region_bytes(lanes: u32, depth: u32) -> usize {
     let lane_queue = LaneQueue::required_bytes(lanes, depth).next_multiple_of(64);
-    align_up(lane_queue + inbox::RINGS as usize * inbox_ring_bytes(depth))
+    align_up(lane_queue + inbox_ring_bytes(depth))
 }
 
 /// Where the regions of a segment lie.
@@ -152,9 +153,16 @@ pub(crate) struct SegmentSpec {
     pub copy_space: u32,
     /// [`SegmentHeader::device_tickets`]: 0 for the CPU segment.
     pub device_tickets: u64,
-    /// [`SegmentHeader::device_free_hints`]: 0 for the CPU segment.
-    pub device_free_hints: u64,
-    /// Whether to set up a GPU inbox (device segments).
+    /// [`SegmentHeader::device_inbox`] and its slots: 0 and 0 for the CPU
+    /// segment.
+    pub device_inbox: u64,
+    pub device_inbox_depth: u32,
+    /// [`SegmentHeader::device_replies`] and its length: 0 and 0 for the
+    /// CPU segment.
+    pub device_replies: u64,
+    pub device_replies_bytes: u64,
+    /// Whether to set up the from-host ring of a GPU service (device
+    /// segments).
     pub inbox: bool,
     /// Client slots ([`crate::clients`]); 0 for device segments, which host
     /// clients do not attach to.
@@ -186,7 +194,7 @@ pub struct QueueSegment {
     // mapping (dropped with `memory`) outlives every use.
     header: &'static SegmentHeader,
     queue: LaneQueue<'static>,
-    /// The GPU inbox's from-host ring, in device segments.
+    /// The GPU service's from-host ring, in device segments.
     inbox_from_host: Option<MpmcRing<'static, ShmPtr<u8>>>,
     heap: SizeClassAllocator<'static>,
     arena: ArenaAllocator<'static>,
@@ -239,9 +247,12 @@ impl QueueSegment {
             addr_of_mut!((*h).state).write(AtomicU32::new(runtime_state::STARTING));
             addr_of_mut!((*h).heartbeat).write(AtomicU64::new(monotonic_ns()));
             addr_of_mut!((*h).stop).write(AtomicU32::new(0));
-            addr_of_mut!((*h).reserved).write(0);
+            addr_of_mut!((*h).device_inbox_depth).write(spec.device_inbox_depth);
             addr_of_mut!((*h).device_tickets).write(spec.device_tickets);
-            addr_of_mut!((*h).device_free_hints).write(spec.device_free_hints);
+            addr_of_mut!((*h).device_inbox).write(spec.device_inbox);
+            addr_of_mut!((*h).device_replies).write(spec.device_replies);
+            addr_of_mut!((*h).device_replies_bytes).write(spec.device_replies_bytes);
+            addr_of_mut!((*h).replies_carved).write(AtomicU64::new(0));
             addr_of_mut!((*h).clients_offset).write(geometry.clients_offset as u64);
             addr_of_mut!((*h).clients_bytes).write(geometry.clients_bytes as u64);
             let lane_queue_bytes =
@@ -255,15 +266,9 @@ impl QueueSegment {
             let ring_bytes = inbox_ring_bytes(spec.depth);
             let (inbox_offset, inbox_from_host) = if spec.inbox {
                 let offset = geometry.queue_offset + lane_queue_bytes;
-                let mut from_host = None;
-                for ring in 0..inbox::RINGS {
-                    let at = base.add(offset + ring as usize * ring_bytes);
-                    let handle = MpmcRing::<ShmPtr<u8>>::init_in(at, ring_bytes, spec.depth)?;
-                    if ring == inbox::FROM_HOST {
-                        from_host = Some(handle);
-                    }
-                }
-                (offset, from_host)
+                let at = base.add(offset);
+                let from_host = MpmcRing::<ShmPtr<u8>>::init_in(at, ring_bytes, spec.depth)?;
+                (offset, Some(from_host))
             } else {
                 (0, None)
             };
@@ -357,25 +362,20 @@ impl QueueSegment {
         geometry.check(memory.len())?;
         let inbox_offset = to_usize(header.inbox_offset);
         let ring_bytes = to_usize(header.inbox_ring_bytes);
-        let inbox_end = ring_bytes
-            .checked_mul(inbox::RINGS as usize)
-            .and_then(|b| b.checked_add(inbox_offset));
+        let inbox_end = ring_bytes.checked_add(inbox_offset);
         if inbox_offset != 0
             && (inbox_offset < geometry.queue_offset
                 || inbox_end.is_none_or(|end| end > geometry.queue_offset + geometry.queue_bytes))
         {
             return Err(RuntimeError::BadSegment(format!(
-                "GPU inbox at {inbox_offset:#x} lies outside the queue region"
+                "GPU service's from-host ring at {inbox_offset:#x} lies outside the queue region"
             )));
         }
         // SAFETY: each region lies inside the mapping (checked) and holds a
         // structure the runtime initialised before publishing the magic; so
         // does the inbox (checked to lie in the queue region).
         let inbox_from_host = (inbox_offset != 0)
-            .then(|| unsafe {
-                let at = base.add(inbox_offset + inbox::FROM_HOST as usize * ring_bytes);
-                MpmcRing::<ShmPtr<u8>>::attach(at, ring_bytes)
-            })
+            .then(|| unsafe { MpmcRing::<ShmPtr<u8>>::attach(base.add(inbox_offset), ring_bytes) })
             .transpose()?;
         // SAFETY: as above.
         let (queue, heap, arena) = unsafe {
@@ -419,7 +419,7 @@ impl QueueSegment {
         &self.queue
     }
 
-    /// The GPU inbox's ring host threads push into (device segments only).
+    /// The GPU service's ring host threads push into (device segments only).
     pub(crate) fn inbox_from_host(&self) -> Option<&MpmcRing<'_, ShmPtr<u8>>> {
         self.inbox_from_host.as_ref()
     }
@@ -525,13 +525,18 @@ impl QueueSegment {
     }
 
     /// Takes back every allocation of the kernel arena (where kernel threads'
-    /// `rt_init` carves their futures): call it between launches of kernels
-    /// that submit tasks, or the arena runs out after a few.
+    /// `rt_init` carves their futures) and of the reply region (where it
+    /// carves their replies from GPU services): call it between launches of
+    /// kernels that submit tasks, or both run out after a few.
     ///
     /// # Safety
-    /// No kernel may be running against this segment, and no future a kernel
-    /// allocated may still be queued or in a worker's hands.
+    /// No kernel may be running against this segment, no future a kernel
+    /// allocated may still be queued or in a worker's hands, and no task a
+    /// kernel sent to a GPU service (of any device) may still be unanswered.
     pub unsafe fn reset_kernel_arena(&self) {
+        // Relaxed: no kernel runs (the contract); the next launch reads the
+        // count after its launch, which orders this store before it.
+        self.header.replies_carved.store(0, Ordering::Relaxed);
         // SAFETY: forwarded contract.
         unsafe { self.arena.reset() }
     }

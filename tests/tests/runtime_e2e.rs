@@ -14,8 +14,8 @@ use tandem_runtime::kernels::{
     RuntimeKernels, ECHO_NO_PEER_ACCESS, ECHO_OK, ECHO_TASK_FAILED,
 };
 use tandem_runtime::{
-    math, Config, DeviceSelection, GpuService, Pool, Registry, Runtime, StatsSnapshot,
-    RC_UNKNOWN_METHOD,
+    math, Config, DeviceSelection, GpuService, Pool, Registry, Runtime, RuntimeError,
+    StatsSnapshot, RC_UNKNOWN_METHOD,
 };
 
 /// `rt_status::stopped` (tandem/runtime.h).
@@ -299,6 +299,108 @@ fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, t
     assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
 }
 
+/// Many kernel threads and host threads send to one GPU service at once,
+/// with tasks inline in the device inbox and in copy spaces (SUM), over two
+/// launches (the second reusing the reset arena and reply region): every
+/// answer is checked, each task is served exactly once, stopping drains both
+/// routes, and no task reaches a CPU worker. The service has `service`
+/// (blocks, threads): a thread count that is no power of two leaves some of
+/// its threads without tickets.
+fn gpu_service_stress<A: GpuApi>(
+    api: A,
+    (blocks, threads): (u32, u32),
+    tasks: u64,
+    service: (u32, u32),
+    (host_threads, host_tasks): (u64, u64),
+) {
+    let runtime = runtime_on_device_0(api, 2, 64);
+    let queues = &runtime.devices()[0];
+    // Loaded first: see GpuService on driver calls while it runs.
+    let mut kernels = RuntimeKernels::load(queues).expect("kernels");
+    let running = GpuService::start(queues, service.0, service.1).expect("service");
+    let launch = EchoLaunch {
+        method: math::SUM,
+        route: EchoRoute::GpuService,
+        ..add_launch(blocks, threads, tasks, EchoPriority::High)
+    };
+    std::thread::scope(|s| {
+        for h in 0..host_threads {
+            let runtime = &runtime;
+            s.spawn(move || {
+                let stop = std::sync::atomic::AtomicU32::new(0);
+                for i in 0..host_tasks {
+                    let task = math::Add { a: h << 32, b: i };
+                    let mut pending = runtime.submit_to_gpu(0, &task, None).expect("submit");
+                    assert_eq!(pending.wait(&stop, None).expect("answer"), (h << 32) + i);
+                }
+            });
+        }
+        for _ in 0..2 {
+            assert_all_added(&kernels.echo(&launch).expect("echo"), tasks);
+        }
+    });
+    let stats = running.stop().expect("the service ends");
+    let kernel_tasks = 2 * u64::from(blocks * threads) * tasks;
+    assert_eq!(stats.served, kernel_tasks + host_threads * host_tasks);
+    assert_eq!((stats.bad_pointers, stats.foreign_tickets), (0, 0));
+    assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
+}
+
+/// A kernel thread waiting for a GPU service's answer returns `stopped` once
+/// the stop flag is raised; its task stays in the device inbox, and a
+/// service started later serves it (and its stop then drains it); a service
+/// after that starts where it ended; one service a device at a time, of at
+/// most one block a multiprocessor.
+fn gpu_route_waits_end_at_stop<A: GpuApi>(api: A, blocks: u32, threads: u32) {
+    let runtime = runtime_on_device_0(api, 1, 64);
+    let queues = &runtime.devices()[0];
+    let mut kernels = RuntimeKernels::load(queues).expect("kernels");
+    let launch = EchoLaunch {
+        route: EchoRoute::GpuService,
+        ..add_launch(blocks, threads, 1, EchoPriority::High)
+    };
+    std::thread::scope(|s| {
+        let waiting = s.spawn(|| kernels.echo(&launch).expect("echo"));
+        std::thread::sleep(Duration::from_millis(200));
+        queues.raise_stop();
+        let outcome = waiting.join().expect("echo thread");
+        assert!(
+            outcome.status.iter().all(|&s| s == RT_STOPPED),
+            "statuses {:?}",
+            outcome.status
+        );
+    });
+    queues.clear_stop();
+    let stats = GpuService::start(queues, 1, 4)
+        .expect("service")
+        .stop()
+        .expect("the service ends");
+    assert_eq!(stats.served, u64::from(blocks * threads));
+    // A later service (of another size) starts where the last one ended,
+    // and is the device's only one while it runs.
+    let again = GpuService::start(queues, 1, 3).expect("second service");
+    assert!(matches!(
+        GpuService::start(queues, 1, 4),
+        Err(RuntimeError::ServiceRunning { .. })
+    ));
+    let tasks = 5;
+    let outcome = kernels
+        .echo(&EchoLaunch {
+            tasks_per_thread: tasks,
+            ..launch
+        })
+        .expect("echo");
+    assert_all_added(&outcome, tasks);
+    let stats = again.stop().expect("the second service ends");
+    assert_eq!(stats.served, u64::from(blocks * threads) * tasks);
+    // A service that could not keep all its blocks resident is refused.
+    let multiprocessors = queues.properties().multiprocessor_count;
+    assert!(matches!(
+        GpuService::start(queues, multiprocessors + 1, 1),
+        Err(RuntimeError::ServiceTooLarge { blocks, .. }) if blocks == multiprocessors + 1
+    ));
+}
+
 /// Rank 0 timed every one of its `tasks`, waiting took time (every task
 /// crosses to a worker and back), and the phases fit in the launch.
 fn assert_rank_zero_timed(phases: &EchoPhases, tasks: u64, outcome: &EchoOutcome) {
@@ -374,6 +476,22 @@ fn host_echo_phases_cover_rank_zero() {
 #[test]
 fn host_gpu_service_runs_tasks_routed_to_the_device() {
     gpu_service_runs_tasks_routed_to_the_device(HostApi::load().expect("host"), 2, 4);
+}
+
+#[test]
+fn host_gpu_service_stress() {
+    gpu_service_stress(
+        HostApi::load().expect("host"),
+        (8, 16),
+        400,
+        (1, 6),
+        (3, 1000),
+    );
+}
+
+#[test]
+fn host_gpu_route_waits_end_at_stop() {
+    gpu_route_waits_end_at_stop(HostApi::load().expect("host"), 2, 8);
 }
 
 #[test]
@@ -587,7 +705,7 @@ fn submit_to_gpu_reaches_the_named_device_only<A: GpuApi>(api: A) {
 /// every thread stops with `no_peer_access`; a route used between other
 /// devices is refused.
 fn kernels_send_to_another_devices_service<A: GpuApi>(api: A, blocks: u32, threads: u32) {
-    use tandem_runtime::{PeerAccess, PeerRoute, RuntimeError};
+    use tandem_runtime::{PeerAccess, PeerRoute};
     let runtime = runtime_on_two_devices(api, 1);
     let [first, second] = runtime.devices() else {
         panic!("two devices");
@@ -777,6 +895,20 @@ macro_rules! gpu_tests {
                     api("runtime gpu_service_runs_tasks_routed_to_the_device")
                 {
                     super::gpu_service_runs_tasks_routed_to_the_device(api, 16, 64);
+                }
+            }
+
+            #[test]
+            fn gpu_service_stress() {
+                if let Some((api, _one)) = api("runtime gpu_service_stress") {
+                    super::gpu_service_stress(api, (132, 128), 64, (16, 120), (4, 500));
+                }
+            }
+
+            #[test]
+            fn gpu_route_waits_end_at_stop() {
+                if let Some((api, _one)) = api("runtime gpu_route_waits_end_at_stop") {
+                    super::gpu_route_waits_end_at_stop(api, 16, 64);
                 }
             }
 

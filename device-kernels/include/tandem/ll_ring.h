@@ -89,7 +89,7 @@ TANDEM_DEVICE ring_status ll_attach(RingHeader* header, u64 len, LlRing* out) {
 /// publishes what this thread wrote before (the only fence on this path).
 /// `stop` and the waits are mpmc_push_ticketed's; `*claimed` gets the claim.
 ///
-/// The slot needs no sequence number or free-slot hint: a consumer reads a
+/// The slot needs no sequence number: a consumer reads a
 /// record whole before it moves `head` past it (with release), and the
 /// ticket's wait for `head` acquires that move (mpmc.h refresh_other_side),
 /// so the previous lap's reads happen-before these stores. A ring pushed

@@ -530,42 +530,6 @@ TANDEM_COLD bool wait_ticket_ready(DeviceTickets* t, const u64* other, u64 ticke
 
 }  // namespace detail
 
-/// Free-slot hints: `capacity` u64s in device memory (zeroed with the
-/// ring), one per slot, that let a GPU producer skip the PCIe read of a
-/// slot's sequence number. A GPU thread that learns out of band that the
-/// item of ticket t was consumed (its consumer answered it: the runtime's
-/// completed future) records the ConsumedNote of t; a producer of
-/// ticket t + capacity that finds the hint equal to its slot's free value
-/// knows the slot is free. A hint is only ever a value the slot's real
-/// sequence number already had, so a missing or stale one just means reading
-/// the slot itself.
-///
-/// Ordering: the consumer freed the slot (release) before it answered
-/// (release); the noting thread acquired the answer and then stores the hint
-/// with a device-scope release, which the producer's device-scope acquire
-/// pairs with, so by transitivity the consumer's read of the old element
-/// happens before the producer overwrites it.
-struct ConsumedNote {
-  /// The hint of the slot; null for none.
-  u64* hint;
-  /// The slot's free value for the next lap.
-  u64 value;
-};
-
-/// The note to record once the item pushed with `ticket` is known consumed.
-template <typename T>
-TANDEM_DEVICE ConsumedNote mpmc_consumed_note(const MpmcRing<T>& ring, u64* free_hints, u64 ticket) {
-  return ConsumedNote{free_hints == nullptr ? nullptr : &free_hints[ticket & ring.mask],
-                      detail::mpmc_free_for(ticket + ring.capacity())};
-}
-
-/// Records `note` (see above); nothing for a null hint.
-TANDEM_DEVICE void mpmc_note_consumed(const ConsumedNote& note) {
-  if (note.hint != nullptr) {
-    store_release<scope::device>(note.hint, note.value);
-  }
-}
-
 namespace detail {
 
 /// Claims a producer's ticket from `tickets` on a ring of `capacity` slots
@@ -624,15 +588,13 @@ TANDEM_DEVICE void refresh_if_due(const TicketClaim& claim, u64 capacity, Device
 /// Pushes `item` on a ring whose producers all take their tickets from
 /// `tickets`; `consumed` is the consumers' counter: the ring's `head` when
 /// they are CPU threads (the overload below), their DeviceTickets::next when
-/// they are GPU threads too. See "Device tickets" above. With `free_hints`
-/// (may be null; see mpmc_note_consumed) a hinted free slot costs no PCIe
-/// read; `*claimed` (may be null) gets the ticket pushed with; `mode` says
-/// whether a full ring is `unavailable` (probe) or waited on (direct).
+/// they are GPU threads too. See "Device tickets" above. `*claimed` (may be
+/// null) gets the ticket pushed with; `mode` says whether a full ring is
+/// `unavailable` (probe) or waited on (direct).
 template <typename T, scope S = scope::system>
 TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
                                                const u64* consumed, const T& item, const u32* stop,
-                                               const u64* free_hints = nullptr, u64* claimed = nullptr,
-                                               claim_mode mode = claim_mode::probe) {
+                                               u64* claimed = nullptr, claim_mode mode = claim_mode::probe) {
   TicketClaim claim{};
   const ticket_result r = detail::claim_ticket(ring.capacity(), tickets, consumed, mode, stop, &claim);
   if (r != ticket_result::done) {
@@ -642,13 +604,10 @@ TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTi
   u8* const slot = ring.slot(ticket);
   u64* const seq = MpmcRing<T>::seq(slot);
   const u64 free = detail::mpmc_free_for(ticket);
-  // Acquire: see mpmc_note_consumed.
-  const bool hinted = free_hints != nullptr &&
-                      load_acquire<scope::device>(&free_hints[ticket & ring.mask]) == free;
   // A consumer has taken the previous lap (claim_ticket): it frees the slot
   // right after its copy, so this wait is short.
   Backoff backoff;
-  for (u64 round = 0; !hinted; ++round) {
+  for (u64 round = 0;; ++round) {
     // Acquire: pairs with the release store of the consumer that freed the
     // slot, so its read of the old element is finished before we overwrite.
     const i64 lag = static_cast<i64>(load_acquire<S>(seq) - free);
@@ -681,11 +640,9 @@ TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTi
 /// try_pop, counting in the ring's `head`).
 template <typename T, scope S = scope::system>
 TANDEM_DEVICE ticket_result mpmc_push_ticketed(const MpmcRing<T>& ring, DeviceTickets* tickets,
-                                               const T& item, const u32* stop,
-                                               const u64* free_hints = nullptr, u64* claimed = nullptr,
+                                               const T& item, const u32* stop, u64* claimed = nullptr,
                                                claim_mode mode = claim_mode::probe) {
-  return mpmc_push_ticketed<T, S>(ring, tickets, &ring.header->head.value, item, stop, free_hints,
-                                  claimed, mode);
+  return mpmc_push_ticketed<T, S>(ring, tickets, &ring.header->head.value, item, stop, claimed, mode);
 }
 
 /// Pops into `*out` from a ring whose consumers all take their tickets from

@@ -8,8 +8,8 @@
 //   tandem::rt_make_task(f, POOL, METHOD, [&](tandem::Writer& w) { ... });
 //   tandem::rt_send_to_cpu(rt, f, lane, tandem::rt_priority::high, stop, budget);
 //   (or tandem::rt_send_to_gpu(rt, f, stop, budget): the GPU service runs it;
-//   after tandem::rt_init_peer(rt, other_segment, access, 64 * 1024), another
-//   device's GPU service runs it)
+//   after tandem::rt_init_peer(rt, own_segment, other_segment, access,
+//   64 * 1024), another device's GPU service runs it)
 //   tandem::rt_wait(f, stop, budget, &rc);         // completed/stopped/budget
 //   tandem::rt_output(f, &data, &len);             // then rt_make_task again
 //
@@ -19,7 +19,16 @@
 // block, then block-local bumps); a future is reused for the thread's next
 // task once the last one completed. A lane record names its future by its
 // byte offset from the segment's base (rt_record), which is how the CPU
-// workers resolve it; the GPU inbox carries ShmPtrs with the segment's id.
+// workers resolve it; the from-host ring carries ShmPtrs with the segment's
+// id.
+//
+// The GPU route stays in device memory: rt_send_to_gpu writes the task into
+// a slot of the service's device inbox (RtInboxSlot) and the service
+// answers in the sender's reply word and cell (RtReplyCell), carved per
+// block from the reply region of the sender's own device. Both sides
+// publish with one release store of a sequence (reply) word and acquire it:
+// at device scope, or at system scope when the two are on different devices
+// or the task was written into host memory (RT_INBOX_WIDE).
 //
 // Memory order: a task small enough goes to the workers whole in its lane
 // record (tandem/ll_ring.h), whose tagged words need no fence: the kernel
@@ -28,8 +37,9 @@
 // system-scope release fence before the record publishes it. The worker's
 // answer is a release store of the thread's notify word, which rt_wait's
 // system-scope acquire pairs with (so the future's output is then visible).
-// Waiting: call rt_wait from any lane; it spins on memory the CPU writes,
-// never on another lane of the same warp/wavefront.
+// Waiting: call rt_wait from any lane; it spins on memory another agent
+// (the CPU, the GPU service) writes, never on another lane of the same
+// warp/wavefront.
 #pragma once
 
 #include "tandem/arena.h"
@@ -50,7 +60,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 7;
+constexpr u32 RT_SEGMENT_VERSION = 8;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -82,29 +92,37 @@ struct alignas(64) RuntimeSegmentHeader {
   u64 heartbeat;
   /// Raised (nonzero) by the host to release waiting kernels.
   u32 stop;
-  u32 reserved;
+  /// Slots of the device inbox (`device_inbox`), a power of two.
+  u32 device_inbox_depth;
   /// Device address of the segment's DeviceTickets (RtTicket), in device
   /// memory.
   u64 device_tickets;
-  /// The GPU inbox: two rings (RtInbox) `inbox_ring_bytes` apart from
-  /// `inbox_offset` (0: none), `inbox_depth` slots each.
+  /// The GPU inbox's from-host ring (an MPMC ring of task pointers) at
+  /// `inbox_offset` (0: none), `inbox_ring_bytes` long, `inbox_depth` slots.
   u64 inbox_offset;
   u64 inbox_ring_bytes;
   u32 inbox_depth;
   /// Raised by the host to end the GPU service once the inbox is drained.
   u32 service_stop;
-  /// Device address of the free-slot hints (mpmc.h) of the GPU inbox's
-  /// from-kernels ring: `depth` u64s (the inbox has the lanes' depth).
-  u64 device_free_hints;
+  /// Device address of the device inbox: `device_inbox_depth` RtInboxSlots
+  /// in device memory, where kernels send tasks to the GPU service.
+  u64 device_inbox;
   /// The runtime process's start time (with `runtime_pid`, the owner).
   u64 runtime_start_time;
   /// The host clients' region (runtime::clients), host-only: 0 and 0 in
   /// device segments.
   u64 clients_offset;
   u64 clients_bytes;
+  /// Device address and length of the reply region: device memory that
+  /// rt_init carves per block for its threads' replies from GPU services.
+  u64 device_replies;
+  u64 device_replies_bytes;
+  /// Bytes of the reply region carved so far (one fetch_add per block);
+  /// the host resets it with the kernel arena.
+  u64 replies_carved;
 };
 
-static_assert(sizeof(RuntimeSegmentHeader) == 192, "SegmentHeader size");
+static_assert(sizeof(RuntimeSegmentHeader) == 256, "SegmentHeader size");
 static_assert(alignof(RuntimeSegmentHeader) == 64, "SegmentHeader alignment");
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, version, 8);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, kind, 12);
@@ -124,30 +142,35 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, runtime_pid, 96);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, state, 100);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, heartbeat, 104);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, stop, 112);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_inbox_depth, 116);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_tickets, 120);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_offset, 128);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_ring_bytes, 136);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, inbox_depth, 144);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, service_stop, 148);
-TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_free_hints, 152);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_inbox, 152);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, runtime_start_time, 160);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, clients_offset, 168);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, clients_bytes, 176);
-
-/// `runtime::layout::inbox`: the rings of a device's GPU inbox.
-enum class RtInbox : u32 { from_host = 0, from_kernels = 1 };
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_replies, 184);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_replies_bytes, 192);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, replies_carved, 200);
 
 /// `lane_queue::Priority` (shm-core).
 enum class rt_priority : u32 { high = 0, low = 1 };
 
 /// `runtime::layout::device_ticket`: where each of the segment's tickets
 /// sits: PER_LANE per lane (the producers of lane l at priority p at
-/// PER_LANE * l + p), then the inbox's, at PER_LANE * lanes + these.
+/// PER_LANE * l + p), then the GPU service's, at PER_LANE * lanes + these.
 namespace rt_ticket {
 constexpr u32 PER_LANE = 2;
+/// The GPU service's tickets on the from-host ring.
 constexpr u32 INBOX_FROM_HOST_CONSUMERS = 0;
-constexpr u32 INBOX_FROM_KERNELS_PRODUCERS = 1;
-constexpr u32 INBOX_FROM_KERNELS_CONSUMERS = 2;
+/// Kernels' tickets on the device inbox.
+constexpr u32 DEVICE_INBOX_PRODUCERS = 1;
+/// Its consumers take none (rt_serve): `next` here is the first ticket the
+/// next service serves, which the last one left.
+constexpr u32 DEVICE_INBOX_SERVED = 2;
 /// Tickets after the lanes'.
 constexpr u32 INBOX = 3;
 }  // namespace rt_ticket
@@ -160,13 +183,49 @@ struct RtTicket {
   static TANDEM_HOST_DEVICE u32 inbox_from_host_consumers(u32 lanes) {
     return rt_ticket::PER_LANE * lanes + rt_ticket::INBOX_FROM_HOST_CONSUMERS;
   }
-  static TANDEM_HOST_DEVICE u32 inbox_from_kernels_producers(u32 lanes) {
-    return rt_ticket::PER_LANE * lanes + rt_ticket::INBOX_FROM_KERNELS_PRODUCERS;
+  static TANDEM_HOST_DEVICE u32 device_inbox_producers(u32 lanes) {
+    return rt_ticket::PER_LANE * lanes + rt_ticket::DEVICE_INBOX_PRODUCERS;
   }
-  static TANDEM_HOST_DEVICE u32 inbox_from_kernels_consumers(u32 lanes) {
-    return rt_ticket::PER_LANE * lanes + rt_ticket::INBOX_FROM_KERNELS_CONSUMERS;
+  static TANDEM_HOST_DEVICE u32 device_inbox_served(u32 lanes) {
+    return rt_ticket::PER_LANE * lanes + rt_ticket::DEVICE_INBOX_SERVED;
   }
 };
+
+/// Argument words a device-inbox slot carries inline (RtInboxSlot::args).
+constexpr u32 RT_INBOX_ARGS_WORDS = 4;
+/// Argument bytes an inline device-inbox task may carry; larger ones travel
+/// in the future's copy space.
+constexpr u32 RT_INBOX_ARGS_MAX = RT_INBOX_ARGS_WORDS * 4;
+/// `runtime::layout::device_inbox::SLOT_BYTES`.
+constexpr u64 RT_INBOX_SLOT_BYTES = 64;
+/// Set in a full slot's `seq` when its sender may be on another device, or
+/// wrote the task into host memory: the service then acquires, and answers,
+/// at system scope (device scope otherwise).
+constexpr u64 RT_INBOX_WIDE = 1ull << 63;
+
+/// A slot of the device inbox (`runtime::layout::device_inbox`): one cache
+/// line of device memory. Ticket t uses slot t mod depth; `seq` is 2t while
+/// the slot is free for t's producer, 2t + 1 (maybe | RT_INBOX_WIDE) once it
+/// holds t's task, and 2(t + depth) once the service took it. The host
+/// writes only the initial sequence numbers (2i for slot i).
+struct alignas(64) RtInboxSlot {
+  u64 seq;
+  /// Device addresses of the sender's reply word and reply cell (RtReply).
+  u64 reply_word;
+  u64 reply_cell;
+  /// The segment offset of the future whose copy space holds the task, or
+  /// 0 for a task carried here (pool, method, args).
+  u64 future;
+  /// The task's token, which the reply word carries back (rt_notify).
+  u32 token;
+  u32 pool;
+  u32 method;
+  u32 args_len;
+  /// The arguments, four little-endian bytes a word.
+  u32 args[RT_INBOX_ARGS_WORDS];
+};
+static_assert(sizeof(RtInboxSlot) == RT_INBOX_SLOT_BYTES, "one cache line a slot");
+TANDEM_ASSERT_OFFSET(RtInboxSlot, seq, 0);
 
 /// `runtime::layout::TaskHeader`, serialized as four little-endian u32s at
 /// the start of a task's bytes.
@@ -231,6 +290,36 @@ constexpr u32 TOKEN_SHIFT = 2;
 /// Tokens run 1..=TOKEN_MAX (0 is a cleared word).
 constexpr u32 TOKEN_MAX = 0xFFFFFFFFu >> TOKEN_SHIFT;
 }  // namespace rt_notify
+
+/// Bytes of output a device handler may write (rt_serve stages it locally:
+/// a host task's output overwrites its input in the copy space).
+constexpr u32 RT_DEVICE_OUTPUT_MAX = 256;
+
+/// Where a GPU service answers a kernel thread's task (rt_send_to_gpu): in
+/// the sender's own device memory, carved per block by rt_init, so the
+/// sender's wait polls memory of its own device. The thread polls its reply
+/// word (a u32 beside its block's other threads' words, so a warp's polls
+/// share a line), which the service stores last, with release: the task's
+/// token above rt_notify's flags. A success without output is said by the
+/// word alone; otherwise this cell holds the return code and the output.
+struct RtReplyCell {
+  i32 return_code;
+  u32 output_len;
+  u8 output[RT_DEVICE_OUTPUT_MAX];
+};
+
+/// Alignment of each block's carve of the reply region (words, then cells).
+constexpr u64 RT_REPLY_ALIGN = 128;
+
+/// Bytes of the reply region a block of `threads` threads carves: a reply
+/// word and a cell per thread.
+TANDEM_HOST_DEVICE u64 rt_reply_words_bytes(u32 threads) {
+  return (u64{threads} * sizeof(u32) + RT_REPLY_ALIGN - 1) & ~(RT_REPLY_ALIGN - 1);
+}
+TANDEM_HOST_DEVICE u64 rt_reply_block_bytes(u32 threads) {
+  return (rt_reply_words_bytes(threads) + u64{threads} * sizeof(RtReplyCell) + RT_REPLY_ALIGN - 1) &
+         ~(RT_REPLY_ALIGN - 1);
+}
 
 /// Runtime return codes (`runtime::layout::RC_*`).
 constexpr i32 RT_RC_UNKNOWN_POOL = RC_OUTPUT_TOO_LARGE + 16;
@@ -303,20 +392,29 @@ struct RtContext {
   u8* rings;
   u64 ring_bytes;
   DeviceTickets* tickets;
-  /// Free-slot hints of the inbox's from-kernels ring (see the header).
-  u64* free_hints;
-  /// The GPU inbox's rings, or null.
+  /// The GPU inbox's from-host ring, or null.
   u8* inbox;
-  u64 inbox_ring_bytes;
   u32 inbox_depth;
+  /// The device inbox, or null, and its slots - 1.
+  RtInboxSlot* device_inbox;
+  u64 device_inbox_mask;
   u32 num_lanes;
   u32 depth;
+  /// The segment is another device's (rt_init_peer): what this block writes
+  /// into it, and the answers that come back, cross devices, so they are
+  /// ordered at system scope.
+  bool peer;
   BlockArena arena;
   /// The block's notify words (one per thread, from its arena share) and
   /// their segment offset; null when they did not fit.
   u32* notify_words;
   u64 notify_offset;
-  /// Whether thread i's notify word is taken (by its first future).
+  /// The block's reply words and cells (one per thread, RtReplyCell) in
+  /// this device's memory; null when its reply region is used up.
+  u32* reply_words;
+  RtReplyCell* reply_cells;
+  /// Whether thread i's notify word and reply are taken (by its first
+  /// future).
   bool notify_taken[RT_NOTIFY_THREADS];
   rt_status status;
 };
@@ -380,9 +478,10 @@ struct RtFuture {
   /// Sent and not yet seen complete by rt_wait: kept here, so rt_make_task
   /// need not read the flags back across PCIe to know the future is ours.
   bool in_flight;
-  /// What rt_wait records once the task is answered: its queue slot is free
-  /// again (mpmc.h free-slot hints).
-  ConsumedNote consumed;
+  /// The thread's reply word and cell in its own device's memory (RtReplyCell),
+  /// or null: where a GPU service answers (rt_send_to_gpu).
+  u32* reply_word;
+  RtReplyCell* reply_cell;
   /// The thread's notify word and its segment offset, or null/0: once the
   /// task is answered, the worker stores the token and flags there
   /// (rt_notify).
@@ -400,9 +499,12 @@ struct RtFuture {
   /// it went into the copy space.
   u32 staged[LL_RECORD_WORDS - rt_record::POOL];
   u32 staged_len;
-  /// The task in flight went to the GPU service, which answers through the
-  /// future's flags only.
+  /// The task in flight went to a GPU service, which answers through the
+  /// reply word and cell.
   bool via_gpu;
+  /// The context it went through was another device's (RtContext::peer):
+  /// the answer comes from there, at system scope.
+  bool via_peer;
   /// 1 + the lane ring this future's last push found nearly empty (its next
   /// push there claims without probing: mpmc.h claim_mode), or 0.
   u32 nearly_empty_ring;
@@ -523,8 +625,8 @@ TANDEM_HOST_DEVICE u64 rt_ring_bytes(u32 depth) {
   return (ll_required_bytes(depth) + CACHE_LINE - 1) & ~(CACHE_LINE - 1);
 }
 
-/// Bytes between the GPU inbox's rings (`inbox_ring_bytes` in segment.rs:
-/// one MPMC ring of task pointers, rounded up to a cache line).
+/// Bytes of the GPU inbox's from-host ring (`inbox_ring_bytes` in
+/// segment.rs: one MPMC ring of task pointers, rounded up to a cache line).
 TANDEM_HOST_DEVICE u64 rt_inbox_ring_bytes(u32 depth) {
   return (mpmc_required_bytes<ShmPtr<u8>>(depth) + CACHE_LINE - 1) & ~(CACHE_LINE - 1);
 }
@@ -549,7 +651,9 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
       !rt_region_fits(h->queue_offset, h->queue_bytes, h->segment_bytes) ||
       !rt_region_fits(h->arena_offset, h->arena_bytes, h->segment_bytes) ||
       h->device_tickets == 0 || h->device_tickets % alignof(DeviceTickets) != 0 ||
-      h->device_free_hints == 0 || h->device_free_hints % alignof(u64) != 0) {
+      h->device_inbox % alignof(RtInboxSlot) != 0 ||
+      (h->device_inbox != 0 && check_ring_capacity(h->device_inbox_depth) != ring_status::ok) ||
+      h->device_replies % RT_REPLY_ALIGN != 0) {
     return rt_status::bad_segment;
   }
   u8* const base = reinterpret_cast<u8*>(segment.base);
@@ -575,25 +679,24 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
   ctx.rings = rings;
   ctx.ring_bytes = q->ring_bytes;
   ctx.tickets = reinterpret_cast<DeviceTickets*>(h->device_tickets);
-  ctx.free_hints = reinterpret_cast<u64*>(h->device_free_hints);
   ctx.inbox = nullptr;
   if (h->inbox_offset != 0) {
-    if (h->inbox_depth != q->depth ||
-        h->inbox_ring_bytes != rt_inbox_ring_bytes(h->inbox_depth) || h->inbox_offset < h->queue_offset ||
-        h->inbox_offset + 2 * h->inbox_ring_bytes > h->queue_offset + h->queue_bytes) {
+    MpmcRing<ShmPtr<u8>> ring;
+    RingHeader* rh = reinterpret_cast<RingHeader*>(base + h->inbox_offset);
+    if (h->inbox_depth != q->depth || h->inbox_ring_bytes != rt_inbox_ring_bytes(h->inbox_depth) ||
+        h->inbox_offset < h->queue_offset ||
+        h->inbox_offset + h->inbox_ring_bytes > h->queue_offset + h->queue_bytes ||
+        mpmc_attach<ShmPtr<u8>>(rh, h->inbox_ring_bytes, &ring) != ring_status::ok) {
       return rt_status::bad_queue;
     }
-    for (u32 i = 0; i < 2; ++i) {
-      MpmcRing<ShmPtr<u8>> ring;
-      RingHeader* rh = reinterpret_cast<RingHeader*>(base + h->inbox_offset + i * h->inbox_ring_bytes);
-      if (mpmc_attach<ShmPtr<u8>>(rh, h->inbox_ring_bytes, &ring) != ring_status::ok) {
-        return rt_status::bad_queue;
-      }
-    }
     ctx.inbox = base + h->inbox_offset;
-    ctx.inbox_ring_bytes = h->inbox_ring_bytes;
     ctx.inbox_depth = h->inbox_depth;
   }
+  ctx.device_inbox = reinterpret_cast<RtInboxSlot*>(h->device_inbox);
+  ctx.device_inbox_mask = u64{h->device_inbox_depth} - 1;
+  ctx.peer = false;
+  ctx.reply_words = nullptr;
+  ctx.reply_cells = nullptr;
   ctx.num_lanes = q->num_lanes;
   ctx.depth = q->depth;
   return rt_status::ok;
@@ -612,12 +715,51 @@ TANDEM_DEVICE void rt_attach(RtContext& ctx, const MemoryBackend& segment) {
   block_barrier();
 }
 
-/// Sets up the block's context over `segment` and carves `block_arena_bytes`
-/// of the segment's kernel arena for the block's futures. Every thread of
-/// the block must call it, as it would reach a barrier; afterwards
-/// `ctx.status` says whether the runtime can be used (the same in every
-/// thread).
-TANDEM_DEVICE void rt_init(RtContext& ctx, const MemoryBackend& segment, u64 block_arena_bytes) {
+namespace detail {
+
+/// The header of the kernel's own device's segment `own`, or null when it
+/// is not a published runtime segment of this version.
+TANDEM_DEVICE RuntimeSegmentHeader* rt_own_header(const MemoryBackend& own) {
+  if (own.base == 0 || own.capacity < RT_SEGMENT_HEADER_RESERVED ||
+      own.base % alignof(RuntimeSegmentHeader) != 0) {
+    return nullptr;
+  }
+  RuntimeSegmentHeader* h = reinterpret_cast<RuntimeSegmentHeader*>(own.base);
+  // Acquire: as rt_validate's.
+  if (load_acquire<scope::system>(&h->magic) != RT_SEGMENT_MAGIC || h->version != RT_SEGMENT_VERSION ||
+      h->id.major != own.id.major || h->id.minor != own.id.minor ||
+      h->device_replies % RT_REPLY_ALIGN != 0) {
+    return nullptr;
+  }
+  return h;
+}
+
+/// Thread 0's carve of the block's replies (a word and a cell per thread)
+/// from the reply region `own` names, in the kernel's own device's memory:
+/// one fetch_add per block on the header's count, as the arena's carve.
+/// None (null) once the region is used up.
+TANDEM_DEVICE void rt_carve_replies(RtContext& ctx, RuntimeSegmentHeader* own) {
+  ctx.reply_words = nullptr;
+  ctx.reply_cells = nullptr;
+  if (own->device_replies == 0) {
+    return;
+  }
+  const u64 bytes = rt_reply_block_bytes(block_size());
+  // Relaxed: the count only hands out disjoint ranges of device memory that
+  // the host never touches; the host resets it only while no kernel runs.
+  const u64 at = fetch_add<scope::system, order::relaxed>(&own->replies_carved, bytes);
+  if (at > own->device_replies_bytes || bytes > own->device_replies_bytes - at) {
+    return;
+  }
+  u8* const block = reinterpret_cast<u8*>(own->device_replies + at);
+  ctx.reply_words = reinterpret_cast<u32*>(block);
+  ctx.reply_cells = reinterpret_cast<RtReplyCell*>(block + rt_reply_words_bytes(block_size()));
+}
+
+/// rt_init over `segment` with replies from `own`'s reply region (the
+/// segment of the device the kernel runs on), `peer` when the two differ.
+TANDEM_DEVICE void rt_init_on(RtContext& ctx, const MemoryBackend& segment, const MemoryBackend& own, bool peer,
+                              u64 block_arena_bytes) {
   rt_attach(ctx, segment);
   if (ctx.status != rt_status::ok) {
     return;
@@ -628,9 +770,14 @@ TANDEM_DEVICE void rt_init(RtContext& ctx, const MemoryBackend& segment, u64 blo
     ctx.notify_taken[thread_rank()] = false;
   }
   if (thread_rank() == 0) {
+    RuntimeSegmentHeader* const own_header = peer ? rt_own_header(own) : ctx.header;
     if (ctx.arena.carved != alloc_status::ok) {
       ctx.status = rt_status::no_memory;
+    } else if (own_header == nullptr) {
+      ctx.status = rt_status::bad_segment;
     } else {
+      ctx.peer = peer;
+      rt_carve_replies(ctx, own_header);
       // One notify word per thread, consecutive, so a warp's words share a
       // cache line and its lanes' polls coalesce (see rt_wait).
       const FullPtr<u8> words = block_arena_allocate(ctx.arena, u64{block_size()} * sizeof(u32), 128);
@@ -641,17 +788,30 @@ TANDEM_DEVICE void rt_init(RtContext& ctx, const MemoryBackend& segment, u64 blo
   block_barrier();
 }
 
+}  // namespace detail
+
+/// Sets up the block's context over `segment` and carves `block_arena_bytes`
+/// of the segment's kernel arena for the block's futures, and a reply word
+/// and cell per thread from the device's reply region. Every thread of the
+/// block must call it, as it would reach a barrier; afterwards `ctx.status`
+/// says whether the runtime can be used (the same in every thread).
+TANDEM_DEVICE void rt_init(RtContext& ctx, const MemoryBackend& segment, u64 block_arena_bytes) {
+  detail::rt_init_on(ctx, segment, segment, false, block_arena_bytes);
+}
+
 /// rt_init over another device's segment, for a kernel that sends tasks to
 /// that device's GPU service: the block's futures come from the peer
-/// segment's kernel arena, and rt_send_to_gpu, rt_wait and rt_output on this
-/// context then work as on the kernel's own device. The segment is pinned
-/// host memory mapped for every device; the peer's tickets are its device
-/// memory, which this device reaches through peer access. `access` is the
-/// host's word on that: anything but reachable touches nothing of the
-/// peer's and leaves ctx.status = no_peer_access (in every thread). Every
-/// thread of the block, as rt_init.
-TANDEM_DEVICE void rt_init_peer(RtContext& ctx, const MemoryBackend& peer_segment, rt_peer access,
-                                u64 block_arena_bytes) {
+/// segment's kernel arena, its replies from the reply region of
+/// `own_segment` (the segment of the device the kernel runs on, so its
+/// threads wait on their own device's memory), and rt_send_to_gpu, rt_wait
+/// and rt_output on this context then work as on the kernel's own device.
+/// The peer's inbox and tickets are its device memory, which this device
+/// reaches through peer access. `access` is the host's word on that:
+/// anything but reachable touches nothing of the peer's and leaves
+/// ctx.status = no_peer_access (in every thread). Every thread of the
+/// block, as rt_init.
+TANDEM_DEVICE void rt_init_peer(RtContext& ctx, const MemoryBackend& own_segment, const MemoryBackend& peer_segment,
+                                rt_peer access, u64 block_arena_bytes) {
   if (access != rt_peer::reachable) {
     if (thread_rank() == 0) {
       ctx.status = rt_status::no_peer_access;
@@ -659,7 +819,7 @@ TANDEM_DEVICE void rt_init_peer(RtContext& ctx, const MemoryBackend& peer_segmen
     block_barrier();
     return;
   }
-  rt_init(ctx, peer_segment, block_arena_bytes);
+  detail::rt_init_on(ctx, peer_segment, own_segment, true, block_arena_bytes);
 }
 
 /// Allocates a future with `copy_space` bytes of copy space from the block's
@@ -679,13 +839,13 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   out->ptr = ShmPtr<u8>{ctx.id, ctx.arena_offset + mem.shm.off};
   out->bytes = bytes;
   out->in_flight = false;
-  out->consumed = ConsumedNote{nullptr, 0};
   out->token = 0;
   out->staged_len = 0;
   for (u32 i = 0; i < LL_RECORD_WORDS - rt_record::POOL; ++i) {
     out->staged[i] = 0;  // records copy all of it (rt_send_to_cpu)
   }
   out->via_gpu = false;
+  out->via_peer = false;
   out->no_output = false;
   out->nearly_empty_ring = 0;
   out->ahead = 0;
@@ -693,20 +853,31 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   out->sent_ns = 0;
   out->sent_cycles = 0;
   out->first_poll_cycles = 0;
-  // The thread's notify word goes to its first future (one future per word:
-  // rt_wait trusts the word alone, see there); records carry 32-bit offsets.
+  // The thread's notify word and reply go to its first future (one future
+  // per word: rt_wait trusts the word alone, see there); records carry
+  // 32-bit offsets.
   const u32 me = thread_rank();
+  const bool first = me < RT_NOTIFY_THREADS && !ctx.notify_taken[me];
+  if (first) {
+    ctx.notify_taken[me] = true;
+  }
   const u64 word_offset = ctx.notify_offset + u64{me} * sizeof(u32);
-  const bool notified = ctx.notify_words != nullptr && me < RT_NOTIFY_THREADS &&
-                        !ctx.notify_taken[me] && word_offset <= 0xFFFFFFFFull &&
+  const bool notified = first && ctx.notify_words != nullptr && word_offset <= 0xFFFFFFFFull &&
                         out->ptr.off <= 0xFFFFFFFFull;
   if (notified) {
-    ctx.notify_taken[me] = true;
     // No earlier launch's answer may pass for one of ours.
     store_relaxed<scope::system>(&ctx.notify_words[me], 0u);
   }
   out->notify = notified ? &ctx.notify_words[me] : nullptr;
   out->notify_offset = notified ? static_cast<u32>(word_offset) : 0;
+  const bool replied = first && ctx.reply_words != nullptr;
+  if (replied) {
+    // Likewise; ordered before any service's answer by the release of the
+    // first push that names the word (rt_send_to_gpu).
+    store_relaxed<scope::device>(&ctx.reply_words[me], 0u);
+  }
+  out->reply_word = replied ? &ctx.reply_words[me] : nullptr;
+  out->reply_cell = replied ? &ctx.reply_cells[me] : nullptr;
   // Release, once per future: its header (the copy-space size a worker
   // checks) and the cleared word reach the host before any record naming
   // them, since records carry no fence of their own.
@@ -802,18 +973,14 @@ namespace detail {
 /// its slot, which the consumers free; only `*stop` ends that wait (when
 /// they are gone). A lane push claims without looking when the future's last
 /// push found the lane nearly empty (rt_send_to_cpu), so a lane that filled
-/// up since is waited on, not reported full. `note(ticket)` makes the
-/// ConsumedNote of the ticket.
-template <typename Push, typename Note>
-TANDEM_DEVICE rt_status rt_push(RtFuture& f, u64 capacity, const u32* stop, u64 spin_budget, Push push,
-                                Note note) {
+/// up since is waited on, not reported full.
+template <typename Push>
+TANDEM_DEVICE rt_status rt_push(RtFuture& f, u64 capacity, const u32* stop, u64 spin_budget, Push push) {
   Backoff backoff = Backoff::up_to(full_ring_max_sleep_ns(capacity));
   for (u64 round = 0;; ++round) {
-    u64 ticket = 0;
-    switch (push(&ticket)) {
+    switch (push()) {
       case ticket_result::done:
         f.in_flight = true;
-        f.consumed = note(ticket);
         return rt_status::ok;
       case ticket_result::stopped:
         return rt_status::stopped;
@@ -835,12 +1002,10 @@ TANDEM_DEVICE rt_status rt_push(RtFuture& f, u64 capacity, const u32* stop, u64 
   }
 }
 
-/// Inbox ring `which` of a context whose segment has an inbox.
-TANDEM_DEVICE MpmcRing<ShmPtr<u8>> rt_inbox_ring(const RtContext& ctx, RtInbox which) {
-  RingHeader* header =
-      reinterpret_cast<RingHeader*>(ctx.inbox + static_cast<u32>(which) * ctx.inbox_ring_bytes);
+/// The from-host ring of a context whose segment has an inbox.
+TANDEM_DEVICE MpmcRing<ShmPtr<u8>> rt_inbox_from_host(const RtContext& ctx) {
   // Validated by rt_attach.
-  return mpmc_view<ShmPtr<u8>>(header, ctx.inbox_depth);
+  return mpmc_view<ShmPtr<u8>>(reinterpret_cast<RingHeader*>(ctx.inbox), ctx.inbox_depth);
 }
 
 }  // namespace detail
@@ -878,7 +1043,7 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
   // Validated by rt_init.
   const LlRing ring = ll_view(header, ctx.depth);
   f.via_gpu = false;
-  const auto push = [&](u64* ticket) {
+  const auto push = [&]() {
     // Straight to the fetch_add when this future's last push found the ring
     // nearly empty (mpmc.h claim_mode): a lone thread's every push.
     const claim_mode mode = f.nearly_empty_ring == index + 1 ? claim_mode::direct : claim_mode::probe;
@@ -890,33 +1055,82 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
                           ? 0
                           : static_cast<i64>(ring.capacity()) - 1 - claim.free;
     f.ahead = ahead > 0 ? static_cast<u32>(ahead) : 0;
-    *ticket = claim.ticket;
     return r;
   };
-  // No free-slot note: an LL slot is known free from the consumers' counter.
-  const rt_status st =
-      detail::rt_push(f, ring.capacity(), stop, spin_budget, push, [](u64) { return ConsumedNote{nullptr, 0}; });
+  const rt_status st = detail::rt_push(f, ring.capacity(), stop, spin_budget, push);
   if (st == rt_status::ok) {
     detail::rt_mark_sent(f);
   }
   return st;
 }
 
+namespace detail {
+
+/// A fence at system scope when `wide` (the other party may be on another
+/// device, or the data in host memory), else at device scope.
+TANDEM_DEVICE void rt_fence(bool wide) {
+  if (wide) {
+    fence_acq_rel<scope::system>();
+  } else {
+    fence_acq_rel<scope::device>();
+  }
+}
+
+/// Waits until device-inbox `slot` is free for `ticket` (the service took
+/// the slot's previous lap); false when `*stop` (may be null) is raised
+/// first, which abandons the ticket: the service thread that owns it then
+/// waits at it until its own stop, so raise `stop` only once the service is
+/// no longer needed (as for any ticketed ring, mpmc.h).
+TANDEM_DEVICE bool rt_wait_inbox_slot(RtInboxSlot* slot, u64 ticket, bool wide, const u32* stop) {
+  const u64 free = mpmc_free_for(ticket);
+  Backoff backoff = Backoff::up_to(Backoff::RACE_DEVICE_MAX_NS);
+  for (u64 round = 0;; ++round) {
+    // Relaxed, with the fence below: the acquire pattern of the service's
+    // release of the slot, so its reads of the previous lap happen before
+    // our stores. System scope for a sender on another device.
+    const u64 seen = wide ? load_relaxed<scope::system>(&slot->seq) : load_relaxed<scope::device>(&slot->seq);
+    if (seen == free) {
+      break;
+    }
+    if (stop_raised<scope::system>(stop, round, false)) {
+      return false;
+    }
+    backoff.idle();
+  }
+  rt_fence(wide);
+  return true;
+}
+
+}  // namespace detail
+
 /// Sends `f`'s task to the device's GPU service (rt_serve, a persistent
-/// kernel the host started): the task goes into the copy space (if it was
-/// staged) and the future's pointer to the GPU inbox's from-kernels ring.
-/// The task stays on the device. no_inbox when the segment has none.
+/// kernel the host started) through the device inbox, in device memory: a
+/// task of at most RT_INBOX_ARGS_MAX argument bytes travels in the slot,
+/// a larger one in the future's copy space. The service answers in the
+/// thread's reply word and cell, in its own device's memory (rt_wait,
+/// rt_output). One device-memory fetch_add claims the slot; a slot whose
+/// previous lap the service has not taken yet is waited on until `*stop`
+/// (the claimed ticket cannot be handed back, so `spin_budget` bounds
+/// nothing here). no_inbox when the segment has none, no_memory when the
+/// future has no reply (not its thread's first, or the reply region was
+/// used up).
 TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const u32* stop, u64 spin_budget) {
+  static_assert(RT_INBOX_ARGS_MAX <= rt_record::INLINE_ARGS_MAX, "a task a slot carries is one rt_make_task stages");
+  (void)spin_budget;
   if (ctx.status != rt_status::ok) {
     return ctx.status;
   }
-  if (ctx.inbox == nullptr) {
+  if (ctx.device_inbox == nullptr) {
     return rt_status::no_inbox;
   }
-  if (f.staged_len != 0) {
+  if (f.reply_word == nullptr) {
+    return rt_status::no_memory;
+  }
+  const u32 args_len = f.staged_len != 0 ? rt_record::args_len(f.staged[2]) : 0;
+  const bool in_slot = f.staged_len != 0 && args_len <= RT_INBOX_ARGS_MAX;
+  if (f.staged_len != 0 && !in_slot) {
     // The staged argument bytes, by constant indices into `staged` (which
     // may then stay in registers).
-    const u32 args_len = rt_record::args_len(f.staged[2]);
     const auto staged_args = [&](Writer& w) {
       ser_status s = ser_status::ok;
       TANDEM_UNROLL
@@ -933,18 +1147,43 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
     }
     f.staged_len = 0;
   }
-  const MpmcRing<ShmPtr<u8>> ring = detail::rt_inbox_ring(ctx, RtInbox::from_kernels);
-  DeviceTickets* const producers = ctx.tickets + RtTicket::inbox_from_kernels_producers(ctx.num_lanes);
-  DeviceTickets* const consumers = ctx.tickets + RtTicket::inbox_from_kernels_consumers(ctx.num_lanes);
-  u64* const hints = ctx.free_hints;
+  // A copy-space task was written to host memory: published at system scope
+  // too, as is anything from another device.
+  const bool wide = ctx.peer || !in_slot;
+  DeviceTickets* const producers = ctx.tickets + RtTicket::device_inbox_producers(ctx.num_lanes);
+  // Relaxed: the fetch_add only makes tickets unique (the slot's sequence
+  // number hands it over). System scope: kernels of other devices
+  // (rt_init_peer) take tickets here too, and two devices' RMWs are atomic
+  // with each other only at system scope.
+  const u64 ticket = fetch_add_global<scope::system, order::relaxed>(&producers->next, u64{1});
+  RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
+  if (!detail::rt_wait_inbox_slot(slot, ticket, wide, stop)) {
+    return rt_status::stopped;
+  }
+  slot->reply_word = reinterpret_cast<u64>(f.reply_word);
+  slot->reply_cell = reinterpret_cast<u64>(f.reply_cell);
+  slot->future = in_slot ? 0 : f.ptr.off;
+  slot->token = f.token;
+  slot->pool = in_slot ? f.staged[0] : 0;
+  slot->method = in_slot ? f.staged[1] : 0;
+  slot->args_len = args_len;
+  TANDEM_UNROLL
+  for (u32 i = 0; i < RT_INBOX_ARGS_WORDS; ++i) {
+    slot->args[i] = f.staged[3 + i];
+  }
+  // Release: pairs with the service's acquire of the sequence number
+  // (rt_serve), publishing the slot's fields, the cleared reply word
+  // (rt_future_alloc) and a copy-space task.
+  const u64 full = detail::mpmc_full_for(ticket) | (wide ? RT_INBOX_WIDE : 0);
+  if (wide) {
+    store_release<scope::system>(&slot->seq, full);
+  } else {
+    store_release<scope::device>(&slot->seq, full);
+  }
   f.via_gpu = true;
-  // The slot's release store publishes the copy space (mpmc_push_ticketed).
-  return detail::rt_push(
-      f, ring.capacity(), stop, spin_budget,
-      [&](u64* ticket) {
-        return mpmc_push_ticketed<ShmPtr<u8>>(ring, producers, &consumers->next, f.ptr, stop, hints, ticket);
-      },
-      [&](u64 ticket) { return mpmc_consumed_note(ring, hints, ticket); });
+  f.via_peer = ctx.peer;
+  f.in_flight = true;
+  return rt_status::ok;
 }
 
 namespace detail {
@@ -1000,24 +1239,65 @@ struct RtFlagsWait {
 };
 
 /// rt_wait through the future's flags (future_wait), out of line: the path
-/// of a task sent to the GPU service or of a thread without a notify word,
-/// whose answers take far longer than a call.
+/// of a thread without a notify word, whose answers take far longer than a
+/// call.
 TANDEM_COLD RtFlagsWait rt_wait_flags(FutureView view, const u32* stop, u64 spin_budget) {
   RtFlagsWait waited{wait_outcome::budget_exhausted, 0};
   waited.outcome = future_wait<scope::system>(view, stop, spin_budget, &waited.return_code);
   return waited;
 }
 
+/// Whether `f`'s reply word shows its task answered by a GPU service; then
+/// `*return_code` and `f.no_output`.
+TANDEM_DEVICE bool rt_replied(RtFuture& f, i32* return_code) {
+  // Acquire: pairs with the service's release store of the word, after its
+  // cell (rt_answer). System scope for an answer from another device.
+  const u32 seen =
+      f.via_peer ? load_acquire<scope::system>(f.reply_word) : load_acquire<scope::device>(f.reply_word);
+  if ((seen >> rt_notify::TOKEN_SHIFT) != f.token) {
+    return false;
+  }
+  f.no_output = (seen & rt_notify::NO_OUTPUT) != 0;
+  *return_code = (seen & rt_notify::SUCCEEDED) != 0 ? 0 : f.reply_cell->return_code;
+  return true;
+}
+
+/// rt_wait for a task sent to a GPU service: polls the reply word, in this
+/// device's memory, so a poll is an L2 read, not a PCIe one. The first
+/// Backoff::IDLE_POLLS polls do not sleep (a lone thread's answer comes
+/// within them); later ones sleep up to Backoff::RACE_DEVICE_MAX_NS, which
+/// only waits that are long already (a busy service) reach.
+TANDEM_DEVICE wait_outcome rt_wait_replied(RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
+  Backoff backoff = Backoff::up_to(Backoff::RACE_DEVICE_MAX_NS);
+  for (u64 round = 0;; ++round) {
+    const bool stopped = stop_raised<scope::system>(stop, round, round >= spin_budget);
+    if (rt_replied(f, return_code)) {
+      return wait_outcome::completed;
+    }
+    // Then the word once more, as future_wait re-checks the flags.
+    if (stopped) {
+      return rt_replied(f, return_code) ? wait_outcome::completed : wait_outcome::stopped;
+    }
+    if (round >= spin_budget) {
+      return rt_replied(f, return_code) ? wait_outcome::completed : wait_outcome::budget_exhausted;
+    }
+    backoff.idle();
+  }
+}
+
 }  // namespace detail
 
 /// Waits for `f`'s completion: completed (with `*return_code`), stopped, or
-/// budget_exhausted, as future_wait, but polling the thread's notify word
-/// when it has one and the task went to the CPU workers. Call it from any
-/// lane; it spins on memory the host writes, never on another lane.
+/// budget_exhausted, as future_wait, but polling the thread's reply word
+/// for a task sent to a GPU service, and its notify word when it has one
+/// and the task went to the CPU workers. Call it from any lane; it spins on
+/// memory another agent writes, never on another lane.
 TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
   f.no_output = false;
   wait_outcome outcome;
-  if (f.notify != nullptr && !f.via_gpu) {
+  if (f.via_gpu) {
+    outcome = detail::rt_wait_replied(f, stop, spin_budget, return_code);
+  } else if (f.notify != nullptr) {
     outcome = detail::rt_wait_notified(f, stop, spin_budget, return_code);
   } else {
     const detail::RtFlagsWait waited = detail::rt_wait_flags(f.view, stop, spin_budget);
@@ -1028,68 +1308,84 @@ TANDEM_DEVICE wait_outcome rt_wait(RtFuture& f, const u32* stop, u64 spin_budget
   }
   if (outcome == wait_outcome::completed) {
     f.in_flight = false;
-    // The consumer freed the slot before it completed the future, whose
-    // completion we just acquired.
-    mpmc_note_consumed(f.consumed);
   }
   return outcome;
 }
 
-/// The output of a completed `f`, to read with Reader::over(*data, *len).
+/// The output of a completed `f`, to read with Reader::over(*data, *len):
+/// in the reply cell for a task a GPU service answered, else in the future.
 TANDEM_DEVICE rt_status rt_output(const RtFuture& f, const u8** data, u32* len) {
   if (f.no_output) {
     *data = f.view.copy_space();
     *len = 0;
     return rt_status::ok;
   }
+  if (f.via_gpu) {
+    // Ordered after the cell's writes by rt_wait's acquire of the word.
+    const u32 n = f.reply_cell->output_len;
+    if (n > RT_DEVICE_OUTPUT_MAX) {
+      return rt_status::future_error;
+    }
+    *data = f.reply_cell->output;
+    *len = n;
+    return rt_status::ok;
+  }
   return future_output<scope::system>(f.view, data, len) == future_status::ok ? rt_status::ok
                                                                              : rt_status::future_error;
 }
 
-/// Bytes of output a device handler may write (rt_serve stages it locally,
-/// because the output overwrites the input in the copy space).
-constexpr u32 RT_DEVICE_OUTPUT_MAX = 256;
-
 namespace detail {
 
-/// Runs the task of the future at `ptr` with `handle` and completes it.
+/// The future at byte `offset` of the context's segment, attached into
+/// `*f`; false when no future of the segment lies there.
+TANDEM_DEVICE bool rt_task_future(const RtContext& ctx, u64 offset, FutureView* f) {
+  const u64 segment_bytes = ctx.header->segment_bytes;
+  return offset >= RT_SEGMENT_HEADER_RESERVED && offset < segment_bytes &&
+         future_attach<scope::system>(ctx.base + offset, segment_bytes - offset, f) == future_status::ok;
+}
+
+/// Runs the task in `f`'s copy space (task header, then arguments) with
+/// `handle`, its output into `w`: the return code, RT_RC_BAD_TASK for bytes
+/// that are not a task. A pointer future (no COPY_FROM_CLIENT) carries no
+/// input here: a bad task too.
+template <typename H>
+TANDEM_DEVICE i32 rt_run_future_task(const FutureView& f, H& handle, Writer& w) {
+  const u8* input = nullptr;
+  u32 input_len = 0;
+  if (future_input<scope::system>(f, &input, &input_len) != future_status::ok || input_len == 0) {
+    return RT_RC_BAD_TASK;
+  }
+  Reader r = Reader::over(input, input_len);
+  u32 pool = 0, method = 0, args_len = 0, version = 0;
+  if (r.get_u32(&pool) != ser_status::ok || r.get_u32(&method) != ser_status::ok ||
+      r.get_u32(&args_len) != ser_status::ok || r.get_u32(&version) != ser_status::ok ||
+      version != RT_TASK_VERSION || args_len > input_len - RT_TASK_HEADER_BYTES) {
+    return RT_RC_BAD_TASK;
+  }
+  Reader args = Reader::over(input + RT_TASK_HEADER_BYTES, args_len);
+  return handle(pool, method, args, w);
+}
+
+/// The host route: runs the task of the future at `ptr` with `handle` and
+/// completes the future (system-scope release: a host thread waits on it).
 /// Returns false when `ptr` names no future of this segment (nothing to
 /// complete: a corrupt pointer), true otherwise.
 template <typename H>
 TANDEM_DEVICE bool rt_run_on_device(const RtContext& ctx, ShmPtr<u8> ptr, H& handle) {
-  const u64 segment_bytes = ctx.header->segment_bytes;
-  if (ptr.alloc_id.major != ctx.id.major || ptr.alloc_id.minor != ctx.id.minor ||
-      ptr.off < RT_SEGMENT_HEADER_RESERVED || ptr.off >= segment_bytes) {
-    return false;
-  }
   FutureView f;
-  if (future_attach<scope::system>(ctx.base + ptr.off, segment_bytes - ptr.off, &f) != future_status::ok) {
+  if (ptr.alloc_id.major != ctx.id.major || ptr.alloc_id.minor != ctx.id.minor ||
+      !rt_task_future(ctx, ptr.off, &f)) {
     return false;
   }
-  const u8* input = nullptr;
-  u32 input_len = 0;
-  i32 rc = RT_RC_BAD_TASK;
   u8 out[RT_DEVICE_OUTPUT_MAX];
   Writer w = Writer::over(out, RT_DEVICE_OUTPUT_MAX);
-  // A pointer future (no COPY_FROM_CLIENT) carries no input here: bad task.
-  if (future_input<scope::system>(f, &input, &input_len) == future_status::ok && input_len != 0) {
-    Reader r = Reader::over(input, input_len);
-    u32 pool = 0, method = 0, args_len = 0, version = 0;
-    if (r.get_u32(&pool) == ser_status::ok && r.get_u32(&method) == ser_status::ok &&
-        r.get_u32(&args_len) == ser_status::ok && r.get_u32(&version) == ser_status::ok &&
-        version == RT_TASK_VERSION && args_len <= input_len - RT_TASK_HEADER_BYTES) {
-      Reader args = Reader::over(input + RT_TASK_HEADER_BYTES, args_len);
-      rc = handle(pool, method, args, w);
-    }
-  }
-  if (rc != 0) {
-    w.pos = 0;  // a failed task carries no output
-  }
+  const i32 rc = rt_run_future_task(f, handle, w);
+  const u64 written = rc == 0 ? w.pos : 0;  // a failed task carries no output
   // A second completion (a duplicated pointer) is refused and changes nothing.
-  (void)future_complete<scope::system>(f, rc, [&](u8* buf, u32 cap, u64* written) {
-    *written = w.pos;
-    if (w.pos <= cap) {
-      for (u64 i = 0; i < w.pos; ++i) {
+  (void)future_complete<scope::system>(f, rc, [&](u8* buf, u32 cap, u64* len) {
+    *len = written;
+    if (written <= cap) {
+      for (u64 i = 0; i < written; ++i) {
         buf[i] = out[i];
       }
     }
@@ -1098,73 +1394,246 @@ TANDEM_DEVICE bool rt_run_on_device(const RtContext& ctx, ShmPtr<u8> ptr, H& han
   return true;
 }
 
+/// A device-inbox task, as rt_take_inbox_task copied it out of its slot.
+struct RtInboxTask {
+  u32* reply_word;
+  RtReplyCell* reply_cell;
+  u64 future;
+  u32 token;
+  u32 pool;
+  u32 method;
+  u32 args_len;
+  u32 args[RT_INBOX_ARGS_WORDS];
+  /// The sender may be on another device, or wrote the task to host memory.
+  bool wide;
+};
+
+/// Takes device-inbox ticket `ticket` into `*task` if its task has arrived,
+/// and frees the slot for the ticket a lap later; false (nothing taken)
+/// if not yet. The caller owns the ticket (rt_serve): nobody else takes it.
+TANDEM_DEVICE bool rt_take_inbox_task(const RtContext& ctx, u64 ticket, RtInboxTask* task) {
+  RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
+  // Relaxed, with the fence below: the acquire pattern that pairs with the
+  // sender's release of `seq` (rt_send_to_gpu), at the scope it released
+  // at. The load itself is system scope, so it sees a sender on another
+  // device as well.
+  const u64 seen = load_relaxed<scope::system>(&slot->seq);
+  if ((seen & ~RT_INBOX_WIDE) != mpmc_full_for(ticket)) {
+    return false;
+  }
+  task->wide = (seen & RT_INBOX_WIDE) != 0;
+  rt_fence(task->wide);
+  task->reply_word = reinterpret_cast<u32*>(slot->reply_word);
+  task->reply_cell = reinterpret_cast<RtReplyCell*>(slot->reply_cell);
+  task->future = slot->future;
+  task->token = slot->token;
+  task->pool = slot->pool;
+  task->method = slot->method;
+  task->args_len = slot->args_len;
+  TANDEM_UNROLL
+  for (u32 i = 0; i < RT_INBOX_ARGS_WORDS; ++i) {
+    task->args[i] = slot->args[i];
+  }
+  // Release, so the reads above finish before the next lap's sender
+  // overwrites the slot (its acquire pattern, rt_wait_inbox_slot). System
+  // scope: that sender may be on another device.
+  store_release<scope::system>(&slot->seq, mpmc_free_for(ticket + ctx.device_inbox_mask + 1));
+  return true;
+}
+
+/// Answers `task` with return code `rc` and the `len` bytes of `out` (none
+/// unless rc is 0): the reply cell if the word alone cannot say it, then
+/// the word, with release (rt_replied's acquire pairs with it), at system
+/// scope for a wide task. Reply addresses are the sender's own (kernels of
+/// this process, like the handler), so they are not checked.
+TANDEM_DEVICE void rt_answer(const RtInboxTask& task, i32 rc, const u8* out, u32 len) {
+  u32 flags = 0;
+  if (rc == 0 && len == 0) {
+    flags = rt_notify::SUCCEEDED | rt_notify::NO_OUTPUT;
+  } else {
+    flags = rc == 0 ? rt_notify::SUCCEEDED : 0;
+    task.reply_cell->return_code = rc;
+    task.reply_cell->output_len = len;
+    for (u32 i = 0; i < len; ++i) {
+      task.reply_cell->output[i] = out[i];
+    }
+  }
+  const u32 word = task.token << rt_notify::TOKEN_SHIFT | flags;
+  if (task.wide) {
+    store_release<scope::system>(task.reply_word, word);
+  } else {
+    store_release<scope::device>(task.reply_word, word);
+  }
+}
+
+/// Runs a taken device-inbox task with `handle` and answers it. Returns
+/// false when its future offset names no future of the segment (answered
+/// RT_RC_BAD_TASK).
+template <typename H>
+TANDEM_DEVICE bool rt_run_inbox_task(const RtContext& ctx, const RtInboxTask& task, H& handle) {
+  u8 out[RT_DEVICE_OUTPUT_MAX];
+  Writer w = Writer::over(out, RT_DEVICE_OUTPUT_MAX);
+  i32 rc = RT_RC_BAD_TASK;
+  bool found = true;
+  if (task.future != 0) {
+    FutureView f;
+    found = rt_task_future(ctx, task.future, &f);
+    if (found) {
+      rc = rt_run_future_task(f, handle, w);
+    }
+  } else if (task.args_len <= RT_INBOX_ARGS_MAX) {
+    u8 args[RT_INBOX_ARGS_MAX];
+    TANDEM_UNROLL
+    for (u32 i = 0; i < RT_INBOX_ARGS_MAX; ++i) {
+      args[i] = static_cast<u8>(task.args[i / 4] >> (8 * (i % 4)));
+    }
+    Reader r = Reader::over(args, task.args_len);
+    rc = handle(task.pool, task.method, r, w);
+  }
+  rt_answer(task, rc, out, rc == 0 ? static_cast<u32>(w.pos) : 0);
+  return found;
+}
+
+/// Idle rounds a service thread polls without sleeping; after them it
+/// sleeps RT_SERVE_IDLE_SLEEP_NS before each poll: what an idle service
+/// costs its SMs, and the most it adds to the first answer after a pause.
+constexpr u64 RT_SERVE_SPIN_POLLS = 256;
+constexpr u32 RT_SERVE_IDLE_SLEEP_NS = 512;
+/// How often, in idle rounds, a service thread reads its stop flag (host
+/// memory, a PCIe read): a busy service never does.
+constexpr u64 RT_SERVE_STOP_POLL_EVERY = 64;
+
+/// Whether a stopping service thread is done: no sender claimed its next
+/// device-inbox ticket, and the from-host ring holds nothing more
+/// (`host_server`). Acquire loads after the stop flag's acquire: every push
+/// made before the flag was raised is seen. Once done, the thread records
+/// the senders' count as the first ticket of the next service: every
+/// ticket below it was served (each thread serves its tickets in order and
+/// is past the count), and as senders are done the count no longer moves,
+/// so every thread records the same.
+TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, u64 ticket, bool host_server) {
+  DeviceTickets* const producers = ctx.tickets + RtTicket::device_inbox_producers(ctx.num_lanes);
+  const u64 claimed = load_acquire<scope::system>(&producers->next);
+  if (claimed > ticket) {
+    return false;
+  }
+  if (host_server) {
+    const DeviceTickets* const consumers = ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes);
+    const RingHeader* const ring = reinterpret_cast<const RingHeader*>(ctx.inbox);
+    if (load_acquire<scope::system>(&ring->tail.value) > load_relaxed<scope::device>(&consumers->next)) {
+      return false;
+    }
+  }
+  // Relaxed: the next service reads it after this kernel ended (the host
+  // synchronises before starting another).
+  store_relaxed<scope::device>(&(ctx.tickets + RtTicket::device_inbox_served(ctx.num_lanes))->next, claimed);
+  return true;
+}
+
 }  // namespace detail
 
 /// What rt_serve did, per thread.
 struct RtServeStats {
   u64 served;
-  /// Pointers that named no future of the segment (skipped).
+  /// Tasks that named no future of the segment (skipped: a host pointer,
+  /// or a kernel's copy-space task, answered RT_RC_BAD_TASK).
   u64 bad_pointers;
   /// Pops that found a foreign ticket (a ring used outside its tickets).
   u64 foreign;
 };
 
 /// The GPU service: the body of a persistent kernel that runs the tasks sent
-/// to the device's GPU inbox, from the host (Runtime::submit_to_gpu) and from
-/// kernels (rt_send_to_gpu), with `handle(pool, method, Reader& args,
-/// Writer& out) -> i32` (0 = success; RT_RC_UNKNOWN_POOL / _METHOD for what it
-/// does not serve; output up to RT_DEVICE_OUTPUT_MAX bytes), then completes
-/// each future (system-scope release: the host or the sending kernel is
-/// waiting). Any number of threads may call it, each taking one task at a
-/// time (device tickets on both rings; nothing waits on another lane). It
-/// returns once the segment's `service_stop` is raised and both rings are
-/// drained; the host raises it after its own submitters are done, so nothing
-/// pushed before is lost (mpmc_pop_ticketed). Call after rt_attach.
+/// to the device, from kernels (rt_send_to_gpu, through the device inbox)
+/// and from the host (Runtime::submit_to_gpu, through the from-host ring),
+/// with `handle(pool, method, Reader& args, Writer& out) -> i32` (0 =
+/// success; RT_RC_UNKNOWN_POOL / _METHOD for what it does not serve; output
+/// up to RT_DEVICE_OUTPUT_MAX bytes). Kernels' tasks are answered in their
+/// reply words (rt_answer), host tasks by completing the future.
+///
+/// Who serves what: the device inbox's tickets are split among the grid's
+/// G threads, from the first ticket B no earlier service served: thread g
+/// takes B + g, B + g + G, B + g + 2G, ..., each waiting on the one slot its
+/// next ticket uses (device memory) and taking no counter, so no ticket is
+/// skipped or taken twice. Each ticket is taken once its earlier ones are
+/// (its thread's, and the slot's previous lap, which frees the slot for its
+/// sender): by induction on the tickets, none waits forever, provided all of
+/// the service's threads are resident at once, as for any persistent
+/// kernel, and one service runs on a device at a time. Thread 0 of the grid
+/// also serves the from-host ring, alone, so a ticket it claims always has a
+/// producer and the pop never waits for one.
+/// Nothing sleeps while there is work; an idle thread sleeps briefly
+/// between polls (RT_SERVE_IDLE_SLEEP_NS) and reads the stop flag now and
+/// then (RT_SERVE_STOP_POLL_EVERY).
+///
+/// It returns once the segment's `service_stop` is raised and both routes
+/// are drained; the host raises it after its own submitters and the
+/// kernels that send here are done, so nothing pushed before is lost. Call
+/// after rt_attach.
 template <typename H>
 TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* stats) {
   *stats = RtServeStats{0, 0, 0};
   if (ctx.status != rt_status::ok) {
     return ctx.status;
   }
-  if (ctx.inbox == nullptr) {
+  if (ctx.inbox == nullptr || ctx.device_inbox == nullptr) {
     return rt_status::no_inbox;
   }
-  const u32* const stop = &ctx.header->service_stop;
-  const MpmcRing<ShmPtr<u8>> from_host = detail::rt_inbox_ring(ctx, RtInbox::from_host);
-  const MpmcRing<ShmPtr<u8>> from_kernels = detail::rt_inbox_ring(ctx, RtInbox::from_kernels);
+  const u64 threads = grid_size();
+  const u64 me = global_rank();
+  const bool host_server = me == 0;
+  const MpmcRing<ShmPtr<u8>> from_host = detail::rt_inbox_from_host(ctx);
   DeviceTickets* const host_consumers = ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes);
-  DeviceTickets* const kernel_producers = ctx.tickets + RtTicket::inbox_from_kernels_producers(ctx.num_lanes);
-  DeviceTickets* const kernel_consumers = ctx.tickets + RtTicket::inbox_from_kernels_consumers(ctx.num_lanes);
-  Backoff backoff;
-  for (;;) {
-    // Acquire, read before the rings: pairs with the host's release of the
-    // flag, so everything pushed before it was raised is seen below.
-    const bool stopping = load_acquire<scope::system>(stop) != 0;
-    ShmPtr<u8> ptr;
-    // Host tasks: the ring's own `tail` counts what host threads pushed.
-    ticket_result r = mpmc_pop_ticketed<ShmPtr<u8>>(from_host, host_consumers, &ptr, stop);
-    if (r == ticket_result::unavailable) {
-      r = mpmc_pop_ticketed<ShmPtr<u8>>(from_kernels, kernel_consumers, &kernel_producers->next, &ptr, stop);
-    }
-    if (r == ticket_result::done) {
-      if (detail::rt_run_on_device(ctx, ptr, handle)) {
+  // Relaxed: written by the last service, which ended before this launch.
+  u64 ticket = load_relaxed<scope::device>(&(ctx.tickets + RtTicket::device_inbox_served(ctx.num_lanes))->next) + me;
+  bool stopping = false;
+  for (u64 idle = 0;;) {
+    bool worked = false;
+    detail::RtInboxTask task;
+    if (detail::rt_take_inbox_task(ctx, ticket, &task)) {
+      ticket += threads;
+      worked = true;
+      if (detail::rt_run_inbox_task(ctx, task, handle)) {
         ++stats->served;
       } else {
         ++stats->bad_pointers;
       }
-      backoff = Backoff{};
+    }
+    if (host_server) {
+      ShmPtr<u8> ptr;
+      // Host tasks: the ring's own `tail` counts what host threads pushed.
+      const ticket_result r = mpmc_pop_ticketed<ShmPtr<u8>>(from_host, host_consumers, &ptr, nullptr);
+      if (r == ticket_result::done) {
+        worked = true;
+        if (detail::rt_run_on_device(ctx, ptr, handle)) {
+          ++stats->served;
+        } else {
+          ++stats->bad_pointers;
+        }
+      } else if (r == ticket_result::foreign_ticket) {
+        ++stats->foreign;
+      }
+    }
+    if (worked) {
+      idle = 0;
       continue;
     }
-    if (r == ticket_result::foreign_ticket) {
-      ++stats->foreign;
+    if (stopping) {
+      if (detail::rt_serve_drained(ctx, ticket, host_server)) {
+        return rt_status::ok;
+      }
+    } else if (++idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && load_relaxed<scope::system>(&ctx.header->service_stop) != 0) {
+      // With the relaxed load, the acquire pattern that pairs with the
+      // host's release of the flag (GpuService::stop): what was pushed
+      // before it is seen from here on.
+      fence_acq_rel<scope::system>();
+      stopping = true;
       continue;
     }
-    // Both rings empty after the stop was seen, or our claimed ticket has
-    // no producer: done.
-    if (r == ticket_result::stopped || stopping) {
-      return rt_status::ok;
+    if (idle > detail::RT_SERVE_SPIN_POLLS) {
+      sleep_for(detail::RT_SERVE_IDLE_SLEEP_NS);
+    } else {
+      spin_pause();
     }
-    backoff.idle();
   }
 }
 

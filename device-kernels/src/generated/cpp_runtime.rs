@@ -12,10 +12,6 @@ pub mod root {
         pub type u32_ = ::core::ffi::c_uint;
         pub type u64_ = ::core::ffi::c_ulonglong;
         pub type i32_ = ::core::ffi::c_int;
-        pub mod detail {
-            #[allow(unused_imports)]
-            use self::super::super::super::root;
-        }
         #[repr(C)]
         #[derive(Copy, Clone)]
         pub struct AllocatorId {
@@ -36,7 +32,7 @@ pub mod root {
             ][::core::mem::offset_of!(AllocatorId, minor) - 4usize];
         };
         pub const RT_SEGMENT_MAGIC: root::tandem::u64_ = 6074868046253806407;
-        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 7;
+        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 8;
         pub const RT_TASK_VERSION: root::tandem::u32_ = 1;
         pub const RT_TASK_HEADER_BYTES: root::tandem::u64_ = 16;
         pub const RT_SEGMENT_HEADER_RESERVED: root::tandem::u64_ = 4096;
@@ -63,22 +59,25 @@ pub mod root {
             pub state: root::tandem::u32_,
             pub heartbeat: root::tandem::u64_,
             pub stop: root::tandem::u32_,
-            pub reserved: root::tandem::u32_,
+            pub device_inbox_depth: root::tandem::u32_,
             pub device_tickets: root::tandem::u64_,
             pub inbox_offset: root::tandem::u64_,
             pub inbox_ring_bytes: root::tandem::u64_,
             pub inbox_depth: root::tandem::u32_,
             pub service_stop: root::tandem::u32_,
-            pub device_free_hints: root::tandem::u64_,
+            pub device_inbox: root::tandem::u64_,
             pub runtime_start_time: root::tandem::u64_,
             pub clients_offset: root::tandem::u64_,
             pub clients_bytes: root::tandem::u64_,
+            pub device_replies: root::tandem::u64_,
+            pub device_replies_bytes: root::tandem::u64_,
+            pub replies_carved: root::tandem::u64_,
         }
         #[allow(clippy::unnecessary_operation, clippy::identity_op)]
         const _: () = {
             [
                 "Size of RuntimeSegmentHeader",
-            ][::core::mem::size_of::<RuntimeSegmentHeader>() - 192usize];
+            ][::core::mem::size_of::<RuntimeSegmentHeader>() - 256usize];
             [
                 "Alignment of RuntimeSegmentHeader",
             ][::core::mem::align_of::<RuntimeSegmentHeader>() - 64usize];
@@ -140,8 +139,9 @@ pub mod root {
                 "Offset of field: RuntimeSegmentHeader::stop",
             ][::core::mem::offset_of!(RuntimeSegmentHeader, stop) - 112usize];
             [
-                "Offset of field: RuntimeSegmentHeader::reserved",
-            ][::core::mem::offset_of!(RuntimeSegmentHeader, reserved) - 116usize];
+                "Offset of field: RuntimeSegmentHeader::device_inbox_depth",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, device_inbox_depth)
+                - 116usize];
             [
                 "Offset of field: RuntimeSegmentHeader::device_tickets",
             ][::core::mem::offset_of!(RuntimeSegmentHeader, device_tickets) - 120usize];
@@ -159,9 +159,8 @@ pub mod root {
                 "Offset of field: RuntimeSegmentHeader::service_stop",
             ][::core::mem::offset_of!(RuntimeSegmentHeader, service_stop) - 148usize];
             [
-                "Offset of field: RuntimeSegmentHeader::device_free_hints",
-            ][::core::mem::offset_of!(RuntimeSegmentHeader, device_free_hints)
-                - 152usize];
+                "Offset of field: RuntimeSegmentHeader::device_inbox",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, device_inbox) - 152usize];
             [
                 "Offset of field: RuntimeSegmentHeader::runtime_start_time",
             ][::core::mem::offset_of!(RuntimeSegmentHeader, runtime_start_time)
@@ -172,10 +171,17 @@ pub mod root {
             [
                 "Offset of field: RuntimeSegmentHeader::clients_bytes",
             ][::core::mem::offset_of!(RuntimeSegmentHeader, clients_bytes) - 176usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::device_replies",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, device_replies) - 184usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::device_replies_bytes",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, device_replies_bytes)
+                - 192usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::replies_carved",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, replies_carved) - 200usize];
         };
-        pub const RtInbox_from_host: RtInbox = 0;
-        pub const RtInbox_from_kernels: RtInbox = 1;
-        pub type RtInbox = root::tandem::u32_;
         pub const rt_priority_high: rt_priority = 0;
         pub const rt_priority_low: rt_priority = 1;
         pub type rt_priority = root::tandem::u32_;
@@ -184,9 +190,16 @@ pub mod root {
             use self::super::super::super::root;
             pub const PER_LANE: root::tandem::u32_ = 2;
             pub const INBOX_FROM_HOST_CONSUMERS: root::tandem::u32_ = 0;
-            pub const INBOX_FROM_KERNELS_PRODUCERS: root::tandem::u32_ = 1;
-            pub const INBOX_FROM_KERNELS_CONSUMERS: root::tandem::u32_ = 2;
+            pub const DEVICE_INBOX_PRODUCERS: root::tandem::u32_ = 1;
+            pub const DEVICE_INBOX_SERVED: root::tandem::u32_ = 2;
             pub const INBOX: root::tandem::u32_ = 3;
+        }
+        pub const RT_INBOX_ARGS_WORDS: root::tandem::u32_ = 4;
+        pub const RT_INBOX_ARGS_MAX: root::tandem::u32_ = 16;
+        pub const RT_INBOX_SLOT_BYTES: root::tandem::u64_ = 64;
+        unsafe extern "C" {
+            #[link_name = "\u{1}_ZN6tandemL13RT_INBOX_WIDEE"]
+            pub static RT_INBOX_WIDE: root::tandem::u64_;
         }
         #[repr(C)]
         #[derive(Copy, Clone)]
@@ -236,6 +249,8 @@ pub mod root {
             pub const TOKEN_SHIFT: root::tandem::u32_ = 2;
             pub const TOKEN_MAX: root::tandem::u32_ = 1073741823;
         }
+        pub const RT_DEVICE_OUTPUT_MAX: root::tandem::u32_ = 256;
+        pub const RT_REPLY_ALIGN: root::tandem::u64_ = 128;
         pub const RT_RC_UNKNOWN_POOL: root::tandem::i32_ = -2147483632;
         pub const RT_RC_UNKNOWN_METHOD: root::tandem::i32_ = -2147483631;
         pub const RT_RC_BAD_TASK: root::tandem::i32_ = -2147483630;
@@ -254,6 +269,5 @@ pub mod root {
         pub const rt_peer_unreachable: rt_peer = 2;
         pub type rt_peer = root::tandem::u32_;
         pub const RT_NOTIFY_THREADS: root::tandem::u32_ = 1024;
-        pub const RT_DEVICE_OUTPUT_MAX: root::tandem::u32_ = 256;
     }
 }
