@@ -1,7 +1,8 @@
 //! Unit tests: every error, placement, spills, holes, copy-on-write accounting.
 
-use super::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use crate::*;
 
 /// A store in `dir` with the given (kind, capacity in pages, score) targets; file targets live
 /// in `dir`.
@@ -808,24 +809,6 @@ fn io_uring_and_pwrite_pread_move_the_same_bytes() {
             assert!(out == want);
         }
     }
-}
-
-#[test]
-fn cut_and_merge() {
-    let e = |lpage, npages, ppage| Extent {
-        lpage,
-        npages,
-        target: 0,
-        ppage,
-    };
-    let (keep, gone) = cut(&[e(0, 10, 100)], 3, 5);
-    assert_eq!(keep, vec![e(0, 3, 100), e(5, 5, 105)]);
-    assert_eq!(gone, vec![e(3, 2, 103)]);
-    assert_eq!(
-        merge(vec![e(0, 3, 100), e(3, 2, 103), e(5, 5, 105)]),
-        vec![e(0, 10, 100)]
-    );
-    assert_eq!(merge(vec![e(0, 3, 100), e(3, 2, 200)]).len(), 2);
 }
 
 /// Every file and folder under `dir`, sorted.
