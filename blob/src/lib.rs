@@ -150,7 +150,7 @@
 //! 3. `placement` (the order of targets for a score, reservations), then `local`, the local
 //!    store: its index and tags, `put`, `get` and `recover`.
 //! 4. `object`, the object tier, which the store reaches through `ObjectTarget` alone; it asks
-//!    `local` only whether it holds a blob.
+//!    `local` only for a tag's name and whether it holds a blob.
 //! 5. `open` (checks the configuration, makes or finds the files, recovers), then `store`
 //!    ([`BlobStore`]: checks each call's arguments and routes it to `local` or `object`).
 //! 6. `pool` (the store as a runtime pool), then `caller`, `demo` and `kernels`.
