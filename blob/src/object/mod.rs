@@ -40,7 +40,6 @@
 //! `cache_bytes`, least recently used first out) and never asks for them again. Every get, stat
 //! and put re-reads the manifest, conditionally (`If-None-Match` on the etag it holds), so a
 //! store sees another store's put as soon as the object store returns the new manifest.
-
 //!
 //! # The store's way in
 //!
@@ -48,8 +47,9 @@
 //! every call the store makes (tags shared by name, the blobs a local store lacks, listings, the
 //! target's description) answers for both, so the store routes to it and never asks which.
 //! A blob the tier answers for is an [`InBucket`]. The rest of this module is the tier itself:
-//! `client` (connecting, running requests), `manifest`, `parts`, `conflict` (retries and put
-//! ids), then the operations `put`, `get` and `catalog` (tags, listing, delete).
+//! `client` (connecting, running requests), `keys` (the layout above), `manifest`, `parts`,
+//! `conflict` (retries and put ids), then the operations `put`, `get` and `catalog` (tags,
+//! listing, delete).
 
 mod catalog;
 mod client;
