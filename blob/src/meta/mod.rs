@@ -1,0 +1,125 @@
+//! The redb metadata: the tables (`TAGS`, `BLOBS`, `TARGETS`), opening the database, what an
+//! open reads back, the encoding of a durable blob version (`codec`) and the group committer
+//! that writes changes (`commit`).
+//!
+//! # Why redb
+//!
+//! The metadata is a small, write-heavy index (one key per blob) that must commit atomically and
+//! survive a crash. redb is pure Rust (no C toolchain), ACID, one file, with copy-on-write
+//! B-trees whose commit switches a root pointer after an fsync, so a crash leaves either the old
+//! or the new tree. fjall is an LSM tree with a journal: good for large write-heavy data, but it
+//! adds compaction and write amplification for an index this small, and its several files and
+//! background threads are more to manage. heed wraps LMDB, which is proven but needs a C build
+//! and a map size fixed in advance. redb's cost, one fsync'd commit per write transaction, is
+//! what group commit amortises.
+
+mod codec;
+mod commit;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use redb::{Database, ReadableTable, TableDefinition};
+
+pub(crate) use codec::{decode, encode, StoredExtent};
+pub(crate) use commit::{Committer, MetaOp};
+
+use crate::error::{meta_err, BlobError};
+use crate::target;
+
+/// Tag name -> tag id.
+pub(crate) const TAGS: TableDefinition<&str, u64> = TableDefinition::new("tags");
+/// (tag id, blob name) -> encoded durable version (size and extent map).
+pub(crate) const BLOBS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("blobs");
+/// File target path -> the target's persistent id, which extent maps name it by.
+pub(crate) const TARGETS: TableDefinition<&str, u32> = TableDefinition::new("targets");
+
+/// An I/O error around the metadata file, as [`BlobError::Metadata`].
+pub(crate) fn meta_io(e: std::io::Error) -> BlobError {
+    BlobError::Metadata(e.to_string())
+}
+
+/// Opens the redb metadata at `path`, first making it whole elsewhere when there is none
+/// ([`target::create_whole`]): a first start killed while redb laid the file out would leave
+/// one that redb then refuses to open ("invalid data"), and the store with it.
+///
+/// The database made whole is the one returned (its descriptor follows the rename): opening
+/// the fresh file a second time made 1 MiB puts to a file target about half as fast, with the
+/// same syscalls (the blob bench on the CPU device; docs/perf/2026-11-25-dev-vm-2core.md,
+/// "The metadata database opened twice").
+pub(crate) fn open(path: &Path) -> Result<Database, BlobError> {
+    if path.try_exists().map_err(meta_io)? {
+        return Database::create(path).map_err(meta_err);
+    }
+    target::create_whole(path, |tmp| {
+        let fresh = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());
+        let _ = std::fs::remove_file(tmp);
+        let db = Database::create(tmp).map_err(|e| fresh(&e))?;
+        // One durable (fsynced) commit: the file is complete before it is renamed.
+        db.begin_write()
+            .map_err(|e| fresh(&e))?
+            .commit()
+            .map_err(|e| fresh(&e))?;
+        Ok(db)
+    })
+    .map_err(meta_io)
+}
+
+/// Everything read back at open.
+pub(crate) struct Loaded {
+    pub(crate) tags: Vec<(String, u64)>,
+    pub(crate) blobs: Vec<(u64, String, Vec<u8>)>,
+}
+
+/// Creates the tables if missing, gives every file target path in `paths` a persistent id (a
+/// path new to the metadata gets the next free one) and returns every known path's id. With no
+/// `paths`: the paths the metadata knew before this open.
+pub(crate) fn register_targets(
+    db: &Database,
+    paths: &[String],
+) -> Result<HashMap<String, u32>, BlobError> {
+    let txn = db.begin_write().map_err(meta_err)?;
+    let mut known = HashMap::new();
+    {
+        txn.open_table(TAGS).map_err(meta_err)?;
+        txn.open_table(BLOBS).map_err(meta_err)?;
+        let mut t = txn.open_table(TARGETS).map_err(meta_err)?;
+        for item in t.iter().map_err(meta_err)? {
+            let (k, v) = item.map_err(meta_err)?;
+            known.insert(k.value().to_owned(), v.value());
+        }
+        let mut next = known.values().copied().max().map_or(0, |m| m + 1);
+        for p in paths {
+            if !known.contains_key(p) {
+                t.insert(p.as_str(), next).map_err(meta_err)?;
+                known.insert(p.clone(), next);
+                next += 1;
+            }
+        }
+    }
+    txn.commit().map_err(meta_err)?;
+    Ok(known)
+}
+
+/// Reads all tags and durable blobs.
+pub(crate) fn load(db: &Database) -> Result<Loaded, BlobError> {
+    let txn = db.begin_read().map_err(meta_err)?;
+    let mut loaded = Loaded {
+        tags: Vec::new(),
+        blobs: Vec::new(),
+    };
+    let tags = txn.open_table(TAGS).map_err(meta_err)?;
+    for item in tags.iter().map_err(meta_err)? {
+        let (k, v) = item.map_err(meta_err)?;
+        loaded.tags.push((k.value().to_owned(), v.value()));
+    }
+    let blobs = txn.open_table(BLOBS).map_err(meta_err)?;
+    for item in blobs.iter().map_err(meta_err)? {
+        let (k, v) = item.map_err(meta_err)?;
+        let (tag, name) = k.value();
+        loaded
+            .blobs
+            .push((tag, name.to_owned(), v.value().to_vec()));
+    }
+    Ok(loaded)
+}

@@ -1,0 +1,101 @@
+//! Placement: scores, spills, classes, and a put that finds no room.
+
+use super::*;
+
+#[test]
+fn placement_follows_scores_and_spills() {
+    let dir = tempfile::tempdir().unwrap();
+    // 0: ram fast, 1: file mid, 2: file slow.
+    let s = BlobStore::open(&config(
+        dir.path(),
+        &[(RAM, 2, 1.0), (FILE, 2, 0.6), (FILE, 3, 0.2)],
+    ))
+    .unwrap();
+    let t = s.get_or_create_tag("t").unwrap();
+    let page = vec![1u8; PAGE_SIZE as usize];
+    assert_eq!(
+        s.put(t, "auto", 0, &page, Score::AUTO).unwrap().targets,
+        vec![0]
+    );
+    assert_eq!(
+        s.put(t, "mid", 0, &page, Score(0.7)).unwrap().targets,
+        vec![1]
+    );
+    assert_eq!(
+        s.put(t, "slow", 0, &page, Score(0.3)).unwrap().targets,
+        vec![2]
+    );
+    // Nothing at or below 0.1: the nearest above, slowest first.
+    assert_eq!(
+        s.put(t, "low", 0, &page, Score(0.1)).unwrap().targets,
+        vec![2]
+    );
+    // RAM has 1 page left; a 2-page AUTO put does not fit in RAM, so it is durable and spills
+    // from the mid file target (1 page left) into the slow one.
+    let two = vec![2u8; 2 * PAGE_SIZE as usize];
+    let info = s.put(t, "spill", 0, &two, Score::AUTO).unwrap();
+    assert!(info.durable);
+    assert_eq!(info.targets, vec![1, 2]);
+    let mut out = vec![0; two.len()];
+    s.get(t, "spill", 0, &mut out).unwrap();
+    assert_eq!(out, two);
+    // A durable blob never moves into RAM, though RAM has room.
+    let e = s
+        .put(t, "spill", 2 * PAGE_SIZE, &page, Score(1.0))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BlobError::NoSpace {
+                requested: 4096,
+                available: 0
+            }
+        ),
+        "{e}"
+    );
+    // A volatile blob never spills to files.
+    s.put(t, "auto", PAGE_SIZE, &page, Score::AUTO).unwrap();
+    let e = s
+        .put(t, "auto", 2 * PAGE_SIZE, &page, Score::AUTO)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            BlobError::NoSpace {
+                requested: 4096,
+                available: 0
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn no_space_leaves_nothing_allocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = BlobStore::open(&config(dir.path(), &[(RAM, 2, 1.0), (FILE, 3, 0.5)])).unwrap();
+    let t = s.get_or_create_tag("t").unwrap();
+    s.put(t, "a", 0, &[1; 4096], Score::AUTO).unwrap();
+    let before = used(&s);
+    let big = vec![0u8; 4 * PAGE_SIZE as usize];
+    match s.put(t, "b", 0, &big, Score::AUTO).unwrap_err() {
+        BlobError::NoSpace {
+            requested,
+            available,
+        } => {
+            assert_eq!(requested, 4 * PAGE_SIZE);
+            assert_eq!(available, 3 * PAGE_SIZE);
+        }
+        e => panic!("{e}"),
+    }
+    assert_eq!(used(&s), before);
+    assert!(matches!(s.stat(t, "b"), Err(BlobError::NotFound { .. })));
+    // An absurd length is refused before anything is allocated (no 1 TiB buffer either).
+    let e = s
+        .put_with(t, "c", 0, 1 << 39, Score::AUTO, &mut |_, _| {
+            panic!("fill must not run")
+        })
+        .unwrap_err();
+    assert!(matches!(e, BlobError::NoSpace { .. }), "{e}");
+    assert_eq!(used(&s), before);
+}
