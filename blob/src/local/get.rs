@@ -10,7 +10,7 @@ use crate::error::BlobError;
 use crate::extent::{Extent, Version};
 use crate::target::{AlignedBuf, Area, FileArea, Target};
 use crate::types::{Drain, Sink, TagId, CHUNK_PAGES, PAGE_SIZE};
-use crate::uring::Pipeline;
+use crate::uring::{Pipeline, Rings};
 
 static ZEROS: [u8; 65536] = [0; 65536];
 
@@ -82,8 +82,11 @@ struct Chunks<'a> {
     targets: &'a [Target],
     /// Where the read starts: chunks go to the sink at their offset from it.
     pos: u64,
-    /// File reads through io_uring, when the kernel allows it (a sink may write a stream, so
-    /// they reach it in the order asked for).
+    /// The store's io_uring rings, when the kernel allows them.
+    rings: Option<&'a Rings>,
+    /// File reads through io_uring (a sink may write a stream, so they reach it in the order
+    /// asked for): taken at the first file chunk, so a get from RAM alone takes no ring (a
+    /// ring comes from a pool every worker shares).
     reads: Option<Reads<'a>>,
     /// Else file pages come through this, read with `pread`.
     bounce: Option<AlignedBuf>,
@@ -94,7 +97,8 @@ impl<'a> Chunks<'a> {
         Chunks {
             targets: &store.targets,
             pos,
-            reads: store.rings.as_ref().and_then(Pipeline::new).map(Reads::new),
+            rings: store.rings.as_ref(),
+            reads: None,
             bounce: None,
         }
     }
@@ -156,6 +160,10 @@ impl<'a> Chunks<'a> {
         chunk: ReadChunk,
         sink: &mut Sink<'_>,
     ) -> Result<(), BlobError> {
+        if self.reads.is_none() {
+            // Tried once: a ring refused now is refused for the rest of this read too.
+            self.reads = self.rings.take().and_then(Pipeline::new).map(Reads::new);
+        }
         if let Some(r) = self.reads.as_mut() {
             return r.read(file, page, chunk, sink);
         }

@@ -5,9 +5,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::mem::ManuallyDrop;
-use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake};
 use std::time::Duration;
 
 use object_store::aws::AmazonS3Builder;
@@ -18,6 +16,7 @@ use object_store::{
 };
 use parking_lot::Mutex;
 
+use super::block_on::wait;
 use super::conflict::put_id;
 use super::parts::PartCache;
 use super::ObjectTier;
@@ -32,27 +31,6 @@ impl Drop for ObjectTier {
         // SAFETY: `io` is taken once, here, and not used after: the tier is being dropped.
         let io = unsafe { ManuallyDrop::take(&mut self.io) };
         io.shutdown_background();
-    }
-}
-
-/// Polls `f` on this thread until it is ready, parking in between. The futures waited on are
-/// join handles of tasks on the tier's runtime, so the caller may be any thread, inside an
-/// async runtime or not.
-pub(super) fn wait<F: Future>(f: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Arc::new(Unpark(std::thread::current())).into();
-    let mut cx = Context::from_waker(&waker);
-    let mut f = pin!(f);
-    loop {
-        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
     }
 }
 

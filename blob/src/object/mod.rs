@@ -47,10 +47,12 @@
 //! every call the store makes (tags shared by name, the blobs a local store lacks, listings, the
 //! target's description) answers for both, so the store routes to it and never asks which.
 //! A blob the tier answers for is an [`InBucket`]. The rest of this module is the tier itself:
-//! `client` (connecting, running requests), `keys` (the layout above), `manifest`, `parts`,
+//! `block_on` (waiting for its futures from plain threads), `client` (connecting, running
+//! requests), `keys` (the layout above), `manifest`, `parts`,
 //! `conflict` (retries and put ids), then the operations `put`, `get` and `catalog` (tags,
 //! listing, delete).
 
+mod block_on;
 mod catalog;
 mod client;
 mod conflict;

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 
-use super::client::wait;
+use super::block_on::wait;
 use super::manifest::Manifest;
 use super::ObjectTier;
 use crate::error::BlobError;
