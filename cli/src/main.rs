@@ -17,7 +17,7 @@
 //! * `tandem clean [--dry-run]`: removes Tandem segments in `/dev/shm` whose
 //!   owner process is gone.
 //! * `tandem blob run|put|get|ls|stat|rm|demo ...`: the blob store's
-//!   commands (`blob.rs`): a runtime serving the blob pool, a store looked
+//!   commands (`blob/`): a runtime serving the blob pool, a store looked
 //!   at directly, kernels putting and getting blobs.
 //!
 //! Results go to stdout; logs (`tracing`, filtered by `RUST_LOG`, default
