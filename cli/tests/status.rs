@@ -14,7 +14,7 @@ use tandem_runtime::{math, Config, DeviceSelection, Pool, Registry, Route, Runti
 
 /// A pool nobody registered: its tasks fail and count as "other".
 struct Nowhere;
-impl tandem_shm_core::ser::Serialize for Nowhere {
+impl tandem_shm_core::Serialize for Nowhere {
     fn serialize(
         &self,
         _: &mut tandem_shm_core::Writer<'_>,

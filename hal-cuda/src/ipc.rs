@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::sys::{self, CUdeviceptr, CUipcMemHandle, CUipcMem_flags, CUresult};
-use tandem_hal::ipc_cache::IpcOpenCache;
+use tandem_hal::IpcOpenCache;
 use tandem_hal::{ErrorKind, GpuResult, IpcMemHandle};
 
 use crate::context::Context;

@@ -18,8 +18,8 @@ use hip_runtime_sys::{
     hipMemcpyPeerAsync, hipMemsetD8, hipMemsetD8Async, hipStreamSynchronize, hipStreamWaitEvent,
 };
 use tandem_hal::checks::{self, LaunchLimits};
-use tandem_hal::ipc_cache::IpcOpenCache;
 use tandem_hal::numa::numa_node_of_pci;
+use tandem_hal::IpcOpenCache;
 use tandem_hal::{
     Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuApi, GpuDevice, GpuResult,
     IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts, NumaSource,

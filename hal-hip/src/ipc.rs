@@ -17,7 +17,7 @@ use hip_runtime_sys::{
     hipIpcGetMemHandle, hipIpcMemHandle_t, hipIpcMemLazyEnablePeerAccess, hipIpcOpenEventHandle,
     hipIpcOpenMemHandle, hipMemGetAddressRange,
 };
-use tandem_hal::ipc_cache::IpcOpenCache;
+use tandem_hal::IpcOpenCache;
 use tandem_hal::{DeviceMemory, ErrorKind, GpuError, GpuResult, IpcEventHandle, IpcMemHandle};
 
 use crate::api::HipApi;

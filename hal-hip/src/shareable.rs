@@ -50,7 +50,7 @@ use hip_runtime_sys::{
     hipMemLocationType, hipMemMap, hipMemRelease, hipMemSetAccess, hipMemUnmap,
     hipRuntimeGetVersion,
 };
-use tandem_hal::ipc_cache::IpcOpenCache;
+use tandem_hal::IpcOpenCache;
 use tandem_hal::{DeviceMemory, ErrorKind, GpuResult, IpcMemHandle, ShareableHandle};
 
 use crate::api::HipApi;

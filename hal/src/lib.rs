@@ -19,6 +19,32 @@
 //! (host table, CUDA source/PTX/cubin, HIP code objects) with declared
 //! signatures that every launch is checked against.
 //!
+//! # The front
+//! The traits and their types are re-exported here, at the crate root, and
+//! their modules are private. Four modules are public, each as a namespace a
+//! caller needs whole:
+//!
+//! * [`host`]: the CPU-device backend, beside the others as wgpu-hal keeps
+//!   its backends (`HostApi` is also at the root: it is the default).
+//! * [`checks`]: what every backend checks before it calls its vendor, for
+//!   the backend crates (`tandem-hal-cuda`, `tandem-hal-hip`).
+//! * [`host_abi`]: the C ABI of kernels compiled for the CPU device, which
+//!   `device-kernels` builds its kernel tables against.
+//! * [`numa`]: the host's NUMA facts (nodes, a PCI device's CPUs, the CPUs
+//!   a process may use) and placing memory and threads on them.
+//!
+//! Each item at the root is here for one job: the traits a backend
+//! implements and a caller uses ([`GpuApi`], [`GpuDevice`], [`DeviceMemory`],
+//! [`HostMemory`]); what a call takes ([`Dim3`], [`LaunchConfig`],
+//! [`KernelArg`] and [`ArgKind`] checked by [`check_args`] up to
+//! [`MAX_KERNEL_ARGS`], [`EventFlags`], [`IpcMemHandle`], [`IpcEventHandle`],
+//! [`ShareableHandle`], [`IPC_ALLOC_GRANULARITY`]); what a device is
+//! ([`DeviceProperties`], [`NumaSource`]); kernels as [`ModuleArtifacts`]
+//! with their [`KernelSignature`]s; every failure a [`GpuError`]
+//! ([`ErrorKind`], [`Backend`], [`GpuResult`]); and [`IpcOpenCache`], the
+//! cache of opened IPC handles every backend keeps so a handle opened twice
+//! maps once.
+//!
 //! # Layers
 //! Each module uses only those before it: `error`, `types`; `host_abi` (the
 //! CPU device's kernel ABI), `ipc_cache`, `numa`; `artifacts`; `api`; `checks`;
@@ -26,23 +52,22 @@
 //! `launch`, `event`, `memory`, `module`; `stream` (commands over memory,
 //! events and launches); `device` (the `GpuApi` and `GpuDevice` impls).
 
-pub mod api;
-pub mod artifacts;
+mod api;
+mod artifacts;
 pub mod checks;
-pub mod error;
+mod error;
+pub mod host;
 pub mod host_abi;
-pub mod ipc_cache;
-pub mod types;
+mod ipc_cache;
+pub mod numa;
+mod types;
 
 pub use api::{DeviceMemory, GpuApi, GpuDevice, HostMemory};
 pub use artifacts::{KernelSignature, ModuleArtifacts};
 pub use error::{Backend, ErrorKind, GpuError, GpuResult};
+pub use host::HostApi;
+pub use ipc_cache::IpcOpenCache;
 pub use types::{
     check_args, ArgKind, DeviceProperties, Dim3, EventFlags, IpcEventHandle, IpcMemHandle,
     KernelArg, LaunchConfig, NumaSource, ShareableHandle, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
 };
-
-pub mod host;
-pub mod numa;
-
-pub use host::HostApi;

@@ -3,8 +3,8 @@
 //! segment it exports so, and whoever finds one left behind reads its
 //! exporter back from the name, the segment having no header to say it.
 
-use tandem_shm_core::segment::SHM_DIR;
 use tandem_shm_core::SegmentProbe;
+use tandem_shm_core::SHM_DIR;
 
 use crate::stale::{staleness, SegmentOwner, Staleness};
 

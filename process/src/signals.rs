@@ -68,7 +68,7 @@ impl TerminationWaker {
 /// process whose work cannot be stopped cleanly; starts one thread that
 /// waits for the signal.
 ///
-/// [`unlink_created_names`]: tandem_shm_core::segment::unlink_created_names
+/// [`unlink_created_names`]: tandem_shm_core::unlink_created_names
 pub fn exit_on_termination(
     before_exit: impl FnOnce() + Send + 'static,
 ) -> Result<(), ProcessError> {
@@ -77,7 +77,7 @@ pub fn exit_on_termination(
         .name("tandem-signals".into())
         .spawn(move || {
             if let Some(signal) = signals.forever().next() {
-                let removed = tandem_shm_core::segment::unlink_created_names();
+                let removed = tandem_shm_core::unlink_created_names();
                 before_exit();
                 tracing::info!("signal {signal}: removed {removed} named segment(s), exiting");
                 std::process::exit(128 + signal);

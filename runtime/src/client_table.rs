@@ -63,7 +63,7 @@ use std::ptr::addr_of_mut;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 use tandem_process::ProcessIdentity;
-use tandem_shm_core::size_class::block_size;
+use tandem_shm_core::block_size;
 use tandem_shm_core::{AllocError, AllocatorId, ShmPtr, SizeClassAllocator};
 
 use crate::error::RuntimeError;

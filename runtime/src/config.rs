@@ -250,7 +250,7 @@ impl Config {
         // (behind the allocator's header page), or every client submit fails.
         let future = tandem_shm_core::FutureShm::required_bytes(self.copy_space) as u64;
         let block = tandem_shm_core::SizeClassAllocator::class_for(future, 16)
-            .map_or(u64::MAX, tandem_shm_core::size_class::block_size);
+            .map_or(u64::MAX, tandem_shm_core::block_size);
         if block > (heap - crate::client_table::CLIENT_HEAP_ALIGN) as u64 {
             return invalid(
                 "client_heap_bytes",

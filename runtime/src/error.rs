@@ -4,7 +4,7 @@
 use std::fmt;
 
 use tandem_hal::GpuError;
-use tandem_shm_core::segment::SHM_DIR;
+use tandem_shm_core::SHM_DIR;
 use tandem_shm_core::{AllocError, FutureError, RingError, SegmentError};
 
 /// Why a configuration was refused.

@@ -36,8 +36,8 @@
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
 
-use tandem_shm_core::ser::Reader;
 use tandem_shm_core::AllocatorId;
+use tandem_shm_core::Reader;
 
 /// `SegmentHeader::magic` once the segment is fully initialised ("TNDMRTSG").
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;

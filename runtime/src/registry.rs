@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use tandem_shm_core::ser::{serialized_len, Deserialize, Reader, Serialize, Writer};
+use tandem_shm_core::{serialized_len, Deserialize, Reader, Serialize, Writer};
 
 use crate::context::TaskContext;
 use crate::task::{
@@ -155,10 +155,10 @@ fn write_output<O: Serialize + ?Sized>(value: &O, out: &mut [u8]) -> HandlerRepl
                     return_code: 0,
                     output_len: w.position(),
                 },
-                Err(_) => HandlerReply::code(tandem_shm_core::future::RC_OUTPUT_FAILED),
+                Err(_) => HandlerReply::code(tandem_shm_core::RC_OUTPUT_FAILED),
             }
         }
-        Err(_) => HandlerReply::code(tandem_shm_core::future::RC_OUTPUT_FAILED),
+        Err(_) => HandlerReply::code(tandem_shm_core::RC_OUTPUT_FAILED),
     }
 }
 

@@ -5,8 +5,8 @@ use std::ptr::addr_of_mut;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use tandem_process::ProcessIdentity;
-use tandem_shm_core::future::FutureShm;
 use tandem_shm_core::layout::{BackendKind, MemoryBackend};
+use tandem_shm_core::FutureShm;
 use tandem_shm_core::{
     AllocatorId, ArenaAllocator, LaneQueue, MpmcRing, Segment, ShmPtr, SizeClassAllocator,
 };

@@ -22,7 +22,7 @@ use tandem_process::{
     host_ipc_exporter, staleness, OwnerRecord, ProcessIdentity, SegmentOwner, StaleSegment,
     Staleness, OWNED_SEGMENT_MAGIC,
 };
-use tandem_shm_core::segment::SHM_DIR;
+use tandem_shm_core::SHM_DIR;
 use tandem_shm_core::{Segment, SegmentError, SegmentProbe};
 
 use crate::error::RuntimeError;

@@ -6,8 +6,8 @@ use std::marker::PhantomData;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Instant;
 
-use tandem_shm_core::future::FutureShm;
-use tandem_shm_core::ser::{serialized_len, Reader};
+use tandem_shm_core::FutureShm;
+use tandem_shm_core::{serialized_len, Reader};
 use tandem_shm_core::{FillError, LlRecord, Priority, ShmPtr, WaitOutcome};
 
 use crate::client_table::ClientLease;

@@ -10,9 +10,9 @@
 
 use std::fmt;
 
-use tandem_shm_core::future::{RC_OUTPUT_FAILED, RC_OUTPUT_TOO_LARGE, RC_RESERVED_MAX};
-use tandem_shm_core::ser::{serialized_len, Deserialize, SerError, Serialize, Writer};
 use tandem_shm_core::FutureError;
+use tandem_shm_core::{serialized_len, Deserialize, SerError, Serialize, Writer};
+use tandem_shm_core::{RC_OUTPUT_FAILED, RC_OUTPUT_TOO_LARGE, RC_RESERVED_MAX};
 
 use crate::layout::{TaskHeader, TASK_HEADER_BYTES, TASK_VERSION};
 // The codes the runtime stores itself: part of the task API, defined with
@@ -263,18 +263,18 @@ pub mod math {
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
     pub struct Noop;
 
-    impl tandem_shm_core::ser::Serialize for Noop {
+    impl tandem_shm_core::Serialize for Noop {
         fn serialize(
             &self,
-            _: &mut tandem_shm_core::ser::Writer<'_>,
-        ) -> Result<(), tandem_shm_core::ser::SerError> {
+            _: &mut tandem_shm_core::Writer<'_>,
+        ) -> Result<(), tandem_shm_core::SerError> {
             Ok(())
         }
     }
-    impl tandem_shm_core::ser::Deserialize<'_> for Noop {
+    impl tandem_shm_core::Deserialize<'_> for Noop {
         fn deserialize(
-            _: &mut tandem_shm_core::ser::Reader<'_>,
-        ) -> Result<Self, tandem_shm_core::ser::SerError> {
+            _: &mut tandem_shm_core::Reader<'_>,
+        ) -> Result<Self, tandem_shm_core::SerError> {
             Ok(Noop)
         }
     }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_hal::Backend;
-use tandem_shm_core::future::FutureShm;
 use tandem_shm_core::layout::FUTURE_COPY_SPACE_OFFSET;
+use tandem_shm_core::FutureShm;
 use tandem_shm_core::{FillError, FutureError, LaneCursor, LlRecord, ShmPtr};
 
 use crate::context::TaskContext;

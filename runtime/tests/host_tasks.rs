@@ -11,9 +11,9 @@ use tandem_runtime::{
     math, Config, DeviceSelection, Pool, QueueSegment, Registry, Route, Runtime, Task, TaskError,
     RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED, RC_UNKNOWN_METHOD, RC_UNKNOWN_POOL,
 };
-use tandem_shm_core::future::{FutureShm, RC_OUTPUT_TOO_LARGE};
 use tandem_shm_core::impl_serialize_fields;
 use tandem_shm_core::{AllocatorId, LlRecord, Priority, ShmPtr, WaitOutcome};
+use tandem_shm_core::{FutureShm, RC_OUTPUT_TOO_LARGE};
 
 fn config(workers: usize, depth: u32) -> Config {
     Config {
@@ -40,7 +40,7 @@ impl Task for Echo {
 
 /// Panics in its handler.
 struct Explode;
-impl tandem_shm_core::ser::Serialize for Explode {
+impl tandem_shm_core::Serialize for Explode {
     fn serialize(
         &self,
         _: &mut tandem_shm_core::Writer<'_>,
@@ -48,7 +48,7 @@ impl tandem_shm_core::ser::Serialize for Explode {
         Ok(())
     }
 }
-impl tandem_shm_core::ser::Deserialize<'_> for Explode {
+impl tandem_shm_core::Deserialize<'_> for Explode {
     fn deserialize(_: &mut tandem_shm_core::Reader<'_>) -> Result<Self, tandem_shm_core::SerError> {
         Ok(Explode)
     }
@@ -61,7 +61,7 @@ impl Task for Explode {
 
 /// Same pool, a method that is not registered.
 struct Missing;
-impl tandem_shm_core::ser::Serialize for Missing {
+impl tandem_shm_core::Serialize for Missing {
     fn serialize(
         &self,
         _: &mut tandem_shm_core::Writer<'_>,
@@ -77,7 +77,7 @@ impl Task for Missing {
 
 /// A pool nobody registered.
 struct Nowhere;
-impl tandem_shm_core::ser::Serialize for Nowhere {
+impl tandem_shm_core::Serialize for Nowhere {
     fn serialize(
         &self,
         _: &mut tandem_shm_core::Writer<'_>,
@@ -93,7 +93,7 @@ impl Task for Nowhere {
 
 /// `math.add` with the wrong argument shape (one u64 instead of two).
 struct ShortAdd(u64);
-impl tandem_shm_core::ser::Serialize for ShortAdd {
+impl tandem_shm_core::Serialize for ShortAdd {
     fn serialize(
         &self,
         w: &mut tandem_shm_core::Writer<'_>,

@@ -45,7 +45,7 @@ use tandem_hal::{
     Backend, DeviceMemory, GpuApi, GpuDevice, HostApi, IpcMemHandle, KernelArg, LaunchConfig,
 };
 use tandem_share::{ObjectId, Polling, ShareClient};
-use tandem_shm_core::segment::Segment;
+use tandem_shm_core::Segment;
 use tandem_tests::ipc::{from_hex, to_hex, Child};
 use tandem_tests::support::{kernels, launch};
 

@@ -56,7 +56,7 @@
 //!   serves it as a [`RunningDaemon`], within [`Limits`], polling for
 //!   requests as [`Polling`] says (`tandem share serve`).
 //!
-//! With the `testing` feature, [`testing`] speaks the wire by hand: for the
+//! With the `testing` feature, `testing` speaks the wire by hand: for the
 //! tests of a daemon against clients that misbehave, which no client of this
 //! crate can be made to do. It is not API.
 //!

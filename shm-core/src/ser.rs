@@ -444,7 +444,7 @@ pub fn serialized_len<T: Serialize + ?Sized>(value: &T) -> Result<usize, SerErro
 ///
 /// ```
 /// use tandem_shm_core::impl_serialize_fields;
-/// use tandem_shm_core::ser::{Reader, Writer};
+/// use tandem_shm_core::{Reader, Writer};
 ///
 /// #[derive(Debug, PartialEq)]
 /// struct Extent { offset: u64, len: u32 }
@@ -464,37 +464,37 @@ pub fn serialized_len<T: Serialize + ?Sized>(value: &T) -> Result<usize, SerErro
 #[macro_export]
 macro_rules! impl_serialize_fields {
     ($name:ident < $lt:lifetime > { $($field:ident),* $(,)? }) => {
-        impl<$lt> $crate::ser::Serialize for $name<$lt> {
+        impl<$lt> $crate::Serialize for $name<$lt> {
             fn serialize(
                 &self,
-                w: &mut $crate::ser::Writer<'_>,
-            ) -> ::core::result::Result<(), $crate::ser::SerError> {
+                w: &mut $crate::Writer<'_>,
+            ) -> ::core::result::Result<(), $crate::SerError> {
                 $( w.put(&self.$field)?; )*
                 ::core::result::Result::Ok(())
             }
         }
-        impl<$lt> $crate::ser::Deserialize<$lt> for $name<$lt> {
+        impl<$lt> $crate::Deserialize<$lt> for $name<$lt> {
             fn deserialize(
-                r: &mut $crate::ser::Reader<$lt>,
-            ) -> ::core::result::Result<Self, $crate::ser::SerError> {
+                r: &mut $crate::Reader<$lt>,
+            ) -> ::core::result::Result<Self, $crate::SerError> {
                 ::core::result::Result::Ok($name { $( $field: r.get()?, )* })
             }
         }
     };
     ($name:ident { $($field:ident),* $(,)? }) => {
-        impl $crate::ser::Serialize for $name {
+        impl $crate::Serialize for $name {
             fn serialize(
                 &self,
-                w: &mut $crate::ser::Writer<'_>,
-            ) -> ::core::result::Result<(), $crate::ser::SerError> {
+                w: &mut $crate::Writer<'_>,
+            ) -> ::core::result::Result<(), $crate::SerError> {
                 $( w.put(&self.$field)?; )*
                 ::core::result::Result::Ok(())
             }
         }
-        impl $crate::ser::Deserialize<'_> for $name {
+        impl $crate::Deserialize<'_> for $name {
             fn deserialize(
-                r: &mut $crate::ser::Reader<'_>,
-            ) -> ::core::result::Result<Self, $crate::ser::SerError> {
+                r: &mut $crate::Reader<'_>,
+            ) -> ::core::result::Result<Self, $crate::SerError> {
                 ::core::result::Result::Ok($name { $( $field: r.get()?, )* })
             }
         }

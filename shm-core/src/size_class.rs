@@ -1,83 +1,5 @@
 //! The freeing allocator: power-of-two size classes with lock-free free lists,
 //! placed in a shared region ([`SizeClassHeader`] at offset 0).
-//!
-//! # Design
-//!
-//! * The heap starts [`HEAP_ALIGN`] bytes into the region. Class `c` blocks are
-//!   `MIN_BLOCK << c` bytes, header included, and *naturally aligned*: a block
-//!   of `s` bytes starts at a multiple of `s` from the heap start. Blocks are
-//!   carved from the bump cursor; the padding that aligning a carve skips is
-//!   itself cut into naturally aligned smaller blocks and put on their free
-//!   lists, so no byte is lost. A request whose list is empty and which the
-//!   cursor can no longer carve splits a larger free block, else merges free
-//!   buddies (see [Splitting and merging](#splitting-and-merging)).
-//! * User data follows a [`BlockHeader`], so it is 16-byte aligned. For an
-//!   alignment `a > 16` (up to [`MAX_ALIGN`]) the data starts `a` bytes (at
-//!   least two headers) into a block of at least `2a` bytes, hence aligned; a
-//!   second header right before the data lets `free` find the block, whose own
-//!   header is then marked as holding such an allocation.
-//! * Free lists are Treiber stacks whose heads pack a 24-bit ABA tag above
-//!   a 40-bit (offset / 16); offset 0 (the region header) means empty. Every
-//!   successful push or pop (and a merge's take of a whole list) bumps the
-//!   tag, so a pop that read a stale `next` fails its compare-and-swap unless
-//!   2^24 list operations happened in between.
-//! * Everything in shared memory is an offset, so any process that maps the
-//!   region (at any address aligned as in [`SizeClassAllocator::allocate`])
-//!   can allocate and free.
-//! * A thread that allocates and frees often goes through a
-//!   [`SizeClassCache`] (module [`cache`]): per-class stacks of free blocks
-//!   in its own memory, refilled from and flushed to the shared lists a run
-//!   at a time, each run with one compare-and-swap of the list head (a pop
-//!   that walks several links, a push of a whole chain).
-//!
-//! # Splitting and merging
-//!
-//! A heap that once held many blocks of one size must serve another size
-//! once they are freed: a client heap that held large shared buffers then
-//! serves small futures, or the reverse. So a request fails only when no
-//! free memory, merged as far as it goes, holds a naturally aligned block
-//! of its class (tried in this order):
-//!
-//! * its class's list (the fast path);
-//! * the bump cursor;
-//! * a split: the smallest larger free block is popped, its upper halves go
-//!   on the lists of the classes below, and the lowest piece is the request's.
-//!   Blocks are naturally aligned powers of two, so each half is a naturally
-//!   aligned block of the class below: every list still holds whole blocks
-//!   of its class, linked through header words that are always atomics;
-//! * a merge: the lists of the smaller classes are taken whole, sorted by
-//!   offset and paired with their buddies from the smallest class up; the
-//!   unpaired blocks go back.
-//!
-//! Splitting never puts a header where a pop could be reading (a block's
-//! interior is on no list). Merging does: the upper buddy's header becomes
-//! the inside of the merged block, which its next owner writes, while a pop
-//! that loaded that block as its list's head before the merge took the list
-//! may not have read its `next` word yet. A tagged Treiber stack makes such a
-//! stale read harmless to the list (the pop's compare-and-swap fails), but
-//! it would race with the owner's plain writes. So every pop (and every walk
-//! of [`SizeClassAllocator::stats`]) counts itself in its list's
-//! [`readers`](crate::layout::FreeList::readers) from before its load of the
-//! head to its last read of a link, and a merge gives nothing out until it
-//! has seen every list it took without readers: a fence on each side makes
-//! sure that a pop the merge does not see cannot see the taken blocks. A
-//! reader that never leaves (its process died mid-pop) makes merges of the
-//! classes above give up after a while: the request then fails as it would
-//! have without merging, and the heap is otherwise unaffected.
-//!
-//! What it costs: a pop (the uncached allocation's, a cache's refill) pays
-//! an increment, a SeqCst fence and a decrement on its list's cache line,
-//! which it holds anyway; a cached allocation that hits its bin pays
-//! nothing. A split costs a pop and a push per class it halves through. A
-//! merge sorts every free block of the classes below the request (O(n log n)
-//! over their links) and is taken only when the request would otherwise
-//! fail.
-//!
-//! Blocks in a [`SizeClassCache`] are on no list, so a merge does not see
-//! them: a heap whose free memory sits in caches can still fail a request
-//! (flush them, as for any other request). Concurrent merges each merge the
-//! blocks they took, so they need no lock; while a merge holds blocks,
-//! others cannot allocate them, as with blocks held in a cache.
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -312,6 +234,84 @@ impl SizeClassStats {
 /// [`SizeClassCache`] instead. The uncached path is the one to use where
 /// every free block must be on a list at once (a leak check through
 /// [`stats`](Self::stats)) or for occasional allocations.
+///
+/// # Design
+///
+/// * The heap starts [`HEAP_ALIGN`] bytes into the region. Class `c` blocks are
+///   `MIN_BLOCK << c` bytes, header included, and *naturally aligned*: a block
+///   of `s` bytes starts at a multiple of `s` from the heap start. Blocks are
+///   carved from the bump cursor; the padding that aligning a carve skips is
+///   itself cut into naturally aligned smaller blocks and put on their free
+///   lists, so no byte is lost. A request whose list is empty and which the
+///   cursor can no longer carve splits a larger free block, else merges free
+///   buddies (see [Splitting and merging](#splitting-and-merging)).
+/// * User data follows a [`BlockHeader`], so it is 16-byte aligned. For an
+///   alignment `a > 16` (up to [`MAX_ALIGN`]) the data starts `a` bytes (at
+///   least two headers) into a block of at least `2a` bytes, hence aligned; a
+///   second header right before the data lets `free` find the block, whose own
+///   header is then marked as holding such an allocation.
+/// * Free lists are Treiber stacks whose heads pack a 24-bit ABA tag above
+///   a 40-bit (offset / 16); offset 0 (the region header) means empty. Every
+///   successful push or pop (and a merge's take of a whole list) bumps the
+///   tag, so a pop that read a stale `next` fails its compare-and-swap unless
+///   2^24 list operations happened in between.
+/// * Everything in shared memory is an offset, so any process that maps the
+///   region (at any address aligned as in [`SizeClassAllocator::allocate`])
+///   can allocate and free.
+/// * A thread that allocates and frees often goes through a
+///   [`SizeClassCache`]: per-class stacks of free blocks
+///   in its own memory, refilled from and flushed to the shared lists a run
+///   at a time, each run with one compare-and-swap of the list head (a pop
+///   that walks several links, a push of a whole chain).
+///
+/// # Splitting and merging
+///
+/// A heap that once held many blocks of one size must serve another size
+/// once they are freed: a client heap that held large shared buffers then
+/// serves small futures, or the reverse. So a request fails only when no
+/// free memory, merged as far as it goes, holds a naturally aligned block
+/// of its class (tried in this order):
+///
+/// * its class's list (the fast path);
+/// * the bump cursor;
+/// * a split: the smallest larger free block is popped, its upper halves go
+///   on the lists of the classes below, and the lowest piece is the request's.
+///   Blocks are naturally aligned powers of two, so each half is a naturally
+///   aligned block of the class below: every list still holds whole blocks
+///   of its class, linked through header words that are always atomics;
+/// * a merge: the lists of the smaller classes are taken whole, sorted by
+///   offset and paired with their buddies from the smallest class up; the
+///   unpaired blocks go back.
+///
+/// Splitting never puts a header where a pop could be reading (a block's
+/// interior is on no list). Merging does: the upper buddy's header becomes
+/// the inside of the merged block, which its next owner writes, while a pop
+/// that loaded that block as its list's head before the merge took the list
+/// may not have read its `next` word yet. A tagged Treiber stack makes such a
+/// stale read harmless to the list (the pop's compare-and-swap fails), but
+/// it would race with the owner's plain writes. So every pop (and every walk
+/// of [`SizeClassAllocator::stats`]) counts itself in its list's
+/// [`readers`](crate::layout::FreeList::readers) from before its load of the
+/// head to its last read of a link, and a merge gives nothing out until it
+/// has seen every list it took without readers: a fence on each side makes
+/// sure that a pop the merge does not see cannot see the taken blocks. A
+/// reader that never leaves (its process died mid-pop) makes merges of the
+/// classes above give up after a while: the request then fails as it would
+/// have without merging, and the heap is otherwise unaffected.
+///
+/// What it costs: a pop (the uncached allocation's, a cache's refill) pays
+/// an increment, a SeqCst fence and a decrement on its list's cache line,
+/// which it holds anyway; a cached allocation that hits its bin pays
+/// nothing. A split costs a pop and a push per class it halves through. A
+/// merge sorts every free block of the classes below the request (O(n log n)
+/// over their links) and is taken only when the request would otherwise
+/// fail.
+///
+/// Blocks in a [`SizeClassCache`] are on no list, so a merge does not see
+/// them: a heap whose free memory sits in caches can still fail a request
+/// (flush them, as for any other request). Concurrent merges each merge the
+/// blocks they took, so they need no lock; while a merge holds blocks,
+/// others cannot allocate them, as with blocks held in a cache.
 #[derive(Clone, Copy)]
 pub struct SizeClassAllocator<'r> {
     header: &'r SizeClassHeader,
@@ -442,7 +442,7 @@ impl<'r> SizeClassAllocator<'r> {
     /// Allocates `size` bytes aligned to `align` (a power of two up to
     /// [`MAX_ALIGN`]), from the class's free list if it has a block, else by
     /// carving a new block, else by splitting a larger free block, else by
-    /// merging free buddies (see [Splitting and merging](self#splitting-and-merging)): it fails
+    /// merging free buddies (see [Splitting and merging](Self#splitting-and-merging)): it fails
     /// only when no free memory of the heap, merged as far as it can be,
     /// holds a block of the request's class. Offsets are aligned relative to the region base,
     /// so the address is aligned wherever the mapping's base is aligned at

@@ -8,7 +8,7 @@ use std::sync::mpsc::TrySendError;
 
 use proptest::prelude::*;
 use tandem_shm_core::layout::{AllocatorId, ShmPtr, SIZE_CLASSES};
-use tandem_shm_core::size_class::{block_size, HEAP_ALIGN};
+use tandem_shm_core::{block_size, HEAP_ALIGN};
 use tandem_shm_core::{AllocError, ArenaAllocator, SizeClassAllocator, SizeClassCache};
 
 const ID: AllocatorId = AllocatorId::new(7, 1);

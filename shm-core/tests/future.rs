@@ -5,13 +5,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use tandem_shm_core::future::{
+use tandem_shm_core::layout::{future_flags, FutureShmHeader, FUTURE_COPY_SPACE_OFFSET};
+use tandem_shm_core::Segment;
+use tandem_shm_core::SerError;
+use tandem_shm_core::{AllocatorId, ShmPtr};
+use tandem_shm_core::{
     FillError, FutureError, FutureShm, WaitOutcome, RC_OUTPUT_FAILED, RC_OUTPUT_TOO_LARGE,
 };
-use tandem_shm_core::layout::{future_flags, FutureShmHeader, FUTURE_COPY_SPACE_OFFSET};
-use tandem_shm_core::segment::Segment;
-use tandem_shm_core::ser::SerError;
-use tandem_shm_core::{AllocatorId, ShmPtr};
 
 /// A 64-byte-aligned heap region.
 struct Region {

@@ -18,7 +18,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use tandem_shm_core::layout::AllocatorId;
-use tandem_shm_core::size_class::{block_size, HEAP_ALIGN};
+use tandem_shm_core::{block_size, HEAP_ALIGN};
 use tandem_shm_core::{AllocError, ShmPtr, SizeClassAllocator, SizeClassCache};
 
 const ID: AllocatorId = AllocatorId::new(1, 1);

@@ -20,7 +20,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use tandem_shm_core::future::{FutureShm, WaitOutcome};
+use tandem_shm_core::{FutureShm, WaitOutcome};
 
 /// Heap memory aligned for a future header, freed on drop.
 struct Region {

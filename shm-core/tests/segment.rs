@@ -5,7 +5,7 @@
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use tandem_shm_core::segment::{NameError, Segment, SegmentError, SegmentProbe, MAX_NAME_LEN};
+use tandem_shm_core::{NameError, Segment, SegmentError, SegmentProbe, MAX_NAME_LEN};
 
 /// A name no other test (or concurrent test run) uses.
 fn unique_name(tag: &str) -> String {
@@ -249,5 +249,5 @@ fn zero_lengths_are_refused() {
 fn segments_are_send_and_sync() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Segment>();
-    assert_send_sync::<tandem_shm_core::segment::Mapping>();
+    assert_send_sync::<tandem_shm_core::Mapping>();
 }

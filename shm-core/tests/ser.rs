@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use tandem_shm_core::impl_serialize_fields;
-use tandem_shm_core::ser::{serialized_len, Reader, SerError, Writer};
+use tandem_shm_core::{serialized_len, Reader, SerError, Writer};
 
 /// One value of each kind the encoding knows.
 #[derive(Clone, Debug)]

@@ -49,7 +49,7 @@ mod cuda {
     use tandem_device_kernels::names;
     use tandem_hal::{DeviceMemory, Dim3, EventFlags, GpuApi, GpuDevice, KernelArg};
     use tandem_shm_core::layout::{AllocatorId, ArenaHeader, SizeClassHeader};
-    use tandem_shm_core::size_class::{block_size, HEAP_ALIGN};
+    use tandem_shm_core::{block_size, HEAP_ALIGN};
     use tandem_shm_core::{ArenaAllocator, MpmcRing, SizeClassAllocator};
 
     use tandem_tests::cross_language::harness::{Gpu, Shared};

@@ -1,6 +1,6 @@
 //! This backend's errors: every failure is a [`GpuError`] of [`Backend::Host`].
 
-use tandem_shm_core::segment::SegmentError;
+use tandem_shm_core::SegmentError;
 
 use crate::error::{Backend, ErrorKind, GpuError};
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tandem_shm_core::segment::Segment;
+use tandem_shm_core::Segment;
 
 use super::error::host_error;
 use super::ipc::{self, HandleFields, HandleKind};

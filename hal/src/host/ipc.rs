@@ -24,7 +24,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tandem_process::host_ipc_segment_name;
-use tandem_shm_core::segment::Segment;
+use tandem_shm_core::Segment;
 
 use super::error::{host_error, segment_error};
 use crate::error::{ErrorKind, GpuResult};

@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use tandem_shm_core::segment::Segment;
+use tandem_shm_core::Segment;
 
 use super::api::HostApi;
 use super::error::{host_error, segment_error};

@@ -555,7 +555,7 @@ fn dropping_a_buffer_with_queued_work_is_safe() {
 fn register_host_checks_its_region() {
     let device = device();
     let page = crate::numa::page_size();
-    let segment = tandem_shm_core::segment::Segment::create_anonymous(4 * page).unwrap();
+    let segment = tandem_shm_core::Segment::create_anonymous(4 * page).unwrap();
     let base = segment.as_ptr();
     // SAFETY: `segment` outlives every registration made here (all calls).
     unsafe {

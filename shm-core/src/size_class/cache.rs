@@ -1,70 +1,5 @@
 //! A thread's cache of free blocks above a shared [`SizeClassAllocator`]
 //! (like glibc's tcache, or the kernels' `SizeClassCache`).
-//!
-//! # Why
-//!
-//! Every uncached allocation and free is a compare-and-swap on its class's
-//! list head, one word every thread and process shares: threads that
-//! allocate one size serialise on its cache line. A [`SizeClassCache`] keeps
-//! a small stack of free blocks per class in the thread's own memory, so a
-//! thread that frees what it allocates never touches a shared head, and the
-//! rest goes in batches: a miss takes a run of blocks off the list (or
-//! carves a run) with one compare-and-swap, and a full bin goes back to the
-//! list as one chain with one compare-and-swap.
-//!
-//! # What stays shared
-//!
-//! The cache is process-local memory (the struct itself); the blocks stay in
-//! the shared region and the shared free lists stay the authority. A cached
-//! free validates the block exactly as [`SizeClassAllocator::free`] does and
-//! marks it free in its header, so a double free is refused whichever
-//! process, thread or cache frees it second, and a block allocated through a
-//! cache can be freed by any handle, cached or not, in any process (and the
-//! reverse).
-//!
-//! # Racing frees
-//!
-//! The uncached free marks the block with a compare-and-swap, so that of two
-//! frees of one pointer that race (neither ordered before the other) exactly
-//! one wins. A cached free stores the mark after the load that found the
-//! block allocated, as glibc's tcache checks its key with a load: a second
-//! free that happens after the first sees the mark, but two that race can
-//! both pass, and the block then sits in two places. Racing frees of one
-//! pointer are the caller's data race, the bug a double free is; refereeing
-//! them takes a locked instruction, which on an Emerald Rapids Xeon (the
-//! H100's host) costs more than the system allocator's whole allocate+free
-//! pair (docs/design/pcie.md, "The size-class cache frees with a store").
-//! Free through the allocator
-//! itself where frees of one pointer may race.
-//!
-//! Blocks in a cache are marked free but are on no list: no one else can
-//! allocate them, and [`SizeClassAllocator::stats`] counts them neither as
-//! free nor as allocated, until the cache gives them back: when a bin fills,
-//! on [`flush`](SizeClassCache::flush), and when the cache is dropped. A
-//! bin holds at most [`BIN_CAPACITY`] blocks and at most [`BIN_BYTES`] bytes
-//! (classes above `BIN_BYTES` are not cached at all), so a cache hides a
-//! bounded amount of the heap. Flush before a check that expects every block
-//! back on the lists (a leak check) and before the heap runs low for others.
-//!
-//! # Thread and process exit
-//!
-//! Dropping the cache flushes it, so a cache held by a thread, on its stack
-//! or in a `thread_local!` (which needs a `'static` allocator handle, as a
-//! mapping kept for the process's life gives), is flushed when the thread
-//! ends. The cache is a value rather than a hidden per-thread table inside
-//! the allocator because a region can be unmapped (its handle's lifetime
-//! `'r` ends) before a thread that used it exits; the borrow ties the cache
-//! to the mapping. A process that dies with blocks in a cache loses those
-//! blocks (at most `BIN_CAPACITY` per class and `BIN_BYTES` per bin), as it
-//! loses the blocks it had allocated: the heap is still consistent, they
-//! are just never reused, until the whole heap is re-initialised (the
-//! runtime does that to a dead client's heap when it reclaims its slot, so a
-//! dead client's cached blocks come back with the rest of its heap).
-//!
-//! A cache must not outlive its heap's initialisation: drop (or, in a process
-//! that is going away, forget) every cache of a heap before the heap is
-//! re-initialised with [`SizeClassAllocator::init_in`], since flushing blocks
-//! of the old heap into the new one would corrupt its lists.
 
 use crate::alloc_error::AllocError;
 use crate::layout::{FullPtr, ShmPtr, SIZE_CLASSES};
@@ -111,8 +46,74 @@ struct Bin {
 }
 
 /// A thread's cache of free blocks of one [`SizeClassAllocator`]: allocate
-/// and free through it instead of through the allocator (see the [module
-/// documentation](self)). Flushed back to the shared lists when dropped.
+/// and free through it instead of through the allocator (the sections
+/// below say why). Flushed back to the shared lists when dropped.
+///
+/// # Why
+///
+/// Every uncached allocation and free is a compare-and-swap on its class's
+/// list head, one word every thread and process shares: threads that
+/// allocate one size serialise on its cache line. A [`SizeClassCache`] keeps
+/// a small stack of free blocks per class in the thread's own memory, so a
+/// thread that frees what it allocates never touches a shared head, and the
+/// rest goes in batches: a miss takes a run of blocks off the list (or
+/// carves a run) with one compare-and-swap, and a full bin goes back to the
+/// list as one chain with one compare-and-swap.
+///
+/// # What stays shared
+///
+/// The cache is process-local memory (the struct itself); the blocks stay in
+/// the shared region and the shared free lists stay the authority. A cached
+/// free validates the block exactly as [`SizeClassAllocator::free`] does and
+/// marks it free in its header, so a double free is refused whichever
+/// process, thread or cache frees it second, and a block allocated through a
+/// cache can be freed by any handle, cached or not, in any process (and the
+/// reverse).
+///
+/// # Racing frees
+///
+/// The uncached free marks the block with a compare-and-swap, so that of two
+/// frees of one pointer that race (neither ordered before the other) exactly
+/// one wins. A cached free stores the mark after the load that found the
+/// block allocated, as glibc's tcache checks its key with a load: a second
+/// free that happens after the first sees the mark, but two that race can
+/// both pass, and the block then sits in two places. Racing frees of one
+/// pointer are the caller's data race, the bug a double free is; refereeing
+/// them takes a locked instruction, which on an Emerald Rapids Xeon (the
+/// H100's host) costs more than the system allocator's whole allocate+free
+/// pair (docs/design/pcie.md, "The size-class cache frees with a store").
+/// Free through the allocator
+/// itself where frees of one pointer may race.
+///
+/// Blocks in a cache are marked free but are on no list: no one else can
+/// allocate them, and [`SizeClassAllocator::stats`] counts them neither as
+/// free nor as allocated, until the cache gives them back: when a bin fills,
+/// on [`flush`](SizeClassCache::flush), and when the cache is dropped. A
+/// bin holds at most [`CACHE_BIN_CAPACITY`](crate::CACHE_BIN_CAPACITY) blocks and at most
+/// [`CACHE_BIN_BYTES`](crate::CACHE_BIN_BYTES) bytes (classes above that are not cached at
+/// all), so a cache hides a
+/// bounded amount of the heap. Flush before a check that expects every block
+/// back on the lists (a leak check) and before the heap runs low for others.
+///
+/// # Thread and process exit
+///
+/// Dropping the cache flushes it, so a cache held by a thread, on its stack
+/// or in a `thread_local!` (which needs a `'static` allocator handle, as a
+/// mapping kept for the process's life gives), is flushed when the thread
+/// ends. The cache is a value rather than a hidden per-thread table inside
+/// the allocator because a region can be unmapped (its handle's lifetime
+/// `'r` ends) before a thread that used it exits; the borrow ties the cache
+/// to the mapping. A process that dies with blocks in a cache loses those
+/// blocks (at most `BIN_CAPACITY` per class and `BIN_BYTES` per bin), as it
+/// loses the blocks it had allocated: the heap is still consistent, they
+/// are just never reused, until the whole heap is re-initialised (the
+/// runtime does that to a dead client's heap when it reclaims its slot, so a
+/// dead client's cached blocks come back with the rest of its heap).
+///
+/// A cache must not outlive its heap's initialisation: drop (or, in a process
+/// that is going away, forget) every cache of a heap before the heap is
+/// re-initialised with [`SizeClassAllocator::init_in`], since flushing blocks
+/// of the old heap into the new one would corrupt its lists.
 pub struct SizeClassCache<'r> {
     alloc: SizeClassAllocator<'r>,
     bins: [Bin; SIZE_CLASSES],
@@ -201,7 +202,7 @@ impl<'r> SizeClassCache<'r> {
 
     /// [`SizeClassAllocator::free`] into this cache: the same checks (a
     /// second free of the pointer, through any handle or cache, is a
-    /// `DoubleFree`, unless the two race: see [Racing frees](self#racing-frees)),
+    /// `DoubleFree`, unless the two race: see [Racing frees](SizeClassCache#racing-frees)),
     /// then the block goes on the bin of its class. A full bin first goes
     /// back to the class's list as one chain; a block of an uncached class
     /// goes straight to its list.

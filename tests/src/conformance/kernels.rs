@@ -4,7 +4,7 @@
 use tandem_hal::{
     DeviceMemory, Dim3, ErrorKind, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig,
 };
-use tandem_shm_core::segment::Segment;
+use tandem_shm_core::Segment;
 
 use crate::support::{
     assert_argument_mismatch, assert_invalid_argument, block_sums_reference, kernels, kind, launch,

@@ -8,9 +8,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tandem_device_kernels::names;
 use tandem_hal::{Dim3, GpuApi, KernelArg};
-use tandem_shm_core::future::{RC_OUTPUT_FAILED, RC_OUTPUT_TOO_LARGE, RC_RESERVED_MAX};
 use tandem_shm_core::impl_serialize_fields;
 use tandem_shm_core::{FutureShm, WaitOutcome};
+use tandem_shm_core::{RC_OUTPUT_FAILED, RC_OUTPUT_TOO_LARGE, RC_RESERVED_MAX};
 
 use super::harness::{check, Gpu, Shared};
 

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use tandem_device_kernels::names;
 use tandem_hal::{GpuApi, KernelArg};
 use tandem_shm_core::impl_serialize_fields;
-use tandem_shm_core::ser::{serialized_len, Reader, SerError, Writer};
+use tandem_shm_core::{serialized_len, Reader, SerError, Writer};
 
 use super::harness::{check, Gpu};
 

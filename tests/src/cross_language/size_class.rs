@@ -15,7 +15,7 @@ use proptest::prelude::*;
 use tandem_device_kernels::names;
 use tandem_hal::{Dim3, GpuApi, GpuDevice, KernelArg};
 use tandem_shm_core::layout::{AllocatorId, SizeClassHeader};
-use tandem_shm_core::size_class::{block_size, HEAP_ALIGN};
+use tandem_shm_core::{block_size, HEAP_ALIGN};
 use tandem_shm_core::{AllocError, ArenaAllocator, ShmPtr, SizeClassAllocator};
 
 use super::harness::{check, Gpu, Shared};
