@@ -9,7 +9,7 @@ using tandem::u32;
 using tandem::u64;
 using tandem::u8;
 
-/// Writes blob.h's ids, codes and limits to out[0..29], in the order
+/// Writes blob.h's ids, codes and limits to out[0..31], in the order
 /// tandem_blob::wire lists them (tests/kernels.rs reads them back).
 TANDEM_KERNEL tandem_blob_wire(u64* out) {
   namespace b = tandem::blob;
@@ -30,6 +30,8 @@ TANDEM_KERNEL tandem_blob_wire(u64* out) {
   out[i++] = b::method::STAT;
   out[i++] = b::method::DELETE;
   out[i++] = b::method::LIST;
+  out[i++] = b::method::IDENTIFY;
+  out[i++] = b::method::FIND_TAG;
   for (i32 c : codes) {
     out[i++] = static_cast<u64>(c);
   }

@@ -10,9 +10,11 @@ use std::time::{Duration, Instant};
 use tandem_hal::GpuApi;
 use tandem_runtime::{Client, Pending, Route, Runtime, SharedBuffer, Task, TaskError};
 
-use crate::pool::{describe, BlobInfo, Delete, Get, GetOrCreateTag, List, Put, Stat};
+use crate::pool::{
+    describe, BlobInfo, Delete, FindTag, Get, GetOrCreateTag, Identify, List, Put, Stat,
+};
 use crate::wire::{self, code};
-use crate::{Score, TagId};
+use crate::{Score, StoreIdentity, TagId};
 
 /// What submits tasks and lends buffers: a runtime (host code in its
 /// process) or a client of one.
@@ -116,6 +118,15 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         }
     }
 
+    /// Refuses a length past the buffer's end, which the worker would take
+    /// from whatever follows it in the segment.
+    fn check_len(buffer: &SharedBuffer<'_>, len: usize) -> Result<(), CallError> {
+        if len > buffer.len() {
+            return Err(CallError::Blob(code::BAD_POINTER));
+        }
+        Ok(())
+    }
+
     fn call<T: Task>(&self, task: &T) -> Result<T::Output, CallError> {
         let deadline = self.timeout.map(|t| Instant::now() + t);
         let mut pending = self.submitter.submit(self.route, task)?;
@@ -145,6 +156,19 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         self.call(&GetOrCreateTag { name: name.into() }).map(TagId)
     }
 
+    /// The id of tag `name`, `None` when there is no such tag (none is made).
+    pub fn tag(&self, name: &str) -> Result<Option<TagId>, CallError> {
+        Self::check_name(name)?;
+        let id = self.call(&FindTag { name: name.into() })?;
+        Ok((id != 0).then_some(TagId(id)))
+    }
+
+    /// Which store the runtime serves: compare it with
+    /// [`StoreIdentity::of_metadata`] of a configuration's metadata file.
+    pub fn identity(&self) -> Result<StoreIdentity, CallError> {
+        self.call(&Identify)
+    }
+
     /// Writes `data` at `offset` of blob `name` of `tag`, all or nothing;
     /// the blob's size after it.
     pub fn put(
@@ -158,15 +182,35 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         Self::check_name(name)?;
         let mut buffer = self.submitter.allocate_shared(data.len())?;
         buffer.write(0, data);
+        self.put_from(tag, name, offset, buffer, data.len(), score)
+            .map(|(size, _)| size)
+    }
+
+    /// Writes the first `len` bytes of `buffer` (a buffer of the submitter's
+    /// heap) at `offset` of blob `name` of `tag`, all or nothing; the blob's
+    /// size after it, and the buffer back for the next call (a stream moved
+    /// through one buffer). A wait that ended without the task's completion
+    /// leaks the buffer (see [`SharedBuffer`]).
+    pub fn put_from<'b>(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        buffer: SharedBuffer<'b>,
+        len: usize,
+        score: Score,
+    ) -> Result<(u64, SharedBuffer<'b>), CallError> {
+        Self::check_name(name)?;
+        Self::check_len(&buffer, len)?;
         let task = Put {
             tag: tag.0,
             name: name.into(),
             offset,
-            len: data.len() as u64,
+            len: len as u64,
             data: buffer.ptr().into(),
             score: score.0,
         };
-        self.call_with(&task, buffer).map(|(size, _)| size)
+        self.call_with(&task, buffer)
     }
 
     /// Reads `out.len()` bytes at `offset` of blob `name` of `tag`.
@@ -179,16 +223,33 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
     ) -> Result<(), CallError> {
         Self::check_name(name)?;
         let buffer = self.submitter.allocate_shared(out.len())?;
+        let buffer = self.get_into(tag, name, offset, buffer, out.len())?;
+        buffer.read(0, out);
+        Ok(())
+    }
+
+    /// Reads `len` bytes at `offset` of blob `name` of `tag` into the first
+    /// `len` bytes of `buffer` (a buffer of the submitter's heap), and gives
+    /// the buffer back. A wait that ended without the task's completion
+    /// leaks the buffer (see [`SharedBuffer`]).
+    pub fn get_into<'b>(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        buffer: SharedBuffer<'b>,
+        len: usize,
+    ) -> Result<SharedBuffer<'b>, CallError> {
+        Self::check_name(name)?;
+        Self::check_len(&buffer, len)?;
         let task = Get {
             tag: tag.0,
             name: name.into(),
             offset,
-            len: out.len() as u64,
+            len: len as u64,
             out: buffer.ptr().into(),
         };
-        let (_, buffer) = self.call_with(&task, buffer)?;
-        buffer.read(0, out);
-        Ok(())
+        self.call_with(&task, buffer).map(|(_, buffer)| buffer)
     }
 
     /// Blob `name` of `tag`: its size, class and targets.

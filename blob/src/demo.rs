@@ -140,7 +140,7 @@ pub struct BlobKernels<'q, A: GpuApi> {
 }
 
 /// Values `tandem_blob_wire` reports.
-pub const WIRE_VALUES: usize = 29;
+pub const WIRE_VALUES: usize = 31;
 
 impl<'q, A: GpuApi> BlobKernels<'q, A> {
     /// Loads the kernels on `queues`' device.

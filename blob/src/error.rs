@@ -133,6 +133,13 @@ pub enum BlobError {
     Config(String),
     /// The metadata database failed (open, transaction, commit).
     Metadata(String),
+    /// Another open store holds the metadata file (its lock): a runtime serving the store, or
+    /// another process with it open. Its blobs are reached through that runtime
+    /// ([`crate::BlobCaller`]), or once it closes.
+    InUse {
+        /// The metadata file.
+        metadata: PathBuf,
+    },
     /// The metadata database holds something the store cannot have written.
     Corrupt(String),
     /// The object target's store failed a request, after its retries (unreachable, too slow,
@@ -180,7 +187,7 @@ impl BlobError {
             BlobError::TargetIo { .. } => code::TARGET_IO,
             BlobError::TargetMismatch { .. } => code::TARGET_MISMATCH,
             BlobError::Config(_) => code::CONFIG,
-            BlobError::Metadata(_) => code::METADATA,
+            BlobError::Metadata(_) | BlobError::InUse { .. } => code::METADATA,
             BlobError::Corrupt(_) => code::CORRUPT,
             // To a kernel, the object target is one more target whose I/O failed.
             BlobError::ObjectStore { .. } | BlobError::ObjectConflict { .. } => code::TARGET_IO,
@@ -242,6 +249,11 @@ impl fmt::Display for BlobError {
             }
             BlobError::Config(m) => write!(f, "bad configuration: {m}"),
             BlobError::Metadata(m) => write!(f, "metadata database: {m}"),
+            BlobError::InUse { metadata } => write!(
+                f,
+                "metadata file {} is in use: another process has this store open",
+                metadata.display()
+            ),
             BlobError::Corrupt(m) => write!(f, "corrupt metadata: {m}"),
             BlobError::ObjectStore { target, op, source } => {
                 write!(f, "object target {target}: {op}: {source}")

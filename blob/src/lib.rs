@@ -131,7 +131,9 @@
 //!   runtime (`pool::register`) and holds its task types; [`wire`] is its wire format (pool and
 //!   method ids, return codes, limits), which `tandem/blob.h` mirrors for kernels. Host code
 //!   calls that pool through a [`BlobCaller`] over a [`Submitter`] (a runtime in its process,
-//!   or a client of one in another), failing with a [`CallError`].
+//!   or a client of one in another), failing with a [`CallError`]. A store open in one process
+//!   is [`BlobError::InUse`] to an open in another; a [`StoreIdentity`] (its metadata file)
+//!   tells a process which runtime serves the store it was configured with.
 //!
 //! Two modules are public as support rather than API, and only with the `demo` feature (on by
 //! default): [`demo`] launches the store's own put/get kernels and the wire check, and
@@ -187,5 +189,6 @@ pub use error::{BlobError, FillError, NameKind};
 pub use object_store;
 pub use store::BlobStore;
 pub use types::{
-    BlobStat, Drain, Fill, PutInfo, Score, TagId, TargetStat, MAX_NAME_LEN, MAX_TAG_LEN, PAGE_SIZE,
+    BlobStat, Drain, Fill, PutInfo, Score, StoreIdentity, TagId, TargetStat, MAX_NAME_LEN,
+    MAX_TAG_LEN, PAGE_SIZE,
 };

@@ -11,9 +11,10 @@ use std::sync::Arc;
 
 use tandem_runtime::{DuplicatePool, MethodId, Pool, PoolId, Registry, TaskContext};
 use tandem_shm_core::impl_serialize_fields;
+use tandem_shm_core::ser::{Deserialize, Reader, SerError, Serialize, Writer};
 
 use crate::wire::{self, code, SharedRef};
-use crate::{BlobStore, FillError, Score, TagId};
+use crate::{BlobStore, FillError, Score, StoreIdentity, TagId};
 
 /// `get_or_create_tag(name)`: the tag's id.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -123,6 +124,31 @@ pub struct Delete {
 }
 impl_serialize_fields!(Delete { tag, name });
 
+/// `find_tag(name)`: the tag's id, 0 when there is none (none is made).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct FindTag {
+    /// The tag's name.
+    pub name: String,
+}
+impl_serialize_fields!(FindTag { name });
+
+/// `identify()`: the store's [`StoreIdentity`] (no arguments).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Identify;
+
+impl Serialize for Identify {
+    fn serialize(&self, _: &mut Writer<'_>) -> Result<(), SerError> {
+        Ok(())
+    }
+}
+impl Deserialize<'_> for Identify {
+    fn deserialize(_: &mut Reader<'_>) -> Result<Self, SerError> {
+        Ok(Identify)
+    }
+}
+
+impl_serialize_fields!(StoreIdentity { device, inode });
+
 macro_rules! blob_task {
     ($task:ty, $method:expr, $output:ty) => {
         impl tandem_runtime::Task for $task {
@@ -138,16 +164,20 @@ blob_task!(Get, wire::method::GET, u64);
 blob_task!(Stat, wire::method::STAT, BlobInfo);
 blob_task!(Delete, wire::method::DELETE, u8);
 blob_task!(List, wire::method::LIST, u64);
+blob_task!(Identify, wire::method::IDENTIFY, StoreIdentity);
+blob_task!(FindTag, wire::method::FIND_TAG, u64);
 
 /// The blob pool serving `store`.
 pub fn pool(store: Arc<BlobStore>) -> Pool {
-    let (put_store, get_store, stat_store, delete_store, list_store) = (
+    let (put_store, get_store, stat_store, delete_store, list_store, find_store) = (
+        Arc::clone(&store),
         Arc::clone(&store),
         Arc::clone(&store),
         Arc::clone(&store),
         Arc::clone(&store),
         Arc::clone(&store),
     );
+    let identity = store.identity();
     Pool::new(wire::POOL, "blob")
         .task::<GetOrCreateTag, _>("get_or_create_tag", move |t| {
             store
@@ -178,6 +208,13 @@ pub fn pool(store: Arc<BlobStore>) -> Pool {
                 .map_err(|e| e.code())
         })
         .task_in_context::<List, _>("list", move |context, t| list(&list_store, context, &t))
+        .task::<Identify, _>("identify", move |_| Ok(identity))
+        .task::<FindTag, _>("find_tag", move |t| {
+            find_store
+                .tag(&t.name)
+                .map(|tag| tag.map_or(0, |tag| tag.0))
+                .map_err(|e| e.code())
+        })
 }
 
 fn list(store: &BlobStore, context: &TaskContext<'_>, t: &List) -> Result<u64, i32> {

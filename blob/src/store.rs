@@ -7,11 +7,13 @@ use std::sync::Arc;
 use crate::config::{Limits, StoreConfig, TargetKind};
 use crate::error::{BlobError, NameKind};
 use crate::local::{LocalStore, PutRequest};
+use crate::meta::meta_io;
 use crate::object::{InBucket, ObjectTarget};
 use crate::open::{self, Opening};
 use crate::placement;
 use crate::types::{
-    check_name, check_new_name, BlobStat, Drain, Fill, PutInfo, Score, TagId, TargetStat,
+    check_name, check_new_name, BlobStat, Drain, Fill, PutInfo, Score, StoreIdentity, TagId,
+    TargetStat,
 };
 
 /// The blob store. `Send + Sync`: share it (`Arc`) between any number of threads.
@@ -19,6 +21,7 @@ pub struct BlobStore {
     local: LocalStore,
     object: ObjectTarget,
     limits: Limits,
+    identity: StoreIdentity,
 }
 
 impl BlobStore {
@@ -63,11 +66,20 @@ impl BlobStore {
         opening: Opening,
     ) -> Result<BlobStore, BlobError> {
         let (local, object) = open::open(config, object_store, opening)?;
+        // The file is open and locked here: the path names it until the store closes.
+        let identity = StoreIdentity::of_metadata(&config.metadata).map_err(meta_io)?;
         Ok(BlobStore {
             local,
             object,
             limits: config.limits.clone(),
+            identity,
         })
+    }
+
+    /// Which store this is (its metadata file), as [`StoreIdentity::of_metadata`] tells it
+    /// from a configuration.
+    pub fn identity(&self) -> StoreIdentity {
+        self.identity
     }
 
     /// The id of tag `name`, creating (and durably committing) it if it does not exist.

@@ -1,8 +1,9 @@
 //! The values the store's calls take and give: tag ids, placement scores, what a put did, the
-//! descriptions of blobs and targets, the callbacks data moves through, and the limits of names
-//! and pages.
+//! descriptions of blobs and targets, the callbacks data moves through, the store's identity,
+//! and the limits of names and pages.
 
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 use crate::config::TargetKind;
 use crate::error::{BlobError, FillError, NameKind};
@@ -103,6 +104,30 @@ pub struct TargetStat {
     /// Whether the object target's store honours conditional writes, which keep two writers
     /// of one blob from losing each other's bytes (false for the other targets).
     pub conditional_writes: bool,
+}
+
+/// Which store this is: its metadata file, by device and inode. An open store holds that file
+/// locked, so no two open stores share an identity; two paths to one file (links, relative
+/// paths, other mount points) give the same one. A runtime serving the store answers it
+/// ([`crate::BlobCaller::identity`]), so a process holding only a configuration can tell
+/// whether a runtime serves that store ([`StoreIdentity::of_metadata`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreIdentity {
+    /// The metadata file's device (`st_dev`).
+    pub device: u64,
+    /// The metadata file's inode (`st_ino`).
+    pub inode: u64,
+}
+
+impl StoreIdentity {
+    /// The identity of the store whose metadata file is `path` (as a configuration names it).
+    pub fn of_metadata(path: &Path) -> std::io::Result<StoreIdentity> {
+        let file = std::fs::metadata(path)?;
+        Ok(StoreIdentity {
+            device: file.dev(),
+            inode: file.ino(),
+        })
+    }
 }
 
 /// Checks a name looked up: not empty, within its limit.

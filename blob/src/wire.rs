@@ -28,6 +28,12 @@ pub mod method {
     /// written into `out` one after another, each a u32 length and its
     /// bytes -> bytes written.
     pub const LIST: MethodId = 6;
+    /// identify() -> the store's identity (`crate::StoreIdentity`: its
+    /// metadata file's device and inode), for a caller to check which store
+    /// a runtime serves.
+    pub const IDENTIFY: MethodId = 7;
+    /// find_tag(name) -> tag id, 0 when there is no such tag (none is made).
+    pub const FIND_TAG: MethodId = 8;
 }
 
 /// Return codes of the blob pool's handlers: [`crate::BlobError::code`] for the

@@ -68,6 +68,8 @@ fn expected_wire() -> Vec<u64> {
         u64::from(method::STAT),
         u64::from(method::DELETE),
         u64::from(method::LIST),
+        u64::from(method::IDENTIFY),
+        u64::from(method::FIND_TAG),
     ];
     v.extend(
         [
@@ -470,6 +472,38 @@ fn host_calls_through_the_task_path() {
         Err(CallError::Blob(code::UNKNOWN_TAG))
     );
     blobs.delete(tag, "b").expect("delete b");
+
+    // A tag looked up is not made; the store answers who it is.
+    assert_eq!(blobs.tag("host"), Ok(Some(tag)));
+    assert_eq!(blobs.tag("never"), Ok(None));
+    assert!(!blobs.list_tags().expect("tags").contains(&"never".into()));
+    assert_eq!(blobs.identity(), Ok(store.identity()));
+
+    // One buffer carries a stream of puts and gets, and comes back each time.
+    let buffer = runtime.allocate_shared(4096).expect("buffer");
+    let mut buffer = buffer;
+    for round in 0..3u8 {
+        buffer.write(0, &[round; 4096]);
+        let (size, back) = blobs
+            .put_from(tag, "s", u64::from(round) * 4096, buffer, 4096, Score::AUTO)
+            .expect("put_from");
+        assert_eq!(size, (u64::from(round) + 1) * 4096);
+        buffer = back;
+    }
+    let buffer = blobs
+        .get_into(tag, "s", 4096, buffer, 100)
+        .expect("get_into");
+    let mut part = [0u8; 100];
+    buffer.read(0, &mut part);
+    assert_eq!(part, [1u8; 100]);
+    assert_eq!(
+        blobs
+            .put_from(tag, "s", 0, buffer, 4097, Score::AUTO)
+            .map(|(size, _)| size),
+        Err(CallError::Blob(code::BAD_POINTER)),
+        "a length past the buffer's end"
+    );
+    blobs.delete(tag, "s").expect("delete s");
 
     let mut past = [0u8; 8];
     assert_eq!(

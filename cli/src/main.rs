@@ -18,7 +18,8 @@
 //!   owner process is gone.
 //! * `tandem blob run|put|get|ls|stat|rm|demo ...`: the blob store's
 //!   commands (`blob/`): a runtime serving the blob pool, a store looked
-//!   at directly, kernels putting and getting blobs.
+//!   at or changed (through the runtime serving it, or opened directly),
+//!   kernels putting and getting blobs.
 //!
 //! Results go to stdout; logs (`tracing`, filtered by `RUST_LOG`, default
 //! `info`) to stderr. Usage errors exit 2.

@@ -1,8 +1,8 @@
 //! The `tandem blob` binary: a runtime serving the blob pool to a client in
 //! another process (started through `Client::fork_runtime_with`, the store
 //! configured by `TANDEM_BLOB_CONFIG`), the store commands (`put`, `ls`,
-//! `stat`, `get`, `rm`) and their errors, including a store locked by a
-//! running `tandem blob run`, and the demo's verdict.
+//! `stat`, `get`, `rm`) on a store no runtime serves and their errors
+//! (`blob_served.rs` has them through a runtime), and the demo's verdict.
 
 mod common;
 
@@ -315,7 +315,7 @@ fn the_store_commands_put_list_get_and_remove() {
     let err = fails(&["ls", "--config", bare.to_str().expect("utf-8")]);
     assert!(err.contains("has no [blob] table"), "{err}");
 
-    // A running runtime holds the store.
+    // A running runtime holds the store: the commands go through it.
     let mut child = Command::new(exe())
         .arg("blob")
         .args(["run", "--config", cfg, "--announce", "--exit-on-stdin-eof"])
@@ -327,11 +327,11 @@ fn the_store_commands_put_list_get_and_remove() {
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let ready = lines.next().expect("a line").expect("stdout");
     assert!(ready.starts_with("ready "), "{ready}");
-    let err = fails(&["ls", "--config", cfg]);
-    assert!(
-        err.contains("a runtime (tandem blob run) may be serving this store"),
-        "{err}"
-    );
+    let out = blob(&["ls", "--config", cfg, "--tag", "files"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("input.bin"));
+    let err = fails(&["run", "--config", cfg]);
+    assert!(err.contains("is in use"), "{err}");
     drop(child.stdin.take());
     assert!(child.wait().expect("wait").success());
     // Released again, and durable.
@@ -417,7 +417,8 @@ fn pipes_a_closed_stdout_and_a_store_never_made() {
 }
 
 /// A get that cannot succeed leaves its output file as it was; a put from
-/// an endless device stops at what a blob can take.
+/// an endless device stops and leaves no blob; a file longer than a blob
+/// can take is refused.
 #[test]
 fn failed_gets_keep_their_output_and_endless_puts_stop() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -454,10 +455,36 @@ fn failed_gets_keep_their_output_and_endless_puts_stop() {
         config,
     ]);
     assert!(!endless.status.success());
+    // It fills the store in chunks until one finds no room; the blob they
+    // made goes.
+    let said = text(&endless.stderr);
     assert!(
-        text(&endless.stderr).contains("more than the"),
+        said.contains("no space") && said.contains("was removed"),
+        "{said}"
+    );
+    let gone = blob(&["stat", "z", "--tag", "t", "--config", config]);
+    assert!(
+        text(&gone.stderr).contains("not found"),
         "{}",
-        text(&endless.stderr)
+        text(&gone.stderr)
+    );
+    // A file longer than a blob can take is refused before anything is put.
+    let sparse = dir.path().join("sparse");
+    std::fs::File::create(&sparse)
+        .and_then(|f| f.set_len(17 << 20))
+        .unwrap();
+    let long = blob(&[
+        "put",
+        sparse.to_str().unwrap(),
+        "--tag",
+        "t",
+        "--config",
+        config,
+    ]);
+    assert!(
+        text(&long.stderr).contains("holds more than the 16777216 bytes this blob can take"),
+        "{}",
+        text(&long.stderr)
     );
 }
 

@@ -49,7 +49,12 @@ pub(crate) fn meta_io(e: std::io::Error) -> BlobError {
 /// "The metadata database opened twice").
 pub(crate) fn open(path: &Path) -> Result<Database, BlobError> {
     if path.try_exists().map_err(meta_io)? {
-        return Database::create(path).map_err(meta_err);
+        return Database::create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => BlobError::InUse {
+                metadata: path.to_owned(),
+            },
+            e => meta_err(e),
+        });
     }
     target::create_whole(path, |tmp| {
         let fresh = |e: &dyn std::fmt::Display| std::io::Error::other(e.to_string());

@@ -16,7 +16,7 @@ use tandem_runtime::{
 };
 
 use super::config::{configs, with_copy_space};
-use super::store::open_store;
+use super::direct::open_store;
 use super::ConfigArg;
 
 /// What names `tandem blob demo`'s temporary store

@@ -1,17 +1,24 @@
 //! `tandem blob`: the blob store's commands (`tandem blob --help`), a file
-//! each: `serve.rs` (`run`), `store.rs` (`put`, `get`, `ls`, `stat`, `rm` on
-//! a store opened directly), `demo.rs`; `config.rs` reads the configurations.
+//! each: `serve.rs` (`run`), `store.rs` (`put`, `get`, `ls`, `stat`, `rm`),
+//! `demo.rs`; `config.rs` reads the configurations. The store commands
+//! reach the store through `access.rs`'s calls (failing with `error.rs`'s
+//! errors): `find.rs` picks the way, `direct.rs` opens the store here,
+//! `served.rs` goes through the runtime serving it, and `input.rs` reads a
+//! put's file or stream.
 //!
 //! * `tandem blob run [--config FILE] [--announce] [--exit-on-stdin-eof]`:
 //!   serves a runtime with the blob pool registered, like `tandem run` (same
 //!   flags, same `ready <segment> <pid>` line, so
 //!   `Client::fork_runtime_with` starts one through a script that runs
 //!   `tandem blob run "$@"`).
-//! * `tandem blob put FILE --tag TAG [--name NAME] [--offset N] [--score S]`,
+//! * `tandem blob put FILE|- --tag TAG [--name NAME] [--offset N] [--score S]`,
 //!   `get NAME --tag TAG [-o OUT] [--offset N] [--len N]`, `ls [--tag TAG]`,
-//!   `stat NAME --tag TAG`, `rm NAME --tag TAG`: open the store directly to
-//!   look at it or change it. A store a runtime serves is locked (its
-//!   metadata file is open there): these then fail and say so.
+//!   `stat NAME --tag TAG`, `rm NAME --tag TAG`, each with
+//!   `[--segment NAME]`: look at the store or change it, through the
+//!   runtime serving it when one does (found by the store's identity, or
+//!   named by `--segment`), else opened directly. A put of a stream (`-`,
+//!   a pipe) goes in chunks, as does any put or get through a runtime (a
+//!   chunk at a time through the client's heap): memory stays bounded.
 //! * `tandem blob demo [--config FILE]`: kernels putting and getting blobs
 //!   through a runtime, checked from the host, ending with one verdict line.
 //!
@@ -43,9 +50,15 @@
 //! `info`) to stderr; errors as `tandem blob: <error>`, exit 1. Usage errors
 //! exit 2.
 
+mod access;
 mod config;
 mod demo;
+mod direct;
+mod error;
+mod find;
+mod input;
 mod serve;
+mod served;
 mod store;
 
 use std::path::PathBuf;
@@ -88,6 +101,16 @@ pub(crate) struct ConfigArg {
     /// configuration comes from $TANDEM_BLOB_CONFIG).
     #[arg(long, value_name = "FILE")]
     pub(super) config: Option<PathBuf>,
+}
+
+/// Which runtime serves the store.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct SegmentArg {
+    /// The CPU segment of the runtime serving the store (`tandem status`
+    /// names it), which must serve this very store; default: the live
+    /// runtime found serving it, else the store opened directly.
+    #[arg(long, value_name = "NAME")]
+    pub(super) segment: Option<String>,
 }
 
 /// Runs `command`; errors print `tandem blob: <error>` and exit 1.

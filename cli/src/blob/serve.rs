@@ -8,7 +8,7 @@ use tandem_hal::GpuApi;
 use tandem_runtime::{on_best_backend, serve, Backend, Config, OnBackend, Registry, ServeOptions};
 
 use super::config::{configs, with_copy_space};
-use super::store::open_store;
+use super::direct::open_store;
 use super::ConfigArg;
 
 #[derive(Args, Debug)]

@@ -1,23 +1,30 @@
-//! `tandem blob put`, `get`, `ls`, `stat` and `rm`: the store opened
-//! directly, to look at it or change it.
+//! `tandem blob put`, `get`, `ls`, `stat` and `rm`: the store looked at or
+//! changed, through the runtime serving it or opened directly
+//! (`find.rs`).
 
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use tandem_blob::{BlobError, BlobStore, FillError, Score, StoreConfig, TagId, TargetKind};
+use tandem_blob::{Score, TagId, TargetConfig, TargetKind};
 
+use super::access::StoreAccess;
 use super::config::configs;
-use super::ConfigArg;
+use super::error::{AccessError, PutError};
+use super::find::{reach, Opening};
+use super::input::{Input, STDIN};
+use super::{ConfigArg, SegmentArg};
 
 #[derive(Args, Debug)]
 pub(crate) struct PutArgs {
     /// The file whose bytes to put.
+    /// `-` reads standard input (a pipe is read in chunks, never whole).
     file: PathBuf,
     #[command(flatten)]
     config: ConfigArg,
+    #[command(flatten)]
+    runtime: SegmentArg,
     /// The tag (created if new).
     #[arg(long)]
     tag: String,
@@ -38,6 +45,8 @@ pub(crate) struct GetArgs {
     name: String,
     #[command(flatten)]
     config: ConfigArg,
+    #[command(flatten)]
+    runtime: SegmentArg,
     /// The blob's tag.
     #[arg(long)]
     tag: String,
@@ -56,6 +65,8 @@ pub(crate) struct GetArgs {
 pub(crate) struct LsArgs {
     #[command(flatten)]
     config: ConfigArg,
+    #[command(flatten)]
+    runtime: SegmentArg,
     /// Lists this tag's blobs (default: the tags).
     #[arg(long)]
     tag: Option<String>,
@@ -67,47 +78,24 @@ pub(crate) struct NameArgs {
     name: String,
     #[command(flatten)]
     config: ConfigArg,
+    #[command(flatten)]
+    runtime: SegmentArg,
     /// The blob's tag.
     #[arg(long)]
     tag: String,
 }
 
-/// Opens the store (creating it on first use), saying so when a runtime
-/// probably holds it.
-pub(super) fn open_store(config: &StoreConfig) -> Result<BlobStore, String> {
-    open_store_with(config, BlobStore::open)
-}
-
-/// Opens a store that exists, creating nothing: for the commands that only
-/// look (or remove).
-fn open_existing_store(config: &StoreConfig) -> Result<BlobStore, String> {
-    open_store_with(config, BlobStore::open_existing)
-}
-
-fn open_store_with(
-    config: &StoreConfig,
-    open: fn(&StoreConfig) -> Result<BlobStore, BlobError>,
-) -> Result<BlobStore, String> {
-    open(config).map_err(|e| match &e {
-        BlobError::Metadata(m) if m.to_lowercase().contains("already open") => format!(
-            "the store's metadata file {} is in use: a runtime (tandem blob run) may be \
-             serving this store; stop it, or go through it ({e})",
-            config.metadata.display()
-        ),
-        _ => format!("opening the store ({}): {e}", config.metadata.display()),
-    })
-}
-
 /// A store error in words, naming the tag by its name.
-fn in_tag(e: BlobError, tag: &str) -> String {
-    match e {
-        BlobError::NotFound { name, .. } => format!("blob {name:?} not found in tag {tag:?}"),
-        e => e.to_string(),
+fn in_tag(e: AccessError, tag: &str, name: &str) -> String {
+    if e.is_not_found() {
+        format!("blob {name:?} not found in tag {tag:?}")
+    } else {
+        e.to_string()
     }
 }
 
 /// An existing tag's id.
-fn existing_tag(store: &BlobStore, name: &str) -> Result<TagId, String> {
+fn existing_tag(store: &dyn StoreAccess, name: &str) -> Result<TagId, String> {
     store
         .tag(name)
         .map_err(|e| e.to_string())?
@@ -122,9 +110,8 @@ fn class(durable: bool) -> &'static str {
     }
 }
 
-/// Targets by index, in words.
-fn target_words(store: &BlobStore, indices: &[usize]) -> String {
-    let targets = store.targets();
+/// Targets by index (of the configuration's), in words.
+fn target_words(targets: &[TargetConfig], indices: &[usize]) -> String {
     let words: Vec<String> = indices
         .iter()
         .map(|&i| match targets.get(i) {
@@ -144,6 +131,9 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
     let name = match args.name {
         Some(n) => n,
+        None if args.file == Path::new(STDIN) => {
+            return Err("standard input has no file name: pass --name".into())
+        }
         None => args
             .file
             .file_name()
@@ -164,24 +154,26 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
         .max_blob_size
         .saturating_sub(args.offset)
         .min(room);
-    let file = readable_at(&args.file, most)?;
-    let len = file
-        .metadata()
-        .map_err(|e| format!("{}: {e}", args.file.display()))?
-        .len();
-    let store = open_store(&configs.store)?;
+    let mut input = Input::open(&args.file, most)?;
+    let store = reach(
+        &configs.store,
+        args.runtime.segment.as_deref(),
+        Opening::MayCreate,
+    )?;
+    let store = &*store;
     let tag = store
         .get_or_create_tag(&args.tag)
         .map_err(|e| e.to_string())?;
-    // Streamed: a large file need not fit in memory.
-    let mut fill = |at: u64, dst: &mut [u8]| {
-        file.read_exact_at(dst, at)
-            .map_err(|e| FillError(format!("reading {}: {e}", args.file.display())))
+    let existed = match store.stat(tag, &name) {
+        Ok(_) => true,
+        Err(e) if e.is_not_found() => false,
+        Err(e) => return Err(e.to_string()),
     };
-    let info = store
-        .put_with(tag, &name, args.offset, len, Score(args.score), &mut fill)
-        .map_err(|e| e.to_string())?;
-    if !info.durable {
+    let len = store
+        .put(tag, &name, args.offset, &mut input, Score(args.score))
+        .map_err(|failure| failed_put(store, tag, &name, existed, failure))?;
+    let blob = store.stat(tag, &name).map_err(|e| e.to_string())?;
+    if !blob.durable && !store.keeps_volatile_blobs() {
         tracing::warn!(
             "{}/{name} went to RAM targets: it is gone when this command exits",
             args.tag
@@ -191,41 +183,42 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
         "put {}/{name}: {len} bytes at offset {}; size {}, {}, targets {}",
         args.tag,
         args.offset,
-        info.size,
-        class(info.durable),
-        target_words(&store, &info.targets)
+        blob.size,
+        class(blob.durable),
+        target_words(targets, &blob.targets)
     );
     Ok(())
 }
 
-/// `path` opened for reads at any offset. A pipe, a socket or a character
-/// device (`/dev/stdin` fed by a pipe) has no length and no offsets: it is
-/// read whole into an unnamed temporary file first (gone when closed, even
-/// if this process is killed), up to `most` bytes (what the blob can take:
-/// `/dev/zero` must not fill the disk).
-fn readable_at(path: &Path, most: u64) -> Result<File, String> {
-    let mut file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let kind = file
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?
-        .file_type();
-    if kind.is_file() {
-        return Ok(file);
+/// A failed put in words. A put in chunks that failed after some made a
+/// blob that did not exist: that blob is removed, so a failed put leaves
+/// no new blob behind; an existing blob keeps the chunks written.
+fn failed_put(
+    store: &dyn StoreAccess,
+    tag: TagId,
+    name: &str,
+    existed: bool,
+    failure: PutError,
+) -> String {
+    let PutError { written, error } = failure;
+    if written == 0 {
+        return error.to_string();
     }
-    if kind.is_dir() {
-        return Err(format!("{} is a directory", path.display()));
+    if existed {
+        return format!(
+            "{error}; the blob holds the input's first {written} bytes, which were put before"
+        );
     }
-    let mut spool = tempfile::tempfile()
-        .map_err(|e| format!("cannot make a temporary file for {}: {e}", path.display()))?;
-    let read = std::io::copy(&mut std::io::Read::take(&mut file, most + 1), &mut spool)
-        .map_err(|e| format!("reading {}: {e}", path.display()))?;
-    if read > most {
-        return Err(format!(
-            "{} holds more than the {most} bytes this blob can take",
-            path.display()
-        ));
+    match store.delete(tag, name) {
+        Ok(()) => format!(
+            "{error}; the new blob, which the input's first {written} bytes had made, \
+             was removed"
+        ),
+        Err(e) => format!(
+            "{error}; the blob holds the input's first {written} bytes, and removing it \
+             failed: {e}"
+        ),
     }
-    Ok(spool)
 }
 
 /// `tandem blob get`.
@@ -234,14 +227,19 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
         return Err("stdout is closed: nowhere to write the blob (pass -o OUT)".into());
     }
     let configs = configs(&args.config)?;
-    let store = open_existing_store(&configs.store)?;
-    let tag = existing_tag(&store, &args.tag)?;
+    let store = reach(
+        &configs.store,
+        args.runtime.segment.as_deref(),
+        Opening::Existing,
+    )?;
+    let tag = existing_tag(&*store, &args.tag)?;
     // Checked whole before the output is created: a get that cannot succeed
-    // must not truncate OUT. (This process holds the store: nothing
-    // changes the blob meanwhile.)
+    // must not truncate OUT. (A store opened here stays as it is meanwhile;
+    // through a runtime, a put or a delete meanwhile may fail the get
+    // midway.)
     let size = store
         .stat(tag, &args.name)
-        .map_err(|e| in_tag(e, &args.tag))?
+        .map_err(|e| in_tag(e, &args.tag, &args.name))?
         .size;
     let len = args.len.unwrap_or_else(|| size.saturating_sub(args.offset));
     if len == 0 || args.offset.checked_add(len).is_none_or(|end| end > size) {
@@ -256,14 +254,9 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
         ),
         None => Box::new(std::io::stdout().lock()),
     };
-    // Chunks come in order: written as they come.
-    let mut drain = |_at: u64, src: &[u8]| {
-        out.write_all(src)
-            .map_err(|e| FillError(format!("writing the output: {e}")))
-    };
     store
-        .get_with(tag, &args.name, args.offset, len, &mut drain)
-        .map_err(|e| in_tag(e, &args.tag))?;
+        .get(tag, &args.name, args.offset, len, &mut out)
+        .map_err(|e| in_tag(e, &args.tag, &args.name))?;
     out.flush()
         .map_err(|e| format!("writing the output: {e}"))?;
     drop(out);
@@ -282,10 +275,15 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
 /// `tandem blob ls`.
 pub(super) fn ls(args: LsArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
-    let store = open_existing_store(&configs.store)?;
+    let targets = &configs.store.targets;
+    let store = reach(
+        &configs.store,
+        args.runtime.segment.as_deref(),
+        Opening::Existing,
+    )?;
     match &args.tag {
         Some(tag_name) => {
-            let tag = existing_tag(&store, tag_name)?;
+            let tag = existing_tag(&*store, tag_name)?;
             let blobs = store.list_blobs(tag).map_err(|e| e.to_string())?;
             println!("{:>14} {:<8} {:<24} name", "size", "class", "targets");
             for b in &blobs {
@@ -293,7 +291,7 @@ pub(super) fn ls(args: LsArgs) -> Result<(), String> {
                     "{:>14} {:<8} {:<24} {}",
                     b.size,
                     class(b.durable),
-                    target_words(&store, &b.targets),
+                    target_words(targets, &b.targets),
                     b.name
                 );
             }
@@ -314,27 +312,38 @@ pub(super) fn ls(args: LsArgs) -> Result<(), String> {
 /// `tandem blob stat`.
 pub(super) fn stat(args: NameArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
-    let store = open_existing_store(&configs.store)?;
-    let tag = existing_tag(&store, &args.tag)?;
+    let store = reach(
+        &configs.store,
+        args.runtime.segment.as_deref(),
+        Opening::Existing,
+    )?;
+    let tag = existing_tag(&*store, &args.tag)?;
     let s = store
         .stat(tag, &args.name)
-        .map_err(|e| in_tag(e, &args.tag))?;
+        .map_err(|e| in_tag(e, &args.tag, &args.name))?;
     println!("tag      {} (id {})", args.tag, tag.0);
     println!("name     {}", s.name);
     println!("size     {}", s.size);
     println!("class    {}", class(s.durable));
-    println!("targets  {}", target_words(&store, &s.targets));
+    println!(
+        "targets  {}",
+        target_words(&configs.store.targets, &s.targets)
+    );
     Ok(())
 }
 
 /// `tandem blob rm`.
 pub(super) fn rm(args: NameArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
-    let store = open_existing_store(&configs.store)?;
-    let tag = existing_tag(&store, &args.tag)?;
+    let store = reach(
+        &configs.store,
+        args.runtime.segment.as_deref(),
+        Opening::Existing,
+    )?;
+    let tag = existing_tag(&*store, &args.tag)?;
     store
         .delete(tag, &args.name)
-        .map_err(|e| in_tag(e, &args.tag))?;
+        .map_err(|e| in_tag(e, &args.tag, &args.name))?;
     println!("removed {}/{}", args.tag, args.name);
     Ok(())
 }

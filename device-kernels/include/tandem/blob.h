@@ -32,6 +32,11 @@ constexpr u32 DELETE = 5;
 /// list(tag, out) -> bytes written: the tag's blob names (tag 0: the tags'),
 /// each a u32 length and its bytes, back to back
 constexpr u32 LIST = 6;
+/// identify() -> the store's identity (its metadata file's device and inode):
+/// what a host process checks to know which store a runtime serves
+constexpr u32 IDENTIFY = 7;
+/// find_tag(name) -> tag id, 0 when there is no such tag (none is made)
+constexpr u32 FIND_TAG = 8;
 }  // namespace method
 
 /// Return codes of the blob pool's handlers (positive: the runtime's own are

@@ -32,6 +32,32 @@ fn a_metadata_file_left_half_made_is_made_again() {
     assert!(matches!(BlobStore::open(&cfg), Err(BlobError::Metadata(_))));
 }
 
+/// An open store holds its metadata file: a second open is `InUse`, and makes nothing. The
+/// identity is the file's, however the path names it, and another store's differs.
+#[test]
+fn a_store_open_elsewhere_is_in_use_and_known_by_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), &[(FILE, 4, 0.5)]);
+    let s = BlobStore::open(&cfg).unwrap();
+    match BlobStore::open_existing(&cfg) {
+        Err(BlobError::InUse { metadata }) => assert_eq!(metadata, cfg.metadata),
+        other => panic!("a second open: {:?}", other.map(|_| ())),
+    }
+    assert!(BlobStore::open(&cfg).is_err());
+    let via = dir.path().join("sub");
+    std::fs::create_dir(&via).unwrap();
+    let roundabout = via.join("..").join(cfg.metadata.file_name().unwrap());
+    assert_eq!(
+        StoreIdentity::of_metadata(&roundabout).unwrap(),
+        s.identity()
+    );
+    let other = tempfile::tempdir().unwrap();
+    let t = BlobStore::open(&config(other.path(), &[(FILE, 4, 0.5)])).unwrap();
+    assert_ne!(t.identity(), s.identity());
+    drop(s);
+    assert!(BlobStore::open_existing(&cfg).is_ok(), "released on close");
+}
+
 #[test]
 fn reopen_keeps_durable_and_drops_volatile() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,58 @@
+//! What the store commands ask of a store, however they reach it: opened
+//! in this process (`direct.rs`) or through the runtime serving it
+//! (`served.rs`).
+
+use std::io::Write;
+
+use tandem_blob::{Score, TagId};
+
+use super::error::{AccessError, PutError};
+use super::input::Input;
+
+/// A blob as the commands print it.
+pub(super) struct Blob {
+    pub(super) name: String,
+    pub(super) size: u64,
+    pub(super) durable: bool,
+    /// Indices of the configured targets holding its pages.
+    pub(super) targets: Vec<usize>,
+}
+
+/// A store the commands reach.
+pub(super) trait StoreAccess {
+    /// Tag `name`'s id, `None` when there is none (none is made).
+    fn tag(&self, name: &str) -> Result<Option<TagId>, AccessError>;
+    /// Tag `name`'s id, the tag made if new.
+    fn get_or_create_tag(&self, name: &str) -> Result<TagId, AccessError>;
+    /// The tags, ids and names.
+    fn list_tags(&self) -> Result<Vec<(TagId, String)>, AccessError>;
+    /// The blobs of `tag`.
+    fn list_blobs(&self, tag: TagId) -> Result<Vec<Blob>, AccessError>;
+    /// Blob `name` of `tag`.
+    fn stat(&self, tag: TagId, name: &str) -> Result<Blob, AccessError>;
+    /// Deletes blob `name` of `tag`.
+    fn delete(&self, tag: TagId, name: &str) -> Result<(), AccessError>;
+    /// Writes `input` at `offset` of blob `name` of `tag`; the bytes
+    /// written.
+    fn put(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        input: &mut Input,
+        score: Score,
+    ) -> Result<u64, PutError>;
+    /// Writes `len` bytes at `offset` of blob `name` of `tag` to `out`, in
+    /// order.
+    fn get(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        len: u64,
+        out: &mut dyn Write,
+    ) -> Result<(), AccessError>;
+    /// Whether a volatile (RAM) blob outlives this command: a runtime keeps
+    /// it, a store opened by the command drops it at exit.
+    fn keeps_volatile_blobs(&self) -> bool;
+}
