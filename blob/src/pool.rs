@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use tandem_runtime::{DuplicatePool, MethodId, Pool, PoolId, Registry, TaskContext};
 use tandem_shm_core::impl_serialize_fields;
-use tandem_shm_core::ser::{Deserialize, Reader, SerError, Serialize, Writer};
+use tandem_shm_core::{Deserialize, Reader, SerError, Serialize, Writer};
 
 use crate::wire::{self, code, SharedRef};
 use crate::{BlobStore, FillError, Score, StoreIdentity, TagId};
