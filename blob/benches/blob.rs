@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
-use tandem_blob::{pool, BlobCaller, BlobStore, Score, StoreConfig, TagId};
+use tandem_blob::{pool, BlobCaller, BlobStore, PutContext, Score, StoreConfig, TagId};
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::{Config, DeviceQueues, DeviceSelection, Registry, Runtime};
 
@@ -254,6 +254,7 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         rounds: scale.small_rounds,
         mode,
         score,
+        context: PutContext::default(),
         spin_budget: 1 << 40,
     };
     let large = |tag: TagId, mode, score| PutGetLaunch {
@@ -264,6 +265,7 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         rounds: scale.large_rounds,
         mode,
         score,
+        context: PutContext::default(),
         spin_budget: 1 << 40,
     };
     // Warm-up: module, workers, first pages of each target.

@@ -12,7 +12,7 @@ use tandem_runtime::{Client, Pending, Route, Runtime, SharedBuffer, Task, TaskEr
 
 use crate::pool::{describe, BlobInfo, Delete, Get, GetOrCreateTag, List, Put, Stat};
 use crate::wire::{self, code};
-use crate::{Score, TagId};
+use crate::{PutContext, Score, TagId};
 
 /// What submits tasks and lends buffers: a runtime (host code in its
 /// process) or a client of one.
@@ -145,8 +145,8 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         self.call(&GetOrCreateTag { name: name.into() }).map(TagId)
     }
 
-    /// Writes `data` at `offset` of blob `name` of `tag`, all or nothing;
-    /// the blob's size after it.
+    /// Writes `data` at `offset` of blob `name` of `tag`, all or nothing,
+    /// in the default context; the blob's size after it.
     pub fn put(
         &self,
         tag: TagId,
@@ -154,6 +154,20 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         offset: u64,
         data: &[u8],
         score: Score,
+    ) -> Result<u64, CallError> {
+        self.put_ctx(tag, name, offset, data, score, &PutContext::default())
+    }
+
+    /// Like [`BlobCaller::put`], in `context` (see
+    /// [`crate::BlobStore::put_ctx`]).
+    pub fn put_ctx(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        data: &[u8],
+        score: Score,
+        context: &PutContext,
     ) -> Result<u64, CallError> {
         Self::check_name(name)?;
         let mut buffer = self.submitter.allocate_shared(data.len())?;
@@ -165,6 +179,7 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
             len: data.len() as u64,
             data: buffer.ptr().into(),
             score: score.0,
+            context: context.to_wire(),
         };
         self.call_with(&task, buffer).map(|(size, _)| size)
     }

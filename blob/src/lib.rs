@@ -158,7 +158,9 @@
 #![warn(missing_docs)]
 
 mod caller;
+mod compress;
 mod config;
+mod context;
 #[cfg(feature = "demo")]
 pub mod demo;
 mod error;
@@ -183,6 +185,7 @@ pub mod wire;
 
 pub use caller::{BlobCaller, CallError, Submitter};
 pub use config::{Limits, ObjectConfig, StoreConfig, TargetConfig, TargetKind};
+pub use context::{Codec, Compression, Persistence, Preset, PutContext};
 pub use error::{BlobError, FillError, NameKind};
 pub use object_store;
 pub use store::BlobStore;

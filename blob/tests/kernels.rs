@@ -15,7 +15,7 @@ use tandem_blob::demo::{
 };
 use tandem_blob::pool::{self, Put};
 use tandem_blob::wire::{self, code, method, SharedRef};
-use tandem_blob::{BlobCaller, BlobStore, CallError, Score, StoreConfig, TagId};
+use tandem_blob::{BlobCaller, BlobStore, CallError, PutContext, Score, StoreConfig, TagId};
 use tandem_hal::GpuApi;
 use tandem_runtime::{Config, DeviceSelection, Registry, Runtime};
 use tandem_shm_core::{AllocatorId, ShmPtr};
@@ -96,6 +96,41 @@ fn expected_wire() -> Vec<u64> {
     );
     v.push(wire::MAX_NAME_BYTES as u64);
     v.push(u64::from(wire::COPY_SPACE));
+    v.extend(
+        [
+            code::CORRUPT_FRAME,
+            code::BAD_CONTEXT,
+            code::NO_TARGET_FOR,
+            code::CLASS_TOO_LOW,
+        ]
+        .map(|c| c as u64),
+    );
+    v.extend(
+        [
+            wire::compress::SKIP,
+            wire::compress::STATIC,
+            wire::compress::DYNAMIC,
+            wire::codec::LZ4,
+            wire::codec::ZSTD,
+            wire::preset::BALANCED,
+            wire::preset::FAST,
+            wire::preset::BEST,
+            wire::persistence::VOLATILE,
+            wire::persistence::TEMPORARY,
+            wire::persistence::LONG_TERM,
+        ]
+        .map(u64::from),
+    );
+    v.push(size_of::<wire::PutContext>() as u64);
+    v.extend(
+        [
+            std::mem::offset_of!(wire::PutContext, compress),
+            std::mem::offset_of!(wire::PutContext, codec),
+            std::mem::offset_of!(wire::PutContext, preset),
+            std::mem::offset_of!(wire::PutContext, persistence),
+        ]
+        .map(|o| o as u64),
+    );
     assert_eq!(v.len(), WIRE_VALUES);
     v
 }
@@ -139,6 +174,7 @@ fn kernel_threads_put_and_get_their_blobs<A: GpuApi>(api: A) {
             rounds,
             mode: PutGetMode::PutGetCheck,
             score,
+            context: PutContext::default(),
             spin_budget: 1 << 40,
         };
         let outcome = kernels.put_get(&launch).expect("launch");
@@ -195,6 +231,7 @@ fn kernel_errors_come_back_as_codes<A: GpuApi>(api: A) {
         rounds: 1,
         mode: PutGetMode::PutGetCheck,
         score: Score::AUTO,
+        context: PutContext::default(),
         spin_budget: 1 << 40,
     };
     let outcome = kernels.put_get(&launch).expect("launch");
@@ -266,6 +303,7 @@ fn kernels_share_blobs_through_the_object_tier<A: GpuApi>(api: A) {
         rounds: 1,
         mode: PutGetMode::PutGetCheck,
         score: Score(0.0),
+        context: PutContext::default(),
         spin_budget: 1 << 40,
     };
     assert_all_ok(
@@ -331,6 +369,7 @@ fn kernels_on_two_devices_share_blobs<A: GpuApi>(api: A) {
         rounds: 1,
         mode,
         score: Score::AUTO,
+        context: PutContext::default(),
         spin_budget: 1 << 40,
     };
     let [zero, one] = &mut kernels;
@@ -514,6 +553,7 @@ fn host_calls_through_the_task_path() {
         len: 16,
         data: SharedRef::from(foreign),
         score: -1.0,
+        context: wire::PutContext::default(),
     };
     let stop = std::sync::atomic::AtomicU32::new(0);
     let result = runtime
