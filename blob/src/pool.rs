@@ -219,11 +219,11 @@ pub fn register(registry: &mut Registry, store: Arc<BlobStore>) -> Result<(), Du
 }
 
 fn put(store: &BlobStore, context: &TaskContext<'_>, t: &Put) -> Result<u64, i32> {
+    let put_context = PutContext::from_wire(t.context).map_err(|e| e.code())?;
     // An empty range is the store's error to name (after the name and tag).
     let data = context
         .caller_bytes(t.data.ptr(), t.len)
         .map_err(|_| code::BAD_POINTER)?;
-    let context = PutContext::from_wire(t.context).map_err(|e| e.code())?;
     let mut fill = |at: u64, dst: &mut [u8]| copied(data.copy_to(to_usize(at)?, dst));
     store
         .put_with_ctx(
@@ -232,7 +232,7 @@ fn put(store: &BlobStore, context: &TaskContext<'_>, t: &Put) -> Result<u64, i32
             t.offset,
             t.len,
             Score(t.score),
-            &context,
+            &put_context,
             &mut fill,
         )
         .map(|info| info.size)

@@ -15,7 +15,9 @@ use tandem_blob::demo::{
 };
 use tandem_blob::pool::{self, Put};
 use tandem_blob::wire::{self, code, method, SharedRef};
-use tandem_blob::{BlobCaller, BlobStore, CallError, PutContext, Score, StoreConfig, TagId};
+use tandem_blob::{
+    BlobCaller, BlobStore, CallError, Persistence, PutContext, Score, StoreConfig, TagId,
+};
 use tandem_hal::GpuApi;
 use tandem_runtime::{Config, DeviceSelection, Registry, Runtime};
 use tandem_shm_core::{AllocatorId, ShmPtr};
@@ -399,6 +401,56 @@ fn kernels_on_two_devices_share_blobs<A: GpuApi>(api: A) {
     runtime.shutdown().expect("shutdown");
 }
 
+/// Kernels put in a context: compressed (static and dynamic, each codec), at a persistence
+/// level; they get their bytes back, and the store says how it keeps them.
+fn kernels_put_compressed_blobs<A: GpuApi>(api: A) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(&dir);
+    let runtime = runtime(api, &store);
+    let (blocks, threads) = grid::<A>();
+    let mut kernels = BlobKernels::load(&runtime.devices()[0]).expect("load the blob kernels");
+    // Several frames each; the pattern repeats every 256 bytes, so it compresses.
+    let blob_bytes = 150_000u64;
+    for (tag_name, compression, persistence) in [
+        ("zstd", "zstd:fast", Persistence::Volatile),
+        ("lz4", "lz4", Persistence::LongTerm),
+        ("dynamic", "dynamic:zstd:best", Persistence::Temporary),
+    ] {
+        let tag = store.get_or_create_tag(tag_name).expect("tag");
+        let context = PutContext {
+            compression: compression.parse().expect("a compression"),
+            persistence,
+        };
+        let launch = PutGetLaunch {
+            blocks,
+            threads,
+            tag,
+            blob_bytes,
+            rounds: 2,
+            mode: PutGetMode::PutGetCheck,
+            score: Score::AUTO,
+            context,
+            spin_budget: 1 << 40,
+        };
+        assert_all_ok(&kernels.put_get(&launch).expect("launch"), tag_name);
+        let stat = store.stat(tag, "k0").expect("stat");
+        assert_eq!(stat.size, blob_bytes, "{tag_name}");
+        assert!(stat.persistence >= persistence, "{tag_name}: {stat:?}");
+        assert!(!stat.codecs.is_empty(), "{tag_name}: {stat:?}");
+        assert!(stat.stored < blob_bytes / 4, "{tag_name}: {stat:?}");
+        let outcome = kernels
+            .put_get(&PutGetLaunch {
+                mode: PutGetMode::BlockPutGetCheck,
+                blob_bytes: 1 << 17,
+                ..launch
+            })
+            .expect("block launch");
+        assert_all_ok(&outcome, tag_name);
+    }
+    drop(kernels);
+    runtime.shutdown().expect("shutdown");
+}
+
 macro_rules! backend_tests {
     ($module:ident, $api:ty, $load_two:expr) => {
         mod $module {
@@ -426,6 +478,13 @@ macro_rules! backend_tests {
             fn kernel_threads_put_and_get_their_blobs() {
                 if let Some(api) = api("kernel_threads_put_and_get_their_blobs") {
                     super::kernel_threads_put_and_get_their_blobs(api);
+                }
+            }
+
+            #[test]
+            fn kernels_put_compressed_blobs() {
+                if let Some(api) = api("kernels_put_compressed_blobs") {
+                    super::kernels_put_compressed_blobs(api);
                 }
             }
 
@@ -565,6 +624,37 @@ fn host_calls_through_the_task_path() {
         Err(CallError::Blob(code::BAD_POINTER))
     );
     assert_eq!(blobs.stat(tag, "c"), Err(CallError::Blob(code::NOT_FOUND)));
+
+    // A context no PutContext makes: refused before any byte is read.
+    let odd = Put {
+        context: wire::PutContext {
+            compress: 9,
+            ..wire::PutContext::default()
+        },
+        ..bad
+    };
+    let result = runtime
+        .submit(tandem_runtime::Route::lane(0), &odd)
+        .expect("submit")
+        .wait(&stop, None);
+    assert_eq!(
+        result.map_err(CallError::from),
+        Err(CallError::Blob(code::BAD_CONTEXT))
+    );
+    // In a context, through the same path: compressed, read back whole.
+    let smooth: Vec<u8> = (0..300_000u32).map(|i| (i / 1000) as u8).collect();
+    let context = PutContext {
+        compression: "zstd:balanced".parse().expect("a compression"),
+        persistence: Persistence::LongTerm,
+    };
+    blobs
+        .put_ctx(tag, "z", 0, &smooth, Score::AUTO, &context)
+        .expect("a compressed put");
+    let info = blobs.stat(tag, "z").expect("stat");
+    assert_eq!((info.size, info.durable), (smooth.len() as u64, 1));
+    let mut back = vec![0; smooth.len()];
+    blobs.get(tag, "z", 0, &mut back).expect("get");
+    assert!(back == smooth);
 
     blobs.delete(tag, "a").expect("delete");
     assert_eq!(blobs.stat(tag, "a"), Err(CallError::Blob(code::NOT_FOUND)));
