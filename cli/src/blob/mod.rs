@@ -7,8 +7,8 @@
 //!   flags, same `ready <segment> <pid>` line, so
 //!   `Client::fork_runtime_with` starts one through a script that runs
 //!   `tandem blob run "$@"`).
-//! * `tandem blob put FILE --tag TAG [--name NAME] [--offset N] [--score S]`,
-//!   `get NAME --tag TAG [-o OUT] [--offset N] [--len N]`, `ls [--tag TAG]`,
+//! * `tandem blob put FILE --tag TAG [--name NAME] [--offset N] [--score S]
+//!   [--compress COMPRESSION] [--persistence LEVEL]`, `get NAME --tag TAG [-o OUT] [--offset N] [--len N]`, `ls [--tag TAG]`,
 //!   `stat NAME --tag TAG`, `rm NAME --tag TAG`: open the store directly to
 //!   look at it or change it. A store a runtime serves is locked (its
 //!   metadata file is open there): these then fail and say so.

@@ -7,7 +7,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use tandem_blob::{BlobError, BlobStore, FillError, Score, StoreConfig, TagId, TargetKind};
+use tandem_blob::{
+    BlobError, BlobStat, BlobStore, Compression, FillError, Persistence, PutContext, Score,
+    StoreConfig, TagId, TargetKind,
+};
 
 use super::config::configs;
 use super::ConfigArg;
@@ -30,6 +33,14 @@ pub(crate) struct PutArgs {
     /// Placement: -1 automatic, or a tier in 0..=1 (higher = faster).
     #[arg(long, default_value_t = -1.0, allow_negative_numbers = true)]
     score: f32,
+    /// Compression: none, or [dynamic:]CODEC[:PRESET] with CODEC zstd or lz4 and PRESET fast,
+    /// balanced or best (dynamic: a sample decides; what does not compress is stored raw).
+    #[arg(long, default_value = "none", value_name = "COMPRESSION")]
+    compress: Compression,
+    /// The least the blob must survive: volatile (placement decides, as without this flag),
+    /// temporary (a crash of the process, not a reboot) or long-term (a power loss).
+    #[arg(long, default_value = "volatile", value_name = "LEVEL")]
+    persistence: Persistence,
 }
 
 #[derive(Args, Debug)]
@@ -122,6 +133,17 @@ fn class(durable: bool) -> &'static str {
     }
 }
 
+/// The bytes a blob takes on its targets, and its codecs ("raw" for none).
+fn stored_words(s: &BlobStat) -> String {
+    let codecs: Vec<String> = s.codecs.iter().map(ToString::to_string).collect();
+    let codecs = if codecs.is_empty() {
+        "raw".to_owned()
+    } else {
+        codecs.join("+")
+    };
+    format!("{} bytes, {codecs}", s.stored)
+}
+
 /// Targets by index, in words.
 fn target_words(store: &BlobStore, indices: &[usize]) -> String {
     let targets = store.targets();
@@ -178,8 +200,20 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
         file.read_exact_at(dst, at)
             .map_err(|e| FillError(format!("reading {}: {e}", args.file.display())))
     };
+    let context = PutContext {
+        compression: args.compress,
+        persistence: args.persistence,
+    };
     let info = store
-        .put_with(tag, &name, args.offset, len, Score(args.score), &mut fill)
+        .put_with_ctx(
+            tag,
+            &name,
+            args.offset,
+            len,
+            Score(args.score),
+            &context,
+            &mut fill,
+        )
         .map_err(|e| e.to_string())?;
     if !info.durable {
         tracing::warn!(
@@ -187,12 +221,15 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
             args.tag
         );
     }
+    let stat = store.stat(tag, &name).map_err(|e| e.to_string())?;
     println!(
-        "put {}/{name}: {len} bytes at offset {}; size {}, {}, targets {}",
+        "put {}/{name}: {len} bytes at offset {}; size {}, {} ({}), stored {}, targets {}",
         args.tag,
         args.offset,
         info.size,
         class(info.durable),
+        info.persistence,
+        stored_words(&stat),
         target_words(&store, &info.targets)
     );
     Ok(())
@@ -322,7 +359,8 @@ pub(super) fn stat(args: NameArgs) -> Result<(), String> {
     println!("tag      {} (id {})", args.tag, tag.0);
     println!("name     {}", s.name);
     println!("size     {}", s.size);
-    println!("class    {}", class(s.durable));
+    println!("class    {} ({})", class(s.durable), s.persistence);
+    println!("stored   {}", stored_words(&s));
     println!("targets  {}", target_words(&store, &s.targets));
     Ok(())
 }
