@@ -6,13 +6,15 @@
 //! Why 64 KiB frames: large enough for both codecs to find most of the redundancy in smooth
 //! numeric data, small enough that a small get decompresses little it does not return.
 
+use std::cell::RefCell;
+
 use crate::context::{Codec, Preset};
 use crate::types::PAGE_SIZE;
 
 /// Logical pages per frame (64 KiB).
 pub(crate) const FRAME_PAGES: u64 = 16;
 /// Bytes of a put that a dynamic compression compresses to decide.
-pub(crate) const SAMPLE_BYTES: usize = 16 << 10;
+pub(crate) const SAMPLE_BYTES: usize = 4 << 10;
 
 /// How a compressed frame is stored: its codec, the length of its compressed bytes (in the
 /// first pages of its extent) and their CRC-32.
@@ -38,25 +40,42 @@ fn zstd_level(preset: Preset) -> i32 {
     }
 }
 
+thread_local! {
+    /// zstd contexts this thread's puts are done with, by level, for its next puts: a context
+    /// made per put (its workspace allocated and cleared) cost a dynamic put on incompressible
+    /// data more than its sample's compression.
+    static ZSTD_CONTEXTS: RefCell<Vec<(i32, zstd::bulk::Compressor<'static>)>> =
+        const { RefCell::new(Vec::new()) };
+}
+
 /// A put's compressor: one codec and preset, its context and output buffer reused frame after
 /// frame.
 pub(crate) struct Packer {
     codec: Codec,
-    /// zstd's context; `None` for lz4, or when zstd could not make one (then nothing packs).
+    /// zstd's context at `level`; `None` for lz4, or when zstd could not make one (then nothing
+    /// packs).
     zstd: Option<zstd::bulk::Compressor<'static>>,
+    level: i32,
     out: Vec<u8>,
 }
 
 impl Packer {
     /// A compressor for `codec` at `preset`.
     pub(crate) fn new(codec: Codec, preset: Preset) -> Packer {
+        let level = zstd_level(preset);
         let zstd = match codec {
-            Codec::Zstd => zstd::bulk::Compressor::new(zstd_level(preset)).ok(),
+            Codec::Zstd => ZSTD_CONTEXTS
+                .with_borrow_mut(|kept| {
+                    let i = kept.iter().position(|(l, _)| *l == level)?;
+                    Some(kept.swap_remove(i).1)
+                })
+                .or_else(|| zstd::bulk::Compressor::new(level).ok()),
             Codec::Lz4 => None,
         };
         Packer {
             codec,
             zstd,
+            level,
             out: Vec::new(),
         }
     }
@@ -86,6 +105,19 @@ impl Packer {
             crc: crc32fast::hash(bytes),
         };
         Some((packed, bytes))
+    }
+}
+
+impl Drop for Packer {
+    fn drop(&mut self) {
+        if let Some(z) = self.zstd.take() {
+            // One a level: the presets' three.
+            ZSTD_CONTEXTS.with_borrow_mut(|kept| {
+                if kept.iter().all(|(l, _)| *l != self.level) {
+                    kept.push((self.level, z));
+                }
+            });
+        }
     }
 }
 

@@ -69,7 +69,7 @@
 //! ([`BlobStore::put`] and every call without a context) compresses nothing and asks for
 //! [`Persistence::Volatile`]: the store's behaviour before contexts. Besides the level it says
 //! whether to compress ([`Compression`]): not at all, always (static), or as a sample of the
-//! data decides (dynamic: the put's first 16 KiB compressed with the codec's fastest setting; a
+//! data decides (dynamic: the put's first 4 KiB compressed with the codec's fastest setting; a
 //! put whose sample does not shrink by an eighth is stored raw), with zstd or lz4 ([`Codec`])
 //! at a [`Preset`].
 //!
