@@ -219,7 +219,8 @@ pub fn register(registry: &mut Registry, store: Arc<BlobStore>) -> Result<(), Du
 }
 
 fn put(store: &BlobStore, context: &TaskContext<'_>, t: &Put) -> Result<u64, i32> {
-    let put_context = PutContext::from_wire(t.context).map_err(|e| e.code())?;
+    let put_context =
+        PutContext::from_wire(t.context).map_err(|why| crate::BlobError::BadContext(why).code())?;
     // An empty range is the store's error to name (after the name and tag).
     let data = context
         .caller_bytes(t.data.ptr(), t.len)
