@@ -19,6 +19,13 @@
 //!   run`, found beside this binary or in `$TANDEM_BIN_DIR`), against redb's
 //!   own write transaction of the same bytes.
 //!
+//! * compression (`blob/compression.rs`): host puts and gets with no compression, lz4, zstd
+//!   at each preset and dynamic mode, on smooth float32 arrays and random bytes, beside the
+//!   `zstd` and `lz4` command-line tools.
+//!
+//! An argument runs only the sections whose name holds it (`kernels`, `client`,
+//! `compression`); none runs them all.
+//!
 //! Runs on the CPU device always, and on CUDA when built with `--features
 //! cuda` and a device is present (else "skipped: no CUDA device", or a
 //! failure with TANDEM_REQUIRE_GPU=1). Targets (on the H100;
@@ -35,9 +42,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
-use tandem_blob::{pool, BlobCaller, BlobStore, Score, StoreConfig, TagId};
+use tandem_blob::{pool, BlobCaller, BlobStore, PutContext, Score, StoreConfig, TagId};
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::{Config, DeviceQueues, DeviceSelection, Registry, Runtime};
+
+#[path = "blob/compression.rs"]
+mod compression;
 
 /// Sizes of one backend's run.
 struct Scale {
@@ -254,6 +264,7 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         rounds: scale.small_rounds,
         mode,
         score,
+        context: PutContext::default(),
         spin_budget: 1 << 40,
     };
     let large = |tag: TagId, mode, score| PutGetLaunch {
@@ -264,6 +275,7 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         rounds: scale.large_rounds,
         mode,
         score,
+        context: PutContext::default(),
         spin_budget: 1 << 40,
     };
     // Warm-up: module, workers, first pages of each target.
@@ -542,7 +554,23 @@ fn redb_write(path: &std::path::Path, bytes: &[u8], rounds: u32) -> Result<Durat
     })
 }
 
+/// Whether the command line asks for section `name`: an argument (not a flag, such as the
+/// `--bench` cargo passes) that `name` holds, or no argument at all.
+fn wanted(name: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
+}
+
 fn main() {
+    if wanted("compression") {
+        if let Err(e) = compression::run() {
+            eprintln!("blob bench, compression: {e}");
+            std::process::exit(1);
+        }
+    }
     let host = Scale {
         small_grid: (4, 16),
         small_rounds: 50,
@@ -552,19 +580,25 @@ fn main() {
         workers: 2,
         gpu: false,
     };
-    if let Err(e) = bench(
-        HostApi::with_devices(1),
-        "the CPU device (host backend)",
-        &host,
-    ) {
-        eprintln!("blob bench on the CPU device failed: {e}");
-        std::process::exit(1);
+    if wanted("kernels") {
+        if let Err(e) = bench(
+            HostApi::with_devices(1),
+            "the CPU device (host backend)",
+            &host,
+        ) {
+            eprintln!("blob bench on the CPU device failed: {e}");
+            std::process::exit(1);
+        }
     }
-    if let Err(e) = client_latency() {
-        eprintln!("blob bench from another process failed: {e}");
-        std::process::exit(1);
+    if wanted("client") {
+        if let Err(e) = client_latency() {
+            eprintln!("blob bench from another process failed: {e}");
+            std::process::exit(1);
+        }
     }
-    cuda();
+    if wanted("kernels") {
+        cuda();
+    }
 }
 
 #[cfg(feature = "cuda")]

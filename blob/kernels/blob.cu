@@ -9,8 +9,9 @@ using tandem::u32;
 using tandem::u64;
 using tandem::u8;
 
-/// Writes blob.h's ids, codes and limits to out[0..31], in the order
-/// tandem_blob::wire lists them (tests/kernels.rs reads them back).
+/// Writes blob.h's ids, codes, limits and PutContext (its constants, size
+/// and field offsets) to out[0..51], in the order tests/kernels.rs lists
+/// tandem_blob::wire's (it reads them back).
 TANDEM_KERNEL tandem_blob_wire(u64* out) {
   namespace b = tandem::blob;
   if (tandem::global_rank() != 0) {
@@ -37,6 +38,33 @@ TANDEM_KERNEL tandem_blob_wire(u64* out) {
   }
   out[i++] = b::MAX_NAME_BYTES;
   out[i++] = b::COPY_SPACE;
+  const i32 context_codes[] = {b::code::CORRUPT_FRAME, b::code::BAD_CONTEXT, b::code::NO_TARGET_FOR,
+                               b::code::CLASS_TOO_LOW};
+  for (i32 c : context_codes) {
+    out[i++] = static_cast<u64>(c);
+  }
+  const u8 context_values[] = {b::compress::SKIP,         b::compress::STATIC,       b::compress::DYNAMIC,
+                               b::codec::LZ4,             b::codec::ZSTD,            b::preset::BALANCED,
+                               b::preset::FAST,           b::preset::BEST,           b::persistence::VOLATILE,
+                               b::persistence::TEMPORARY, b::persistence::LONG_TERM};
+  for (u8 v : context_values) {
+    out[i++] = v;
+  }
+  // Offsets from an instance: NVRTC has no offsetof.
+  const b::PutContext context{};
+  const u8* base = reinterpret_cast<const u8*>(&context);
+  out[i++] = sizeof(b::PutContext);
+  out[i++] = static_cast<u64>(&context.compress - base);
+  out[i++] = static_cast<u64>(&context.codec - base);
+  out[i++] = static_cast<u64>(&context.preset - base);
+  out[i++] = static_cast<u64>(&context.persistence - base);
+}
+
+/// The PutContext a kernel parameter carries: its fields a byte each, the
+/// first lowest (tandem_blob::demo packs it so).
+TANDEM_DEVICE tandem::blob::PutContext unpack_context(u32 c) {
+  return tandem::blob::PutContext{static_cast<u8>(c), static_cast<u8>(c >> 8), static_cast<u8>(c >> 16),
+                                  static_cast<u8>(c >> 24)};
 }
 
 /// Modes of tandem_blob_put_get (tandem_blob::demo::PutGetMode).
@@ -115,8 +143,8 @@ struct BlockBlob {
 }  // namespace
 
 TANDEM_DEVICE void block_put_get(tandem::RtContext& rt, BlockBlob& shared, tandem::RtFuture& f, u64 tag,
-                                 u64 blob_bytes, u64 rounds, u32 mode, f32 score, const u32* stop,
-                                 u64 spin_budget) {
+                                 u64 blob_bytes, u64 rounds, u32 mode, f32 score,
+                                 const tandem::blob::PutContext& context, const u32* stop, u64 spin_budget) {
   namespace b = tandem::blob;
   const u32 me = tandem::thread_rank();
   const u64 block = tandem::block_rank();
@@ -141,7 +169,8 @@ TANDEM_DEVICE void block_put_get(tandem::RtContext& rt, BlockBlob& shared, tande
       tandem::rt_status st = tandem::rt_status::ok;
       if (mode != MODE_BLOCK_GET) {
         u64 size = 0;
-        st = b::put(rt, f, lane, tag, name, name_len, 0, shared.data, score, stop, spin_budget, &size, &rc);
+        st = b::put(rt, f, lane, tag, name, name_len, 0, shared.data, score, context, stop, spin_budget, &size,
+                    &rc);
       }
       if (st == tandem::rt_status::ok && rc == 0 && mode != MODE_BLOCK_PUT) {
         st = b::get(rt, f, lane, tag, name, name_len, 0, shared.back, stop, spin_budget, &rc);
@@ -167,7 +196,8 @@ TANDEM_DEVICE void block_put_get(tandem::RtContext& rt, BlockBlob& shared, tande
 
 /// Every thread r, `rounds` times: (mode PUT_GET_CHECK) fills a buffer of
 /// blob_bytes with round's pattern, puts it as blob "k<r>" of `tag` at
-/// offset 0 with `score`, gets it back into a second buffer and compares,
+/// offset 0 with `score` in `context` (a PutContext packed by
+/// unpack_context's rule), gets it back into a second buffer and compares,
 /// and at the end asks stat for the blob's size;
 /// (mode PUT) only the put; (mode GET) only the get of a blob an earlier
 /// launch put; (mode GET_CHECK) that get, compared with what a PUT launch
@@ -179,8 +209,9 @@ TANDEM_DEVICE void block_put_get(tandem::RtContext& rt, BlockBlob& shared, tande
 /// rt_status (0 ok), or STATUS_MISMATCH; codes[r]: the first nonzero blob
 /// code a call returned (0: none).
 TANDEM_KERNEL tandem_blob_put_get(u8* segment, u64 len, u64 tag, u64 blob_bytes, u64 rounds, u32 mode, f32 score,
-                                  const u32* stop, u64 spin_budget, u32* status, i32* codes) {
+                                  u32 context, const u32* stop, u64 spin_budget, u32* status, i32* codes) {
   namespace b = tandem::blob;
+  const b::PutContext put_context = unpack_context(context);
   TANDEM_SHARED(tandem::RtContext, rt);
   TANDEM_SHARED(BlockBlob, shared);
   const tandem::RuntimeSegmentHeader* h = reinterpret_cast<const tandem::RuntimeSegmentHeader*>(segment);
@@ -206,7 +237,7 @@ TANDEM_KERNEL tandem_blob_put_get(u8* segment, u64 len, u64 tag, u64 blob_bytes,
     }
     tandem::block_barrier();
     if (shared.status == tandem::rt_status::ok) {
-      block_put_get(rt, shared, f, tag, blob_bytes, rounds, mode, score, stop, spin_budget);
+      block_put_get(rt, shared, f, tag, blob_bytes, rounds, mode, score, put_context, stop, spin_budget);
     }
     status[r] = shared.mismatch ? STATUS_MISMATCH : static_cast<u32>(shared.status);
     codes[r] = shared.code;
@@ -230,7 +261,7 @@ TANDEM_KERNEL tandem_blob_put_get(u8* segment, u64 len, u64 tag, u64 blob_bytes,
         fill(data, r, round);
       }
       u64 size = 0;
-      st = b::put(rt, f, lane, tag, name, name_len, 0, data, score, stop, spin_budget, &size, &rc);
+      st = b::put(rt, f, lane, tag, name, name_len, 0, data, score, put_context, stop, spin_budget, &size, &rc);
       if (st != tandem::rt_status::ok || rc != 0) {
         first_code = rc;
         break;
@@ -276,7 +307,7 @@ TANDEM_KERNEL tandem_blob_put_get(u8* segment, u64 len, u64 tag, u64 blob_bytes,
 }
 
 /// Every thread r puts blob "k<r>" of `tag` (blob_bytes >= 8, at offset 0,
-/// with `score`) round after round, until `rounds` are done or a put fails.
+/// with `score`, in the default context: put's shorter form) round after round, until `rounds` are done or a put fails.
 /// Round n's bytes: round n's pattern, its first eight overwritten by the
 /// stamp (r << 40) | n, little-endian (the pattern alone repeats every 256
 /// rounds; the stamp tells a reader which put it found). After each put that

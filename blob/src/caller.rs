@@ -14,7 +14,7 @@ use crate::pool::{
     describe, BlobInfo, Delete, FindTag, Get, GetOrCreateTag, Identify, List, Put, Stat,
 };
 use crate::wire::{self, code};
-use crate::{Score, StoreIdentity, TagId};
+use crate::{PutContext, Score, StoreIdentity, TagId};
 
 /// What submits tasks and lends buffers: a runtime (host code in its
 /// process) or a client of one.
@@ -169,8 +169,8 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         self.call(&Identify)
     }
 
-    /// Writes `data` at `offset` of blob `name` of `tag`, all or nothing;
-    /// the blob's size after it.
+    /// Writes `data` at `offset` of blob `name` of `tag`, all or nothing,
+    /// in the default context; the blob's size after it.
     pub fn put(
         &self,
         tag: TagId,
@@ -179,10 +179,24 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         data: &[u8],
         score: Score,
     ) -> Result<u64, CallError> {
+        self.put_ctx(tag, name, offset, data, score, &PutContext::default())
+    }
+
+    /// Like [`BlobCaller::put`], in `context` (see
+    /// [`crate::BlobStore::put_ctx`]).
+    pub fn put_ctx(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        data: &[u8],
+        score: Score,
+        context: &PutContext,
+    ) -> Result<u64, CallError> {
         Self::check_name(name)?;
         let mut buffer = self.submitter.allocate_shared(data.len())?;
         buffer.write(0, data);
-        self.put_from(tag, name, offset, buffer, data.len(), score)
+        self.put_from(tag, name, offset, buffer, data.len(), score, context)
             .map(|(size, _)| size)
     }
 
@@ -191,6 +205,10 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
     /// size after it, and the buffer back for the next call (a stream moved
     /// through one buffer). A wait that ended without the task's completion
     /// leaks the buffer (see [`SharedBuffer`]).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "put_ctx's arguments, with the buffer and the length of it to put"
+    )]
     pub fn put_from<'b>(
         &self,
         tag: TagId,
@@ -199,6 +217,7 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         buffer: SharedBuffer<'b>,
         len: usize,
         score: Score,
+        context: &PutContext,
     ) -> Result<(u64, SharedBuffer<'b>), CallError> {
         Self::check_name(name)?;
         Self::check_len(&buffer, len)?;
@@ -209,6 +228,7 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
             len: len as u64,
             data: buffer.ptr().into(),
             score: score.0,
+            context: context.to_wire(),
         };
         self.call_with(&task, buffer)
     }

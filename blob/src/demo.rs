@@ -12,7 +12,7 @@ use tandem_hal::{EventFlags, GpuApi, GpuDevice, KernelArg, LaunchConfig};
 use tandem_runtime::{DeviceQueues, RuntimeError, SharedBuffer};
 
 use crate::kernels;
-use crate::{Score, TagId};
+use crate::{PutContext, Score, TagId};
 
 /// What each thread of a [`PutGetLaunch`] does per round.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -54,6 +54,8 @@ pub struct PutGetLaunch {
     pub mode: PutGetMode,
     /// Placement of the puts.
     pub score: Score,
+    /// Compression and persistence of the puts.
+    pub context: PutContext,
     /// Spin rounds a full lane or a wait may take before a thread gives up.
     pub spin_budget: u64,
 }
@@ -139,8 +141,16 @@ pub struct BlobKernels<'q, A: GpuApi> {
     arena_reusable: bool,
 }
 
+/// `context` as `tandem_blob_put_get`'s parameter carries it: its wire
+/// fields a byte each, the first lowest (`kernels/blob.cu`'s
+/// `unpack_context`).
+fn packed_context(context: &PutContext) -> u32 {
+    let w = context.to_wire();
+    u32::from_le_bytes([w.compress, w.codec, w.preset, w.persistence])
+}
+
 /// Values `tandem_blob_wire` reports.
-pub const WIRE_VALUES: usize = 31;
+pub const WIRE_VALUES: usize = 51;
 
 impl<'q, A: GpuApi> BlobKernels<'q, A> {
     /// Loads the kernels on `queues`' device.
@@ -214,6 +224,7 @@ impl<'q, A: GpuApi> BlobKernels<'q, A> {
             KernelArg::U64(launch.rounds),
             KernelArg::U32(launch.mode as u32),
             KernelArg::F32(launch.score.0),
+            KernelArg::U32(packed_context(&launch.context)),
             KernelArg::Ptr(self.queues.stop_flag_device_ptr()),
             KernelArg::U64(launch.spin_budget),
             KernelArg::Ptr(status_at),

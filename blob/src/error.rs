@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::context::Persistence;
 use crate::TagId;
 
 /// Why a `fill` or `drain` callback failed; it aborts the operation that called it.
@@ -142,6 +143,33 @@ pub enum BlobError {
     },
     /// The metadata database holds something the store cannot have written.
     Corrupt(String),
+    /// A compressed frame of a blob did not check or decompress: its stored bytes are damaged.
+    /// The get (or the put that needed the frame's old bytes) returned no bytes of it.
+    CorruptFrame {
+        /// The blob's tag.
+        tag: TagId,
+        /// The blob's name.
+        name: String,
+        /// Where the frame starts in the blob.
+        offset: u64,
+    },
+    /// A put's context, as the wire carried it, holds a value no context has.
+    BadContext(String),
+    /// No configured target can keep a blob at the persistence level a put asked for (a
+    /// temporary or long-term put with RAM targets only).
+    NoTargetFor(Persistence),
+    /// A put asked for a persistence level above the blob's own: the blob is volatile (in RAM),
+    /// and a blob keeps its class for its life (delete it first).
+    ClassTooLow {
+        /// The blob's tag.
+        tag: TagId,
+        /// The blob's name.
+        name: String,
+        /// The blob's level.
+        class: Persistence,
+        /// The level the put asked for.
+        wanted: Persistence,
+    },
     /// The object target's store failed a request, after its retries (unreachable, too slow,
     /// credentials refused, ...).
     ObjectStore {
@@ -189,6 +217,10 @@ impl BlobError {
             BlobError::Config(_) => code::CONFIG,
             BlobError::Metadata(_) | BlobError::InUse { .. } => code::METADATA,
             BlobError::Corrupt(_) => code::CORRUPT,
+            BlobError::CorruptFrame { .. } => code::CORRUPT_FRAME,
+            BlobError::BadContext(_) => code::BAD_CONTEXT,
+            BlobError::NoTargetFor(_) => code::NO_TARGET_FOR,
+            BlobError::ClassTooLow { .. } => code::CLASS_TOO_LOW,
             // To a kernel, the object target is one more target whose I/O failed.
             BlobError::ObjectStore { .. } | BlobError::ObjectConflict { .. } => code::TARGET_IO,
         }
@@ -255,6 +287,25 @@ impl fmt::Display for BlobError {
                 metadata.display()
             ),
             BlobError::Corrupt(m) => write!(f, "corrupt metadata: {m}"),
+            BlobError::CorruptFrame { tag, name, offset } => write!(
+                f,
+                "blob {name:?} of tag {}: the compressed frame at offset {offset} is corrupt",
+                tag.0
+            ),
+            BlobError::BadContext(m) => write!(f, "bad put context: {m}"),
+            BlobError::NoTargetFor(level) => {
+                write!(f, "no configured target keeps a {level} blob")
+            }
+            BlobError::ClassTooLow {
+                tag,
+                name,
+                class,
+                wanted,
+            } => write!(
+                f,
+                "blob {name:?} of tag {} is {class}; a put to it cannot ask for {wanted}",
+                tag.0
+            ),
             BlobError::ObjectStore { target, op, source } => {
                 write!(f, "object target {target}: {op}: {source}")
             }

@@ -31,17 +31,60 @@
 //! pages are freed when it completes. Concurrent puts reserve space independently, so a put may
 //! see `NoSpace` while another put's reservation is still held.
 //!
-//! # Durability and volatility
+//! # Durability and persistence
 //!
-//! Each blob has one class for its whole life, **durable** (all its pages on file targets) or
-//! **volatile** (all its pages on RAM targets), so that no blob can be half-lost at a restart.
-//! The first put of a blob fixes the class: the class of the first candidate target (in the
-//! placement order above) through which the whole put fits, trying classes in the order they
-//! appear among the candidates. Later puts to the blob use only targets of its class (the score
-//! orders them) and fail with [`BlobError::NoSpace`] if those are full. Deleting a blob ends its
-//! class; a new put of the name starts a new blob. Volatile blobs are never written to the
-//! metadata: after a restart they are gone. Durable blobs survive any crash once their put
-//! returned.
+//! Each blob has one class for its whole life: **volatile** (all its pages on RAM targets),
+//! **temporary** or **long-term** (all its pages on file targets), so that no blob can be
+//! half-lost at a restart. A put asks for a minimum [`Persistence`] level in its
+//! [`PutContext`]; what each level means:
+//!
+//! * [`Persistence::Volatile`]: survives nothing. A RAM target or any other: a volatile put
+//!   that placement sends to a file target makes a long-term blob, as every put did before
+//!   levels existed. Volatile blobs are never written to the metadata: after a restart they are
+//!   gone.
+//! * [`Persistence::Temporary`]: survives a crash of the process (kill -9), not a power loss. A
+//!   file target, its data written but not synced per put; its metadata committed stamped with
+//!   the boot's id (`/proc/sys/kernel/random/boot_id`). The first open after a reboot, which a
+//!   power loss may have come with, drops it and frees its pages (so does every open where the
+//!   kernel does not tell its boot id).
+//! * [`Persistence::LongTerm`]: survives a power loss. A file target, acknowledged only once its
+//!   data is synced and its metadata committed; or the object tier.
+//!
+//! Placement honours the level before the score: it considers only the targets that keep it
+//! (every target for volatile, file and object targets for the others), in the order the
+//! score gives them. A level no configured target keeps is [`BlobError::NoTargetFor`]; when
+//! those that keep it are full, [`BlobError::NoSpace`]. The first put of a blob fixes the
+//! class: the class of the first candidate target (in that order) through which the whole put
+//! fits, trying classes in the order they appear among the candidates. Later puts to the blob
+//! use only targets of its class (the score orders them) and fail with [`BlobError::NoSpace`]
+//! if those are full; a later put asking for a level above a volatile blob's is
+//! [`BlobError::ClassTooLow`], one asking long-term of a temporary blob makes it long-term
+//! (its files synced before the put commits). Deleting a blob ends its class; a new put of the
+//! name starts a new blob.
+//!
+//! # Put contexts
+//!
+//! A [`PutContext`] goes with a put ([`BlobStore::put_ctx`], [`BlobStore::put_with_ctx`],
+//! [`BlobCaller::put_ctx`], `tandem/blob.h`'s `put` taking a `PutContext`); the default one
+//! ([`BlobStore::put`] and every call without a context) compresses nothing and asks for
+//! [`Persistence::Volatile`]: the store's behaviour before contexts. Besides the level it says
+//! whether to compress ([`Compression`]): not at all, always (static), or as a sample of the
+//! data decides (dynamic: the put's first 4 KiB compressed with the codec's fastest setting; a
+//! put whose sample does not shrink by an eighth is stored raw), with zstd or lz4 ([`Codec`])
+//! at a [`Preset`].
+//!
+//! A compressed blob's bytes are cut into independent frames of 64 KiB of logical bytes; each
+//! is stored in the pages its compressed bytes need, with its codec, compressed length and
+//! CRC-32 in the blob's extent map (a frame that would not save a page is stored raw). A get
+//! decompresses the frames its range covers; a frame that fails its checksum or does not
+//! decompress to its size is [`BlobError::CorruptFrame`], naming the blob: never wrong bytes. A
+//! compressing put rewrites the whole frames its range touches (their other bytes come from the
+//! old version) and any put rewrites whole the compressed frames its range touches, so frames
+//! a put does not touch are not read or written, and holes in them stay holes. A compressing
+//! put reserves pages for its range uncompressed, before asking its `fill` for anything, and
+//! gives back what the frames did not need: it may see [`BlobError::NoSpace`] where its
+//! compressed bytes would have fitted. [`BlobStat`] gives a blob's logical `size`, the
+//! `stored` bytes of its pages and its `codecs`. The object tier stores bytes raw.
 //!
 //! # Operations
 //!
@@ -60,9 +103,9 @@
 //!
 //! # Crash safety
 //!
-//! A put never writes pages that a reader may see (copy-on-write), and a durable blob's new
-//! version is committed to the metadata, after its data reached the target files, before the
-//! put returns: after a crash the store reopens with every acknowledged put intact, and a put in
+//! A put never writes pages that a reader may see (copy-on-write), and a long-term blob's new
+//! version is committed to the metadata, after its data reached the target files (a temporary
+//! blob's, after its data was written), before the put returns: after a crash the store reopens with every acknowledged put intact, and a put in
 //! flight at the crash is either wholly visible (its transaction committed before the crash) or
 //! not at all. Free space is derived from the committed metadata at open, never stored. How a
 //! put works is told in `local/put.rs`, the recovery in `local/recover.rs`, and why the
@@ -122,7 +165,8 @@
 //!   refused. [`object_store`] is the crate the object tier is built on, re-exported for
 //!   [`BlobStore::open_with_object_store`], whose caller builds the backend.
 //! * **Calling it from host code in its process.** Tags are named by a [`TagId`], placement
-//!   asked for with a [`Score`]; a put says what it did in a [`PutInfo`], and a blob and a target
+//!   asked for with a [`Score`], compression and persistence with a [`PutContext`] (of a
+//!   [`Compression`] with a [`Codec`] and [`Preset`], and a [`Persistence`]); a put says what it did in a [`PutInfo`], and a blob and a target
 //!   are described by a [`BlobStat`] and a [`TargetStat`]. Data comes from a [`Fill`] and goes to
 //!   a [`Drain`] (each failing with a [`FillError`]), so a caller moves bytes without a copy of
 //!   its own. [`PAGE_SIZE`], [`MAX_NAME_LEN`] and [`MAX_TAG_LEN`] are the limits a caller sizes
@@ -144,9 +188,9 @@
 //!
 //! A module uses only modules of its own layer or the layers below. Bottom up:
 //!
-//! 1. `types`, `error`, `wire` and `config`: the values, errors, wire codes and settings, which
-//!    name only one another.
-//! 2. `extent` (extent maps and versions), `target` (RAM and file areas, free pages), `uring`
+//! 1. `types`, `context`, `error`, `wire` and `config`: the values, put contexts, errors, wire
+//!    codes and settings, which name only one another.
+//! 2. `compress` (frames and codecs), `extent` (extent maps and versions), `target` (RAM and file areas, free pages), `uring`
 //!    (the file data path's rings), `meta` (the redb tables, the version encoding, the group
 //!    committer).
 //! 3. `placement` (the order of targets for a score, reservations), then `local`, the local
@@ -160,7 +204,9 @@
 #![warn(missing_docs)]
 
 mod caller;
+mod compress;
 mod config;
+mod context;
 #[cfg(feature = "demo")]
 pub mod demo;
 mod error;
@@ -185,6 +231,7 @@ pub mod wire;
 
 pub use caller::{BlobCaller, CallError, Submitter};
 pub use config::{Limits, ObjectConfig, StoreConfig, TargetConfig, TargetKind};
+pub use context::{Codec, Compression, Persistence, Preset, PutContext};
 pub use error::{BlobError, FillError, NameKind};
 pub use object_store;
 pub use store::BlobStore;

@@ -64,13 +64,14 @@ fn open_creating(
             t.persistent_id = Some(known[path.to_string_lossy().as_ref()]);
         }
     }
-    let recovered = local::recover(&db, &mut targets, &known)?;
+    let boot = meta::boot_id();
+    let recovered = local::recover(&db, &mut targets, &known, boot)?;
     let syncers = sync_handles(&targets)?;
     object.share_tags(&recovered.tag_names())?;
     let rings = Rings::probe(config.limits.io_uring_depth);
     let committer = Committer::start(Arc::new(db), config.limits.max_commit_batch, syncers);
     Ok((
-        LocalStore::new(targets, recovered, rings, committer),
+        LocalStore::new(targets, recovered, rings, committer, boot),
         object,
     ))
 }

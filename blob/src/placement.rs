@@ -1,8 +1,9 @@
-//! Placement: the order in which a put tries the targets for its score, and reserving its pages
-//! on targets of one class (durable or volatile), all or nothing. See the crate docs,
-//! "Placement" and "Durability and volatility".
+//! Placement: the order in which a put tries the targets for its score among those that can
+//! keep its persistence level, and reserving its pages on targets of one class (file or RAM),
+//! all or nothing. See the crate docs, "Placement" and "Durability and persistence".
 
 use crate::config::TargetKind;
+use crate::context::Persistence;
 use crate::error::BlobError;
 use crate::extent::Extent;
 use crate::target::Target;
@@ -24,26 +25,64 @@ struct Run {
 }
 
 impl Reservation {
-    /// The reserved pages as the extents of consecutive logical pages from `lpage` on.
-    pub(crate) fn into_extents(self, mut lpage: u64) -> Vec<Extent> {
-        let mut extents = Vec::with_capacity(self.runs.len());
-        for run in self.runs {
+    /// `n` consecutive pages of one target from the front of what is left, as (target, first
+    /// page); `None` (nothing taken) when the front run has fewer.
+    pub(crate) fn take_contiguous(&mut self, n: u64) -> Option<(usize, u64)> {
+        let run = self.runs.first_mut().filter(|r| r.npages >= n)?;
+        let at = (run.target, run.ppage);
+        run.ppage += n;
+        run.npages -= n;
+        if run.npages == 0 {
+            self.runs.remove(0);
+        }
+        Some(at)
+    }
+
+    /// `n` pages from the front of what is left (there must be that many), as the raw extents
+    /// of consecutive logical pages from `lpage` on.
+    pub(crate) fn take_extents(&mut self, mut lpage: u64, mut n: u64) -> Vec<Extent> {
+        let mut extents = Vec::new();
+        while n > 0 {
+            let run = &mut self.runs[0];
+            let k = run.npages.min(n);
             extents.push(Extent {
                 lpage,
-                npages: run.npages,
+                npages: k,
                 target: run.target,
                 ppage: run.ppage,
+                packed: None,
             });
-            lpage += run.npages;
+            run.ppage += k;
+            run.npages -= k;
+            if run.npages == 0 {
+                self.runs.remove(0);
+            }
+            lpage += k;
+            n -= k;
         }
         extents
     }
+
+    /// Gives back to their targets the pages not taken.
+    pub(crate) fn give_back(self, targets: &[Target]) {
+        for run in self.runs {
+            targets[run.target].free.give(run.ppage, run.npages);
+        }
+    }
 }
 
-/// Target indices in placement order for `score` (`None`: automatic). On equal scores the
-/// object target comes last: it is the slowest tier.
-pub(crate) fn candidates(targets: &[Target], score: Option<f32>) -> Vec<usize> {
-    let mut all: Vec<usize> = (0..targets.len()).collect();
+/// Whether target `t` can keep a blob at `level`: any target a volatile one, file and object
+/// targets the others.
+pub(crate) fn keeps(t: &Target, level: Persistence) -> bool {
+    level == Persistence::Volatile || t.kind != TargetKind::Ram
+}
+
+/// Target indices in placement order for `score` (`None`: automatic), among those that keep
+/// `level`. On equal scores the object target comes last: it is the slowest tier.
+pub(crate) fn candidates(targets: &[Target], score: Option<f32>, level: Persistence) -> Vec<usize> {
+    let mut all: Vec<usize> = (0..targets.len())
+        .filter(|&i| keeps(&targets[i], level))
+        .collect();
     let sc = |i: usize| targets[i].score;
     let obj = |i: usize| targets[i].kind == TargetKind::Object;
     match score {
@@ -62,16 +101,18 @@ pub(crate) fn candidates(targets: &[Target], score: Option<f32>) -> Vec<usize> {
     }
 }
 
-/// Reserves `npages` pages on the local targets of one class: `class` (the blob's) if it has
-/// one, else the first class, in placement order for `score`, that can hold them all. All or
-/// nothing: [`BlobError::NoSpace`] when no class may.
+/// Reserves `npages` pages on the local targets that keep `level`, of one class (`true`: file
+/// targets, `false`: RAM): `class` (the blob's) if it has one, else the first class, in
+/// placement order for `score`, that can hold them all. All or nothing: [`BlobError::NoSpace`]
+/// when no class may.
 pub(crate) fn reserve(
     targets: &[Target],
     npages: u64,
     score: Option<f32>,
+    level: Persistence,
     class: Option<bool>,
 ) -> Result<Reservation, BlobError> {
-    let mut cands = candidates(targets, score);
+    let mut cands = candidates(targets, score, level);
     cands.retain(|&i| targets[i].kind != TargetKind::Object);
     let mut available = 0;
     for durable in classes(targets, &cands, class) {

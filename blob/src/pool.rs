@@ -14,7 +14,7 @@ use tandem_shm_core::impl_serialize_fields;
 use tandem_shm_core::{Deserialize, Reader, SerError, Serialize, Writer};
 
 use crate::wire::{self, code, SharedRef};
-use crate::{BlobStore, FillError, Score, StoreIdentity, TagId};
+use crate::{BlobStore, FillError, PutContext, Score, StoreIdentity, TagId};
 
 /// `get_or_create_tag(name)`: the tag's id.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -24,8 +24,9 @@ pub struct GetOrCreateTag {
 }
 impl_serialize_fields!(GetOrCreateTag { name });
 
-/// `put(tag, name, offset, data, score)`: writes the `len` bytes at `data`
-/// at `offset` of the blob, all or nothing; the blob's size after it.
+/// `put(tag, name, offset, data, score, context)`: writes the `len` bytes at
+/// `data` at `offset` of the blob, all or nothing, compressed and kept as
+/// `context` says; the blob's size after it.
 #[derive(Clone, PartialEq, Debug)]
 pub struct Put {
     /// The blob's tag.
@@ -40,6 +41,8 @@ pub struct Put {
     pub data: SharedRef,
     /// Placement: -1 automatic, or a tier in 0..=1.
     pub score: f32,
+    /// Compression and persistence level ([`crate::PutContext::to_wire`]).
+    pub context: wire::PutContext,
 }
 impl_serialize_fields!(Put {
     tag,
@@ -47,7 +50,8 @@ impl_serialize_fields!(Put {
     offset,
     len,
     data,
-    score
+    score,
+    context
 });
 
 /// `get(tag, name, offset, out)`: reads `len` bytes at `offset` of the blob
@@ -88,7 +92,8 @@ impl_serialize_fields!(Stat { tag, name });
 pub struct BlobInfo {
     /// The blob's size in bytes.
     pub size: u64,
-    /// 1 when it lives on file targets (survives a restart), 0 on RAM.
+    /// 1 when it lives on file or object targets (survives a restart of
+    /// the store: long-term, or temporary), 0 on RAM.
     pub durable: u32,
     /// The targets holding its pages, as a bit per target index (the
     /// first 64 targets).
@@ -251,18 +256,21 @@ pub fn register(registry: &mut Registry, store: Arc<BlobStore>) -> Result<(), Du
 }
 
 fn put(store: &BlobStore, context: &TaskContext<'_>, t: &Put) -> Result<u64, i32> {
+    let put_context =
+        PutContext::from_wire(t.context).map_err(|why| crate::BlobError::BadContext(why).code())?;
     // An empty range is the store's error to name (after the name and tag).
     let data = context
         .caller_bytes(t.data.ptr(), t.len)
         .map_err(|_| code::BAD_POINTER)?;
     let mut fill = |at: u64, dst: &mut [u8]| copied(data.copy_to(to_usize(at)?, dst));
     store
-        .put_with(
+        .put_with_ctx(
             TagId(t.tag),
             &t.name,
             t.offset,
             t.len,
             Score(t.score),
+            &put_context,
             &mut fill,
         )
         .map(|info| info.size)
@@ -313,6 +321,10 @@ pub fn describe(code: i32) -> &'static str {
         code::METADATA => "metadata database failed",
         code::CORRUPT => "metadata corrupt",
         code::CONTROL_IN_NAME => "a new name holds a control character",
+        code::CORRUPT_FRAME => "a compressed frame of the blob is corrupt",
+        code::BAD_CONTEXT => "bad put context",
+        code::NO_TARGET_FOR => "no configured target keeps the persistence level asked for",
+        code::CLASS_TOO_LOW => "the blob's persistence level is below the one asked for",
         code::BAD_POINTER => "data pointer outside the caller's segment",
         code::BUFFER_TOO_SMALL => "the list does not fit the caller's buffer",
         _ => "not a blob pool code",

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::config::{Limits, StoreConfig, TargetKind};
+use crate::context::PutContext;
 use crate::error::{BlobError, NameKind};
 use crate::local::{LocalStore, PutRequest};
 use crate::meta::meta_io;
@@ -114,8 +115,9 @@ impl BlobStore {
         Ok(self.local.tags())
     }
 
-    /// Writes `data` at `offset` of blob `name` in `tag`, creating or extending it. See the
-    /// crate docs for placement, atomicity and errors.
+    /// Writes `data` at `offset` of blob `name` in `tag`, creating or extending it, in the
+    /// default context (no compression, the class placement picks). See the crate docs for
+    /// placement, atomicity and errors.
     pub fn put(
         &self,
         tag: TagId,
@@ -124,12 +126,27 @@ impl BlobStore {
         data: &[u8],
         score: Score,
     ) -> Result<PutInfo, BlobError> {
-        self.put_with(
+        self.put_ctx(tag, name, offset, data, score, &PutContext::default())
+    }
+
+    /// Like [`BlobStore::put`], in `context`: compressed as it says, and kept at its
+    /// persistence level at least. See the crate docs, "Put contexts".
+    pub fn put_ctx(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        data: &[u8],
+        score: Score,
+        context: &PutContext,
+    ) -> Result<PutInfo, BlobError> {
+        self.put_with_ctx(
             tag,
             name,
             offset,
             data.len() as u64,
             score,
+            context,
             &mut |at, dst| {
                 dst.copy_from_slice(&data[at as usize..at as usize + dst.len()]);
                 Ok(())
@@ -154,6 +171,26 @@ impl BlobStore {
         score: Score,
         fill: &mut Fill<'_>,
     ) -> Result<PutInfo, BlobError> {
+        self.put_with_ctx(tag, name, offset, len, score, &PutContext::default(), fill)
+    }
+
+    /// Like [`BlobStore::put_with`], in `context` (see [`BlobStore::put_ctx`]). A compressing
+    /// put fills a frame's staging buffer rather than the target's memory; `fill` is still
+    /// called once for each byte, in order.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "put_with's arguments and the context, as put_ctx's are put's and the context"
+    )]
+    pub fn put_with_ctx(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        len: u64,
+        score: Score,
+        context: &PutContext,
+        fill: &mut Fill<'_>,
+    ) -> Result<PutInfo, BlobError> {
         check_new_name(name, NameKind::Blob)?;
         let score = score.check()?;
         self.local.check_tag(tag)?;
@@ -165,12 +202,22 @@ impl BlobStore {
             .checked_add(len)
             .filter(|&e| e <= max)
             .ok_or(BlobError::TooLarge { offset, len, max })?;
+        let level = context.persistence;
+        if !self
+            .local
+            .targets
+            .iter()
+            .any(|t| placement::keeps(t, level))
+        {
+            return Err(BlobError::NoTargetFor(level));
+        }
         let req = PutRequest {
             tag,
             name,
             offset,
             end,
             score,
+            context: *context,
         };
         match self.object.answers_for(&self.local, tag, name)? {
             Some(blob) => self.put_new(blob, &req, fill),
@@ -188,8 +235,9 @@ impl BlobStore {
         req: &PutRequest<'_>,
         fill: &mut Fill<'_>,
     ) -> Result<PutInfo, BlobError> {
-        let first =
-            placement::candidates(&self.local.targets, req.score).first() == Some(&blob.index());
+        let level = req.context.persistence;
+        let first = placement::candidates(&self.local.targets, req.score, level).first()
+            == Some(&blob.index());
         if first || blob.exists()? {
             return blob.put(req.offset, req.end, fill);
         }

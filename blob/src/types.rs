@@ -6,6 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::config::TargetKind;
+use crate::context::{Codec, Persistence};
 use crate::error::{BlobError, FillError, NameKind};
 
 /// Bytes per page: the unit of allocation on every target and of file I/O.
@@ -57,10 +58,13 @@ impl Score {
 pub struct PutInfo {
     /// The blob's size after the put.
     pub size: u64,
-    /// Whether the blob is durable (file targets) or volatile (RAM targets). A first put whose
-    /// score prefers file targets lands in RAM when those are full (see the crate docs,
-    /// "Placement"): a caller that needs durability checks this.
+    /// Whether the blob is durable (file or object targets) or volatile (RAM targets). A first
+    /// put whose score prefers file targets lands in RAM when those are full (see the crate
+    /// docs, "Placement"): a caller that needs durability asks for it with a
+    /// [`crate::PutContext`], or checks this.
     pub durable: bool,
+    /// The blob's persistence level (at least the one the put asked for).
+    pub persistence: Persistence,
     /// Indices (into [`crate::BlobStore::targets`]) of the targets this put's pages went to.
     pub targets: Vec<usize>,
 }
@@ -72,10 +76,17 @@ pub struct BlobStat {
     pub tag: TagId,
     /// The blob's name.
     pub name: String,
-    /// Size in bytes.
+    /// Size in bytes (logical: what a get may read).
     pub size: u64,
-    /// Whether the blob is durable (file targets) or volatile (RAM targets).
+    /// Bytes of target pages it takes (compressed frames take fewer than their logical size;
+    /// holes take none). On the object tier, its logical size.
+    pub stored: u64,
+    /// The codecs its compressed frames use, each once; empty when it is stored raw.
+    pub codecs: Vec<Codec>,
+    /// Whether the blob is durable (file or object targets) or volatile (RAM targets).
     pub durable: bool,
+    /// The blob's persistence level.
+    pub persistence: Persistence,
     /// Indices (into [`crate::BlobStore::targets`]) of the targets holding its pages,
     /// ascending.
     pub targets: Vec<usize>,

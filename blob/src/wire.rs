@@ -16,7 +16,7 @@ pub mod method {
     use super::MethodId;
     /// get_or_create_tag(name) -> tag id.
     pub const TAG: MethodId = 1;
-    /// put(tag, name, offset, data, score) -> the blob's size after it.
+    /// put(tag, name, offset, data, score, context) -> the blob's size after it.
     pub const PUT: MethodId = 2;
     /// get(tag, name, offset, out) -> bytes read (the whole range).
     pub const GET: MethodId = 3;
@@ -75,6 +75,14 @@ pub mod code {
     pub const CORRUPT: i32 = 17;
     /// [`crate::BlobError::ControlInName`].
     pub const CONTROL_IN_NAME: i32 = 18;
+    /// [`crate::BlobError::CorruptFrame`].
+    pub const CORRUPT_FRAME: i32 = 19;
+    /// [`crate::BlobError::BadContext`].
+    pub const BAD_CONTEXT: i32 = 20;
+    /// [`crate::BlobError::NoTargetFor`].
+    pub const NO_TARGET_FOR: i32 = 21;
+    /// [`crate::BlobError::ClassTooLow`].
+    pub const CLASS_TOO_LOW: i32 = 22;
     /// The data pointer does not name the length's bytes of the caller's
     /// segment (`tandem_runtime::CallerMemoryError`).
     pub const BAD_POINTER: i32 = 32;
@@ -88,9 +96,76 @@ const _: () = assert!(crate::MAX_NAME_LEN == crate::MAX_TAG_LEN);
 
 /// Copy space a future needs for any blob task: the task header (16
 /// bytes) and the largest arguments (a put: 8 + 4 + [`MAX_NAME_BYTES`] + 8 + 8 +
-/// 16 + 4 = 303 bytes), rounded up.
-pub const COPY_SPACE: u32 = 320;
-const _: () = assert!(16 + 8 + 4 + MAX_NAME_BYTES + 8 + 8 + 16 + 4 <= COPY_SPACE as usize);
+/// 16 + 4 + 4 = 307 bytes), rounded up.
+pub const COPY_SPACE: u32 = 336;
+const _: () = assert!(
+    16 + 8 + 4 + MAX_NAME_BYTES + 8 + 8 + 16 + 4 + size_of::<PutContext>() <= COPY_SPACE as usize
+);
+
+/// A put's context as the wire carries it (`tandem/blob.h`'s `PutContext`): a
+/// byte each, zero for the default (no compression, volatile at least). Its
+/// fields go one after another, so the layout is the header's too.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct PutContext {
+    /// One of [`compress`].
+    pub compress: u8,
+    /// One of [`codec`] (ignored with [`compress::SKIP`]).
+    pub codec: u8,
+    /// One of [`preset`].
+    pub preset: u8,
+    /// One of [`persistence`].
+    pub persistence: u8,
+}
+impl_serialize_fields!(PutContext {
+    compress,
+    codec,
+    preset,
+    persistence
+});
+const _: () = assert!(size_of::<PutContext>() == 4);
+const _: () = assert!(std::mem::offset_of!(PutContext, compress) == 0);
+const _: () = assert!(std::mem::offset_of!(PutContext, codec) == 1);
+const _: () = assert!(std::mem::offset_of!(PutContext, preset) == 2);
+const _: () = assert!(std::mem::offset_of!(PutContext, persistence) == 3);
+
+/// [`PutContext::compress`]: whether a put compresses.
+pub mod compress {
+    /// Stores the bytes as they are.
+    pub const SKIP: u8 = 0;
+    /// Compresses every frame.
+    pub const STATIC: u8 = 1;
+    /// A sample of the bytes decides.
+    pub const DYNAMIC: u8 = 2;
+}
+
+/// [`PutContext::codec`]: which library.
+pub mod codec {
+    /// LZ4.
+    pub const LZ4: u8 = 1;
+    /// Zstandard.
+    pub const ZSTD: u8 = 2;
+}
+
+/// [`PutContext::preset`]: how hard it tries.
+pub mod preset {
+    /// The library's default trade.
+    pub const BALANCED: u8 = 0;
+    /// Fastest.
+    pub const FAST: u8 = 1;
+    /// Smallest.
+    pub const BEST: u8 = 2;
+}
+
+/// [`PutContext::persistence`]: the blob's minimum persistence level.
+pub mod persistence {
+    /// Survives nothing.
+    pub const VOLATILE: u8 = 0;
+    /// Survives a process crash.
+    pub const TEMPORARY: u8 = 1;
+    /// Survives a power loss.
+    pub const LONG_TERM: u8 = 2;
+}
 
 /// A caller's bytes by reference: a pointer into the segment its task goes
 /// through (its id and offset), as the wire carries it.

@@ -9,8 +9,11 @@
 //! * no blob holds bytes of a put that was neither acknowledged nor the one put each writer had
 //!   in flight at the kill (that one may be visible, whole: it may have committed before its
 //!   acknowledgement was printed);
-//! * volatile blobs are gone, and the space in use is exactly the surviving blobs' pages (space
+//! * volatile blobs are gone, and the space in use is exactly the surviving blobs store (space
 //!   of unacknowledged puts is reclaimed).
+//!
+//! The puts vary their context: raw, compressed (static and dynamic, each codec), and kept
+//! long-term or temporary (both survive a kill; only a reboot drops a temporary blob).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -61,7 +64,21 @@ fn put_of(round: u64, w: u64, seq: u64) -> (String, u64, bool) {
     }
 }
 
-/// The bytes of version `v` of blob `name`: the version id, then a stream seeded by both.
+/// The context of writer `w`'s put number `seq` (durable or not).
+fn context_of(seq: u64, durable: bool) -> PutContext {
+    const COMPRESSIONS: [&str; 4] = ["none", "zstd:fast", "dynamic:lz4", "lz4"];
+    PutContext {
+        compression: COMPRESSIONS[(seq % 4) as usize].parse().unwrap(),
+        persistence: if durable && seq % 3 == 1 {
+            Persistence::Temporary
+        } else {
+            Persistence::Volatile
+        },
+    }
+}
+
+/// The bytes of version `v` of blob `name`: the version id, then a stream seeded by both, each
+/// word of it eight times (so that it compresses).
 fn content(name: &str, v: u64, len: u64) -> Vec<u8> {
     let mut x = fnv(name) ^ v.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut out = v.to_le_bytes().to_vec();
@@ -69,7 +86,9 @@ fn content(name: &str, v: u64, len: u64) -> Vec<u8> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
+        for _ in 0..8 {
+            out.extend_from_slice(&x.to_le_bytes());
+        }
     }
     out.truncate(len as usize);
     out
@@ -95,8 +114,9 @@ fn crash_child() {
                     let (name, len, durable) = put_of(round, w, seq);
                     let v = version(round, w, seq);
                     let score = if durable { Score(0.5) } else { Score::AUTO };
+                    let bytes = content(&name, v, len);
                     let info = store
-                        .put(tag, &name, 0, &content(&name, v, len), score)
+                        .put_ctx(tag, &name, 0, &bytes, score, &context_of(seq, durable))
                         .unwrap();
                     // A full file target would spill a durable put into RAM: not what is tested.
                     assert_eq!(
@@ -144,6 +164,7 @@ fn kill_9_in_a_stream_of_puts() {
     let mut expect: HashMap<String, u64> = HashMap::new();
     let mut total_acks = 0;
     let mut in_flight_seen = 0;
+    let mut total_compressed = 0;
     for round in 1..=ROUNDS {
         let mut child = Command::new(&exe)
             .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
@@ -210,8 +231,10 @@ fn kill_9_in_a_stream_of_puts() {
             continue;
         };
         let blobs = store.list_blobs(tag).unwrap();
-        let mut pages = 0;
+        let mut stored = 0;
+        let mut compressed = 0;
         for b in &blobs {
+            compressed += u64::from(!b.codecs.is_empty());
             assert!(b.durable, "volatile blob {} survived a restart", b.name);
             let mut out = vec![0; b.size as usize];
             store.get(tag, &b.name, 0, &mut out).unwrap();
@@ -236,7 +259,7 @@ fn kill_9_in_a_stream_of_puts() {
                     b.name
                 ),
             }
-            pages += b.size.div_ceil(P);
+            stored += b.stored;
         }
         for name in expect.keys() {
             assert!(
@@ -246,13 +269,16 @@ fn kill_9_in_a_stream_of_puts() {
         }
         // Space of unacknowledged puts is free again; nothing else is.
         let used: u64 = store.targets().iter().map(|t| t.used).sum();
-        assert_eq!(used, pages * P);
+        assert_eq!(used, stored);
+        total_compressed += compressed;
         drop(store);
     }
     eprintln!(
-        "{ROUNDS} rounds, {total_acks} acknowledged puts, {} blobs verified, {in_flight_seen} in-flight puts found whole, {:?}",
+        "{ROUNDS} rounds, {total_acks} acknowledged puts, {} blobs verified ({total_compressed} \
+         compressed, over the rounds), {in_flight_seen} in-flight puts found whole, {:?}",
         expect.len(),
         start.elapsed()
     );
     assert!(total_acks > 0);
+    assert!(total_compressed > 0, "no compressed blob was ever verified");
 }

@@ -15,7 +15,9 @@ use tandem_blob::demo::{
 };
 use tandem_blob::pool::{self, Put};
 use tandem_blob::wire::{self, code, method, SharedRef};
-use tandem_blob::{BlobCaller, BlobStore, CallError, Score, StoreConfig, TagId};
+use tandem_blob::{
+    BlobCaller, BlobStore, CallError, Persistence, PutContext, Score, StoreConfig, TagId,
+};
 use tandem_hal::GpuApi;
 use tandem_runtime::{Config, DeviceSelection, Registry, Runtime};
 use tandem_shm_core::{AllocatorId, ShmPtr};
@@ -98,6 +100,41 @@ fn expected_wire() -> Vec<u64> {
     );
     v.push(wire::MAX_NAME_BYTES as u64);
     v.push(u64::from(wire::COPY_SPACE));
+    v.extend(
+        [
+            code::CORRUPT_FRAME,
+            code::BAD_CONTEXT,
+            code::NO_TARGET_FOR,
+            code::CLASS_TOO_LOW,
+        ]
+        .map(|c| c as u64),
+    );
+    v.extend(
+        [
+            wire::compress::SKIP,
+            wire::compress::STATIC,
+            wire::compress::DYNAMIC,
+            wire::codec::LZ4,
+            wire::codec::ZSTD,
+            wire::preset::BALANCED,
+            wire::preset::FAST,
+            wire::preset::BEST,
+            wire::persistence::VOLATILE,
+            wire::persistence::TEMPORARY,
+            wire::persistence::LONG_TERM,
+        ]
+        .map(u64::from),
+    );
+    v.push(size_of::<wire::PutContext>() as u64);
+    v.extend(
+        [
+            std::mem::offset_of!(wire::PutContext, compress),
+            std::mem::offset_of!(wire::PutContext, codec),
+            std::mem::offset_of!(wire::PutContext, preset),
+            std::mem::offset_of!(wire::PutContext, persistence),
+        ]
+        .map(|o| o as u64),
+    );
     assert_eq!(v.len(), WIRE_VALUES);
     v
 }
@@ -141,6 +178,7 @@ fn kernel_threads_put_and_get_their_blobs<A: GpuApi>(api: A) {
             rounds,
             mode: PutGetMode::PutGetCheck,
             score,
+            context: PutContext::default(),
             spin_budget: 1 << 40,
         };
         let outcome = kernels.put_get(&launch).expect("launch");
@@ -197,6 +235,7 @@ fn kernel_errors_come_back_as_codes<A: GpuApi>(api: A) {
         rounds: 1,
         mode: PutGetMode::PutGetCheck,
         score: Score::AUTO,
+        context: PutContext::default(),
         spin_budget: 1 << 40,
     };
     let outcome = kernels.put_get(&launch).expect("launch");
@@ -268,6 +307,7 @@ fn kernels_share_blobs_through_the_object_tier<A: GpuApi>(api: A) {
         rounds: 1,
         mode: PutGetMode::PutGetCheck,
         score: Score(0.0),
+        context: PutContext::default(),
         spin_budget: 1 << 40,
     };
     assert_all_ok(
@@ -333,6 +373,7 @@ fn kernels_on_two_devices_share_blobs<A: GpuApi>(api: A) {
         rounds: 1,
         mode,
         score: Score::AUTO,
+        context: PutContext::default(),
         spin_budget: 1 << 40,
     };
     let [zero, one] = &mut kernels;
@@ -358,6 +399,56 @@ fn kernels_on_two_devices_share_blobs<A: GpuApi>(api: A) {
     );
     let first = store.stat(tags[0], "k0").expect("a blob device 0 put");
     assert_eq!(first.size, blob_bytes);
+    drop(kernels);
+    runtime.shutdown().expect("shutdown");
+}
+
+/// Kernels put in a context: compressed (static and dynamic, each codec), at a persistence
+/// level; they get their bytes back, and the store says how it keeps them.
+fn kernels_put_compressed_blobs<A: GpuApi>(api: A) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = store(&dir);
+    let runtime = runtime(api, &store);
+    let (blocks, threads) = grid::<A>();
+    let mut kernels = BlobKernels::load(&runtime.devices()[0]).expect("load the blob kernels");
+    // Several frames each; the pattern repeats every 256 bytes, so it compresses.
+    let blob_bytes = 150_000u64;
+    for (tag_name, compression, persistence) in [
+        ("zstd", "zstd:fast", Persistence::Volatile),
+        ("lz4", "lz4", Persistence::LongTerm),
+        ("dynamic", "dynamic:zstd:best", Persistence::Temporary),
+    ] {
+        let tag = store.get_or_create_tag(tag_name).expect("tag");
+        let context = PutContext {
+            compression: compression.parse().expect("a compression"),
+            persistence,
+        };
+        let launch = PutGetLaunch {
+            blocks,
+            threads,
+            tag,
+            blob_bytes,
+            rounds: 2,
+            mode: PutGetMode::PutGetCheck,
+            score: Score::AUTO,
+            context,
+            spin_budget: 1 << 40,
+        };
+        assert_all_ok(&kernels.put_get(&launch).expect("launch"), tag_name);
+        let stat = store.stat(tag, "k0").expect("stat");
+        assert_eq!(stat.size, blob_bytes, "{tag_name}");
+        assert!(stat.persistence >= persistence, "{tag_name}: {stat:?}");
+        assert!(!stat.codecs.is_empty(), "{tag_name}: {stat:?}");
+        assert!(stat.stored < blob_bytes / 4, "{tag_name}: {stat:?}");
+        let outcome = kernels
+            .put_get(&PutGetLaunch {
+                mode: PutGetMode::BlockPutGetCheck,
+                blob_bytes: 1 << 17,
+                ..launch
+            })
+            .expect("block launch");
+        assert_all_ok(&outcome, tag_name);
+    }
     drop(kernels);
     runtime.shutdown().expect("shutdown");
 }
@@ -389,6 +480,13 @@ macro_rules! backend_tests {
             fn kernel_threads_put_and_get_their_blobs() {
                 if let Some(api) = api("kernel_threads_put_and_get_their_blobs") {
                     super::kernel_threads_put_and_get_their_blobs(api);
+                }
+            }
+
+            #[test]
+            fn kernels_put_compressed_blobs() {
+                if let Some(api) = api("kernels_put_compressed_blobs") {
+                    super::kernels_put_compressed_blobs(api);
                 }
             }
 
@@ -485,7 +583,15 @@ fn host_calls_through_the_task_path() {
     for round in 0..3u8 {
         buffer.write(0, &[round; 4096]);
         let (size, back) = blobs
-            .put_from(tag, "s", u64::from(round) * 4096, buffer, 4096, Score::AUTO)
+            .put_from(
+                tag,
+                "s",
+                u64::from(round) * 4096,
+                buffer,
+                4096,
+                Score::AUTO,
+                &PutContext::default(),
+            )
             .expect("put_from");
         assert_eq!(size, (u64::from(round) + 1) * 4096);
         buffer = back;
@@ -498,7 +604,15 @@ fn host_calls_through_the_task_path() {
     assert_eq!(part, [1u8; 100]);
     assert_eq!(
         blobs
-            .put_from(tag, "s", 0, buffer, 4097, Score::AUTO)
+            .put_from(
+                tag,
+                "s",
+                0,
+                buffer,
+                4097,
+                Score::AUTO,
+                &PutContext::default()
+            )
             .map(|(size, _)| size),
         Err(CallError::Blob(code::BAD_POINTER)),
         "a length past the buffer's end"
@@ -548,6 +662,7 @@ fn host_calls_through_the_task_path() {
         len: 16,
         data: SharedRef::from(foreign),
         score: -1.0,
+        context: wire::PutContext::default(),
     };
     let stop = std::sync::atomic::AtomicU32::new(0);
     let result = runtime
@@ -559,6 +674,37 @@ fn host_calls_through_the_task_path() {
         Err(CallError::Blob(code::BAD_POINTER))
     );
     assert_eq!(blobs.stat(tag, "c"), Err(CallError::Blob(code::NOT_FOUND)));
+
+    // A context no PutContext makes: refused before any byte is read.
+    let odd = Put {
+        context: wire::PutContext {
+            compress: 9,
+            ..wire::PutContext::default()
+        },
+        ..bad
+    };
+    let result = runtime
+        .submit(tandem_runtime::Route::lane(0), &odd)
+        .expect("submit")
+        .wait(&stop, None);
+    assert_eq!(
+        result.map_err(CallError::from),
+        Err(CallError::Blob(code::BAD_CONTEXT))
+    );
+    // In a context, through the same path: compressed, read back whole.
+    let smooth: Vec<u8> = (0..300_000u32).map(|i| (i / 1000) as u8).collect();
+    let context = PutContext {
+        compression: "zstd:balanced".parse().expect("a compression"),
+        persistence: Persistence::LongTerm,
+    };
+    blobs
+        .put_ctx(tag, "z", 0, &smooth, Score::AUTO, &context)
+        .expect("a compressed put");
+    let info = blobs.stat(tag, "z").expect("stat");
+    assert_eq!((info.size, info.durable), (smooth.len() as u64, 1));
+    let mut back = vec![0; smooth.len()];
+    blobs.get(tag, "z", 0, &mut back).expect("get");
+    assert!(back == smooth);
 
     blobs.delete(tag, "a").expect("delete");
     assert_eq!(blobs.stat(tag, "a"), Err(CallError::Blob(code::NOT_FOUND)));

@@ -1,6 +1,10 @@
 //! Model test: random operation sequences against the store and an in-memory model, with a RAM
 //! target and two small file targets (tmpfs and disk) so that spills, class choice and
 //! `NoSpace` all happen, and closes/reopens in between (durable blobs survive, volatile vanish).
+//! It runs with compression off (where the model predicts every page), on for every put, and
+//! mixed per put; with compression the pages a put takes depend on its bytes, so there the
+//! model checks the bytes, the classes and that the targets' used space is exactly what the
+//! blobs say they store.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -21,6 +25,8 @@ enum Op {
         len: u64,
         score: usize,
         seed: u8,
+        /// Index into [`COMPRESSIONS`], as the run's [`Mode`] allows.
+        compression: usize,
     },
     Get {
         tag: usize,
@@ -44,6 +50,36 @@ enum Op {
 }
 
 const SCORES: [f32; 5] = [-1.0, 0.0, 0.5, 0.95, 1.0];
+/// The first is no compression; the others compress.
+const COMPRESSIONS: [&str; 5] = [
+    "none",
+    "zstd:fast",
+    "lz4",
+    "dynamic:zstd:best",
+    "zstd:balanced",
+];
+
+/// Which compressions a run's puts use.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Off,
+    On,
+    Mixed,
+}
+
+impl Mode {
+    fn context(self, compression: usize) -> PutContext {
+        let i = match self {
+            Mode::Off => 0,
+            Mode::On => 1 + compression % (COMPRESSIONS.len() - 1),
+            Mode::Mixed => compression,
+        };
+        PutContext {
+            compression: COMPRESSIONS[i].parse().unwrap(),
+            ..PutContext::default()
+        }
+    }
+}
 const NAMES: [&str; 4] = ["a", "b", "c", "d"];
 
 fn op() -> impl Strategy<Value = Op> {
@@ -52,8 +88,8 @@ fn op() -> impl Strategy<Value = Op> {
     let offset = prop_oneof![0..64u64, 0..5 * P, Just(P - 1), Just(2 * P)];
     let len = prop_oneof![1..64u64, 1..2 * P + 1, Just(P)];
     prop_oneof![
-        5 => (tag.clone(), blob.clone(), offset.clone(), len.clone(), 0..SCORES.len(), any::<u8>())
-            .prop_map(|(tag, blob, offset, len, score, seed)| Op::Put { tag, blob, offset, len, score, seed }),
+        5 => (tag.clone(), blob.clone(), offset.clone(), len.clone(), 0..SCORES.len(), any::<u8>(), 0..COMPRESSIONS.len())
+            .prop_map(|(tag, blob, offset, len, score, seed, compression)| Op::Put { tag, blob, offset, len, score, seed, compression }),
         4 => (tag.clone(), blob.clone(), offset, len).prop_map(|(tag, blob, offset, len)| Op::Get { tag, blob, offset, len }),
         2 => (tag.clone(), blob.clone()).prop_map(|(tag, blob)| Op::Delete { tag, blob }),
         1 => (tag.clone(), blob).prop_map(|(tag, blob)| Op::Stat { tag, blob }),
@@ -93,7 +129,7 @@ fn data(seed: u8, len: u64) -> Vec<u8> {
         .collect()
 }
 
-fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+fn run(ops: Vec<Op>, mode: Mode) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
     let cfg = config(dir.path(), shm.path());
@@ -122,16 +158,26 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 len,
                 score,
                 seed,
+                compression,
             } => {
                 let bytes = data(seed, len);
-                let r = st.put(tags[tag], NAMES[blob], offset, &bytes, Score(SCORES[score]));
+                let context = mode.context(compression);
+                let r = st.put_ctx(
+                    tags[tag],
+                    NAMES[blob],
+                    offset,
+                    &bytes,
+                    Score(SCORES[score]),
+                    &context,
+                );
                 if tag == 2 && !t2 {
                     prop_assert!(matches!(r, Err(BlobError::UnknownTag(_))), "{r:?}");
                     continue;
                 }
                 let pages: BTreeSet<u64> = (offset / P..(offset + len).div_ceil(P)).collect();
                 let need = pages.len() as u64;
-                let free = |d: bool| if d { FILE_PAGES } else { RAM_PAGES } - used_pages(&model, d);
+                let capacity = |d: bool| if d { FILE_PAGES } else { RAM_PAGES };
+                let free = |d: bool| capacity(d).saturating_sub(used_pages(&model, d));
                 let class = match model.get(&(tag, blob)) {
                     Some(b) => (free(b.durable) >= need).then_some(b.durable),
                     None => {
@@ -143,6 +189,19 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         };
                         order.into_iter().find(|&d| free(d) >= need)
                     }
+                };
+                // With compression the pages a put takes depend on its bytes: the store's
+                // word on whether it fitted, and on a new blob's class, is taken (its bytes
+                // and classes are still checked).
+                let class = match (mode, &r) {
+                    (Mode::Off, _) => class,
+                    (_, Err(BlobError::NoSpace { .. })) => None,
+                    (_, Ok(info)) => {
+                        let known = model.get(&(tag, blob)).map(|b| b.durable);
+                        prop_assert!(known.is_none_or(|d| d == info.durable), "{r:?}");
+                        Some(info.durable)
+                    }
+                    (_, Err(e)) => return Err(TestCaseError::fail(format!("put: {e}"))),
                 };
                 match class {
                     None => prop_assert!(matches!(r, Err(BlobError::NoSpace { .. })), "{r:?}"),
@@ -269,10 +328,22 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 prop_assert_eq!(st.tag("t2").unwrap(), t2.then_some(tags[2]));
             }
         }
-        // Space: exactly the pages the model's blobs occupy, nothing leaked.
         let t = s(&store).targets();
-        prop_assert_eq!(t[0].used, used_pages(&model, false) * P);
-        prop_assert_eq!(t[1].used + t[2].used, used_pages(&model, true) * P);
+        if mode == Mode::Off {
+            // Space: exactly the pages the model's blobs occupy, nothing leaked.
+            prop_assert_eq!(t[0].used, used_pages(&model, false) * P);
+            prop_assert_eq!(t[1].used + t[2].used, used_pages(&model, true) * P);
+        } else {
+            // Space: exactly what the blobs store, nothing leaked.
+            let mut stored = [0, 0];
+            for tag in tags.iter().take(if t2 { 3 } else { 2 }) {
+                for b in s(&store).list_blobs(*tag).unwrap() {
+                    stored[usize::from(b.durable)] += b.stored;
+                }
+            }
+            prop_assert_eq!(t[0].used, stored[0]);
+            prop_assert_eq!(t[1].used + t[2].used, stored[1]);
+        }
     }
     // Everything reads back whole at the end, after one more reopen.
     drop(store.take());
@@ -290,6 +361,16 @@ proptest! {
 
     #[test]
     fn store_matches_model(ops in proptest::collection::vec(op(), 1..48)) {
-        run(ops)?;
+        run(ops, Mode::Off)?;
+    }
+
+    #[test]
+    fn store_matches_model_compressing_every_put(ops in proptest::collection::vec(op(), 1..48)) {
+        run(ops, Mode::On)?;
+    }
+
+    #[test]
+    fn store_matches_model_compressing_some_puts(ops in proptest::collection::vec(op(), 1..48)) {
+        run(ops, Mode::Mixed)?;
     }
 }

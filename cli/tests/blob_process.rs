@@ -267,6 +267,55 @@ fn the_store_commands_put_list_get_and_remove() {
         "{stat}"
     );
 
+    // In a context: compressed, long-term; stat says how it is kept.
+    let smooth: Vec<u8> = (0..200_000u32).map(|i| (i / 512) as u8).collect();
+    let smooth_file = dir.path().join("smooth.bin");
+    std::fs::write(&smooth_file, &smooth).expect("input");
+    let out = blob(&[
+        "put",
+        smooth_file.to_str().expect("utf-8 path"),
+        "--config",
+        cfg,
+        "--tag",
+        "files",
+        "--compress",
+        "zstd:fast",
+        "--persistence",
+        "long-term",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("durable (long-term)"),
+        "{}",
+        text(&out.stdout)
+    );
+    let stat = text(&blob(&["stat", "smooth.bin", "--config", cfg, "--tag", "files"]).stdout);
+    assert!(
+        stat.contains("class    durable (long-term)") && stat.contains(", zstd"),
+        "{stat}"
+    );
+    let out = blob(&["get", "smooth.bin", "--config", cfg, "--tag", "files"]);
+    assert!(out.stdout == smooth, "compressed blob differs");
+    let out = blob(&["rm", "smooth.bin", "--config", cfg, "--tag", "files"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A value clap refuses: a usage error.
+    let out = blob(&[
+        "put",
+        input,
+        "--config",
+        cfg,
+        "--tag",
+        "files",
+        "--compress",
+        "gzip",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("the codec is zstd or lz4"),
+        "{}",
+        text(&out.stderr)
+    );
+
     // Back byte for byte: to stdout, to a file, and a part.
     let out = blob(&["get", "input.bin", "--config", cfg, "--tag", "files"]);
     assert!(out.status.success(), "{}", text(&out.stderr));

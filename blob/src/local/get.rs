@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 
 use super::{not_found, LocalStore};
+use crate::compress::{self, Packed};
 use crate::error::BlobError;
 use crate::extent::{Extent, Version};
 use crate::target::{AlignedBuf, Area, FileArea, Target};
@@ -41,16 +42,18 @@ impl LocalStore {
                 len,
             });
         }
-        self.read_version(v, offset, len, &mut |at, src| {
+        self.read_version(v, (tag, name), offset, len, &mut |at, src| {
             drain(at, src).map_err(BlobError::Fill)
         })
     }
 
-    /// Streams the bytes `pos..pos+len` of `v` (within its size) to `sink(offset_within, bytes)`
-    /// in order. The caller keeps `v`'s pages from being freed.
+    /// Streams the bytes `pos..pos+len` of `v` (within its size), a version of blob `blob`, to
+    /// `sink(offset_within, bytes)` in order; compressed frames decompressed, a damaged one
+    /// [`BlobError::CorruptFrame`]. The caller keeps `v`'s pages from being freed.
     pub(crate) fn read_version(
         &self,
         v: &Version,
+        blob: (TagId, &str),
         pos: u64,
         len: u64,
         sink: &mut Sink<'_>,
@@ -67,7 +70,11 @@ impl LocalStore {
             chunks.zeros(at, hole_end, sink)?;
             at = at.max(hole_end);
             let Some(e) = ext else { break };
-            let e_end = ((e.lpage + e.npages) * PAGE_SIZE).min(end);
+            let e_end = (e.lend() * PAGE_SIZE).min(end);
+            if let Some(packed) = &e.packed {
+                chunks.frame(e, packed, blob, at, e_end, sink)?;
+                at = e_end;
+            }
             while at < e_end {
                 at += chunks.pages(e, at, e_end, sink)? as u64;
             }
@@ -88,8 +95,10 @@ struct Chunks<'a> {
     /// asked for): taken at the first file chunk, so a get from RAM alone takes no ring (a
     /// ring comes from a pool every worker shares).
     reads: Option<Reads<'a>>,
-    /// Else file pages come through this, read with `pread`.
+    /// Else file pages come through this, read with `pread` (and compressed frames, always).
     bounce: Option<AlignedBuf>,
+    /// A compressed frame's bytes, decompressed.
+    frame: Vec<u8>,
 }
 
 impl<'a> Chunks<'a> {
@@ -100,7 +109,52 @@ impl<'a> Chunks<'a> {
             rings: store.rings.as_ref(),
             reads: None,
             bounce: None,
+            frame: Vec::new(),
         }
+    }
+
+    /// The bytes `at..e_end` of the compressed frame `e` of blob `blob`: its pages read,
+    /// checked and decompressed whole; [`BlobError::CorruptFrame`] when they do not check or
+    /// decompress.
+    fn frame(
+        &mut self,
+        e: &Extent,
+        packed: &Packed,
+        blob: (TagId, &str),
+        at: u64,
+        e_end: u64,
+        sink: &mut Sink<'_>,
+    ) -> Result<(), BlobError> {
+        self.flush(sink)?;
+        let bytes = (packed.pages() * PAGE_SIZE) as usize;
+        self.frame.resize((e.npages * PAGE_SIZE) as usize, 0);
+        let unpacked = match &self.targets[e.target].area {
+            Area::Object => unreachable!("no extent lies on the object target"),
+            Area::Ram(ram) => {
+                // SAFETY: the pages belong to a published version the caller holds, and
+                // published pages are never written.
+                let src = unsafe { ram.pages(e.ppage, packed.pages()) };
+                compress::unpack(packed, src, &mut self.frame)
+            }
+            Area::File(file) => {
+                if self.bounce.as_ref().is_none_or(|b| b.len() < bytes) {
+                    self.bounce = Some(AlignedBuf::new(bytes));
+                }
+                let buf = &mut self.bounce.as_mut().expect("set above")[..bytes];
+                file.read_pages(e.ppage, buf)?;
+                compress::unpack(packed, buf, &mut self.frame)
+            }
+        };
+        let start = e.lpage * PAGE_SIZE;
+        if !unpacked {
+            return Err(BlobError::CorruptFrame {
+                tag: blob.0,
+                name: blob.1.to_owned(),
+                offset: start,
+            });
+        }
+        let part = &self.frame[(at - start) as usize..(e_end - start) as usize];
+        sink(at - self.pos, part)
     }
 
     /// Zeros for the hole `at..hole_end` (nothing when it is empty), after every read before it.

@@ -16,9 +16,10 @@ pub(crate) use put::PutRequest;
 pub(crate) use recover::{recover, Recovered};
 
 use crate::config::TargetKind;
+use crate::context::Persistence;
 use crate::error::{BlobError, NameKind};
 use crate::extent::{Extent, Version};
-use crate::meta::{Committer, MetaOp};
+use crate::meta::{BootId, Committer, MetaOp};
 use crate::target::{Area, Target};
 use crate::types::{check_name, BlobStat, TagId, TargetStat, PAGE_SIZE};
 use crate::uring::Rings;
@@ -62,18 +63,21 @@ pub(crate) struct LocalStore {
     tag_create: Mutex<()>,
     /// io_uring rings for file reads and writes; `None`: pread and pwrite.
     rings: Option<Rings>,
+    /// This boot's id, which temporary versions are stamped with.
+    boot: BootId,
     // Declared last: dropped after the index, joining the committer thread.
     committer: Committer,
 }
 
 impl LocalStore {
     /// The store over `targets` (free pages set), holding what `recovered` rebuilt, committing
-    /// through `committer`, moving file pages through `rings` when there are.
+    /// through `committer`, moving file pages through `rings` when there are, in boot `boot`.
     pub(crate) fn new(
         targets: Vec<Target>,
         recovered: Recovered,
         rings: Option<Rings>,
         committer: Committer,
+        boot: BootId,
     ) -> LocalStore {
         LocalStore {
             targets,
@@ -81,6 +85,7 @@ impl LocalStore {
             tags: RwLock::new(recovered.tags),
             tag_create: Mutex::new(()),
             rings,
+            boot,
             committer,
         }
     }
@@ -193,7 +198,7 @@ impl LocalStore {
         let Some(old) = entry.state.read().clone() else {
             return Err(not_found(tag, name));
         };
-        if old.durable {
+        if old.class != Persistence::Volatile {
             self.committer.commit(MetaOp::DeleteBlob {
                 tag: tag.0,
                 name: name.to_owned(),
@@ -241,7 +246,7 @@ impl LocalStore {
     /// Gives the pages of `extents` back to their targets.
     fn free(&self, extents: &[Extent]) {
         for e in extents {
-            self.targets[e.target].free.give(e.ppage, e.npages);
+            self.targets[e.target].free.give(e.ppage, e.ppages());
         }
     }
 }

@@ -1,8 +1,9 @@
 //! A local put, copy-on-write: it never writes pages that a reader may see. It reserves new
 //! pages for every page its range touches and writes them (the untouched head and tail of the
-//! first and last page copied from the old version; bytes past the new size zeros); for a
-//! durable blob the committer `fdatasync`s the target files and commits the new extent map to
-//! redb; then the put publishes the new version in the index under the blob's lock for writing
+//! first and last page copied from the old version; bytes past the new size zeros), raw or in
+//! compressed frames (`compress`); for a long-term blob the committer `fdatasync`s the target
+//! files and commits the new extent map to redb (a temporary blob's map is committed without
+//! the sync); then the put publishes the new version in the index under the blob's lock for writing
 //! (which waits out every get still copying from the old version), and only then frees the
 //! replaced pages. Puts to one blob are serialised by the blob's put lock; puts to different
 //! blobs write their data in parallel and meet only in the group committer, which takes every
@@ -18,15 +19,17 @@
 use std::sync::Arc;
 
 use super::{BlobEntry, LocalStore};
-use crate::error::BlobError;
-use crate::extent::{replace_range, targets_of, Extent, Version};
-use crate::meta::{self, MetaOp, StoredExtent};
-use crate::placement;
+use crate::compress::{self, Packer, FRAME_PAGES, SAMPLE_BYTES};
+use crate::context::{Compression, Persistence, PutContext};
+use crate::error::{BlobError, FillError};
+use crate::extent::{cover_packed, replace_range, targets_of, Extent, Version};
+use crate::meta::{self, MetaOp, StoredExtent, StoredVersion};
+use crate::placement::{self, Reservation};
 use crate::target::{AlignedBuf, Area, FileArea};
 use crate::types::{Fill, PutInfo, TagId, CHUNK_PAGES, PAGE_SIZE};
 use crate::uring::{Pipeline, Rings};
 
-/// A put's blob, range and placement, checked by the store.
+/// A put's blob, range, placement and context, checked by the store.
 pub(crate) struct PutRequest<'a> {
     pub(crate) tag: TagId,
     pub(crate) name: &'a str,
@@ -35,6 +38,7 @@ pub(crate) struct PutRequest<'a> {
     pub(crate) end: u64,
     /// The score checked: `None` for automatic placement.
     pub(crate) score: Option<f32>,
+    pub(crate) context: PutContext,
 }
 
 impl PutRequest<'_> {
@@ -47,10 +51,35 @@ impl PutRequest<'_> {
 /// What a put's fresh pages hold: `fill`'s bytes for `offset..end`, the old version's bytes
 /// around them (zeros where it has none), zeros past the new `size`.
 struct Content<'v> {
+    tag: TagId,
+    name: &'v str,
     old: Option<&'v Version>,
     offset: u64,
     end: u64,
     size: u64,
+}
+
+/// A dynamic put's sample: the first bytes of its data, taken from `fill` to decide whether to
+/// compress, then handed out again in their turn (a `fill` may be a stream: each byte is asked
+/// for once).
+struct Sampled<'f, 'a> {
+    sample: Vec<u8>,
+    fill: &'f mut Fill<'a>,
+}
+
+impl Sampled<'_, '_> {
+    fn fill(&mut self, at: u64, dst: &mut [u8]) -> Result<(), FillError> {
+        let have = self.sample.len() as u64;
+        if at >= have {
+            return (self.fill)(at, dst);
+        }
+        let n = ((have - at) as usize).min(dst.len());
+        dst[..n].copy_from_slice(&self.sample[at as usize..at as usize + n]);
+        if n < dst.len() {
+            (self.fill)(at + n as u64, &mut dst[n..])?;
+        }
+        Ok(())
+    }
 }
 
 impl LocalStore {
@@ -77,8 +106,13 @@ impl LocalStore {
     }
 
     /// The put, under the blob's put lock: fresh pages reserved and written, the new version
-    /// committed (a durable blob) and published, the pages it replaced freed. A failure gives
-    /// the fresh pages back and leaves the blob as it was.
+    /// committed (a long-term or temporary blob) and published, the pages it replaced freed. A
+    /// failure gives the fresh pages back and leaves the blob as it was.
+    ///
+    /// A compressing put rewrites whole frames: its range widened to the frames it touches.
+    /// Any put rewrites whole the compressed frames it touches. It reserves pages for the
+    /// widened range uncompressed, before asking `fill` for anything, and gives back what the
+    /// frames did not need.
     fn put_locked(
         &self,
         entry: &BlobEntry,
@@ -86,28 +120,98 @@ impl LocalStore {
         fill: &mut Fill<'_>,
     ) -> Result<PutInfo, BlobError> {
         let old = entry.state.read().clone();
-        let (p0, p1) = req.pages();
-        let class = old.as_ref().map(|v| v.durable);
-        let reserved = placement::reserve(&self.targets, p1 - p0, req.score, class)?;
-        let durable = reserved.durable;
-        let fresh = reserved.into_extents(p0);
+        let wanted = req.context.persistence;
+        let class = old.as_ref().map(|v| v.class);
+        if class == Some(Persistence::Volatile) && wanted > Persistence::Volatile {
+            return Err(BlobError::ClassTooLow {
+                tag: req.tag,
+                name: req.name.to_owned(),
+                class: Persistence::Volatile,
+                wanted,
+            });
+        }
         let content = Content {
+            tag: req.tag,
+            name: req.name,
             old: old.as_deref(),
             offset: req.offset,
             end: req.end,
             size: old.as_ref().map_or(0, |v| v.size).max(req.end),
         };
+        let old_extents = old.as_ref().map_or(&[][..], |v| &v.extents);
+        let (p0, p1) = req.pages();
+        let raw_range = cover_packed(old_extents, p0, p1);
+        let (codec, preset) = match req.context.compression {
+            Compression::Skip => (None, Default::default()),
+            Compression::Static(c, p) | Compression::Dynamic(c, p) => (Some(c), p),
+        };
+        let framed = codec.map(|_| frame_range(old_extents, p0, p1, content.size));
+        let (r0, r1) = framed.unwrap_or(raw_range);
+        let on_file = class.map(|c| c != Persistence::Volatile);
+        let mut reserved = placement::reserve(&self.targets, r1 - r0, req.score, wanted, on_file)?;
+        let new_class = match class {
+            Some(c) => c.max(wanted),
+            None if !reserved.durable => Persistence::Volatile,
+            None if wanted == Persistence::Temporary => Persistence::Temporary,
+            None => Persistence::LongTerm,
+        };
+        let mut fresh = Vec::new();
+        let mut sampled = Sampled {
+            sample: Vec::new(),
+            fill,
+        };
+        let written = (|| {
+            if let Compression::Dynamic(c, _) = req.context.compression {
+                let n = SAMPLE_BYTES.min((req.end - req.offset) as usize);
+                sampled.sample.resize(n, 0);
+                (sampled.fill)(0, &mut sampled.sample)?;
+                if !compress::worth_it(c, &sampled.sample) {
+                    return self.write_raw(
+                        &mut reserved,
+                        raw_range,
+                        &content,
+                        &mut sampled,
+                        &mut fresh,
+                    );
+                }
+            }
+            match codec {
+                Some(c) => {
+                    let packer = Packer::new(c, preset);
+                    self.write_packed(
+                        &mut reserved,
+                        (r0, r1),
+                        &content,
+                        &mut sampled,
+                        packer,
+                        &mut fresh,
+                    )?;
+                    Ok((r0, r1))
+                }
+                None => {
+                    self.write_raw(&mut reserved, raw_range, &content, &mut sampled, &mut fresh)
+                }
+            }
+        })();
+        reserved.give_back(&self.targets);
         let put_targets = targets_of(&fresh);
-        let prepared = self.write_fresh(&fresh, &content, fill).and_then(|()| {
-            let (extents, replaced) =
-                replace_range(old.as_ref().map_or(&[][..], |v| &v.extents), &fresh, p0, p1);
+        let prepared = written.and_then(|(w0, w1)| {
+            let (extents, replaced) = replace_range(old_extents, &fresh, w0, w1);
             let version = Version {
                 size: content.size,
-                durable,
+                class: new_class,
                 extents,
             };
-            if durable {
-                self.commit_version(req, &version, put_targets.clone())?;
+            let sync = match new_class {
+                Persistence::Volatile | Persistence::Temporary => None,
+                // A temporary blob asked to be long-term: every page of it synced.
+                Persistence::LongTerm if class != Some(Persistence::LongTerm) => {
+                    Some(targets_of(&version.extents))
+                }
+                Persistence::LongTerm => Some(put_targets.clone()),
+            };
+            if new_class != Persistence::Volatile {
+                self.commit_version(req, &version, sync.unwrap_or_default())?;
             }
             Ok((version, replaced))
         });
@@ -123,20 +227,21 @@ impl LocalStore {
         self.free(&replaced);
         Ok(PutInfo {
             size: content.size,
-            durable,
+            durable: new_class != Persistence::Volatile,
+            persistence: new_class,
             targets: put_targets,
         })
     }
 
     /// Commits `version` as the request's blob, once the committer synced the file targets
-    /// `sync` (those the put wrote): the metadata never points at pages not on the device.
+    /// `sync`: the metadata of a long-term blob never points at pages not on the device.
     fn commit_version(
         &self,
         req: &PutRequest<'_>,
         version: &Version,
         sync: Vec<usize>,
     ) -> Result<(), BlobError> {
-        let stored: Vec<StoredExtent> = version
+        let extents: Vec<StoredExtent> = version
             .extents
             .iter()
             .map(|e| StoredExtent {
@@ -144,49 +249,131 @@ impl LocalStore {
                 npages: e.npages,
                 persistent_id: self.targets[e.target]
                     .persistent_id
-                    .expect("durable blobs live on file targets"),
+                    .expect("kept blobs live on file targets"),
                 ppage: e.ppage,
+                packed: e.packed,
             })
             .collect();
+        let stored = StoredVersion {
+            class: version.class,
+            boot: if version.class == Persistence::Temporary {
+                self.boot
+            } else {
+                [0; 16]
+            },
+            size: version.size,
+            extents,
+        };
         self.committer.commit(MetaOp::PutBlob {
             tag: req.tag.0,
             name: req.name.to_owned(),
-            value: meta::encode(version.size, &stored),
+            value: meta::encode(&stored),
             sync,
         })
     }
 
-    /// Writes the fresh pages with `content`, a chunk of at most [`CHUNK_PAGES`] at a time.
-    fn write_fresh(
+    /// Writes logical pages `range` raw, on pages taken from `reserved` (into `fresh`); the
+    /// range written.
+    fn write_raw(
         &self,
-        fresh: &[Extent],
+        reserved: &mut Reservation,
+        (p0, p1): (u64, u64),
         content: &Content<'_>,
-        fill: &mut Fill<'_>,
-    ) -> Result<(), BlobError> {
+        fill: &mut Sampled<'_, '_>,
+        fresh: &mut Vec<Extent>,
+    ) -> Result<(u64, u64), BlobError> {
+        fresh.extend(reserved.take_extents(p0, p1 - p0));
         let mut files = FileWrites::new(self.rings.as_ref());
-        for e in fresh {
+        for e in fresh.iter() {
             let mut done = 0;
             while done < e.npages {
                 let n = (e.npages - done).min(CHUNK_PAGES);
                 let lstart = (e.lpage + done) * PAGE_SIZE;
-                let ppage = e.ppage + done;
-                match &self.targets[e.target].area {
-                    Area::Object => unreachable!("no extent lies on the object target"),
-                    Area::Ram(ram) => {
-                        // SAFETY: these pages were just allocated to this put and are not
-                        // published, so no one else reads or writes them.
-                        let dst = unsafe { ram.pages_mut(ppage, n) };
-                        self.compose(content, dst, lstart, fill)?;
-                    }
-                    Area::File(file) => files.write(file, ppage, n, |buf| {
-                        self.compose(content, buf, lstart, fill)
-                    })?,
-                }
+                self.write_to(&mut files, e.target, e.ppage + done, n, |dst| {
+                    self.compose(content, dst, lstart, fill)
+                })?;
                 done += n;
             }
         }
         // Early returns above drop the pipeline, which waits for its writes before its buffers go.
+        files.finish()?;
+        Ok((p0, p1))
+    }
+
+    /// Writes logical pages `p0..p1` (whole frames, or up to the blob's end) frame by frame:
+    /// each composed, compressed, and stored in the pages it needs when that saves a page and
+    /// the front of `reserved` has them in one run; else raw. The extents go to `fresh`.
+    fn write_packed(
+        &self,
+        reserved: &mut Reservation,
+        (p0, p1): (u64, u64),
+        content: &Content<'_>,
+        fill: &mut Sampled<'_, '_>,
+        mut packer: Packer,
+        fresh: &mut Vec<Extent>,
+    ) -> Result<(), BlobError> {
+        let mut staging = vec![0u8; (FRAME_PAGES * PAGE_SIZE) as usize];
+        let mut files = FileWrites::new(self.rings.as_ref());
+        let mut f0 = p0;
+        while f0 < p1 {
+            let f1 = ((f0 / FRAME_PAGES + 1) * FRAME_PAGES).min(p1);
+            let n = f1 - f0;
+            let frame = &mut staging[..(n * PAGE_SIZE) as usize];
+            self.compose(content, frame, f0 * PAGE_SIZE, fill)?;
+            let limit = ((n - 1) * PAGE_SIZE) as usize;
+            let packed = packer.pack(frame, limit).and_then(|(p, bytes)| {
+                let at = reserved.take_contiguous(p.pages())?;
+                Some((p, bytes, at))
+            });
+            if let Some((p, bytes, (target, ppage))) = packed {
+                fresh.push(Extent {
+                    lpage: f0,
+                    npages: n,
+                    target,
+                    ppage,
+                    packed: Some(p),
+                });
+                self.write_to(&mut files, target, ppage, p.pages(), |dst| {
+                    dst[..bytes.len()].copy_from_slice(bytes);
+                    dst[bytes.len()..].fill(0);
+                    Ok(())
+                })?;
+            } else {
+                for e in reserved.take_extents(f0, n) {
+                    fresh.push(e);
+                    let from = ((e.lpage - f0) * PAGE_SIZE) as usize;
+                    let src = &frame[from..from + (e.npages * PAGE_SIZE) as usize];
+                    self.write_to(&mut files, e.target, e.ppage, e.npages, |dst| {
+                        dst.copy_from_slice(src);
+                        Ok(())
+                    })?;
+                }
+            }
+            f0 = f1;
+        }
         files.finish()
+    }
+
+    /// Writes `n` fresh pages (at most [`CHUNK_PAGES`]) at page `ppage` of target `target`,
+    /// their bytes made by `compose` in the target's memory (RAM) or a buffer (file).
+    fn write_to<'s>(
+        &'s self,
+        files: &mut FileWrites<'s>,
+        target: usize,
+        ppage: u64,
+        n: u64,
+        compose: impl FnOnce(&mut [u8]) -> Result<(), BlobError>,
+    ) -> Result<(), BlobError> {
+        match &self.targets[target].area {
+            Area::Object => unreachable!("no extent lies on the object target"),
+            Area::Ram(ram) => {
+                // SAFETY: these pages were just allocated to this put and are not
+                // published, so no one else reads or writes them.
+                let dst = unsafe { ram.pages_mut(ppage, n) };
+                compose(dst)
+            }
+            Area::File(file) => files.write(file, ppage, n, compose),
+        }
     }
 
     /// Fills `dst`, the bytes of logical positions `lstart..`, with the new content.
@@ -195,29 +382,30 @@ impl LocalStore {
         content: &Content<'_>,
         dst: &mut [u8],
         lstart: u64,
-        fill: &mut Fill<'_>,
+        fill: &mut Sampled<'_, '_>,
     ) -> Result<(), BlobError> {
         let lend = lstart + dst.len() as u64;
         let a = content.offset.clamp(lstart, lend);
         let b = content.end.clamp(lstart, lend);
         let rel = |x: u64| (x - lstart) as usize;
         // Head and tail come from the old version (zeros where it has none).
-        self.old_bytes(content.old, lstart, &mut dst[..rel(a)])?;
+        self.old_bytes(content, lstart, &mut dst[..rel(a)])?;
         if b > a {
-            fill(a - content.offset, &mut dst[rel(a)..rel(b)])?;
+            fill.fill(a - content.offset, &mut dst[rel(a)..rel(b)])?;
         }
         let tail_end = content.size.clamp(b, lend);
-        self.old_bytes(content.old, b, &mut dst[rel(b)..rel(tail_end)])?;
+        self.old_bytes(content, b, &mut dst[rel(b)..rel(tail_end)])?;
         dst[rel(tail_end)..].fill(0);
         Ok(())
     }
 
-    /// Fills `dst` with the bytes of `old` from `pos` on: zeros past its size, or without one.
-    fn old_bytes(&self, old: Option<&Version>, pos: u64, dst: &mut [u8]) -> Result<(), BlobError> {
+    /// Fills `dst` with the bytes of the old version from `pos` on: zeros past its size, or
+    /// without one.
+    fn old_bytes(&self, content: &Content<'_>, pos: u64, dst: &mut [u8]) -> Result<(), BlobError> {
         if dst.is_empty() {
             return Ok(());
         }
-        let Some(v) = old else {
+        let Some(v) = content.old else {
             dst.fill(0);
             return Ok(());
         };
@@ -225,13 +413,22 @@ impl LocalStore {
         dst[have..].fill(0);
         if have > 0 {
             let (head, _) = dst.split_at_mut(have);
-            self.read_version(v, pos, have as u64, &mut |at, src| {
+            let blob = (content.tag, content.name);
+            self.read_version(v, blob, pos, have as u64, &mut |at, src| {
                 head[at as usize..at as usize + src.len()].copy_from_slice(src);
                 Ok(())
             })?;
         }
         Ok(())
     }
+}
+
+/// The logical pages a compressing put of pages `p0..p1` rewrites: the whole frames they
+/// touch, up to the new size's last page, and whole every compressed frame they touch.
+fn frame_range(old: &[Extent], p0: u64, p1: u64, size: u64) -> (u64, u64) {
+    let a = p0 / FRAME_PAGES * FRAME_PAGES;
+    let b = (p1.div_ceil(FRAME_PAGES) * FRAME_PAGES).min(size.div_ceil(PAGE_SIZE));
+    cover_packed(old, a, b)
 }
 
 /// A put's file chunks: through io_uring with several writes in flight (the next chunk composed

@@ -1,8 +1,9 @@
-//! Recovery at open: the tags, the index of durable blobs and every target's free pages,
-//! rebuilt from the committed metadata. Free space is never stored: pages that no committed
-//! extent map names (those of puts in flight at a crash, written but not committed) are free
-//! again, and a put in flight at a crash is either wholly visible (its transaction committed)
-//! or not at all.
+//! Recovery at open: the tags, the index of long-term and temporary blobs and every target's
+//! free pages, rebuilt from the committed metadata. Free space is never stored: pages that no
+//! committed extent map names (those of puts in flight at a crash, written but not committed)
+//! are free again, and a put in flight at a crash is either wholly visible (its transaction
+//! committed) or not at all. Temporary blobs written in another boot are dropped (their data
+//! was never synced, and a power loss may have come with the reboot), their records removed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -10,9 +11,10 @@ use std::path::PathBuf;
 use redb::Database;
 
 use super::{BlobEntry, TagIndex, Tags};
+use crate::context::Persistence;
 use crate::error::BlobError;
 use crate::extent::{Extent, Version};
-use crate::meta;
+use crate::meta::{self, BootId};
 use crate::target::{FreePages, Target};
 use crate::types::{TagId, PAGE_SIZE};
 
@@ -36,13 +38,15 @@ struct TargetIds<'a> {
     path_of: HashMap<u32, &'a String>,
 }
 
-/// Rebuilds from `db` every tag and every durable blob's version (its extents mapped from
+/// Rebuilds from `db` every tag and every kept blob's version (its extents mapped from
 /// persistent ids to indices of `targets`, whose ids are set; `known`: every path the metadata
-/// knows, by id), and sets each target's free pages: those no version uses.
+/// knows, by id), dropping the temporary ones not of boot `boot`, and sets each target's free
+/// pages: those no version uses.
 pub(crate) fn recover(
     db: &Database,
     targets: &mut [Target],
     known: &HashMap<String, u32>,
+    boot: BootId,
 ) -> Result<Recovered, BlobError> {
     let loaded = meta::load(db)?;
     let ids = TargetIds {
@@ -55,14 +59,23 @@ pub(crate) fn recover(
     };
     let (tags, mut index) = tags_of(loaded.tags);
     let mut used: Vec<Vec<(u64, u64)>> = vec![Vec::new(); targets.len()];
+    let mut dropped = Vec::new();
     for (tag, name, value) in loaded.blobs {
-        let version = decode_version(tag, &name, &value, &ids, &mut used)?;
+        let stored =
+            meta::decode(&value).ok_or_else(|| corrupt(tag, &name, "undecodable extent map"))?;
+        // A zero boot id is no boot's: the kernel did not tell.
+        if stored.class == Persistence::Temporary && (stored.boot != boot || boot == [0; 16]) {
+            dropped.push((tag, name));
+            continue;
+        }
+        let version = decode_version(tag, &name, stored, &ids, &mut used)?;
         let Some(blobs) = index.get_mut(&TagId(tag)) else {
             return Err(corrupt(tag, &name, "unknown tag"));
         };
         blobs.insert(name, BlobEntry::new(Some(version)));
     }
     set_free_pages(targets, used)?;
+    meta::drop_blobs(db, &dropped)?;
     Ok(Recovered { tags, index })
 }
 
@@ -82,21 +95,21 @@ fn tags_of(loaded: Vec<(String, u64)>) -> (Tags, TagIndex) {
     (tags, index)
 }
 
-/// The version stored as `value` for blob `name` of `tag`, its pages noted in `used` (per
-/// target). A version on a target no longer configured is [`BlobError::TargetMismatch`]; one
-/// that does not decode, or whose extents overlap or pass its size, is [`BlobError::Corrupt`].
+/// The version `stored` for blob `name` of `tag`, its pages noted in `used` (per target). A
+/// version on a target no longer configured is [`BlobError::TargetMismatch`]; one whose extents
+/// overlap or pass its size, or whose compressed frame claims more pages than it stands for,
+/// is [`BlobError::Corrupt`].
 fn decode_version(
     tag: u64,
     name: &str,
-    value: &[u8],
+    stored: meta::StoredVersion,
     ids: &TargetIds<'_>,
     used: &mut [Vec<(u64, u64)>],
 ) -> Result<Version, BlobError> {
-    let (size, stored) =
-        meta::decode(value).ok_or_else(|| corrupt(tag, name, "undecodable extent map"))?;
-    let mut extents = Vec::with_capacity(stored.len());
+    let size = stored.size;
+    let mut extents = Vec::with_capacity(stored.extents.len());
     let mut next_lpage = 0;
-    for e in stored {
+    for e in stored.extents {
         let Some(&target) = ids.index_of.get(&e.persistent_id) else {
             let path = ids.path_of.get(&e.persistent_id);
             return Err(BlobError::TargetMismatch {
@@ -107,21 +120,30 @@ fn decode_version(
         if e.lpage < next_lpage || e.npages == 0 {
             return Err(corrupt(tag, name, "extents out of order"));
         }
+        if e.packed.is_some_and(|p| p.len == 0 || p.pages() > e.npages) {
+            return Err(corrupt(
+                tag,
+                name,
+                "a compressed frame larger than its pages",
+            ));
+        }
         next_lpage = e.lpage + e.npages;
-        used[target].push((e.ppage, e.npages));
-        extents.push(Extent {
+        let extent = Extent {
             lpage: e.lpage,
             npages: e.npages,
             target,
             ppage: e.ppage,
-        });
+            packed: e.packed,
+        };
+        used[target].push((e.ppage, extent.ppages()));
+        extents.push(extent);
     }
     if next_lpage > size.div_ceil(PAGE_SIZE) {
         return Err(corrupt(tag, name, "extents past the size"));
     }
     Ok(Version {
         size,
-        durable: true,
+        class: stored.class,
         extents,
     })
 }

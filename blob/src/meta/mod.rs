@@ -21,7 +21,7 @@ use std::path::Path;
 
 use redb::{Database, ReadableTable, TableDefinition};
 
-pub(crate) use codec::{decode, encode, StoredExtent};
+pub(crate) use codec::{decode, encode, BootId, StoredExtent, StoredVersion};
 pub(crate) use commit::{Committer, MetaOp};
 
 use crate::error::{meta_err, BlobError};
@@ -29,7 +29,8 @@ use crate::target;
 
 /// Tag name -> tag id.
 pub(crate) const TAGS: TableDefinition<&str, u64> = TableDefinition::new("tags");
-/// (tag id, blob name) -> encoded durable version (size and extent map).
+/// (tag id, blob name) -> encoded version of a long-term or temporary blob (class, size,
+/// extent map).
 pub(crate) const BLOBS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("blobs");
 /// File target path -> the target's persistent id, which extent maps name it by.
 pub(crate) const TARGETS: TableDefinition<&str, u32> = TableDefinition::new("targets");
@@ -68,6 +69,43 @@ pub(crate) fn open(path: &Path) -> Result<Database, BlobError> {
         Ok(db)
     })
     .map_err(meta_io)
+}
+
+/// This boot's id, which temporary versions are stamped with: one stamped with another was
+/// written before a reboot, which a power loss may have come with, and is dropped at open.
+/// Zeros where the kernel does not tell (then every temporary version is dropped at open).
+pub(crate) fn boot_id() -> BootId {
+    let mut id = [0; 16];
+    let Ok(text) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") else {
+        return id;
+    };
+    let hex: Vec<u8> = text
+        .bytes()
+        .filter(u8::is_ascii_hexdigit)
+        .map(|c| (c as char).to_digit(16).unwrap_or_default() as u8)
+        .collect();
+    if hex.len() != 32 {
+        return id;
+    }
+    for (i, b) in id.iter_mut().enumerate() {
+        *b = hex[2 * i] << 4 | hex[2 * i + 1];
+    }
+    id
+}
+
+/// Removes blob versions at open (temporary ones from another boot), in one transaction.
+pub(crate) fn drop_blobs(db: &Database, keys: &[(u64, String)]) -> Result<(), BlobError> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let txn = db.begin_write().map_err(meta_err)?;
+    {
+        let mut blobs = txn.open_table(BLOBS).map_err(meta_err)?;
+        for (tag, name) in keys {
+            blobs.remove((*tag, name.as_str())).map_err(meta_err)?;
+        }
+    }
+    txn.commit().map_err(meta_err)
 }
 
 /// Everything read back at open.

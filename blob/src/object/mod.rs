@@ -71,6 +71,7 @@ use object_store::ObjectStore;
 use parking_lot::Mutex;
 
 use crate::config::StoreConfig;
+use crate::context::Persistence;
 use crate::error::{BlobError, NameKind};
 use crate::local::LocalStore;
 use crate::types::{check_name, BlobStat, Drain, Fill, PutInfo, TagId, TargetStat};
@@ -260,6 +261,7 @@ impl InBucket<'_> {
         Ok(PutInfo {
             size,
             durable: true,
+            persistence: Persistence::LongTerm,
             targets: vec![self.index],
         })
     }
@@ -313,13 +315,16 @@ impl InBucket<'_> {
     }
 }
 
-/// A bucket blob's description: durable, on the object target alone.
+/// A bucket blob's description: long-term, raw, on the object target alone.
 fn bucket_stat(tag: TagId, name: String, size: u64, index: usize) -> BlobStat {
     BlobStat {
         tag,
         name,
         size,
+        stored: size,
+        codecs: Vec::new(),
         durable: true,
+        persistence: Persistence::LongTerm,
         targets: vec![index],
     }
 }

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use tandem_blob::{Score, TagId};
+use tandem_blob::{Persistence, PutContext, Score, TagId};
 
 use super::error::{AccessError, PutError};
 use super::input::Input;
@@ -16,6 +16,16 @@ pub(super) struct Blob {
     pub(super) durable: bool,
     /// Indices of the configured targets holding its pages.
     pub(super) targets: Vec<usize>,
+    /// How it is kept, where the store says (opened directly: the pool's
+    /// answers through a runtime carry no more than the class).
+    pub(super) storage: Option<Storage>,
+}
+
+/// A blob's persistence level and what it takes on its targets.
+pub(super) struct Storage {
+    pub(super) persistence: Persistence,
+    /// The bytes it takes and its codecs, in words ("4096 bytes, zstd").
+    pub(super) stored: String,
 }
 
 /// A store the commands reach.
@@ -32,8 +42,8 @@ pub(super) trait StoreAccess {
     fn stat(&self, tag: TagId, name: &str) -> Result<Blob, AccessError>;
     /// Deletes blob `name` of `tag`.
     fn delete(&self, tag: TagId, name: &str) -> Result<(), AccessError>;
-    /// Writes `input` at `offset` of blob `name` of `tag`; the bytes
-    /// written.
+    /// Writes `input` at `offset` of blob `name` of `tag` in `context`;
+    /// the bytes written.
     fn put(
         &self,
         tag: TagId,
@@ -41,6 +51,7 @@ pub(super) trait StoreAccess {
         offset: u64,
         input: &mut Input,
         score: Score,
+        context: &PutContext,
     ) -> Result<u64, PutError>;
     /// Writes `len` bytes at `offset` of blob `name` of `tag` to `out`, in
     /// order.

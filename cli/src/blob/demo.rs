@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tandem_blob::demo::{pattern, BlobKernels, PutGetLaunch, PutGetMode};
-use tandem_blob::{pool, BlobCaller, BlobStore, Score, StoreConfig};
+use tandem_blob::{pool, BlobCaller, BlobStore, PutContext, Score, StoreConfig};
 use tandem_hal::GpuApi;
 use tandem_runtime::{
     on_best_backend, owned_temp_prefix, Backend, Config, DeviceSelection, OnBackend, Registry,
@@ -166,6 +166,7 @@ pub(crate) fn demo_part<A: GpuApi>(
             rounds,
             mode: PutGetMode::PutGetCheck,
             score,
+            context: PutContext::default(),
             spin_budget: 1 << 40,
         };
         let n = u64::from(blocks * threads);

@@ -3,9 +3,11 @@
 
 use std::io::Write;
 
-use tandem_blob::{BlobError, BlobStat, BlobStore, FillError, Score, StoreConfig, TagId};
+use tandem_blob::{
+    BlobError, BlobStat, BlobStore, FillError, PutContext, Score, StoreConfig, TagId,
+};
 
-use super::access::{Blob, StoreAccess};
+use super::access::{Blob, Storage, StoreAccess};
 use super::error::{AccessError, PutError};
 use super::input::Input;
 
@@ -40,7 +42,17 @@ fn refused(e: BlobError) -> AccessError {
 }
 
 fn blob(stat: BlobStat) -> Blob {
+    let codecs: Vec<String> = stat.codecs.iter().map(ToString::to_string).collect();
+    let codecs = if codecs.is_empty() {
+        "raw".to_owned()
+    } else {
+        codecs.join("+")
+    };
     Blob {
+        storage: Some(Storage {
+            persistence: stat.persistence,
+            stored: format!("{} bytes, {codecs}", stat.stored),
+        }),
         name: stat.name,
         size: stat.size,
         durable: stat.durable,
@@ -83,17 +95,18 @@ impl StoreAccess for Direct {
         offset: u64,
         input: &mut Input,
         score: Score,
+        context: &PutContext,
     ) -> Result<u64, PutError> {
         if let Some(len) = input.len() {
             let mut fill = |at: u64, dst: &mut [u8]| input.read_at(at, dst);
             self.0
-                .put_with(tag, name, offset, len, score, &mut fill)
+                .put_with_ctx(tag, name, offset, len, score, context, &mut fill)
                 .map_err(refused)?;
             return Ok(len);
         }
         input.put_in_chunks(STREAM_CHUNK, |at, bytes| {
             self.0
-                .put(tag, name, offset + at, bytes, score)
+                .put_ctx(tag, name, offset + at, bytes, score, context)
                 .map(drop)
                 .map_err(refused)
         })

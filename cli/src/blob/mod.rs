@@ -11,14 +11,15 @@
 //!   flags, same `ready <segment> <pid>` line, so
 //!   `Client::fork_runtime_with` starts one through a script that runs
 //!   `tandem blob run "$@"`).
-//! * `tandem blob put FILE|- --tag TAG [--name NAME] [--offset N] [--score S]`,
-//!   `get NAME --tag TAG [-o OUT] [--offset N] [--len N]`, `ls [--tag TAG]`,
-//!   `stat NAME --tag TAG`, `rm NAME --tag TAG`, each with
-//!   `[--segment NAME]`: look at the store or change it, through the
-//!   runtime serving it when one does (found by the store's identity, or
-//!   named by `--segment`), else opened directly. A put of a stream (`-`,
-//!   a pipe) goes in chunks, as does any put or get through a runtime (a
-//!   chunk at a time through the client's heap): memory stays bounded.
+//! * `tandem blob put FILE|- --tag TAG [--name NAME] [--offset N] [--score S]
+//!   [--compress COMPRESSION] [--persistence LEVEL]`, `get NAME --tag TAG
+//!   [-o OUT] [--offset N] [--len N]`, `ls [--tag TAG]`, `stat NAME --tag
+//!   TAG`, `rm NAME --tag TAG`, each with `[--segment NAME]`: look at the
+//!   store or change it, through the runtime serving it when one does (found
+//!   by the store's identity, or named by `--segment`), else opened
+//!   directly. A put of a stream (`-`, a pipe) goes in chunks, as does any
+//!   put or get through a runtime (a chunk at a time through the client's
+//!   heap): memory stays bounded.
 //! * `tandem blob demo [--config FILE]`: kernels putting and getting blobs
 //!   through a runtime, checked from the host, ending with one verdict line.
 //!

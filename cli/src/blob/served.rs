@@ -6,7 +6,7 @@
 use std::io::Write;
 
 use tandem_blob::pool::BlobInfo;
-use tandem_blob::{BlobCaller, CallError, Score, StoreIdentity, TagId};
+use tandem_blob::{BlobCaller, CallError, PutContext, Score, StoreIdentity, TagId};
 use tandem_runtime::{Client, SharedBuffer, TaskError};
 
 use super::access::{Blob, StoreAccess};
@@ -100,6 +100,7 @@ fn blob(name: String, info: BlobInfo) -> Blob {
         size: info.size,
         durable: info.durable != 0,
         targets: (0..64).filter(|i| info.targets & 1 << i != 0).collect(),
+        storage: None,
     }
 }
 
@@ -158,6 +159,7 @@ impl StoreAccess for Served {
         offset: u64,
         input: &mut Input,
         score: Score,
+        context: &PutContext,
     ) -> Result<u64, PutError> {
         let caller = self.caller();
         let first = self.buffer()?;
@@ -168,7 +170,7 @@ impl StoreAccess for Served {
             let mut data = buffer.take().expect("the buffer is back after each chunk");
             data.write(0, bytes);
             let (_, data) = caller
-                .put_from(tag, name, offset + at, data, bytes.len(), score)
+                .put_from(tag, name, offset + at, data, bytes.len(), score, context)
                 .map_err(|e| self.failed(e))?;
             buffer = Some(data);
             Ok(())

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use tandem_blob::{Score, TagId, TargetConfig, TargetKind};
+use tandem_blob::{Compression, Persistence, PutContext, Score, TagId, TargetConfig, TargetKind};
 
 use super::access::StoreAccess;
 use super::config::configs;
@@ -37,6 +37,14 @@ pub(crate) struct PutArgs {
     /// Placement: -1 automatic, or a tier in 0..=1 (higher = faster).
     #[arg(long, default_value_t = -1.0, allow_negative_numbers = true)]
     score: f32,
+    /// Compression: none, or [dynamic:]CODEC[:PRESET] with CODEC zstd or lz4 and PRESET fast,
+    /// balanced or best (dynamic: a sample decides; what does not compress is stored raw).
+    #[arg(long, default_value = "none", value_name = "COMPRESSION")]
+    compress: Compression,
+    /// The least the blob must survive: volatile (placement decides, as without this flag),
+    /// temporary (a crash of the process, not a reboot) or long-term (a power loss).
+    #[arg(long, default_value = "volatile", value_name = "LEVEL")]
+    persistence: Persistence,
 }
 
 #[derive(Args, Debug)]
@@ -169,8 +177,19 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
         Err(e) if e.is_not_found() => false,
         Err(e) => return Err(e.to_string()),
     };
+    let context = PutContext {
+        compression: args.compress,
+        persistence: args.persistence,
+    };
     let len = store
-        .put(tag, &name, args.offset, &mut input, Score(args.score))
+        .put(
+            tag,
+            &name,
+            args.offset,
+            &mut input,
+            Score(args.score),
+            &context,
+        )
         .map_err(|failure| failed_put(store, tag, &name, existed, failure))?;
     let blob = store.stat(tag, &name).map_err(|e| e.to_string())?;
     if !blob.durable && !store.keeps_volatile_blobs() {
@@ -179,12 +198,20 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
             args.tag
         );
     }
+    let class = match &blob.storage {
+        Some(storage) => format!(
+            "{} ({}), stored {}",
+            class(blob.durable),
+            storage.persistence,
+            storage.stored
+        ),
+        None => class(blob.durable).to_owned(),
+    };
     println!(
-        "put {}/{name}: {len} bytes at offset {}; size {}, {}, targets {}",
+        "put {}/{name}: {len} bytes at offset {}; size {}, {class}, targets {}",
         args.tag,
         args.offset,
         blob.size,
-        class(blob.durable),
         target_words(targets, &blob.targets)
     );
     Ok(())
@@ -324,7 +351,13 @@ pub(super) fn stat(args: NameArgs) -> Result<(), String> {
     println!("tag      {} (id {})", args.tag, tag.0);
     println!("name     {}", s.name);
     println!("size     {}", s.size);
-    println!("class    {}", class(s.durable));
+    match &s.storage {
+        Some(storage) => {
+            println!("class    {} ({})", class(s.durable), storage.persistence);
+            println!("stored   {}", storage.stored);
+        }
+        None => println!("class    {}", class(s.durable)),
+    }
     println!(
         "targets  {}",
         target_words(&configs.store.targets, &s.targets)

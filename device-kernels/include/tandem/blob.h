@@ -21,7 +21,7 @@ constexpr u32 POOL = 16;
 namespace method {
 /// get_or_create_tag(name) -> tag id
 constexpr u32 TAG = 1;
-/// put(tag, name, offset, data, score) -> blob size after the put
+/// put(tag, name, offset, data, score, context) -> blob size after the put
 constexpr u32 PUT = 2;
 /// get(tag, name, offset, out) -> bytes read (the whole range)
 constexpr u32 GET = 3;
@@ -61,6 +61,14 @@ constexpr i32 METADATA = 16;
 constexpr i32 CORRUPT = 17;
 /// A new tag or blob name holds a control character.
 constexpr i32 CONTROL_IN_NAME = 18;
+/// A compressed frame of the blob failed its checksum or did not decompress.
+constexpr i32 CORRUPT_FRAME = 19;
+/// A PutContext field holds a value none of the constants below has.
+constexpr i32 BAD_CONTEXT = 20;
+/// No configured target keeps a blob at the persistence level asked for.
+constexpr i32 NO_TARGET_FOR = 21;
+/// The blob is volatile (in RAM): a put to it cannot ask for more.
+constexpr i32 CLASS_TOO_LOW = 22;
 /// The data pointer does not name the length's bytes of the caller's segment.
 constexpr i32 BAD_POINTER = 32;
 /// A list did not fit the caller's buffer.
@@ -74,7 +82,56 @@ constexpr u32 MAX_NAME_BYTES = 255;
 constexpr f32 SCORE_AUTO = -1.0f;
 /// Copy space a future needs for any blob call: the task header and the
 /// largest arguments (a put with a MAX_NAME_BYTES name), with room to spare.
-constexpr u32 COPY_SPACE = 320;
+constexpr u32 COPY_SPACE = 336;
+
+/// PutContext::compress: whether a put compresses.
+namespace compress {
+/// Store the bytes as they are.
+constexpr u8 SKIP = 0;
+/// Compress every frame.
+constexpr u8 STATIC = 1;
+/// A sample of the bytes decides; a put that does not compress is stored raw.
+constexpr u8 DYNAMIC = 2;
+}  // namespace compress
+
+/// PutContext::codec: which library (ignored with compress::SKIP).
+namespace codec {
+constexpr u8 LZ4 = 1;
+constexpr u8 ZSTD = 2;
+}  // namespace codec
+
+/// PutContext::preset: how hard the codec tries.
+namespace preset {
+constexpr u8 BALANCED = 0;
+constexpr u8 FAST = 1;
+constexpr u8 BEST = 2;
+}  // namespace preset
+
+/// PutContext::persistence: the least the blob must survive.
+namespace persistence {
+/// Nothing: gone after a restart.
+constexpr u8 VOLATILE = 0;
+/// A crash of the store's process, not a power loss (a file target, no sync
+/// per put; dropped after a reboot).
+constexpr u8 TEMPORARY = 1;
+/// A power loss: acknowledged once synced (a file or the object tier).
+constexpr u8 LONG_TERM = 2;
+}  // namespace persistence
+
+/// A put's context (tandem_blob::wire::PutContext, field for field): how to
+/// compress and how long to keep. Zero-initialised (`PutContext{}`) it is
+/// the default: no compression, the class placement picks.
+struct PutContext {
+  u8 compress;
+  u8 codec;
+  u8 preset;
+  u8 persistence;
+};
+static_assert(sizeof(PutContext) == 4, "PutContext is four bytes, as in Rust");
+TANDEM_ASSERT_OFFSET(PutContext, compress, 0);
+TANDEM_ASSERT_OFFSET(PutContext, codec, 1);
+TANDEM_ASSERT_OFFSET(PutContext, preset, 2);
+TANDEM_ASSERT_OFFSET(PutContext, persistence, 3);
 
 /// A buffer in the device's segment that a put reads or a get fills.
 struct Buffer {
@@ -162,12 +219,12 @@ TANDEM_DEVICE rt_status get_or_create_tag(const RtContext& ctx, RtFuture& f, u32
 }
 
 /// Writes `data` at `offset` of blob `name` of `tag` (all or nothing; past
-/// the end extends, a hole reads as zeros), placed by `score`; the blob's
-/// size after the put in `*size`. The thread's writes to `data` are made
-/// visible to the host first.
+/// the end extends, a hole reads as zeros), placed by `score`, compressed and
+/// kept as `context` says; the blob's size after the put in `*size`. The
+/// thread's writes to `data` are made visible to the host first.
 TANDEM_DEVICE rt_status put(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag, const char* name, u32 name_len,
-                            u64 offset, const Buffer& data, f32 score, const u32* stop, u64 spin_budget, u64* size,
-                            i32* rc) {
+                            u64 offset, const Buffer& data, f32 score, const PutContext& context, const u32* stop,
+                            u64 spin_budget, u64* size, i32* rc) {
   // System scope: the worker reads `data` from host memory once it pops the
   // task; the push's own fence covers the copy space, this one the buffer
   // whatever path the push takes.
@@ -181,10 +238,21 @@ TANDEM_DEVICE rt_status put(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag
         if (s == ser_status::ok) s = w.put_u64(data.len);
         if (s == ser_status::ok) s = detail::put_ptr(w, data.ptr);
         if (s == ser_status::ok) s = w.put_f32(score);
+        if (s == ser_status::ok) s = w.put_u8(context.compress);
+        if (s == ser_status::ok) s = w.put_u8(context.codec);
+        if (s == ser_status::ok) s = w.put_u8(context.preset);
+        if (s == ser_status::ok) s = w.put_u8(context.persistence);
         return s;
       },
       stop, spin_budget, rc);
   return st == rt_status::ok && *rc == 0 ? detail::output_u64(f, size) : st;
+}
+
+/// put in the default context (no compression, the class placement picks).
+TANDEM_DEVICE rt_status put(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag, const char* name, u32 name_len,
+                            u64 offset, const Buffer& data, f32 score, const u32* stop, u64 spin_budget, u64* size,
+                            i32* rc) {
+  return put(ctx, f, lane, tag, name, name_len, offset, data, score, PutContext{}, stop, spin_budget, size, rc);
 }
 
 /// Reads `out.len` bytes at `offset` of blob `name` of `tag` into `out`
@@ -216,7 +284,7 @@ TANDEM_DEVICE rt_status get(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag
 /// What stat says of a blob (tandem_blob::pool::BlobInfo).
 struct BlobInfo {
   u64 size;
-  /// 1: on file targets (survives a restart); 0: in RAM.
+  /// 1: on file or object targets (survives a restart); 0: in RAM.
   u32 durable;
   /// A bit per target index holding its pages.
   u64 targets;

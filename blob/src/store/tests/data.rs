@@ -18,6 +18,7 @@ fn put_get_round_trip_on_each_kind() {
             PutInfo {
                 size: 10_000,
                 durable: false,
+                persistence: Persistence::Volatile,
                 targets: vec![0]
             }
         );
@@ -27,6 +28,7 @@ fn put_get_round_trip_on_each_kind() {
             PutInfo {
                 size: 10_000,
                 durable: true,
+                persistence: Persistence::LongTerm,
                 targets: vec![1]
             }
         );

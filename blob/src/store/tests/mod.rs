@@ -1,6 +1,7 @@
 //! The store's behaviour through its public calls: every error, placement, spills, holes,
 //! copy-on-write accounting, opening and reopening.
 
+mod context;
 mod data;
 mod errors;
 mod open;

@@ -1,0 +1,221 @@
+//! The compression section of the blob bench: host puts and gets of 1 MiB blobs into a RAM
+//! target (what the codecs cost, not a disk), on data that compresses (smooth float32 arrays)
+//! and on random data, with no compression, lz4, zstd at each preset and dynamic mode, side by
+//! side with the `zstd` and `lz4` command-line tools on the same bytes (where installed).
+//! Target: dynamic mode on random data within 5% of uncompressed puts.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tandem_blob::{BlobStore, Limits, PutContext, Score, StoreConfig, TargetConfig, MAX_NAME_LEN};
+
+const BLOB: usize = 1 << 20;
+const BLOBS: usize = 24;
+const DYNAMIC_TARGET: f64 = 0.95;
+
+/// Smooth float32s: a sum of slow sines, as a simulation's field is.
+fn smooth(bytes: usize) -> Vec<u8> {
+    (0..bytes / 4)
+        .flat_map(|i| {
+            let x = i as f32 * 1e-4;
+            (x.sin() + 0.5 * (3.0 * x).cos()).to_le_bytes()
+        })
+        .collect()
+}
+
+fn random(bytes: usize) -> Vec<u8> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..bytes)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// (puts/s, put GB/s, gets/s, get GB/s, logical / stored bytes) of `data` as [`BLOB`]-byte
+/// blobs put in `context`; best of three rounds.
+fn measure(data: &[u8], context: &PutContext) -> Result<[f64; 5], String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let config = StoreConfig {
+        metadata: dir.path().join("meta.redb"),
+        targets: vec![TargetConfig::ram(2 * data.len() as u64 + (64 << 20), 1.0)],
+        limits: Limits::default(),
+    };
+    let store = BlobStore::open(&config).map_err(|e| e.to_string())?;
+    let tag = store
+        .get_or_create_tag("bench")
+        .map_err(|e| e.to_string())?;
+    let names: Vec<String> = (0..data.len() / BLOB).map(|i| format!("c{i}")).collect();
+    debug_assert!(names.iter().all(|n| n.len() <= MAX_NAME_LEN));
+    let (mut put, mut get) = (Duration::MAX, Duration::MAX);
+    let mut out = vec![0u8; BLOB];
+    for _ in 0..3 {
+        let t = Instant::now();
+        for (name, chunk) in names.iter().zip(data.chunks(BLOB)) {
+            store
+                .put_ctx(tag, name, 0, chunk, Score::AUTO, context)
+                .map_err(|e| e.to_string())?;
+        }
+        put = put.min(t.elapsed());
+        let t = Instant::now();
+        for name in &names {
+            store
+                .get(tag, name, 0, &mut out)
+                .map_err(|e| e.to_string())?;
+        }
+        get = get.min(t.elapsed());
+    }
+    let mut stored = 0;
+    for name in &names {
+        stored += store.stat(tag, name).map_err(|e| e.to_string())?.stored;
+    }
+    let n = names.len() as f64;
+    let bytes = data.len() as f64;
+    Ok([
+        n / put.as_secs_f64(),
+        bytes / put.as_secs_f64() / 1e9,
+        n / get.as_secs_f64(),
+        bytes / get.as_secs_f64() / 1e9,
+        bytes / stored as f64,
+    ])
+}
+
+/// Puts of `data` as [`BLOB`]-byte blobs without compression and in dynamic mode, in turns
+/// (the machine's drift falls on both alike): their best puts per second over five rounds
+/// each.
+fn dynamic_against_raw(data: &[u8]) -> Result<(f64, f64), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let config = StoreConfig {
+        metadata: dir.path().join("meta.redb"),
+        targets: vec![TargetConfig::ram(2 * data.len() as u64 + (64 << 20), 1.0)],
+        limits: Limits::default(),
+    };
+    let store = BlobStore::open(&config).map_err(|e| e.to_string())?;
+    let tag = store
+        .get_or_create_tag("bench")
+        .map_err(|e| e.to_string())?;
+    let contexts = [
+        ("raw", PutContext::default()),
+        (
+            "dynamic",
+            PutContext {
+                compression: "dynamic:zstd:fast".parse()?,
+                ..PutContext::default()
+            },
+        ),
+    ];
+    let mut best = [Duration::MAX; 2];
+    for _ in 0..5 {
+        for (k, (prefix, context)) in contexts.iter().enumerate() {
+            let t = Instant::now();
+            for (i, chunk) in data.chunks(BLOB).enumerate() {
+                store
+                    .put_ctx(tag, &format!("{prefix}{i}"), 0, chunk, Score::AUTO, context)
+                    .map_err(|e| e.to_string())?;
+            }
+            best[k] = best[k].min(t.elapsed());
+        }
+    }
+    let n = (data.len() / BLOB) as f64;
+    Ok((n / best[0].as_secs_f64(), n / best[1].as_secs_f64()))
+}
+
+/// `tool`'s compression of `file` with `level` and its decompression: (compress GB/s,
+/// decompress GB/s, ratio); `None` when the tool is not installed.
+fn tool(tool: &str, level: &str, file: &std::path::Path, bytes: usize) -> Option<[f64; 3]> {
+    let packed = file.with_extension(tool);
+    let run = |args: &[&str], out: &std::path::Path| -> Option<Duration> {
+        let t = Instant::now();
+        let status = Command::new(tool)
+            .args(args)
+            .stdout(std::fs::File::create(out).ok()?)
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        status.success().then(|| t.elapsed())
+    };
+    let f = file.to_str()?;
+    let c = run(&["-q", level, "-c", f], &packed)?;
+    let stored = std::fs::metadata(&packed).ok()?.len();
+    let d = run(
+        &["-q", "-d", "-c", packed.to_str()?],
+        std::path::Path::new("/dev/null"),
+    )?;
+    let gb = bytes as f64 / 1e9;
+    Some([
+        gb / c.as_secs_f64(),
+        gb / d.as_secs_f64(),
+        bytes as f64 / stored as f64,
+    ])
+}
+
+/// Runs and prints the section.
+pub fn run() -> Result<(), String> {
+    let bytes = BLOB * BLOBS;
+    println!(
+        "compression: host puts and gets of 1 MiB blobs into a RAM target, {} MiB of each \
+         kind (best of 3):",
+        bytes >> 20
+    );
+    println!(
+        "  {:<8} {:<18} {:>8} {:>9} {:>8} {:>9} {:>7}",
+        "data", "compression", "puts/s", "put GB/s", "gets/s", "get GB/s", "ratio"
+    );
+    let modes = [
+        "none",
+        "lz4",
+        "zstd:fast",
+        "zstd:balanced",
+        "zstd:best",
+        "dynamic:zstd:fast",
+    ];
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    for (kind, data) in [("smooth", smooth(bytes)), ("random", random(bytes))] {
+        for mode in modes {
+            let context = PutContext {
+                compression: mode.parse()?,
+                ..PutContext::default()
+            };
+            let [puts, put_gbs, gets, get_gbs, ratio] = measure(&data, &context)?;
+            println!(
+                "  {kind:<8} {mode:<18} {puts:>8.0} {put_gbs:>9.3} {gets:>8.0} {get_gbs:>9.3} \
+                 {ratio:>7.2}"
+            );
+        }
+        let file = dir.path().join(format!("{kind}.bin"));
+        std::fs::write(&file, &data).map_err(|e| e.to_string())?;
+        for (name, level) in [
+            ("lz4", "-1"),
+            ("zstd", "-1"),
+            ("zstd", "-3"),
+            ("zstd", "-19"),
+        ] {
+            match tool(name, level, &file, bytes) {
+                Some([c, d, ratio]) => println!(
+                    "  {kind:<8} {:<18} {:>18.3} {:>18.3} {ratio:>7.2}  (command line: \
+                     compress, decompress GB/s)",
+                    format!("{name} {level}"),
+                    c,
+                    d
+                ),
+                None => println!("  {kind:<8} {name} {level}: not installed"),
+            }
+        }
+    }
+    let (raw, dynamic) = dynamic_against_raw(&random(bytes))?;
+    let share = dynamic / raw;
+    println!(
+        "  dynamic mode on random data, in turns with uncompressed puts: {dynamic:.0} against \
+         {raw:.0} puts/s, {:.1}% (target within 5%: {})",
+        share * 100.0,
+        if share >= DYNAMIC_TARGET {
+            "meets"
+        } else {
+            "BELOW"
+        }
+    );
+    Ok(())
+}
