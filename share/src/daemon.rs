@@ -398,7 +398,7 @@ impl<A: GpuApi> RunningDaemon<A> {
         }
         let status = self.daemon.status();
         lock(&self.daemon.ledger).objects.clear();
-        let _ = std::fs::remove_file(&self.path);
+        transport::remove_socket(&self.path);
         tracing::info!(
             "share daemon stopped: freed {} buffer(s), {} bytes",
             status.objects,

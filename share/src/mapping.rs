@@ -13,6 +13,7 @@ use tandem_process::{remove_host_ipc_segments_of, ServiceChild};
 
 use crate::connection::Connections;
 use crate::error::ShareError;
+use crate::transport;
 use crate::wire::{ObjectId, Request};
 
 /// What every handle of one client shares: its connections to the daemon,
@@ -40,7 +41,7 @@ impl<A: GpuApi> Drop for ClientInner<A> {
             // killed could not, and nobody else will. Nothing to tell
             // anyone in a drop.
             if !daemon.stop().is_ok_and(|status| status.success()) {
-                let _ = std::fs::remove_file(self.connections.socket());
+                transport::remove_socket(self.connections.socket());
                 // Its CPU device events too (named segments).
                 remove_host_ipc_segments_of(self.connections.daemon_pid());
             }

@@ -101,11 +101,36 @@ pub fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
         }
         std::fs::remove_file(path)?;
     }
-    let listener = UnixListener::bind(path)?;
+    // The folder is made again if a daemon that stopped just removed it,
+    // empty (remove_socket), between the check above and the bind.
+    let mut tries = 0;
+    let listener = loop {
+        match UnixListener::bind(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 3 => {
+                tries += 1;
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    private_dir(dir)?;
+                }
+            }
+            bound => break bound?,
+        }
+    };
     // bind creates the file with the umask's mode; there is no window for
     // another user, since the directory is private.
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
+}
+
+/// Removes a daemon's socket, and the default folder it lived in
+/// ([`runtime_dir`]) when no other socket is left there: a daemon leaves
+/// nothing behind in `/tmp`. Errors are ignored: whoever stops a daemon has
+/// nothing to do about them.
+pub(crate) fn remove_socket(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    if path.parent() == Some(runtime_dir().as_path()) {
+        // Fails, harmlessly, while another daemon's socket is there.
+        let _ = std::fs::remove_dir(runtime_dir());
+    }
 }
 
 /// Who is at the other end of a connection, as it was at `connect`.

@@ -40,9 +40,20 @@ pub struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         for child in &mut self.children {
-            // Already reaped, or killed now: errors leave nothing to do.
-            let _ = child.kill();
-            let _ = child.wait();
+            // A child started with --exit-on-stdin-eof stops cleanly, its
+            // segments removed, once its stdin closes; one that does not is
+            // killed, and what it held in /dev/shm removed for it.
+            drop(child.stdin.take());
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while matches!(child.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                // Killed now, or already reaped: errors leave nothing to do.
+                let _ = child.kill();
+                let _ = child.wait();
+                tandem_process::remove_host_ipc_segments_of(child.id());
+            }
         }
         for file in &self.files {
             let _ = std::fs::remove_file(file);
