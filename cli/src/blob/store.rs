@@ -10,7 +10,7 @@ use clap::Args;
 use tandem_blob::{Compression, Persistence, PutContext, Score, TagId, TargetConfig, TargetKind};
 
 use super::access::StoreAccess;
-use super::config::configs;
+use super::config::{configs, Configs};
 use super::error::{AccessError, PutError};
 use super::find::{reach, Opening};
 use super::input::{Input, STDIN};
@@ -100,6 +100,22 @@ fn in_tag(e: AccessError, tag: &str, name: &str) -> String {
     } else {
         e.to_string()
     }
+}
+
+/// The store `config` names, which must exist, reached as [`reach`] decides
+/// (through the runtime `runtime` names, if it names one), and its
+/// configurations.
+fn existing_store(
+    config: &ConfigArg,
+    runtime: &SegmentArg,
+) -> Result<(Configs, Box<dyn StoreAccess>), String> {
+    let configs = configs(config)?;
+    let store = reach(
+        &configs.store,
+        runtime.segment.as_deref(),
+        Opening::Existing,
+    )?;
+    Ok((configs, store))
 }
 
 /// An existing tag's id.
@@ -253,12 +269,7 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
     if args.output.is_none() && crate::stdout::was_closed() {
         return Err("stdout is closed: nowhere to write the blob (pass -o OUT)".into());
     }
-    let configs = configs(&args.config)?;
-    let store = reach(
-        &configs.store,
-        args.runtime.segment.as_deref(),
-        Opening::Existing,
-    )?;
+    let (_, store) = existing_store(&args.config, &args.runtime)?;
     let tag = existing_tag(&*store, &args.tag)?;
     // Checked whole before the output is created: a get that cannot succeed
     // must not truncate OUT. (A store opened here stays as it is meanwhile;
@@ -301,13 +312,8 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
 
 /// `tandem blob ls`.
 pub(super) fn ls(args: LsArgs) -> Result<(), String> {
-    let configs = configs(&args.config)?;
+    let (configs, store) = existing_store(&args.config, &args.runtime)?;
     let targets = &configs.store.targets;
-    let store = reach(
-        &configs.store,
-        args.runtime.segment.as_deref(),
-        Opening::Existing,
-    )?;
     match &args.tag {
         Some(tag_name) => {
             let tag = existing_tag(&*store, tag_name)?;
@@ -338,12 +344,7 @@ pub(super) fn ls(args: LsArgs) -> Result<(), String> {
 
 /// `tandem blob stat`.
 pub(super) fn stat(args: NameArgs) -> Result<(), String> {
-    let configs = configs(&args.config)?;
-    let store = reach(
-        &configs.store,
-        args.runtime.segment.as_deref(),
-        Opening::Existing,
-    )?;
+    let (configs, store) = existing_store(&args.config, &args.runtime)?;
     let tag = existing_tag(&*store, &args.tag)?;
     let s = store
         .stat(tag, &args.name)
@@ -367,12 +368,7 @@ pub(super) fn stat(args: NameArgs) -> Result<(), String> {
 
 /// `tandem blob rm`.
 pub(super) fn rm(args: NameArgs) -> Result<(), String> {
-    let configs = configs(&args.config)?;
-    let store = reach(
-        &configs.store,
-        args.runtime.segment.as_deref(),
-        Opening::Existing,
-    )?;
+    let (_, store) = existing_store(&args.config, &args.runtime)?;
     let tag = existing_tag(&*store, &args.tag)?;
     store
         .delete(tag, &args.name)
