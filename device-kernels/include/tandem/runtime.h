@@ -1641,6 +1641,15 @@ TANDEM_DEVICE bool rt_run_inbox_task(const RtContext& ctx, const RtInboxTask& ta
 /// costs its SMs, and the most it adds to the first answer after a pause.
 constexpr u64 RT_SERVE_SPIN_POLLS = 256;
 constexpr u32 RT_SERVE_IDLE_SLEEP_NS = 512;
+/// Whether the host server (rt_serve's thread 0) skips the idle sleeps: on
+/// a GPU each of its polls of the from-host ring is a PCIe round trip, which
+/// paces it, and a sleep would come on top of the next host task's wait. The
+/// CPU device's poll is a read of its own memory: it sleeps as the others.
+#if defined(TANDEM_BACKEND_GPU)
+constexpr bool RT_HOST_SERVER_PACED = true;
+#else
+constexpr bool RT_HOST_SERVER_PACED = false;
+#endif
 /// How often, in idle rounds, a service thread reads its stop flag (host
 /// memory, a PCIe read): a busy service never does.
 constexpr u64 RT_SERVE_STOP_POLL_EVERY = 64;
@@ -1691,7 +1700,7 @@ struct RtServeStats {
 /// with `handle(pool, method, Reader& args, Writer& out) -> i32` (0 =
 /// success; RT_RC_UNKNOWN_POOL / _METHOD for what it does not serve; output
 /// up to RT_DEVICE_OUTPUT_MAX bytes). Kernels' tasks are answered in their
-/// reply words (rt_answer), host tasks by completing the future.
+/// reply words (rt_answer), host tasks in their futures (reply or completion).
 ///
 /// Who serves what: the device inbox's tickets are split among the grid's
 /// G threads, from the first ticket B no earlier service served: thread g
@@ -1705,8 +1714,10 @@ struct RtServeStats {
 /// also serves the from-host ring, alone, so a ticket it claims always has a
 /// producer and the pop never waits for one.
 /// Nothing sleeps while there is work; an idle thread sleeps briefly
-/// between polls (RT_SERVE_IDLE_SLEEP_NS) and reads the stop flag now and
-/// then (RT_SERVE_STOP_POLL_EVERY).
+/// between polls (RT_SERVE_IDLE_SLEEP_NS), but for a GPU's thread 0
+/// (RT_HOST_SERVER_PACED), and reads the stop flag now and then
+/// (RT_SERVE_STOP_POLL_EVERY). Host tasks are read whole from their
+/// records and answered in the future's reply (rt_run_host_record).
 ///
 /// It returns once the segment's `service_stop` is raised and both routes
 /// are drained; the host raises it after its own submitters and the
@@ -1774,10 +1785,7 @@ TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* s
       stopping = true;
       continue;
     }
-    // The host server never sleeps: its poll of the from-host ring is a
-    // PCIe round trip, which paces it, and a sleep would come on top of
-    // the next host task's wait.
-    if (idle > detail::RT_SERVE_SPIN_POLLS && !host_server) {
+    if (idle > detail::RT_SERVE_SPIN_POLLS && !(host_server && detail::RT_HOST_SERVER_PACED)) {
       sleep_for(detail::RT_SERVE_IDLE_SLEEP_NS);
     } else {
       spin_pause();
