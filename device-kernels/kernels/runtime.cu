@@ -142,9 +142,8 @@ TANDEM_DEVICE tandem::rt_status send_and_wait(const tandem::RtContext& rt, tande
 /// The GPU service (tandem::rt_serve with the math pool) over the device
 /// segment at `segment` (`len` bytes; its device address): every thread
 /// serves until the segment's service_stop is raised and the inbox is
-/// drained. stats[0] += tasks served, stats[1] += bad pointers, stats[2] +=
-/// foreign tickets; stats[3] = the rt_status of a thread that could not
-/// serve at all (0 if all could).
+/// drained. stats[0] += tasks served, stats[1] += bad pointers; stats[2] =
+/// the rt_status of a thread that could not serve at all (0 if all could).
 TANDEM_KERNEL tandem_rt_gpu_service(u8* segment, u64 len, u64* stats) {
   TANDEM_SHARED(tandem::RtContext, rt);
   tandem::rt_attach(rt, segment_backend(segment, len));
@@ -152,9 +151,8 @@ TANDEM_KERNEL tandem_rt_gpu_service(u8* segment, u64 len, u64* stats) {
   const tandem::rt_status st = tandem::rt_serve(rt, MathOnDevice{}, &served);
   add_if_any(&stats[0], served.served);
   add_if_any(&stats[1], served.bad_pointers);
-  add_if_any(&stats[2], served.foreign);
   if (st != tandem::rt_status::ok) {
-    tandem::store_relaxed<tandem::scope::system>(&stats[3], static_cast<u64>(st));
+    tandem::store_relaxed<tandem::scope::system>(&stats[2], static_cast<u64>(st));
   }
 }
 

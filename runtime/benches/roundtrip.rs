@@ -12,8 +12,9 @@
 //!   service of at most a quarter of the multiprocessors, its size printed
 //!   (target >= 1 G tasks/s, with multiprocessors x 128 threads sending); a
 //!   host thread's round trip against the pinned-memory ping-pong (target
-//!   <= 1.5x) and against a kernel launch + sync per request; and the first
-//!   round trip after an idle second against a busy one (target <= 2x).
+//!   <= 1.5x) and against a kernel launch + sync per request; and, for a
+//!   kernel thread and for a host thread, the first round trip after an
+//!   idle second against a busy one (target <= 2x).
 //!
 //! The runtime's rows run the no-op kernel (`tandem_rt_noop_tasks`), whose
 //! threads only send no-op tasks and wait for them, as the floor's kernel
@@ -180,19 +181,24 @@ fn service_bench<A: GpuApi>(
     }
     rates.sort_by(f64::total_cmp);
     let stop = std::sync::atomic::AtomicU32::new(0);
-    let host_trip = median_of(|| {
+    let host_trips = |tasks: u64| {
         let start = std::time::Instant::now();
-        for _ in 0..scale.single_tasks {
+        for _ in 0..tasks {
             let mut pending = runtime
                 .submit_to_gpu(0, &math::Noop, None)
                 .map_err(|e| e.to_string())?;
             pending.wait(&stop, None).map_err(|e| e.to_string())?;
         }
-        Ok(start.elapsed() / scale.single_tasks as u32)
-    })?;
+        Ok(start.elapsed() / tasks as u32)
+    };
+    let host_trip = median_of(|| host_trips(scale.single_tasks))?;
     let idle_trip = median_of(|| {
         std::thread::sleep(scale.idle);
         service_round_trip(&mut kernels, 1)
+    })?;
+    let host_idle_trip = median_of(|| {
+        std::thread::sleep(scale.idle);
+        host_trips(1)
     })?;
     let served = service.stop().map_err(err)?;
     let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
@@ -246,6 +252,13 @@ fn service_bench<A: GpuApi>(
         "    kernel thread -> service after {:?} idle: {}; {vs:.2}x the busy round trip, {}",
         scale.idle,
         spread(idle_trip),
+        service_verdict(scale, "<= 2x", vs <= 2.0)
+    );
+    let vs = ratio(host_idle_trip.0, host_trip.0);
+    println!(
+        "    host thread -> service after {:?} idle: {}; {vs:.2}x the busy round trip, {}",
+        scale.idle,
+        spread(host_idle_trip),
         service_verdict(scale, "<= 2x", vs <= 2.0)
     );
     Ok(())

@@ -16,8 +16,6 @@ pub struct ServiceStats {
     pub served: u64,
     /// Inbox entries that named no future of the segment (skipped).
     pub bad_pointers: u64,
-    /// Pops that found a ring used outside its tickets.
-    pub foreign_tickets: u64,
 }
 
 /// A device's GPU service: the persistent kernel `tandem_rt_gpu_service`
@@ -44,7 +42,7 @@ pub struct GpuService<'q, A: GpuApi> {
 }
 
 /// Words of the service kernel's `stats` argument.
-const SERVICE_STATS_WORDS: usize = 4;
+const SERVICE_STATS_WORDS: usize = 3;
 
 impl<'q, A: GpuApi> GpuService<'q, A> {
     /// Launches the service with `blocks` x `threads` threads (each serves
@@ -145,16 +143,15 @@ impl<'q, A: GpuApi> GpuService<'q, A> {
         let words = unsafe {
             std::slice::from_raw_parts(self.stats.host_ptr().cast::<u64>(), SERVICE_STATS_WORDS)
         };
-        if words[3] != 0 {
+        if words[2] != 0 {
             return Err(RuntimeError::Process(format!(
                 "GPU service could not attach to the segment (rt_status {})",
-                words[3]
+                words[2]
             )));
         }
         Ok(ServiceStats {
             served: words[0],
             bad_pointers: words[1],
-            foreign_tickets: words[2],
         })
     }
 }

@@ -21,17 +21,17 @@
 //! (host-only), at `status::STATUS_BLOCK_OFFSET` (2048) after the header.
 //!
 //! A device segment's queue region also holds, after the lane queue, the
-//! ring of task pointers host threads send to the device's GPU service
-//! kernel (tandem/runtime.h, `rt_serve`) through. Kernels send to it through
+//! LL ring of task records (`task_record`) host threads send to the device's
+//! GPU service kernel (tandem/runtime.h, `rt_serve`) through; it answers a
+//! task carried in its record in the future's [`HostReply`]. Kernels send to it through
 //! the device inbox ([`device_inbox`]), in device memory, and get its
 //! answers in the reply region ([`SegmentHeader::device_replies`]), in their
 //! own device's memory. A ring side whose threads are all on the GPU counts
 //! its tickets in device memory ([`SegmentHeader::device_tickets`], indices
 //! in [`device_ticket`]).
 //!
-//! Every future a task record or an inbox pointer names is given by its byte
-//! offset from the segment's base (an inbox `ShmPtr` also carries the
-//! segment's id), so it means the same future to the host (host address) and
+//! Every future a task record names is given by its byte offset from the
+//! segment's base, so it means the same future to the host (host address) and
 //! to a kernel (device address), whichever allocator the future came from.
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64};
@@ -43,7 +43,7 @@ use tandem_shm_core::Reader;
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file or to what the
 /// segment's other shared words mean (client slots, heaps).
-pub const SEGMENT_VERSION: u32 = 8;
+pub const SEGMENT_VERSION: u32 = 9;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -73,6 +73,48 @@ pub mod device_inbox {
     /// ticket (`slot` itself).
     pub const fn initial_seq(slot: u32) -> u64 {
         2 * slot as u64
+    }
+}
+
+/// Where the GPU service answers a host thread's task that travelled in its
+/// from-host record (`Runtime::submit_to_gpu`): the first
+/// [`HOST_REPLY_BYTES`] of the task's future's copy space (allocated that
+/// much larger), the output right after. The service writes the output and
+/// `output_len`, then, after one system-scope fence, `answer`
+/// ([`host_reply::answer`]); the host cleared `answer` before pushing the
+/// record. `RtHostReply` in tandem/runtime.h.
+#[repr(C)]
+#[derive(Debug)]
+pub struct HostReply {
+    /// 0 until answered, then [`host_reply::answer`].
+    pub answer: AtomicU64,
+    /// Bytes of output after the reply.
+    pub output_len: AtomicU32,
+    /// Unused: keeps the output 16-aligned.
+    pub reserved: u32,
+}
+
+/// Bytes of a [`HostReply`], which its output follows.
+pub const HOST_REPLY_BYTES: usize = 16;
+
+/// [`HostReply::answer`]: the return code in the high half, and a flag
+/// (never 0) in the low half.
+pub mod host_reply {
+    /// Set in every answer.
+    pub const ANSWERED: u64 = 1;
+
+    /// The answer of return code `return_code`.
+    pub const fn answer(return_code: i32) -> u64 {
+        (return_code as u32 as u64) << 32 | ANSWERED
+    }
+
+    /// The return code of an answer, or `None` while it is not one.
+    pub const fn return_code(answer: u64) -> Option<i32> {
+        if answer & ANSWERED != 0 {
+            Some((answer >> 32) as u32 as i32)
+        } else {
+            None
+        }
     }
 }
 
@@ -446,6 +488,10 @@ static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMEN
 
 static_assertions::const_assert!(task_record::INLINE_ARGS_MAX < 1 << task_record::ARGS_LEN_BITS);
 
+static_assertions::assert_eq_size!(HostReply, [u8; HOST_REPLY_BYTES]);
+static_assertions::const_assert_eq!(memoffset::offset_of!(HostReply, output_len), 8);
+static_assertions::const_assert_eq!(HOST_REPLY_BYTES % 16, 0);
+
 static_assertions::assert_eq_size!(TaskHeader, [u8; TASK_HEADER_BYTES]);
 static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, pool), 0);
 static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, method), 4);
@@ -508,8 +554,18 @@ mod cpp_mirror {
             version
         }
     );
+    assert_same_layout!(
+        HostReply,
+        c::RtHostReply {
+            answer,
+            output_len,
+            reserved
+        }
+    );
     assert_same_value! {
         SEGMENT_MAGIC => c::RT_SEGMENT_MAGIC,
+        HOST_REPLY_BYTES => c::RT_HOST_REPLY_BYTES,
+        host_reply::ANSWERED => c::RT_HOST_REPLY_ANSWERED,
         SEGMENT_VERSION => c::RT_SEGMENT_VERSION,
         TASK_VERSION => c::RT_TASK_VERSION,
         TASK_HEADER_BYTES => c::RT_TASK_HEADER_BYTES,

@@ -8,7 +8,7 @@ use tandem_process::ProcessIdentity;
 use tandem_shm_core::layout::{BackendKind, MemoryBackend};
 use tandem_shm_core::FutureShm;
 use tandem_shm_core::{
-    AllocatorId, ArenaAllocator, LaneQueue, MpmcRing, Segment, ShmPtr, SizeClassAllocator,
+    AllocatorId, ArenaAllocator, LaneQueue, LlRing, Segment, ShmPtr, SizeClassAllocator,
 };
 
 use crate::client_table::{ClientLease, ClientTable};
@@ -32,9 +32,9 @@ fn align_up(n: usize) -> usize {
 }
 
 /// Bytes of the GPU service's from-host ring (`rt_inbox_ring_bytes` in
-/// runtime.h): one ring of task pointers, rounded up to a cache line.
+/// runtime.h): one LL ring of task records, rounded up to a cache line.
 pub(crate) fn inbox_ring_bytes(depth: u32) -> usize {
-    MpmcRing::<ShmPtr<u8>>::required_bytes(depth).next_multiple_of(64)
+    LlRing::required_bytes(depth).next_multiple_of(64)
 }
 
 /// Bytes of the queue region: the lane queue, then room for the from-host
@@ -195,7 +195,7 @@ pub struct QueueSegment {
     header: &'static SegmentHeader,
     queue: LaneQueue<'static>,
     /// The GPU service's from-host ring, in device segments.
-    inbox_from_host: Option<MpmcRing<'static, ShmPtr<u8>>>,
+    inbox_from_host: Option<LlRing<'static>>,
     heap: SizeClassAllocator<'static>,
     arena: ArenaAllocator<'static>,
     /// The host clients' table, in the CPU segment.
@@ -267,7 +267,7 @@ impl QueueSegment {
             let (inbox_offset, inbox_from_host) = if spec.inbox {
                 let offset = geometry.queue_offset + lane_queue_bytes;
                 let at = base.add(offset);
-                let from_host = MpmcRing::<ShmPtr<u8>>::init_in(at, ring_bytes, spec.depth)?;
+                let from_host = LlRing::init_in(at, ring_bytes, spec.depth)?;
                 (offset, Some(from_host))
             } else {
                 (0, None)
@@ -375,7 +375,7 @@ impl QueueSegment {
         // structure the runtime initialised before publishing the magic; so
         // does the inbox (checked to lie in the queue region).
         let inbox_from_host = (inbox_offset != 0)
-            .then(|| unsafe { MpmcRing::<ShmPtr<u8>>::attach(base.add(inbox_offset), ring_bytes) })
+            .then(|| unsafe { LlRing::attach(base.add(inbox_offset), ring_bytes) })
             .transpose()?;
         // SAFETY: as above.
         let (queue, heap, arena) = unsafe {
@@ -420,7 +420,7 @@ impl QueueSegment {
     }
 
     /// The GPU service's ring host threads push into (device segments only).
-    pub(crate) fn inbox_from_host(&self) -> Option<&MpmcRing<'_, ShmPtr<u8>>> {
+    pub(crate) fn inbox_from_host(&self) -> Option<&LlRing<'_>> {
         self.inbox_from_host.as_ref()
     }
 

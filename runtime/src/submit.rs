@@ -6,12 +6,13 @@ use std::marker::PhantomData;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Instant;
 
+use tandem_shm_core::layout::{FUTURE_COPY_SPACE_OFFSET, LL_RECORD_WORDS};
 use tandem_shm_core::FutureShm;
-use tandem_shm_core::{serialized_len, Reader};
-use tandem_shm_core::{FillError, LlRecord, Priority, ShmPtr, WaitOutcome};
+use tandem_shm_core::{serialized_len, Reader, Writer};
+use tandem_shm_core::{FillError, FutureError, LlRecord, Priority, ShmPtr, WaitOutcome};
 
 use crate::client_table::ClientLease;
-use crate::layout::{task_record, TASK_HEADER_BYTES};
+use crate::layout::{host_reply, task_record, HostReply, HOST_REPLY_BYTES, TASK_HEADER_BYTES};
 use crate::liveness::LivenessWatch;
 use crate::segment::QueueSegment;
 use crate::task::{encode_task, Task, TaskError};
@@ -189,6 +190,10 @@ pub struct Pending<'s, T: Task> {
     future: FutureShm<'s>,
     /// The payload block and its length, for a pointer future.
     payload: Option<(ShmPtr<u8>, usize)>,
+    /// Where the GPU service answers a task it got whole in its record
+    /// (`submit_to_gpu`): the future's copy space, whose flags then never
+    /// complete.
+    reply: Option<&'s HostReply>,
     published: bool,
     runtime_dead: bool,
     _task: PhantomData<fn() -> T>,
@@ -199,24 +204,24 @@ impl<T: Task> std::fmt::Debug for Pending<'_, T> {
         f.debug_struct("Pending")
             .field("ptr", &self.ptr)
             .field("pointer_future", &self.payload.is_some())
-            .field("complete", &self.future.is_complete())
+            .field("complete", &self.is_complete())
             .finish()
     }
 }
 
 /// Allocates from `heap` and initialises a future with `copy_space` bytes of
-/// copy space.
+/// copy space; also gives the future's address.
 fn new_future<'s>(
     segment: &'s QueueSegment,
     heap: Heap<'_>,
     copy_space: u32,
-) -> Result<(ShmPtr<u8>, FutureShm<'s>), TaskError> {
+) -> Result<(ShmPtr<u8>, *mut u8, FutureShm<'s>), TaskError> {
     let bytes = FutureShm::required_bytes(copy_space);
     let (ptr, at) = heap.allocate(segment, bytes, true)?;
     // SAFETY: a fresh heap block of `bytes` bytes, 16-aligned, ours alone
     // until published.
     match unsafe { FutureShm::init_in(at, bytes, copy_space) } {
-        Ok(future) => Ok((ptr, future)),
+        Ok(future) => Ok((ptr, at, future)),
         Err(e) => {
             // Freeing a block we just allocated cannot fail but for a bug;
             // the init error is the one to report.
@@ -243,13 +248,14 @@ pub(crate) fn submit_from<'s, T: Task>(
     route: Route,
     task: &T,
 ) -> Result<Pending<'s, T>, TaskError> {
-    let (ptr, future) = new_future(segment, heap, segment.header().copy_space)?;
+    let (ptr, _, future) = new_future(segment, heap, segment.header().copy_space)?;
     let mut pending = Pending {
         segment,
         heap,
         ptr,
         future,
         payload: None,
+        reply: None,
         published: false,
         runtime_dead: false,
         _task: PhantomData,
@@ -268,22 +274,99 @@ pub(crate) fn submit_from<'s, T: Task>(
     Ok(pending)
 }
 
-/// Submits `task` as a copy future to `segment`'s GPU inbox, served by the
-/// device's GPU service kernel; a full inbox is retried until `deadline`.
+/// Submits `task` to `segment`'s GPU inbox, served by the device's GPU
+/// service kernel; a full inbox is retried until `deadline`. Arguments of at
+/// most [`task_record::INLINE_ARGS_MAX`] bytes travel in the record itself
+/// (tandem/runtime.h `rt_run_host_record`), which the service reads in one
+/// PCIe round trip, and the answer comes back in the future's [`HostReply`];
+/// larger ones go through the future's copy space.
 pub(crate) fn submit_to_gpu<'s, T: Task>(
     segment: &'s QueueSegment,
     task: &T,
     deadline: Option<Instant>,
 ) -> Result<Pending<'s, T>, TaskError> {
     let inbox = segment.inbox_from_host().ok_or(TaskError::NoGpuInbox)?;
+    let copy_space = segment.header().copy_space;
+    let args_len = serialized_len(task).map_err(TaskError::Ser)?;
+    // The reply before the output, so the output gets the configured room.
+    let lengths = copy_space
+        .checked_add(HOST_REPLY_BYTES as u32)
+        .filter(|_| args_len <= task_record::INLINE_ARGS_MAX)
+        .map(|space| task_record::lengths(args_len as u32, space))
+        .filter(|&lengths| task_record::copy_space(lengths).is_some());
+    let Some(lengths) = lengths else {
+        let mut pending = copy_future(segment, task, copy_space)?;
+        let record = pending.in_future_record()?;
+        // Release: publishes the copy space, as in `publish`.
+        fence(Ordering::Release);
+        pending.publish_with(deadline, |_| inbox.try_push(record).is_ok())?;
+        return Ok(pending);
+    };
     let heap = Heap::Segment;
-    let (ptr, future) = new_future(segment, heap, segment.header().copy_space)?;
+    let reply_space = task_record::copy_space(lengths).unwrap_or(0) as u32;
+    let (ptr, at, future) = new_future(segment, heap, reply_space)?;
     let mut pending = Pending {
         segment,
         heap,
         ptr,
         future,
         payload: None,
+        reply: None,
+        published: false,
+        runtime_dead: false,
+        _task: PhantomData,
+    };
+    let mut words = [0u32; LL_RECORD_WORDS];
+    words[task_record::FUTURE] = pending.future_offset()?;
+    words[task_record::POOL] = T::POOL;
+    words[task_record::METHOD] = T::METHOD;
+    words[task_record::LENGTHS] = lengths;
+    let mut args = [0u8; task_record::INLINE_ARGS_MAX];
+    Writer::new(&mut args).put(task).map_err(TaskError::Ser)?;
+    for (word, bytes) in words[task_record::ARGS..]
+        .iter_mut()
+        .zip(args.chunks_exact(4))
+    {
+        *word = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    }
+    let record = LlRecord::new(&words[..task_record::ARGS + args_len.div_ceil(4)]).ok_or(
+        TaskError::ArgsTooLarge {
+            needed: args_len,
+            available: task_record::INLINE_ARGS_MAX,
+        },
+    )?;
+    // SAFETY: the copy space starts FUTURE_COPY_SPACE_OFFSET into the fresh
+    // future, holds at least HOST_REPLY_BYTES (`lengths` gives it) and is
+    // 16-aligned (futures and their header are); it lies in the segment,
+    // which outlives 's, and is only accessed through the reply's atomics.
+    let reply = unsafe { &*at.add(FUTURE_COPY_SPACE_OFFSET).cast::<HostReply>() };
+    // Release (the fence below): the service's answer comes after its
+    // acquire pattern on the record, so this clearing cannot land on it.
+    reply.answer.store(0, Ordering::Relaxed);
+    pending.reply = Some(reply);
+    // Release: pairs with the service's fence after reading the record
+    // (rt_run_host_record), ordering the cleared answer before its answer.
+    fence(Ordering::Release);
+    pending.publish_with(deadline, |_| inbox.try_push(record).is_ok())?;
+    Ok(pending)
+}
+
+/// A new future from the segment's heap with `task` in its copy space of
+/// `copy_space` bytes, unpublished.
+fn copy_future<'s, T: Task>(
+    segment: &'s QueueSegment,
+    task: &T,
+    copy_space: u32,
+) -> Result<Pending<'s, T>, TaskError> {
+    let heap = Heap::Segment;
+    let (ptr, _, future) = new_future(segment, heap, copy_space)?;
+    let pending = Pending {
+        segment,
+        heap,
+        ptr,
+        future,
+        payload: None,
+        reply: None,
         published: false,
         runtime_dead: false,
         _task: PhantomData,
@@ -298,7 +381,6 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
         FillError::Fill(e) => e,
         FillError::Future(e) => TaskError::Future(e),
     })?;
-    pending.publish_with(deadline, |ptr| inbox.try_push(ptr).is_ok())?;
     Ok(pending)
 }
 
@@ -315,7 +397,7 @@ pub(crate) fn submit_pointer<'s, T: Task>(
     let heap = Heap::Segment;
     let (payload, at) = heap.allocate(segment, task_bytes, false)?;
     let (ptr, future) = match new_future(segment, heap, output_space) {
-        Ok(f) => f,
+        Ok((ptr, _, future)) => (ptr, future),
         Err(e) => {
             let _ = heap.free(segment, payload, task_bytes, false);
             return Err(e);
@@ -327,6 +409,7 @@ pub(crate) fn submit_pointer<'s, T: Task>(
         ptr,
         future,
         payload: Some((payload, task_bytes)),
+        reply: None,
         published: false,
         runtime_dead: false,
         _task: PhantomData,
@@ -347,16 +430,7 @@ impl<'s, T: Task> Pending<'s, T> {
     fn publish(&mut self, route: Route) -> Result<(), TaskError> {
         let queue = self.segment.queue();
         let lane = route.lane % queue.num_lanes();
-        // A task in the future, with no notify word: host submitters wait on
-        // the future's flags. Segments are at most 4 GiB (SegmentGeometry).
-        let mut words = [0; task_record::IN_FUTURE_WORDS];
-        words[task_record::FUTURE] = u32::try_from(self.ptr.off).map_err(|_| {
-            TaskError::OutOfMemory(format!(
-                "future at {:#x} lies past what a task record can name",
-                self.ptr.off
-            ))
-        })?;
-        let record = LlRecord::from_array(words);
+        let record = self.in_future_record()?;
         // Release: the record's words carry no ordering (shm-core ll_ring);
         // this fence, with the worker's Acquire fence after its pop, makes
         // the future's input visible to it.
@@ -365,6 +439,25 @@ impl<'s, T: Task> Pending<'s, T> {
         self.publish_with(route.deadline, |_| {
             queue.push(lane, route.priority, record).is_ok()
         })
+    }
+
+    /// The future's offset, as a task record names it. Segments are at most
+    /// 4 GiB (SegmentGeometry).
+    fn future_offset(&self) -> Result<u32, TaskError> {
+        u32::try_from(self.ptr.off).map_err(|_| {
+            TaskError::OutOfMemory(format!(
+                "future at {:#x} lies past what a task record can name",
+                self.ptr.off
+            ))
+        })
+    }
+
+    /// The record of a task in the future, with no notify word: host
+    /// submitters wait on the future's flags.
+    fn in_future_record(&self) -> Result<LlRecord, TaskError> {
+        let mut words = [0; task_record::IN_FUTURE_WORDS];
+        words[task_record::FUTURE] = self.future_offset()?;
+        Ok(LlRecord::from_array(words))
     }
 
     /// Runs `push` (true when the pointer went in) until it succeeds, the
@@ -403,7 +496,10 @@ impl<'s, T: Task> Pending<'s, T> {
 
     /// Whether a worker has completed it.
     pub fn is_complete(&self) -> bool {
-        self.future.is_complete()
+        match self.reply {
+            Some(reply) => reply_code(reply).is_some(),
+            None => self.future.is_complete(),
+        }
     }
 
     /// Waits until completion, `stop` raised, `deadline` passed, or the
@@ -417,16 +513,27 @@ impl<'s, T: Task> Pending<'s, T> {
     ) -> Result<T::Output, TaskError> {
         let mut watch = LivenessWatch::new(self.segment.header());
         let mut dead = false;
-        let outcome = self.future.wait(stop, || {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+        let reply = self.reply;
+        let answered = || reply.and_then(reply_code);
+        // A reply's future never completes: its wait (the future's backoff:
+        // spinning first, then yielding, then sleeping) ends on the answer.
+        let mut outcome = self.future.wait(stop, || {
+            if answered().is_some() || deadline.is_some_and(|d| Instant::now() >= d) {
                 return true;
             }
             dead = !watch.alive();
             dead
         });
+        if let Some(return_code) = answered() {
+            dead = false;
+            outcome = WaitOutcome::Completed { return_code };
+        }
         match outcome {
             WaitOutcome::Completed { return_code: 0 } => {
-                let output = self.future.output().map_err(TaskError::Future)?;
+                let output = match reply {
+                    Some(reply) => reply_output(reply, self.future.copy_space_size())?,
+                    None => self.future.output().map_err(TaskError::Future)?,
+                };
                 let mut r = Reader::new(output);
                 r.get::<T::Output>().map_err(TaskError::BadOutput)
             }
@@ -441,9 +548,39 @@ impl<'s, T: Task> Pending<'s, T> {
     }
 }
 
+/// The return code of an answered reply, or `None` before the answer.
+/// Acquire: pairs with the service's fence before its store of the answer
+/// (rt_run_host_record), so the output and its length are then visible.
+fn reply_code(reply: &HostReply) -> Option<i32> {
+    host_reply::return_code(reply.answer.load(Ordering::Acquire))
+}
+
+/// The output after an answered reply in a copy space of `copy_space`
+/// bytes.
+fn reply_output(reply: &HostReply, copy_space: u32) -> Result<&[u8], TaskError> {
+    // Relaxed: ordered by the answer's Acquire (reply_code).
+    let len = reply.output_len.load(Ordering::Relaxed);
+    let room = copy_space.saturating_sub(HOST_REPLY_BYTES as u32);
+    if len > room {
+        return Err(TaskError::Future(FutureError::CorruptLength {
+            len,
+            copy_space: room,
+        }));
+    }
+    // SAFETY: the output follows the reply in the future's copy space, `len`
+    // bytes within it (checked); the service wrote them before the answer
+    // (acquired) and nobody writes them again while the future is ours.
+    Ok(unsafe {
+        std::slice::from_raw_parts(
+            std::ptr::from_ref(reply).cast::<u8>().add(HOST_REPLY_BYTES),
+            len as usize,
+        )
+    })
+}
+
 impl<T: Task> Drop for Pending<'_, T> {
     fn drop(&mut self) {
-        let reclaimable = !self.published || self.runtime_dead || self.future.is_complete();
+        let reclaimable = !self.published || self.runtime_dead || self.is_complete();
         if !reclaimable {
             return;
         }

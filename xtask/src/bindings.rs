@@ -47,6 +47,7 @@ pub const TARGETS: [Target; 2] = [
             "tandem::RuntimeSegmentHeader",
             "tandem::TaskHeader",
             "tandem::RtInbox",
+            "tandem::RtHostReply",
             "tandem::rt_priority",
             "tandem::rt_peer",
         ],

@@ -19,8 +19,8 @@
 // block, then block-local bumps); a future is reused for the thread's next
 // task once the last one completed. A lane record names its future by its
 // byte offset from the segment's base (rt_record), which is how the CPU
-// workers resolve it; the from-host ring carries ShmPtrs with the segment's
-// id.
+// workers resolve it; so do the from-host ring's records (the same
+// format, rt_record), which host threads push to the GPU service.
 //
 // The GPU route stays in device memory: rt_send_to_gpu writes the task into
 // a slot of the service's device inbox (RtInboxSlot) and the service
@@ -60,7 +60,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 8;
+constexpr u32 RT_SEGMENT_VERSION = 9;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -97,7 +97,7 @@ struct alignas(64) RuntimeSegmentHeader {
   /// Device address of the segment's DeviceTickets (RtTicket), in device
   /// memory.
   u64 device_tickets;
-  /// The GPU inbox's from-host ring (an MPMC ring of task pointers) at
+  /// The GPU inbox's from-host ring (an LL ring of task records) at
   /// `inbox_offset` (0: none), `inbox_ring_bytes` long, `inbox_depth` slots.
   u64 inbox_offset;
   u64 inbox_ring_bytes;
@@ -307,6 +307,25 @@ struct RtReplyCell {
   u32 output_len;
   u8 output[RT_DEVICE_OUTPUT_MAX];
 };
+
+/// `runtime::layout::HostReply`: where the GPU service answers a host
+/// thread's task carried in its from-host record: the first
+/// RT_HOST_REPLY_BYTES of the task's future's copy space, the output right
+/// after (rt_run_host_record). `answer` is 0 (the host cleared it before
+/// pushing) until the service stores RT_HOST_REPLY_ANSWERED | the return
+/// code << 32, last.
+struct RtHostReply {
+  u64 answer;
+  u32 output_len;
+  /// Unused: keeps the output 16-aligned.
+  u32 reserved;
+};
+/// `runtime::layout::HOST_REPLY_BYTES`.
+constexpr u64 RT_HOST_REPLY_BYTES = 16;
+/// `runtime::layout::host_reply::ANSWERED`.
+constexpr u64 RT_HOST_REPLY_ANSWERED = 1;
+static_assert(sizeof(RtHostReply) == RT_HOST_REPLY_BYTES, "HostReply size");
+TANDEM_ASSERT_OFFSET(RtHostReply, output_len, 8);
 
 /// Alignment of each block's carve of the reply region (words, then cells).
 constexpr u64 RT_REPLY_ALIGN = 128;
@@ -626,9 +645,9 @@ TANDEM_HOST_DEVICE u64 rt_ring_bytes(u32 depth) {
 }
 
 /// Bytes of the GPU inbox's from-host ring (`inbox_ring_bytes` in
-/// segment.rs: one MPMC ring of task pointers, rounded up to a cache line).
+/// segment.rs: one LL ring of task records, rounded up to a cache line).
 TANDEM_HOST_DEVICE u64 rt_inbox_ring_bytes(u32 depth) {
-  return (mpmc_required_bytes<ShmPtr<u8>>(depth) + CACHE_LINE - 1) & ~(CACHE_LINE - 1);
+  return (ll_required_bytes(depth) + CACHE_LINE - 1) & ~(CACHE_LINE - 1);
 }
 
 /// Whether [offset, offset + bytes) lies in a segment of `capacity` bytes.
@@ -681,12 +700,12 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
   ctx.tickets = reinterpret_cast<DeviceTickets*>(h->device_tickets);
   ctx.inbox = nullptr;
   if (h->inbox_offset != 0) {
-    MpmcRing<ShmPtr<u8>> ring;
+    LlRing ring;
     RingHeader* rh = reinterpret_cast<RingHeader*>(base + h->inbox_offset);
     if (h->inbox_depth != q->depth || h->inbox_ring_bytes != rt_inbox_ring_bytes(h->inbox_depth) ||
         h->inbox_offset < h->queue_offset ||
         h->inbox_offset + h->inbox_ring_bytes > h->queue_offset + h->queue_bytes ||
-        mpmc_attach<ShmPtr<u8>>(rh, h->inbox_ring_bytes, &ring) != ring_status::ok) {
+        ll_attach(rh, h->inbox_ring_bytes, &ring) != ring_status::ok) {
       return rt_status::bad_queue;
     }
     ctx.inbox = base + h->inbox_offset;
@@ -1003,9 +1022,9 @@ TANDEM_DEVICE rt_status rt_push(RtFuture& f, u64 capacity, const u32* stop, u64 
 }
 
 /// The from-host ring of a context whose segment has an inbox.
-TANDEM_DEVICE MpmcRing<ShmPtr<u8>> rt_inbox_from_host(const RtContext& ctx) {
+TANDEM_DEVICE LlRing rt_inbox_from_host(const RtContext& ctx) {
   // Validated by rt_attach.
-  return mpmc_view<ShmPtr<u8>>(reinterpret_cast<RingHeader*>(ctx.inbox), ctx.inbox_depth);
+  return ll_view(reinterpret_cast<RingHeader*>(ctx.inbox), ctx.inbox_depth);
 }
 
 }  // namespace detail
@@ -1366,15 +1385,15 @@ TANDEM_DEVICE i32 rt_run_future_task(const FutureView& f, H& handle, Writer& w) 
   return handle(pool, method, args, w);
 }
 
-/// The host route: runs the task of the future at `ptr` with `handle` and
+/// The host route for a task too large for its record: runs the task in
+/// the copy space of the future at segment offset `offset` with `handle` and
 /// completes the future (system-scope release: a host thread waits on it).
-/// Returns false when `ptr` names no future of this segment (nothing to
-/// complete: a corrupt pointer), true otherwise.
+/// Returns false when `offset` names no future of this segment (nothing to
+/// complete: a corrupt record), true otherwise.
 template <typename H>
-TANDEM_DEVICE bool rt_run_on_device(const RtContext& ctx, ShmPtr<u8> ptr, H& handle) {
+TANDEM_DEVICE bool rt_run_on_device(const RtContext& ctx, u64 offset, H& handle) {
   FutureView f;
-  if (ptr.alloc_id.major != ctx.id.major || ptr.alloc_id.minor != ctx.id.minor ||
-      !rt_task_future(ctx, ptr.off, &f)) {
+  if (!rt_task_future(ctx, offset, &f)) {
     return false;
   }
   u8 out[RT_DEVICE_OUTPUT_MAX];
@@ -1391,6 +1410,129 @@ TANDEM_DEVICE bool rt_run_on_device(const RtContext& ctx, ShmPtr<u8> ptr, H& han
     }
     return true;  // too long: future_complete stores RC_OUTPUT_TOO_LARGE
   });
+  return true;
+}
+
+/// A from-host record (rt_record's words), as rt_read_host_record found it.
+struct RtHostRecord {
+  u32 len;
+  u32 words[LL_RECORD_WORDS];
+};
+
+/// Reads position `ticket` of the from-host ring into `*record`; false
+/// while its record is not whole. Every word is loaded before any is
+/// looked at, so the loads travel together: one PCIe round trip for the
+/// record. Relaxed: each 8-byte word arrives whole and says by its tag
+/// whose it is (tandem/ll_ring.h); what the words do not carry is ordered
+/// by the fence rt_run_host_record issues after this read.
+TANDEM_DEVICE bool rt_read_host_record(const LlRing& ring, u64 ticket, RtHostRecord* record) {
+  const u64* const words = ring.slot(ticket)->words;
+  u64 seen[1 + LL_RECORD_WORDS];
+  TANDEM_UNROLL
+  for (u32 i = 0; i < 1 + LL_RECORD_WORDS; ++i) {
+    seen[i] = load_relaxed<scope::system>(&words[i]);
+  }
+  const u64 tag = ll_tag(ticket);
+  if ((seen[0] >> 32) != tag) {
+    return false;
+  }
+  // A length past the slot is a corrupt producer's: taken as an empty
+  // record (a bad one), so the ring moves on.
+  const u32 len = static_cast<u32>(seen[0]) <= LL_RECORD_WORDS ? static_cast<u32>(seen[0]) : 0;
+  TANDEM_UNROLL
+  for (u32 i = 0; i < LL_RECORD_WORDS; ++i) {
+    if (i < len && (seen[1 + i] >> 32) != tag) {
+      return false;
+    }
+    record->words[i] = static_cast<u32>(seen[1 + i]);
+  }
+  record->len = len;
+  return true;
+}
+
+/// Frees position `ticket`'s slot of the from-host ring for the host
+/// producer a lap later. Relaxed, after a system-scope fence the caller
+/// issued once done reading the record: together a release, which the
+/// producer's acquire of the sequence number (Rust's LlRing::try_push)
+/// pairs with, so the record is read before it is overwritten.
+TANDEM_DEVICE void rt_free_host_slot(const LlRing& ring, u64 ticket) {
+  store_relaxed<scope::system>(&ring.slot(ticket)->seq, mpmc_free_for(ticket + ring.capacity()));
+}
+
+/// Writes `len` bytes of `src` to `dst` (host memory, 4-aligned) a word at
+/// a time where it can: each store to host memory is a write across PCIe.
+TANDEM_DEVICE void rt_copy_to_host(u8* dst, const u8* src, u32 len) {
+  u32 i = 0;
+  for (; i + 4 <= len; i += 4) {
+    *reinterpret_cast<u32*>(dst + i) =
+        u32{src[i]} | u32{src[i + 1]} << 8 | u32{src[i + 2]} << 16 | u32{src[i + 3]} << 24;
+  }
+  for (; i < len; ++i) {
+    dst[i] = src[i];
+  }
+}
+
+/// Runs and answers position `ticket`'s from-host record with `handle`:
+/// the task itself when it travelled in the record (rt_record's inline
+/// words; its future at FUTURE has the copy space LENGTHS gives, at the
+/// start of which the answer goes, RtHostReply), else the task in the
+/// future's copy space (rt_run_on_device). `segment_bytes` is the
+/// segment's length (read once by the caller: a read of the header here
+/// would be another PCIe round trip). Frees the slot in either case.
+/// Returns false for a record that names no future of the segment, or no
+/// reply the copy space holds: nothing can be answered then.
+///
+/// One system-scope fence, after the output and before the answer and the
+/// slot's release: a release for the output (the host thread's acquire of
+/// `answer` pairs with it) and for the record's reads (before the slot's
+/// next lap), and, following the record's loads, an acquire pattern that
+/// pairs with the host's release fence before its record words, so its
+/// clearing of `answer` is ordered before the answer. The output and its
+/// length, stored before the fence, are memory the host does not write.
+template <typename H>
+TANDEM_DEVICE bool rt_run_host_record(const RtContext& ctx, const LlRing& ring, u64 ticket,
+                                      const RtHostRecord& record, u64 segment_bytes, H& handle) {
+  const u64 offset = record.words[rt_record::FUTURE];
+  if (record.len <= rt_record::IN_FUTURE_WORDS) {
+    // Acquire (as above): the host's copy space, which its release fence
+    // published before the record; and release for the slot.
+    fence_acq_rel<scope::system>();
+    rt_free_host_slot(ring, ticket);
+    return record.len == rt_record::IN_FUTURE_WORDS && rt_run_on_device(ctx, offset, handle);
+  }
+  const u32 lengths = record.words[rt_record::LENGTHS];
+  const u64 copy_space = lengths >> rt_record::ARGS_LEN_BITS;
+  const u32 args_len = rt_record::args_len(lengths);
+  const u64 cell = offset + FUTURE_COPY_SPACE_OFFSET;
+  if (offset < RT_SEGMENT_HEADER_RESERVED || offset % alignof(FutureShmHeader) != 0 ||
+      copy_space < RT_HOST_REPLY_BYTES || cell > segment_bytes || copy_space > segment_bytes - cell) {
+    fence_acq_rel<scope::system>();
+    rt_free_host_slot(ring, ticket);
+    return false;
+  }
+  u8 out[RT_DEVICE_OUTPUT_MAX];
+  Writer w = Writer::over(out, RT_DEVICE_OUTPUT_MAX);
+  i32 rc = RT_RC_BAD_TASK;
+  if (args_len <= rt_record::INLINE_ARGS_MAX && record.len == rt_record::ARGS + (args_len + 3) / 4) {
+    u8 args[rt_record::INLINE_ARGS_MAX];
+    TANDEM_UNROLL
+    for (u32 i = 0; i < rt_record::INLINE_ARGS_MAX; ++i) {
+      args[i] = static_cast<u8>(record.words[rt_record::ARGS + i / 4] >> (8 * (i % 4)));
+    }
+    Reader r = Reader::over(args, args_len);
+    rc = handle(record.words[rt_record::POOL], record.words[rt_record::METHOD], r, w);
+  }
+  u32 len = rc == 0 ? static_cast<u32>(w.pos) : 0;
+  if (len > copy_space - RT_HOST_REPLY_BYTES) {
+    rc = RC_OUTPUT_TOO_LARGE;  // as future_complete: never truncated
+    len = 0;
+  }
+  RtHostReply* const reply = reinterpret_cast<RtHostReply*>(ctx.base + cell);
+  rt_copy_to_host(ctx.base + cell + RT_HOST_REPLY_BYTES, out, len);
+  reply->output_len = len;
+  fence_acq_rel<scope::system>();
+  store_relaxed<scope::system>(&reply->answer, RT_HOST_REPLY_ANSWERED | u64{static_cast<u32>(rc)} << 32);
+  rt_free_host_slot(ring, ticket);
   return true;
 }
 
@@ -1499,30 +1641,42 @@ TANDEM_DEVICE bool rt_run_inbox_task(const RtContext& ctx, const RtInboxTask& ta
 /// costs its SMs, and the most it adds to the first answer after a pause.
 constexpr u64 RT_SERVE_SPIN_POLLS = 256;
 constexpr u32 RT_SERVE_IDLE_SLEEP_NS = 512;
+/// Whether the host server (rt_serve's thread 0) skips the idle sleeps: on
+/// a GPU each of its polls of the from-host ring is a PCIe round trip, which
+/// paces it, and a sleep would come on top of the next host task's wait. The
+/// CPU device's poll is a read of its own memory: it sleeps as the others.
+#if defined(TANDEM_BACKEND_GPU)
+constexpr bool RT_HOST_SERVER_PACED = true;
+#else
+constexpr bool RT_HOST_SERVER_PACED = false;
+#endif
 /// How often, in idle rounds, a service thread reads its stop flag (host
 /// memory, a PCIe read): a busy service never does.
 constexpr u64 RT_SERVE_STOP_POLL_EVERY = 64;
 
 /// Whether a stopping service thread is done: no sender claimed its next
-/// device-inbox ticket, and the from-host ring holds nothing more
-/// (`host_server`). Acquire loads after the stop flag's acquire: every push
-/// made before the flag was raised is seen. Once done, the thread records
-/// the senders' count as the first ticket of the next service: every
-/// ticket below it was served (each thread serves its tickets in order and
-/// is past the count), and as senders are done the count no longer moves,
-/// so every thread records the same.
-TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, u64 ticket, bool host_server) {
+/// device-inbox ticket, and the from-host ring holds nothing past
+/// `host_ticket` (`host_server`). Acquire loads after the stop flag's
+/// acquire: every push made before the flag was raised is seen. Once done,
+/// the thread records the senders' count as the first ticket of the next
+/// service: every ticket below it was served (each thread serves its
+/// tickets in order and is past the count), and as senders are done the
+/// count no longer moves, so every thread records the same. The host server
+/// records where the next service resumes the from-host ring.
+TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, u64 ticket, bool host_server, u64 host_ticket) {
   DeviceTickets* const producers = ctx.tickets + RtTicket::device_inbox_producers(ctx.num_lanes);
   const u64 claimed = load_acquire<scope::system>(&producers->next);
   if (claimed > ticket) {
     return false;
   }
   if (host_server) {
-    const DeviceTickets* const consumers = ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes);
     const RingHeader* const ring = reinterpret_cast<const RingHeader*>(ctx.inbox);
-    if (load_acquire<scope::system>(&ring->tail.value) > load_relaxed<scope::device>(&consumers->next)) {
+    if (load_acquire<scope::system>(&ring->tail.value) > host_ticket) {
       return false;
     }
+    // Relaxed: as the device inbox's count below.
+    store_relaxed<scope::device>(&(ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes))->next,
+                                 host_ticket);
   }
   // Relaxed: the next service reads it after this kernel ended (the host
   // synchronises before starting another).
@@ -1535,11 +1689,9 @@ TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, u64 ticket, bool host_
 /// What rt_serve did, per thread.
 struct RtServeStats {
   u64 served;
-  /// Tasks that named no future of the segment (skipped: a host pointer,
+  /// Tasks that named no future of the segment (skipped: a host record,
   /// or a kernel's copy-space task, answered RT_RC_BAD_TASK).
   u64 bad_pointers;
-  /// Pops that found a foreign ticket (a ring used outside its tickets).
-  u64 foreign;
 };
 
 /// The GPU service: the body of a persistent kernel that runs the tasks sent
@@ -1548,7 +1700,7 @@ struct RtServeStats {
 /// with `handle(pool, method, Reader& args, Writer& out) -> i32` (0 =
 /// success; RT_RC_UNKNOWN_POOL / _METHOD for what it does not serve; output
 /// up to RT_DEVICE_OUTPUT_MAX bytes). Kernels' tasks are answered in their
-/// reply words (rt_answer), host tasks by completing the future.
+/// reply words (rt_answer), host tasks in their futures (reply or completion).
 ///
 /// Who serves what: the device inbox's tickets are split among the grid's
 /// G threads, from the first ticket B no earlier service served: thread g
@@ -1562,8 +1714,10 @@ struct RtServeStats {
 /// also serves the from-host ring, alone, so a ticket it claims always has a
 /// producer and the pop never waits for one.
 /// Nothing sleeps while there is work; an idle thread sleeps briefly
-/// between polls (RT_SERVE_IDLE_SLEEP_NS) and reads the stop flag now and
-/// then (RT_SERVE_STOP_POLL_EVERY).
+/// between polls (RT_SERVE_IDLE_SLEEP_NS), but for a GPU's thread 0
+/// (RT_HOST_SERVER_PACED), and reads the stop flag now and then
+/// (RT_SERVE_STOP_POLL_EVERY). Host tasks are read whole from their
+/// records and answered in the future's reply (rt_run_host_record).
 ///
 /// It returns once the segment's `service_stop` is raised and both routes
 /// are drained; the host raises it after its own submitters and the
@@ -1571,7 +1725,7 @@ struct RtServeStats {
 /// after rt_attach.
 template <typename H>
 TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* stats) {
-  *stats = RtServeStats{0, 0, 0};
+  *stats = RtServeStats{0, 0};
   if (ctx.status != rt_status::ok) {
     return ctx.status;
   }
@@ -1581,10 +1735,17 @@ TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* s
   const u64 threads = grid_size();
   const u64 me = global_rank();
   const bool host_server = me == 0;
-  const MpmcRing<ShmPtr<u8>> from_host = detail::rt_inbox_from_host(ctx);
-  DeviceTickets* const host_consumers = ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes);
+  const LlRing from_host = detail::rt_inbox_from_host(ctx);
   // Relaxed: written by the last service, which ended before this launch.
   u64 ticket = load_relaxed<scope::device>(&(ctx.tickets + RtTicket::device_inbox_served(ctx.num_lanes))->next) + me;
+  // The host server alone takes the from-host ring's records, in order,
+  // from where the last service left (relaxed, as above).
+  u64 host_ticket =
+      host_server ? load_relaxed<scope::device>(&(ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes))->next)
+                  : 0;
+  // Plain: the host wrote it before publishing the segment (rt_attach's
+  // acquire), and never changes it.
+  const u64 segment_bytes = ctx.header->segment_bytes;
   bool stopping = false;
   for (u64 idle = 0;;) {
     bool worked = false;
@@ -1598,27 +1759,22 @@ TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* s
         ++stats->bad_pointers;
       }
     }
-    if (host_server) {
-      ShmPtr<u8> ptr;
-      // Host tasks: the ring's own `tail` counts what host threads pushed.
-      const ticket_result r = mpmc_pop_ticketed<ShmPtr<u8>>(from_host, host_consumers, &ptr, nullptr);
-      if (r == ticket_result::done) {
-        worked = true;
-        if (detail::rt_run_on_device(ctx, ptr, handle)) {
-          ++stats->served;
-        } else {
-          ++stats->bad_pointers;
-        }
-      } else if (r == ticket_result::foreign_ticket) {
-        ++stats->foreign;
+    detail::RtHostRecord record;
+    if (host_server && detail::rt_read_host_record(from_host, host_ticket, &record)) {
+      worked = true;
+      if (detail::rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle)) {
+        ++stats->served;
+      } else {
+        ++stats->bad_pointers;
       }
+      ++host_ticket;
     }
     if (worked) {
       idle = 0;
       continue;
     }
     if (stopping) {
-      if (detail::rt_serve_drained(ctx, ticket, host_server)) {
+      if (detail::rt_serve_drained(ctx, ticket, host_server, host_ticket)) {
         return rt_status::ok;
       }
     } else if (++idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && load_relaxed<scope::system>(&ctx.header->service_stop) != 0) {
@@ -1629,7 +1785,7 @@ TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* s
       stopping = true;
       continue;
     }
-    if (idle > detail::RT_SERVE_SPIN_POLLS) {
+    if (idle > detail::RT_SERVE_SPIN_POLLS && !(host_server && detail::RT_HOST_SERVER_PACED)) {
       sleep_for(detail::RT_SERVE_IDLE_SLEEP_NS);
     } else {
       spin_pause();

@@ -32,7 +32,7 @@ pub mod root {
             ][::core::mem::offset_of!(AllocatorId, minor) - 4usize];
         };
         pub const RT_SEGMENT_MAGIC: root::tandem::u64_ = 6074868046253806407;
-        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 8;
+        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 9;
         pub const RT_TASK_VERSION: root::tandem::u32_ = 1;
         pub const RT_TASK_HEADER_BYTES: root::tandem::u64_ = 16;
         pub const RT_SEGMENT_HEADER_RESERVED: root::tandem::u64_ = 4096;
@@ -250,6 +250,31 @@ pub mod root {
             pub const TOKEN_MAX: root::tandem::u32_ = 1073741823;
         }
         pub const RT_DEVICE_OUTPUT_MAX: root::tandem::u32_ = 256;
+        #[repr(C)]
+        #[derive(Copy, Clone)]
+        pub struct RtHostReply {
+            pub answer: root::tandem::u64_,
+            pub output_len: root::tandem::u32_,
+            pub reserved: root::tandem::u32_,
+        }
+        #[allow(clippy::unnecessary_operation, clippy::identity_op)]
+        const _: () = {
+            ["Size of RtHostReply"][::core::mem::size_of::<RtHostReply>() - 16usize];
+            [
+                "Alignment of RtHostReply",
+            ][::core::mem::align_of::<RtHostReply>() - 8usize];
+            [
+                "Offset of field: RtHostReply::answer",
+            ][::core::mem::offset_of!(RtHostReply, answer) - 0usize];
+            [
+                "Offset of field: RtHostReply::output_len",
+            ][::core::mem::offset_of!(RtHostReply, output_len) - 8usize];
+            [
+                "Offset of field: RtHostReply::reserved",
+            ][::core::mem::offset_of!(RtHostReply, reserved) - 12usize];
+        };
+        pub const RT_HOST_REPLY_BYTES: root::tandem::u64_ = 16;
+        pub const RT_HOST_REPLY_ANSWERED: root::tandem::u64_ = 1;
         pub const RT_REPLY_ALIGN: root::tandem::u64_ = 128;
         pub const RT_RC_UNKNOWN_POOL: root::tandem::i32_ = -2147483632;
         pub const RT_RC_UNKNOWN_METHOD: root::tandem::i32_ = -2147483631;
