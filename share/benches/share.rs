@@ -59,6 +59,8 @@ const CHILD_TIMEOUT: Duration = Duration::from_secs(120);
 /// map the same amount.
 const SMALL: usize = 2 << 20;
 const FIRST_OPEN_RATIO_TARGET: f64 = 1.5;
+/// A producer's create + fill + seal against alloc + fill + sync + export.
+const HANDLE_RATIO_TARGET: f64 = 1.5;
 const CACHED_OPEN_TARGET: Duration = Duration::from_micros(5);
 
 /// Sizes of one backend's run.
@@ -353,6 +355,9 @@ mod peer {
 /// first open, first open + kernel, and cached re-open.
 struct Round {
     handle: Duration,
+    /// `handle`'s parts: the allocation (raw) or create (daemon), the fill
+    /// and sync, the export (raw) or seal (daemon).
+    phases: [Duration; 3],
     open: Duration,
     touched: Duration,
     reopen: Duration,
@@ -370,6 +375,7 @@ impl Samples {
         let of = |field: fn(&Round) -> Duration| median(self.0.iter().map(field).collect());
         Round {
             handle: of(|r| r.handle),
+            phases: [0, 1, 2].map(|i| median(self.0.iter().map(|r| r.phases[i]).collect())),
             open: of(|r| r.open),
             touched: of(|r| r.touched),
             reopen: of(|r| r.reopen),
@@ -415,12 +421,30 @@ fn print_small(raw: &Round, shared: &Round, sleeping: &Round, gpu: bool) {
             ratio(d, r)
         );
     };
+    let handle = ratio(shared.handle, raw.handle);
     row(
         "get a handle (alloc+fill+sync+export / create+fill+seal)",
         raw.handle,
         shared.handle,
-        String::new(),
+        if gpu {
+            format!(
+                "  target <= {HANDLE_RATIO_TARGET}x: {}",
+                verdict(handle <= HANDLE_RATIO_TARGET)
+            )
+        } else {
+            format!("  (the {HANDLE_RATIO_TARGET}x target is a GPU's)")
+        },
     );
+    for (i, part) in [
+        "  of which alloc / create",
+        "  of which fill + sync",
+        "  of which export / seal",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        row(part, raw.phases[i], shared.phases[i], String::new());
+    }
     let first = ratio(shared.open, raw.open);
     row(
         "first open in another process",
@@ -503,10 +527,12 @@ fn raw_round<A: GpuApi>(
     let buffer = device
         .alloc_device_exportable(SMALL)
         .map_err(|e| e.to_string())?;
+    let allocated = start.elapsed();
     producer.fill(&buffer);
     device
         .synchronize_stream(&producer.stream)
         .map_err(|e| e.to_string())?;
+    let filled = start.elapsed();
     let handle = device
         .ipc_export_memory(&buffer)
         .map_err(|e| e.to_string())?;
@@ -516,6 +542,7 @@ fn raw_round<A: GpuApi>(
     drop(buffer);
     Ok(Round {
         handle: handle_time,
+        phases: [allocated, filled - allocated, handle_time - filled],
         open,
         touched,
         reopen,
@@ -533,11 +560,13 @@ fn daemon_round<A: GpuApi>(
 ) -> Result<Round, String> {
     let start = Instant::now();
     let (id, buffer) = client.create_buffer(0, SMALL).map_err(|e| e.to_string())?;
+    let created = start.elapsed();
     producer.fill(&buffer);
     producer
         .device
         .synchronize_stream(&producer.stream)
         .map_err(|e| e.to_string())?;
+    let filled = start.elapsed();
     let sealed = client
         .seal(buffer, &producer.stream)
         .map_err(|e| e.to_string())?;
@@ -547,6 +576,7 @@ fn daemon_round<A: GpuApi>(
     drop(sealed);
     Ok(Round {
         handle,
+        phases: [created, filled - created, handle - filled],
         open,
         touched,
         reopen,
