@@ -257,6 +257,9 @@ fn bench<A: GpuApi>(
         }
         trips.push(o.elapsed / scale.single_tasks as u32);
     }
+    let (_, phases) = senders
+        .echo_via_peer_with_phases(servers, &route, &echo)
+        .map_err(|e| e.to_string())?;
     let served = service.stop().map_err(|e| e.to_string())?;
     let (floor, trip) = (median(floors), median(trips));
     let ratio = trip.as_secs_f64() / floor.as_secs_f64();
@@ -266,6 +269,13 @@ fn bench<A: GpuApi>(
         us(floor),
         verdict(scale, ratio <= 1.5),
         served.served
+    );
+    println!(
+        "    as the kernel thread's clock saw it (one run): make {:.2} us, send {:.2} us, wait {:.2} us, output {:.2} us",
+        us(phases.make),
+        us(phases.send),
+        us(phases.wait),
+        us(phases.output)
     );
     Ok(())
 }
@@ -298,7 +308,7 @@ fn cuda() {
         workers_per_device: 4,
         blocks: 132,
         threads: 128,
-        tasks_per_device: 2_000_000,
+        tasks_per_device: 8_000_000,
         pingpong_rounds: 100_000,
         single_tasks: 100_000,
         targets: true,

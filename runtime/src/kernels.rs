@@ -195,6 +195,29 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         route: &PeerRoute,
         launch: &EchoLaunch,
     ) -> Result<EchoOutcome, RuntimeError> {
+        self.run_echo_via_peer(peer, route, launch, None)
+    }
+
+    /// [`echo_via_peer`](Self::echo_via_peer), timing global rank 0's
+    /// phases as well.
+    pub fn echo_via_peer_with_phases(
+        &mut self,
+        peer: &mut RuntimeKernels<'q, A>,
+        route: &PeerRoute,
+        launch: &EchoLaunch,
+    ) -> Result<(EchoOutcome, EchoPhases), RuntimeError> {
+        self.with_phases(|kernels, phase_ns| {
+            kernels.run_echo_via_peer(peer, route, launch, Some(phase_ns))
+        })
+    }
+
+    fn run_echo_via_peer(
+        &mut self,
+        peer: &mut RuntimeKernels<'q, A>,
+        route: &PeerRoute,
+        launch: &EchoLaunch,
+        phase_ns: Option<&SegmentBlock<'_>>,
+    ) -> Result<EchoOutcome, RuntimeError> {
         let used = (
             self.queues.device().ordinal(),
             peer.queues.device().ordinal(),
@@ -210,7 +233,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
             arena_reusable: &mut peer.arena_reusable,
             peer_word: route.access.kernel_word(),
         };
-        self.run_echo(launch, None, Some(target))
+        self.run_echo(launch, phase_ns, Some(target))
     }
 
     /// [`echo`](Self::echo), timing global rank 0's phases as well.

@@ -85,11 +85,12 @@ pub struct PeerRoute {
 /// Whether a device's kernels reach another device's segment.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum PeerAccess {
-    /// Peer access is enabled: kernels reach the peer's device memory (its
-    /// tickets) directly, and its segment through the portable pinned
-    /// mapping.
+    /// Peer access is enabled both ways: kernels reach the peer's device
+    /// memory (its inbox and tickets) directly and its segment through the
+    /// portable pinned mapping, and the peer's service reaches their reply
+    /// words.
     Direct,
-    /// The hardware gives no peer access between the two: a kernel handed
+    /// The hardware gives no peer access between the two (either way): a kernel handed
     /// this route gets `no_peer_access` from `rt_init_peer` and touches
     /// nothing of the peer's.
     Unreachable,
@@ -652,8 +653,8 @@ impl<A: GpuApi> Runtime<A> {
     }
 
     /// The route from device `from`'s kernels to device `to`'s GPU service
-    /// (indices into [`devices`](Self::devices)), enabling `from`'s peer
-    /// access to `to` where the hardware has it (idempotent). A kernel sends
+    /// (indices into [`devices`](Self::devices)), enabling peer access
+    /// between the two, both ways, where the hardware has it (idempotent). A kernel sends
     /// over it with `tandem::rt_init_peer` on `to`'s segment and
     /// `rt_send_to_gpu`; where the devices have no peer access the route
     /// says so and the kernel gets `no_peer_access`. A device and itself:
@@ -666,8 +667,12 @@ impl<A: GpuApi> Runtime<A> {
                 .ok_or(RuntimeError::NoSuchDevice { device, devices })
         };
         let (sender, server) = (queues(from)?, queues(to)?);
-        let access = if sender.device.can_access_peer(&server.device)? {
-            sender.device.enable_peer_access(&server.device)?;
+        // Both ways: the sender writes the server's inbox, and the server
+        // answers in the sender's reply words, in the sender's memory.
+        let (there, back) = (&server.device, &sender.device);
+        let access = if back.can_access_peer(there)? && there.can_access_peer(back)? {
+            back.enable_peer_access(there)?;
+            there.enable_peer_access(back)?;
             PeerAccess::Direct
         } else {
             PeerAccess::Unreachable

@@ -42,7 +42,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tandem_hal::{
-    Backend, DeviceMemory, GpuApi, GpuDevice, HostApi, IpcMemHandle, KernelArg, LaunchConfig,
+    Backend, DeviceMemory, EventFlags, GpuApi, GpuDevice, HostApi, IpcMemHandle, KernelArg,
+    LaunchConfig,
 };
 use tandem_share::{ObjectId, Polling, ShareClient};
 use tandem_shm_core::Segment;
@@ -220,6 +221,7 @@ fn run<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
         &sleeping.medians(),
         A::BACKEND != Backend::Host,
     );
+    print_create_parts(&*device, scale.small_rounds);
     asleep_consumer.finish()?;
 
     let through_daemon = median(
@@ -487,6 +489,65 @@ fn print_small(raw: &Round, shared: &Round, sleeping: &Round, gpu: bool) {
             verdict(shared.reopen < CACHED_OPEN_TARGET)
         ),
     );
+}
+
+/// The driver calls of a daemon's create and of its creator's mapping, each
+/// timed alone in this process (median of `rounds`): where a create's time
+/// goes. A call the backend refuses here prints its error instead.
+fn print_create_parts<D: GpuDevice>(device: &D, rounds: usize) {
+    let mut parts: [Vec<Duration>; 4] = Default::default();
+    let mut refused = None;
+    for _ in 0..rounds {
+        let timed = (|| {
+            let start = Instant::now();
+            let buffer = device.alloc_shareable(SMALL)?;
+            let allocated = start.elapsed();
+            let event = device.create_event(EventFlags {
+                timing: false,
+                interprocess: true,
+            })?;
+            device.ipc_export_event(&event)?;
+            let evented = start.elapsed();
+            let handle = device.export_shareable(&buffer)?;
+            let exported = start.elapsed();
+            let imported = device.import_shareable(handle)?;
+            let mapped = start.elapsed();
+            drop((imported, event, buffer));
+            Ok::<_, tandem_hal::GpuError>([
+                allocated,
+                evented - allocated,
+                exported - evented,
+                mapped - exported,
+            ])
+        })();
+        match timed {
+            Ok(times) => {
+                for (part, t) in parts.iter_mut().zip(times) {
+                    part.push(t);
+                }
+            }
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    if let Some(e) = refused {
+        println!("  a create's parts, timed here: not measured ({e})");
+        return;
+    }
+    println!("  a create's parts, each timed alone in this process (median of {rounds}):");
+    for (what, times) in [
+        "alloc_shareable (the daemon)",
+        "interprocess event, created and exported (the daemon)",
+        "export_shareable (the daemon)",
+        "import_shareable, mapped (the creator)",
+    ]
+    .into_iter()
+    .zip(parts)
+    {
+        println!("    {what:<58} {:>9.1} us", us(median(times)));
+    }
 }
 
 /// The producer's device, kernels and stream.

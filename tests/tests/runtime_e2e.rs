@@ -739,7 +739,11 @@ fn kernels_send_to_another_devices_service<A: GpuApi>(api: A, blocks: u32, threa
     let reachable = first
         .device()
         .can_access_peer(second.device())
-        .expect("ask");
+        .expect("ask")
+        && second
+            .device()
+            .can_access_peer(first.device())
+            .expect("ask");
     let route = runtime.peer_route(0, 1).expect("route");
     assert_eq!(
         route,
