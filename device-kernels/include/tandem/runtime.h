@@ -1550,9 +1550,10 @@ struct RtInboxTask {
   bool wide;
 };
 
-/// Takes device-inbox ticket `ticket` into `*task` if its task has arrived,
-/// and frees the slot for the ticket a lap later; false (nothing taken)
-/// if not yet. The caller owns the ticket (rt_serve): nobody else takes it.
+/// Copies device-inbox ticket `ticket`'s task into `*task` if it has
+/// arrived; false (nothing taken) if not yet. The caller owns the ticket
+/// (rt_serve): nobody else takes it, and the slot stays its own until it
+/// frees it (rt_free_inbox_slot).
 TANDEM_DEVICE bool rt_take_inbox_task(const RtContext& ctx, u64 ticket, RtInboxTask* task) {
   RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
   // Relaxed, with the fence below: the acquire pattern that pairs with the
@@ -1576,11 +1577,19 @@ TANDEM_DEVICE bool rt_take_inbox_task(const RtContext& ctx, u64 ticket, RtInboxT
   for (u32 i = 0; i < RT_INBOX_ARGS_WORDS; ++i) {
     task->args[i] = slot->args[i];
   }
-  // Release, so the reads above finish before the next lap's sender
-  // overwrites the slot (its acquire pattern, rt_wait_inbox_slot). System
-  // scope: that sender may be on another device.
-  store_release<scope::system>(&slot->seq, mpmc_free_for(ticket + ctx.device_inbox_mask + 1));
   return true;
+}
+
+/// Frees ticket `ticket`'s slot, whose task was taken, for the ticket a lap
+/// later. Called after the answer: its system-scope release is then off the
+/// sender's path (the sender's next ticket uses another slot).
+TANDEM_DEVICE void rt_free_inbox_slot(const RtContext& ctx, u64 ticket) {
+  RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
+  // Release, so the reads of rt_take_inbox_task finish before the next
+  // lap's sender overwrites the slot (its acquire pattern,
+  // rt_wait_inbox_slot). System scope: that sender may be on another
+  // device.
+  store_release<scope::system>(&slot->seq, mpmc_free_for(ticket + ctx.device_inbox_mask + 1));
 }
 
 /// Answers `task` with return code `rc` and the `len` bytes of `out` (none
@@ -1751,13 +1760,14 @@ TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* s
     bool worked = false;
     detail::RtInboxTask task;
     if (detail::rt_take_inbox_task(ctx, ticket, &task)) {
-      ticket += threads;
       worked = true;
       if (detail::rt_run_inbox_task(ctx, task, handle)) {
         ++stats->served;
       } else {
         ++stats->bad_pointers;
       }
+      detail::rt_free_inbox_slot(ctx, ticket);
+      ticket += threads;
     }
     detail::RtHostRecord record;
     if (host_server && detail::rt_read_host_record(from_host, host_ticket, &record)) {
