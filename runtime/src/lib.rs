@@ -87,9 +87,12 @@
 //! 5. `submit`, `janitor` (takes back dead clients' slots), `status`.
 //! 6. `runtime` and `host_client`, then `gpu_service`, `serve` and `kernels`.
 
+mod adopted;
+mod client_queues;
 mod client_table;
 mod config;
 mod context;
+mod device_requests;
 mod error;
 mod gpu_service;
 mod host_client;
@@ -108,9 +111,11 @@ mod submit;
 mod task;
 mod worker;
 
+pub use client_queues::ClientDeviceQueues;
 pub use client_table::{ClientSnapshot, ClientState, ClientTable};
 pub use config::{read_config_file, Config, DeviceSelection, MAX_CONFIG_BYTES};
 pub use context::{CallerMemoryError, SharedBytes, TaskContext};
+pub use device_requests::{DeviceQueueSnapshot, DeviceQueueState};
 pub use error::{ConfigError, RuntimeError};
 pub use gpu_service::{GpuService, ServiceStats};
 pub use host_client::Client;
