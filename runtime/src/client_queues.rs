@@ -46,11 +46,11 @@ use std::time::{Duration, Instant};
 
 use tandem_hal::GpuApi;
 
+use crate::client_table::ClientLease;
 use crate::device_requests::{
     client_segment_index, DeviceQueueEntry, DeviceQueueRefusal, DeviceQueueState, ENTRY_NAME_BYTES,
 };
 use crate::error::RuntimeError;
-use crate::host_client::Client;
 use crate::layout::runtime_state;
 use crate::liveness::{Liveness, HEARTBEAT_PERIOD};
 use crate::runtime::{DeviceQueues, DeviceSegmentPlan};
@@ -81,16 +81,17 @@ struct RuntimeWatch {
 }
 
 impl<'c, A: GpuApi> ClientDeviceQueues<'c, A> {
-    /// Creates this client's device segment on `api`'s device `ordinal`
-    /// and has the runtime serve it (module docs).
+    /// Creates the device segment of the client holding `lease` in the
+    /// CPU segment `cpu`, on `api`'s device `ordinal`, and has the runtime
+    /// serve it (module docs).
     pub(crate) fn request(
-        client: &'c Client,
+        cpu: Arc<QueueSegment>,
+        lease: &'c ClientLease<'static>,
         api: &A,
         ordinal: usize,
     ) -> Result<Self, RuntimeError> {
-        let cpu = client.segment_arc();
-        let limits = client.lease().device_limits();
-        let entries = client.lease().entries();
+        let limits = lease.device_limits();
+        let entries = lease.entries();
         let (k, entry) = entries
             .iter()
             .enumerate()
@@ -98,7 +99,7 @@ impl<'c, A: GpuApi> ClientDeviceQueues<'c, A> {
             .ok_or(RuntimeError::TooManyDeviceQueues {
                 max: limits.per_client,
             })?;
-        let filled = Self::fill(client, api, ordinal, k as u32, entry);
+        let filled = Self::fill(&cpu, lease, api, ordinal, k as u32, entry);
         let queues = match filled {
             Ok(queues) => queues,
             Err(e) => {
@@ -107,7 +108,7 @@ impl<'c, A: GpuApi> ClientDeviceQueues<'c, A> {
             }
         };
         entry.set_state(DeviceQueueState::Requested);
-        let runtime_pid = client.runtime_pid();
+        let runtime_pid = cpu.header().owner().pid;
         let deadline = Instant::now() + ANSWER_TIMEOUT;
         loop {
             match entry.state() {
@@ -151,22 +152,22 @@ impl<'c, A: GpuApi> ClientDeviceQueues<'c, A> {
 
     /// Makes the segment entry `k` will name, and writes the request.
     fn fill(
-        client: &Client,
+        cpu: &QueueSegment,
+        lease: &ClientLease<'static>,
         api: &A,
         ordinal: usize,
         k: u32,
         entry: &DeviceQueueEntry,
     ) -> Result<DeviceQueues<A>, RuntimeError> {
         static CREATED: AtomicU32 = AtomicU32::new(0);
-        let limits = client.lease().device_limits();
+        let limits = lease.device_limits();
         // Relaxed: only uniqueness matters, which the RMW gives.
         let n = CREATED.fetch_add(1, Ordering::Relaxed);
         let name = format!("tandem-{}-q{n}", std::process::id());
         debug_assert!(name.len() < ENTRY_NAME_BYTES);
         let memory = crate::stale::create_owned_segment(&name, limits.segment_bytes)?;
-        let cpu = client.segment();
         let plan = DeviceSegmentPlan {
-            index: client_segment_index(client.slot(), k, limits.per_client),
+            index: client_segment_index(lease.index(), k, limits.per_client),
             lanes: limits.lanes,
             depth: cpu.queue().depth(),
             copy_space: cpu.header().copy_space,

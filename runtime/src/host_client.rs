@@ -139,17 +139,7 @@ impl Client {
         api: &A,
         ordinal: usize,
     ) -> Result<ClientDeviceQueues<'_, A>, RuntimeError> {
-        ClientDeviceQueues::request(self, api, ordinal)
-    }
-
-    /// The CPU segment, shared.
-    pub(crate) fn segment_arc(&self) -> Arc<QueueSegment> {
-        Arc::clone(&self.segment)
-    }
-
-    /// The slot this client holds.
-    pub(crate) fn lease(&self) -> &ClientLease<'static> {
-        &self.lease
+        ClientDeviceQueues::request(Arc::clone(&self.segment), &self.lease, api, ordinal)
     }
 
     /// The client slot this client holds (an index into the segment's
