@@ -72,9 +72,15 @@ impl Adopted {
 /// The adopted segments and the generation that tells workers to look again.
 #[derive(Debug, Default)]
 pub(crate) struct AdoptedSegments {
-    generation: AtomicU64,
+    generation: Generation,
     list: Mutex<Vec<Arc<Adopted>>>,
 }
+
+/// The generation, on lines of its own: the heartbeat takes the list's lock
+/// at every tick, which must not take the workers' copy of this line away.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Generation(AtomicU64);
 
 impl AdoptedSegments {
     /// The generation now. Acquire: pairs with [`edit`](Self::edit)'s
@@ -82,7 +88,7 @@ impl AdoptedSegments {
     /// made it (it reads the list under the lock anyway; the pair keeps it
     /// from refreshing to an older one).
     pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        self.generation.0.load(Ordering::Acquire)
     }
 
     /// A copy of the list, for a worker's refresh.
@@ -94,7 +100,7 @@ impl AdoptedSegments {
     /// after the change: see [`generation`](Self::generation)).
     pub(crate) fn edit<T>(&self, change: impl FnOnce(&mut Vec<Arc<Adopted>>) -> T) -> T {
         let out = change(&mut self.lock());
-        self.generation.fetch_add(1, Ordering::Release);
+        self.generation.0.fetch_add(1, Ordering::Release);
         out
     }
 
