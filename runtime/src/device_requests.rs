@@ -227,3 +227,49 @@ impl DeviceQueueEntry {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> DeviceQueueEntry {
+        // SAFETY: every field is an atomic integer, for which all-zero is
+        // valid (a free entry, as the client table lays them out).
+        unsafe { std::mem::zeroed() }
+    }
+
+    #[test]
+    fn a_name_round_trips_and_a_long_one_is_cut() {
+        let e = entry();
+        assert_eq!(e.name(), None);
+        e.write_name("tandem-4194304-q7");
+        assert_eq!(e.name().as_deref(), Some("tandem-4194304-q7"));
+        let long = "x".repeat(ENTRY_NAME_BYTES + 5);
+        e.write_name(&long);
+        assert_eq!(e.name().map(|n| n.len()), Some(ENTRY_NAME_BYTES - 1));
+    }
+
+    #[test]
+    fn states_move_only_from_where_they_are() {
+        let e = entry();
+        assert_eq!(e.state(), Some(DeviceQueueState::Free));
+        assert!(!e.advance(DeviceQueueState::Adopted, DeviceQueueState::Releasing));
+        assert!(e.advance(DeviceQueueState::Free, DeviceQueueState::Filling));
+        assert!(!e.advance(DeviceQueueState::Free, DeviceQueueState::Filling));
+        e.set_state(DeviceQueueState::Requested);
+        let snapshot = e.snapshot().expect("not free");
+        assert_eq!(snapshot.state.as_str(), "requested");
+    }
+
+    #[test]
+    fn client_segment_ids_are_distinct_and_clear_of_the_runtimes() {
+        let ids: Vec<u32> = (0..4)
+            .flat_map(|slot| (0..3).map(move |k| client_segment_index(slot, k, 3)))
+            .collect();
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len());
+        assert!(ids.iter().all(|&id| id >= CLIENT_SEGMENT_INDEX_BASE));
+    }
+}

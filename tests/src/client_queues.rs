@@ -318,3 +318,24 @@ pub fn quota_of_one_client_leaves_the_other_alone<A: GpuApi>(api: &A, exe: &Path
     drop(client);
     assert!(runtime.wait(STEP).expect("runtime exit").success());
 }
+
+/// Device queues on a device the runtime does not serve: refused with a
+/// typed error, and the entry is free again for a request it serves. On
+/// the CPU device, whose client side may have two devices while the
+/// runtime serves one.
+pub fn a_device_the_runtime_does_not_serve_is_refused(exe: &Path) {
+    let segment = segment_name("refused");
+    let mut runtime = start_runtime::<tandem_hal::HostApi>(exe, &segment, 1);
+    let api = tandem_hal::HostApi::with_devices(2);
+    let client = Client::attach(&segment).expect("attach");
+    match client.device_queues(&api, 1) {
+        Err(RuntimeError::DeviceQueuesRefused { device: 1, .. }) => {}
+        Err(e) => panic!("device queues on device 1: {e}"),
+        Ok(_) => panic!("device queues on a device the runtime does not serve"),
+    }
+    let queues = client.device_queues(&api, 0).expect("device 0's queues");
+    echo_and_check(&queues, 1, 4, 8).expect("kernels on device 0");
+    drop(queues);
+    drop(client);
+    assert!(runtime.wait(STEP).expect("runtime exit").success());
+}

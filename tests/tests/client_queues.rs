@@ -1,9 +1,10 @@
 //! Kernels of client processes submit to a runtime in another process
 //! through device queues of their own (`tandem_tests::client_queues`): two
 //! clients at once, a client killed mid-kernel, the runtime killed under
-//! client kernels, one client at its quota. On the CPU device always, on
-//! CUDA and HIP with their features (skipped without a device unless
-//! `TANDEM_REQUIRE_GPU=1`, see `tandem_tests::gpu`).
+//! client kernels, one client at its quota, a device the runtime does not
+//! serve. On the CPU device always, on CUDA and HIP with their features
+//! (skipped without a device unless `TANDEM_REQUIRE_GPU=1`, see
+//! `tandem_tests::gpu`).
 
 use std::path::PathBuf;
 
@@ -57,6 +58,11 @@ macro_rules! client_queue_tests {
 }
 
 client_queue_tests!(host, tandem_hal::HostApi);
+
+#[test]
+fn a_device_the_runtime_does_not_serve_is_refused() {
+    tandem_tests::client_queues::a_device_the_runtime_does_not_serve_is_refused(&child());
+}
 #[cfg(feature = "cuda")]
 client_queue_tests!(cuda, tandem_hal_cuda::CudaApi);
 #[cfg(feature = "hip")]
