@@ -140,7 +140,14 @@ impl<'c, A: GpuApi> ClientDeviceQueues<'c, A> {
             std::thread::sleep(Duration::from_millis(1));
         }
         let watched = Arc::new(RuntimeWatch::default());
-        let watch = spawn_watch(cpu, queues.segment_arc(), Arc::clone(&watched))?;
+        let watch = match spawn_watch(cpu, queues.segment_arc(), Arc::clone(&watched)) {
+            Ok(watch) => watch,
+            Err(e) => {
+                // Given back: nothing of this client will use it.
+                entry.advance(DeviceQueueState::Adopted, DeviceQueueState::Releasing);
+                return Err(e);
+            }
+        };
         Ok(Self {
             queues,
             entry,
