@@ -21,8 +21,9 @@
 //!   segment is dropped from the workers' poll set and its name removed.
 //!
 //! Only the client writes an entry in `Free`, `Filling` and `Refused`; only
-//! the janitor in `Requested` and `Releasing`: each word has one writer at a
-//! time, handed over by the state's Release/Acquire pairs.
+//! the janitor in `Requested` and `Releasing`, and its `tasks` count while
+//! `Adopted`: each word has one writer at a time, handed over by the
+//! state's Release/Acquire pairs.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 

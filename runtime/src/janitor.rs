@@ -99,7 +99,9 @@ impl Janitor {
     }
 
     /// One round: starts reclaims of slots whose owner is gone (every
-    /// [`OWNER_CHECK_PERIOD`]) or detaching, and advances those under way.
+    /// [`OWNER_CHECK_PERIOD`]) or detaching, and advances those under way;
+    /// answers device queue requests and releases, and refreshes the
+    /// adopted segments' task counts.
     pub(crate) fn tick(&mut self) {
         let check_owners = self
             .last_owner_check
