@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tandem_hal::GpuApi;
-
 use tandem_process::{find_tandem_binary, ServiceChild};
 use tandem_shm_core::Segment;
 
