@@ -1,5 +1,6 @@
-//! Tandem's examples (`host_client.rs`, `user_pool.rs`), and the kernels of
-//! `user_pool`: `kernels.toml` and `kernels/*.cu`, built by `build.rs` with
+//! Tandem's examples (`host_client.rs`, `user_pool.rs`, `client_blobs.rs`),
+//! and the kernels of `user_pool` and `client_blobs`: `kernels.toml` and
+//! `kernels/*.cu`, built by `build.rs` with
 //! `tandem-kernel-build` for the CPU device, CUDA and HIP, as a crate of your
 //! own builds its kernels.
 

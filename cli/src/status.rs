@@ -99,6 +99,12 @@ fn print_status(s: &StatusSnapshot) {
             c.free_bytes,
             c.largest_request
         );
+        for q in &c.device_queues {
+            println!(
+                "    device {} queues {}: {} lanes, {} tasks (/dev/shm/{})",
+                q.device, q.state, q.lanes, q.tasks, q.segment
+            );
+        }
     }
     println!();
     println!(

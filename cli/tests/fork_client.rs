@@ -2,7 +2,8 @@
 //! ready when `fork_runtime` returns, serves several clients, and when it is
 //! killed waiting clients get an error in bounded time; a stopped one is
 //! reported not answering while they wait on; the segment a killed one left
-//! behind is reclaimed by the next runtime on its name.
+//! behind is reclaimed by the next runtime on its name. A fork client's own
+//! kernels submit to its runtime through device queues of their own.
 
 mod common;
 
@@ -97,6 +98,35 @@ fn forked_runtime_is_ready_and_serves_clients() {
             .expect("call");
         assert_eq!(sum, 2 * i);
     }
+}
+
+#[test]
+fn a_fork_clients_kernels_submit_through_device_queues_of_its_own() {
+    use tandem_runtime::kernels::{NoopLaunch, RuntimeKernels};
+    let config = Config {
+        devices: DeviceSelection::All,
+        client_device_segment_size: 4 << 20,
+        gpu_lanes: 2,
+        ..small_config()
+    };
+    let client = forked_with(&config);
+    let api = HostApi::with_devices(1);
+    let queues = client.device_queues(&api, 0).expect("device queues");
+    let mut kernels = RuntimeKernels::load(&queues).expect("kernels");
+    let outcome = kernels
+        .noop_tasks(&NoopLaunch {
+            blocks: 2,
+            threads: 4,
+            tasks_per_thread: 50,
+            spin_budget: 1 << 40,
+        })
+        .expect("launch");
+    assert_eq!(outcome.failed_threads(), 0, "{:?}", outcome.status);
+    assert!(outcome.results.iter().all(|&n| n == 50));
+    let name = queues.segment().name().expect("named").to_string();
+    drop(kernels);
+    drop(queues);
+    assert!(!std::path::Path::new("/dev/shm").join(name).exists());
 }
 
 #[test]

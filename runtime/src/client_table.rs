@@ -9,8 +9,10 @@
 //!
 //! The CPU segment's client region ([`SegmentHeader::clients_offset`],
 //! host-only, so no C++ mirror) holds a [`ClientTableHeader`], then
-//! `max_clients` [`ClientSlot`]s of one cache line each, then, from the next
-//! page, one heap of `client_heap_bytes` per slot: a shm-core
+//! `max_clients` [`ClientSlot`]s of one cache line each, then
+//! `client_device_queues` [`DeviceQueueEntry`]s per slot (a client's device
+//! queues: `device_requests.rs`), then, from the next page, one heap of
+//! `client_heap_bytes` per slot: a shm-core
 //! `SizeClassAllocator`. A slot's heap *is* its quota, and taking back
 //! everything a client held is re-initialising that allocator: no per-block
 //! bookkeeping, no walk of the blocks a dead client left. The in-process
@@ -66,6 +68,7 @@ use tandem_process::ProcessIdentity;
 use tandem_shm_core::block_size;
 use tandem_shm_core::{AllocError, AllocatorId, ShmPtr, SizeClassAllocator};
 
+use crate::device_requests::{DeviceQueueEntry, DeviceQueueSnapshot};
 use crate::error::RuntimeError;
 use crate::task::TaskError;
 
@@ -85,12 +88,22 @@ pub(crate) struct ClientTableHeader {
     pub magic: u64,
     /// Slots in the table.
     pub max_clients: u32,
-    pub reserved: u32,
+    /// Device queue entries per slot: the device segments a client may
+    /// hold at once.
+    pub device_queues: u32,
     /// Bytes of each slot's heap (its quota).
     pub heap_bytes: u64,
     /// Where the first slot's heap starts, from the region's start; slot `i`'s
     /// is `i * heap_bytes` further.
     pub heaps_offset: u64,
+    /// Where the first slot's device queue entries start, from the region's
+    /// start; slot `i`'s are `i * device_queues` entries further.
+    pub entries_offset: u64,
+    /// Bytes of each client device segment, and lanes of its queue: what
+    /// the runtime adopts.
+    pub device_segment_bytes: u64,
+    pub device_lanes: u32,
+    pub reserved: u32,
 }
 
 /// One client's slot: a cache line, so clients' counters do not share one.
@@ -126,6 +139,9 @@ const _: () = assert!(size_of::<ClientTableHeader>() == 64);
 const _: () = assert!(std::mem::offset_of!(ClientTableHeader, max_clients) == 8);
 const _: () = assert!(std::mem::offset_of!(ClientTableHeader, heap_bytes) == 16);
 const _: () = assert!(std::mem::offset_of!(ClientTableHeader, heaps_offset) == 24);
+const _: () = assert!(std::mem::offset_of!(ClientTableHeader, entries_offset) == 32);
+const _: () = assert!(std::mem::offset_of!(ClientTableHeader, device_segment_bytes) == 40);
+const _: () = assert!(std::mem::offset_of!(ClientTableHeader, device_lanes) == 48);
 const _: () = assert!(size_of::<ClientSlot>() == 64 && align_of::<ClientSlot>() == 64);
 const _: () = assert!(std::mem::offset_of!(ClientSlot, state) == 0);
 const _: () = assert!(std::mem::offset_of!(ClientSlot, start_time) == 8);
@@ -198,13 +214,37 @@ pub struct ClientSnapshot {
     pub largest_servable_block: u64,
 }
 
-/// Bytes of a client region of `max_clients` heaps of `heap_bytes`.
-pub(crate) fn region_bytes(max_clients: u32, heap_bytes: usize) -> usize {
-    heaps_offset(max_clients) + max_clients as usize * heap_bytes
+/// What each client may hold of device queues of its own: entries per
+/// slot, and the size and lanes of each device segment.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct DeviceQueueLimits {
+    pub per_client: u32,
+    pub segment_bytes: usize,
+    pub lanes: u32,
 }
 
-fn heaps_offset(max_clients: u32) -> usize {
-    (size_of::<ClientTableHeader>() + max_clients as usize * size_of::<ClientSlot>())
+impl DeviceQueueLimits {
+    /// No device queues for clients (and segments without a client table).
+    pub(crate) const NONE: Self = Self {
+        per_client: 0,
+        segment_bytes: 0,
+        lanes: 0,
+    };
+}
+
+/// Bytes of a client region of `max_clients` heaps of `heap_bytes`, with
+/// `device_queues` entries per slot.
+pub(crate) fn region_bytes(max_clients: u32, device_queues: u32, heap_bytes: usize) -> usize {
+    heaps_offset(max_clients, device_queues) + max_clients as usize * heap_bytes
+}
+
+fn entries_offset(max_clients: u32) -> usize {
+    size_of::<ClientTableHeader>() + max_clients as usize * size_of::<ClientSlot>()
+}
+
+fn heaps_offset(max_clients: u32, device_queues: u32) -> usize {
+    let entries = max_clients as usize * device_queues as usize;
+    (entries_offset(max_clients) + entries * size_of::<DeviceQueueEntry>())
         .next_multiple_of(CLIENT_HEAP_ALIGN)
 }
 
@@ -213,6 +253,8 @@ fn heaps_offset(max_clients: u32) -> usize {
 pub struct ClientTable<'r> {
     header: &'r ClientTableHeader,
     pub(crate) slots: &'r [ClientSlot],
+    /// Every slot's device queue entries, slot by slot.
+    entries: &'r [DeviceQueueEntry],
     /// The region's start in this process.
     base: *mut u8,
     /// The region's offset in its segment.
@@ -228,8 +270,8 @@ unsafe impl Sync for ClientTable<'_> {}
 
 impl<'r> ClientTable<'r> {
     /// Lays out an empty table of `max_clients` slots with heaps of
-    /// `heap_bytes` in `len` bytes at `region` (segment offset
-    /// `region_offset`).
+    /// `heap_bytes` and the device queue entries of `limits` in `len` bytes
+    /// at `region` (segment offset `region_offset`).
     ///
     /// # Safety
     /// `region` must be page-aligned, valid for reads and writes of `len`
@@ -240,8 +282,12 @@ impl<'r> ClientTable<'r> {
         region_offset: u64,
         max_clients: u32,
         heap_bytes: usize,
+        limits: DeviceQueueLimits,
     ) -> Result<Self, RuntimeError> {
-        if region_bytes(max_clients, heap_bytes) > len || heap_bytes % CLIENT_HEAP_ALIGN != 0 {
+        let device_queues = limits.per_client;
+        if region_bytes(max_clients, device_queues, heap_bytes) > len
+            || heap_bytes % CLIENT_HEAP_ALIGN != 0
+        {
             return Err(RuntimeError::BadSegment(format!(
                 "{max_clients} client heaps of {heap_bytes} bytes do not fit {len} bytes"
             )));
@@ -253,9 +299,13 @@ impl<'r> ClientTable<'r> {
             header.write(ClientTableHeader {
                 magic: CLIENT_TABLE_MAGIC,
                 max_clients,
-                reserved: 0,
+                device_queues,
                 heap_bytes: heap_bytes as u64,
-                heaps_offset: heaps_offset(max_clients) as u64,
+                heaps_offset: heaps_offset(max_clients, device_queues) as u64,
+                entries_offset: entries_offset(max_clients) as u64,
+                device_segment_bytes: limits.segment_bytes as u64,
+                device_lanes: limits.lanes,
+                reserved: 0,
             });
             let slots = region
                 .add(size_of::<ClientTableHeader>())
@@ -271,6 +321,11 @@ impl<'r> ClientTable<'r> {
                 addr_of_mut!((*slot).free_bytes).write(AtomicU64::new(0));
                 addr_of_mut!((*slot).largest_servable_block).write(AtomicU64::new(0));
             }
+            // All-zero is a free entry: every word an atomic integer.
+            region.add(entries_offset(max_clients)).write_bytes(
+                0,
+                max_clients as usize * device_queues as usize * size_of::<DeviceQueueEntry>(),
+            );
             Self::attach(region, len, region_offset)
         }
     }
@@ -297,9 +352,10 @@ impl<'r> ClientTable<'r> {
             return bad(format!("magic {:#x}", header.magic));
         }
         let heap_bytes = usize::try_from(header.heap_bytes).unwrap_or(usize::MAX);
-        let needed = heaps_offset(header.max_clients)
-            .checked_add((header.max_clients as usize).saturating_mul(heap_bytes));
-        if header.heaps_offset != heaps_offset(header.max_clients) as u64
+        let heaps_at = heaps_offset(header.max_clients, header.device_queues);
+        let needed = heaps_at.checked_add((header.max_clients as usize).saturating_mul(heap_bytes));
+        if header.heaps_offset != heaps_at as u64
+            || header.entries_offset != entries_offset(header.max_clients) as u64
             || heap_bytes % CLIENT_HEAP_ALIGN != 0
             || needed.is_none_or(|n| n > len)
         {
@@ -318,9 +374,21 @@ impl<'r> ClientTable<'r> {
                 header.max_clients as usize,
             )
         };
+        // SAFETY: the entries lie between the slots and the heaps (checked
+        // through heaps_offset), were zeroed before publication, and are
+        // only used atomically.
+        let entries = unsafe {
+            std::slice::from_raw_parts(
+                region
+                    .add(entries_offset(header.max_clients))
+                    .cast::<DeviceQueueEntry>(),
+                header.max_clients as usize * header.device_queues as usize,
+            )
+        };
         Ok(Self {
             header,
             slots,
+            entries,
             base: region,
             region_offset,
         })
@@ -334,6 +402,30 @@ impl<'r> ClientTable<'r> {
     /// Bytes of each client's heap: its quota.
     pub fn quota_bytes(&self) -> u64 {
         self.header.heap_bytes
+    }
+
+    /// What each client may hold of device queues of its own.
+    pub(crate) fn device_queue_limits(&self) -> DeviceQueueLimits {
+        DeviceQueueLimits {
+            per_client: self.header.device_queues,
+            segment_bytes: usize::try_from(self.header.device_segment_bytes).unwrap_or(0),
+            lanes: self.header.device_lanes,
+        }
+    }
+
+    /// Slot `index`'s device queue entries (empty for no such slot).
+    pub(crate) fn entries(&self, index: u32) -> &'r [DeviceQueueEntry] {
+        let per = self.header.device_queues as usize;
+        let first = index as usize * per;
+        self.entries.get(first..first + per).unwrap_or(&[])
+    }
+
+    /// Slot `index`'s device queues that are not free.
+    pub fn device_queues(&self, index: u32) -> Vec<DeviceQueueSnapshot> {
+        self.entries(index)
+            .iter()
+            .filter_map(DeviceQueueEntry::snapshot)
+            .collect()
     }
 
     /// Slot `index` as it is now.
@@ -512,6 +604,8 @@ impl<'r> ClientTable<'r> {
             return Ok(ClientLease {
                 index: index as u32,
                 slot,
+                entries: self.entries(index as u32),
+                device_limits: self.device_queue_limits(),
                 heap,
                 heap_offset: self.region_offset + heap_offset,
                 quota: self.header.heap_bytes,
@@ -548,6 +642,9 @@ fn heap_readers_left(slot: &ClientSlot) -> bool {
 pub(crate) struct ClientLease<'r> {
     index: u32,
     slot: &'r ClientSlot,
+    /// The slot's device queue entries.
+    entries: &'r [DeviceQueueEntry],
+    device_limits: DeviceQueueLimits,
     heap: SizeClassAllocator<'r>,
     /// The heap's offset in the segment: its pointers are relative to it.
     heap_offset: u64,
@@ -564,6 +661,16 @@ impl ClientLease<'_> {
     /// The slot's index.
     pub(crate) fn index(&self) -> u32 {
         self.index
+    }
+
+    /// The slot's device queue entries.
+    pub(crate) fn entries(&self) -> &[DeviceQueueEntry] {
+        self.entries
+    }
+
+    /// What the runtime lets a client hold of device queues.
+    pub(crate) fn device_limits(&self) -> DeviceQueueLimits {
+        self.device_limits
     }
 
     /// Allocates `bytes` (16-aligned) from the slot's heap, counted as a

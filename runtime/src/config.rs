@@ -13,6 +13,8 @@
 //! cpu_segment_name = "tandem-runtime"  # default: tandem-<pid>-<n>
 //! max_clients = 8             # host clients attached at once
 //! client_heap_bytes = 131072  # each client's heap in the CPU segment: its quota
+//! client_device_queues = 2    # device segments each client may hold (its kernels' queues)
+//! client_device_segment_size = 33554432  # bytes of each of those segments
 //! ```
 
 use std::path::Path;
@@ -81,6 +83,13 @@ pub struct Config {
     /// and payloads may hold at once (its quota). The default holds about
     /// 250 futures of the default copy space.
     pub client_heap_bytes: usize,
+    /// Device segments each host client may hold at once, for its own
+    /// kernels to submit through ([`Client::device_queues`](crate::Client::device_queues)):
+    /// its quota of device queues (0: none).
+    pub client_device_queues: u32,
+    /// Bytes of each of those segments: its kernels' futures and buffers
+    /// come from it, so it bounds what one client's kernels hold at once.
+    pub client_device_segment_size: usize,
 }
 
 impl Default for Config {
@@ -98,6 +107,8 @@ impl Default for Config {
             cpu_segment_name: None,
             max_clients: 8,
             client_heap_bytes: 128 << 10,
+            client_device_queues: 2,
+            client_device_segment_size: 32 << 20,
         }
     }
 }
@@ -118,6 +129,8 @@ struct ConfigFile {
     cpu_segment_name: Option<String>,
     max_clients: Option<u32>,
     client_heap_bytes: Option<usize>,
+    client_device_queues: Option<u32>,
+    client_device_segment_size: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -191,6 +204,10 @@ impl Config {
             cpu_segment_name: file.cpu_segment_name,
             max_clients: file.max_clients.unwrap_or(d.max_clients),
             client_heap_bytes: file.client_heap_bytes.unwrap_or(d.client_heap_bytes),
+            client_device_queues: file.client_device_queues.unwrap_or(d.client_device_queues),
+            client_device_segment_size: file
+                .client_device_segment_size
+                .unwrap_or(d.client_device_segment_size),
         };
         config.validate()?;
         Ok(config)
@@ -260,10 +277,24 @@ impl Config {
                 ),
             );
         }
-        let clients = crate::client_table::region_bytes(self.max_clients, heap);
+        if self.client_device_queues > 64 {
+            return invalid(
+                "client_device_queues",
+                format!("{} is not in 0..=64", self.client_device_queues),
+            );
+        }
+        let clients =
+            crate::client_table::region_bytes(self.max_clients, self.client_device_queues, heap);
         // The backend is not known here (the same configuration may start
         // either), so device segments must hold the larger lane count.
         let device_lanes = self.lanes.max(self.gpu_lanes);
+        // Client device segments are checked only where clients may have some.
+        let client_devices = (self.client_device_queues > 0).then_some((
+            "client_device_segment_size",
+            self.client_device_segment_size,
+            device_lanes,
+            0,
+        ));
         for (field, size, lanes, clients) in [
             ("gpu_segment_size", self.gpu_segment_size, device_lanes, 0),
             (
@@ -272,7 +303,10 @@ impl Config {
                 self.lanes,
                 clients,
             ),
-        ] {
+        ]
+        .into_iter()
+        .chain(client_devices)
+        {
             if size > 1 << 40 {
                 return invalid(field, format!("{size} bytes is more than 1 TiB"));
             }
@@ -327,7 +361,8 @@ impl Config {
         };
         let mut text = format!(
             "{workers}\nqueue_depth = {}\nlanes = {}\ngpu_lanes = {}\ngpu_segment_size = {}\n\
-             cpu_segment_size = {}\ncopy_space = {}\nmax_clients = {}\nclient_heap_bytes = {}\n",
+             cpu_segment_size = {}\ncopy_space = {}\nmax_clients = {}\nclient_heap_bytes = {}\n\
+             client_device_queues = {}\nclient_device_segment_size = {}\n",
             self.queue_depth,
             self.lanes,
             self.gpu_lanes,
@@ -335,7 +370,9 @@ impl Config {
             self.cpu_segment_size,
             self.copy_space,
             self.max_clients,
-            self.client_heap_bytes
+            self.client_heap_bytes,
+            self.client_device_queues,
+            self.client_device_segment_size
         );
         match &self.devices {
             DeviceSelection::All => text.push_str("devices = \"all\"\n"),

@@ -111,6 +111,25 @@ pub enum RuntimeError {
         /// The device's ordinal.
         device: usize,
     },
+    /// A client asked for more device queues than the runtime lets one
+    /// client hold at once (`client_device_queues`).
+    TooManyDeviceQueues {
+        /// Device queues a client may hold.
+        max: u32,
+    },
+    /// The runtime refused a client's device queues.
+    DeviceQueuesRefused {
+        /// The device ordinal asked for.
+        device: usize,
+        /// The runtime's reason.
+        why: String,
+    },
+    /// The runtime a client's device queues were served by shut down or
+    /// died: its kernels' waits were stopped, and nothing more is served.
+    RuntimeDead {
+        /// The runtime's process id.
+        pid: u32,
+    },
 }
 
 impl fmt::Display for RuntimeError {
@@ -166,6 +185,17 @@ impl fmt::Display for RuntimeError {
                 f,
                 "a GPU service already runs on device {device}: stop it before starting another"
             ),
+            Self::TooManyDeviceQueues { max } => write!(
+                f,
+                "a client holds at most {max} device queues at once: drop one, or raise client_device_queues in the runtime's config"
+            ),
+            Self::DeviceQueuesRefused { device, why } => {
+                write!(f, "the runtime refused device queues on device {device}: {why}")
+            }
+            Self::RuntimeDead { pid } => write!(
+                f,
+                "the runtime (pid {pid}) shut down or died: its client's kernels were stopped"
+            ),
         }
     }
 }
@@ -188,7 +218,10 @@ impl std::error::Error for RuntimeError {
             | Self::NoSuchDevice { .. }
             | Self::PeerRouteMismatch { .. }
             | Self::ServiceTooLarge { .. }
-            | Self::ServiceRunning { .. } => None,
+            | Self::ServiceRunning { .. }
+            | Self::TooManyDeviceQueues { .. }
+            | Self::DeviceQueuesRefused { .. }
+            | Self::RuntimeDead { .. } => None,
         }
     }
 }

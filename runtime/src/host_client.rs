@@ -5,11 +5,14 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Child;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
+use tandem_hal::GpuApi;
 use tandem_process::{find_tandem_binary, ServiceChild};
 use tandem_shm_core::Segment;
 
+use crate::client_queues::ClientDeviceQueues;
 use crate::client_table::ClientLease;
 use crate::config::Config;
 use crate::error::RuntimeError;
@@ -28,7 +31,8 @@ pub struct Client {
     /// handles): it has no drop glue, and Drop detaches it before the
     /// segment goes.
     lease: ClientLease<'static>,
-    segment: QueueSegment,
+    /// Shared with the watchers of its device queues.
+    segment: Arc<QueueSegment>,
     forked: Option<ServiceChild>,
 }
 
@@ -49,7 +53,7 @@ impl Client {
         tracing::debug!("attached to {name} as client slot {}", lease.index());
         Ok(Self {
             lease,
-            segment,
+            segment: Arc::new(segment),
             forked: None,
         })
     }
@@ -121,6 +125,22 @@ impl Client {
         &self.segment
     }
 
+    /// Device queues of this client's own on `api`'s device `ordinal`
+    /// (one the runtime serves), which its kernels are launched against
+    /// exactly as the runtime's own kernels are against
+    /// [`Runtime::devices`](crate::Runtime::devices); the runtime's workers
+    /// serve them. At most `client_device_queues` at once
+    /// ([`RuntimeError::TooManyDeviceQueues`]); the runtime's refusal is
+    /// [`RuntimeError::DeviceQueuesRefused`]. How the memory is shared, and
+    /// what happens when either side dies: [`ClientDeviceQueues`].
+    pub fn device_queues<A: GpuApi>(
+        &self,
+        api: &A,
+        ordinal: usize,
+    ) -> Result<ClientDeviceQueues<'_, A>, RuntimeError> {
+        ClientDeviceQueues::request(Arc::clone(&self.segment), &self.lease, api, ordinal)
+    }
+
     /// The client slot this client holds (an index into the segment's
     /// [`ClientTable`](crate::client_table::ClientTable)).
     pub fn slot(&self) -> u32 {
@@ -165,17 +185,18 @@ impl Drop for Client {
         // Before the runtime (if forked) stops: its janitor takes back a
         // slot left with futures outstanding.
         self.lease.detach();
-        if let Some(forked) = self.forked.take() {
+        let runtime_gone = match self.forked.take() {
             // Reaping errors leave nothing to do in a drop.
-            let status = forked.stop();
-            // A runtime that was killed could not remove its segment's name;
-            // it is gone now, so nobody else will. Only if still stale: a
-            // new runtime may have reclaimed the name meanwhile. Failing
-            // leaves it to `tandem clean`; a drop has no one to tell.
-            if !status.is_ok_and(|s| s.success()) {
-                if let Some(name) = self.segment.name() {
-                    let _ = crate::stale::remove_stale_segment(name);
-                }
+            Some(forked) => !forked.stop().is_ok_and(|s| s.success()),
+            None => self.runtime_liveness() == Liveness::Gone,
+        };
+        // A runtime that was killed could not remove its segment's name;
+        // it is gone now, so nobody else will. Only if still stale: a new
+        // runtime may have reclaimed the name meanwhile. Failing leaves it
+        // to `tandem clean`; a drop has no one to tell.
+        if runtime_gone {
+            if let Some(name) = self.segment.name() {
+                let _ = crate::stale::remove_stale_segment(name);
             }
         }
     }

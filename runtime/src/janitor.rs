@@ -3,15 +3,28 @@
 //! the quiescence barrier are in [`crate::clients`]). Above the segment and
 //! the workers, whose lane rings and sweep counters it watches; run by the
 //! runtime's heartbeat thread.
+//!
+//! It also answers clients' requests for device queues of their own
+//! (`device_requests.rs`): it adopts a requested segment into the workers'
+//! poll set ([`crate::adopted`]) once it checked that the segment is a
+//! device segment of the size, lanes and id the runtime set, owned by the
+//! slot's client, for a served device; it drops a segment from the set when
+//! its client releases it or dies, and then removes a dead client's
+//! segment name.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tandem_process::{ProcessIdentity, ProcessState};
-use tandem_shm_core::Priority;
+use tandem_shm_core::{Priority, Segment};
 
-use crate::client_table::{pid_of, ClientSlot, ClientState};
+use crate::adopted::{Adopted, AdoptedSegments};
+use crate::client_table::{pid_of, ClientSlot, ClientState, ClientTable};
+use crate::device_requests::{
+    client_segment_index, DeviceQueueEntry, DeviceQueueRefusal, DeviceQueueState,
+};
+use crate::layout::{segment_kind, SEGMENT_ID_MAJOR};
 use crate::segment::QueueSegment;
 use crate::worker::WorkerStats;
 
@@ -43,12 +56,23 @@ struct Reclaim {
     phase: Phase,
 }
 
+/// What the janitor needs to serve clients' device queues.
+pub(crate) struct ClientDevices {
+    /// The workers' poll set of client device segments.
+    pub adopted: Arc<AdoptedSegments>,
+    /// The served devices' ordinals, by the runtime's device index.
+    pub ordinals: Vec<usize>,
+    /// The runtime's workers (each adopted segment counts per worker).
+    pub workers: usize,
+}
+
 /// Takes back the slots of clients that died or detached (module docs);
 /// run by the runtime's heartbeat thread.
 pub(crate) struct Janitor {
     segment: Arc<QueueSegment>,
     /// The workers that poll the CPU segment.
     workers: Vec<Arc<WorkerStats>>,
+    devices: ClientDevices,
     reclaims: Vec<Option<Reclaim>>,
     /// Per slot, the claim count last logged as attached: a claim seen
     /// anew is a client that attached since.
@@ -58,11 +82,16 @@ pub(crate) struct Janitor {
 
 impl Janitor {
     /// A janitor for `segment`'s client table (None when it has none).
-    pub(crate) fn new(segment: Arc<QueueSegment>, workers: Vec<Arc<WorkerStats>>) -> Option<Self> {
+    pub(crate) fn new(
+        segment: Arc<QueueSegment>,
+        workers: Vec<Arc<WorkerStats>>,
+        devices: ClientDevices,
+    ) -> Option<Self> {
         let slots = segment.clients()?.max_clients() as usize;
         Some(Self {
             segment,
             workers,
+            devices,
             reclaims: (0..slots).map(|_| None).collect(),
             announced: vec![0; slots],
             last_owner_check: None,
@@ -70,7 +99,9 @@ impl Janitor {
     }
 
     /// One round: starts reclaims of slots whose owner is gone (every
-    /// [`OWNER_CHECK_PERIOD`]) or detaching, and advances those under way.
+    /// [`OWNER_CHECK_PERIOD`]) or detaching, and advances those under way;
+    /// answers device queue requests and releases, and refreshes the
+    /// adopted segments' task counts.
     pub(crate) fn tick(&mut self) {
         let check_owners = self
             .last_owner_check
@@ -80,6 +111,167 @@ impl Janitor {
         }
         for index in 0..self.reclaims.len() {
             self.tend(index, check_owners);
+            self.tend_device_queues(index as u32);
+        }
+        // The adopted segments' counts, for status.
+        if let Some(table) = self.segment.clients() {
+            for adopted in self.devices.adopted.lock().iter() {
+                if let Some(entry) = table.entries(adopted.slot).get(adopted.entry as usize) {
+                    // Relaxed: a figure for status.
+                    entry.tasks.store(adopted.taken(), Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Answers slot `index`'s device queue requests and releases.
+    fn tend_device_queues(&self, index: u32) {
+        let segment = Arc::clone(&self.segment);
+        let Some(table) = segment.clients() else {
+            return;
+        };
+        for (k, entry) in table.entries(index).iter().enumerate() {
+            match entry.state() {
+                Some(DeviceQueueState::Requested) => self.answer(table, index, k as u32, entry),
+                Some(DeviceQueueState::Releasing) => {
+                    self.drop_adopted(index, k as u32);
+                    entry.set_state(DeviceQueueState::Free);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Adopts the segment entry `k` of slot `index` requests, or refuses it.
+    fn answer(&self, table: &ClientTable<'_>, index: u32, k: u32, entry: &DeviceQueueEntry) {
+        let Some(slot) = table.slots.get(index as usize) else {
+            return;
+        };
+        // Acquire: the owner's start time was published by Attached's Release.
+        let word = slot.state.load(Ordering::Acquire);
+        let owner = ProcessIdentity {
+            pid: pid_of(word),
+            // Relaxed: published by the Acquire above.
+            start_time: slot.start_time.load(Ordering::Relaxed),
+        };
+        let per_client = table.device_queue_limits().per_client;
+        let adopted = match ClientState::from_word(word) {
+            Some(ClientState::Attached) => self.open_requested(table, index, k, entry, owner),
+            _ => Err(DeviceQueueRefusal::NotOwner),
+        };
+        match adopted {
+            Ok(adopted) => {
+                let lanes = adopted.segment.queue().num_lanes();
+                // Relaxed: published by the state's Release below.
+                entry.lanes.store(lanes, Ordering::Relaxed);
+                entry.tasks.store(0, Ordering::Relaxed);
+                tracing::info!(
+                    "client pid {}: serving its device queues {} on device {} ({lanes} lanes, segment {:#x})",
+                    owner.pid,
+                    entry.name().unwrap_or_default(),
+                    entry.device_ordinal.load(Ordering::Relaxed),
+                    client_segment_index(index, k, per_client),
+                );
+                self.devices
+                    .adopted
+                    .edit(|list| list.push(Arc::new(adopted)));
+                entry.set_state(DeviceQueueState::Adopted);
+            }
+            Err(refusal) => {
+                tracing::warn!(
+                    "client pid {}: refused its device queues {}: {refusal}",
+                    owner.pid,
+                    entry.name().unwrap_or_default()
+                );
+                // Relaxed: published by the state's Release below.
+                entry.refusal.store(refusal as u32, Ordering::Relaxed);
+                entry.set_state(DeviceQueueState::Refused);
+            }
+        }
+    }
+
+    /// Opens and checks the segment entry `k` of slot `index` names (module
+    /// docs): what the workers may poll.
+    fn open_requested(
+        &self,
+        table: &ClientTable<'_>,
+        index: u32,
+        k: u32,
+        entry: &DeviceQueueEntry,
+        owner: ProcessIdentity,
+    ) -> Result<Adopted, DeviceQueueRefusal> {
+        let limits = table.device_queue_limits();
+        // Relaxed: published by the Requested Release the caller acquired.
+        let ordinal = entry.device_ordinal.load(Ordering::Relaxed) as usize;
+        let device = self
+            .devices
+            .ordinals
+            .iter()
+            .position(|&o| o == ordinal)
+            .ok_or(DeviceQueueRefusal::NoSuchDevice)?;
+        let name = entry.name().ok_or(DeviceQueueRefusal::BadSegment)?;
+        let memory = Segment::open_named(&name).map_err(|_| DeviceQueueRefusal::BadSegment)?;
+        if memory.len() != limits.segment_bytes {
+            return Err(DeviceQueueRefusal::BadSegment);
+        }
+        let segment = QueueSegment::attach(memory).map_err(|_| DeviceQueueRefusal::BadSegment)?;
+        let header = segment.header();
+        let id = client_segment_index(index, k, limits.per_client);
+        if header.kind != segment_kind::DEVICE
+            || header.device_ordinal != ordinal as i32
+            || (header.id.major, header.id.minor) != (SEGMENT_ID_MAJOR, id)
+            || segment.queue().num_lanes() != limits.lanes
+        {
+            return Err(DeviceQueueRefusal::BadSegment);
+        }
+        if header.owner() != owner {
+            return Err(DeviceQueueRefusal::NotOwner);
+        }
+        Ok(Adopted::new(
+            Arc::new(segment),
+            device,
+            index,
+            k,
+            self.devices.workers,
+        ))
+    }
+
+    /// Drops the segment of entry `k` of slot `index` from the workers'
+    /// poll set (if it is there).
+    fn drop_adopted(&self, index: u32, k: u32) {
+        let dropped = self.devices.adopted.edit(|list| {
+            let before = list.len();
+            list.retain(|a| (a.slot, a.entry) != (index, k));
+            before != list.len()
+        });
+        if dropped {
+            tracing::info!("client slot {index}: stopped serving its device queues {k}");
+        }
+    }
+
+    /// Takes back every device queue of slot `index`, whose client is gone
+    /// or detached: out of the poll set, names of dead owners removed,
+    /// entries freed.
+    fn drop_device_queues(&self, index: u32) {
+        let Some(table) = self.segment.clients() else {
+            return;
+        };
+        for (k, entry) in table.entries(index).iter().enumerate() {
+            if entry.state().is_none_or(|s| s == DeviceQueueState::Free) {
+                continue;
+            }
+            self.drop_adopted(index, k as u32);
+            if let Some(name) = entry.name() {
+                // Only a stale name goes: a live client's is its own.
+                match crate::stale::remove_stale_segment(&name) {
+                    Ok(Some(stale)) => {
+                        tracing::info!("client slot {index}: removed its device queues {stale}");
+                    }
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("client slot {index}: removing {name}: {e}"),
+                }
+            }
+            entry.set_state(DeviceQueueState::Free);
         }
     }
 
@@ -153,6 +345,8 @@ impl Janitor {
         {
             return;
         }
+        // Its kernels' queues first: the workers stop taking their lanes.
+        self.drop_device_queues(index as u32);
         // The owner is gone (its process exit went through the kernel, which
         // orders its memory accesses before /proc says so) or detached (its
         // Release, acquired above): its pushes have all claimed positions

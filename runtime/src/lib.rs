@@ -43,6 +43,15 @@
 //!   still answers ([`Liveness`], [`HEARTBEAT_PERIOD`], [`HEARTBEAT_STALE`]);
 //!   the runtime's owner sees the client slots through [`ClientTable`]
 //!   ([`ClientSnapshot`], [`ClientState`]).
+//! * **Kernels of host clients.** A client's own kernels submit to the
+//!   runtime through device queues of its own ([`Client::device_queues`]):
+//!   a [`ClientDeviceQueues`] derefs to the [`DeviceQueues`] its kernels are
+//!   launched against, as the runtime's own kernels are, with the same
+//!   `tandem/runtime.h` and `tandem/blob.h` calls. How the segment is
+//!   shared, isolated and taken back when either side dies is that type's
+//!   module's docs (`client_queues.rs`); a slot's queues show in
+//!   [`ClientTable::device_queues`] ([`DeviceQueueSnapshot`],
+//!   [`DeviceQueueState`]) and in `tandem status`.
 //! * **Kernels of one's own.** A kernel that submits tasks is launched
 //!   against a device's [`DeviceQueues`]: its [`QueueSegment`]'s base and
 //!   length, and its stop flag. [`layout`] holds the segment and task layouts
@@ -80,16 +89,23 @@
 //! 1. `error`: a leaf, naming no other module's types.
 //! 2. `layout`, the wire format (every constant and layout kernels share);
 //!    then `task` and `liveness`.
-//! 3. `client_table` (the client table), then `segment` (a queue segment seen
-//!    from the host), `context` (a handler's view of its caller's segment)
+//! 3. `device_requests` (a client's device queue entries) and
+//!    `client_table` (the client table), then `segment` (a queue segment
+//!    seen from the host), `adopted` (the client device segments the
+//!    workers poll), `context` (a handler's view of its caller's segment)
 //!    and `registry`.
 //! 4. `config` (checked against the segment's geometry), `worker`, `stale`.
-//! 5. `submit`, `janitor` (takes back dead clients' slots), `status`.
-//! 6. `runtime` and `host_client`, then `gpu_service`, `serve` and `kernels`.
+//! 5. `submit`, `janitor` (takes back dead clients' slots, answers their
+//!    device queue requests), `status`.
+//! 6. `runtime`, `client_queues` (a client's side of its device queues)
+//!    and `host_client`, then `gpu_service`, `serve` and `kernels`.
 
+mod adopted;
+mod client_queues;
 mod client_table;
 mod config;
 mod context;
+mod device_requests;
 mod error;
 mod gpu_service;
 mod host_client;
@@ -108,9 +124,11 @@ mod submit;
 mod task;
 mod worker;
 
+pub use client_queues::ClientDeviceQueues;
 pub use client_table::{ClientSnapshot, ClientState, ClientTable};
 pub use config::{read_config_file, Config, DeviceSelection, MAX_CONFIG_BYTES};
 pub use context::{CallerMemoryError, SharedBytes, TaskContext};
+pub use device_requests::{DeviceQueueSnapshot, DeviceQueueState};
 pub use error::{ConfigError, RuntimeError};
 pub use gpu_service::{GpuService, ServiceStats};
 pub use host_client::Client;

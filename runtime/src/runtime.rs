@@ -13,9 +13,11 @@ use tandem_hal::{DeviceMemory, DeviceProperties, GpuApi, GpuDevice};
 use tandem_shm_core::layout::{BackendKind, MemoryBackend};
 use tandem_shm_core::Segment;
 
+use crate::adopted::AdoptedSegments;
+use crate::client_table::DeviceQueueLimits;
 use crate::config::{Config, DeviceSelection};
 use crate::error::RuntimeError;
-use crate::janitor::Janitor;
+use crate::janitor::{ClientDevices, Janitor};
 use crate::layout::{
     device_inbox, device_ticket, peer_access, runtime_state, segment_kind, SegmentHeader,
 };
@@ -116,7 +118,8 @@ pub struct DeviceQueues<A: GpuApi> {
     /// and the reply region ([`SegmentHeader::device_replies`]): held for
     /// the kernels, which find them through the header.
     _tickets: <A::Device as GpuDevice>::DeviceBuffer,
-    _replies: <A::Device as GpuDevice>::DeviceBuffer,
+    /// None in a client's segment, which routes to no GPU service.
+    _replies: Option<<A::Device as GpuDevice>::DeviceBuffer>,
     segment: Arc<QueueSegment>,
     device: A::Device,
     properties: DeviceProperties,
@@ -131,19 +134,52 @@ pub struct DeviceQueues<A: GpuApi> {
     pub(crate) service_running: AtomicBool,
 }
 
+/// What a device segment is laid out for: the runtime's own (with a GPU
+/// service's inbox and reply region) or a client's (its kernels' CPU route
+/// alone).
+pub(crate) struct DeviceSegmentPlan {
+    /// [`SegmentSpec::index`]: the segment id's minor.
+    pub index: u32,
+    pub lanes: u32,
+    pub depth: u32,
+    pub copy_space: u32,
+    /// Whether kernels may route to a GPU service through it: a device
+    /// inbox and a reply region in device memory, and the from-host ring.
+    pub service_route: bool,
+}
+
 impl<A: GpuApi> DeviceQueues<A> {
     /// Creates, places, registers and initialises `device`'s segment.
     fn create(device: A::Device, config: &Config, index: u32) -> Result<Self, RuntimeError> {
-        let properties = device.properties()?;
         let memory = Segment::create_anonymous(config.gpu_segment_size)?;
+        let plan = DeviceSegmentPlan {
+            index,
+            // The lanes depend on the backend (docs/design/pcie.md, "Many lanes").
+            lanes: config.device_lanes(A::BACKEND),
+            depth: config.queue_depth,
+            copy_space: config.copy_space,
+            service_route: true,
+        };
+        Self::create_in(device, memory, &plan)
+    }
+
+    /// Places `memory` on `device`'s NUMA node, registers it with the
+    /// device (in this process), allocates the device memory the plan needs
+    /// and initialises and publishes the segment. A client's device queues
+    /// are made here too, over a named segment of its own.
+    pub(crate) fn create_in(
+        device: A::Device,
+        memory: Segment,
+        plan: &DeviceSegmentPlan,
+    ) -> Result<Self, RuntimeError> {
+        let properties = device.properties()?;
         // Bind before anything touches the pages (registration pins them).
         let wanted = properties.host_numa_node;
         let bind = wanted.map(|node| (node, bind_to_node(memory.as_ptr(), memory.len(), node)));
         // SAFETY: the mapping is owned by the segment, which this struct keeps
         // until after the registration is dropped (field order).
         let registration = unsafe { device.register_host(memory.as_ptr(), memory.len()) }?;
-        // The lanes depend on the backend (docs/design/pcie.md, "Many lanes").
-        let lanes = config.device_lanes(A::BACKEND);
+        let lanes = plan.lanes;
         // One device allocation: the tickets (zeroed), then the device inbox
         // (each slot's sequence word free for its first lap). Cache-line
         // aligned, as the slots must be: the allocation is, and the tickets
@@ -151,34 +187,51 @@ impl<A: GpuApi> DeviceQueues<A> {
         let ticket_bytes = (device_ticket::count(lanes) as usize
             * tandem_device_kernels::DEVICE_TICKETS_BYTES)
             .next_multiple_of(device_inbox::SLOT_BYTES);
-        let inbox_bytes = device_inbox::DEPTH as usize * device_inbox::SLOT_BYTES;
+        let inbox_depth = if plan.service_route {
+            device_inbox::DEPTH
+        } else {
+            0
+        };
+        let inbox_bytes = inbox_depth as usize * device_inbox::SLOT_BYTES;
         let tickets = device.alloc_device(ticket_bytes + inbox_bytes)?;
         device.fill(&tickets, 0, ticket_bytes, 0)?;
-        let mut slots = vec![0u8; inbox_bytes];
-        for (i, slot) in slots.chunks_exact_mut(device_inbox::SLOT_BYTES).enumerate() {
-            slot[..8].copy_from_slice(&device_inbox::initial_seq(i as u32).to_ne_bytes());
+        if inbox_bytes > 0 {
+            let mut slots = vec![0u8; inbox_bytes];
+            for (i, slot) in slots.chunks_exact_mut(device_inbox::SLOT_BYTES).enumerate() {
+                slot[..8].copy_from_slice(&device_inbox::initial_seq(i as u32).to_ne_bytes());
+            }
+            device.copy_to_device(&tickets, ticket_bytes, &slots)?;
         }
-        device.copy_to_device(&tickets, ticket_bytes, &slots)?;
         // As many bytes as the segment: the arena's futures and the replies
         // grow with the same threads, and both are reset together.
-        let replies = device.alloc_device(config.gpu_segment_size)?;
+        let replies = if plan.service_route {
+            Some(device.alloc_device(memory.len())?)
+        } else {
+            None
+        };
+        let segment_bytes = memory.len() as u64;
         let segment = QueueSegment::init(
             memory,
             SegmentSpec {
                 kind: segment_kind::DEVICE,
-                index,
+                index: plan.index,
                 device_ordinal: Some(device.ordinal()),
                 lanes,
-                depth: config.queue_depth,
-                copy_space: config.copy_space,
+                depth: plan.depth,
+                copy_space: plan.copy_space,
                 device_tickets: tickets.device_ptr(),
-                device_inbox: tickets.device_ptr() + ticket_bytes as u64,
-                device_inbox_depth: device_inbox::DEPTH,
-                device_replies: replies.device_ptr(),
-                device_replies_bytes: config.gpu_segment_size as u64,
-                inbox: true,
+                device_inbox: if plan.service_route {
+                    tickets.device_ptr() + ticket_bytes as u64
+                } else {
+                    0
+                },
+                device_inbox_depth: inbox_depth,
+                device_replies: replies.as_ref().map_or(0, |r| r.device_ptr()),
+                device_replies_bytes: replies.as_ref().map_or(0, |_| segment_bytes),
+                inbox: plan.service_route,
                 max_clients: 0,
                 client_heap_bytes: 0,
+                client_device_queues: DeviceQueueLimits::NONE,
             },
         )?;
         // init wrote the header page: its node is where the binding put it.
@@ -226,6 +279,11 @@ impl<A: GpuApi> DeviceQueues<A> {
     /// The segment, host side.
     pub fn segment(&self) -> &QueueSegment {
         &self.segment
+    }
+
+    /// The segment, shared (a client's watcher raises its stop word).
+    pub(crate) fn segment_arc(&self) -> Arc<QueueSegment> {
+        Arc::clone(&self.segment)
     }
 
     /// Where the segment's pages are.
@@ -339,6 +397,8 @@ pub struct Runtime<A: GpuApi> {
     // Dropped after the threads are joined (in Drop), in this order:
     // devices (registrations first), then the CPU segment.
     devices: Vec<DeviceQueues<A>>,
+    /// Client device segments the workers serve besides the devices' own.
+    adopted: Arc<AdoptedSegments>,
     cpu: Arc<QueueSegment>,
     registry: Arc<Registry>,
     config: Config,
@@ -425,6 +485,16 @@ impl<A: GpuApi> Runtime<A> {
                 inbox: false,
                 max_clients: config.max_clients,
                 client_heap_bytes: config.client_heap_bytes,
+                client_device_queues: DeviceQueueLimits {
+                    // None where no device is served: nothing could adopt them.
+                    per_client: if devices.is_empty() {
+                        0
+                    } else {
+                        config.client_device_queues
+                    },
+                    segment_bytes: config.client_device_segment_size,
+                    lanes: config.device_lanes(A::BACKEND),
+                },
             },
         )?;
         notes.push(format!(
@@ -458,6 +528,7 @@ impl<A: GpuApi> Runtime<A> {
             stats,
             workers_running,
             devices,
+            adopted: Arc::default(),
             cpu,
             registry: Arc::new(registry),
             config,
@@ -517,11 +588,22 @@ impl<A: GpuApi> Runtime<A> {
         let share_cores = worker::shares_cores(A::BACKEND, self.workers_running, cores);
         // The workers whose sweeps the clients' janitor waits for.
         let mut cpu_workers = Vec::new();
-        for (w, planned) in
-            worker::plan(&cpu_lanes, &device_lanes, &per_device, self.workers_running)
-                .into_iter()
-                .enumerate()
-        {
+        let plans = worker::plan(&cpu_lanes, &device_lanes, &per_device, self.workers_running);
+        let workers = plans.len();
+        // Each device's workers so far: the next one's rank among them.
+        let mut ranks = vec![0usize; self.devices.len()];
+        for (w, planned) in plans.into_iter().enumerate() {
+            let adopted = planned.device.map(|d| {
+                let rank = ranks[d];
+                ranks[d] += 1;
+                worker::AdoptedShare {
+                    segments: Arc::clone(&self.adopted),
+                    device: d,
+                    rank,
+                    count: per_device[d],
+                    worker: w,
+                }
+            });
             let registry = Arc::clone(&self.registry);
             let stats = Arc::clone(&self.stats[w]);
             if planned.sources.iter().any(|s| s.slot == 0) {
@@ -539,14 +621,30 @@ impl<A: GpuApi> Runtime<A> {
                             tracing::warn!("worker {w}: staying unpinned: {e}");
                         }
                     }
-                    worker::run(planned.sources, registry, stats, shutdown, share_cores)
+                    worker::run(
+                        planned.sources,
+                        adopted,
+                        registry,
+                        stats,
+                        shutdown,
+                        share_cores,
+                    )
                 })
                 .map_err(RuntimeError::Thread)?;
             self.workers.push(handle);
         }
         let segments: Vec<Arc<QueueSegment>> = self.segments().cloned().collect();
         let shutdown = Arc::clone(&self.shutdown);
-        let mut janitor = Janitor::new(Arc::clone(&self.cpu), cpu_workers);
+        let ordinals = self.devices.iter().map(|d| d.device.ordinal()).collect();
+        let mut janitor = Janitor::new(
+            Arc::clone(&self.cpu),
+            cpu_workers,
+            ClientDevices {
+                adopted: Arc::clone(&self.adopted),
+                ordinals,
+                workers,
+            },
+        );
         let heartbeat = std::thread::Builder::new()
             .name("tandem-heartbeat".into())
             .spawn(move || {

@@ -11,7 +11,7 @@ use tandem_shm_core::{
     AllocatorId, ArenaAllocator, LaneQueue, LlRing, Segment, ShmPtr, SizeClassAllocator,
 };
 
-use crate::client_table::{ClientLease, ClientTable};
+use crate::client_table::{ClientLease, ClientTable, DeviceQueueLimits};
 use crate::error::RuntimeError;
 use crate::layout::{
     runtime_state, SegmentHeader, ARENA_ID_MAJOR, HEAP_ID_MAJOR, SEGMENT_HEADER_RESERVED,
@@ -169,6 +169,8 @@ pub(crate) struct SegmentSpec {
     pub max_clients: u32,
     /// Bytes of each client's heap (a multiple of 4096).
     pub client_heap_bytes: usize,
+    /// The device queues each client may hold (CPU segment).
+    pub client_device_queues: DeviceQueueLimits,
 }
 
 /// A task pointer that does not name a future in this segment.
@@ -213,7 +215,11 @@ impl QueueSegment {
         let clients_bytes = if spec.max_clients == 0 {
             0
         } else {
-            crate::client_table::region_bytes(spec.max_clients, spec.client_heap_bytes)
+            crate::client_table::region_bytes(
+                spec.max_clients,
+                spec.client_device_queues.per_client,
+                spec.client_heap_bytes,
+            )
         };
         let geometry = SegmentGeometry::plan(memory.len(), spec.lanes, spec.depth, clients_bytes)?;
         let base = memory.as_ptr();
@@ -295,6 +301,7 @@ impl QueueSegment {
                     geometry.clients_offset as u64,
                     spec.max_clients,
                     spec.client_heap_bytes,
+                    spec.client_device_queues,
                 )?)
             };
             (queue, inbox_from_host, heap, arena, clients)

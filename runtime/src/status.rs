@@ -542,6 +542,26 @@ pub struct ClientStatus {
     /// then: below `free_bytes` by more than a block's header when the free
     /// memory lies in pieces between live blocks (fragmented); 0 when none.
     pub largest_request: u64,
+    /// Its device queues ([`crate::Client::device_queues`]): segments its
+    /// kernels submit through, served by the runtime's workers. Absent from
+    /// the JSON of runtimes from before them (read as empty).
+    #[serde(default)]
+    pub device_queues: Vec<ClientDeviceQueueStatus>,
+}
+
+/// A client's device queues, as its slot's entry says.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct ClientDeviceQueueStatus {
+    /// The device ordinal.
+    pub device: u32,
+    /// "requested", "serving", "refused" or "releasing" (or "filling").
+    pub state: String,
+    /// Lanes of its queue.
+    pub lanes: u32,
+    /// Records the workers took from its lanes (tasks its kernels sent).
+    pub tasks: u64,
+    /// Its segment's name in `/dev/shm`.
+    pub segment: String,
 }
 
 /// The runtime process.
@@ -903,6 +923,17 @@ fn client_statuses(memory: &Segment, header: &SegmentHeader) -> Vec<ClientStatus
             in_use_bytes: c.bytes_in_use,
             free_bytes: c.free_bytes,
             largest_request: c.largest_servable_block.saturating_sub(16),
+            device_queues: table
+                .device_queues(c.slot)
+                .into_iter()
+                .map(|q| ClientDeviceQueueStatus {
+                    device: q.device,
+                    state: q.state.as_str().into(),
+                    lanes: q.lanes,
+                    tasks: q.tasks,
+                    segment: q.name.unwrap_or_default(),
+                })
+                .collect(),
         })
         .collect()
 }

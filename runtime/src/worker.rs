@@ -10,6 +10,7 @@ use tandem_shm_core::layout::FUTURE_COPY_SPACE_OFFSET;
 use tandem_shm_core::FutureShm;
 use tandem_shm_core::{FillError, FutureError, LaneCursor, LlRecord, ShmPtr};
 
+use crate::adopted::{Adopted, AdoptedSegments};
 use crate::context::TaskContext;
 use crate::layout::{notify_word, task_record, TaskHeader, RC_BAD_TASK, TASK_HEADER_BYTES};
 use crate::registry::{HandlerReply, Registry};
@@ -159,6 +160,57 @@ pub(crate) struct Source {
     /// with a store instead of a compare-and-swap
     /// ([`LaneCursor::sole_consumer`]).
     pub sole: bool,
+}
+
+/// A worker's share of the client device segments the runtime adopted
+/// ([`crate::adopted`]): those of its device, whose lanes it splits with
+/// that device's other workers as [`assign`] splits the device's own.
+pub(crate) struct AdoptedShare {
+    pub segments: Arc<AdoptedSegments>,
+    /// The device (an index into the runtime's devices) it serves.
+    pub device: usize,
+    /// Its rank among that device's workers, and their count.
+    pub rank: usize,
+    pub count: usize,
+    /// Its index among all the runtime's workers (its counters' cell).
+    pub worker: usize,
+}
+
+/// One lane of an adopted segment a worker polls, with its cursor.
+struct AdoptedLane {
+    source: Source,
+    cursor: LaneCursor,
+    adopted: Arc<Adopted>,
+}
+
+impl AdoptedShare {
+    /// The lanes this worker polls of the adopted segments now.
+    fn lanes(&self) -> Vec<AdoptedLane> {
+        let mut lanes = Vec::new();
+        for adopted in self.segments.snapshot() {
+            if adopted.device != self.device {
+                continue;
+            }
+            let count = adopted.segment.queue().num_lanes();
+            let mine = assignment(count as usize, self.count.max(1));
+            for &(lane, sole) in mine.get(self.rank).map_or(&[][..], Vec::as_slice) {
+                let cursor = LaneCursor::default();
+                lanes.push(AdoptedLane {
+                    source: Source {
+                        segment: Arc::clone(&adopted.segment),
+                        // No slot of the runtime's own segment order: its
+                        // count is the adopted segment's.
+                        slot: usize::MAX,
+                        lane: lane as u32,
+                        sole,
+                    },
+                    cursor: if sole { cursor.sole_consumer() } else { cursor },
+                    adopted: Arc::clone(&adopted),
+                });
+            }
+        }
+        lanes
+    }
 }
 
 /// Splits `sources` among `workers`: worker w gets every source whose index
@@ -324,9 +376,11 @@ impl IdleBackoff {
 /// sweep (fair between CPU and device queues; the cursor keeps the low
 /// priority ring draining), until `shutdown` is raised and a sweep finds
 /// nothing. `share_cores`: submitters may need this worker's core while it
-/// spins (see [`IdleBackoff`]).
+/// spins (see [`IdleBackoff`]). With `adopted`, it also sweeps its share of
+/// the client device segments, refreshed whenever their list changes.
 pub(crate) fn run(
     sources: Vec<Source>,
+    adopted: Option<AdoptedShare>,
     registry: Arc<Registry>,
     stats: Arc<WorkerStats>,
     shutdown: Arc<AtomicBool>,
@@ -349,13 +403,32 @@ pub(crate) fn run(
     let mut backoff = IdleBackoff::new(share_cores);
     let mut scratch = Scratch::default();
     let mut sweeps = 0u64;
+    let mut adopted_lanes: Vec<AdoptedLane> = Vec::new();
+    let mut adopted_seen = None;
     loop {
         let mut found = false;
+        if let Some(share) = &adopted {
+            let generation = share.segments.generation();
+            if adopted_seen != Some(generation) {
+                adopted_seen = Some(generation);
+                adopted_lanes = share.lanes();
+            }
+        }
         for (source, cursor) in sources.iter().zip(&mut cursors) {
             // A lane index from our own assignment always exists.
             if let Ok(Some((_, record))) = cursor.pop(source.segment.queue(), source.lane) {
                 if let Some(count) = stats.segments.get(source.slot) {
                     bump(&count.0);
+                }
+                process(&source.segment, record, &registry, &stats, &mut scratch);
+                found = true;
+            }
+        }
+        for lane in &mut adopted_lanes {
+            let source = &lane.source;
+            if let Ok(Some((_, record))) = lane.cursor.pop(source.segment.queue(), source.lane) {
+                if let Some(share) = &adopted {
+                    lane.adopted.count_taken(share.worker);
                 }
                 process(&source.segment, record, &registry, &stats, &mut scratch);
                 found = true;

@@ -106,6 +106,15 @@ impl Child {
         stdin.flush()
     }
 
+    /// Kills the child (SIGKILL) and reaps it.
+    pub fn kill(&mut self) {
+        // It may have exited already: then kill fails harmlessly, and wait
+        // reaps it either way.
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        self.reaped = true;
+    }
+
     /// Waits up to `timeout` for the child to exit (closing its stdin first).
     pub fn wait(&mut self, timeout: Duration) -> Result<ExitStatus, String> {
         drop(self.stdin.take());

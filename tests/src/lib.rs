@@ -3,7 +3,8 @@
 //! device kernels' cross-language suite, written the same way
 //! ([`cross_language`]), the one way GPU tests find a device or skip
 //! ([`gpu`]), both sides of the two-process IPC test ([`ipc`]; the child is
-//! the `ipc_child` binary), the helpers tests and benches share
+//! the `ipc_child` binary), kernels of client processes on device queues of
+//! their own ([`client_queues`]; the `client_queues_child` binary), the helpers tests and benches share
 //! ([`support`]), the benchmarks' yardsticks ([`measure`]), and a real
 //! Garage S3 cluster on loopback for the object-tier tests ([`garage`]).
 //! Each suite file lists its behaviours in a macro at its bottom;
@@ -11,6 +12,7 @@
 //! per behaviour for a backend (`tests/conformance.rs`,
 //! `tests/cross_language.rs`).
 
+pub mod client_queues;
 pub mod conformance;
 pub mod cross_language;
 pub mod garage;

@@ -1,0 +1,362 @@
+//! A client process's kernels against the same kernels in the runtime's own
+//! process (one run, ratios printed): the client's device queues
+//! (`Client::device_queues`) served by a runtime in another process, beside
+//! the runtime's own device queues.
+//!
+//! * one kernel thread's no-op round trip (send + wait, the kernel's own
+//!   clock; median of 5 runs): target client <= 1.1x in-process;
+//! * many kernel threads' no-op throughput (median of 3): target client
+//!   >= 0.9x in-process;
+//! * kernel threads' 4 KiB blob puts (RAM target) and blocks' 1 MiB puts,
+//!   per second and GB/s, client against in-process (no target).
+//!
+//! Both runtimes have the same configuration, blob pool and store layout;
+//! the one serving clients is this binary started again
+//! (`--serve-runtime`), so the bench needs nothing beside itself. Runs on
+//! the CPU device always, and on CUDA when built with `--features cuda` and
+//! a device is present (else "skipped: no CUDA device", or a failure with
+//! TANDEM_REQUIRE_GPU=1). The CPU device's rows share CI's two cores
+//! between the kernel threads and the workers: their ratios are what that
+//! sharing gives, not what the targets are set for.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
+use tandem_blob::{pool, BlobCaller, BlobStore, PutContext, Score, StoreConfig, TagId};
+use tandem_hal::{GpuApi, HostApi};
+use tandem_process::ServiceChild;
+use tandem_runtime::kernels::{NoopLaunch, RuntimeKernels};
+use tandem_runtime::{
+    serve, Backend, Client, Config, DeviceQueues, DeviceSelection, Registry, Runtime, ServeOptions,
+};
+
+/// Sizes of one backend's run.
+struct Scale {
+    workers: usize,
+    /// Bytes of the runtime's device segment and of the client's.
+    segment_bytes: usize,
+    single_tasks: u64,
+    /// The no-op throughput grid (blocks, threads) and tasks per thread.
+    grid: (u32, u32),
+    grid_tasks: u64,
+    /// 4 KiB puts: the grid and rounds per thread.
+    small_grid: (u32, u32),
+    small_rounds: u64,
+    /// 1 MiB puts (one per block a round): the grid and rounds.
+    large_grid: (u32, u32),
+    large_rounds: u64,
+    /// Whether the targets apply (a GPU).
+    targets: bool,
+}
+
+const SMALL: u64 = 4 << 10;
+const LARGE: u64 = 1 << 20;
+/// Runs of the round trip (odd: the median is a run).
+const REPEATS: usize = 5;
+
+/// The runtime of both sides: its device segment and a client's are the
+/// same size, so their kernels get the same arena.
+fn config(workers: usize, segment_bytes: usize, segment: Option<String>) -> Config {
+    Config {
+        workers,
+        gpu_segment_size: segment_bytes,
+        client_device_segment_size: segment_bytes,
+        copy_space: tandem_blob::wire::COPY_SPACE,
+        devices: DeviceSelection::Only(vec![0]),
+        cpu_segment_name: segment,
+        ..Config::default()
+    }
+}
+
+fn registry(store: &Path) -> Result<Registry, String> {
+    let store =
+        BlobStore::open(&StoreConfig::ram_and_file(store, 1 << 30)).map_err(|e| e.to_string())?;
+    let mut registry = Registry::with_builtins();
+    pool::register(&mut registry, Arc::new(store)).map_err(|e| e.to_string())?;
+    Ok(registry)
+}
+
+/// What one side measured.
+struct Figures {
+    round_trip: Duration,
+    noops_per_s: f64,
+    small_puts_per_s: f64,
+    large_gbs: f64,
+}
+
+fn median<T: PartialOrd + Copy>(mut values: Vec<T>) -> T {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    values[values.len() / 2]
+}
+
+/// The rows' measurements on `queues`, whose runtime serves the blob pool
+/// with tag `tag`.
+fn measure<A: GpuApi>(
+    queues: &DeviceQueues<A>,
+    tag: TagId,
+    scale: &Scale,
+) -> Result<Figures, String> {
+    let err = |e: tandem_runtime::RuntimeError| e.to_string();
+    let mut kernels = RuntimeKernels::load(queues).map_err(err)?;
+    let noop = |blocks, threads, tasks| NoopLaunch {
+        blocks,
+        threads,
+        tasks_per_thread: tasks,
+        spin_budget: 1 << 40,
+    };
+    // Warm up: first touches, the kernels' first launch.
+    kernels.noop_tasks(&noop(1, 1, 100)).map_err(err)?;
+    let mut trips = Vec::new();
+    for _ in 0..REPEATS {
+        let (outcome, phases) = kernels
+            .noop_tasks_with_phases(&noop(1, 1, scale.single_tasks))
+            .map_err(err)?;
+        if outcome.failed_threads() > 0 {
+            return Err(format!("round trip: {:?}", outcome.status));
+        }
+        trips.push(phases.send + phases.wait);
+    }
+    let (blocks, threads) = scale.grid;
+    let mut rates = Vec::new();
+    for _ in 0..3 {
+        let outcome = kernels
+            .noop_tasks(&noop(blocks, threads, scale.grid_tasks))
+            .map_err(err)?;
+        if outcome.failed_threads() > 0 {
+            return Err(format!(
+                "throughput: {} threads failed",
+                outcome.failed_threads()
+            ));
+        }
+        let tasks = u64::from(blocks * threads) * scale.grid_tasks;
+        rates.push(tasks as f64 / outcome.elapsed.as_secs_f64());
+    }
+    drop(kernels);
+    let mut blobs = BlobKernels::load(queues).map_err(err)?;
+    let put = |grid: (u32, u32), bytes, rounds, mode| PutGetLaunch {
+        blocks: grid.0,
+        threads: grid.1,
+        tag,
+        blob_bytes: bytes,
+        rounds,
+        mode,
+        score: Score(1.0),
+        context: PutContext::default(),
+        spin_budget: 1 << 40,
+    };
+    let small = put(scale.small_grid, SMALL, scale.small_rounds, PutGetMode::Put);
+    let large = put(
+        scale.large_grid,
+        LARGE,
+        scale.large_rounds,
+        PutGetMode::BlockPut,
+    );
+    // Each run twice: the first fills the RAM target's pages.
+    let mut run = |launch: &PutGetLaunch| -> Result<Duration, String> {
+        let mut elapsed = Duration::ZERO;
+        for _ in 0..2 {
+            let outcome = blobs.put_get(launch).map_err(err)?;
+            if let Some((thread, status, code)) = outcome.first_failure() {
+                return Err(format!(
+                    "put: thread {thread}: status {status}, code {code}"
+                ));
+            }
+            elapsed = outcome.elapsed;
+        }
+        Ok(elapsed)
+    };
+    let small_time = run(&small)?;
+    let large_time = run(&large)?;
+    let small_puts = u64::from(small.blocks * small.threads) * small.rounds;
+    let large_bytes = u64::from(large.blocks) * large.rounds * LARGE;
+    Ok(Figures {
+        // The phases are per task already.
+        round_trip: median(trips),
+        noops_per_s: median(rates),
+        small_puts_per_s: small_puts as f64 / small_time.as_secs_f64(),
+        large_gbs: large_bytes as f64 / large_time.as_secs_f64() / 1e9,
+    })
+}
+
+/// Both sides on backend `A` (`backend` names it for the child).
+fn bench<A: GpuApi>(api: A, backend: &str, scale: &Scale) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let err = |e: tandem_runtime::RuntimeError| e.to_string();
+    let in_process = {
+        let runtime = Runtime::start_with(
+            A::load().map_err(|e| e.to_string())?,
+            config(scale.workers, scale.segment_bytes, None),
+            registry(&dir.path().join("in-process"))?,
+        )
+        .map_err(err)?;
+        let tag = BlobCaller::new(&runtime)
+            .get_or_create_tag("bench")
+            .map_err(|e| e.to_string())?;
+        measure(&runtime.devices()[0], tag, scale)?
+    };
+    let segment = format!("tandem-bench-cq-{}", std::process::id());
+    let store = dir.path().join("served");
+    let (workers, segment_bytes) = (scale.workers.to_string(), scale.segment_bytes.to_string());
+    let args: [&OsStr; 6] = [
+        "--serve-runtime".as_ref(),
+        backend.as_ref(),
+        segment.as_ref(),
+        store.as_os_str(),
+        workers.as_ref(),
+        segment_bytes.as_ref(),
+    ];
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let child = ServiceChild::spawn(&exe, &args).map_err(|e| e.to_string())?;
+    let client = Client::attach(child.ready()).map_err(err)?;
+    let tag = BlobCaller::new(&client)
+        .get_or_create_tag("bench")
+        .map_err(|e| e.to_string())?;
+    let client_side = {
+        let queues = client.device_queues(&api, 0).map_err(err)?;
+        measure(&queues, tag, scale)?
+    };
+    drop(client);
+    child.stop().map_err(|e| e.to_string())?;
+
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let verdict = |met: bool, target: &str| {
+        if !scale.targets {
+            "no target on the CPU device".to_string()
+        } else if met {
+            format!("target {target}: meets")
+        } else {
+            format!("target {target}: BELOW")
+        }
+    };
+    let trip_ratio = client_side.round_trip.as_secs_f64() / in_process.round_trip.as_secs_f64();
+    let rate_ratio = client_side.noops_per_s / in_process.noops_per_s;
+    println!(
+        "  no-op round trip (1 thread): in-process {:.2} us, client process {:.2} us: {trip_ratio:.2}x ({})",
+        us(in_process.round_trip),
+        us(client_side.round_trip),
+        verdict(trip_ratio <= 1.1, "<= 1.1x"),
+    );
+    println!(
+        "  no-op throughput ({} x {}): in-process {:.2} M/s, client process {:.2} M/s: {rate_ratio:.2}x ({})",
+        scale.grid.0,
+        scale.grid.1,
+        in_process.noops_per_s / 1e6,
+        client_side.noops_per_s / 1e6,
+        verdict(rate_ratio >= 0.9, ">= 0.9x"),
+    );
+    println!(
+        "  4 KiB puts ({} x {}): in-process {:.0} /s, client process {:.0} /s: {:.2}x",
+        scale.small_grid.0,
+        scale.small_grid.1,
+        in_process.small_puts_per_s,
+        client_side.small_puts_per_s,
+        client_side.small_puts_per_s / in_process.small_puts_per_s,
+    );
+    println!(
+        "  1 MiB puts ({} blocks): in-process {:.2} GB/s, client process {:.2} GB/s: {:.2}x",
+        scale.large_grid.0,
+        in_process.large_gbs,
+        client_side.large_gbs,
+        client_side.large_gbs / in_process.large_gbs,
+    );
+    Ok(())
+}
+
+/// `--serve-runtime <backend> <segment> <store dir> <workers> <segment
+/// bytes>`: the runtime of the client side, until stdin closes.
+fn serve_runtime(args: &[String]) -> Result<(), String> {
+    let [backend, segment, store, workers, segment_bytes] = args else {
+        return Err(format!("--serve-runtime takes 5 arguments, not {args:?}"));
+    };
+    let workers = workers.parse().map_err(|e| format!("workers: {e}"))?;
+    let segment_bytes = segment_bytes
+        .parse()
+        .map_err(|e| format!("segment bytes: {e}"))?;
+    let config = config(workers, segment_bytes, Some(segment.clone()));
+    let registry = registry(Path::new(store))?;
+    let options = ServeOptions {
+        announce: true,
+        exit_on_stdin_eof: true,
+    };
+    let served = match backend.as_str() {
+        "host" => serve(
+            HostApi::load().map_err(|e| e.to_string())?,
+            Backend::Host,
+            config,
+            registry,
+            options,
+        ),
+        #[cfg(feature = "cuda")]
+        "cuda" => serve(
+            <tandem_hal_cuda::CudaApi as GpuApi>::load().map_err(|e| e.to_string())?,
+            Backend::Cuda,
+            config,
+            registry,
+            options,
+        ),
+        other => return Err(format!("backend {other} is not built in")),
+    };
+    served.map_err(|e| e.to_string())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--serve-runtime") {
+        if let Err(e) = serve_runtime(&args[1..]) {
+            eprintln!("client queues bench, runtime: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let host = Scale {
+        workers: 2,
+        segment_bytes: 64 << 20,
+        single_tasks: 2000,
+        grid: (2, 8),
+        grid_tasks: 500,
+        small_grid: (2, 8),
+        small_rounds: 50,
+        large_grid: (2, 16),
+        large_rounds: 8,
+        targets: false,
+    };
+    println!("client queues on the CPU device (host backend):");
+    if let Err(e) = bench(HostApi::with_devices(1), "host", &host) {
+        eprintln!("client queues bench on the CPU device failed: {e}");
+        std::process::exit(1);
+    }
+    cuda();
+}
+
+#[cfg(feature = "cuda")]
+fn cuda() {
+    let gpu = Scale {
+        workers: 8,
+        segment_bytes: 512 << 20,
+        single_tasks: 20_000,
+        grid: (132, 128),
+        grid_tasks: 64,
+        small_grid: (132, 64),
+        small_rounds: 20,
+        large_grid: (32, 256),
+        large_rounds: 8,
+        targets: true,
+    };
+    if let Some(api) =
+        tandem_tests::gpu::api_or_skip::<tandem_hal_cuda::CudaApi>("client queues bench")
+    {
+        println!("client queues on CUDA device 0:");
+        if let Err(e) = bench(api, "cuda", &gpu) {
+            eprintln!("client queues bench on CUDA failed: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda() {
+    println!("client queues bench on CUDA: skipped: built without the cuda feature");
+}
