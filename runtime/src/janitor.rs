@@ -78,7 +78,17 @@ pub(crate) struct Janitor {
     /// anew is a client that attached since.
     announced: Vec<u64>,
     last_owner_check: Option<Instant>,
+    /// Dead clients' device segments that were still held when their slot
+    /// was taken back (a dying process keeps its mappings until its GPU
+    /// context is torn down, which on a GPU can outlast the kill), with
+    /// when they were first tried: tried again every round, for
+    /// [`UNLINK_PATIENCE`].
+    unlinks: Vec<(String, Instant)>,
 }
+
+/// How long the janitor keeps trying to remove a dead client's device
+/// segment that is still held; after that, `tandem clean` can.
+const UNLINK_PATIENCE: Duration = Duration::from_secs(60);
 
 impl Janitor {
     /// A janitor for `segment`'s client table (None when it has none).
@@ -95,6 +105,7 @@ impl Janitor {
             reclaims: (0..slots).map(|_| None).collect(),
             announced: vec![0; slots],
             last_owner_check: None,
+            unlinks: Vec::new(),
         })
     }
 
@@ -113,6 +124,21 @@ impl Janitor {
             self.tend(index, check_owners);
             self.tend_device_queues(index as u32);
         }
+        self.unlinks.retain(|(name, since)| match remove_if_stale(name) {
+            Ok(false) if since.elapsed() < UNLINK_PATIENCE => true,
+            Ok(false) => {
+                tracing::warn!(
+                    "a dead client's device queues {name} are still held after {UNLINK_PATIENCE:?}; \
+                     left to `tandem clean`"
+                );
+                false
+            }
+            Ok(true) => false,
+            Err(e) => {
+                tracing::warn!("removing a dead client's device queues {name}: {e}");
+                false
+            }
+        });
         // The adopted segments' counts, for status.
         if let Some(table) = self.segment.clients() {
             for adopted in self.devices.adopted.lock().iter() {
@@ -252,8 +278,12 @@ impl Janitor {
     /// Takes back every device queue of slot `index`, whose client is gone
     /// or detached: out of the poll set, names of dead owners removed,
     /// entries freed.
-    fn drop_device_queues(&self, index: u32) {
-        let Some(table) = self.segment.clients() else {
+    /// Drops slot `index`'s device queues from the workers' poll set and
+    /// removes their segments; those of a client that is `gone` and still
+    /// held are tried again later ([`Janitor::unlinks`]).
+    fn drop_device_queues(&mut self, index: u32, gone: bool) {
+        let segment = Arc::clone(&self.segment);
+        let Some(table) = segment.clients() else {
             return;
         };
         for (k, entry) in table.entries(index).iter().enumerate() {
@@ -263,11 +293,12 @@ impl Janitor {
             self.drop_adopted(index, k as u32);
             if let Some(name) = entry.name() {
                 // Only a stale name goes: a live client's is its own.
-                match crate::stale::remove_stale_segment(&name) {
-                    Ok(Some(stale)) => {
-                        tracing::info!("client slot {index}: removed its device queues {stale}");
+                match remove_if_stale(&name) {
+                    Ok(true) => {
+                        tracing::info!("client slot {index}: removed its device queues {name}");
                     }
-                    Ok(None) => {}
+                    Ok(false) if gone => self.unlinks.push((name, Instant::now())),
+                    Ok(false) => {}
                     Err(e) => tracing::warn!("client slot {index}: removing {name}: {e}"),
                 }
             }
@@ -346,7 +377,7 @@ impl Janitor {
             return;
         }
         // Its kernels' queues first: the workers stop taking their lanes.
-        self.drop_device_queues(index as u32);
+        self.drop_device_queues(index as u32, matches!(why, Why::Gone));
         // The owner is gone (its process exit went through the kernel, which
         // orders its memory accesses before /proc says so) or detached (its
         // Release, acquired above): its pushes have all claimed positions
@@ -429,4 +460,15 @@ impl Janitor {
             }
         }
     }
+}
+
+/// Removes segment `name` if its owner is gone and no process holds it;
+/// whether it is gone now (removed, or not there).
+fn remove_if_stale(name: &str) -> Result<bool, crate::error::RuntimeError> {
+    if crate::stale::remove_stale_segment(name)?.is_some() {
+        return Ok(true);
+    }
+    Ok(!std::path::Path::new(tandem_shm_core::SHM_DIR)
+        .join(name)
+        .exists())
 }

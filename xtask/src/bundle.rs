@@ -2,8 +2,8 @@
 //! lays them out, with a `run.sh`, so that a GPU machine without Rust can run them all.
 //!
 //! Layout of DIR:
-//! - `bin.tar.gz`: `bin/`, packed (the binaries link much of the same code, so they shrink to a
-//!   third and the bundle stays under the device machine's limit on carried files); `run.sh`
+//! - `bin.tar.xz`: `bin/`, packed (the binaries link much of the same code, so xz shrinks them to a
+//!   fifth and the bundle stays under the device machine's limit on carried files); `run.sh`
 //!   unpacks it. `bin/` holds the binaries, debug info stripped: `<package>.<kind>.<target>` for
 //!   tests and benches, programs (`tandem`, helpers that tests start) under their own names;
 //! - `crates/<crate folder>/`: the working folder of that crate's binaries, holding the files
@@ -28,7 +28,7 @@ use std::{
 /// The device machine takes at most 64 MiB of carried files; this leaves room for the rest.
 const MAX_BUNDLE_BYTES: u64 = 60 * 1024 * 1024;
 /// `bin/`, packed (`tar -czf`); `run.sh` unpacks it.
-const PACKED_BIN: &str = "bin.tar.gz";
+const PACKED_BIN: &str = "bin.tar.xz";
 /// Per-crate list of extra files the binaries need at run time.
 const FILES_MANIFEST: &str = "gpu-bundle-files.txt";
 /// The script that runs the bundle.
@@ -135,6 +135,20 @@ fn classify(artifact: &Artifact, metadata: &Metadata) -> Option<BundledBinary> {
     })
 }
 
+/// Whether the test binary at `path` holds a test: its harness lists them without running
+/// anything (no GPU needed). One that cannot say is kept.
+fn lists_tests(path: &Path) -> bool {
+    std::process::Command::new(path)
+        .arg("--list")
+        .output()
+        .map_or(true, |out| {
+            !out.status.success()
+                || String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|line| line.ends_with(": test"))
+        })
+}
+
 /// Builds the bundle in `out`; fails (exit code) when a build fails or the bundle is too big.
 pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
     let root = metadata.workspace_root.as_path();
@@ -205,6 +219,15 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
     }
     let mut binaries: Vec<BundledBinary> = binaries.into_values().collect();
     binaries.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    // A test binary that holds no test (a program's or a library's harness with none) would
+    // only take space in the bundle.
+    binaries.retain(|b| {
+        let keep = b.kind != BinaryKind::Test || lists_tests(&b.source);
+        if !keep {
+            println!("xtask: gpu-bundle: {} holds no test: left out", b.name);
+        }
+        keep
+    });
 
     clear_previous_bundle(out)?;
     let bin_dir = out.join("bin");
@@ -227,7 +250,9 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
         }
     }
     let packed = Cmd::new("tar", out)
-        .args(["-czf", PACKED_BIN, "bin"])
+        .args(["-cJf", PACKED_BIN, "bin"])
+        // Every core: xz at its default level is the slow part of the bundle.
+        .env("XZ_OPT", "-T0")
         .run()?;
     if !packed.success() {
         println!("xtask: gpu-bundle: packing bin/ failed ({})", packed.status);

@@ -1420,31 +1420,34 @@ struct RtHostRecord {
 };
 
 /// Reads position `ticket` of the from-host ring into `*record`; false
-/// while its record is not whole. Every word is loaded before any is
-/// looked at, so the loads travel together: one PCIe round trip for the
-/// record. Relaxed: each 8-byte word arrives whole and says by its tag
-/// whose it is (tandem/ll_ring.h); what the words do not carry is ordered
-/// by the fence rt_run_host_record issues after this read.
+/// while its record is not whole. The header word first, alone: an empty
+/// poll, which the host server makes over and over, is then one PCIe read,
+/// and the warp it shares with device-inbox threads waits for no more (a
+/// GPU issues a thread's system-scope loads of host memory one after
+/// another, not together). Then only the words the header says the record
+/// has. Relaxed: each 8-byte word arrives whole and says by its tag whose
+/// it is (tandem/ll_ring.h); what the words do not carry is ordered by the
+/// fence rt_run_host_record issues after this read.
 TANDEM_DEVICE bool rt_read_host_record(const LlRing& ring, u64 ticket, RtHostRecord* record) {
   const u64* const words = ring.slot(ticket)->words;
-  u64 seen[1 + LL_RECORD_WORDS];
-  TANDEM_UNROLL
-  for (u32 i = 0; i < 1 + LL_RECORD_WORDS; ++i) {
-    seen[i] = load_relaxed<scope::system>(&words[i]);
-  }
   const u64 tag = ll_tag(ticket);
-  if ((seen[0] >> 32) != tag) {
+  const u64 head = load_relaxed<scope::system>(&words[0]);
+  if ((head >> 32) != tag) {
     return false;
   }
   // A length past the slot is a corrupt producer's: taken as an empty
   // record (a bad one), so the ring moves on.
-  const u32 len = static_cast<u32>(seen[0]) <= LL_RECORD_WORDS ? static_cast<u32>(seen[0]) : 0;
-  TANDEM_UNROLL
-  for (u32 i = 0; i < LL_RECORD_WORDS; ++i) {
-    if (i < len && (seen[1 + i] >> 32) != tag) {
+  const u32 len = static_cast<u32>(head) <= LL_RECORD_WORDS ? static_cast<u32>(head) : 0;
+  for (u32 i = 0; i < len; ++i) {
+    const u64 word = load_relaxed<scope::system>(&words[1 + i]);
+    if ((word >> 32) != tag) {
       return false;
     }
-    record->words[i] = static_cast<u32>(seen[1 + i]);
+    record->words[i] = static_cast<u32>(word);
+  }
+  // The words past the record are defined (zero), not left as they were.
+  for (u32 i = len; i < LL_RECORD_WORDS; ++i) {
+    record->words[i] = 0;
   }
   record->len = len;
   return true;
