@@ -19,7 +19,7 @@ pub(crate) enum ShareCommand {
     Serve(ServeArgs),
     /// Lists the buffers the daemon holds, with their leases.
     Ls(SocketArg),
-    /// The daemon's totals: buffers, bytes, leases, clients.
+    /// The daemon's totals: buffers, bytes, leases, clients, allocations kept for reuse.
     Status(SocketArg),
     /// Deletes a buffer (freed when its last lease goes).
     Rm(RmArgs),
@@ -90,6 +90,11 @@ pub(crate) struct ServeArgs {
     /// create beyond is refused as busy
     #[arg(long, value_name = "N", default_value_t = Limits::DEFAULT_BUFFERS)]
     max_buffers: usize,
+    /// Bytes of deleted buffers' allocations kept for one client's next
+    /// creates of the same device and length (no allocation, export or
+    /// import then); 0 keeps none
+    #[arg(long, value_name = "BYTES", default_value_t = Limits::DEFAULT_KEPT_BYTES)]
+    keep_bytes: u64,
 }
 
 const DEFAULT_POLL_US: u64 = Polling::DEFAULT_WINDOW.as_micros() as u64;
@@ -127,6 +132,7 @@ impl ServeArgs {
             client_connections: self.max_client_connections,
             frame_timeout: Duration::from_millis(self.frame_timeout_ms),
             buffers: self.max_buffers,
+            kept_bytes: self.keep_bytes,
         })
     }
 }
@@ -296,5 +302,6 @@ fn status(args: &SocketArg) -> Result<(), String> {
     println!("buffers   {} ({} bytes)", s.objects, s.bytes);
     println!("leases    {}", s.leases);
     println!("clients   {}", s.clients);
+    println!("kept      {} ({} bytes)", s.kept, s.kept_bytes);
     Ok(())
 }

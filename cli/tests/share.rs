@@ -356,6 +356,49 @@ fn child_role<A: GpuApi>(role: &str, args: &[String]) {
 
 // --- behaviours ---------------------------------------------------------------
 
+/// A buffer its creator deleted comes back to that creator's next create of
+/// the same device and length, mapped where it was (nothing allocated,
+/// exported or imported); another client's create, or one of another
+/// length, gets fresh memory, and what is kept goes with its client.
+fn freed_buffers_come_back_to_their_creator<A: GpuApi>(api: A) {
+    let client = daemon(api);
+    let device = client.device(0).unwrap();
+    let stream = device.create_stream().unwrap();
+    let (first, buffer) = client.create_buffer(0, WORDS * 4).unwrap();
+    let address = buffer.device_ptr();
+    fill::<A>(&device, &buffer, 5, &stream);
+    let sealed = client.seal(buffer, &stream).unwrap();
+    client.delete(first).unwrap();
+    drop(sealed);
+    let status = client.status().unwrap();
+    assert_eq!((status.objects, status.kept), (0, 1), "{status:?}");
+
+    let other = ShareClient::connect(A::load().unwrap(), client.socket_path()).unwrap();
+    let (_, theirs) = other.create_buffer(0, WORDS * 4).unwrap();
+    assert_eq!(
+        client.status().unwrap().kept,
+        1,
+        "not handed to another client"
+    );
+    let (_, longer) = client.create_buffer(0, WORDS * 8).unwrap();
+    assert_eq!(client.status().unwrap().kept, 1, "not for another length");
+
+    let (second, again) = client.create_buffer(0, WORDS * 4).unwrap();
+    assert_ne!(second, first, "a new id");
+    assert_eq!(again.device_ptr(), address, "the same mapping, reused");
+    assert_eq!(client.status().unwrap().kept, 0);
+    fill::<A>(&device, &again, 7, &stream);
+    let sealed = client.seal(again, &stream).unwrap();
+    let reader = other.get_buffer(second, &stream).unwrap();
+    assert_eq!(kernel_sum::<A>(&device, &reader, &stream), 7 * WORDS as u64);
+    drop((reader, theirs, other));
+    drop((sealed, longer));
+    client.delete(second).unwrap();
+    // The unsealed `longer` (abandoned) and `second` (deleted, released)
+    // are kept for this client until it goes.
+    assert!(client.status().unwrap().kept >= 1);
+}
+
 /// Create, fill by kernel, seal, open (cached), mirror, stat, delete while
 /// mapped, free at the last release.
 fn round_trip_in_one_process<A: GpuApi>(api: A) {
@@ -881,6 +924,7 @@ macro_rules! backend_tests {
         mod $backend {
             backend_tests!(@each $api:
                 round_trip_in_one_process,
+                freed_buffers_come_back_to_their_creator,
                 mirrors_round_trip,
                 producer_and_consumer_processes,
                 readers_wait_for_the_writers_work,

@@ -243,7 +243,7 @@ impl<'a, A: GpuApi, M: MirrorAccess> HostMirror<'a, A, M> {
             S::ready(mapping)?;
             mapping
                 .device()
-                .copy_from_device(&mut bytes, &mapping.buffer, 0)?;
+                .copy_from_device(&mut bytes, &*mapping.buffer, 0)?;
         }
         Ok(Self {
             mapping,
@@ -266,7 +266,7 @@ impl<'a, A: GpuApi, M: MirrorAccess> HostMirror<'a, A, M> {
         Ok(self
             .mapping
             .device()
-            .copy_to_device(&self.mapping.buffer, 0, &self.bytes)?)
+            .copy_to_device(&*self.mapping.buffer, 0, &self.bytes)?)
     }
 }
 

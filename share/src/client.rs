@@ -1,7 +1,7 @@
 //! The client library: create, seal, open, mirror and delete shared
 //! buffers, each mapped once per process however often it is opened.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -115,6 +115,7 @@ impl<A: GpuApi> ShareClient<A> {
                 devices: Mutex::new(HashMap::new()),
                 cache: Mutex::new(HashMap::new()),
                 daemon: Mutex::new(daemon),
+                retired: Mutex::new(VecDeque::new()),
             }),
         }
     }
@@ -183,7 +184,16 @@ impl<A: GpuApi> ShareClient<A> {
             return Err(unexpected(&reply));
         };
         let lease = Lease::new(id, Arc::clone(&self.inner));
-        let mapping = self.map(lease, &gpu, &gpu, handle, fd, false)?;
+        // An allocation of a buffer of ours that the daemon kept, which we
+        // still map: nothing to map (the descriptor names the same memory).
+        let retired = matches!(handle.form, HandleForm::Fd)
+            .then(|| self.inner.take_retired(handle.allocation, gpu.ordinal()))
+            .flatten()
+            .filter(|r| r.event_handle.0 == handle.event);
+        let mapping = match retired {
+            Some(retired) => Mapping::reused(retired, lease),
+            None => self.map(lease, &gpu, &gpu, handle, fd, MapFor::Creator)?,
+        };
         // The writer opens the seal's event now, before it queues work, so
         // that its seal makes no driver call but the record: on CUDA, set-up
         // calls made while kernels ran were seen to wait for them
@@ -328,13 +338,21 @@ impl<A: GpuApi> ShareClient<A> {
             Some(ordinal) => self.device(ordinal)?,
             None => Arc::clone(&holder),
         };
-        self.map(lease, &gpu, &holder, handle, fd, seal_done)
+        self.map(
+            lease,
+            &gpu,
+            &holder,
+            handle,
+            fd,
+            MapFor::Reader { seal_done },
+        )
     }
 
     /// Maps what the daemon handed out, under `lease` (given back if mapping
-    /// fails), for `gpu`, the buffer's memory being `holder`'s. The seal's
-    /// event is opened later, if ever (`seal_done`: the daemon saw the
-    /// writer's work finished).
+    /// fails), for `gpu`, the buffer's memory being `holder`'s, for its
+    /// creator (kept for reuse when it goes, if an fd import) or a reader.
+    /// The seal's event is opened later, if ever (`seal_done`: the daemon
+    /// saw the writer's work finished).
     fn map(
         &self,
         lease: Lease<A>,
@@ -342,7 +360,7 @@ impl<A: GpuApi> ShareClient<A> {
         holder: &Arc<A::Device>,
         handle: BufferHandle,
         fd: Option<std::os::fd::OwnedFd>,
-        seal_done: bool,
+        map_for: MapFor,
     ) -> Result<Mapping<A>, ShareError> {
         let id = lease.id();
         let access = if gpu.ordinal() == holder.ordinal() {
@@ -383,6 +401,8 @@ impl<A: GpuApi> ShareClient<A> {
                 ))
             }
         };
+        let keep = matches!(map_for, MapFor::Creator) && matches!(handle.form, HandleForm::Fd);
+        let seal_done = matches!(map_for, MapFor::Reader { seal_done: true });
         let buffer = gpu.import_shareable(shareable)?;
         let event = IpcEventHandle(handle.event);
         Ok(Mapping::new(
@@ -391,6 +411,7 @@ impl<A: GpuApi> ShareClient<A> {
             access,
             buffer,
             event,
+            (handle.allocation, keep),
             seal_done,
             lease,
         ))
@@ -424,4 +445,14 @@ impl<A: GpuApi> ShareClient<A> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Whom [`ShareClient::map`] maps for.
+#[derive(Clone, Copy)]
+enum MapFor {
+    /// The buffer's creator, whose mapping of an fd handle is kept for reuse
+    /// when it goes.
+    Creator,
+    /// A reader; `seal_done`: the daemon saw the writer's work finished.
+    Reader { seal_done: bool },
 }

@@ -12,6 +12,18 @@
 //! buffer's device memory stays mapped wherever a client still maps it (the
 //! driver counts those mappings); the daemon only drops its own.
 //!
+//! # Reuse
+//! A deleted buffer's allocation, once freed, is kept for its creator while
+//! that client stays connected, up to [`Limits::kept_bytes`] a client: the
+//! creator's next create of the same device and length gets it back (with
+//! its seal event), and the handle names the allocation, so a client that
+//! still maps it maps nothing anew. A fresh allocation costs its export and
+//! the creator's import, which on CUDA are driver calls of hundreds of
+//! microseconds each. The memory goes back to its creator only, so no
+//! client ever sees another's data; kept allocations are dropped when the
+//! client disconnects, before a create is refused at the buffer limit, and
+//! before a fresh allocation fails for want of device memory.
+//!
 //! One thread per connection, all under one lock: requests are a few
 //! microseconds of bookkeeping, and an `Open` waiting for its seal sleeps
 //! on the condition variable, not holding the lock. While the daemon is
@@ -32,7 +44,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -70,8 +82,21 @@ struct Object<A: GpuApi> {
     fd: Option<OwnedFd>,
     /// The client that may seal it; `None` once sealed.
     writer: Option<u64>,
+    /// The client that created it, which gets its allocation back once it
+    /// is freed (see the module docs, "Reuse").
+    creator: u64,
     deleted: bool,
     leases: u32,
+}
+
+/// A freed buffer's allocation, kept for its creator's next create of the
+/// same device and length.
+struct Kept<A: GpuApi> {
+    device: u32,
+    buffer: Buffer<A>,
+    event: Event<A>,
+    handle: BufferHandle,
+    fd: Option<OwnedFd>,
 }
 
 impl<A: GpuApi> Object<A> {
@@ -95,12 +120,17 @@ struct ClientEntry {
     leases: HashMap<ObjectId, u32>,
 }
 
-/// The daemon's books, under one lock: every buffer it holds, and every
-/// client with the leases it holds on them.
+/// The daemon's books, under one lock: every buffer it holds, every
+/// client with the leases it holds on them, and the allocations kept for
+/// reuse.
 struct Ledger<A: GpuApi> {
     objects: BTreeMap<ObjectId, Object<A>>,
     clients: HashMap<u64, ClientEntry>,
     next_id: u64,
+    /// Freed allocations kept for their creators, oldest first, by client.
+    kept: HashMap<u64, Vec<Kept<A>>>,
+    /// Bytes one client's kept allocations may span (0: none are kept).
+    kept_bytes: u64,
 }
 
 impl<A: GpuApi> Ledger<A> {
@@ -118,7 +148,7 @@ impl<A: GpuApi> Ledger<A> {
         let abandoned = object.writer.is_some() && !writer_holds;
         if (object.deleted && object.leases == 0) || abandoned {
             let object = self.objects.remove(&id);
-            if let Some(object) = object {
+            if let Some(mut object) = object {
                 // Per buffer: debug, so a daemon's log at info is its life, not its traffic.
                 tracing::debug!(
                     "freed buffer {id} ({} bytes on device {}{})",
@@ -136,8 +166,83 @@ impl<A: GpuApi> Ledger<A> {
                 for client in self.clients.values_mut() {
                     client.leases.remove(&id);
                 }
+                if self.clients.contains_key(&object.creator) {
+                    let kept = Kept {
+                        device: object.device,
+                        buffer: object._buffer,
+                        event: object.event,
+                        handle: object.handle,
+                        fd: object.fd.take(),
+                    };
+                    self.keep(object.creator, kept);
+                }
             }
         }
+    }
+
+    /// Keeps `kept` for `client`, dropping its oldest kept allocations
+    /// beyond [`Limits::kept_bytes`] (this one too, if it alone is larger).
+    fn keep(&mut self, client: u64, kept: Kept<A>) {
+        let list = self.kept.entry(client).or_default();
+        list.push(kept);
+        let mut total: u64 = list.iter().map(|k| k.handle.size).sum();
+        while total > self.kept_bytes {
+            let dropped = list.remove(0);
+            total -= dropped.handle.size;
+        }
+        if list.is_empty() {
+            self.kept.remove(&client);
+        }
+    }
+
+    /// Takes back an allocation kept for `client` of `device` and `len`
+    /// bytes, if there is one.
+    fn take_kept(&mut self, client: u64, device: u32, len: u64) -> Option<Kept<A>> {
+        let list = self.kept.get_mut(&client)?;
+        let at = list
+            .iter()
+            .rposition(|k| k.device == device && k.handle.len == len)?;
+        let kept = list.remove(at);
+        if list.is_empty() {
+            self.kept.remove(&client);
+        }
+        Some(kept)
+    }
+
+    /// Drops every kept allocation; whether there were any.
+    fn drop_kept(&mut self) -> bool {
+        let any = !self.kept.is_empty();
+        self.kept.clear();
+        any
+    }
+
+    /// Buffers held and allocations kept: each takes descriptors.
+    fn held(&self) -> usize {
+        self.objects.len() + self.kept.values().map(Vec::len).sum::<usize>()
+    }
+
+    /// A new buffer of `client`'s from `made`, leased to it, and its id.
+    fn insert_created(&mut self, client: u64, made: Kept<A>) -> ObjectId {
+        let id = ObjectId(self.next_id);
+        self.next_id += 1;
+        self.objects.insert(
+            id,
+            Object {
+                device: made.device,
+                len: made.handle.len,
+                size: made.handle.size,
+                _buffer: made.buffer,
+                event: made.event,
+                handle: made.handle,
+                fd: made.fd,
+                writer: Some(client),
+                creator: client,
+                deleted: false,
+                leases: 0,
+            },
+        );
+        self.lease(client, id);
+        id
     }
 
     /// Takes one lease of `client` on `id`.
@@ -186,6 +291,9 @@ pub struct Limits {
     /// and on the CPU device a segment in `/dev/shm`); a create beyond is
     /// refused as busy.
     pub buffers: usize,
+    /// Bytes of freed allocations kept for one client's next creates (see
+    /// the module docs, "Reuse"); 0 keeps none.
+    pub kept_bytes: u64,
 }
 
 impl Limits {
@@ -197,6 +305,8 @@ impl Limits {
     pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(10);
     /// [`Limits::buffers`] unless configured.
     pub const DEFAULT_BUFFERS: usize = 4096;
+    /// [`Limits::kept_bytes`] unless configured.
+    pub const DEFAULT_KEPT_BYTES: u64 = 256 << 20;
 
     /// Descriptors the daemon may need at these limits: two per
     /// connection, two per buffer (its export and its event), and a few of
@@ -213,6 +323,7 @@ impl Default for Limits {
             client_connections: Self::DEFAULT_CLIENT_CONNECTIONS,
             frame_timeout: Self::DEFAULT_FRAME_TIMEOUT,
             buffers: Self::DEFAULT_BUFFERS,
+            kept_bytes: Self::DEFAULT_KEPT_BYTES,
         }
     }
 }
@@ -238,6 +349,8 @@ struct DaemonState<A: GpuApi> {
     devices: Vec<A::Device>,
     uid: u32,
     ledger: Mutex<Ledger<A>>,
+    /// The next allocation's name ([`BufferHandle::allocation`]).
+    next_allocation: AtomicU64,
     /// Signalled on every seal, delete, free and stop (opens wait on it).
     changed: Condvar,
     stopping: AtomicBool,
@@ -312,7 +425,10 @@ impl<A: GpuApi> Daemon<A> {
                     objects: BTreeMap::new(),
                     clients: HashMap::new(),
                     next_id: 1,
+                    kept: HashMap::new(),
+                    kept_bytes: limits.kept_bytes,
                 }),
+                next_allocation: AtomicU64::new(1),
                 changed: Condvar::new(),
                 stopping: AtomicBool::new(false),
                 poller: RequestPoller::new(polling),
@@ -616,6 +732,8 @@ impl<A: GpuApi> DaemonState<A> {
             bytes: ledger.objects.values().map(|o| o.size).sum(),
             leases: ledger.objects.values().map(|o| o.leases).sum(),
             clients: ledger.clients.len() as u32,
+            kept: ledger.kept.values().map(Vec::len).sum::<usize>() as u32,
+            kept_bytes: ledger.kept.values().flatten().map(|k| k.handle.size).sum(),
         }
     }
 
@@ -760,6 +878,7 @@ impl<A: GpuApi> DaemonState<A> {
             ledger.release(client, id, None);
         }
         ledger.clients.remove(&client);
+        ledger.kept.remove(&client);
         drop(ledger);
         self.changed.notify_all();
         let leases: u32 = held.iter().map(|&(_, n)| n).sum();
@@ -837,11 +956,6 @@ impl<A: GpuApi> DaemonState<A> {
                 ),
             )
         };
-        // Checked before allocating (the cost) and again when inserting
-        // (creates run on several threads at once).
-        if lock(&self.ledger).objects.len() >= self.limits.buffers {
-            return (at_limit(), None);
-        }
         let Some(gpu) = self.devices.get(device as usize) else {
             return (
                 error(
@@ -851,30 +965,37 @@ impl<A: GpuApi> DaemonState<A> {
                 None,
             );
         };
-        let made = (|| {
-            let bytes = usize::try_from(bytes)
-                .map_err(|_| (ErrorCode::InvalidSize, format!("{bytes} bytes")))?;
-            let buffer = gpu.alloc_shareable(bytes).map_err(|e| match e.kind {
-                ErrorKind::InvalidSize { .. } => (ErrorCode::InvalidSize, e.to_string()),
-                _ => (ErrorCode::Device, e.to_string()),
-            })?;
-            let device_error = |e: tandem_hal::GpuError| (ErrorCode::Device, e.to_string());
-            let event = gpu
-                .create_event(EventFlags {
-                    timing: false,
-                    interprocess: true,
-                })
-                .map_err(device_error)?;
-            let event_handle = gpu.ipc_export_event(&event).map_err(device_error)?.0;
-            let exported = gpu.export_shareable(&buffer).map_err(device_error)?;
-            Ok::<_, (ErrorCode, String)>((buffer, event, event_handle, exported))
-        })();
-        let (buffer, event, event_handle, exported) = match made {
-            Ok(made) => made,
-            Err((code, message)) => return (error(code, message), None),
+        // An allocation kept for this client first: nothing to allocate,
+        // export or import.
+        let kept = lock(&self.ledger).take_kept(client, device, bytes);
+        let made = match kept {
+            Some(kept) => kept,
+            None => {
+                // Checked before allocating (the cost) and again when
+                // inserting (creates run on several threads at once); kept
+                // allocations give way first.
+                {
+                    let mut ledger = lock(&self.ledger);
+                    if ledger.held() >= self.limits.buffers {
+                        ledger.drop_kept();
+                        if ledger.held() >= self.limits.buffers {
+                            return (at_limit(), None);
+                        }
+                    }
+                }
+                let fresh = match self.allocate(gpu, device, bytes) {
+                    Err((ErrorCode::Device, _)) if lock(&self.ledger).drop_kept() => {
+                        self.allocate(gpu, device, bytes)
+                    }
+                    made => made,
+                };
+                match fresh {
+                    Ok(made) => made,
+                    Err((code, message)) => return (error(code, message), None),
+                }
+            }
         };
-        let (handle, fd) = wire_handle(exported, event_handle);
-        let creator_fd = match fd.as_ref().map(OwnedFd::try_clone).transpose() {
+        let creator_fd = match made.fd.as_ref().map(OwnedFd::try_clone).transpose() {
             Ok(copy) => copy,
             Err(e) => return (error(ErrorCode::Device, format!("dup: {e}")), None),
         };
@@ -882,29 +1003,49 @@ impl<A: GpuApi> DaemonState<A> {
         if ledger.objects.len() >= self.limits.buffers {
             return (at_limit(), None);
         }
-        let id = ObjectId(ledger.next_id);
-        ledger.next_id += 1;
-        ledger.objects.insert(
-            id,
-            Object {
-                device,
-                len: handle.len,
-                size: handle.size,
-                _buffer: buffer,
-                event,
-                handle,
-                fd,
-                writer: Some(client),
-                deleted: false,
-                leases: 0,
-            },
-        );
-        ledger.lease(client, id);
+        let handle = made.handle;
+        let id = ledger.insert_created(client, made);
         tracing::debug!(
-            "created buffer {id}: {} bytes on device {device}",
-            handle.size
+            "created buffer {id}: {} bytes on device {device} (allocation {})",
+            handle.size,
+            handle.allocation
         );
         (Reply::Created { id, handle }, creator_fd)
+    }
+
+    /// A fresh allocation of `bytes` on `gpu` (the daemon's `device`), its
+    /// seal event and its export.
+    fn allocate(
+        &self,
+        gpu: &A::Device,
+        device: u32,
+        bytes: u64,
+    ) -> Result<Kept<A>, (ErrorCode, String)> {
+        let bytes = usize::try_from(bytes)
+            .map_err(|_| (ErrorCode::InvalidSize, format!("{bytes} bytes")))?;
+        let buffer = gpu.alloc_shareable(bytes).map_err(|e| match e.kind {
+            ErrorKind::InvalidSize { .. } => (ErrorCode::InvalidSize, e.to_string()),
+            _ => (ErrorCode::Device, e.to_string()),
+        })?;
+        let device_error = |e: tandem_hal::GpuError| (ErrorCode::Device, e.to_string());
+        let event = gpu
+            .create_event(EventFlags {
+                timing: false,
+                interprocess: true,
+            })
+            .map_err(device_error)?;
+        let event_handle = gpu.ipc_export_event(&event).map_err(device_error)?.0;
+        let exported = gpu.export_shareable(&buffer).map_err(device_error)?;
+        // Relaxed: only unique, ordered with nothing.
+        let allocation = self.next_allocation.fetch_add(1, Ordering::Relaxed);
+        let (handle, fd) = wire_handle(exported, allocation, event_handle);
+        Ok(Kept {
+            device,
+            buffer,
+            event,
+            handle,
+            fd,
+        })
     }
 
     /// Opens `id` for `client`, waiting up to `timeout` for its seal while
@@ -1033,13 +1174,18 @@ impl<A: GpuApi> DaemonState<A> {
 }
 
 /// The wire form of an exported handle, and the descriptor to send beside it.
-fn wire_handle(exported: ShareableHandle, event: [u8; 64]) -> (BufferHandle, Option<OwnedFd>) {
+fn wire_handle(
+    exported: ShareableHandle,
+    allocation: u64,
+    event: [u8; 64],
+) -> (BufferHandle, Option<OwnedFd>) {
     match exported {
         ShareableHandle::Fd { fd, size, len } => (
             BufferHandle {
                 form: HandleForm::Fd,
                 size: size as u64,
                 len: len as u64,
+                allocation,
                 event,
             },
             Some(fd),
@@ -1056,6 +1202,7 @@ fn wire_handle(exported: ShareableHandle, event: [u8; 64]) -> (BufferHandle, Opt
                 },
                 size: (offset + len) as u64,
                 len: len as u64,
+                allocation,
                 event,
             },
             None,

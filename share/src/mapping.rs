@@ -4,11 +4,12 @@
 //! of mappings), and what uses them (the buffer handles, the client)
 //! depends on this module, never the reverse.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
-use tandem_hal::{GpuApi, GpuDevice, IpcEventHandle};
+use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, IpcEventHandle};
 use tandem_process::{remove_host_ipc_segments_of, ServiceChild};
 
 use crate::connection::Connections;
@@ -27,6 +28,28 @@ pub(crate) struct ClientInner<A: GpuApi> {
     pub(crate) cache: Mutex<HashMap<ObjectId, Vec<Weak<Mapping<A>>>>>,
     /// The daemon, if this client started it: stopped with the last user.
     pub(crate) daemon: Mutex<Option<ServiceChild>>,
+    /// Mappings of this client's own freed buffers, oldest first, kept for
+    /// a create that the daemon answers with their allocation (the
+    /// daemon's docs, "Reuse"): at most [`RETIRED_MAPPINGS`] of them,
+    /// [`RETIRED_BYTES`] in all. Their memory stays mapped, and so alive,
+    /// while they are here.
+    pub(crate) retired: Mutex<VecDeque<Retired<A>>>,
+}
+
+/// Most mappings a client keeps for reuse ([`ClientInner::retired`]).
+pub(crate) const RETIRED_MAPPINGS: usize = 16;
+/// Most bytes they may span: the daemon's default for what it keeps per
+/// client, so that neither side keeps what the other gave up on by much.
+pub(crate) const RETIRED_BYTES: usize = 256 << 20;
+
+/// A mapping kept for reuse: the memory, for its device, with the seal's
+/// event if it was opened.
+pub(crate) struct Retired<A: GpuApi> {
+    pub(crate) allocation: u64,
+    pub(crate) device: Arc<A::Device>,
+    pub(crate) buffer: <A::Device as GpuDevice>::ShareableBuffer,
+    pub(crate) event: Option<<A::Device as GpuDevice>::Event>,
+    pub(crate) event_handle: IpcEventHandle,
 }
 
 impl<A: GpuApi> Drop for ClientInner<A> {
@@ -50,6 +73,29 @@ impl<A: GpuApi> Drop for ClientInner<A> {
 }
 
 impl<A: GpuApi> ClientInner<A> {
+    /// Keeps `retired` for reuse, dropping the oldest kept beyond the
+    /// bounds.
+    fn retire(&self, retired: Retired<A>) {
+        let mut kept = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.push_back(retired);
+        let mut bytes: usize = kept.iter().map(|r| r.buffer.len()).sum();
+        while kept.len() > RETIRED_MAPPINGS || bytes > RETIRED_BYTES {
+            let Some(oldest) = kept.pop_front() else {
+                break;
+            };
+            bytes -= oldest.buffer.len();
+        }
+    }
+
+    /// Takes back the kept mapping of `allocation` for device `ordinal`.
+    pub(crate) fn take_retired(&self, allocation: u64, ordinal: usize) -> Option<Retired<A>> {
+        let mut kept = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = kept
+            .iter()
+            .position(|r| r.allocation == allocation && r.device.ordinal() == ordinal)?;
+        kept.remove(at)
+    }
+
     /// Gives back one lease on `id` (a buffer unmapped); a gone daemon has
     /// taken it back already.
     pub(crate) fn release(&self, id: ObjectId) {
@@ -110,14 +156,22 @@ impl<A: GpuApi> Drop for Lease<A> {
 /// sealed [`MirrorSource`](crate::MirrorSource) can name it; not reachable
 /// from outside).
 pub struct Mapping<A: GpuApi> {
-    // Fields drop in order: the memory is unmapped before the lease goes,
-    // so the daemon never frees what this process still maps.
-    pub(crate) buffer: <A::Device as GpuDevice>::ShareableBuffer,
+    // Taken in drop, which unmaps them (or retires them, `keep`) before
+    // the lease goes, so the daemon never frees what this process still
+    // maps unless the driver keeps it alive for this process (an fd
+    // import).
+    pub(crate) buffer: ManuallyDrop<<A::Device as GpuDevice>::ShareableBuffer>,
     /// The seal's interprocess event, opened on first need (on the holder,
     /// where it was made): a reader that the daemon told the work was done
     /// never needs it.
-    event: OnceLock<<A::Device as GpuDevice>::Event>,
+    event: ManuallyDrop<OnceLock<<A::Device as GpuDevice>::Event>>,
     event_handle: IpcEventHandle,
+    /// The daemon's name for the allocation.
+    allocation: u64,
+    /// Whether the mapping is retired for reuse when it goes, not unmapped:
+    /// the creator's own mapping of an fd handle (whose import keeps the
+    /// memory alive whatever the daemon does with it).
+    keep: bool,
     /// Whether the writer's work before the seal is known finished.
     /// Release/Acquire: a thread that reads `true` skips the wait, so it
     /// must see what the thread that learned it saw.
@@ -133,19 +187,26 @@ pub struct Mapping<A: GpuApi> {
 impl<A: GpuApi> Mapping<A> {
     /// A mapping of `buffer` for `device`; `holder` is the device whose
     /// memory it is (for `Access::Local`, the same device).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one per field a mapping is made of; a struct of them would only rename them"
+    )]
     pub(crate) fn new(
         device: Arc<A::Device>,
         holder: Arc<A::Device>,
         access: Access,
         buffer: <A::Device as GpuDevice>::ShareableBuffer,
         event_handle: IpcEventHandle,
+        (allocation, keep): (u64, bool),
         seal_done: bool,
         lease: Lease<A>,
     ) -> Self {
         Self {
-            buffer,
-            event: OnceLock::new(),
+            buffer: ManuallyDrop::new(buffer),
+            event: ManuallyDrop::new(OnceLock::new()),
             event_handle,
+            allocation,
+            keep,
             seal_done: AtomicBool::new(seal_done),
             device,
             holder,
@@ -156,6 +217,27 @@ impl<A: GpuApi> Mapping<A> {
 
     pub(crate) fn id(&self) -> ObjectId {
         self.lease.id()
+    }
+
+    /// A mapping of `retired`, kept from a buffer of this client's that
+    /// the daemon freed, for the buffer it now created of the same
+    /// allocation under `lease`; its event, if open, is the same.
+    pub(crate) fn reused(retired: Retired<A>, lease: Lease<A>) -> Self {
+        let mapping = Self::new(
+            Arc::clone(&retired.device),
+            retired.device,
+            Access::Local,
+            retired.buffer,
+            retired.event_handle,
+            (retired.allocation, true),
+            false,
+            lease,
+        );
+        if let Some(event) = retired.event {
+            // A fresh OnceLock: the set cannot fail.
+            let _ = mapping.event.set(event);
+        }
+        mapping
     }
 
     pub(crate) fn device(&self) -> &A::Device {
@@ -218,5 +300,28 @@ impl<A: GpuApi> Mapping<A> {
             self.seal_done.store(true, Ordering::Release);
         }
         Ok(())
+    }
+}
+
+impl<A: GpuApi> Drop for Mapping<A> {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here, and never used again: the fields are
+        // not read after this, and ManuallyDrop does not drop them.
+        let (buffer, event) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.buffer),
+                ManuallyDrop::take(&mut self.event),
+            )
+        };
+        if self.keep {
+            self.lease.client.retire(Retired {
+                allocation: self.allocation,
+                device: Arc::clone(&self.device),
+                buffer,
+                event: event.into_inner(),
+                event_handle: self.event_handle,
+            });
+        }
+        // Otherwise unmapped here, before the lease (a field) goes.
     }
 }

@@ -22,8 +22,10 @@ use core::fmt;
 pub const MAGIC: [u8; 4] = *b"TDSH";
 /// Version of this format; a peer speaking another is refused. 2: an
 /// open's reply says whether the seal's work had finished. 3: a daemon at
-/// its limits refuses a connection with [`ErrorCode::Busy`].
-pub const VERSION: u16 = 3;
+/// its limits refuses a connection with [`ErrorCode::Busy`]. 4: a handle
+/// names its allocation, and the status counts the allocations kept for
+/// reuse.
+pub const VERSION: u16 = 4;
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 12;
 /// Largest payload either side sends or accepts.
@@ -107,6 +109,11 @@ pub struct BufferHandle {
     pub size: u64,
     /// Bytes the buffer offers.
     pub len: u64,
+    /// The daemon's name for the allocation, never reused by one daemon: a
+    /// create may hand its client an allocation of a buffer it deleted
+    /// (kept for reuse), which a client that still maps it need not map
+    /// again.
+    pub allocation: u64,
     /// The interprocess event a writer records at seal and readers wait on.
     pub event: [u8; 64],
 }
@@ -147,6 +154,10 @@ pub struct DaemonStatus {
     pub leases: u32,
     /// Clients connected (processes, not connections).
     pub clients: u32,
+    /// Allocations of deleted buffers kept for their creators' next creates.
+    pub kept: u32,
+    /// Bytes of those allocations.
+    pub kept_bytes: u64,
 }
 
 /// Why the daemon refused a request.
@@ -438,7 +449,10 @@ impl Writer {
             HandleForm::Fd => self.u8(1),
             HandleForm::Ipc { handle, offset } => self.u8(2).bytes64(&handle).u64(offset),
         };
-        self.u64(h.size).u64(h.len).bytes64(&h.event)
+        self.u64(h.size)
+            .u64(h.len)
+            .u64(h.allocation)
+            .bytes64(&h.event)
     }
     fn finish(mut self) -> Vec<u8> {
         let payload = (self.0.len() - HEADER_BYTES) as u32;
@@ -532,6 +546,7 @@ impl<'a> Reader<'a> {
             form,
             size,
             len,
+            allocation: self.u64()?,
             event: self.bytes64()?,
         })
     }
@@ -672,6 +687,8 @@ impl Reply {
                 .u64(s.bytes)
                 .u32(s.leases)
                 .u32(s.clients)
+                .u32(s.kept)
+                .u64(s.kept_bytes)
                 .finish_ref(),
             Self::Error { code, message } => Writer::new(ERROR_OP)
                 .u16(*code as u16)
@@ -723,6 +740,8 @@ impl Reply {
                     bytes: r.u64()?,
                     leases: r.u32()?,
                     clients: r.u32()?,
+                    kept: r.u32()?,
+                    kept_bytes: r.u64()?,
                 }),
                 _ => return Err(WireError::UnknownOp(header.op)),
             }
@@ -824,16 +843,19 @@ mod tests {
                 HandleForm::Ipc { handle, offset }
             })
         ];
-        (form, 1..u64::MAX / 2, any::<[u8; 32]>()).prop_map(|(form, len, half)| {
-            let mut event = [7; 64];
-            event[32..].copy_from_slice(&half);
-            BufferHandle {
-                form,
-                size: len + 4096,
-                len,
-                event,
-            }
-        })
+        (form, 1..u64::MAX / 2, any::<u64>(), any::<[u8; 32]>()).prop_map(
+            |(form, len, allocation, half)| {
+                let mut event = [7; 64];
+                event[32..].copy_from_slice(&half);
+                BufferHandle {
+                    form,
+                    size: len + 4096,
+                    len,
+                    allocation,
+                    event,
+                }
+            },
+        )
     }
 
     fn reply() -> impl Strategy<Value = Reply> {
@@ -864,6 +886,8 @@ mod tests {
                 bytes,
                 leases: n / 3,
                 clients: 1,
+                kept: n / 5,
+                kept_bytes: bytes / 2,
             })),
             ("[ -~]{0,80}", 1u16..=13).prop_map(|(message, code)| Reply::Error {
                 code: ErrorCode::from_u16(code).unwrap(),
