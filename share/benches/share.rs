@@ -6,7 +6,10 @@
 //!   `ipc_export_memory` in this process; in a consumer process the first
 //!   `ipc_open_memory` of the handle, the first kernel reading it, and a
 //!   re-open of the handle already open there;
-//! * the same through the daemon: `create_buffer`, the same kernel and
+//! * the same through the daemon: `create_buffer` (after the first round,
+//!   the producer's freed allocation handed back, as the daemon does for a
+//!   creator: docs/shared-buffers.md, "Reuse"; what a fresh one costs is
+//!   printed beside, call by call), the same kernel and
 //!   sync, `seal`, then the consumer's first `get_buffer` of the id, the
 //!   same reading kernel, and a cached `get_buffer`. Targets: a first open
 //!   within 1.5x of raw IPC's, a cached re-open under 5 us; and the
