@@ -22,9 +22,13 @@ pub(crate) trait Backend: GpuApi {
     /// host reads it at the same address (the CPU device); else `None`.
     fn host_address(device_ptr: u64) -> Option<*mut u8>;
 
-    /// Orders what a consumer queues on `stream` (DLPack's
-    /// `__dlpack__(stream=...)` value) after `buffer`'s seal.
-    fn order_stream(buffer: &GpuBuffer<Self>, stream: Option<i64>) -> Result<(), Error>;
+    /// The stream a consumer named (DLPack's `__dlpack__(stream=...)`
+    /// value), checked: `None` when it asks for no ordering.
+    fn consumer_stream(stream: Option<i64>) -> Result<Option<usize>, Error>;
+
+    /// Orders what the consumer queues on `stream` (from
+    /// [`consumer_stream`](Self::consumer_stream)) after `buffer`'s seal.
+    fn order_stream(buffer: &GpuBuffer<Self>, stream: usize) -> Result<(), Error>;
 
     /// Copies `src`, another library's memory, into `dst` from its start;
     /// complete on return.
@@ -45,17 +49,22 @@ impl Backend for HostApi {
         Some(device_ptr as *mut u8)
     }
 
-    /// The CPU has no streams: the standard's `None` (or `-1`, no
-    /// ordering asked) only, and the host waits for the writer's work.
-    fn order_stream(buffer: &GpuBuffer<Self>, stream: Option<i64>) -> Result<(), Error> {
+    /// The CPU has no streams: the standard's `None` only (or `-1`, no
+    /// ordering asked).
+    fn consumer_stream(stream: Option<i64>) -> Result<Option<usize>, Error> {
         match stream {
-            None => Ok(buffer.wait_for_seal()?),
-            Some(-1) => Ok(()),
+            None => Ok(Some(0)),
+            Some(-1) => Ok(None),
             Some(other) => Err(Error::new(
                 Kind::Export,
                 format!("stream {other} for CPU memory: only None is allowed"),
             )),
         }
+    }
+
+    /// The host itself waits for the writer's work.
+    fn order_stream(buffer: &GpuBuffer<Self>, _stream: usize) -> Result<(), Error> {
+        Ok(buffer.wait_for_seal()?)
     }
 
     fn copy_in(
@@ -177,19 +186,21 @@ mod cuda {
         /// The standard's CUDA values: `None` and 1 the legacy default
         /// stream, 2 the per-thread default one, -1 no ordering, 0
         /// refused (ambiguous), anything else a stream's handle.
-        fn order_stream(buffer: &GpuBuffer<Self>, stream: Option<i64>) -> Result<(), Error> {
-            let raw =
-                match stream {
-                    Some(-1) => return Ok(()),
-                    Some(0) => return Err(Error::new(
-                        Kind::Export,
-                        "stream 0 is ambiguous for CUDA: pass 1 (legacy default) or 2 (per-thread)",
-                    )),
-                    None => 1,
-                    Some(raw) => usize::try_from(raw).map_err(|_| {
-                        Error::new(Kind::Export, format!("stream {raw} is not a CUDA stream"))
-                    })?,
-                };
+        fn consumer_stream(stream: Option<i64>) -> Result<Option<usize>, Error> {
+            match stream {
+                Some(-1) => Ok(None),
+                Some(0) => Err(Error::new(
+                    Kind::Export,
+                    "stream 0 is ambiguous for CUDA: pass 1 (legacy default) or 2 (per-thread)",
+                )),
+                None => Ok(Some(1)),
+                Some(raw) => usize::try_from(raw).map(Some).map_err(|_| {
+                    Error::new(Kind::Export, format!("stream {raw} is not a CUDA stream"))
+                }),
+            }
+        }
+
+        fn order_stream(buffer: &GpuBuffer<Self>, raw: usize) -> Result<(), Error> {
             if let Some(event) = buffer.pending_seal()? {
                 // SAFETY: DLPack's consumer passes a stream of the device
                 // `__dlpack_device__` named, the buffer's, or one of the

@@ -50,7 +50,7 @@ pub(crate) fn attach(py: Python<'_>, segment: Option<String>) -> PyResult<BlobCl
 /// TOML file holding a `StoreConfig`) and attaches to it; it stops when
 /// the client is gone (or this process dies).
 #[pyfunction]
-#[pyo3(signature = (config, tandem=None, heap_bytes=256 << 20))]
+#[pyo3(signature = (config, tandem=None, heap_bytes=16 << 20))]
 pub(crate) fn fork(
     py: Python<'_>,
     config: PathBuf,
@@ -90,10 +90,18 @@ fn fork_with(exe: &Path, store: &Path, heap_bytes: usize) -> Result<BlobClient, 
         shell_quote(exe)
     );
     write_script(&script, &text)?;
+    // CPU queues only: CUDA tensors reach the store through the host.
+    // The segment holds the default one's lanes and heap beside the
+    // clients' heaps (and a page of the client table each).
+    let defaults = Config::default();
+    let max_clients = 8;
     let config = Config {
         devices: DeviceSelection::Only(vec![]),
         client_heap_bytes: heap_bytes,
-        ..Config::default()
+        max_clients,
+        cpu_segment_size: defaults.cpu_segment_size
+            + (max_clients as usize) * heap_bytes.saturating_add(4096),
+        ..defaults
     };
     let client = RuntimeClient::fork_runtime_with(&script, &config)?;
     drop(folder);

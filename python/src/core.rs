@@ -157,7 +157,11 @@ impl<A: Backend> AnyBuffer for Core<A> {
     }
 
     fn order_stream(&self, stream: Option<i64>) -> Result<(), Error> {
+        let Some(stream) = A::consumer_stream(stream)? else {
+            return Ok(());
+        };
         match present(&mut self.state()) {
+            // The writer orders its own work.
             State::Writable(_) => Ok(()),
             State::Sealed(buffer) => A::order_stream(buffer, stream),
         }

@@ -30,11 +30,11 @@ def attach(segment: Optional[str] = None) -> BlobClient:
 def fork(
     config: str | os.PathLike,
     tandem: Optional[str | os.PathLike] = None,
-    heap_bytes: int = 256 << 20,
+    heap_bytes: int = 16 << 20,
 ) -> BlobClient:
     """Starts ``tandem blob run`` on the store ``config`` describes (a TOML
     file: ``metadata`` and ``[[targets]]``) for this process, and attaches to
     it; it stops when the client is gone, or this process dies.
-    ``heap_bytes`` is this client's heap in the runtime, which transfers go
-    through a chunk at a time."""
+    ``heap_bytes`` is each client's heap in the runtime (eight clients at
+    most), which transfers go through a chunk at a time."""
     return _fork(os.fspath(config), _tandem_binary(tandem), heap_bytes)
