@@ -15,7 +15,8 @@ import pytest
 import tandem
 
 
-def tandem_binary() -> str:
+@pytest.fixture(scope="session")
+def tandem_bin() -> str:
     """The `tandem` executable the package starts daemons with."""
     found = os.environ.get("TANDEM_BIN") or shutil.which("tandem")
     if not found:
@@ -37,8 +38,8 @@ def nothing_left_in_shm():
 
 
 @pytest.fixture(scope="module")
-def client():
-    client = tandem.share.spawn_daemon("host", tandem=tandem_binary())
+def client(tandem_bin):
+    client = tandem.share.spawn_daemon("host", tandem=tandem_bin)
     yield client
     del client
     gc.collect()

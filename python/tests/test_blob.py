@@ -14,12 +14,11 @@ import numpy as np
 import pytest
 
 import tandem
-from conftest import tandem_binary
 
 
 @pytest.fixture
-def store(store_config):
-    store = tandem.blob.fork(store_config, tandem=tandem_binary(), heap_bytes=16 << 20)
+def store(store_config, tandem_bin):
+    store = tandem.blob.fork(store_config, tandem=tandem_bin, heap_bytes=16 << 20)
     yield store
     del store
     gc.collect()
@@ -59,7 +58,7 @@ def test_stat_ls_rm(store):
     assert store.ls(tag) == ["two"]
 
 
-def test_errors(store):
+def test_errors(store, tandem_bin):
     with pytest.raises(tandem.BlobNotFoundError):
         store.get("nowhere", "x")
     store.put("e", "x", b"abc")
@@ -76,7 +75,7 @@ def test_errors(store):
     with pytest.raises(tandem.UnsupportedError):
         store.get("e", "x", out=b"abc")  # not writable
     with pytest.raises(tandem.BlobError):
-        tandem.blob.fork("/nonexistent/store.toml", tandem=tandem_binary())
+        tandem.blob.fork("/nonexistent/store.toml", tandem=tandem_bin)
 
 
 def test_status_is_what_tandem_status_json_prints(store):
@@ -95,8 +94,8 @@ def test_attach_reaches_the_same_store(store):
     assert other.runtime_pid == store.runtime_pid
 
 
-def test_a_forked_runtime_stops_with_its_client(store_config):
-    store = tandem.blob.fork(store_config, tandem=tandem_binary())
+def test_a_forked_runtime_stops_with_its_client(store_config, tandem_bin):
+    store = tandem.blob.fork(store_config, tandem=tandem_bin)
     pid = store.runtime_pid
     del store
     gc.collect()
