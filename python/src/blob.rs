@@ -3,8 +3,10 @@
 //! client's heap a chunk at a time: from and into bytes, buffer-protocol
 //! objects and DLPack tensors (CUDA ones staged through the host).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyDict};
@@ -23,6 +25,7 @@ use crate::wait::interruptible;
 pub(crate) struct BlobClient {
     client: Arc<RuntimeClient>,
     segment: String,
+    tags: Mutex<HashMap<String, TagId>>,
 }
 
 /// Attaches to the runtime of CPU segment `segment` (default: the one live
@@ -38,10 +41,7 @@ pub(crate) fn attach(py: Python<'_>, segment: Option<String>) -> PyResult<BlobCl
             }
         };
         let client = RuntimeClient::attach(&segment)?;
-        Ok(BlobClient {
-            client: Arc::new(client),
-            segment,
-        })
+        Ok(BlobClient::new(client, segment))
     })?;
     Ok(client)
 }
@@ -106,10 +106,7 @@ fn fork_with(exe: &Path, store: &Path, heap_bytes: usize) -> Result<BlobClient, 
     let client = RuntimeClient::fork_runtime_with(&script, &config)?;
     drop(folder);
     let segment = client.segment().name().unwrap_or_default().to_owned();
-    Ok(BlobClient {
-        client: Arc::new(client),
-        segment,
-    })
+    Ok(BlobClient::new(client, segment))
 }
 
 fn write_script(path: &Path, text: &str) -> Result<(), Error> {
@@ -125,31 +122,79 @@ fn shell_quote(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
 }
 
-/// A tag by name (made when `create`) or id.
-fn tag_id(
-    py: Python<'_>,
-    caller: &BlobCaller<'_, RuntimeClient>,
-    tag: &Bound<'_, PyAny>,
-    create: bool,
-) -> PyResult<TagId> {
-    if let Ok(id) = tag.extract::<u64>() {
-        return Ok(TagId(id));
+impl BlobClient {
+    fn new(client: RuntimeClient, segment: String) -> Self {
+        Self {
+            client: Arc::new(client),
+            segment,
+            tags: Mutex::new(HashMap::new()),
+        }
     }
-    let name: String = tag.extract()?;
-    if create {
-        return Ok(call(py, caller, |c| c.get_or_create_tag(&name))?);
+
+    /// A tag by name (made when `create`) or id. Names found are kept:
+    /// a tag's id never changes, and a put by name then costs one task.
+    fn tag_id(
+        &self,
+        py: Python<'_>,
+        caller: &BlobCaller<'_, RuntimeClient>,
+        tag: &Bound<'_, PyAny>,
+        create: bool,
+    ) -> PyResult<TagId> {
+        if let Ok(id) = tag.extract::<u64>() {
+            return Ok(TagId(id));
+        }
+        let name: String = tag.extract()?;
+        let known = |tags: &Mutex<HashMap<String, TagId>>| {
+            tags.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&name)
+                .copied()
+        };
+        if let Some(id) = known(&self.tags) {
+            return Ok(id);
+        }
+        let id = if create {
+            call(py, caller, 0, |c| c.get_or_create_tag(&name))?
+        } else {
+            call(py, caller, 0, |c| c.tag(&name))?
+                .ok_or_else(|| Error::new(Kind::BlobNotFound, format!("no tag {name:?}")))?
+        };
+        self.tags
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name, id);
+        Ok(id)
     }
-    call(py, caller, |c| c.tag(&name))?
-        .ok_or_else(|| Error::new(Kind::BlobNotFound, format!("no tag {name:?}")).into())
 }
 
-/// One call, the GIL released and Ctrl-C stopping it.
+/// Calls moving at most this many bytes run on the caller's thread: a
+/// helper thread would cost more than the call, which ends within
+/// [`CALL_TIMEOUT`] however the runtime behaves.
+const DIRECT_BYTES: usize = 64 << 10;
+
+/// How long one task of a call may take before the call fails: bounds the
+/// calls Ctrl-C cannot stop, and a chunk of a transfer.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A caller of this client's runtime.
+fn caller(client: &RuntimeClient) -> BlobCaller<'_, RuntimeClient> {
+    BlobCaller::new(client).with_timeout(CALL_TIMEOUT)
+}
+
+/// One call moving `moved` bytes, the GIL released; a large one runs on a
+/// helper thread so that Ctrl-C stops it.
 fn call<T: Send>(
     py: Python<'_>,
     caller: &BlobCaller<'_, RuntimeClient>,
+    moved: usize,
     work: impl FnOnce(&BlobCaller<'_, RuntimeClient>) -> Result<T, CallError> + Send,
 ) -> PyResult<T> {
-    Ok(interruptible(py, || caller.stop(), || work(caller))?.map_err(Error::from)?)
+    let outcome = if moved <= DIRECT_BYTES {
+        py.allow_threads(|| work(caller))
+    } else {
+        interruptible(py, || caller.stop(), || work(caller))?
+    };
+    Ok(outcome.map_err(Error::from)?)
 }
 
 /// `bytes` put at `offset` of blob `name`, a chunk at a time through one
@@ -160,9 +205,10 @@ fn put_bytes(
     name: &str,
     offset: u64,
     bytes: &[u8],
+    score: Score,
 ) -> Result<u64, CallError> {
     if bytes.is_empty() {
-        return caller.put(tag, name, offset, bytes, Score::AUTO);
+        return caller.put(tag, name, offset, bytes, score);
     }
     let mut buffer = caller.chunk_buffer()?;
     let mut size = 0;
@@ -170,8 +216,7 @@ fn put_bytes(
         buffer.write(0, chunk);
         let at = offset + (i * buffer.len()) as u64;
         let context = tandem_blob::PutContext::default();
-        let (after, back) =
-            caller.put_from(tag, name, at, buffer, chunk.len(), Score::AUTO, &context)?;
+        let (after, back) = caller.put_from(tag, name, at, buffer, chunk.len(), score, &context)?;
         size = after;
         buffer = back;
     }
@@ -215,14 +260,15 @@ impl BlobClient {
 
     /// The id of tag `name`, made if new.
     fn tag(&self, py: Python<'_>, name: String) -> PyResult<u64> {
-        let caller = BlobCaller::new(&*self.client);
-        Ok(call(py, &caller, |c| c.get_or_create_tag(&name))?.0)
+        let caller = caller(&self.client);
+        Ok(call(py, &caller, 0, |c| c.get_or_create_tag(&name))?.0)
     }
 
     /// Writes `obj`'s bytes (bytes, a buffer-protocol object or a DLPack
     /// tensor, CPU or CUDA) at `offset` of blob `name` of `tag` (a name,
-    /// made if new, or an id); the blob's size after.
-    #[pyo3(signature = (tag, name, obj, offset=0))]
+    /// made if new, or an id), placed on the fastest target with room, or
+    /// on a target of tier `score` (0.0 to 1.0); the blob's size after.
+    #[pyo3(signature = (tag, name, obj, offset=0, score=None))]
     fn put(
         &self,
         py: Python<'_>,
@@ -230,9 +276,11 @@ impl BlobClient {
         name: String,
         obj: &Bound<'_, PyAny>,
         offset: u64,
+        score: Option<f32>,
     ) -> PyResult<u64> {
-        let caller = BlobCaller::new(&*self.client);
-        let tag = tag_id(py, &caller, tag, true)?;
+        let caller = caller(&self.client);
+        let tag = self.tag_id(py, &caller, tag, true)?;
+        let score = score.map_or(Score::AUTO, Score);
         if obj.hasattr("__dlpack__")? && !obj.is_instance_of::<pyo3::types::PyBytes>() {
             let imported = dlpack::import(obj)?;
             let staged;
@@ -243,11 +291,15 @@ impl BlobClient {
                     &staged[..]
                 }
             };
-            return call(py, &caller, |c| put_bytes(c, tag, &name, offset, bytes));
+            return call(py, &caller, bytes.len(), |c| {
+                put_bytes(c, tag, &name, offset, bytes, score)
+            });
         }
         let bytes = host::Bytes::of(obj)?;
         let bytes: &[u8] = &bytes;
-        call(py, &caller, |c| put_bytes(c, tag, &name, offset, bytes))
+        call(py, &caller, bytes.len(), |c| {
+            put_bytes(c, tag, &name, offset, bytes, score)
+        })
     }
 
     /// Reads blob `name` of `tag` from `offset`: into `out` (a writable
@@ -263,10 +315,10 @@ impl BlobClient {
         out: Option<Bound<'py, PyAny>>,
         offset: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let caller = BlobCaller::new(&*self.client);
-        let tag = tag_id(py, &caller, tag, false)?;
+        let caller = caller(&self.client);
+        let tag = self.tag_id(py, &caller, tag, false)?;
         let Some(out) = out else {
-            let size = call(py, &caller, |c| c.stat(tag, &name))?.size;
+            let size = call(py, &caller, 0, |c| c.stat(tag, &name))?.size;
             let len = size.checked_sub(offset).ok_or_else(|| {
                 Error::new(
                     Kind::BlobRange,
@@ -275,7 +327,9 @@ impl BlobClient {
             })?;
             let mut bytes = vec![0u8; len as usize];
             let target = &mut bytes[..];
-            call(py, &caller, |c| get_bytes(c, tag, &name, offset, target))?;
+            call(py, &caller, target.len(), |c| {
+                get_bytes(c, tag, &name, offset, target)
+            })?;
             return Ok(PyByteArray::new(py, &bytes).into_any());
         };
         if out.hasattr("__dlpack__")? {
@@ -283,12 +337,16 @@ impl BlobClient {
             match imported.place {
                 Place::Host => {
                     let target = host_bytes_mut(&mut imported)?;
-                    call(py, &caller, |c| get_bytes(c, tag, &name, offset, target))?;
+                    call(py, &caller, target.len(), |c| {
+                        get_bytes(c, tag, &name, offset, target)
+                    })?;
                 }
                 Place::Cuda(_) => {
                     let mut staged = vec![0u8; imported.len];
                     let target = &mut staged[..];
-                    call(py, &caller, |c| get_bytes(c, tag, &name, offset, target))?;
+                    call(py, &caller, target.len(), |c| {
+                        get_bytes(c, tag, &name, offset, target)
+                    })?;
                     write_device(&mut imported, &staged)?;
                 }
             }
@@ -296,7 +354,9 @@ impl BlobClient {
         }
         let mut bytes = host::Bytes::of_mut(&out)?;
         let target: &mut [u8] = &mut bytes;
-        call(py, &caller, |c| get_bytes(c, tag, &name, offset, target))?;
+        call(py, &caller, target.len(), |c| {
+            get_bytes(c, tag, &name, offset, target)
+        })?;
         drop(bytes);
         Ok(out)
     }
@@ -308,9 +368,9 @@ impl BlobClient {
         tag: &Bound<'py, PyAny>,
         name: String,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let caller = BlobCaller::new(&*self.client);
-        let tag = tag_id(py, &caller, tag, false)?;
-        let info = call(py, &caller, |c| c.stat(tag, &name))?;
+        let caller = caller(&self.client);
+        let tag = self.tag_id(py, &caller, tag, false)?;
+        let info = call(py, &caller, 0, |c| c.stat(tag, &name))?;
         let dict = PyDict::new(py);
         dict.set_item("size", info.size)?;
         dict.set_item("durable", info.durable != 0)?;
@@ -322,21 +382,21 @@ impl BlobClient {
     /// The names of `tag`'s blobs; without a tag, the tags' names.
     #[pyo3(signature = (tag=None))]
     fn ls(&self, py: Python<'_>, tag: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
-        let caller = BlobCaller::new(&*self.client);
+        let caller = caller(&self.client);
         match tag {
-            None => call(py, &caller, |c| c.list_tags()),
+            None => call(py, &caller, 0, |c| c.list_tags()),
             Some(tag) => {
-                let tag = tag_id(py, &caller, tag, false)?;
-                call(py, &caller, |c| c.list_blobs(tag))
+                let tag = self.tag_id(py, &caller, tag, false)?;
+                call(py, &caller, 0, |c| c.list_blobs(tag))
             }
         }
     }
 
     /// Deletes blob `name` of `tag`.
     fn rm(&self, py: Python<'_>, tag: &Bound<'_, PyAny>, name: String) -> PyResult<()> {
-        let caller = BlobCaller::new(&*self.client);
-        let tag = tag_id(py, &caller, tag, false)?;
-        call(py, &caller, |c| c.delete(tag, &name))
+        let caller = caller(&self.client);
+        let tag = self.tag_id(py, &caller, tag, false)?;
+        call(py, &caller, 0, |c| c.delete(tag, &name))
     }
 
     fn __repr__(&self) -> String {
