@@ -173,12 +173,7 @@ fn run(command: Command) -> Result<ExitCode, XtaskError> {
                 ci,
                 hip: HipToolchain::probe(),
                 garage: legs::find_garage(std::env::var_os("TANDEM_GARAGE")),
-                python: python::Venv::find(
-                    std::env::var_os(python::VENV_ENV)
-                        .filter(|dir| !dir.is_empty())
-                        .map(std::path::PathBuf::from)
-                        .unwrap_or_else(|| python::Venv::default_dir(&metadata.target_directory)),
-                ),
+                python: python::Venv::find(python::venv_dir(&metadata.target_directory)),
             };
             Ok(legs::run(&ctx, &planned))
         }

@@ -2,11 +2,30 @@
 //! `.ci/run` makes (`python3 -m venv`, then `pip install`), and the commands that build the
 //! package into it and run its tests.
 
-use crate::cmd::{is_executable, Cmd};
+use crate::cmd::{find_on_path, is_executable, Cmd};
 use std::path::{Path, PathBuf};
 
 /// The environment variable naming the virtual environment, when it is not the default.
 pub const VENV_ENV: &str = "TANDEM_PYTHON_VENV";
+
+/// maturin: in the environment `TANDEM_PYTHON_VENV` names (else the default one), else on
+/// `PATH`.
+pub fn find_maturin(target_directory: &Path) -> Option<PathBuf> {
+    let venv = Venv {
+        dir: venv_dir(target_directory),
+    };
+    Some(venv.maturin())
+        .filter(|maturin| is_executable(maturin))
+        .or_else(|| find_on_path("maturin"))
+}
+
+/// The environment `TANDEM_PYTHON_VENV` names, else [`Venv::default_dir`].
+pub fn venv_dir(target_directory: &Path) -> PathBuf {
+    std::env::var_os(VENV_ENV)
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Venv::default_dir(target_directory))
+}
 
 /// A virtual environment holding what the leg needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,8 +39,8 @@ impl Venv {
         target_directory.join("python-venv")
     }
 
-    /// The environment at `dir` (`TANDEM_PYTHON_VENV`, else [`Venv::default_dir`]) if it has
-    /// Python, maturin and pytest; `Err` says what is missing and how to make it.
+    /// The environment at `dir` (see [`venv_dir`]) if it has Python, maturin and pytest;
+    /// `Err` says what is missing and how to make it.
     pub fn find(dir: PathBuf) -> Result<Self, String> {
         let venv = Self { dir };
         for tool in [venv.python(), venv.maturin(), venv.bin("pytest")] {
