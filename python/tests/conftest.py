@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -25,16 +26,30 @@ def tandem_bin() -> str:
 
 
 def shm_entries() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if "tandem" in name}
+    """Tandem's segments: runtimes' (`tandem-...`) and the CPU device's IPC
+    segments (`tdm-...`)."""
+    return {
+        name
+        for name in os.listdir("/dev/shm")
+        if name.startswith("tdm-") or "tandem" in name
+    }
 
 
-@pytest.fixture(scope="session", autouse=True)
-def nothing_left_in_shm():
-    before = shm_entries()
-    yield
+SHM_BEFORE = pytest.StashKey[set]()
+
+
+def pytest_sessionstart(session):
+    session.stash[SHM_BEFORE] = shm_entries()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fails the run when segments outlive it: checked once every fixture
+    (daemons, runtimes) is gone."""
     gc.collect()
-    left = shm_entries() - before
-    assert not left, f"left in /dev/shm: {sorted(left)}"
+    left = shm_entries() - session.stash[SHM_BEFORE]
+    if left:
+        print(f"\nleft in /dev/shm: {sorted(left)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture(scope="module")
@@ -46,17 +61,21 @@ def client(tandem_bin):
 
 
 @pytest.fixture
-def store_config(tmp_path: Path) -> Path:
-    config = tmp_path / "store.toml"
-    config.write_text(
-        textwrap.dedent(
-            f"""\
-            metadata = "{tmp_path / 'blob.redb'}"
-            [[targets]]
-            kind = "ram"
-            capacity = {256 << 20}
-            score = 1.0
-            """
+def store_config():
+    """A RAM store's configuration, in a folder removed afterwards (pytest's
+    tmp_path would keep it in /tmp)."""
+    with tempfile.TemporaryDirectory(prefix="tandem-python-test-") as folder:
+        folder = Path(folder)
+        config = folder / "store.toml"
+        config.write_text(
+            textwrap.dedent(
+                f"""\
+                metadata = "{folder / 'blob.redb'}"
+                [[targets]]
+                kind = "ram"
+                capacity = {256 << 20}
+                score = 1.0
+                """
+            )
         )
-    )
-    return config
+        yield config

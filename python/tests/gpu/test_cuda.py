@@ -5,8 +5,10 @@ it holds a tensor, a producer exiting first, blob put/get of CUDA tensors."""
 from __future__ import annotations
 
 import signal
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -143,15 +145,20 @@ def test_a_consumer_stream_waits_for_the_seal(daemon):
     daemon.delete(buf.id)
 
 
-def test_blob_put_and_get_of_cuda_tensors(tmp_path):
+def test_blob_put_and_get_of_cuda_tensors():
     import cupy
     import torch
 
-    config = tmp_path / "store.toml"
+    with tempfile.TemporaryDirectory(prefix="tandem-python-gpu-") as folder:
+        blob_put_and_get_of_cuda_tensors(Path(folder), cupy, torch)
+
+
+def blob_put_and_get_of_cuda_tensors(folder: Path, cupy, torch) -> None:
+    config = folder / "store.toml"
     config.write_text(
         textwrap.dedent(
             f"""\
-            metadata = "{tmp_path / 'blob.redb'}"
+            metadata = "{folder / 'blob.redb'}"
             [[targets]]
             kind = "ram"
             capacity = {256 << 20}
