@@ -253,3 +253,30 @@ def wait_for(condition, seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+WAITER = """
+    import sys, time, tandem
+    client = tandem.share.connect(sys.argv[1])
+    print("waiting", flush=True)
+    started = time.monotonic()
+    try:
+        client.get(int(sys.argv[2]), timeout=60)
+    except KeyboardInterrupt:
+        print(f"interrupted {time.monotonic() - started:.2f}", flush=True)
+"""
+
+
+def test_ctrl_c_ends_a_wait_for_a_seal(client):
+    unsealed = client.create(8)
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(WAITER), str(client.socket), str(unsealed.id)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout.readline().strip() == "waiting"
+    time.sleep(0.3)
+    child.send_signal(signal.SIGINT)
+    line = child.stdout.readline().split()
+    assert child.wait(timeout=10) == 0
+    assert line[0] == "interrupted" and float(line[1]) < 5, line
