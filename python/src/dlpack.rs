@@ -13,7 +13,7 @@ use core::ffi::{c_void, CStr};
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::PyDict;
 
 use crate::dtype::Dtype;
 use crate::errors::{Error, Kind};
@@ -234,33 +234,22 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Imported<'py>> {
         device_type,
         device_id,
     })?;
-    let stream: PyObject = match place {
-        Place::Host => py.None(),
-        // The standard's "legacy default stream".
-        Place::Cuda(_) => 1i64.into_pyobject(py)?.into_any().unbind(),
+    // CPU memory takes no stream; for CUDA, 1 is the standard's "legacy
+    // default stream".
+    let stream = match place {
+        Place::Host => None,
+        Place::Cuda(_) => Some(1i64),
     };
-    let versioned = [
-        ("stream", stream.clone_ref(py)),
-        ("max_version", {
-            let version = PyTuple::new(py, [VERSION.major, VERSION.minor])?;
-            version.into_any().unbind()
-        }),
-    ];
-    let capsule = match obj.call_method(
-        "__dlpack__",
-        (),
-        Some(&pyo3::types::IntoPyDict::into_py_dict(versioned, py)?),
-    ) {
+    let keywords = PyDict::new(py);
+    keywords.set_item("stream", stream)?;
+    keywords.set_item("max_version", (VERSION.major, VERSION.minor))?;
+    let capsule = match obj.call_method("__dlpack__", (), Some(&keywords)) {
         Ok(capsule) => capsule,
         // A producer older than DLPack 1.0 takes no `max_version`.
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => obj.call_method(
-            "__dlpack__",
-            (),
-            Some(&pyo3::types::IntoPyDict::into_py_dict(
-                [("stream", stream)],
-                py,
-            )?),
-        )?,
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+            keywords.del_item("max_version")?;
+            obj.call_method("__dlpack__", (), Some(&keywords))?
+        }
         Err(e) => return Err(e),
     };
     read_capsule(capsule, place)
