@@ -21,9 +21,6 @@ mod exported {
         view: Box<ffi::Py_buffer>,
     }
 
-    // SAFETY: the view is only read and released; its release takes the GIL.
-    unsafe impl Send for Exported {}
-
     impl Exported {
         /// `obj`'s buffer as contiguous bytes (`PyBUF_SIMPLE`), writable
         /// when asked.
