@@ -58,6 +58,7 @@ def main() -> int:
 
 
 def bench(folder: str, rust: dict[str, float] | None) -> int:
+    os.environ.setdefault("RUST_LOG", "warn")  # the runtime's log: only what goes wrong
     config = os.path.join(folder, "store.toml")
     with open(config, "w") as f:
         f.write(
