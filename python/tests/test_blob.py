@@ -8,6 +8,9 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
 
 import numpy as np
@@ -99,12 +102,48 @@ def test_a_forked_runtime_stops_with_its_client(store_config, tandem_bin):
     pid = store.runtime_pid
     del store
     gc.collect()
-    deadline = time.monotonic() + 10
+    if wait_for_exit(pid):
+        return
+    os.kill(pid, signal.SIGKILL)
+    pytest.fail("the forked runtime outlived its client")
+
+
+PUTTER = """
+    import sys, time, numpy as np, tandem
+    store = tandem.blob.fork(sys.argv[1], tandem=sys.argv[2], heap_bytes=16 << 20)
+    data = np.zeros(64 << 20, dtype=np.uint8)
+    print("putting", store.runtime_pid, flush=True)
+    try:
+        while True:
+            store.put("t", "big", data)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_ends_a_transfer(store_config, tandem_bin):
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(PUTTER), str(store_config), tandem_bin],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    word, runtime_pid = child.stdout.readline().split()
+    assert word == "putting"
+    time.sleep(0.5)
+    sent = time.monotonic()
+    child.send_signal(signal.SIGINT)
+    assert child.stdout.readline().strip() == "interrupted"
+    assert time.monotonic() - sent < 5
+    assert child.wait(timeout=30) == 0
+    assert wait_for_exit(int(runtime_pid)), "the runtime outlived its client"
+
+
+def wait_for_exit(pid: int, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            return
+            return True
         time.sleep(0.05)
-    os.kill(pid, signal.SIGKILL)
-    pytest.fail("the forked runtime outlived its client")
+    return False
