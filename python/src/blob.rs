@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -23,7 +23,7 @@ use crate::wait::interruptible;
 /// A client of a runtime serving the blob store.
 #[pyclass(module = "tandem._tandem", name = "BlobClient", frozen)]
 pub(crate) struct BlobClient {
-    client: Arc<RuntimeClient>,
+    client: RuntimeClient,
     segment: String,
     tags: Mutex<HashMap<String, TagId>>,
 }
@@ -125,7 +125,7 @@ fn shell_quote(path: &Path) -> String {
 impl BlobClient {
     fn new(client: RuntimeClient, segment: String) -> Self {
         Self {
-            client: Arc::new(client),
+            client,
             segment,
             tags: Mutex::new(HashMap::new()),
         }
