@@ -35,9 +35,13 @@ if [ -n "$test_threads" ] && ! [[ $test_threads =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 
-# The binaries travel packed (bin.tar.gz); unpacked once, beside it.
+# The binaries travel packed (bin.tar.xz); unpacked once, beside it, by tar with xz, else by
+# Python's tarfile (a machine without xz-utils).
 if [ ! -d "$bundle_dir/bin" ]; then
-  tar -xzf "$bundle_dir/bin.tar.gz" -C "$bundle_dir" || { echo "run.sh: cannot unpack bin.tar.gz" >&2; exit 1; }
+  tar -xJf "$bundle_dir/bin.tar.xz" -C "$bundle_dir" 2>/dev/null \
+    || python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$bundle_dir/bin.tar.xz" "$bundle_dir" \
+    || { echo "run.sh: cannot unpack bin.tar.xz" >&2; exit 1; }
 fi
 
 export TANDEM_REQUIRE_GPU=1
