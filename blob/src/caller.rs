@@ -4,7 +4,7 @@
 //! through a [`SharedBuffer`] of the submitter's heap.
 
 use std::fmt;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use tandem_hal::GpuApi;
@@ -106,6 +106,16 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
+    }
+
+    /// Ends the call waiting on another thread (its wait returns
+    /// [`TaskError::Stopped`], its buffer leaked as after a timeout) and
+    /// every later call of this caller: how a caller interrupted by its
+    /// user gets its thread back.
+    pub fn stop(&self) {
+        // Relaxed: the flag publishes nothing; a wait only needs to see it
+        // eventually, which it polls for.
+        self.stop.store(1, Ordering::Relaxed);
     }
 
     /// Refuses a name the store would, before it costs a task (one too long
@@ -322,6 +332,41 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
             name: name.into(),
         })
         .map(drop)
+    }
+}
+
+/// The largest chunk [`BlobCaller::chunk_buffer`] gives: bigger ones gain
+/// little over the tasks' cost.
+const MAX_CHUNK: usize = 4 << 20;
+/// The smallest chunk it tries before the heap is called full.
+const MIN_CHUNK: usize = 4096;
+
+impl<'s> BlobCaller<'s, Client> {
+    /// A buffer of the client's heap for a transfer moved a chunk at a time
+    /// (through [`put_from`](Self::put_from) and
+    /// [`get_into`](Self::get_into)), so a transfer of any size fits the
+    /// client's quota: 4 MiB, or as many bytes as the heap gives, leaving
+    /// room for the tasks' futures.
+    pub fn chunk_buffer(&self) -> Result<SharedBuffer<'s>, TaskError> {
+        let client = self.submitter;
+        let quota = client
+            .segment()
+            .clients()
+            .map_or(0, |table| table.quota_bytes());
+        let half = usize::try_from(quota / 2).unwrap_or(usize::MAX);
+        let mut len = MAX_CHUNK.min(half.max(MIN_CHUNK));
+        len = 1 << len.ilog2();
+        loop {
+            match client.allocate_shared(len) {
+                Ok(buffer) => return Ok(buffer),
+                Err(TaskError::ClientQuota { .. } | TaskError::ClientHeapFragmented { .. })
+                    if len > MIN_CHUNK =>
+                {
+                    len /= 2;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 

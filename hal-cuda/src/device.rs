@@ -81,6 +81,28 @@ impl CudaDevice {
         self.ctx.limits
     }
 
+    /// Makes a stream that other CUDA code queues work on (PyTorch's,
+    /// CuPy's), named by its raw handle's value, wait for `event`: how that
+    /// code's work is ordered after Tandem's without a host wait.
+    ///
+    /// # Safety
+    /// `raw_stream` must be a live stream of this device's primary context,
+    /// or one of the driver's special handles (`CU_STREAM_LEGACY`,
+    /// `CU_STREAM_PER_THREAD`), which then name this context's.
+    pub unsafe fn foreign_stream_wait_event(
+        &self,
+        raw_stream: usize,
+        event: &CudaEvent,
+    ) -> GpuResult<()> {
+        self.ctx.bind()?;
+        // SAFETY: the caller vouches for the stream, and this device's
+        // context is current for the special handles; `event` is live;
+        // flags must be 0.
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(raw_stream as sys::CUstream, event.raw, 0)
+        })
+    }
+
     /// Runs a synchronous operation's driver call, then waits for the legacy
     /// default stream it ran on: host-to-device, device-to-device copies and
     /// fills may return before the data lands, and the trait promises the

@@ -60,6 +60,19 @@ impl<A: GpuApi> GpuBuffer<A> {
         self.mapping.access()
     }
 
+    /// Blocks until the writer's work is done: what host code reads through
+    /// a mapping that is host memory (the CPU device) waits for first.
+    pub fn wait_for_seal(&self) -> Result<(), ShareError> {
+        self.mapping.wait_for_seal()
+    }
+
+    /// The seal's event while the writer's work may still run (`None` once
+    /// it is known done), for ordering a stream this crate does not own
+    /// (another library's, through the backend's own calls) after it.
+    pub fn pending_seal(&self) -> Result<Option<&<A::Device as GpuDevice>::Event>, ShareError> {
+        self.mapping.pending_seal()
+    }
+
     /// Copies the whole buffer into `dst`, memory of `device` (any device of
     /// the backend), at `dst_offset`, after the writer's work; complete on
     /// return. Device to device where `device` and this mapping's device

@@ -211,12 +211,28 @@ impl<A: GpuApi> ShareClient<A> {
         buffer: MutableGpuBuffer<A>,
         stream: &<A::Device as GpuDevice>::Stream,
     ) -> Result<GpuBuffer<A>, ShareError> {
+        self.try_seal(buffer, stream).map_err(|(e, _)| e)
+    }
+
+    /// [`seal`](Self::seal), giving the buffer back, still the writer's and
+    /// mapped, when the seal fails: for callers that lent its memory out
+    /// (a DLPack consumer) and must keep it mapped whatever happens.
+    pub fn try_seal(
+        &self,
+        buffer: MutableGpuBuffer<A>,
+        stream: &<A::Device as GpuDevice>::Stream,
+    ) -> Result<GpuBuffer<A>, (ShareError, MutableGpuBuffer<A>)> {
         let mapping = buffer.into_mapping();
-        mapping.record_seal(stream)?;
         let id = mapping.id();
-        self.inner
-            .connections
-            .call(&Request::Seal { id }, Some(id))?;
+        let sealed = mapping.record_seal(stream).and_then(|()| {
+            self.inner
+                .connections
+                .call(&Request::Seal { id }, Some(id))
+                .map(drop)
+        });
+        if let Err(e) = sealed {
+            return Err((e, MutableGpuBuffer::new(mapping)));
+        }
         self.cache()
             .entry(id)
             .or_default()

@@ -281,16 +281,26 @@ impl<A: GpuApi> Mapping<A> {
         device: &A::Device,
         stream: &<A::Device as GpuDevice>::Stream,
     ) -> Result<(), ShareError> {
+        if let Some(event) = self.pending_seal()? {
+            device.stream_wait_event(stream, event)?;
+        }
+        Ok(())
+    }
+
+    /// The seal's event while the writer's work may still run; `None` once
+    /// it is known done (then nothing needs ordering after it).
+    pub(crate) fn pending_seal(
+        &self,
+    ) -> Result<Option<&<A::Device as GpuDevice>::Event>, ShareError> {
         if self.seal_done.load(Ordering::Acquire) {
-            return Ok(());
+            return Ok(None);
         }
         let event = self.event()?;
         if self.holder.query_event(event)? {
             self.seal_done.store(true, Ordering::Release);
-        } else {
-            device.stream_wait_event(stream, event)?;
+            return Ok(None);
         }
-        Ok(())
+        Ok(Some(event))
     }
 
     /// Blocks until the writer's work is done, for host reads.

@@ -2,13 +2,16 @@
 //! lays them out, with a `run.sh`, so that a GPU machine without Rust can run them all.
 //!
 //! Layout of DIR:
-//! - `bin.tar.xz`: `bin/`, packed (the binaries link much of the same code, so xz shrinks them to a
-//!   fifth and the bundle stays under the device machine's limit on carried files); `run.sh`
+//! - `bin.tar.xz`: `bin/`, packed (the binaries link much of the same code, which xz's large
+//!   window finds across files: they shrink to a fifth, where gzip's 32 KiB window gave a
+//!   third, and the bundle stays under the device machine's limit on carried files); `run.sh`
 //!   unpacks it. `bin/` holds the binaries, debug info stripped: `<package>.<kind>.<target>` for
 //!   tests and benches, programs (`tandem`, helpers that tests start) under their own names;
 //! - `crates/<crate folder>/`: the working folder of that crate's binaries, holding the files
 //!   its `gpu-bundle-files.txt` lists (paths relative to the crate, one per line);
 //! - `binaries.tsv`: `kind<TAB>name<TAB>crate folder` per binary, read by `run.sh`;
+//! - `python/`: the Python package's wheel (with CUDA), when maturin is found; its GPU tests
+//!   and benches are in `crates/python/`;
 //! - `run.sh`: see `bundle_run.sh`.
 
 use crate::{
@@ -16,6 +19,7 @@ use crate::{
     cmd::{find_on_path, Cmd},
     error::XtaskError,
     metadata::{Metadata, Target},
+    python,
 };
 use serde::Deserialize;
 use std::{
@@ -27,7 +31,7 @@ use std::{
 
 /// The device machine takes at most 64 MiB of carried files; this leaves room for the rest.
 const MAX_BUNDLE_BYTES: u64 = 60 * 1024 * 1024;
-/// `bin/`, packed (`tar -czf`); `run.sh` unpacks it.
+/// `bin/`, packed (`tar -cJf`); `run.sh` unpacks it.
 const PACKED_BIN: &str = "bin.tar.xz";
 /// Per-crate list of extra files the binaries need at run time.
 const FILES_MANIFEST: &str = "gpu-bundle-files.txt";
@@ -35,6 +39,8 @@ const FILES_MANIFEST: &str = "gpu-bundle-files.txt";
 const RUN_SCRIPT: &str = include_str!("bundle_run.sh");
 /// The index of binaries `run.sh` reads.
 const INDEX: &str = "binaries.tsv";
+/// Where the Python package's wheel goes.
+const PYTHON_DIR: &str = "python";
 
 /// What a bundled binary is, which decides how `run.sh` treats it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -251,7 +257,7 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
     }
     let packed = Cmd::new("tar", out)
         .args(["-cJf", PACKED_BIN, "bin"])
-        // Every core: xz at its default level is the slow part of the bundle.
+        // xz on every core: single-threaded it takes minutes over the binaries.
         .env("XZ_OPT", "-T0")
         .run()?;
     if !packed.success() {
@@ -260,6 +266,9 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
     }
     fs::remove_dir_all(&bin_dir).map_err(XtaskError::io(&bin_dir))?;
     copy_listed_files(metadata, &out.join("crates"))?;
+    if !python_wheel(metadata, &out.join(PYTHON_DIR))? {
+        return Ok(ExitCode::FAILURE);
+    }
     write_file(&out.join(INDEX), &index(&binaries), false)?;
     write_file(&out.join("run.sh"), RUN_SCRIPT, true)?;
 
@@ -287,6 +296,34 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Builds the Python package's wheel, with CUDA, release and stripped, into `dir` (`run.sh`
+/// installs it and runs `python/tests/gpu` and `python/bench`), when maturin is found;
+/// without it the bundle has no Python part, which is said. `false`: the build failed.
+fn python_wheel(metadata: &Metadata, dir: &Path) -> Result<bool, XtaskError> {
+    let Some(maturin) = python::find_maturin(&metadata.target_directory) else {
+        println!(
+            "xtask: gpu-bundle: no maturin (in {} or on PATH): the bundle has no Python package",
+            python::Venv::default_dir(&metadata.target_directory).display()
+        );
+        return Ok(true);
+    };
+    let package = metadata.workspace_root.join("python");
+    // `linux`: the platform tag of this build machine, whose glibc the bundle's binaries
+    // already rely on; pip installs such a wheel on the GPU machine.
+    let built = Cmd::new(maturin, &package)
+        .args(["build", "--release", "--strip", "--features", "cuda"])
+        .args(["--compatibility", "linux", "--out"])
+        .arg(dir)
+        .run()?;
+    if !built.success() {
+        println!(
+            "xtask: gpu-bundle: building the Python wheel failed ({})",
+            built.status
+        );
+    }
+    Ok(built.success())
+}
+
 /// The bench targets of the workspace packages the CUDA bundle builds, each name once.
 fn bench_names(metadata: &Metadata) -> BTreeSet<String> {
     metadata
@@ -299,13 +336,14 @@ fn bench_names(metadata: &Metadata) -> BTreeSet<String> {
 
 /// Removes what an earlier run wrote into `out` (and only that: `out` may hold other things).
 fn clear_previous_bundle(out: &Path) -> Result<(), XtaskError> {
-    for dir in ["bin", "crates"] {
+    for dir in ["bin", "crates", PYTHON_DIR] {
         let path = out.join(dir);
         if path.exists() {
             fs::remove_dir_all(&path).map_err(XtaskError::io(&path))?;
         }
     }
-    for file in ["run.sh", INDEX, PACKED_BIN] {
+    // `bin.tar.gz`: what bundles were packed as before xz.
+    for file in ["run.sh", INDEX, PACKED_BIN, "bin.tar.gz"] {
         let path = out.join(file);
         if path.exists() {
             fs::remove_file(&path).map_err(XtaskError::io(&path))?;
@@ -373,12 +411,16 @@ fn parse_files_manifest(text: &str, manifest: &Path) -> Result<Vec<PathBuf>, Xta
     Ok(paths)
 }
 
-/// Copies a file, or a folder with everything in it.
+/// Copies a file, or a folder with everything in it but Python's bytecode caches (made on
+/// this machine, for its interpreter).
 fn copy_tree(from: &Path, to: &Path) -> Result<(), XtaskError> {
     if from.is_dir() {
         fs::create_dir_all(to).map_err(XtaskError::io(to))?;
         for entry in fs::read_dir(from).map_err(XtaskError::io(from))? {
             let entry = entry.map_err(XtaskError::io(from))?;
+            if entry.file_name() == "__pycache__" {
+                continue;
+            }
             copy_tree(&entry.path(), &to.join(entry.file_name()))?;
         }
         return Ok(());

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs a Tandem GPU bundle (written by `cargo xtask gpu-bundle`) on a machine with an NVIDIA GPU:
-# every test binary, then every bench binary. No Rust toolchain is needed here.
+# every test binary, then every bench binary, then, when the bundle has the Python package's
+# wheel, its GPU tests (pytest) and benches with the machine's python3 (PyTorch and CuPy). No
+# Rust toolchain is needed here.
 #
 #   bash gpu-bundle/run.sh [--test-threads N]    (or TANDEM_TEST_THREADS=N; default: parallel)
+#   bash gpu-bundle/run.sh --python-only         (the Python part alone)
 #
 # Each binary may run TANDEM_BINARY_TIMEOUT seconds (default 240): a hung GPU test fails its
 # binary, names the tests still running, and the run goes on to the next binary.
@@ -17,11 +20,13 @@ set -uo pipefail
 bundle_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 test_threads=${TANDEM_TEST_THREADS:-}
 binary_timeout=${TANDEM_BINARY_TIMEOUT:-240}
+python_only=
 while [ $# -gt 0 ]; do
   case "$1" in
+    --python-only) python_only=1; shift ;;
     --test-threads) test_threads=${2:-}; shift $(( $# > 1 ? 2 : 1 )) ;;
     --test-threads=*) test_threads=${1#*=}; shift ;;
-    -h | --help) sed -n '2,14p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -30,8 +35,8 @@ if [ -n "$test_threads" ] && ! [[ $test_threads =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 
-# The binaries travel packed (bin.tar.xz); unpacked once, beside it, by tar or, where tar has
-# no xz, by Python's tarfile.
+# The binaries travel packed (bin.tar.xz); unpacked once, beside it, by tar with xz, else by
+# Python's tarfile (a machine without xz-utils).
 if [ ! -d "$bundle_dir/bin" ]; then
   tar -xJf "$bundle_dir/bin.tar.xz" -C "$bundle_dir" 2>/dev/null \
     || python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
@@ -119,10 +124,86 @@ run_binary() {
   rows+=("$name|$passed|$failed|$ignored|$status")
 }
 
+# Sums passed/failed/skipped of pytest's last summary line in a log ("3 passed, 1 skipped in
+# 2.0s"); prints nothing when there is none.
+pytest_tally() {
+  awk '/ in [0-9.]+s/ && /(passed|failed|skipped|error)/ { line = $0 }
+       END {
+         if (line == "") exit
+         gsub(/=/, "", line)
+         n = split(line, w, /[ ,]+/)
+         for (i = 1; i < n; i++) {
+           if (w[i] !~ /^[0-9]+$/) continue
+           if (w[i + 1] ~ /^passed/) p += w[i]
+           if (w[i + 1] ~ /^(failed|errors?)$/) f += w[i]
+           if (w[i + 1] ~ /^skipped/) s += w[i]
+         }
+         print p + 0, f + 0, s + 0
+       }' "$1"
+}
+
+# run_python WHEEL: the Python package (python/ of the bundle, built with CUDA) installed into a
+# temporary folder (no network, no Rust needed here), its GPU tests run with pytest and then its
+# benches, each a row of the table; the `tandem` binary it starts daemons with is the bundle's.
+run_python() {
+  local wheel=$1 site log="$log_dir/python.tests.gpu.log" workdir="$bundle_dir/crates/python"
+  local rc counts passed=- failed=- ignored=- status bench args
+  echo
+  echo "== python $(basename "$wheel")"
+  if ! site=$(mktemp -d "${TMPDIR:-/tmp}/tandem-python-XXXXXX"); then
+    rows+=("python (install)|-|-|-|FAIL (mktemp)")
+    failures=$((failures + 1))
+    return
+  fi
+  if ! python3 -m pip install --quiet --no-deps --no-index --target "$site" "$wheel"; then
+    rm -rf "$site"
+    rows+=("python (install)|-|-|-|FAIL (pip install)")
+    failures=$((failures + 1))
+    return
+  fi
+  (cd "$workdir" && PYTHONPATH="$site" TANDEM_BIN="$bundle_dir/bin/tandem" \
+    exec timeout -k 5 "$binary_timeout" python3 -m pytest -p no:cacheprovider -rs tests/gpu) \
+    </dev/null >"$log" 2>&1
+  rc=$?
+  counts=$(pytest_tally "$log")
+  [ -n "$counts" ] && read -r passed failed ignored <<<"$counts"
+  if [ "$rc" -ne 0 ]; then
+    status="FAIL (exit $rc)"
+    echo "-- last lines of $log:"
+    tail -n 60 "$log"
+  elif [ -z "$counts" ]; then
+    status="FAIL (no pytest summary)"
+  else
+    status=ok
+    tail -n 3 "$log"
+  fi
+  [ "$status" = ok ] || failures=$((failures + 1))
+  rows+=("python.tests.gpu|$passed|$failed|$ignored|$status")
+  for bench in handoff blob; do
+    args=()
+    # The Rust client's figures, for the binding's overhead.
+    [ "$bench" = blob ] && args+=(--rust-log "$log_dir/tandem-blob.bench.blob.log")
+    echo
+    echo "== python bench $bench"
+    (cd "$workdir" && PYTHONPATH="$site" TANDEM_BIN="$bundle_dir/bin/tandem" \
+      exec timeout -k 5 "$binary_timeout" python3 "bench/$bench.py" ${args[@]+"${args[@]}"}) \
+      </dev/null 2>&1 | tee "$log_dir/python.bench.$bench.log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 0 ]; then status=ok; else status="FAIL (exit $rc)"; failures=$((failures + 1)); fi
+    rows+=("python.bench.$bench|-|-|-|$status")
+  done
+  rm -rf "$site"
+}
+
 for wanted in test bench; do
+  [ -n "$python_only" ] && break
   while IFS=$'\t' read -r -u 3 kind name crate; do
     [ "$kind" = "$wanted" ] && run_binary "$kind" "$name" "$crate"
   done 3<"$bundle_dir/binaries.tsv"
+done
+
+for wheel in "$bundle_dir"/python/tandem-*.whl; do
+  [ -f "$wheel" ] && run_python "$wheel"
 done
 
 echo

@@ -11,6 +11,7 @@ use crate::{
     error::XtaskError,
     metadata::Metadata,
     no_libclang,
+    python::Venv,
     test_result::TestTally,
 };
 use std::{
@@ -39,13 +40,16 @@ pub enum Leg {
     /// The Garage harness, and the blob store's object tier (in process, and `tandem blob`
     /// processes as nodes) against real Garage clusters (needs a `garage` binary).
     S3,
+    /// The Python package's pytest suite, built with maturin into a virtual environment
+    /// (needs one with maturin, pytest and NumPy: `.ci/run` makes it).
+    Python,
     /// rustfmt and clippy.
     Lint,
 }
 
 impl Leg {
     /// Every leg, in the order a plain `cargo xtask test` runs them.
-    pub const ALL: [Leg; 8] = [
+    pub const ALL: [Leg; 9] = [
         Leg::Host,
         Leg::Loom,
         Leg::Cuda,
@@ -53,6 +57,7 @@ impl Leg {
         Leg::Bindings,
         Leg::NoLibclang,
         Leg::S3,
+        Leg::Python,
         Leg::Lint,
     ];
 
@@ -66,6 +71,7 @@ impl Leg {
             Leg::Bindings => "bindings",
             Leg::NoLibclang => "no-libclang",
             Leg::S3 => "s3",
+            Leg::Python => "python",
             Leg::Lint => "lint",
         }
     }
@@ -170,6 +176,8 @@ pub struct TestContext<'a> {
     pub hip: Result<HipToolchain, String>,
     /// The Garage binary the s3 leg runs its clusters with, or why there is none.
     pub garage: Result<PathBuf, String>,
+    /// The Python environment the python leg builds and tests in, or why there is none.
+    pub python: Result<Venv, String>,
 }
 
 /// The environment variable that names the Garage binary (`tandem_tests::garage` reads it too).
@@ -330,11 +338,28 @@ fn leg_commands(
                 s3_cargo().args(["test", "-p", "tandem-cli", "--test", "blob_object"]),
             ])
         }
+        Leg::Python => {
+            let venv = ctx.python.as_ref().map_err(Clone::clone)?;
+            Ok(venv.leg_commands(root, &ctx.metadata.target_directory))
+        }
         Leg::Lint => {
             let mut commands = vec![
                 cargo().args(["fmt", "--all", "--check"]),
                 cargo().args(["xtask", "structure"]),
                 clippy(cargo(), Backend::Cuda),
+                // The Python package has a `cuda` feature but no `hip` one, so it is not among
+                // the backends' feature packages: its CUDA code is linted here.
+                cargo().args([
+                    "clippy",
+                    "-p",
+                    "tandem-python",
+                    "--all-targets",
+                    "--features",
+                    "cuda",
+                    "--",
+                    "-D",
+                    "warnings",
+                ]),
             ];
             match &ctx.hip {
                 Ok(hip) => commands.push(hip.configure(clippy(cargo(), Backend::Hip))),
@@ -556,6 +581,7 @@ mod tests {
             ci,
             hip,
             garage: Err("no Garage".into()),
+            python: Err("no Python environment".into()),
         }
     }
 
@@ -593,6 +619,16 @@ mod tests {
     }
 
     #[test]
+    fn python_leg_cannot_run_without_its_environment() {
+        let meta = Metadata::parse(crate::metadata::SAMPLE).unwrap();
+        let ctx = context(&meta, false, Err("none".into()));
+        assert_eq!(
+            leg_commands(&ctx, Leg::Python, &mut Vec::new()).unwrap_err(),
+            "no Python environment"
+        );
+    }
+
+    #[test]
     fn bindings_leg_checks_or_says_libclang_is_missing() {
         let meta = Metadata::parse(crate::metadata::SAMPLE).unwrap();
         let ctx = context(&meta, false, Err("none".into()));
@@ -610,13 +646,17 @@ mod tests {
         let mut notes = Vec::new();
         assert_eq!(leg_commands(&ctx, Leg::Hip, &mut notes).unwrap_err(), why);
         let lint = leg_commands(&ctx, Leg::Lint, &mut notes).unwrap();
-        assert_eq!(lint.len(), 3);
+        assert_eq!(lint.len(), 4);
         assert_eq!(lint[0].display(), "cargo fmt --all --check");
         assert_eq!(lint[1].display(), "cargo xtask structure");
         assert!(lint[2].display().starts_with(
             "cargo clippy --workspace --exclude tandem-hal-hip --all-targets --features"
         ));
         assert!(lint[2].display().ends_with("-- -D warnings"));
+        assert_eq!(
+            lint[3].display(),
+            "cargo clippy -p tandem-python --all-targets --features cuda -- -D warnings"
+        );
         assert_eq!(notes.len(), 1);
 
         let ci = context(&meta, true, Err(why));

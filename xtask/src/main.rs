@@ -1,8 +1,8 @@
 //! Project automation for Tandem, run as `cargo xtask <command>` (an alias in
 //! `.cargo/config.toml`):
 //!
-//! - `test [LEG...]`: the test matrix (host, loom, cuda, hip, bindings, no-libclang, s3, lint;
-//!   all by default);
+//! - `test [LEG...]`: the test matrix (host, loom, cuda, hip, bindings, no-libclang, s3,
+//!   python, lint; all by default);
 //! - `bench [--gpu]`: every benchmark of the workspace, with CUDA variants under `--gpu`;
 //! - `gpu-bundle [--out DIR]`: CUDA test and bench binaries plus `run.sh`, for a GPU machine;
 //! - `bindings [--check]`: regenerates (or checks) device-kernels' checked-in bindgen output;
@@ -18,6 +18,7 @@ mod error;
 mod legs;
 mod metadata;
 mod no_libclang;
+mod python;
 mod structure;
 mod test_result;
 
@@ -35,7 +36,9 @@ usage: cargo xtask <command>
 
 commands:
   test [LEG...]          run test legs: host, loom, cuda, hip, bindings, no-libclang, s3,
-                         lint (default: all). s3 runs Garage from TANDEM_GARAGE or PATH.
+                         python, lint (default: all). s3 runs Garage from TANDEM_GARAGE or
+                         PATH; python builds and tests in the venv TANDEM_PYTHON_VENV names
+                         (default: target/python-venv, which .ci/run makes).
                          A leg that cannot run here is a note, or a failure when named
                          or when CI=true.
   bench [--gpu]          run every bench target; --gpu adds the CUDA variants
@@ -170,6 +173,7 @@ fn run(command: Command) -> Result<ExitCode, XtaskError> {
                 ci,
                 hip: HipToolchain::probe(),
                 garage: legs::find_garage(std::env::var_os("TANDEM_GARAGE")),
+                python: python::Venv::find(python::venv_dir(&metadata.target_directory)),
             };
             Ok(legs::run(&ctx, &planned))
         }

@@ -1,5 +1,6 @@
-//! Reading the libtest summary line (`test result: ok. 3 passed; 0 failed; ...`) so that each
-//! leg can say how many tests it ran, not only whether cargo exited with 0.
+//! Reading the libtest summary line (`test result: ok. 3 passed; 0 failed; ...`), and pytest's
+//! (`==== 3 passed, 1 skipped in 0.52s ====`), so that each leg can say how many tests it ran,
+//! not only whether its commands exited with 0.
 
 /// One `test result:` line: the verdict of one test harness (a unit, integration or doc test
 /// binary).
@@ -14,8 +15,40 @@ pub struct TestResultLine {
 }
 
 impl TestResultLine {
-    /// Parses a libtest summary line; `None` if `line` is not one.
+    /// Parses a libtest or pytest summary line; `None` if `line` is not one.
     pub fn parse(line: &str) -> Option<Self> {
+        Self::parse_libtest(line).or_else(|| Self::parse_pytest(line))
+    }
+
+    /// Pytest's last line: `N label` items joined by `, `, then ` in 0.52s` (and, past a
+    /// minute, the time again in parentheses), between rules of `=`. Skipped tests count as
+    /// ignored, errors as failures.
+    fn parse_pytest(line: &str) -> Option<Self> {
+        let body = line.trim().trim_matches('=').trim();
+        let (counts, time) = body.rsplit_once(" in ")?;
+        if !time.split(' ').next()?.ends_with('s') {
+            return None;
+        }
+        let (mut passed, mut failed, mut ignored) = (0, 0, 0);
+        for item in counts.split(", ") {
+            let (number, label) = item.split_once(' ')?;
+            let number = number.parse::<u64>().ok()?;
+            match label {
+                "passed" | "xpassed" => passed += number,
+                "failed" | "error" | "errors" => failed += number,
+                "skipped" | "xfailed" | "deselected" => ignored += number,
+                "warning" | "warnings" => {}
+                _ => return None,
+            }
+        }
+        Some(Self {
+            passed,
+            failed,
+            ignored,
+        })
+    }
+
+    fn parse_libtest(line: &str) -> Option<Self> {
         let rest = line.trim().strip_prefix("test result: ")?;
         let (verdict, counts) = rest.split_once(". ")?;
         // The verdict is implied by the counts; it is checked only to recognise the line.
@@ -107,6 +140,27 @@ mod tests {
     }
 
     #[test]
+    fn parses_pytest_summaries() {
+        let line = "=========== 2 failed, 12 passed, 3 skipped, 1 warning in 1.52s ===========";
+        assert_eq!(
+            TestResultLine::parse(line),
+            Some(TestResultLine {
+                passed: 12,
+                failed: 2,
+                ignored: 3
+            })
+        );
+        assert_eq!(
+            TestResultLine::parse("14 passed in 65.20s (0:01:05)"),
+            Some(TestResultLine {
+                passed: 14,
+                failed: 0,
+                ignored: 0
+            })
+        );
+    }
+
+    #[test]
     fn rejects_lines_that_are_not_summaries() {
         for line in [
             "",
@@ -115,6 +169,8 @@ mod tests {
             "test result: maybe. 1 passed; 0 failed;",
             "test result: ok. lots passed; 0 failed; 0 ignored",
             "test result: ok. 1 passed",
+            "tests/test_share.py::test_bad_input PASSED in 2s",
+            "the blob put 3 chunks in 0.1s",
         ] {
             assert_eq!(TestResultLine::parse(line), None, "{line:?}");
         }

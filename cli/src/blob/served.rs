@@ -7,16 +7,11 @@ use std::io::Write;
 
 use tandem_blob::pool::BlobInfo;
 use tandem_blob::{BlobCaller, CallError, PutContext, Score, StoreIdentity, TagId};
-use tandem_runtime::{Client, SharedBuffer, TaskError};
+use tandem_runtime::{Client, SharedBuffer};
 
 use super::access::{Blob, StoreAccess};
 use super::error::{AccessError, PutError};
 use super::input::Input;
-
-/// The largest chunk: bigger ones gain little over the tasks' cost.
-const MAX_CHUNK: usize = 4 << 20;
-/// The smallest chunk tried before the heap is called full.
-const MIN_CHUNK: usize = 4096;
 
 /// A client of the runtime serving the store.
 pub(super) struct Served {
@@ -63,34 +58,14 @@ impl Served {
         }
     }
 
-    /// A buffer of the client's heap for a transfer's chunks: [`MAX_CHUNK`]
-    /// bytes, or as many as the heap gives, leaving room for the tasks'
-    /// futures.
+    /// A buffer of the client's heap for a transfer's chunks.
     fn buffer(&self) -> Result<SharedBuffer<'_>, AccessError> {
-        let quota = self
-            .client
-            .segment()
-            .clients()
-            .map_or(0, |table| table.quota_bytes());
-        let half = usize::try_from(quota / 2).unwrap_or(usize::MAX);
-        let mut len = MAX_CHUNK.min(half.max(MIN_CHUNK));
-        len = 1 << len.ilog2();
-        loop {
-            match self.client.allocate_shared(len) {
-                Ok(buffer) => return Ok(buffer),
-                Err(TaskError::ClientQuota { .. } | TaskError::ClientHeapFragmented { .. })
-                    if len > MIN_CHUNK =>
-                {
-                    len /= 2;
-                }
-                Err(e) => {
-                    return Err(AccessError::Failed(format!(
-                        "{}: no buffer of {len} bytes in this client's heap: {e}",
-                        self.shown()
-                    )))
-                }
-            }
-        }
+        self.caller().chunk_buffer().map_err(|e| {
+            AccessError::Failed(format!(
+                "{}: no buffer for a transfer in this client's heap: {e}",
+                self.shown()
+            ))
+        })
     }
 }
 

@@ -1,0 +1,192 @@
+"""Handing a 1 GiB CUDA tensor to another process, from the producer's data
+being ready (its fill kernel done) to the consumer's first kernel over it done:
+Tandem's share daemon against torch.multiprocessing (a CUDA tensor through a
+Queue, spawn) and against a copy through shared host memory. One run of
+ROUNDS hand-offs each; medians and ratios printed.
+
+    TANDEM_BIN=.../tandem python3 handoff.py [--mib 1024] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+try:
+    import torch
+    import torch.multiprocessing as mp
+except ImportError as missing:
+    # A machine without PyTorch has no CUDA device for this bench; a GPU
+    # machine (TANDEM_REQUIRE_GPU=1) must have it.
+    if os.environ.get("TANDEM_REQUIRE_GPU") == "1":
+        raise SystemExit(f"handoff: {missing}, and TANDEM_REQUIRE_GPU=1")
+    print(f"handoff: skipped: no CUDA device ({missing})")
+    sys.exit(0)
+
+
+def now() -> float:
+    """Wall clock shared by the processes of one host."""
+    return time.time()
+
+
+def first_kernel(tensor: torch.Tensor) -> None:
+    """The consumer's first kernel over the data, waited for."""
+    tensor.sum()
+    torch.cuda.synchronize()
+
+
+def fill(n: int, value: float) -> torch.Tensor:
+    tensor = torch.empty(n, device="cuda", dtype=torch.float32)
+    tensor.fill_(value)
+    torch.cuda.synchronize()
+    return tensor
+
+
+# --- Tandem ---------------------------------------------------------------
+
+
+def tandem_producer(socket, n, rounds, ids, done):
+    import tandem
+
+    client = tandem.share.connect(socket)
+    torch.cuda.init()
+    for r in range(rounds):
+        buf = client.create(n * 4)
+        torch.from_dlpack(buf.view("float32", (n,))).fill_(float(r))
+        torch.cuda.synchronize()
+        ready = now()
+        buf.seal()
+        ids.put((buf.id, ready))
+        done.get()  # the consumer's kernel ran; the buffer may go
+        client.delete(buf.id)
+        del buf
+
+
+def tandem_consumer(socket, n, rounds, ids, done, results):
+    import tandem
+
+    client = tandem.share.connect(socket)
+    torch.zeros(1, device="cuda").sum()  # a warm context, as a server's worker has
+    for _ in range(rounds):
+        buf_id, ready = ids.get()
+        tensor = torch.from_dlpack(client.get(buf_id).view("float32", (n,)))
+        first_kernel(tensor)
+        results.put(now() - ready)
+        del tensor
+        done.put(True)
+
+
+def run_tandem(n, rounds):
+    import tandem
+
+    os.environ.setdefault("RUST_LOG", "warn")  # the daemon's log: only what goes wrong
+    daemon = tandem.share.spawn_daemon("cuda")
+    return run_pair(
+        tandem_producer, tandem_consumer, (str(daemon.socket), n, rounds), rounds
+    )
+
+
+# --- torch.multiprocessing ----------------------------------------------------
+
+
+def torch_producer(n, rounds, queue, done):
+    torch.cuda.init()
+    for r in range(rounds):
+        tensor = fill(n, float(r))
+        ready = now()
+        queue.put((tensor, ready))
+        done.get()  # the producer must outlive the consumer's use
+        del tensor
+
+
+def torch_consumer(n, rounds, queue, done, results):
+    torch.zeros(1, device="cuda").sum()
+    for _ in range(rounds):
+        tensor, ready = queue.get()
+        first_kernel(tensor)
+        results.put(now() - ready)
+        del tensor
+        done.put(True)
+
+
+def run_torch(n, rounds):
+    return run_pair(torch_producer, torch_consumer, (n, rounds), rounds)
+
+
+# --- a copy through shared host memory -------------------------------------
+
+
+def host_producer(n, rounds, host, queue, done):
+    torch.cuda.init()
+    for r in range(rounds):
+        tensor = fill(n, float(r))
+        ready = now()
+        host.copy_(tensor)
+        queue.put(ready)
+        done.get()
+
+
+def host_consumer(n, rounds, host, queue, done, results):
+    torch.zeros(1, device="cuda").sum()
+    for _ in range(rounds):
+        ready = queue.get()
+        tensor = host.to("cuda")
+        first_kernel(tensor)
+        results.put(now() - ready)
+        del tensor
+        done.put(True)
+
+
+def run_host(n, rounds):
+    host = torch.empty(n, dtype=torch.float32).share_memory_()
+    return run_pair(host_producer, host_consumer, (n, rounds, host), rounds)
+
+
+def run_pair(producer, consumer, args, rounds):
+    """Runs producer(*args, queue, done) and consumer(*args, queue, done,
+    results) as spawned processes; the consumer's hand-off times."""
+    ctx = mp.get_context("spawn")
+    queue, done, results = ctx.Queue(), ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=producer, args=(*args, queue, done))
+    c = ctx.Process(target=consumer, args=(*args, queue, done, results))
+    c.start()
+    p.start()
+    times = [results.get(timeout=600) for _ in range(rounds)]
+    for process in (p, c):
+        process.join(timeout=120)
+        if process.exitcode != 0:
+            raise SystemExit(f"handoff: {producer.__name__} pair failed ({process.exitcode})")
+    return times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mib", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        if os.environ.get("TANDEM_REQUIRE_GPU") == "1":
+            print("handoff: no CUDA device, and TANDEM_REQUIRE_GPU=1")
+            return 1
+        print("handoff: skipped: no CUDA device")
+        return 0
+    n = args.mib * (1 << 20) // 4
+    rows = [
+        ("tandem share daemon", run_tandem(n, args.rounds)),
+        ("torch.multiprocessing Queue (spawn)", run_torch(n, args.rounds)),
+        ("copy through shared host memory", run_host(n, args.rounds)),
+    ]
+    print(f"handoff of a {args.mib} MiB CUDA tensor to another process, data ready to the")
+    print(f"consumer's first kernel done; median of {args.rounds} ({torch.cuda.get_device_name()})")
+    tandem_ms = statistics.median(rows[0][1]) * 1e3
+    for name, times in rows:
+        ms = statistics.median(times) * 1e3
+        print(f"  {name:<38} {ms:10.2f} ms  {ms / tandem_ms:7.2f}x tandem's")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,381 @@
+//! `tandem.share`'s client: a connection to the share daemon (found on its
+//! socket or started for this process), creating, opening, listing and
+//! deleting buffers by id.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use tandem_hal::{GpuApi, GpuDevice, HostApi};
+use tandem_share::{
+    default_socket_path, DaemonStatus, Inspector, ObjectId, ObjectInfo, ShareClient, WireBackend,
+};
+
+use crate::backend::Backend;
+use crate::buffer::Buffer;
+use crate::core::{AnyBuffer, Core};
+use crate::dlpack;
+use crate::errors::{Error, Kind};
+use crate::host;
+use crate::wait::SIGNAL_POLL;
+
+/// A share client of backend `A`, with one stream per device it used (what
+/// seals and opens order work on).
+pub(crate) struct ClientOf<A: Backend> {
+    pub(crate) share: ShareClient<A>,
+    streams: Mutex<HashMap<usize, DeviceStream<A>>>,
+}
+
+type DeviceStream<A> = (
+    Arc<<A as GpuApi>::Device>,
+    Arc<<<A as GpuApi>::Device as GpuDevice>::Stream>,
+);
+
+impl<A: Backend> ClientOf<A> {
+    fn new(share: ShareClient<A>) -> Arc<Self> {
+        Arc::new(Self {
+            share,
+            streams: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Device `ordinal` and its stream, made on first use.
+    pub(crate) fn device(&self, ordinal: usize) -> Result<DeviceStream<A>, Error> {
+        let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((device, stream)) = streams.get(&ordinal) {
+            return Ok((Arc::clone(device), Arc::clone(stream)));
+        }
+        let device = self.share.device(ordinal)?;
+        let stream = Arc::new(device.create_stream()?);
+        streams.insert(ordinal, (Arc::clone(&device), Arc::clone(&stream)));
+        Ok((device, stream))
+    }
+}
+
+/// What the Python class asks of a client, whatever its backend.
+pub(crate) trait AnyClient: Send + Sync {
+    fn backend(&self) -> &'static str;
+    fn daemon_pid(&self) -> u32;
+    fn socket(&self) -> &Path;
+    fn create(self: Arc<Self>, nbytes: usize, device: usize) -> Result<Arc<dyn AnyBuffer>, Error>;
+    /// Opens `id` on `device`, waiting up to `wait` for its seal.
+    fn open(
+        self: Arc<Self>,
+        id: u64,
+        device: usize,
+        wait: Duration,
+    ) -> Result<Arc<dyn AnyBuffer>, Error>;
+    fn delete(&self, id: u64) -> Result<(), Error>;
+    fn stat(&self, id: u64) -> Result<ObjectInfo, Error>;
+    fn list(&self) -> Result<Vec<ObjectInfo>, Error>;
+    fn status(&self) -> Result<DaemonStatus, Error>;
+}
+
+impl<A: Backend> AnyClient for ClientOf<A> {
+    fn backend(&self) -> &'static str {
+        backend_name(A::WIRE)
+    }
+
+    fn daemon_pid(&self) -> u32 {
+        self.share.daemon_pid()
+    }
+
+    fn socket(&self) -> &Path {
+        self.share.socket_path()
+    }
+
+    fn create(self: Arc<Self>, nbytes: usize, device: usize) -> Result<Arc<dyn AnyBuffer>, Error> {
+        let (_id, buffer) = self.share.create_buffer(device, nbytes)?;
+        Ok(Arc::new(Core::writable(self, buffer)))
+    }
+
+    fn open(
+        self: Arc<Self>,
+        id: u64,
+        device: usize,
+        wait: Duration,
+    ) -> Result<Arc<dyn AnyBuffer>, Error> {
+        let (_device, stream) = self.device(device)?;
+        let buffer = self
+            .share
+            .get_buffer_on(ObjectId(id), device, &stream, wait)?;
+        Ok(Arc::new(Core::sealed(self, buffer)))
+    }
+
+    fn delete(&self, id: u64) -> Result<(), Error> {
+        Ok(self.share.delete(ObjectId(id))?)
+    }
+
+    fn stat(&self, id: u64) -> Result<ObjectInfo, Error> {
+        Ok(self.share.stat(ObjectId(id))?)
+    }
+
+    fn list(&self) -> Result<Vec<ObjectInfo>, Error> {
+        Ok(self.share.list()?)
+    }
+
+    fn status(&self) -> Result<DaemonStatus, Error> {
+        Ok(self.share.status()?)
+    }
+}
+
+fn backend_name(backend: WireBackend) -> &'static str {
+    match backend {
+        WireBackend::Inspect => "inspect",
+        WireBackend::Host => "host",
+        WireBackend::Cuda => "cuda",
+        WireBackend::Hip => "hip",
+    }
+}
+
+/// A connection to the share daemon. Buffers keep it (and a daemon it
+/// started) alive.
+#[pyclass(module = "tandem._tandem", name = "Client", frozen)]
+pub(crate) struct Client {
+    inner: Arc<dyn AnyClient>,
+}
+
+/// Connects to the daemon serving `socket` (default: the user's default
+/// socket), on the backend the daemon serves.
+#[pyfunction]
+#[pyo3(signature = (socket=None))]
+pub(crate) fn connect(py: Python<'_>, socket: Option<PathBuf>) -> PyResult<Client> {
+    let socket = socket.unwrap_or_else(default_socket_path);
+    let inner = py.allow_threads(|| -> Result<Arc<dyn AnyClient>, Error> {
+        let backend = Inspector::connect(&socket)?.status()?.backend;
+        match backend {
+            WireBackend::Host => Ok(ClientOf::new(ShareClient::connect(
+                HostApi::load()?,
+                &socket,
+            )?)),
+            #[cfg(feature = "cuda")]
+            WireBackend::Cuda => Ok(ClientOf::new(ShareClient::connect(
+                tandem_hal_cuda::CudaApi::load()?,
+                &socket,
+            )?)),
+            other => Err(Error::new(
+                Kind::Refused,
+                format!(
+                    "the daemon serves the {} backend, which this build of the package lacks",
+                    backend_name(other)
+                ),
+            )),
+        }
+    })?;
+    Ok(Client { inner })
+}
+
+/// Starts a daemon for this process (`tandem share serve`, the executable
+/// `tandem`), stopped when the client and its buffers are gone. `backend`:
+/// `"auto"` (CUDA when built with it and a device answers, else the CPU
+/// device), `"host"` or `"cuda"`.
+#[pyfunction]
+#[pyo3(signature = (backend="auto", tandem=None))]
+pub(crate) fn spawn_daemon(
+    py: Python<'_>,
+    backend: &str,
+    tandem: Option<PathBuf>,
+) -> PyResult<Client> {
+    let exe = match tandem {
+        Some(exe) => exe,
+        None => tandem_process::find_tandem_binary()
+            .map_err(|e| Error::new(Kind::NoDaemon, format!("cannot start a daemon: {e}")))?,
+    };
+    let backend = backend.to_owned();
+    let inner = py.allow_threads(move || -> Result<Arc<dyn AnyClient>, Error> {
+        match backend.as_str() {
+            #[cfg(feature = "cuda")]
+            "auto" | "cuda" => match tandem_hal_cuda::CudaApi::load() {
+                Ok(api) if api.device_count().unwrap_or(0) > 0 => {
+                    Ok(ClientOf::new(ShareClient::spawn_daemon_with(api, &exe)?))
+                }
+                _ if backend == "auto" => Ok(ClientOf::new(ShareClient::spawn_daemon_with(
+                    HostApi::load()?,
+                    &exe,
+                )?)),
+                Ok(_) => Err(Error::new(Kind::NoDevice, "no CUDA device")),
+                Err(e) => Err(e.into()),
+            },
+            #[cfg(not(feature = "cuda"))]
+            "auto" => Ok(ClientOf::new(ShareClient::spawn_daemon_with(
+                HostApi::load()?,
+                &exe,
+            )?)),
+            "host" => Ok(ClientOf::new(ShareClient::spawn_daemon_with(
+                HostApi::load()?,
+                &exe,
+            )?)),
+            other => Err(Error::new(
+                Kind::Unsupported,
+                format!(
+                    "backend {other:?}: this build has \"auto\", \"host\"{}",
+                    cuda_choice()
+                ),
+            )),
+        }
+    })?;
+    Ok(Client { inner })
+}
+
+fn cuda_choice() -> &'static str {
+    if cfg!(feature = "cuda") {
+        ", \"cuda\""
+    } else {
+        " (no CUDA: built without the cuda feature)"
+    }
+}
+
+#[pymethods]
+impl Client {
+    /// The backend the daemon allocates on: `"host"` or `"cuda"`.
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    /// The daemon's process id.
+    #[getter]
+    fn daemon_pid(&self) -> u32 {
+        self.inner.daemon_pid()
+    }
+
+    /// The daemon's socket.
+    #[getter]
+    fn socket(&self) -> PathBuf {
+        self.inner.socket().to_path_buf()
+    }
+
+    /// A new buffer of `nbytes` on `device`, writable by this process until
+    /// it is sealed.
+    #[pyo3(signature = (nbytes, device=0))]
+    fn create(&self, py: Python<'_>, nbytes: usize, device: usize) -> PyResult<Buffer> {
+        let inner = Arc::clone(&self.inner);
+        let core = py.allow_threads(move || inner.create(nbytes, device))?;
+        Ok(Buffer::new(core))
+    }
+
+    /// Sealed buffer `id`, read-only, mapped on `device` (default: the
+    /// device holding it); waits up to `timeout` seconds for its seal.
+    #[pyo3(signature = (id, timeout=30.0, device=None))]
+    fn get(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        timeout: f64,
+        device: Option<usize>,
+    ) -> PyResult<Buffer> {
+        let timeout = Duration::try_from_secs_f64(timeout)
+            .map_err(|e| Error::new(Kind::Shape, format!("timeout {timeout}: {e}")))?;
+        let device = match device {
+            Some(device) => device,
+            None => {
+                let inner = Arc::clone(&self.inner);
+                py.allow_threads(move || inner.stat(id))?.device as usize
+            }
+        };
+        let started = Instant::now();
+        // Opened in slices, so that Ctrl-C is seen while the seal is awaited.
+        loop {
+            let left = timeout.saturating_sub(started.elapsed());
+            let inner = Arc::clone(&self.inner);
+            let slice = left.min(SIGNAL_POLL);
+            match py.allow_threads(move || inner.open(id, device, slice)) {
+                Ok(core) => return Ok(Buffer::new(core)),
+                Err(e) if e.kind() == Kind::NotSealed && !left.is_zero() => py.check_signals()?,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Deletes `id`: nobody can open it any more; it is freed when the
+    /// last process mapping it lets go.
+    fn delete(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+        let inner = Arc::clone(&self.inner);
+        Ok(py.allow_threads(move || inner.delete(id))?)
+    }
+
+    /// What the daemon knows of `id`.
+    fn stat<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Bound<'py, PyDict>> {
+        let inner = Arc::clone(&self.inner);
+        let info = py.allow_threads(move || inner.stat(id))?;
+        info_dict(py, &info)
+    }
+
+    /// Every buffer the daemon holds.
+    fn ls<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let inner = Arc::clone(&self.inner);
+        let infos = py.allow_threads(move || inner.list())?;
+        infos.iter().map(|info| info_dict(py, info)).collect()
+    }
+
+    /// The daemon's totals.
+    fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let inner = Arc::clone(&self.inner);
+        let status = py.allow_threads(move || inner.status())?;
+        let dict = PyDict::new(py);
+        dict.set_item("pid", status.pid)?;
+        dict.set_item("backend", backend_name(status.backend))?;
+        dict.set_item("devices", status.devices)?;
+        dict.set_item("objects", status.objects)?;
+        dict.set_item("bytes", status.bytes)?;
+        dict.set_item("leases", status.leases)?;
+        dict.set_item("clients", status.clients)?;
+        dict.set_item("kept", status.kept)?;
+        dict.set_item("kept_bytes", status.kept_bytes)?;
+        Ok(dict)
+    }
+
+    /// A sealed buffer holding a copy of `obj`'s bytes: a DLPack producer
+    /// (a tensor, on the CPU or, on a CUDA daemon, its device: one device
+    /// copy) or anything with the buffer protocol.
+    #[pyo3(signature = (obj, device=None))]
+    fn put(
+        &self,
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        device: Option<usize>,
+    ) -> PyResult<Buffer> {
+        let buffer = if obj.hasattr("__dlpack__")? {
+            let imported = dlpack::import(obj)?;
+            let device = device.unwrap_or(match imported.place {
+                dlpack::Place::Cuda(ordinal) if self.inner.backend() == "cuda" => ordinal,
+                _ => 0,
+            });
+            let core = self.create(py, imported.len, device)?;
+            core.core().copy_in(&imported)?;
+            core
+        } else {
+            let bytes = host::Bytes::of(obj)?;
+            let core = self.create(py, bytes.len(), device.unwrap_or(0))?;
+            core.core().write_host(&bytes)?;
+            core
+        };
+        let core = Arc::clone(buffer.core());
+        py.allow_threads(move || core.seal())?;
+        Ok(buffer)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "tandem.share.Client(socket={:?}, backend={:?}, daemon_pid={})",
+            self.inner.socket(),
+            self.inner.backend(),
+            self.inner.daemon_pid()
+        )
+    }
+}
+
+fn info_dict<'py>(py: Python<'py>, info: &ObjectInfo) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("id", info.id.0)?;
+    dict.set_item("device", info.device)?;
+    dict.set_item("nbytes", info.len)?;
+    dict.set_item("allocated", info.size)?;
+    dict.set_item("sealed", info.sealed)?;
+    dict.set_item("deleted", info.deleted)?;
+    dict.set_item("leases", info.leases)?;
+    Ok(dict)
+}

@@ -1,0 +1,21 @@
+"""Tandem from Python: GPU (and CPU device) tensors shared between processes
+by id through the share daemon (:mod:`tandem.share`), the blob store
+(:mod:`tandem.blob`), and a runtime's status (:func:`status`). Memory reaches
+NumPy, PyTorch, CuPy and JAX through DLPack without a copy."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from . import blob, errors, share
+from ._tandem import status_json as _status_json
+from .errors import *  # noqa: F403 (the exception classes)
+
+__all__ = ["blob", "errors", "share", "status"] + errors.__all__
+
+
+def status(segment: Optional[str] = None) -> dict[str, Any]:
+    """What ``tandem status --json`` prints for the runtime of CPU segment
+    ``segment`` (default: the one live runtime), as a dict."""
+    return json.loads(_status_json(segment))

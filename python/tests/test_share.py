@@ -1,0 +1,282 @@
+"""Shared buffers on the CPU device: NumPy through DLPack and the buffer
+protocol, capsule ownership, two processes sharing by id, a consumer killed
+while it holds a view, and bad input."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import tandem
+
+
+def leases(client, buf_id: int) -> int:
+    gc.collect()
+    return client.stat(buf_id)["leases"]
+
+
+def test_numpy_writes_through_dlpack_and_reads_the_sealed_buffer(client):
+    buf = client.create(64)
+    assert not buf.sealed and buf.nbytes == 64 and len(buf) == 64
+    array = np.from_dlpack(buf.view("float32", (4, 4)))
+    assert array.shape == (4, 4) and array.dtype == np.float32 and array.flags.writeable
+    array[:] = np.arange(16, dtype=np.float32).reshape(4, 4)
+    buf.seal()
+    assert buf.sealed
+    again = client.get(buf.id)
+    read = np.from_dlpack(again.view("float32"))
+    assert read.shape == (16,)
+    assert not read.flags.writeable
+    np.testing.assert_array_equal(read, np.arange(16, dtype=np.float32))
+    raw = np.from_dlpack(again)
+    assert raw.dtype == np.uint8 and raw.shape == (64,)
+
+
+def test_the_buffer_protocol_lends_bytes_in_place(client):
+    if not tandem._tandem.BUFFER_PROTOCOL:
+        pytest.skip("built without the buffer protocol (abi3-py39)")
+    buf = client.create(16)
+    view = memoryview(buf)
+    assert not view.readonly and view.nbytes == 16 and view.format == "B"
+    view[:4] = b"abcd"
+    assert bytes(np.from_dlpack(buf)[:4]) == b"abcd"
+    buf.seal()
+    sealed = memoryview(buf)
+    assert sealed.readonly and bytes(sealed[:4]) == b"abcd"
+    with pytest.raises(TypeError):
+        sealed[0] = 1
+    del view, sealed
+
+
+def test_mirrors_copy_back_a_writers_bytes_only(client):
+    buf = client.create(8)
+    with buf.mirror() as host:
+        assert isinstance(host, bytearray)
+        host[:] = b"12345678"
+    assert bytes(np.from_dlpack(buf)) == b"12345678"
+    buf.seal()
+    with buf.mirror() as host:
+        assert host == b"12345678" and isinstance(host, bytes)
+
+
+def test_versioned_and_legacy_capsules(client):
+    buf = client.create(32)
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype = ctypes.c_char_p
+    get_name.argtypes = [ctypes.py_object]
+    assert get_name(buf.__dlpack__(max_version=(1, 0))) == b"dltensor_versioned"
+    assert get_name(buf.__dlpack__()) == b"dltensor"
+    assert get_name(buf.__dlpack__(max_version=(0, 8))) == b"dltensor"
+    assert buf.__dlpack_device__() == (1, 0)
+
+
+def test_capsules_never_consumed_give_their_lease_back(client):
+    # A process holds one lease per buffer it maps, however many handles.
+    buf = client.create(32)
+    buf.seal()
+    reader = client.get(buf.id)
+    assert leases(client, buf.id) == 1
+    capsules = [reader.__dlpack__(max_version=(1, 0)) for _ in range(3)]
+    capsules += [reader.view("int32").__dlpack__() for _ in range(3)]
+    buf_id = buf.id
+    del reader, buf
+    assert leases(client, buf_id) == 1  # the capsules keep the mapping
+    del capsules
+    assert leases(client, buf_id) == 0
+
+
+@pytest.mark.parametrize("order", ["arrays_first", "buffer_first", "interleaved"])
+def test_arrays_keep_the_buffer_mapped_whatever_the_order_of_drops(client, order):
+    buf = client.create(4096)
+    np.from_dlpack(buf)[:] = 7
+    buf.seal()
+    buf_id = buf.id
+    reader = client.get(buf_id)
+    del buf
+    arrays = [np.from_dlpack(reader), np.from_dlpack(reader.view("uint32", (1024,)))]
+    if order == "arrays_first":
+        del arrays
+        assert leases(client, buf_id) == 1
+        del reader
+    elif order == "buffer_first":
+        del reader
+        assert leases(client, buf_id) == 1
+        assert (arrays[0] == 7).all() and (arrays[1] == 0x07070707).all()
+        del arrays
+    else:
+        first = arrays.pop()
+        del reader
+        assert (first == 0x07070707).all()
+        del first
+        assert leases(client, buf_id) == 1
+        del arrays
+    assert leases(client, buf_id) == 0
+
+
+def test_dlpack_refusals_are_buffer_errors(client):
+    buf = client.create(16)
+    with pytest.raises(BufferError):
+        buf.__dlpack__(dl_device=(2, 0))
+    with pytest.raises(BufferError):
+        buf.__dlpack__(copy=True)
+    with pytest.raises(BufferError):
+        buf.__dlpack__(stream=5)
+    assert buf.__dlpack__(stream=None, dl_device=(1, 0), copy=False) is not None
+    assert not hasattr(buf, "__cuda_array_interface__")
+
+
+def test_put_copies_an_array_into_a_sealed_buffer(client):
+    source = np.arange(1000, dtype=np.float64)
+    buf = client.put(source)
+    assert buf.sealed and buf.nbytes == source.nbytes
+    np.testing.assert_array_equal(np.from_dlpack(client.get(buf.id).view("float64")), source)
+    raw = client.put(b"hello")
+    assert bytes(np.from_dlpack(raw)) == b"hello"
+    with pytest.raises(tandem.UnsupportedError):
+        client.put(np.arange(16, dtype=np.int32).reshape(4, 4)[:, 1])
+
+
+def test_bad_input(client):
+    buf = client.create(10)
+    with pytest.raises(tandem.ViewError):
+        buf.view("float32")  # 10 bytes are no whole number of them
+    with pytest.raises(tandem.ViewError):
+        buf.view("float16", (3, 3))
+    with pytest.raises(tandem.ViewError):
+        buf.view("float33")
+    with pytest.raises(tandem.UnknownIdError):
+        client.get(1 << 40)
+    with pytest.raises(KeyError):
+        client.stat(1 << 40)
+    with pytest.raises(tandem.InvalidSizeError):
+        client.create(0)
+    buf.seal()
+    with pytest.raises(tandem.SealedError):
+        buf.seal()
+    with pytest.raises(ValueError):
+        np.from_dlpack(buf)[0] = 1  # the read-only flag, honoured by NumPy
+    if tandem._tandem.BUFFER_PROTOCOL:
+        with pytest.raises(TypeError):
+            ctypes.c_char.from_buffer(buf)  # writable memory asked for
+    unsealed = client.create(8)
+    with pytest.raises(tandem.NotSealedError):
+        client.get(unsealed.id, timeout=0.1)
+    with pytest.raises(TimeoutError):
+        client.get(unsealed.id, timeout=0)
+
+
+def test_delete_of_a_buffer_in_use_frees_it_at_the_last_release(client):
+    buf = client.create(1 << 20)
+    buf.seal()
+    buf_id = buf.id
+    array = np.from_dlpack(client.get(buf_id))
+    client.delete(buf_id)
+    assert client.stat(buf_id)["deleted"]
+    with pytest.raises(tandem.DeletedError):
+        client.get(buf_id)
+    del buf
+    assert array.sum() == 0  # still mapped
+    assert client.stat(buf_id)["leases"] == 1
+    del array
+    assert wait_for(lambda: freed(client, buf_id))
+
+
+def freed(client, buf_id: int) -> bool:
+    try:
+        client.stat(buf_id)
+        return False
+    except tandem.UnknownIdError:
+        return True
+
+
+CONSUMER = """
+    import sys, numpy as np, tandem
+    client = tandem.share.connect(sys.argv[1])
+    buf = client.get(int(sys.argv[2]))
+    array = np.from_dlpack(buf.view("int64"))
+    print(int(array.sum()), flush=True)
+    sys.stdin.readline()
+"""
+
+
+def consumer(client, buf_id: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(CONSUMER), str(client.socket), str(buf_id)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_two_processes_share_a_buffer_by_id(client):
+    source = np.arange(1 << 16, dtype=np.int64)
+    buf = client.put(source)
+    child = consumer(client, buf.id)
+    assert int(child.stdout.readline()) == int(source.sum())
+    assert leases(client, buf.id) == 2  # this process's and the consumer's
+    child.stdin.write("\n")
+    child.stdin.close()
+    assert child.wait(timeout=30) == 0
+    assert wait_for(lambda: leases(client, buf.id) == 1)
+
+
+def test_a_consumer_killed_while_it_holds_a_view_gives_its_lease_and_memory_back(client):
+    buf = client.put(np.ones(1 << 18, dtype=np.int64))
+    buf_id = buf.id
+    child = consumer(client, buf_id)
+    assert int(child.stdout.readline()) == 1 << 18
+    client.delete(buf_id)
+    del buf
+    gc.collect()
+    assert client.stat(buf_id)["leases"] == 1  # the consumer's
+    held = client.status()["bytes"]
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    child.stdin.close()
+
+    assert wait_for(lambda: freed(client, buf_id)), "the daemon kept the killed consumer's lease"
+    assert client.status()["bytes"] <= held - (1 << 21)
+
+
+def wait_for(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+WAITER = """
+    import sys, time, tandem
+    client = tandem.share.connect(sys.argv[1])
+    print("waiting", flush=True)
+    started = time.monotonic()
+    try:
+        client.get(int(sys.argv[2]), timeout=60)
+    except KeyboardInterrupt:
+        print(f"interrupted {time.monotonic() - started:.2f}", flush=True)
+"""
+
+
+def test_ctrl_c_ends_a_wait_for_a_seal(client):
+    unsealed = client.create(8)
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(WAITER), str(client.socket), str(unsealed.id)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout.readline().strip() == "waiting"
+    time.sleep(0.3)
+    child.send_signal(signal.SIGINT)
+    line = child.stdout.readline().split()
+    assert child.wait(timeout=10) == 0
+    assert line[0] == "interrupted" and float(line[1]) < 5, line

@@ -1,0 +1,120 @@
+//! The python leg's tools: the virtual environment with maturin, pytest and NumPy that
+//! `.ci/run` makes (`python3 -m venv`, then `pip install`), and the commands that build the
+//! package into it and run its tests.
+
+use crate::cmd::{find_on_path, is_executable, Cmd};
+use std::path::{Path, PathBuf};
+
+/// The environment variable naming the virtual environment, when it is not the default.
+pub const VENV_ENV: &str = "TANDEM_PYTHON_VENV";
+
+/// maturin: in the environment `TANDEM_PYTHON_VENV` names (else the default one), else on
+/// `PATH`.
+pub fn find_maturin(target_directory: &Path) -> Option<PathBuf> {
+    let venv = Venv {
+        dir: venv_dir(target_directory),
+    };
+    Some(venv.maturin())
+        .filter(|maturin| is_executable(maturin))
+        .or_else(|| find_on_path("maturin"))
+}
+
+/// The environment `TANDEM_PYTHON_VENV` names, else [`Venv::default_dir`].
+pub fn venv_dir(target_directory: &Path) -> PathBuf {
+    std::env::var_os(VENV_ENV)
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Venv::default_dir(target_directory))
+}
+
+/// A virtual environment holding what the leg needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Venv {
+    dir: PathBuf,
+}
+
+impl Venv {
+    /// The default place, in the target directory (where `.ci/run` makes it).
+    pub fn default_dir(target_directory: &Path) -> PathBuf {
+        target_directory.join("python-venv")
+    }
+
+    /// The environment at `dir` (see [`venv_dir`]) if it has Python, maturin and pytest;
+    /// `Err` says what is missing and how to make it.
+    pub fn find(dir: PathBuf) -> Result<Self, String> {
+        let venv = Self { dir };
+        for tool in [venv.python(), venv.maturin(), venv.bin("pytest")] {
+            if !is_executable(&tool) {
+                return Err(format!(
+                    "no {} in the Python environment {} (.ci/run makes it: python3 -m venv {0}; \
+                     {0}/bin/pip install maturin pytest numpy; or name one with {VENV_ENV})",
+                    tool.display(),
+                    venv.dir.display()
+                ));
+            }
+        }
+        Ok(venv)
+    }
+
+    fn bin(&self, name: &str) -> PathBuf {
+        self.dir.join("bin").join(name)
+    }
+
+    fn python(&self) -> PathBuf {
+        self.bin("python")
+    }
+
+    fn maturin(&self) -> PathBuf {
+        self.bin("maturin")
+    }
+
+    /// The leg: the `tandem` binary the tests start daemons and runtimes with, the package
+    /// built (debug) and installed into the environment in place, and pytest over
+    /// `python/tests`, whose GPU files print `skipped: no CUDA device` here. Pytest's exit
+    /// status 5 (no test collected) fails the leg like any other: the suite is never empty.
+    pub fn leg_commands(&self, root: &Path, target_directory: &Path) -> Vec<Cmd> {
+        let package = root.join("python");
+        vec![
+            Cmd::cargo(root).args(["build", "-p", "tandem-cli", "--bin", "tandem"]),
+            Cmd::new(self.maturin(), &package)
+                .args(["develop", "--profile", "dev"])
+                .env("VIRTUAL_ENV", &self.dir),
+            Cmd::new(self.python(), &package)
+                .args(["-m", "pytest", "-p", "no:cacheprovider", "-rs", "tests"])
+                .env("TANDEM_BIN", target_directory.join("debug").join("tandem")),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_environment_says_how_to_make_it() {
+        let why = Venv::find(PathBuf::from("/nonexistent/venv")).unwrap_err();
+        assert!(why.contains("/nonexistent/venv/bin/python"), "{why}");
+        assert!(why.contains("pip install maturin pytest numpy"), "{why}");
+    }
+
+    #[test]
+    fn the_leg_builds_the_binary_and_the_package_then_runs_pytest() {
+        let venv = Venv {
+            dir: PathBuf::from("/v"),
+        };
+        let commands = venv.leg_commands(Path::new("/repo"), Path::new("/repo/target"));
+        assert_eq!(
+            commands[0].display(),
+            "cargo build -p tandem-cli --bin tandem"
+        );
+        assert_eq!(
+            commands[1].display(),
+            "VIRTUAL_ENV=/v /v/bin/maturin develop --profile dev"
+        );
+        assert_eq!(
+            commands[2].display(),
+            "TANDEM_BIN=/repo/target/debug/tandem /v/bin/python -m pytest -p no:cacheprovider \
+             -rs tests"
+        );
+    }
+}
