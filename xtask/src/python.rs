@@ -46,10 +46,11 @@ impl Venv {
         for tool in [venv.python(), venv.maturin(), venv.bin("pytest")] {
             if !is_executable(&tool) {
                 return Err(format!(
-                    "no {} in the Python environment {} (.ci/run makes it: python3 -m venv {0}; \
-                     {0}/bin/pip install maturin pytest numpy; or name one with {VENV_ENV})",
+                    "no {} in the Python environment {dir} (.ci/run makes it: python3 -m venv \
+                     {dir}; {dir}/bin/pip install maturin pytest numpy; or name one with \
+                     {VENV_ENV})",
                     tool.display(),
-                    venv.dir.display()
+                    dir = venv.dir.display()
                 ));
             }
         }
