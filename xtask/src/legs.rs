@@ -274,9 +274,12 @@ fn leg_commands(
             // shm-core's stress and model tests again in release: optimised code runs threads
             // at other relative speeds and interleaves them otherwise than a debug build.
             let shm_core_release = ["test", "-p", "tandem-shm-core", "--release", "--tests"];
+            // The blob store's kill -9 test too: a put's steps race the kill otherwise there.
+            let blob_crash_release = ["test", "-p", "tandem-blob", "--release", "--test", "crash"];
             Ok(vec![
                 cmd,
                 cargo().args(shm_core_release),
+                cargo().args(blob_crash_release),
                 cargo().args(["build", "-p", "tandem-cli", "--bin", "tandem"]),
                 cargo().args(example),
                 cargo().args(["run", "-p", "tandem-examples", "--example", "user_pool"]),
@@ -600,11 +603,15 @@ mod tests {
             "cargo test -p tandem-shm-core --release --tests"
         );
         assert_eq!(
-            host[3].display(),
-            "cargo run -p tandem-examples --example host_client"
+            host[2].display(),
+            "cargo test -p tandem-blob --release --test crash"
         );
         assert_eq!(
             host[4].display(),
+            "cargo run -p tandem-examples --example host_client"
+        );
+        assert_eq!(
+            host[5].display(),
             "cargo run -p tandem-examples --example user_pool"
         );
         let cuda = leg_commands(&ctx, Leg::Cuda, &mut notes).unwrap();
