@@ -14,7 +14,7 @@ use crate::error::{guard, CapiError, CapiResult};
 use crate::handles::Handles;
 use crate::layout::Status;
 
-/// A client of a runtime (C: `tandem_client*`). Thread-safe: calls on one
+/// A client of a runtime in another process. Thread-safe: calls on one
 /// client may come from several threads at once.
 pub struct ClientHandle {
     _opaque: [u8; 0],

@@ -7,7 +7,7 @@
 use core::ffi::{c_char, c_void};
 
 /// What every call returns. `TANDEM_STATUS_OK` is zero; any other code
-/// leaves a message for the calling thread ([`crate::tandem_last_error_message`]).
+/// leaves a message for the calling thread (`tandem_last_error_message`).
 #[repr(C)]
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Status {
@@ -84,11 +84,6 @@ pub const TANDEM_ARG_F64: ArgKindCode = 5;
 /// A device address (any `T*`).
 pub const TANDEM_ARG_PTR: ArgKindCode = 6;
 
-/// A kernel compiled for the CPU device (`tandem_hal::host_abi`'s entry):
-/// one call per GPU thread, `args` one pointer per parameter, each to its value.
-/// `ctx` is the host backend's `HostThreadCtx` (`tandem/host_abi.h`).
-pub type HostKernelEntry = unsafe extern "C" fn(ctx: *const c_void, args: *const *const c_void);
-
 /// A kernel compiled for the CPU device, as `tandem_cpu_kernel.hpp`'s
 /// `TANDEM_CPU_KERNEL` describes it.
 #[repr(C)]
@@ -96,8 +91,10 @@ pub type HostKernelEntry = unsafe extern "C" fn(ctx: *const c_void, args: *const
 pub struct HostKernel {
     /// The kernel's name (NUL-terminated).
     pub name: *const c_char,
-    /// Its entry.
-    pub entry: Option<HostKernelEntry>,
+    /// Its entry (`tandem_hal::host_abi`'s): called once per GPU thread
+    /// with the host backend's `HostThreadCtx` (`tandem/host_abi.h`) and
+    /// one pointer per parameter, each at its value.
+    pub entry: Option<unsafe extern "C" fn(ctx: *const c_void, args: *const *const c_void)>,
     /// `param_count` kinds, `TANDEM_ARG_*`.
     pub param_kinds: *const ArgKindCode,
     /// How many parameters it takes.

@@ -23,7 +23,7 @@ use crate::layout::{
     TANDEM_ARG_I32, TANDEM_ARG_I64, TANDEM_ARG_PTR, TANDEM_ARG_U32, TANDEM_ARG_U64,
 };
 
-/// Device queues of a client on one device (C: `tandem_device_queues*`).
+/// Device queues of a client on one device, for its own kernels.
 /// Thread-safe.
 pub struct DeviceQueuesHandle {
     _opaque: [u8; 0],

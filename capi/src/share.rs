@@ -19,12 +19,12 @@ use crate::error::{guard, CapiError, CapiResult};
 use crate::handles::Handles;
 use crate::layout::Status;
 
-/// A connection to a share daemon (C: `tandem_share*`).
+/// A connection to a share daemon.
 pub struct ShareHandle {
     _opaque: [u8; 0],
 }
 
-/// A shared buffer mapped in this process (C: `tandem_share_buffer*`).
+/// A shared buffer mapped in this process.
 pub struct ShareBufferHandle {
     _opaque: [u8; 0],
 }
