@@ -7,9 +7,6 @@
 #
 #   Tandem::tandem         the shared library (default)
 #   Tandem::tandem_static  the static library (link also: pthread, dl, m)
-#
-# Kernels' sources compiled by nvcc need `--expt-relaxed-constexpr`, added by
-# the target's compile options for the CUDA language.
 
 get_filename_component(_tandem_prefix "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
 
@@ -18,8 +15,7 @@ if(NOT TARGET Tandem::tandem)
   set_target_properties(Tandem::tandem PROPERTIES
     IMPORTED_LOCATION "${_tandem_prefix}/lib/libtandem.so"
     INTERFACE_INCLUDE_DIRECTORIES "${_tandem_prefix}/include"
-    INTERFACE_COMPILE_FEATURES "cxx_std_17"
-    INTERFACE_COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>")
+    INTERFACE_COMPILE_FEATURES "cxx_std_17")
 endif()
 
 if(NOT TARGET Tandem::tandem_static)
@@ -29,8 +25,7 @@ if(NOT TARGET Tandem::tandem_static)
     IMPORTED_LOCATION "${_tandem_prefix}/lib/libtandem.a"
     INTERFACE_INCLUDE_DIRECTORIES "${_tandem_prefix}/include"
     INTERFACE_COMPILE_FEATURES "cxx_std_17"
-    INTERFACE_LINK_LIBRARIES "Threads::Threads;${CMAKE_DL_LIBS};m"
-    INTERFACE_COMPILE_OPTIONS "$<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>")
+    INTERFACE_LINK_LIBRARIES "Threads::Threads;${CMAKE_DL_LIBS};m")
 endif()
 
 set(Tandem_INCLUDE_DIR "${_tandem_prefix}/include")
