@@ -18,12 +18,11 @@ use crate::layout::Status;
 /// Runs `call` with a blob caller of `client` that gives up after
 /// `timeout_ms` (0: never).
 fn with_caller<T>(
-    client: *const ClientHandle,
+    client: &Client,
     timeout_ms: u64,
     call: impl FnOnce(&BlobCaller<'_, Client>) -> CapiResult<T>,
 ) -> CapiResult<T> {
-    let client = self::client(client)?;
-    let caller = BlobCaller::new(&*client);
+    let caller = BlobCaller::new(client);
     let caller = match timeout_ms {
         0 => caller,
         ms => caller.with_timeout(Duration::from_millis(ms)),
@@ -43,10 +42,11 @@ pub unsafe extern "C" fn tandem_blob_tag(
     tag: *mut u64,
 ) -> Status {
     guard(|| {
+        let client = self::client(client)?;
         args::need_out(tag, "tag")?;
         // SAFETY: the caller's contract.
         let name = unsafe { args::c_str(name, "name") }?;
-        let id = with_caller(client, timeout_ms, |c| Ok(c.get_or_create_tag(name)?))?;
+        let id = with_caller(&client, timeout_ms, |c| Ok(c.get_or_create_tag(name)?))?;
         // SAFETY: the caller's contract.
         unsafe { args::write_out(tag, id.0, "tag") }
     })
@@ -71,6 +71,7 @@ pub unsafe extern "C" fn tandem_blob_put(
     size: *mut u64,
 ) -> Status {
     guard(|| {
+        let client = self::client(client)?;
         // SAFETY: the caller's contract.
         let name = unsafe { args::c_str(name, "name") }?;
         // SAFETY: the caller's contract.
@@ -80,7 +81,7 @@ pub unsafe extern "C" fn tandem_blob_put(
                 "len is zero: a put writes at least a byte",
             ));
         }
-        let after = with_caller(client, timeout_ms, |c| {
+        let after = with_caller(&client, timeout_ms, |c| {
             Ok(c.put(TagId(tag), name, offset, data, Score::AUTO)?)
         })?;
         if size.is_null() {
@@ -107,6 +108,7 @@ pub unsafe extern "C" fn tandem_blob_get(
     timeout_ms: u64,
 ) -> Status {
     guard(|| {
+        let client = self::client(client)?;
         // SAFETY: the caller's contract.
         let name = unsafe { args::c_str(name, "name") }?;
         // SAFETY: the caller's contract.
@@ -116,7 +118,7 @@ pub unsafe extern "C" fn tandem_blob_get(
                 "len is zero: a get reads at least a byte",
             ));
         }
-        with_caller(client, timeout_ms, |c| {
+        with_caller(&client, timeout_ms, |c| {
             Ok(c.get(TagId(tag), name, offset, out)?)
         })
     })
@@ -135,10 +137,11 @@ pub unsafe extern "C" fn tandem_blob_size(
     size: *mut u64,
 ) -> Status {
     guard(|| {
+        let client = self::client(client)?;
         args::need_out(size, "size")?;
         // SAFETY: the caller's contract.
         let name = unsafe { args::c_str(name, "name") }?;
-        let info = with_caller(client, timeout_ms, |c| Ok(c.stat(TagId(tag), name)?))?;
+        let info = with_caller(&client, timeout_ms, |c| Ok(c.stat(TagId(tag), name)?))?;
         // SAFETY: the caller's contract.
         unsafe { args::write_out(size, info.size, "size") }
     })
@@ -156,8 +159,9 @@ pub unsafe extern "C" fn tandem_blob_delete(
     timeout_ms: u64,
 ) -> Status {
     guard(|| {
+        let client = self::client(client)?;
         // SAFETY: the caller's contract.
         let name = unsafe { args::c_str(name, "name") }?;
-        with_caller(client, timeout_ms, |c| Ok(c.delete(TagId(tag), name)?))
+        with_caller(&client, timeout_ms, |c| Ok(c.delete(TagId(tag), name)?))
     })
 }

@@ -42,7 +42,10 @@ pub unsafe extern "C" fn tandem_client_attach(
         args::need_out(out, "out")?;
         // SAFETY: the caller's contract.
         let segment = unsafe { args::c_str(segment, "segment") }?;
-        let client = Client::attach(segment)?;
+        let client = Client::attach(segment).map_err(|e| {
+            let e = CapiError::from(e);
+            CapiError::new(e.status, format!("attaching to {segment}: {}", e.message))
+        })?;
         // SAFETY: checked non-null above; writable per the caller.
         unsafe { args::write_out(out, CLIENTS.insert(client), "out") }
     })
