@@ -181,27 +181,12 @@ mod with_a_runtime {
 
     use super::*;
     use std::ffi::CString;
-    use std::path::PathBuf;
 
-    /// The `tandem` binary: `$TANDEM_BIN`, else the workspace's debug build.
+    /// The `tandem` binary (`find_tandem_binary`: `$TANDEM_BIN`, else next
+    /// to this test's folder).
     fn tandem_bin() -> Option<CString> {
-        let path = std::env::var_os("TANDEM_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                    .parent()
-                    .expect("the workspace")
-                    .join("target/debug/tandem")
-            });
-        let path = if path.exists() {
-            path
-        } else {
-            // Where CARGO_TARGET_DIR puts it: next to this test's `deps/`.
-            let exe = std::env::current_exe().ok()?;
-            exe.parent()?.parent()?.join("tandem")
-        };
-        path.exists()
-            .then(|| CString::new(path.into_os_string().into_encoded_bytes()).expect("a path"))
+        let path = tandem_process::find_tandem_binary().ok()?;
+        Some(CString::new(path.into_os_string().into_encoded_bytes()).expect("a path"))
     }
 
     #[test]
