@@ -9,10 +9,13 @@
 //! - `crates/<crate folder>/`: the working folder of that crate's binaries, holding the files
 //!   its `gpu-bundle-files.txt` lists (paths relative to the crate, one per line);
 //! - `binaries.tsv`: `kind<TAB>name<TAB>crate folder` per binary, read by `run.sh`;
+//! - `capi/`: the C ABI's library (with the `cuda` feature), headers and CMake package, and
+//!   `capi/examples/cpp/`, which `run.sh` builds with nvcc and runs against the bundled `tandem`;
 //! - `run.sh`: see `bundle_run.sh`.
 
 use crate::{
     backend::Backend,
+    capi_install,
     cmd::{find_on_path, Cmd},
     error::XtaskError,
     metadata::{Metadata, Target},
@@ -234,6 +237,12 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
         return Ok(ExitCode::FAILURE);
     }
     fs::remove_dir_all(&bin_dir).map_err(XtaskError::io(&bin_dir))?;
+    capi_install::install_for_bundle(
+        metadata,
+        &out.join("capi"),
+        Backend::Cuda.feature(),
+        has_strip,
+    )?;
     copy_listed_files(metadata, &out.join("crates"))?;
     write_file(&out.join(INDEX), &index(&binaries), false)?;
     write_file(&out.join("run.sh"), RUN_SCRIPT, true)?;

@@ -627,8 +627,9 @@ mod tests {
             cuda[0].display(),
             "cargo test -p tandem-hal-cuda -p tandem-device-kernels -p tandem-runtime \
              -p tandem-tests -p tandem-examples -p tandem-blob -p tandem-cli -p tandem-share \
-             --features tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,\
-             tandem-examples/cuda,tandem-blob/cuda,tandem-cli/cuda,tandem-share/cuda"
+             -p tandem-capi --features tandem-device-kernels/cuda,tandem-runtime/cuda,\
+             tandem-tests/cuda,tandem-examples/cuda,tandem-blob/cuda,tandem-cli/cuda,\
+             tandem-share/cuda,tandem-capi/cuda"
         );
         assert!(notes.is_empty());
     }

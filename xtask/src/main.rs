@@ -153,12 +153,15 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, Xtask
                     }
                     "--debug" => debug = true,
                     other => {
-                        return Err(XtaskError::Usage(format!("install-capi: unknown `{other}`")))
+                        return Err(XtaskError::Usage(format!(
+                            "install-capi: unknown `{other}`"
+                        )))
                     }
                 }
             }
-            let prefix = prefix
-                .ok_or_else(|| XtaskError::Usage("install-capi: --prefix DIR is required".into()))?;
+            let prefix = prefix.ok_or_else(|| {
+                XtaskError::Usage("install-capi: --prefix DIR is required".into())
+            })?;
             Ok(Command::InstallCapi { prefix, debug })
         }
         "structure" => match args.next() {
