@@ -177,8 +177,9 @@ tandem_status tandem_client_attach(const char *segment, tandem_client **out);
 
 // Starts `tandem run` in a child process and attaches to it once it
 // serves; closing the client stops the child. `tandem_bin`: the `tandem`
-// executable (null: `$TANDEM_BIN`). `config_path`: a `tandem run` TOML
-// file (null: the defaults). Blocks until the child serves.
+// executable (null: `$TANDEM_BIN`, else `tandem` beside the program).
+// `config_path`: a `tandem run` TOML file (null: the defaults). Blocks
+// until the child serves.
 //
 // # Safety
 // `tandem_bin` and `config_path` are null or NUL-terminated strings; `out`
@@ -282,9 +283,9 @@ tandem_status tandem_device_queues_launch_cpu(const tandem_device_queues *queues
 tandem_status tandem_share_connect(const char *socket, tandem_share **out);
 
 // Starts a daemon (`tandem share serve`, from `tandem_bin`, null:
-// `$TANDEM_BIN`) in a child process on a socket of its own and connects;
-// it stops once the connection and its buffers are closed. Blocks until
-// it serves.
+// `$TANDEM_BIN`, else `tandem` beside the program) in a child process on
+// a socket of its own and connects; it stops once the connection and its
+// buffers are closed. Blocks until it serves.
 //
 // # Safety
 // `tandem_bin` is null or NUL-terminated; `out` is null or writable.
@@ -337,7 +338,8 @@ tandem_status tandem_share_buffer_info(const tandem_share_buffer *buffer, uint64
 tandem_status tandem_share_buffer_write(const tandem_share_buffer *buffer, size_t offset, const uint8_t *data, size_t len);
 
 // Copies `len` bytes at `offset` of the buffer to `out` (a sealed one's
-// after its writer's work). Blocks until copied.
+// after its writer's work, through a host mirror of the whole buffer).
+// Blocks until copied.
 //
 // # Safety
 // `out` is null or writable for `len` bytes.

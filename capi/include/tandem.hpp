@@ -171,8 +171,14 @@ class DeviceQueues {
     check(tandem_device_queues_check_runtime(get()), "tandem_device_queues_check_runtime");
   }
   /// Runs a CPU-device kernel (tandem_cpu_kernel.hpp) and waits for it.
+  /// `args` are the kernel's parameters, in order and of its types.
   template <typename... Args>
   void launch_cpu(const tandem_host_kernel& kernel, tandem_dim3 grid, tandem_dim3 block, Args... args) const {
+    if (kernel.param_count != sizeof...(Args)) {
+      throw Error(TANDEM_STATUS_INVALID_ARGUMENT, std::string("launch_cpu: ") + kernel.name + " takes " +
+                                                      std::to_string(kernel.param_count) + " parameters, " +
+                                                      std::to_string(sizeof...(Args)) + " given");
+    }
     const void* pointers[sizeof...(Args) + 1] = {static_cast<const void*>(&args)...};
     check(tandem_device_queues_launch_cpu(get(), &kernel, grid, block, 0, pointers),
           "tandem_device_queues_launch_cpu");

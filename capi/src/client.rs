@@ -53,8 +53,9 @@ pub unsafe extern "C" fn tandem_client_attach(
 
 /// Starts `tandem run` in a child process and attaches to it once it
 /// serves; closing the client stops the child. `tandem_bin`: the `tandem`
-/// executable (null: `$TANDEM_BIN`). `config_path`: a `tandem run` TOML
-/// file (null: the defaults). Blocks until the child serves.
+/// executable (null: `$TANDEM_BIN`, else `tandem` beside the program).
+/// `config_path`: a `tandem run` TOML file (null: the defaults). Blocks
+/// until the child serves.
 ///
 /// # Safety
 /// `tandem_bin` and `config_path` are null or NUL-terminated strings; `out`

@@ -24,9 +24,10 @@
 //!
 //! # The front
 //!
-//! The C functions are the API; of the Rust items only [`layout`] is
-//! public, so that this crate's tests and bench name the codes and structs
-//! the header does. Modules, bottom up: `layout`, `error` (codes, messages,
+//! The C functions are the API. They and the opaque handle types they take
+//! are re-exported here so that this crate's tests and bench call them as C
+//! does; [`layout`] holds the codes and structs the header states. Modules,
+//! bottom up: `layout`, `error` (codes, messages,
 //! the guard), `args` (C arguments checked), `handles`; then `client` (attach,
 //! fork, tasks, status), `blob`, `queues` (device queues and the CPU
 //! device's launch) and `share`.
@@ -49,7 +50,6 @@ pub use client::{
     ClientHandle,
 };
 pub use error::tandem_last_error_message;
-pub use layout::Status;
 pub use queues::{
     tandem_device_queues_check_runtime, tandem_device_queues_close,
     tandem_device_queues_launch_cpu, tandem_device_queues_open, tandem_device_queues_segment,

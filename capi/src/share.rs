@@ -233,9 +233,9 @@ pub unsafe extern "C" fn tandem_share_connect(
 }
 
 /// Starts a daemon (`tandem share serve`, from `tandem_bin`, null:
-/// `$TANDEM_BIN`) in a child process on a socket of its own and connects;
-/// it stops once the connection and its buffers are closed. Blocks until
-/// it serves.
+/// `$TANDEM_BIN`, else `tandem` beside the program) in a child process on
+/// a socket of its own and connects; it stops once the connection and its
+/// buffers are closed. Blocks until it serves.
 ///
 /// # Safety
 /// `tandem_bin` is null or NUL-terminated; `out` is null or writable.
@@ -395,7 +395,8 @@ pub unsafe extern "C" fn tandem_share_buffer_write(
 }
 
 /// Copies `len` bytes at `offset` of the buffer to `out` (a sealed one's
-/// after its writer's work). Blocks until copied.
+/// after its writer's work, through a host mirror of the whole buffer).
+/// Blocks until copied.
 ///
 /// # Safety
 /// `out` is null or writable for `len` bytes.

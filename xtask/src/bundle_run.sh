@@ -159,10 +159,17 @@ run_cpp_examples() {
   fi
   command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+  # `native` (this machine's GPUs) needs CMake 3.24; older ones keep nvcc's default, whose PTX
+  # the driver compiles for the GPU at load time.
+  local cmake_version arch=()
+  cmake_version=$(cmake --version | sed -n 's/^cmake version \([0-9]*\.[0-9]*\).*/\1/p')
+  if printf '3.24\n%s\n' "$cmake_version" | sort -V -C; then
+    arch=(-DCMAKE_CUDA_ARCHITECTURES=native)
+  fi
   rm -rf "$work" && mkdir -p "$work"
   {
     cmake -S "$bundle_dir/capi/examples/cpp" -B "$build" ${generator[@]+"${generator[@]}"} \
-      -DTANDEM_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native -DCMAKE_BUILD_TYPE=Release \
+      -DTANDEM_CUDA=ON ${arch[@]+"${arch[@]}"} -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_PREFIX_PATH="$bundle_dir/capi" && cmake --build "$build"
   } >"$log" 2>&1 || status="FAIL (build)"
   if [ "$status" = ok ]; then
@@ -199,6 +206,7 @@ run_cpp_examples() {
   fi
   [ "$status" = ok ] || { failures=$((failures + 1)); echo "-- last lines of $log:"; tail -n 40 "$log"; }
   rows+=("cpp-examples|-|-|-|$status")
+  rm -rf "$work"
 }
 
 run_cpp_examples
