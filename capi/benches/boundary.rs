@@ -81,10 +81,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let tag = blobs.get_or_create_tag("bench")?;
     let mut c_tag = 0;
     // SAFETY: a live handle, a NUL-terminated name, a writable output.
-    assert_eq!(
-        unsafe { tandem_blob_tag(c, c"bench".as_ptr(), 0, &mut c_tag) },
-        Status::Ok
-    );
+    let tagged = unsafe { tandem_blob_tag(c, c"bench".as_ptr(), 0, &mut c_tag) };
+    assert_eq!(tagged, Status::Ok);
     let data = vec![7u8; BLOB_BYTES];
     let names: Vec<CString> = (0..PUTS)
         .map(|i| CString::new(format!("b{i}")).expect("a name"))
@@ -157,7 +155,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     row("task round trip (add)", median(rust_trip), median(c_trip));
     row("blob put, 4 KiB", median(rust_put), median(c_put));
     assert_eq!(tandem_client_close(c), Status::Ok);
-    drop(blobs);
+    // The clients detach before the runtime stops.
     drop(rust);
     runtime.shutdown()?;
     Ok(())

@@ -261,8 +261,10 @@ pub unsafe extern "C" fn tandem_device_queues_launch_cpu(
 /// The host backend's form of each CPU-device kernel launched so far,
 /// made once per (entry, name, parameters) and kept for the process: a
 /// module's table is `'static`, and a program has few kernels.
-static INTERNED: Mutex<Option<HashMap<(usize, String, Vec<ArgKind>), &'static HalHostKernel>>> =
-    Mutex::new(None);
+static INTERNED: Mutex<Option<HashMap<InternKey, &'static HalHostKernel>>> = Mutex::new(None);
+
+/// A kernel's entry address, name and parameters.
+type InternKey = (usize, String, Vec<ArgKind>);
 
 /// The host backend's form of `kernel`.
 ///
@@ -354,17 +356,25 @@ unsafe fn kernel_args(
             if at.is_null() {
                 return Err(CapiError::null(&format!("args[{i}]")));
             }
-            // SAFETY (every read): `at` points at a value of `kind`'s type
-            // per the caller, maybe unaligned, hence `read_unaligned`.
-            Ok(match kind {
-                ArgKind::U32 => KernelArg::U32(unsafe { at.cast::<u32>().read_unaligned() }),
-                ArgKind::I32 => KernelArg::I32(unsafe { at.cast::<i32>().read_unaligned() }),
-                ArgKind::U64 => KernelArg::U64(unsafe { at.cast::<u64>().read_unaligned() }),
-                ArgKind::I64 => KernelArg::I64(unsafe { at.cast::<i64>().read_unaligned() }),
-                ArgKind::F32 => KernelArg::F32(unsafe { at.cast::<f32>().read_unaligned() }),
-                ArgKind::F64 => KernelArg::F64(unsafe { at.cast::<f64>().read_unaligned() }),
-                ArgKind::Ptr => KernelArg::Ptr(unsafe { at.cast::<u64>().read_unaligned() }),
+            let size = match kind {
+                ArgKind::U32 | ArgKind::I32 | ArgKind::F32 => 4,
+                ArgKind::U64 | ArgKind::I64 | ArgKind::F64 | ArgKind::Ptr => 8,
                 other => return Err(CapiError::invalid(format!("argument kind {other:?}"))),
+            };
+            let mut raw = [0u8; 8];
+            // SAFETY: `at` points at a value of `kind`'s type (`size`
+            // bytes) per the caller; copied bytewise, so it need not be
+            // aligned for that type.
+            unsafe { std::ptr::copy_nonoverlapping(at.cast::<u8>(), raw.as_mut_ptr(), size) };
+            let four = [raw[0], raw[1], raw[2], raw[3]];
+            Ok(match kind {
+                ArgKind::U32 => KernelArg::U32(u32::from_ne_bytes(four)),
+                ArgKind::I32 => KernelArg::I32(i32::from_ne_bytes(four)),
+                ArgKind::F32 => KernelArg::F32(f32::from_ne_bytes(four)),
+                ArgKind::U64 => KernelArg::U64(u64::from_ne_bytes(raw)),
+                ArgKind::I64 => KernelArg::I64(i64::from_ne_bytes(raw)),
+                ArgKind::F64 => KernelArg::F64(f64::from_ne_bytes(raw)),
+                _ => KernelArg::Ptr(u64::from_ne_bytes(raw)),
             })
         })
         .collect()

@@ -27,7 +27,7 @@ const SEGMENT: &CStr = c"tandem-capi-no-such-segment";
 
 #[test]
 fn null_pointers_are_codes() {
-    // SAFETY (every call below): null or valid pointers, as the C contract allows.
+    // SAFETY: every call below passes null or valid pointers, as the C contract allows.
     unsafe {
         expect(
             tandem_client_attach(null(), &mut null_mut()),
@@ -196,7 +196,7 @@ mod with_a_runtime {
             return;
         };
         let mut client = null_mut();
-        // SAFETY (every call below): valid or deliberately bad arguments
+        // SAFETY: every call below passes valid or deliberately bad arguments
         // the C contract allows.
         unsafe {
             expect(
