@@ -2,8 +2,8 @@
 //! `cargo xtask test`, which names their build folder in
 //! `$TANDEM_CPP_EXAMPLES`) against a `tandem blob run` runtime and a
 //! `tandem share serve` daemon started here: two programs' kernels put and
-//! get blobs through one store at once, and a producer hands a consumer a
-//! buffer by id. Nothing is left in /dev/shm or the temporary folder.
+//! get blobs through one store at once, a C program calls it from host
+//! code, and a producer hands a consumer a buffer by id. Nothing is left in /dev/shm or the temporary folder.
 //!
 //! Without the variable the test says it skipped; with
 //! `TANDEM_REQUIRE_CPP=1` (the leg sets it) a missing build is a failure.
@@ -90,6 +90,16 @@ fn a_cpp_kernel_puts_and_gets_blobs_through_a_runtime_of_another_process() {
             "{text}"
         );
     }
+    let c = Command::new(build.join("c_client"))
+        .arg(&segment)
+        .output()
+        .expect("running c_client");
+    let text = self::text(&c);
+    print!("{text}");
+    assert!(
+        c.status.success() && text.contains("c_client: ok"),
+        "{text}"
+    );
     assert!(runtime.stop().expect("stopping the runtime").success());
     assert!(
         !Path::new("/dev/shm").join(&segment).exists(),

@@ -185,6 +185,8 @@ run_cpp_examples() {
       timeout 120 "$build/cpp_client_blobs" "$served" 2 >"$work/p2.txt" 2>&1 || status="FAIL (program 2)"
       wait "$first" || status="FAIL (program 1)"
       cat "$work/p1.txt" "$work/p2.txt"
+      echo "$ c_client $served"
+      timeout 60 "$build/c_client" "$served" || status="FAIL (c_client)"
       stop_service || status="FAIL (tandem blob run exit)"
     fi
   fi
