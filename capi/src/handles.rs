@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::error::{CapiError, CapiResult};
 use crate::layout::Status;
@@ -17,22 +17,24 @@ static NEXT_KEY: AtomicUsize = AtomicUsize::new(1);
 
 /// The live objects of one handle kind `H` (the opaque C type), each a `T`.
 pub(crate) struct Handles<T> {
-    live: Mutex<Option<HashMap<usize, Arc<T>>>>,
+    /// Read-locked by every call on a handle, write-locked only to open and
+    /// close one, so that threads calling at once do not queue.
+    live: RwLock<Option<HashMap<usize, Arc<T>>>>,
     kind: &'static str,
 }
 
 impl<T> Handles<T> {
     pub(crate) const fn new(kind: &'static str) -> Self {
         Self {
-            live: Mutex::new(None),
+            live: RwLock::new(None),
             kind,
         }
     }
 
+    // A panic while the lock was held left the map itself consistent: every
+    // operation on it is a single insert, get or remove.
     fn with<R>(&self, f: impl FnOnce(&mut HashMap<usize, Arc<T>>) -> R) -> R {
-        // A panic while the lock was held left the map itself consistent:
-        // every operation on it is a single insert, get or remove.
-        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
         f(live.get_or_insert_with(HashMap::new))
     }
 
@@ -49,7 +51,9 @@ impl<T> Handles<T> {
         if handle.is_null() {
             return Err(CapiError::null(self.kind));
         }
-        self.with(|live| live.get(&(handle as usize)).cloned())
+        let live = self.live.read().unwrap_or_else(PoisonError::into_inner);
+        live.as_ref()
+            .and_then(|live| live.get(&(handle as usize)).cloned())
             .ok_or_else(|| self.closed())
     }
 
