@@ -8,7 +8,7 @@ use std::{
 };
 
 /// The packages that have `cuda` and `hip` features; each feature adds that backend.
-pub const FEATURE_PACKAGES: [&str; 7] = [
+pub const FEATURE_PACKAGES: [&str; 8] = [
     "tandem-device-kernels",
     "tandem-runtime",
     "tandem-tests",
@@ -16,6 +16,7 @@ pub const FEATURE_PACKAGES: [&str; 7] = [
     "tandem-blob",
     "tandem-cli",
     "tandem-share",
+    "tandem-capi",
 ];
 
 /// A GPU backend that is selected by features.
@@ -163,12 +164,12 @@ mod tests {
         assert_eq!(
             Backend::Cuda.features_value(),
             "tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,tandem-examples/cuda,\
-             tandem-blob/cuda,tandem-cli/cuda,tandem-share/cuda"
+             tandem-blob/cuda,tandem-cli/cuda,tandem-share/cuda,tandem-capi/cuda"
         );
         assert_eq!(
             Backend::Hip.features_value(),
             "tandem-device-kernels/hip,tandem-runtime/hip,tandem-tests/hip,tandem-examples/hip,\
-             tandem-blob/hip,tandem-cli/hip,tandem-share/hip"
+             tandem-blob/hip,tandem-cli/hip,tandem-share/hip,tandem-capi/hip"
         );
     }
 
@@ -192,7 +193,9 @@ mod tests {
                 "-p",
                 "tandem-cli",
                 "-p",
-                "tandem-share"
+                "tandem-share",
+                "-p",
+                "tandem-capi"
             ]
         );
         assert_eq!(Backend::Cuda.test_package_args()[1], "tandem-hal-cuda");

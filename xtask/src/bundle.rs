@@ -12,10 +12,13 @@
 //! - `binaries.tsv`: `kind<TAB>name<TAB>crate folder` per binary, read by `run.sh`;
 //! - `python/`: the Python package's wheel (with CUDA), when maturin is found; its GPU tests
 //!   and benches are in `crates/python/`;
+//! - `capi/`: the C ABI's library (with the `cuda` feature), headers and CMake package, and
+//!   `capi/examples/cpp/`, which `run.sh` builds with nvcc and runs against the bundled `tandem`;
 //! - `run.sh`: see `bundle_run.sh`.
 
 use crate::{
     backend::Backend,
+    capi_install,
     cmd::{find_on_path, Cmd},
     error::XtaskError,
     metadata::{Metadata, Target},
@@ -265,6 +268,12 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
         return Ok(ExitCode::FAILURE);
     }
     fs::remove_dir_all(&bin_dir).map_err(XtaskError::io(&bin_dir))?;
+    capi_install::install_for_bundle(
+        metadata,
+        &out.join("capi"),
+        Backend::Cuda.feature(),
+        has_strip,
+    )?;
     copy_listed_files(metadata, &out.join("crates"))?;
     if !python_wheel(metadata, &out.join(PYTHON_DIR))? {
         return Ok(ExitCode::FAILURE);

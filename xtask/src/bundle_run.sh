@@ -10,6 +10,10 @@
 # Each binary may run TANDEM_BINARY_TIMEOUT seconds (default 240): a hung GPU test fails its
 # binary, names the tests still running, and the run goes on to the next binary.
 #
+# Then the C++ examples (capi/examples/cpp) are configured with CMake and built with nvcc against
+# the bundled C ABI (capi/), and run against the bundle's `tandem blob run` and `tandem share
+# serve`: the row `cpp-examples`. Without cmake or nvcc that row fails, saying which is missing.
+#
 # GPU tests must not skip: TANDEM_REQUIRE_GPU=1 makes a missing device a failure.
 # TANDEM_BIN_DIR names the folder of the bundled programs (helpers that tests start). Each binary
 # runs in crates/<its crate folder>/ (as under cargo, where the cwd is the crate root), which
@@ -26,7 +30,7 @@ while [ $# -gt 0 ]; do
     --python-only) python_only=1; shift ;;
     --test-threads) test_threads=${2:-}; shift $(( $# > 1 ? 2 : 1 )) ;;
     --test-threads=*) test_threads=${1#*=}; shift ;;
-    -h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -205,6 +209,94 @@ done
 for wheel in "$bundle_dir"/python/tandem-*.whl; do
   [ -f "$wheel" ] && run_python "$wheel"
 done
+
+# start_service LOG ARGS...: starts the bundled `tandem ARGS... --announce --exit-on-stdin-eof`
+# as a coprocess and sets `served` to what its ready line names; closing its stdin stops it.
+start_service() {
+  local log=$1 line
+  shift
+  coproc SERVICE { exec "$bundle_dir/bin/tandem" "$@" --announce --exit-on-stdin-eof 2>>"$log"; }
+  served=
+  if read -r -t 60 -u "${SERVICE[0]}" line && [[ $line == ready\ * ]]; then
+    served=$(awk '{print $2}' <<<"$line")
+  fi
+}
+
+# stop_service: closes the coprocess's stdin and waits for it.
+stop_service() {
+  local pid=$SERVICE_PID in=${SERVICE[1]}
+  exec {in}>&-
+  wait "$pid"
+}
+
+# The C++ examples built with nvcc and run against the bundle's runtime and share daemon.
+run_cpp_examples() {
+  local log="$log_dir/cpp-examples.log" work="${OUT:-/tmp}/tandem-cpp-examples" status=ok
+  local build="$work/build" generator=() missing=()
+  echo
+  echo "== cpp-examples (capi/examples/cpp with nvcc; log in $log)"
+  command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+  command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || missing+=(nvcc)
+  if [ ${#missing[@]} -gt 0 ]; then
+    rows+=("cpp-examples|-|-|-|FAIL (missing: ${missing[*]})")
+    failures=$((failures + 1))
+    return
+  fi
+  command -v nvcc >/dev/null 2>&1 || export PATH="/usr/local/cuda/bin:$PATH"
+  command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+  # `native` (this machine's GPUs) needs CMake 3.24; older ones keep nvcc's default, whose PTX
+  # the driver compiles for the GPU at load time.
+  local cmake_version arch=()
+  cmake_version=$(cmake --version | sed -n 's/^cmake version \([0-9]*\.[0-9]*\).*/\1/p')
+  if printf '3.24\n%s\n' "$cmake_version" | sort -V -C; then
+    arch=(-DCMAKE_CUDA_ARCHITECTURES=native)
+  fi
+  rm -rf "$work" && mkdir -p "$work"
+  {
+    cmake -S "$bundle_dir/capi/examples/cpp" -B "$build" ${generator[@]+"${generator[@]}"} \
+      -DTANDEM_CUDA=ON ${arch[@]+"${arch[@]}"} -DCMAKE_BUILD_TYPE=Release \
+      -DCMAKE_PREFIX_PATH="$bundle_dir/capi" && cmake --build "$build"
+  } >"$log" 2>&1 || status="FAIL (build)"
+  if [ "$status" = ok ]; then
+    printf 'workers = 4\n[blob]\nmetadata = "%s/meta.redb"\n[[blob.targets]]\nkind = "ram"\ncapacity = 268435456\nscore = 1.0\n' \
+      "$work" >"$work/tandem.toml"
+    start_service "$log" blob run --config "$work/tandem.toml"
+    if [ -z "$served" ]; then
+      status="FAIL (tandem blob run did not start)"
+    else
+      echo "$ cpp_client_blobs $served 1 & cpp_client_blobs $served 2"
+      timeout 120 "$build/cpp_client_blobs" "$served" 1 >"$work/p1.txt" 2>&1 &
+      local first=$!
+      timeout 120 "$build/cpp_client_blobs" "$served" 2 >"$work/p2.txt" 2>&1 || status="FAIL (program 2)"
+      wait "$first" || status="FAIL (program 1)"
+      cat "$work/p1.txt" "$work/p2.txt"
+      echo "$ c_client $served"
+      timeout 60 "$build/c_client" "$served" || status="FAIL (c_client)"
+      stop_service || status="FAIL (tandem blob run exit)"
+    fi
+  fi
+  if [ "$status" = ok ]; then
+    start_service "$log" share serve --socket "$work/share.sock"
+    if [ -z "$served" ]; then
+      status="FAIL (tandem share serve did not start)"
+    else
+      local id
+      echo "$ cpp_share_exchange produce $served 16777216; cpp_share_exchange consume $served ID 16777216"
+      id=$(timeout 60 "$build/cpp_share_exchange" produce "$served" 16777216 | sed -n 's/^id //p')
+      if [ -z "$id" ]; then
+        status="FAIL (producer)"
+      else
+        timeout 60 "$build/cpp_share_exchange" consume "$served" "$id" 16777216 || status="FAIL (consumer)"
+      fi
+      stop_service || status="FAIL (tandem share serve exit)"
+    fi
+  fi
+  [ "$status" = ok ] || { failures=$((failures + 1)); echo "-- last lines of $log:"; tail -n 40 "$log"; }
+  rows+=("cpp-examples|-|-|-|$status")
+  rm -rf "$work"
+}
+
+[ -n "$python_only" ] || run_cpp_examples
 
 echo
 echo "== summary (logs in $log_dir)"

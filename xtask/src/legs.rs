@@ -24,8 +24,8 @@ use std::{
 /// One leg of the test matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leg {
-    /// Workspace tests with default features (the host backend), shm-core's tests again in
-    /// release, then the host-client example.
+    /// Workspace tests with default features (the host backend), shm-core's tests and the blob
+    /// store's kill -9 test again in release, then the host-client and user-pool examples.
     Host,
     /// The loom models in `shm-core/tests/loom_*.rs` and tandem-hal's `loom` unit tests.
     Loom,
@@ -35,6 +35,10 @@ pub enum Leg {
     Hip,
     /// The committed bindings are what bindgen makes of the headers (needs libclang).
     Bindings,
+    /// The C ABI: its committed header is what cbindgen makes of it, its package installs, and
+    /// the C++ examples build with CMake and the host compiler and run against a runtime and a
+    /// share daemon (needs cmake and a C++ compiler).
+    Cpp,
     /// The build without libclang, and drifted headers failing it (needs root).
     NoLibclang,
     /// The Garage harness, and the blob store's object tier (in process, and `tandem blob`
@@ -49,12 +53,13 @@ pub enum Leg {
 
 impl Leg {
     /// Every leg, in the order a plain `cargo xtask test` runs them.
-    pub const ALL: [Leg; 9] = [
+    pub const ALL: [Leg; 10] = [
         Leg::Host,
         Leg::Loom,
         Leg::Cuda,
         Leg::Hip,
         Leg::Bindings,
+        Leg::Cpp,
         Leg::NoLibclang,
         Leg::S3,
         Leg::Python,
@@ -69,6 +74,7 @@ impl Leg {
             Leg::Cuda => "cuda",
             Leg::Hip => "hip",
             Leg::Bindings => "bindings",
+            Leg::Cpp => "cpp",
             Leg::NoLibclang => "no-libclang",
             Leg::S3 => "s3",
             Leg::Python => "python",
@@ -324,6 +330,7 @@ fn leg_commands(
                 std::env::current_exe().map_err(|e| format!("finding xtask's own binary: {e}"))?;
             Ok(vec![Cmd::new(xtask, root).args(["bindings", "--check"])])
         }
+        Leg::Cpp => cpp_commands(ctx.metadata),
         Leg::NoLibclang => Ok(vec![no_libclang::leg_command(
             &ctx.metadata.target_directory,
         )?]),
@@ -372,6 +379,40 @@ fn leg_commands(
             Ok(commands)
         }
     }
+}
+
+/// The `cpp` leg: the header's drift check, the package installed into the target directory,
+/// examples/cpp configured and built there with the host compiler, and tandem-capi's tests
+/// (bad input, and the examples against a runtime and a daemon they start) told where.
+fn cpp_commands(metadata: &Metadata) -> Result<Vec<Cmd>, String> {
+    for tool in ["cmake", "c++"] {
+        if find_on_path(tool).is_none() {
+            return Err(format!("`{tool}` is not on PATH (.ci/run installs it)"));
+        }
+    }
+    let root = metadata.workspace_root.as_path();
+    let work = metadata.target_directory.join("cpp");
+    let prefix = work.join("prefix");
+    let build = work.join("build");
+    let xtask = std::env::current_exe().map_err(|e| format!("finding xtask's own binary: {e}"))?;
+    let mut prefix_path = OsString::from("-DCMAKE_PREFIX_PATH=");
+    prefix_path.push(&prefix);
+    Ok(vec![
+        Cmd::new(&xtask, root).args(["capi-header", "--check"]),
+        Cmd::cargo(root).args(["build", "-p", "tandem-cli", "--bin", "tandem"]),
+        Cmd::new(&xtask, root)
+            .args(["install-capi", "--debug", "--prefix"])
+            .arg(&prefix),
+        Cmd::new("cmake", root)
+            .args(["-S", "examples/cpp", "-B"])
+            .arg(&build)
+            .arg(prefix_path),
+        Cmd::new("cmake", root).arg("--build").arg(&build),
+        Cmd::cargo(root)
+            .args(["test", "-p", "tandem-capi"])
+            .env("TANDEM_CPP_EXAMPLES", &build)
+            .env("TANDEM_REQUIRE_CPP", "1"),
+    ])
 }
 
 /// `cargo test` over a backend's crates with its features.
@@ -619,8 +660,9 @@ mod tests {
             cuda[0].display(),
             "cargo test -p tandem-hal-cuda -p tandem-device-kernels -p tandem-runtime \
              -p tandem-tests -p tandem-examples -p tandem-blob -p tandem-cli -p tandem-share \
-             --features tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,\
-             tandem-examples/cuda,tandem-blob/cuda,tandem-cli/cuda,tandem-share/cuda"
+             -p tandem-capi --features tandem-device-kernels/cuda,tandem-runtime/cuda,\
+             tandem-tests/cuda,tandem-examples/cuda,tandem-blob/cuda,tandem-cli/cuda,\
+             tandem-share/cuda,tandem-capi/cuda"
         );
         assert!(notes.is_empty());
     }

@@ -6,6 +6,8 @@
 //! - `bench [--gpu]`: every benchmark of the workspace, with CUDA variants under `--gpu`;
 //! - `gpu-bundle [--out DIR]`: CUDA test and bench binaries plus `run.sh`, for a GPU machine;
 //! - `bindings [--check]`: regenerates (or checks) device-kernels' checked-in bindgen output;
+//! - `capi-header [--check]`: regenerates (or checks) tandem-capi's C header;
+//! - `install-capi --prefix DIR [--debug]`: installs the C ABI's library, headers and CMake package;
 //! - `structure`: fails on a module circle inside a crate or an `allow` without a reason;
 //! - `no-libclang-check DIR`: the `no-libclang` leg's work, run in a private mount namespace.
 
@@ -13,6 +15,8 @@ mod backend;
 mod bench;
 mod bindings;
 mod bundle;
+mod capi;
+mod capi_install;
 mod cmd;
 mod error;
 mod legs;
@@ -47,6 +51,11 @@ commands:
   bindings [--check]     rewrite device-kernels/src/generated/ from the C++ headers with
                          bindgen (needs libclang); --check only compares and fails on a
                          difference
+  capi-header [--check]  rewrite capi/include/tandem.h from capi/src with cbindgen; --check
+                         only compares and fails on a difference
+  install-capi --prefix DIR [--debug]
+                         build tandem-capi (release; --debug: the dev profile) and install
+                         lib/, include/ and lib/cmake/Tandem/ (find_package(Tandem)) in DIR
   structure              fail on a module circle inside a crate (modules that import each
                          other) or an allow/expect without a `reason`
   no-libclang-check DIR  what the no-libclang leg runs in a private mount namespace: hide
@@ -60,6 +69,8 @@ enum Command {
     Bench { gpu: bool },
     GpuBundle { out: Option<PathBuf> },
     Bindings { check: bool },
+    CapiHeader { check: bool },
+    InstallCapi { prefix: PathBuf, debug: bool },
     Structure,
     NoLibclangCheck { dir: PathBuf },
     Help,
@@ -120,6 +131,41 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, Xtask
                 }
             }
             Ok(Command::Bindings { check })
+        }
+        "capi-header" => {
+            let mut check = false;
+            for arg in args {
+                match text(arg)?.as_str() {
+                    "--check" => check = true,
+                    other => {
+                        return Err(XtaskError::Usage(format!("capi-header: unknown `{other}`")))
+                    }
+                }
+            }
+            Ok(Command::CapiHeader { check })
+        }
+        "install-capi" => {
+            let (mut prefix, mut debug) = (None, false);
+            while let Some(arg) = args.next() {
+                match text(arg)?.as_str() {
+                    "--prefix" => {
+                        let dir = args.next().ok_or_else(|| {
+                            XtaskError::Usage("install-capi: --prefix needs a folder".into())
+                        })?;
+                        prefix = Some(PathBuf::from(dir));
+                    }
+                    "--debug" => debug = true,
+                    other => {
+                        return Err(XtaskError::Usage(format!(
+                            "install-capi: unknown `{other}`"
+                        )))
+                    }
+                }
+            }
+            let prefix = prefix.ok_or_else(|| {
+                XtaskError::Usage("install-capi: --prefix DIR is required".into())
+            })?;
+            Ok(Command::InstallCapi { prefix, debug })
         }
         "structure" => match args.next() {
             None => Ok(Command::Structure),
@@ -193,6 +239,17 @@ fn run(command: Command) -> Result<ExitCode, XtaskError> {
             for file in &rewritten {
                 println!("xtask: rewrote {}", file.display());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::CapiHeader { check } => {
+            match capi::run(&repo_root(), check)? {
+                Some(file) => println!("xtask: rewrote {}", file.display()),
+                None => println!("xtask: {} is up to date", capi::HEADER),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::InstallCapi { prefix, debug } => {
+            capi_install::run(&metadata()?, &prefix, debug)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Structure => structure::run(&metadata()?),

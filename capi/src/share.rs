@@ -1,0 +1,423 @@
+//! The share daemon's client: GPU (and CPU device) buffers handed between
+//! processes by id. A writer creates a buffer, fills it (its own kernels
+//! through its device address, or `tandem_share_buffer_write`) and seals
+//! it; readers get it by id and read it (their kernels, or
+//! `tandem_share_buffer_read`); anyone deletes it. Every call is
+//! thread-safe; those that talk to the daemon block until it answers.
+
+use std::ffi::c_char;
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use tandem_hal::{DeviceMemory, GpuApi, GpuDevice};
+use tandem_runtime::{on_best_backend, Backend, OnBackend};
+use tandem_share::{GpuBuffer, HostMirror, MutableGpuBuffer, ObjectId, ShareClient};
+
+use crate::args;
+use crate::error::{guard, CapiError, CapiResult};
+use crate::handles::Handles;
+use crate::layout::Status;
+
+/// A connection to a share daemon.
+pub struct ShareHandle {
+    _opaque: [u8; 0],
+}
+
+/// A shared buffer mapped in this process.
+pub struct ShareBufferHandle {
+    _opaque: [u8; 0],
+}
+
+/// What the C calls need of a [`ShareClient`], whatever its backend.
+trait OpenShare: Send + Sync {
+    fn daemon_pid(&self) -> u32;
+    fn create(&self, device: usize, bytes: usize) -> CapiResult<(u64, Box<dyn OpenBuffer>)>;
+    fn get(&self, id: u64, wait: Duration) -> CapiResult<Box<dyn OpenBuffer>>;
+    fn delete(&self, id: u64) -> CapiResult;
+}
+
+/// What the C calls need of a buffer, writable or sealed.
+trait OpenBuffer: Send + Sync {
+    fn id(&self) -> u64;
+    fn device_ptr(&self) -> u64;
+    fn len(&self) -> usize;
+    fn write(&self, offset: usize, data: &[u8]) -> CapiResult;
+    fn read(&self, offset: usize, out: &mut [u8]) -> CapiResult;
+    fn seal(&self) -> CapiResult;
+}
+
+impl<A: GpuApi> OpenShare for ShareClient<A> {
+    fn daemon_pid(&self) -> u32 {
+        ShareClient::daemon_pid(self)
+    }
+
+    fn create(&self, device: usize, bytes: usize) -> CapiResult<(u64, Box<dyn OpenBuffer>)> {
+        let (id, buffer) = self.create_buffer(device, bytes)?;
+        let buffer = Buffer {
+            client: self.clone(),
+            id: id.0,
+            device_ptr: buffer.device_ptr(),
+            len: buffer.len(),
+            state: Mutex::new(State::Writable(Some(buffer))),
+        };
+        Ok((id.0, Box::new(buffer)))
+    }
+
+    fn get(&self, id: u64, wait: Duration) -> CapiResult<Box<dyn OpenBuffer>> {
+        let info = self.stat(ObjectId(id))?;
+        let device = self.device(info.device as usize)?;
+        let stream = device.create_stream()?;
+        let buffer = self.get_buffer_within(ObjectId(id), &stream, wait)?;
+        // The stream waits for the writer's work; C callers order their own
+        // work after this call's return rather than after our stream.
+        device.synchronize_stream(&stream)?;
+        Ok(Box::new(Buffer {
+            client: self.clone(),
+            id,
+            device_ptr: buffer.device_ptr(),
+            len: buffer.len(),
+            state: Mutex::new(State::Sealed(buffer)),
+        }))
+    }
+
+    fn delete(&self, id: u64) -> CapiResult {
+        Ok(ShareClient::delete(self, ObjectId(id))?)
+    }
+}
+
+/// A buffer of backend `A`: its writer's until sealed, then read-only.
+struct Buffer<A: GpuApi> {
+    client: ShareClient<A>,
+    id: u64,
+    device_ptr: u64,
+    len: usize,
+    state: Mutex<State<A>>,
+}
+
+enum State<A: GpuApi> {
+    /// `None` only while a seal is in progress, or after one failed.
+    Writable(Option<MutableGpuBuffer<A>>),
+    Sealed(GpuBuffer<A>),
+}
+
+impl<A: GpuApi> Buffer<A> {
+    fn range(&self, offset: usize, len: usize) -> CapiResult {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(CapiError::invalid(format!(
+                "bytes {offset}..+{len} are past the buffer's {} bytes",
+                self.len
+            ))),
+        }
+    }
+}
+
+impl<A: GpuApi> OpenBuffer for Buffer<A> {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn device_ptr(&self) -> u64 {
+        self.device_ptr
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn write(&self, offset: usize, data: &[u8]) -> CapiResult {
+        self.range(offset, data.len())?;
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*state {
+            State::Writable(Some(buffer)) => {
+                Ok(buffer.device().copy_to_device(buffer, offset, data)?)
+            }
+            _ => Err(CapiError::new(
+                Status::Refused,
+                format!(
+                    "shared buffer {} is sealed: only its writer wrote it, before sealing",
+                    self.id
+                ),
+            )),
+        }
+    }
+
+    fn read(&self, offset: usize, out: &mut [u8]) -> CapiResult {
+        self.range(offset, out.len())?;
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*state {
+            State::Writable(Some(buffer)) => {
+                Ok(buffer.device().copy_from_device(out, buffer, offset)?)
+            }
+            State::Sealed(buffer) => {
+                let mirror = HostMirror::new(buffer, true)?;
+                out.copy_from_slice(&mirror[offset..offset + out.len()]);
+                Ok(())
+            }
+            State::Writable(None) => Err(CapiError::new(
+                Status::Failed,
+                format!("shared buffer {}: its seal failed", self.id),
+            )),
+        }
+    }
+
+    fn seal(&self) -> CapiResult {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let State::Writable(writable) = &mut *state else {
+            return Err(CapiError::new(
+                Status::Refused,
+                format!("shared buffer {} is sealed already", self.id),
+            ));
+        };
+        let buffer = writable.take().ok_or_else(|| {
+            CapiError::new(
+                Status::Failed,
+                format!("shared buffer {}: its seal failed", self.id),
+            )
+        })?;
+        // The caller's own work on the buffer is complete (its docs), so an
+        // idle stream of the buffer's device orders readers after it.
+        let stream = buffer.device().create_stream()?;
+        let sealed = self.client.seal(buffer, &stream)?;
+        *state = State::Sealed(sealed);
+        Ok(())
+    }
+}
+
+static SHARES: Handles<Box<dyn OpenShare>> = Handles::new("tandem_share");
+static BUFFERS: Handles<Box<dyn OpenBuffer>> = Handles::new("tandem_share_buffer");
+
+/// `ShareClient::connect`/`spawn_daemon_with` on the backend
+/// `on_best_backend` picks.
+enum Connect<'a> {
+    Socket(&'a Path),
+    Spawn(Option<&'a Path>),
+}
+
+impl OnBackend for Connect<'_> {
+    type Output = CapiResult<Box<dyn OpenShare>>;
+
+    fn run<A: GpuApi>(self, api: A, _backend: Backend) -> Self::Output {
+        let client = match self {
+            Connect::Socket(socket) => ShareClient::connect(api, socket)?,
+            Connect::Spawn(Some(exe)) => ShareClient::spawn_daemon_with(api, exe)?,
+            Connect::Spawn(None) => ShareClient::spawn_daemon(api)?,
+        };
+        Ok(Box::new(client))
+    }
+}
+
+fn open_share(connect: Connect<'_>, out: *mut *mut ShareHandle) -> CapiResult {
+    let share = on_best_backend(connect)??;
+    // SAFETY: `out` is null or writable per the exported caller's contract.
+    unsafe { args::write_out(out, SHARES.insert(share), "out") }
+}
+
+/// Connects to the daemon serving the socket `socket` (`tandem share serve
+/// --socket`). Blocks until it answers.
+///
+/// # Safety
+/// `socket` is null or NUL-terminated; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tandem_share_connect(
+    socket: *const c_char,
+    out: *mut *mut ShareHandle,
+) -> Status {
+    guard(|| {
+        args::need_out(out, "out")?;
+        // SAFETY: the caller's contract.
+        let socket = unsafe { args::c_str(socket, "socket") }?;
+        open_share(Connect::Socket(Path::new(socket)), out)
+    })
+}
+
+/// Starts a daemon (`tandem share serve`, from `tandem_bin`, null:
+/// `$TANDEM_BIN`, else `tandem` beside the program) in a child process on
+/// a socket of its own and connects; it stops once the connection and its
+/// buffers are closed. Blocks until it serves.
+///
+/// # Safety
+/// `tandem_bin` is null or NUL-terminated; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tandem_share_spawn(
+    tandem_bin: *const c_char,
+    out: *mut *mut ShareHandle,
+) -> Status {
+    guard(|| {
+        args::need_out(out, "out")?;
+        // SAFETY: the caller's contract.
+        let exe = unsafe { args::opt_c_str(tandem_bin, "tandem_bin") }?;
+        open_share(Connect::Spawn(exe.map(Path::new)), out)
+    })
+}
+
+/// Closes the connection (buffers still open keep it until they close).
+/// Null is a no-op; a second close is `TANDEM_STATUS_CLOSED_HANDLE`.
+#[no_mangle]
+pub extern "C" fn tandem_share_close(share: *mut ShareHandle) -> Status {
+    guard(|| SHARES.remove(share))
+}
+
+/// The daemon's process id. Never blocks.
+///
+/// # Safety
+/// `pid` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tandem_share_daemon_pid(
+    share: *const ShareHandle,
+    pid: *mut u32,
+) -> Status {
+    guard(|| {
+        let share = SHARES.get(share)?;
+        // SAFETY: the caller's contract.
+        unsafe { args::write_out(pid, share.daemon_pid(), "pid") }
+    })
+}
+
+/// Creates a buffer of `bytes` on device `device`, writable by this
+/// process until sealed; `id` gets the id readers open it by.
+///
+/// # Safety
+/// `id` and `out` are null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tandem_share_create(
+    share: *const ShareHandle,
+    device: u32,
+    bytes: usize,
+    id: *mut u64,
+    out: *mut *mut ShareBufferHandle,
+) -> Status {
+    guard(|| {
+        args::need_out(id, "id")?;
+        args::need_out(out, "out")?;
+        if bytes == 0 || bytes > args::MAX_BYTES {
+            return Err(CapiError::invalid(format!(
+                "bytes: {bytes} is not a buffer size"
+            )));
+        }
+        let share = SHARES.get(share)?;
+        let (made, buffer) = share.create(device as usize, bytes)?;
+        // SAFETY: both checked non-null above; writable per the caller.
+        unsafe {
+            args::write_out(id, made, "id")?;
+            args::write_out(out, BUFFERS.insert(buffer), "out")
+        }
+    })
+}
+
+/// Opens sealed buffer `id` read-only, waiting up to `wait_ms` for its
+/// seal (0: the daemon's default); returns once the writer's work on it is
+/// complete, so this process's kernels may read it at once.
+///
+/// # Safety
+/// `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tandem_share_get(
+    share: *const ShareHandle,
+    id: u64,
+    wait_ms: u64,
+    out: *mut *mut ShareBufferHandle,
+) -> Status {
+    guard(|| {
+        args::need_out(out, "out")?;
+        let share = SHARES.get(share)?;
+        let wait = match wait_ms {
+            0 => tandem_share::DEFAULT_SEAL_WAIT,
+            ms => Duration::from_millis(ms),
+        };
+        let buffer = share.get(id, wait)?;
+        // SAFETY: checked non-null above; writable per the caller.
+        unsafe { args::write_out(out, BUFFERS.insert(buffer), "out") }
+    })
+}
+
+/// Deletes buffer `id`: those who hold it keep it until they close it.
+#[no_mangle]
+pub extern "C" fn tandem_share_delete(share: *const ShareHandle, id: u64) -> Status {
+    guard(|| SHARES.get(share)?.delete(id))
+}
+
+/// Closes a buffer (an unsealed one is abandoned: the daemon frees it).
+/// Null is a no-op; a second close is `TANDEM_STATUS_CLOSED_HANDLE`.
+#[no_mangle]
+pub extern "C" fn tandem_share_buffer_close(buffer: *mut ShareBufferHandle) -> Status {
+    guard(|| BUFFERS.remove(buffer))
+}
+
+/// The buffer's id, device address (for this process's kernels) and
+/// length; each output is nullable. Never blocks.
+///
+/// # Safety
+/// `id`, `device_ptr` and `len` are each null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tandem_share_buffer_info(
+    buffer: *const ShareBufferHandle,
+    id: *mut u64,
+    device_ptr: *mut u64,
+    len: *mut usize,
+) -> Status {
+    guard(|| {
+        let buffer = BUFFERS.get(buffer)?;
+        // SAFETY: each non-null output is writable per the caller.
+        unsafe {
+            if !id.is_null() {
+                args::write_out(id, buffer.id(), "id")?;
+            }
+            if !device_ptr.is_null() {
+                args::write_out(device_ptr, buffer.device_ptr(), "device_ptr")?;
+            }
+            if !len.is_null() {
+                args::write_out(len, buffer.len(), "len")?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Copies `len` bytes from `data` to `offset` of an unsealed buffer (the
+/// host side of a mirror). Blocks until copied.
+///
+/// # Safety
+/// `data` is null or readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn tandem_share_buffer_write(
+    buffer: *const ShareBufferHandle,
+    offset: usize,
+    data: *const u8,
+    len: usize,
+) -> Status {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let data = unsafe { args::bytes(data, len, "data") }?;
+        BUFFERS.get(buffer)?.write(offset, data)
+    })
+}
+
+/// Copies `len` bytes at `offset` of the buffer to `out` (a sealed one's
+/// after its writer's work, through a host mirror of the whole buffer).
+/// Blocks until copied.
+///
+/// # Safety
+/// `out` is null or writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn tandem_share_buffer_read(
+    buffer: *const ShareBufferHandle,
+    offset: usize,
+    out: *mut u8,
+    len: usize,
+) -> Status {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let out = unsafe { args::bytes_mut(out, len, "out") }?;
+        BUFFERS.get(buffer)?.read(offset, out)
+    })
+}
+
+/// Seals a buffer this process created: readers may open it. Work this
+/// process queued on it (its kernels) must be complete first (synchronise
+/// the stream). Blocks until the daemon answers.
+#[no_mangle]
+pub extern "C" fn tandem_share_buffer_seal(buffer: *const ShareBufferHandle) -> Status {
+    guard(|| BUFFERS.get(buffer)?.seal())
+}

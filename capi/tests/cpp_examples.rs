@@ -1,0 +1,169 @@
+//! The C++ examples (`examples/cpp`, built with CMake by the `cpp` leg of
+//! `cargo xtask test`, which names their build folder in
+//! `$TANDEM_CPP_EXAMPLES`) against a `tandem blob run` runtime and a
+//! `tandem share serve` daemon started here: two programs' kernels put and
+//! get blobs through one store at once, a C program calls it from host
+//! code, and a producer hands a consumer a buffer by id. Nothing is left in /dev/shm or the temporary folder.
+//!
+//! Without the variable the test says it skipped; with
+//! `TANDEM_REQUIRE_CPP=1` (the leg sets it) a missing build is a failure.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, PoisonError};
+
+use tandem_process::{find_tandem_binary, ServiceChild};
+
+/// Held by each test for its whole run: the share exchange's producer was
+/// seen to stall (alive, polling, its lease held) while the blob test's
+/// runtime and programs ran beside it, and never alone; one at a time keeps
+/// the leg deterministic while that is looked into.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The examples' build folder, or None (after saying why) when the test
+/// may skip.
+fn examples() -> Option<PathBuf> {
+    let required = std::env::var("TANDEM_REQUIRE_CPP").is_ok_and(|v| v == "1");
+    match std::env::var_os("TANDEM_CPP_EXAMPLES") {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None if required => panic!("TANDEM_REQUIRE_CPP=1 but TANDEM_CPP_EXAMPLES is not set"),
+        None => {
+            println!(
+                "skipped: examples/cpp not built (`cargo xtask test cpp` builds and runs them)"
+            );
+            None
+        }
+    }
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn spawn(exe: &Path, args: &[&OsStr]) -> ServiceChild {
+    ServiceChild::spawn(exe, args).unwrap_or_else(|e| panic!("starting {}: {e}", exe.display()))
+}
+
+#[test]
+fn a_cpp_kernel_puts_and_gets_blobs_through_a_runtime_of_another_process() {
+    let Some(build) = examples() else { return };
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let tandem = find_tandem_binary().expect("the tandem binary");
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "workers = 2\n[blob]\nmetadata = {:?}\n[[blob.targets]]\nkind = \"ram\"\ncapacity = 67108864\nscore = 1.0\n",
+            dir.path().join("meta.redb")
+        ),
+    )
+    .expect("writing the configuration");
+    let runtime = spawn(
+        &tandem,
+        &[
+            "blob".as_ref(),
+            "run".as_ref(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--announce".as_ref(),
+            "--exit-on-stdin-eof".as_ref(),
+        ],
+    );
+    let segment = runtime.ready().to_owned();
+    let programs: Vec<_> = ["1", "2"]
+        .into_iter()
+        .map(|program| {
+            Command::new(build.join("cpp_client_blobs"))
+                .args([segment.as_str(), program])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("starting cpp_client_blobs")
+        })
+        .collect();
+    for (program, child) in programs.into_iter().enumerate() {
+        let output = child.wait_with_output().expect("its output");
+        let text = text(&output);
+        print!("{text}");
+        assert!(output.status.success(), "{text}");
+        assert!(text.contains(": host: 2 + 3 = 5"), "{text}");
+        assert!(
+            text.contains(&format!("program {}: ok", program + 1)),
+            "{text}"
+        );
+    }
+    let c = Command::new(build.join("c_client"))
+        .arg(&segment)
+        .output()
+        .expect("running c_client");
+    let text = self::text(&c);
+    print!("{text}");
+    assert!(
+        c.status.success() && text.contains("c_client: ok"),
+        "{text}"
+    );
+    assert!(runtime.stop().expect("stopping the runtime").success());
+    assert!(
+        !Path::new("/dev/shm").join(&segment).exists(),
+        "{segment} left behind"
+    );
+}
+
+#[test]
+fn a_cpp_producer_hands_a_consumer_a_buffer_through_the_share_daemon() {
+    let Some(build) = examples() else { return };
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+    let tandem = find_tandem_binary().expect("the tandem binary");
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let socket = dir.path().join("share.sock");
+    let daemon = spawn(
+        &tandem,
+        &[
+            "share".as_ref(),
+            "serve".as_ref(),
+            "--socket".as_ref(),
+            socket.as_os_str(),
+            "--announce".as_ref(),
+            "--exit-on-stdin-eof".as_ref(),
+        ],
+    );
+    let exchange = build.join("cpp_share_exchange");
+    let count = "262144";
+    let produced = Command::new(&exchange)
+        .arg("produce")
+        .arg(&socket)
+        .arg(count)
+        .output()
+        .expect("running the producer");
+    let text = self::text(&produced);
+    assert!(produced.status.success(), "{text}");
+    let id = text
+        .lines()
+        .find_map(|line| line.strip_prefix("id "))
+        .unwrap_or_else(|| panic!("no `id` line: {text}"))
+        .trim()
+        .to_owned();
+    // The producer is gone: the sealed buffer lives in the daemon until
+    // the consumer deletes it.
+    let consumed = Command::new(&exchange)
+        .arg("consume")
+        .arg(&socket)
+        .args([id.as_str(), count])
+        .output()
+        .expect("running the consumer");
+    let text = self::text(&consumed);
+    print!("{text}");
+    assert!(consumed.status.success(), "{text}");
+    assert!(
+        text.contains("0 mismatched") && text.contains("cpp_share_exchange: ok"),
+        "{text}"
+    );
+    assert!(daemon.stop().expect("stopping the daemon").success());
+    assert!(!socket.exists(), "the daemon left its socket");
+}
