@@ -441,8 +441,8 @@ constexpr u64 STOP_POLL_EVERY = 8;
 namespace detail {
 
 /// Whether a waiter's `*stop` (may be null) is raised, checked in every
-/// STOP_POLL_EVERY-th `round` (on a GPU each poll is a PCIe round trip, and
-/// the flag is the rare case) and in the `last` round of its budget.
+/// `EVERY`-th `round` (on a GPU each poll is a PCIe round trip, and the flag
+/// is the rare case) and in the `last` round of its budget.
 ///
 /// Call it just before the round's poll of what is awaited. The flag's load
 /// is relaxed, so it does not hold that poll back and both reads cross the
@@ -453,9 +453,9 @@ namespace detail {
 /// acquire fence makes the load synchronise like an acquire load, so
 /// whatever completed before the flag was raised is visible to the waiter's
 /// re-check.
-template <scope S>
+template <scope S, u64 EVERY = STOP_POLL_EVERY>
 TANDEM_DEVICE bool stop_raised(const u32* stop, u64 round, bool last) {
-  if (stop == nullptr || (round % STOP_POLL_EVERY != STOP_POLL_EVERY - 1 && !last) ||
+  if (stop == nullptr || (round % EVERY != EVERY - 1 && !last) ||
       load_relaxed<S>(stop) == 0) {
     return false;
   }

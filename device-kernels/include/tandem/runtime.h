@@ -49,6 +49,7 @@
 #include "tandem/mpmc.h"
 #include "tandem/portability.h"
 #include "tandem/ser.h"
+#include "tandem/warp.h"
 
 namespace tandem {
 
@@ -435,6 +436,10 @@ struct RtContext {
   /// Whether thread i's notify word and reply are taken (by its first
   /// future).
   bool notify_taken[RT_NOTIFY_THREADS];
+  /// Raised by the block's thread 0 once it has seen the segment's
+  /// `service_stop` (rt_serve): the block's other service threads read it
+  /// here, in block-shared memory, rather than each reading host memory.
+  u32 service_stop_seen;
   rt_status status;
 };
 
@@ -718,6 +723,7 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
   ctx.reply_cells = nullptr;
   ctx.num_lanes = q->num_lanes;
   ctx.depth = q->depth;
+  ctx.service_stop_seen = 0;
   return rt_status::ok;
 }
 
@@ -1095,6 +1101,15 @@ TANDEM_DEVICE void rt_fence(bool wide) {
   }
 }
 
+/// How often, in rounds, a wait whose polls are reads of device memory (the
+/// GPU route's inbox slot and reply word) checks its stop flag. There the
+/// flag, usually in host memory, is the loop's only PCIe read: thousands of
+/// senders each reading it every few microseconds would fill the link, and
+/// every other read of host memory on the device (the host server's, the
+/// CPU route's) would queue behind them. At the waits' back-off this is
+/// about a millisecond between reads, which is how late a stop is seen.
+constexpr u64 RT_LOCAL_WAIT_STOP_POLL_EVERY = 1024;
+
 /// Waits until device-inbox `slot` is free for `ticket` (the service took
 /// the slot's previous lap); false when `*stop` (may be null) is raised
 /// first, which abandons the ticket: the service thread that owns it then
@@ -1111,13 +1126,32 @@ TANDEM_DEVICE bool rt_wait_inbox_slot(RtInboxSlot* slot, u64 ticket, bool wide, 
     if (seen == free) {
       break;
     }
-    if (stop_raised<scope::system>(stop, round, false)) {
+    if (stop_raised<scope::system, RT_LOCAL_WAIT_STOP_POLL_EVERY>(stop, round, false)) {
       return false;
     }
     backoff.idle();
   }
   rt_fence(wide);
   return true;
+}
+
+/// A device-inbox ticket for the calling thread. The lanes of a warp that
+/// send together take consecutive tickets with one fetch_add, made by the
+/// lowest of them: every sender of a device claims from one word, and
+/// thousands of them a microsecond would queue at it one RMW at a time.
+TANDEM_DEVICE u64 rt_claim_inbox_ticket(const RtContext& ctx) {
+  DeviceTickets* const producers = ctx.tickets + RtTicket::device_inbox_producers(ctx.num_lanes);
+  const lane_mask senders = active_lanes();
+  const u32 leader = lowest_lane(senders);
+  u64 first = 0;
+  if (lane_id() == leader) {
+    // Relaxed: the fetch_add only makes tickets unique (the slot's sequence
+    // number hands each over). System scope: kernels of other devices
+    // (rt_init_peer) take tickets here too, and two devices' RMWs are atomic
+    // with each other only at system scope.
+    first = fetch_add_global<scope::system, order::relaxed>(&producers->next, u64{lane_count(senders)});
+  }
+  return broadcast(senders, first, leader) + lane_count(senders & lanes_below(lane_id()));
 }
 
 }  // namespace detail
@@ -1169,12 +1203,7 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
   // A copy-space task was written to host memory: published at system scope
   // too, as is anything from another device.
   const bool wide = ctx.peer || !in_slot;
-  DeviceTickets* const producers = ctx.tickets + RtTicket::device_inbox_producers(ctx.num_lanes);
-  // Relaxed: the fetch_add only makes tickets unique (the slot's sequence
-  // number hands it over). System scope: kernels of other devices
-  // (rt_init_peer) take tickets here too, and two devices' RMWs are atomic
-  // with each other only at system scope.
-  const u64 ticket = fetch_add_global<scope::system, order::relaxed>(&producers->next, u64{1});
+  const u64 ticket = detail::rt_claim_inbox_ticket(ctx);
   RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
   if (!detail::rt_wait_inbox_slot(slot, ticket, wide, stop)) {
     return rt_status::stopped;
@@ -1289,7 +1318,8 @@ TANDEM_DEVICE bool rt_replied(RtFuture& f, i32* return_code) {
 TANDEM_DEVICE wait_outcome rt_wait_replied(RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
   Backoff backoff = Backoff::up_to(Backoff::RACE_DEVICE_MAX_NS);
   for (u64 round = 0;; ++round) {
-    const bool stopped = stop_raised<scope::system>(stop, round, round >= spin_budget);
+    const bool stopped =
+        stop_raised<scope::system, RT_LOCAL_WAIT_STOP_POLL_EVERY>(stop, round, round >= spin_budget);
     if (rt_replied(f, return_code)) {
       return wait_outcome::completed;
     }
@@ -1662,9 +1692,35 @@ constexpr bool RT_HOST_SERVER_PACED = true;
 #else
 constexpr bool RT_HOST_SERVER_PACED = false;
 #endif
-/// How often, in idle rounds, a service thread reads its stop flag (host
-/// memory, a PCIe read): a busy service never does.
+/// How often, in idle rounds, a service thread checks for the stop (a busy
+/// service never does): thread 0 of each block in the segment's header
+/// (host memory, a PCIe read), the others in the block's copy
+/// (rt_service_stop_raised).
 constexpr u64 RT_SERVE_STOP_POLL_EVERY = 64;
+
+/// Whether the segment's `service_stop` is raised, as the calling service
+/// thread learns it: thread 0 of the block reads the header and, once it is
+/// raised, hands that to the block through `ctx.service_stop_seen`; the
+/// others read only that. One reader per block: a PCIe read from every idle
+/// thread of a large service, a few dozen times a millisecond each, queues
+/// up at the link, and every read that a sender or the host server makes
+/// of host memory then waits behind them. Once true, what the host pushed
+/// before raising the flag is seen.
+TANDEM_DEVICE bool rt_service_stop_raised(RtContext& ctx) {
+  if (thread_rank() != 0) {
+    // Acquire: pairs with thread 0's release below, which follows its own
+    // acquire of the host's flag: the host's pushes happen before this.
+    return load_acquire<scope::block>(&ctx.service_stop_seen) != 0;
+  }
+  // Relaxed, with the fence: the acquire pattern that pairs with the host's
+  // release of the flag (GpuService::stop).
+  if (load_relaxed<scope::system>(&ctx.header->service_stop) == 0) {
+    return false;
+  }
+  fence_acq_rel<scope::system>();
+  store_release<scope::block>(&ctx.service_stop_seen, u32{1});
+  return true;
+}
 
 /// Whether a stopping service thread is done: no sender claimed its next
 /// device-inbox ticket, and the from-host ring holds nothing past
@@ -1727,8 +1783,8 @@ struct RtServeStats {
 /// producer and the pop never waits for one.
 /// Nothing sleeps while there is work; an idle thread sleeps briefly
 /// between polls (RT_SERVE_IDLE_SLEEP_NS), but for a GPU's thread 0
-/// (RT_HOST_SERVER_PACED), and reads the stop flag now and then
-/// (RT_SERVE_STOP_POLL_EVERY). Host tasks are read whole from their
+/// (RT_HOST_SERVER_PACED), and checks for the stop now and then
+/// (RT_SERVE_STOP_POLL_EVERY; one reader of the host's flag per block). Host tasks are read whole from their
 /// records and answered in the future's reply (rt_run_host_record).
 ///
 /// It returns once the segment's `service_stop` is raised and both routes
@@ -1736,7 +1792,7 @@ struct RtServeStats {
 /// kernels that send here are done, so nothing pushed before is lost. Call
 /// after rt_attach.
 template <typename H>
-TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* stats) {
+TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats) {
   *stats = RtServeStats{0, 0};
   if (ctx.status != rt_status::ok) {
     return ctx.status;
@@ -1790,11 +1846,7 @@ TANDEM_DEVICE rt_status rt_serve(const RtContext& ctx, H handle, RtServeStats* s
       if (detail::rt_serve_drained(ctx, ticket, host_server, host_ticket)) {
         return rt_status::ok;
       }
-    } else if (++idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && load_relaxed<scope::system>(&ctx.header->service_stop) != 0) {
-      // With the relaxed load, the acquire pattern that pairs with the
-      // host's release of the flag (GpuService::stop): what was pushed
-      // before it is seen from here on.
-      fence_acq_rel<scope::system>();
+    } else if (++idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && detail::rt_service_stop_raised(ctx)) {
       stopping = true;
       continue;
     }
