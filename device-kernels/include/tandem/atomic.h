@@ -124,6 +124,10 @@ struct ptx_rmw;
       asm volatile("ld.relaxed." SCOPE ".u64 %0, [%1];" : "=l"(r) : "l"(p) : "memory");   \
       return r;                                                                             \
     }                                                                                       \
+    static __device__ __forceinline__ void load_relaxed_pair(const u64* p, u64* a, u64* b) { \
+      asm volatile("ld.relaxed." SCOPE ".v2.u64 {%0, %1}, [%2];"                            \
+                   : "=l"(*a), "=l"(*b) : "l"(p) : "memory");                               \
+    }                                                                                       \
     static __device__ __forceinline__ u32 load_acquire(const u32* p) {                     \
       u32 r;                                                                                \
       asm volatile("ld.acquire." SCOPE ".u32 %0, [%1];" : "=r"(r) : "l"(p) : "memory");   \
@@ -270,6 +274,19 @@ TANDEM_DEVICE void store_relaxed(T* p, T v) {
   __hip_atomic_store(p, v, __ATOMIC_RELAXED, detail::hip_scope<S>::value);
 #else
   __atomic_store_n(p, v, __ATOMIC_RELAXED);
+#endif
+}
+
+/// Two relaxed atomic loads, *a = p[0] and *b = p[1] (`p` 16-aligned), as one
+/// instruction where there is one (CUDA's v2 load): each word on its own is
+/// single-copy atomic, the pair is not.
+template <scope S>
+TANDEM_DEVICE void load_relaxed_pair(const u64* p, u64* a, u64* b) {
+#if defined(TANDEM_BACKEND_CUDA)
+  detail::ptx_ld_st<S>::load_relaxed_pair(p, a, b);
+#else
+  *a = load_relaxed<S>(p);
+  *b = load_relaxed<S>(p + 1);
 #endif
 }
 

@@ -1452,12 +1452,13 @@ struct RtHostRecord {
 /// Reads position `ticket` of the from-host ring into `*record`; false
 /// while its record is not whole. The header word first, alone: an empty
 /// poll, which the host server makes over and over, is then one PCIe read,
-/// and the warp it shares with device-inbox threads waits for no more (a
-/// GPU issues a thread's system-scope loads of host memory one after
-/// another, not together). Then only the words the header says the record
-/// has. Relaxed: each 8-byte word arrives whole and says by its tag whose
-/// it is (tandem/ll_ring.h); what the words do not carry is ordered by the
-/// fence rt_run_host_record issues after this read.
+/// and the warp it shares with device-inbox threads waits for no more. Then
+/// the words the header says the record has, two to a load (the host
+/// stores them in 16-aligned pairs, tandem/ll_ring.h) and every load issued
+/// before any is checked: checked one by one, each PCIe round trip would
+/// wait for the last. Relaxed: each 8-byte word arrives whole and says by
+/// its tag whose it is; what the words do not carry is ordered by the fence
+/// rt_run_host_record issues after this read.
 TANDEM_DEVICE bool rt_read_host_record(const LlRing& ring, u64 ticket, RtHostRecord* record) {
   const u64* const words = ring.slot(ticket)->words;
   const u64 tag = ll_tag(ticket);
@@ -1468,19 +1469,27 @@ TANDEM_DEVICE bool rt_read_host_record(const LlRing& ring, u64 ticket, RtHostRec
   // A length past the slot is a corrupt producer's: taken as an empty
   // record (a bad one), so the ring moves on.
   const u32 len = static_cast<u32>(head) <= LL_RECORD_WORDS ? static_cast<u32>(head) : 0;
-  for (u32 i = 0; i < len; ++i) {
-    const u64 word = load_relaxed<scope::system>(&words[1 + i]);
-    if ((word >> 32) != tag) {
-      return false;
+  static_assert(LL_RECORD_WORDS % 2 == 0, "records are read in word pairs");
+  u64 seen[LL_RECORD_WORDS];
+  TANDEM_UNROLL
+  for (u32 i = 0; i < LL_RECORD_WORDS; i += 2) {
+    seen[i] = tag << 32;
+    seen[i + 1] = tag << 32;
+    if (i < len) {
+      load_relaxed_pair<scope::system>(&words[1 + i], &seen[i], &seen[i + 1]);
     }
-    record->words[i] = static_cast<u32>(word);
   }
-  // The words past the record are defined (zero), not left as they were.
-  for (u32 i = len; i < LL_RECORD_WORDS; ++i) {
-    record->words[i] = 0;
+  bool whole = true;
+  TANDEM_UNROLL
+  for (u32 i = 0; i < LL_RECORD_WORDS; ++i) {
+    // The pair's second word past an odd length is not the record's: its
+    // tag is not checked, and the record's words past `len` read as zero.
+    const bool mine = i < len;
+    whole = whole && (!mine || (seen[i] >> 32) == tag);
+    record->words[i] = mine ? static_cast<u32>(seen[i]) : 0;
   }
   record->len = len;
-  return true;
+  return whole;
 }
 
 /// Frees position `ticket`'s slot of the from-host ring for the host
@@ -1586,7 +1595,7 @@ struct RtInboxTask {
 /// Copies device-inbox ticket `ticket`'s task into `*task` if it has
 /// arrived; false (nothing taken) if not yet. The caller owns the ticket
 /// (rt_serve): nobody else takes it, and the slot stays its own until it
-/// frees it (rt_free_inbox_slot).
+/// frees it (rt_free_inbox_slots).
 TANDEM_DEVICE bool rt_take_inbox_task(const RtContext& ctx, u64 ticket, RtInboxTask* task) {
   RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
   // Relaxed, with the fence below: the acquire pattern that pairs with the
@@ -1613,16 +1622,28 @@ TANDEM_DEVICE bool rt_take_inbox_task(const RtContext& ctx, u64 ticket, RtInboxT
   return true;
 }
 
-/// Frees ticket `ticket`'s slot, whose task was taken, for the ticket a lap
-/// later. Called after the answer: its system-scope release is then off the
-/// sender's path (the sender's next ticket uses another slot).
-TANDEM_DEVICE void rt_free_inbox_slot(const RtContext& ctx, u64 ticket) {
-  RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
-  // Release, so the reads of rt_take_inbox_task finish before the next
-  // lap's sender overwrites the slot (its acquire pattern,
-  // rt_wait_inbox_slot). System scope: that sender may be on another
-  // device.
-  store_release<scope::system>(&slot->seq, mpmc_free_for(ticket + ctx.device_inbox_mask + 1));
+/// Slots a service thread may hold taken but not yet freed
+/// (rt_free_inbox_slots): their frees then share one system-scope fence.
+/// That fence, which waits for every write the thread made to be visible
+/// to the whole system, costs more than the rest of a no-op task; a lap's
+/// sender waits on a held slot only while the service is busy, and a thread
+/// whose next poll finds nothing frees what it holds at once.
+constexpr u64 RT_SERVE_FREE_BATCH = 4;
+
+/// Frees the `count` slots of tickets `first`, `first + stride`, ... (a
+/// service thread's, taken and answered) for the tickets a lap later.
+/// Called after the answers, so the fence is off their senders' paths.
+TANDEM_DEVICE void rt_free_inbox_slots(const RtContext& ctx, u64 first, u64 count, u64 stride) {
+  // With each relaxed store, a release: the reads of rt_take_inbox_task
+  // finish before the next lap's sender overwrites the slot (its acquire
+  // pattern, rt_wait_inbox_slot). System scope: that sender may be on
+  // another device.
+  fence_acq_rel<scope::system>();
+  for (u64 i = 0; i < count; ++i) {
+    const u64 ticket = first + i * stride;
+    RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
+    store_relaxed<scope::system>(&slot->seq, mpmc_free_for(ticket + ctx.device_inbox_mask + 1));
+  }
 }
 
 /// Answers `task` with return code `rc` and the `len` bytes of `out` (none
@@ -1776,7 +1797,9 @@ struct RtServeStats {
 /// next ticket uses (device memory) and taking no counter, so no ticket is
 /// skipped or taken twice. Each ticket is taken once its earlier ones are
 /// (its thread's, and the slot's previous lap, which frees the slot for its
-/// sender): by induction on the tickets, none waits forever, provided all of
+/// sender: a thread frees the slots it took within RT_SERVE_FREE_BATCH
+/// tasks, or at its next poll that finds nothing): by induction on the
+/// tickets, none waits forever, provided all of
 /// the service's threads are resident at once, as for any persistent
 /// kernel, and one service runs on a device at a time. Thread 0 of the grid
 /// also serves the from-host ring, alone, so a ticket it claims always has a
@@ -1784,8 +1807,9 @@ struct RtServeStats {
 /// Nothing sleeps while there is work; an idle thread sleeps briefly
 /// between polls (RT_SERVE_IDLE_SLEEP_NS), but for a GPU's thread 0
 /// (RT_HOST_SERVER_PACED), and checks for the stop now and then
-/// (RT_SERVE_STOP_POLL_EVERY; one reader of the host's flag per block). Host tasks are read whole from their
-/// records and answered in the future's reply (rt_run_host_record).
+/// (RT_SERVE_STOP_POLL_EVERY; one reader of the host's flag per block).
+/// Host tasks are read whole from their records and answered in the
+/// future's reply (rt_run_host_record).
 ///
 /// It returns once the segment's `service_stop` is raised and both routes
 /// are drained; the host raises it after its own submitters and the
@@ -1815,6 +1839,8 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats) 
   // acquire), and never changes it.
   const u64 segment_bytes = ctx.header->segment_bytes;
   bool stopping = false;
+  // Taken slots not yet freed: `held` of them, from ticket - held * threads.
+  u64 held = 0;
   for (u64 idle = 0;;) {
     bool worked = false;
     detail::RtInboxTask task;
@@ -1825,8 +1851,14 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats) 
       } else {
         ++stats->bad_pointers;
       }
-      detail::rt_free_inbox_slot(ctx, ticket);
       ticket += threads;
+      if (++held == detail::RT_SERVE_FREE_BATCH) {
+        detail::rt_free_inbox_slots(ctx, ticket - held * threads, held, threads);
+        held = 0;
+      }
+    } else if (held != 0) {
+      detail::rt_free_inbox_slots(ctx, ticket - held * threads, held, threads);
+      held = 0;
     }
     detail::RtHostRecord record;
     if (host_server && detail::rt_read_host_record(from_host, host_ticket, &record)) {
