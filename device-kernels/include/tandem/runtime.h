@@ -1595,7 +1595,7 @@ struct RtInboxTask {
 /// Copies device-inbox ticket `ticket`'s task into `*task` if it has
 /// arrived; false (nothing taken) if not yet. The caller owns the ticket
 /// (rt_serve): nobody else takes it, and the slot stays its own until it
-/// frees it (rt_free_inbox_slots).
+/// frees it (rt_free_inbox_slot).
 TANDEM_DEVICE bool rt_take_inbox_task(const RtContext& ctx, u64 ticket, RtInboxTask* task) {
   RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
   // Relaxed, with the fence below: the acquire pattern that pairs with the
@@ -1622,28 +1622,16 @@ TANDEM_DEVICE bool rt_take_inbox_task(const RtContext& ctx, u64 ticket, RtInboxT
   return true;
 }
 
-/// Slots a service thread may hold taken but not yet freed
-/// (rt_free_inbox_slots): their frees then share one system-scope fence.
-/// That fence, which waits for every write the thread made to be visible
-/// to the whole system, costs more than the rest of a no-op task; a lap's
-/// sender waits on a held slot only while the service is busy, and a thread
-/// whose next poll finds nothing frees what it holds at once.
-constexpr u64 RT_SERVE_FREE_BATCH = 4;
-
-/// Frees the `count` slots of tickets `first`, `first + stride`, ... (a
-/// service thread's, taken and answered) for the tickets a lap later.
-/// Called after the answers, so the fence is off their senders' paths.
-TANDEM_DEVICE void rt_free_inbox_slots(const RtContext& ctx, u64 first, u64 count, u64 stride) {
-  // With each relaxed store, a release: the reads of rt_take_inbox_task
-  // finish before the next lap's sender overwrites the slot (its acquire
-  // pattern, rt_wait_inbox_slot). System scope: that sender may be on
-  // another device.
-  fence_acq_rel<scope::system>();
-  for (u64 i = 0; i < count; ++i) {
-    const u64 ticket = first + i * stride;
-    RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
-    store_relaxed<scope::system>(&slot->seq, mpmc_free_for(ticket + ctx.device_inbox_mask + 1));
-  }
+/// Frees ticket `ticket`'s slot, whose task was taken, for the ticket a lap
+/// later. Called after the answer: its system-scope release is then off the
+/// sender's path (the sender's next ticket uses another slot).
+TANDEM_DEVICE void rt_free_inbox_slot(const RtContext& ctx, u64 ticket) {
+  RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
+  // Release, so the reads of rt_take_inbox_task finish before the next
+  // lap's sender overwrites the slot (its acquire pattern,
+  // rt_wait_inbox_slot). System scope: that sender may be on another
+  // device.
+  store_release<scope::system>(&slot->seq, mpmc_free_for(ticket + ctx.device_inbox_mask + 1));
 }
 
 /// Answers `task` with return code `rc` and the `len` bytes of `out` (none
@@ -1797,9 +1785,7 @@ struct RtServeStats {
 /// next ticket uses (device memory) and taking no counter, so no ticket is
 /// skipped or taken twice. Each ticket is taken once its earlier ones are
 /// (its thread's, and the slot's previous lap, which frees the slot for its
-/// sender: a thread frees the slots it took within RT_SERVE_FREE_BATCH
-/// tasks, or at its next poll that finds nothing): by induction on the
-/// tickets, none waits forever, provided all of
+/// sender): by induction on the tickets, none waits forever, provided all of
 /// the service's threads are resident at once, as for any persistent
 /// kernel, and one service runs on a device at a time. Thread 0 of the grid
 /// also serves the from-host ring, alone, so a ticket it claims always has a
@@ -1839,8 +1825,6 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats) 
   // acquire), and never changes it.
   const u64 segment_bytes = ctx.header->segment_bytes;
   bool stopping = false;
-  // Taken slots not yet freed: `held` of them, from ticket - held * threads.
-  u64 held = 0;
   for (u64 idle = 0;;) {
     bool worked = false;
     detail::RtInboxTask task;
@@ -1851,14 +1835,8 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats) 
       } else {
         ++stats->bad_pointers;
       }
+      detail::rt_free_inbox_slot(ctx, ticket);
       ticket += threads;
-      if (++held == detail::RT_SERVE_FREE_BATCH) {
-        detail::rt_free_inbox_slots(ctx, ticket - held * threads, held, threads);
-        held = 0;
-      }
-    } else if (held != 0) {
-      detail::rt_free_inbox_slots(ctx, ticket - held * threads, held, threads);
-      held = 0;
     }
     detail::RtHostRecord record;
     if (host_server && detail::rt_read_host_record(from_host, host_ticket, &record)) {
