@@ -248,28 +248,7 @@ pub(crate) fn submit_from<'s, T: Task>(
     route: Route,
     task: &T,
 ) -> Result<Pending<'s, T>, TaskError> {
-    let (ptr, _, future) = new_future(segment, heap, segment.header().copy_space)?;
-    let mut pending = Pending {
-        segment,
-        heap,
-        ptr,
-        future,
-        payload: None,
-        reply: None,
-        published: false,
-        runtime_dead: false,
-        _task: PhantomData,
-    };
-    // SAFETY: the future is fresh and unpublished: we are its submitter.
-    unsafe {
-        pending
-            .future
-            .write_input(|buf| encode_task(T::POOL, T::METHOD, task, buf))
-    }
-    .map_err(|e| match e {
-        FillError::Fill(e) => e,
-        FillError::Future(e) => TaskError::Future(e),
-    })?;
+    let mut pending = copy_future(segment, heap, task, segment.header().copy_space)?;
     pending.publish(route)?;
     Ok(pending)
 }
@@ -295,7 +274,7 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
         .map(|space| task_record::lengths(args_len as u32, space))
         .filter(|&lengths| task_record::copy_space(lengths).is_some());
     let Some(lengths) = lengths else {
-        let mut pending = copy_future(segment, task, copy_space)?;
+        let mut pending = copy_future(segment, Heap::Segment, task, copy_space)?;
         let record = pending.in_future_record()?;
         // Release: publishes the copy space, as in `publish`.
         fence(Ordering::Release);
@@ -305,17 +284,7 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
     let heap = Heap::Segment;
     let reply_space = task_record::copy_space(lengths).unwrap_or(0) as u32;
     let (ptr, at, future) = new_future(segment, heap, reply_space)?;
-    let mut pending = Pending {
-        segment,
-        heap,
-        ptr,
-        future,
-        payload: None,
-        reply: None,
-        published: false,
-        runtime_dead: false,
-        _task: PhantomData,
-    };
+    let mut pending = Pending::unpublished(segment, heap, ptr, future);
     let mut words = [0u32; LL_RECORD_WORDS];
     words[task_record::FUTURE] = pending.future_offset()?;
     words[task_record::POOL] = T::POOL;
@@ -351,26 +320,16 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
     Ok(pending)
 }
 
-/// A new future from the segment's heap with `task` in its copy space of
-/// `copy_space` bytes, unpublished.
+/// A new future from `heap` with `task` in its copy space of `copy_space`
+/// bytes, unpublished.
 fn copy_future<'s, T: Task>(
     segment: &'s QueueSegment,
+    heap: Heap<'s>,
     task: &T,
     copy_space: u32,
 ) -> Result<Pending<'s, T>, TaskError> {
-    let heap = Heap::Segment;
     let (ptr, _, future) = new_future(segment, heap, copy_space)?;
-    let pending = Pending {
-        segment,
-        heap,
-        ptr,
-        future,
-        payload: None,
-        reply: None,
-        published: false,
-        runtime_dead: false,
-        _task: PhantomData,
-    };
+    let pending = Pending::unpublished(segment, heap, ptr, future);
     // SAFETY: the future is fresh and unpublished: we are its submitter.
     unsafe {
         pending
@@ -403,28 +362,38 @@ pub(crate) fn submit_pointer<'s, T: Task>(
             return Err(e);
         }
     };
-    let pending = Pending {
-        segment,
-        heap,
-        ptr,
-        future,
-        payload: Some((payload, task_bytes)),
-        reply: None,
-        published: false,
-        runtime_dead: false,
-        _task: PhantomData,
-    };
+    let mut pending = Pending::unpublished(segment, heap, ptr, future);
+    pending.payload = Some((payload, task_bytes));
     // SAFETY: the block is fresh, `task_bytes` long, ours until published.
     let buf = unsafe { std::slice::from_raw_parts_mut(at, task_bytes) };
     encode_task(T::POOL, T::METHOD, task, buf)?;
     // SAFETY: unpublished future: we are its submitter.
     unsafe { pending.future.set_payload(payload) };
-    let mut pending = pending;
     pending.publish(route)?;
     Ok(pending)
 }
 
 impl<'s, T: Task> Pending<'s, T> {
+    /// A fresh future `ptr` of `heap`, not yet queued: its submitter's.
+    fn unpublished(
+        segment: &'s QueueSegment,
+        heap: Heap<'s>,
+        ptr: ShmPtr<u8>,
+        future: FutureShm<'s>,
+    ) -> Self {
+        Self {
+            segment,
+            heap,
+            ptr,
+            future,
+            payload: None,
+            reply: None,
+            published: false,
+            runtime_dead: false,
+            _task: PhantomData,
+        }
+    }
+
     /// Pushes the future's pointer, retrying while the lane is full until the
     /// deadline or the runtime's death.
     fn publish(&mut self, route: Route) -> Result<(), TaskError> {
@@ -516,7 +485,7 @@ impl<'s, T: Task> Pending<'s, T> {
         let reply = self.reply;
         let answered = || reply.and_then(reply_code);
         if reply.is_some() {
-            spin_for_answer(&answered, stop);
+            spin_for_answer(answered, stop);
         }
         // A reply's future never completes: its wait (the future's backoff:
         // spinning first, then yielding, then sleeping) ends on the answer.
