@@ -107,3 +107,37 @@ pub(crate) fn block_sums_reference(input: &[u32], grid: Dim3, block: Dim3) -> Ve
         })
         .collect()
 }
+
+/// The `main` of a test's child-process binary, `<bin> <backend> <mode>
+/// <args...>`: runs `child_main::<Api>(&[mode, args...])` with the named
+/// backend's [`tandem_hal::GpuApi`] (those built into the binary) and exits 0
+/// on success, else 1 with the reason on stderr, after the binary's name.
+/// Logs through `tracing` only when `RUST_LOG` asks: the tests read the
+/// children's stderr.
+#[macro_export]
+macro_rules! child_process_main {
+    ($name:literal, $($child_main:ident)::+) => {
+        fn main() -> std::process::ExitCode {
+            if std::env::var_os("RUST_LOG").is_some() {
+                tandem_runtime::init_logging();
+            }
+            let args: Vec<String> = std::env::args().skip(1).collect();
+            let rest = args.get(1..).unwrap_or_default();
+            let outcome = match args.first().map(String::as_str) {
+                Some("host") => $($child_main)::+::<tandem_hal::HostApi>(rest),
+                #[cfg(feature = "cuda")]
+                Some("cuda") => $($child_main)::+::<tandem_hal_cuda::CudaApi>(rest),
+                #[cfg(feature = "hip")]
+                Some("hip") => $($child_main)::+::<tandem_hal_hip::HipApi>(rest),
+                other => Err(format!("backend {other:?} is not built into this binary")),
+            };
+            match outcome {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(why) => {
+                    eprintln!("{}: {why}", $name);
+                    std::process::ExitCode::FAILURE
+                }
+            }
+        }
+    };
+}
