@@ -6,6 +6,7 @@
 #
 #   bash gpu-bundle/run.sh [--test-threads N]    (or TANDEM_TEST_THREADS=N; default: parallel)
 #   bash gpu-bundle/run.sh --python-only         (the Python part alone)
+#   bash gpu-bundle/run.sh --parts tests,cpp     (some parts: tests, benches, python, cpp)
 #
 # Each binary may run TANDEM_BINARY_TIMEOUT seconds (default 240): a hung GPU test fails its
 # binary, names the tests still running, and the run goes on to the next binary.
@@ -24,16 +25,26 @@ set -uo pipefail
 bundle_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 test_threads=${TANDEM_TEST_THREADS:-}
 binary_timeout=${TANDEM_BINARY_TIMEOUT:-240}
-python_only=
+parts=tests,benches,python,cpp
 while [ $# -gt 0 ]; do
   case "$1" in
-    --python-only) python_only=1; shift ;;
+    --python-only) parts=python; shift ;;
+    --parts) parts=${2:-}; shift $(( $# > 1 ? 2 : 1 )) ;;
+    --parts=*) parts=${1#*=}; shift ;;
     --test-threads) test_threads=${2:-}; shift $(( $# > 1 ? 2 : 1 )) ;;
     --test-threads=*) test_threads=${1#*=}; shift ;;
-    -h | --help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) sed -n '2,22p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+for part in ${parts//,/ }; do
+  case "$part" in
+    tests | benches | python | cpp) ;;
+    *) echo "run.sh: --parts takes tests, benches, python, cpp; got '$part'" >&2; exit 2 ;;
+  esac
+done
+# Whether part $1 was asked for.
+wanted() { [[ ",$parts," == *",$1,"* ]]; }
 if [ -n "$test_threads" ] && ! [[ $test_threads =~ ^[1-9][0-9]*$ ]]; then
   echo "run.sh: --test-threads needs a positive integer, got '$test_threads'" >&2
   exit 2
@@ -199,16 +210,18 @@ run_python() {
   rm -rf "$site"
 }
 
-for wanted in test bench; do
-  [ -n "$python_only" ] && break
+for kind_wanted in test:tests bench:benches; do
+  wanted "${kind_wanted#*:}" || continue
   while IFS=$'\t' read -r -u 3 kind name crate; do
-    [ "$kind" = "$wanted" ] && run_binary "$kind" "$name" "$crate"
+    [ "$kind" = "${kind_wanted%:*}" ] && run_binary "$kind" "$name" "$crate"
   done 3<"$bundle_dir/binaries.tsv"
 done
 
-for wheel in "$bundle_dir"/python/tandem-*.whl; do
-  [ -f "$wheel" ] && run_python "$wheel"
-done
+if wanted python; then
+  for wheel in "$bundle_dir"/python/tandem-*.whl; do
+    [ -f "$wheel" ] && run_python "$wheel"
+  done
+fi
 
 # start_service LOG ARGS...: starts the bundled `tandem ARGS... --announce --exit-on-stdin-eof`
 # as a coprocess and sets `served` to what its ready line names; closing its stdin stops it.
@@ -296,7 +309,7 @@ run_cpp_examples() {
   rm -rf "$work"
 }
 
-[ -n "$python_only" ] || run_cpp_examples
+wanted cpp && run_cpp_examples
 
 echo
 echo "== summary (logs in $log_dir)"
