@@ -20,7 +20,6 @@ pub(crate) trait Backend: GpuApi {
 
     /// The host address of `device_ptr`, memory of this backend, where the
     /// host reads it at the same address (the CPU device); else `None`.
-    #[cfg(feature = "buffer-protocol")]
     fn host_address(device_ptr: u64) -> Option<*mut u8>;
 
     /// The stream a consumer named (DLPack's `__dlpack__(stream=...)`
@@ -44,7 +43,6 @@ impl Backend for HostApi {
     const WIRE: WireBackend = WireBackend::Host;
     const DL_DEVICE_TYPE: i32 = DL_CPU;
 
-    #[cfg(feature = "buffer-protocol")]
     fn host_address(device_ptr: u64) -> Option<*mut u8> {
         // The CPU device's memory is host memory at its device address
         // (its `HostMemory` impls return `device_ptr` as `host_ptr`).
@@ -181,7 +179,6 @@ mod cuda {
         const WIRE: WireBackend = WireBackend::Cuda;
         const DL_DEVICE_TYPE: i32 = DL_CUDA;
 
-        #[cfg(feature = "buffer-protocol")]
         fn host_address(_device_ptr: u64) -> Option<*mut u8> {
             None
         }

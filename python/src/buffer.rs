@@ -1,10 +1,12 @@
 //! `tandem.share.Buffer` and its typed `View`: a shared buffer's memory
 //! handed to NumPy, PyTorch, CuPy and JAX without a copy, through DLPack,
-//! `__cuda_array_interface__` (CUDA) and the buffer protocol (CPU device).
+//! `__cuda_array_interface__` (CUDA) and the buffer protocol (CPU device,
+//! `host_buffer`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::exceptions::PyAttributeError;
+use pyo3::ffi::Py_ssize_t;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyTuple};
 
@@ -16,22 +18,22 @@ use crate::host;
 use crate::layout::{type_code, DL_CUDA};
 
 /// A shared buffer: writable by its creator until sealed, read-only after
-/// (and when opened by id). Arrays made from it keep it mapped.
-#[pyclass(module = "tandem._tandem", name = "Buffer", frozen)]
+/// (and when opened by id). Arrays made from it keep it mapped. A
+/// subclass, `HostBuffer` (`host_buffer`), adds the buffer protocol on the
+/// CPU device.
+#[pyclass(module = "tandem._tandem", name = "Buffer", frozen, subclass)]
 pub(crate) struct Buffer {
     core: Arc<dyn AnyBuffer>,
     /// The buffer protocol's shape and strides, which must outlive every
     /// view handed out (the object itself does).
-    #[cfg(feature = "buffer-protocol")]
-    extent: [pyo3::ffi::Py_ssize_t; 2],
+    extent: [Py_ssize_t; 2],
 }
 
 impl Buffer {
     pub(crate) fn new(core: Arc<dyn AnyBuffer>) -> Self {
         Self {
-            #[cfg(feature = "buffer-protocol")]
             extent: [
-                pyo3::ffi::Py_ssize_t::try_from(core.len()).unwrap_or(pyo3::ffi::Py_ssize_t::MAX),
+                Py_ssize_t::try_from(core.len()).unwrap_or(Py_ssize_t::MAX),
                 1,
             ],
             core,
@@ -40,6 +42,11 @@ impl Buffer {
 
     pub(crate) fn core(&self) -> &Arc<dyn AnyBuffer> {
         &self.core
+    }
+
+    /// The buffer protocol's shape and strides of its bytes.
+    pub(crate) fn extent(&self) -> &[Py_ssize_t; 2] {
+        &self.extent
     }
 }
 
@@ -183,65 +190,6 @@ impl Buffer {
             if self.core.sealed() { "True" } else { "False" }
         )
     }
-
-    /// The buffer protocol: bytes in place, on the CPU device only.
-    #[cfg(feature = "buffer-protocol")]
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut pyo3::ffi::Py_buffer,
-        flags: core::ffi::c_int,
-    ) -> PyResult<()> {
-        use pyo3::exceptions::PyBufferError;
-        use pyo3::ffi;
-        let this = slf.get();
-        let Some(address) = this.core.host_address() else {
-            return Err(PyBufferError::new_err(
-                "device memory has no buffer protocol: use DLPack (from_dlpack) or mirror()",
-            ));
-        };
-        let read_only = this.core.sealed();
-        if read_only && flags & ffi::PyBUF_WRITABLE != 0 {
-            return Err(PyBufferError::new_err(format!(
-                "shared buffer {} is sealed: read-only",
-                this.core.id()
-            )));
-        }
-        this.core.wait_for_seal()?;
-        let wants = |flag: core::ffi::c_int| flags & flag == flag;
-        // SAFETY: `view` is the caller's to fill; the shape and strides
-        // point into `this`, which the view's `obj` reference keeps alive.
-        unsafe {
-            (*view).buf = address.cast();
-            (*view).len = this.extent[0];
-            (*view).readonly = core::ffi::c_int::from(read_only);
-            (*view).itemsize = 1;
-            (*view).format = if wants(ffi::PyBUF_FORMAT) {
-                c"B".as_ptr().cast_mut()
-            } else {
-                core::ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape = if wants(ffi::PyBUF_ND) {
-                this.extent.as_ptr().cast_mut()
-            } else {
-                core::ptr::null_mut()
-            };
-            (*view).strides = if wants(ffi::PyBUF_STRIDES) {
-                this.extent[1..].as_ptr().cast_mut()
-            } else {
-                core::ptr::null_mut()
-            };
-            (*view).suboffsets = core::ptr::null_mut();
-            (*view).internal = core::ptr::null_mut();
-            (*view).obj = slf.into_any().into_ptr();
-        }
-        Ok(())
-    }
-
-    /// Nothing to undo: the view's reference to the buffer is Python's to
-    /// drop.
-    #[cfg(feature = "buffer-protocol")]
-    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
 }
 
 /// A host copy of a buffer, for the length of a `with` block.

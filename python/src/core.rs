@@ -29,7 +29,6 @@ pub(crate) trait AnyBuffer: Send + Sync {
     /// Blocks until the writer's work is done (nothing for the writer).
     fn wait_for_seal(&self) -> Result<(), Error>;
     /// Its host address, where the host reads it in place (CPU device).
-    #[cfg(feature = "buffer-protocol")]
     fn host_address(&self) -> Option<*mut u8>;
     /// A host copy of its bytes.
     fn read_host(&self) -> Result<Vec<u8>, Error>;
@@ -175,7 +174,6 @@ impl<A: Backend> AnyBuffer for Core<A> {
         }
     }
 
-    #[cfg(feature = "buffer-protocol")]
     fn host_address(&self) -> Option<*mut u8> {
         A::host_address(self.data)
     }
