@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::exceptions::PyAttributeError;
 use pyo3::ffi::Py_ssize_t;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyTuple};
 
 use crate::core::AnyBuffer;
 use crate::dlpack::{self, Export};
@@ -89,11 +90,16 @@ impl Buffer {
         self.core.sealed()
     }
 
-    /// Seals it after the work queued so far on its device: other
-    /// processes may open it; nobody may change it.
-    fn seal(&self, py: Python<'_>) -> PyResult<()> {
+    /// Seals it once the work queued so far on `stream` is done (on CUDA,
+    /// with no host wait): other processes may open it; nobody may change
+    /// it. `stream`: a CUDA stream's handle, or an object lending one
+    /// (`__cuda_stream__()`, `cuda_stream`); `None` is the legacy default
+    /// stream. The CPU device has no streams: `None` only.
+    #[pyo3(signature = (stream=None))]
+    fn seal(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let stream = stream.map(stream_handle).transpose()?;
         let core = Arc::clone(&self.core);
-        Ok(py.allow_threads(move || core.seal())?)
+        Ok(py.allow_threads(move || core.seal(stream))?)
     }
 
     /// Its memory as `dtype` elements of `shape` (default: as many as fit,
@@ -295,6 +301,44 @@ impl View {
             self.shape
         )
     }
+}
+
+/// The raw handle `stream` names: an int, or an object lending one through
+/// the CUDA stream protocol (`__cuda_stream__()`, a (version, handle) pair)
+/// or a `cuda_stream` attribute (PyTorch's streams).
+fn stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let py = stream.py();
+    let handle = if stream.hasattr(intern!(py, "__cuda_stream__"))? {
+        let pair = stream.call_method0(intern!(py, "__cuda_stream__"))?;
+        let pair = pair
+            .downcast::<PyTuple>()
+            .map_err(|_| not_a_stream(&pair))?;
+        match pair.len() {
+            2 => pair.get_item(1)?,
+            _ => return Err(not_a_stream(pair)),
+        }
+    } else if stream.hasattr(intern!(py, "cuda_stream"))? {
+        stream.getattr(intern!(py, "cuda_stream"))?
+    } else {
+        stream.clone()
+    };
+    if !handle.is_instance_of::<PyInt>() {
+        return Err(not_a_stream(&handle));
+    }
+    handle.extract::<i64>().map_err(|_| {
+        Error::new(Kind::Stream, format!("stream {handle} is no stream handle")).into()
+    })
+}
+
+fn not_a_stream(found: &Bound<'_, PyAny>) -> PyErr {
+    Error::new(
+        Kind::Unsupported,
+        format!(
+            "stream: an int handle, or an object with __cuda_stream__() (a (version, handle) \
+             pair) or cuda_stream; got {found:?}"
+        ),
+    )
+    .into()
 }
 
 /// `__dlpack__` as the standard has it: the consumer's `stream` ordered

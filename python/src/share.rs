@@ -360,7 +360,7 @@ impl Client {
             core
         };
         let core = Arc::clone(buffer.get().core());
-        py.allow_threads(move || core.seal())?;
+        py.allow_threads(move || core.seal(None))?;
         Ok(buffer)
     }
 

@@ -168,6 +168,50 @@ def test_put_copies_an_array_into_a_sealed_buffer(client):
         client.put(np.arange(16, dtype=np.int32).reshape(4, 4)[:, 1])
 
 
+class CudaStreamProtocol:
+    """A stream as cuda.core and others lend it: `__cuda_stream__()`, a
+    (version, handle) pair."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def __cuda_stream__(self):
+        return self.answer
+
+
+class CudaStreamAttribute:
+    """A stream as PyTorch lends it: its handle in `cuda_stream`."""
+
+    def __init__(self, handle):
+        self.cuda_stream = handle
+
+
+@pytest.mark.parametrize(
+    "stream, error",
+    [
+        (7, tandem.StreamError),
+        (-1, tandem.StreamError),
+        (CudaStreamAttribute(7), tandem.StreamError),
+        (CudaStreamProtocol((0, 7)), tandem.StreamError),
+        ("7", TypeError),
+        (7.0, TypeError),
+        (CudaStreamAttribute("7"), TypeError),
+        (CudaStreamProtocol(7), TypeError),
+        (CudaStreamProtocol((0, "7")), TypeError),
+        (1 << 70, tandem.StreamError),
+    ],
+)
+def test_seal_takes_no_stream_on_the_cpu_device(client, stream, error):
+    buf = client.create(8)
+    with pytest.raises(error):
+        buf.seal(stream=stream)
+    # Refused before anything changed: still the writer's, and sealable.
+    assert not buf.sealed
+    memoryview(buf)[:2] = b"ok"
+    buf.seal(stream=None)
+    assert buf.sealed and bytes(memoryview(client.get(buf.id))[:2]) == b"ok"
+
+
 def test_bad_input(client):
     buf = client.create(10)
     with pytest.raises(tandem.ViewError):
