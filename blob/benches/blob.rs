@@ -15,9 +15,11 @@
 //! * instead: end the kernel, copy its results to the host, write each item
 //!   (memcpy into host memory, or pwrite to a file), launch again;
 //! * on the host: a 4 KiB put and get through the task path, from the
-//!   runtime's process and from a client in another process (`tandem blob
-//!   run`, found beside this binary or in `$TANDEM_BIN_DIR`), against redb's
-//!   own write transaction of the same bytes.
+//!   runtime's process; 4 KiB and 64 MiB puts and gets (RAM and file
+//!   targets) from a client in another process (`tandem blob run`, found
+//!   beside this binary or in `$TANDEM_BIN_DIR`), the 4 KiB durable put
+//!   against redb's own write transaction of the same bytes. The Python
+//!   bench (`python/bench/blob.py`) runs this section for its comparison.
 //!
 //! * compression (`blob/compression.rs`): host puts and gets with no compression, lz4, zstd
 //!   at each preset and dynamic mode, on smooth float32 arrays and random bytes, beside the
@@ -451,7 +453,17 @@ fn mean(rounds: u32, f: &mut dyn FnMut(u32) -> Result<(), String>) -> Result<Dur
     Ok(start.elapsed() / rounds)
 }
 
-/// 4 KiB puts and gets from a client in another process: `tandem blob run`
+/// The client section's sizes and rounds, and its store and heap: what
+/// `python/bench/blob.py` does from Python, which runs this section in the
+/// same run and prints these figures beside its own (the binding's
+/// overhead), so the two must stay alike.
+const CLIENT_SIZES: [(&str, usize, u32); 2] = [("4 KiB", 4 << 10, 2000), ("64 MiB", 64 << 20, 5)];
+const CLIENT_HEAP: usize = 16 << 20;
+const CLIENT_RAM_BYTES: u64 = 512 << 20;
+const CLIENT_FILE_BYTES: u64 = 1 << 30;
+
+/// Puts and gets from a client in another process, a chunk at a time
+/// through its heap (`put_chunked`, `get_chunked`): `tandem blob run`
 /// serving a RAM and a file target, started through a script that names
 /// the store (the fork client passes only the runtime's configuration).
 fn client_latency() -> Result<(), String> {
@@ -462,7 +474,7 @@ fn client_latency() -> Result<(), String> {
                 |e| e.to_string(),
                 |p| format!("no `tandem` at {}", p.display()),
             );
-            println!("  host, 4 KiB from another process: skipped: {why}");
+            println!("  host, from a client in another process: skipped: {why}");
             return Ok(());
         }
     };
@@ -473,8 +485,8 @@ fn client_latency() -> Result<(), String> {
         &store,
         format!(
             "metadata = \"{d}/meta.redb\"\n\
-             [[targets]]\nkind = \"ram\"\ncapacity = 67108864\nscore = 1.0\n\
-             [[targets]]\nkind = \"file\"\npath = \"{d}/target0.dat\"\ncapacity = 67108864\nscore = 0.5\n"
+             [[targets]]\nkind = \"ram\"\ncapacity = {CLIENT_RAM_BYTES}\nscore = 1.0\n\
+             [[targets]]\nkind = \"file\"\npath = \"{d}/target0.dat\"\ncapacity = {CLIENT_FILE_BYTES}\nscore = 0.5\n"
         ),
     )
     .map_err(|e| e.to_string())?;
@@ -492,11 +504,15 @@ fn client_latency() -> Result<(), String> {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
             .map_err(|e| e.to_string())?;
     }
+    // The runtime `tandem.blob.fork` starts: CPU queues only, the default
+    // lanes and heap beside eight clients' heaps.
+    let defaults = Config::default();
     let config = Config {
-        workers: 2,
         devices: DeviceSelection::Only(vec![]),
-        client_heap_bytes: 1 << 20,
-        ..Config::default()
+        client_heap_bytes: CLIENT_HEAP,
+        max_clients: 8,
+        cpu_segment_size: defaults.cpu_segment_size + 8 * (CLIENT_HEAP + 4096),
+        ..defaults
     };
     let client =
         tandem_runtime::Client::fork_runtime_with(&script, &config).map_err(|e| e.to_string())?;
@@ -504,36 +520,54 @@ fn client_latency() -> Result<(), String> {
     let tag = blobs
         .get_or_create_tag("client")
         .map_err(|e| e.to_string())?;
-    let bytes = vec![5u8; SMALL as usize];
-    let mut back = vec![0u8; SMALL as usize];
-    let rounds = 2000;
-    let put_ram = mean(rounds, &mut |i| {
-        blobs
-            .put(tag, &format!("r{}", i % 64), 0, &bytes, Score::AUTO)
-            .map(drop)
-            .map_err(|e| e.to_string())
-    })?;
-    let get_ram = mean(rounds, &mut |i| {
-        blobs
-            .get(tag, &format!("r{}", i % 64), 0, &mut back)
-            .map_err(|e| e.to_string())
-    })?;
-    let put_file = mean(rounds / 4, &mut |i| {
-        blobs
-            .put(tag, &format!("f{}", i % 64), 0, &bytes, Score(0.5))
-            .map(drop)
-            .map_err(|e| e.to_string())
-    })?;
-    let redb = redb_write(&dir.path().join("redb-only.redb"), &bytes, rounds / 4)?;
-    println!(
-        "  host, 4 KiB from a client in another process: put {:.1} us (RAM), {:.1} us (file, \
-         durable), get {:.1} us; redb's own durable write: {:.1} us ({:.2}x)",
-        put_ram.as_secs_f64() * 1e6,
-        put_file.as_secs_f64() * 1e6,
-        get_ram.as_secs_f64() * 1e6,
-        redb.as_secs_f64() * 1e6,
-        put_file.as_secs_f64() / redb.as_secs_f64(),
-    );
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    for (label, size, rounds) in CLIENT_SIZES {
+        let bytes = vec![5u8; size];
+        let mut back = vec![0u8; size];
+        let put = |prefix: &str, score: Score| {
+            mean(rounds, &mut |i| {
+                blobs
+                    .put_chunked(tag, &format!("{prefix}{}", i % 64), 0, &bytes, score)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            })
+        };
+        let put_ram = put("r", Score::AUTO)?;
+        let put_file = put("f", Score(0.5))?;
+        let mut get = |prefix: &str| {
+            mean(rounds, &mut |i| {
+                blobs
+                    .get_chunked(tag, &format!("{prefix}{}", i % 64), 0, &mut back)
+                    .map_err(|e| e.to_string())
+            })
+        };
+        let get_ram = get("r")?;
+        let get_file = get("f")?;
+        print!(
+            "  host, {label} from a client in another process: put {:.1} us (RAM), {:.1} us \
+             (file, durable), get {:.1} us (RAM), {:.1} us (file)",
+            us(put_ram),
+            us(put_file),
+            us(get_ram),
+            us(get_file),
+        );
+        if size == SMALL as usize {
+            let redb = redb_write(&dir.path().join("redb-only.redb"), &bytes, rounds / 4)?;
+            print!(
+                "; redb's own durable write: {:.1} us ({:.2}x)",
+                us(redb),
+                put_file.as_secs_f64() / redb.as_secs_f64()
+            );
+        }
+        println!();
+        for i in 0..rounds.min(64) {
+            for prefix in ["r", "f"] {
+                blobs
+                    .delete(tag, &format!("{prefix}{i}"))
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+    }
     drop(client);
     Ok(())
 }

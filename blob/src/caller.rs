@@ -368,6 +368,58 @@ impl<'s> BlobCaller<'s, Client> {
             }
         }
     }
+
+    /// Writes `bytes` at `offset` of blob `name` of `tag` a chunk at a time
+    /// through one [`chunk_buffer`](Self::chunk_buffer), so any size fits the
+    /// client's quota; the blob's size after. Each chunk is a put of its
+    /// own: a failure may leave the chunks before it written.
+    pub fn put_chunked(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        bytes: &[u8],
+        score: Score,
+    ) -> Result<u64, CallError> {
+        if bytes.is_empty() {
+            return self.put(tag, name, offset, bytes, score);
+        }
+        let mut buffer = self.chunk_buffer()?;
+        let step = buffer.len();
+        let mut size = 0;
+        for (i, chunk) in bytes.chunks(step).enumerate() {
+            buffer.write(0, chunk);
+            let at = offset + (i * step) as u64;
+            let context = PutContext::default();
+            let (after, back) =
+                self.put_from(tag, name, at, buffer, chunk.len(), score, &context)?;
+            size = after;
+            buffer = back;
+        }
+        Ok(size)
+    }
+
+    /// Reads `out.len()` bytes at `offset` of blob `name` of `tag` a chunk at
+    /// a time, as [`put_chunked`](Self::put_chunked) writes them.
+    pub fn get_chunked(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), CallError> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let mut buffer = self.chunk_buffer()?;
+        let step = buffer.len();
+        for (i, chunk) in out.chunks_mut(step).enumerate() {
+            let at = offset + (i * step) as u64;
+            buffer = self.get_into(tag, name, at, buffer, chunk.len())?;
+            buffer.read(0, chunk);
+        }
+        Ok(())
+    }
 }
 
 /// The names a list wrote: each a u32 length and its bytes.

@@ -103,6 +103,25 @@ impl CudaDevice {
         })
     }
 
+    /// Records `event` on a stream that other CUDA code queues work on,
+    /// named by its raw handle's value: the event completes once the work
+    /// queued there so far has, with no host wait (how a writer's seal
+    /// follows PyTorch's or CuPy's work).
+    ///
+    /// # Safety
+    /// As for [`foreign_stream_wait_event`](Self::foreign_stream_wait_event).
+    pub unsafe fn foreign_stream_record_event(
+        &self,
+        raw_stream: usize,
+        event: &CudaEvent,
+    ) -> GpuResult<()> {
+        self.ctx.bind()?;
+        // SAFETY: as in `foreign_stream_wait_event`.
+        check("cuEventRecord", unsafe {
+            sys::cuEventRecord(event.raw, raw_stream as sys::CUstream)
+        })
+    }
+
     /// Runs a synchronous operation's driver call, then waits for the legacy
     /// default stream it ran on: host-to-device, device-to-device copies and
     /// fills may return before the data lands, and the trait promises the

@@ -1,11 +1,11 @@
 //! The backends a Python process reaches memory on: the CPU device always,
 //! CUDA with the `cuda` feature. What differs between them (where the host
-//! can read a buffer, how a consumer's stream is ordered after a seal, how
-//! another library's memory is copied) is this trait; everything else is
-//! generic.
+//! can read a buffer, what a writer's seal is recorded on, how a consumer's
+//! stream is ordered after a seal, how another library's memory is copied)
+//! is this trait; everything else is generic.
 
 use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, HostApi};
-use tandem_share::{GpuBuffer, WireBackend};
+use tandem_share::{GpuBuffer, MutableGpuBuffer, ShareClient, WireBackend};
 
 use crate::dlpack::{Imported, Place};
 use crate::errors::{Error, Kind};
@@ -20,8 +20,23 @@ pub(crate) trait Backend: GpuApi {
 
     /// The host address of `device_ptr`, memory of this backend, where the
     /// host reads it at the same address (the CPU device); else `None`.
-    #[cfg(feature = "buffer-protocol")]
     fn host_address(device_ptr: u64) -> Option<*mut u8>;
+
+    /// The stream a writer's `seal(stream=...)` named (a raw handle, `None`
+    /// when none was), checked: what [`seal`](Self::seal) records on.
+    fn producer_stream(stream: Option<i64>) -> Result<usize, Error>;
+
+    /// Seals `buffer` once the work queued so far on `stream` (from
+    /// [`producer_stream`](Self::producer_stream)) is done; `own` is the
+    /// client's stream of `device`, the buffer's. A failed seal gives the
+    /// buffer back, still the writer's.
+    fn seal(
+        share: &ShareClient<Self>,
+        device: &Self::Device,
+        own: &<Self::Device as GpuDevice>::Stream,
+        buffer: MutableGpuBuffer<Self>,
+        stream: usize,
+    ) -> Result<GpuBuffer<Self>, (Error, MutableGpuBuffer<Self>)>;
 
     /// The stream a consumer named (DLPack's `__dlpack__(stream=...)`
     /// value), checked: `None` when it asks for no ordering.
@@ -44,11 +59,38 @@ impl Backend for HostApi {
     const WIRE: WireBackend = WireBackend::Host;
     const DL_DEVICE_TYPE: i32 = DL_CPU;
 
-    #[cfg(feature = "buffer-protocol")]
     fn host_address(device_ptr: u64) -> Option<*mut u8> {
         // The CPU device's memory is host memory at its device address
         // (its `HostMemory` impls return `device_ptr` as `host_ptr`).
         Some(device_ptr as *mut u8)
+    }
+
+    /// The CPU device has no streams: `None` only.
+    fn producer_stream(stream: Option<i64>) -> Result<usize, Error> {
+        match stream {
+            None => Ok(0),
+            Some(other) => Err(Error::new(
+                Kind::Stream,
+                format!("stream {other} for the CPU device, which has no streams: pass None"),
+            )),
+        }
+    }
+
+    /// The device's threads are waited for, then the seal is recorded on
+    /// the client's stream.
+    fn seal(
+        share: &ShareClient<Self>,
+        device: &Self::Device,
+        own: &<Self::Device as GpuDevice>::Stream,
+        buffer: MutableGpuBuffer<Self>,
+        _stream: usize,
+    ) -> Result<GpuBuffer<Self>, (Error, MutableGpuBuffer<Self>)> {
+        if let Err(e) = device.synchronize() {
+            return Err((e.into(), buffer));
+        }
+        share
+            .try_seal(buffer, own)
+            .map_err(|(e, buffer)| (e.into(), buffer))
     }
 
     /// The CPU has no streams: the standard's `None` only (or `-1`, no
@@ -140,12 +182,15 @@ mod cuda {
 
     use tandem_hal::{DeviceMemory, GpuApi, GpuDevice};
     use tandem_hal_cuda::{CudaApi, CudaDevice};
-    use tandem_share::{GpuBuffer, WireBackend};
+    use tandem_share::{GpuBuffer, MutableGpuBuffer, ShareClient, WireBackend};
 
     use super::{host_bytes, Backend};
     use crate::dlpack::{Imported, Place};
     use crate::errors::{Error, Kind};
     use crate::layout::DL_CUDA;
+
+    /// `CU_STREAM_LEGACY`: the legacy default stream of the current context.
+    const LEGACY_STREAM: usize = 1;
 
     /// Another library's CUDA memory, lent through its DLPack capsule.
     struct Foreign<'a> {
@@ -181,9 +226,45 @@ mod cuda {
         const WIRE: WireBackend = WireBackend::Cuda;
         const DL_DEVICE_TYPE: i32 = DL_CUDA;
 
-        #[cfg(feature = "buffer-protocol")]
         fn host_address(_device_ptr: u64) -> Option<*mut u8> {
             None
+        }
+
+        /// `__cuda_array_interface__`'s values: `None` and 1 the legacy
+        /// default stream (its record waits for the work of every blocking
+        /// stream of the context: PyTorch's and CuPy's default ones, not
+        /// streams made non-blocking, such as PyTorch's side streams), 2
+        /// the per-thread default one, 0 refused (ambiguous), anything
+        /// else a stream's handle.
+        fn producer_stream(stream: Option<i64>) -> Result<usize, Error> {
+            match stream {
+                None => Ok(LEGACY_STREAM),
+                Some(0) => Err(Error::new(
+                    Kind::Stream,
+                    "stream 0 is ambiguous for CUDA: pass 1 (legacy default) or 2 (per-thread)",
+                )),
+                Some(raw) => usize::try_from(raw).map_err(|_| {
+                    Error::new(Kind::Stream, format!("stream {raw} is not a CUDA stream"))
+                }),
+            }
+        }
+
+        /// The seal's event recorded on the writer's stream: no host wait.
+        fn seal(
+            share: &ShareClient<Self>,
+            _device: &CudaDevice,
+            _own: &<CudaDevice as GpuDevice>::Stream,
+            buffer: MutableGpuBuffer<Self>,
+            stream: usize,
+        ) -> Result<GpuBuffer<Self>, (Error, MutableGpuBuffer<Self>)> {
+            share
+                .try_seal_with(buffer, |holder, event| {
+                    // SAFETY: `seal(stream=...)` names a stream of the
+                    // buffer's device, as a DLPack consumer does, or one of
+                    // the special handles.
+                    unsafe { holder.foreign_stream_record_event(stream, event) }
+                })
+                .map_err(|(e, buffer)| (e.into(), buffer))
         }
 
         /// The standard's CUDA values: `None` and 1 the legacy default
@@ -196,7 +277,7 @@ mod cuda {
                     Kind::Export,
                     "stream 0 is ambiguous for CUDA: pass 1 (legacy default) or 2 (per-thread)",
                 )),
-                None => Ok(Some(1)),
+                None => Ok(Some(LEGACY_STREAM)),
                 Some(raw) => usize::try_from(raw).map(Some).map_err(|_| {
                     Error::new(Kind::Export, format!("stream {raw} is not a CUDA stream"))
                 }),

@@ -197,53 +197,6 @@ fn call<T: Send>(
     Ok(outcome.map_err(Error::from)?)
 }
 
-/// `bytes` put at `offset` of blob `name`, a chunk at a time through one
-/// buffer of the client's heap; the blob's size after.
-fn put_bytes(
-    caller: &BlobCaller<'_, RuntimeClient>,
-    tag: TagId,
-    name: &str,
-    offset: u64,
-    bytes: &[u8],
-    score: Score,
-) -> Result<u64, CallError> {
-    if bytes.is_empty() {
-        return caller.put(tag, name, offset, bytes, score);
-    }
-    let mut buffer = caller.chunk_buffer()?;
-    let mut size = 0;
-    for (i, chunk) in bytes.chunks(buffer.len()).enumerate() {
-        buffer.write(0, chunk);
-        let at = offset + (i * buffer.len()) as u64;
-        let context = tandem_blob::PutContext::default();
-        let (after, back) = caller.put_from(tag, name, at, buffer, chunk.len(), score, &context)?;
-        size = after;
-        buffer = back;
-    }
-    Ok(size)
-}
-
-/// `out.len()` bytes at `offset` of blob `name`, a chunk at a time.
-fn get_bytes(
-    caller: &BlobCaller<'_, RuntimeClient>,
-    tag: TagId,
-    name: &str,
-    offset: u64,
-    out: &mut [u8],
-) -> Result<(), CallError> {
-    if out.is_empty() {
-        return Ok(());
-    }
-    let mut buffer = caller.chunk_buffer()?;
-    let step = buffer.len();
-    for (i, chunk) in out.chunks_mut(step).enumerate() {
-        let at = offset + (i * step) as u64;
-        buffer = caller.get_into(tag, name, at, buffer, chunk.len())?;
-        buffer.read(0, chunk);
-    }
-    Ok(())
-}
-
 #[pymethods]
 impl BlobClient {
     /// The runtime's CPU segment.
@@ -292,13 +245,13 @@ impl BlobClient {
                 }
             };
             return call(py, &caller, bytes.len(), |c| {
-                put_bytes(c, tag, &name, offset, bytes, score)
+                c.put_chunked(tag, &name, offset, bytes, score)
             });
         }
         let bytes = host::Bytes::of(obj)?;
         let bytes: &[u8] = &bytes;
         call(py, &caller, bytes.len(), |c| {
-            put_bytes(c, tag, &name, offset, bytes, score)
+            c.put_chunked(tag, &name, offset, bytes, score)
         })
     }
 
@@ -328,7 +281,7 @@ impl BlobClient {
             let mut bytes = vec![0u8; len as usize];
             let target = &mut bytes[..];
             call(py, &caller, target.len(), |c| {
-                get_bytes(c, tag, &name, offset, target)
+                c.get_chunked(tag, &name, offset, target)
             })?;
             return Ok(PyByteArray::new(py, &bytes).into_any());
         };
@@ -338,14 +291,14 @@ impl BlobClient {
                 Place::Host => {
                     let target = host_bytes_mut(&mut imported)?;
                     call(py, &caller, target.len(), |c| {
-                        get_bytes(c, tag, &name, offset, target)
+                        c.get_chunked(tag, &name, offset, target)
                     })?;
                 }
                 Place::Cuda(_) => {
                     let mut staged = vec![0u8; imported.len];
                     let target = &mut staged[..];
                     call(py, &caller, target.len(), |c| {
-                        get_bytes(c, tag, &name, offset, target)
+                        c.get_chunked(tag, &name, offset, target)
                     })?;
                     write_device(&mut imported, &staged)?;
                 }
@@ -355,7 +308,7 @@ impl BlobClient {
         let mut bytes = host::Bytes::of_mut(&out)?;
         let target: &mut [u8] = &mut bytes;
         call(py, &caller, target.len(), |c| {
-            get_bytes(c, tag, &name, offset, target)
+            c.get_chunked(tag, &name, offset, target)
         })?;
         drop(bytes);
         Ok(out)

@@ -1,12 +1,15 @@
 //! `tandem.share.Buffer` and its typed `View`: a shared buffer's memory
 //! handed to NumPy, PyTorch, CuPy and JAX without a copy, through DLPack,
-//! `__cuda_array_interface__` (CUDA) and the buffer protocol (CPU device).
+//! `__cuda_array_interface__` (CUDA) and the buffer protocol (CPU device,
+//! `host_buffer`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use pyo3::exceptions::PyAttributeError;
+use pyo3::ffi::Py_ssize_t;
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyTuple};
 
 use crate::core::AnyBuffer;
 use crate::dlpack::{self, Export};
@@ -16,22 +19,22 @@ use crate::host;
 use crate::layout::{type_code, DL_CUDA};
 
 /// A shared buffer: writable by its creator until sealed, read-only after
-/// (and when opened by id). Arrays made from it keep it mapped.
-#[pyclass(module = "tandem._tandem", name = "Buffer", frozen)]
+/// (and when opened by id). Arrays made from it keep it mapped. A
+/// subclass, `HostBuffer` (`host_buffer`), adds the buffer protocol on the
+/// CPU device.
+#[pyclass(module = "tandem._tandem", name = "Buffer", frozen, subclass)]
 pub(crate) struct Buffer {
     core: Arc<dyn AnyBuffer>,
     /// The buffer protocol's shape and strides, which must outlive every
     /// view handed out (the object itself does).
-    #[cfg(feature = "buffer-protocol")]
-    extent: [pyo3::ffi::Py_ssize_t; 2],
+    extent: [Py_ssize_t; 2],
 }
 
 impl Buffer {
     pub(crate) fn new(core: Arc<dyn AnyBuffer>) -> Self {
         Self {
-            #[cfg(feature = "buffer-protocol")]
             extent: [
-                pyo3::ffi::Py_ssize_t::try_from(core.len()).unwrap_or(pyo3::ffi::Py_ssize_t::MAX),
+                Py_ssize_t::try_from(core.len()).unwrap_or(Py_ssize_t::MAX),
                 1,
             ],
             core,
@@ -40,6 +43,11 @@ impl Buffer {
 
     pub(crate) fn core(&self) -> &Arc<dyn AnyBuffer> {
         &self.core
+    }
+
+    /// The buffer protocol's shape and strides of its bytes.
+    pub(crate) fn extent(&self) -> &[Py_ssize_t; 2] {
+        &self.extent
     }
 }
 
@@ -82,11 +90,16 @@ impl Buffer {
         self.core.sealed()
     }
 
-    /// Seals it after the work queued so far on its device: other
-    /// processes may open it; nobody may change it.
-    fn seal(&self, py: Python<'_>) -> PyResult<()> {
+    /// Seals it once the work queued so far on `stream` is done (on CUDA,
+    /// with no host wait): other processes may open it; nobody may change
+    /// it. `stream`: a CUDA stream's handle, or an object lending one
+    /// (`__cuda_stream__()`, `cuda_stream`); `None` is the legacy default
+    /// stream. The CPU device has no streams: `None` only.
+    #[pyo3(signature = (stream=None))]
+    fn seal(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let stream = stream.map(stream_handle).transpose()?;
         let core = Arc::clone(&self.core);
-        Ok(py.allow_threads(move || core.seal())?)
+        Ok(py.allow_threads(move || core.seal(stream))?)
     }
 
     /// Its memory as `dtype` elements of `shape` (default: as many as fit,
@@ -183,65 +196,6 @@ impl Buffer {
             if self.core.sealed() { "True" } else { "False" }
         )
     }
-
-    /// The buffer protocol: bytes in place, on the CPU device only.
-    #[cfg(feature = "buffer-protocol")]
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut pyo3::ffi::Py_buffer,
-        flags: core::ffi::c_int,
-    ) -> PyResult<()> {
-        use pyo3::exceptions::PyBufferError;
-        use pyo3::ffi;
-        let this = slf.get();
-        let Some(address) = this.core.host_address() else {
-            return Err(PyBufferError::new_err(
-                "device memory has no buffer protocol: use DLPack (from_dlpack) or mirror()",
-            ));
-        };
-        let read_only = this.core.sealed();
-        if read_only && flags & ffi::PyBUF_WRITABLE != 0 {
-            return Err(PyBufferError::new_err(format!(
-                "shared buffer {} is sealed: read-only",
-                this.core.id()
-            )));
-        }
-        this.core.wait_for_seal()?;
-        let wants = |flag: core::ffi::c_int| flags & flag == flag;
-        // SAFETY: `view` is the caller's to fill; the shape and strides
-        // point into `this`, which the view's `obj` reference keeps alive.
-        unsafe {
-            (*view).buf = address.cast();
-            (*view).len = this.extent[0];
-            (*view).readonly = core::ffi::c_int::from(read_only);
-            (*view).itemsize = 1;
-            (*view).format = if wants(ffi::PyBUF_FORMAT) {
-                c"B".as_ptr().cast_mut()
-            } else {
-                core::ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape = if wants(ffi::PyBUF_ND) {
-                this.extent.as_ptr().cast_mut()
-            } else {
-                core::ptr::null_mut()
-            };
-            (*view).strides = if wants(ffi::PyBUF_STRIDES) {
-                this.extent[1..].as_ptr().cast_mut()
-            } else {
-                core::ptr::null_mut()
-            };
-            (*view).suboffsets = core::ptr::null_mut();
-            (*view).internal = core::ptr::null_mut();
-            (*view).obj = slf.into_any().into_ptr();
-        }
-        Ok(())
-    }
-
-    /// Nothing to undo: the view's reference to the buffer is Python's to
-    /// drop.
-    #[cfg(feature = "buffer-protocol")]
-    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
 }
 
 /// A host copy of a buffer, for the length of a `with` block.
@@ -347,6 +301,44 @@ impl View {
             self.shape
         )
     }
+}
+
+/// The raw handle `stream` names: an int, or an object lending one through
+/// the CUDA stream protocol (`__cuda_stream__()`, a (version, handle) pair)
+/// or a `cuda_stream` attribute (PyTorch's streams).
+fn stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let py = stream.py();
+    let handle = if stream.hasattr(intern!(py, "__cuda_stream__"))? {
+        let pair = stream.call_method0(intern!(py, "__cuda_stream__"))?;
+        let pair = pair
+            .downcast::<PyTuple>()
+            .map_err(|_| not_a_stream(&pair))?;
+        match pair.len() {
+            2 => pair.get_item(1)?,
+            _ => return Err(not_a_stream(pair)),
+        }
+    } else if stream.hasattr(intern!(py, "cuda_stream"))? {
+        stream.getattr(intern!(py, "cuda_stream"))?
+    } else {
+        stream.clone()
+    };
+    if !handle.is_instance_of::<PyInt>() {
+        return Err(not_a_stream(&handle));
+    }
+    handle.extract::<i64>().map_err(|_| {
+        Error::new(Kind::Stream, format!("stream {handle} is no stream handle")).into()
+    })
+}
+
+fn not_a_stream(found: &Bound<'_, PyAny>) -> PyErr {
+    Error::new(
+        Kind::Unsupported,
+        format!(
+            "stream: an int handle, or an object with __cuda_stream__() (a (version, handle) \
+             pair) or cuda_stream; got {found:?}"
+        ),
+    )
+    .into()
 }
 
 /// `__dlpack__` as the standard has it: the consumer's `stream` ordered

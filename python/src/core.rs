@@ -22,14 +22,14 @@ pub(crate) trait AnyBuffer: Send + Sync {
     fn data(&self) -> u64;
     fn dl_device(&self) -> DLDevice;
     fn sealed(&self) -> bool;
-    /// Seals it after the work queued so far on its device.
-    fn seal(&self) -> Result<(), Error>;
+    /// Seals it once the work queued so far on `stream` (a raw handle, or
+    /// `None`: the backend's default) is done.
+    fn seal(&self, stream: Option<i64>) -> Result<(), Error>;
     /// Orders a consumer's `stream` (DLPack's value) after the seal.
     fn order_stream(&self, stream: Option<i64>) -> Result<(), Error>;
     /// Blocks until the writer's work is done (nothing for the writer).
     fn wait_for_seal(&self) -> Result<(), Error>;
     /// Its host address, where the host reads it in place (CPU device).
-    #[cfg(feature = "buffer-protocol")]
     fn host_address(&self) -> Option<*mut u8>;
     /// A host copy of its bytes.
     fn read_host(&self) -> Result<Vec<u8>, Error>;
@@ -123,7 +123,8 @@ impl<A: Backend> AnyBuffer for Core<A> {
         matches!(present(&mut self.state()), State::Sealed(_))
     }
 
-    fn seal(&self) -> Result<(), Error> {
+    fn seal(&self, stream: Option<i64>) -> Result<(), Error> {
+        let stream = A::producer_stream(stream)?;
         let mut state = self.state();
         let buffer = match state.take() {
             Some(State::Writable(buffer)) => buffer,
@@ -132,27 +133,21 @@ impl<A: Backend> AnyBuffer for Core<A> {
                 return Err(self.sealed_error());
             }
         };
-        // Other libraries' streams (PyTorch's, CuPy's) are not the seal's
-        // to name: the device's work so far is what it orders readers after.
-        let ready = self
-            .client
-            .device(self.device)
-            .and_then(|(device, stream)| Ok(device.synchronize().map(|()| stream)?));
-        let stream = match ready {
-            Ok(stream) => stream,
+        let (device, own) = match self.client.device(self.device) {
+            Ok(device) => device,
             Err(e) => {
                 *state = Some(State::Writable(buffer));
                 return Err(e);
             }
         };
-        match self.client.share.try_seal(buffer, &stream) {
+        match A::seal(&self.client.share, &device, &own, buffer, stream) {
             Ok(sealed) => {
                 *state = Some(State::Sealed(sealed));
                 Ok(())
             }
             Err((e, buffer)) => {
                 *state = Some(State::Writable(buffer));
-                Err(e.into())
+                Err(e)
             }
         }
     }
@@ -175,7 +170,6 @@ impl<A: Backend> AnyBuffer for Core<A> {
         }
     }
 
-    #[cfg(feature = "buffer-protocol")]
     fn host_address(&self) -> Option<*mut u8> {
         A::host_address(self.data)
     }

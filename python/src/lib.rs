@@ -9,8 +9,9 @@
 //! * **Shared buffers** (`tandem.share`): [`connect`](share::connect) and
 //!   [`spawn_daemon`](share::spawn_daemon) give a `Client` (create, get,
 //!   put, delete, ls, stat, status); a `Buffer` lends its memory through
-//!   DLPack, `__cuda_array_interface__` and the buffer protocol, and a
-//!   `View` reads it typed.
+//!   DLPack and `__cuda_array_interface__`, a `HostBuffer` (one on the CPU
+//!   device) also through the buffer protocol, and a `View` reads it
+//!   typed.
 //! * **The blob store** (`tandem.blob`): [`attach`](blob::attach) and
 //!   [`fork`](blob::fork) give a `BlobClient`.
 //! * **Status** (`tandem.status`): [`status_json`](status::status_json).
@@ -20,10 +21,10 @@
 //!
 //! # Module layers
 //!
-//! Bottom up: `layout` (DLPack's structures) and `errors`; `dtype`,
-//! `wait`, `host`; `dlpack`; `backend`; `core` (a buffer whatever its
-//! backend) with `share` (the client it belongs to); `buffer`, `blob`,
-//! `status`.
+//! Bottom up: `layout` (DLPack's structures), `pybuffer` (the buffer
+//! protocol's) and `errors`; `dtype`, `wait`, `host`; `dlpack`; `backend`;
+//! `core` (a buffer whatever its backend) with `share` (the client it
+//! belongs to); `buffer` with `host_buffer`, `blob`, `status`.
 
 mod backend;
 mod blob;
@@ -33,7 +34,9 @@ mod dlpack;
 mod dtype;
 mod errors;
 mod host;
+mod host_buffer;
 mod layout;
+mod pybuffer;
 mod share;
 mod status;
 mod wait;
@@ -44,6 +47,7 @@ use pyo3::prelude::*;
 fn _tandem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<share::Client>()?;
     m.add_class::<buffer::Buffer>()?;
+    host_buffer::register(m)?;
     m.add_class::<buffer::View>()?;
     m.add_class::<buffer::Mirror>()?;
     m.add_class::<blob::BlobClient>()?;
@@ -52,7 +56,6 @@ fn _tandem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(blob::attach, m)?)?;
     m.add_function(wrap_pyfunction!(blob::fork, m)?)?;
     m.add_function(wrap_pyfunction!(status::status_json, m)?)?;
-    m.add("BUFFER_PROTOCOL", cfg!(feature = "buffer-protocol"))?;
     m.add("CUDA", cfg!(feature = "cuda"))?;
     Ok(())
 }

@@ -20,6 +20,7 @@ use crate::core::{AnyBuffer, Core};
 use crate::dlpack;
 use crate::errors::{Error, Kind};
 use crate::host;
+use crate::host_buffer;
 use crate::wait::SIGNAL_POLL;
 
 /// A share client of backend `A`, with one stream per device it used (what
@@ -251,22 +252,27 @@ impl Client {
     /// A new buffer of `nbytes` on `device`, writable by this process until
     /// it is sealed.
     #[pyo3(signature = (nbytes, device=0))]
-    fn create(&self, py: Python<'_>, nbytes: usize, device: usize) -> PyResult<Buffer> {
+    fn create<'py>(
+        &self,
+        py: Python<'py>,
+        nbytes: usize,
+        device: usize,
+    ) -> PyResult<Bound<'py, Buffer>> {
         let inner = Arc::clone(&self.inner);
         let core = py.allow_threads(move || inner.create(nbytes, device))?;
-        Ok(Buffer::new(core))
+        host_buffer::object(py, core)
     }
 
     /// Sealed buffer `id`, read-only, mapped on `device` (default: the
     /// device holding it); waits up to `timeout` seconds for its seal.
     #[pyo3(signature = (id, timeout=30.0, device=None))]
-    fn get(
+    fn get<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         id: u64,
         timeout: f64,
         device: Option<usize>,
-    ) -> PyResult<Buffer> {
+    ) -> PyResult<Bound<'py, Buffer>> {
         let timeout = Duration::try_from_secs_f64(timeout)
             .map_err(|e| Error::new(Kind::Shape, format!("timeout {timeout}: {e}")))?;
         let device = match device {
@@ -283,7 +289,7 @@ impl Client {
             let inner = Arc::clone(&self.inner);
             let slice = left.min(SIGNAL_POLL);
             match py.allow_threads(move || inner.open(id, device, slice)) {
-                Ok(core) => return Ok(Buffer::new(core)),
+                Ok(core) => return host_buffer::object(py, core),
                 Err(e) if e.kind() == Kind::NotSealed && !left.is_zero() => py.check_signals()?,
                 Err(e) => return Err(e.into()),
             }
@@ -332,12 +338,12 @@ impl Client {
     /// (a tensor, on the CPU or, on a CUDA daemon, its device: one device
     /// copy) or anything with the buffer protocol.
     #[pyo3(signature = (obj, device=None))]
-    fn put(
+    fn put<'py>(
         &self,
-        py: Python<'_>,
-        obj: &Bound<'_, PyAny>,
+        py: Python<'py>,
+        obj: &Bound<'py, PyAny>,
         device: Option<usize>,
-    ) -> PyResult<Buffer> {
+    ) -> PyResult<Bound<'py, Buffer>> {
         let buffer = if obj.hasattr("__dlpack__")? {
             let imported = dlpack::import(obj)?;
             let device = device.unwrap_or(match imported.place {
@@ -345,16 +351,16 @@ impl Client {
                 _ => 0,
             });
             let core = self.create(py, imported.len, device)?;
-            core.core().copy_in(&imported)?;
+            core.get().core().copy_in(&imported)?;
             core
         } else {
             let bytes = host::Bytes::of(obj)?;
             let core = self.create(py, bytes.len(), device.unwrap_or(0))?;
-            core.core().write_host(&bytes)?;
+            core.get().core().write_host(&bytes)?;
             core
         };
-        let core = Arc::clone(buffer.core());
-        py.allow_threads(move || core.seal())?;
+        let core = Arc::clone(buffer.get().core());
+        py.allow_threads(move || core.seal(None))?;
         Ok(buffer)
     }
 

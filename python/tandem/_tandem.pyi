@@ -6,7 +6,6 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Optional, Sequence, Union
 
-BUFFER_PROTOCOL: bool
 CUDA: bool
 
 class Client:
@@ -34,7 +33,7 @@ class Buffer:
     @property
     def sealed(self) -> bool: ...
     def __len__(self) -> int: ...
-    def seal(self) -> None: ...
+    def seal(self, stream: Optional[Any] = None) -> None: ...
     def view(self, dtype: str, shape: Optional[Sequence[int]] = None) -> View: ...
     def mirror(self) -> Mirror: ...
     def __dlpack__(
@@ -48,6 +47,12 @@ class Buffer:
     def __dlpack_device__(self) -> tuple[int, int]: ...
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
+
+class HostBuffer(Buffer):
+    """A buffer on the CPU device: also the buffer protocol, on every
+    supported CPython (``__buffer__`` is how type checkers spell it; the
+    interpreter names it from 3.12)."""
+
     def __buffer__(self, flags: int) -> memoryview: ...
 
 class View:

@@ -48,6 +48,12 @@ class InvalidSizeError(ShareError, ValueError):
     """A size of zero, or beyond the device."""
 
 
+class StreamError(ShareError, ValueError):
+    """A stream handle the buffer's device has no use for: any but ``None``
+    on the CPU device, which has no streams; 0 (ambiguous) or a negative
+    value on CUDA."""
+
+
 class NoDeviceError(ShareError):
     """No such device, or one this process cannot reach."""
 

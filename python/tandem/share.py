@@ -8,8 +8,10 @@ use what it made.
     buf.seal()                                 # read-only from here on
     ... another process: client.get(buf.id)
 
-Arrays made from a buffer (``from_dlpack``, ``memoryview``) keep it mapped,
-and the daemon's lease on it held, until they are gone.
+A buffer on the CPU device is a :class:`HostBuffer`, which also has the buffer
+protocol (``memoryview(buf)``, ``numpy.asarray(buf)``: bytes in place, read-only
+once sealed). Arrays made from a buffer (``from_dlpack``, ``memoryview``) keep
+it mapped, and the daemon's lease on it held, until they are gone.
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import os
 import shutil
 from typing import Optional
 
-from ._tandem import Buffer, Client, Mirror, View
+from ._tandem import Buffer, Client, HostBuffer, Mirror, View
 from ._tandem import connect as _connect
 from ._tandem import spawn_daemon as _spawn_daemon
 
-__all__ = ["Buffer", "Client", "Mirror", "View", "connect", "spawn_daemon"]
+__all__ = ["Buffer", "Client", "HostBuffer", "Mirror", "View", "connect", "spawn_daemon"]
 
 
 def connect(socket: Optional[str | os.PathLike] = None) -> Client:

@@ -18,6 +18,11 @@ import pytest
 import tandem
 
 
+# NumPy imports DLPack writable from 2.1 on (versioned capsules); before, every
+# import is read-only, and writes go through the buffer protocol.
+NUMPY_DLPACK_WRITES = np.lib.NumpyVersion(np.__version__) >= "2.1.0"
+
+
 def leases(client, buf_id: int) -> int:
     gc.collect()
     return client.stat(buf_id)["leases"]
@@ -27,7 +32,10 @@ def test_numpy_writes_through_dlpack_and_reads_the_sealed_buffer(client):
     buf = client.create(64)
     assert not buf.sealed and buf.nbytes == 64 and len(buf) == 64
     array = np.from_dlpack(buf.view("float32", (4, 4)))
-    assert array.shape == (4, 4) and array.dtype == np.float32 and array.flags.writeable
+    assert array.shape == (4, 4) and array.dtype == np.float32
+    assert array.flags.writeable == NUMPY_DLPACK_WRITES
+    if not NUMPY_DLPACK_WRITES:
+        array = np.asarray(buf).view(np.float32).reshape(4, 4)
     array[:] = np.arange(16, dtype=np.float32).reshape(4, 4)
     buf.seal()
     assert buf.sealed
@@ -41,19 +49,35 @@ def test_numpy_writes_through_dlpack_and_reads_the_sealed_buffer(client):
 
 
 def test_the_buffer_protocol_lends_bytes_in_place(client):
-    if not tandem._tandem.BUFFER_PROTOCOL:
-        pytest.skip("built without the buffer protocol (abi3-py39)")
     buf = client.create(16)
+    assert type(buf) is tandem.share.HostBuffer and isinstance(buf, tandem.share.Buffer)
     view = memoryview(buf)
     assert not view.readonly and view.nbytes == 16 and view.format == "B"
+    assert view.shape == (16,) and view.strides == (1,) and view.obj is buf
     view[:4] = b"abcd"
     assert bytes(np.from_dlpack(buf)[:4]) == b"abcd"
+    assert np.asarray(buf).ctypes.data == np.from_dlpack(buf).ctypes.data  # in place
     buf.seal()
     sealed = memoryview(buf)
     assert sealed.readonly and bytes(sealed[:4]) == b"abcd"
     with pytest.raises(TypeError):
         sealed[0] = 1
+    opened = client.get(buf.id)
+    assert type(opened) is tandem.share.HostBuffer and bytes(memoryview(opened)[:4]) == b"abcd"
+    with pytest.raises(TypeError):
+        tandem.share.HostBuffer()  # made by a client only
     del view, sealed
+
+
+def test_a_memoryview_keeps_its_buffer_mapped(client):
+    buf = client.create(8)
+    buf.seal()
+    buf_id = buf.id
+    view = memoryview(client.get(buf_id))
+    del buf
+    assert leases(client, buf_id) == 1 and bytes(view) == bytes(8)
+    view.release()
+    assert leases(client, buf_id) == 0
 
 
 def test_mirrors_copy_back_a_writers_bytes_only(client):
@@ -96,7 +120,7 @@ def test_capsules_never_consumed_give_their_lease_back(client):
 @pytest.mark.parametrize("order", ["arrays_first", "buffer_first", "interleaved"])
 def test_arrays_keep_the_buffer_mapped_whatever_the_order_of_drops(client, order):
     buf = client.create(4096)
-    np.from_dlpack(buf)[:] = 7
+    np.asarray(buf)[:] = 7
     buf.seal()
     buf_id = buf.id
     reader = client.get(buf_id)
@@ -144,6 +168,50 @@ def test_put_copies_an_array_into_a_sealed_buffer(client):
         client.put(np.arange(16, dtype=np.int32).reshape(4, 4)[:, 1])
 
 
+class CudaStreamProtocol:
+    """A stream as cuda.core and others lend it: `__cuda_stream__()`, a
+    (version, handle) pair."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def __cuda_stream__(self):
+        return self.answer
+
+
+class CudaStreamAttribute:
+    """A stream as PyTorch lends it: its handle in `cuda_stream`."""
+
+    def __init__(self, handle):
+        self.cuda_stream = handle
+
+
+@pytest.mark.parametrize(
+    "stream, error",
+    [
+        (7, tandem.StreamError),
+        (-1, tandem.StreamError),
+        (CudaStreamAttribute(7), tandem.StreamError),
+        (CudaStreamProtocol((0, 7)), tandem.StreamError),
+        ("7", TypeError),
+        (7.0, TypeError),
+        (CudaStreamAttribute("7"), TypeError),
+        (CudaStreamProtocol(7), TypeError),
+        (CudaStreamProtocol((0, "7")), TypeError),
+        (1 << 70, tandem.StreamError),
+    ],
+)
+def test_seal_takes_no_stream_on_the_cpu_device(client, stream, error):
+    buf = client.create(8)
+    with pytest.raises(error):
+        buf.seal(stream=stream)
+    # Refused before anything changed: still the writer's, and sealable.
+    assert not buf.sealed
+    memoryview(buf)[:2] = b"ok"
+    buf.seal(stream=None)
+    assert buf.sealed and bytes(memoryview(client.get(buf.id))[:2]) == b"ok"
+
+
 def test_bad_input(client):
     buf = client.create(10)
     with pytest.raises(tandem.ViewError):
@@ -163,9 +231,8 @@ def test_bad_input(client):
         buf.seal()
     with pytest.raises(ValueError):
         np.from_dlpack(buf)[0] = 1  # the read-only flag, honoured by NumPy
-    if tandem._tandem.BUFFER_PROTOCOL:
-        with pytest.raises(TypeError):
-            ctypes.c_char.from_buffer(buf)  # writable memory asked for
+    with pytest.raises(TypeError):
+        ctypes.c_char.from_buffer(buf)  # writable memory asked for
     unsealed = client.create(8)
     with pytest.raises(tandem.NotSealedError):
         client.get(unsealed.id, timeout=0.1)

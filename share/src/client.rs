@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use tandem_hal::{GpuApi, GpuDevice, IpcEventHandle, IpcMemHandle, ShareableHandle};
+use tandem_hal::{GpuApi, GpuDevice, GpuResult, IpcEventHandle, IpcMemHandle, ShareableHandle};
 use tandem_process::{find_tandem_binary, ServiceChild};
 
 use crate::buffer::{GpuBuffer, MutableGpuBuffer};
@@ -222,9 +222,21 @@ impl<A: GpuApi> ShareClient<A> {
         buffer: MutableGpuBuffer<A>,
         stream: &<A::Device as GpuDevice>::Stream,
     ) -> Result<GpuBuffer<A>, (ShareError, MutableGpuBuffer<A>)> {
+        self.try_seal_with(buffer, |device, event| device.record_event(event, stream))
+    }
+
+    /// [`try_seal`](Self::try_seal) where `record` records the seal's event
+    /// (given the device holding the buffer, and the event) on a stream that
+    /// is no Tandem stream: another library's, named by its raw handle
+    /// (`CudaDevice::foreign_stream_record_event`).
+    pub fn try_seal_with(
+        &self,
+        buffer: MutableGpuBuffer<A>,
+        record: impl FnOnce(&A::Device, &<A::Device as GpuDevice>::Event) -> GpuResult<()>,
+    ) -> Result<GpuBuffer<A>, (ShareError, MutableGpuBuffer<A>)> {
         let mapping = buffer.into_mapping();
         let id = mapping.id();
-        let sealed = mapping.record_seal(stream).and_then(|()| {
+        let sealed = mapping.record_seal(record).and_then(|()| {
             self.inner
                 .connections
                 .call(&Request::Seal { id }, Some(id))

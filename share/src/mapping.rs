@@ -9,7 +9,7 @@ use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
-use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, IpcEventHandle};
+use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, GpuResult, IpcEventHandle};
 use tandem_process::{remove_host_ipc_segments_of, ServiceChild};
 
 use crate::connection::Connections;
@@ -263,13 +263,14 @@ impl<A: GpuApi> Mapping<A> {
         Ok(self.event.get_or_init(|| opened))
     }
 
-    /// The writer's seal: `stream`'s work so far completes the event. The
-    /// writer's mapping is local, so `stream` is a stream of the holder.
+    /// The writer's seal: `record` records the event (given the holder and
+    /// the event) on a stream whose work so far completes it. The writer's
+    /// mapping is local, so that is a stream of the holder.
     pub(crate) fn record_seal(
         &self,
-        stream: &<A::Device as GpuDevice>::Stream,
+        record: impl FnOnce(&A::Device, &<A::Device as GpuDevice>::Event) -> GpuResult<()>,
     ) -> Result<(), ShareError> {
-        Ok(self.holder.record_event(self.event()?, stream)?)
+        Ok(record(&self.holder, self.event()?)?)
     }
 
     /// Orders later work on `stream` (a stream of `device`) after the

@@ -196,8 +196,9 @@ run_python() {
   rows+=("python.tests.gpu|$passed|$failed|$ignored|$status")
   for bench in handoff blob; do
     args=()
-    # The Rust client's figures, for the binding's overhead.
-    [ "$bench" = blob ] && args+=(--rust-log "$log_dir/tandem-blob.bench.blob.log")
+    # The Rust client's figures for the same calls, run by the bench itself: the binding's
+    # overhead.
+    [ "$bench" = blob ] && args+=(--rust-bench "$bundle_dir/bin/tandem-blob.bench.blob")
     echo
     echo "== python bench $bench"
     (cd "$workdir" && PYTHONPATH="$site" TANDEM_BIN="$bundle_dir/bin/tandem" \

@@ -1,6 +1,7 @@
 """CUDA tensors between processes through the share daemon, and through the
 blob store: PyTorch and CuPy consumers with no copy, a consumer killed while
-it holds a tensor, a producer exiting first, blob put/get of CUDA tensors."""
+it holds a tensor, a producer exiting first, a seal recorded on the
+producer's stream, blob put/get of CUDA tensors."""
 
 from __future__ import annotations
 
@@ -142,6 +143,35 @@ def test_a_consumer_stream_waits_for_the_seal(daemon):
     assert reader.__dlpack__(stream=-1, max_version=(1, 0)) is not None
     with pytest.raises(BufferError):
         reader.__dlpack__(stream=0)
+    daemon.delete(buf.id)
+
+
+@pytest.mark.parametrize("lend", ["object", "handle"])
+def test_a_seal_on_the_producers_stream_orders_readers_after_its_work(daemon, lend):
+    import torch
+
+    buf = daemon.create(N * 4)
+    side = torch.cuda.Stream()  # non-blocking: the legacy default stream does not wait for it
+    with torch.cuda.stream(side):
+        tensor = torch.from_dlpack(buf.view("float32", (N,)))
+        torch.cuda._sleep(100_000_000)  # the fill lands long after seal() returns
+        tensor.fill_(5.0)
+    buf.seal(stream=side if lend == "object" else side.cuda_stream)
+    reader = daemon.get(buf.id)
+    # Queued on the default stream, which the export makes wait for the seal.
+    total = torch.from_dlpack(reader.view("float32", (N,))).sum()
+    assert float(total) == 5.0 * N
+    del tensor
+    daemon.delete(buf.id)
+
+
+def test_seal_refuses_stream_0_on_cuda(daemon):
+    buf = daemon.create(64)
+    with pytest.raises(tandem.StreamError):
+        buf.seal(stream=0)  # ambiguous: legacy or per-thread
+    assert not buf.sealed
+    buf.seal(stream=2)  # the per-thread default stream
+    assert buf.sealed
     daemon.delete(buf.id)
 
 
