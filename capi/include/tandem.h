@@ -347,7 +347,8 @@ tandem_status tandem_share_buffer_read(const tandem_share_buffer *buffer, size_t
 
 // Seals a buffer this process created: readers may open it. Work this
 // process queued on it (its kernels) must be complete first (synchronise
-// the stream). Blocks until the daemon answers.
+// the stream). Blocks until the daemon answers and the seal is recorded,
+// so the process may exit as soon as it returns.
 tandem_status tandem_share_buffer_seal(const tandem_share_buffer *buffer);
 
 #ifdef __cplusplus
