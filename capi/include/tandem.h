@@ -217,8 +217,10 @@ tandem_status tandem_client_noop(const tandem_client *client, uint32_t lane, uin
 // Writes the status of the runtime serving `segment` (null: the one live
 // runtime) as `tandem status --json`'s JSON, NUL-terminated, into `buf` of
 // `cap` bytes; `len` gets its length without the NUL. A `cap` too small is
-// `TANDEM_STATUS_INVALID_ARGUMENT` with `len` set to what it needs. Reads
-// the segment; never waits for the runtime. Thread-safe.
+// `TANDEM_STATUS_INVALID_ARGUMENT` with `len` set to what it needs; the
+// status is live, so it may outgrow a buffer sized by an earlier call, and
+// then says so the same way. Reads the segment; never waits for the
+// runtime. Thread-safe.
 //
 // # Safety
 // `segment` is null or NUL-terminated; `buf` is null or writable for `cap`
@@ -347,7 +349,8 @@ tandem_status tandem_share_buffer_read(const tandem_share_buffer *buffer, size_t
 
 // Seals a buffer this process created: readers may open it. Work this
 // process queued on it (its kernels) must be complete first (synchronise
-// the stream). Blocks until the daemon answers.
+// the stream). Blocks until the daemon answers and the seal is recorded,
+// so the process may exit as soon as it returns.
 tandem_status tandem_share_buffer_seal(const tandem_share_buffer *buffer);
 
 #ifdef __cplusplus

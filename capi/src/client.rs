@@ -179,8 +179,10 @@ pub extern "C" fn tandem_client_noop(
 /// Writes the status of the runtime serving `segment` (null: the one live
 /// runtime) as `tandem status --json`'s JSON, NUL-terminated, into `buf` of
 /// `cap` bytes; `len` gets its length without the NUL. A `cap` too small is
-/// `TANDEM_STATUS_INVALID_ARGUMENT` with `len` set to what it needs. Reads
-/// the segment; never waits for the runtime. Thread-safe.
+/// `TANDEM_STATUS_INVALID_ARGUMENT` with `len` set to what it needs; the
+/// status is live, so it may outgrow a buffer sized by an earlier call, and
+/// then says so the same way. Reads the segment; never waits for the
+/// runtime. Thread-safe.
 ///
 /// # Safety
 /// `segment` is null or NUL-terminated; `buf` is null or writable for `cap`

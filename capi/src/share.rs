@@ -180,8 +180,14 @@ impl<A: GpuApi> OpenBuffer for Buffer<A> {
         // idle stream of the buffer's device orders readers after it.
         let stream = buffer.device().create_stream()?;
         let sealed = self.client.seal(buffer, &stream)?;
+        // The record runs on the stream after this returns, and a process
+        // that exits first (a writer's usual next step) takes the unrun
+        // record with it: the event then never completes and every reader
+        // waits on it for ever. Only the record is queued, so this costs
+        // its run.
+        let recorded = sealed.wait_for_seal();
         *state = State::Sealed(sealed);
-        Ok(())
+        Ok(recorded?)
     }
 }
 
@@ -416,7 +422,8 @@ pub unsafe extern "C" fn tandem_share_buffer_read(
 
 /// Seals a buffer this process created: readers may open it. Work this
 /// process queued on it (its kernels) must be complete first (synchronise
-/// the stream). Blocks until the daemon answers.
+/// the stream). Blocks until the daemon answers and the seal is recorded,
+/// so the process may exit as soon as it returns.
 #[no_mangle]
 pub extern "C" fn tandem_share_buffer_seal(buffer: *const ShareBufferHandle) -> Status {
     guard(|| BUFFERS.get(buffer)?.seal())

@@ -11,15 +11,8 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Mutex, PoisonError};
 
 use tandem_process::{find_tandem_binary, ServiceChild};
-
-/// Held by each test for its whole run: the share exchange's producer was
-/// seen to stall (alive, polling, its lease held) while the blob test's
-/// runtime and programs ran beside it, and never alone; one at a time keeps
-/// the leg deterministic while that is looked into.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// The examples' build folder, or None (after saying why) when the test
 /// may skip.
@@ -52,7 +45,6 @@ fn spawn(exe: &Path, args: &[&OsStr]) -> ServiceChild {
 #[test]
 fn a_cpp_kernel_puts_and_gets_blobs_through_a_runtime_of_another_process() {
     let Some(build) = examples() else { return };
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let tandem = find_tandem_binary().expect("the tandem binary");
     let dir = tempfile::tempdir().expect("a temporary folder");
     let config = dir.path().join("tandem.toml");
@@ -116,11 +108,8 @@ fn a_cpp_kernel_puts_and_gets_blobs_through_a_runtime_of_another_process() {
 }
 
 #[test]
-#[ignore = "the C++ producer at times keeps polling with its lease held until killed (cause not \
-            found); run with --ignored"]
 fn a_cpp_producer_hands_a_consumer_a_buffer_through_the_share_daemon() {
     let Some(build) = examples() else { return };
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
     let tandem = find_tandem_binary().expect("the tandem binary");
     let dir = tempfile::tempdir().expect("a temporary folder");
     let socket = dir.path().join("share.sock");
@@ -151,8 +140,8 @@ fn a_cpp_producer_hands_a_consumer_a_buffer_through_the_share_daemon() {
         .unwrap_or_else(|| panic!("no `id` line: {text}"))
         .trim()
         .to_owned();
-    // The producer is gone: the sealed buffer lives in the daemon until
-    // the consumer deletes it.
+    // The producer is gone, having exited as soon as its seal returned: the
+    // sealed buffer lives in the daemon until the consumer deletes it.
     let consumed = Command::new(&exchange)
         .arg("consume")
         .arg(&socket)

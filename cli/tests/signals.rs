@@ -1,6 +1,8 @@
-//! SIGINT and SIGTERM end `tandem run` and `tandem demo` without leaving
-//! their named segments in /dev/shm: `run` shuts down cleanly, the demo
-//! removes its segments and exits with 128 + the signal.
+//! SIGINT and SIGTERM end `tandem run`, `tandem demo` and `tandem share
+//! serve` without leaving their named segments in /dev/shm: `run` and the
+//! share daemon shut down cleanly (the daemon even with its socket file
+//! deleted under it), the demo removes its segments and exits with 128 +
+//! the signal.
 
 mod common;
 
@@ -10,6 +12,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{lines, Cleanup};
+use tandem_hal::{GpuApi, GpuDevice, HostApi};
+use tandem_process::host_ipc_exporter;
+use tandem_share::ShareClient;
 
 fn tandem() -> Command {
     let mut cmd = common::tandem();
@@ -133,4 +138,62 @@ fn sigint_mid_demo_removes_its_segments_and_exits_130() {
         "left behind in the temporary folder: {left:?}"
     );
     assert!(Path::new("/dev/shm").exists());
+}
+
+/// The daemon's segments in /dev/shm (its buffers' seal events, on the CPU
+/// device).
+fn segments_of(pid: u32) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .expect("/dev/shm")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| host_ipc_exporter(name) == Some(pid))
+        .collect()
+}
+
+#[test]
+fn sigterm_ends_share_serve_whose_socket_file_was_deleted() {
+    // The default socket, in a runtime folder of the test's own: the
+    // daemon removes the folder it made there once the socket is gone.
+    let runtime = tempfile::tempdir().expect("a runtime folder");
+    let child = tandem()
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .args(["share", "serve", "--backend", "host", "--announce"])
+        .spawn()
+        .expect("spawn tandem share serve");
+    let pid = child.id();
+    let mut guard = Cleanup {
+        children: vec![child],
+        files: Vec::new(),
+    };
+    let child = &mut guard.children[0];
+    let out = lines(child);
+    let ready = line_starting(&out, "ready ");
+    let socket = PathBuf::from(ready.split_whitespace().nth(1).expect("the socket"));
+    assert!(socket.starts_with(runtime.path()), "{ready}");
+    {
+        // A sealed buffer the daemon holds after its writer left: its
+        // event is a segment of the daemon's in /dev/shm until the stop.
+        let client = ShareClient::connect(HostApi::load().expect("the CPU device"), &socket)
+            .expect("connect");
+        let device = client.device(0).expect("device 0");
+        let stream = device.create_stream().expect("a stream");
+        let (_, buffer) = client.create_buffer(0, 4096).expect("create");
+        drop(client.seal(buffer, &stream).expect("seal"));
+        device
+            .synchronize_stream(&stream)
+            .expect("the seal recorded");
+    }
+    assert!(!segments_of(pid).is_empty(), "no segment while serving");
+    std::fs::remove_file(&socket).expect("deleting the socket file");
+    signal(child, libc::SIGTERM);
+    let status = exit_of(child);
+    assert!(status.success(), "share serve after SIGTERM: {status:?}");
+    assert_eq!(segments_of(pid), Vec::<String>::new(), "left in /dev/shm");
+    let left: Vec<_> = std::fs::read_dir(runtime.path())
+        .expect("the runtime folder")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "left in the runtime folder: {left:?}");
 }

@@ -50,9 +50,25 @@ int main(int argc, char **argv) {
       goto done;
     }
   }
-  json = malloc(json_len + 1);
-  if (json == NULL || failed(tandem_status_json(argv[1], json, json_len + 1, &json_len), "tandem_status_json")) {
-    goto done;
+  /* The status is live: it may have grown since it was sized (a counter
+   * gained a digit), and then the call says the new size. A few tries;
+   * a status that keeps outgrowing its buffer is a failure, said. */
+  for (int tries = 1;; ++tries) {
+    tandem_status status;
+    char *grown = realloc(json, json_len + 1);
+    if (grown == NULL) {
+      fprintf(stderr, "c_client: out of memory for %zu bytes of status\n", json_len + 1);
+      goto done;
+    }
+    json = grown;
+    status = tandem_status_json(argv[1], json, json_len + 1, &json_len);
+    if (status == TANDEM_STATUS_OK) {
+      break;
+    }
+    if (status != TANDEM_STATUS_INVALID_ARGUMENT || tries == 4) {
+      failed(status, "tandem_status_json");
+      goto done;
+    }
   }
   printf("c_client: 40 + 2 = %llu; blob of %llu bytes %s; status: %zu bytes of JSON\n", (unsigned long long)sum,
          (unsigned long long)size, memcmp(data, back, sizeof data) == 0 ? "got back" : "DIFFERS", json_len);

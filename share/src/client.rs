@@ -205,7 +205,9 @@ impl<A: GpuApi> ShareClient<A> {
 
     /// Seals `buffer`: records its event on `stream` (so readers' work waits
     /// for what was queued there before) and lets readers open it. Returns
-    /// it read-only.
+    /// it read-only. The record runs with the stream's work: a writer that
+    /// exits before it has run (synchronise the stream first) leaves the
+    /// event pending for ever, and readers waiting on it.
     pub fn seal(
         &self,
         buffer: MutableGpuBuffer<A>,

@@ -385,6 +385,8 @@ pub struct Daemon<A: GpuApi> {
 /// A daemon serving on its own threads; [`RunningDaemon::stop`] ends it.
 pub struct RunningDaemon<A: GpuApi> {
     daemon: Arc<DaemonState<A>>,
+    /// Shared with the accept loop, which the stop wakes through it.
+    listener: Arc<UnixListener>,
     accept: Option<JoinHandle<()>>,
     path: PathBuf,
 }
@@ -449,10 +451,11 @@ impl<A: GpuApi> Daemon<A> {
     /// Serves on a thread of its own (one more per connection).
     pub fn start(self) -> RunningDaemon<A> {
         let daemon = Arc::clone(&self.daemon);
-        let listener = self.listener;
+        let listener = Arc::new(self.listener);
+        let accepting = Arc::clone(&listener);
         let accept = std::thread::Builder::new()
             .name("share-accept".into())
-            .spawn(move || accept_loop(&daemon, &listener))
+            .spawn(move || accept_loop(&daemon, &accepting))
             .ok();
         let polling = self.daemon.poller.polling();
         let limits = self.daemon.limits;
@@ -470,6 +473,7 @@ impl<A: GpuApi> Daemon<A> {
         );
         RunningDaemon {
             daemon: self.daemon,
+            listener,
             accept,
             path: self.path,
         }
@@ -497,14 +501,14 @@ impl<A: GpuApi> RunningDaemon<A> {
         let Some(accept) = self.accept.take() else {
             return;
         };
+        // SeqCst: stored before the listener is shut below, so the accept
+        // loop, whose load follows the accept that the shutdown failed,
+        // sees it.
         self.daemon.stopping.store(true, Ordering::SeqCst);
-        // Wakes the accept loop, which sees `stopping`. Out of descriptors,
-        // this process may fail to connect: the connections shut give
-        // theirs back, and an accept loop backing off sees `stopping` too.
-        while UnixStream::connect(&self.path).is_err() && !accept.is_finished() {
-            self.daemon.shut_connections();
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // Wakes the accept loop through the listening socket itself, not by
+        // connecting to its file: that file may have been deleted under the
+        // daemon, and a connect needs a descriptor the daemon may be out of.
+        transport::shut_listener(&self.listener);
         let _ = accept.join();
         self.daemon.shut_connections();
         self.daemon.changed.notify_all();
@@ -588,6 +592,8 @@ fn accept_loop<A: GpuApi>(daemon: &Arc<DaemonState<A>>, listener: &UnixListener)
     while !daemon.stopping.load(Ordering::SeqCst) {
         let stream = match listener.accept() {
             Ok((stream, _)) => stream,
+            // The stop shut the listener: every accept fails from then on.
+            Err(_) if daemon.stopping.load(Ordering::SeqCst) => break,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 if out_of_descriptors(&e) {

@@ -121,6 +121,16 @@ pub fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// Shuts `listener`: an `accept` blocked on it in any thread returns
+/// (`EINVAL`), as does every later one, and connects are refused, whatever
+/// became of its socket file.
+pub(crate) fn shut_listener(listener: &UnixListener) {
+    // SAFETY: shutdown(2) on the descriptor `listener` owns, open for the
+    // call; it touches no memory of ours. It fails only for a descriptor
+    // that is not a socket, which a listener's is.
+    unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RDWR) };
+}
+
 /// Removes a daemon's socket, and the default folder it lived in
 /// ([`runtime_dir`]) when no other socket is left there: a daemon leaves
 /// nothing behind in `/tmp`. Errors are ignored: whoever stops a daemon has
