@@ -38,6 +38,12 @@ pub(crate) trait Backend: GpuApi {
         stream: usize,
     ) -> Result<GpuBuffer<Self>, (Error, MutableGpuBuffer<Self>)>;
 
+    /// Whether a seal's record runs on a thread of this process (the CPU
+    /// device's streams): the seal then waits for it, as a writer that
+    /// exits right after sealing would take the unrun record with it and
+    /// its readers would wait on the seal for ever.
+    const SEAL_RUNS_IN_PROCESS: bool;
+
     /// The stream a consumer named (DLPack's `__dlpack__(stream=...)`
     /// value), checked: `None` when it asks for no ordering.
     fn consumer_stream(stream: Option<i64>) -> Result<Option<usize>, Error>;
@@ -58,6 +64,7 @@ pub(crate) trait Backend: GpuApi {
 impl Backend for HostApi {
     const WIRE: WireBackend = WireBackend::Host;
     const DL_DEVICE_TYPE: i32 = DL_CPU;
+    const SEAL_RUNS_IN_PROCESS: bool = true;
 
     fn host_address(device_ptr: u64) -> Option<*mut u8> {
         // The CPU device's memory is host memory at its device address
@@ -225,6 +232,8 @@ mod cuda {
     impl Backend for CudaApi {
         const WIRE: WireBackend = WireBackend::Cuda;
         const DL_DEVICE_TYPE: i32 = DL_CUDA;
+        /// The GPU runs the record.
+        const SEAL_RUNS_IN_PROCESS: bool = false;
 
         fn host_address(_device_ptr: u64) -> Option<*mut u8> {
             None

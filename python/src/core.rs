@@ -142,8 +142,13 @@ impl<A: Backend> AnyBuffer for Core<A> {
         };
         match A::seal(&self.client.share, &device, &own, buffer, stream) {
             Ok(sealed) => {
+                let recorded = if A::SEAL_RUNS_IN_PROCESS {
+                    sealed.wait_for_seal()
+                } else {
+                    Ok(())
+                };
                 *state = Some(State::Sealed(sealed));
-                Ok(())
+                Ok(recorded?)
             }
             Err((e, buffer)) => {
                 *state = Some(State::Writable(buffer));

@@ -295,6 +295,34 @@ def test_two_processes_share_a_buffer_by_id(client):
     assert wait_for(lambda: leases(client, buf.id) == 1)
 
 
+PRODUCER = """
+    import sys, tandem
+    client = tandem.share.connect(sys.argv[1])
+    buf = client.create(8 * 4096)
+    memoryview(buf).cast("q")[0] = 7
+    buf.seal()
+    print(buf.id, flush=True)
+"""
+
+
+def test_a_producer_that_exits_right_after_sealing_leaves_a_readable_buffer(client):
+    # The seal's record runs on a thread of the producer: seal() waits for it,
+    # or the exit would take it along and every reader would wait for ever.
+    producer = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(PRODUCER), str(client.socket)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    buf_id = int(producer.stdout)
+    buf = client.get(buf_id)
+    assert memoryview(buf).cast("q")[0] == 7
+    del buf
+    client.delete(buf_id)
+    assert wait_for(lambda: freed(client, buf_id))
+
+
 def test_a_consumer_killed_while_it_holds_a_view_gives_its_lease_and_memory_back(client):
     buf = client.put(np.ones(1 << 18, dtype=np.int64))
     buf_id = buf.id
