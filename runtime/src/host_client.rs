@@ -196,10 +196,15 @@ impl Drop for Client {
         // to `tandem clean`; a drop has no one to tell.
         if runtime_gone {
             if let Some(name) = self.segment.name() {
-                let _ = crate::stale::remove_stale_segment(name);
+                let _ = crate::stale::remove_stale_segment_within(name, DEAD_RUNTIME_PATIENCE);
             }
         }
     }
 }
+
+/// How long a client that saw its runtime die waits for a prober's hold on
+/// the dead runtime's segment to end before leaving the name to
+/// `tandem clean` (`stale::remove_stale_segment_within`).
+const DEAD_RUNTIME_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 static FORK_COUNTER: AtomicU32 = AtomicU32::new(0);

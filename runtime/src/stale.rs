@@ -16,6 +16,7 @@
 //! segment in use. One wins, the other gets [`RuntimeError::SegmentInUse`].
 
 use std::mem::size_of;
+use std::time::{Duration, Instant};
 
 use memoffset::offset_of;
 use tandem_process::{
@@ -110,17 +111,41 @@ pub fn create_owned_segment(name: &str, len: usize) -> Result<Segment, RuntimeEr
 /// use, or not a Tandem segment. For a process that saw the owner die (a
 /// client of a killed runtime, the consumer of a dead producer's segment).
 pub fn remove_stale_segment(name: &str) -> Result<Option<StaleSegment>, RuntimeError> {
-    let probe = match SegmentProbe::open(name) {
-        Ok(probe) => probe,
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    match staleness(&probe, read_owner(&probe)?) {
-        Staleness::Stale(stale) if probe.unlink()? => {
-            tracing::info!("removed stale segment {stale}");
-            Ok(Some(stale))
+    remove_stale_segment_within(name, Duration::ZERO)
+}
+
+/// How often [`remove_stale_segment_within`] looks again.
+const HELD_RETRY: Duration = Duration::from_millis(10);
+
+/// [`remove_stale_segment`], tried again for up to `patience` while the
+/// segment's recorded owner is gone but something still holds it: another
+/// process probing it at that moment (`tandem clean`, a command looking for
+/// the runtime that serves its store) holds it while it decides, and lets go
+/// within moments.
+pub(crate) fn remove_stale_segment_within(
+    name: &str,
+    patience: Duration,
+) -> Result<Option<StaleSegment>, RuntimeError> {
+    let start = Instant::now();
+    loop {
+        let probe = match SegmentProbe::open(name) {
+            Ok(probe) => probe,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let owner = read_owner(&probe)?;
+        let owner_gone = matches!(&owner, SegmentOwner::Recorded(o) if !o.is_alive());
+        match staleness(&probe, owner) {
+            Staleness::Stale(stale) if probe.unlink()? => {
+                tracing::info!("removed stale segment {stale}");
+                return Ok(Some(stale));
+            }
+            Staleness::InUse { .. } if owner_gone && start.elapsed() < patience => {
+                drop(probe);
+                std::thread::sleep(HELD_RETRY);
+            }
+            _ => return Ok(None),
         }
-        _ => Ok(None),
     }
 }
 
