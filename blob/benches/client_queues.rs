@@ -28,7 +28,7 @@ use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
 use tandem_blob::{pool, BlobCaller, BlobStore, PutContext, Score, StoreConfig, TagId};
 use tandem_hal::{GpuApi, HostApi};
 use tandem_process::ServiceChild;
-use tandem_runtime::kernels::{NoopLaunch, RuntimeKernels};
+use tandem_runtime::kernels::{EchoRoute, NoopLaunch, RuntimeKernels};
 use tandem_runtime::{
     serve, Backend, Client, Config, DeviceQueues, DeviceSelection, Registry, Runtime, ServeOptions,
 };
@@ -102,6 +102,7 @@ fn measure<A: GpuApi>(
     let err = |e: tandem_runtime::RuntimeError| e.to_string();
     let mut kernels = RuntimeKernels::load(queues).map_err(err)?;
     let noop = |blocks, threads, tasks| NoopLaunch {
+        route: EchoRoute::CpuWorkers,
         blocks,
         threads,
         tasks_per_thread: tasks,

@@ -102,7 +102,7 @@ fn forked_runtime_is_ready_and_serves_clients() {
 
 #[test]
 fn a_fork_clients_kernels_submit_through_device_queues_of_its_own() {
-    use tandem_runtime::kernels::{NoopLaunch, RuntimeKernels};
+    use tandem_runtime::kernels::{EchoRoute, NoopLaunch, RuntimeKernels};
     let config = Config {
         devices: DeviceSelection::All,
         client_device_segment_size: 4 << 20,
@@ -115,6 +115,7 @@ fn a_fork_clients_kernels_submit_through_device_queues_of_its_own() {
     let mut kernels = RuntimeKernels::load(&queues).expect("kernels");
     let outcome = kernels
         .noop_tasks(&NoopLaunch {
+            route: EchoRoute::CpuWorkers,
             blocks: 2,
             threads: 4,
             tasks_per_thread: 50,

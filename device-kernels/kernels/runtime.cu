@@ -143,12 +143,13 @@ TANDEM_DEVICE tandem::rt_status send_and_wait(const tandem::RtContext& rt, tande
 /// segment at `segment` (`len` bytes; its device address): every thread
 /// serves until the segment's service_stop is raised and the inbox is
 /// drained. stats[0] += tasks served, stats[1] += bad pointers; stats[2] =
-/// the rt_status of a thread that could not serve at all (0 if all could).
+/// the rt_status of a thread that could not serve at all (0 if all could);
+/// stats[3] = 1 once the service has sized the inbox (rt_serve's `sized`).
 TANDEM_KERNEL tandem_rt_gpu_service(u8* segment, u64 len, u64* stats) {
   TANDEM_SHARED(tandem::RtContext, rt);
   tandem::rt_attach(rt, segment_backend(segment, len));
   tandem::RtServeStats served{};
-  const tandem::rt_status st = tandem::rt_serve(rt, MathOnDevice{}, &served);
+  const tandem::rt_status st = tandem::rt_serve(rt, MathOnDevice{}, &served, &stats[3]);
   add_if_any(&stats[0], served.served);
   add_if_any(&stats[1], served.bad_pointers);
   if (st != tandem::rt_status::ok) {
@@ -276,9 +277,10 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* own_segment, u64 own_len, u8* segment, u6
 }
 
 /// No-op tasks, as a latency-bound kernel sends them: each thread sends
-/// `tasks_per_thread` math::NOOP tasks one after another to the CPU workers
-/// (high priority, lane = block rank mod lanes) and waits for each; the loop
-/// does nothing else. completed[r] = tasks answered with return code 0,
+/// `tasks_per_thread` math::NOOP tasks one after another, with `route` 0 to
+/// the CPU workers (high priority, lane = block rank mod lanes), with `route`
+/// 1 to the device's GPU service, and waits for each; the loop does nothing
+/// else. completed[r] = tasks answered with return code 0,
 /// status[r] = rt_status (ok, or why the thread stopped early), or 0x100 with
 /// completed[r] = the return code of a task that failed. With `phase_ns`
 /// (may be null), global rank 0 adds the nanoseconds it spent making its
@@ -288,7 +290,7 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* own_segment, u64 own_len, u8* segment, u6
 /// loop also picks a method, a route and a priority per task and reads each
 /// output, and a GPU thread pays for every instruction of that
 /// (docs/design/pcie.md, "A kernel's own instructions count").
-TANDEM_KERNEL tandem_rt_noop_tasks(u8* segment, u64 len, u64 tasks_per_thread, const u32* stop,
+TANDEM_KERNEL tandem_rt_noop_tasks(u8* segment, u64 len, u64 tasks_per_thread, u32 route, const u32* stop,
                                    u64 spin_budget, u64* completed, u32* status, u64* phase_ns) {
   TANDEM_SHARED(tandem::RtContext, rt);
   init_task_kernel(rt, segment, len, segment, len, 0);
@@ -305,7 +307,7 @@ TANDEM_KERNEL tandem_rt_noop_tasks(u8* segment, u64 len, u64 tasks_per_thread, c
       break;
     }
     i32 rc = 0;
-    st = send_and_wait(rt, f, 0, lane, tandem::rt_priority::high, stop, spin_budget, clock, &rc);
+    st = send_and_wait(rt, f, route, lane, tandem::rt_priority::high, stop, spin_budget, clock, &rc);
     if (st != tandem::rt_status::ok) {
       break;
     }

@@ -122,6 +122,7 @@ fn bench<A: GpuApi>(
         .tasks_per_device
         .div_ceil(u64::from(scale.blocks * scale.threads));
     let launch = NoopLaunch {
+        route: EchoRoute::CpuWorkers,
         blocks: scale.blocks,
         threads: scale.threads,
         tasks_per_thread: per_thread,
@@ -169,6 +170,7 @@ fn bench<A: GpuApi>(
     let runtime = start(api()?, count, scale)?;
     let mut kernels = load_all(&runtime)?;
     let single = NoopLaunch {
+        route: EchoRoute::CpuWorkers,
         blocks: 1,
         threads: 1,
         tasks_per_thread: scale.single_tasks,

@@ -138,9 +138,9 @@ fn service_phases<A: GpuApi>(
     tasks: u64,
 ) -> Result<EchoPhases, String> {
     let (outcome, phases) = kernels
-        .echo_with_phases(&EchoLaunch {
+        .noop_tasks_with_phases(&NoopLaunch {
             route: EchoRoute::GpuService,
-            ..echo_of_noops(tasks)
+            ..noop(1, 1, tasks)
         })
         .map_err(|e| e.to_string())?;
     if outcome.failed_threads() > 0 {
@@ -205,6 +205,22 @@ fn service_bench<A: GpuApi>(
         us(phases.wait)
     );
     let stop = std::sync::atomic::AtomicU32::new(0);
+    // Per task: the submit and the wait, as the host thread's clock saw them.
+    let host_phases = |tasks: u64| {
+        let (mut submit, mut wait) = (Duration::ZERO, Duration::ZERO);
+        for _ in 0..tasks {
+            let start = std::time::Instant::now();
+            let mut pending = runtime
+                .submit_to_gpu(0, &math::Noop, None)
+                .map_err(|e| e.to_string())?;
+            let submitted = std::time::Instant::now();
+            pending.wait(&stop, None).map_err(|e| e.to_string())?;
+            drop(pending);
+            submit += submitted - start;
+            wait += submitted.elapsed();
+        }
+        Ok::<_, String>((submit / tasks as u32, wait / tasks as u32))
+    };
     let host_trips = |tasks: u64| {
         let start = std::time::Instant::now();
         for _ in 0..tasks {
@@ -223,6 +239,12 @@ fn service_bench<A: GpuApi>(
         service_verdict(scale, "<= 1.5x", vs <= 1.5),
         us(launch_sync),
         ratio(launch_sync, host_trip.0)
+    );
+    let (submit, wait) = host_phases(scale.single_tasks)?;
+    println!(
+        "      as the host thread's clock saw it (one run): submit {:.2} us, wait and drop {:.2} us",
+        us(submit),
+        us(wait)
     );
     let idle_trip = median_of(|| {
         std::thread::sleep(scale.idle);
@@ -246,20 +268,26 @@ fn service_bench<A: GpuApi>(
         spread(host_idle_trip),
         service_verdict(scale, "<= 2x", vs <= 2.0)
     );
+    std::thread::sleep(scale.idle);
+    let (submit, wait) = host_phases(1)?;
+    println!(
+        "      as the host thread's clock saw it (one run): submit {:.2} us, wait and drop {:.2} us",
+        us(submit),
+        us(wait)
+    );
     let producers = (sms, scale.producer_threads);
     let per_thread = scale
         .tasks_per_grid
         .div_ceil(u64::from(producers.0 * producers.1));
-    let grid = EchoLaunch {
-        blocks: producers.0,
-        threads: producers.1,
-        tasks_per_thread: per_thread,
+    // The no-op kernel, as the CPU route's rows: a GPU thread pays for every
+    // instruction of its loop, and the echo kernel's would be the bound.
+    let grid = NoopLaunch {
         route: EchoRoute::GpuService,
-        ..echo_of_noops(per_thread)
+        ..noop(producers.0, producers.1, per_thread)
     };
     let mut rates = Vec::with_capacity(REPEATS);
     for _ in 0..REPEATS {
-        let outcome = kernels.echo(&grid).map_err(err)?;
+        let outcome = kernels.noop_tasks(&grid).map_err(err)?;
         if outcome.failed_threads() > 0 {
             return Err(format!("{} threads failed", outcome.failed_threads()));
         }
@@ -298,6 +326,7 @@ fn start<A: GpuApi>(
 
 fn noop(blocks: u32, threads: u32, tasks: u64) -> NoopLaunch {
     NoopLaunch {
+        route: EchoRoute::CpuWorkers,
         blocks,
         threads,
         tasks_per_thread: tasks,

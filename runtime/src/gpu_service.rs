@@ -2,9 +2,12 @@
 //! to the device's GPU route ([`crate::Runtime::submit_to_gpu`],
 //! `rt_send_to_gpu`), so they stay on the device.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig};
+use tandem_hal::{
+    DeviceMemory, EventFlags, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig,
+};
 
 use crate::error::RuntimeError;
 use crate::runtime::DeviceQueues;
@@ -41,12 +44,21 @@ pub struct GpuService<'q, A: GpuApi> {
     running: bool,
 }
 
-/// Words of the service kernel's `stats` argument.
-const SERVICE_STATS_WORDS: usize = 3;
+/// Words of the service kernel's `stats` argument: served, bad pointers,
+/// the status of a thread that could not serve, and the word the service
+/// raises once it has sized the device inbox ([`SIZED_WORD`]).
+const SERVICE_STATS_WORDS: usize = 4;
+/// The index of the word the service raises once it has sized the inbox.
+const SIZED_WORD: usize = 3;
+/// How long [`GpuService::start`] waits for the service to size the inbox:
+/// its first block starts as soon as the device has room for it.
+const SIZED_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl<'q, A: GpuApi> GpuService<'q, A> {
     /// Launches the service with `blocks` x `threads` threads (each serves
-    /// one task at a time; the kernels' tasks are split evenly among them).
+    /// one task at a time; the kernels' tasks are split evenly among them)
+    /// and returns once it has sized the device inbox to itself, so kernels
+    /// launched from then on send into the slots it polls every round.
     /// Every block must stay resident beside the
     /// kernels that use it: [`RuntimeError::ServiceTooLarge`] for more blocks
     /// than the device has multiprocessors. One service a device:
@@ -109,13 +121,43 @@ impl<'q, A: GpuApi> GpuService<'q, A> {
                 &stream,
             )
         }?;
-        Ok(Self {
+        let ended = device.create_event(EventFlags::default())?;
+        device.record_event(&ended, &stream)?;
+        let mut service = Self {
             queues,
             stats,
             stream,
             _module: module,
             running: true,
-        })
+        };
+        service.wait_until_sized(&ended)?;
+        Ok(service)
+    }
+
+    /// Waits until the service has sized the device inbox (it raises
+    /// [`SIZED_WORD`]); a service that ended first, or never got that far,
+    /// is stopped and its error returned.
+    fn wait_until_sized(
+        &mut self,
+        ended: &<A::Device as GpuDevice>::Event,
+    ) -> Result<(), RuntimeError> {
+        // SAFETY: the word is in the live pinned allocation, aligned, and only
+        // the service writes it (atomically) while it runs.
+        let sized = unsafe { &*self.stats.host_ptr().cast::<AtomicU64>().add(SIZED_WORD) };
+        let start = Instant::now();
+        // Acquire: pairs with the service's release of the word.
+        while sized.load(Ordering::Acquire) == 0 {
+            let gone = self.queues.device().query_event(ended)?;
+            if gone || start.elapsed() >= SIZED_TIMEOUT {
+                let stats = self.finish()?;
+                return Err(RuntimeError::Process(format!(
+                    "GPU service {} before sizing its inbox ({stats:?})",
+                    if gone { "ended" } else { "did not start" }
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        Ok(())
     }
 
     /// Raises the service stop flag and waits for the service to drain both

@@ -69,9 +69,9 @@ pub enum EchoRoute {
     GpuService = 1,
 }
 
-/// One launch of `tandem_rt_noop_tasks`: every thread sends no-op tasks to
-/// the CPU workers one after another (high priority), waiting for each, and
-/// does nothing else.
+/// One launch of `tandem_rt_noop_tasks`: every thread sends no-op tasks
+/// one after another (to the CPU workers at high priority, or to the GPU
+/// service), waiting for each, and does nothing else.
 #[derive(Clone, Copy, Debug)]
 pub struct NoopLaunch {
     /// Blocks of the grid.
@@ -80,6 +80,8 @@ pub struct NoopLaunch {
     pub threads: u32,
     /// Tasks each thread sends.
     pub tasks_per_thread: u64,
+    /// Where they go.
+    pub route: EchoRoute,
     /// Spin rounds a full lane or a wait may take before the thread gives up.
     pub spin_budget: u64,
 }
@@ -320,6 +322,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
                 KernelArg::Ptr(at.segment),
                 KernelArg::U64(at.len),
                 KernelArg::U64(launch.tasks_per_thread),
+                KernelArg::U32(launch.route as u32),
                 KernelArg::Ptr(at.stop),
                 KernelArg::U64(launch.spin_budget),
                 KernelArg::Ptr(at.results),

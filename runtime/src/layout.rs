@@ -43,7 +43,7 @@ use tandem_shm_core::Reader;
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file or to what the
 /// segment's other shared words mean (client slots, heaps).
-pub const SEGMENT_VERSION: u32 = 10;
+pub const SEGMENT_VERSION: u32 = 11;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -56,23 +56,32 @@ pub mod segment_kind {
     pub const DEVICE: u32 = 1;
 }
 
-/// A device's device inbox ([`SegmentHeader::device_inbox`]): the slots, in
-/// device memory, through which kernels send tasks to the device's GPU
-/// service (`RtInboxSlot` in tandem/runtime.h, which the host only
-/// initialises). Ticket `t` uses slot `t % DEPTH`, whose sequence word (its
-/// first 8 bytes) says whose turn it is: `2t` free for the sender of `t`,
-/// `2t + 1` holding its task.
+/// A device's device inbox ([`SegmentHeader::device_inbox`]), in device
+/// memory, through which kernels send tasks to the device's GPU service: a
+/// header (`RtInboxHeader` in tandem/runtime.h), then [`PARTS`] parts of
+/// [`DEPTH`] slots (`RtInboxSlot`), the first for kernels of the device
+/// itself, the second for kernels of other devices. Each sender thread
+/// claims its own slot, writes its task there in words tagged with the
+/// slot's lap, and the service frees the slot once it has read them. The
+/// host only zeroes it: a zeroed slot is free at lap 0, a zeroed header
+/// says no service has sized the parts yet.
+///
+/// [`PARTS`]: device_inbox::PARTS
+/// [`DEPTH`]: device_inbox::DEPTH
 pub mod device_inbox {
-    /// Slots, a power of two: tasks in flight beyond that many make their
-    /// senders wait for a slot.
+    /// Slots of each part, a power of two: the most a service keeps hot,
+    /// and so the most senders of one device that need not share one.
     pub const DEPTH: u32 = 16384;
-    /// Bytes of a slot (one cache line).
-    pub const SLOT_BYTES: usize = 64;
+    /// Parts: the device's own kernels', other devices' kernels'.
+    pub const PARTS: usize = 2;
+    /// Bytes of the header, which the parts follow.
+    pub const HEADER_BYTES: usize = 128;
+    /// Bytes of a slot (two cache lines).
+    pub const SLOT_BYTES: usize = 128;
 
-    /// The sequence word slot `slot` starts with: free for its first lap's
-    /// ticket (`slot` itself).
-    pub const fn initial_seq(slot: u32) -> u64 {
-        2 * slot as u64
+    /// Bytes of an inbox of `depth` slots a part.
+    pub const fn bytes(depth: u32) -> usize {
+        HEADER_BYTES + PARTS * depth as usize * SLOT_BYTES
     }
 }
 
@@ -81,8 +90,9 @@ pub mod device_inbox {
 /// [`HOST_REPLY_BYTES`] of the task's future's copy space (allocated that
 /// much larger), the output right after. The service writes the output and
 /// `output_len`, then, after one system-scope fence, `answer`
-/// ([`host_reply::answer`]); the host cleared `answer` before pushing the
-/// record. `RtHostReply` in tandem/runtime.h.
+/// ([`host_reply::answer`]); an answer without output is that word alone,
+/// with [`host_reply::NO_OUTPUT`]. The host cleared `answer` before pushing
+/// the record. `RtHostReply` in tandem/runtime.h.
 #[repr(C)]
 #[derive(Debug)]
 pub struct HostReply {
@@ -97,15 +107,23 @@ pub struct HostReply {
 /// Bytes of a [`HostReply`], which its output follows.
 pub const HOST_REPLY_BYTES: usize = 16;
 
-/// [`HostReply::answer`]: the return code in the high half, and a flag
+/// [`HostReply::answer`]: the return code in the high half, and flags
 /// (never 0) in the low half.
 pub mod host_reply {
     /// Set in every answer.
     pub const ANSWERED: u64 = 1;
+    /// Set in an answer without output: the service stored the answer word
+    /// alone, not `output_len`.
+    pub const NO_OUTPUT: u64 = 2;
 
     /// The answer of return code `return_code`.
     pub const fn answer(return_code: i32) -> u64 {
         (return_code as u32 as u64) << 32 | ANSWERED
+    }
+
+    /// Whether an answer comes with output (its `output_len` was stored).
+    pub const fn has_output(answer: u64) -> bool {
+        answer & NO_OUTPUT == 0
     }
 
     /// The return code of an answer, or `None` while it is not one.
@@ -142,14 +160,8 @@ pub mod device_ticket {
     /// After the lanes' tickets: the GPU service's tickets on the
     /// from-host ring.
     pub const INBOX_FROM_HOST_CONSUMERS: u32 = 0;
-    /// After the lanes' tickets: kernels' tickets on the device inbox.
-    pub const DEVICE_INBOX_PRODUCERS: u32 = 1;
-    /// After the lanes' tickets: the first device-inbox ticket the next GPU
-    /// service serves, which the last one left (its consumers take no
-    /// tickets: each service thread owns a fixed share).
-    pub const DEVICE_INBOX_SERVED: u32 = 2;
     /// Tickets after the lanes' (the GPU service's).
-    pub const INBOX: u32 = 3;
+    pub const INBOX: u32 = 1;
 
     /// How many a segment of `lanes` lanes has.
     pub const fn count(lanes: u32) -> u32 {
@@ -255,8 +267,8 @@ pub struct SegmentHeader {
     pub heartbeat: AtomicU64,
     /// Raised (nonzero) by the host to release every kernel waiting with it.
     pub stop: AtomicU32,
-    /// Slots of the device inbox ([`device_inbox::DEPTH`]); 0 in the CPU
-    /// segment.
+    /// Slots of each part of the device inbox ([`device_inbox::DEPTH`]); 0
+    /// in the CPU segment.
     pub device_inbox_depth: u32,
     /// Device address of the segment's device tickets, [`device_ticket::count`]
     /// `tandem::DeviceTickets` in device memory; 0 in the CPU segment. The
@@ -275,8 +287,8 @@ pub struct SegmentHeader {
     /// Raised (nonzero) by the host to end the GPU service kernel once the
     /// inbox is drained.
     pub service_stop: AtomicU32,
-    /// Device address of the device inbox ([`device_inbox`]): its slots, in
-    /// device memory; 0 in the CPU segment.
+    /// Device address of the device inbox ([`device_inbox`]): its header,
+    /// then its slots, in device memory; 0 in the CPU segment.
     pub device_inbox: u64,
     /// The runtime process's start time (clock ticks after boot,
     /// as `/proc/<pid>/stat` gives it), so that a later process
@@ -566,11 +578,14 @@ mod cpp_mirror {
         SEGMENT_MAGIC => c::RT_SEGMENT_MAGIC,
         HOST_REPLY_BYTES => c::RT_HOST_REPLY_BYTES,
         host_reply::ANSWERED => c::RT_HOST_REPLY_ANSWERED,
+        host_reply::NO_OUTPUT => c::RT_HOST_REPLY_NO_OUTPUT,
         SEGMENT_VERSION => c::RT_SEGMENT_VERSION,
         TASK_VERSION => c::RT_TASK_VERSION,
         TASK_HEADER_BYTES => c::RT_TASK_HEADER_BYTES,
         SEGMENT_HEADER_RESERVED => c::RT_SEGMENT_HEADER_RESERVED,
-        device_inbox::SLOT_BYTES => c::RT_INBOX_SLOT_BYTES,
+        device_inbox::SLOT_BYTES => c::rt_inbox::SLOT_BYTES,
+        device_inbox::HEADER_BYTES => c::rt_inbox::HEADER_BYTES,
+        device_inbox::PARTS => c::rt_inbox::PARTS,
         task_record::FUTURE => c::rt_record::FUTURE,
         task_record::NOTIFY => c::rt_record::NOTIFY,
         task_record::TOKEN => c::rt_record::TOKEN,
@@ -597,8 +612,6 @@ mod cpp_mirror {
         peer_access::UNREACHABLE => c::rt_peer_unreachable,
         device_ticket::PER_LANE => c::rt_ticket::PER_LANE,
         device_ticket::INBOX_FROM_HOST_CONSUMERS => c::rt_ticket::INBOX_FROM_HOST_CONSUMERS,
-        device_ticket::DEVICE_INBOX_PRODUCERS => c::rt_ticket::DEVICE_INBOX_PRODUCERS,
-        device_ticket::DEVICE_INBOX_SERVED => c::rt_ticket::DEVICE_INBOX_SERVED,
         device_ticket::INBOX => c::rt_ticket::INBOX,
         math_pool::POOL => c::rt_math::POOL,
         math_pool::NOOP => c::rt_math::NOOP,

@@ -180,10 +180,10 @@ impl<A: GpuApi> DeviceQueues<A> {
         // until after the registration is dropped (field order).
         let registration = unsafe { device.register_host(memory.as_ptr(), memory.len()) }?;
         let lanes = plan.lanes;
-        // One device allocation: the tickets (zeroed), then the device inbox
-        // (each slot's sequence word free for its first lap). Cache-line
-        // aligned, as the slots must be: the allocation is, and the tickets
-        // fill whole lines.
+        // One device allocation, zeroed: the tickets, then the device inbox
+        // (zeroed, its slots are free and no service has sized it). Aligned
+        // as the inbox's header and slots must be: the allocation is, and the
+        // tickets fill whole slots' worth of lines.
         let ticket_bytes = (device_ticket::count(lanes) as usize
             * tandem_device_kernels::DEVICE_TICKETS_BYTES)
             .next_multiple_of(device_inbox::SLOT_BYTES);
@@ -192,16 +192,13 @@ impl<A: GpuApi> DeviceQueues<A> {
         } else {
             0
         };
-        let inbox_bytes = inbox_depth as usize * device_inbox::SLOT_BYTES;
+        let inbox_bytes = if plan.service_route {
+            device_inbox::bytes(inbox_depth)
+        } else {
+            0
+        };
         let tickets = device.alloc_device(ticket_bytes + inbox_bytes)?;
-        device.fill(&tickets, 0, ticket_bytes, 0)?;
-        if inbox_bytes > 0 {
-            let mut slots = vec![0u8; inbox_bytes];
-            for (i, slot) in slots.chunks_exact_mut(device_inbox::SLOT_BYTES).enumerate() {
-                slot[..8].copy_from_slice(&device_inbox::initial_seq(i as u32).to_ne_bytes());
-            }
-            device.copy_to_device(&tickets, ticket_bytes, &slots)?;
-        }
+        device.fill(&tickets, 0, ticket_bytes + inbox_bytes, 0)?;
         // As many bytes as the segment: the arena's futures and the replies
         // grow with the same threads, and both are reset together.
         let replies = if plan.service_route {

@@ -309,12 +309,12 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
     // 16-aligned (futures and their header are); it lies in the segment,
     // which outlives 's, and is only accessed through the reply's atomics.
     let reply = unsafe { &*at.add(FUTURE_COPY_SPACE_OFFSET).cast::<HostReply>() };
-    // Release (the fence below): the service's answer comes after its
-    // acquire pattern on the record, so this clearing cannot land on it.
+    // Release (the fence below): the service stores its answer at the
+    // address the record names, after reading the record, so this clearing
+    // cannot land on it (rt_run_host_record).
     reply.answer.store(0, Ordering::Relaxed);
     pending.reply = Some(reply);
-    // Release: pairs with the service's fence after reading the record
-    // (rt_run_host_record), ordering the cleared answer before its answer.
+    // Release: the cleared answer before the record's words.
     fence(Ordering::Release);
     pending.publish_with(deadline, |_| inbox.try_push(record).is_ok())?;
     Ok(pending)
@@ -549,6 +549,10 @@ fn reply_code(reply: &HostReply) -> Option<i32> {
 /// The output after an answered reply in a copy space of `copy_space`
 /// bytes.
 fn reply_output(reply: &HostReply, copy_space: u32) -> Result<&[u8], TaskError> {
+    // Relaxed: the answer was acquired (reply_code) and is final.
+    if !host_reply::has_output(reply.answer.load(Ordering::Relaxed)) {
+        return Ok(&[]);
+    }
     // Relaxed: ordered by the answer's Acquire (reply_code).
     let len = reply.output_len.load(Ordering::Relaxed);
     let room = copy_space.saturating_sub(HOST_REPLY_BYTES as u32);

@@ -137,6 +137,7 @@ fn echo_and_check<A: GpuApi>(
     }
     let noop = kernels
         .noop_tasks(&NoopLaunch {
+            route: EchoRoute::CpuWorkers,
             blocks,
             threads,
             tasks_per_thread: tasks,

@@ -308,8 +308,8 @@ const HOST_IN_FLIGHT: u64 = 8;
 /// launches (the second reusing the reset arena and reply region): every
 /// answer is checked, each task is served exactly once, stopping drains both
 /// routes, and no task reaches a CPU worker. The service has `service`
-/// (blocks, threads): a thread count that is no power of two leaves some of
-/// its threads without tickets.
+/// (blocks, threads), whose size sets how many inbox slots it keeps hot: a
+/// small one makes the kernel threads share slots.
 fn gpu_service_stress<A: GpuApi>(
     api: A,
     (blocks, threads): (u32, u32),
@@ -468,6 +468,7 @@ fn noop_kernel_answers_every_task<A: GpuApi>(api: A, blocks: u32, threads: u32) 
     let mut kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
     let tasks = 150;
     let launch = NoopLaunch {
+        route: EchoRoute::CpuWorkers,
         blocks,
         threads,
         tasks_per_thread: tasks,
@@ -512,6 +513,20 @@ fn host_gpu_service_stress() {
         400,
         (1, 6),
         (3, 1000),
+    );
+}
+
+/// More kernel threads than the service keeps inbox slots hot (one mailbox
+/// thread, four slots): they share slots, and every task is
+/// still served once.
+#[test]
+fn host_gpu_service_with_shared_slots() {
+    gpu_service_stress(
+        HostApi::load().expect("host"),
+        (8, 32),
+        100,
+        (1, 2),
+        (1, 200),
     );
 }
 

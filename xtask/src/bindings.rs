@@ -46,7 +46,7 @@ pub const TARGETS: [Target; 2] = [
         types: &[
             "tandem::RuntimeSegmentHeader",
             "tandem::TaskHeader",
-            "tandem::RtInbox",
+            "tandem::RtInboxHeader",
             "tandem::RtHostReply",
             "tandem::rt_priority",
             "tandem::rt_peer",
@@ -57,6 +57,7 @@ pub const TARGETS: [Target; 2] = [
             "tandem::rt_notify::.*",
             "tandem::rt_ticket::.*",
             "tandem::rt_math::.*",
+            "tandem::rt_inbox::.*",
         ],
     },
 ];

@@ -22,13 +22,14 @@
 // workers resolve it; so do the from-host ring's records (the same
 // format, rt_record), which host threads push to the GPU service.
 //
-// The GPU route stays in device memory: rt_send_to_gpu writes the task into
-// a slot of the service's device inbox (RtInboxSlot) and the service
-// answers in the sender's reply word and cell (RtReplyCell), carved per
-// block from the reply region of the sender's own device. Both sides
-// publish with one release store of a sequence (reply) word and acquire it:
-// at device scope, or at system scope when the two are on different devices
-// or the task was written into host memory (RT_INBOX_WIDE).
+// The GPU route stays in device memory: rt_send_to_gpu claims its thread's
+// slot of the service's device inbox (RtInboxSlot) with one fetch_or and
+// writes the task there in words tagged with the slot's lap (as the LL
+// records, tandem/ll_ring.h), so the service reads it in the poll that finds
+// it and neither side fences; the service answers in the sender's reply word
+// and cell (RtReplyCell), carved per block from the reply region of the
+// sender's own device. Kernels of the service's device use one part of the
+// inbox, at device scope; kernels of other devices another, at system scope.
 //
 // Memory order: a task small enough goes to the workers whole in its lane
 // record (tandem/ll_ring.h), whose tagged words need no fence: the kernel
@@ -61,7 +62,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 10;
+constexpr u32 RT_SEGMENT_VERSION = 11;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -93,7 +94,8 @@ struct alignas(64) RuntimeSegmentHeader {
   u64 heartbeat;
   /// Raised (nonzero) by the host to release waiting kernels.
   u32 stop;
-  /// Slots of the device inbox (`device_inbox`), a power of two.
+  /// Slots of each part of the device inbox (`device_inbox`), a power of
+  /// two.
   u32 device_inbox_depth;
   /// Device address of the segment's DeviceTickets (RtTicket), in device
   /// memory.
@@ -105,8 +107,9 @@ struct alignas(64) RuntimeSegmentHeader {
   u32 inbox_depth;
   /// Raised by the host to end the GPU service once the inbox is drained.
   u32 service_stop;
-  /// Device address of the device inbox: `device_inbox_depth` RtInboxSlots
-  /// in device memory, where kernels send tasks to the GPU service.
+  /// Device address of the device inbox: an RtInboxHeader, then its parts'
+  /// RtInboxSlots (rt_inbox), in device memory, where kernels send tasks
+  /// to the GPU service.
   u64 device_inbox;
   /// The runtime process's start time (with `runtime_pid`, the owner).
   u64 runtime_start_time;
@@ -167,13 +170,8 @@ namespace rt_ticket {
 constexpr u32 PER_LANE = 2;
 /// The GPU service's tickets on the from-host ring.
 constexpr u32 INBOX_FROM_HOST_CONSUMERS = 0;
-/// Kernels' tickets on the device inbox.
-constexpr u32 DEVICE_INBOX_PRODUCERS = 1;
-/// Its consumers take none (rt_serve): `next` here is the first ticket the
-/// next service serves, which the last one left.
-constexpr u32 DEVICE_INBOX_SERVED = 2;
 /// Tickets after the lanes'.
-constexpr u32 INBOX = 3;
+constexpr u32 INBOX = 1;
 }  // namespace rt_ticket
 
 /// Indices into the segment's tickets, from rt_ticket.
@@ -184,49 +182,95 @@ struct RtTicket {
   static TANDEM_HOST_DEVICE u32 inbox_from_host_consumers(u32 lanes) {
     return rt_ticket::PER_LANE * lanes + rt_ticket::INBOX_FROM_HOST_CONSUMERS;
   }
-  static TANDEM_HOST_DEVICE u32 device_inbox_producers(u32 lanes) {
-    return rt_ticket::PER_LANE * lanes + rt_ticket::DEVICE_INBOX_PRODUCERS;
-  }
-  static TANDEM_HOST_DEVICE u32 device_inbox_served(u32 lanes) {
-    return rt_ticket::PER_LANE * lanes + rt_ticket::DEVICE_INBOX_SERVED;
-  }
 };
 
-/// Argument words a device-inbox slot carries inline (RtInboxSlot::args).
-constexpr u32 RT_INBOX_ARGS_WORDS = 4;
-/// Argument bytes an inline device-inbox task may carry; larger ones travel
-/// in the future's copy space.
-constexpr u32 RT_INBOX_ARGS_MAX = RT_INBOX_ARGS_WORDS * 4;
-/// `runtime::layout::device_inbox::SLOT_BYTES`.
-constexpr u64 RT_INBOX_SLOT_BYTES = 64;
-/// Set in a full slot's `seq` when its sender may be on another device, or
-/// wrote the task into host memory: the service then acquires, and answers,
-/// at system scope (device scope otherwise).
-constexpr u64 RT_INBOX_WIDE = 1ull << 63;
+/// `runtime::layout::device_inbox`: the device inbox, device memory of the
+/// segment's device through which kernels send tasks to its GPU service
+/// (rt_send_to_gpu, rt_serve). An RtInboxHeader, then PARTS parts of
+/// `device_inbox_depth` slots each: LOCAL for kernels of the segment's own
+/// device, every access at device scope; PEER for kernels of other devices
+/// (rt_init_peer), every access at system scope. Apart, as an atomic is one
+/// with another only if each one's scope holds the other's thread, and the
+/// device's own kernels, nearly all the senders, would otherwise pay system
+/// scope on every claim and poll.
+namespace rt_inbox {
+constexpr u32 LOCAL = 0;
+constexpr u32 PEER = 1;
+constexpr u32 PARTS = 2;
+/// `device_inbox::HEADER_BYTES` and `SLOT_BYTES`.
+constexpr u64 HEADER_BYTES = 128;
+constexpr u64 SLOT_BYTES = 128;
+/// Set in a slot's `ctrl` while a sender holds it.
+constexpr u64 BUSY = 1;
+/// Argument words a slot carries, and so bytes; larger arguments travel in
+/// the future's copy space.
+constexpr u32 ARGS_WORDS = 4;
+constexpr u32 ARGS_MAX = ARGS_WORDS * 4;
+/// The words of a slot's task (RtInboxSlot::words), 32 bits each: the shape
+/// (argument bytes, SHAPE_IN_FUTURE), the token the reply word carries back,
+/// pool, method, the reply word's device address (low half first), the
+/// reply cell's distance past it, then the arguments (four little-endian
+/// bytes a word) or, SHAPE_IN_FUTURE, the segment offset of the future whose
+/// copy space holds the task (low half first).
+constexpr u32 W_SHAPE = 0;
+constexpr u32 W_TOKEN = 1;
+constexpr u32 W_POOL = 2;
+constexpr u32 W_METHOD = 3;
+constexpr u32 W_REPLY = 4;
+constexpr u32 W_CELL_DELTA = 6;
+constexpr u32 W_ARGS = 7;
+constexpr u32 W_FUTURE = 7;
+/// Words every task has, and the most one has.
+constexpr u32 HEAD_WORDS = W_ARGS;
+constexpr u32 WORDS = W_ARGS + ARGS_WORDS;
+/// The shape's flag for a task in the future's copy space.
+constexpr u32 SHAPE_IN_FUTURE = 1u << 8;
+/// Slots of a part that blocks map into before any service sized it (at
+/// most the part): kernels launched before their service starts then use
+/// few enough that it finds them soon among its cold slots.
+constexpr u32 UNSIZED_ACTIVE = 1024;
+/// Bits of the shape that hold the argument bytes.
+constexpr u32 SHAPE_ARGS_MASK = 0xFF;
+}  // namespace rt_inbox
 
-/// A slot of the device inbox (`runtime::layout::device_inbox`): one cache
-/// line of device memory. Ticket t uses slot t mod depth; `seq` is 2t while
-/// the slot is free for t's producer, 2t + 1 (maybe | RT_INBOX_WIDE) once it
-/// holds t's task, and 2(t + depth) once the service took it. The host
-/// writes only the initial sequence numbers (2i for slot i).
-struct alignas(64) RtInboxSlot {
-  u64 seq;
-  /// Device addresses of the sender's reply word and reply cell (RtReply).
-  u64 reply_word;
-  u64 reply_cell;
-  /// The segment offset of the future whose copy space holds the task, or
-  /// 0 for a task carried here (pool, method, args).
-  u64 future;
-  /// The task's token, which the reply word carries back (rt_notify).
-  u32 token;
-  u32 pool;
-  u32 method;
-  u32 args_len;
-  /// The arguments, four little-endian bytes a word.
-  u32 args[RT_INBOX_ARGS_WORDS];
+/// The device inbox's header (`runtime::layout::device_inbox`), one line.
+struct alignas(128) RtInboxHeader {
+  /// Slots handed to sending blocks so far, per part: rt_init takes its
+  /// block's with one fetch_add (LOCAL at device scope, PEER at system
+  /// scope), and its thread i sends through slot (carved + i) mod active.
+  u64 carved[rt_inbox::PARTS];
+  /// The slots of each part senders map into, a power of two: set by the
+  /// running service from its size (rt_serve), so each of its threads polls
+  /// a few every round; 0 before any service ran (then UNSIZED_ACTIVE).
+  u32 active[rt_inbox::PARTS];
+  /// The most slots of each part any block may have mapped into (the
+  /// largest `active` so far, at least UNSIZED_ACTIVE): a service polls
+  /// those past its own hot ones as cold, and none beyond.
+  u32 mapped[rt_inbox::PARTS];
 };
-static_assert(sizeof(RtInboxSlot) == RT_INBOX_SLOT_BYTES, "one cache line a slot");
-TANDEM_ASSERT_OFFSET(RtInboxSlot, seq, 0);
+static_assert(sizeof(RtInboxHeader) == rt_inbox::HEADER_BYTES, "one line");
+TANDEM_ASSERT_OFFSET(RtInboxHeader, active, 16);
+TANDEM_ASSERT_OFFSET(RtInboxHeader, mapped, 24);
+
+/// A slot of the device inbox: `ctrl` is the slot's lap << 1, | BUSY while a
+/// sender holds it (from its claim, a fetch_or, until the service has read
+/// the task and stores the next lap). The sender writes the task into
+/// `words`, each the tag of the lap (rt_inbox_tag) above 32 bits of the
+/// task: a word whose tag is the lap's is whole and this lap's, so the
+/// service needs no fence to read them and the sender none to publish.
+/// Zeroed memory is a free slot at lap 0, whose tag is not 0.
+struct alignas(128) RtInboxSlot {
+  u64 ctrl;
+  u64 words[15];
+};
+static_assert(sizeof(RtInboxSlot) == rt_inbox::SLOT_BYTES, "two lines a slot");
+static_assert(rt_inbox::WORDS <= 15, "a task fits its slot");
+TANDEM_ASSERT_OFFSET(RtInboxSlot, words, 8);
+
+/// The tag of a slot's lap: never 0, so zeroed words are no lap's. A word
+/// passes for a later lap's only if it was last written a multiple of 2^32
+/// laps before, and is read before that lap's store of it lands.
+TANDEM_HOST_DEVICE u32 rt_inbox_tag(u64 lap) { return static_cast<u32>(lap + 1); }
 
 /// `runtime::layout::TaskHeader`, serialized as four little-endian u32s at
 /// the start of a task's bytes.
@@ -314,7 +358,8 @@ struct RtReplyCell {
 /// RT_HOST_REPLY_BYTES of the task's future's copy space, the output right
 /// after (rt_run_host_record). `answer` is 0 (the host cleared it before
 /// pushing) until the service stores RT_HOST_REPLY_ANSWERED | the return
-/// code << 32, last.
+/// code << 32, last, with RT_HOST_REPLY_NO_OUTPUT when there is no output
+/// (`output_len` is then not written).
 struct RtHostReply {
   u64 answer;
   u32 output_len;
@@ -325,6 +370,8 @@ struct RtHostReply {
 constexpr u64 RT_HOST_REPLY_BYTES = 16;
 /// `runtime::layout::host_reply::ANSWERED`.
 constexpr u64 RT_HOST_REPLY_ANSWERED = 1;
+/// `runtime::layout::host_reply::NO_OUTPUT`.
+constexpr u64 RT_HOST_REPLY_NO_OUTPUT = 2;
 static_assert(sizeof(RtHostReply) == RT_HOST_REPLY_BYTES, "HostReply size");
 TANDEM_ASSERT_OFFSET(RtHostReply, output_len, 8);
 
@@ -415,9 +462,15 @@ struct RtContext {
   /// The GPU inbox's from-host ring, or null.
   u8* inbox;
   u32 inbox_depth;
-  /// The device inbox, or null, and its slots - 1.
-  RtInboxSlot* device_inbox;
-  u64 device_inbox_mask;
+  /// The device inbox, or null, and the slots of each of its parts.
+  RtInboxHeader* device_inbox;
+  u32 device_inbox_depth;
+  /// Where the block's threads send tasks (rt_send_to_gpu): the inbox part
+  /// for the block's device (LOCAL, or PEER when `peer`), and the block's
+  /// carve of it: thread i's slot is send_slots[(send_first + i) & send_mask].
+  RtInboxSlot* send_slots;
+  u32 send_first;
+  u32 send_mask;
   u32 num_lanes;
   u32 depth;
   /// The segment is another device's (rt_init_peer): what this block writes
@@ -675,7 +728,7 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
       !rt_region_fits(h->queue_offset, h->queue_bytes, h->segment_bytes) ||
       !rt_region_fits(h->arena_offset, h->arena_bytes, h->segment_bytes) ||
       h->device_tickets == 0 || h->device_tickets % alignof(DeviceTickets) != 0 ||
-      h->device_inbox % alignof(RtInboxSlot) != 0 ||
+      h->device_inbox % alignof(RtInboxHeader) != 0 ||
       (h->device_inbox != 0 && check_ring_capacity(h->device_inbox_depth) != ring_status::ok) ||
       h->device_replies % RT_REPLY_ALIGN != 0) {
     return rt_status::bad_segment;
@@ -716,8 +769,11 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
     ctx.inbox = base + h->inbox_offset;
     ctx.inbox_depth = h->inbox_depth;
   }
-  ctx.device_inbox = reinterpret_cast<RtInboxSlot*>(h->device_inbox);
-  ctx.device_inbox_mask = u64{h->device_inbox_depth} - 1;
+  ctx.device_inbox = reinterpret_cast<RtInboxHeader*>(h->device_inbox);
+  ctx.device_inbox_depth = h->device_inbox_depth;
+  ctx.send_slots = nullptr;
+  ctx.send_first = 0;
+  ctx.send_mask = 0;
   ctx.peer = false;
   ctx.reply_words = nullptr;
   ctx.reply_cells = nullptr;
@@ -781,6 +837,59 @@ TANDEM_DEVICE void rt_carve_replies(RtContext& ctx, RuntimeSegmentHeader* own) {
   ctx.reply_cells = reinterpret_cast<RtReplyCell*>(block + rt_reply_words_bytes(block_size()));
 }
 
+/// The slots of the device inbox part `part` (rt_inbox::LOCAL or PEER).
+TANDEM_DEVICE RtInboxSlot* rt_inbox_part(const RtContext& ctx, u32 part) {
+  u8* const first = reinterpret_cast<u8*>(ctx.device_inbox) + rt_inbox::HEADER_BYTES;
+  return reinterpret_cast<RtInboxSlot*>(first + u64{part} * ctx.device_inbox_depth * rt_inbox::SLOT_BYTES);
+}
+
+/// How many of a part's `depth` slots a service of `servers` mailbox
+/// threads keeps hot (RtInboxHeader::active): `per_server` each, rounded
+/// down to a power of two, at least 1 and at most the part.
+TANDEM_HOST_DEVICE u32 rt_inbox_active(u64 servers, u32 per_server, u32 depth) {
+  const u64 wanted = servers * per_server;
+  if (wanted >= depth) {
+    return depth;
+  }
+  u32 active = 1;
+  while (u64{active} * 2 <= wanted) {
+    active *= 2;
+  }
+  return active;
+}
+
+/// Thread 0's carve of the block's inbox slots (one per thread, from the
+/// part for the block's device) with one fetch_add, as the replies': the
+/// count only spreads the blocks over the part. Slots are shared when more
+/// threads send than the service keeps hot, or carves wrap onto a running
+/// block's: a sender then claims its slot after the last holder's task was
+/// read (rt_claim_inbox_slot), so sharing costs time, never a task.
+TANDEM_DEVICE void rt_carve_inbox_slots(RtContext& ctx) {
+  if (ctx.device_inbox == nullptr) {
+    return;
+  }
+  const u32 part = ctx.peer ? rt_inbox::PEER : rt_inbox::LOCAL;
+  u32 active = 0;
+  u64 first = 0;
+  // Relaxed: the count and the size only pick slots; the slot's claim
+  // orders everything the send does.
+  if (ctx.peer) {
+    active = load_relaxed<scope::system>(&ctx.device_inbox->active[part]);
+    first = fetch_add<scope::system, order::relaxed>(&ctx.device_inbox->carved[part], u64{block_size()});
+  } else {
+    active = load_relaxed<scope::device>(&ctx.device_inbox->active[part]);
+    first = fetch_add<scope::device, order::relaxed>(&ctx.device_inbox->carved[part], u64{block_size()});
+  }
+  // A size that is no power of two within the part is no service's: as
+  // before any service ran, then.
+  if (active == 0 || active > ctx.device_inbox_depth || (active & (active - 1)) != 0) {
+    active = rt_inbox::UNSIZED_ACTIVE < ctx.device_inbox_depth ? rt_inbox::UNSIZED_ACTIVE : ctx.device_inbox_depth;
+  }
+  ctx.send_slots = rt_inbox_part(ctx, part);
+  ctx.send_mask = active - 1;
+  ctx.send_first = static_cast<u32>(first) & ctx.send_mask;
+}
+
 /// rt_init over `segment` with replies from `own`'s reply region (the
 /// segment of the device the kernel runs on), `peer` when the two differ.
 TANDEM_DEVICE void rt_init_on(RtContext& ctx, const MemoryBackend& segment, const MemoryBackend& own, bool peer,
@@ -803,6 +912,7 @@ TANDEM_DEVICE void rt_init_on(RtContext& ctx, const MemoryBackend& segment, cons
     } else {
       ctx.peer = peer;
       rt_carve_replies(ctx, own_header);
+      rt_carve_inbox_slots(ctx);
       // One notify word per thread, consecutive, so a warp's words share a
       // cache line and its lanes' polls coalesce (see rt_wait).
       const FullPtr<u8> words = block_arena_allocate(ctx.arena, u64{block_size()} * sizeof(u32), 128);
@@ -897,8 +1007,9 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   out->notify_offset = notified ? static_cast<u32>(word_offset) : 0;
   const bool replied = first && ctx.reply_words != nullptr;
   if (replied) {
-    // Likewise; ordered before any service's answer by the release of the
-    // first push that names the word (rt_send_to_gpu).
+    // Likewise. Done before any service's answer: the fence below waits for
+    // it, and a service answers only at the address it read from a task
+    // this thread writes after that.
     store_relaxed<scope::device>(&ctx.reply_words[me], 0u);
   }
   out->reply_word = replied ? &ctx.reply_words[me] : nullptr;
@@ -1110,77 +1221,100 @@ TANDEM_DEVICE void rt_fence(bool wide) {
 /// about a millisecond between reads, which is how late a stop is seen.
 constexpr u64 RT_LOCAL_WAIT_STOP_POLL_EVERY = 1024;
 
-/// Waits until device-inbox `slot` is free for `ticket` (the service took
-/// the slot's previous lap); false when `*stop` (may be null) is raised
-/// first, which abandons the ticket: the service thread that owns it then
-/// waits at it until its own stop, so raise `stop` only once the service is
-/// no longer needed (as for any ticketed ring, mpmc.h).
-TANDEM_DEVICE bool rt_wait_inbox_slot(RtInboxSlot* slot, u64 ticket, bool wide, const u32* stop) {
-  const u64 free = mpmc_free_for(ticket);
+/// Claims inbox slot `slot` for the calling thread's task (at scope `S`, its
+/// part's): sets BUSY with a fetch_or, and if the slot was free returns true
+/// and its lap in `*lap`. A slot another sender holds is waited on with
+/// loads until the service has read that task (it frees the slot before
+/// running it), then claimed again; false, with nothing claimed, when
+/// `*stop` (may be null) is raised first.
+template <scope S>
+TANDEM_DEVICE bool rt_claim_inbox_slot(RtInboxSlot* slot, const u32* stop, u64* lap) {
   Backoff backoff = Backoff::up_to(Backoff::RACE_DEVICE_MAX_NS);
   for (u64 round = 0;; ++round) {
-    // Relaxed, with the fence below: the acquire pattern of the service's
-    // release of the slot, so its reads of the previous lap happen before
-    // our stores. System scope for a sender on another device.
-    const u64 seen = wide ? load_relaxed<scope::system>(&slot->seq) : load_relaxed<scope::device>(&slot->seq);
-    if (seen == free) {
-      break;
+    // Relaxed: the claim orders nothing. The task's words carry its lap's
+    // tag, and the service's free of the last lap (a store of ctrl) comes
+    // after its reads of that lap's words, which the values it used prove
+    // done before it stores (rt_take_inbox_task).
+    const u64 old = fetch_or<S, order::relaxed>(&slot->ctrl, rt_inbox::BUSY);
+    if ((old & rt_inbox::BUSY) == 0) {
+      *lap = old >> 1;
+      return true;
     }
-    if (stop_raised<scope::system, RT_LOCAL_WAIT_STOP_POLL_EVERY>(stop, round, false)) {
-      return false;
+    // Loads, not more RMWs, while it is held: they queue at the slot's line
+    // with the service's free.
+    while ((load_relaxed<S>(&slot->ctrl) & rt_inbox::BUSY) != 0) {
+      if (stop_raised<scope::system, RT_LOCAL_WAIT_STOP_POLL_EVERY>(stop, round++, false)) {
+        return false;
+      }
+      backoff.idle();
     }
-    backoff.idle();
   }
-  rt_fence(wide);
-  return true;
 }
 
-/// A device-inbox ticket for the calling thread. The lanes of a warp that
-/// send together take consecutive tickets with one fetch_add, made by the
-/// lowest of them: every sender of a device claims from one word, and
-/// thousands of them a microsecond would queue at it one RMW at a time.
-TANDEM_DEVICE u64 rt_claim_inbox_ticket(const RtContext& ctx) {
-  DeviceTickets* const producers = ctx.tickets + RtTicket::device_inbox_producers(ctx.num_lanes);
-  const lane_mask senders = active_lanes();
-  const u32 leader = lowest_lane(senders);
-  u64 first = 0;
-  if (lane_id() == leader) {
-    // Relaxed: the fetch_add only makes tickets unique (the slot's sequence
-    // number hands each over). System scope: kernels of other devices
-    // (rt_init_peer) take tickets here too, and two devices' RMWs are atomic
-    // with each other only at system scope.
-    first = fetch_add_global<scope::system, order::relaxed>(&producers->next, u64{lane_count(senders)});
+/// Writes `f`'s task into claimed slot `slot` at lap `lap`, each word under
+/// the lap's tag, in pairs where the words are 16-aligned (words 1-2, 3-4,
+/// 5-6, 7-8, 9-10): relaxed, as the tags say which words have landed.
+template <scope S>
+TANDEM_DEVICE void rt_write_inbox_task(RtInboxSlot* slot, u64 lap, const RtFuture& f, bool in_slot, u32 args_len) {
+  const u64 tag = u64{rt_inbox_tag(lap)} << 32;
+  u32 w[rt_inbox::WORDS];
+  w[rt_inbox::W_SHAPE] = in_slot ? args_len : rt_inbox::SHAPE_IN_FUTURE;
+  w[rt_inbox::W_TOKEN] = f.token;
+  w[rt_inbox::W_POOL] = in_slot ? f.staged[0] : 0;
+  w[rt_inbox::W_METHOD] = in_slot ? f.staged[1] : 0;
+  const u64 reply = reinterpret_cast<u64>(f.reply_word);
+  w[rt_inbox::W_REPLY] = static_cast<u32>(reply);
+  w[rt_inbox::W_REPLY + 1] = static_cast<u32>(reply >> 32);
+  // The cell follows the word in the block's carve (rt_carve_replies).
+  w[rt_inbox::W_CELL_DELTA] = static_cast<u32>(reinterpret_cast<u64>(f.reply_cell) - reply);
+  TANDEM_UNROLL
+  for (u32 i = 0; i < rt_inbox::ARGS_WORDS; ++i) {
+    w[rt_inbox::W_ARGS + i] = f.staged[3 + i];
   }
-  return broadcast(senders, first, leader) + lane_count(senders & lanes_below(lane_id()));
+  if (!in_slot) {
+    w[rt_inbox::W_FUTURE] = static_cast<u32>(f.ptr.off);
+    w[rt_inbox::W_FUTURE + 1] = static_cast<u32>(f.ptr.off >> 32);
+  }
+  static_assert(rt_inbox::HEAD_WORDS == 7 && rt_inbox::WORDS == 11, "the stores below");
+  store_relaxed<S>(&slot->words[0], tag | w[0]);
+  store_relaxed_pair<S>(&slot->words[1], tag | w[1], tag | w[2]);
+  store_relaxed_pair<S>(&slot->words[3], tag | w[3], tag | w[4]);
+  store_relaxed_pair<S>(&slot->words[5], tag | w[5], tag | w[6]);
+  if (!in_slot || args_len > 0) {
+    store_relaxed_pair<S>(&slot->words[7], tag | w[7], tag | w[8]);
+  }
+  if (in_slot && args_len > 2 * 4) {
+    store_relaxed_pair<S>(&slot->words[9], tag | w[9], tag | w[10]);
+  }
 }
 
 }  // namespace detail
 
 /// Sends `f`'s task to the device's GPU service (rt_serve, a persistent
-/// kernel the host started) through the device inbox, in device memory: a
-/// task of at most RT_INBOX_ARGS_MAX argument bytes travels in the slot,
-/// a larger one in the future's copy space. The service answers in the
-/// thread's reply word and cell, in its own device's memory (rt_wait,
-/// rt_output). One device-memory fetch_add claims the slot; a slot whose
-/// previous lap the service has not taken yet is waited on until `*stop`
-/// (the claimed ticket cannot be handed back, so `spin_budget` bounds
-/// nothing here). no_inbox when the segment has none, no_memory when the
-/// future has no reply (not its thread's first, or the reply region was
-/// used up).
+/// kernel the host started) through the thread's slot of the device inbox,
+/// in device memory: a task of at most rt_inbox::ARGS_MAX argument bytes
+/// travels in the slot, a larger one in the future's copy space. The
+/// service answers in the thread's reply word and cell, in its own device's
+/// memory (rt_wait, rt_output). One fetch_or claims the slot; a slot another
+/// sender holds (more senders than the service keeps slots hot) is waited
+/// on until its task was read, or until `*stop`, which then returns stopped
+/// with nothing sent (`spin_budget` bounds nothing here). no_inbox when the
+/// segment has none, no_memory when the future has no reply (not its
+/// thread's first, or the reply region was used up).
 TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const u32* stop, u64 spin_budget) {
-  static_assert(RT_INBOX_ARGS_MAX <= rt_record::INLINE_ARGS_MAX, "a task a slot carries is one rt_make_task stages");
+  static_assert(rt_inbox::ARGS_MAX <= rt_record::INLINE_ARGS_MAX, "a task a slot carries is one rt_make_task stages");
   (void)spin_budget;
   if (ctx.status != rt_status::ok) {
     return ctx.status;
   }
-  if (ctx.device_inbox == nullptr) {
+  if (ctx.send_slots == nullptr) {
     return rt_status::no_inbox;
   }
   if (f.reply_word == nullptr) {
     return rt_status::no_memory;
   }
   const u32 args_len = f.staged_len != 0 ? rt_record::args_len(f.staged[2]) : 0;
-  const bool in_slot = f.staged_len != 0 && args_len <= RT_INBOX_ARGS_MAX;
+  const bool in_slot = f.staged_len != 0 && args_len <= rt_inbox::ARGS_MAX;
   if (f.staged_len != 0 && !in_slot) {
     // The staged argument bytes, by constant indices into `staged` (which
     // may then stay in registers).
@@ -1200,33 +1334,23 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
     }
     f.staged_len = 0;
   }
-  // A copy-space task was written to host memory: published at system scope
-  // too, as is anything from another device.
-  const bool wide = ctx.peer || !in_slot;
-  const u64 ticket = detail::rt_claim_inbox_ticket(ctx);
-  RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
-  if (!detail::rt_wait_inbox_slot(slot, ticket, wide, stop)) {
-    return rt_status::stopped;
+  if (!in_slot) {
+    // Release: the task in the copy space, host memory the service reads
+    // after its own system-scope fence (rt_take_inbox_task).
+    fence_acq_rel<scope::system>();
   }
-  slot->reply_word = reinterpret_cast<u64>(f.reply_word);
-  slot->reply_cell = reinterpret_cast<u64>(f.reply_cell);
-  slot->future = in_slot ? 0 : f.ptr.off;
-  slot->token = f.token;
-  slot->pool = in_slot ? f.staged[0] : 0;
-  slot->method = in_slot ? f.staged[1] : 0;
-  slot->args_len = args_len;
-  TANDEM_UNROLL
-  for (u32 i = 0; i < RT_INBOX_ARGS_WORDS; ++i) {
-    slot->args[i] = f.staged[3 + i];
-  }
-  // Release: pairs with the service's acquire of the sequence number
-  // (rt_serve), publishing the slot's fields, the cleared reply word
-  // (rt_future_alloc) and a copy-space task.
-  const u64 full = detail::mpmc_full_for(ticket) | (wide ? RT_INBOX_WIDE : 0);
-  if (wide) {
-    store_release<scope::system>(&slot->seq, full);
+  RtInboxSlot* const slot = ctx.send_slots + ((ctx.send_first + thread_rank()) & ctx.send_mask);
+  u64 lap = 0;
+  if (ctx.peer) {
+    if (!detail::rt_claim_inbox_slot<scope::system>(slot, stop, &lap)) {
+      return rt_status::stopped;
+    }
+    detail::rt_write_inbox_task<scope::system>(slot, lap, f, in_slot, args_len);
   } else {
-    store_release<scope::device>(&slot->seq, full);
+    if (!detail::rt_claim_inbox_slot<scope::device>(slot, stop, &lap)) {
+      return rt_status::stopped;
+    }
+    detail::rt_write_inbox_task<scope::device>(slot, lap, f, in_slot, args_len);
   }
   f.via_gpu = true;
   f.via_peer = ctx.peer;
@@ -1298,14 +1422,19 @@ TANDEM_COLD RtFlagsWait rt_wait_flags(FutureView view, const u32* stop, u64 spin
 /// Whether `f`'s reply word shows its task answered by a GPU service; then
 /// `*return_code` and `f.no_output`.
 TANDEM_DEVICE bool rt_replied(RtFuture& f, i32* return_code) {
-  // Acquire: pairs with the service's release store of the word, after its
-  // cell (rt_answer). System scope for an answer from another device.
+  // Relaxed: a success without output is the word alone. System scope for
+  // an answer from another device.
   const u32 seen =
-      f.via_peer ? load_acquire<scope::system>(f.reply_word) : load_acquire<scope::device>(f.reply_word);
+      f.via_peer ? load_relaxed<scope::system>(f.reply_word) : load_relaxed<scope::device>(f.reply_word);
   if ((seen >> rt_notify::TOKEN_SHIFT) != f.token) {
     return false;
   }
   f.no_output = (seen & rt_notify::NO_OUTPUT) != 0;
+  if (!f.no_output) {
+    // With the load above, the acquire pattern that pairs with the
+    // service's fence before the word (rt_answer): the cell is read after.
+    rt_fence(f.via_peer);
+  }
   *return_code = (seen & rt_notify::SUCCEEDED) != 0 ? 0 : f.reply_cell->return_code;
   return true;
 }
@@ -1492,11 +1621,41 @@ TANDEM_DEVICE bool rt_read_host_record(const LlRing& ring, u64 ticket, RtHostRec
   return whole;
 }
 
+/// rt_read_host_record by the lanes `lanes` of one warp together, all of
+/// it and at least 1 + LL_RECORD_WORDS lanes: lane i loads the slot's word
+/// i, so a poll is one read of host memory however long the record (one
+/// thread's loads of host memory are not overlapped: each would be another
+/// PCIe round trip), and the record's words are then gathered by shuffles.
+/// The same answer and record in every lane.
+TANDEM_DEVICE bool rt_read_host_record_warp(lane_mask lanes, const LlRing& ring, u64 ticket, RtHostRecord* record) {
+  const u64* const words = ring.slot(ticket)->words;
+  const u64 tag = ll_tag(ticket);
+  const u32 lane = lane_id();
+  // Relaxed, as rt_read_host_record's loads.
+  const u64 seen = lane < 1 + LL_RECORD_WORDS ? load_relaxed<scope::system>(&words[lane]) : tag << 32;
+  const u64 head = broadcast(lanes, seen, 0);
+  if ((head >> 32) != tag) {
+    return false;
+  }
+  const u32 len = static_cast<u32>(head) <= LL_RECORD_WORDS ? static_cast<u32>(head) : 0;
+  // Words past the record (lane > len) are not the record's: not checked.
+  if (ballot(lanes, lane >= 1 && lane <= len && (seen >> 32) != tag) != 0) {
+    return false;
+  }
+  TANDEM_UNROLL
+  for (u32 i = 0; i < LL_RECORD_WORDS; ++i) {
+    const u32 word = static_cast<u32>(broadcast(lanes, seen, i + 1));
+    record->words[i] = i < len ? word : 0;
+  }
+  record->len = len;
+  return true;
+}
+
 /// Frees position `ticket`'s slot of the from-host ring for the host
-/// producer a lap later. Relaxed, after a system-scope fence the caller
-/// issued once done reading the record: together a release, which the
-/// producer's acquire of the sequence number (Rust's LlRing::try_push)
-/// pairs with, so the record is read before it is overwritten.
+/// producer a lap later (Rust's LlRing::try_push acquires the sequence
+/// number). Relaxed: the caller stores it after it used the record's values
+/// (they decided what it stores and where), so the record's reads are done
+/// before the producer can overwrite it.
 TANDEM_DEVICE void rt_free_host_slot(const LlRing& ring, u64 ticket) {
   store_relaxed<scope::system>(&ring.slot(ticket)->seq, mpmc_free_for(ticket + ring.capacity()));
 }
@@ -1524,13 +1683,15 @@ TANDEM_DEVICE void rt_copy_to_host(u8* dst, const u8* src, u32 len) {
 /// Returns false for a record that names no future of the segment, or no
 /// reply the copy space holds: nothing can be answered then.
 ///
-/// One system-scope fence, after the output and before the answer and the
-/// slot's release: a release for the output (the host thread's acquire of
-/// `answer` pairs with it) and for the record's reads (before the slot's
-/// next lap), and, following the record's loads, an acquire pattern that
-/// pairs with the host's release fence before its record words, so its
-/// clearing of `answer` is ordered before the answer. The output and its
-/// length, stored before the fence, are memory the host does not write.
+/// An answer without output (a success with none, or a failure) is the
+/// answer word alone, RT_HOST_REPLY_NO_OUTPUT set, stored with no fence: the
+/// word carries all of it. It lands after the host's clearing of `answer`,
+/// which the host made before the record's words, as the service stores it
+/// at the address the record named, after reading it. An answer with output
+/// takes one system-scope fence after the output and its length (memory the
+/// host does not write), a release which the host thread's acquire of
+/// `answer` pairs with. The slot's release is a plain store after the
+/// record's values were used: its reads are done.
 template <typename H>
 TANDEM_DEVICE bool rt_run_host_record(const RtContext& ctx, const LlRing& ring, u64 ticket,
                                       const RtHostRecord& record, u64 segment_bytes, H& handle) {
@@ -1548,7 +1709,6 @@ TANDEM_DEVICE bool rt_run_host_record(const RtContext& ctx, const LlRing& ring, 
   const u64 cell = offset + FUTURE_COPY_SPACE_OFFSET;
   if (offset < RT_SEGMENT_HEADER_RESERVED || offset % alignof(FutureShmHeader) != 0 ||
       copy_space < RT_HOST_REPLY_BYTES || cell > segment_bytes || copy_space > segment_bytes - cell) {
-    fence_acq_rel<scope::system>();
     rt_free_host_slot(ring, ticket);
     return false;
   }
@@ -1570,75 +1730,134 @@ TANDEM_DEVICE bool rt_run_host_record(const RtContext& ctx, const LlRing& ring, 
     len = 0;
   }
   RtHostReply* const reply = reinterpret_cast<RtHostReply*>(ctx.base + cell);
-  rt_copy_to_host(ctx.base + cell + RT_HOST_REPLY_BYTES, out, len);
-  reply->output_len = len;
-  fence_acq_rel<scope::system>();
-  store_relaxed<scope::system>(&reply->answer, RT_HOST_REPLY_ANSWERED | u64{static_cast<u32>(rc)} << 32);
+  u64 answer = RT_HOST_REPLY_ANSWERED | u64{static_cast<u32>(rc)} << 32;
+  if (len == 0) {
+    answer |= RT_HOST_REPLY_NO_OUTPUT;
+  } else {
+    rt_copy_to_host(ctx.base + cell + RT_HOST_REPLY_BYTES, out, len);
+    reply->output_len = len;
+    fence_acq_rel<scope::system>();
+  }
+  store_relaxed<scope::system>(&reply->answer, answer);
   rt_free_host_slot(ring, ticket);
   return true;
 }
 
-/// A device-inbox task, as rt_take_inbox_task copied it out of its slot.
+/// A device-inbox task, as rt_take_inbox_task read it out of its slot.
 struct RtInboxTask {
   u32* reply_word;
   RtReplyCell* reply_cell;
+  /// The segment offset of the future whose copy space holds the task, or
+  /// 0 for a task carried in the slot (pool, method, args).
   u64 future;
   u32 token;
   u32 pool;
   u32 method;
   u32 args_len;
-  u32 args[RT_INBOX_ARGS_WORDS];
-  /// The sender may be on another device, or wrote the task to host memory.
-  bool wide;
+  u32 args[rt_inbox::ARGS_WORDS];
+  /// From the PEER part: the sender is on another device, and is answered
+  /// at system scope.
+  bool peer;
 };
 
-/// Copies device-inbox ticket `ticket`'s task into `*task` if it has
-/// arrived; false (nothing taken) if not yet. The caller owns the ticket
-/// (rt_serve): nobody else takes it, and the slot stays its own until it
-/// frees it (rt_free_inbox_slot).
-TANDEM_DEVICE bool rt_take_inbox_task(const RtContext& ctx, u64 ticket, RtInboxTask* task) {
-  RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
-  // Relaxed, with the fence below: the acquire pattern that pairs with the
-  // sender's release of `seq` (rt_send_to_gpu), at the scope it released
-  // at. The load itself is system scope, so it sees a sender on another
-  // device as well.
-  const u64 seen = load_relaxed<scope::system>(&slot->seq);
-  if ((seen & ~RT_INBOX_WIDE) != mpmc_full_for(ticket)) {
+/// A poll of an inbox slot: its `ctrl` and first word, one load.
+struct RtSlotHead {
+  u64 ctrl;
+  u64 first;
+};
+
+/// Polls `slot` (of the part whose scope is `S`). Relaxed: every word says
+/// by its tag whether it is whole and this lap's (RtInboxSlot), and what a
+/// word does not carry (a copy-space task) is ordered by a fence once the
+/// task is taken (rt_take_inbox_task).
+template <scope S>
+TANDEM_DEVICE RtSlotHead rt_poll_inbox_slot(const RtInboxSlot* slot) {
+  RtSlotHead head{0, 0};
+  load_relaxed_pair<S>(&slot->ctrl, &head.ctrl, &head.first);
+  return head;
+}
+
+/// Reads the task in `slot` (of the part whose scope is `S`), whose poll
+/// found `head`, into `*task` if a whole one is there, and frees the slot
+/// for its next lap; false (nothing taken) if not yet. The caller owns the
+/// slot (rt_serve): no other service thread reads it. Once the poll found
+/// the shape word, the rest is loaded, every load issued before any is
+/// checked.
+template <scope S>
+TANDEM_DEVICE bool rt_take_inbox_task(RtInboxSlot* slot, RtSlotHead head, RtInboxTask* task) {
+  const u64 lap = head.ctrl >> 1;
+  const u32 tag = rt_inbox_tag(lap);
+  if (static_cast<u32>(head.first >> 32) != tag) {
     return false;
   }
-  task->wide = (seen & RT_INBOX_WIDE) != 0;
-  rt_fence(task->wide);
-  task->reply_word = reinterpret_cast<u32*>(slot->reply_word);
-  task->reply_cell = reinterpret_cast<RtReplyCell*>(slot->reply_cell);
-  task->future = slot->future;
-  task->token = slot->token;
-  task->pool = slot->pool;
-  task->method = slot->method;
-  task->args_len = slot->args_len;
+  u64 seen[rt_inbox::WORDS + 1];
+  seen[0] = head.first;
+  const u32 shape = static_cast<u32>(seen[0]);
+  const bool in_future = (shape & rt_inbox::SHAPE_IN_FUTURE) != 0;
+  const u32 args_len = shape & rt_inbox::SHAPE_ARGS_MASK;
+  // A shape no sender writes (too many argument bytes) is a task of the
+  // head words alone, answered RT_RC_BAD_TASK (rt_run_inbox_task).
+  const u32 words = in_future                        ? rt_inbox::W_FUTURE + 2
+                    : args_len <= rt_inbox::ARGS_MAX ? rt_inbox::W_ARGS + (args_len + 3) / 4
+                                                     : rt_inbox::HEAD_WORDS;
+  static_assert(rt_inbox::HEAD_WORDS == 7 && rt_inbox::WORDS == 11, "the loads below");
+  load_relaxed_pair<S>(&slot->words[1], &seen[1], &seen[2]);
+  load_relaxed_pair<S>(&slot->words[3], &seen[3], &seen[4]);
+  load_relaxed_pair<S>(&slot->words[5], &seen[5], &seen[6]);
   TANDEM_UNROLL
-  for (u32 i = 0; i < RT_INBOX_ARGS_WORDS; ++i) {
-    task->args[i] = slot->args[i];
+  for (u32 i = rt_inbox::HEAD_WORDS; i < rt_inbox::WORDS + 1; ++i) {
+    seen[i] = u64{tag} << 32;  // words the task has not: no argument
   }
+  if (words > 7) {
+    load_relaxed_pair<S>(&slot->words[7], &seen[7], &seen[8]);
+  }
+  if (words > 9) {
+    load_relaxed_pair<S>(&slot->words[9], &seen[9], &seen[10]);
+  }
+  u32 w[rt_inbox::WORDS];
+  bool whole = true;
+  TANDEM_UNROLL
+  for (u32 i = 0; i < rt_inbox::WORDS; ++i) {
+    whole = whole && (i >= words || static_cast<u32>(seen[i] >> 32) == tag);
+    w[i] = i < words ? static_cast<u32>(seen[i]) : 0;
+  }
+  if (!whole) {
+    return false;  // the sender's other stores are on their way
+  }
+  // Frees the slot for its next lap, before the task runs: a sender waiting
+  // for it (rt_claim_inbox_slot) waits for the read, not the answer.
+  // Relaxed: the store depends on the values loaded above (they decided
+  // that it happens), so those loads are done before it, and a next lap's
+  // stores cannot reach them.
+  store_relaxed<S>(&slot->ctrl, (lap + 1) << 1);
+  if (in_future) {
+    // With the loads above, the acquire pattern that pairs with the
+    // sender's fence before its words: the copy space (host memory) it
+    // wrote is read after.
+    fence_acq_rel<scope::system>();
+  }
+  const u64 reply = u64{w[rt_inbox::W_REPLY]} | u64{w[rt_inbox::W_REPLY + 1]} << 32;
+  task->reply_word = reinterpret_cast<u32*>(reply);
+  task->reply_cell = reinterpret_cast<RtReplyCell*>(reply + w[rt_inbox::W_CELL_DELTA]);
+  task->future = in_future ? u64{w[rt_inbox::W_FUTURE]} | u64{w[rt_inbox::W_FUTURE + 1]} << 32 : 0;
+  task->token = w[rt_inbox::W_TOKEN];
+  task->pool = w[rt_inbox::W_POOL];
+  task->method = w[rt_inbox::W_METHOD];
+  task->args_len = in_future ? 0 : args_len;
+  TANDEM_UNROLL
+  for (u32 i = 0; i < rt_inbox::ARGS_WORDS; ++i) {
+    task->args[i] = w[rt_inbox::W_ARGS + i];
+  }
+  task->peer = S == scope::system;
   return true;
 }
 
-/// Frees ticket `ticket`'s slot, whose task was taken, for the ticket a lap
-/// later. Called after the answer: its system-scope release is then off the
-/// sender's path (the sender's next ticket uses another slot).
-TANDEM_DEVICE void rt_free_inbox_slot(const RtContext& ctx, u64 ticket) {
-  RtInboxSlot* const slot = ctx.device_inbox + (ticket & ctx.device_inbox_mask);
-  // Release, so the reads of rt_take_inbox_task finish before the next
-  // lap's sender overwrites the slot (its acquire pattern,
-  // rt_wait_inbox_slot). System scope: that sender may be on another
-  // device.
-  store_release<scope::system>(&slot->seq, mpmc_free_for(ticket + ctx.device_inbox_mask + 1));
-}
-
 /// Answers `task` with return code `rc` and the `len` bytes of `out` (none
-/// unless rc is 0): the reply cell if the word alone cannot say it, then
-/// the word, with release (rt_replied's acquire pairs with it), at system
-/// scope for a wide task. Reply addresses are the sender's own (kernels of
-/// this process, like the handler), so they are not checked.
+/// unless rc is 0): the word alone for a success without output (relaxed:
+/// it carries all there is), else the cell, a fence (release, which
+/// rt_replied's acquire pattern pairs with), then the word; at system scope
+/// for a sender on another device. Reply addresses are the sender's own
+/// (kernels of this process, like the handler), so they are not checked.
 TANDEM_DEVICE void rt_answer(const RtInboxTask& task, i32 rc, const u8* out, u32 len) {
   u32 flags = 0;
   if (rc == 0 && len == 0) {
@@ -1650,12 +1869,13 @@ TANDEM_DEVICE void rt_answer(const RtInboxTask& task, i32 rc, const u8* out, u32
     for (u32 i = 0; i < len; ++i) {
       task.reply_cell->output[i] = out[i];
     }
+    rt_fence(task.peer);
   }
   const u32 word = task.token << rt_notify::TOKEN_SHIFT | flags;
-  if (task.wide) {
-    store_release<scope::system>(task.reply_word, word);
+  if (task.peer) {
+    store_relaxed<scope::system>(task.reply_word, word);
   } else {
-    store_release<scope::device>(task.reply_word, word);
+    store_relaxed<scope::device>(task.reply_word, word);
   }
 }
 
@@ -1674,10 +1894,10 @@ TANDEM_DEVICE bool rt_run_inbox_task(const RtContext& ctx, const RtInboxTask& ta
     if (found) {
       rc = rt_run_future_task(f, handle, w);
     }
-  } else if (task.args_len <= RT_INBOX_ARGS_MAX) {
-    u8 args[RT_INBOX_ARGS_MAX];
+  } else if (task.args_len <= rt_inbox::ARGS_MAX) {
+    u8 args[rt_inbox::ARGS_MAX];
     TANDEM_UNROLL
-    for (u32 i = 0; i < RT_INBOX_ARGS_MAX; ++i) {
+    for (u32 i = 0; i < rt_inbox::ARGS_MAX; ++i) {
       args[i] = static_cast<u8>(task.args[i / 4] >> (8 * (i % 4)));
     }
     Reader r = Reader::over(args, task.args_len);
@@ -1685,6 +1905,106 @@ TANDEM_DEVICE bool rt_run_inbox_task(const RtContext& ctx, const RtInboxTask& ta
   }
   rt_answer(task, rc, out, rc == 0 ? static_cast<u32>(w.pos) : 0);
   return found;
+}
+
+/// The inbox slots a mailbox server of rt_serve owns: of each part, slots
+/// `first`, first + servers, first + 2 servers, ... (so every slot has one
+/// owner); those below the part's hot count are polled every round, the
+/// others (cold: a sender that mapped its slot by an earlier service's
+/// size) one every RT_SERVE_COLD_EVERY rounds, round-robin, by this cursor.
+struct RtColdSweep {
+  u64 first;
+  u64 servers;
+  u64 depth;
+  u32 hot[rt_inbox::PARTS];
+  /// The slots of each part any block may have mapped into.
+  u32 mapped[rt_inbox::PARTS];
+  /// The first cold slot this thread owns in each part (past `mapped`:
+  /// none).
+  u64 start[rt_inbox::PARTS];
+  u32 part;
+  u64 index;
+
+  /// The sweep of the server `first` of `servers` over parts of `depth`
+  /// slots, `hot[p]` of them hot and `mapped[p]` (at least as many) maybe
+  /// mapped into. The one division of a sweep is here: a GPU divides 64-bit
+  /// integers in software.
+  static TANDEM_DEVICE RtColdSweep over(u64 first, u64 servers, u64 depth, const u32 (&hot)[rt_inbox::PARTS],
+                                        const u32 (&mapped)[rt_inbox::PARTS]) {
+    RtColdSweep sweep{};
+    sweep.first = first;
+    sweep.servers = servers;
+    sweep.depth = depth;
+    for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
+      sweep.hot[part] = hot[part];
+      sweep.mapped[part] = mapped[part];
+      const u64 from = first > hot[part] ? first : u64{hot[part]};
+      sweep.start[part] = first + (from - first + servers - 1) / servers * servers;
+    }
+    sweep.part = sweep.has(rt_inbox::LOCAL) ? rt_inbox::LOCAL : rt_inbox::PEER;
+    sweep.index = sweep.start[sweep.part];
+    return sweep;
+  }
+
+  /// Whether this thread owns a cold slot of `part`.
+  TANDEM_DEVICE bool has(u32 part) const { return start[part] < mapped[part]; }
+
+  /// Whether this thread owns any cold slot.
+  TANDEM_DEVICE bool any() const { return has(rt_inbox::LOCAL) || has(rt_inbox::PEER); }
+
+  /// Moves to the next cold slot this thread owns (after the last of a
+  /// part, the other part's first). Only while any().
+  TANDEM_DEVICE void advance() {
+    index += servers;
+    for (u32 turns = 0; index >= mapped[part] && turns < rt_inbox::PARTS; ++turns) {
+      part = (part + 1) % rt_inbox::PARTS;
+      index = start[part];
+    }
+  }
+};
+
+/// The slots of inbox part `part` any block may have mapped into, this
+/// service's `hot` ones included: the largest of those, the part's
+/// recorded high-water mark (RtInboxHeader::mapped) and UNSIZED_ACTIVE,
+/// within the part. Read by every thread of the service before thread 0
+/// raises it (relaxed: the previous service, which wrote it, has ended).
+TANDEM_DEVICE u32 rt_inbox_mapped(const RtContext& ctx, u32 part, u32 hot) {
+  const u32 depth = ctx.device_inbox_depth;
+  const u32 recorded = part == rt_inbox::LOCAL ? load_relaxed<scope::device>(&ctx.device_inbox->mapped[part])
+                                               : load_relaxed<scope::system>(&ctx.device_inbox->mapped[part]);
+  u32 mapped = rt_inbox::UNSIZED_ACTIVE > hot ? rt_inbox::UNSIZED_ACTIVE : hot;
+  mapped = recorded > mapped ? recorded : mapped;
+  return mapped < depth ? mapped : depth;
+}
+
+/// How often, in rounds, a mailbox server polls one of its cold slots.
+constexpr u64 RT_SERVE_COLD_EVERY = 8;
+
+/// Hot slots of each inbox part per mailbox server (rt_serve sizes
+/// RtInboxHeader::active by them): few enough that a round of polls is
+/// about one L2 round trip on a GPU.
+constexpr u32 RT_SERVE_LOCAL_SLOTS_PER_SERVER = 4;
+constexpr u32 RT_SERVE_PEER_SLOTS_PER_SERVER = 1;
+
+/// How often, in rounds, a mailbox server that has seen no block of another
+/// device take PEER slots looks again (one system-scope load).
+constexpr u64 RT_SERVE_PEER_CHECK_EVERY = 1024;
+
+/// Whether any block of another device has taken slots of the inbox's PEER
+/// part (rt_carve_inbox_slots). Relaxed: it only turns the part's polls on;
+/// a block that carved before this load is seen by a later one.
+TANDEM_DEVICE bool rt_inbox_has_peers(const RtContext& ctx) {
+  return load_relaxed<scope::system>(&ctx.device_inbox->carved[rt_inbox::PEER]) != 0;
+}
+
+/// Between two idle rounds of a service thread that does not sleep yet: on
+/// a GPU nothing (the round's polls are memory round trips, which pace it,
+/// and the shortest sleep is longer than an answer should wait); the CPU
+/// device's threads give their turn away.
+TANDEM_DEVICE void rt_serve_spin() {
+#if !defined(TANDEM_BACKEND_GPU)
+  spin_pause();
+#endif
 }
 
 /// Idle rounds a service thread polls without sleeping; after them it
@@ -1703,9 +2023,10 @@ constexpr bool RT_HOST_SERVER_PACED = false;
 #endif
 /// How often, in idle rounds, a service thread checks for the stop (a busy
 /// service never does): thread 0 of each block in the segment's header
-/// (host memory, a PCIe read), the others in the block's copy
-/// (rt_service_stop_raised).
-constexpr u64 RT_SERVE_STOP_POLL_EVERY = 64;
+/// (host memory, a PCIe read, which its warp waits for), the others in the
+/// block's copy (rt_service_stop_raised). A GPU's idle round is an L2 round
+/// trip: about every quarter millisecond.
+constexpr u64 RT_SERVE_STOP_POLL_EVERY = 1024;
 
 /// Whether the segment's `service_stop` is raised, as the calling service
 /// thread learns it: thread 0 of the block reads the header and, once it is
@@ -1731,33 +2052,39 @@ TANDEM_DEVICE bool rt_service_stop_raised(RtContext& ctx) {
   return true;
 }
 
-/// Whether a stopping service thread is done: no sender claimed its next
-/// device-inbox ticket, and the from-host ring holds nothing past
-/// `host_ticket` (`host_server`). Acquire loads after the stop flag's
-/// acquire: every push made before the flag was raised is seen. Once done,
-/// the thread records the senders' count as the first ticket of the next
-/// service: every ticket below it was served (each thread serves its
-/// tickets in order and is past the count), and as senders are done the
-/// count no longer moves, so every thread records the same. The host server
-/// records where the next service resumes the from-host ring.
-TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, u64 ticket, bool host_server, u64 host_ticket) {
-  DeviceTickets* const producers = ctx.tickets + RtTicket::device_inbox_producers(ctx.num_lanes);
-  const u64 claimed = load_acquire<scope::system>(&producers->next);
-  if (claimed > ticket) {
-    return false;
+/// Whether a stopping service thread is done: none of the inbox slots it
+/// owns is held by a sender (`sweep`, when it serves them), and the
+/// from-host ring holds nothing past `host_ticket` (`host_server`). Loads
+/// after the stop flag's acquire: every claim and push made before the flag
+/// was raised is seen. The host server records where the next service
+/// resumes the from-host ring; slots need no record, their laps are theirs.
+TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, const RtColdSweep* sweep, bool host_server,
+                                    u64 host_ticket) {
+  if (sweep != nullptr) {
+    const RtInboxSlot* const local = rt_inbox_part(ctx, rt_inbox::LOCAL);
+    const RtInboxSlot* const peer = rt_inbox_part(ctx, rt_inbox::PEER);
+    // Slots past `mapped` are no block's.
+    for (u64 i = sweep->first; i < sweep->mapped[rt_inbox::LOCAL]; i += sweep->servers) {
+      if ((load_relaxed<scope::device>(&local[i].ctrl) & rt_inbox::BUSY) != 0) {
+        return false;
+      }
+    }
+    for (u64 i = sweep->first; i < sweep->mapped[rt_inbox::PEER]; i += sweep->servers) {
+      if ((load_relaxed<scope::system>(&peer[i].ctrl) & rt_inbox::BUSY) != 0) {
+        return false;
+      }
+    }
   }
   if (host_server) {
     const RingHeader* const ring = reinterpret_cast<const RingHeader*>(ctx.inbox);
     if (load_acquire<scope::system>(&ring->tail.value) > host_ticket) {
       return false;
     }
-    // Relaxed: as the device inbox's count below.
+    // Relaxed: the next service reads it after this kernel ended (the host
+    // synchronises before starting another).
     store_relaxed<scope::device>(&(ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes))->next,
                                  host_ticket);
   }
-  // Relaxed: the next service reads it after this kernel ended (the host
-  // synchronises before starting another).
-  store_relaxed<scope::device>(&(ctx.tickets + RtTicket::device_inbox_served(ctx.num_lanes))->next, claimed);
   return true;
 }
 
@@ -1771,6 +2098,57 @@ struct RtServeStats {
   u64 bad_pointers;
 };
 
+namespace detail {
+
+/// rt_serve's host server when it is a warp (rt_serve, "Who serves what"):
+/// every lane of warp 0 of block 0 polls the from-host ring together
+/// (rt_read_host_record_warp), lane 0 runs and answers each record, and
+/// every decision (a record taken, the stop seen, the ring drained) is the
+/// same in all lanes, so they stay together through each collective. Lane
+/// 0, thread 0 of block 0, is also the block's reader of the stop flag. On
+/// a GPU the host server never sleeps (RT_HOST_SERVER_PACED).
+template <typename H>
+TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeStats* stats) {
+  // The whole warp, which rt_serve sends here together.
+  const u32 width = warp_width();
+  const lane_mask lanes = width >= 64 ? ~lane_mask{0} : (lane_mask{1} << width) - 1;
+  const bool leader = lane_id() == 0;
+  const LlRing from_host = rt_inbox_from_host(ctx);
+  // Relaxed: written by the last service, which ended before this launch.
+  u64 host_ticket = load_relaxed<scope::device>(&(ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes))->next);
+  // Plain: the host wrote it before publishing the segment (rt_attach's
+  // acquire), and never changes it.
+  const u64 segment_bytes = ctx.header->segment_bytes;
+  bool stopping = false;
+  for (u64 idle = 0;;) {
+    RtHostRecord record;
+    if (rt_read_host_record_warp(lanes, from_host, host_ticket, &record)) {
+      if (leader) {
+        if (rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle)) {
+          ++stats->served;
+        } else {
+          ++stats->bad_pointers;
+        }
+      }
+      ++host_ticket;
+      idle = 0;
+      continue;
+    }
+    if (stopping) {
+      const bool drained = leader && rt_serve_drained(ctx, nullptr, true, host_ticket);
+      if (broadcast(lanes, drained ? 1 : 0, 0) != 0) {
+        return rt_status::ok;
+      }
+    } else if (++idle % RT_SERVE_STOP_POLL_EVERY == 0) {
+      const bool raised = leader && rt_service_stop_raised(ctx);
+      stopping = broadcast(lanes, raised ? 1 : 0, 0) != 0;
+    }
+    rt_serve_spin();
+  }
+}
+
+}  // namespace detail
+
 /// The GPU service: the body of a persistent kernel that runs the tasks sent
 /// to the device, from kernels (rt_send_to_gpu, through the device inbox)
 /// and from the host (Runtime::submit_to_gpu, through the from-host ring),
@@ -1779,17 +2157,22 @@ struct RtServeStats {
 /// up to RT_DEVICE_OUTPUT_MAX bytes). Kernels' tasks are answered in their
 /// reply words (rt_answer), host tasks in their futures (reply or completion).
 ///
-/// Who serves what: the device inbox's tickets are split among the grid's
-/// G threads, from the first ticket B no earlier service served: thread g
-/// takes B + g, B + g + G, B + g + 2G, ..., each waiting on the one slot its
-/// next ticket uses (device memory) and taking no counter, so no ticket is
-/// skipped or taken twice. Each ticket is taken once its earlier ones are
-/// (its thread's, and the slot's previous lap, which frees the slot for its
-/// sender): by induction on the tickets, none waits forever, provided all of
-/// the service's threads are resident at once, as for any persistent
-/// kernel, and one service runs on a device at a time. Thread 0 of the grid
-/// also serves the from-host ring, alone, so a ticket it claims always has a
-/// producer and the pop never waits for one.
+/// Who serves what: the host server alone takes the from-host ring's
+/// records, in order, so a ticket it claims always has a producer and the
+/// pop never waits for one. It is warp 0 of block 0 when the block holds a
+/// whole warp and the grid more (its lanes read a record in one PCIe read,
+/// rt_serve_host_warp), else thread 0. Every other thread (all of a
+/// one-thread grid) is a mailbox server,
+/// owning a fixed share of each inbox part's slots (RtColdSweep), so no
+/// slot is read by two. At its start the service sizes the parts' hot
+/// slots to its servers (RT_SERVE_LOCAL_SLOTS_PER_SERVER and
+/// RT_SERVE_PEER_SLOTS_PER_SERVER each) and publishes that (RtInboxHeader::active),
+/// which blocks map their senders into from then on; a server polls its hot
+/// slots every round and one cold slot (of a block that mapped by an
+/// earlier service's size) a round. Every task is taken once its slot's
+/// owner polls it, provided all of the service's threads are resident at
+/// once, as for any persistent kernel, and one service runs on a device at
+/// a time.
 /// Nothing sleeps while there is work; an idle thread sleeps briefly
 /// between polls (RT_SERVE_IDLE_SLEEP_NS), but for a GPU's thread 0
 /// (RT_HOST_SERVER_PACED), and checks for the stop now and then
@@ -1797,12 +2180,16 @@ struct RtServeStats {
 /// Host tasks are read whole from their records and answered in the
 /// future's reply (rt_run_host_record).
 ///
+/// `sized` (may be null): thread 0 stores 1 there, at system scope, once
+/// the inbox's hot slots are published, so the host can wait for it before
+/// launching senders: a block mapped by an earlier size polls as cold.
+///
 /// It returns once the segment's `service_stop` is raised and both routes
 /// are drained; the host raises it after its own submitters and the
 /// kernels that send here are done, so nothing pushed before is lost. Call
 /// after rt_attach.
 template <typename H>
-TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats) {
+TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, u64* sized) {
   *stats = RtServeStats{0, 0};
   if (ctx.status != rt_status::ok) {
     return ctx.status;
@@ -1812,31 +2199,130 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats) 
   }
   const u64 threads = grid_size();
   const u64 me = global_rank();
-  const bool host_server = me == 0;
+  const u64 width = warp_width();
+  const bool host_warp = width >= 1 + LL_RECORD_WORDS && block_size() >= width && threads > width;
+  const u64 host_lanes = host_warp ? width : 1;
+  const bool host_server = me < host_lanes;
+  // The host server's polls of the from-host ring are PCIe round trips:
+  // slots it owned would wait on them.
+  const u64 servers = threads > host_lanes ? threads - host_lanes : 1;
+  const bool mailbox_server = threads == 1 || !host_server;
+  const u32 depth = ctx.device_inbox_depth;
+  const u32 hot[rt_inbox::PARTS] = {
+      detail::rt_inbox_active(servers, detail::RT_SERVE_LOCAL_SLOTS_PER_SERVER, depth),
+      detail::rt_inbox_active(servers, detail::RT_SERVE_PEER_SLOTS_PER_SERVER, depth)};
+  const u32 mapped[rt_inbox::PARTS] = {detail::rt_inbox_mapped(ctx, rt_inbox::LOCAL, hot[rt_inbox::LOCAL]),
+                                       detail::rt_inbox_mapped(ctx, rt_inbox::PEER, hot[rt_inbox::PEER])};
+  detail::RtColdSweep sweep =
+      detail::RtColdSweep::over(threads > host_lanes && !host_server ? me - host_lanes : 0, servers, depth, hot, mapped);
+  if (me == 0) {
+    // Relaxed: a block reads it at its start (rt_carve_inbox_slots), and any
+    // size it reads maps to a slot some server polls. `mapped` only grows;
+    // one service runs at a time, so no other thread stores it.
+    store_relaxed<scope::device>(&ctx.device_inbox->mapped[rt_inbox::LOCAL], mapped[rt_inbox::LOCAL]);
+    store_relaxed<scope::system>(&ctx.device_inbox->mapped[rt_inbox::PEER], mapped[rt_inbox::PEER]);
+    store_relaxed<scope::device>(&ctx.device_inbox->active[rt_inbox::LOCAL], hot[rt_inbox::LOCAL]);
+    store_relaxed<scope::system>(&ctx.device_inbox->active[rt_inbox::PEER], hot[rt_inbox::PEER]);
+    if (sized != nullptr) {
+      // Release: the sizes before the word, so a kernel launched once the
+      // host saw it reads them.
+      fence_acq_rel<scope::system>();
+      store_relaxed<scope::system>(sized, u64{1});
+    }
+  }
+  if (host_warp && host_server) {
+    return detail::rt_serve_host_warp(ctx, handle, stats);
+  }
+  const bool owns_slots = mailbox_server && sweep.first < depth;
+  const bool owns_cold = owns_slots && sweep.any();
+  RtInboxSlot* const local = detail::rt_inbox_part(ctx, rt_inbox::LOCAL);
+  RtInboxSlot* const peer = detail::rt_inbox_part(ctx, rt_inbox::PEER);
+  // The slots polled every round: this thread's hot ones, as many of each
+  // part as the sizing gives it (at most the per-server counts).
+  constexpr u32 HOT_LOCAL = detail::RT_SERVE_LOCAL_SLOTS_PER_SERVER;
+  constexpr u32 HOT_PEER = detail::RT_SERVE_PEER_SLOTS_PER_SERVER;
+  static_assert(HOT_PEER == 1, "one hot peer slot a server, below");
+  RtInboxSlot* hot_local[HOT_LOCAL];
+  u32 hot_locals = 0;
+  TANDEM_UNROLL
+  for (u32 k = 0; k < HOT_LOCAL; ++k) {
+    const u64 i = sweep.first + k * servers;
+    hot_local[k] = local + i;
+    hot_locals += owns_slots && i < sweep.hot[rt_inbox::LOCAL] ? 1 : 0;
+  }
+  RtInboxSlot* const hot_peer =
+      owns_slots && sweep.first < sweep.hot[rt_inbox::PEER] ? peer + sweep.first : nullptr;
+  // Whether any block of another device has taken slots of the PEER part:
+  // until one has, its slots (system scope: polls that cost more) are not
+  // polled.
+  bool peers = detail::rt_inbox_has_peers(ctx);
   const LlRing from_host = detail::rt_inbox_from_host(ctx);
-  // Relaxed: written by the last service, which ended before this launch.
-  u64 ticket = load_relaxed<scope::device>(&(ctx.tickets + RtTicket::device_inbox_served(ctx.num_lanes))->next) + me;
   // The host server alone takes the from-host ring's records, in order,
-  // from where the last service left (relaxed, as above).
+  // from where the last service left (relaxed: written by the last service,
+  // which ended before this launch).
   u64 host_ticket =
       host_server ? load_relaxed<scope::device>(&(ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes))->next)
                   : 0;
   // Plain: the host wrote it before publishing the segment (rt_attach's
   // acquire), and never changes it.
   const u64 segment_bytes = ctx.header->segment_bytes;
+  // Takes, runs and answers the task in a slot if there is one.
+  const auto serve = [&](bool taken, const detail::RtInboxTask& task) {
+    if (!taken) {
+      return false;
+    }
+    if (detail::rt_run_inbox_task(ctx, task, handle)) {
+      ++stats->served;
+    } else {
+      ++stats->bad_pointers;
+    }
+    return true;
+  };
   bool stopping = false;
-  for (u64 idle = 0;;) {
+  for (u64 round = 0, idle = 0;; ++round) {
     bool worked = false;
-    detail::RtInboxTask task;
-    if (detail::rt_take_inbox_task(ctx, ticket, &task)) {
-      worked = true;
-      if (detail::rt_run_inbox_task(ctx, task, handle)) {
-        ++stats->served;
-      } else {
-        ++stats->bad_pointers;
+    if (owns_slots) {
+      if (!peers && round % detail::RT_SERVE_PEER_CHECK_EVERY == detail::RT_SERVE_PEER_CHECK_EVERY - 1) {
+        peers = detail::rt_inbox_has_peers(ctx);
       }
-      detail::rt_free_inbox_slot(ctx, ticket);
-      ticket += threads;
+      // Every poll of the round issued before any is looked at: each is an
+      // L2 round trip, and one after the other they would add up.
+      detail::RtSlotHead local_head[HOT_LOCAL];
+      TANDEM_UNROLL
+      for (u32 k = 0; k < HOT_LOCAL; ++k) {
+        local_head[k] = k < hot_locals ? detail::rt_poll_inbox_slot<scope::device>(hot_local[k])
+                                       : detail::RtSlotHead{0, 0};
+      }
+      const bool poll_peer = peers && hot_peer != nullptr;
+      const detail::RtSlotHead peer_head =
+          poll_peer ? detail::rt_poll_inbox_slot<scope::system>(hot_peer) : detail::RtSlotHead{0, 0};
+      const bool cold_turn = owns_cold && round % detail::RT_SERVE_COLD_EVERY == 0;
+      const bool cold_local = cold_turn && sweep.part == rt_inbox::LOCAL;
+      const bool poll_cold = cold_turn && (cold_local || peers);
+      RtInboxSlot* const cold = (cold_local ? local : peer) + sweep.index;
+      detail::RtSlotHead cold_head{0, 0};
+      if (poll_cold) {
+        cold_head = cold_local ? detail::rt_poll_inbox_slot<scope::device>(cold)
+                               : detail::rt_poll_inbox_slot<scope::system>(cold);
+      }
+      detail::RtInboxTask task;
+      TANDEM_UNROLL
+      for (u32 k = 0; k < HOT_LOCAL; ++k) {
+        if (k < hot_locals) {
+          worked |= serve(detail::rt_take_inbox_task<scope::device>(hot_local[k], local_head[k], &task), task);
+        }
+      }
+      if (poll_peer) {
+        worked |= serve(detail::rt_take_inbox_task<scope::system>(hot_peer, peer_head, &task), task);
+      }
+      if (poll_cold) {
+        const bool taken = cold_local ? detail::rt_take_inbox_task<scope::device>(cold, cold_head, &task)
+                                      : detail::rt_take_inbox_task<scope::system>(cold, cold_head, &task);
+        worked |= serve(taken, task);
+      }
+      if (cold_turn) {
+        sweep.advance();
+      }
     }
     detail::RtHostRecord record;
     if (host_server && detail::rt_read_host_record(from_host, host_ticket, &record)) {
@@ -1853,7 +2339,7 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats) 
       continue;
     }
     if (stopping) {
-      if (detail::rt_serve_drained(ctx, ticket, host_server, host_ticket)) {
+      if (detail::rt_serve_drained(ctx, owns_slots ? &sweep : nullptr, host_server, host_ticket)) {
         return rt_status::ok;
       }
     } else if (++idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && detail::rt_service_stop_raised(ctx)) {
@@ -1863,7 +2349,7 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats) 
     if (idle > detail::RT_SERVE_SPIN_POLLS && !(host_server && detail::RT_HOST_SERVER_PACED)) {
       sleep_for(detail::RT_SERVE_IDLE_SLEEP_NS);
     } else {
-      spin_pause();
+      detail::rt_serve_spin();
     }
   }
 }

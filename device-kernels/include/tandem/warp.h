@@ -24,6 +24,18 @@ namespace tandem {
 /// A set of lanes of one warp/wavefront, bit i = lane i.
 typedef u64 lane_mask;
 
+/// Lanes of a warp/wavefront: 32 on NVIDIA, the wavefront's width on AMD,
+/// 1 on the CPU device.
+TANDEM_DEVICE u32 warp_width() {
+#if defined(TANDEM_BACKEND_CUDA)
+  return 32;
+#elif defined(TANDEM_BACKEND_HIP)
+  return static_cast<u32>(warpSize);
+#else
+  return 1;
+#endif
+}
+
 /// This thread's lane within its warp/wavefront (0 on the CPU device).
 TANDEM_DEVICE u32 lane_id() {
 #if defined(TANDEM_BACKEND_CUDA)

@@ -32,7 +32,7 @@ pub mod root {
             ][::core::mem::offset_of!(AllocatorId, minor) - 4usize];
         };
         pub const RT_SEGMENT_MAGIC: root::tandem::u64_ = 6074868046253806407;
-        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 10;
+        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 11;
         pub const RT_TASK_VERSION: root::tandem::u32_ = 1;
         pub const RT_TASK_HEADER_BYTES: root::tandem::u64_ = 16;
         pub const RT_SEGMENT_HEADER_RESERVED: root::tandem::u64_ = 4096;
@@ -190,17 +190,59 @@ pub mod root {
             use self::super::super::super::root;
             pub const PER_LANE: root::tandem::u32_ = 2;
             pub const INBOX_FROM_HOST_CONSUMERS: root::tandem::u32_ = 0;
-            pub const DEVICE_INBOX_PRODUCERS: root::tandem::u32_ = 1;
-            pub const DEVICE_INBOX_SERVED: root::tandem::u32_ = 2;
-            pub const INBOX: root::tandem::u32_ = 3;
+            pub const INBOX: root::tandem::u32_ = 1;
         }
-        pub const RT_INBOX_ARGS_WORDS: root::tandem::u32_ = 4;
-        pub const RT_INBOX_ARGS_MAX: root::tandem::u32_ = 16;
-        pub const RT_INBOX_SLOT_BYTES: root::tandem::u64_ = 64;
-        unsafe extern "C" {
-            #[link_name = "\u{1}_ZN6tandemL13RT_INBOX_WIDEE"]
-            pub static RT_INBOX_WIDE: root::tandem::u64_;
+        pub mod rt_inbox {
+            #[allow(unused_imports)]
+            use self::super::super::super::root;
+            pub const LOCAL: root::tandem::u32_ = 0;
+            pub const PEER: root::tandem::u32_ = 1;
+            pub const PARTS: root::tandem::u32_ = 2;
+            pub const HEADER_BYTES: root::tandem::u64_ = 128;
+            pub const SLOT_BYTES: root::tandem::u64_ = 128;
+            pub const BUSY: root::tandem::u64_ = 1;
+            pub const ARGS_WORDS: root::tandem::u32_ = 4;
+            pub const ARGS_MAX: root::tandem::u32_ = 16;
+            pub const W_SHAPE: root::tandem::u32_ = 0;
+            pub const W_TOKEN: root::tandem::u32_ = 1;
+            pub const W_POOL: root::tandem::u32_ = 2;
+            pub const W_METHOD: root::tandem::u32_ = 3;
+            pub const W_REPLY: root::tandem::u32_ = 4;
+            pub const W_CELL_DELTA: root::tandem::u32_ = 6;
+            pub const W_ARGS: root::tandem::u32_ = 7;
+            pub const W_FUTURE: root::tandem::u32_ = 7;
+            pub const HEAD_WORDS: root::tandem::u32_ = 7;
+            pub const WORDS: root::tandem::u32_ = 11;
+            pub const SHAPE_IN_FUTURE: root::tandem::u32_ = 256;
+            pub const UNSIZED_ACTIVE: root::tandem::u32_ = 1024;
+            pub const SHAPE_ARGS_MASK: root::tandem::u32_ = 255;
         }
+        #[repr(C)]
+        #[repr(align(128))]
+        #[derive(Copy, Clone)]
+        pub struct RtInboxHeader {
+            pub carved: [root::tandem::u64_; 2usize],
+            pub active: [root::tandem::u32_; 2usize],
+            pub mapped: [root::tandem::u32_; 2usize],
+        }
+        #[allow(clippy::unnecessary_operation, clippy::identity_op)]
+        const _: () = {
+            [
+                "Size of RtInboxHeader",
+            ][::core::mem::size_of::<RtInboxHeader>() - 128usize];
+            [
+                "Alignment of RtInboxHeader",
+            ][::core::mem::align_of::<RtInboxHeader>() - 128usize];
+            [
+                "Offset of field: RtInboxHeader::carved",
+            ][::core::mem::offset_of!(RtInboxHeader, carved) - 0usize];
+            [
+                "Offset of field: RtInboxHeader::active",
+            ][::core::mem::offset_of!(RtInboxHeader, active) - 16usize];
+            [
+                "Offset of field: RtInboxHeader::mapped",
+            ][::core::mem::offset_of!(RtInboxHeader, mapped) - 24usize];
+        };
         #[repr(C)]
         #[derive(Copy, Clone)]
         pub struct TaskHeader {
@@ -275,6 +317,7 @@ pub mod root {
         };
         pub const RT_HOST_REPLY_BYTES: root::tandem::u64_ = 16;
         pub const RT_HOST_REPLY_ANSWERED: root::tandem::u64_ = 1;
+        pub const RT_HOST_REPLY_NO_OUTPUT: root::tandem::u64_ = 2;
         pub const RT_REPLY_ALIGN: root::tandem::u64_ = 128;
         pub const RT_RC_UNKNOWN_POOL: root::tandem::i32_ = -2147483632;
         pub const RT_RC_UNKNOWN_METHOD: root::tandem::i32_ = -2147483631;
