@@ -106,7 +106,7 @@ pub enum RuntimeError {
         multiprocessors: u32,
     },
     /// A GPU service already runs on the device (its threads own the
-    /// device inbox's tickets: one service a device).
+    /// device inbox's slots: one service a device).
     ServiceRunning {
         /// The device's ordinal.
         device: usize,

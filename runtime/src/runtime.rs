@@ -130,7 +130,7 @@ pub struct DeviceQueues<A: GpuApi> {
     /// Worker threads serving its lanes alone.
     workers: usize,
     /// Whether a [`crate::GpuService`] runs on it: one at a time, as the
-    /// service's threads split the device inbox's tickets among themselves.
+    /// service's threads split the device inbox's slots among themselves.
     pub(crate) service_running: AtomicBool,
 }
 
