@@ -2173,10 +2173,11 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
 /// owner polls it, provided all of the service's threads are resident at
 /// once, as for any persistent kernel, and one service runs on a device at
 /// a time.
-/// Nothing sleeps while there is work; an idle thread sleeps briefly
-/// between polls (RT_SERVE_IDLE_SLEEP_NS), but for a GPU's thread 0
-/// (RT_HOST_SERVER_PACED), and checks for the stop now and then
-/// (RT_SERVE_STOP_POLL_EVERY; one reader of the host's flag per block).
+/// Nothing sleeps while there is work; a warp whose every thread is idle
+/// sleeps briefly between polls (RT_SERVE_IDLE_SLEEP_NS), but a GPU's host
+/// server (RT_HOST_SERVER_PACED), and an idle thread checks for the stop now
+/// and then (RT_SERVE_STOP_POLL_EVERY; one reader of the host's flag per
+/// block).
 /// Host tasks are read whole from their records and answered in the
 /// future's reply (rt_run_host_record).
 ///
@@ -2336,17 +2337,20 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
     }
     if (worked) {
       idle = 0;
-      continue;
-    }
-    if (stopping) {
+    } else if (stopping) {
       if (detail::rt_serve_drained(ctx, owns_slots ? &sweep : nullptr, host_server, host_ticket)) {
         return rt_status::ok;
       }
     } else if (++idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && detail::rt_service_stop_raised(ctx)) {
       stopping = true;
-      continue;
     }
-    if (idle > detail::RT_SERVE_SPIN_POLLS && !(host_server && detail::RT_HOST_SERVER_PACED)) {
+    // A warp sleeps as one, and only once each of its lanes has idled past
+    // the spin polls: a lane's sleep holds up the whole warp, and so its
+    // busy neighbours' next polls (every lane reaches this point each round,
+    // so the vote is over all of them but those that returned).
+    const bool restless = worked || stopping || idle <= detail::RT_SERVE_SPIN_POLLS ||
+                          (host_server && detail::RT_HOST_SERVER_PACED);
+    if (ballot(active_lanes(), restless) == 0) {
       sleep_for(detail::RT_SERVE_IDLE_SLEEP_NS);
     } else {
       detail::rt_serve_spin();
