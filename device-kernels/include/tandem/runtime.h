@@ -2190,7 +2190,7 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
 /// kernels that send here are done, so nothing pushed before is lost. Call
 /// after rt_attach.
 template <typename H>
-TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, u64* sized) {
+TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, u64* sized = nullptr) {
   *stats = RtServeStats{0, 0};
   if (ctx.status != rt_status::ok) {
     return ctx.status;
