@@ -131,6 +131,58 @@ pub fn local_cpus_of_pci(bus_id: &str) -> Option<Vec<u32>> {
     parse_id_list(&text).filter(|cpus| !cpus.is_empty())
 }
 
+/// `cpus` reordered so that each physical core comes once before any comes
+/// twice: the first CPU of every core (by package, then core id, from
+/// `/sys/devices/system/cpu/cpu<N>/topology`), then the second, and so on.
+/// Threads pinned one a CPU in this order share a core only once there are
+/// more of them than cores. A CPU whose topology the kernel does not give
+/// counts as a core of its own.
+pub fn cpus_by_core(cpus: &[u32]) -> Vec<u32> {
+    let topology = |cpu: u32, file: &str| -> Option<u32> {
+        std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{file}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    order_by_core(cpus, |cpu| {
+        match (
+            topology(cpu, "physical_package_id"),
+            topology(cpu, "core_id"),
+        ) {
+            (Some(package), Some(core)) => Some((package, core)),
+            _ => None,
+        }
+    })
+}
+
+/// [`cpus_by_core`] with `core_of` giving a CPU's (package, core id), or
+/// `None` for a CPU that counts as a core of its own. Stable: CPUs of the
+/// same rank keep their order in `cpus`.
+fn order_by_core(cpus: &[u32], core_of: impl Fn(u32) -> Option<(u32, u32)>) -> Vec<u32> {
+    let mut seen: std::collections::HashMap<Option<(u32, u32)>, u32> =
+        std::collections::HashMap::new();
+    let mut ranked: Vec<(u32, usize, u32)> = cpus
+        .iter()
+        .enumerate()
+        .map(|(at, &cpu)| {
+            let core = core_of(cpu);
+            // The rank of the CPU among its core's (0 for the first).
+            let rank = match core {
+                Some(_) => {
+                    let seen = seen.entry(core).or_insert(0);
+                    *seen += 1;
+                    *seen - 1
+                }
+                None => 0,
+            };
+            (rank, at, cpu)
+        })
+        .collect();
+    ranked.sort_unstable();
+    ranked.into_iter().map(|(_, _, cpu)| cpu).collect()
+}
+
 /// Restricts the calling thread to `cpus` (`sched_setaffinity`). An empty
 /// list, or CPUs past what a `cpu_set_t` holds, is `InvalidArgument`; CPUs
 /// the process may not use are the OS's `EINVAL`.
@@ -309,6 +361,31 @@ mod tests {
         assert_eq!(format_cpu_list(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
         let text = "0-3,8,10-11";
         assert_eq!(format_cpu_list(&parse_id_list(text).unwrap()), text);
+    }
+
+    #[test]
+    fn cpus_order_one_per_core_before_any_core_twice() {
+        // Two packages of two cores with two threads each, numbered as
+        // Linux numbers them (siblings 8 apart), and a CPU of no known core.
+        let core_of = |cpu: u32| match cpu {
+            0..=3 => Some((cpu / 2, cpu % 2)),
+            8..=11 => Some(((cpu - 8) / 2, (cpu - 8) % 2)),
+            _ => None,
+        };
+        let cpus = [0, 1, 2, 3, 8, 9, 10, 11, 40];
+        assert_eq!(
+            order_by_core(&cpus, core_of),
+            vec![0, 1, 2, 3, 40, 8, 9, 10, 11]
+        );
+        // Siblings listed side by side.
+        let cpus = [0, 8, 1, 9];
+        assert_eq!(order_by_core(&cpus, core_of), vec![0, 1, 8, 9]);
+        assert_eq!(order_by_core(&[], core_of), Vec::<u32>::new());
+        // On this machine: the same CPUs, each once.
+        let allowed = allowed_cpus();
+        let mut ordered = cpus_by_core(&allowed);
+        ordered.sort_unstable();
+        assert_eq!(ordered, allowed);
     }
 
     #[test]

@@ -43,7 +43,7 @@ use tandem_shm_core::Reader;
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file or to what the
 /// segment's other shared words mean (client slots, heaps).
-pub const SEGMENT_VERSION: u32 = 11;
+pub const SEGMENT_VERSION: u32 = 12;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -59,12 +59,17 @@ pub mod segment_kind {
 /// A device's device inbox ([`SegmentHeader::device_inbox`]), in device
 /// memory, through which kernels send tasks to the device's GPU service: a
 /// header (`RtInboxHeader` in tandem/runtime.h), then [`PARTS`] parts of
-/// [`DEPTH`] slots (`RtInboxSlot`), the first for kernels of the device
-/// itself, the second for kernels of other devices. Each sender thread
-/// claims its own slot, writes its task there in words tagged with the
-/// slot's lap, and the service frees the slot once it has read them. The
-/// host only zeroes it: a zeroed slot is free at lap 0, a zeroed header
-/// says no service has sized the parts yet.
+/// slots (`RtInboxSlot`), [`SLOTS_PER_DEPTH`] x [`DEPTH`] in all: [`DEPTH`]
+/// for kernels of the device itself, then two parts of half that for
+/// kernels of other devices, one whose slots are claimed for each task and
+/// one whose slots are leased to a sending thread each
+/// ([`SegmentHeader::peer_slots_leased`]). A sender thread claims its slot,
+/// writes its task there in words tagged with the slot's lap, and the
+/// service frees the slot once it has read them. The host only zeroes it: a
+/// zeroed slot is free at lap 0, a zeroed header says no service has sized
+/// the parts yet.
+///
+/// [`SLOTS_PER_DEPTH`]: device_inbox::SLOTS_PER_DEPTH
 ///
 /// [`PARTS`]: device_inbox::PARTS
 /// [`DEPTH`]: device_inbox::DEPTH
@@ -72,8 +77,12 @@ pub mod device_inbox {
     /// Slots of each part, a power of two: the most a service keeps hot,
     /// and so the most senders of one device that need not share one.
     pub const DEPTH: u32 = 16384;
-    /// Parts: the device's own kernels', other devices' kernels'.
-    pub const PARTS: usize = 2;
+    /// Parts: the device's own kernels', other devices' kernels' claimed
+    /// per task, other devices' kernels' leased.
+    pub const PARTS: usize = 3;
+    /// Slots of the inbox per slot of depth: the device's own part has
+    /// `depth`, the two peer parts half that each.
+    pub const SLOTS_PER_DEPTH: usize = 2;
     /// Bytes of the header, which the parts follow.
     pub const HEADER_BYTES: usize = 128;
     /// Bytes of a slot (two cache lines).
@@ -81,7 +90,7 @@ pub mod device_inbox {
 
     /// Bytes of an inbox of `depth` slots a part.
     pub const fn bytes(depth: u32) -> usize {
-        HEADER_BYTES + PARTS * depth as usize * SLOT_BYTES
+        HEADER_BYTES + SLOTS_PER_DEPTH * depth as usize * SLOT_BYTES
     }
 }
 
@@ -312,6 +321,11 @@ pub struct SegmentHeader {
     /// reset with the kernel arena
     /// ([`QueueSegment::reset_kernel_arena`](crate::QueueSegment::reset_kernel_arena)).
     pub replies_carved: AtomicU64,
+    /// Slots of the device inbox's leased peer part handed out so far, one
+    /// per thread of a block of another device that sends to this device's
+    /// GPU service (a fetch_add per block); reset with the kernel arena,
+    /// since a lease lasts as long as its block.
+    pub peer_slots_leased: AtomicU64,
 }
 
 impl SegmentHeader {
@@ -495,6 +509,7 @@ static_assertions::const_assert_eq!(
     192
 );
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, replies_carved), 200);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, peer_slots_leased), 208);
 static_assertions::const_assert!(device_inbox::DEPTH.is_power_of_two());
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
 
@@ -555,6 +570,7 @@ mod cpp_mirror {
             device_replies,
             device_replies_bytes,
             replies_carved,
+            peer_slots_leased,
         }
     );
     assert_same_layout!(
@@ -586,6 +602,7 @@ mod cpp_mirror {
         device_inbox::SLOT_BYTES => c::rt_inbox::SLOT_BYTES,
         device_inbox::HEADER_BYTES => c::rt_inbox::HEADER_BYTES,
         device_inbox::PARTS => c::rt_inbox::PARTS,
+        device_inbox::SLOTS_PER_DEPTH => c::rt_inbox::SLOTS_PER_DEPTH,
         task_record::FUTURE => c::rt_record::FUTURE,
         task_record::NOTIFY => c::rt_record::NOTIFY,
         task_record::TOKEN => c::rt_record::TOKEN,

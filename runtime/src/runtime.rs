@@ -1,12 +1,13 @@
 //! The runtime: per-device pinned queue segments, the CPU segment host
 //! clients attach to, worker threads, and a heartbeat.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use tandem_hal::numa::{
-    allowed_cpus, bind_to_node, format_cpu_list, local_cpus_of_pci, node_of_address,
+    allowed_cpus, bind_to_node, cpus_by_core, format_cpu_list, local_cpus_of_pci, node_of_address,
     pin_current_thread,
 };
 use tandem_hal::{DeviceMemory, DeviceProperties, GpuApi, GpuDevice};
@@ -589,6 +590,13 @@ impl<A: GpuApi> Runtime<A> {
         let workers = plans.len();
         // Each device's workers so far: the next one's rank among them.
         let mut ranks = vec![0usize; self.devices.len()];
+        // A device's worker runs on one CPU of its device's node, the next
+        // in cpus_by_core's order, counted per set of CPUs so that devices of
+        // one node take turns: a worker polls without pause, and two sharing
+        // a core (or the scheduler moving one onto another's) each drain
+        // their lanes at a fraction of the rate. Where workers share cores
+        // anyway, each keeps the node's set and the scheduler places them.
+        let mut next_cpu: HashMap<Vec<u32>, (Vec<u32>, usize)> = HashMap::new();
         for (w, planned) in plans.into_iter().enumerate() {
             let adopted = planned.device.map(|d| {
                 let rank = ranks[d];
@@ -606,16 +614,28 @@ impl<A: GpuApi> Runtime<A> {
             if planned.sources.iter().any(|s| s.slot == 0) {
                 cpu_workers.push(Arc::clone(&stats));
             }
-            let cpus = planned
-                .device
-                .map_or_else(Vec::new, |d| self.devices[d].worker_cpus.clone());
+            let cpus = planned.device.map_or_else(Vec::new, |d| {
+                let node = &self.devices[d].worker_cpus;
+                if share_cores || node.is_empty() {
+                    return node.clone();
+                }
+                let (ordered, used) = next_cpu
+                    .entry(node.clone())
+                    .or_insert_with(|| (cpus_by_core(node), 0));
+                let cpu = ordered[*used % ordered.len()];
+                *used += 1;
+                vec![cpu]
+            });
             let shutdown = Arc::clone(&self.shutdown);
             let handle = std::thread::Builder::new()
                 .name(format!("tandem-worker-{w}"))
                 .spawn(move || {
                     if !cpus.is_empty() {
-                        if let Err(e) = pin_current_thread(&cpus) {
-                            tracing::warn!("worker {w}: staying unpinned: {e}");
+                        match pin_current_thread(&cpus) {
+                            Ok(()) => {
+                                tracing::debug!("worker {w}: on CPUs {}", format_cpu_list(&cpus))
+                            }
+                            Err(e) => tracing::warn!("worker {w}: staying unpinned: {e}"),
                         }
                     }
                     worker::run(

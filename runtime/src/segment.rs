@@ -259,6 +259,7 @@ impl QueueSegment {
             addr_of_mut!((*h).device_replies).write(spec.device_replies);
             addr_of_mut!((*h).device_replies_bytes).write(spec.device_replies_bytes);
             addr_of_mut!((*h).replies_carved).write(AtomicU64::new(0));
+            addr_of_mut!((*h).peer_slots_leased).write(AtomicU64::new(0));
             addr_of_mut!((*h).clients_offset).write(geometry.clients_offset as u64);
             addr_of_mut!((*h).clients_bytes).write(geometry.clients_bytes as u64);
             let lane_queue_bytes =
@@ -533,8 +534,11 @@ impl QueueSegment {
 
     /// Takes back every allocation of the kernel arena (where kernel threads'
     /// `rt_init` carves their futures) and of the reply region (where it
-    /// carves their replies from GPU services): call it between launches of
-    /// kernels that submit tasks, or both run out after a few.
+    /// carves their replies from GPU services), and the leases of the device
+    /// inbox's peer slots to other devices' threads: call it between
+    /// launches of kernels that submit tasks, or the arena and the replies
+    /// run out after a few (spent leases only make other devices' senders
+    /// claim shared slots).
     ///
     /// # Safety
     /// No kernel may be running against this segment, no future a kernel
@@ -544,6 +548,7 @@ impl QueueSegment {
         // Relaxed: no kernel runs (the contract); the next launch reads the
         // count after its launch, which orders this store before it.
         self.header.replies_carved.store(0, Ordering::Relaxed);
+        self.header.peer_slots_leased.store(0, Ordering::Relaxed);
         // SAFETY: forwarded contract.
         unsafe { self.arena.reset() }
     }

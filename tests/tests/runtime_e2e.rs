@@ -742,7 +742,11 @@ fn submit_to_gpu_reaches_the_named_device_only<A: GpuApi>(api: A) {
 
 /// A kernel on device 0 sends tasks to device 1's GPU service over a peer
 /// route: every answer right, device 1's service ran them all and no CPU
-/// worker did. Over a route that says the devices cannot reach each other,
+/// worker did, whether the senders' slots are leased (a launch no larger
+/// than the service's hot peer slots: two for its three mailbox servers),
+/// partly leased and partly shared, or all shared (`blocks` x `threads`),
+/// and again after the leases were reset with the kernel arena. Over a
+/// route that says the devices cannot reach each other,
 /// every thread stops with `no_peer_access`; a route used between other
 /// devices is refused.
 fn kernels_send_to_another_devices_service<A: GpuApi>(api: A, blocks: u32, threads: u32) {
@@ -790,11 +794,18 @@ fn kernels_send_to_another_devices_service<A: GpuApi>(api: A, blocks: u32, threa
     };
     let mut sent = 0;
     if reachable {
-        let outcome = senders
-            .echo_via_peer(&mut servers, &route, &launch)
-            .expect("echo via the peer");
-        assert_all_added(&outcome, tasks);
-        sent = u64::from(blocks * threads) * tasks;
+        for (blocks, threads) in [(1, 2), (1, 2), (2, 2), (blocks, threads)] {
+            let launch = EchoLaunch {
+                blocks,
+                threads,
+                ..launch
+            };
+            let outcome = senders
+                .echo_via_peer(&mut servers, &route, &launch)
+                .expect("echo via the peer");
+            assert_all_added(&outcome, tasks);
+            sent += u64::from(blocks * threads) * tasks;
+        }
     } else {
         println!("peer route 0 -> 1: the devices have no peer access; checking the refusal only");
     }

@@ -62,7 +62,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 11;
+constexpr u32 RT_SEGMENT_VERSION = 12;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -124,6 +124,11 @@ struct alignas(64) RuntimeSegmentHeader {
   /// Bytes of the reply region carved so far (one fetch_add per block);
   /// the host resets it with the kernel arena.
   u64 replies_carved;
+  /// Slots of the device inbox's PEER_OWNED part leased so far, one to each
+  /// thread of a block of another device (rt_carve_inbox_slots, one
+  /// fetch_add per block); the host resets it with the kernel arena, as a
+  /// lease lasts as long as its block.
+  u64 peer_slots_leased;
 };
 
 static_assert(sizeof(RuntimeSegmentHeader) == 256, "SegmentHeader size");
@@ -159,6 +164,7 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, clients_bytes, 176);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_replies, 184);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_replies_bytes, 192);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, replies_carved, 200);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, peer_slots_leased, 208);
 
 /// `lane_queue::Priority` (shm-core).
 enum class rt_priority : u32 { high = 0, low = 1 };
@@ -186,17 +192,25 @@ struct RtTicket {
 
 /// `runtime::layout::device_inbox`: the device inbox, device memory of the
 /// segment's device through which kernels send tasks to its GPU service
-/// (rt_send_to_gpu, rt_serve). An RtInboxHeader, then PARTS parts of
-/// `device_inbox_depth` slots each: LOCAL for kernels of the segment's own
-/// device, every access at device scope; PEER for kernels of other devices
-/// (rt_init_peer), every access at system scope. Apart, as an atomic is one
-/// with another only if each one's scope holds the other's thread, and the
-/// device's own kernels, nearly all the senders, would otherwise pay system
-/// scope on every claim and poll.
+/// (rt_send_to_gpu, rt_serve). An RtInboxHeader, then PARTS parts
+/// (rt_inbox_part): LOCAL, `device_inbox_depth` slots, for kernels of the
+/// segment's own device, every access at device scope; PEER and PEER_OWNED,
+/// half that each, for kernels of other devices (rt_init_peer), every
+/// access at system scope. Apart, as an atomic is one with another only if
+/// each one's scope holds the other's thread, and the device's own kernels,
+/// nearly all the senders, would otherwise pay system scope on every claim
+/// and poll. A PEER slot is claimed for each task, as a LOCAL one; a
+/// PEER_OWNED slot is leased to one sending thread for its block's life, so
+/// only its first task claims it: a claim from another device is an RMW
+/// across the link, one more crossing than the task itself needs.
 namespace rt_inbox {
 constexpr u32 LOCAL = 0;
 constexpr u32 PEER = 1;
-constexpr u32 PARTS = 2;
+constexpr u32 PEER_OWNED = 2;
+constexpr u32 PARTS = 3;
+/// Slots of the inbox per slot of `device_inbox_depth`: LOCAL's, then the
+/// two peer parts' halves (`device_inbox::SLOTS_PER_DEPTH`).
+constexpr u32 SLOTS_PER_DEPTH = 2;
 /// `device_inbox::HEADER_BYTES` and `SLOT_BYTES`.
 constexpr u64 HEADER_BYTES = 128;
 constexpr u64 SLOT_BYTES = 128;
@@ -236,8 +250,11 @@ constexpr u32 SHAPE_ARGS_MASK = 0xFF;
 /// The device inbox's header (`runtime::layout::device_inbox`), one line.
 struct alignas(128) RtInboxHeader {
   /// Slots handed to sending blocks so far, per part: rt_init takes its
-  /// block's with one fetch_add (LOCAL at device scope, PEER at system
-  /// scope), and its thread i sends through slot (carved + i) mod active.
+  /// block's with one fetch_add (LOCAL at device scope, the peer parts at
+  /// system scope), and its thread i sends through slot (carved + i) mod
+  /// active. A block's PEER_OWNED slots are its lease
+  /// (RuntimeSegmentHeader::peer_slots_leased); its count here only says
+  /// that peers send.
   u64 carved[rt_inbox::PARTS];
   /// The slots of each part senders map into, a power of two: set by the
   /// running service from its size (rt_serve), so each of its threads polls
@@ -249,8 +266,8 @@ struct alignas(128) RtInboxHeader {
   u32 mapped[rt_inbox::PARTS];
 };
 static_assert(sizeof(RtInboxHeader) == rt_inbox::HEADER_BYTES, "one line");
-TANDEM_ASSERT_OFFSET(RtInboxHeader, active, 16);
-TANDEM_ASSERT_OFFSET(RtInboxHeader, mapped, 24);
+TANDEM_ASSERT_OFFSET(RtInboxHeader, active, 24);
+TANDEM_ASSERT_OFFSET(RtInboxHeader, mapped, 36);
 
 /// A slot of the device inbox: `ctrl` is the slot's lap << 1, | BUSY while a
 /// sender holds it (from its claim, a fetch_or, until the service has read
@@ -466,11 +483,15 @@ struct RtContext {
   RtInboxHeader* device_inbox;
   u32 device_inbox_depth;
   /// Where the block's threads send tasks (rt_send_to_gpu): the inbox part
-  /// for the block's device (LOCAL, or PEER when `peer`), and the block's
-  /// carve of it: thread i's slot is send_slots[(send_first + i) & send_mask].
+  /// for the block's device (LOCAL, or PEER or PEER_OWNED when `peer`), and
+  /// the block's carve of it: thread i's slot is
+  /// send_slots[(send_first + i) & send_mask].
   RtInboxSlot* send_slots;
   u32 send_first;
   u32 send_mask;
+  /// The slots are the block's lease of PEER_OWNED slots, one per thread
+  /// (rt_carve_inbox_slots).
+  bool send_owned;
   u32 num_lanes;
   u32 depth;
   /// The segment is another device's (rt_init_peer): what this block writes
@@ -582,6 +603,12 @@ struct RtFuture {
   /// The context it went through was another device's (RtContext::peer):
   /// the answer comes from there, at system scope.
   bool via_peer;
+  /// The leased PEER_OWNED slot (RtContext::send_owned) this future's last
+  /// GPU task went through, or null, and that task's lap there: once it is
+  /// answered the slot is free at the next lap, and no other thread sends
+  /// through it, so the next task needs no claim.
+  RtInboxSlot* owned_slot;
+  u64 owned_lap;
   /// 1 + the lane ring this future's last push found nearly empty (its next
   /// push there claims without probing: mpmc.h claim_mode), or 0.
   u32 nearly_empty_ring;
@@ -729,7 +756,8 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
       !rt_region_fits(h->arena_offset, h->arena_bytes, h->segment_bytes) ||
       h->device_tickets == 0 || h->device_tickets % alignof(DeviceTickets) != 0 ||
       h->device_inbox % alignof(RtInboxHeader) != 0 ||
-      (h->device_inbox != 0 && check_ring_capacity(h->device_inbox_depth) != ring_status::ok) ||
+      (h->device_inbox != 0 &&
+       (check_ring_capacity(h->device_inbox_depth) != ring_status::ok || h->device_inbox_depth < 2)) ||
       h->device_replies % RT_REPLY_ALIGN != 0) {
     return rt_status::bad_segment;
   }
@@ -837,10 +865,18 @@ TANDEM_DEVICE void rt_carve_replies(RtContext& ctx, RuntimeSegmentHeader* own) {
   ctx.reply_cells = reinterpret_cast<RtReplyCell*>(block + rt_reply_words_bytes(block_size()));
 }
 
-/// The slots of the device inbox part `part` (rt_inbox::LOCAL or PEER).
+/// The slots of device inbox part `part` (rt_inbox): LOCAL's, then PEER's,
+/// then PEER_OWNED's.
 TANDEM_DEVICE RtInboxSlot* rt_inbox_part(const RtContext& ctx, u32 part) {
   u8* const first = reinterpret_cast<u8*>(ctx.device_inbox) + rt_inbox::HEADER_BYTES;
-  return reinterpret_cast<RtInboxSlot*>(first + u64{part} * ctx.device_inbox_depth * rt_inbox::SLOT_BYTES);
+  const u64 before = part == rt_inbox::LOCAL ? 0 : u64{ctx.device_inbox_depth} + (part - 1) * (ctx.device_inbox_depth / 2);
+  return reinterpret_cast<RtInboxSlot*>(first + before * rt_inbox::SLOT_BYTES);
+}
+
+/// The slots of device inbox part `part` of an inbox of `depth`
+/// (`device_inbox_depth`, a power of two, at least 2).
+TANDEM_HOST_DEVICE u32 rt_inbox_part_depth(u32 depth, u32 part) {
+  return part == rt_inbox::LOCAL ? depth : depth / 2;
 }
 
 /// How many of a part's `depth` slots a service of `servers` mailbox
@@ -858,33 +894,66 @@ TANDEM_HOST_DEVICE u32 rt_inbox_active(u64 servers, u32 per_server, u32 depth) {
   return active;
 }
 
+/// The hot slots `published` (RtInboxHeader::active) of a part of `depth`
+/// slots: as published by a service, else (none ran, or the value is no
+/// power of two within the part, so no service's) as before any service ran.
+TANDEM_HOST_DEVICE u32 rt_inbox_sane_active(u32 published, u32 depth) {
+  if (published == 0 || published > depth || (published & (published - 1)) != 0) {
+    return rt_inbox::UNSIZED_ACTIVE < depth ? rt_inbox::UNSIZED_ACTIVE : depth;
+  }
+  return published;
+}
+
 /// Thread 0's carve of the block's inbox slots (one per thread, from the
 /// part for the block's device) with one fetch_add, as the replies': the
 /// count only spreads the blocks over the part. Slots are shared when more
 /// threads send than the service keeps hot, or carves wrap onto a running
 /// block's: a sender then claims its slot after the last holder's task was
 /// read (rt_claim_inbox_slot), so sharing costs time, never a task.
+///
+/// A block of another device first asks for a lease of PEER_OWNED slots,
+/// one per thread, counted in the segment's header since the kernel arena's
+/// reset: while the lease lies within the part's hot slots, the slots are
+/// the block's alone (the reset's contract: no block of an earlier launch
+/// runs) and polled every round, so each thread claims its slot once and
+/// then sends into it unclaimed (rt_send_to_gpu). Past them, the block
+/// shares PEER slots, claimed for every task.
 TANDEM_DEVICE void rt_carve_inbox_slots(RtContext& ctx) {
+  ctx.send_owned = false;
   if (ctx.device_inbox == nullptr) {
     return;
   }
-  const u32 part = ctx.peer ? rt_inbox::PEER : rt_inbox::LOCAL;
-  u32 active = 0;
-  u64 first = 0;
-  // Relaxed: the count and the size only pick slots; the slot's claim
+  const u64 threads = block_size();
+  // Relaxed: the counts and the sizes only pick slots; the slot's claim
   // orders everything the send does.
   if (ctx.peer) {
+    const u32 owned_depth = rt_inbox_part_depth(ctx.device_inbox_depth, rt_inbox::PEER_OWNED);
+    const u32 owned_active =
+        rt_inbox_sane_active(load_relaxed<scope::system>(&ctx.device_inbox->active[rt_inbox::PEER_OWNED]), owned_depth);
+    const u64 lease = fetch_add<scope::system, order::relaxed>(&ctx.header->peer_slots_leased, threads);
+    if (lease < owned_active && threads <= owned_active - lease) {
+      // The count turns the service's polls of the peer parts on
+      // (rt_inbox_has_peers); its value is not needed.
+      (void)fetch_add<scope::system, order::relaxed>(&ctx.device_inbox->carved[rt_inbox::PEER_OWNED], threads);
+      ctx.send_owned = true;
+      ctx.send_slots = rt_inbox_part(ctx, rt_inbox::PEER_OWNED);
+      ctx.send_mask = ~u32{0};
+      ctx.send_first = static_cast<u32>(lease);
+      return;
+    }
+  }
+  const u32 part = ctx.peer ? rt_inbox::PEER : rt_inbox::LOCAL;
+  const u32 depth = rt_inbox_part_depth(ctx.device_inbox_depth, part);
+  u32 active = 0;
+  u64 first = 0;
+  if (ctx.peer) {
     active = load_relaxed<scope::system>(&ctx.device_inbox->active[part]);
-    first = fetch_add<scope::system, order::relaxed>(&ctx.device_inbox->carved[part], u64{block_size()});
+    first = fetch_add<scope::system, order::relaxed>(&ctx.device_inbox->carved[part], threads);
   } else {
     active = load_relaxed<scope::device>(&ctx.device_inbox->active[part]);
-    first = fetch_add<scope::device, order::relaxed>(&ctx.device_inbox->carved[part], u64{block_size()});
+    first = fetch_add<scope::device, order::relaxed>(&ctx.device_inbox->carved[part], threads);
   }
-  // A size that is no power of two within the part is no service's: as
-  // before any service ran, then.
-  if (active == 0 || active > ctx.device_inbox_depth || (active & (active - 1)) != 0) {
-    active = rt_inbox::UNSIZED_ACTIVE < ctx.device_inbox_depth ? rt_inbox::UNSIZED_ACTIVE : ctx.device_inbox_depth;
-  }
+  active = rt_inbox_sane_active(active, depth);
   ctx.send_slots = rt_inbox_part(ctx, part);
   ctx.send_mask = active - 1;
   ctx.send_first = static_cast<u32>(first) & ctx.send_mask;
@@ -976,6 +1045,8 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   out->in_flight = false;
   out->token = 0;
   out->staged_len = 0;
+  out->owned_slot = nullptr;
+  out->owned_lap = 0;
   for (u32 i = 0; i < LL_RECORD_WORDS - rt_record::POOL; ++i) {
     out->staged[i] = 0;  // records copy all of it (rt_send_to_cpu)
   }
@@ -1298,9 +1369,11 @@ TANDEM_DEVICE void rt_write_inbox_task(RtInboxSlot* slot, u64 lap, const RtFutur
 /// memory (rt_wait, rt_output). One fetch_or claims the slot; a slot another
 /// sender holds (more senders than the service keeps slots hot) is waited
 /// on until its task was read, or until `*stop`, which then returns stopped
-/// with nothing sent (`spin_budget` bounds nothing here). no_inbox when the
-/// segment has none, no_memory when the future has no reply (not its
-/// thread's first, or the reply region was used up).
+/// with nothing sent (`spin_budget` bounds nothing here). A thread's leased
+/// slot on another device (rt_carve_inbox_slots) is claimed by its first
+/// task only. no_inbox when the segment has none, no_memory when the future
+/// has no reply (not its thread's first, or the reply region was used up),
+/// future_error when its last task was not seen answered (rt_wait).
 TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const u32* stop, u64 spin_budget) {
   static_assert(rt_inbox::ARGS_MAX <= rt_record::INLINE_ARGS_MAX, "a task a slot carries is one rt_make_task stages");
   (void)spin_budget;
@@ -1312,6 +1385,9 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
   }
   if (f.reply_word == nullptr) {
     return rt_status::no_memory;
+  }
+  if (f.in_flight) {
+    return rt_status::future_error;
   }
   const u32 args_len = f.staged_len != 0 ? rt_record::args_len(f.staged[2]) : 0;
   const bool in_slot = f.staged_len != 0 && args_len <= rt_inbox::ARGS_MAX;
@@ -1342,10 +1418,18 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
   RtInboxSlot* const slot = ctx.send_slots + ((ctx.send_first + thread_rank()) & ctx.send_mask);
   u64 lap = 0;
   if (ctx.peer) {
-    if (!detail::rt_claim_inbox_slot<scope::system>(slot, stop, &lap)) {
+    if (ctx.send_owned && f.owned_slot == slot) {
+      // The service stored the slot's next lap before it ran the last task
+      // (rt_take_inbox_task), and its own later polls see that store; this
+      // thread saw the task answered (in_flight is false), so the stores
+      // below come after the service's reads of the last lap's words.
+      lap = f.owned_lap + 1;
+    } else if (!detail::rt_claim_inbox_slot<scope::system>(slot, stop, &lap)) {
       return rt_status::stopped;
     }
     detail::rt_write_inbox_task<scope::system>(slot, lap, f, in_slot, args_len);
+    f.owned_slot = ctx.send_owned ? slot : nullptr;
+    f.owned_lap = lap;
   } else {
     if (!detail::rt_claim_inbox_slot<scope::device>(slot, stop, &lap)) {
       return rt_status::stopped;
@@ -1915,7 +1999,6 @@ TANDEM_DEVICE bool rt_run_inbox_task(const RtContext& ctx, const RtInboxTask& ta
 struct RtColdSweep {
   u64 first;
   u64 servers;
-  u64 depth;
   u32 hot[rt_inbox::PARTS];
   /// The slots of each part any block may have mapped into.
   u32 mapped[rt_inbox::PARTS];
@@ -1925,23 +2008,25 @@ struct RtColdSweep {
   u32 part;
   u64 index;
 
-  /// The sweep of the server `first` of `servers` over parts of `depth`
-  /// slots, `hot[p]` of them hot and `mapped[p]` (at least as many) maybe
-  /// mapped into. The one division of a sweep is here: a GPU divides 64-bit
-  /// integers in software.
-  static TANDEM_DEVICE RtColdSweep over(u64 first, u64 servers, u64 depth, const u32 (&hot)[rt_inbox::PARTS],
+  /// The sweep of the server `first` of `servers` over the parts, `hot[p]`
+  /// slots of part p hot and `mapped[p]` (at least as many, at most the
+  /// part) maybe mapped into. The one division of a sweep is here: a GPU
+  /// divides 64-bit integers in software.
+  static TANDEM_DEVICE RtColdSweep over(u64 first, u64 servers, const u32 (&hot)[rt_inbox::PARTS],
                                         const u32 (&mapped)[rt_inbox::PARTS]) {
     RtColdSweep sweep{};
     sweep.first = first;
     sweep.servers = servers;
-    sweep.depth = depth;
     for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
       sweep.hot[part] = hot[part];
       sweep.mapped[part] = mapped[part];
       const u64 from = first > hot[part] ? first : u64{hot[part]};
       sweep.start[part] = first + (from - first + servers - 1) / servers * servers;
     }
-    sweep.part = sweep.has(rt_inbox::LOCAL) ? rt_inbox::LOCAL : rt_inbox::PEER;
+    sweep.part = 0;
+    while (sweep.part + 1 < rt_inbox::PARTS && !sweep.has(sweep.part)) {
+      ++sweep.part;
+    }
     sweep.index = sweep.start[sweep.part];
     return sweep;
   }
@@ -1950,7 +2035,13 @@ struct RtColdSweep {
   TANDEM_DEVICE bool has(u32 part) const { return start[part] < mapped[part]; }
 
   /// Whether this thread owns any cold slot.
-  TANDEM_DEVICE bool any() const { return has(rt_inbox::LOCAL) || has(rt_inbox::PEER); }
+  TANDEM_DEVICE bool any() const {
+    bool any = false;
+    for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
+      any = any || has(part);
+    }
+    return any;
+  }
 
   /// Moves to the next cold slot this thread owns (after the last of a
   /// part, the other part's first). Only while any().
@@ -1969,7 +2060,7 @@ struct RtColdSweep {
 /// within the part. Read by every thread of the service before thread 0
 /// raises it (relaxed: the previous service, which wrote it, has ended).
 TANDEM_DEVICE u32 rt_inbox_mapped(const RtContext& ctx, u32 part, u32 hot) {
-  const u32 depth = ctx.device_inbox_depth;
+  const u32 depth = rt_inbox_part_depth(ctx.device_inbox_depth, part);
   const u32 recorded = part == rt_inbox::LOCAL ? load_relaxed<scope::device>(&ctx.device_inbox->mapped[part])
                                                : load_relaxed<scope::system>(&ctx.device_inbox->mapped[part]);
   u32 mapped = rt_inbox::UNSIZED_ACTIVE > hot ? rt_inbox::UNSIZED_ACTIVE : hot;
@@ -1990,11 +2081,12 @@ constexpr u32 RT_SERVE_PEER_SLOTS_PER_SERVER = 1;
 /// device take PEER slots looks again (one system-scope load).
 constexpr u64 RT_SERVE_PEER_CHECK_EVERY = 1024;
 
-/// Whether any block of another device has taken slots of the inbox's PEER
-/// part (rt_carve_inbox_slots). Relaxed: it only turns the part's polls on;
-/// a block that carved before this load is seen by a later one.
+/// Whether any block of another device has taken slots of the inbox's peer
+/// parts (rt_carve_inbox_slots). Relaxed: it only turns the parts' polls
+/// on; a block that carved before these loads is seen by a later one.
 TANDEM_DEVICE bool rt_inbox_has_peers(const RtContext& ctx) {
-  return load_relaxed<scope::system>(&ctx.device_inbox->carved[rt_inbox::PEER]) != 0;
+  return load_relaxed<scope::system>(&ctx.device_inbox->carved[rt_inbox::PEER]) != 0 ||
+         load_relaxed<scope::system>(&ctx.device_inbox->carved[rt_inbox::PEER_OWNED]) != 0;
 }
 
 /// Between two idle rounds of a service thread that does not sleep yet: on
@@ -2052,26 +2144,31 @@ TANDEM_DEVICE bool rt_service_stop_raised(RtContext& ctx) {
   return true;
 }
 
+/// Whether inbox slot `head` (a poll of it) holds a task not yet taken, or
+/// one on its way: claimed, or (a leased slot's later tasks are not
+/// claimed) its first word this lap's.
+TANDEM_DEVICE bool rt_inbox_slot_pending(RtSlotHead head) {
+  return (head.ctrl & rt_inbox::BUSY) != 0 || static_cast<u32>(head.first >> 32) == rt_inbox_tag(head.ctrl >> 1);
+}
+
 /// Whether a stopping service thread is done: none of the inbox slots it
-/// owns is held by a sender (`sweep`, when it serves them), and the
-/// from-host ring holds nothing past `host_ticket` (`host_server`). Loads
-/// after the stop flag's acquire: every claim and push made before the flag
-/// was raised is seen. The host server records where the next service
-/// resumes the from-host ring; slots need no record, their laps are theirs.
+/// owns holds a task (`sweep`, when it serves them), and the from-host ring
+/// holds nothing past `host_ticket` (`host_server`). Loads after the stop
+/// flag's acquire: every claim, task and push made before the flag was
+/// raised is seen. The host server records where the next service resumes
+/// the from-host ring; slots need no record, their laps are theirs.
 TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, const RtColdSweep* sweep, bool host_server,
                                     u64 host_ticket) {
   if (sweep != nullptr) {
-    const RtInboxSlot* const local = rt_inbox_part(ctx, rt_inbox::LOCAL);
-    const RtInboxSlot* const peer = rt_inbox_part(ctx, rt_inbox::PEER);
-    // Slots past `mapped` are no block's.
-    for (u64 i = sweep->first; i < sweep->mapped[rt_inbox::LOCAL]; i += sweep->servers) {
-      if ((load_relaxed<scope::device>(&local[i].ctrl) & rt_inbox::BUSY) != 0) {
-        return false;
-      }
-    }
-    for (u64 i = sweep->first; i < sweep->mapped[rt_inbox::PEER]; i += sweep->servers) {
-      if ((load_relaxed<scope::system>(&peer[i].ctrl) & rt_inbox::BUSY) != 0) {
-        return false;
+    for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
+      const RtInboxSlot* const slots = rt_inbox_part(ctx, part);
+      // Slots past `mapped` are no block's.
+      for (u64 i = sweep->first; i < sweep->mapped[part]; i += sweep->servers) {
+        const RtSlotHead head = part == rt_inbox::LOCAL ? rt_poll_inbox_slot<scope::device>(&slots[i])
+                                                        : rt_poll_inbox_slot<scope::system>(&slots[i]);
+        if (rt_inbox_slot_pending(head)) {
+          return false;
+        }
       }
     }
   }
@@ -2209,21 +2306,28 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
   const u64 servers = threads > host_lanes ? threads - host_lanes : 1;
   const bool mailbox_server = threads == 1 || !host_server;
   const u32 depth = ctx.device_inbox_depth;
+  const u32 peer_depth = detail::rt_inbox_part_depth(depth, rt_inbox::PEER);
+  static_assert(rt_inbox::LOCAL == 0 && rt_inbox::PEER == 1 && rt_inbox::PEER_OWNED == 2, "the arrays below");
   const u32 hot[rt_inbox::PARTS] = {
       detail::rt_inbox_active(servers, detail::RT_SERVE_LOCAL_SLOTS_PER_SERVER, depth),
-      detail::rt_inbox_active(servers, detail::RT_SERVE_PEER_SLOTS_PER_SERVER, depth)};
-  const u32 mapped[rt_inbox::PARTS] = {detail::rt_inbox_mapped(ctx, rt_inbox::LOCAL, hot[rt_inbox::LOCAL]),
-                                       detail::rt_inbox_mapped(ctx, rt_inbox::PEER, hot[rt_inbox::PEER])};
+      detail::rt_inbox_active(servers, detail::RT_SERVE_PEER_SLOTS_PER_SERVER, peer_depth),
+      detail::rt_inbox_active(servers, detail::RT_SERVE_PEER_SLOTS_PER_SERVER, peer_depth)};
+  u32 mapped[rt_inbox::PARTS];
+  for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
+    mapped[part] = detail::rt_inbox_mapped(ctx, part, hot[part]);
+  }
   detail::RtColdSweep sweep =
-      detail::RtColdSweep::over(threads > host_lanes && !host_server ? me - host_lanes : 0, servers, depth, hot, mapped);
+      detail::RtColdSweep::over(threads > host_lanes && !host_server ? me - host_lanes : 0, servers, hot, mapped);
   if (me == 0) {
     // Relaxed: a block reads it at its start (rt_carve_inbox_slots), and any
     // size it reads maps to a slot some server polls. `mapped` only grows;
     // one service runs at a time, so no other thread stores it.
     store_relaxed<scope::device>(&ctx.device_inbox->mapped[rt_inbox::LOCAL], mapped[rt_inbox::LOCAL]);
-    store_relaxed<scope::system>(&ctx.device_inbox->mapped[rt_inbox::PEER], mapped[rt_inbox::PEER]);
     store_relaxed<scope::device>(&ctx.device_inbox->active[rt_inbox::LOCAL], hot[rt_inbox::LOCAL]);
-    store_relaxed<scope::system>(&ctx.device_inbox->active[rt_inbox::PEER], hot[rt_inbox::PEER]);
+    for (u32 part = rt_inbox::PEER; part < rt_inbox::PARTS; ++part) {
+      store_relaxed<scope::system>(&ctx.device_inbox->mapped[part], mapped[part]);
+      store_relaxed<scope::system>(&ctx.device_inbox->active[part], hot[part]);
+    }
     if (sized != nullptr) {
       // Release: the sizes before the word, so a kernel launched once the
       // host saw it reads them.
@@ -2238,6 +2342,7 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
   const bool owns_cold = owns_slots && sweep.any();
   RtInboxSlot* const local = detail::rt_inbox_part(ctx, rt_inbox::LOCAL);
   RtInboxSlot* const peer = detail::rt_inbox_part(ctx, rt_inbox::PEER);
+  RtInboxSlot* const owned = detail::rt_inbox_part(ctx, rt_inbox::PEER_OWNED);
   // The slots polled every round: this thread's hot ones, as many of each
   // part as the sizing gives it (at most the per-server counts).
   constexpr u32 HOT_LOCAL = detail::RT_SERVE_LOCAL_SLOTS_PER_SERVER;
@@ -2251,10 +2356,11 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
     hot_local[k] = local + i;
     hot_locals += owns_slots && i < sweep.hot[rt_inbox::LOCAL] ? 1 : 0;
   }
-  RtInboxSlot* const hot_peer =
-      owns_slots && sweep.first < sweep.hot[rt_inbox::PEER] ? peer + sweep.first : nullptr;
-  // Whether any block of another device has taken slots of the PEER part:
-  // until one has, its slots (system scope: polls that cost more) are not
+  // The peer parts are sized alike: a server has a hot slot in both or in
+  // neither.
+  const bool hot_peers = owns_slots && sweep.first < sweep.hot[rt_inbox::PEER];
+  // Whether any block of another device has taken slots of the peer parts:
+  // until one has, their slots (system scope: polls that cost more) are not
   // polled.
   bool peers = detail::rt_inbox_has_peers(ctx);
   const LlRing from_host = detail::rt_inbox_from_host(ctx);
@@ -2294,13 +2400,17 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
         local_head[k] = k < hot_locals ? detail::rt_poll_inbox_slot<scope::device>(hot_local[k])
                                        : detail::RtSlotHead{0, 0};
       }
-      const bool poll_peer = peers && hot_peer != nullptr;
-      const detail::RtSlotHead peer_head =
-          poll_peer ? detail::rt_poll_inbox_slot<scope::system>(hot_peer) : detail::RtSlotHead{0, 0};
+      const bool poll_peer = peers && hot_peers;
+      detail::RtSlotHead peer_head{0, 0};
+      detail::RtSlotHead owned_head{0, 0};
+      if (poll_peer) {
+        peer_head = detail::rt_poll_inbox_slot<scope::system>(peer + sweep.first);
+        owned_head = detail::rt_poll_inbox_slot<scope::system>(owned + sweep.first);
+      }
       const bool cold_turn = owns_cold && round % detail::RT_SERVE_COLD_EVERY == 0;
       const bool cold_local = cold_turn && sweep.part == rt_inbox::LOCAL;
       const bool poll_cold = cold_turn && (cold_local || peers);
-      RtInboxSlot* const cold = (cold_local ? local : peer) + sweep.index;
+      RtInboxSlot* const cold = (cold_local ? local : sweep.part == rt_inbox::PEER ? peer : owned) + sweep.index;
       detail::RtSlotHead cold_head{0, 0};
       if (poll_cold) {
         cold_head = cold_local ? detail::rt_poll_inbox_slot<scope::device>(cold)
@@ -2314,7 +2424,8 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
         }
       }
       if (poll_peer) {
-        worked |= serve(detail::rt_take_inbox_task<scope::system>(hot_peer, peer_head, &task), task);
+        worked |= serve(detail::rt_take_inbox_task<scope::system>(peer + sweep.first, peer_head, &task), task);
+        worked |= serve(detail::rt_take_inbox_task<scope::system>(owned + sweep.first, owned_head, &task), task);
       }
       if (poll_cold) {
         const bool taken = cold_local ? detail::rt_take_inbox_task<scope::device>(cold, cold_head, &task)

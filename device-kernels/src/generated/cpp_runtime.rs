@@ -32,7 +32,7 @@ pub mod root {
             ][::core::mem::offset_of!(AllocatorId, minor) - 4usize];
         };
         pub const RT_SEGMENT_MAGIC: root::tandem::u64_ = 6074868046253806407;
-        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 11;
+        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 12;
         pub const RT_TASK_VERSION: root::tandem::u32_ = 1;
         pub const RT_TASK_HEADER_BYTES: root::tandem::u64_ = 16;
         pub const RT_SEGMENT_HEADER_RESERVED: root::tandem::u64_ = 4096;
@@ -72,6 +72,7 @@ pub mod root {
             pub device_replies: root::tandem::u64_,
             pub device_replies_bytes: root::tandem::u64_,
             pub replies_carved: root::tandem::u64_,
+            pub peer_slots_leased: root::tandem::u64_,
         }
         #[allow(clippy::unnecessary_operation, clippy::identity_op)]
         const _: () = {
@@ -181,6 +182,10 @@ pub mod root {
             [
                 "Offset of field: RuntimeSegmentHeader::replies_carved",
             ][::core::mem::offset_of!(RuntimeSegmentHeader, replies_carved) - 200usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::peer_slots_leased",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, peer_slots_leased)
+                - 208usize];
         };
         pub const rt_priority_high: rt_priority = 0;
         pub const rt_priority_low: rt_priority = 1;
@@ -197,7 +202,9 @@ pub mod root {
             use self::super::super::super::root;
             pub const LOCAL: root::tandem::u32_ = 0;
             pub const PEER: root::tandem::u32_ = 1;
-            pub const PARTS: root::tandem::u32_ = 2;
+            pub const PEER_OWNED: root::tandem::u32_ = 2;
+            pub const PARTS: root::tandem::u32_ = 3;
+            pub const SLOTS_PER_DEPTH: root::tandem::u32_ = 2;
             pub const HEADER_BYTES: root::tandem::u64_ = 128;
             pub const SLOT_BYTES: root::tandem::u64_ = 128;
             pub const BUSY: root::tandem::u64_ = 1;
@@ -221,9 +228,9 @@ pub mod root {
         #[repr(align(128))]
         #[derive(Copy, Clone)]
         pub struct RtInboxHeader {
-            pub carved: [root::tandem::u64_; 2usize],
-            pub active: [root::tandem::u32_; 2usize],
-            pub mapped: [root::tandem::u32_; 2usize],
+            pub carved: [root::tandem::u64_; 3usize],
+            pub active: [root::tandem::u32_; 3usize],
+            pub mapped: [root::tandem::u32_; 3usize],
         }
         #[allow(clippy::unnecessary_operation, clippy::identity_op)]
         const _: () = {
@@ -238,10 +245,10 @@ pub mod root {
             ][::core::mem::offset_of!(RtInboxHeader, carved) - 0usize];
             [
                 "Offset of field: RtInboxHeader::active",
-            ][::core::mem::offset_of!(RtInboxHeader, active) - 16usize];
+            ][::core::mem::offset_of!(RtInboxHeader, active) - 24usize];
             [
                 "Offset of field: RtInboxHeader::mapped",
-            ][::core::mem::offset_of!(RtInboxHeader, mapped) - 24usize];
+            ][::core::mem::offset_of!(RtInboxHeader, mapped) - 36usize];
         };
         #[repr(C)]
         #[derive(Copy, Clone)]
