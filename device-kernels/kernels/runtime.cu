@@ -144,7 +144,8 @@ TANDEM_DEVICE tandem::rt_status send_and_wait(const tandem::RtContext& rt, tande
 /// serves until the segment's service_stop is raised and the inbox is
 /// drained. stats[0] += tasks served, stats[1] += bad pointers; stats[2] =
 /// the rt_status of a thread that could not serve at all (0 if all could);
-/// stats[3] = 1 once the service has sized the inbox (rt_serve's `sized`).
+/// stats[3] = 1 once the service has sized the inbox (rt_serve's `sized`);
+/// stats[4] += rounds of polls (RtServeStats::rounds).
 TANDEM_KERNEL tandem_rt_gpu_service(u8* segment, u64 len, u64* stats) {
   TANDEM_SHARED(tandem::RtContext, rt);
   tandem::rt_attach(rt, segment_backend(segment, len));
@@ -152,6 +153,7 @@ TANDEM_KERNEL tandem_rt_gpu_service(u8* segment, u64 len, u64* stats) {
   const tandem::rt_status st = tandem::rt_serve(rt, MathOnDevice{}, &served, &stats[3]);
   add_if_any(&stats[0], served.served);
   add_if_any(&stats[1], served.bad_pointers);
+  add_if_any(&stats[4], served.rounds);
   if (st != tandem::rt_status::ok) {
     tandem::store_relaxed<tandem::scope::system>(&stats[2], static_cast<u64>(st));
   }

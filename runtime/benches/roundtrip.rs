@@ -285,7 +285,11 @@ fn service_bench<A: GpuApi>(
         route: EchoRoute::GpuService,
         ..noop(producers.0, producers.1, per_thread)
     };
+    // A service of its own for these runs, so that its counts are theirs.
+    let earlier = service.stop().map_err(err)?;
+    let service = GpuService::start(queues, service_blocks, scale.service_threads).map_err(err)?;
     let mut rates = Vec::with_capacity(REPEATS);
+    let mut busy = Duration::ZERO;
     for _ in 0..REPEATS {
         let outcome = kernels.noop_tasks(&grid).map_err(err)?;
         if outcome.failed_threads() > 0 {
@@ -293,6 +297,7 @@ fn service_bench<A: GpuApi>(
         }
         let tasks = u64::from(producers.0 * producers.1) * per_thread;
         rates.push(tasks as f64 / outcome.elapsed.as_secs_f64());
+        busy += outcome.elapsed;
     }
     rates.sort_by(f64::total_cmp);
     let median = rates[REPEATS / 2];
@@ -306,8 +311,37 @@ fn service_bench<A: GpuApi>(
         rates[REPEATS - 1] / 1e6,
         service_verdict(scale, ">= 1000 M/s", median >= 1e9)
     );
+    let (outcome, phases) = kernels.noop_tasks_with_phases(&grid).map_err(err)?;
+    if outcome.failed_threads() > 0 {
+        return Err(format!("{} threads failed", outcome.failed_threads()));
+    }
+    println!(
+        "      as global rank 0's clock saw it (one more run): make {:.2} us, send {:.2} us, wait {:.2} us a task",
+        us(phases.make),
+        us(phases.send),
+        us(phases.wait)
+    );
     let served = service.stop().map_err(err)?;
-    println!("    the service ran {} tasks", served.served);
+    // rt_serve's inbox pollers: all but its host server (a warp where a
+    // block holds one and the grid more, else one thread).
+    let threads = u64::from(service_blocks * scale.service_threads);
+    let warp = u64::from(queues.properties().warp_size);
+    let host_lanes = if u64::from(scale.service_threads) >= warp && threads > warp {
+        warp
+    } else {
+        1
+    };
+    let pollers = threads.saturating_sub(host_lanes).max(1);
+    println!(
+        "      the service over these runs: {:.3} tasks a round of polls; a round every {:.2} us a polling thread ({} rounds)",
+        served.served as f64 / served.rounds.max(1) as f64,
+        us(busy + outcome.elapsed) * pollers as f64 / served.rounds.max(1) as f64,
+        served.rounds
+    );
+    println!(
+        "    the service ran {} tasks",
+        earlier.served + served.served
+    );
     Ok(())
 }
 

@@ -19,6 +19,10 @@ pub struct ServiceStats {
     pub served: u64,
     /// Inbox entries that named no future of the segment (skipped).
     pub bad_pointers: u64,
+    /// Rounds of inbox polls, summed over the threads that poll the inbox
+    /// (`RtServeStats::rounds`): with `served`, how many tasks a round
+    /// finds, and with the service's run time, how long a round takes.
+    pub rounds: u64,
 }
 
 /// A device's GPU service: the persistent kernel `tandem_rt_gpu_service`
@@ -47,7 +51,7 @@ pub struct GpuService<'q, A: GpuApi> {
 /// Words of the service kernel's `stats` argument: served, bad pointers,
 /// the status of a thread that could not serve, and the word the service
 /// raises once it has sized the device inbox ([`SIZED_WORD`]).
-const SERVICE_STATS_WORDS: usize = 4;
+const SERVICE_STATS_WORDS: usize = 5;
 /// The index of the word the service raises once it has sized the inbox.
 const SIZED_WORD: usize = 3;
 /// How long [`GpuService::start`] waits for the service to size the inbox:
@@ -194,6 +198,7 @@ impl<'q, A: GpuApi> GpuService<'q, A> {
         Ok(ServiceStats {
             served: words[0],
             bad_pointers: words[1],
+            rounds: words[4],
         })
     }
 }

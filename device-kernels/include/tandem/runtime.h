@@ -2193,6 +2193,10 @@ struct RtServeStats {
   /// Tasks that named no future of the segment (skipped: a host record,
   /// or a kernel's copy-space task, answered RT_RC_BAD_TASK).
   u64 bad_pointers;
+  /// Rounds of inbox polls the thread made as a mailbox server (none as
+  /// the host warp): with the tasks it served, how many a round finds, and
+  /// with the service's run time, how long a round takes.
+  u64 rounds;
 };
 
 namespace detail {
@@ -2288,7 +2292,7 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
 /// after rt_attach.
 template <typename H>
 TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, u64* sized = nullptr) {
-  *stats = RtServeStats{0, 0};
+  *stats = RtServeStats{0, 0, 0};
   if (ctx.status != rt_status::ok) {
     return ctx.status;
   }
@@ -2450,6 +2454,7 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
       idle = 0;
     } else if (stopping) {
       if (detail::rt_serve_drained(ctx, owns_slots ? &sweep : nullptr, host_server, host_ticket)) {
+        stats->rounds = round + 1;
         return rt_status::ok;
       }
     } else if (++idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && detail::rt_service_stop_raised(ctx)) {
