@@ -59,13 +59,14 @@ pub mod segment_kind {
 /// A device's device inbox ([`SegmentHeader::device_inbox`]), in device
 /// memory, through which kernels send tasks to the device's GPU service: a
 /// header (`RtInboxHeader` in tandem/runtime.h), then [`PARTS`] parts of
-/// slots (`RtInboxSlot`), [`SLOTS_PER_DEPTH`] x [`DEPTH`] in all: [`DEPTH`]
-/// for kernels of the device itself, then two parts of half that for
-/// kernels of other devices, one whose slots are claimed for each task and
-/// one whose slots are leased to a sending thread each
-/// ([`SegmentHeader::peer_slots_leased`]). A sender thread claims its slot,
-/// writes its task there in words tagged with the slot's lap, and the
-/// service frees the slot once it has read them. The host only zeroes it: a
+/// slots (`RtInboxSlot`), [`SLOTS_PER_DEPTH`] x [`DEPTH`] in all: for
+/// kernels of the device itself [`DEPTH`] slots leased to a sending thread
+/// each for its block's launch ([`SegmentHeader::kernel_epoch`]) and half
+/// that claimed for each task by blocks that come once the leases are
+/// spent; for kernels of other devices two parts of a quarter, leased and
+/// claimed likewise. A sender thread claims its slot (a leased one for its
+/// first task only), writes its task there in words tagged with the slot's
+/// lap, and the service frees the slot once it has read them. The host only zeroes it: a
 /// zeroed slot is free at lap 0, a zeroed header says no service has sized
 /// the parts yet.
 ///
@@ -74,14 +75,15 @@ pub mod segment_kind {
 /// [`PARTS`]: device_inbox::PARTS
 /// [`DEPTH`]: device_inbox::DEPTH
 pub mod device_inbox {
-    /// Slots of each part, a power of two: the most a service keeps hot,
-    /// and so the most senders of one device that need not share one.
+    /// Slots of the device's own leased part, a power of two (at least 4):
+    /// the most a service keeps hot, and so the most senders of one device
+    /// that need not claim theirs for each task.
     pub const DEPTH: u32 = 16384;
-    /// Parts: the device's own kernels', other devices' kernels' claimed
-    /// per task, other devices' kernels' leased.
-    pub const PARTS: usize = 3;
-    /// Slots of the inbox per slot of depth: the device's own part has
-    /// `depth`, the two peer parts half that each.
+    /// Parts: the device's own kernels' leased and shared, other devices'
+    /// kernels' leased and shared.
+    pub const PARTS: usize = 4;
+    /// Slots of the inbox per slot of depth: the parts have `depth`, a half,
+    /// a quarter and a quarter of it.
     pub const SLOTS_PER_DEPTH: usize = 2;
     /// Bytes of the header, which the parts follow.
     pub const HEADER_BYTES: usize = 128;
@@ -276,8 +278,8 @@ pub struct SegmentHeader {
     pub heartbeat: AtomicU64,
     /// Raised (nonzero) by the host to release every kernel waiting with it.
     pub stop: AtomicU32,
-    /// Slots of each part of the device inbox ([`device_inbox::DEPTH`]); 0
-    /// in the CPU segment.
+    /// The device inbox's depth ([`device_inbox::DEPTH`]: slots of its
+    /// largest part); 0 in the CPU segment.
     pub device_inbox_depth: u32,
     /// Device address of the segment's device tickets, [`device_ticket::count`]
     /// `tandem::DeviceTickets` in device memory; 0 in the CPU segment. The
@@ -321,11 +323,12 @@ pub struct SegmentHeader {
     /// reset with the kernel arena
     /// ([`QueueSegment::reset_kernel_arena`](crate::QueueSegment::reset_kernel_arena)).
     pub replies_carved: AtomicU64,
-    /// Slots of the device inbox's leased peer part handed out so far, one
-    /// per thread of a block of another device that sends to this device's
-    /// GPU service (a fetch_add per block); reset with the kernel arena,
-    /// since a lease lasts as long as its block.
-    pub peer_slots_leased: AtomicU64,
+    /// Raised with every reset of the kernel arena
+    /// ([`QueueSegment::reset_kernel_arena`](crate::QueueSegment::reset_kernel_arena)):
+    /// the device inbox's leases of slots to other devices' threads
+    /// (`RtInboxHeader::leased`) are one epoch's, as a lease lasts as long
+    /// as its block. 32 bits of it count.
+    pub kernel_epoch: AtomicU64,
 }
 
 impl SegmentHeader {
@@ -509,7 +512,7 @@ static_assertions::const_assert_eq!(
     192
 );
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, replies_carved), 200);
-static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, peer_slots_leased), 208);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, kernel_epoch), 208);
 static_assertions::const_assert!(device_inbox::DEPTH.is_power_of_two());
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
 
@@ -570,7 +573,7 @@ mod cpp_mirror {
             device_replies,
             device_replies_bytes,
             replies_carved,
-            peer_slots_leased,
+            kernel_epoch,
         }
     );
     assert_same_layout!(

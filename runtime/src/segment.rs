@@ -259,7 +259,7 @@ impl QueueSegment {
             addr_of_mut!((*h).device_replies).write(spec.device_replies);
             addr_of_mut!((*h).device_replies_bytes).write(spec.device_replies_bytes);
             addr_of_mut!((*h).replies_carved).write(AtomicU64::new(0));
-            addr_of_mut!((*h).peer_slots_leased).write(AtomicU64::new(0));
+            addr_of_mut!((*h).kernel_epoch).write(AtomicU64::new(0));
             addr_of_mut!((*h).clients_offset).write(geometry.clients_offset as u64);
             addr_of_mut!((*h).clients_bytes).write(geometry.clients_bytes as u64);
             let lane_queue_bytes =
@@ -548,7 +548,7 @@ impl QueueSegment {
         // Relaxed: no kernel runs (the contract); the next launch reads the
         // count after its launch, which orders this store before it.
         self.header.replies_carved.store(0, Ordering::Relaxed);
-        self.header.peer_slots_leased.store(0, Ordering::Relaxed);
+        self.header.kernel_epoch.fetch_add(1, Ordering::Relaxed);
         // SAFETY: forwarded contract.
         unsafe { self.arena.reset() }
     }

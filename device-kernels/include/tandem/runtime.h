@@ -94,8 +94,8 @@ struct alignas(64) RuntimeSegmentHeader {
   u64 heartbeat;
   /// Raised (nonzero) by the host to release waiting kernels.
   u32 stop;
-  /// Slots of each part of the device inbox (`device_inbox`), a power of
-  /// two.
+  /// The device inbox's depth (`device_inbox`): slots of its LOCAL part, a
+  /// power of two, at least 4 (rt_inbox_part_depth).
   u32 device_inbox_depth;
   /// Device address of the segment's DeviceTickets (RtTicket), in device
   /// memory.
@@ -124,11 +124,11 @@ struct alignas(64) RuntimeSegmentHeader {
   /// Bytes of the reply region carved so far (one fetch_add per block);
   /// the host resets it with the kernel arena.
   u64 replies_carved;
-  /// Slots of the device inbox's PEER_OWNED part leased so far, one to each
-  /// thread of a block of another device (rt_carve_inbox_slots, one
-  /// fetch_add per block); the host resets it with the kernel arena, as a
-  /// lease lasts as long as its block.
-  u64 peer_slots_leased;
+  /// Raised by the host with every reset of the kernel arena: leases of
+  /// device inbox slots (RtInboxHeader::leased) are one epoch's, since a
+  /// lease lasts as long as its block, and no block of an earlier launch
+  /// runs after a reset. 32 bits of it count.
+  u64 kernel_epoch;
 };
 
 static_assert(sizeof(RuntimeSegmentHeader) == 256, "SegmentHeader size");
@@ -164,7 +164,7 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, clients_bytes, 176);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_replies, 184);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_replies_bytes, 192);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, replies_carved, 200);
-TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, peer_slots_leased, 208);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, kernel_epoch, 208);
 
 /// `lane_queue::Priority` (shm-core).
 enum class rt_priority : u32 { high = 0, low = 1 };
@@ -193,23 +193,26 @@ struct RtTicket {
 /// `runtime::layout::device_inbox`: the device inbox, device memory of the
 /// segment's device through which kernels send tasks to its GPU service
 /// (rt_send_to_gpu, rt_serve). An RtInboxHeader, then PARTS parts
-/// (rt_inbox_part): LOCAL, `device_inbox_depth` slots, for kernels of the
-/// segment's own device, every access at device scope; PEER and PEER_OWNED,
-/// half that each, for kernels of other devices (rt_init_peer), every
-/// access at system scope. Apart, as an atomic is one with another only if
-/// each one's scope holds the other's thread, and the device's own kernels,
-/// nearly all the senders, would otherwise pay system scope on every claim
-/// and poll. A PEER slot is claimed for each task, as a LOCAL one; a
-/// PEER_OWNED slot is leased to one sending thread for its block's life, so
-/// only its first task claims it: a claim from another device is an RMW
-/// across the link, one more crossing than the task itself needs.
+/// (rt_inbox_part): LOCAL and LOCAL_SHARED for kernels of the segment's own
+/// device, every access at device scope; PEER and PEER_SHARED for kernels
+/// of other devices (rt_init_peer), every access at system scope. Apart, as
+/// an atomic is one with another only if each one's scope holds the other's
+/// thread, and the device's own kernels, nearly all the senders, would
+/// otherwise pay system scope on every claim and poll. A LOCAL or PEER slot
+/// is leased to one sending thread for its block's launch, so only its
+/// first task claims it: a claim is an RMW whose round trip (across the
+/// link, for a peer) comes on top of the task's own. Blocks that find the
+/// leases spent share the _SHARED parts' slots, claimed for every task.
+/// LOCAL has `device_inbox_depth` slots, LOCAL_SHARED half, the peer parts
+/// a quarter each (rt_inbox_part_depth).
 namespace rt_inbox {
 constexpr u32 LOCAL = 0;
-constexpr u32 PEER = 1;
-constexpr u32 PEER_OWNED = 2;
-constexpr u32 PARTS = 3;
-/// Slots of the inbox per slot of `device_inbox_depth`: LOCAL's, then the
-/// two peer parts' halves (`device_inbox::SLOTS_PER_DEPTH`).
+constexpr u32 LOCAL_SHARED = 1;
+constexpr u32 PEER = 2;
+constexpr u32 PEER_SHARED = 3;
+constexpr u32 PARTS = 4;
+/// Slots of the inbox per slot of `device_inbox_depth`, the parts' together
+/// (`device_inbox::SLOTS_PER_DEPTH`).
 constexpr u32 SLOTS_PER_DEPTH = 2;
 /// `device_inbox::HEADER_BYTES` and `SLOT_BYTES`.
 constexpr u64 HEADER_BYTES = 128;
@@ -249,12 +252,11 @@ constexpr u32 SHAPE_ARGS_MASK = 0xFF;
 
 /// The device inbox's header (`runtime::layout::device_inbox`), one line.
 struct alignas(128) RtInboxHeader {
-  /// Slots handed to sending blocks so far, per part: rt_init takes its
-  /// block's with one fetch_add (LOCAL at device scope, the peer parts at
-  /// system scope), and its thread i sends through slot (carved + i) mod
-  /// active. A block's PEER_OWNED slots are its lease
-  /// (RuntimeSegmentHeader::peer_slots_leased); its count here only says
-  /// that peers send.
+  /// Slots of the _SHARED parts handed to sending blocks so far: rt_init
+  /// takes its block's with one fetch_add (at its part's scope), and its
+  /// thread i sends through slot (carved + i) mod active. A block that
+  /// leased PEER slots (`leased`) adds its threads to carved[PEER], which
+  /// only says that peers send.
   u64 carved[rt_inbox::PARTS];
   /// The slots of each part senders map into, a power of two: set by the
   /// running service from its size (rt_serve), so each of its threads polls
@@ -264,10 +266,17 @@ struct alignas(128) RtInboxHeader {
   /// largest `active` so far, at least UNSIZED_ACTIVE): a service polls
   /// those past its own hot ones as cold, and none beyond.
   u32 mapped[rt_inbox::PARTS];
+  /// The LOCAL and PEER slots leased, one to each thread of a sending block
+  /// (rt_lease_inbox_slots): the kernel epoch (RuntimeSegmentHeader) above
+  /// 32 bits, the slots leased in it below; the _SHARED parts' are unused.
+  /// In the device's memory, changed by compare-and-swap at the part's
+  /// scope, as the slots' claims: several devices lease PEER slots at once.
+  u64 leased[rt_inbox::PARTS];
 };
 static_assert(sizeof(RtInboxHeader) == rt_inbox::HEADER_BYTES, "one line");
-TANDEM_ASSERT_OFFSET(RtInboxHeader, active, 24);
-TANDEM_ASSERT_OFFSET(RtInboxHeader, mapped, 36);
+TANDEM_ASSERT_OFFSET(RtInboxHeader, active, 32);
+TANDEM_ASSERT_OFFSET(RtInboxHeader, mapped, 48);
+TANDEM_ASSERT_OFFSET(RtInboxHeader, leased, 64);
 
 /// A slot of the device inbox: `ctrl` is the slot's lap << 1, | BUSY while a
 /// sender holds it (from its claim, a fetch_or, until the service has read
@@ -483,14 +492,13 @@ struct RtContext {
   RtInboxHeader* device_inbox;
   u32 device_inbox_depth;
   /// Where the block's threads send tasks (rt_send_to_gpu): the inbox part
-  /// for the block's device (LOCAL, or PEER or PEER_OWNED when `peer`), and
-  /// the block's carve of it: thread i's slot is
+  /// for the block's device (LOCAL or LOCAL_SHARED, PEER or PEER_SHARED
+  /// when `peer`), and the block's carve of it: thread i's slot is
   /// send_slots[(send_first + i) & send_mask].
   RtInboxSlot* send_slots;
   u32 send_first;
   u32 send_mask;
-  /// The slots are the block's lease of PEER_OWNED slots, one per thread
-  /// (rt_carve_inbox_slots).
+  /// The slots are the block's lease, one per thread (rt_carve_inbox_slots).
   bool send_owned;
   u32 num_lanes;
   u32 depth;
@@ -603,8 +611,8 @@ struct RtFuture {
   /// The context it went through was another device's (RtContext::peer):
   /// the answer comes from there, at system scope.
   bool via_peer;
-  /// The leased PEER_OWNED slot (RtContext::send_owned) this future's last
-  /// GPU task went through, or null, and that task's lap there: once it is
+  /// The leased inbox slot (RtContext::send_owned) this future's last GPU
+  /// task went through, or null, and that task's lap there: once it is
   /// answered the slot is free at the next lap, and no other thread sends
   /// through it, so the next task needs no claim.
   RtInboxSlot* owned_slot;
@@ -757,7 +765,7 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
       h->device_tickets == 0 || h->device_tickets % alignof(DeviceTickets) != 0 ||
       h->device_inbox % alignof(RtInboxHeader) != 0 ||
       (h->device_inbox != 0 &&
-       (check_ring_capacity(h->device_inbox_depth) != ring_status::ok || h->device_inbox_depth < 2)) ||
+       (check_ring_capacity(h->device_inbox_depth) != ring_status::ok || h->device_inbox_depth < 4)) ||
       h->device_replies % RT_REPLY_ALIGN != 0) {
     return rt_status::bad_segment;
   }
@@ -865,18 +873,25 @@ TANDEM_DEVICE void rt_carve_replies(RtContext& ctx, RuntimeSegmentHeader* own) {
   ctx.reply_cells = reinterpret_cast<RtReplyCell*>(block + rt_reply_words_bytes(block_size()));
 }
 
-/// The slots of device inbox part `part` (rt_inbox): LOCAL's, then PEER's,
-/// then PEER_OWNED's.
-TANDEM_DEVICE RtInboxSlot* rt_inbox_part(const RtContext& ctx, u32 part) {
-  u8* const first = reinterpret_cast<u8*>(ctx.device_inbox) + rt_inbox::HEADER_BYTES;
-  const u64 before = part == rt_inbox::LOCAL ? 0 : u64{ctx.device_inbox_depth} + (part - 1) * (ctx.device_inbox_depth / 2);
-  return reinterpret_cast<RtInboxSlot*>(first + before * rt_inbox::SLOT_BYTES);
+/// The slots of device inbox part `part` of an inbox of `depth`
+/// (`device_inbox_depth`, a power of two, at least 4): LOCAL all of it,
+/// LOCAL_SHARED half, PEER and PEER_SHARED a quarter each.
+TANDEM_HOST_DEVICE u32 rt_inbox_part_depth(u32 depth, u32 part) {
+  return part == rt_inbox::LOCAL ? depth : part == rt_inbox::LOCAL_SHARED ? depth / 2 : depth / 4;
 }
 
-/// The slots of device inbox part `part` of an inbox of `depth`
-/// (`device_inbox_depth`, a power of two, at least 2).
-TANDEM_HOST_DEVICE u32 rt_inbox_part_depth(u32 depth, u32 part) {
-  return part == rt_inbox::LOCAL ? depth : depth / 2;
+/// Whether part `part` is for the device's own kernels (device scope).
+TANDEM_HOST_DEVICE bool rt_inbox_part_is_local(u32 part) { return part < rt_inbox::PEER; }
+
+/// The slots of device inbox part `part`, which follow each other in the
+/// parts' order.
+TANDEM_DEVICE RtInboxSlot* rt_inbox_part(const RtContext& ctx, u32 part) {
+  u8* const first = reinterpret_cast<u8*>(ctx.device_inbox) + rt_inbox::HEADER_BYTES;
+  u64 before = 0;
+  for (u32 p = 0; p < part; ++p) {
+    before += rt_inbox_part_depth(ctx.device_inbox_depth, p);
+  }
+  return reinterpret_cast<RtInboxSlot*>(first + before * rt_inbox::SLOT_BYTES);
 }
 
 /// How many of a part's `depth` slots a service of `servers` mailbox
@@ -904,59 +919,85 @@ TANDEM_HOST_DEVICE u32 rt_inbox_sane_active(u32 published, u32 depth) {
   return published;
 }
 
-/// Thread 0's carve of the block's inbox slots (one per thread, from the
-/// part for the block's device) with one fetch_add, as the replies': the
-/// count only spreads the blocks over the part. Slots are shared when more
-/// threads send than the service keeps hot, or carves wrap onto a running
-/// block's: a sender then claims its slot after the last holder's task was
-/// read (rt_claim_inbox_slot), so sharing costs time, never a task.
-///
-/// A block of another device first asks for a lease of PEER_OWNED slots,
-/// one per thread, counted in the segment's header since the kernel arena's
-/// reset: while the lease lies within the part's hot slots, the slots are
-/// the block's alone (the reset's contract: no block of an earlier launch
-/// runs) and polled every round, so each thread claims its slot once and
-/// then sends into it unclaimed (rt_send_to_gpu). Past them, the block
-/// shares PEER slots, claimed for every task.
+/// Leases `threads` consecutive slots among the first `active` of a part
+/// whose lease word (RtInboxHeader::leased) is `word`, at scope `S` (the
+/// part's), in kernel epoch `epoch`, into `*first`: false, with nothing
+/// leased, once they are spent. A word of an earlier epoch counts none
+/// leased. Relaxed: the lease only picks slots; a slot's first claim orders
+/// the sends (rt_send_to_gpu).
+template <scope S>
+TANDEM_DEVICE bool rt_lease_inbox_slots(u64* word, u32 epoch, u64 threads, u32 active, u64* first) {
+  u64 seen = load_relaxed<S>(word);
+  for (;;) {
+    const u64 leased = static_cast<u32>(seen >> 32) == epoch ? (seen & 0xFFFFFFFFull) : 0;
+    if (leased >= active || threads > active - leased) {
+      return false;
+    }
+    const u64 want = u64{epoch} << 32 | (leased + threads);
+    const u64 found = cas<S, order::relaxed>(word, seen, want);
+    if (found == seen) {
+      *first = leased;
+      return true;
+    }
+    seen = found;
+  }
+}
+
+/// rt_carve_inbox_slots over parts `leased` and `shared` (LOCAL and
+/// LOCAL_SHARED, or PEER and PEER_SHARED), whose scope is `S`.
+template <scope S>
+TANDEM_DEVICE void rt_carve_inbox_slots_of(RtContext& ctx, u32 leased, u32 shared, u32 epoch) {
+  const u64 threads = block_size();
+  RtInboxHeader* const inbox = ctx.device_inbox;
+  const u32 depth = ctx.device_inbox_depth;
+  // Relaxed, all: the counts and the sizes only pick slots; a slot's claim
+  // orders everything the sends do.
+  const u32 leasable = rt_inbox_sane_active(load_relaxed<S>(&inbox->active[leased]), rt_inbox_part_depth(depth, leased));
+  u64 lease = 0;
+  if (rt_lease_inbox_slots<S>(&inbox->leased[leased], epoch, threads, leasable, &lease)) {
+    if (leased == rt_inbox::PEER) {
+      // The count turns the service's polls of the peer parts on
+      // (rt_inbox_has_peers); its value is not needed.
+      (void)fetch_add<S, order::relaxed>(&inbox->carved[leased], threads);
+    }
+    ctx.send_owned = true;
+    ctx.send_slots = rt_inbox_part(ctx, leased);
+    ctx.send_mask = ~u32{0};
+    ctx.send_first = static_cast<u32>(lease);
+    return;
+  }
+  const u32 active = rt_inbox_sane_active(load_relaxed<S>(&inbox->active[shared]), rt_inbox_part_depth(depth, shared));
+  const u64 first = fetch_add<S, order::relaxed>(&inbox->carved[shared], threads);
+  ctx.send_slots = rt_inbox_part(ctx, shared);
+  ctx.send_mask = active - 1;
+  ctx.send_first = static_cast<u32>(first) & ctx.send_mask;
+}
+
+/// Thread 0's carve of the block's inbox slots, one per thread, from the
+/// parts for the block's device. First a lease of LOCAL (or PEER) slots
+/// among those leased since the kernel arena's last reset
+/// (rt_lease_inbox_slots): while the lease lies within the part's hot
+/// slots, the slots are the block's alone (the reset's contract: no block
+/// of an earlier launch runs) and polled every round, so each thread claims
+/// its slot once and then sends into it unclaimed (rt_send_to_gpu). Past
+/// them, the block shares LOCAL_SHARED (or PEER_SHARED) slots, taken with
+/// one fetch_add, as the replies': the count only spreads the blocks over
+/// the part. Those slots are shared when more threads send than the service
+/// keeps hot, or carves wrap onto a running block's: a sender then claims
+/// its slot after the last holder's task was read (rt_claim_inbox_slot), so
+/// sharing costs time, never a task.
 TANDEM_DEVICE void rt_carve_inbox_slots(RtContext& ctx) {
   ctx.send_owned = false;
   if (ctx.device_inbox == nullptr) {
     return;
   }
-  const u64 threads = block_size();
-  // Relaxed: the counts and the sizes only pick slots; the slot's claim
-  // orders everything the send does.
+  // Relaxed: the host raised it before this launch.
+  const u32 epoch = static_cast<u32>(load_relaxed<scope::system>(&ctx.header->kernel_epoch));
   if (ctx.peer) {
-    const u32 owned_depth = rt_inbox_part_depth(ctx.device_inbox_depth, rt_inbox::PEER_OWNED);
-    const u32 owned_active =
-        rt_inbox_sane_active(load_relaxed<scope::system>(&ctx.device_inbox->active[rt_inbox::PEER_OWNED]), owned_depth);
-    const u64 lease = fetch_add<scope::system, order::relaxed>(&ctx.header->peer_slots_leased, threads);
-    if (lease < owned_active && threads <= owned_active - lease) {
-      // The count turns the service's polls of the peer parts on
-      // (rt_inbox_has_peers); its value is not needed.
-      (void)fetch_add<scope::system, order::relaxed>(&ctx.device_inbox->carved[rt_inbox::PEER_OWNED], threads);
-      ctx.send_owned = true;
-      ctx.send_slots = rt_inbox_part(ctx, rt_inbox::PEER_OWNED);
-      ctx.send_mask = ~u32{0};
-      ctx.send_first = static_cast<u32>(lease);
-      return;
-    }
-  }
-  const u32 part = ctx.peer ? rt_inbox::PEER : rt_inbox::LOCAL;
-  const u32 depth = rt_inbox_part_depth(ctx.device_inbox_depth, part);
-  u32 active = 0;
-  u64 first = 0;
-  if (ctx.peer) {
-    active = load_relaxed<scope::system>(&ctx.device_inbox->active[part]);
-    first = fetch_add<scope::system, order::relaxed>(&ctx.device_inbox->carved[part], threads);
+    rt_carve_inbox_slots_of<scope::system>(ctx, rt_inbox::PEER, rt_inbox::PEER_SHARED, epoch);
   } else {
-    active = load_relaxed<scope::device>(&ctx.device_inbox->active[part]);
-    first = fetch_add<scope::device, order::relaxed>(&ctx.device_inbox->carved[part], threads);
+    rt_carve_inbox_slots_of<scope::device>(ctx, rt_inbox::LOCAL, rt_inbox::LOCAL_SHARED, epoch);
   }
-  active = rt_inbox_sane_active(active, depth);
-  ctx.send_slots = rt_inbox_part(ctx, part);
-  ctx.send_mask = active - 1;
-  ctx.send_first = static_cast<u32>(first) & ctx.send_mask;
 }
 
 /// rt_init over `segment` with replies from `own`'s reply region (the
@@ -1370,8 +1411,8 @@ TANDEM_DEVICE void rt_write_inbox_task(RtInboxSlot* slot, u64 lap, const RtFutur
 /// sender holds (more senders than the service keeps slots hot) is waited
 /// on until its task was read, or until `*stop`, which then returns stopped
 /// with nothing sent (`spin_budget` bounds nothing here). A thread's leased
-/// slot on another device (rt_carve_inbox_slots) is claimed by its first
-/// task only. no_inbox when the segment has none, no_memory when the future
+/// slot (rt_carve_inbox_slots) is claimed by its first task only. no_inbox
+/// when the segment has none, no_memory when the future
 /// has no reply (not its thread's first, or the reply region was used up),
 /// future_error when its last task was not seen answered (rt_wait).
 TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const u32* stop, u64 spin_budget) {
@@ -1416,26 +1457,26 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
     fence_acq_rel<scope::system>();
   }
   RtInboxSlot* const slot = ctx.send_slots + ((ctx.send_first + thread_rank()) & ctx.send_mask);
-  u64 lap = 0;
+  // A leased slot this future sent through before is free at the next lap:
+  // the service stored that lap before it ran the last task
+  // (rt_take_inbox_task), and its own later polls see that store; this
+  // thread saw the task answered (in_flight is false), so the stores below
+  // come after the service's reads of the last lap's words.
+  const bool owned = ctx.send_owned && f.owned_slot == slot;
+  u64 lap = owned ? f.owned_lap + 1 : 0;
   if (ctx.peer) {
-    if (ctx.send_owned && f.owned_slot == slot) {
-      // The service stored the slot's next lap before it ran the last task
-      // (rt_take_inbox_task), and its own later polls see that store; this
-      // thread saw the task answered (in_flight is false), so the stores
-      // below come after the service's reads of the last lap's words.
-      lap = f.owned_lap + 1;
-    } else if (!detail::rt_claim_inbox_slot<scope::system>(slot, stop, &lap)) {
+    if (!owned && !detail::rt_claim_inbox_slot<scope::system>(slot, stop, &lap)) {
       return rt_status::stopped;
     }
     detail::rt_write_inbox_task<scope::system>(slot, lap, f, in_slot, args_len);
-    f.owned_slot = ctx.send_owned ? slot : nullptr;
-    f.owned_lap = lap;
   } else {
-    if (!detail::rt_claim_inbox_slot<scope::device>(slot, stop, &lap)) {
+    if (!owned && !detail::rt_claim_inbox_slot<scope::device>(slot, stop, &lap)) {
       return rt_status::stopped;
     }
     detail::rt_write_inbox_task<scope::device>(slot, lap, f, in_slot, args_len);
   }
+  f.owned_slot = ctx.send_owned ? slot : nullptr;
+  f.owned_lap = lap;
   f.via_gpu = true;
   f.via_peer = ctx.peer;
   f.in_flight = true;
@@ -2061,8 +2102,8 @@ struct RtColdSweep {
 /// raises it (relaxed: the previous service, which wrote it, has ended).
 TANDEM_DEVICE u32 rt_inbox_mapped(const RtContext& ctx, u32 part, u32 hot) {
   const u32 depth = rt_inbox_part_depth(ctx.device_inbox_depth, part);
-  const u32 recorded = part == rt_inbox::LOCAL ? load_relaxed<scope::device>(&ctx.device_inbox->mapped[part])
-                                               : load_relaxed<scope::system>(&ctx.device_inbox->mapped[part]);
+  const u32 recorded = rt_inbox_part_is_local(part) ? load_relaxed<scope::device>(&ctx.device_inbox->mapped[part])
+                                                    : load_relaxed<scope::system>(&ctx.device_inbox->mapped[part]);
   u32 mapped = rt_inbox::UNSIZED_ACTIVE > hot ? rt_inbox::UNSIZED_ACTIVE : hot;
   mapped = recorded > mapped ? recorded : mapped;
   return mapped < depth ? mapped : depth;
@@ -2071,11 +2112,12 @@ TANDEM_DEVICE u32 rt_inbox_mapped(const RtContext& ctx, u32 part, u32 hot) {
 /// How often, in rounds, a mailbox server polls one of its cold slots.
 constexpr u64 RT_SERVE_COLD_EVERY = 8;
 
-/// Hot slots of each inbox part per mailbox server (rt_serve sizes
-/// RtInboxHeader::active by them): few enough that a round of polls is
-/// about one L2 round trip on a GPU.
+/// Hot slots of the LOCAL inbox part, and of each of the others, per
+/// mailbox server (rt_serve sizes RtInboxHeader::active by them): few
+/// enough that a round of polls is about one L2 round trip on a GPU. The
+/// leased LOCAL slots carry nearly all the device's tasks.
 constexpr u32 RT_SERVE_LOCAL_SLOTS_PER_SERVER = 4;
-constexpr u32 RT_SERVE_PEER_SLOTS_PER_SERVER = 1;
+constexpr u32 RT_SERVE_SHARED_SLOTS_PER_SERVER = 1;
 
 /// How often, in rounds, a mailbox server that has seen no block of another
 /// device take PEER slots looks again (one system-scope load).
@@ -2086,7 +2128,7 @@ constexpr u64 RT_SERVE_PEER_CHECK_EVERY = 1024;
 /// on; a block that carved before these loads is seen by a later one.
 TANDEM_DEVICE bool rt_inbox_has_peers(const RtContext& ctx) {
   return load_relaxed<scope::system>(&ctx.device_inbox->carved[rt_inbox::PEER]) != 0 ||
-         load_relaxed<scope::system>(&ctx.device_inbox->carved[rt_inbox::PEER_OWNED]) != 0;
+         load_relaxed<scope::system>(&ctx.device_inbox->carved[rt_inbox::PEER_SHARED]) != 0;
 }
 
 /// Between two idle rounds of a service thread that does not sleep yet: on
@@ -2164,8 +2206,8 @@ TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, const RtColdSweep* swe
       const RtInboxSlot* const slots = rt_inbox_part(ctx, part);
       // Slots past `mapped` are no block's.
       for (u64 i = sweep->first; i < sweep->mapped[part]; i += sweep->servers) {
-        const RtSlotHead head = part == rt_inbox::LOCAL ? rt_poll_inbox_slot<scope::device>(&slots[i])
-                                                        : rt_poll_inbox_slot<scope::system>(&slots[i]);
+        const RtSlotHead head = rt_inbox_part_is_local(part) ? rt_poll_inbox_slot<scope::device>(&slots[i])
+                                                             : rt_poll_inbox_slot<scope::system>(&slots[i]);
         if (rt_inbox_slot_pending(head)) {
           return false;
         }
@@ -2267,7 +2309,7 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
 /// owning a fixed share of each inbox part's slots (RtColdSweep), so no
 /// slot is read by two. At its start the service sizes the parts' hot
 /// slots to its servers (RT_SERVE_LOCAL_SLOTS_PER_SERVER and
-/// RT_SERVE_PEER_SLOTS_PER_SERVER each) and publishes that (RtInboxHeader::active),
+/// RT_SERVE_SHARED_SLOTS_PER_SERVER each) and publishes that (RtInboxHeader::active),
 /// which blocks map their senders into from then on; a server polls its hot
 /// slots every round and one cold slot (of a block that mapped by an
 /// earlier service's size) a round. Every task is taken once its slot's
@@ -2310,15 +2352,15 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
   const u64 servers = threads > host_lanes ? threads - host_lanes : 1;
   const bool mailbox_server = threads == 1 || !host_server;
   const u32 depth = ctx.device_inbox_depth;
-  const u32 peer_depth = detail::rt_inbox_part_depth(depth, rt_inbox::PEER);
-  static_assert(rt_inbox::LOCAL == 0 && rt_inbox::PEER == 1 && rt_inbox::PEER_OWNED == 2, "the arrays below");
-  const u32 hot[rt_inbox::PARTS] = {
-      detail::rt_inbox_active(servers, detail::RT_SERVE_LOCAL_SLOTS_PER_SERVER, depth),
-      detail::rt_inbox_active(servers, detail::RT_SERVE_PEER_SLOTS_PER_SERVER, peer_depth),
-      detail::rt_inbox_active(servers, detail::RT_SERVE_PEER_SLOTS_PER_SERVER, peer_depth)};
+  u32 hot[rt_inbox::PARTS];
   u32 mapped[rt_inbox::PARTS];
+  RtInboxSlot* parts[rt_inbox::PARTS];
   for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
+    const u32 per_server = part == rt_inbox::LOCAL ? detail::RT_SERVE_LOCAL_SLOTS_PER_SERVER
+                                                   : detail::RT_SERVE_SHARED_SLOTS_PER_SERVER;
+    hot[part] = detail::rt_inbox_active(servers, per_server, detail::rt_inbox_part_depth(depth, part));
     mapped[part] = detail::rt_inbox_mapped(ctx, part, hot[part]);
+    parts[part] = detail::rt_inbox_part(ctx, part);
   }
   detail::RtColdSweep sweep =
       detail::RtColdSweep::over(threads > host_lanes && !host_server ? me - host_lanes : 0, servers, hot, mapped);
@@ -2326,11 +2368,14 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
     // Relaxed: a block reads it at its start (rt_carve_inbox_slots), and any
     // size it reads maps to a slot some server polls. `mapped` only grows;
     // one service runs at a time, so no other thread stores it.
-    store_relaxed<scope::device>(&ctx.device_inbox->mapped[rt_inbox::LOCAL], mapped[rt_inbox::LOCAL]);
-    store_relaxed<scope::device>(&ctx.device_inbox->active[rt_inbox::LOCAL], hot[rt_inbox::LOCAL]);
-    for (u32 part = rt_inbox::PEER; part < rt_inbox::PARTS; ++part) {
-      store_relaxed<scope::system>(&ctx.device_inbox->mapped[part], mapped[part]);
-      store_relaxed<scope::system>(&ctx.device_inbox->active[part], hot[part]);
+    for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
+      if (detail::rt_inbox_part_is_local(part)) {
+        store_relaxed<scope::device>(&ctx.device_inbox->mapped[part], mapped[part]);
+        store_relaxed<scope::device>(&ctx.device_inbox->active[part], hot[part]);
+      } else {
+        store_relaxed<scope::system>(&ctx.device_inbox->mapped[part], mapped[part]);
+        store_relaxed<scope::system>(&ctx.device_inbox->active[part], hot[part]);
+      }
     }
     if (sized != nullptr) {
       // Release: the sizes before the word, so a kernel launched once the
@@ -2344,25 +2389,25 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
   }
   const bool owns_slots = mailbox_server && sweep.first < depth;
   const bool owns_cold = owns_slots && sweep.any();
-  RtInboxSlot* const local = detail::rt_inbox_part(ctx, rt_inbox::LOCAL);
-  RtInboxSlot* const peer = detail::rt_inbox_part(ctx, rt_inbox::PEER);
-  RtInboxSlot* const owned = detail::rt_inbox_part(ctx, rt_inbox::PEER_OWNED);
   // The slots polled every round: this thread's hot ones, as many of each
   // part as the sizing gives it (at most the per-server counts).
   constexpr u32 HOT_LOCAL = detail::RT_SERVE_LOCAL_SLOTS_PER_SERVER;
-  constexpr u32 HOT_PEER = detail::RT_SERVE_PEER_SLOTS_PER_SERVER;
-  static_assert(HOT_PEER == 1, "one hot peer slot a server, below");
+  static_assert(detail::RT_SERVE_SHARED_SLOTS_PER_SERVER == 1, "one hot slot of each other part, below");
   RtInboxSlot* hot_local[HOT_LOCAL];
   u32 hot_locals = 0;
   TANDEM_UNROLL
   for (u32 k = 0; k < HOT_LOCAL; ++k) {
     const u64 i = sweep.first + k * servers;
-    hot_local[k] = local + i;
+    hot_local[k] = parts[rt_inbox::LOCAL] + i;
     hot_locals += owns_slots && i < sweep.hot[rt_inbox::LOCAL] ? 1 : 0;
   }
+  RtInboxSlot* const hot_shared =
+      owns_slots && sweep.first < sweep.hot[rt_inbox::LOCAL_SHARED] ? parts[rt_inbox::LOCAL_SHARED] + sweep.first : nullptr;
   // The peer parts are sized alike: a server has a hot slot in both or in
   // neither.
   const bool hot_peers = owns_slots && sweep.first < sweep.hot[rt_inbox::PEER];
+  RtInboxSlot* const peer = parts[rt_inbox::PEER] + sweep.first;
+  RtInboxSlot* const peer_shared = parts[rt_inbox::PEER_SHARED] + sweep.first;
   // Whether any block of another device has taken slots of the peer parts:
   // until one has, their slots (system scope: polls that cost more) are not
   // polled.
@@ -2404,17 +2449,19 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
         local_head[k] = k < hot_locals ? detail::rt_poll_inbox_slot<scope::device>(hot_local[k])
                                        : detail::RtSlotHead{0, 0};
       }
+      const detail::RtSlotHead shared_head =
+          hot_shared != nullptr ? detail::rt_poll_inbox_slot<scope::device>(hot_shared) : detail::RtSlotHead{0, 0};
       const bool poll_peer = peers && hot_peers;
       detail::RtSlotHead peer_head{0, 0};
-      detail::RtSlotHead owned_head{0, 0};
+      detail::RtSlotHead peer_shared_head{0, 0};
       if (poll_peer) {
-        peer_head = detail::rt_poll_inbox_slot<scope::system>(peer + sweep.first);
-        owned_head = detail::rt_poll_inbox_slot<scope::system>(owned + sweep.first);
+        peer_head = detail::rt_poll_inbox_slot<scope::system>(peer);
+        peer_shared_head = detail::rt_poll_inbox_slot<scope::system>(peer_shared);
       }
       const bool cold_turn = owns_cold && round % detail::RT_SERVE_COLD_EVERY == 0;
-      const bool cold_local = cold_turn && sweep.part == rt_inbox::LOCAL;
+      const bool cold_local = cold_turn && detail::rt_inbox_part_is_local(sweep.part);
       const bool poll_cold = cold_turn && (cold_local || peers);
-      RtInboxSlot* const cold = (cold_local ? local : sweep.part == rt_inbox::PEER ? peer : owned) + sweep.index;
+      RtInboxSlot* const cold = parts[sweep.part] + sweep.index;
       detail::RtSlotHead cold_head{0, 0};
       if (poll_cold) {
         cold_head = cold_local ? detail::rt_poll_inbox_slot<scope::device>(cold)
@@ -2427,9 +2474,12 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
           worked |= serve(detail::rt_take_inbox_task<scope::device>(hot_local[k], local_head[k], &task), task);
         }
       }
+      if (hot_shared != nullptr) {
+        worked |= serve(detail::rt_take_inbox_task<scope::device>(hot_shared, shared_head, &task), task);
+      }
       if (poll_peer) {
-        worked |= serve(detail::rt_take_inbox_task<scope::system>(peer + sweep.first, peer_head, &task), task);
-        worked |= serve(detail::rt_take_inbox_task<scope::system>(owned + sweep.first, owned_head, &task), task);
+        worked |= serve(detail::rt_take_inbox_task<scope::system>(peer, peer_head, &task), task);
+        worked |= serve(detail::rt_take_inbox_task<scope::system>(peer_shared, peer_shared_head, &task), task);
       }
       if (poll_cold) {
         const bool taken = cold_local ? detail::rt_take_inbox_task<scope::device>(cold, cold_head, &task)

@@ -72,7 +72,7 @@ pub mod root {
             pub device_replies: root::tandem::u64_,
             pub device_replies_bytes: root::tandem::u64_,
             pub replies_carved: root::tandem::u64_,
-            pub peer_slots_leased: root::tandem::u64_,
+            pub kernel_epoch: root::tandem::u64_,
         }
         #[allow(clippy::unnecessary_operation, clippy::identity_op)]
         const _: () = {
@@ -183,9 +183,8 @@ pub mod root {
                 "Offset of field: RuntimeSegmentHeader::replies_carved",
             ][::core::mem::offset_of!(RuntimeSegmentHeader, replies_carved) - 200usize];
             [
-                "Offset of field: RuntimeSegmentHeader::peer_slots_leased",
-            ][::core::mem::offset_of!(RuntimeSegmentHeader, peer_slots_leased)
-                - 208usize];
+                "Offset of field: RuntimeSegmentHeader::kernel_epoch",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, kernel_epoch) - 208usize];
         };
         pub const rt_priority_high: rt_priority = 0;
         pub const rt_priority_low: rt_priority = 1;
@@ -201,9 +200,10 @@ pub mod root {
             #[allow(unused_imports)]
             use self::super::super::super::root;
             pub const LOCAL: root::tandem::u32_ = 0;
-            pub const PEER: root::tandem::u32_ = 1;
-            pub const PEER_OWNED: root::tandem::u32_ = 2;
-            pub const PARTS: root::tandem::u32_ = 3;
+            pub const LOCAL_SHARED: root::tandem::u32_ = 1;
+            pub const PEER: root::tandem::u32_ = 2;
+            pub const PEER_SHARED: root::tandem::u32_ = 3;
+            pub const PARTS: root::tandem::u32_ = 4;
             pub const SLOTS_PER_DEPTH: root::tandem::u32_ = 2;
             pub const HEADER_BYTES: root::tandem::u64_ = 128;
             pub const SLOT_BYTES: root::tandem::u64_ = 128;
@@ -228,9 +228,10 @@ pub mod root {
         #[repr(align(128))]
         #[derive(Copy, Clone)]
         pub struct RtInboxHeader {
-            pub carved: [root::tandem::u64_; 3usize],
-            pub active: [root::tandem::u32_; 3usize],
-            pub mapped: [root::tandem::u32_; 3usize],
+            pub carved: [root::tandem::u64_; 4usize],
+            pub active: [root::tandem::u32_; 4usize],
+            pub mapped: [root::tandem::u32_; 4usize],
+            pub leased: [root::tandem::u64_; 4usize],
         }
         #[allow(clippy::unnecessary_operation, clippy::identity_op)]
         const _: () = {
@@ -245,10 +246,13 @@ pub mod root {
             ][::core::mem::offset_of!(RtInboxHeader, carved) - 0usize];
             [
                 "Offset of field: RtInboxHeader::active",
-            ][::core::mem::offset_of!(RtInboxHeader, active) - 24usize];
+            ][::core::mem::offset_of!(RtInboxHeader, active) - 32usize];
             [
                 "Offset of field: RtInboxHeader::mapped",
-            ][::core::mem::offset_of!(RtInboxHeader, mapped) - 36usize];
+            ][::core::mem::offset_of!(RtInboxHeader, mapped) - 48usize];
+            [
+                "Offset of field: RtInboxHeader::leased",
+            ][::core::mem::offset_of!(RtInboxHeader, leased) - 64usize];
         };
         #[repr(C)]
         #[derive(Copy, Clone)]
