@@ -2,7 +2,8 @@
 //! figures measured in the same run):
 //!
 //! * throughput: no-op tasks per second with kernels on 1, 2, 4... devices
-//!   at once (as many as there are), `workers_per_device` workers each;
+//!   at once (as many as there are), `workers_per_device` workers each,
+//!   pooled over three runtimes of each count, the counts taking turns;
 //!   target: N devices >= 0.9 x N x one device;
 //! * each device's task round trip (one kernel thread, no-op tasks) against
 //!   that device's own pinned-memory ping-pong floor; target <= 1.25x on
@@ -18,7 +19,7 @@
 
 mod support;
 
-use support::{skip_cuda, us};
+use support::{skip_cuda, us, Pooled, RUNS_PER_RUNTIME, RUNTIMES};
 
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels};
@@ -39,8 +40,7 @@ struct Scale {
     targets: bool,
 }
 
-/// Turns of floor and round-trip measurement, and throughput runs (odd:
-/// the median is a run).
+/// Turns of floor and round-trip measurement (odd: the median is a run).
 const REPEATS: usize = 5;
 
 fn median<T: Copy + PartialOrd>(mut values: Vec<T>) -> T {
@@ -117,7 +117,10 @@ fn bench<A: GpuApi>(
         scale.workers_per_device
     );
 
-    // Throughput on 1, 2, 4, ... devices at once.
+    // Throughput on 1, 2, 4, ... devices at once (and on all of them), each
+    // count in RUNTIMES runtimes of its own, the counts taking turns, so
+    // that neither one runtime's luck nor a drift of the machine decides a
+    // ratio.
     let per_thread = scale
         .tasks_per_device
         .div_ceil(u64::from(scale.blocks * scale.threads));
@@ -128,42 +131,49 @@ fn bench<A: GpuApi>(
         tasks_per_thread: per_thread,
         spin_budget: 1 << 40,
     };
-    let mut one_device = None;
+    let mut counts = Vec::new();
     let mut n = 1;
     while n <= count {
-        let runtime = start(api()?, n, scale)?;
-        let mut kernels = load_all(&runtime)?;
-        throughput_at_once(
-            &mut kernels,
-            &NoopLaunch {
-                tasks_per_thread: 4,
-                ..launch
-            },
-        )?;
-        let rates = (0..REPEATS)
-            .map(|_| throughput_at_once(&mut kernels, &launch))
-            .collect::<Result<Vec<f64>, String>>()?;
-        let rate = median(rates.clone());
-        let (low, high) = rates
-            .iter()
-            .fold((f64::MAX, 0f64), |(l, h), &r| (l.min(r), h.max(r)));
-        let one = *one_device.get_or_insert(rate);
-        let scaling = rate / (n as f64 * one);
-        println!(
-            "  no-op tasks, {} x {} kernel threads on each device, {n} at once, {} workers: {:.2} M tasks/s (median of {REPEATS}; {:.2} - {:.2}); {scaling:.2} x {n} x one device, target >= 0.9: {}",
-            scale.blocks,
-            scale.threads,
-            runtime.workers(),
-            rate / 1e6,
-            low / 1e6,
-            high / 1e6,
-            verdict(scale, scaling >= 0.9)
-        );
+        counts.push(n);
         n = if n * 2 > count && n < count {
             count
         } else {
             n * 2
         };
+    }
+    let mut runs: Vec<Vec<Vec<f64>>> = vec![Vec::with_capacity(RUNTIMES); counts.len()];
+    let mut workers = vec![0; counts.len()];
+    for _ in 0..RUNTIMES {
+        for (at, &n) in counts.iter().enumerate() {
+            let runtime = start(api()?, n, scale)?;
+            workers[at] = runtime.workers();
+            let mut kernels = load_all(&runtime)?;
+            throughput_at_once(
+                &mut kernels,
+                &NoopLaunch {
+                    tasks_per_thread: 4,
+                    ..launch
+                },
+            )?;
+            runs[at].push(
+                (0..RUNS_PER_RUNTIME)
+                    .map(|_| throughput_at_once(&mut kernels, &launch))
+                    .collect::<Result<Vec<f64>, String>>()?,
+            );
+        }
+    }
+    let one = Pooled::of(&runs[0]).median;
+    for ((&n, runs), workers) in counts.iter().zip(&runs).zip(workers) {
+        let pooled = Pooled::of(runs);
+        let scaling = pooled.median / (n as f64 * one);
+        println!(
+            "  no-op tasks, {} x {} kernel threads on each device, {n} at once, {workers} workers: {:.2} M tasks/s ({}); {scaling:.2} x {n} x one device, target >= 0.9: {}",
+            scale.blocks,
+            scale.threads,
+            pooled.median / 1e6,
+            pooled.spread_in_millions(),
+            verdict(scale, scaling >= 0.9)
+        );
     }
 
     // Each device's round trip against its own floor, in turns.

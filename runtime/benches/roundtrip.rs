@@ -37,7 +37,7 @@
 
 mod support;
 
-use support::{skip_cuda, us};
+use support::{skip_cuda, us, Pooled, RUNS_PER_RUNTIME, RUNTIMES};
 
 use std::time::Duration;
 
@@ -85,15 +85,6 @@ struct ServiceScale {
 
 /// Turns of floor and round-trip measurement (odd: the median is a run).
 const REPEATS: usize = 5;
-/// Runtimes started for each worker count's throughput runs, and runs of
-/// each shape in each (both odd, likewise). A runtime's runs tend to be slow
-/// or fast together: on one H100 machine, seven runs of this bench (one
-/// 8-worker runtime each) spread far wider than one runtime's runs
-/// (docs/perf/2026-11-25-h100.md, "Why the 8-worker row moves"). So one
-/// runtime is a sample of one: each row is the median of all its runs and also prints
-/// each runtime's median.
-const RUNTIMES: usize = 3;
-const GRID_REPEATS: usize = 3;
 
 fn verdict(met: bool) -> &'static str {
     if met {
@@ -491,29 +482,20 @@ fn bench<A: GpuApi>(
             }
         }
         for (shape, &(blocks, threads, target)) in runs.iter().zip(grids) {
-            let mut all: Vec<f64> = shape.iter().flatten().copied().collect();
-            all.sort_by(f64::total_cmp);
-            let median = all[all.len() / 2];
-            let per_runtime: Vec<String> = shape
-                .iter()
-                .map(|rates| format!("{:.2}", rates[GRID_REPEATS / 2] / 1e6))
-                .collect();
+            let pooled = Pooled::of(shape);
             println!(
-                "  {blocks} x {threads} kernel threads, {workers} workers: {:.2} M tasks/s (median of {} runs in {RUNTIMES} runtimes; {:.2} - {:.2}; each runtime's median {}; target >= {} M/s: {})",
-                median / 1e6,
-                all.len(),
-                all[0] / 1e6,
-                all[all.len() - 1] / 1e6,
-                per_runtime.join(" / "),
+                "  {blocks} x {threads} kernel threads, {workers} workers: {:.2} M tasks/s ({}; target >= {} M/s: {})",
+                pooled.median / 1e6,
+                pooled.spread_in_millions(),
                 target / 1e6,
-                verdict(median >= target)
+                verdict(pooled.median >= target)
             );
         }
     }
     Ok(())
 }
 
-/// No-op tasks per second of GRID_REPEATS runs of `blocks` x `threads`
+/// No-op tasks per second of RUNS_PER_RUNTIME runs of `blocks` x `threads`
 /// kernel threads sharing about `tasks` tasks, sorted.
 fn throughput<A: GpuApi>(
     kernels: &mut RuntimeKernels<'_, A>,
@@ -523,8 +505,8 @@ fn throughput<A: GpuApi>(
 ) -> Result<Vec<f64>, String> {
     let per_thread = tasks.div_ceil(u64::from(blocks * threads));
     let tasks = u64::from(blocks * threads) * per_thread;
-    let mut rates = Vec::with_capacity(GRID_REPEATS);
-    for _ in 0..GRID_REPEATS {
+    let mut rates = Vec::with_capacity(RUNS_PER_RUNTIME);
+    for _ in 0..RUNS_PER_RUNTIME {
         let many = kernels
             .noop_tasks(&noop(blocks, threads, per_thread))
             .map_err(|e| e.to_string())?;
