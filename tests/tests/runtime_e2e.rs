@@ -517,8 +517,9 @@ fn host_gpu_service_stress() {
 }
 
 /// More kernel threads than the service keeps inbox slots hot (one mailbox
-/// thread, four slots): they share slots, and every task is
-/// still served once.
+/// thread: four leased slots, fewer than a block's threads, and one shared
+/// slot): every block shares that one slot, and every task is still served
+/// once.
 #[test]
 fn host_gpu_service_with_shared_slots() {
     gpu_service_stress(
