@@ -218,9 +218,12 @@ fn produce(name: &str, records: u64) -> Result<(), ExchangeError> {
     mapped.header.done.store(1, Ordering::Release);
     announce(&format!("sent {records}"));
 
-    // Acquire pairs with the consumer's Release of `consumer_attached`.
+    // Acquire pairs with the consumer's Release of `consumer_attached`. Only
+    // the attachment is awaited: everything is sent, and a consumer that
+    // attached may well have drained the ring and exited by the next look,
+    // which is no death mid-stream.
     while mapped.header.consumer_attached.load(Ordering::Acquire) == 0 {
-        consumer.wait(records)?;
+        consumer.within_attach_limit()?;
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(())
@@ -245,6 +248,14 @@ impl<'h> ConsumerWatch<'h> {
         }
     }
 
+    /// An error once no consumer attached within [`ATTACH_LIMIT`].
+    fn within_attach_limit(&self) -> Result<(), ExchangeError> {
+        if self.since.elapsed() > ATTACH_LIMIT {
+            return Err(ExchangeError::ConsumerNeverAttached);
+        }
+        Ok(())
+    }
+
     /// Yields once; an error if the consumer died (after `sent` records) or
     /// never came.
     fn wait(&mut self, sent: u64) -> Result<(), ExchangeError> {
@@ -257,10 +268,7 @@ impl<'h> ConsumerWatch<'h> {
         // Acquire pairs with the consumer's Release of `consumer_attached`,
         // after it wrote its identity.
         if self.header.consumer_attached.load(Ordering::Acquire) == 0 {
-            if now.duration_since(self.since) > ATTACH_LIMIT {
-                return Err(ExchangeError::ConsumerNeverAttached);
-            }
-            return Ok(());
+            return self.within_attach_limit();
         }
         let consumer = ProcessIdentity {
             // Relaxed: ordered by the Acquire above.
