@@ -160,22 +160,17 @@ pub fn cpus_by_core(cpus: &[u32]) -> Vec<u32> {
 /// `None` for a CPU that counts as a core of its own. Stable: CPUs of the
 /// same rank keep their order in `cpus`.
 fn order_by_core(cpus: &[u32], core_of: impl Fn(u32) -> Option<(u32, u32)>) -> Vec<u32> {
-    let mut seen: std::collections::HashMap<Option<(u32, u32)>, u32> =
-        std::collections::HashMap::new();
+    let mut seen: std::collections::HashMap<(u32, u32), u32> = std::collections::HashMap::new();
+    // (the CPU's rank among its core's, 0 for the first; its place; the CPU)
     let mut ranked: Vec<(u32, usize, u32)> = cpus
         .iter()
         .enumerate()
         .map(|(at, &cpu)| {
-            let core = core_of(cpu);
-            // The rank of the CPU among its core's (0 for the first).
-            let rank = match core {
-                Some(_) => {
-                    let seen = seen.entry(core).or_insert(0);
-                    *seen += 1;
-                    *seen - 1
-                }
-                None => 0,
-            };
+            let rank = core_of(cpu).map_or(0, |core| {
+                let seen = seen.entry(core).or_insert(0);
+                *seen += 1;
+                *seen - 1
+            });
             (rank, at, cpu)
         })
         .collect();

@@ -10,11 +10,10 @@ pub fn us(d: Duration) -> f64 {
 }
 
 /// Runtimes started for a throughput row, and runs in each (both odd: the
-/// median is a run). A runtime's runs tend to be slow or fast together: on
-/// one H100 machine, seven runs of the roundtrip bench (one 8-worker
-/// runtime each) spread far wider than one runtime's runs
-/// (docs/perf/2026-11-25-h100.md, "Why the 8-worker row moves"). So one
-/// runtime is a sample of one: a row is the median of all its runs, and
+/// median is a run). A runtime's runs tend to be slow or fast together, and
+/// runs of separate runtimes spread far wider than one runtime's
+/// (docs/perf/2026-11-25-h100.md, "Why the 8-worker row moves"): one
+/// runtime is a sample of one, so a row is the median of all its runs, and
 /// also prints each runtime's median.
 pub const RUNTIMES: usize = 3;
 pub const RUNS_PER_RUNTIME: usize = 3;
@@ -49,8 +48,8 @@ impl Pooled {
         }
     }
 
-    /// "median of 9 runs in 3 runtimes; low - high; each runtime's median
-    /// a / b / c", in millions.
+    /// "median of <runs> runs in <runtimes> runtimes; <low> - <high>; each
+    /// runtime's median <a> / <b> / ...", in millions.
     pub fn spread_in_millions(&self) -> String {
         let per: Vec<String> = self
             .per_runtime
