@@ -7,6 +7,11 @@
 //!   clock; median of 5 runs): target client <= 1.1x in-process;
 //! * many kernel threads' no-op throughput (median of 3): target client
 //!   >= 0.9x in-process;
+//! * the same two rows on the GPU route (`rt_send_to_gpu`), to a GPU
+//!   service of a quarter of the device's multiprocessors started on the
+//!   queues of each side, which for the client runs in the client's
+//!   process (`runtime/src/client_queues.rs`, "The GPU route"): the same
+//!   targets;
 //! * kernel threads' 4 KiB blob puts (RAM target) and blocks' 1 MiB puts,
 //!   per second and GB/s, client against in-process (no target).
 //!
@@ -30,7 +35,8 @@ use tandem_hal::{GpuApi, HostApi};
 use tandem_process::ServiceChild;
 use tandem_runtime::kernels::{EchoRoute, NoopLaunch, RuntimeKernels};
 use tandem_runtime::{
-    serve, Backend, Client, Config, DeviceQueues, DeviceSelection, Registry, Runtime, ServeOptions,
+    serve, Backend, Client, Config, DeviceQueues, DeviceSelection, GpuService, Registry, Runtime,
+    ServeOptions,
 };
 
 /// Sizes of one backend's run.
@@ -42,6 +48,8 @@ struct Scale {
     /// The no-op throughput grid (blocks, threads) and tasks per thread.
     grid: (u32, u32),
     grid_tasks: u64,
+    /// Threads of each block of the GPU service.
+    service_threads: u32,
     /// 4 KiB puts: the grid and rounds per thread.
     small_grid: (u32, u32),
     small_rounds: u64,
@@ -83,8 +91,62 @@ fn registry(store: &Path) -> Result<Registry, String> {
 struct Figures {
     round_trip: Duration,
     noops_per_s: f64,
+    gpu_round_trip: Duration,
+    gpu_noops_per_s: f64,
     small_puts_per_s: f64,
     large_gbs: f64,
+}
+
+/// One route's no-op round trip (one thread, the median of [`REPEATS`]
+/// runs) and throughput (the scale's grid, the median of 3 runs).
+fn noop_rows<A: GpuApi>(
+    kernels: &mut RuntimeKernels<'_, A>,
+    route: EchoRoute,
+    scale: &Scale,
+) -> Result<(Duration, f64), String> {
+    let err = |e: tandem_runtime::RuntimeError| e.to_string();
+    let noop = |blocks, threads, tasks| NoopLaunch {
+        route,
+        blocks,
+        threads,
+        tasks_per_thread: tasks,
+        spin_budget: 1 << 40,
+    };
+    // Warm up: first touches, the kernels' first launch.
+    kernels.noop_tasks(&noop(1, 1, 100)).map_err(err)?;
+    let mut trips = Vec::new();
+    for _ in 0..REPEATS {
+        let (outcome, phases) = kernels
+            .noop_tasks_with_phases(&noop(1, 1, scale.single_tasks))
+            .map_err(err)?;
+        if outcome.failed_threads() > 0 {
+            return Err(format!("{route:?} round trip: {:?}", outcome.status));
+        }
+        // The phases are per task already.
+        trips.push(phases.send + phases.wait);
+    }
+    let (blocks, threads) = scale.grid;
+    let mut rates = Vec::new();
+    for _ in 0..3 {
+        let outcome = kernels
+            .noop_tasks(&noop(blocks, threads, scale.grid_tasks))
+            .map_err(err)?;
+        if outcome.failed_threads() > 0 {
+            return Err(format!(
+                "{route:?} throughput: {} threads failed",
+                outcome.failed_threads()
+            ));
+        }
+        let tasks = u64::from(blocks * threads) * scale.grid_tasks;
+        rates.push(tasks as f64 / outcome.elapsed.as_secs_f64());
+    }
+    Ok((median(trips), median(rates)))
+}
+
+/// The GPU service's blocks on `queues`' device: a quarter of its
+/// multiprocessors.
+fn service_blocks<A: GpuApi>(queues: &DeviceQueues<A>) -> u32 {
+    (queues.properties().multiprocessor_count / 4).max(1)
 }
 
 fn median<T: PartialOrd + Copy>(mut values: Vec<T>) -> T {
@@ -101,40 +163,13 @@ fn measure<A: GpuApi>(
 ) -> Result<Figures, String> {
     let err = |e: tandem_runtime::RuntimeError| e.to_string();
     let mut kernels = RuntimeKernels::load(queues).map_err(err)?;
-    let noop = |blocks, threads, tasks| NoopLaunch {
-        route: EchoRoute::CpuWorkers,
-        blocks,
-        threads,
-        tasks_per_thread: tasks,
-        spin_budget: 1 << 40,
-    };
-    // Warm up: first touches, the kernels' first launch.
-    kernels.noop_tasks(&noop(1, 1, 100)).map_err(err)?;
-    let mut trips = Vec::new();
-    for _ in 0..REPEATS {
-        let (outcome, phases) = kernels
-            .noop_tasks_with_phases(&noop(1, 1, scale.single_tasks))
-            .map_err(err)?;
-        if outcome.failed_threads() > 0 {
-            return Err(format!("round trip: {:?}", outcome.status));
-        }
-        trips.push(phases.send + phases.wait);
-    }
-    let (blocks, threads) = scale.grid;
-    let mut rates = Vec::new();
-    for _ in 0..3 {
-        let outcome = kernels
-            .noop_tasks(&noop(blocks, threads, scale.grid_tasks))
-            .map_err(err)?;
-        if outcome.failed_threads() > 0 {
-            return Err(format!(
-                "throughput: {} threads failed",
-                outcome.failed_threads()
-            ));
-        }
-        let tasks = u64::from(blocks * threads) * scale.grid_tasks;
-        rates.push(tasks as f64 / outcome.elapsed.as_secs_f64());
-    }
+    let (round_trip, noops_per_s) = noop_rows(&mut kernels, EchoRoute::CpuWorkers, scale)?;
+    // Started once the kernels are loaded: see GpuService on driver calls
+    // while it runs.
+    let service =
+        GpuService::start(queues, service_blocks(queues), scale.service_threads).map_err(err)?;
+    let (gpu_round_trip, gpu_noops_per_s) = noop_rows(&mut kernels, EchoRoute::GpuService, scale)?;
+    service.stop().map_err(err)?;
     drop(kernels);
     let mut blobs = BlobKernels::load(queues).map_err(err)?;
     let put = |grid: (u32, u32), bytes, rounds, mode| PutGetLaunch {
@@ -174,9 +209,10 @@ fn measure<A: GpuApi>(
     let small_puts = u64::from(small.blocks * small.threads) * small.rounds;
     let large_bytes = u64::from(large.blocks) * large.rounds * LARGE;
     Ok(Figures {
-        // The phases are per task already.
-        round_trip: median(trips),
-        noops_per_s: median(rates),
+        round_trip,
+        noops_per_s,
+        gpu_round_trip,
+        gpu_noops_per_s,
         small_puts_per_s: small_puts as f64 / small_time.as_secs_f64(),
         large_gbs: large_bytes as f64 / large_time.as_secs_f64() / 1e9,
     })
@@ -215,9 +251,12 @@ fn bench<A: GpuApi>(api: A, backend: &str, scale: &Scale) -> Result<(), String> 
     let tag = BlobCaller::new(&client)
         .get_or_create_tag("bench")
         .map_err(|e| e.to_string())?;
-    let client_side = {
+    let (client_side, service_size) = {
         let queues = client.device_queues(&api, 0).map_err(err)?;
-        measure(&queues, tag, scale)?
+        (
+            measure(&queues, tag, scale)?,
+            (service_blocks(&queues), scale.service_threads),
+        )
     };
     drop(client);
     child.stop().map_err(|e| e.to_string())?;
@@ -247,6 +286,25 @@ fn bench<A: GpuApi>(api: A, backend: &str, scale: &Scale) -> Result<(), String> 
         in_process.noops_per_s / 1e6,
         client_side.noops_per_s / 1e6,
         verdict(rate_ratio >= 0.9, ">= 0.9x"),
+    );
+    let gpu_trip_ratio =
+        client_side.gpu_round_trip.as_secs_f64() / in_process.gpu_round_trip.as_secs_f64();
+    let gpu_rate_ratio = client_side.gpu_noops_per_s / in_process.gpu_noops_per_s;
+    println!(
+        "  GPU route, no-op round trip (1 thread, service {} x {}): in-process {:.2} us, client process {:.2} us: {gpu_trip_ratio:.2}x ({})",
+        service_size.0,
+        service_size.1,
+        us(in_process.gpu_round_trip),
+        us(client_side.gpu_round_trip),
+        verdict(gpu_trip_ratio <= 1.1, "<= 1.1x"),
+    );
+    println!(
+        "  GPU route, no-op throughput ({} x {}): in-process {:.2} M/s, client process {:.2} M/s: {gpu_rate_ratio:.2}x ({})",
+        scale.grid.0,
+        scale.grid.1,
+        in_process.gpu_noops_per_s / 1e6,
+        client_side.gpu_noops_per_s / 1e6,
+        verdict(gpu_rate_ratio >= 0.9, ">= 0.9x"),
     );
     println!(
         "  4 KiB puts ({} x {}): in-process {:.0} /s, client process {:.0} /s: {:.2}x",
@@ -318,6 +376,7 @@ fn main() {
         single_tasks: 2000,
         grid: (2, 8),
         grid_tasks: 500,
+        service_threads: 2,
         small_grid: (2, 8),
         small_rounds: 50,
         large_grid: (2, 16),
@@ -340,6 +399,7 @@ fn cuda() {
         single_tasks: 20_000,
         grid: (132, 128),
         grid_tasks: 64,
+        service_threads: 128,
         small_grid: (132, 64),
         small_rounds: 20,
         large_grid: (32, 256),

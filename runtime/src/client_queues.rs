@@ -6,10 +6,9 @@
 //! The client creates the device segment itself, in named shared memory
 //! (`tandem-<pid>-q<n>`, its header naming the client as owner, so
 //! `tandem clean` knows it), registers it with its own device context,
-//! allocates the lanes' tickets in its own device memory and initialises it
-//! as the runtime lays out a device's segment, less the GPU-service route
-//! (no device inbox or reply region: a client kernel's `rt_send_to_gpu`
-//! gets `no_inbox`). A kernel pointer is only valid in the process that
+//! allocates the lanes' tickets, the device inbox and the reply region in
+//! its own device memory and initialises it as the runtime lays out a
+//! device's segment. A kernel pointer is only valid in the process that
 //! registered or allocated it, so the memory a kernel touches must be the
 //! client's: the runtime never maps the segment into a device, and holds no
 //! device memory for a client, so a dead client leaves nothing on a GPU.
@@ -21,6 +20,22 @@
 //! take the device's own. Task records carry segment offsets, and blob data
 //! travels in buffers of the segment's heap, so both processes read the
 //! same bytes at their own addresses.
+//!
+//! # The GPU route
+//!
+//! The GPU route (`rt_send_to_gpu`, [`DeviceQueues::submit_to_gpu`]) is
+//! served by a [`crate::GpuService`] the client starts on these queues, in
+//! its own process, as the runtime's process starts one on its own. Its
+//! tasks never leave the device, and a service of the runtime's process
+//! could not keep up: it would have to run at the same time as the
+//! client's kernels, and kernels of two processes share a GPU at once only
+//! under MPS. Without MPS the driver gives each process's context the
+//! device in turns, so every answer would wait for a turn. A service of
+//! the client's own shares the client's context with its kernels, so a
+//! client's route is as fast as the runtime's; its inbox and replies are in
+//! the client's memory, so no other process can reach them; and the
+//! service dies with the client. The service runs the same device handlers
+//! (the device-side pools that `tandem_rt_gpu_service` is built with).
 //!
 //! # Isolation and faults
 //!
@@ -35,8 +50,10 @@
 //! (queued records are discarded, answers to records in a worker's hands
 //! land in memory nobody reads) and removes their names. A runtime that
 //! dies: a watcher thread of the client sees it and raises the segment's
-//! stop word, so waiting kernels return `stopped`;
-//! [`ClientDeviceQueues::check_runtime`] then says [`RuntimeError::RuntimeDead`].
+//! stop word, so waiting kernels return `stopped` (on either route: the
+//! client's GPU service goes on until the client stops it, but its waiters
+//! read the same word); [`ClientDeviceQueues::check_runtime`] then says
+//! [`RuntimeError::RuntimeDead`].
 
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -178,7 +195,6 @@ impl<'c, A: GpuApi> ClientDeviceQueues<'c, A> {
             lanes: limits.lanes,
             depth: cpu.queue().depth(),
             copy_space: cpu.header().copy_space,
-            service_route: false,
         };
         let queues = DeviceQueues::create_in(api.device(ordinal)?, memory, &plan)?;
         queues.segment().set_state(runtime_state::READY);

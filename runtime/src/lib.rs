@@ -47,7 +47,8 @@
 //!   runtime through device queues of its own ([`Client::device_queues`]):
 //!   a [`ClientDeviceQueues`] derefs to the [`DeviceQueues`] its kernels are
 //!   launched against, as the runtime's own kernels are, with the same
-//!   `tandem/runtime.h` and `tandem/blob.h` calls. How the segment is
+//!   `tandem/runtime.h` and `tandem/blob.h` calls; their GPU route is
+//!   served by a [`GpuService`] the client starts on them. How the segment is
 //!   shared, isolated and taken back when either side dies is that type's
 //!   module's docs (`client_queues.rs`); a slot's queues show in
 //!   [`ClientTable::device_queues`] ([`DeviceQueueSnapshot`],

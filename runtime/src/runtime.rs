@@ -119,8 +119,7 @@ pub struct DeviceQueues<A: GpuApi> {
     /// and the reply region ([`SegmentHeader::device_replies`]): held for
     /// the kernels, which find them through the header.
     _tickets: <A::Device as GpuDevice>::DeviceBuffer,
-    /// None in a client's segment, which routes to no GPU service.
-    _replies: Option<<A::Device as GpuDevice>::DeviceBuffer>,
+    _replies: <A::Device as GpuDevice>::DeviceBuffer,
     segment: Arc<QueueSegment>,
     device: A::Device,
     properties: DeviceProperties,
@@ -135,18 +134,16 @@ pub struct DeviceQueues<A: GpuApi> {
     pub(crate) service_running: AtomicBool,
 }
 
-/// What a device segment is laid out for: the runtime's own (with a GPU
-/// service's inbox and reply region) or a client's (its kernels' CPU route
-/// alone).
+/// The shape of a device segment, the runtime's own or a client's: both
+/// carry a GPU service's route (the device inbox and the reply region in
+/// device memory of the process that creates it, and the from-host ring),
+/// so a [`crate::GpuService`] can serve either.
 pub(crate) struct DeviceSegmentPlan {
     /// [`SegmentSpec::index`]: the segment id's minor.
     pub index: u32,
     pub lanes: u32,
     pub depth: u32,
     pub copy_space: u32,
-    /// Whether kernels may route to a GPU service through it: a device
-    /// inbox and a reply region in device memory, and the from-host ring.
-    pub service_route: bool,
 }
 
 impl<A: GpuApi> DeviceQueues<A> {
@@ -159,7 +156,6 @@ impl<A: GpuApi> DeviceQueues<A> {
             lanes: config.device_lanes(A::BACKEND),
             depth: config.queue_depth,
             copy_space: config.copy_space,
-            service_route: true,
         };
         Self::create_in(device, memory, &plan)
     }
@@ -188,25 +184,12 @@ impl<A: GpuApi> DeviceQueues<A> {
         let ticket_bytes = (device_ticket::count(lanes) as usize
             * tandem_device_kernels::DEVICE_TICKETS_BYTES)
             .next_multiple_of(device_inbox::SLOT_BYTES);
-        let inbox_depth = if plan.service_route {
-            device_inbox::DEPTH
-        } else {
-            0
-        };
-        let inbox_bytes = if plan.service_route {
-            device_inbox::bytes(inbox_depth)
-        } else {
-            0
-        };
+        let inbox_bytes = device_inbox::bytes(device_inbox::DEPTH);
         let tickets = device.alloc_device(ticket_bytes + inbox_bytes)?;
         device.fill(&tickets, 0, ticket_bytes + inbox_bytes, 0)?;
         // As many bytes as the segment: the arena's futures and the replies
         // grow with the same threads, and both are reset together.
-        let replies = if plan.service_route {
-            Some(device.alloc_device(memory.len())?)
-        } else {
-            None
-        };
+        let replies = device.alloc_device(memory.len())?;
         let segment_bytes = memory.len() as u64;
         let segment = QueueSegment::init(
             memory,
@@ -218,15 +201,11 @@ impl<A: GpuApi> DeviceQueues<A> {
                 depth: plan.depth,
                 copy_space: plan.copy_space,
                 device_tickets: tickets.device_ptr(),
-                device_inbox: if plan.service_route {
-                    tickets.device_ptr() + ticket_bytes as u64
-                } else {
-                    0
-                },
-                device_inbox_depth: inbox_depth,
-                device_replies: replies.as_ref().map_or(0, |r| r.device_ptr()),
-                device_replies_bytes: replies.as_ref().map_or(0, |_| segment_bytes),
-                inbox: plan.service_route,
+                device_inbox: tickets.device_ptr() + ticket_bytes as u64,
+                device_inbox_depth: device_inbox::DEPTH,
+                device_replies: replies.device_ptr(),
+                device_replies_bytes: segment_bytes,
+                inbox: true,
                 max_clients: 0,
                 client_heap_bytes: 0,
                 client_device_queues: DeviceQueueLimits::NONE,
@@ -336,6 +315,20 @@ impl<A: GpuApi> DeviceQueues<A> {
     /// Lowers the stop word again (before launching new waiters).
     pub fn clear_stop(&self) {
         self.segment.header().stop.store(0, Ordering::Release);
+    }
+
+    /// Submits a task from this process's host code to the segment's GPU
+    /// inbox, where a [`crate::GpuService`] on these queues runs it (what
+    /// [`Runtime::submit_to_gpu`] does for the runtime's own devices; a
+    /// client's queues take it the same way). Nothing serves the inbox
+    /// while no service runs: the task then waits there. A full inbox is
+    /// retried until `deadline` (back-pressure; nothing is dropped).
+    pub fn submit_to_gpu<T: Task>(
+        &self,
+        task: &T,
+        deadline: Option<std::time::Instant>,
+    ) -> Result<Pending<'_, T>, TaskError> {
+        submit::submit_to_gpu(&self.segment, task, deadline)
     }
 }
 
@@ -749,11 +742,8 @@ impl<A: GpuApi> Runtime<A> {
         submit::submit_pointer(&self.cpu, route, task, output_space)
     }
 
-    /// Submits a copy-future task to device `device`'s GPU inbox (an index
-    /// into [`devices`](Self::devices)), where the device's GPU service
-    /// kernel ([`crate::GpuService`]) runs it. Nothing serves the
-    /// inbox while no service runs: the task then waits there. A full inbox
-    /// is retried until `deadline` (back-pressure; nothing is dropped).
+    /// Submits a task to device `device`'s GPU inbox (an index into
+    /// [`devices`](Self::devices)): [`DeviceQueues::submit_to_gpu`] on it.
     pub fn submit_to_gpu<T: Task>(
         &self,
         device: usize,
@@ -764,7 +754,7 @@ impl<A: GpuApi> Runtime<A> {
             device,
             devices: self.devices.len(),
         })?;
-        submit::submit_to_gpu(&queues.segment, task, deadline)
+        queues.submit_to_gpu(task, deadline)
     }
 
     /// The route from device `from`'s kernels to device `to`'s GPU service

@@ -9,11 +9,13 @@
 //!   on device 0 with the built-in pools, prints `ready`, and stops when its
 //!   stdin closes.
 //! * `<backend> echo <segment> <blocks> <threads> <tasks>`: attaches, runs
-//!   the echo (add) and no-op kernels on device queues of its own, checks
-//!   every answer, prints `ok`.
-//! * `<backend> hold <segment>`: attaches, prints `running <its segment>` and
-//!   runs an echo kernel that never ends by itself: killed (the client
-//!   killed mid-kernel), or stopped when the runtime dies, then it prints
+//!   the echo (add) and no-op kernels on device queues of its own, to the
+//!   runtime's workers and to a GPU service of its own on those queues,
+//!   checks every answer, prints `ok`.
+//! * `<backend> hold <segment>`: attaches, starts a GPU service on its
+//!   queues, prints `running <its segment>` and runs an echo kernel that
+//!   never ends by itself: killed (the client killed mid-kernel, its
+//!   service running), or stopped when the runtime dies, then it prints
 //!   `stopped <threads stopped> <the client's error>`.
 
 use std::path::Path;
@@ -21,9 +23,13 @@ use std::time::{Duration, Instant};
 
 use tandem_hal::GpuApi;
 use tandem_runtime::kernels::{
-    expected_add_sum, EchoLaunch, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels, ECHO_OK,
+    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels,
+    ECHO_OK,
 };
-use tandem_runtime::{math, Client, Config, DeviceSelection, Registry, Runtime, RuntimeError};
+use tandem_runtime::{
+    math, Client, Config, DeviceQueues, DeviceSelection, GpuService, Registry, Runtime,
+    RuntimeError,
+};
 
 use crate::ipc::Child;
 
@@ -55,16 +61,29 @@ pub fn runtime_config(segment: &str, device_queues: u32) -> Config {
     }
 }
 
-fn add_launch(blocks: u32, threads: u32, tasks: u64) -> EchoLaunch {
+fn add_launch(blocks: u32, threads: u32, tasks: u64, route: EchoRoute) -> EchoLaunch {
     EchoLaunch {
         blocks,
         threads,
         tasks_per_thread: tasks,
         method: math::ADD,
         priority: EchoPriority::Alternate,
-        route: EchoRoute::CpuWorkers,
+        route,
         spin_budget: 1 << 40,
     }
+}
+
+/// Every thread of an echo (add) launch of `tasks` tasks answered right.
+fn check_added(outcome: &EchoOutcome, tasks: u64) -> Result<(), String> {
+    for (rank, (&sum, &status)) in outcome.results.iter().zip(&outcome.status).enumerate() {
+        let want = expected_add_sum(rank as u64, tasks);
+        if status != ECHO_OK || sum != want {
+            return Err(format!(
+                "thread {rank}: status {status}, sum {sum} (want {want})"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The child's side (module docs).
@@ -99,9 +118,12 @@ pub fn child_main<A: GpuApi>(args: &[String]) -> Result<(), String> {
         "hold" => {
             let client = Client::attach(&arg(1)?).map_err(text)?;
             let queues = client.device_queues(&api, 0).map_err(text)?;
+            // Loaded first: see GpuService on driver calls while it runs.
             let mut kernels = RuntimeKernels::load(&queues).map_err(text)?;
+            let _service = GpuService::start(&queues, 1, 4).map_err(text)?;
             println!("running {}", queues.segment().name().unwrap_or_default());
-            let outcome = kernels.echo(&add_launch(2, 4, 1 << 40)).map_err(text)?;
+            let launch = add_launch(2, 4, 1 << 40, EchoRoute::CpuWorkers);
+            let outcome = kernels.echo(&launch).map_err(text)?;
             let stopped = outcome.status.iter().filter(|&&s| s == RT_STOPPED).count();
             let error = match queues.check_runtime() {
                 Ok(()) => "none".to_owned(),
@@ -116,25 +138,21 @@ pub fn child_main<A: GpuApi>(args: &[String]) -> Result<(), String> {
 }
 
 /// Runs the echo (add) and no-op kernels on `queues` and checks every
-/// thread's answers.
+/// thread's answers: to the runtime's CPU workers, then to a GPU service of
+/// this process's own on the same queues, which serves this process's
+/// host tasks too.
 fn echo_and_check<A: GpuApi>(
-    queues: &tandem_runtime::DeviceQueues<A>,
+    queues: &DeviceQueues<A>,
     blocks: u32,
     threads: u32,
     tasks: u64,
 ) -> Result<(), String> {
-    let mut kernels = RuntimeKernels::load(queues).map_err(|e| e.to_string())?;
+    let text = |e: RuntimeError| e.to_string();
+    let mut kernels = RuntimeKernels::load(queues).map_err(text)?;
     let outcome = kernels
-        .echo(&add_launch(blocks, threads, tasks))
-        .map_err(|e| e.to_string())?;
-    for (rank, (&sum, &status)) in outcome.results.iter().zip(&outcome.status).enumerate() {
-        let want = expected_add_sum(rank as u64, tasks);
-        if status != ECHO_OK || sum != want {
-            return Err(format!(
-                "thread {rank}: status {status}, sum {sum} (want {want})"
-            ));
-        }
-    }
+        .echo(&add_launch(blocks, threads, tasks, EchoRoute::CpuWorkers))
+        .map_err(text)?;
+    check_added(&outcome, tasks).map_err(|e| format!("to the workers: {e}"))?;
     let noop = kernels
         .noop_tasks(&NoopLaunch {
             route: EchoRoute::CpuWorkers,
@@ -143,9 +161,28 @@ fn echo_and_check<A: GpuApi>(
             tasks_per_thread: tasks,
             spin_budget: 1 << 40,
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(text)?;
     if noop.failed_threads() != 0 || noop.results.iter().any(|&n| n != tasks) {
         return Err(format!("no-op kernel: {:?}", &noop.status[..4]));
+    }
+    let service = GpuService::start(queues, 1, 4).map_err(text)?;
+    let outcome = kernels
+        .echo(&add_launch(blocks, threads, tasks, EchoRoute::GpuService))
+        .map_err(text)?;
+    check_added(&outcome, tasks).map_err(|e| format!("to the GPU service: {e}"))?;
+    let stop = std::sync::atomic::AtomicU32::new(0);
+    let mut pending = queues
+        .submit_to_gpu(&math::Add { a: 40, b: 2 }, None)
+        .map_err(|e| e.to_string())?;
+    let sum = pending.wait(&stop, None).map_err(|e| e.to_string())?;
+    if sum != 42 {
+        return Err(format!("a host task to the GPU service: {sum}"));
+    }
+    let served = service.stop().map_err(text)?.served;
+    // The kernel's tasks and ours: the runtime's workers ran none of them.
+    let want = u64::from(blocks * threads) * tasks + 1;
+    if served != want {
+        return Err(format!("the GPU service served {served} tasks, not {want}"));
     }
     Ok(())
 }
