@@ -120,6 +120,52 @@ struct PhaseClock {
   }
 };
 
+/// The multiprocessor the calling thread runs on (the CPU device: 0).
+TANDEM_DEVICE u32 multiprocessor_id() {
+#if defined(TANDEM_BACKEND_CUDA)
+  u32 id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+#elif defined(TANDEM_BACKEND_HIP)
+  return __smid();
+#else
+  return 0;
+#endif
+}
+
+/// Where one thread of a task kernel spent its launch (its `span_ns`, may be
+/// null): four words a thread, at 4 x its global rank: the timer
+/// (tandem::timer_ns) at its start, once its first task was answered (its
+/// end if it had none), at its end, and the multiprocessor it ran on. What
+/// the roundtrip bench reads to tell threads that started late from threads
+/// that ran slowly under load; a thread reads the clock three times.
+struct ThreadSpan {
+  u64* words;
+  u64 start;
+  u64 first;
+
+  static TANDEM_DEVICE ThreadSpan begin(u64* span_ns) {
+    u64* const mine = span_ns != nullptr ? span_ns + 4 * tandem::global_rank() : nullptr;
+    return ThreadSpan{mine, mine != nullptr ? tandem::timer_ns() : 0, 0};
+  }
+
+  TANDEM_DEVICE void answered(u64 done) {
+    if (words != nullptr && done == 0) {
+      first = tandem::timer_ns();
+    }
+  }
+
+  TANDEM_DEVICE void end() const {
+    if (words != nullptr) {
+      const u64 now = tandem::timer_ns();
+      words[0] = start;
+      words[1] = first != 0 ? first : now;
+      words[2] = now;
+      words[3] = multiprocessor_id();
+    }
+  }
+};
+
 /// Sends `f`'s task (`route` 1: to the device's GPU service; else to the
 /// CPU workers, on `lane` at `priority`) and waits for its answer, `clock`
 /// lapping phase 1 once it is sent and phase 2 once answered: ok with `*rc`
@@ -291,9 +337,11 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* own_segment, u64 own_len, u8* segment, u6
 /// a no-op has none). What the roundtrip bench times: the echo kernel's
 /// loop also picks a method, a route and a priority per task and reads each
 /// output, and a GPU thread pays for every instruction of that
-/// (docs/design/pcie.md, "A kernel's own instructions count").
+/// (docs/design/pcie.md, "A kernel's own instructions count"). With
+/// `span_ns` (may be null), every thread records its ThreadSpan.
 TANDEM_KERNEL tandem_rt_noop_tasks(u8* segment, u64 len, u64 tasks_per_thread, u32 route, const u32* stop,
-                                   u64 spin_budget, u64* completed, u32* status, u64* phase_ns) {
+                                   u64 spin_budget, u64* completed, u32* status, u64* phase_ns, u64* span_ns) {
+  ThreadSpan span = ThreadSpan::begin(span_ns);
   TANDEM_SHARED(tandem::RtContext, rt);
   init_task_kernel(rt, segment, len, segment, len, 0);
   const u64 r = tandem::global_rank();
@@ -316,10 +364,13 @@ TANDEM_KERNEL tandem_rt_noop_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
     if (rc != 0) {
       status[r] = 0x100;
       completed[r] = static_cast<u64>(static_cast<tandem::i64>(rc));
+      span.end();
       return;
     }
+    span.answered(done);
   }
   clock.report(done);
+  span.end();
   completed[r] = done;
   status[r] = static_cast<u32>(st);
 }

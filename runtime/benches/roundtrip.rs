@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use tandem_hal::{GpuApi, HostApi};
 use tandem_runtime::kernels::{
-    EchoLaunch, EchoPhases, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels,
+    EchoLaunch, EchoPhases, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels, ThreadSpan,
 };
 use tandem_runtime::{math, Config, DeviceSelection, GpuService, Registry, Runtime};
 
@@ -312,6 +312,11 @@ fn service_bench<A: GpuApi>(
         us(phases.send),
         us(phases.wait)
     );
+    let (outcome, spans) = kernels.noop_tasks_with_spans(&grid).map_err(err)?;
+    if outcome.failed_threads() > 0 {
+        return Err(format!("{} threads failed", outcome.failed_threads()));
+    }
+    print_spans(&spans, producers.1);
     let served = service.stop().map_err(err)?;
     // rt_serve's inbox pollers: all but its host server (a warp where a
     // block holds one and the grid more, else one thread).
@@ -334,6 +339,63 @@ fn service_bench<A: GpuApi>(
         earlier.served + served.served
     );
     Ok(())
+}
+
+/// Where the threads of a loaded launch spent it (`spans`, blocks of
+/// `threads` threads), from the first thread's start: how late threads
+/// started, when their first answers came and when they ended; and the
+/// blocks that ended last, with the multiprocessor each ran on and how many
+/// blocks of the launch shared it. The throughput is the launch's, so its
+/// slowest threads set it: this tells threads that started late from
+/// threads that ran slowly, and which.
+fn print_spans(spans: &[ThreadSpan], threads: u32) {
+    let pct = |mut v: Vec<Duration>| {
+        v.sort();
+        let at = |q: usize| us(v[(v.len() - 1) * q / 100]);
+        format!(
+            "p10 {:.1}, p50 {:.1}, p90 {:.1}, max {:.1} us",
+            at(10),
+            at(50),
+            at(90),
+            at(100)
+        )
+    };
+    println!(
+        "      every thread (one more run): started {}; first answer {}; ended {}",
+        pct(spans.iter().map(|s| s.started).collect()),
+        pct(spans.iter().map(|s| s.first_answered).collect()),
+        pct(spans.iter().map(|s| s.ended).collect()),
+    );
+    let blocks: Vec<(usize, Duration, u32)> = spans
+        .chunks(threads as usize)
+        .enumerate()
+        .map(|(b, block)| {
+            let end = block.iter().map(|s| s.ended).max().unwrap_or_default();
+            (b, end, block[0].multiprocessor)
+        })
+        .collect();
+    let mut per_mp = std::collections::HashMap::new();
+    for &(_, _, mp) in &blocks {
+        *per_mp.entry(mp).or_insert(0u32) += 1;
+    }
+    let mut slowest = blocks.clone();
+    slowest.sort_by_key(|&(_, end, _)| std::cmp::Reverse(end));
+    let listed: Vec<String> = slowest
+        .iter()
+        .take(6)
+        .map(|&(b, end, mp)| {
+            format!(
+                "block {b} {:.1} us (SM {mp}, {} blocks)",
+                us(end),
+                per_mp[&mp]
+            )
+        })
+        .collect();
+    println!(
+        "      blocks on {} multiprocessors; the last to end: {}",
+        per_mp.len(),
+        listed.join(", ")
+    );
 }
 
 /// A runtime on device 0 with `workers` workers.

@@ -113,6 +113,25 @@ impl EchoOutcome {
     }
 }
 
+/// Where one thread of a no-op launch spent it
+/// ([`RuntimeKernels::noop_tasks_with_spans`]), as the device's timer saw
+/// it (`tandem::timer_ns`), from the earliest start of any of the
+/// launch's threads.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ThreadSpan {
+    /// When it started.
+    pub started: Duration,
+    /// When its first task was answered (its end if it had none).
+    pub first_answered: Duration,
+    /// When it ended.
+    pub ended: Duration,
+    /// The multiprocessor it ran on (0 on the CPU device).
+    pub multiprocessor: u32,
+}
+
+/// Words of a thread's span in the no-op kernel's `span_ns`.
+const SPAN_WORDS: usize = 4;
+
 /// Where global rank 0's round trips went, per task, as the kernel's own
 /// clock saw them (`tandem::timer_ns`).
 #[derive(Clone, Copy, Debug, Default)]
@@ -249,7 +268,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
     /// Launches the no-op kernel and waits for it (stop word as
     /// [`echo`](Self::echo)).
     pub fn noop_tasks(&mut self, launch: &NoopLaunch) -> Result<EchoOutcome, RuntimeError> {
-        self.run_noop(launch, None)
+        self.run_noop(launch, None, None)
     }
 
     /// [`noop_tasks`](Self::noop_tasks), timing global rank 0's phases as
@@ -258,7 +277,38 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         &mut self,
         launch: &NoopLaunch,
     ) -> Result<(EchoOutcome, EchoPhases), RuntimeError> {
-        self.with_phases(|kernels, phase_ns| kernels.run_noop(launch, Some(phase_ns)))
+        self.with_phases(|kernels, phase_ns| kernels.run_noop(launch, Some(phase_ns), None))
+    }
+
+    /// [`noop_tasks`](Self::noop_tasks), with where each thread spent the
+    /// launch ([`ThreadSpan`], by global rank).
+    pub fn noop_tasks_with_spans(
+        &mut self,
+        launch: &NoopLaunch,
+    ) -> Result<(EchoOutcome, Vec<ThreadSpan>), RuntimeError> {
+        let threads = launch.blocks as usize * launch.threads as usize;
+        let span_ns = SegmentBlock::new(self.queues, threads.max(1) * SPAN_WORDS * 8)?;
+        let outcome = self.run_noop(launch, None, Some(&span_ns))?;
+        // SAFETY: the kernel finished (the launch synchronised); each of its
+        // threads wrote its SPAN_WORDS words.
+        let words =
+            unsafe { std::slice::from_raw_parts(span_ns.host.cast::<u64>(), threads * SPAN_WORDS) };
+        let origin = words
+            .chunks_exact(SPAN_WORDS)
+            .map(|w| w[0])
+            .min()
+            .unwrap_or(0);
+        let since = |ns: u64| Duration::from_nanos(ns.saturating_sub(origin));
+        let spans = words
+            .chunks_exact(SPAN_WORDS)
+            .map(|w| ThreadSpan {
+                started: since(w[0]),
+                first_answered: since(w[1]),
+                ended: since(w[2]),
+                multiprocessor: w[3] as u32,
+            })
+            .collect();
+        Ok((outcome, spans))
     }
 
     /// Runs `launch` with a fresh `phase_ns` block and reads it back.
@@ -315,8 +365,10 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
         &mut self,
         launch: &NoopLaunch,
         phase_ns: Option<&SegmentBlock<'_>>,
+        span_ns: Option<&SegmentBlock<'_>>,
     ) -> Result<EchoOutcome, RuntimeError> {
         let config = LaunchConfig::linear(launch.blocks, launch.threads);
+        let span_ns = span_ns.map_or(0, |block| block.device);
         self.run_task_kernel(TaskKernel::Noop, config, phase_ns, None, |at| {
             vec![
                 KernelArg::Ptr(at.segment),
@@ -328,6 +380,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
                 KernelArg::Ptr(at.results),
                 KernelArg::Ptr(at.status),
                 KernelArg::Ptr(at.phase_ns),
+                KernelArg::Ptr(span_ns),
             ]
         })
     }
