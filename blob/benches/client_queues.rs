@@ -1,5 +1,5 @@
 //! A client process's kernels against the same kernels in the runtime's own
-//! process (one run, ratios printed): the client's device queues
+//! process (ratios printed): the client's device queues
 //! (`Client::device_queues`) served by a runtime in another process, beside
 //! the runtime's own device queues.
 //!
@@ -15,7 +15,9 @@
 //! * kernel threads' 4 KiB blob puts (RAM target) and blocks' 1 MiB puts,
 //!   per second and GB/s, client against in-process (no target).
 //!
-//! Both runtimes have the same configuration, blob pool and store layout;
+//! Each row is the median of three rounds, the two sides taking turns with
+//! fresh runtimes (`ROUNDS`). Both runtimes have the same configuration,
+//! blob pool and store layout;
 //! the one serving clients is this binary started again
 //! (`--serve-runtime`), so the bench needs nothing beside itself. Runs on
 //! the CPU device always, and on CUDA when built with `--features cuda` and
@@ -31,7 +33,7 @@ use std::time::Duration;
 
 use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
 use tandem_blob::{pool, BlobCaller, BlobStore, PutContext, Score, StoreConfig, TagId};
-use tandem_hal::{GpuApi, HostApi};
+use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_process::ServiceChild;
 use tandem_runtime::kernels::{EchoRoute, NoopLaunch, RuntimeKernels};
 use tandem_runtime::{
@@ -64,6 +66,10 @@ const SMALL: u64 = 4 << 10;
 const LARGE: u64 = 1 << 20;
 /// Runs of the round trip (odd: the median is a run).
 const REPEATS: usize = 5;
+/// Rounds of both sides (odd, as REPEATS): runtimes differ from one start
+/// to the next by more than the targets' margins, so each side's figures
+/// are the median of this many, the sides taking turns.
+const ROUNDS: usize = 3;
 
 /// The runtime of both sides: its device segment and a client's are the
 /// same size, so their kernels get the same arena.
@@ -95,6 +101,24 @@ struct Figures {
     gpu_noops_per_s: f64,
     small_puts_per_s: f64,
     large_gbs: f64,
+}
+
+impl Figures {
+    /// Each figure's median over `rounds`.
+    fn median_of(rounds: &[Figures]) -> Figures {
+        let of = |f: fn(&Figures) -> f64| median(rounds.iter().map(f).collect());
+        let secs = |f: fn(&Figures) -> Duration| {
+            Duration::from_secs_f64(median(rounds.iter().map(|r| f(r).as_secs_f64()).collect()))
+        };
+        Figures {
+            round_trip: secs(|r| r.round_trip),
+            noops_per_s: of(|r| r.noops_per_s),
+            gpu_round_trip: secs(|r| r.gpu_round_trip),
+            gpu_noops_per_s: of(|r| r.gpu_noops_per_s),
+            small_puts_per_s: of(|r| r.small_puts_per_s),
+            large_gbs: of(|r| r.large_gbs),
+        }
+    }
 }
 
 /// One route's no-op round trip (one thread, the median of [`REPEATS`]
@@ -143,10 +167,10 @@ fn noop_rows<A: GpuApi>(
     Ok((median(trips), median(rates)))
 }
 
-/// The GPU service's blocks on `queues`' device: a quarter of its
-/// multiprocessors.
-fn service_blocks<A: GpuApi>(queues: &DeviceQueues<A>) -> u32 {
-    (queues.properties().multiprocessor_count / 4).max(1)
+/// The GPU service's blocks on a device of `multiprocessors`: a quarter of
+/// them.
+fn service_blocks_of(multiprocessors: u32) -> u32 {
+    (multiprocessors / 4).max(1)
 }
 
 fn median<T: PartialOrd + Copy>(mut values: Vec<T>) -> T {
@@ -166,8 +190,8 @@ fn measure<A: GpuApi>(
     let (round_trip, noops_per_s) = noop_rows(&mut kernels, EchoRoute::CpuWorkers, scale)?;
     // Started once the kernels are loaded: see GpuService on driver calls
     // while it runs.
-    let service =
-        GpuService::start(queues, service_blocks(queues), scale.service_threads).map_err(err)?;
+    let blocks = service_blocks_of(queues.properties().multiprocessor_count);
+    let service = GpuService::start(queues, blocks, scale.service_threads).map_err(err)?;
     let (gpu_round_trip, gpu_noops_per_s) = noop_rows(&mut kernels, EchoRoute::GpuService, scale)?;
     service.stop().map_err(err)?;
     drop(kernels);
@@ -218,24 +242,33 @@ fn measure<A: GpuApi>(
     })
 }
 
-/// Both sides on backend `A` (`backend` names it for the child).
-fn bench<A: GpuApi>(api: A, backend: &str, scale: &Scale) -> Result<(), String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+/// One round of the in-process side: a runtime of this process, with its
+/// store in `store`, and its own device queues.
+fn in_process_side<A: GpuApi>(store: &Path, scale: &Scale) -> Result<Figures, String> {
     let err = |e: tandem_runtime::RuntimeError| e.to_string();
-    let in_process = {
-        let runtime = Runtime::start_with(
-            A::load().map_err(|e| e.to_string())?,
-            config(scale.workers, scale.segment_bytes, None),
-            registry(&dir.path().join("in-process"))?,
-        )
-        .map_err(err)?;
-        let tag = BlobCaller::new(&runtime)
-            .get_or_create_tag("bench")
-            .map_err(|e| e.to_string())?;
-        measure(&runtime.devices()[0], tag, scale)?
-    };
+    let runtime = Runtime::start_with(
+        A::load().map_err(|e| e.to_string())?,
+        config(scale.workers, scale.segment_bytes, None),
+        registry(store)?,
+    )
+    .map_err(err)?;
+    let tag = BlobCaller::new(&runtime)
+        .get_or_create_tag("bench")
+        .map_err(|e| e.to_string())?;
+    measure(&runtime.devices()[0], tag, scale)
+}
+
+/// One round of the client side: a runtime in a child process (this
+/// binary, `--serve-runtime`) with its store in `store`, and device queues
+/// of this process's own that it serves.
+fn client_process_side<A: GpuApi>(
+    api: &A,
+    backend: &str,
+    store: &Path,
+    scale: &Scale,
+) -> Result<Figures, String> {
+    let err = |e: tandem_runtime::RuntimeError| e.to_string();
     let segment = format!("tandem-bench-cq-{}", std::process::id());
-    let store = dir.path().join("served");
     let (workers, segment_bytes) = (scale.workers.to_string(), scale.segment_bytes.to_string());
     let args: [&OsStr; 6] = [
         "--serve-runtime".as_ref(),
@@ -251,16 +284,44 @@ fn bench<A: GpuApi>(api: A, backend: &str, scale: &Scale) -> Result<(), String> 
     let tag = BlobCaller::new(&client)
         .get_or_create_tag("bench")
         .map_err(|e| e.to_string())?;
-    let (client_side, service_size) = {
-        let queues = client.device_queues(&api, 0).map_err(err)?;
-        (
-            measure(&queues, tag, scale)?,
-            (service_blocks(&queues), scale.service_threads),
-        )
+    let figures = {
+        let queues = client.device_queues(api, 0).map_err(err)?;
+        measure(&queues, tag, scale)?
     };
     drop(client);
     child.stop().map_err(|e| e.to_string())?;
+    Ok(figures)
+}
 
+/// Both sides on backend `A` (`backend` names it for the child), in
+/// [`ROUNDS`] rounds that take turns, each with fresh runtimes: each row is
+/// the median of the rounds' figures.
+fn bench<A: GpuApi>(api: A, backend: &str, scale: &Scale) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let mut in_process = Vec::with_capacity(ROUNDS);
+    let mut client_side = Vec::with_capacity(ROUNDS);
+    for round in 0..ROUNDS {
+        in_process.push(in_process_side::<A>(
+            &dir.path().join(format!("in-process-{round}")),
+            scale,
+        )?);
+        client_side.push(client_process_side(
+            &api,
+            backend,
+            &dir.path().join(format!("served-{round}")),
+            scale,
+        )?);
+    }
+    let (in_process, client_side) = (
+        Figures::median_of(&in_process),
+        Figures::median_of(&client_side),
+    );
+    let multiprocessors = api
+        .device(0)
+        .and_then(|device| device.properties())
+        .map_err(|e| e.to_string())?
+        .multiprocessor_count;
+    let service_size = (service_blocks_of(multiprocessors), scale.service_threads);
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     let verdict = |met: bool, target: &str| {
         if !scale.targets {

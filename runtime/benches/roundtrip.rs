@@ -316,7 +316,7 @@ fn service_bench<A: GpuApi>(
     if outcome.failed_threads() > 0 {
         return Err(format!("{} threads failed", outcome.failed_threads()));
     }
-    print_spans(&spans, producers.1);
+    print_spans(&spans, producers.1, outcome.elapsed);
     let served = service.stop().map_err(err)?;
     // rt_serve's inbox pollers: all but its host server (a warp where a
     // block holds one and the grid more, else one thread).
@@ -348,7 +348,7 @@ fn service_bench<A: GpuApi>(
 /// blocks of the launch shared it. The throughput is the launch's, so its
 /// slowest threads set it: this tells threads that started late from
 /// threads that ran slowly, and which.
-fn print_spans(spans: &[ThreadSpan], threads: u32) {
+fn print_spans(spans: &[ThreadSpan], threads: u32, elapsed: Duration) {
     let pct = |mut v: Vec<Duration>| {
         v.sort();
         let at = |q: usize| us(v[(v.len() - 1) * q / 100]);
@@ -361,7 +361,8 @@ fn print_spans(spans: &[ThreadSpan], threads: u32) {
         )
     };
     println!(
-        "      every thread (one more run): started {}; first answer {}; ended {}",
+        "      every thread (one more run, {:.1} us launch to sync): started {}; first answer {}; ended {}",
+        us(elapsed),
         pct(spans.iter().map(|s| s.started).collect()),
         pct(spans.iter().map(|s| s.first_answered).collect()),
         pct(spans.iter().map(|s| s.ended).collect()),
