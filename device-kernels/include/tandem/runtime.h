@@ -636,6 +636,13 @@ struct RtFuture {
   /// RT_FIRST_POLL_STEP_UP).
   u64 sent_cycles;
   u32 first_poll_cycles;
+  /// Whether the future's header and notify word in the segment (host
+  /// memory) are written, behind a system-scope fence (rt_future_for_host).
+  /// rt_future_alloc leaves that to the first task that travels through
+  /// host memory, so a thread whose tasks all go to its own device's GPU
+  /// service in their inbox slots writes nothing there and fences only at
+  /// device scope.
+  bool host_ready;
 };
 
 namespace detail {
@@ -1067,6 +1074,20 @@ TANDEM_DEVICE void rt_init_peer(RtContext& ctx, const MemoryBackend& own_segment
   detail::rt_init_on(ctx, peer_segment, own_segment, true, block_arena_bytes);
 }
 
+namespace detail {
+
+/// A fence at system scope when `wide` (the other party may be on another
+/// device, or the data in host memory), else at device scope.
+TANDEM_DEVICE void rt_fence(bool wide) {
+  if (wide) {
+    fence_acq_rel<scope::system>();
+  } else {
+    fence_acq_rel<scope::device>();
+  }
+}
+
+}  // namespace detail
+
 /// Allocates a future with `copy_space` bytes of copy space from the block's
 /// arena share. Any thread, after rt_init.
 TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture* out) {
@@ -1078,9 +1099,12 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   if (mem.ptr == nullptr) {
     return rt_status::no_memory;
   }
-  if (future_init(mem.ptr, bytes, copy_space, &out->view) != future_status::ok) {
+  // The header is written by rt_future_for_host, when a task first needs it.
+  if (detail::check_future_region(mem.ptr, bytes, bytes) != future_status::ok) {
     return rt_status::future_error;
   }
+  out->view = FutureView{reinterpret_cast<FutureShmHeader*>(mem.ptr), copy_space};
+  out->host_ready = false;
   out->ptr = ShmPtr<u8>{ctx.id, ctx.arena_offset + mem.shm.off};
   out->bytes = bytes;
   out->in_flight = false;
@@ -1111,35 +1135,58 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   const u64 word_offset = ctx.notify_offset + u64{me} * sizeof(u32);
   const bool notified = first && ctx.notify_words != nullptr && word_offset <= 0xFFFFFFFFull &&
                         out->ptr.off <= 0xFFFFFFFFull;
-  if (notified) {
-    // No earlier launch's answer may pass for one of ours.
-    store_relaxed<scope::system>(&ctx.notify_words[me], 0u);
-  }
+  // Cleared, as the header is written, by rt_future_for_host.
   out->notify = notified ? &ctx.notify_words[me] : nullptr;
   out->notify_offset = notified ? static_cast<u32>(word_offset) : 0;
   const bool replied = first && ctx.reply_words != nullptr;
   if (replied) {
-    // Likewise. Done before any service's answer: the fence below waits for
-    // it, and a service answers only at the address it read from a task
-    // this thread writes after that.
+    // No earlier launch's answer may pass for one of ours. Cleared before
+    // any service's answer: the fence below orders it before the stores of
+    // any task this thread sends, and a service answers only at an address
+    // it read from one. At device scope for this device's service, at
+    // system scope for another device's (a peer context), which answers
+    // across the link.
     store_relaxed<scope::device>(&ctx.reply_words[me], 0u);
+    detail::rt_fence(ctx.peer);
   }
   out->reply_word = replied ? &ctx.reply_words[me] : nullptr;
   out->reply_cell = replied ? &ctx.reply_cells[me] : nullptr;
-  // Release, once per future: its header (the copy-space size a worker
-  // checks) and the cleared word reach the host before any record naming
-  // them, since records carry no fence of their own.
-  fence_acq_rel<scope::system>();
   return rt_status::ok;
 }
 
 namespace detail {
+
+/// Makes `f` ready for a task that travels through host memory (to the CPU
+/// workers, or in its copy space): writes its header and clears its notify
+/// word (no earlier launch's answer may pass for one of ours), then one
+/// system-scope fence, so both reach the host before any record naming
+/// them (records carry no fence of their own). Once per future
+/// (RtFuture::host_ready).
+TANDEM_DEVICE rt_status rt_future_for_host(RtFuture& f) {
+  if (f.host_ready) {
+    return rt_status::ok;
+  }
+  if (future_init(reinterpret_cast<u8*>(f.view.header), f.bytes, f.view.copy_space_size, &f.view) !=
+      future_status::ok) {
+    return rt_status::future_error;
+  }
+  if (f.notify != nullptr) {
+    store_relaxed<scope::system>(f.notify, 0u);
+  }
+  fence_acq_rel<scope::system>();
+  f.host_ready = true;
+  return rt_status::ok;
+}
 
 /// Writes the task (header, then the `args_len` argument bytes
 /// `write_args` puts) into `f`'s copy space, after re-initialising the
 /// future. args_too_large when it does not fit.
 template <typename W>
 TANDEM_DEVICE rt_status rt_fill_copy_space(RtFuture& f, u32 pool, u32 method, u32 args_len, W write_args) {
+  const rt_status ready = rt_future_for_host(f);
+  if (ready != rt_status::ok) {
+    return ready;
+  }
   FutureView view;
   if (future_init(reinterpret_cast<u8*>(f.view.header), f.bytes, f.view.copy_space_size, &view) !=
       future_status::ok) {
@@ -1273,6 +1320,10 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
   if (f.ptr.off > 0xFFFFFFFFull) {
     return rt_status::future_error;  // rt_future_alloc's futures never are
   }
+  const rt_status ready = detail::rt_future_for_host(f);
+  if (ready != rt_status::ok) {
+    return ready;
+  }
   // Constant indices throughout, so the record stays in registers. Words
   // past the task's are left as `staged` holds them (ll_push_ticketed
   // ignores them).
@@ -1313,16 +1364,6 @@ TANDEM_DEVICE rt_status rt_send_to_cpu(const RtContext& ctx, RtFuture& f, u32 la
 }
 
 namespace detail {
-
-/// A fence at system scope when `wide` (the other party may be on another
-/// device, or the data in host memory), else at device scope.
-TANDEM_DEVICE void rt_fence(bool wide) {
-  if (wide) {
-    fence_acq_rel<scope::system>();
-  } else {
-    fence_acq_rel<scope::device>();
-  }
-}
 
 /// How often, in rounds, a wait whose polls are reads of device memory (the
 /// GPU route's inbox slot and reply word) checks its stop flag. There the
