@@ -134,19 +134,27 @@ TANDEM_DEVICE u32 multiprocessor_id() {
 }
 
 /// Where one thread of a task kernel spent its launch (its `span_ns`, may be
-/// null): four words a thread, at 4 x its global rank: the timer
-/// (tandem::timer_ns) at its start, once its first task was answered (its
-/// end if it had none), at its end, and the multiprocessor it ran on. What
+/// null): five words a thread, at 5 x its global rank: the timer
+/// (tandem::timer_ns) at its start, once its block's context and its
+/// future were set up, once its first task was answered (its end if it had
+/// none), at its end, and the multiprocessor it ran on. What
 /// the roundtrip bench reads to tell threads that started late from threads
-/// that ran slowly under load; a thread reads the clock three times.
+/// that ran slowly under load; a thread reads the clock four times.
 struct ThreadSpan {
   u64* words;
   u64 start;
+  u64 ready;
   u64 first;
 
   static TANDEM_DEVICE ThreadSpan begin(u64* span_ns) {
-    u64* const mine = span_ns != nullptr ? span_ns + 4 * tandem::global_rank() : nullptr;
-    return ThreadSpan{mine, mine != nullptr ? tandem::timer_ns() : 0, 0};
+    u64* const mine = span_ns != nullptr ? span_ns + 5 * tandem::global_rank() : nullptr;
+    return ThreadSpan{mine, mine != nullptr ? tandem::timer_ns() : 0, 0, 0};
+  }
+
+  TANDEM_DEVICE void set_up() {
+    if (words != nullptr) {
+      ready = tandem::timer_ns();
+    }
   }
 
   TANDEM_DEVICE void answered(u64 done) {
@@ -159,9 +167,10 @@ struct ThreadSpan {
     if (words != nullptr) {
       const u64 now = tandem::timer_ns();
       words[0] = start;
-      words[1] = first != 0 ? first : now;
-      words[2] = now;
-      words[3] = multiprocessor_id();
+      words[1] = ready != 0 ? ready : now;
+      words[2] = first != 0 ? first : now;
+      words[3] = now;
+      words[4] = multiprocessor_id();
     }
   }
 };
@@ -348,6 +357,7 @@ TANDEM_KERNEL tandem_rt_noop_tasks(u8* segment, u64 len, u64 tasks_per_thread, u
   tandem::RtFuture f{};
   tandem::rt_status st = tandem::rt_future_alloc(rt, ECHO_COPY_SPACE, &f);
   const u32 lane = static_cast<u32>(tandem::block_rank() % (rt.status == tandem::rt_status::ok ? rt.num_lanes : 1));
+  span.set_up();
   PhaseClock clock = PhaseClock::start(phase_ns);
   u64 done = 0;
   for (; st == tandem::rt_status::ok && done < tasks_per_thread; ++done) {

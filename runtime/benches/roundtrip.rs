@@ -361,9 +361,10 @@ fn print_spans(spans: &[ThreadSpan], threads: u32, elapsed: Duration) {
         )
     };
     println!(
-        "      every thread (one more run, {:.1} us launch to sync): started {}; first answer {}; ended {}",
+        "      every thread (one more run, {:.1} us launch to sync): started {}; set up {}; first answer {}; ended {}",
         us(elapsed),
         pct(spans.iter().map(|s| s.started).collect()),
+        pct(spans.iter().map(|s| s.set_up).collect()),
         pct(spans.iter().map(|s| s.first_answered).collect()),
         pct(spans.iter().map(|s| s.ended).collect()),
     );

@@ -121,6 +121,9 @@ impl EchoOutcome {
 pub struct ThreadSpan {
     /// When it started.
     pub started: Duration,
+    /// When its block's context and its future were set up (`rt_init`,
+    /// `rt_future_alloc`).
+    pub set_up: Duration,
     /// When its first task was answered (its end if it had none).
     pub first_answered: Duration,
     /// When it ended.
@@ -130,7 +133,7 @@ pub struct ThreadSpan {
 }
 
 /// Words of a thread's span in the no-op kernel's `span_ns`.
-const SPAN_WORDS: usize = 4;
+const SPAN_WORDS: usize = 5;
 
 /// Where global rank 0's round trips went, per task, as the kernel's own
 /// clock saw them (`tandem::timer_ns`).
@@ -303,9 +306,10 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
             .chunks_exact(SPAN_WORDS)
             .map(|w| ThreadSpan {
                 started: since(w[0]),
-                first_answered: since(w[1]),
-                ended: since(w[2]),
-                multiprocessor: w[3] as u32,
+                set_up: since(w[1]),
+                first_answered: since(w[2]),
+                ended: since(w[3]),
+                multiprocessor: w[4] as u32,
             })
             .collect();
         Ok((outcome, spans))
