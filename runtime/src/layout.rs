@@ -43,7 +43,7 @@ use tandem_shm_core::Reader;
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file or to what the
 /// segment's other shared words mean (client slots, heaps).
-pub const SEGMENT_VERSION: u32 = 12;
+pub const SEGMENT_VERSION: u32 = 13;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -66,7 +66,11 @@ pub mod segment_kind {
 /// spent; for kernels of other devices two parts of a quarter, leased and
 /// claimed likewise. A sender thread claims its slot (a leased one for its
 /// first task only), writes its task there in words tagged with the slot's
-/// lap, and the service frees the slot once it has read them. The host only zeroes it: a
+/// lap, and the service frees the slot once it has read them. The header
+/// also counts, by kernel epoch, the segment's kernel arena and reply region
+/// carved by blocks (`rt_init`): RMWs of device memory, where the same
+/// counts in host memory cost every launch milliseconds
+/// (docs/perf/2026-11-28-h200-session7.md). The host only zeroes it: a
 /// zeroed slot is free at lap 0, a zeroed header says no service has sized
 /// the parts yet.
 ///
@@ -319,15 +323,16 @@ pub struct SegmentHeader {
     pub device_replies: u64,
     /// The reply region's length.
     pub device_replies_bytes: u64,
-    /// Bytes of the reply region carved so far (a fetch_add per block);
-    /// reset with the kernel arena
-    /// ([`QueueSegment::reset_kernel_arena`](crate::QueueSegment::reset_kernel_arena)).
-    pub replies_carved: AtomicU64,
+    /// Unused (zero): the reply region's count, and the kernel arena's, are
+    /// in the device inbox's header, in device memory
+    /// ([`device_inbox`]).
+    pub reserved: u64,
     /// Raised with every reset of the kernel arena
     /// ([`QueueSegment::reset_kernel_arena`](crate::QueueSegment::reset_kernel_arena)):
-    /// the device inbox's leases of slots to other devices' threads
-    /// (`RtInboxHeader::leased`) are one epoch's, as a lease lasts as long
-    /// as its block. 32 bits of it count.
+    /// the device inbox's leases of slots to sending threads
+    /// (`RtInboxHeader::leased`) and its counts of the kernel arena and the
+    /// reply region carved by blocks are one epoch's, as a lease or a carve
+    /// lasts as long as its block. 32 bits of it count.
     pub kernel_epoch: AtomicU64,
 }
 
@@ -511,7 +516,7 @@ static_assertions::const_assert_eq!(
     memoffset::offset_of!(SegmentHeader, device_replies_bytes),
     192
 );
-static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, replies_carved), 200);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, reserved), 200);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, kernel_epoch), 208);
 static_assertions::const_assert!(device_inbox::DEPTH.is_power_of_two());
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
@@ -572,7 +577,7 @@ mod cpp_mirror {
             clients_bytes,
             device_replies,
             device_replies_bytes,
-            replies_carved,
+            reserved,
             kernel_epoch,
         }
     );

@@ -258,7 +258,7 @@ impl QueueSegment {
             addr_of_mut!((*h).device_inbox).write(spec.device_inbox);
             addr_of_mut!((*h).device_replies).write(spec.device_replies);
             addr_of_mut!((*h).device_replies_bytes).write(spec.device_replies_bytes);
-            addr_of_mut!((*h).replies_carved).write(AtomicU64::new(0));
+            addr_of_mut!((*h).reserved).write(0);
             addr_of_mut!((*h).kernel_epoch).write(AtomicU64::new(0));
             addr_of_mut!((*h).clients_offset).write(geometry.clients_offset as u64);
             addr_of_mut!((*h).clients_bytes).write(geometry.clients_bytes as u64);
@@ -535,9 +535,10 @@ impl QueueSegment {
     /// Takes back every allocation of the kernel arena (where kernel threads'
     /// `rt_init` carves their futures) and of the reply region (where it
     /// carves their replies from GPU services), and the leases of the device
-    /// inbox's peer slots to other devices' threads: call it between
-    /// launches of kernels that submit tasks, or the arena and the replies
-    /// run out after a few (spent leases only make other devices' senders
+    /// inbox's slots to sending threads, by raising the kernel epoch those
+    /// counts are tagged with (device memory the host does not touch): call
+    /// it between launches of kernels that submit tasks, or the arena and
+    /// the replies run out after a few (spent leases only make senders
     /// claim shared slots).
     ///
     /// # Safety
@@ -546,8 +547,8 @@ impl QueueSegment {
     /// kernel sent to a GPU service (of any device) may still be unanswered.
     pub unsafe fn reset_kernel_arena(&self) {
         // Relaxed: no kernel runs (the contract); the next launch reads the
-        // count after its launch, which orders this store before it.
-        self.header.replies_carved.store(0, Ordering::Relaxed);
+        // epoch after its launch, which orders this store before it. A
+        // count of an earlier epoch counts none taken (rt_take_in_epoch).
         self.header.kernel_epoch.fetch_add(1, Ordering::Relaxed);
         // SAFETY: forwarded contract.
         unsafe { self.arena.reset() }

@@ -62,7 +62,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 12;
+constexpr u32 RT_SEGMENT_VERSION = 13;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -121,9 +121,9 @@ struct alignas(64) RuntimeSegmentHeader {
   /// rt_init carves per block for its threads' replies from GPU services.
   u64 device_replies;
   u64 device_replies_bytes;
-  /// Bytes of the reply region carved so far (one fetch_add per block);
-  /// the host resets it with the kernel arena.
-  u64 replies_carved;
+  /// Unused (zero): the reply region's count is in the device inbox's
+  /// header (RtInboxHeader::replies_carved), in device memory.
+  u64 reserved;
   /// Raised by the host with every reset of the kernel arena: leases of
   /// device inbox slots (RtInboxHeader::leased) are one epoch's, since a
   /// lease lasts as long as its block, and no block of an earlier launch
@@ -163,7 +163,7 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, clients_offset, 168);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, clients_bytes, 176);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_replies, 184);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_replies_bytes, 192);
-TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, replies_carved, 200);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, reserved, 200);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, kernel_epoch, 208);
 
 /// `lane_queue::Priority` (shm-core).
@@ -267,16 +267,31 @@ struct alignas(128) RtInboxHeader {
   /// those past its own hot ones as cold, and none beyond.
   u32 mapped[rt_inbox::PARTS];
   /// The LOCAL and PEER slots leased, one to each thread of a sending block
-  /// (rt_lease_inbox_slots): the kernel epoch (RuntimeSegmentHeader) above
+  /// (rt_take_in_epoch): the kernel epoch (RuntimeSegmentHeader) above
   /// 32 bits, the slots leased in it below; the _SHARED parts' are unused.
   /// In the device's memory, changed by compare-and-swap at the part's
   /// scope, as the slots' claims: several devices lease PEER slots at once.
   u64 leased[rt_inbox::PARTS];
+  /// The segment's kernel arena carved by blocks (rt_carve_block_arena), in
+  /// cache lines past its first line-aligned byte, and the reply region
+  /// carved (rt_carve_replies), in RT_REPLY_ALIGN units: each the kernel
+  /// epoch above 32 bits, the count in it below (rt_take_in_epoch). Here,
+  /// not beside the regions in host memory: a block's carve is an RMW, and
+  /// every block's RMW of one word of host memory crosses the link and is
+  /// retried when another block's came first, which held the threads of a
+  /// large launch long before their first tasks
+  /// (docs/perf/2026-11-28-h200-session7.md). The arena's at system scope (other devices' kernels carve futures
+  /// there, rt_init_peer), the replies' at device scope (only the device's
+  /// own kernels carve them).
+  u64 arena_carved;
+  u64 replies_carved;
 };
 static_assert(sizeof(RtInboxHeader) == rt_inbox::HEADER_BYTES, "one line");
 TANDEM_ASSERT_OFFSET(RtInboxHeader, active, 32);
 TANDEM_ASSERT_OFFSET(RtInboxHeader, mapped, 48);
 TANDEM_ASSERT_OFFSET(RtInboxHeader, leased, 64);
+TANDEM_ASSERT_OFFSET(RtInboxHeader, arena_carved, 96);
+TANDEM_ASSERT_OFFSET(RtInboxHeader, replies_carved, 104);
 
 /// A slot of the device inbox: `ctrl` is the slot's lap << 1, | BUSY while a
 /// sender holds it (from its claim, a fetch_or, until the service has read
@@ -858,26 +873,92 @@ TANDEM_DEVICE RuntimeSegmentHeader* rt_own_header(const MemoryBackend& own) {
   return h;
 }
 
+/// Takes `amount` more of a count whose word is `word` (the kernel epoch
+/// above 32 bits, the count in it below), at scope `S`, in kernel epoch
+/// `epoch`, if the count stays within `limit`: the count before it in
+/// `*first`, or false with nothing taken (a limit past 32 bits counts as
+/// 2^32 - 1). A word of an earlier epoch counts
+/// none taken, so the host's raise of the epoch resets every such count
+/// without touching device memory. Relaxed: a count only hands out
+/// disjoint ranges (of inbox slots, arena lines, reply units); what is
+/// then written there is ordered by its own users.
+template <scope S>
+TANDEM_DEVICE bool rt_take_in_epoch(u64* word, u32 epoch, u64 amount, u64 limit, u64* first) {
+  u64 seen = load_relaxed<S>(word);
+  for (;;) {
+    const u64 taken = static_cast<u32>(seen >> 32) == epoch ? (seen & 0xFFFFFFFFull) : 0;
+    const u64 most = limit < 0xFFFFFFFFull ? limit : 0xFFFFFFFFull;
+    if (taken >= most || amount > most - taken) {
+      return false;
+    }
+    const u64 want = u64{epoch} << 32 | (taken + amount);
+    const u64 found = cas<S, order::relaxed>(word, seen, want);
+    if (found == seen) {
+      *first = taken;
+      return true;
+    }
+    seen = found;
+  }
+}
+
 /// Thread 0's carve of the block's replies (a word and a cell per thread)
-/// from the reply region `own` names, in the kernel's own device's memory:
-/// one fetch_add per block on the header's count, as the arena's carve.
-/// None (null) once the region is used up.
-TANDEM_DEVICE void rt_carve_replies(RtContext& ctx, RuntimeSegmentHeader* own) {
+/// from the reply region `own` names, in the kernel's own device's memory,
+/// counted in its device inbox's header (RtInboxHeader::replies_carved) in
+/// `own`'s kernel epoch `epoch`. None (null) once the region is used up.
+TANDEM_DEVICE void rt_carve_replies(RtContext& ctx, RuntimeSegmentHeader* own, u32 epoch) {
   ctx.reply_words = nullptr;
   ctx.reply_cells = nullptr;
-  if (own->device_replies == 0) {
+  if (own->device_replies == 0 || own->device_inbox == 0) {
     return;
   }
-  const u64 bytes = rt_reply_block_bytes(block_size());
-  // Relaxed: the count only hands out disjoint ranges of device memory that
-  // the host never touches; the host resets it only while no kernel runs.
-  const u64 at = fetch_add<scope::system, order::relaxed>(&own->replies_carved, bytes);
-  if (at > own->device_replies_bytes || bytes > own->device_replies_bytes - at) {
+  RtInboxHeader* const inbox = reinterpret_cast<RtInboxHeader*>(own->device_inbox);
+  const u64 units = rt_reply_block_bytes(block_size()) / RT_REPLY_ALIGN;
+  u64 at = 0;
+  if (!rt_take_in_epoch<scope::device>(&inbox->replies_carved, epoch, units, own->device_replies_bytes / RT_REPLY_ALIGN,
+                                       &at)) {
     return;
   }
-  u8* const block = reinterpret_cast<u8*>(own->device_replies + at);
+  u8* const block = reinterpret_cast<u8*>(own->device_replies + at * RT_REPLY_ALIGN);
   ctx.reply_words = reinterpret_cast<u32*>(block);
   ctx.reply_cells = reinterpret_cast<RtReplyCell*>(block + rt_reply_words_bytes(block_size()));
+}
+
+/// Thread 0's carve of the block's share of the segment's kernel arena,
+/// whose header is `arena` (in the segment): `bytes` on cache lines of
+/// their own, counted in the device inbox's header
+/// (RtInboxHeader::arena_carved) in kernel epoch `epoch`; in a segment
+/// without a device inbox, through the arena's own cursor (arena_carve).
+TANDEM_DEVICE void rt_carve_block_arena(RtContext& ctx, ArenaHeader* arena, u64 bytes, u32 epoch) {
+  ctx.arena.header = arena;
+  if (ctx.device_inbox == nullptr) {
+    ctx.arena.carved = arena_carve<scope::system>(arena, bytes, &ctx.arena.arena);
+    return;
+  }
+  // Plain: the host wrote them before publishing the segment (rt_attach's
+  // acquire), and never changes them.
+  const u64 heap_begin = arena->heap_begin;
+  const u64 heap_end = arena->heap_end;
+  const u64 base = reinterpret_cast<u64>(arena);
+  u64 first_address = 0;
+  if (bytes == 0) {
+    ctx.arena.carved = alloc_status::zero_size;
+    return;
+  }
+  if (!detail::align_up(base + heap_begin, CACHE_LINE, &first_address) || first_address - base > heap_end) {
+    ctx.arena.carved = alloc_status::exhausted;
+    return;
+  }
+  const u64 first = first_address - base;
+  const u64 lines = bytes / CACHE_LINE + (bytes % CACHE_LINE != 0 ? 1 : 0);
+  u64 at = 0;
+  if (!rt_take_in_epoch<scope::system>(&ctx.device_inbox->arena_carved, epoch, lines, (heap_end - first) / CACHE_LINE,
+                                       &at)) {
+    ctx.arena.carved = alloc_status::exhausted;
+    return;
+  }
+  const u64 start = first + at * CACHE_LINE;
+  ctx.arena.arena = ThreadArena{arena->id, start, start + bytes};
+  ctx.arena.carved = alloc_status::ok;
 }
 
 /// The slots of device inbox part `part` of an inbox of `depth`
@@ -926,30 +1007,6 @@ TANDEM_HOST_DEVICE u32 rt_inbox_sane_active(u32 published, u32 depth) {
   return published;
 }
 
-/// Leases `threads` consecutive slots among the first `active` of a part
-/// whose lease word (RtInboxHeader::leased) is `word`, at scope `S` (the
-/// part's), in kernel epoch `epoch`, into `*first`: false, with nothing
-/// leased, once they are spent. A word of an earlier epoch counts none
-/// leased. Relaxed: the lease only picks slots; a slot's first claim orders
-/// the sends (rt_send_to_gpu).
-template <scope S>
-TANDEM_DEVICE bool rt_lease_inbox_slots(u64* word, u32 epoch, u64 threads, u32 active, u64* first) {
-  u64 seen = load_relaxed<S>(word);
-  for (;;) {
-    const u64 leased = static_cast<u32>(seen >> 32) == epoch ? (seen & 0xFFFFFFFFull) : 0;
-    if (leased >= active || threads > active - leased) {
-      return false;
-    }
-    const u64 want = u64{epoch} << 32 | (leased + threads);
-    const u64 found = cas<S, order::relaxed>(word, seen, want);
-    if (found == seen) {
-      *first = leased;
-      return true;
-    }
-    seen = found;
-  }
-}
-
 /// rt_carve_inbox_slots over parts `leased` and `shared` (LOCAL and
 /// LOCAL_SHARED, or PEER and PEER_SHARED), whose scope is `S`.
 template <scope S>
@@ -961,7 +1018,7 @@ TANDEM_DEVICE void rt_carve_inbox_slots_of(RtContext& ctx, u32 leased, u32 share
   // orders everything the sends do.
   const u32 leasable = rt_inbox_sane_active(load_relaxed<S>(&inbox->active[leased]), rt_inbox_part_depth(depth, leased));
   u64 lease = 0;
-  if (rt_lease_inbox_slots<S>(&inbox->leased[leased], epoch, threads, leasable, &lease)) {
+  if (rt_take_in_epoch<S>(&inbox->leased[leased], epoch, threads, leasable, &lease)) {
     if (leased == rt_inbox::PEER) {
       // The count turns the service's polls of the peer parts on
       // (rt_inbox_has_peers); its value is not needed.
@@ -983,7 +1040,7 @@ TANDEM_DEVICE void rt_carve_inbox_slots_of(RtContext& ctx, u32 leased, u32 share
 /// Thread 0's carve of the block's inbox slots, one per thread, from the
 /// parts for the block's device. First a lease of LOCAL (or PEER) slots
 /// among those leased since the kernel arena's last reset
-/// (rt_lease_inbox_slots): while the lease lies within the part's hot
+/// (rt_take_in_epoch): while the lease lies within the part's hot
 /// slots, the slots are the block's alone (the reset's contract: no block
 /// of an earlier launch runs) and polled every round, so each thread claims
 /// its slot once and then sends into it unclaimed (rt_send_to_gpu). Past
@@ -993,13 +1050,11 @@ TANDEM_DEVICE void rt_carve_inbox_slots_of(RtContext& ctx, u32 leased, u32 share
 /// keeps hot, or carves wrap onto a running block's: a sender then claims
 /// its slot after the last holder's task was read (rt_claim_inbox_slot), so
 /// sharing costs time, never a task.
-TANDEM_DEVICE void rt_carve_inbox_slots(RtContext& ctx) {
+TANDEM_DEVICE void rt_carve_inbox_slots(RtContext& ctx, u32 epoch) {
   ctx.send_owned = false;
   if (ctx.device_inbox == nullptr) {
     return;
   }
-  // Relaxed: the host raised it before this launch.
-  const u32 epoch = static_cast<u32>(load_relaxed<scope::system>(&ctx.header->kernel_epoch));
   if (ctx.peer) {
     rt_carve_inbox_slots_of<scope::system>(ctx, rt_inbox::PEER, rt_inbox::PEER_SHARED, epoch);
   } else {
@@ -1015,21 +1070,25 @@ TANDEM_DEVICE void rt_init_on(RtContext& ctx, const MemoryBackend& segment, cons
   if (ctx.status != rt_status::ok) {
     return;
   }
-  ArenaHeader* arena = reinterpret_cast<ArenaHeader*>(ctx.base + ctx.arena_offset);
-  block_arena_init(ctx.arena, arena, block_arena_bytes);
   if (thread_rank() < RT_NOTIFY_THREADS) {
     ctx.notify_taken[thread_rank()] = false;
   }
   if (thread_rank() == 0) {
     RuntimeSegmentHeader* const own_header = peer ? rt_own_header(own) : ctx.header;
+    // Relaxed: the host raised it before this launch (reset_kernel_arena).
+    const u32 epoch = static_cast<u32>(load_relaxed<scope::system>(&ctx.header->kernel_epoch));
+    rt_carve_block_arena(ctx, reinterpret_cast<ArenaHeader*>(ctx.base + ctx.arena_offset), block_arena_bytes, epoch);
     if (ctx.arena.carved != alloc_status::ok) {
       ctx.status = rt_status::no_memory;
     } else if (own_header == nullptr) {
       ctx.status = rt_status::bad_segment;
     } else {
       ctx.peer = peer;
-      rt_carve_replies(ctx, own_header);
-      rt_carve_inbox_slots(ctx);
+      // Relaxed, as the segment's: its own device's kernels are launched
+      // after the host raised it.
+      rt_carve_replies(ctx, own_header,
+                       peer ? static_cast<u32>(load_relaxed<scope::system>(&own_header->kernel_epoch)) : epoch);
+      rt_carve_inbox_slots(ctx, epoch);
       // One notify word per thread, consecutive, so a warp's words share a
       // cache line and its lanes' polls coalesce (see rt_wait).
       const FullPtr<u8> words = block_arena_allocate(ctx.arena, u64{block_size()} * sizeof(u32), 128);

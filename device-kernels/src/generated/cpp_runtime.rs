@@ -32,7 +32,7 @@ pub mod root {
             ][::core::mem::offset_of!(AllocatorId, minor) - 4usize];
         };
         pub const RT_SEGMENT_MAGIC: root::tandem::u64_ = 6074868046253806407;
-        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 12;
+        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 13;
         pub const RT_TASK_VERSION: root::tandem::u32_ = 1;
         pub const RT_TASK_HEADER_BYTES: root::tandem::u64_ = 16;
         pub const RT_SEGMENT_HEADER_RESERVED: root::tandem::u64_ = 4096;
@@ -71,7 +71,7 @@ pub mod root {
             pub clients_bytes: root::tandem::u64_,
             pub device_replies: root::tandem::u64_,
             pub device_replies_bytes: root::tandem::u64_,
-            pub replies_carved: root::tandem::u64_,
+            pub reserved: root::tandem::u64_,
             pub kernel_epoch: root::tandem::u64_,
         }
         #[allow(clippy::unnecessary_operation, clippy::identity_op)]
@@ -180,8 +180,8 @@ pub mod root {
             ][::core::mem::offset_of!(RuntimeSegmentHeader, device_replies_bytes)
                 - 192usize];
             [
-                "Offset of field: RuntimeSegmentHeader::replies_carved",
-            ][::core::mem::offset_of!(RuntimeSegmentHeader, replies_carved) - 200usize];
+                "Offset of field: RuntimeSegmentHeader::reserved",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, reserved) - 200usize];
             [
                 "Offset of field: RuntimeSegmentHeader::kernel_epoch",
             ][::core::mem::offset_of!(RuntimeSegmentHeader, kernel_epoch) - 208usize];
@@ -232,6 +232,8 @@ pub mod root {
             pub active: [root::tandem::u32_; 4usize],
             pub mapped: [root::tandem::u32_; 4usize],
             pub leased: [root::tandem::u64_; 4usize],
+            pub arena_carved: root::tandem::u64_,
+            pub replies_carved: root::tandem::u64_,
         }
         #[allow(clippy::unnecessary_operation, clippy::identity_op)]
         const _: () = {
@@ -253,6 +255,12 @@ pub mod root {
             [
                 "Offset of field: RtInboxHeader::leased",
             ][::core::mem::offset_of!(RtInboxHeader, leased) - 64usize];
+            [
+                "Offset of field: RtInboxHeader::arena_carved",
+            ][::core::mem::offset_of!(RtInboxHeader, arena_carved) - 96usize];
+            [
+                "Offset of field: RtInboxHeader::replies_carved",
+            ][::core::mem::offset_of!(RtInboxHeader, replies_carved) - 104usize];
         };
         #[repr(C)]
         #[derive(Copy, Clone)]
