@@ -68,9 +68,9 @@ pub mod segment_kind {
 /// first task only), writes its task there in words tagged with the slot's
 /// lap, and the service frees the slot once it has read them. The header
 /// also counts, by kernel epoch, the segment's kernel arena and reply region
-/// carved by blocks (`rt_init`): RMWs of device memory, where the same
-/// counts in host memory cost every launch milliseconds
-/// (docs/perf/2026-11-28-h200-session7.md). The host only zeroes it: a
+/// carved by blocks (`rt_init`): RMWs of device memory, which are atomic on
+/// every platform, where a GPU's RMWs of host memory are atomic only as far
+/// as the link carries them. The host only zeroes it: a
 /// zeroed slot is free at lap 0, a zeroed header says no service has sized
 /// the parts yet.
 ///

@@ -276,11 +276,10 @@ struct alignas(128) RtInboxHeader {
   /// cache lines past its first line-aligned byte, and the reply region
   /// carved (rt_carve_replies), in RT_REPLY_ALIGN units: each the kernel
   /// epoch above 32 bits, the count in it below (rt_take_in_epoch). Here,
-  /// not beside the regions in host memory: a block's carve is an RMW, and
-  /// every block's RMW of one word of host memory crosses the link and is
-  /// retried when another block's came first, which held the threads of a
-  /// large launch long before their first tasks
-  /// (docs/perf/2026-11-28-h200-session7.md). The arena's at system scope (other devices' kernels carve futures
+  /// not beside the regions in host memory: a GPU's RMWs of host memory are
+  /// atomic only as far as the platform carries atomics across the link,
+  /// and a lost update of these counts would hand two blocks one range;
+  /// RMWs of the device's own memory are its L2's. The arena's at system scope (other devices' kernels carve futures
   /// there, rt_init_peer), the replies' at device scope (only the device's
   /// own kernels carve them).
   u64 arena_carved;
