@@ -279,9 +279,9 @@ struct alignas(128) RtInboxHeader {
   /// not beside the regions in host memory: a GPU's RMWs of host memory are
   /// atomic only as far as the platform carries atomics across the link,
   /// and a lost update of these counts would hand two blocks one range;
-  /// RMWs of the device's own memory are its L2's. The arena's at system scope (other devices' kernels carve futures
-  /// there, rt_init_peer), the replies' at device scope (only the device's
-  /// own kernels carve them).
+  /// RMWs of the device's own memory are its L2's. The arena's at system
+  /// scope (other devices' kernels carve futures there, rt_init_peer), the
+  /// replies' at device scope (only the device's own kernels carve them).
   u64 arena_carved;
   u64 replies_carved;
 };
@@ -876,11 +876,11 @@ TANDEM_DEVICE RuntimeSegmentHeader* rt_own_header(const MemoryBackend& own) {
 /// above 32 bits, the count in it below), at scope `S`, in kernel epoch
 /// `epoch`, if the count stays within `limit`: the count before it in
 /// `*first`, or false with nothing taken (a limit past 32 bits counts as
-/// 2^32 - 1). A word of an earlier epoch counts
-/// none taken, so the host's raise of the epoch resets every such count
-/// without touching device memory. Relaxed: a count only hands out
-/// disjoint ranges (of inbox slots, arena lines, reply units); what is
-/// then written there is ordered by its own users.
+/// 2^32 - 1). A word of an earlier epoch counts none taken, so the host's
+/// raise of the epoch resets every such count without touching device
+/// memory. Relaxed: a count only hands out disjoint ranges (of inbox slots,
+/// arena lines, reply units); what is then written there is ordered by its
+/// own users.
 template <scope S>
 TANDEM_DEVICE bool rt_take_in_epoch(u64* word, u32 epoch, u64 amount, u64 limit, u64* first) {
   u64 seen = load_relaxed<S>(word);
