@@ -111,6 +111,21 @@ impl EchoOutcome {
     pub fn failed_threads(&self) -> usize {
         self.status.iter().filter(|&&s| s != ECHO_OK).count()
     }
+
+    /// Whether every thread of an echo launch of `tasks` add tasks a thread
+    /// ([`math::ADD`](crate::math::ADD)) ended ok with the sum of its
+    /// answers ([`expected_add_sum`]); else the first thread that did not.
+    pub fn check_added(&self, tasks: u64) -> Result<(), String> {
+        for (rank, (&sum, &status)) in self.results.iter().zip(&self.status).enumerate() {
+            let want = expected_add_sum(rank as u64, tasks);
+            if status != ECHO_OK || sum != want {
+                return Err(format!(
+                    "thread {rank}: status {status}, sum {sum} (want {want})"
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Where one thread of a no-op launch spent it

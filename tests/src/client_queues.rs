@@ -22,10 +22,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use tandem_hal::GpuApi;
-use tandem_runtime::kernels::{
-    expected_add_sum, EchoLaunch, EchoOutcome, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels,
-    ECHO_OK,
-};
+use tandem_runtime::kernels::{EchoLaunch, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels};
 use tandem_runtime::{
     math, Client, Config, DeviceQueues, DeviceSelection, GpuService, Registry, Runtime,
     RuntimeError,
@@ -71,19 +68,6 @@ fn add_launch(blocks: u32, threads: u32, tasks: u64, route: EchoRoute) -> EchoLa
         route,
         spin_budget: 1 << 40,
     }
-}
-
-/// Every thread of an echo (add) launch of `tasks` tasks answered right.
-fn check_added(outcome: &EchoOutcome, tasks: u64) -> Result<(), String> {
-    for (rank, (&sum, &status)) in outcome.results.iter().zip(&outcome.status).enumerate() {
-        let want = expected_add_sum(rank as u64, tasks);
-        if status != ECHO_OK || sum != want {
-            return Err(format!(
-                "thread {rank}: status {status}, sum {sum} (want {want})"
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// The child's side (module docs).
@@ -152,7 +136,9 @@ fn echo_and_check<A: GpuApi>(
     let outcome = kernels
         .echo(&add_launch(blocks, threads, tasks, EchoRoute::CpuWorkers))
         .map_err(text)?;
-    check_added(&outcome, tasks).map_err(|e| format!("to the workers: {e}"))?;
+    outcome
+        .check_added(tasks)
+        .map_err(|e| format!("to the workers: {e}"))?;
     let noop = kernels
         .noop_tasks(&NoopLaunch {
             route: EchoRoute::CpuWorkers,
@@ -169,7 +155,9 @@ fn echo_and_check<A: GpuApi>(
     let outcome = kernels
         .echo(&add_launch(blocks, threads, tasks, EchoRoute::GpuService))
         .map_err(text)?;
-    check_added(&outcome, tasks).map_err(|e| format!("to the GPU service: {e}"))?;
+    outcome
+        .check_added(tasks)
+        .map_err(|e| format!("to the GPU service: {e}"))?;
     let stop = std::sync::atomic::AtomicU32::new(0);
     let mut pending = queues
         .submit_to_gpu(&math::Add { a: 40, b: 2 }, None)

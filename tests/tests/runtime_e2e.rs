@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::kernels::{
-    expected_add_sum, EchoLaunch, EchoOutcome, EchoPhases, EchoPriority, EchoRoute, NoopLaunch,
-    RuntimeKernels, ECHO_NO_PEER_ACCESS, ECHO_OK, ECHO_TASK_FAILED,
+    EchoLaunch, EchoOutcome, EchoPhases, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels,
+    ECHO_NO_PEER_ACCESS, ECHO_TASK_FAILED,
 };
 use tandem_runtime::{
     math, Config, DeviceSelection, GpuService, Pool, Registry, Runtime, RuntimeError,
@@ -75,13 +75,8 @@ fn add_launch(blocks: u32, threads: u32, tasks: u64, priority: EchoPriority) -> 
 }
 
 fn assert_all_added(outcome: &EchoOutcome, tasks: u64) {
-    for (rank, (&sum, &status)) in outcome.results.iter().zip(&outcome.status).enumerate() {
-        assert_eq!(status, ECHO_OK, "thread {rank} status");
-        assert_eq!(
-            sum,
-            expected_add_sum(rank as u64, tasks),
-            "thread {rank} sum"
-        );
+    if let Err(wrong) = outcome.check_added(tasks) {
+        panic!("{wrong}");
     }
 }
 
