@@ -799,10 +799,16 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
     return rt_status::bad_queue;
   }
   u8* const rings = base + h->queue_offset + LANE_QUEUE_RINGS_OFFSET;
-  for (u32 i = 0; i < 2 * q->num_lanes; ++i) {
+  // The first ring's header only: the host lays every ring from the queue's
+  // depth before it publishes the queue's magic (LaneQueue::init_in), which
+  // the acquire above saw, and the bounds of the last were checked with the
+  // queue's. Each header is a PCIe round trip of thread 0, and every block
+  // of every launch makes them: checking all 2 x lanes was most of a full
+  // launch's set-up (docs/perf/2026-12-01-h200-session8.md).
+  {
     LlRing ring;
-    RingHeader* rh = reinterpret_cast<RingHeader*>(rings + i * q->ring_bytes);
-    if (ll_attach(rh, q->ring_bytes, &ring) != ring_status::ok || ring.capacity() != q->depth) {
+    if (ll_attach(reinterpret_cast<RingHeader*>(rings), q->ring_bytes, &ring) != ring_status::ok ||
+        ring.capacity() != q->depth) {
       return rt_status::bad_queue;
     }
   }
