@@ -4,7 +4,7 @@
 //! exactly once with the right output; errors come back as return codes
 //! and the workers live on; a raised stop flag releases waiting kernels.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,9 +17,12 @@ use tandem_runtime::{
     math, Config, DeviceSelection, GpuService, Pool, Registry, Runtime, RuntimeError,
     StatsSnapshot, RC_UNKNOWN_METHOD,
 };
+use tandem_shm_core::layout::{magic, LANE_QUEUE_RINGS_OFFSET};
 
 /// `rt_status::stopped` (tandem/runtime.h).
 const RT_STOPPED: u32 = 7;
+/// `rt_status::bad_queue` (tandem/runtime.h).
+const RT_BAD_QUEUE: u32 = 2;
 
 fn config(devices: DeviceSelection, workers: usize, depth: u32) -> Config {
     Config {
@@ -483,6 +486,56 @@ fn noop_kernel_answers_every_task<A: GpuApi>(api: A, blocks: u32, threads: u32) 
     assert_eq!(phases.output, Duration::ZERO, "a no-op has no output");
     let total = 2 * u64::from(blocks * threads) * tasks;
     assert_completed_once(settled_stats(&runtime, |s| s.completed >= total), total);
+}
+
+/// A device segment whose lane queue's first ring does not hold a ring's
+/// header is refused by every block of a launch (`rt_init` reads that ring's
+/// header, the one it checks the layout by), and the same segment serves
+/// again once the header is back.
+fn corrupt_first_ring_is_refused<A: GpuApi>(api: A, blocks: u32, threads: u32) {
+    let runtime = runtime_on_device_0(api, 1, 64);
+    let queues = &runtime.devices()[0];
+    let segment = queues.segment();
+    let offset =
+        usize::try_from(segment.header().queue_offset).expect("offset") + LANE_QUEUE_RINGS_OFFSET;
+    // SAFETY: the lane queue and its first ring lie inside the segment's
+    // mapping (the runtime laid them there), whose rings' headers are u32
+    // words, 64-aligned; no kernel runs while it is written.
+    let magic = unsafe { &*segment.base().add(offset).cast::<AtomicU32>() };
+    let mut kernels = RuntimeKernels::load(queues).expect("load");
+    let launch = NoopLaunch {
+        route: EchoRoute::CpuWorkers,
+        blocks,
+        threads,
+        tasks_per_thread: 4,
+        spin_budget: 1 << 40,
+    };
+    let good = magic.swap(0, Ordering::SeqCst);
+    assert_eq!(good, magic::RING, "the first ring's magic");
+    let refused = kernels.noop_tasks(&launch).expect("noop");
+    assert!(
+        refused.status.iter().all(|&s| s == RT_BAD_QUEUE),
+        "{:?}",
+        refused.status
+    );
+    assert!(
+        refused.results.iter().all(|&done| done == 0),
+        "{:?}",
+        refused.results
+    );
+    magic.store(good, Ordering::SeqCst);
+    let served = kernels.noop_tasks(&launch).expect("noop");
+    assert_eq!(served.failed_threads(), 0, "{:?}", served.status);
+    assert!(
+        served.results.iter().all(|&done| done == 4),
+        "{:?}",
+        served.results
+    );
+}
+
+#[test]
+fn host_corrupt_first_ring_is_refused() {
+    corrupt_first_ring_is_refused(HostApi::with_devices(1), 3, 8);
 }
 
 #[test]
@@ -968,6 +1021,13 @@ macro_rules! gpu_tests {
             fn echo_phases_cover_rank_zero() {
                 if let Some((api, _one)) = api("runtime echo_phases_cover_rank_zero") {
                     super::echo_phases_cover_rank_zero(api);
+                }
+            }
+
+            #[test]
+            fn corrupt_first_ring_is_refused() {
+                if let Some((api, _one)) = api("runtime corrupt_first_ring_is_refused") {
+                    super::corrupt_first_ring_is_refused(api, 132, 32);
                 }
             }
 
