@@ -219,9 +219,16 @@ for kind_wanted in test:tests bench:benches; do
 done
 
 if wanted python; then
+  wheels=0
   for wheel in "$bundle_dir"/python/tandem-*.whl; do
-    [ -f "$wheel" ] && run_python "$wheel"
+    [ -f "$wheel" ] && wheels=$((wheels + 1)) && run_python "$wheel"
   done
+  # A part asked for that cannot run fails, as a missing binary does: a bundle built without
+  # maturin would otherwise end "0 failed" with the Python package never run.
+  if [ "$wheels" -eq 0 ]; then
+    rows+=("python|-|-|-|FAIL (no wheel: the bundle was built without maturin)")
+    failures=$((failures + 1))
+  fi
 fi
 
 # start_service LOG ARGS...: starts the bundled `tandem ARGS... --announce --exit-on-stdin-eof`
