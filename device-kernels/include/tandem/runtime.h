@@ -802,9 +802,9 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
   // The first ring's header only: the host lays every ring from the queue's
   // depth before it publishes the queue's magic (LaneQueue::init_in), which
   // the acquire above saw, and the bounds of the last were checked with the
-  // queue's. Each header is a PCIe round trip of thread 0, and every block
-  // of every launch makes them: checking all 2 x lanes was most of a full
-  // launch's set-up (docs/perf/2026-12-01-h200-session8.md).
+  // queue's. Each header read is a PCIe round trip that thread 0 makes
+  // before its block's threads may send, in every block of every launch
+  // (docs/perf/2026-12-01-h200-session8.md).
   {
     LlRing ring;
     if (ll_attach(reinterpret_cast<RingHeader*>(rings), q->ring_bytes, &ring) != ring_status::ok ||
