@@ -1851,23 +1851,37 @@ TANDEM_DEVICE bool rt_read_host_record(const LlRing& ring, u64 ticket, RtHostRec
   return whole;
 }
 
+/// The words of an LL slot in the cache line it starts with (after `seq`):
+/// the header and a record of up to six words.
+constexpr u32 RT_LL_FIRST_LINE_WORDS = (CACHE_LINE - sizeof(u64)) / sizeof(u64);
+
 /// rt_read_host_record by the lanes `lanes` of one warp together, all of
 /// it and at least 1 + LL_RECORD_WORDS lanes: lane i loads the slot's word
 /// i, so a poll is one read of host memory however long the record (one
 /// thread's loads of host memory are not overlapped: each would be another
 /// PCIe round trip), and the record's words are then gathered by shuffles.
-/// The same answer and record in every lane.
+/// The slot's two cache lines are two loads, issued together, and the
+/// second is waited for only by a record that reaches into it: a short
+/// record, or an empty poll, waits for the line the host just wrote, not
+/// for one that may come from DRAM. The same answer and record in every
+/// lane.
 TANDEM_DEVICE bool rt_read_host_record_warp(lane_mask lanes, const LlRing& ring, u64 ticket, RtHostRecord* record) {
+  static_assert(sizeof(LlSlot) == 2 * CACHE_LINE, "two lines a slot (its words start at 8, layout.h)");
   const u64* const words = ring.slot(ticket)->words;
   const u64 tag = ll_tag(ticket);
   const u32 lane = lane_id();
   // Relaxed, as rt_read_host_record's loads.
-  const u64 seen = lane < 1 + LL_RECORD_WORDS ? load_relaxed<scope::system>(&words[lane]) : tag << 32;
-  const u64 head = broadcast(lanes, seen, 0);
+  const u64 near = lane < RT_LL_FIRST_LINE_WORDS ? load_relaxed<scope::system>(&words[lane]) : tag << 32;
+  const u64 far = lane >= RT_LL_FIRST_LINE_WORDS && lane < 1 + LL_RECORD_WORDS
+                      ? load_relaxed<scope::system>(&words[lane])
+                      : tag << 32;
+  const u64 head = broadcast(lanes, near, 0);
   if ((head >> 32) != tag) {
     return false;
   }
   const u32 len = static_cast<u32>(head) <= LL_RECORD_WORDS ? static_cast<u32>(head) : 0;
+  // Uniform: every lane has the same `len`.
+  const u64 seen = len < RT_LL_FIRST_LINE_WORDS || lane < RT_LL_FIRST_LINE_WORDS ? near : far;
   // Words past the record (lane > len) are not the record's: not checked.
   if (ballot(lanes, lane >= 1 && lane <= len && (seen >> 32) != tag) != 0) {
     return false;
