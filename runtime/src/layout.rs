@@ -43,7 +43,7 @@ use tandem_shm_core::Reader;
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file or to what the
 /// segment's other shared words mean (client slots, heaps).
-pub const SEGMENT_VERSION: u32 = 13;
+pub const SEGMENT_VERSION: u32 = 14;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -103,11 +103,14 @@ pub mod device_inbox {
 /// Where the GPU service answers a host thread's task that travelled in its
 /// from-host record (`Runtime::submit_to_gpu`): the first
 /// [`HOST_REPLY_BYTES`] of the task's future's copy space (allocated that
-/// much larger), the output right after. The service writes the output and
-/// `output_len`, then, after one system-scope fence, `answer`
-/// ([`host_reply::answer`]); an answer without output is that word alone,
-/// with [`host_reply::NO_OUTPUT`]. The host cleared `answer` before pushing
-/// the record. `RtHostReply` in tandem/runtime.h.
+/// much larger), the output right after. An answer without output is the
+/// `answer` word alone ([`host_reply::answer`], with
+/// [`host_reply::NO_OUTPUT`]). An output of at most
+/// [`host_reply::TAGGED_MAX`] bytes that the copy space holds twice over
+/// goes in tagged words ([`host_reply::TAGGED`]), then the word, with no
+/// fence; a larger one goes in bytes, with `output_len`, then one
+/// system-scope fence, then the word. The host cleared `answer` before
+/// pushing the record. `RtHostReply` in tandem/runtime.h.
 #[repr(C)]
 #[derive(Debug)]
 pub struct HostReply {
@@ -130,15 +133,40 @@ pub mod host_reply {
     /// Set in an answer without output: the service stored the answer word
     /// alone, not `output_len`.
     pub const NO_OUTPUT: u64 = 2;
+    /// Set in a success whose output follows the reply in tagged words: in
+    /// each 8-byte word, four output bytes (little-endian) below the
+    /// record's tag (`ll_tag` of its from-host ring position) above, so
+    /// each word says by itself whether it has landed and the service needs
+    /// no fence before the answer (a system-scope fence is about a PCIe
+    /// round trip). The output's length is in the answer, at
+    /// [`TAGGED_LEN_SHIFT`]; `output_len` is not written.
+    pub const TAGGED: u64 = 4;
+    /// Where a [`TAGGED`] answer holds its output's length.
+    pub const TAGGED_LEN_SHIFT: u32 = 8;
+    /// The bits of that length.
+    pub const TAGGED_LEN_MASK: u64 = 0x3FF;
+    /// The longest output the service tags (longer ones, or ones the copy
+    /// space does not hold twice over, go in bytes behind a fence).
+    pub const TAGGED_MAX: u32 = 256;
 
     /// The answer of return code `return_code`.
     pub const fn answer(return_code: i32) -> u64 {
         (return_code as u32 as u64) << 32 | ANSWERED
     }
 
-    /// Whether an answer comes with output (its `output_len` was stored).
+    /// Whether an answer comes with output (tagged, or its `output_len`
+    /// was stored).
     pub const fn has_output(answer: u64) -> bool {
         answer & NO_OUTPUT == 0
+    }
+
+    /// The output length of a [`TAGGED`] answer; `None` for another.
+    pub const fn tagged_len(answer: u64) -> Option<u32> {
+        if answer & TAGGED != 0 {
+            Some(((answer >> TAGGED_LEN_SHIFT) & TAGGED_LEN_MASK) as u32)
+        } else {
+            None
+        }
     }
 
     /// The return code of an answer, or `None` while it is not one.
@@ -603,6 +631,10 @@ mod cpp_mirror {
         HOST_REPLY_BYTES => c::RT_HOST_REPLY_BYTES,
         host_reply::ANSWERED => c::RT_HOST_REPLY_ANSWERED,
         host_reply::NO_OUTPUT => c::RT_HOST_REPLY_NO_OUTPUT,
+        host_reply::TAGGED => c::RT_HOST_REPLY_TAGGED,
+        host_reply::TAGGED_LEN_SHIFT => c::RT_HOST_REPLY_TAGGED_LEN_SHIFT,
+        host_reply::TAGGED_LEN_MASK => c::RT_HOST_REPLY_TAGGED_LEN_MASK,
+        host_reply::TAGGED_MAX => c::RT_HOST_REPLY_TAGGED_MAX,
         SEGMENT_VERSION => c::RT_SEGMENT_VERSION,
         TASK_VERSION => c::RT_TASK_VERSION,
         TASK_HEADER_BYTES => c::RT_TASK_HEADER_BYTES,

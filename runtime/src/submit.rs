@@ -3,13 +3,13 @@
 //! [`crate::Client`] share.
 
 use std::marker::PhantomData;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tandem_shm_core::layout::{FUTURE_COPY_SPACE_OFFSET, LL_RECORD_WORDS};
 use tandem_shm_core::FutureShm;
+use tandem_shm_core::{ll_tag, FillError, FutureError, LlRecord, Priority, ShmPtr, WaitOutcome};
 use tandem_shm_core::{serialized_len, Reader, Writer};
-use tandem_shm_core::{FillError, FutureError, LlRecord, Priority, ShmPtr, WaitOutcome};
 
 use crate::client_table::ClientLease;
 use crate::layout::{host_reply, task_record, HostReply, HOST_REPLY_BYTES, TASK_HEADER_BYTES};
@@ -192,8 +192,9 @@ pub struct Pending<'s, T: Task> {
     payload: Option<(ShmPtr<u8>, usize)>,
     /// Where the GPU service answers a task it got whole in its record
     /// (`submit_to_gpu`): the future's copy space, whose flags then never
-    /// complete.
-    reply: Option<&'s HostReply>,
+    /// complete; and the tag of the record's position, which a tagged
+    /// output's words carry.
+    reply: Option<(&'s HostReply, u32)>,
     published: bool,
     runtime_dead: bool,
     _task: PhantomData<fn() -> T>,
@@ -313,10 +314,13 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
     // address the record names, after reading the record, so this clearing
     // cannot land on it (rt_run_host_record).
     reply.answer.store(0, Ordering::Relaxed);
-    pending.reply = Some(reply);
     // Release: the cleared answer before the record's words.
     fence(Ordering::Release);
-    pending.publish_with(deadline, |_| inbox.try_push(record).is_ok())?;
+    let ticket = std::cell::Cell::new(0);
+    pending.publish_with(deadline, |_| {
+        inbox.try_push_ticket(record).map(|t| ticket.set(t)).is_ok()
+    })?;
+    pending.reply = Some((reply, ll_tag(ticket.get())));
     Ok(pending)
 }
 
@@ -466,7 +470,7 @@ impl<'s, T: Task> Pending<'s, T> {
     /// Whether a worker has completed it.
     pub fn is_complete(&self) -> bool {
         match self.reply {
-            Some(reply) => reply_code(reply).is_some(),
+            Some((reply, _)) => reply_code(reply).is_some(),
             None => self.future.is_complete(),
         }
     }
@@ -483,7 +487,7 @@ impl<'s, T: Task> Pending<'s, T> {
         let mut watch = LivenessWatch::new(self.segment.header());
         let mut dead = false;
         let reply = self.reply;
-        let answered = || reply.and_then(reply_code);
+        let answered = || reply.and_then(|(reply, _)| reply_code(reply));
         if reply.is_some() {
             spin_for_answer(answered, stop);
         }
@@ -502,8 +506,11 @@ impl<'s, T: Task> Pending<'s, T> {
         }
         match outcome {
             WaitOutcome::Completed { return_code: 0 } => {
+                let mut gathered = [0u8; host_reply::TAGGED_MAX as usize];
                 let output = match reply {
-                    Some(reply) => reply_output(reply, self.future.copy_space_size())?,
+                    Some((reply, tag)) => {
+                        reply_output(reply, self.future.copy_space_size(), tag, &mut gathered)?
+                    }
                     None => self.future.output().map_err(TaskError::Future)?,
                 };
                 let mut r = Reader::new(output);
@@ -546,16 +553,31 @@ fn reply_code(reply: &HostReply) -> Option<i32> {
     host_reply::return_code(reply.answer.load(Ordering::Acquire))
 }
 
+/// How long a tagged output's words may take to land after its answer: the
+/// service stored them first, so they are at most a few writes behind.
+/// Past this the reply is taken as corrupt.
+const TAGGED_LANDING: Duration = Duration::from_secs(1);
+
 /// The output after an answered reply in a copy space of `copy_space`
-/// bytes.
-fn reply_output(reply: &HostReply, copy_space: u32) -> Result<&[u8], TaskError> {
+/// bytes: in the copy space, or gathered into `gathered` from the tagged
+/// words of the record whose tag is `tag` ([`host_reply::TAGGED`]).
+fn reply_output<'a>(
+    reply: &'a HostReply,
+    copy_space: u32,
+    tag: u32,
+    gathered: &'a mut [u8; host_reply::TAGGED_MAX as usize],
+) -> Result<&'a [u8], TaskError> {
     // Relaxed: the answer was acquired (reply_code) and is final.
-    if !host_reply::has_output(reply.answer.load(Ordering::Relaxed)) {
+    let answer = reply.answer.load(Ordering::Relaxed);
+    if !host_reply::has_output(answer) {
         return Ok(&[]);
+    }
+    let room = copy_space.saturating_sub(HOST_REPLY_BYTES as u32);
+    if let Some(len) = host_reply::tagged_len(answer) {
+        return gather_tagged(reply, len, room, tag, TAGGED_LANDING, gathered);
     }
     // Relaxed: ordered by the answer's Acquire (reply_code).
     let len = reply.output_len.load(Ordering::Relaxed);
-    let room = copy_space.saturating_sub(HOST_REPLY_BYTES as u32);
     if len > room {
         return Err(TaskError::Future(FutureError::CorruptLength {
             len,
@@ -573,6 +595,55 @@ fn reply_output(reply: &HostReply, copy_space: u32) -> Result<&[u8], TaskError> 
     })
 }
 
+/// A [`host_reply::TAGGED`] output of `len` bytes, in the words after
+/// `reply` (a copy space of `room` bytes past it), into `gathered`: each word
+/// is read until it carries `tag`, as the service stored the words before
+/// the answer but behind no fence; one still without it after `landing` is
+/// a corrupt reply. Relaxed: every word is single-copy atomic and says by
+/// its tag whose it is.
+fn gather_tagged<'a>(
+    reply: &HostReply,
+    len: u32,
+    room: u32,
+    tag: u32,
+    landing: Duration,
+    gathered: &'a mut [u8; host_reply::TAGGED_MAX as usize],
+) -> Result<&'a [u8], TaskError> {
+    let words = len.div_ceil(4) as usize;
+    let corrupt = TaskError::Future(FutureError::CorruptLength {
+        len,
+        copy_space: room,
+    });
+    if len > host_reply::TAGGED_MAX || words * 8 > room as usize {
+        return Err(corrupt);
+    }
+    let first = std::ptr::from_ref(reply)
+        .cast::<u8>()
+        .wrapping_add(HOST_REPLY_BYTES)
+        .cast::<u64>()
+        .cast_mut();
+    let mut since: Option<Instant> = None;
+    for (i, bytes) in gathered[..words * 4].chunks_exact_mut(4).enumerate() {
+        // SAFETY: word i lies in the copy space (words * 8 <= room, checked),
+        // 8-aligned (the copy space is 16-aligned), and the service stores it
+        // atomically; the future is ours while this Pending lives.
+        let word = unsafe { AtomicU64::from_ptr(first.add(i)) };
+        let data = loop {
+            let seen = word.load(Ordering::Relaxed);
+            if (seen >> 32) as u32 == tag {
+                break seen as u32;
+            }
+            let since = *since.get_or_insert_with(Instant::now);
+            if since.elapsed() > landing {
+                return Err(corrupt);
+            }
+            std::hint::spin_loop();
+        };
+        bytes.copy_from_slice(&data.to_le_bytes());
+    }
+    Ok(&gathered[..len as usize])
+}
+
 impl<T: Task> Drop for Pending<'_, T> {
     fn drop(&mut self) {
         let reclaimable = !self.published || self.runtime_dead || self.is_complete();
@@ -586,5 +657,113 @@ impl<T: Task> Drop for Pending<'_, T> {
         if let Some((payload, bytes)) = self.payload {
             let _ = self.heap.free(self.segment, payload, bytes, false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reply and the copy space after it, as a future lays them out.
+    #[repr(C, align(16))]
+    struct ReplyCell {
+        reply: HostReply,
+        words: [AtomicU64; 8],
+    }
+
+    fn cell(answer: u64) -> ReplyCell {
+        ReplyCell {
+            reply: HostReply {
+                answer: AtomicU64::new(answer),
+                output_len: AtomicU32::new(0),
+                reserved: 0,
+            },
+            words: Default::default(),
+        }
+    }
+
+    const ROOM: u32 = 64;
+    const TAG: u32 = 7;
+
+    fn tagged(len: u32) -> u64 {
+        host_reply::answer(0) | host_reply::TAGGED | u64::from(len) << host_reply::TAGGED_LEN_SHIFT
+    }
+
+    #[test]
+    fn an_answer_without_output_has_none() {
+        let c = cell(host_reply::answer(0) | host_reply::NO_OUTPUT);
+        let mut gathered = [0; host_reply::TAGGED_MAX as usize];
+        assert!(reply_output(&c.reply, ROOM, TAG, &mut gathered)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
+    fn a_tagged_output_is_gathered_from_its_words() {
+        let c = cell(tagged(6));
+        c.words[0].store(u64::from(TAG) << 32 | 0x0403_0201, Ordering::Relaxed);
+        c.words[1].store(u64::from(TAG) << 32 | 0x0000_0605, Ordering::Relaxed);
+        let mut gathered = [0; host_reply::TAGGED_MAX as usize];
+        let output = reply_output(&c.reply, ROOM, TAG, &mut gathered).unwrap();
+        assert_eq!(output, [1, 2, 3, 4, 5, 6]);
+    }
+
+    #[test]
+    fn a_word_that_lands_late_is_waited_for() {
+        let c = cell(tagged(4));
+        // An earlier task's word, under another tag.
+        c.words[0].store(u64::from(TAG - 2) << 32 | 0xdead, Ordering::Relaxed);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                c.words[0].store(u64::from(TAG) << 32 | 0x0403_0201, Ordering::Relaxed);
+            });
+            let mut gathered = [0; host_reply::TAGGED_MAX as usize];
+            let output = reply_output(&c.reply, ROOM, TAG, &mut gathered).unwrap();
+            assert_eq!(output, [1, 2, 3, 4]);
+        });
+    }
+
+    #[test]
+    fn a_word_that_never_lands_is_a_corrupt_reply() {
+        let c = cell(tagged(4));
+        let mut gathered = [0; host_reply::TAGGED_MAX as usize];
+        let got = gather_tagged(
+            &c.reply,
+            4,
+            ROOM,
+            TAG,
+            Duration::from_millis(10),
+            &mut gathered,
+        );
+        assert!(matches!(
+            got,
+            Err(TaskError::Future(FutureError::CorruptLength { len: 4, .. }))
+        ));
+    }
+
+    #[test]
+    fn a_tagged_length_past_the_room_is_a_corrupt_reply() {
+        // Nine words do not fit 64 bytes; nor does a length past TAGGED_MAX.
+        for len in [33, host_reply::TAGGED_MAX + 1] {
+            let c = cell(tagged(len));
+            let mut gathered = [0; host_reply::TAGGED_MAX as usize];
+            assert!(matches!(
+                reply_output(&c.reply, ROOM, TAG, &mut gathered),
+                Err(TaskError::Future(FutureError::CorruptLength { .. }))
+            ));
+        }
+    }
+
+    #[test]
+    fn an_output_in_bytes_is_read_in_place() {
+        let c = cell(host_reply::answer(0));
+        c.reply.output_len.store(3, Ordering::Relaxed);
+        c.words[0].store(0x0030_2010, Ordering::Relaxed);
+        let mut gathered = [0; host_reply::TAGGED_MAX as usize];
+        let output = reply_output(&c.reply, ROOM, TAG, &mut gathered).unwrap();
+        assert_eq!(output, [0x10, 0x20, 0x30]);
+        c.reply.output_len.store(ROOM + 1, Ordering::Relaxed);
+        assert!(reply_output(&c.reply, ROOM, TAG, &mut gathered).is_err());
     }
 }

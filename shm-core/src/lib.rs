@@ -84,7 +84,7 @@ pub use future::{
 };
 pub use lane_queue::{LaneCursor, LaneQueue, NoSuchLane, Priority, PushError};
 pub use layout::{AllocatorId, BackendKind, FullPtr, MemoryBackend, OffsetPtr, ShmPtr};
-pub use ll_ring::{LlRecord, LlRing};
+pub use ll_ring::{ll_tag, LlRecord, LlRing};
 pub use mpmc::MpmcRing;
 pub use pod::ShmSafe;
 pub use ptr::PtrError;

@@ -214,6 +214,12 @@ impl<'r> LlRing<'r> {
     /// The record needs no ordering; a producer that also wrote memory the
     /// consumer will read issues `fence(Release)` before calling.
     pub fn try_push(&self, record: LlRecord) -> Result<(), LlRecord> {
+        self.try_push_ticket(record).map(drop)
+    }
+
+    /// [`try_push`](Self::try_push), also giving the position the record
+    /// took, whose [`ll_tag`] a consumer may answer under.
+    pub fn try_push_ticket(&self, record: LlRecord) -> Result<u64, LlRecord> {
         let tail = &self.view.header.tail.value;
         // Relaxed: as in `MpmcRing::try_push`, the slot's sequence number
         // decides whose turn it is.
@@ -233,7 +239,7 @@ impl<'r> LlRing<'r> {
                 ) {
                     Ok(_) => {
                         self.write(ticket, &record);
-                        return Ok(());
+                        return Ok(ticket);
                     }
                     Err(current) => {
                         ticket = current;

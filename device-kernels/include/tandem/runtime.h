@@ -62,7 +62,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 13;
+constexpr u32 RT_SEGMENT_VERSION = 14;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -398,8 +398,9 @@ struct RtReplyCell {
 /// RT_HOST_REPLY_BYTES of the task's future's copy space, the output right
 /// after (rt_run_host_record). `answer` is 0 (the host cleared it before
 /// pushing) until the service stores RT_HOST_REPLY_ANSWERED | the return
-/// code << 32, last, with RT_HOST_REPLY_NO_OUTPUT when there is no output
-/// (`output_len` is then not written).
+/// code << 32, last, with RT_HOST_REPLY_NO_OUTPUT when there is no output,
+/// or RT_HOST_REPLY_TAGGED and the length when the output is in tagged
+/// words (`output_len` is then not written).
 struct RtHostReply {
   u64 answer;
   u32 output_len;
@@ -412,6 +413,13 @@ constexpr u64 RT_HOST_REPLY_BYTES = 16;
 constexpr u64 RT_HOST_REPLY_ANSWERED = 1;
 /// `runtime::layout::host_reply::NO_OUTPUT`.
 constexpr u64 RT_HOST_REPLY_NO_OUTPUT = 2;
+/// `runtime::layout::host_reply::TAGGED`, `TAGGED_LEN_SHIFT`,
+/// `TAGGED_LEN_MASK` and `TAGGED_MAX`.
+constexpr u64 RT_HOST_REPLY_TAGGED = 4;
+constexpr u32 RT_HOST_REPLY_TAGGED_LEN_SHIFT = 8;
+constexpr u64 RT_HOST_REPLY_TAGGED_LEN_MASK = 0x3FF;
+constexpr u32 RT_HOST_REPLY_TAGGED_MAX = 256;
+static_assert(RT_HOST_REPLY_TAGGED_MAX <= RT_HOST_REPLY_TAGGED_LEN_MASK, "a tagged length fits its bits");
 static_assert(sizeof(RtHostReply) == RT_HOST_REPLY_BYTES, "HostReply size");
 TANDEM_ASSERT_OFFSET(RtHostReply, output_len, 8);
 
@@ -1931,11 +1939,16 @@ TANDEM_DEVICE void rt_copy_to_host(u8* dst, const u8* src, u32 len) {
 /// answer word alone, RT_HOST_REPLY_NO_OUTPUT set, stored with no fence: the
 /// word carries all of it. It lands after the host's clearing of `answer`,
 /// which the host made before the record's words, as the service stores it
-/// at the address the record named, after reading it. An answer with output
-/// takes one system-scope fence after the output and its length (memory the
-/// host does not write), a release which the host thread's acquire of
-/// `answer` pairs with. The slot's release is a plain store after the
-/// record's values were used: its reads are done.
+/// at the address the record named, after reading it. An output of at most
+/// RT_HOST_REPLY_TAGGED_MAX bytes that the copy space holds twice over goes
+/// in tagged words (RT_HOST_REPLY_TAGGED: four bytes a word under the
+/// record's tag, which tells the host that the word is this task's), then
+/// the word, with no fence: a system-scope fence waits for the stores
+/// before it to reach host memory, about a PCIe round trip. A larger output
+/// takes that fence after the output and its length (memory the host does
+/// not write), a release which the host thread's acquire of `answer` pairs
+/// with. The slot's release is a plain store after the record's values
+/// were used: its reads are done.
 template <typename H>
 TANDEM_DEVICE bool rt_run_host_record(const RtContext& ctx, const LlRing& ring, u64 ticket,
                                       const RtHostRecord& record, u64 segment_bytes, H& handle) {
@@ -1975,8 +1988,20 @@ TANDEM_DEVICE bool rt_run_host_record(const RtContext& ctx, const LlRing& ring, 
   }
   RtHostReply* const reply = reinterpret_cast<RtHostReply*>(ctx.base + cell);
   u64 answer = RT_HOST_REPLY_ANSWERED | u64{static_cast<u32>(rc)} << 32;
+  const u32 tagged_words = (len + 3) / 4;
   if (len == 0) {
     answer |= RT_HOST_REPLY_NO_OUTPUT;
+  } else if (len <= RT_HOST_REPLY_TAGGED_MAX && u64{tagged_words} * sizeof(u64) <= copy_space - RT_HOST_REPLY_BYTES) {
+    u64* const words = reinterpret_cast<u64*>(ctx.base + cell + RT_HOST_REPLY_BYTES);
+    const u64 tag = u64{ll_tag(ticket)} << 32;
+    for (u32 i = 0; i < tagged_words; ++i) {
+      u32 data = 0;
+      for (u32 b = 0; b < 4 && 4 * i + b < len; ++b) {
+        data |= u32{out[4 * i + b]} << (8 * b);
+      }
+      store_relaxed<scope::system>(&words[i], tag | data);
+    }
+    answer |= RT_HOST_REPLY_TAGGED | u64{len} << RT_HOST_REPLY_TAGGED_LEN_SHIFT;
   } else {
     rt_copy_to_host(ctx.base + cell + RT_HOST_REPLY_BYTES, out, len);
     reply->output_len = len;

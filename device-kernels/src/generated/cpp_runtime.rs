@@ -32,7 +32,7 @@ pub mod root {
             ][::core::mem::offset_of!(AllocatorId, minor) - 4usize];
         };
         pub const RT_SEGMENT_MAGIC: root::tandem::u64_ = 6074868046253806407;
-        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 13;
+        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 14;
         pub const RT_TASK_VERSION: root::tandem::u32_ = 1;
         pub const RT_TASK_HEADER_BYTES: root::tandem::u64_ = 16;
         pub const RT_SEGMENT_HEADER_RESERVED: root::tandem::u64_ = 4096;
@@ -337,6 +337,10 @@ pub mod root {
         pub const RT_HOST_REPLY_BYTES: root::tandem::u64_ = 16;
         pub const RT_HOST_REPLY_ANSWERED: root::tandem::u64_ = 1;
         pub const RT_HOST_REPLY_NO_OUTPUT: root::tandem::u64_ = 2;
+        pub const RT_HOST_REPLY_TAGGED: root::tandem::u64_ = 4;
+        pub const RT_HOST_REPLY_TAGGED_LEN_SHIFT: root::tandem::u32_ = 8;
+        pub const RT_HOST_REPLY_TAGGED_LEN_MASK: root::tandem::u64_ = 1023;
+        pub const RT_HOST_REPLY_TAGGED_MAX: root::tandem::u32_ = 256;
         pub const RT_REPLY_ALIGN: root::tandem::u64_ = 128;
         pub const RT_RC_UNKNOWN_POOL: root::tandem::i32_ = -2147483632;
         pub const RT_RC_UNKNOWN_METHOD: root::tandem::i32_ = -2147483631;
