@@ -12,7 +12,8 @@
 //!   service of at most a quarter of the multiprocessors, its size printed
 //!   (target >= 1 G tasks/s, with multiprocessors x 128 threads sending); a
 //!   host thread's round trip against the pinned-memory ping-pong (target
-//!   <= 1.5x) and against a kernel launch + sync per request; and, for a
+//!   <= 1.5x) and against a kernel launch + sync per request, and that of a
+//!   task with output (no target: what output adds); and, for a
 //!   kernel thread and for a host thread, the first round trip after an
 //!   idle second against a busy one (target <= 2x).
 //!
@@ -140,6 +141,24 @@ fn service_phases<A: GpuApi>(
     Ok(phases)
 }
 
+/// One host thread's `tasks` tasks (`task(i)`) to device 0's GPU service,
+/// one at a time: the time per round trip.
+fn host_round_trips<A: GpuApi, T: tandem_runtime::Task>(
+    runtime: &Runtime<A>,
+    stop: &std::sync::atomic::AtomicU32,
+    tasks: u64,
+    task: impl Fn(u64) -> T,
+) -> Result<Duration, String> {
+    let start = std::time::Instant::now();
+    for i in 0..tasks {
+        let mut pending = runtime
+            .submit_to_gpu(0, &task(i), None)
+            .map_err(|e| e.to_string())?;
+        pending.wait(stop, None).map_err(|e| e.to_string())?;
+    }
+    Ok(start.elapsed() / tasks as u32)
+}
+
 /// The GPU service's rows (see the top of the file): floors first, as they
 /// allocate and free memory, which waits for the device to be idle, and a
 /// running service never is.
@@ -212,16 +231,7 @@ fn service_bench<A: GpuApi>(
         }
         Ok::<_, String>((submit / tasks as u32, wait / tasks as u32))
     };
-    let host_trips = |tasks: u64| {
-        let start = std::time::Instant::now();
-        for _ in 0..tasks {
-            let mut pending = runtime
-                .submit_to_gpu(0, &math::Noop, None)
-                .map_err(|e| e.to_string())?;
-            pending.wait(&stop, None).map_err(|e| e.to_string())?;
-        }
-        Ok(start.elapsed() / tasks as u32)
-    };
+    let host_trips = |tasks: u64| host_round_trips(&runtime, &stop, tasks, |_| math::Noop);
     let host_trip = median_of(|| host_trips(scale.single_tasks))?;
     let vs = ratio(host_trip.0, pinned_floor.0);
     println!(
@@ -236,6 +246,17 @@ fn service_bench<A: GpuApi>(
         "      as the host thread's clock saw it (one run): submit {:.2} us, wait and drop {:.2} us",
         us(submit),
         us(wait)
+    );
+    let add_trip = median_of(|| {
+        host_round_trips(&runtime, &stop, scale.single_tasks, |i| math::Add {
+            a: i,
+            b: 1,
+        })
+    })?;
+    println!(
+        "      a task with output (math.add, 8 bytes back): {}; {:.2}x the pinned floor",
+        spread(add_trip),
+        ratio(add_trip.0, pinned_floor.0)
     );
     let idle_trip = median_of(|| {
         std::thread::sleep(scale.idle);
