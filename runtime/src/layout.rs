@@ -146,8 +146,14 @@ pub mod host_reply {
     /// The bits of that length.
     pub const TAGGED_LEN_MASK: u64 = 0x3FF;
     /// The longest output the service tags (longer ones, or ones the copy
-    /// space does not hold twice over, go in bytes behind a fence).
-    pub const TAGGED_MAX: u32 = 256;
+    /// space does not hold twice over, go in bytes behind a fence): the
+    /// submitter clears the copy space's first [`TAGGED_WORDS`] words with
+    /// the answer, so no word of an earlier use of those bytes can pass for
+    /// this task's, whatever it held (a clear word's tag, 0, is no
+    /// position's).
+    pub const TAGGED_MAX: u32 = 32;
+    /// The words [`TAGGED_MAX`] bytes take, four a word.
+    pub const TAGGED_WORDS: usize = TAGGED_MAX as usize / 4;
 
     /// The answer of return code `return_code`.
     pub const fn answer(return_code: i32) -> u64 {

@@ -310,10 +310,16 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
     // 16-aligned (futures and their header are); it lies in the segment,
     // which outlives 's, and is only accessed through the reply's atomics.
     let reply = unsafe { &*at.add(FUTURE_COPY_SPACE_OFFSET).cast::<HostReply>() };
-    // Release (the fence below): the service stores its answer at the
-    // address the record names, after reading the record, so this clearing
-    // cannot land on it (rt_run_host_record).
+    // Release (the fence below): the service stores its answer, and a
+    // tagged output, at the address the record names, after reading the
+    // record, so this clearing cannot land on them (rt_run_host_record).
     reply.answer.store(0, Ordering::Relaxed);
+    let room = (reply_space as usize).saturating_sub(HOST_REPLY_BYTES);
+    for word in 0..host_reply::TAGGED_WORDS.min(room / 8) {
+        // SAFETY: `reply` heads the fresh future's copy space, of `room`
+        // bytes past it, which the service reaches only atomically.
+        unsafe { tagged_word(reply, word) }.store(0, Ordering::Relaxed);
+    }
     // Release: the cleared answer before the record's words.
     fence(Ordering::Release);
     let ticket = std::cell::Cell::new(0);
@@ -600,7 +606,8 @@ fn reply_output<'a>(
 /// is read until it carries `tag`, as the service stored the words before
 /// the answer but behind no fence; one still without it after `landing` is
 /// a corrupt reply. Relaxed: every word is single-copy atomic and says by
-/// its tag whose it is.
+/// its tag whose it is. `reply` heads a future's copy space of `room` bytes
+/// past it (the reply's own, or a test's likewise laid out).
 fn gather_tagged<'a>(
     reply: &HostReply,
     len: u32,
@@ -617,17 +624,11 @@ fn gather_tagged<'a>(
     if len > host_reply::TAGGED_MAX || words * 8 > room as usize {
         return Err(corrupt);
     }
-    let first = std::ptr::from_ref(reply)
-        .cast::<u8>()
-        .wrapping_add(HOST_REPLY_BYTES)
-        .cast::<u64>()
-        .cast_mut();
     let mut since: Option<Instant> = None;
     for (i, bytes) in gathered[..words * 4].chunks_exact_mut(4).enumerate() {
-        // SAFETY: word i lies in the copy space (words * 8 <= room, checked),
-        // 8-aligned (the copy space is 16-aligned), and the service stores it
-        // atomically; the future is ours while this Pending lives.
-        let word = unsafe { AtomicU64::from_ptr(first.add(i)) };
+        // SAFETY: `reply` heads a copy space of `room` bytes past it (the
+        // caller's), and `words * 8 <= room` (checked).
+        let word = unsafe { tagged_word(reply, i) };
         let data = loop {
             let seen = word.load(Ordering::Relaxed);
             if (seen >> 32) as u32 == tag {
@@ -642,6 +643,28 @@ fn gather_tagged<'a>(
         bytes.copy_from_slice(&data.to_le_bytes());
     }
     Ok(&gathered[..len as usize])
+}
+
+/// Word `i` of the tagged output after `reply`.
+///
+/// # Safety
+/// `reply` heads a future's copy space (16-aligned) with at least
+/// `8 * (i + 1)` bytes past the reply, whose words are only accessed
+/// atomically.
+unsafe fn tagged_word(reply: &HostReply, i: usize) -> &AtomicU64 {
+    // SAFETY: the word lies in the copy space after the reply (the caller's
+    // bound), 8-aligned, in memory that outlives the reply's borrow, and is
+    // only accessed atomically (the caller's promise).
+    unsafe {
+        AtomicU64::from_ptr(
+            std::ptr::from_ref(reply)
+                .cast::<u8>()
+                .add(HOST_REPLY_BYTES)
+                .cast::<u64>()
+                .cast_mut()
+                .add(i),
+        )
+    }
 }
 
 impl<T: Task> Drop for Pending<'_, T> {
@@ -744,12 +767,13 @@ mod tests {
 
     #[test]
     fn a_tagged_length_past_the_room_is_a_corrupt_reply() {
-        // Nine words do not fit 64 bytes; nor does a length past TAGGED_MAX.
-        for len in [33, host_reply::TAGGED_MAX + 1] {
+        // Three words do not fit 16 bytes; a length past TAGGED_MAX fits no
+        // room.
+        for (len, room) in [(9, 16), (host_reply::TAGGED_MAX + 1, ROOM)] {
             let c = cell(tagged(len));
             let mut gathered = [0; host_reply::TAGGED_MAX as usize];
             assert!(matches!(
-                reply_output(&c.reply, ROOM, TAG, &mut gathered),
+                reply_output(&c.reply, room, TAG, &mut gathered),
                 Err(TaskError::Future(FutureError::CorruptLength { .. }))
             ));
         }

@@ -418,7 +418,7 @@ constexpr u64 RT_HOST_REPLY_NO_OUTPUT = 2;
 constexpr u64 RT_HOST_REPLY_TAGGED = 4;
 constexpr u32 RT_HOST_REPLY_TAGGED_LEN_SHIFT = 8;
 constexpr u64 RT_HOST_REPLY_TAGGED_LEN_MASK = 0x3FF;
-constexpr u32 RT_HOST_REPLY_TAGGED_MAX = 256;
+constexpr u32 RT_HOST_REPLY_TAGGED_MAX = 32;
 static_assert(RT_HOST_REPLY_TAGGED_MAX <= RT_HOST_REPLY_TAGGED_LEN_MASK, "a tagged length fits its bits");
 static_assert(sizeof(RtHostReply) == RT_HOST_REPLY_BYTES, "HostReply size");
 TANDEM_ASSERT_OFFSET(RtHostReply, output_len, 8);
@@ -1942,7 +1942,8 @@ TANDEM_DEVICE void rt_copy_to_host(u8* dst, const u8* src, u32 len) {
 /// at the address the record named, after reading it. An output of at most
 /// RT_HOST_REPLY_TAGGED_MAX bytes that the copy space holds twice over goes
 /// in tagged words (RT_HOST_REPLY_TAGGED: four bytes a word under the
-/// record's tag, which tells the host that the word is this task's), then
+/// record's tag, which tells the host that the word is this task's: the
+/// host cleared those words with the answer, before the record), then
 /// the word, with no fence: a system-scope fence waits for the stores
 /// before it to reach host memory, about a PCIe round trip. A larger output
 /// takes that fence after the output and its length (memory the host does

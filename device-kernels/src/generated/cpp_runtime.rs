@@ -340,7 +340,7 @@ pub mod root {
         pub const RT_HOST_REPLY_TAGGED: root::tandem::u64_ = 4;
         pub const RT_HOST_REPLY_TAGGED_LEN_SHIFT: root::tandem::u32_ = 8;
         pub const RT_HOST_REPLY_TAGGED_LEN_MASK: root::tandem::u64_ = 1023;
-        pub const RT_HOST_REPLY_TAGGED_MAX: root::tandem::u32_ = 256;
+        pub const RT_HOST_REPLY_TAGGED_MAX: root::tandem::u32_ = 32;
         pub const RT_REPLY_ALIGN: root::tandem::u64_ = 128;
         pub const RT_RC_UNKNOWN_POOL: root::tandem::i32_ = -2147483632;
         pub const RT_RC_UNKNOWN_METHOD: root::tandem::i32_ = -2147483631;
