@@ -1871,8 +1871,8 @@ constexpr u32 RT_LL_FIRST_LINE_WORDS = (CACHE_LINE - sizeof(u64)) / sizeof(u64);
 /// The slot's two cache lines are two loads, issued together, and the
 /// second is waited for only by a record that reaches into it: a short
 /// record, or an empty poll, waits for the line the host just wrote, not
-/// for one that may come from DRAM. The same answer and record in every
-/// lane.
+/// also for one it has not written lately. The same answer and record in
+/// every lane.
 TANDEM_DEVICE bool rt_read_host_record_warp(lane_mask lanes, const LlRing& ring, u64 ticket, RtHostRecord* record) {
   static_assert(sizeof(LlSlot) == 2 * CACHE_LINE, "two lines a slot (its words start at 8, layout.h)");
   const u64* const words = ring.slot(ticket)->words;
