@@ -28,7 +28,8 @@
 //!   [`block_size`], [`HEAP_ALIGN`], [`MAX_ALIGN`] and [`MAX_BLOCK`] size a
 //!   heap and its requests, [`CACHE_BIN_CAPACITY`] and [`CACHE_BIN_BYTES`]
 //!   bound what a cache holds back; failures are
-//!   [`AllocError`].
+//!   [`AllocError`]. A [`BlockPool`] keeps a few free blocks of one size
+//!   back for a hot path, shared by a process's threads.
 //! * **Passing work.** [`SpscRing`] ([`SpscProducer`], [`SpscConsumer`]),
 //!   [`MpmcRing`], [`LlRing`] of [`LlRecord`]s (records that need no fence),
 //!   and the runtime's [`LaneQueue`] (lanes by [`Priority`], read through a
@@ -50,9 +51,9 @@
 //! # Module layers
 //!
 //! Bottom up: `layout`, `pod` and `sync` (the atomics, loom's under
-//! `--cfg loom`); `ptr`, `region`, `alloc_error`; `ring` (the shape every
-//! ring shares), then `spsc`, `mpmc`, `ll_ring` and `lane_queue`; `arena`,
-//! `size_class`; `future`, `ser`; `segment`.
+//! `--cfg loom`); `ptr`, `region`, `alloc_error`, `block_pool`; `ring` (the
+//! shape every ring shares), then `spsc`, `mpmc`, `ll_ring` and
+//! `lane_queue`; `arena`, `size_class`; `future`, `ser`; `segment`.
 #![cfg_attr(not(feature = "std"), no_std)]
 
 #[cfg(feature = "alloc")]
@@ -60,6 +61,7 @@ extern crate alloc;
 
 mod alloc_error;
 mod arena;
+mod block_pool;
 mod future;
 mod lane_queue;
 pub mod layout;
@@ -78,6 +80,7 @@ pub(crate) mod sync;
 
 pub use alloc_error::AllocError;
 pub use arena::ArenaAllocator;
+pub use block_pool::BlockPool;
 pub use future::{
     FillError, FutureError, FutureShm, WaitOutcome, RC_OUTPUT_FAILED, RC_OUTPUT_TOO_LARGE,
     RC_RESERVED_MAX,
