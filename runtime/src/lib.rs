@@ -110,6 +110,7 @@ mod device_requests;
 mod error;
 mod gpu_service;
 mod host_client;
+mod host_inbox;
 mod janitor;
 #[cfg(feature = "demo-kernels")]
 pub mod kernels;

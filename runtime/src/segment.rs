@@ -13,6 +13,7 @@ use tandem_shm_core::{
 
 use crate::client_table::{ClientLease, ClientTable, DeviceQueueLimits};
 use crate::error::RuntimeError;
+use crate::host_inbox::HostInbox;
 use crate::layout::{
     runtime_state, SegmentHeader, ARENA_ID_MAJOR, HEAP_ID_MAJOR, SEGMENT_HEADER_RESERVED,
     SEGMENT_ID_MAJOR, SEGMENT_MAGIC, SEGMENT_VERSION,
@@ -196,8 +197,8 @@ pub struct QueueSegment {
     // mapping (dropped with `memory`) outlives every use.
     header: &'static SegmentHeader,
     queue: LaneQueue<'static>,
-    /// The GPU service's from-host ring, in device segments.
-    inbox_from_host: Option<LlRing<'static>>,
+    /// The GPU service's from-host route, in device segments.
+    inbox_from_host: Option<HostInbox>,
     heap: SizeClassAllocator<'static>,
     arena: ArenaAllocator<'static>,
     /// The host clients' table, in the CPU segment.
@@ -312,7 +313,7 @@ impl QueueSegment {
             // struct's comment).
             header: unsafe { &*header },
             queue,
-            inbox_from_host,
+            inbox_from_host: inbox_from_host.map(|ring| HostInbox::new(ring, spec.copy_space)),
             heap,
             arena,
             clients,
@@ -407,7 +408,7 @@ impl QueueSegment {
         Ok(Self {
             header,
             queue,
-            inbox_from_host,
+            inbox_from_host: inbox_from_host.map(|ring| HostInbox::new(ring, header.copy_space)),
             heap,
             arena,
             clients,
@@ -427,8 +428,8 @@ impl QueueSegment {
         &self.queue
     }
 
-    /// The GPU service's ring host threads push into (device segments only).
-    pub(crate) fn inbox_from_host(&self) -> Option<&LlRing<'_>> {
+    /// The GPU service's route from host threads (device segments only).
+    pub(crate) fn inbox_from_host(&self) -> Option<&HostInbox> {
         self.inbox_from_host.as_ref()
     }
 
@@ -568,5 +569,22 @@ impl std::fmt::Debug for QueueSegment {
             .field("len", &self.len())
             .field("geometry", &self.geometry)
             .finish()
+    }
+}
+
+impl Drop for QueueSegment {
+    /// Gives the reply futures the host route kept back to the heap, which
+    /// other processes mapping the segment may go on using; the mapping
+    /// itself goes after this, with the fields.
+    fn drop(&mut self) {
+        let kept: Vec<u64> = self
+            .inbox_from_host
+            .as_mut()
+            .map(|inbox| inbox.drain_replies().collect())
+            .unwrap_or_default();
+        for off in kept {
+            // Fails only on a corrupt heap, where leaking is the safe outcome.
+            let _ = self.free(ShmPtr::new(self.id, off));
+        }
     }
 }

@@ -12,6 +12,7 @@ use tandem_shm_core::{ll_tag, FillError, FutureError, LlRecord, Priority, ShmPtr
 use tandem_shm_core::{serialized_len, Reader, Writer};
 
 use crate::client_table::ClientLease;
+use crate::host_inbox::HostInbox;
 use crate::layout::{host_reply, task_record, HostReply, HOST_REPLY_BYTES, TASK_HEADER_BYTES};
 use crate::liveness::LivenessWatch;
 use crate::segment::QueueSegment;
@@ -182,7 +183,9 @@ impl std::fmt::Debug for SharedBuffer<'_> {
 ///
 /// Dropping it frees them, unless the task was published and neither
 /// completed nor abandoned by a dead runtime: then a worker may still write
-/// into the future, so it is deliberately leaked rather than freed.
+/// into the future, so it is deliberately leaked rather than freed. An
+/// answered task of the host route gives its future back to the route's
+/// pool instead, for the next submit.
 pub struct Pending<'s, T: Task> {
     segment: &'s QueueSegment,
     heap: Heap<'s>,
@@ -232,6 +235,31 @@ fn new_future<'s>(
     }
 }
 
+/// A reply future for the host route, of `reply_space` bytes of copy space:
+/// one that `inbox` kept back, else a new one from the segment's heap.
+fn reply_future<'s>(
+    segment: &'s QueueSegment,
+    inbox: &HostInbox,
+    reply_space: u32,
+) -> Result<(ShmPtr<u8>, *mut u8, FutureShm<'s>), TaskError> {
+    let Some(off) = inbox.replies().take() else {
+        return new_future(segment, Heap::Segment, reply_space);
+    };
+    let ptr = ShmPtr::new(segment.id(), off);
+    let bytes = FutureShm::required_bytes(reply_space);
+    // Fails only for a block the pool was never given, a bug; it then stays
+    // where it is.
+    let at = segment
+        .resolve(ptr, bytes)
+        .map_err(|e| TaskError::OutOfMemory(format!("a kept reply future: {e}")))?;
+    // SAFETY: the pool holds futures of `reply_space` bytes of copy space
+    // from the segment's heap (16-aligned), each given back by the `Pending`
+    // whose task was answered; the take made it ours alone.
+    let future =
+        unsafe { FutureShm::init_in(at, bytes, reply_space) }.map_err(TaskError::Future)?;
+    Ok((ptr, at, future))
+}
+
 /// Submits `task` as a copy future: its bytes go into the copy space of a new
 /// future with the segment's configured copy space, from the segment's heap.
 pub(crate) fn submit<'s, T: Task>(
@@ -266,25 +294,23 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
     deadline: Option<Instant>,
 ) -> Result<Pending<'s, T>, TaskError> {
     let inbox = segment.inbox_from_host().ok_or(TaskError::NoGpuInbox)?;
-    let copy_space = segment.header().copy_space;
     let args_len = serialized_len(task).map_err(TaskError::Ser)?;
-    // The reply before the output, so the output gets the configured room.
-    let lengths = copy_space
-        .checked_add(HOST_REPLY_BYTES as u32)
-        .filter(|_| args_len <= task_record::INLINE_ARGS_MAX)
-        .map(|space| task_record::lengths(args_len as u32, space))
-        .filter(|&lengths| task_record::copy_space(lengths).is_some());
-    let Some(lengths) = lengths else {
+    let reply_space = inbox
+        .reply_space()
+        .filter(|_| args_len <= task_record::INLINE_ARGS_MAX);
+    let Some(reply_space) = reply_space else {
+        let copy_space = segment.header().copy_space;
         let mut pending = copy_future(segment, Heap::Segment, task, copy_space)?;
         let record = pending.in_future_record()?;
         // Release: publishes the copy space, as in `publish`.
         fence(Ordering::Release);
-        pending.publish_with(deadline, |_| inbox.try_push(record).is_ok())?;
+        pending.publish_with(deadline, |_| inbox.ring().try_push(record).is_ok())?;
         return Ok(pending);
     };
+    // The reply before the output, so the output gets the configured room.
+    let lengths = task_record::lengths(args_len as u32, reply_space);
     let heap = Heap::Segment;
-    let reply_space = task_record::copy_space(lengths).unwrap_or(0) as u32;
-    let (ptr, at, future) = new_future(segment, heap, reply_space)?;
+    let (ptr, at, future) = reply_future(segment, inbox, reply_space)?;
     let mut pending = Pending::unpublished(segment, heap, ptr, future);
     let mut words = [0u32; LL_RECORD_WORDS];
     words[task_record::FUTURE] = pending.future_offset()?;
@@ -324,7 +350,11 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
     fence(Ordering::Release);
     let ticket = std::cell::Cell::new(0);
     pending.publish_with(deadline, |_| {
-        inbox.try_push_ticket(record).map(|t| ticket.set(t)).is_ok()
+        inbox
+            .ring()
+            .try_push_ticket(record)
+            .map(|t| ticket.set(t))
+            .is_ok()
     })?;
     pending.reply = Some((reply, ll_tag(ticket.get())));
     Ok(pending)
@@ -446,7 +476,9 @@ impl<'s, T: Task> Pending<'s, T> {
         deadline: Option<Instant>,
         push: impl Fn(ShmPtr<u8>) -> bool,
     ) -> Result<(), TaskError> {
-        let mut watch = LivenessWatch::new(self.segment.header());
+        // The clock is read only once a push failed: a submit after a pause
+        // then touches no timekeeping pages before its record is out.
+        let mut watch = None;
         let mut spins = 0u32;
         loop {
             if push(self.ptr) {
@@ -456,6 +488,7 @@ impl<'s, T: Task> Pending<'s, T> {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(TaskError::QueueFull);
             }
+            let watch = watch.get_or_insert_with(|| LivenessWatch::new(self.segment.header()));
             if !watch.alive() {
                 return Err(TaskError::RuntimeDead { pid: watch.pid() });
             }
@@ -490,26 +523,36 @@ impl<'s, T: Task> Pending<'s, T> {
         stop: &AtomicU32,
         deadline: Option<Instant>,
     ) -> Result<T::Output, TaskError> {
-        let mut watch = LivenessWatch::new(self.segment.header());
-        let mut dead = false;
         let reply = self.reply;
         let answered = || reply.and_then(|(reply, _)| reply_code(reply));
-        if reply.is_some() {
-            spin_for_answer(answered, stop);
-        }
-        // A reply's future never completes: its wait (the future's backoff:
-        // spinning first, then yielding, then sleeping) ends on the answer.
-        let mut outcome = self.future.wait(stop, || {
-            if answered().is_some() || deadline.is_some_and(|d| Instant::now() >= d) {
-                return true;
+        // A host-route answer mostly comes within the spin: the wait then
+        // reads no liveness clock and runs no future wait, code a wait after
+        // a pause would fetch for nothing.
+        let spun = reply.and_then(|_| spin_for_answer(answered, stop));
+        let mut dead = false;
+        let outcome = match spun {
+            Some(return_code) => WaitOutcome::Completed { return_code },
+            None => {
+                let mut watch = LivenessWatch::new(self.segment.header());
+                // A reply's future never completes: its wait (the future's
+                // backoff: spinning first, then yielding, then sleeping)
+                // ends on the answer.
+                let outcome = self.future.wait(stop, || {
+                    if answered().is_some() || deadline.is_some_and(|d| Instant::now() >= d) {
+                        return true;
+                    }
+                    dead = !watch.alive();
+                    dead
+                });
+                match answered() {
+                    Some(return_code) => {
+                        dead = false;
+                        WaitOutcome::Completed { return_code }
+                    }
+                    None => outcome,
+                }
             }
-            dead = !watch.alive();
-            dead
-        });
-        if let Some(return_code) = answered() {
-            dead = false;
-            outcome = WaitOutcome::Completed { return_code };
-        }
+        };
         match outcome {
             WaitOutcome::Completed { return_code: 0 } => {
                 let mut gathered = [0u8; host_reply::TAGGED_MAX as usize];
@@ -526,7 +569,8 @@ impl<'s, T: Task> Pending<'s, T> {
             WaitOutcome::Stopped => Err(TaskError::Stopped),
             WaitOutcome::TimedOut if dead => {
                 self.runtime_dead = true;
-                Err(TaskError::RuntimeDead { pid: watch.pid() })
+                let pid = LivenessWatch::new(self.segment.header()).pid();
+                Err(TaskError::RuntimeDead { pid })
             }
             WaitOutcome::TimedOut => Err(TaskError::TimedOut),
         }
@@ -540,16 +584,19 @@ impl<'s, T: Task> Pending<'s, T> {
 /// expected wait is both faster and, per task, no dearer in CPU time.
 const ANSWER_SPIN: Duration = Duration::from_micros(50);
 
-/// Spins until `answered` says so, `stop` is raised or [`ANSWER_SPIN`]
-/// passed; the caller's wait then decides.
-fn spin_for_answer(answered: impl Fn() -> Option<i32>, stop: &AtomicU32) {
+/// Spins until `answered` gives the return code, `stop` is raised or
+/// [`ANSWER_SPIN`] passed; `None` leaves the wait to the caller.
+fn spin_for_answer(answered: impl Fn() -> Option<i32>, stop: &AtomicU32) -> Option<i32> {
     let start = Instant::now();
     // Relaxed: only ends the spin early; the wait that follows reads the
     // flag with Acquire.
-    while answered().is_none() && stop.load(Ordering::Relaxed) == 0 && start.elapsed() < ANSWER_SPIN
-    {
+    while stop.load(Ordering::Relaxed) == 0 && start.elapsed() < ANSWER_SPIN {
+        if let Some(return_code) = answered() {
+            return Some(return_code);
+        }
         std::hint::spin_loop();
     }
+    None
 }
 
 /// The return code of an answered reply, or `None` before the answer.
@@ -669,8 +716,20 @@ unsafe fn tagged_word(reply: &HostReply, i: usize) -> &AtomicU64 {
 
 impl<T: Task> Drop for Pending<'_, T> {
     fn drop(&mut self) {
-        let reclaimable = !self.published || self.runtime_dead || self.is_complete();
-        if !reclaimable {
+        let answered = self.published && self.is_complete();
+        if self.published && !answered && !self.runtime_dead {
+            return;
+        }
+        // An answered reply future goes back to the host route's pool: the
+        // service is done with it, and it stays a reply future, whose next
+        // use clears its words and reads them under a new tag.
+        let kept = answered
+            && self.reply.is_some()
+            && self
+                .segment
+                .inbox_from_host()
+                .is_some_and(|inbox| inbox.replies().give(self.ptr.off).is_ok());
+        if kept {
             return;
         }
         // Frees of our own blocks fail only if the heap is corrupt; a drop

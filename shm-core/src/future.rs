@@ -272,6 +272,7 @@ impl<'r> FutureShm<'r> {
     }
 
     /// Checks a region's address and that it holds at least `needed` bytes.
+    #[inline]
     fn check_region(mem: *mut u8, len: usize, needed: usize) -> Result<NonNull<u8>, FutureError> {
         let mem = NonNull::new(mem).ok_or(FutureError::NullRegion)?;
         let required = align_of::<FutureShmHeader>();
@@ -297,6 +298,7 @@ impl<'r> FutureShm<'r> {
     /// `mem` must be valid for reads and writes of `len` bytes for `'r`, and no
     /// one else may use those bytes while this runs; others may attach once
     /// the caller has published the region (with `Release`, e.g. a queue).
+    #[inline]
     pub unsafe fn init_in(mem: *mut u8, len: usize, copy_space: u32) -> Result<Self, FutureError> {
         let mem = Self::check_region(mem, len, Self::required_bytes(copy_space))?;
         let header = mem.cast::<FutureShmHeader>();

@@ -49,6 +49,7 @@ pub struct LlRecord {
 impl LlRecord {
     /// A record of `data`, or `None` when it has more than
     /// [`LL_RECORD_WORDS`] words.
+    #[inline]
     pub fn new(data: &[u32]) -> Option<Self> {
         let mut words = [0; LL_RECORD_WORDS];
         words.get_mut(..data.len())?.copy_from_slice(data);
@@ -79,6 +80,7 @@ impl LlRecord {
     }
 
     /// The record's words.
+    #[inline]
     pub fn words(&self) -> &[u32] {
         &self.words[..self.len as usize]
     }
@@ -219,6 +221,7 @@ impl<'r> LlRing<'r> {
 
     /// [`try_push`](Self::try_push), also giving the position the record
     /// took, whose [`ll_tag`] a consumer may answer under.
+    #[inline]
     pub fn try_push_ticket(&self, record: LlRecord) -> Result<u64, LlRecord> {
         let tail = &self.view.header.tail.value;
         // Relaxed: as in `MpmcRing::try_push`, the slot's sequence number
@@ -256,6 +259,7 @@ impl<'r> LlRing<'r> {
     }
 
     /// Writes `record` as position `ticket`'s, whose slot the caller owns.
+    #[inline]
     fn write(&self, ticket: u64, record: &LlRecord) {
         let (_, words) = self.slot(ticket);
         let tag = ll_tag(ticket);

@@ -297,6 +297,46 @@ fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, t
     assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
 }
 
+/// The host route reuses an answered task's reply future: a thread that
+/// waits for each task before the next sends them all with one future,
+/// tasks in flight together each have their own, and rounds of them leave
+/// the device segment's heap as the first round left it (the route keeps a
+/// bounded number back, the rest is freed).
+fn host_route_reuses_reply_futures<A: GpuApi>(api: A) {
+    let runtime = runtime_on_device_0(api, 1, 64);
+    let queues = &runtime.devices()[0];
+    let service = GpuService::start(queues, 1, 4).expect("service");
+    let stop = AtomicU32::new(0);
+    let mut first = None;
+    for i in 0..100u64 {
+        let mut pending = runtime
+            .submit_to_gpu(0, &math::Add { a: i, b: 1 }, None)
+            .expect("submit");
+        assert_eq!(*first.get_or_insert(pending.ptr()), pending.ptr());
+        assert_eq!(pending.wait(&stop, None).expect("answer"), i + 1);
+    }
+    let round = || {
+        let batch: Vec<_> = (0..24u64)
+            .map(|i| {
+                runtime
+                    .submit_to_gpu(0, &math::Add { a: i, b: 2 }, None)
+                    .expect("submit")
+            })
+            .collect();
+        let futures: std::collections::HashSet<u64> = batch.iter().map(|p| p.ptr().off).collect();
+        assert_eq!(futures.len(), batch.len(), "tasks in flight share a future");
+        for (i, mut pending) in batch.into_iter().enumerate() {
+            assert_eq!(pending.wait(&stop, None).expect("answer"), i as u64 + 2);
+        }
+        queues.segment().heap().stats().expect("stats").free_bytes()
+    };
+    let after_first = round();
+    for _ in 0..3 {
+        assert_eq!(round(), after_first, "reply futures leaked");
+    }
+    service.stop().expect("the service ends");
+}
+
 /// Tasks a host thread of gpu_service_stress keeps in flight at once.
 const HOST_IN_FLIGHT: u64 = 8;
 
@@ -551,6 +591,11 @@ fn host_echo_phases_cover_rank_zero() {
 #[test]
 fn host_gpu_service_runs_tasks_routed_to_the_device() {
     gpu_service_runs_tasks_routed_to_the_device(HostApi::load().expect("host"), 2, 4);
+}
+
+#[test]
+fn host_host_route_reuses_reply_futures() {
+    host_route_reuses_reply_futures(HostApi::with_devices(1));
 }
 
 #[test]
@@ -1000,6 +1045,13 @@ macro_rules! gpu_tests {
                     api("runtime gpu_service_runs_tasks_routed_to_the_device")
                 {
                     super::gpu_service_runs_tasks_routed_to_the_device(api, 16, 64);
+                }
+            }
+
+            #[test]
+            fn host_route_reuses_reply_futures() {
+                if let Some((api, _one)) = api("runtime host_route_reuses_reply_futures") {
+                    super::host_route_reuses_reply_futures(api);
                 }
             }
 
