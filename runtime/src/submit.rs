@@ -304,7 +304,7 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
         let record = pending.in_future_record()?;
         // Release: publishes the copy space, as in `publish`.
         fence(Ordering::Release);
-        pending.publish_with(deadline, |_| inbox.ring().try_push(record).is_ok())?;
+        push_to_service(&mut pending, inbox, record, deadline)?;
         return Ok(pending);
     };
     // The reply before the output, so the output gets the configured room.
@@ -348,6 +348,22 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
     }
     // Release: the cleared answer before the record's words.
     fence(Ordering::Release);
+    let ticket = push_to_service(&mut pending, inbox, record, deadline)?;
+    pending.reply = Some((reply, ll_tag(ticket)));
+    Ok(pending)
+}
+
+/// Publishes `record` in the host route's ring (retrying as
+/// [`Pending::publish_with`] does) and returns the position it took. The
+/// slot then leaves this core's caches: the service's host server polls it
+/// across PCIe, and a read of a line this core holds modified would snoop
+/// the core.
+fn push_to_service<T: Task>(
+    pending: &mut Pending<'_, T>,
+    inbox: &HostInbox,
+    record: LlRecord,
+    deadline: Option<Instant>,
+) -> Result<u64, TaskError> {
     let ticket = std::cell::Cell::new(0);
     pending.publish_with(deadline, |_| {
         inbox
@@ -356,8 +372,8 @@ pub(crate) fn submit_to_gpu<'s, T: Task>(
             .map(|t| ticket.set(t))
             .is_ok()
     })?;
-    pending.reply = Some((reply, ll_tag(ticket.get())));
-    Ok(pending)
+    inbox.ring().demote_slot(ticket.get());
+    Ok(ticket.get())
 }
 
 /// A new future from `heap` with `task` in its copy space of `copy_space`

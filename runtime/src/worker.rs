@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tandem_hal::Backend;
 use tandem_shm_core::layout::FUTURE_COPY_SPACE_OFFSET;
 use tandem_shm_core::FutureShm;
-use tandem_shm_core::{FillError, FutureError, LaneCursor, LlRecord, ShmPtr};
+use tandem_shm_core::{demote_lines, FillError, FutureError, LaneCursor, LlRecord, ShmPtr};
 
 use crate::adopted::{Adopted, AdoptedSegments};
 use crate::context::TaskContext;
@@ -586,7 +586,7 @@ fn process(
         // output after it.
         let read_next = FUTURE_COPY_SPACE_OFFSET + future.output().map_or(0, <[u8]>::len);
         if let Ok(at) = segment.resolve(ptr, read_next) {
-            demote(at, read_next);
+            demote_lines(at, read_next);
         }
     }
     // After completing: a kernel that sees the word may reuse the future.
@@ -729,35 +729,8 @@ fn notify_submitter(segment: &QueueSegment, at: u32, answer: u32) -> bool {
     // Release: pairs with the kernel's acquire after it sees the token, so
     // the completion (flags, return code, output) is visible to it.
     word.store(answer, Ordering::Release);
-    demote(word.as_ptr().cast(), size_of::<u32>());
+    demote_lines(word.as_ptr().cast(), size_of::<u32>());
     true
-}
-
-/// Hints the CPU to move the cache lines of `[at, at + len)`, which a GPU is
-/// about to read across PCIe, from this core's caches to the shared
-/// last-level cache (x86's CLDEMOTE). A device's read of a line that a core
-/// holds modified has to snoop that core; from the shared cache it is
-/// answered sooner, which shortens a kernel thread's task round trip
-/// (runtime/benches/roundtrip.rs measures it; docs/design/pcie.md, "Cache
-/// lines the GPU reads", names the record). Nothing elsewhere: the hint has no effect
-/// on memory's contents.
-fn demote(at: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        const LINE: usize = 64;
-        let first = at as usize & !(LINE - 1);
-        for line in (first..at as usize + len).step_by(LINE) {
-            // SAFETY: CLDEMOTE changes no register, flag or memory contents
-            // (only where a line is cached) and raises no exception for any
-            // address (only a LOCK prefix, not used here, faults);
-            // processors without it execute it as a NOP.
-            unsafe {
-                core::arch::asm!("cldemote [{0}]", in(reg) line, options(nostack, preserves_flags));
-            }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (at, len);
 }
 
 #[cfg(test)]

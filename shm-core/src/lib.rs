@@ -34,7 +34,8 @@
 //!   [`MpmcRing`], [`LlRing`] of [`LlRecord`]s (records that need no fence),
 //!   and the runtime's [`LaneQueue`] (lanes by [`Priority`], read through a
 //!   [`LaneCursor`]; [`PushError`], [`NoSuchLane`]); a ring that does not
-//!   attach is a [`RingError`].
+//!   attach is a [`RingError`]. [`demote_lines`] moves what a device is about
+//!   to read out of the writing core's caches.
 //! * **Answering.** [`FutureShm`], a completion future waited on from either
 //!   side ([`WaitOutcome`]; [`FutureError`], [`FillError`]); the return
 //!   codes the future itself sets are [`RC_OUTPUT_TOO_LARGE`],
@@ -51,7 +52,7 @@
 //! # Module layers
 //!
 //! Bottom up: `layout`, `pod` and `sync` (the atomics, loom's under
-//! `--cfg loom`); `ptr`, `region`, `alloc_error`, `block_pool`; `ring` (the
+//! `--cfg loom`); `ptr`, `region`, `alloc_error`, `block_pool`, `cache_hint`; `ring` (the
 //! shape every ring shares), then `spsc`, `mpmc`, `ll_ring` and
 //! `lane_queue`; `arena`, `size_class`; `future`, `ser`; `segment`.
 #![cfg_attr(not(feature = "std"), no_std)]
@@ -62,6 +63,7 @@ extern crate alloc;
 mod alloc_error;
 mod arena;
 mod block_pool;
+mod cache_hint;
 mod future;
 mod lane_queue;
 pub mod layout;
@@ -81,6 +83,7 @@ pub(crate) mod sync;
 pub use alloc_error::AllocError;
 pub use arena::ArenaAllocator;
 pub use block_pool::BlockPool;
+pub use cache_hint::demote_lines;
 pub use future::{
     FillError, FutureError, FutureShm, WaitOutcome, RC_OUTPUT_FAILED, RC_OUTPUT_TOO_LARGE,
     RC_RESERVED_MAX,

@@ -34,6 +34,7 @@ use core::fmt;
 use core::mem::{align_of, size_of};
 use core::ptr::addr_of_mut;
 
+use crate::cache_hint::demote_lines;
 use crate::layout::{ring_kind, LlSlot, LL_RECORD_WORDS};
 use crate::ring::{free_for, full_for, Backoff, RingError, RingShape, RingView};
 use crate::sync::{fence, AtomicU64, Ordering};
@@ -256,6 +257,16 @@ impl<'r> LlRing<'r> {
                 }
             }
         }
+    }
+
+    /// Hints the CPU to move the lines of position `ticket`'s slot out of
+    /// this core's caches ([`demote_lines`]): for a producer whose consumer
+    /// is a device polling the slot across PCIe, once the record is in.
+    #[inline]
+    pub fn demote_slot(&self, ticket: u64) {
+        let (seq, _) = self.slot(ticket);
+        // The slot starts at its sequence word.
+        demote_lines((seq as *const AtomicU64).cast(), size_of::<LlSlot>());
     }
 
     /// Writes `record` as position `ticket`'s, whose slot the caller owns.
