@@ -505,6 +505,7 @@ impl QueueSegment {
 
     /// The host address of `len` bytes at segment pointer `ptr`, if they lie
     /// inside the segment.
+    #[inline]
     pub(crate) fn resolve(&self, ptr: ShmPtr<u8>, len: usize) -> Result<*mut u8, ForeignPointer> {
         let inside = ptr.alloc_id == self.id
             && ptr

@@ -237,6 +237,7 @@ fn new_future<'s>(
 
 /// A reply future for the host route, of `reply_space` bytes of copy space:
 /// one that `inbox` kept back, else a new one from the segment's heap.
+#[inline]
 fn reply_future<'s>(
     segment: &'s QueueSegment,
     inbox: &HostInbox,
