@@ -631,6 +631,7 @@ const TAGGED_LANDING: Duration = Duration::from_secs(1);
 /// The output after an answered reply in a copy space of `copy_space`
 /// bytes: in the copy space, or gathered into `gathered` from the tagged
 /// words of the record whose tag is `tag` ([`host_reply::TAGGED`]).
+#[inline]
 fn reply_output<'a>(
     reply: &'a HostReply,
     copy_space: u32,

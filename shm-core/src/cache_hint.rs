@@ -27,3 +27,17 @@ pub fn demote_lines(at: *const u8, len: usize) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (at, len);
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn demoting_leaves_the_bytes_as_they_were() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        // Unaligned, across lines, and empty.
+        demote_lines(bytes[3..].as_ptr(), 200);
+        demote_lines(bytes.as_ptr(), 0);
+        assert!(bytes.iter().enumerate().all(|(i, &b)| b == i as u8));
+    }
+}
