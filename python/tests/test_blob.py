@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import tandem
+from lines import readline_within
 
 
 @pytest.fixture
@@ -109,7 +110,10 @@ def test_a_forked_runtime_stops_with_its_client(store_config, tandem_bin):
 
 
 PUTTER = """
-    import sys, time, numpy as np, tandem
+    import signal, sys, time, numpy as np, tandem
+    # Ctrl-C as an interactive Python takes it: a child of a shell's
+    # background job starts with SIGINT ignored, and Python keeps that.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     store = tandem.blob.fork(sys.argv[1], tandem=sys.argv[2], heap_bytes=16 << 20)
     data = np.zeros(64 << 20, dtype=np.uint8)
     print("putting", store.runtime_pid, flush=True)
@@ -127,14 +131,18 @@ def test_ctrl_c_ends_a_transfer(store_config, tandem_bin):
         stdout=subprocess.PIPE,
         text=True,
     )
-    word, runtime_pid = child.stdout.readline().split()
-    assert word == "putting"
-    time.sleep(0.5)
-    sent = time.monotonic()
-    child.send_signal(signal.SIGINT)
-    assert child.stdout.readline().strip() == "interrupted"
-    assert time.monotonic() - sent < 5
-    assert child.wait(timeout=30) == 0
+    try:
+        word, runtime_pid = readline_within(child, 30).split()
+        assert word == "putting"
+        time.sleep(0.5)
+        sent = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        assert readline_within(child, 5).strip() == "interrupted"
+        assert time.monotonic() - sent < 5
+        assert child.wait(timeout=30) == 0
+    finally:
+        child.kill()
+        child.wait()
     assert wait_for_exit(int(runtime_pid)), "the runtime outlived its client"
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import tandem
+from lines import readline_within
 
 
 # NumPy imports DLPack writable from 2.1 on (versioned capsules); before, every
@@ -351,7 +352,10 @@ def wait_for(condition, seconds: float = 10.0) -> bool:
 
 
 WAITER = """
-    import sys, time, tandem
+    import signal, sys, time, tandem
+    # Ctrl-C as an interactive Python takes it: a child of a shell's
+    # background job starts with SIGINT ignored, and Python keeps that.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     client = tandem.share.connect(sys.argv[1])
     print("waiting", flush=True)
     started = time.monotonic()
@@ -369,9 +373,13 @@ def test_ctrl_c_ends_a_wait_for_a_seal(client):
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert child.stdout.readline().strip() == "waiting"
-    time.sleep(0.3)
-    child.send_signal(signal.SIGINT)
-    line = child.stdout.readline().split()
-    assert child.wait(timeout=10) == 0
+    try:
+        assert readline_within(child, 30).strip() == "waiting"
+        time.sleep(0.3)
+        child.send_signal(signal.SIGINT)
+        line = readline_within(child, 10).split()
+        assert child.wait(timeout=10) == 0
+    finally:
+        child.kill()
+        child.wait()
     assert line[0] == "interrupted" and float(line[1]) < 5, line
