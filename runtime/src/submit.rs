@@ -586,7 +586,7 @@ impl<'s, T: Task> Pending<'s, T> {
             WaitOutcome::Stopped => Err(TaskError::Stopped),
             WaitOutcome::TimedOut if dead => {
                 self.runtime_dead = true;
-                let pid = LivenessWatch::new(self.segment.header()).pid();
+                let pid = self.segment.header().owner().pid;
                 Err(TaskError::RuntimeDead { pid })
             }
             WaitOutcome::TimedOut => Err(TaskError::TimedOut),
