@@ -20,36 +20,51 @@ fn child() -> PathBuf {
 macro_rules! client_queue_tests {
     ($name:ident, $api:ty) => {
         mod $name {
+            use std::sync::{Mutex, MutexGuard};
+
             use tandem_tests::client_queues as cq;
 
-            fn api(label: &str) -> Option<$api> {
-                tandem_tests::gpu::api_or_skip::<$api>(label)
+            /// One test of the backend at a time: a test's GPU service runs
+            /// in this process, and another test's driver calls that wait
+            /// for the device to be idle (freeing its queues' pinned
+            /// memory, say) would wait for it while holding the driver's
+            /// lock that the first test needs to stop it (see GpuService).
+            static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+            /// The backend and this test's turn, or `None` when it skips.
+            fn api(label: &str) -> Option<($api, MutexGuard<'static, ()>)> {
+                let api = tandem_tests::gpu::api_or_skip::<$api>(label)?;
+                // A failed test poisons the lock; the next one still runs.
+                let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+                Some((api, turn))
             }
 
             #[test]
             fn two_clients_kernels_at_once() {
-                if let Some(api) = api("client queues two_clients_kernels_at_once") {
+                if let Some((api, _turn)) = api("client queues two_clients_kernels_at_once") {
                     cq::two_clients_kernels_at_once(&api, &crate::child());
                 }
             }
 
             #[test]
             fn client_killed_mid_kernel() {
-                if let Some(api) = api("client queues client_killed_mid_kernel") {
+                if let Some((api, _turn)) = api("client queues client_killed_mid_kernel") {
                     cq::client_killed_mid_kernel(&api, &crate::child());
                 }
             }
 
             #[test]
             fn runtime_killed_under_client_kernels() {
-                if api("client queues runtime_killed_under_client_kernels").is_some() {
+                if let Some((_, _turn)) = api("client queues runtime_killed_under_client_kernels") {
                     cq::runtime_killed_under_client_kernels::<$api>(&crate::child());
                 }
             }
 
             #[test]
             fn quota_of_one_client_leaves_the_other_alone() {
-                if let Some(api) = api("client queues quota_of_one_client_leaves_the_other_alone") {
+                if let Some((api, _turn)) =
+                    api("client queues quota_of_one_client_leaves_the_other_alone")
+                {
                     cq::quota_of_one_client_leaves_the_other_alone(&api, &crate::child());
                 }
             }
