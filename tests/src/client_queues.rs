@@ -199,9 +199,10 @@ fn spawn_client<A: GpuApi>(exe: &Path, mode: &str, segment: &str, rest: &[&str])
     Child::spawn(exe, &args).expect("spawning a client child")
 }
 
-/// A segment name of this test process's own.
-fn segment_name(test: &str) -> String {
-    format!("tandem-cq-{}-{test}", std::process::id())
+/// A segment name of this test process's own, for `test` on backend `A`:
+/// the backends' runs of one test may overlap.
+fn segment_name<A: GpuApi>(test: &str) -> String {
+    format!("tandem-cq-{}-{}-{test}", std::process::id(), A::BACKEND)
 }
 
 /// Whether `/dev/shm/<name>` exists.
@@ -225,7 +226,7 @@ fn eventually(timeout: Duration, done: impl Fn() -> bool) -> bool {
 /// process), every answer right; this process's kernels on queues of its
 /// own too, which `tandem status` lists with their tasks.
 pub fn two_clients_kernels_at_once<A: GpuApi>(api: &A, exe: &Path) {
-    let segment = segment_name("two");
+    let segment = segment_name::<A>("two");
     let mut runtime = start_runtime::<A>(exe, &segment, 2);
     let mut clients: Vec<Child> = (0..2)
         .map(|_| spawn_client::<A>(exe, "echo", &segment, &["4", "8", "32"]))
@@ -260,7 +261,7 @@ pub fn two_clients_kernels_at_once<A: GpuApi>(api: &A, exe: &Path) {
 /// A client killed (SIGKILL) while its kernel waits: the runtime lives,
 /// stops serving its segment and removes it; another client goes on.
 pub fn client_killed_mid_kernel<A: GpuApi>(api: &A, exe: &Path) {
-    let segment = segment_name("killed");
+    let segment = segment_name::<A>("killed");
     let mut runtime = start_runtime::<A>(exe, &segment, 2);
     let mut held = spawn_client::<A>(exe, "hold", &segment, &[]);
     let line = held.next_line(STEP).expect("hold child's line");
@@ -289,7 +290,7 @@ pub fn client_killed_mid_kernel<A: GpuApi>(api: &A, exe: &Path) {
 /// client's library raises the stop word, the kernel's threads return
 /// stopped, the client gets `RuntimeDead`, and nothing is left in /dev/shm.
 pub fn runtime_killed_under_client_kernels<A: GpuApi>(exe: &Path) {
-    let segment = segment_name("runtime-killed");
+    let segment = segment_name::<A>("runtime-killed");
     let mut runtime = start_runtime::<A>(exe, &segment, 2);
     let mut held = spawn_client::<A>(exe, "hold", &segment, &[]);
     let line = held.next_line(STEP).expect("hold child's line");
@@ -314,7 +315,7 @@ pub fn runtime_killed_under_client_kernels<A: GpuApi>(exe: &Path) {
 /// One client at its quota (device queues, then its segment's heap) gets
 /// typed errors; another client's kernels are unaffected.
 pub fn quota_of_one_client_leaves_the_other_alone<A: GpuApi>(api: &A, exe: &Path) {
-    let segment = segment_name("quota");
+    let segment = segment_name::<A>("quota");
     let mut runtime = start_runtime::<A>(exe, &segment, 1);
     let client = Client::attach(&segment).expect("attach");
     let queues = client.device_queues(api, 0).expect("device queues");
@@ -350,7 +351,7 @@ pub fn quota_of_one_client_leaves_the_other_alone<A: GpuApi>(api: &A, exe: &Path
 /// the CPU device, whose client side may have two devices while the
 /// runtime serves one.
 pub fn a_device_the_runtime_does_not_serve_is_refused(exe: &Path) {
-    let segment = segment_name("refused");
+    let segment = segment_name::<tandem_hal::HostApi>("refused");
     let mut runtime = start_runtime::<tandem_hal::HostApi>(exe, &segment, 1);
     let api = tandem_hal::HostApi::with_devices(2);
     let client = Client::attach(&segment).expect("attach");
