@@ -2264,6 +2264,24 @@ constexpr u64 RT_SERVE_COLD_EVERY = 8;
 constexpr u32 RT_SERVE_LOCAL_SLOTS_PER_SERVER = 4;
 constexpr u32 RT_SERVE_SHARED_SLOTS_PER_SERVER = 1;
 
+/// A mailbox server's polls in a round, by index: its hot LOCAL slots, then
+/// one hot slot of each other part, then the cold slot of its turn.
+constexpr u32 RT_POLL_SHARED = RT_SERVE_LOCAL_SLOTS_PER_SERVER;
+constexpr u32 RT_POLL_PEER = RT_POLL_SHARED + 1;
+constexpr u32 RT_POLL_PEER_SHARED = RT_POLL_PEER + 1;
+constexpr u32 RT_POLL_COLD = RT_POLL_PEER_SHARED + 1;
+constexpr u32 RT_SERVE_POLLS = RT_POLL_COLD + 1;
+static_assert(RT_SERVE_POLLS <= 32, "a round's finds are bits of a u32");
+
+/// The lowest set bit of non-zero `bits`.
+TANDEM_DEVICE u32 rt_lowest_bit(u32 bits) {
+#if defined(TANDEM_BACKEND_GPU)
+  return static_cast<u32>(__ffs(static_cast<int>(bits)) - 1);
+#else
+  return static_cast<u32>(__builtin_ctz(bits));
+#endif
+}
+
 /// How often, in rounds, a mailbox server that has seen no block of another
 /// device take PEER slots looks again (one system-scope load).
 constexpr u64 RT_SERVE_PEER_CHECK_EVERY = 1024;
@@ -2331,11 +2349,18 @@ TANDEM_DEVICE bool rt_service_stop_raised(RtContext& ctx) {
   return true;
 }
 
+/// Whether the poll `head` of an inbox slot found a task's first word of the
+/// slot's lap: a task to take (rt_take_inbox_task), whose other words may
+/// still be on their way. A zeroed head finds none.
+TANDEM_DEVICE bool rt_inbox_slot_has_task(RtSlotHead head) {
+  return static_cast<u32>(head.first >> 32) == rt_inbox_tag(head.ctrl >> 1);
+}
+
 /// Whether inbox slot `head` (a poll of it) holds a task not yet taken, or
 /// one on its way: claimed, or (a leased slot's later tasks are not
 /// claimed) its first word this lap's.
 TANDEM_DEVICE bool rt_inbox_slot_pending(RtSlotHead head) {
-  return (head.ctrl & rt_inbox::BUSY) != 0 || static_cast<u32>(head.first >> 32) == rt_inbox_tag(head.ctrl >> 1);
+  return (head.ctrl & rt_inbox::BUSY) != 0 || rt_inbox_slot_has_task(head);
 }
 
 /// Whether a stopping service thread is done: none of the inbox slots it
@@ -2588,47 +2613,60 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
       }
       // Every poll of the round issued before any is looked at: each is an
       // L2 round trip, and one after the other they would add up.
-      detail::RtSlotHead local_head[HOT_LOCAL];
+      RtInboxSlot* slot[detail::RT_SERVE_POLLS];
+      detail::RtSlotHead head[detail::RT_SERVE_POLLS];
       TANDEM_UNROLL
       for (u32 k = 0; k < HOT_LOCAL; ++k) {
-        local_head[k] = k < hot_locals ? detail::rt_poll_inbox_slot<scope::device>(hot_local[k])
-                                       : detail::RtSlotHead{0, 0};
+        slot[k] = hot_local[k];
+        head[k] = k < hot_locals ? detail::rt_poll_inbox_slot<scope::device>(hot_local[k])
+                                 : detail::RtSlotHead{0, 0};
       }
-      const detail::RtSlotHead shared_head =
+      slot[detail::RT_POLL_SHARED] = hot_shared;
+      head[detail::RT_POLL_SHARED] =
           hot_shared != nullptr ? detail::rt_poll_inbox_slot<scope::device>(hot_shared) : detail::RtSlotHead{0, 0};
       const bool poll_peer = peers && hot_peers;
-      detail::RtSlotHead peer_head{0, 0};
-      detail::RtSlotHead peer_shared_head{0, 0};
+      slot[detail::RT_POLL_PEER] = peer;
+      slot[detail::RT_POLL_PEER_SHARED] = peer_shared;
+      head[detail::RT_POLL_PEER] = detail::RtSlotHead{0, 0};
+      head[detail::RT_POLL_PEER_SHARED] = detail::RtSlotHead{0, 0};
       if (poll_peer) {
-        peer_head = detail::rt_poll_inbox_slot<scope::system>(peer);
-        peer_shared_head = detail::rt_poll_inbox_slot<scope::system>(peer_shared);
+        head[detail::RT_POLL_PEER] = detail::rt_poll_inbox_slot<scope::system>(peer);
+        head[detail::RT_POLL_PEER_SHARED] = detail::rt_poll_inbox_slot<scope::system>(peer_shared);
       }
       const bool cold_turn = owns_cold && round % detail::RT_SERVE_COLD_EVERY == 0;
       const bool cold_local = cold_turn && detail::rt_inbox_part_is_local(sweep.part);
       const bool poll_cold = cold_turn && (cold_local || peers);
-      RtInboxSlot* const cold = parts[sweep.part] + sweep.index;
-      detail::RtSlotHead cold_head{0, 0};
+      slot[detail::RT_POLL_COLD] = parts[sweep.part] + sweep.index;
+      head[detail::RT_POLL_COLD] = detail::RtSlotHead{0, 0};
       if (poll_cold) {
-        cold_head = cold_local ? detail::rt_poll_inbox_slot<scope::device>(cold)
-                               : detail::rt_poll_inbox_slot<scope::system>(cold);
+        head[detail::RT_POLL_COLD] = cold_local ? detail::rt_poll_inbox_slot<scope::device>(slot[detail::RT_POLL_COLD])
+                                                : detail::rt_poll_inbox_slot<scope::system>(slot[detail::RT_POLL_COLD]);
       }
-      detail::RtInboxTask task;
+      // The polls that found a task's first word, taken in that order by
+      // one copy of the take-and-serve code: unrolled per slot, each copy
+      // with the handler inlined, the loop outgrew the registers and
+      // spilled.
+      u32 found = 0;
       TANDEM_UNROLL
-      for (u32 k = 0; k < HOT_LOCAL; ++k) {
-        if (k < hot_locals) {
-          worked |= serve(detail::rt_take_inbox_task<scope::device>(hot_local[k], local_head[k], &task), task);
+      for (u32 k = 0; k < detail::RT_SERVE_POLLS; ++k) {
+        found |= detail::rt_inbox_slot_has_task(head[k]) ? 1u << k : 0u;
+      }
+      while (found != 0) {
+        const u32 k = detail::rt_lowest_bit(found);
+        found &= found - 1;
+        // By constant indices: the arrays stay in registers.
+        RtInboxSlot* taken_slot = slot[0];
+        detail::RtSlotHead taken_head = head[0];
+        TANDEM_UNROLL
+        for (u32 i = 1; i < detail::RT_SERVE_POLLS; ++i) {
+          taken_slot = k == i ? slot[i] : taken_slot;
+          taken_head = k == i ? head[i] : taken_head;
         }
-      }
-      if (hot_shared != nullptr) {
-        worked |= serve(detail::rt_take_inbox_task<scope::device>(hot_shared, shared_head, &task), task);
-      }
-      if (poll_peer) {
-        worked |= serve(detail::rt_take_inbox_task<scope::system>(peer, peer_head, &task), task);
-        worked |= serve(detail::rt_take_inbox_task<scope::system>(peer_shared, peer_shared_head, &task), task);
-      }
-      if (poll_cold) {
-        const bool taken = cold_local ? detail::rt_take_inbox_task<scope::device>(cold, cold_head, &task)
-                                      : detail::rt_take_inbox_task<scope::system>(cold, cold_head, &task);
+        const bool system =
+            k == detail::RT_POLL_PEER || k == detail::RT_POLL_PEER_SHARED || (k == detail::RT_POLL_COLD && !cold_local);
+        detail::RtInboxTask task;
+        const bool taken = system ? detail::rt_take_inbox_task<scope::system>(taken_slot, taken_head, &task)
+                                  : detail::rt_take_inbox_task<scope::device>(taken_slot, taken_head, &task);
         worked |= serve(taken, task);
       }
       if (cold_turn) {
