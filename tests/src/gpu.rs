@@ -1,5 +1,7 @@
 //! Finding a device for a test, or skipping it.
 
+use std::sync::{Mutex, MutexGuard};
+
 use tandem_hal::{Backend, GpuApi, GpuResult};
 
 /// Set to `1` to make a missing device fail GPU tests instead of skipping
@@ -106,4 +108,14 @@ pub fn devices_or_skip<A: GpuApi>(
             A::BACKEND,
         ),
     }
+}
+
+/// A device test's turn: the tests of one test binary that hold it run one
+/// at a time. A test's GPU service must not run while another test's driver
+/// calls wait for the device to be idle (see `GpuService`): such a call
+/// waits for the service, which its test may then never get to stop.
+pub fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    // A failed test poisons the lock; the next one still runs.
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -20,23 +20,16 @@ fn child() -> PathBuf {
 macro_rules! client_queue_tests {
     ($name:ident, $api:ty) => {
         mod $name {
-            use std::sync::{Mutex, MutexGuard};
+            use std::sync::MutexGuard;
 
             use tandem_tests::client_queues as cq;
+            use tandem_tests::gpu::{api_or_skip, one_at_a_time};
 
-            /// One test of the backend at a time: a test's GPU service runs
-            /// in this process, and another test's driver calls that wait
-            /// for the device to be idle (freeing its queues' pinned
-            /// memory, say) would wait for it while holding the driver's
-            /// lock that the first test needs to stop it (see GpuService).
-            static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-            /// The backend and this test's turn, or `None` when it skips.
+            /// The backend and this test's turn, or `None` when it skips:
+            /// the tests run GPU services in this process, one at a time.
             fn api(label: &str) -> Option<($api, MutexGuard<'static, ()>)> {
-                let api = tandem_tests::gpu::api_or_skip::<$api>(label)?;
-                // A failed test poisons the lock; the next one still runs.
-                let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                Some((api, turn))
+                let api = api_or_skip::<$api>(label)?;
+                Some((api, one_at_a_time()))
             }
 
             #[test]

@@ -962,28 +962,24 @@ fn host_kernels_send_to_another_devices_service() {
 macro_rules! gpu_tests {
     ($backend:ident, $api:ty) => {
         mod $backend {
-            use std::sync::{Mutex, MutexGuard};
+            use std::sync::MutexGuard;
 
-            use tandem_tests::gpu::{api_with_devices_or_skip, device_or_skip};
+            use tandem_tests::gpu::{api_with_devices_or_skip, device_or_skip, one_at_a_time};
 
-            /// One device test at a time: a test's GPU service must not run
-            /// while another test's driver calls wait for the device to be
-            /// idle (see GpuService).
-            static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
+            /// The backend and this test's turn (one device test at a
+            /// time), or `None` when the test skips.
             fn api(label: &str) -> Option<($api, MutexGuard<'static, ()>)> {
                 device_or_skip::<$api>(label)?;
-                // A failed test poisons the lock; the next one still runs.
-                let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                Some((<$api as tandem_hal::GpuApi>::load().expect("load"), guard))
+                let turn = one_at_a_time();
+                Some((<$api as tandem_hal::GpuApi>::load().expect("load"), turn))
             }
 
-            /// The backend with two devices, or `None` when the test skips.
+            /// The backend with two devices and this test's turn, or `None`
+            /// when the test skips.
             fn api_with_two(label: &str) -> Option<($api, MutexGuard<'static, ()>)> {
                 let api =
                     api_with_devices_or_skip::<$api>(label, 2, <$api as tandem_hal::GpuApi>::load)?;
-                let guard = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-                Some((api, guard))
+                Some((api, one_at_a_time()))
             }
 
             #[test]

@@ -2273,15 +2273,6 @@ constexpr u32 RT_POLL_COLD = RT_POLL_PEER_SHARED + 1;
 constexpr u32 RT_SERVE_POLLS = RT_POLL_COLD + 1;
 static_assert(RT_SERVE_POLLS <= 32, "a round's finds are bits of a u32");
 
-/// The lowest set bit of non-zero `bits`.
-TANDEM_DEVICE u32 rt_lowest_bit(u32 bits) {
-#if defined(TANDEM_BACKEND_GPU)
-  return static_cast<u32>(__ffs(static_cast<int>(bits)) - 1);
-#else
-  return static_cast<u32>(__builtin_ctz(bits));
-#endif
-}
-
 /// How often, in rounds, a mailbox server that has seen no block of another
 /// device take PEER slots looks again (one system-scope load).
 constexpr u64 RT_SERVE_PEER_CHECK_EVERY = 1024;
@@ -2636,11 +2627,12 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
       const bool cold_turn = owns_cold && round % detail::RT_SERVE_COLD_EVERY == 0;
       const bool cold_local = cold_turn && detail::rt_inbox_part_is_local(sweep.part);
       const bool poll_cold = cold_turn && (cold_local || peers);
-      slot[detail::RT_POLL_COLD] = parts[sweep.part] + sweep.index;
+      RtInboxSlot* const cold = parts[sweep.part] + sweep.index;
+      slot[detail::RT_POLL_COLD] = cold;
       head[detail::RT_POLL_COLD] = detail::RtSlotHead{0, 0};
       if (poll_cold) {
-        head[detail::RT_POLL_COLD] = cold_local ? detail::rt_poll_inbox_slot<scope::device>(slot[detail::RT_POLL_COLD])
-                                                : detail::rt_poll_inbox_slot<scope::system>(slot[detail::RT_POLL_COLD]);
+        head[detail::RT_POLL_COLD] = cold_local ? detail::rt_poll_inbox_slot<scope::device>(cold)
+                                                : detail::rt_poll_inbox_slot<scope::system>(cold);
       }
       // The polls that found a task's first word, taken in that order by
       // one copy of the take-and-serve code: unrolled per slot, each copy
@@ -2652,7 +2644,7 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
         found |= detail::rt_inbox_slot_has_task(head[k]) ? 1u << k : 0u;
       }
       while (found != 0) {
-        const u32 k = detail::rt_lowest_bit(found);
+        const u32 k = lowest_set_bit(found);
         found &= found - 1;
         // By constant indices: the arrays stay in registers.
         RtInboxSlot* taken_slot = slot[0];

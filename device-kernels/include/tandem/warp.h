@@ -97,14 +97,17 @@ TANDEM_DEVICE u32 lane_count(lane_mask mask) {
 #endif
 }
 
-/// The lowest lane of a non-empty `mask`.
-TANDEM_DEVICE u32 lowest_lane(lane_mask mask) {
+/// The index of the lowest set bit of non-zero `bits`.
+TANDEM_DEVICE u32 lowest_set_bit(u64 bits) {
 #if defined(TANDEM_BACKEND_GPU)
-  return __ffsll(static_cast<long long>(mask)) - 1;
+  return __ffsll(static_cast<long long>(bits)) - 1;
 #else
-  return static_cast<u32>(__builtin_ctzll(mask));
+  return static_cast<u32>(__builtin_ctzll(bits));
 #endif
 }
+
+/// The lowest lane of a non-empty `mask`.
+TANDEM_DEVICE u32 lowest_lane(lane_mask mask) { return lowest_set_bit(mask); }
 
 /// Waits until every lane of `group` (which must contain the caller) gets
 /// here, and orders the memory accesses of each before those of all after
