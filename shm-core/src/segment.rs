@@ -278,11 +278,20 @@ impl Segment {
         // The creator's lock (module docs). It can only be refused if a
         // prober took the fresh, empty name for a leftover in the instant
         // between shm_open and here: that prober removes it, so leave the
-        // name to it and report the name taken.
+        // name to it and report the name taken. Such a prober may also have
+        // removed the name and let go before this lock: the object is then
+        // no longer the name's (which may be another creator's by now), and
+        // the name is taken too. Checked under the lock, which any prober
+        // must hold to remove the name.
+        let exists = || SegmentError::Exists {
+            name: name.to_owned(),
+        };
         if !try_lock(fd.as_fd()) {
-            return Err(SegmentError::Exists {
-                name: name.to_owned(),
-            });
+            return Err(exists());
+        }
+        let (inode, _) = inode_and_size(fd.as_fd())?;
+        if !names_inode(name, inode)? {
+            return Err(exists());
         }
         let mapped = resize(fd.as_fd(), size).and_then(|()| Mapping::new(fd.as_fd(), len));
         match mapped {
@@ -431,6 +440,19 @@ fn inode_and_size(fd: BorrowedFd<'_>) -> Result<(u64, u64), SegmentError> {
     Ok((inode, stat.st_size.max(0) as u64))
 }
 
+/// Whether the segment name `name` refers to the object of inode `inode`
+/// (`false` when it is gone or names another object).
+fn names_inode(name: &str, inode: u64) -> Result<bool, SegmentError> {
+    match std::fs::metadata(format!("{SHM_DIR}/{name}")) {
+        Ok(meta) => Ok(std::os::unix::fs::MetadataExt::ino(&meta) == inode),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(SegmentError::Os {
+            call: "stat",
+            source,
+        }),
+    }
+}
+
 /// An existing named segment opened read-only to decide whether it was left
 /// behind: whether its creator still holds it ([`is_held`](Self::is_held)),
 /// and what its first bytes say ([`read_at`](Self::read_at)). When nobody
@@ -519,16 +541,8 @@ impl SegmentProbe {
         if self.held {
             return Ok(false);
         }
-        match std::fs::metadata(format!("{SHM_DIR}/{}", self.name)) {
-            Ok(meta) if std::os::unix::fs::MetadataExt::ino(&meta) == self.inode => {}
-            Ok(_) => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(source) => {
-                return Err(SegmentError::Os {
-                    call: "stat",
-                    source,
-                })
-            }
+        if !names_inode(&self.name, self.inode)? {
+            return Ok(false);
         }
         // SAFETY: `path` is a NUL-terminated string that outlives the call.
         if unsafe { libc::shm_unlink(self.path.as_ptr()) } != 0 {
