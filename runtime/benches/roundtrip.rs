@@ -14,8 +14,16 @@
 //!   host thread's round trip against the pinned-memory ping-pong (target
 //!   <= 1.5x) and against a kernel launch + sync per request, and that of a
 //!   task with output (no target: what output adds); and, for a
-//!   kernel thread and for a host thread, the first round trip after an
-//!   idle second against a busy one (target <= 2x).
+//!   kernel thread and for a host thread, the first round trip after the
+//!   service idled a second against a busy one (target <= 2x; the host
+//!   thread stays awake through the pause, and a second row has it sleep
+//!   through it too, which adds its own wake-up).
+//!
+//! The kernel thread's busy round trip is timed as the floor is, by the
+//! launch over many tasks, with no clock read between them: a read of the
+//! GPU's global timer takes long enough to show in a round trip, so the
+//! timed run that splits one into its phases prints its own time per task
+//! beside them.
 //!
 //! The runtime's rows run the no-op kernel (`tandem_rt_noop_tasks`), whose
 //! threads only send no-op tasks and wait for them, as the floor's kernel
@@ -115,30 +123,62 @@ fn median_of<T: Copy + Ord>(
     Ok((values[REPEATS / 2], values[0], values[REPEATS - 1]))
 }
 
-/// One kernel thread's `tasks` no-op tasks to the GPU service, as its own
-/// clock saw them: send + wait per task.
+/// The GPU-route launch of one kernel thread sending `tasks` no-op tasks.
+fn lone_sender(tasks: u64) -> NoopLaunch {
+    NoopLaunch {
+        route: EchoRoute::GpuService,
+        ..noop(1, 1, tasks)
+    }
+}
+
+/// One kernel thread's `tasks` no-op tasks to the GPU service, untimed (its
+/// kernel reads no clock between them, as the floor's reads none): the
+/// launch's time per task, whose launch and set-up `tasks` amortise as the
+/// floor's rounds amortise its own.
 fn service_round_trip<A: GpuApi>(
     kernels: &mut RuntimeKernels<'_, A>,
     tasks: u64,
 ) -> Result<Duration, String> {
-    service_phases(kernels, tasks).map(|phases| phases.send + phases.wait)
-}
-
-/// One kernel thread's `tasks` no-op tasks to the GPU service, its phases.
-fn service_phases<A: GpuApi>(
-    kernels: &mut RuntimeKernels<'_, A>,
-    tasks: u64,
-) -> Result<EchoPhases, String> {
-    let (outcome, phases) = kernels
-        .noop_tasks_with_phases(&NoopLaunch {
-            route: EchoRoute::GpuService,
-            ..noop(1, 1, tasks)
-        })
+    let outcome = kernels
+        .noop_tasks(&lone_sender(tasks))
         .map_err(|e| e.to_string())?;
     if outcome.failed_threads() > 0 {
         return Err(format!("GPU-route run failed: {:?}", outcome.status));
     }
-    Ok(phases)
+    Ok(outcome.elapsed / tasks as u32)
+}
+
+/// One kernel thread's first task to the GPU service of a launch, as its
+/// own clock saw it: from its set-up (its future allocated) to the answer,
+/// making the task included. A launch's own start is not the service's to
+/// answer for, and the thread reads its clock only at those two points.
+fn service_first_round_trip<A: GpuApi>(
+    kernels: &mut RuntimeKernels<'_, A>,
+) -> Result<Duration, String> {
+    let (outcome, spans) = kernels
+        .noop_tasks_with_spans(&lone_sender(1))
+        .map_err(|e| e.to_string())?;
+    if outcome.failed_threads() > 0 {
+        return Err(format!("GPU-route run failed: {:?}", outcome.status));
+    }
+    let span = spans.first().ok_or("no span came back")?;
+    Ok(span.first_answered.saturating_sub(span.set_up))
+}
+
+/// One kernel thread's `tasks` no-op tasks to the GPU service, its phases
+/// by its clock, read three times a task, and the launch's time per task
+/// with those reads.
+fn service_phases<A: GpuApi>(
+    kernels: &mut RuntimeKernels<'_, A>,
+    tasks: u64,
+) -> Result<(EchoPhases, Duration), String> {
+    let (outcome, phases) = kernels
+        .noop_tasks_with_phases(&lone_sender(tasks))
+        .map_err(|e| e.to_string())?;
+    if outcome.failed_threads() > 0 {
+        return Err(format!("GPU-route run failed: {:?}", outcome.status));
+    }
+    Ok((phases, outcome.elapsed / tasks as u32))
 }
 
 /// One host thread's `tasks` tasks (`task(i)`) to device 0's GPU service,
@@ -157,6 +197,15 @@ fn host_round_trips<A: GpuApi, T: tandem_runtime::Task>(
         pending.wait(stop, None).map_err(|e| e.to_string())?;
     }
     Ok(start.elapsed() / tasks as u32)
+}
+
+/// Spins the calling thread for `pause`, reading the clock: it stays awake
+/// and its core out of idle states, as a thread that waits by spinning.
+fn spin_for(pause: Duration) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < pause {
+        std::hint::spin_loop();
+    }
 }
 
 /// The GPU service's rows (see the top of the file): floors first, as they
@@ -208,9 +257,10 @@ fn service_bench<A: GpuApi>(
         spread(kernel_trip),
         service_verdict(scale, "<= 1.5x", vs <= 1.5)
     );
-    let phases = service_phases(&mut kernels, scale.single_tasks)?;
+    let (phases, timed) = service_phases(&mut kernels, scale.single_tasks)?;
     println!(
-        "      as the kernel thread's clock saw it (one run): send {:.2} us, wait {:.2} us",
+        "      as the kernel thread's clock saw it (a timed run, {:.2} us a task with its clock reads): send {:.2} us, wait {:.2} us",
+        us(timed),
         us(phases.send),
         us(phases.wait)
     );
@@ -260,7 +310,7 @@ fn service_bench<A: GpuApi>(
     );
     let idle_trip = median_of(|| {
         std::thread::sleep(scale.idle);
-        service_round_trip(&mut kernels, 1)
+        service_first_round_trip(&mut kernels)
     })?;
     let vs = ratio(idle_trip.0, kernel_trip.0);
     println!(
@@ -269,21 +319,37 @@ fn service_bench<A: GpuApi>(
         spread(idle_trip),
         service_verdict(scale, "<= 2x", vs <= 2.0)
     );
+    // The service's pause, the host thread awake through it (spinning, as
+    // it did between the busy row's tasks): its core neither sleeps nor
+    // loses its caches, so the row measures what the pause costs the
+    // service's answer, the target's subject.
     let host_idle_trip = median_of(|| {
-        std::thread::sleep(scale.idle);
+        spin_for(scale.idle);
         host_trips(1)
     })?;
     let vs = ratio(host_idle_trip.0, host_trip.0);
     println!(
-        "    host thread -> service after {:?} idle: {}; {vs:.2}x the busy round trip, {}",
+        "    host thread -> service after {:?} idle, the host thread awake through it: {}; {vs:.2}x the busy round trip, {}",
         scale.idle,
         spread(host_idle_trip),
         service_verdict(scale, "<= 2x", vs <= 2.0)
     );
+    // The same pause with the host thread asleep through it as well: its
+    // core may then enter a deep idle state that empties its caches, and
+    // its own submit fetches every line it touches again (the phases below).
+    let asleep_trip = median_of(|| {
+        std::thread::sleep(scale.idle);
+        host_trips(1)
+    })?;
+    println!(
+        "      the host thread asleep through it too: {}; {:.2}x the busy round trip",
+        spread(asleep_trip),
+        ratio(asleep_trip.0, host_trip.0)
+    );
     std::thread::sleep(scale.idle);
     let (submit, wait) = host_phases(1)?;
     println!(
-        "      as the host thread's clock saw it (one run): submit {:.2} us, wait and drop {:.2} us",
+        "      as that host thread's clock saw it (one run): submit {:.2} us, wait and drop {:.2} us",
         us(submit),
         us(wait)
     );
