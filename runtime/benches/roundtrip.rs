@@ -14,16 +14,15 @@
 //!   host thread's round trip against the pinned-memory ping-pong (target
 //!   <= 1.5x) and against a kernel launch + sync per request, and that of a
 //!   task with output (no target: what output adds); and, for a
-//!   kernel thread and for a host thread, the first round trip after the
-//!   service idled a second against a busy one (target <= 2x; the host
-//!   thread stays awake through the pause, and a second row has it sleep
-//!   through it too, which adds its own wake-up).
+//!   kernel thread and for a host thread, the first round trip after an
+//!   idle second against a busy one (target <= 2x), and for the host thread
+//!   the same pause spent spinning (no target: whether what the pause costs
+//!   is the thread's own sleep).
 //!
 //! The kernel thread's busy round trip is timed as the floor is, by the
-//! launch over many tasks, with no clock read between them: a read of the
-//! GPU's global timer takes long enough to show in a round trip, so the
-//! timed run that splits one into its phases prints its own time per task
-//! beside them.
+//! launch over many tasks with no clock read between them; the timed run
+//! that splits one into its phases prints its own time per task beside
+//! them.
 //!
 //! The runtime's rows run the no-op kernel (`tandem_rt_noop_tasks`), whose
 //! threads only send no-op tasks and wait for them, as the floor's kernel
@@ -199,8 +198,8 @@ fn host_round_trips<A: GpuApi, T: tandem_runtime::Task>(
     Ok(start.elapsed() / tasks as u32)
 }
 
-/// Spins the calling thread for `pause`, reading the clock: it stays awake
-/// and its core out of idle states, as a thread that waits by spinning.
+/// Spins the calling thread for `pause`, reading the clock: it stays on its
+/// core, awake, as a thread that waits by spinning.
 fn spin_for(pause: Duration) {
     let start = std::time::Instant::now();
     while start.elapsed() < pause {
@@ -319,37 +318,34 @@ fn service_bench<A: GpuApi>(
         spread(idle_trip),
         service_verdict(scale, "<= 2x", vs <= 2.0)
     );
-    // The service's pause, the host thread awake through it (spinning, as
-    // it did between the busy row's tasks): its core neither sleeps nor
-    // loses its caches, so the row measures what the pause costs the
-    // service's answer, the target's subject.
     let host_idle_trip = median_of(|| {
-        spin_for(scale.idle);
+        std::thread::sleep(scale.idle);
         host_trips(1)
     })?;
     let vs = ratio(host_idle_trip.0, host_trip.0);
     println!(
-        "    host thread -> service after {:?} idle, the host thread awake through it: {}; {vs:.2}x the busy round trip, {}",
+        "    host thread -> service after {:?} idle: {}; {vs:.2}x the busy round trip, {}",
         scale.idle,
         spread(host_idle_trip),
         service_verdict(scale, "<= 2x", vs <= 2.0)
     );
-    // The same pause with the host thread asleep through it as well: its
-    // core may then enter a deep idle state that empties its caches, and
-    // its own submit fetches every line it touches again (the phases below).
-    let asleep_trip = median_of(|| {
-        std::thread::sleep(scale.idle);
-        host_trips(1)
-    })?;
-    println!(
-        "      the host thread asleep through it too: {}; {:.2}x the busy round trip",
-        spread(asleep_trip),
-        ratio(asleep_trip.0, host_trip.0)
-    );
     std::thread::sleep(scale.idle);
     let (submit, wait) = host_phases(1)?;
     println!(
-        "      as that host thread's clock saw it (one run): submit {:.2} us, wait and drop {:.2} us",
+        "      as the host thread's clock saw it (one run): submit {:.2} us, wait and drop {:.2} us",
+        us(submit),
+        us(wait)
+    );
+    let spun_trip = median_of(|| {
+        spin_for(scale.idle);
+        host_trips(1)
+    })?;
+    spin_for(scale.idle);
+    let (submit, wait) = host_phases(1)?;
+    println!(
+        "      the host thread spinning through the pause instead: {}; {:.2}x the busy round trip; submit {:.2} us, wait and drop {:.2} us (one run)",
+        spread(spun_trip),
+        ratio(spun_trip.0, host_trip.0),
         us(submit),
         us(wait)
     );
