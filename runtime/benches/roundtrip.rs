@@ -694,7 +694,6 @@ fn main() {
         eprintln!("host backend bench failed: {e}");
         std::process::exit(1);
     }
-    cuda();
 }
 
 #[cfg(feature = "cuda")]
