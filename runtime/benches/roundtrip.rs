@@ -51,7 +51,8 @@ use std::time::Duration;
 
 use tandem_hal::{GpuApi, HostApi};
 use tandem_runtime::kernels::{
-    EchoLaunch, EchoPhases, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels, ThreadSpan,
+    EchoLaunch, EchoOutcome, EchoPhases, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels,
+    ThreadSpan,
 };
 use tandem_runtime::{math, Config, DeviceSelection, GpuService, Registry, Runtime};
 
@@ -130,6 +131,14 @@ fn lone_sender(tasks: u64) -> NoopLaunch {
     }
 }
 
+/// Whether a lone sender's GPU-route launch had its every task answered.
+fn sender_answered(outcome: &EchoOutcome) -> Result<(), String> {
+    if outcome.failed_threads() > 0 {
+        return Err(format!("GPU-route run failed: {:?}", outcome.status));
+    }
+    Ok(())
+}
+
 /// One kernel thread's `tasks` no-op tasks to the GPU service, untimed (its
 /// kernel reads no clock between them, as the floor's reads none): the
 /// launch's time per task, whose launch and set-up `tasks` amortise as the
@@ -141,9 +150,7 @@ fn service_round_trip<A: GpuApi>(
     let outcome = kernels
         .noop_tasks(&lone_sender(tasks))
         .map_err(|e| e.to_string())?;
-    if outcome.failed_threads() > 0 {
-        return Err(format!("GPU-route run failed: {:?}", outcome.status));
-    }
+    sender_answered(&outcome)?;
     Ok(outcome.elapsed / tasks as u32)
 }
 
@@ -157,9 +164,7 @@ fn service_first_round_trip<A: GpuApi>(
     let (outcome, spans) = kernels
         .noop_tasks_with_spans(&lone_sender(1))
         .map_err(|e| e.to_string())?;
-    if outcome.failed_threads() > 0 {
-        return Err(format!("GPU-route run failed: {:?}", outcome.status));
-    }
+    sender_answered(&outcome)?;
     let span = spans.first().ok_or("no span came back")?;
     Ok(span.first_answered.saturating_sub(span.set_up))
 }
@@ -174,9 +179,7 @@ fn service_phases<A: GpuApi>(
     let (outcome, phases) = kernels
         .noop_tasks_with_phases(&lone_sender(tasks))
         .map_err(|e| e.to_string())?;
-    if outcome.failed_threads() > 0 {
-        return Err(format!("GPU-route run failed: {:?}", outcome.status));
-    }
+    sender_answered(&outcome)?;
     Ok((phases, outcome.elapsed / tasks as u32))
 }
 
