@@ -945,8 +945,9 @@ TANDEM_DEVICE SizeClassResult size_class_free(const SizeClassHeap& heap, ShmPtr<
 ///
 /// A miss goes to the shared heap together with the lanes of the warp that
 /// miss at the same time (sc_allocate_together), and size_class_flush pools
-/// the bins of the lanes that flush together: call both from code the lanes
-/// of a warp may reach together, never from inside a lane-private spin.
+/// each class's bins of the lanes that flush it together: call both from
+/// code the lanes of a warp may reach together, never from inside a
+/// lane-private spin.
 ///
 /// Bins link blocks through their headers' `next` words (written atomically,
 /// as a push does, since a stale pop may read them) and hold at most
@@ -1003,39 +1004,41 @@ TANDEM_DEVICE SizeClassResult size_class_cached_free(const SizeClassHeap& heap,
 }
 
 /// Pushes every cached block back onto its class's shared list and empties
-/// the cache. The lanes that flush together pool their bins: for each class,
-/// the holders' chains are linked lane to lane and the lowest holder pushes
-/// the whole chain with one compare-and-swap. Every lane that reaches the
-/// call together takes part (the loop over classes is the same for all).
+/// the cache. The lanes that flush a class together pool it: for each class,
+/// the lanes holding a bin of it at that moment (key_peers, taken right
+/// before the collectives that use it) link their chains lane to lane, and
+/// the lowest of them pushes the whole chain with one compare-and-swap. A
+/// group is formed anew for every class: one mask taken at the start and
+/// kept through every class's pushes, which spin and sleep lane by lane, was
+/// seen on sm_90 to put a lane's chain on another class's list
+/// (docs/perf/2026-12-02-h200-session13.md).
 template <scope S = scope::system>
 TANDEM_DEVICE void size_class_flush(const SizeClassHeap& heap, SizeClassCache& cache) {
-  const lane_mask lanes = active_lanes();
   const u32 lane = lane_id();
   for (u64 cls = 0; cls < SIZE_CLASSES; ++cls) {
     const u64 first = cache.first[cls];
+    if (first == 0) {
+      continue;
+    }
     u64 last = first;
     for (u32 i = 1; i < cache.count[cls]; ++i) {
       // Relaxed: links this thread wrote.
       last = load_relaxed<S>(&heap.block(last)->next);
     }
-    const lane_mask holders = ballot(lanes, first != 0);
-    if (holders == 0) {
-      continue;
-    }
+    const lane_mask holders = key_peers(cls);
     // Each holder links its chain to the next holder's above it.
     const lane_mask above = holders & ~lanes_below(lane) & ~(lane_mask{1} << lane);
-    const u64 next_first = broadcast(lanes, first, above != 0 ? lowest_lane(above) : lane);
-    if (first != 0 && above != 0) {
+    const u64 next_first = broadcast(holders, first, above != 0 ? lowest_lane(above) : lane);
+    if (above != 0) {
       // Relaxed: the pushing lane's release covers it (warp_sync below).
       store_relaxed<S>(&heap.block(last)->next, next_first);
     }
-    const u64 chain_last = broadcast(lanes, last, highest_lane(holders));
-    const u64 chain_first = broadcast(lanes, first, lowest_lane(holders));
+    const u64 chain_last = broadcast(holders, last, highest_lane(holders));
     // Every holder's links (and its earlier writes to its blocks) happen
     // before the push's release.
-    warp_sync(lanes);
+    warp_sync(holders);
     if (lane == lowest_lane(holders)) {
-      detail::sc_push_chain<S>(heap, cls, chain_first, chain_last);
+      detail::sc_push_chain<S>(heap, cls, first, chain_last);
     }
     cache.first[cls] = 0;
     cache.count[cls] = 0;
