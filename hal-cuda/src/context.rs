@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUcontext, CUdevice, CUdevice_attribute};
 use tandem_hal::checks::LaunchLimits;
-use tandem_hal::{ErrorKind, GpuResult};
+use tandem_hal::{ErrorKind, GpuResult, ResidentKernels};
 
 use crate::artifact::SmArch;
 use crate::driver::{check, error};
@@ -20,6 +20,9 @@ pub(crate) struct Context {
     pub(crate) arch: SmArch,
     /// Launch limits, read once so `launch` asks the driver nothing extra.
     pub(crate) limits: LaunchLimits,
+    /// The context's resident kernels, and the releases kept for them
+    /// ([`Context::release_when_idle`]).
+    pub(crate) resident: Arc<ResidentKernels>,
 }
 
 // SAFETY: a CUcontext is a driver handle, not memory this crate dereferences;
@@ -83,6 +86,7 @@ impl Context {
             raw,
             arch,
             limits,
+            resident: ResidentKernels::new(),
         });
         context.bind()?;
         Ok(context)
@@ -94,24 +98,35 @@ impl Context {
     /// switches the thread's context in between.
     #[inline]
     pub(crate) fn bind(&self) -> GpuResult<()> {
-        let mut current: CUcontext = core::ptr::null_mut();
-        // SAFETY: valid out-pointer.
-        check("cuCtxGetCurrent", unsafe {
-            sys::cuCtxGetCurrent(&mut current)
-        })?;
-        if current != self.raw {
-            // SAFETY: `raw` is a retained context, alive as long as `self`.
-            check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.raw) })?;
-        }
-        Ok(())
+        bind_raw(self.raw)
     }
 
     /// Binds (ignoring failure) and runs a release call whose status is
     /// ignored: used by `Drop`, which must neither fail nor panic. At process
     /// exit the driver may already be torn down; there is nothing to do then.
+    /// For the releases that return while kernels run (streams, events,
+    /// virtual-memory mappings); the others go through
+    /// [`Context::release_when_idle`].
     pub(crate) fn release(&self, free: impl FnOnce() -> sys::CUresult) {
         let _ = self.bind();
         let _ = free();
+    }
+
+    /// As [`Context::release`], for a release the driver makes wait for the
+    /// whole device to go idle (freeing device, pinned or managed memory,
+    /// unregistering host memory, closing an IPC mapping, unloading a
+    /// module): run now, or kept until the context's last resident kernel
+    /// has ended (tandem_hal::ResidentKernels), whose wait it would otherwise
+    /// join for good. `free` holds plain handles, not pointers into `self`:
+    /// it may run on another thread, when its owner is long gone.
+    pub(crate) fn release_when_idle(&self, free: impl FnOnce() -> sys::CUresult + Send + 'static) {
+        let raw = ContextHandle(self.raw);
+        self.resident.release(move || {
+            // The whole handle (which is Send), not its field alone.
+            let raw = raw;
+            let _ = bind_raw(raw.0);
+            let _ = free();
+        });
     }
 
     /// `InvalidArgument` unless `other` is this same context (a stream or
@@ -144,10 +159,35 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
+        // What a resident kernel kept: no handle is left to launch with, and
+        // the context must still be retained while they run.
+        self.resident.run_kept();
         // SAFETY: releases the retain taken in `open`, exactly once; every
         // resource made in this context held an `Arc` to it and is gone.
         let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
     }
+}
+
+/// A context handle moved into a kept release ([`Context::release_when_idle`]).
+struct ContextHandle(CUcontext);
+
+// SAFETY: a CUcontext is a driver handle usable from any thread (see
+// `Context`); a kept release only makes it current.
+unsafe impl Send for ContextHandle {}
+
+/// Makes `raw` current on the calling thread if it is not already.
+fn bind_raw(raw: CUcontext) -> GpuResult<()> {
+    let mut current: CUcontext = core::ptr::null_mut();
+    // SAFETY: valid out-pointer.
+    check("cuCtxGetCurrent", unsafe {
+        sys::cuCtxGetCurrent(&mut current)
+    })?;
+    if current != raw {
+        // SAFETY: `raw` is a retained context: its `Context` releases the
+        // retain only after the kept releases have run.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(raw) })?;
+    }
+    Ok(())
 }
 
 fn raw_device_attribute(device: CUdevice, attribute: CUdevice_attribute) -> GpuResult<i32> {

@@ -13,7 +13,7 @@ use tandem_hal::checks::{self, LaunchLimits};
 use tandem_hal::{
     check_args, numa, Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuApi,
     GpuDevice, GpuResult, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts,
-    NumaSource, ShareableHandle, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
+    NumaSource, ResidentKernel, ShareableHandle, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
 };
 
 use crate::api::CudaApi;
@@ -775,6 +775,10 @@ impl GpuDevice for CudaDevice {
                 core::ptr::null_mut(),
             )
         })
+    }
+
+    fn resident_kernel(&self) -> ResidentKernel {
+        self.ctx.resident.hold()
     }
 
     // --- IPC ----------------------------------------------------------------

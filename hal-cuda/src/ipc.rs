@@ -164,7 +164,7 @@ impl Drop for IpcMapping {
         // SAFETY: `ptr` came from cuIpcOpenMemHandle in this context and is
         // closed exactly once, here (the cache shares one mapping per handle).
         self.ctx
-            .release(|| unsafe { sys::cuIpcCloseMemHandle(ptr) });
+            .release_when_idle(move || unsafe { sys::cuIpcCloseMemHandle(ptr) });
     }
 }
 

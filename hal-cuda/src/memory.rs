@@ -2,6 +2,7 @@
 //! (or registration, or IPC mapping), holds an `Arc` to its context so the
 //! context outlives it, and frees exactly once on drop.
 
+use core::ffi::c_void;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::sys::{self, CUdeviceptr};
@@ -52,7 +53,8 @@ impl Drop for CudaDeviceBuffer {
         }
         let ptr = self.ptr;
         // SAFETY: `ptr` is this buffer's own cuMemAlloc, freed only here.
-        self.ctx.release(|| unsafe { sys::cuMemFree_v2(ptr) });
+        self.ctx
+            .release_when_idle(move || unsafe { sys::cuMemFree_v2(ptr) });
     }
 }
 
@@ -88,10 +90,10 @@ impl CudaPinnedBuffer {
 
 impl Drop for CudaPinnedBuffer {
     fn drop(&mut self) {
-        let base = self.base;
+        let base = self.base as usize;
         // SAFETY: `base` is this buffer's own cuMemHostAlloc, freed only here.
         self.ctx
-            .release(|| unsafe { sys::cuMemFreeHost(base.cast()) });
+            .release_when_idle(move || unsafe { sys::cuMemFreeHost(base as *mut c_void) });
     }
 }
 
@@ -123,11 +125,13 @@ impl CudaHostRegistration {
 
 impl Drop for CudaHostRegistration {
     fn drop(&mut self) {
-        let host = self.host;
+        let host = self.host as usize;
         // SAFETY: `host` was registered by this owner and is unregistered
-        // exactly once, here; the caller keeps it mapped until then.
+        // exactly once, here (or later, kept for a resident kernel: the
+        // driver holds the pages pinned until then); the caller keeps it
+        // mapped until the registration is dropped.
         self.ctx
-            .release(|| unsafe { sys::cuMemHostUnregister(host.cast()) });
+            .release_when_idle(move || unsafe { sys::cuMemHostUnregister(host as *mut c_void) });
     }
 }
 
@@ -149,7 +153,8 @@ impl Drop for CudaManagedBuffer {
     fn drop(&mut self) {
         let ptr = self.ptr;
         // SAFETY: `ptr` is this buffer's own cuMemAllocManaged, freed only here.
-        self.ctx.release(|| unsafe { sys::cuMemFree_v2(ptr) });
+        self.ctx
+            .release_when_idle(move || unsafe { sys::cuMemFree_v2(ptr) });
     }
 }
 

@@ -21,10 +21,11 @@ pub(crate) struct ModuleInner {
 
 impl Drop for ModuleInner {
     fn drop(&mut self) {
-        let raw = self.raw;
+        let raw = self.raw as usize;
         // SAFETY: this owner's module, unloaded once; every kernel taken from
         // it held an `Arc` to this and is gone.
-        self.ctx.release(|| unsafe { sys::cuModuleUnload(raw) });
+        self.ctx
+            .release_when_idle(move || unsafe { sys::cuModuleUnload(raw as CUmodule) });
     }
 }
 

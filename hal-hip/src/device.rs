@@ -23,7 +23,7 @@ use tandem_hal::IpcOpenCache;
 use tandem_hal::{
     Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuApi, GpuDevice, GpuResult,
     IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts, NumaSource,
-    ShareableHandle,
+    ResidentKernel, ShareableHandle,
 };
 
 use crate::api::HipApi;
@@ -611,6 +611,10 @@ impl GpuDevice for HipDevice {
         // SAFETY: the caller vouches for the kernel's pointer arguments
         // (this fn's contract).
         unsafe { module::launch(self.ordinal, &self.limits, kernel, config, args, stream) }
+    }
+
+    fn resident_kernel(&self) -> ResidentKernel {
+        crate::context::resident(self.ordinal).hold()
     }
 
     // --- IPC ----------------------------------------------------------------

@@ -21,7 +21,7 @@ use tandem_hal::IpcOpenCache;
 use tandem_hal::{DeviceMemory, ErrorKind, GpuError, GpuResult, IpcEventHandle, IpcMemHandle};
 
 use crate::api::HipApi;
-use crate::context::bind_device;
+use crate::context::{bind_device, release_when_idle};
 use crate::error::{check, error_name, hip_error, vendor_kind};
 use crate::memory::{is_exported, note_export, HipDeviceBuffer};
 use crate::stream::HipEvent;
@@ -108,11 +108,12 @@ unsafe impl Sync for IpcMapping {}
 
 impl Drop for IpcMapping {
     fn drop(&mut self) {
-        // Errors cannot be reported from drop; the handle is closed once.
-        let _ = bind_device(self.ordinal);
-        // SAFETY: `ptr` came from hipIpcOpenMemHandle and, through the cache,
-        // this is its only owner.
-        let _ = unsafe { hipIpcCloseMemHandle(self.ptr.as_ptr()) };
+        let ptr = self.ptr.as_ptr() as usize;
+        release_when_idle(self.ordinal, move || {
+            // SAFETY: `ptr` came from hipIpcOpenMemHandle and, through the
+            // cache, this is its only owner: closed once.
+            let _ = unsafe { hipIpcCloseMemHandle(ptr as *mut c_void) };
+        });
     }
 }
 

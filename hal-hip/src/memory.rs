@@ -17,7 +17,7 @@ use tandem_hal::{
 };
 
 use crate::api::HipApi;
-use crate::context::bind_device;
+use crate::context::{bind_device, release_when_idle};
 use crate::error::{check, hip_error};
 
 /// Which HIP call returns an [`Allocation`] to the runtime.
@@ -70,20 +70,22 @@ impl Allocation {
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        // Errors cannot be reported from drop; a failed release leaks, it
-        // never panics. The device is made current first because the HIP
-        // runtime attributes frees to the calling thread's device.
-        let _ = bind_device(self.ordinal);
-        let raw = self.ptr.as_ptr();
-        // SAFETY: `raw` came from the call matching `release` and is released
-        // only here, once, since `Allocation` is neither Clone nor Copy.
-        let _ = unsafe {
-            match self.release {
-                Release::Free => hipFree(raw),
-                Release::HostFree => hipHostFree(raw),
-                Release::Unregister => hipHostUnregister(raw),
-            }
-        };
+        // The device is made current first (release_when_idle) because the
+        // HIP runtime attributes frees to the calling thread's device.
+        let (raw, release) = (self.ptr.as_ptr() as usize, self.release);
+        release_when_idle(self.ordinal, move || {
+            let raw = raw as *mut c_void;
+            // SAFETY: `raw` came from the call matching `release` and is
+            // released only here, once, since `Allocation` is neither Clone
+            // nor Copy.
+            let _ = unsafe {
+                match release {
+                    Release::Free => hipFree(raw),
+                    Release::HostFree => hipHostFree(raw),
+                    Release::Unregister => hipHostUnregister(raw),
+                }
+            };
+        });
     }
 }
 

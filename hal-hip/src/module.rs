@@ -15,7 +15,7 @@ use tandem_hal::{
     ModuleArtifacts, MAX_KERNEL_ARGS,
 };
 
-use crate::context::bind_device;
+use crate::context::{bind_device, release_when_idle};
 use crate::error::{check, hip_error, vendor_kind};
 use crate::stream::HipStream;
 use crate::target::select_code_object;
@@ -39,11 +39,13 @@ unsafe impl Sync for LoadedModule {}
 
 impl Drop for LoadedModule {
     fn drop(&mut self) {
-        // Errors cannot be reported from drop; the module is unloaded once,
-        // after its last kernel (each holds an `Arc` to it).
-        let _ = bind_device(self.ordinal);
-        // SAFETY: `raw` came from hipModuleLoadData and is unloaded only here.
-        let _ = unsafe { hipModuleUnload(self.raw) };
+        // Once, after the module's last kernel (each holds an `Arc` to it).
+        let raw = self.raw as usize;
+        release_when_idle(self.ordinal, move || {
+            // SAFETY: `raw` came from hipModuleLoadData and is unloaded only
+            // here.
+            let _ = unsafe { hipModuleUnload(raw as hipModule_t) };
+        });
     }
 }
 

@@ -4,6 +4,7 @@ use core::time::Duration;
 
 use crate::artifacts::ModuleArtifacts;
 use crate::error::{Backend, GpuResult};
+use crate::resident::ResidentKernel;
 use crate::types::{
     DeviceProperties, EventFlags, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig,
     ShareableHandle,
@@ -355,6 +356,17 @@ pub trait GpuDevice: Send + Sync + Sized {
         args: &[KernelArg<'_>],
         stream: &Self::Stream,
     ) -> GpuResult<()>;
+    /// Counts a kernel that stays resident until the host ends it (a
+    /// persistent service) as running on this device, until the guard drops:
+    /// take it before the launch and drop it once the kernel has ended.
+    /// Meanwhile the device's resources release late, not at once: the
+    /// drivers' frees of device and pinned memory, unregistrations and module
+    /// unloads wait for the whole device to go idle, which a resident kernel
+    /// never is, so each is kept until the last guard drops (the memory stays
+    /// allocated until then). Loading a module, and a kernel's first launch
+    /// that loads its code or sets up `printf`, still wait for the kernel:
+    /// do them before.
+    fn resident_kernel(&self) -> ResidentKernel;
 
     // --- IPC ----------------------------------------------------------------
 

@@ -41,13 +41,16 @@
 //! [`ShareableHandle`], [`IPC_ALLOC_GRANULARITY`]); what a device is
 //! ([`DeviceProperties`], [`NumaSource`]); kernels as [`ModuleArtifacts`]
 //! with their [`KernelSignature`]s; every failure a [`GpuError`]
-//! ([`ErrorKind`], [`Backend`], [`GpuResult`]); and [`IpcOpenCache`], the
+//! ([`ErrorKind`], [`Backend`], [`GpuResult`]); [`IpcOpenCache`], the
 //! cache of opened IPC handles every backend keeps so a handle opened twice
-//! maps once.
+//! maps once; and [`ResidentKernels`], the account of a device's resident
+//! kernels through which a backend keeps the releases that would wait for
+//! them, with the [`ResidentKernel`] guard [`GpuDevice::resident_kernel`]
+//! hands out.
 //!
 //! # Layers
 //! Each module uses only those before it: `error`, `types`; `host_abi` (the
-//! CPU device's kernel ABI), `ipc_cache`, `numa`; `artifacts`; `api`; `checks`;
+//! CPU device's kernel ABI), `ipc_cache`, `numa`, `resident`; `artifacts`; `api`; `checks`;
 //! `host`. Inside `host`: `error`, `api` (the backend type), `wait`, `ipc`;
 //! `launch`, `event`, `memory`, `module`; `stream` (commands over memory,
 //! events and launches); `device` (the `GpuApi` and `GpuDevice` impls).
@@ -60,6 +63,7 @@ pub mod host;
 pub mod host_abi;
 mod ipc_cache;
 pub mod numa;
+mod resident;
 mod types;
 
 pub use api::{DeviceMemory, GpuApi, GpuDevice, HostMemory};
@@ -67,6 +71,7 @@ pub use artifacts::{KernelSignature, ModuleArtifacts};
 pub use error::{Backend, ErrorKind, GpuError, GpuResult};
 pub use host::HostApi;
 pub use ipc_cache::IpcOpenCache;
+pub use resident::{ResidentKernel, ResidentKernels};
 pub use types::{
     check_args, ArgKind, DeviceProperties, Dim3, EventFlags, IpcEventHandle, IpcMemHandle,
     KernelArg, LaunchConfig, NumaSource, ShareableHandle, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,

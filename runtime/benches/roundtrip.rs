@@ -210,9 +210,8 @@ fn spin_for(pause: Duration) {
     }
 }
 
-/// The GPU service's rows (see the top of the file): floors first, as they
-/// allocate and free memory, which waits for the device to be idle, and a
-/// running service never is.
+/// The GPU service's rows (see the top of the file): floors first, on a
+/// device no service runs on, as a floor is the hardware's alone.
 fn service_bench<A: GpuApi>(
     api: impl Fn() -> Result<A, String>,
     scale: &ServiceScale,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tandem_hal::{
     DeviceMemory, EventFlags, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig,
+    ResidentKernel,
 };
 
 use crate::error::RuntimeError;
@@ -34,17 +35,23 @@ pub struct ServiceStats {
 /// both routes, and waits for it. An idle service's threads poll on short
 /// sleeps (docs/gpu.md, "The GPU service").
 ///
-/// While it runs, nothing in the process may make a driver call that waits
-/// for the whole device to be idle (on CUDA: freeing device or pinned
-/// memory, unregistering host memory, unloading a module): such a call would
-/// wait for the service, which only ends when told. Load modules and allocate
-/// before starting it (a kernel's result buffers can come from the segment's
-/// heap, [`crate::QueueSegment::allocate`], which makes no driver call).
+/// The service counts as the device's resident kernel while it runs
+/// ([`GpuDevice::resident_kernel`]): the device's memory and modules dropped
+/// meanwhile are freed once it has ended, as the drivers' frees would wait
+/// for it, which only ends when told. Loading a module still waits for it,
+/// as may getting a kernel from a module and its first launch (the driver
+/// loads kernels' code lazily by default, and sets up `printf` at the first
+/// kernel that uses it): load modules, get their kernels and launch each
+/// once before starting it (a kernel's result buffers can come from
+/// the segment's heap, [`crate::QueueSegment::allocate`], which makes no
+/// driver call).
 pub struct GpuService<'q, A: GpuApi> {
     queues: &'q DeviceQueues<A>,
     stats: <A::Device as GpuDevice>::PinnedBuffer,
     stream: <A::Device as GpuDevice>::Stream,
     _module: <A::Device as GpuDevice>::Module,
+    /// Held from before the launch until the kernel has ended (`finish`).
+    resident: Option<ResidentKernel>,
     running: bool,
 }
 
@@ -115,6 +122,7 @@ impl<'q, A: GpuApi> GpuService<'q, A> {
             KernelArg::U64(queues.segment().len() as u64),
             KernelArg::Ptr(stats.device_ptr()),
         ];
+        let resident = device.resident_kernel();
         // SAFETY: the segment (registered with the device) and `stats` outlive
         // the kernel: `stop` (or drop) waits for it before either can go.
         unsafe {
@@ -132,6 +140,7 @@ impl<'q, A: GpuApi> GpuService<'q, A> {
             stats,
             stream,
             _module: module,
+            resident: Some(resident),
             running: true,
         };
         service.wait_until_sized(&ended)?;
@@ -181,6 +190,9 @@ impl<'q, A: GpuApi> GpuService<'q, A> {
             .service_stop
             .store(1, Ordering::Release);
         let ended = self.queues.device().synchronize_stream(&self.stream);
+        // The kernel has ended (or the device has failed): what was released
+        // while it ran is freed now.
+        self.resident = None;
         // Release: the next service on the device starts after this one's
         // end, which the synchronisation saw (Acquire in `start`).
         self.queues.service_running.store(false, Ordering::Release);

@@ -297,6 +297,73 @@ fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, t
     assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
 }
 
+/// Memory, a host registration and a module dropped while the GPU service
+/// runs do not wait for it: the drivers' frees wait for the device to go
+/// idle, which a running service never is, so the backend keeps them until
+/// the service has ended (GpuDevice::resident_kernel). They are dropped on
+/// another thread, so a release that waited would show as a timeout here
+/// (the service's stop then lets it through), not as a hung test; the
+/// service answers meanwhile, and the device's memory comes back after.
+fn releases_while_the_service_runs_do_not_wait_for_it<A: GpuApi>(api: A) {
+    let runtime = runtime_on_device_0(api, 2, 64);
+    let queues = &runtime.devices()[0];
+    let device = queues.device();
+    // Loaded and its kernels got before the service: loading waits for it.
+    let kernels = RuntimeKernels::load(queues).expect("kernels");
+    const PAGE: usize = 4096;
+    const HOST_BYTES: usize = 16 * PAGE;
+    let layout = std::alloc::Layout::from_size_align(HOST_BYTES, PAGE).expect("layout");
+    // SAFETY: a non-zero size; freed below, after the registration's release.
+    let host = unsafe { std::alloc::alloc_zeroed(layout) };
+    assert!(!host.is_null());
+    let service = GpuService::start(queues, 1, 4).expect("service");
+    let (released_tx, released_rx) = std::sync::mpsc::channel();
+    // An address, to cross to the releasing thread.
+    let host_addr = host as usize;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let host = host_addr as *mut u8;
+            for _ in 0..4 {
+                drop(device.alloc_device(1 << 20).expect("device memory"));
+                drop(
+                    device
+                        .alloc_device_exportable(1 << 20)
+                        .expect("exportable memory"),
+                );
+                drop(device.alloc_pinned_mapped(1 << 16).expect("pinned memory"));
+                // SAFETY: page-aligned, mapped until the dealloc below, which
+                // comes after the service (and so the kept unregister) ended.
+                let registration =
+                    unsafe { device.register_host(host, HOST_BYTES) }.expect("registration");
+                drop(registration);
+            }
+            drop(kernels);
+            released_tx.send(()).expect("the test waits");
+        });
+        let released = released_rx.recv_timeout(Duration::from_secs(30));
+        let stop = AtomicU32::new(0);
+        let mut pending = runtime
+            .submit_to_gpu(0, &math::Add { a: 40, b: 2 }, None)
+            .expect("submit to the GPU");
+        let answer = pending.wait(&stop, None);
+        let stats = service.stop();
+        assert!(
+            released.is_ok(),
+            "dropping memory, a registration and a module waited for the running service"
+        );
+        assert_eq!(answer.expect("GPU answer"), 42);
+        assert_eq!(stats.expect("the service ends").served, 1);
+    });
+    // SAFETY: allocated above with this layout; the registration is gone.
+    unsafe { std::alloc::dealloc(host, layout) };
+    // What was kept is freed: the device still allocates and frees at once.
+    drop(
+        device
+            .alloc_device(1 << 20)
+            .expect("device memory after the service"),
+    );
+}
+
 /// The host route reuses an answered task's reply future: a thread that
 /// waits for each task before the next sends them all with one future,
 /// tasks in flight together each have their own, and rounds of them leave
@@ -586,6 +653,11 @@ fn host_noop_kernel_answers_every_task() {
 #[test]
 fn host_echo_phases_cover_rank_zero() {
     echo_phases_cover_rank_zero(HostApi::with_devices(1));
+}
+
+#[test]
+fn host_releases_while_the_service_runs_do_not_wait_for_it() {
+    releases_while_the_service_runs_do_not_wait_for_it(HostApi::load().expect("host"));
 }
 
 #[test]
@@ -1032,6 +1104,15 @@ macro_rules! gpu_tests {
             fn unknown_method_is_an_error_code() {
                 if let Some((api, _one)) = api("runtime unknown_method_is_an_error_code") {
                     super::unknown_method_is_an_error_code(api);
+                }
+            }
+
+            #[test]
+            fn releases_while_the_service_runs_do_not_wait_for_it() {
+                if let Some((api, _one)) =
+                    api("runtime releases_while_the_service_runs_do_not_wait_for_it")
+                {
+                    super::releases_while_the_service_runs_do_not_wait_for_it(api);
                 }
             }
 

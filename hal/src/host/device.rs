@@ -16,6 +16,7 @@ use crate::api::{DeviceMemory, GpuApi, GpuDevice};
 use crate::artifacts::ModuleArtifacts;
 use crate::checks::{self, LaunchLimits};
 use crate::error::{Backend, ErrorKind, GpuResult};
+use crate::resident::ResidentKernel;
 use crate::types::{
     check_args, DeviceProperties, EventFlags, IpcEventHandle, IpcMemHandle, KernelArg,
     LaunchConfig, NumaSource, ShareableHandle,
@@ -463,6 +464,12 @@ impl GpuDevice for HostDevice {
         );
         stream.shared.enqueue(Command::Launch(Arc::new(spec)));
         Ok(())
+    }
+
+    fn resident_kernel(&self) -> ResidentKernel {
+        // The CPU device's frees are the allocator's: none waits for a
+        // running kernel.
+        ResidentKernel::untracked()
     }
 
     fn ipc_export_memory(&self, buffer: &HostBuffer) -> GpuResult<IpcMemHandle> {

@@ -1,0 +1,237 @@
+//! Kernels that stay resident until the host ends them (a persistent
+//! service), and the releases that must wait for them.
+//!
+//! CUDA's and HIP's frees of device and pinned memory, unregistrations of
+//! host memory and module unloads wait for the whole device to go idle:
+//! with a resident kernel running, that is until the host tells it to end,
+//! and a thread that frees a buffer before it does so never gets there.
+//! [`ResidentKernels`] is one device's account of them: a backend routes
+//! every release through [`ResidentKernels::release`], which runs it at once
+//! when no resident kernel runs and otherwise keeps it until the last
+//! [`ResidentKernel`] guard drops, once the kernels have ended. Memory so
+//! kept stays allocated until then: nothing a released resource held is
+//! reused while a kernel could still reach it.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// A release kept for later: a backend's driver call on a handle it owns.
+type Release = Box<dyn FnOnce() + Send>;
+
+/// One device's resident kernels and the releases waiting for them.
+#[derive(Default)]
+pub struct ResidentKernels {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Live [`ResidentKernel`] guards.
+    running: usize,
+    /// Releases asked for while `running` was nonzero, in order.
+    kept: Vec<Release>,
+}
+
+impl ResidentKernels {
+    /// An account with no resident kernel.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A release that panicked left the state whole: counts and the list
+        // are changed by single statements.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `release` now if no resident kernel runs, else once the last one
+    /// has ended. Runs under the account's lock, so a resident kernel
+    /// counted after this call started ([`ResidentKernels::hold`]) is
+    /// launched only once a release that went ahead is done: it never waits
+    /// for that kernel.
+    pub fn release(&self, release: impl FnOnce() + Send + 'static) {
+        let mut state = self.state();
+        if state.running == 0 {
+            release();
+        } else {
+            state.kept.push(Box::new(release));
+        }
+    }
+
+    /// Counts one resident kernel until the returned guard drops: take it
+    /// before the launch, and drop it once the kernel has ended (the
+    /// releases kept meanwhile run then).
+    pub fn hold(self: &Arc<Self>) -> ResidentKernel {
+        self.state().running += 1;
+        ResidentKernel {
+            account: Some(Arc::clone(self)),
+        }
+    }
+
+    /// Releases kept for the resident kernels, not yet run.
+    pub fn kept(&self) -> usize {
+        self.state().kept.len()
+    }
+
+    /// Runs every kept release, whatever still runs: for a backend's device
+    /// context as it goes, when no handle of it is left to launch with.
+    pub fn run_kept(&self) {
+        let kept = std::mem::take(&mut self.state().kept);
+        kept.into_iter().for_each(|release| release());
+    }
+
+    fn end_one(&self) {
+        let mut state = self.state();
+        state.running -= 1;
+        if state.running == 0 {
+            // Under the lock, as in `release`: a kernel counted next waits
+            // for these to finish before its launch.
+            std::mem::take(&mut state.kept)
+                .into_iter()
+                .for_each(|release| release());
+        }
+    }
+}
+
+/// A resident kernel counted on its device ([`crate::GpuDevice::resident_kernel`]):
+/// while it lives, the device's releases that would wait for the kernel are
+/// kept; dropping it (once the kernel has ended) runs them if it was the last.
+#[must_use = "the kernel counts as resident only while the guard lives"]
+pub struct ResidentKernel {
+    /// None for a backend whose releases never wait for running kernels
+    /// (the CPU device).
+    account: Option<Arc<ResidentKernels>>,
+}
+
+impl ResidentKernel {
+    /// A guard that keeps nothing: for a backend whose releases never wait
+    /// for a running kernel.
+    pub fn untracked() -> Self {
+        Self { account: None }
+    }
+}
+
+impl Drop for ResidentKernel {
+    fn drop(&mut self) {
+        if let Some(account) = self.account.take() {
+            account.end_one();
+        }
+    }
+}
+
+impl std::fmt::Debug for ResidentKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResidentKernel")
+            .field("tracked", &self.account.is_some())
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn counter() -> (Arc<AtomicUsize>, impl Fn() -> Box<dyn FnOnce() + Send>) {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let ran2 = Arc::clone(&ran);
+        let make = move || -> Box<dyn FnOnce() + Send> {
+            let ran = Arc::clone(&ran2);
+            Box::new(move || {
+                ran.fetch_add(1, Ordering::Relaxed);
+            })
+        };
+        (ran, make)
+    }
+
+    #[test]
+    fn a_release_runs_at_once_with_no_resident_kernel() {
+        let account = ResidentKernels::new();
+        let (ran, release) = counter();
+        account.release(release());
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+        assert_eq!(account.kept(), 0);
+    }
+
+    #[test]
+    fn releases_wait_for_the_last_resident_kernel_in_order() {
+        let account = ResidentKernels::new();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let first = account.hold();
+        let second = account.hold();
+        for i in 0..3 {
+            let order = Arc::clone(&order);
+            account.release(move || order.lock().unwrap().push(i));
+        }
+        assert_eq!(account.kept(), 3);
+        drop(first);
+        assert!(order.lock().unwrap().is_empty(), "one kernel still runs");
+        drop(second);
+        assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
+        assert_eq!(account.kept(), 0);
+        // The account is back to running releases at once.
+        let (ran, release) = counter();
+        account.release(release());
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn run_kept_runs_what_waits_even_while_a_kernel_is_counted() {
+        let account = ResidentKernels::new();
+        let (ran, release) = counter();
+        let guard = account.hold();
+        account.release(release());
+        account.run_kept();
+        assert_eq!(ran.load(Ordering::Relaxed), 1);
+        drop(guard);
+        assert_eq!(ran.load(Ordering::Relaxed), 1, "nothing runs twice");
+    }
+
+    #[test]
+    fn an_untracked_guard_keeps_nothing() {
+        let guard = ResidentKernel::untracked();
+        assert!(format!("{guard:?}").contains("false"));
+    }
+
+    /// Threads releasing while others count kernels in and out: every
+    /// release runs exactly once, and none runs while a kernel is counted.
+    #[test]
+    fn concurrent_releases_and_kernels_lose_nothing() {
+        let account = ResidentKernels::new();
+        let live = Arc::new(AtomicUsize::new(0));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let bad = Arc::new(AtomicUsize::new(0));
+        const THREADS: usize = 4;
+        const EACH: usize = 2_000;
+        std::thread::scope(|s| {
+            for t in 0..THREADS {
+                let (account, live, ran, bad) = (&account, &live, &ran, &bad);
+                s.spawn(move || {
+                    for i in 0..EACH {
+                        if (i + t) % 7 == 0 {
+                            let guard = account.hold();
+                            live.fetch_add(1, Ordering::SeqCst);
+                            std::thread::yield_now();
+                            live.fetch_sub(1, Ordering::SeqCst);
+                            drop(guard);
+                        } else {
+                            let (live, ran, bad) =
+                                (Arc::clone(live), Arc::clone(ran), Arc::clone(bad));
+                            account.release(move || {
+                                if live.load(Ordering::SeqCst) != 0 {
+                                    bad.fetch_add(1, Ordering::Relaxed);
+                                }
+                                ran.fetch_add(1, Ordering::Relaxed);
+                            });
+                        }
+                    }
+                });
+            }
+        });
+        let releases = (0..THREADS)
+            .map(|t| (0..EACH).filter(|i| (i + t) % 7 != 0).count())
+            .sum::<usize>();
+        assert_eq!(ran.load(Ordering::Relaxed), releases);
+        assert_eq!(bad.load(Ordering::Relaxed), 0);
+        assert_eq!(account.kept(), 0);
+    }
+}
