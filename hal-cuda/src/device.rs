@@ -334,13 +334,19 @@ impl GpuDevice for CudaDevice {
         self.ctx.bind()?;
         // SAFETY: the caller keeps `len` bytes at `ptr` mapped until the
         // registration (which unregisters on drop) is gone.
-        check("cuMemHostRegister_v2", unsafe {
+        let registered = unsafe {
             sys::cuMemHostRegister_v2(
                 ptr.cast(),
                 len,
                 sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE,
             )
-        })?;
+        };
+        if registered == CUresult::CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED {
+            if let Some(kind) = self.ctx.resident.still_registered(ptr, len) {
+                return Err(error("cuMemHostRegister_v2", kind));
+            }
+        }
+        check("cuMemHostRegister_v2", registered)?;
         // Owned from here: a failure below unregisters.
         let mut registration = CudaHostRegistration::new(Arc::clone(&self.ctx), ptr, len);
         registration.set_device_ptr(self.mapped_device_ptr(ptr)?);

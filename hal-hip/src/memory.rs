@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use hip_runtime_sys::{
-    hipFree, hipHostFree, hipHostGetDevicePointer, hipHostMalloc, hipHostMallocMapped,
+    hipError_t, hipFree, hipHostFree, hipHostGetDevicePointer, hipHostMalloc, hipHostMallocMapped,
     hipHostMallocPortable, hipHostRegister, hipHostRegisterMapped, hipHostRegisterPortable,
     hipHostUnregister, hipMalloc, hipMallocManaged, hipMemAttachGlobal,
 };
@@ -17,7 +17,7 @@ use tandem_hal::{
 };
 
 use crate::api::HipApi;
-use crate::context::{bind_device, release_when_idle};
+use crate::context::{bind_device, release_when_idle, resident};
 use crate::error::{check, hip_error};
 
 /// Which HIP call returns an [`Allocation`] to the runtime.
@@ -348,13 +348,19 @@ pub(crate) unsafe fn register_host(
     }
     bind_device(ordinal)?;
     // SAFETY: the caller keeps the region mapped for the registration's life.
-    check("hipHostRegister", unsafe {
+    let registered = unsafe {
         hipHostRegister(
             ptr.cast(),
             len,
             hipHostRegisterMapped | hipHostRegisterPortable,
         )
-    })?;
+    };
+    if registered == hipError_t::hipErrorHostMemoryAlreadyRegistered {
+        if let Some(kind) = resident(ordinal).still_registered(ptr, len) {
+            return Err(hip_error("hipHostRegister", kind));
+        }
+    }
+    check("hipHostRegister", registered)?;
     let alloc = Allocation::new(ptr.cast(), Release::Unregister, ordinal, "hipHostRegister")?;
     Ok(HipHostRegistration {
         device_ptr: mapped_device_ptr(&alloc)?,

@@ -363,9 +363,10 @@ pub trait GpuDevice: Send + Sync + Sized {
     /// drivers' frees of device and pinned memory, unregistrations and module
     /// unloads wait for the whole device to go idle, which a resident kernel
     /// never is, so each is kept until the last guard drops (the memory stays
-    /// allocated until then). Loading a module, and a kernel's first launch
-    /// that loads its code or sets up `printf`, still wait for the kernel:
-    /// do them before.
+    /// allocated until then), and a host range whose registration is kept
+    /// cannot be registered again until then (`InvalidArgument`). Loading a
+    /// module, and a kernel's first launch that loads its code or sets up
+    /// `printf`, still wait for the kernel: do them before.
     fn resident_kernel(&self) -> ResidentKernel;
 
     // --- IPC ----------------------------------------------------------------

@@ -14,6 +14,8 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use crate::error::ErrorKind;
+
 /// A release kept for later: a backend's driver call on a handle it owns.
 type Release = Box<dyn FnOnce() + Send>;
 
@@ -70,6 +72,21 @@ impl ResidentKernels {
     /// Releases kept for the resident kernels, not yet run.
     pub fn kept(&self) -> usize {
         self.state().kept.len()
+    }
+
+    /// What a backend answers when the driver refuses to register `len`
+    /// bytes at `ptr` as already registered while releases are kept: the
+    /// range's last registration, dropped while a resident kernel ran, is
+    /// unregistered only once the kernel has ended (reusing it could hand
+    /// kernels the pages of a mapping since replaced). `None` when nothing is
+    /// kept, so the driver's own error stands.
+    pub fn still_registered(&self, ptr: *const u8, len: usize) -> Option<ErrorKind> {
+        (self.kept() > 0).then(|| {
+            ErrorKind::InvalidArgument(format!(
+                "{len} bytes at {ptr:p} overlap a host registration dropped while a resident \
+                 kernel runs on the device: it is unregistered once that kernel has ended"
+            ))
+        })
     }
 
     /// Runs every kept release, whatever still runs: for a backend's device
@@ -184,6 +201,20 @@ mod tests {
         assert_eq!(ran.load(Ordering::Relaxed), 1);
         drop(guard);
         assert_eq!(ran.load(Ordering::Relaxed), 1, "nothing runs twice");
+    }
+
+    #[test]
+    fn a_range_still_registered_is_named_only_while_releases_are_kept() {
+        let account = ResidentKernels::new();
+        assert!(account.still_registered(core::ptr::null(), 4096).is_none());
+        let guard = account.hold();
+        account.release(|| {});
+        let kind = account
+            .still_registered(0x1000 as *const u8, 4096)
+            .expect("kept");
+        assert!(kind.to_string().contains("4096 bytes at 0x1000"), "{kind}");
+        drop(guard);
+        assert!(account.still_registered(core::ptr::null(), 4096).is_none());
     }
 
     #[test]

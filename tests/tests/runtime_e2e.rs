@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tandem_hal::{GpuApi, GpuDevice, HostApi};
+use tandem_hal::{Backend, ErrorKind, GpuApi, GpuDevice, HostApi};
 use tandem_runtime::kernels::{
     EchoLaunch, EchoOutcome, EchoPhases, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels,
     ECHO_NO_PEER_ACCESS, ECHO_TASK_FAILED,
@@ -303,7 +303,10 @@ fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, t
 /// the service has ended (GpuDevice::resident_kernel). They are dropped on
 /// another thread, so a release that waited would show as a timeout here
 /// (the service's stop then lets it through), not as a hung test; the
-/// service answers meanwhile, and the device's memory comes back after.
+/// service answers meanwhile, and the device's memory comes back after. A
+/// host range whose registration is kept cannot be registered again until
+/// the service has ended (a clear error on CUDA and HIP, whose kept
+/// registration still pins the range; the CPU device keeps nothing).
 fn releases_while_the_service_runs_do_not_wait_for_it<A: GpuApi>(api: A) {
     let runtime = runtime_on_device_0(api, 2, 64);
     let queues = &runtime.devices()[0];
@@ -312,8 +315,11 @@ fn releases_while_the_service_runs_do_not_wait_for_it<A: GpuApi>(api: A) {
     let kernels = RuntimeKernels::load(queues).expect("kernels");
     const PAGE: usize = 4096;
     const HOST_BYTES: usize = 16 * PAGE;
-    let layout = std::alloc::Layout::from_size_align(HOST_BYTES, PAGE).expect("layout");
-    // SAFETY: a non-zero size; freed below, after the registration's release.
+    const ROUNDS: usize = 4;
+    // A range per round, and one more to register twice.
+    let layout =
+        std::alloc::Layout::from_size_align(HOST_BYTES * (ROUNDS + 1), PAGE).expect("layout");
+    // SAFETY: a non-zero size; freed below, after the registrations' release.
     let host = unsafe { std::alloc::alloc_zeroed(layout) };
     assert!(!host.is_null());
     let service = GpuService::start(queues, 1, 4).expect("service");
@@ -323,7 +329,7 @@ fn releases_while_the_service_runs_do_not_wait_for_it<A: GpuApi>(api: A) {
     std::thread::scope(|s| {
         s.spawn(move || {
             let host = host_addr as *mut u8;
-            for _ in 0..4 {
+            for round in 0..ROUNDS {
                 drop(device.alloc_device(1 << 20).expect("device memory"));
                 drop(
                     device
@@ -331,14 +337,19 @@ fn releases_while_the_service_runs_do_not_wait_for_it<A: GpuApi>(api: A) {
                         .expect("exportable memory"),
                 );
                 drop(device.alloc_pinned_mapped(1 << 16).expect("pinned memory"));
-                // SAFETY: page-aligned, mapped until the dealloc below, which
-                // comes after the service (and so the kept unregister) ended.
+                // SAFETY: page-aligned, inside the allocation, mapped until
+                // the dealloc below, which comes after the service (and so
+                // the kept unregisters) ended.
+                let at = unsafe { host.add(round * HOST_BYTES) };
+                // SAFETY: as above.
                 let registration =
-                    unsafe { device.register_host(host, HOST_BYTES) }.expect("registration");
+                    unsafe { device.register_host(at, HOST_BYTES) }.expect("registration");
                 drop(registration);
             }
+            // SAFETY: as above.
+            let again = unsafe { device.register_host(host, HOST_BYTES) };
             drop(kernels);
-            released_tx.send(()).expect("the test waits");
+            released_tx.send(again.map(drop)).expect("the test waits");
         });
         let released = released_rx.recv_timeout(Duration::from_secs(30));
         let stop = AtomicU32::new(0);
@@ -347,14 +358,20 @@ fn releases_while_the_service_runs_do_not_wait_for_it<A: GpuApi>(api: A) {
             .expect("submit to the GPU");
         let answer = pending.wait(&stop, None);
         let stats = service.stop();
-        assert!(
-            released.is_ok(),
-            "dropping memory, a registration and a module waited for the running service"
-        );
+        let again = released
+            .expect("dropping memory, a registration and a module waited for the running service");
         assert_eq!(answer.expect("GPU answer"), 42);
         assert_eq!(stats.expect("the service ends").served, 1);
+        match (A::BACKEND, again) {
+            (Backend::Host, again) => again.expect("the CPU device keeps no registration"),
+            (_, Ok(())) => panic!("a range whose registration is kept was registered again"),
+            (_, Err(e)) => assert!(
+                matches!(&e.kind, ErrorKind::InvalidArgument(why) if why.contains("resident kernel")),
+                "{e}"
+            ),
+        }
     });
-    // SAFETY: allocated above with this layout; the registration is gone.
+    // SAFETY: allocated above with this layout; the registrations are gone.
     unsafe { std::alloc::dealloc(host, layout) };
     // What was kept is freed: the device still allocates and frees at once.
     drop(
