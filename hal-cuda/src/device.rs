@@ -13,7 +13,8 @@ use tandem_hal::checks::{self, LaunchLimits};
 use tandem_hal::{
     check_args, numa, Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuApi,
     GpuDevice, GpuResult, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts,
-    NumaSource, ResidentKernel, ShareableHandle, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
+    NumaSource, ResidentKernel, ResidentKernels, ShareableHandle, IPC_ALLOC_GRANULARITY,
+    MAX_KERNEL_ARGS,
 };
 
 use crate::api::CudaApi;
@@ -784,7 +785,7 @@ impl GpuDevice for CudaDevice {
     }
 
     fn resident_kernel(&self) -> ResidentKernel {
-        self.ctx.resident.hold()
+        ResidentKernels::hold(&self.ctx.resident)
     }
 
     // --- IPC ----------------------------------------------------------------

@@ -23,7 +23,7 @@ use tandem_hal::IpcOpenCache;
 use tandem_hal::{
     Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuApi, GpuDevice, GpuResult,
     IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts, NumaSource,
-    ResidentKernel, ShareableHandle,
+    ResidentKernel, ResidentKernels, ShareableHandle,
 };
 
 use crate::api::HipApi;
@@ -614,7 +614,7 @@ impl GpuDevice for HipDevice {
     }
 
     fn resident_kernel(&self) -> ResidentKernel {
-        crate::context::resident(self.ordinal).hold()
+        ResidentKernels::hold(&crate::context::resident(self.ordinal))
     }
 
     // --- IPC ----------------------------------------------------------------

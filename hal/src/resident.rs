@@ -11,8 +11,16 @@
 //! [`ResidentKernel`] guard drops, once the kernels have ended. Memory so
 //! kept stays allocated until then: nothing a released resource held is
 //! reused while a kernel could still reach it.
+//!
+//! Under `--cfg loom` the model checker's lock and `Arc` replace std's, and
+//! `loom_models` below explores the interleavings of releases and guards.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::PoisonError;
+#[cfg(not(loom))]
+use std::sync::{Arc, Mutex, MutexGuard};
+
+#[cfg(loom)]
+use loom::sync::{Arc, Mutex, MutexGuard};
 
 use crate::error::ErrorKind;
 
@@ -20,9 +28,16 @@ use crate::error::ErrorKind;
 type Release = Box<dyn FnOnce() + Send>;
 
 /// One device's resident kernels and the releases waiting for them.
-#[derive(Default)]
 pub struct ResidentKernels {
     state: Mutex<State>,
+}
+
+impl Default for ResidentKernels {
+    fn default() -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -59,13 +74,14 @@ impl ResidentKernels {
         }
     }
 
-    /// Counts one resident kernel until the returned guard drops: take it
-    /// before the launch, and drop it once the kernel has ended (the
-    /// releases kept meanwhile run then).
-    pub fn hold(self: &Arc<Self>) -> ResidentKernel {
-        self.state().running += 1;
+    /// Counts one resident kernel on `account` until the returned guard
+    /// drops: take it before the launch, and drop it once the kernel has
+    /// ended (the releases kept meanwhile run then). An associated function,
+    /// as loom's `Arc` (under `--cfg loom`) cannot be a receiver.
+    pub fn hold(account: &Arc<Self>) -> ResidentKernel {
+        account.state().running += 1;
         ResidentKernel {
-            account: Some(Arc::clone(self)),
+            account: Some(Arc::clone(account)),
         }
     }
 
@@ -173,8 +189,8 @@ mod tests {
     fn releases_wait_for_the_last_resident_kernel_in_order() {
         let account = ResidentKernels::new();
         let order = Arc::new(Mutex::new(Vec::new()));
-        let first = account.hold();
-        let second = account.hold();
+        let first = ResidentKernels::hold(&account);
+        let second = ResidentKernels::hold(&account);
         for i in 0..3 {
             let order = Arc::clone(&order);
             account.release(move || order.lock().unwrap().push(i));
@@ -195,7 +211,7 @@ mod tests {
     fn run_kept_runs_what_waits_even_while_a_kernel_is_counted() {
         let account = ResidentKernels::new();
         let (ran, release) = counter();
-        let guard = account.hold();
+        let guard = ResidentKernels::hold(&account);
         account.release(release());
         account.run_kept();
         assert_eq!(ran.load(Ordering::Relaxed), 1);
@@ -207,7 +223,7 @@ mod tests {
     fn a_range_still_registered_is_named_only_while_releases_are_kept() {
         let account = ResidentKernels::new();
         assert!(account.still_registered(core::ptr::null(), 4096).is_none());
-        let guard = account.hold();
+        let guard = ResidentKernels::hold(&account);
         account.release(|| {});
         let kind = account
             .still_registered(0x1000 as *const u8, 4096)
@@ -239,7 +255,7 @@ mod tests {
                 s.spawn(move || {
                     for i in 0..EACH {
                         if (i + t) % 7 == 0 {
-                            let guard = account.hold();
+                            let guard = ResidentKernels::hold(account);
                             live.fetch_add(1, Ordering::SeqCst);
                             std::thread::yield_now();
                             live.fetch_sub(1, Ordering::SeqCst);
@@ -264,5 +280,69 @@ mod tests {
         assert_eq!(ran.load(Ordering::Relaxed), releases);
         assert_eq!(bad.load(Ordering::Relaxed), 0);
         assert_eq!(account.kept(), 0);
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_models {
+    use loom::sync::atomic::{AtomicUsize, Ordering};
+    use loom::sync::Arc;
+
+    use super::ResidentKernels;
+
+    /// A thread counts a kernel in and out while another releases: in every
+    /// interleaving the release runs exactly once, never while the kernel is
+    /// counted, and nothing is left kept.
+    #[test]
+    fn a_release_runs_once_and_never_while_a_kernel_is_counted() {
+        loom::model(|| {
+            let account = ResidentKernels::new();
+            let counted = Arc::new(AtomicUsize::new(0));
+            let ran = Arc::new(AtomicUsize::new(0));
+            let kernel = {
+                let (account, counted) = (Arc::clone(&account), Arc::clone(&counted));
+                loom::thread::spawn(move || {
+                    let guard = ResidentKernels::hold(&account);
+                    counted.store(1, Ordering::SeqCst);
+                    counted.store(0, Ordering::SeqCst);
+                    drop(guard);
+                })
+            };
+            let (seen, runs) = (Arc::clone(&counted), Arc::clone(&ran));
+            account.release(move || {
+                assert_eq!(
+                    seen.load(Ordering::SeqCst),
+                    0,
+                    "ran while a kernel was counted"
+                );
+                runs.fetch_add(1, Ordering::SeqCst);
+            });
+            kernel.join().unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), 1);
+            assert_eq!(account.kept(), 0);
+        });
+    }
+
+    /// Two kernels counted at once by two threads: a release made while
+    /// either is counted runs once, after both guards are gone.
+    #[test]
+    fn kept_releases_run_once_after_the_last_of_two_kernels() {
+        loom::model(|| {
+            let account = ResidentKernels::new();
+            let ran = Arc::new(AtomicUsize::new(0));
+            let first = ResidentKernels::hold(&account);
+            let other = {
+                let account = Arc::clone(&account);
+                loom::thread::spawn(move || drop(ResidentKernels::hold(&account)))
+            };
+            let runs = Arc::clone(&ran);
+            account.release(move || {
+                runs.fetch_add(1, Ordering::SeqCst);
+            });
+            assert_eq!(ran.load(Ordering::SeqCst), 0, "a kernel is still counted");
+            drop(first);
+            other.join().unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), 1);
+        });
     }
 }
