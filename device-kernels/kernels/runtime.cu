@@ -16,6 +16,13 @@ namespace math = tandem::rt_math;
 /// arguments, too large to travel inline in a lane record), with room.
 constexpr u32 ECHO_COPY_SPACE = 80;
 
+/// The echo kernel's `method` for a mix of tasks with and without
+/// arguments (`runtime::kernels::ECHO_MIXED`): task i is, by i mod 6, a
+/// no-op (0, 1, 5), an add without arguments (2, 3), answered
+/// RT_RC_BAD_ARGS, or add(r, i) (4); a task that repeats the last one's
+/// method without arguments goes as one (rt_inbox::SHAPE_REPEATED).
+constexpr u32 ECHO_MIXED = 0xFFFFFFFFu;
+
 /// The math pool on the device, as runtime::task::math serves it on the CPU:
 /// what the GPU service runs.
 struct MathOnDevice {
@@ -241,7 +248,9 @@ TANDEM_DEVICE tandem::rt_status echo_noop(const tandem::RtContext& rt, tandem::R
 /// `peer`: 0 when the segment is this device's own, else a tandem::rt_peer:
 /// the segment is another device's (its service runs the tasks) and
 /// `own_segment` (`own_len` bytes) this device's, whose reply region the
-/// answers come to (see init_task_kernel). `method` = math::ADD:
+/// answers come to (see init_task_kernel). `method` = ECHO_MIXED: each
+/// task answered as expected adds its sum (add(r, i)) or 1 to results[r],
+/// one that is not fails the thread as below. `method` = math::ADD:
 /// task i of global rank r is add(r, i), and results[r] is the wrapping sum
 /// of the answers; math::SUM: the same answers, but odd tasks are
 /// sum(r, i, 0, 0, 0, 0), whose arguments go through the future's copy
@@ -271,7 +280,13 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* own_segment, u64 own_len, u8* segment, u6
   PhaseClock clock = PhaseClock::start(phase_ns);
   u64 timed_tasks = 0;
   for (u64 i = 0; st == tandem::rt_status::ok && i < tasks_per_thread; ++i) {
-    if (method == math::SUM && i % 2 == 1) {
+    const u32 mixed = static_cast<u32>(i % 6);
+    i32 expected_rc = 0;
+    if (method == ECHO_MIXED && mixed != 4) {
+      const u32 m = mixed == 2 || mixed == 3 ? math::ADD : math::NOOP;
+      expected_rc = m == math::ADD ? tandem::RT_RC_BAD_ARGS : 0;
+      st = tandem::rt_make_task(f, math::POOL, m, [](tandem::Writer&) { return tandem::ser_status::ok; });
+    } else if (method == math::SUM && i % 2 == 1) {
       st = tandem::rt_make_task(f, math::POOL, math::SUM, [&](tandem::Writer& w) {
         tandem::ser_status s = w.put_u64(r);
         for (u32 k = 1; k < math::SUM_VALUES && s == tandem::ser_status::ok; ++k) {
@@ -279,7 +294,7 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* own_segment, u64 own_len, u8* segment, u6
         }
         return s;
       });
-    } else if (method == math::ADD || method == math::SUM) {
+    } else if (method == math::ADD || method == math::SUM || method == ECHO_MIXED) {
       st = tandem::rt_make_task(f, math::POOL, math::ADD, [&](tandem::Writer& w) {
         const tandem::ser_status s = w.put_u64(r);
         return s == tandem::ser_status::ok ? w.put_u64(i) : s;
@@ -298,12 +313,12 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* own_segment, u64 own_len, u8* segment, u6
     if (st != tandem::rt_status::ok) {
       break;
     }
-    if (rc != 0) {
+    if (rc != expected_rc) {
       status[r] = 0x100;
       results[r] = static_cast<u64>(static_cast<tandem::i64>(rc));
       return;
     }
-    if (method == math::ADD || method == math::SUM) {
+    if (method == math::ADD || method == math::SUM || (method == ECHO_MIXED && mixed == 4)) {
       const u8* out = nullptr;
       u32 out_len = 0;
       st = tandem::rt_output(f, &out, &out_len);
@@ -313,6 +328,8 @@ TANDEM_KERNEL tandem_rt_echo_tasks(u8* own_segment, u64 own_len, u8* segment, u6
         st = tandem::rt_status::ser_failed;
       }
       acc += sum;
+    } else if (expected_rc != 0) {
+      acc += 1;  // a failed task has no output to read
     } else {
       const u8* out = nullptr;
       u32 out_len = 0;

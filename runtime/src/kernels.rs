@@ -48,8 +48,8 @@ pub struct EchoLaunch {
     pub tasks_per_thread: u64,
     /// `math::ADD`, `math::SUM` (odd tasks through the copy space, same
     /// answers as ADD; on the CPU route, each even task followed by a no-op
-    /// whose output must be empty) or `math::NOOP` (or any method id, to
-    /// test error codes).
+    /// whose output must be empty), `math::NOOP`, [`ECHO_MIXED`] (or any
+    /// other method id, to test error codes).
     pub method: MethodId,
     /// Which priority its tasks use.
     pub priority: EchoPriority,
@@ -93,6 +93,14 @@ pub const ECHO_TASK_FAILED: u32 = 0x100;
 /// `rt_status::no_peer_access`: the status of every thread of an echo over
 /// an unreachable [`PeerRoute`].
 pub const ECHO_NO_PEER_ACCESS: u32 = 11;
+/// The echo kernel's [`EchoLaunch::method`] for a mix of tasks (its
+/// `ECHO_MIXED`): task i of global rank r is, by i mod 6, a no-op (0, 1, 5),
+/// an add without arguments (2, 3), whose answer must be
+/// [`crate::RC_BAD_ARGS`], or add(r, i) (4). A result is the sum of the adds
+/// plus 1 a task answered as expected. On the GPU route a task repeating
+/// its last one's method without arguments travels as a repeat of it,
+/// which this mix tells apart from a task that only looks alike.
+pub const ECHO_MIXED: MethodId = u32::MAX;
 
 /// What an echo or no-op launch did, per thread (global rank order).
 #[derive(Clone, Debug)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tandem_hal::{Backend, ErrorKind, GpuApi, GpuDevice, HostApi};
 use tandem_runtime::kernels::{
     EchoLaunch, EchoOutcome, EchoPhases, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels,
-    ECHO_NO_PEER_ACCESS, ECHO_TASK_FAILED,
+    ECHO_MIXED, ECHO_NO_PEER_ACCESS, ECHO_TASK_FAILED,
 };
 use tandem_runtime::{
     math, Config, DeviceSelection, GpuService, Pool, Registry, Runtime, RuntimeError,
@@ -295,6 +295,34 @@ fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, t
     assert_eq!(stats.served, host_tasks + kernel_tasks);
     assert_eq!(stats.bad_pointers, 0);
     assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
+}
+
+/// Kernel threads' tasks to the GPU service that repeat their last one's
+/// method without arguments, between tasks that change the method or carry
+/// arguments: each is answered by its own method (a repeated add without
+/// arguments is refused as the first was, a no-op after an add is a no-op),
+/// and every one is served once.
+fn repeated_tasks_keep_their_methods<A: GpuApi>(api: A, blocks: u32, threads: u32, tasks: u64) {
+    let runtime = runtime_on_device_0(api, 1, 64);
+    let queues = &runtime.devices()[0];
+    let mut kernels = RuntimeKernels::load(queues).expect("kernels");
+    let service = GpuService::start(queues, 1, 4).expect("service");
+    let launch = EchoLaunch {
+        method: ECHO_MIXED,
+        route: EchoRoute::GpuService,
+        ..add_launch(blocks, threads, tasks, EchoPriority::High)
+    };
+    let outcome = kernels.echo(&launch).expect("echo");
+    for (r, (&status, &result)) in outcome.status.iter().zip(&outcome.results).enumerate() {
+        assert_eq!(status, 0, "thread {r}: status (result {result})");
+        let expected: u64 = (0..tasks)
+            .map(|i| if i % 6 == 4 { r as u64 + i } else { 1 })
+            .sum();
+        assert_eq!(result, expected, "thread {r}");
+    }
+    let stats = service.stop().expect("the service ends");
+    assert_eq!(stats.served, u64::from(blocks * threads) * tasks);
+    assert_eq!(stats.bad_pointers, 0);
 }
 
 /// Memory, a host registration and a module dropped while the GPU service
@@ -749,6 +777,14 @@ fn host_direct_claims_wait_on_full_lanes() {
 }
 
 #[test]
+fn host_repeated_tasks_keep_their_methods() {
+    // Two threads (each on a server of its own) and more threads than
+    // servers (which take from several slots in turn).
+    repeated_tasks_keep_their_methods(HostApi::with_devices(1), 1, 2, 600);
+    repeated_tasks_keep_their_methods(HostApi::with_devices(1), 4, 16, 60);
+}
+
+#[test]
 fn host_large_and_inline_tasks_alternate() {
     large_and_inline_tasks_alternate(HostApi::with_devices(1), 4, 16, 40);
 }
@@ -1114,6 +1150,17 @@ macro_rules! gpu_tests {
             fn large_and_inline_tasks_alternate() {
                 if let Some((api, _one)) = api("runtime large_and_inline_tasks_alternate") {
                     super::large_and_inline_tasks_alternate(api, 132, 64, 16);
+                }
+            }
+
+            #[test]
+            fn repeated_tasks_keep_their_methods() {
+                if let Some((api, _one)) = api("runtime repeated_tasks_keep_their_methods") {
+                    // One warp (its server's last task is its own) and a
+                    // full grid (servers take from several slots in turn).
+                    super::repeated_tasks_keep_their_methods(api, 1, 32, 600);
+                    let again = <$api as tandem_hal::GpuApi>::load().expect("load");
+                    super::repeated_tasks_keep_their_methods(again, 132, 128, 60);
                 }
             }
 

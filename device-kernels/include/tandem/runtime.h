@@ -224,9 +224,9 @@ constexpr u64 BUSY = 1;
 constexpr u32 ARGS_WORDS = 4;
 constexpr u32 ARGS_MAX = ARGS_WORDS * 4;
 /// The words of a slot's task (RtInboxSlot::words), 32 bits each: the shape
-/// (argument bytes, SHAPE_IN_FUTURE), the token the reply word carries back,
-/// pool, method, the reply word's device address (low half first), the
-/// reply cell's distance past it, then the arguments (four little-endian
+/// (argument bytes, SHAPE_IN_FUTURE; or SHAPE_REPEATED and the token), the
+/// token the reply word carries back, pool, method, the reply word's device
+/// address (low half first), the reply cell's distance past it, then the arguments (four little-endian
 /// bytes a word) or, SHAPE_IN_FUTURE, the segment offset of the future whose
 /// copy space holds the task (low half first).
 constexpr u32 W_SHAPE = 0;
@@ -248,6 +248,13 @@ constexpr u32 SHAPE_IN_FUTURE = 1u << 8;
 constexpr u32 UNSIZED_ACTIVE = 1024;
 /// Bits of the shape that hold the argument bytes.
 constexpr u32 SHAPE_ARGS_MASK = 0xFF;
+/// The shape's flag for a task without arguments whose reply, pool and
+/// method are those of the task its sender sent through the slot's last
+/// lap, in the slot: its other bits are then the task's token, so the
+/// service that took that lap takes this one from its poll alone
+/// (rt_take_repeated_task). The sender writes the other words all the same:
+/// any other service thread takes it from them.
+constexpr u32 SHAPE_REPEATED = 1u << 31;
 }  // namespace rt_inbox
 
 /// The device inbox's header (`runtime::layout::device_inbox`), one line.
@@ -375,6 +382,7 @@ constexpr u32 TOKEN_SHIFT = 2;
 /// Tokens run 1..=TOKEN_MAX (0 is a cleared word).
 constexpr u32 TOKEN_MAX = 0xFFFFFFFFu >> TOKEN_SHIFT;
 }  // namespace rt_notify
+static_assert(rt_notify::TOKEN_MAX < rt_inbox::SHAPE_REPEATED, "a repeated task's shape holds its token");
 
 /// Bytes of output a device handler may write (rt_serve stages it locally:
 /// a host task's output overwrites its input in the copy space).
@@ -639,6 +647,11 @@ struct RtFuture {
   /// through it, so the next task needs no claim.
   RtInboxSlot* owned_slot;
   u64 owned_lap;
+  /// Whether that task went in its slot, and its pool and method: the next
+  /// one, if it repeats them without arguments, goes as SHAPE_REPEATED.
+  bool owned_in_slot;
+  u32 owned_pool;
+  u32 owned_method;
   /// 1 + the lane ring this future's last push found nearly empty (its next
   /// push there claims without probing: mpmc.h claim_mode), or 0.
   u32 nearly_empty_ring;
@@ -1184,6 +1197,9 @@ TANDEM_DEVICE rt_status rt_future_alloc(RtContext& ctx, u32 copy_space, RtFuture
   out->staged_len = 0;
   out->owned_slot = nullptr;
   out->owned_lap = 0;
+  out->owned_in_slot = false;
+  out->owned_pool = 0;
+  out->owned_method = 0;
   for (u32 i = 0; i < LL_RECORD_WORDS - rt_record::POOL; ++i) {
     out->staged[i] = 0;  // records copy all of it (rt_send_to_cpu)
   }
@@ -1479,11 +1495,15 @@ TANDEM_DEVICE bool rt_claim_inbox_slot(RtInboxSlot* slot, const u32* stop, u64* 
 /// Writes `f`'s task into claimed slot `slot` at lap `lap`, each word under
 /// the lap's tag, in pairs where the words are 16-aligned (words 1-2, 3-4,
 /// 5-6, 7-8, 9-10): relaxed, as the tags say which words have landed.
+/// `repeated`: the task goes as SHAPE_REPEATED.
 template <scope S>
-TANDEM_DEVICE void rt_write_inbox_task(RtInboxSlot* slot, u64 lap, const RtFuture& f, bool in_slot, u32 args_len) {
+TANDEM_DEVICE void rt_write_inbox_task(RtInboxSlot* slot, u64 lap, const RtFuture& f, bool in_slot, u32 args_len,
+                                       bool repeated) {
   const u64 tag = u64{rt_inbox_tag(lap)} << 32;
   u32 w[rt_inbox::WORDS];
-  w[rt_inbox::W_SHAPE] = in_slot ? args_len : rt_inbox::SHAPE_IN_FUTURE;
+  w[rt_inbox::W_SHAPE] = repeated  ? rt_inbox::SHAPE_REPEATED | f.token
+                         : in_slot ? args_len
+                                   : rt_inbox::SHAPE_IN_FUTURE;
   w[rt_inbox::W_TOKEN] = f.token;
   w[rt_inbox::W_POOL] = in_slot ? f.staged[0] : 0;
   w[rt_inbox::W_METHOD] = in_slot ? f.staged[1] : 0;
@@ -1577,19 +1597,26 @@ TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const 
   // come after the service's reads of the last lap's words.
   const bool owned = ctx.send_owned && f.owned_slot == slot;
   u64 lap = owned ? f.owned_lap + 1 : 0;
+  // The last lap was this future's task (the slot is leased to its thread),
+  // whose reply word and cell were this one's too.
+  const bool repeated = owned && in_slot && args_len == 0 && f.owned_in_slot && f.owned_pool == f.staged[0] &&
+                        f.owned_method == f.staged[1];
   if (ctx.peer) {
     if (!owned && !detail::rt_claim_inbox_slot<scope::system>(slot, stop, &lap)) {
       return rt_status::stopped;
     }
-    detail::rt_write_inbox_task<scope::system>(slot, lap, f, in_slot, args_len);
+    detail::rt_write_inbox_task<scope::system>(slot, lap, f, in_slot, args_len, repeated);
   } else {
     if (!owned && !detail::rt_claim_inbox_slot<scope::device>(slot, stop, &lap)) {
       return rt_status::stopped;
     }
-    detail::rt_write_inbox_task<scope::device>(slot, lap, f, in_slot, args_len);
+    detail::rt_write_inbox_task<scope::device>(slot, lap, f, in_slot, args_len, repeated);
   }
   f.owned_slot = ctx.send_owned ? slot : nullptr;
   f.owned_lap = lap;
+  f.owned_in_slot = in_slot;
+  f.owned_pool = in_slot ? f.staged[0] : 0;
+  f.owned_method = in_slot ? f.staged[1] : 0;
   f.via_gpu = true;
   f.via_peer = ctx.peer;
   f.in_flight = true;
@@ -2063,8 +2090,10 @@ TANDEM_DEVICE bool rt_take_inbox_task(RtInboxSlot* slot, RtSlotHead head, RtInbo
   u64 seen[rt_inbox::WORDS + 1];
   seen[0] = head.first;
   const u32 shape = static_cast<u32>(seen[0]);
-  const bool in_future = (shape & rt_inbox::SHAPE_IN_FUTURE) != 0;
-  const u32 args_len = shape & rt_inbox::SHAPE_ARGS_MASK;
+  // A repeated task's shape is its token: it has no arguments.
+  const bool repeated = (shape & rt_inbox::SHAPE_REPEATED) != 0;
+  const bool in_future = !repeated && (shape & rt_inbox::SHAPE_IN_FUTURE) != 0;
+  const u32 args_len = repeated ? 0 : shape & rt_inbox::SHAPE_ARGS_MASK;
   // A shape no sender writes (too many argument bytes) is a task of the
   // head words alone, answered RT_RC_BAD_TASK (rt_run_inbox_task).
   const u32 words = in_future                        ? rt_inbox::W_FUTURE + 2
@@ -2117,6 +2146,63 @@ TANDEM_DEVICE bool rt_take_inbox_task(RtInboxSlot* slot, RtSlotHead head, RtInbo
   TANDEM_UNROLL
   for (u32 i = 0; i < rt_inbox::ARGS_WORDS; ++i) {
     task->args[i] = w[rt_inbox::W_ARGS + i];
+  }
+  task->peer = S == scope::system;
+  return true;
+}
+
+/// What a mailbox server of rt_serve knows of the last task it took that
+/// carried its arguments in its slot: the slot (null: none yet), the lap,
+/// and what a SHAPE_REPEATED task of the slot's next lap repeats.
+struct RtLastTaken {
+  const RtInboxSlot* slot;
+  u64 lap;
+  u32* reply_word;
+  u32 cell_delta;
+  u32 pool;
+  u32 method;
+
+  /// Remembers `task`, just taken from `slot` at `lap`, if it carried its
+  /// arguments in the slot.
+  TANDEM_DEVICE void remember(const RtInboxSlot* taken, u64 taken_lap, const RtInboxTask& task) {
+    if (task.future != 0) {
+      return;
+    }
+    slot = taken;
+    lap = taken_lap;
+    reply_word = task.reply_word;
+    cell_delta = static_cast<u32>(reinterpret_cast<u64>(task.reply_cell) - reinterpret_cast<u64>(task.reply_word));
+    pool = task.pool;
+    method = task.method;
+  }
+};
+
+/// Takes the task of `slot` (of the part whose scope is `S`), whose poll
+/// found `head`, from the poll alone: when it is SHAPE_REPEATED and `last`
+/// is the slot's last lap, whose task was its sender's last (the sender
+/// marks it so only then), so the rest of its words are `last`'s. Frees the
+/// slot as rt_take_inbox_task does; false, with nothing taken, otherwise.
+template <scope S>
+TANDEM_DEVICE bool rt_take_repeated_task(RtInboxSlot* slot, RtSlotHead head, const RtLastTaken& last,
+                                         RtInboxTask* task) {
+  const u64 lap = head.ctrl >> 1;
+  const u32 shape = static_cast<u32>(head.first);
+  if (static_cast<u32>(head.first >> 32) != rt_inbox_tag(lap) || (shape & rt_inbox::SHAPE_REPEATED) == 0 ||
+      last.slot != slot || last.lap + 1 != lap) {
+    return false;
+  }
+  // Relaxed, as rt_take_inbox_task's: the store depends on the poll.
+  store_relaxed<S>(&slot->ctrl, (lap + 1) << 1);
+  task->reply_word = last.reply_word;
+  task->reply_cell = reinterpret_cast<RtReplyCell*>(reinterpret_cast<u64>(last.reply_word) + last.cell_delta);
+  task->future = 0;
+  task->token = shape & ~rt_inbox::SHAPE_REPEATED;
+  task->pool = last.pool;
+  task->method = last.method;
+  task->args_len = 0;
+  TANDEM_UNROLL
+  for (u32 i = 0; i < rt_inbox::ARGS_WORDS; ++i) {
+    task->args[i] = 0;
   }
   task->peer = S == scope::system;
   return true;
@@ -2595,6 +2681,10 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
     }
     return true;
   };
+  // Kept in registers: one task's worth, which a lone sender's repeated
+  // tasks hit; a server taking from several slots in turn misses, and takes
+  // as any other task.
+  detail::RtLastTaken last{nullptr, 0, nullptr, 0, 0, 0};
   bool stopping = false;
   for (u64 round = 0, idle = 0;; ++round) {
     bool worked = false;
@@ -2657,8 +2747,15 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
         const bool system =
             k == detail::RT_POLL_PEER || k == detail::RT_POLL_PEER_SHARED || (k == detail::RT_POLL_COLD && !cold_local);
         detail::RtInboxTask task;
-        const bool taken = system ? detail::rt_take_inbox_task<scope::system>(taken_slot, taken_head, &task)
-                                  : detail::rt_take_inbox_task<scope::device>(taken_slot, taken_head, &task);
+        bool taken = system ? detail::rt_take_repeated_task<scope::system>(taken_slot, taken_head, last, &task)
+                            : detail::rt_take_repeated_task<scope::device>(taken_slot, taken_head, last, &task);
+        if (!taken) {
+          taken = system ? detail::rt_take_inbox_task<scope::system>(taken_slot, taken_head, &task)
+                         : detail::rt_take_inbox_task<scope::device>(taken_slot, taken_head, &task);
+        }
+        if (taken) {
+          last.remember(taken_slot, taken_head.ctrl >> 1, task);
+        }
         worked |= serve(taken, task);
       }
       if (cold_turn) {
