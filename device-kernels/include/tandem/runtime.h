@@ -2252,9 +2252,13 @@ TANDEM_DEVICE bool rt_run_inbox_task(const RtContext& ctx, const RtInboxTask& ta
     }
   } else if (task.args_len <= rt_inbox::ARGS_MAX) {
     u8 args[rt_inbox::ARGS_MAX];
-    TANDEM_UNROLL
-    for (u32 i = 0; i < rt_inbox::ARGS_MAX; ++i) {
-      args[i] = static_cast<u8>(task.args[i / 4] >> (8 * (i % 4)));
+    // Unpacked only when there are any: the bytes go to the stack, and a
+    // task without arguments (a repeated one) should not pay for them.
+    if (task.args_len != 0) {
+      TANDEM_UNROLL
+      for (u32 i = 0; i < rt_inbox::ARGS_MAX; ++i) {
+        args[i] = static_cast<u8>(task.args[i / 4] >> (8 * (i % 4)));
+      }
     }
     Reader r = Reader::over(args, task.args_len);
     rc = handle(task.pool, task.method, r, w);
