@@ -223,6 +223,7 @@ pub mod root {
             pub const SHAPE_IN_FUTURE: root::tandem::u32_ = 256;
             pub const UNSIZED_ACTIVE: root::tandem::u32_ = 1024;
             pub const SHAPE_ARGS_MASK: root::tandem::u32_ = 255;
+            pub const SHAPE_REPEATED: root::tandem::u32_ = 2147483648;
         }
         #[repr(C)]
         #[repr(align(128))]
