@@ -297,6 +297,18 @@ fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, t
     assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
 }
 
+/// Every thread of an [`ECHO_MIXED`] launch of `tasks` tasks a thread had
+/// each answered as its method should be.
+fn assert_mixed_answered(outcome: &EchoOutcome, tasks: u64) {
+    for (r, (&status, &result)) in outcome.status.iter().zip(&outcome.results).enumerate() {
+        assert_eq!(status, 0, "thread {r}: status (result {result})");
+        let expected: u64 = (0..tasks)
+            .map(|i| if i % 6 == 4 { r as u64 + i } else { 1 })
+            .sum();
+        assert_eq!(result, expected, "thread {r}");
+    }
+}
+
 /// Kernel threads' tasks to the GPU service that repeat their last one's
 /// method without arguments, between tasks that change the method or carry
 /// arguments: each is answered by its own method (a repeated add without
@@ -313,13 +325,7 @@ fn repeated_tasks_keep_their_methods<A: GpuApi>(api: A, blocks: u32, threads: u3
         ..add_launch(blocks, threads, tasks, EchoPriority::High)
     };
     let outcome = kernels.echo(&launch).expect("echo");
-    for (r, (&status, &result)) in outcome.status.iter().zip(&outcome.results).enumerate() {
-        assert_eq!(status, 0, "thread {r}: status (result {result})");
-        let expected: u64 = (0..tasks)
-            .map(|i| if i % 6 == 4 { r as u64 + i } else { 1 })
-            .sum();
-        assert_eq!(result, expected, "thread {r}");
-    }
+    assert_mixed_answered(&outcome, tasks);
     let stats = service.stop().expect("the service ends");
     assert_eq!(stats.served, u64::from(blocks * threads) * tasks);
     assert_eq!(stats.bad_pointers, 0);
@@ -1025,6 +1031,20 @@ fn kernels_send_to_another_devices_service<A: GpuApi>(api: A, blocks: u32, threa
             assert_all_added(&outcome, tasks);
             sent += u64::from(blocks * threads) * tasks;
         }
+        // Repeated tasks through the peer's leased slots, answered at system scope.
+        let mixed_tasks = 60;
+        let mixed = EchoLaunch {
+            blocks: 1,
+            threads: 2,
+            tasks_per_thread: mixed_tasks,
+            method: ECHO_MIXED,
+            ..launch
+        };
+        let outcome = senders
+            .echo_via_peer(&mut servers, &route, &mixed)
+            .expect("a mix via the peer");
+        assert_mixed_answered(&outcome, mixed_tasks);
+        sent += 2 * mixed_tasks;
     } else {
         println!("peer route 0 -> 1: the devices have no peer access; checking the refusal only");
     }
