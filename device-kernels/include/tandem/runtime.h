@@ -226,9 +226,10 @@ constexpr u32 ARGS_MAX = ARGS_WORDS * 4;
 /// The words of a slot's task (RtInboxSlot::words), 32 bits each: the shape
 /// (argument bytes, SHAPE_IN_FUTURE; or SHAPE_REPEATED and the token), the
 /// token the reply word carries back, pool, method, the reply word's device
-/// address (low half first), the reply cell's distance past it, then the arguments (four little-endian
-/// bytes a word) or, SHAPE_IN_FUTURE, the segment offset of the future whose
-/// copy space holds the task (low half first).
+/// address (low half first), the reply cell's distance past it, then the
+/// arguments (four little-endian bytes a word) or, SHAPE_IN_FUTURE, the
+/// segment offset of the future whose copy space holds the task (low half
+/// first).
 constexpr u32 W_SHAPE = 0;
 constexpr u32 W_TOKEN = 1;
 constexpr u32 W_POOL = 2;
