@@ -26,7 +26,7 @@
 //!   `zstd` and `lz4` command-line tools.
 //!
 //! An argument runs only the sections whose name holds it (`kernels`, `client`,
-//! `compression`); none runs them all.
+//! `compression`, `compression-dynamic`: the target's row alone); none runs them all.
 //!
 //! Runs on the CPU device always, and on CUDA when built with `--features
 //! cuda` and a device is present (else "skipped: no CUDA device", or a
@@ -600,8 +600,14 @@ fn wanted(name: &str) -> bool {
 
 fn main() {
     if wanted("compression") {
-        if let Err(e) = compression::run() {
+        if let Err(e) = compression::run_table() {
             eprintln!("blob bench, compression: {e}");
+            std::process::exit(1);
+        }
+    }
+    if wanted("compression-dynamic") {
+        if let Err(e) = compression::run_dynamic() {
+            eprintln!("blob bench, compression's dynamic mode: {e}");
             std::process::exit(1);
         }
     }
