@@ -1552,74 +1552,92 @@ TANDEM_DEVICE void rt_write_inbox_task(RtInboxSlot* slot, u64 lap, const RtFutur
 TANDEM_DEVICE rt_status rt_send_to_gpu(const RtContext& ctx, RtFuture& f, const u32* stop, u64 spin_budget) {
   static_assert(rt_inbox::ARGS_MAX <= rt_record::INLINE_ARGS_MAX, "a task a slot carries is one rt_make_task stages");
   (void)spin_budget;
-  if (ctx.status != rt_status::ok) {
-    return ctx.status;
-  }
-  if (ctx.send_slots == nullptr) {
-    return rt_status::no_inbox;
-  }
-  if (f.reply_word == nullptr) {
-    return rt_status::no_memory;
-  }
-  if (f.in_flight) {
-    return rt_status::future_error;
-  }
-  const u32 args_len = f.staged_len != 0 ? rt_record::args_len(f.staged[2]) : 0;
-  const bool in_slot = f.staged_len != 0 && args_len <= rt_inbox::ARGS_MAX;
-  if (f.staged_len != 0 && !in_slot) {
-    // The staged argument bytes, by constant indices into `staged` (which
-    // may then stay in registers).
-    const auto staged_args = [&](Writer& w) {
-      ser_status s = ser_status::ok;
-      TANDEM_UNROLL
-      for (u32 i = 0; i < rt_record::INLINE_ARGS_MAX; ++i) {
-        if (i < args_len && s == ser_status::ok) {
-          s = w.put_u8(static_cast<u8>(f.staged[3 + i / 4] >> (8 * (i % 4))));
-        }
-      }
-      return s;
-    };
-    const rt_status st = detail::rt_fill_copy_space(f, f.staged[0], f.staged[1], args_len, staged_args);
-    if (st != rt_status::ok) {
-      return st;
-    }
-    f.staged_len = 0;
-  }
-  if (!in_slot) {
-    // Release: the task in the copy space, host memory the service reads
-    // after its own system-scope fence (rt_take_inbox_task).
-    fence_acq_rel<scope::system>();
-  }
-  RtInboxSlot* const slot = ctx.send_slots + ((ctx.send_first + thread_rank()) & ctx.send_mask);
+  // The context's fields this send reads, read together: `ctx` is block-shared memory, which
+  // the strong stores and atomics below (asm, clobbering memory) make the compiler read
+  // afresh each send, and reads spread over the branches wait for one another.
+  const rt_status status = ctx.status;
+  RtInboxSlot* const slots = ctx.send_slots;
+  const u32 send_first = ctx.send_first;
+  const u32 send_mask = ctx.send_mask;
+  const bool send_owned = ctx.send_owned;
+  const bool peer = ctx.peer;
+  // By address: `slots` may be null (refused below).
+  RtInboxSlot* const slot = reinterpret_cast<RtInboxSlot*>(
+      reinterpret_cast<u64>(slots) + u64{(send_first + thread_rank()) & send_mask} * sizeof(RtInboxSlot));
   // A leased slot this future sent through before is free at the next lap:
   // the service stored that lap before it ran the last task
   // (rt_take_inbox_task), and its own later polls see that store; this
   // thread saw the task answered (in_flight is false), so the stores below
   // come after the service's reads of the last lap's words.
-  const bool owned = ctx.send_owned && f.owned_slot == slot;
-  u64 lap = owned ? f.owned_lap + 1 : 0;
+  const bool owned = send_owned && f.owned_slot == slot;
+  u64 lap = f.owned_lap + 1;
+  const u32 args_len = f.staged_len != 0 ? rt_record::args_len(f.staged[2]) : 0;
+  const bool in_slot = f.staged_len != 0 && args_len <= rt_inbox::ARGS_MAX;
+  // One branch before the stores for a thread's steady tasks (in the slot, through its
+  // leased slot): a lone GPU thread pays for each instruction on its way to the service.
+  const bool steady = (status == rt_status::ok) & (slots != nullptr) & (f.reply_word != nullptr) & !f.in_flight &
+                      in_slot & owned;
+  if (!steady) {
+    if (status != rt_status::ok) {
+      return status;
+    }
+    if (slots == nullptr) {
+      return rt_status::no_inbox;
+    }
+    if (f.reply_word == nullptr) {
+      return rt_status::no_memory;
+    }
+    if (f.in_flight) {
+      return rt_status::future_error;
+    }
+    if (f.staged_len != 0 && !in_slot) {
+      // The staged argument bytes, by constant indices into `staged` (which
+      // may then stay in registers).
+      const auto staged_args = [&](Writer& w) {
+        ser_status s = ser_status::ok;
+        TANDEM_UNROLL
+        for (u32 i = 0; i < rt_record::INLINE_ARGS_MAX; ++i) {
+          if (i < args_len && s == ser_status::ok) {
+            s = w.put_u8(static_cast<u8>(f.staged[3 + i / 4] >> (8 * (i % 4))));
+          }
+        }
+        return s;
+      };
+      const rt_status st = detail::rt_fill_copy_space(f, f.staged[0], f.staged[1], args_len, staged_args);
+      if (st != rt_status::ok) {
+        return st;
+      }
+      f.staged_len = 0;
+    }
+    if (!in_slot) {
+      // Release: the task in the copy space, host memory the service reads
+      // after its own system-scope fence (rt_take_inbox_task).
+      fence_acq_rel<scope::system>();
+    }
+    if (!owned) {
+      const bool claimed = peer ? detail::rt_claim_inbox_slot<scope::system>(slot, stop, &lap)
+                                : detail::rt_claim_inbox_slot<scope::device>(slot, stop, &lap);
+      if (!claimed) {
+        return rt_status::stopped;
+      }
+    }
+  }
   // The last lap was this future's task (the slot is leased to its thread),
   // whose reply word and cell were this one's too.
   const bool repeated = owned && in_slot && args_len == 0 && f.owned_in_slot && f.owned_pool == f.staged[0] &&
                         f.owned_method == f.staged[1];
-  if (ctx.peer) {
-    if (!owned && !detail::rt_claim_inbox_slot<scope::system>(slot, stop, &lap)) {
-      return rt_status::stopped;
-    }
+  if (peer) {
     detail::rt_write_inbox_task<scope::system>(slot, lap, f, in_slot, args_len, repeated);
   } else {
-    if (!owned && !detail::rt_claim_inbox_slot<scope::device>(slot, stop, &lap)) {
-      return rt_status::stopped;
-    }
     detail::rt_write_inbox_task<scope::device>(slot, lap, f, in_slot, args_len, repeated);
   }
-  f.owned_slot = ctx.send_owned ? slot : nullptr;
+  f.owned_slot = send_owned ? slot : nullptr;
   f.owned_lap = lap;
   f.owned_in_slot = in_slot;
   f.owned_pool = in_slot ? f.staged[0] : 0;
   f.owned_method = in_slot ? f.staged[1] : 0;
   f.via_gpu = true;
-  f.via_peer = ctx.peer;
+  f.via_peer = peer;
   f.in_flight = true;
   return rt_status::ok;
 }
@@ -1685,19 +1703,21 @@ TANDEM_COLD RtFlagsWait rt_wait_flags(FutureView view, const u32* stop, u64 spin
   return waited;
 }
 
-/// Whether `f`'s reply word shows its task answered by a GPU service; then
+/// `f`'s reply word as it is now. Relaxed: a success without output is the word alone.
+/// System scope for an answer from another device.
+TANDEM_DEVICE u32 rt_reply_word(const RtFuture& f) {
+  return f.via_peer ? load_relaxed<scope::system>(f.reply_word) : load_relaxed<scope::device>(f.reply_word);
+}
+
+/// Whether reply word `seen` shows `f`'s task answered by a GPU service; then
 /// `*return_code` and `f.no_output`.
-TANDEM_DEVICE bool rt_replied(RtFuture& f, i32* return_code) {
-  // Relaxed: a success without output is the word alone. System scope for
-  // an answer from another device.
-  const u32 seen =
-      f.via_peer ? load_relaxed<scope::system>(f.reply_word) : load_relaxed<scope::device>(f.reply_word);
+TANDEM_DEVICE bool rt_replied(RtFuture& f, u32 seen, i32* return_code) {
   if ((seen >> rt_notify::TOKEN_SHIFT) != f.token) {
     return false;
   }
   f.no_output = (seen & rt_notify::NO_OUTPUT) != 0;
   if (!f.no_output) {
-    // With the load above, the acquire pattern that pairs with the
+    // With the word's load, the acquire pattern that pairs with the
     // service's fence before the word (rt_answer): the cell is read after.
     rt_fence(f.via_peer);
   }
@@ -1706,24 +1726,29 @@ TANDEM_DEVICE bool rt_replied(RtFuture& f, i32* return_code) {
 }
 
 /// rt_wait for a task sent to a GPU service: polls the reply word, in this
-/// device's memory, so a poll is an L2 read, not a PCIe one. The first
-/// Backoff::IDLE_POLLS polls do not sleep (a lone thread's answer comes
-/// within them); later ones sleep up to Backoff::RACE_DEVICE_MAX_NS, which
-/// only waits that are long already (a busy service) reach.
+/// device's memory, so a poll is an L2 read, not a PCIe one. Each round's
+/// load is issued before the round's stop bookkeeping, which runs while it
+/// is in flight: a lone thread's next poll, and so its answer, comes sooner.
+/// The first Backoff::IDLE_POLLS polls do not sleep (a lone thread's answer
+/// comes within them); later ones sleep up to Backoff::RACE_DEVICE_MAX_NS,
+/// which only waits that are long already (a busy service) reach.
 TANDEM_DEVICE wait_outcome rt_wait_replied(RtFuture& f, const u32* stop, u64 spin_budget, i32* return_code) {
   Backoff backoff = Backoff::up_to(Backoff::RACE_DEVICE_MAX_NS);
   for (u64 round = 0;; ++round) {
+    const u32 seen = rt_reply_word(f);
     const bool stopped =
         stop_raised<scope::system, RT_LOCAL_WAIT_STOP_POLL_EVERY>(stop, round, round >= spin_budget);
-    if (rt_replied(f, return_code)) {
+    if (rt_replied(f, seen, return_code)) {
       return wait_outcome::completed;
     }
-    // Then the word once more, as future_wait re-checks the flags.
+    // Then the word once more, read after the stop, as future_wait re-checks
+    // the flags.
     if (stopped) {
-      return rt_replied(f, return_code) ? wait_outcome::completed : wait_outcome::stopped;
+      return rt_replied(f, rt_reply_word(f), return_code) ? wait_outcome::completed : wait_outcome::stopped;
     }
     if (round >= spin_budget) {
-      return rt_replied(f, return_code) ? wait_outcome::completed : wait_outcome::budget_exhausted;
+      return rt_replied(f, rt_reply_word(f), return_code) ? wait_outcome::completed
+                                                           : wait_outcome::budget_exhausted;
     }
     backoff.idle();
   }
@@ -2075,19 +2100,25 @@ TANDEM_DEVICE RtSlotHead rt_poll_inbox_slot(const RtInboxSlot* slot) {
   return head;
 }
 
+/// Frees `slot` (of the part whose scope is `S`), whose task of lap `lap` its server has just
+/// read, for the next lap. Relaxed: the store depends on the values the server loaded (they
+/// decided that it happens), so those loads are done before it, and a next lap's stores
+/// cannot reach them.
+template <scope S>
+TANDEM_DEVICE void rt_free_inbox_slot(RtInboxSlot* slot, u64 lap) {
+  store_relaxed<S>(&slot->ctrl, (lap + 1) << 1);
+}
+
 /// Reads the task in `slot` (of the part whose scope is `S`), whose poll
-/// found `head`, into `*task` if a whole one is there, and frees the slot
-/// for its next lap; false (nothing taken) if not yet. The caller owns the
-/// slot (rt_serve): no other service thread reads it. Once the poll found
-/// the shape word, the rest is loaded, every load issued before any is
-/// checked.
+/// found `head` holding this lap's first word (rt_inbox_slot_has_task), into
+/// `*task` if a whole one is there, and frees the slot for its next lap;
+/// false (nothing taken) if not yet. The caller owns the slot (rt_serve): no
+/// other service thread reads it. The rest of the words are loaded, every
+/// load issued before any is checked.
 template <scope S>
 TANDEM_DEVICE bool rt_take_inbox_task(RtInboxSlot* slot, RtSlotHead head, RtInboxTask* task) {
   const u64 lap = head.ctrl >> 1;
   const u32 tag = rt_inbox_tag(lap);
-  if (static_cast<u32>(head.first >> 32) != tag) {
-    return false;
-  }
   u64 seen[rt_inbox::WORDS + 1];
   seen[0] = head.first;
   const u32 shape = static_cast<u32>(seen[0]);
@@ -2124,12 +2155,9 @@ TANDEM_DEVICE bool rt_take_inbox_task(RtInboxSlot* slot, RtSlotHead head, RtInbo
   if (!whole) {
     return false;  // the sender's other stores are on their way
   }
-  // Frees the slot for its next lap, before the task runs: a sender waiting
-  // for it (rt_claim_inbox_slot) waits for the read, not the answer.
-  // Relaxed: the store depends on the values loaded above (they decided
-  // that it happens), so those loads are done before it, and a next lap's
-  // stores cannot reach them.
-  store_relaxed<S>(&slot->ctrl, (lap + 1) << 1);
+  // Before the task runs: a sender waiting for the slot
+  // (rt_claim_inbox_slot) waits for the read, not the answer.
+  rt_free_inbox_slot<S>(slot, lap);
   if (in_future) {
     // With the loads above, the acquire pattern that pairs with the
     // sender's fence before its words: the copy space (host memory) it
@@ -2179,7 +2207,8 @@ struct RtLastTaken {
 };
 
 /// Takes the task of `slot` (of the part whose scope is `S`), whose poll
-/// found `head`, from the poll alone: when it is SHAPE_REPEATED and `last`
+/// found `head` holding this lap's first word (rt_inbox_slot_has_task),
+/// from the poll alone: when it is SHAPE_REPEATED and `last`
 /// is the slot's last lap, whose task was its sender's last (the sender
 /// marks it so only then), so the rest of its words are `last`'s. Frees the
 /// slot as rt_take_inbox_task does; false, with nothing taken, otherwise.
@@ -2188,12 +2217,10 @@ TANDEM_DEVICE bool rt_take_repeated_task(RtInboxSlot* slot, RtSlotHead head, con
                                          RtInboxTask* task) {
   const u64 lap = head.ctrl >> 1;
   const u32 shape = static_cast<u32>(head.first);
-  if (static_cast<u32>(head.first >> 32) != rt_inbox_tag(lap) || (shape & rt_inbox::SHAPE_REPEATED) == 0 ||
-      last.slot != slot || last.lap + 1 != lap) {
+  if ((shape & rt_inbox::SHAPE_REPEATED) == 0 || last.slot != slot || last.lap + 1 != lap) {
     return false;
   }
-  // Relaxed, as rt_take_inbox_task's: the store depends on the poll.
-  store_relaxed<S>(&slot->ctrl, (lap + 1) << 1);
+  rt_free_inbox_slot<S>(slot, lap);
   task->reply_word = last.reply_word;
   task->reply_cell = reinterpret_cast<RtReplyCell*>(reinterpret_cast<u64>(last.reply_word) + last.cell_delta);
   task->future = 0;
