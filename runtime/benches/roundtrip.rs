@@ -13,8 +13,10 @@
 //!   (target >= 1 G tasks/s, with multiprocessors x 128 threads sending); a
 //!   host thread's round trip against the pinned-memory ping-pong (target
 //!   <= 1.5x) and against a kernel launch + sync per request, and that of a
-//!   task with output (no target: what output adds); and, for a
-//!   kernel thread and for a host thread, the first round trip after an
+//!   task with output (no target: what output adds); on a GPU, four host
+//!   threads' tasks a second, each sending one at a time (no target: the
+//!   host route's ring when it does not drain, beside one thread's); and,
+//!   for a kernel thread and for a host thread, the first round trip after an
 //!   idle second against a busy one (target <= 2x), and for the host thread
 //!   the same pause spent spinning (no target: whether what the pause costs
 //!   is the thread's own sleep).
@@ -86,6 +88,9 @@ struct ServiceScale {
     service_threads: u32,
     /// Tasks of one throughput run, about.
     tasks_per_grid: u64,
+    /// Host threads sending to the service at once (none: no row; the CPU
+    /// device's service threads would share the host's cores with them).
+    host_senders: u32,
     /// The pause before an idle round trip.
     idle: Duration,
     /// Whether the targets apply (a GPU, not the CPU device's shared cores).
@@ -201,6 +206,29 @@ fn host_round_trips<A: GpuApi, T: tandem_runtime::Task>(
     Ok(start.elapsed() / tasks as u32)
 }
 
+/// `threads` host threads sending `tasks` tasks each to device 0's GPU
+/// service, each one at a time: the time per task over all of them.
+fn host_threads_round_trips<A: GpuApi>(
+    runtime: &Runtime<A>,
+    stop: &std::sync::atomic::AtomicU32,
+    threads: u32,
+    tasks: u64,
+) -> Result<Duration, String> {
+    let start = std::time::Instant::now();
+    std::thread::scope(|s| {
+        let senders: Vec<_> = (0..threads)
+            .map(|_| s.spawn(|| host_round_trips(runtime, stop, tasks, |_| math::Noop)))
+            .collect();
+        senders.into_iter().try_for_each(|sender| {
+            sender
+                .join()
+                .map_err(|_| "a host sender panicked".to_owned())?
+                .map(drop)
+        })
+    })?;
+    Ok(start.elapsed() / (u64::from(threads) * tasks) as u32)
+}
+
 /// Spins the calling thread for `pause`, reading the clock: it stays on its
 /// core, awake, as a thread that waits by spinning.
 fn spin_for(pause: Duration) {
@@ -309,6 +337,24 @@ fn service_bench<A: GpuApi>(
         spread(add_trip),
         ratio(add_trip.0, pinned_floor.0)
     );
+    if scale.host_senders != 0 {
+        // Several senders keep the host route's ring from draining: its
+        // server then polls after each answer at once (tandem/runtime.h,
+        // RtHostPacing).
+        let senders = scale.host_senders;
+        let busy = median_of(|| {
+            let tasks = scale.single_tasks / u64::from(senders);
+            host_threads_round_trips(&runtime, &stop, senders, tasks)
+        })?;
+        let rate = |per_task: Duration| 1e-6 / per_task.as_secs_f64();
+        println!(
+            "    {senders} host threads -> service, one task at a time each: {:.2} M tasks/s (median of {REPEATS}; {:.2} - {:.2}); one host thread's is {:.2} M/s (its round trip's)",
+            rate(busy.0),
+            rate(busy.2),
+            rate(busy.1),
+            rate(host_trip.0)
+        );
+    }
     let idle_trip = median_of(|| {
         std::thread::sleep(scale.idle);
         service_first_round_trip(&mut kernels)
@@ -686,6 +732,7 @@ fn main() {
         producer_threads: 16,
         service_threads: 4,
         tasks_per_grid: 64_000,
+        host_senders: 0,
         idle: Duration::from_millis(100),
         targets: false,
     };
@@ -718,6 +765,7 @@ fn cuda() {
         producer_threads: 128,
         service_threads: 128,
         tasks_per_grid: 4_000_000,
+        host_senders: 4,
         idle: Duration::from_secs(1),
         targets: true,
     };

@@ -1921,11 +1921,9 @@ constexpr u32 RT_LL_FIRST_LINE_WORDS = (CACHE_LINE - sizeof(u64)) / sizeof(u64);
 /// i, so a poll is one read of host memory however long the record (one
 /// thread's loads of host memory are not overlapped: each would be another
 /// PCIe round trip), and the record's words are then gathered by shuffles.
-/// The slot's two cache lines are two loads, issued together, and the
-/// second is waited for only by a record that reaches into it: a short
-/// record, or an empty poll, waits for the line the host just wrote, not
-/// also for one it has not written lately. The same answer and record in
-/// every lane.
+/// The slot's two cache lines are two loads, issued together: an empty
+/// poll waits for the first line alone (its header), a found record's
+/// words are selected from both. The same answer and record in every lane.
 TANDEM_DEVICE bool rt_read_host_record_warp(lane_mask lanes, const LlRing& ring, u64 ticket, RtHostRecord* record) {
   static_assert(sizeof(LlSlot) == 2 * CACHE_LINE, "two lines a slot (its words start at 8, layout.h)");
   const u64* const words = ring.slot(ticket)->words;
@@ -2522,13 +2520,74 @@ struct RtServeStats {
 
 namespace detail {
 
+/// How long the GPU's host server waits after answering a record before it
+/// polls the from-host ring again, when the ring was drained when that
+/// record came (RtHostPacing). It covers the answer's way to host memory
+/// and a host thread's next submit after it sees the answer; a host
+/// slower than that loses one poll as it would without the pause. The CPU
+/// device's poll is a read of its own memory: it does not pause.
+#if defined(TANDEM_BACKEND_GPU)
+constexpr u64 RT_HOST_ANSWER_PAUSE_NS = 400;
+#else
+constexpr u64 RT_HOST_ANSWER_PAUSE_NS = 0;
+#endif
+/// Every this many paused answers, the next poll goes at once instead: a
+/// paused poll that finds a record cannot tell whether it was queued, so
+/// without it a ring that filled up would stay paced.
+constexpr u32 RT_HOST_PACE_CHECK_EVERY = 32;
+
+/// When the warp host server's next poll goes after an answer. A poll of
+/// host memory is a PCIe round trip, and one issued at once after an answer
+/// reaches host memory before a lone host thread, which waits for that
+/// answer, has pushed its next record: it comes back empty, and the record
+/// waits a whole poll more. So once a record is found after an empty poll
+/// (the ring had drained), the poll after its answer waits
+/// RT_HOST_ANSWER_PAUSE_NS; once a poll made at once after an answer finds
+/// a record (one was queued), polls follow answers at once again. Every
+/// decision is the warp's: each lane keeps the same state.
+struct RtHostPacing {
+  /// Whether the next poll after an answer pauses first.
+  bool paced = false;
+  /// Whether no poll has come back empty since the last answer (false
+  /// before the first).
+  bool first_poll = false;
+  /// Whether the last answer was followed by a pause.
+  bool paused = false;
+  u32 paused_answers = 0;
+
+  /// A poll found a record.
+  TANDEM_DEVICE void found() {
+    if (!first_poll) {
+      paced = true;
+    } else if (!paused) {
+      paced = false;
+    }
+  }
+
+  /// A poll came back empty.
+  TANDEM_DEVICE void missed() { first_poll = false; }
+
+  /// A record was answered: pauses before the next poll if paced.
+  TANDEM_DEVICE void answered() {
+    first_poll = true;
+    paused = RT_HOST_ANSWER_PAUSE_NS != 0 && paced && ++paused_answers % RT_HOST_PACE_CHECK_EVERY != 0;
+    if (paused) {
+      // A spin on the clock: the shortest sleep is longer than the pause.
+      const u64 until = timer_ns() + RT_HOST_ANSWER_PAUSE_NS;
+      while (timer_ns() < until) {
+      }
+    }
+  }
+};
+
 /// rt_serve's host server when it is a warp (rt_serve, "Who serves what"):
 /// every lane of warp 0 of block 0 polls the from-host ring together
 /// (rt_read_host_record_warp), lane 0 runs and answers each record, and
 /// every decision (a record taken, the stop seen, the ring drained) is the
 /// same in all lanes, so they stay together through each collective. Lane
 /// 0, thread 0 of block 0, is also the block's reader of the stop flag. On
-/// a GPU the host server never sleeps (RT_HOST_SERVER_PACED).
+/// a GPU the host server never sleeps (RT_HOST_SERVER_PACED), and it paces
+/// its polls after an answer to a lone host thread (RtHostPacing).
 template <typename H>
 TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeStats* stats) {
   // The whole warp, which rt_serve sends here together.
@@ -2542,9 +2601,11 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
   // acquire), and never changes it.
   const u64 segment_bytes = ctx.header->segment_bytes;
   bool stopping = false;
+  RtHostPacing pacing;
   for (u64 idle = 0;;) {
     RtHostRecord record;
     if (rt_read_host_record_warp(lanes, from_host, host_ticket, &record)) {
+      pacing.found();
       if (leader) {
         if (rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle)) {
           ++stats->served;
@@ -2554,8 +2615,10 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
       }
       ++host_ticket;
       idle = 0;
+      pacing.answered();
       continue;
     }
+    pacing.missed();
     if (stopping) {
       const bool drained = leader && rt_serve_drained(ctx, nullptr, true, host_ticket);
       if (broadcast(lanes, drained ? 1 : 0, 0) != 0) {
