@@ -18,6 +18,8 @@
 //!   host route's ring when it does not drain, beside one thread's); and,
 //!   for a kernel thread and for a host thread, the first round trip after an
 //!   idle second against a busy one (target <= 2x), and for the host thread
+//!   against the pinned ping-pong's first round after the same pause (no
+//!   target: what the pause costs a host thread that touches one line) and
 //!   the same pause spent spinning (no target: whether what the pause costs
 //!   is the thread's own sleep).
 //!
@@ -276,6 +278,16 @@ fn service_bench<A: GpuApi>(
         "    pinned-memory ping-pong floor: {}",
         spread(pinned_floor)
     );
+    // What the idle rows' pause costs a host thread that touches only the
+    // floor's one line; before the service starts, as the busy floor, so
+    // that both floors have the device to themselves.
+    let pinned_idle_floor = median_of(|| kernels.pingpong_after(scale.idle).map_err(err))?;
+    println!(
+        "    pinned-memory ping-pong after {:?} idle (the host thread's first round): {}; {:.2}x the busy floor",
+        scale.idle,
+        spread(pinned_idle_floor),
+        ratio(pinned_idle_floor.0, pinned_floor.0)
+    );
     let launch_sync = kernels.launch_and_sync(scale.launches).map_err(err)?;
     let service = GpuService::start(queues, service_blocks, scale.service_threads).map_err(err)?;
     service_round_trip(&mut kernels, 100)?;
@@ -372,10 +384,11 @@ fn service_bench<A: GpuApi>(
     })?;
     let vs = ratio(host_idle_trip.0, host_trip.0);
     println!(
-        "    host thread -> service after {:?} idle: {}; {vs:.2}x the busy round trip, {}",
+        "    host thread -> service after {:?} idle: {}; {vs:.2}x the busy round trip, {}; {:.2}x the ping-pong after the same pause",
         scale.idle,
         spread(host_idle_trip),
-        service_verdict(scale, "<= 2x", vs <= 2.0)
+        service_verdict(scale, "<= 2x", vs <= 2.0),
+        ratio(host_idle_trip.0, pinned_idle_floor.0)
     );
     std::thread::sleep(scale.idle);
     let (submit, wait) = host_phases(1)?;

@@ -510,6 +510,32 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
     /// exchange `rounds` values through two words of mapped pinned memory.
     /// Returns the time per round trip.
     pub fn pingpong(&self, rounds: u64) -> Result<Duration, RuntimeError> {
+        let (elapsed, _) = self.run_pingpong(rounds, None)?;
+        Ok(elapsed / rounds.max(1) as u32)
+    }
+
+    /// The floor's first round trip after the host thread sat out `pause`,
+    /// the kernel thread polling meanwhile: the host thread answers the
+    /// kernel's first value `pause` late and its next value comes back, as a
+    /// host thread's task after the same pause goes out and its answer
+    /// comes back. What that pause costs any host code (its lines, its
+    /// pages' translations) beside what it costs a route.
+    pub fn pingpong_after(&self, pause: Duration) -> Result<Duration, RuntimeError> {
+        let (_, after_pause) = self.run_pingpong(2, Some(pause))?;
+        after_pause.ok_or_else(|| {
+            RuntimeError::Process("ping-pong: the kernel gave up before its second round".into())
+        })
+    }
+
+    /// Runs the ping-pong kernel for `rounds` rounds; with `pause`, the host
+    /// thread sleeps that long before its first answer and times the round
+    /// trip from that answer to the kernel's next value. Returns the whole
+    /// run's time and that round trip.
+    fn run_pingpong(
+        &self,
+        rounds: u64,
+        pause: Option<Duration>,
+    ) -> Result<(Duration, Option<Duration>), RuntimeError> {
         let device = self.queues.device();
         let words = device.alloc_pinned_mapped(16)?;
         let done = device.alloc_pinned_mapped(8)?;
@@ -538,13 +564,20 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
                 &self.stream,
             )
         }?;
-        let deadline = start + Duration::from_secs(60);
-        let mut seen = 0;
+        let deadline = start + Duration::from_secs(60) + pause.unwrap_or_default();
+        let (mut seen, mut answered_at, mut after_pause) = (0, None, None);
         while seen < rounds && Instant::now() < deadline {
             // Acquire pairs with the kernel's system-scope release.
             let value = request.load(Ordering::Acquire);
             if value != seen {
                 seen = value;
+                if let Some(at) = answered_at.take() {
+                    after_pause = Some(Instant::now().duration_since(at));
+                }
+                if let (1, Some(pause)) = (value, pause) {
+                    std::thread::sleep(pause);
+                    answered_at = Some(Instant::now());
+                }
                 // Release pairs with the kernel's system-scope acquire.
                 answer.store(value, Ordering::Release);
             } else {
@@ -552,8 +585,7 @@ impl<'q, A: GpuApi> RuntimeKernels<'q, A> {
             }
         }
         device.synchronize_stream(&self.stream)?;
-        let elapsed = start.elapsed();
-        Ok(elapsed / rounds.max(1) as u32)
+        Ok((start.elapsed(), after_pause))
     }
 
     /// The floor of a kernel thread's round trip to its device's GPU

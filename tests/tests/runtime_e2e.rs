@@ -455,6 +455,23 @@ fn host_route_reuses_reply_futures<A: GpuApi>(api: A) {
     service.stop().expect("the service ends");
 }
 
+/// The pinned ping-pong's round after a pause times that round alone: the
+/// host thread sleeps before its first answer, the kernel thread polls
+/// meanwhile, and the round from that answer to the kernel's next value
+/// comes back without the pause in it.
+fn pingpong_after_a_pause_times_one_round<A: GpuApi>(api: A) {
+    let runtime = runtime_on_device_0(api, 1, 64);
+    let kernels = RuntimeKernels::load(&runtime.devices()[0]).expect("load");
+    let pause = Duration::from_millis(300);
+    let round = kernels.pingpong_after(pause).expect("the ping-pong");
+    assert!(
+        round > Duration::ZERO && round < pause,
+        "one round, not the pause: {round:?}"
+    );
+    // The kernel and the words are done with: the floor runs again.
+    kernels.pingpong(10).expect("the ping-pong again");
+}
+
 /// Tasks a host thread of gpu_service_stress keeps in flight at once.
 const HOST_IN_FLIGHT: u64 = 8;
 
@@ -714,6 +731,11 @@ fn host_releases_while_the_service_runs_do_not_wait_for_it() {
 #[test]
 fn host_gpu_service_runs_tasks_routed_to_the_device() {
     gpu_service_runs_tasks_routed_to_the_device(HostApi::load().expect("host"), 2, 4);
+}
+
+#[test]
+fn host_pingpong_after_a_pause_times_one_round() {
+    pingpong_after_a_pause_times_one_round(HostApi::with_devices(1));
 }
 
 #[test]
@@ -1206,6 +1228,13 @@ macro_rules! gpu_tests {
                     api("runtime gpu_service_runs_tasks_routed_to_the_device")
                 {
                     super::gpu_service_runs_tasks_routed_to_the_device(api, 16, 64);
+                }
+            }
+
+            #[test]
+            fn pingpong_after_a_pause_times_one_round() {
+                if let Some((api, _one)) = api("runtime pingpong_after_a_pause_times_one_round") {
+                    super::pingpong_after_a_pause_times_one_round(api);
                 }
             }
 
