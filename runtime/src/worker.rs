@@ -180,6 +180,7 @@ pub(crate) struct AdoptedShare {
 struct AdoptedLane {
     source: Source,
     cursor: LaneCursor,
+    pace: LanePace,
     adopted: Arc<Adopted>,
 }
 
@@ -205,6 +206,7 @@ impl AdoptedShare {
                         sole,
                     },
                     cursor: if sole { cursor.sole_consumer() } else { cursor },
+                    pace: LanePace::default(),
                     adopted: Arc::clone(&adopted),
                 });
             }
@@ -321,6 +323,50 @@ pub(crate) fn shares_cores(backend: Backend, workers: usize, cores: usize) -> bo
     }
 }
 
+/// How often a worker polls one lane. A lane that has been empty for
+/// [`QUIET_AFTER`] polls in a row is quiet: while the worker is busy (its
+/// previous sweep took a record), it polls a quiet lane only every
+/// [`QUIET_EVERY`]-th sweep; after a sweep that found nothing it polls every
+/// lane, so an idle worker finds a record in any lane as soon as before.
+///
+/// Why: a worker's sweep polls both rings of each of its lanes, and lanes
+/// nobody sends on (a runtime's own device lanes while only client processes'
+/// kernels send, or all but a few lanes while few kernel threads do) cost a
+/// busy worker those polls between every two records, a share of its rate.
+/// The price is latency for a lane that wakes while others keep the worker
+/// busy: its first record waits up to `QUIET_EVERY - 1` sweeps more.
+#[derive(Default)]
+struct LanePace {
+    empty_polls: u32,
+}
+
+/// Empty polls in a row that make a lane quiet: many more than a lane that a
+/// lone thread sends on is empty for between its records (its round trip's
+/// worth of sweeps), few enough that an idle lane turns quiet within about a
+/// millisecond of sweeps.
+const QUIET_AFTER: u32 = 4096;
+/// A busy worker polls a quiet lane in one sweep of this many: a quarter of
+/// the polls, and at most three sweeps' wait for its first record.
+const QUIET_EVERY: u64 = 4;
+
+impl LanePace {
+    /// Whether to poll the lane in sweep `sweep`, the worker being `busy`.
+    #[inline]
+    fn due(&self, busy: bool, sweep: u64) -> bool {
+        !busy || self.empty_polls < QUIET_AFTER || sweep % QUIET_EVERY == 0
+    }
+
+    /// Counts a poll that took a record (`took`) or found the lane empty.
+    #[inline]
+    fn polled(&mut self, took: bool) {
+        self.empty_polls = if took {
+            0
+        } else {
+            self.empty_polls.saturating_add(1)
+        };
+    }
+}
+
 /// Idle back-off: spin (a completion round trip stays in the microseconds),
 /// then yield, then park for short, growing naps. With `share_cores`, it
 /// also yields every [`YIELD_EVERY`] sweeps while spinning: when the
@@ -374,7 +420,8 @@ impl IdleBackoff {
 
 /// A worker's loop: sweeps its sources, taking at most one task from each per
 /// sweep (fair between CPU and device queues; the cursor keeps the low
-/// priority ring draining), until `shutdown` is raised and a sweep finds
+/// priority ring draining; quiet lanes less often while busy, [`LanePace`]),
+/// until `shutdown` is raised and a sweep that polled every lane finds
 /// nothing. `share_cores`: submitters may need this worker's core while it
 /// spins (see [`IdleBackoff`]). With `adopted`, it also sweeps its share of
 /// the client device segments, refreshed whenever their list changes.
@@ -400,13 +447,18 @@ pub(crate) fn run(
             }
         })
         .collect();
+    let mut paces: Vec<LanePace> = sources.iter().map(|_| LanePace::default()).collect();
     let mut backoff = IdleBackoff::new(share_cores);
     let mut scratch = Scratch::default();
     let mut sweeps = 0u64;
     let mut adopted_lanes: Vec<AdoptedLane> = Vec::new();
     let mut adopted_seen = None;
+    let mut busy = false;
     loop {
         let mut found = false;
+        // Some quiet lane was passed over: this sweep's finding nothing does
+        // not say the lanes are empty.
+        let mut passed = false;
         if let Some(share) = &adopted {
             let generation = share.segments.generation();
             if adopted_seen != Some(generation) {
@@ -414,9 +466,15 @@ pub(crate) fn run(
                 adopted_lanes = share.lanes();
             }
         }
-        for (source, cursor) in sources.iter().zip(&mut cursors) {
+        for ((source, cursor), pace) in sources.iter().zip(&mut cursors).zip(&mut paces) {
+            if !pace.due(busy, sweeps) {
+                passed = true;
+                continue;
+            }
             // A lane index from our own assignment always exists.
-            if let Ok(Some((_, record))) = cursor.pop(source.segment.queue(), source.lane) {
+            let popped = cursor.pop(source.segment.queue(), source.lane);
+            pace.polled(matches!(popped, Ok(Some(_))));
+            if let Ok(Some((_, record))) = popped {
                 if let Some(count) = stats.segments.get(source.slot) {
                     bump(&count.0);
                 }
@@ -425,8 +483,14 @@ pub(crate) fn run(
             }
         }
         for lane in &mut adopted_lanes {
+            if !lane.pace.due(busy, sweeps) {
+                passed = true;
+                continue;
+            }
             let source = &lane.source;
-            if let Ok(Some((_, record))) = lane.cursor.pop(source.segment.queue(), source.lane) {
+            let popped = lane.cursor.pop(source.segment.queue(), source.lane);
+            lane.pace.polled(matches!(popped, Ok(Some(_))));
+            if let Ok(Some((_, record))) = popped {
                 if let Some(share) = &adopted {
                     lane.adopted.count_taken(share.worker);
                 }
@@ -434,12 +498,15 @@ pub(crate) fn run(
                 found = true;
             }
         }
+        busy = found;
         // Release: what this sweep did to the futures it took happens-before
         // the janitor's Acquire of the new count. Our own line, a plain store.
         sweeps = sweeps.wrapping_add(1);
         stats.sweeps.store(sweeps, Ordering::Release);
         if found {
             backoff.busy();
+        } else if passed {
+            // The next sweep, not busy, polls every lane.
         } else if shutdown.load(Ordering::Acquire) {
             // Acquire pairs with the Release in Runtime::shutdown; everything
             // pushed before the runtime was stopped has been drained.
@@ -735,7 +802,28 @@ fn notify_submitter(segment: &QueueSegment, at: u32, answer: u32) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{assignment, shares_cores, split_among_devices, Backend};
+    use super::{assignment, shares_cores, split_among_devices, Backend, LanePace, QUIET_AFTER};
+
+    #[test]
+    fn a_quiet_lane_is_passed_over_only_while_the_worker_is_busy() {
+        let mut pace = LanePace::default();
+        for _ in 0..QUIET_AFTER - 1 {
+            pace.polled(false);
+        }
+        assert!((0..16).all(|sweep| pace.due(true, sweep)), "not quiet yet");
+        pace.polled(false);
+        let due: Vec<u64> = (0..16).filter(|&sweep| pace.due(true, sweep)).collect();
+        assert_eq!(due, [0, 4, 8, 12], "quiet: every QUIET_EVERY-th busy sweep");
+        assert!(
+            (0..16).all(|sweep| pace.due(false, sweep)),
+            "idle: every sweep"
+        );
+        pace.polled(true);
+        assert!(
+            (0..16).all(|sweep| pace.due(true, sweep)),
+            "a record wakes it"
+        );
+    }
 
     #[test]
     fn workers_yield_only_where_cores_are_short() {
