@@ -342,11 +342,11 @@ struct LanePace {
 
 /// Empty polls in a row that make a lane quiet: many more than a lane that a
 /// lone thread sends on is empty for between its records (its round trip's
-/// worth of sweeps), few enough that an idle lane turns quiet within about a
-/// millisecond of sweeps.
+/// worth of sweeps), so such a lane never turns quiet, and few enough that a
+/// lane nobody sends on soon does.
 const QUIET_AFTER: u32 = 4096;
-/// A busy worker polls a quiet lane in one sweep of this many: a quarter of
-/// the polls, and at most three sweeps' wait for its first record.
+/// A busy worker polls a quiet lane in one sweep of this many, so a waking
+/// lane's first record waits at most `QUIET_EVERY - 1` sweeps more.
 const QUIET_EVERY: u64 = 4;
 
 impl LanePace {
