@@ -176,12 +176,57 @@ pub(crate) struct AdoptedShare {
     pub worker: usize,
 }
 
-/// One lane of an adopted segment a worker polls, with its cursor.
+/// One lane of an adopted segment a worker polls, and the segment it counts
+/// its records in.
 struct AdoptedLane {
+    lane: PolledLane,
+    adopted: Arc<Adopted>,
+}
+
+/// One lane as a worker polls it: where it is, the worker's cursor in it
+/// and how often it is polled.
+struct PolledLane {
     source: Source,
     cursor: LaneCursor,
     pace: LanePace,
-    adopted: Arc<Adopted>,
+}
+
+/// What one sweep's poll of a lane did.
+enum Poll {
+    /// Not polled: the lane is quiet and the worker busy ([`LanePace`]).
+    Passed,
+    Empty,
+    Took(LlRecord),
+}
+
+impl PolledLane {
+    fn new(source: Source) -> Self {
+        let cursor = LaneCursor::default();
+        Self {
+            cursor: if source.sole {
+                cursor.sole_consumer()
+            } else {
+                cursor
+            },
+            source,
+            pace: LanePace::default(),
+        }
+    }
+
+    /// Polls the lane in sweep `sweep` if it is due, the worker being `busy`.
+    #[inline]
+    fn poll(&mut self, busy: bool, sweep: u64) -> Poll {
+        if !self.pace.due(busy, sweep) {
+            return Poll::Passed;
+        }
+        // A lane index from the worker's assignment always exists.
+        let popped = self
+            .cursor
+            .pop(self.source.segment.queue(), self.source.lane);
+        let taken = popped.ok().flatten();
+        self.pace.polled(taken.is_some());
+        taken.map_or(Poll::Empty, |(_, record)| Poll::Took(record))
+    }
 }
 
 impl AdoptedShare {
@@ -195,18 +240,15 @@ impl AdoptedShare {
             let count = adopted.segment.queue().num_lanes();
             let mine = assignment(count as usize, self.count.max(1));
             for &(lane, sole) in mine.get(self.rank).map_or(&[][..], Vec::as_slice) {
-                let cursor = LaneCursor::default();
                 lanes.push(AdoptedLane {
-                    source: Source {
+                    lane: PolledLane::new(Source {
                         segment: Arc::clone(&adopted.segment),
                         // No slot of the runtime's own segment order: its
                         // count is the adopted segment's.
                         slot: usize::MAX,
                         lane: lane as u32,
                         sole,
-                    },
-                    cursor: if sole { cursor.sole_consumer() } else { cursor },
-                    pace: LanePace::default(),
+                    }),
                     adopted: Arc::clone(&adopted),
                 });
             }
@@ -436,18 +478,7 @@ pub(crate) fn run(
     // A cursor per source: one shared cursor counts pops of every lane, so
     // with an even number of sources its every-8th low-first pop can always
     // land on the same (perhaps empty) lane and starve another's low ring.
-    let mut cursors: Vec<LaneCursor> = sources
-        .iter()
-        .map(|s| {
-            let cursor = LaneCursor::default();
-            if s.sole {
-                cursor.sole_consumer()
-            } else {
-                cursor
-            }
-        })
-        .collect();
-    let mut paces: Vec<LanePace> = sources.iter().map(|_| LanePace::default()).collect();
+    let mut lanes: Vec<PolledLane> = sources.into_iter().map(PolledLane::new).collect();
     let mut backoff = IdleBackoff::new(share_cores);
     let mut scratch = Scratch::default();
     let mut sweeps = 0u64;
@@ -466,36 +497,32 @@ pub(crate) fn run(
                 adopted_lanes = share.lanes();
             }
         }
-        for ((source, cursor), pace) in sources.iter().zip(&mut cursors).zip(&mut paces) {
-            if !pace.due(busy, sweeps) {
-                passed = true;
-                continue;
-            }
-            // A lane index from our own assignment always exists.
-            let popped = cursor.pop(source.segment.queue(), source.lane);
-            pace.polled(matches!(popped, Ok(Some(_))));
-            if let Ok(Some((_, record))) = popped {
-                if let Some(count) = stats.segments.get(source.slot) {
-                    bump(&count.0);
+        for lane in &mut lanes {
+            match lane.poll(busy, sweeps) {
+                Poll::Passed => passed = true,
+                Poll::Empty => {}
+                Poll::Took(record) => {
+                    let source = &lane.source;
+                    if let Some(count) = stats.segments.get(source.slot) {
+                        bump(&count.0);
+                    }
+                    process(&source.segment, record, &registry, &stats, &mut scratch);
+                    found = true;
                 }
-                process(&source.segment, record, &registry, &stats, &mut scratch);
-                found = true;
             }
         }
-        for lane in &mut adopted_lanes {
-            if !lane.pace.due(busy, sweeps) {
-                passed = true;
-                continue;
-            }
-            let source = &lane.source;
-            let popped = lane.cursor.pop(source.segment.queue(), source.lane);
-            lane.pace.polled(matches!(popped, Ok(Some(_))));
-            if let Ok(Some((_, record))) = popped {
-                if let Some(share) = &adopted {
-                    lane.adopted.count_taken(share.worker);
+        for adopted_lane in &mut adopted_lanes {
+            match adopted_lane.lane.poll(busy, sweeps) {
+                Poll::Passed => passed = true,
+                Poll::Empty => {}
+                Poll::Took(record) => {
+                    if let Some(share) = &adopted {
+                        adopted_lane.adopted.count_taken(share.worker);
+                    }
+                    let segment = &adopted_lane.lane.source.segment;
+                    process(segment, record, &registry, &stats, &mut scratch);
+                    found = true;
                 }
-                process(&source.segment, record, &registry, &stats, &mut scratch);
-                found = true;
             }
         }
         busy = found;
