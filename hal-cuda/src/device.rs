@@ -12,9 +12,9 @@ use cudarc::driver::sys::{
 use tandem_hal::checks::{self, LaunchLimits};
 use tandem_hal::{
     check_args, numa, Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuApi,
-    GpuDevice, GpuResult, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts,
-    NumaSource, ResidentKernel, ResidentKernels, ShareableHandle, IPC_ALLOC_GRANULARITY,
-    MAX_KERNEL_ARGS,
+    GpuDevice, GpuResult, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, MemoryAccess,
+    ModuleArtifacts, NumaSource, ResidentKernel, ResidentKernels, ShareableHandle,
+    IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
 };
 
 use crate::api::CudaApi;
@@ -850,8 +850,12 @@ impl GpuDevice for CudaDevice {
         }
     }
 
-    fn import_shareable(&self, handle: ShareableHandle) -> GpuResult<CudaShareableBuffer> {
-        CudaShareableBuffer::import(&self.ctx, handle)
+    fn import_shareable(
+        &self,
+        handle: ShareableHandle,
+        access: MemoryAccess,
+    ) -> GpuResult<CudaShareableBuffer> {
+        CudaShareableBuffer::import(&self.ctx, handle, access)
     }
 
     fn ipc_export_event(&self, event: &CudaEvent) -> GpuResult<IpcEventHandle> {

@@ -31,7 +31,7 @@ use cudarc::driver::sys::{
     CUmemAllocationProp_st__bindgen_ty_1, CUmemAllocationType, CUmemGenericAllocationHandle,
     CUmemLocation, CUmemLocationType, CUresult,
 };
-use tandem_hal::{DeviceMemory, ErrorKind, GpuResult, IpcMemHandle, ShareableHandle};
+use tandem_hal::{DeviceMemory, ErrorKind, GpuResult, IpcMemHandle, MemoryAccess, ShareableHandle};
 
 use crate::api::CudaApi;
 use crate::context::Context;
@@ -119,7 +119,7 @@ impl CudaShareableBuffer {
         check("cuMemCreate", unsafe {
             sys::cuMemCreate(&mut handle, size, &prop, 0)
         })?;
-        let mapping = VmmMapping::map(ctx, handle, size, false)?;
+        let mapping = VmmMapping::map(ctx, handle, size, None)?;
         Ok(Self {
             inner: Inner::Vmm(mapping),
             len: bytes,
@@ -174,7 +174,11 @@ impl CudaShareableBuffer {
 
     /// Maps `handle` into `ctx`, consuming it (an fd is closed once
     /// imported: the allocation handle keeps the memory).
-    pub(crate) fn import(ctx: &Arc<Context>, handle: ShareableHandle) -> GpuResult<Self> {
+    pub(crate) fn import(
+        ctx: &Arc<Context>,
+        handle: ShareableHandle,
+        access: MemoryAccess,
+    ) -> GpuResult<Self> {
         const CALL: &str = "import_shareable";
         let invalid = |why: String| error(CALL, ErrorKind::InvalidIpcHandle(why));
         match handle {
@@ -206,7 +210,7 @@ impl CudaShareableBuffer {
                 drop(fd);
                 // Mapping more than the allocation holds fails here: the
                 // handle claimed a larger size than the descriptor has.
-                let mapping = VmmMapping::map(ctx, raw, size, true)?;
+                let mapping = VmmMapping::map(ctx, raw, size, Some(access))?;
                 Ok(Self {
                     inner: Inner::Vmm(mapping),
                     len,
@@ -333,15 +337,17 @@ struct VmmMapping {
 
 impl VmmMapping {
     /// Takes ownership of `handle`, an allocation of at least `size` bytes
-    /// (a multiple of the granularity), and maps it read/write for the
-    /// context's device. Errors release whatever was done (through `Drop`).
-    /// For an `imported` handle a failed map is `InvalidIpcHandle`: the
-    /// allocation is smaller than the size the handle came with.
+    /// (a multiple of the granularity), and maps it for the context's device:
+    /// read/write for an allocation of this process (`imported` is `None`),
+    /// with the asked access for an imported one. Errors release whatever
+    /// was done (through `Drop`). For an imported handle a failed map is
+    /// `InvalidIpcHandle`: the allocation is smaller than the size the
+    /// handle came with.
     fn map(
         ctx: &Arc<Context>,
         handle: CUmemGenericAllocationHandle,
         size: usize,
-        imported: bool,
+        imported: Option<MemoryAccess>,
     ) -> GpuResult<Self> {
         let mut mapping = Self {
             ctx: Arc::clone(ctx),
@@ -363,7 +369,7 @@ impl VmmMapping {
         // checks that the allocation spans `size` bytes.
         let mapped = unsafe { sys::cuMemMap(ptr, size, 0, handle, 0) };
         if mapped != CUresult::CUDA_SUCCESS {
-            return Err(if imported {
+            return Err(if imported.is_some() {
                 error(
                     "import_shareable",
                     ErrorKind::InvalidIpcHandle(format!(
@@ -382,7 +388,12 @@ impl VmmMapping {
                 type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
                 id: ctx.device,
             },
-            flags: CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+            flags: match imported {
+                Some(MemoryAccess::ReadOnly) => CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ,
+                None | Some(MemoryAccess::ReadWrite) => {
+                    CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                }
+            },
         };
         // SAFETY: the range is mapped; one valid access descriptor.
         check("cuMemSetAccess", unsafe {

@@ -22,8 +22,8 @@ use tandem_hal::numa::numa_node_of_pci;
 use tandem_hal::IpcOpenCache;
 use tandem_hal::{
     Backend, DeviceMemory, DeviceProperties, ErrorKind, EventFlags, GpuApi, GpuDevice, GpuResult,
-    IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, ModuleArtifacts, NumaSource,
-    ResidentKernel, ResidentKernels, ShareableHandle,
+    IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig, MemoryAccess, ModuleArtifacts,
+    NumaSource, ResidentKernel, ResidentKernels, ShareableHandle,
 };
 
 use crate::api::HipApi;
@@ -647,8 +647,12 @@ impl GpuDevice for HipDevice {
         shareable::export(self.ordinal, buffer)
     }
 
-    fn import_shareable(&self, handle: ShareableHandle) -> GpuResult<HipShareableBuffer> {
-        shareable::import(self.ordinal, &self.ipc_cache, handle)
+    fn import_shareable(
+        &self,
+        handle: ShareableHandle,
+        access: MemoryAccess,
+    ) -> GpuResult<HipShareableBuffer> {
+        shareable::import(self.ordinal, &self.ipc_cache, handle, access)
     }
 
     fn ipc_export_event(&self, event: &HipEvent) -> GpuResult<IpcEventHandle> {

@@ -51,7 +51,7 @@ use hip_runtime_sys::{
     hipRuntimeGetVersion,
 };
 use tandem_hal::IpcOpenCache;
-use tandem_hal::{DeviceMemory, ErrorKind, GpuResult, IpcMemHandle, ShareableHandle};
+use tandem_hal::{DeviceMemory, ErrorKind, GpuResult, IpcMemHandle, MemoryAccess, ShareableHandle};
 
 use crate::api::HipApi;
 use crate::context::bind_device;
@@ -206,6 +206,7 @@ pub(crate) fn import(
     ordinal: i32,
     cache: &IpcOpenCache<IpcMapping>,
     handle: ShareableHandle,
+    access: MemoryAccess,
 ) -> GpuResult<HipShareableBuffer> {
     const CALL: &str = "import_shareable";
     let invalid = |why: String| hip_error(CALL, ErrorKind::InvalidIpcHandle(why));
@@ -255,7 +256,7 @@ pub(crate) fn import(
                 }
             }
             Ok(HipShareableBuffer {
-                inner: Inner::Vmm(VmmMapping::map(ordinal, raw, size, true)?),
+                inner: Inner::Vmm(VmmMapping::map(ordinal, raw, size, Some(access))?),
                 len,
             })
         }
@@ -371,7 +372,7 @@ fn allocate_vmm(ordinal: i32, bytes: usize) -> GpuResult<HipShareableBuffer> {
         hip_mem_create(&mut handle, size, &prop, 0)
     })?;
     Ok(HipShareableBuffer {
-        inner: Inner::Vmm(VmmMapping::map(ordinal, handle, size, false)?),
+        inner: Inner::Vmm(VmmMapping::map(ordinal, handle, size, None)?),
         len: bytes,
     })
 }
@@ -392,15 +393,17 @@ struct VmmMapping {
 
 impl VmmMapping {
     /// Takes ownership of `handle`, an allocation of at least `size` bytes
-    /// (a multiple of the granularity), and maps it read/write for device
-    /// `ordinal`; errors release what was done (through `Drop`). For an
-    /// `imported` handle a failed map is `InvalidIpcHandle`: the allocation
-    /// is smaller than the size the handle came with.
+    /// (a multiple of the granularity), and maps it for device `ordinal`:
+    /// read/write for an allocation of this process (`imported` is `None`),
+    /// with the asked access for an imported one; errors release what was
+    /// done (through `Drop`). For an imported handle a failed map is
+    /// `InvalidIpcHandle`: the allocation is smaller than the size the
+    /// handle came with.
     fn map(
         ordinal: i32,
         handle: hipMemGenericAllocationHandle_t,
         size: usize,
-        imported: bool,
+        imported: Option<MemoryAccess>,
     ) -> GpuResult<Self> {
         let mut mapping = Self {
             ordinal,
@@ -422,7 +425,7 @@ impl VmmMapping {
         // allocation spans `size` bytes.
         let status = unsafe { hipMemMap(reserved, size, 0, handle, 0) };
         if status != hipError_t::hipSuccess {
-            return Err(if imported {
+            return Err(if imported.is_some() {
                 hip_error(
                     "import_shareable",
                     ErrorKind::InvalidIpcHandle(format!(
@@ -438,7 +441,12 @@ impl VmmMapping {
         mapping.mapped = true;
         let access = hipMemAccessDesc {
             location: device_location(ordinal),
-            flags: hipMemAccessFlags::hipMemAccessFlagsProtReadWrite,
+            flags: match imported {
+                Some(MemoryAccess::ReadOnly) => hipMemAccessFlags::hipMemAccessFlagsProtRead,
+                None | Some(MemoryAccess::ReadWrite) => {
+                    hipMemAccessFlags::hipMemAccessFlagsProtReadWrite
+                }
+            },
         };
         // SAFETY: the range is mapped; one valid access descriptor.
         check("hipMemSetAccess", unsafe {

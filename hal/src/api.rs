@@ -7,7 +7,7 @@ use crate::error::{Backend, GpuResult};
 use crate::resident::ResidentKernel;
 use crate::types::{
     DeviceProperties, EventFlags, IpcEventHandle, IpcMemHandle, KernelArg, LaunchConfig,
-    ShareableHandle,
+    MemoryAccess, ShareableHandle,
 };
 
 /// A loaded GPU programming interface (driver or runtime library).
@@ -396,11 +396,16 @@ pub trait GpuDevice: Send + Sync + Sized {
     /// new fd, which the caller owns).
     fn export_shareable(&self, buffer: &Self::ShareableBuffer) -> GpuResult<ShareableHandle>;
     /// Maps a handle, consuming it, into this device's address space, with
-    /// read and write access for this device. A handle of the fd form may
+    /// `access` for this device ([`MemoryAccess::ReadOnly`] is kept for the
+    /// fd form only). A handle of the fd form may
     /// come from this process; one of the legacy form may not
     /// (`IpcSameProcess`). A descriptor that names no such allocation, or
     /// one smaller than the handle says, is `InvalidIpcHandle`.
-    fn import_shareable(&self, handle: ShareableHandle) -> GpuResult<Self::ShareableBuffer>;
+    fn import_shareable(
+        &self,
+        handle: ShareableHandle,
+        access: MemoryAccess,
+    ) -> GpuResult<Self::ShareableBuffer>;
 
     /// Exports an event created with `interprocess: true`.
     fn ipc_export_event(&self, event: &Self::Event) -> GpuResult<IpcEventHandle>;

@@ -74,5 +74,6 @@ pub use ipc_cache::IpcOpenCache;
 pub use resident::{ResidentKernel, ResidentKernels};
 pub use types::{
     check_args, ArgKind, DeviceProperties, Dim3, EventFlags, IpcEventHandle, IpcMemHandle,
-    KernelArg, LaunchConfig, NumaSource, ShareableHandle, IPC_ALLOC_GRANULARITY, MAX_KERNEL_ARGS,
+    KernelArg, LaunchConfig, MemoryAccess, NumaSource, ShareableHandle, IPC_ALLOC_GRANULARITY,
+    MAX_KERNEL_ARGS,
 };

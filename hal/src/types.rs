@@ -242,6 +242,20 @@ pub struct IpcMemHandle(pub [u8; 64]);
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct IpcEventHandle(pub [u8; 64]);
 
+/// What an importer may do with shared memory
+/// ([`crate::GpuDevice::import_shareable`]).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum MemoryAccess {
+    /// Loads and stores.
+    ReadWrite,
+    /// Loads only: a store through the mapping faults (an illegal address
+    /// on a GPU, which ends the context; `SIGSEGV` on the CPU device), so a
+    /// reader cannot change what every other reader sees. The fd form only:
+    /// a legacy IPC handle maps read-write whatever is asked (its API has
+    /// no access flags).
+    ReadOnly,
+}
+
 /// How memory from [`crate::GpuDevice::alloc_shareable`] travels to another
 /// process (or back into this one): what
 /// [`crate::GpuDevice::export_shareable`] returns and

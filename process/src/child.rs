@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 
 use crate::error::ProcessError;
+use crate::fork::MadeIn;
 use crate::signals::TerminationWaker;
 
 /// What a service started with `--announce` prints on stdout once it serves:
@@ -26,6 +27,10 @@ pub struct ServiceChild {
     child: Child,
     lifeline: Option<ChildStdin>,
     ready: String,
+    /// Only the process that started it may stop it: a forked child holds
+    /// a copy of the lifeline, whose closing there stops nothing, and
+    /// cannot reap a process that is not its child.
+    spawner: MadeIn,
 }
 
 impl ServiceChild {
@@ -46,6 +51,7 @@ impl ServiceChild {
                     child,
                     lifeline,
                     ready,
+                    spawner: MadeIn::this_process(),
                 })
             }
             Err(e) => {
@@ -67,10 +73,26 @@ impl ServiceChild {
         &mut self.child
     }
 
-    /// Closes the child's stdin, which stops it, and reaps it.
+    /// Closes the child's stdin, which stops it, and reaps it. In a process
+    /// forked from the one that started it, this does nothing to the
+    /// service and says so (`ErrorKind::Unsupported`).
     pub fn stop(mut self) -> std::io::Result<ExitStatus> {
+        if !self.spawner.is_this_process() {
+            // Dropping closes this process's copy of the pipe, which the
+            // spawner's copy keeps open: the service is the spawner's to stop.
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "the service was started by the process this one was forked from",
+            ));
+        }
         drop(self.lifeline.take());
         self.child.wait()
+    }
+
+    /// Whether the calling process started it (and so may stop it), rather
+    /// than being forked from the process that did.
+    pub fn started_here(&self) -> bool {
+        self.spawner.is_this_process()
     }
 }
 

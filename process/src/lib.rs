@@ -34,17 +34,24 @@
 //!   run`, `tandem share serve`) from [`find_tandem_binary`] (or
 //!   [`TANDEM_BIN_ENV`]) and waits for its ready line ([`READY_PREFIX`]); the
 //!   service stops when its stdin closes ([`wake_on_stdin_eof`]).
+//! * **Forked children.** [`MadeIn`] records the process a handle was made
+//!   in, so that a child forked from it (Python's default start method, a
+//!   data loader's workers) neither uses nor gives back what its parent holds;
+//!   a [`ForkGuard`] keeps a fork from copying a lock while it is held
+//!   ([`lock_across_forks`], [`ForkSafeGuard`]).
 //! * **Termination signals.** [`Termination`] (with its
 //!   [`TerminationWaker`]) and [`exit_on_termination`] turn SIGINT and
 //!   SIGTERM into a clean stop; failures are a [`ProcessError`].
 //!
 //! # Module layers
 //!
-//! Bottom up: `error` and `identity` (leaves); `owner`, `stale` and
-//! `signals`; `host_ipc` (uses `stale`) and `child` (uses `signals`).
+//! Bottom up: `error`, `identity` and `fork` (leaves); `owner`, `stale` and
+//! `signals`; `host_ipc` (uses `stale`) and `child` (uses `signals` and
+//! `fork`).
 
 mod child;
 mod error;
+mod fork;
 mod host_ipc;
 mod identity;
 mod owner;
@@ -55,6 +62,7 @@ pub use child::{
     find_tandem_binary, wake_on_stdin_eof, ServiceChild, READY_PREFIX, TANDEM_BIN_ENV,
 };
 pub use error::ProcessError;
+pub use fork::{lock_across_forks, ForkGuard, ForkSafeGuard, MadeIn};
 pub use host_ipc::{host_ipc_exporter, host_ipc_segment_name, remove_host_ipc_segments_of};
 pub use identity::{ProcessIdentity, ProcessState};
 pub use owner::{OwnerRecord, OWNED_SEGMENT_MAGIC};

@@ -130,6 +130,12 @@ pub enum RuntimeError {
         /// The runtime's process id.
         pid: u32,
     },
+    /// The client was made in another process, which this one was forked
+    /// from ([`TaskError::ForkedClient`](crate::TaskError::ForkedClient)).
+    ForkedClient {
+        /// The process the client was made in.
+        pid: u32,
+    },
 }
 
 impl fmt::Display for RuntimeError {
@@ -196,6 +202,7 @@ impl fmt::Display for RuntimeError {
                 f,
                 "the runtime (pid {pid}) shut down or died: its client's kernels were stopped"
             ),
+            Self::ForkedClient { pid } => crate::TaskError::ForkedClient { pid: *pid }.fmt(f),
         }
     }
 }
@@ -221,7 +228,8 @@ impl std::error::Error for RuntimeError {
             | Self::ServiceRunning { .. }
             | Self::TooManyDeviceQueues { .. }
             | Self::DeviceQueuesRefused { .. }
-            | Self::RuntimeDead { .. } => None,
+            | Self::RuntimeDead { .. }
+            | Self::ForkedClient { .. } => None,
         }
     }
 }

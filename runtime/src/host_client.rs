@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tandem_hal::GpuApi;
-use tandem_process::{find_tandem_binary, ServiceChild};
+use tandem_process::{find_tandem_binary, MadeIn, ServiceChild};
 use tandem_shm_core::Segment;
 
 use crate::client_queues::ClientDeviceQueues;
@@ -34,6 +34,10 @@ pub struct Client {
     /// Shared with the watchers of its device queues.
     segment: Arc<QueueSegment>,
     forked: Option<ServiceChild>,
+    /// A child forked from this process inherits the client, but its slot,
+    /// heap and futures stay the parent's: the child neither submits through
+    /// it nor detaches it.
+    made_in: MadeIn,
 }
 
 impl Client {
@@ -55,6 +59,7 @@ impl Client {
             lease,
             segment: Arc::new(segment),
             forked: None,
+            made_in: MadeIn::this_process(),
         })
     }
 
@@ -138,6 +143,11 @@ impl Client {
         api: &A,
         ordinal: usize,
     ) -> Result<ClientDeviceQueues<'_, A>, RuntimeError> {
+        if !self.made_in.is_this_process() {
+            return Err(RuntimeError::ForkedClient {
+                pid: self.made_in.pid(),
+            });
+        }
         ClientDeviceQueues::request(Arc::clone(&self.segment), &self.lease, api, ordinal)
     }
 
@@ -152,6 +162,7 @@ impl Client {
     /// fill its heap ([`TaskError::ClientHeapFragmented`] when its free
     /// bytes would hold the future but lie in pieces between live blocks).
     pub fn submit<T: Task>(&self, route: Route, task: &T) -> Result<Pending<'_, T>, TaskError> {
+        self.in_its_process()?;
         submit::submit_from(&self.segment, Heap::Client(&self.lease), route, task)
     }
 
@@ -160,7 +171,20 @@ impl Client {
     /// [`TaskError::ClientHeapFragmented`] when its free bytes lie in pieces
     /// too small for the buffer.
     pub fn allocate_shared(&self, len: usize) -> Result<SharedBuffer<'_>, TaskError> {
+        self.in_its_process()?;
         SharedBuffer::allocate(&self.segment, Heap::Client(&self.lease), len)
+    }
+
+    /// [`TaskError::ForkedClient`] in a child forked from the process that
+    /// made the client.
+    fn in_its_process(&self) -> Result<(), TaskError> {
+        if self.made_in.is_this_process() {
+            Ok(())
+        } else {
+            Err(TaskError::ForkedClient {
+                pid: self.made_in.pid(),
+            })
+        }
     }
 
     /// Submits `task` and waits for its output, until `stop` is raised,
@@ -182,6 +206,11 @@ impl Client {
 
 impl Drop for Client {
     fn drop(&mut self) {
+        if !self.made_in.is_this_process() {
+            // The slot and the runtime are the parent's, which still uses
+            // them; only this process's copies of the handles go.
+            return;
+        }
         // Before the runtime (if forked) stops: its janitor takes back a
         // slot left with futures outstanding.
         self.lease.detach();

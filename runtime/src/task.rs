@@ -123,6 +123,12 @@ pub enum TaskError {
         /// merged in, in bytes (smaller than `needed_bytes`).
         largest_free_block: u64,
     },
+    /// The client was made in another process, which this one was forked
+    /// from: its slot and futures are that process's (attach again here).
+    ForkedClient {
+        /// The process the client was made in.
+        pid: u32,
+    },
 }
 
 impl fmt::Display for TaskError {
@@ -172,6 +178,11 @@ impl fmt::Display for TaskError {
                  the largest free block has {largest_free_block} and the request needs \
                  {needed_bytes}: free the buffers or futures between them, or raise \
                  client_heap_bytes"
+            ),
+            Self::ForkedClient { pid } => write!(
+                f,
+                "this runtime client was made in process {pid}, which this process was forked \
+                 from: its client slot is that process's; attach a client of this process's own"
             ),
         }
     }

@@ -513,7 +513,7 @@ fn print_create_parts<D: GpuDevice>(device: &D, rounds: usize) {
             let evented = start.elapsed();
             let handle = device.export_shareable(&buffer)?;
             let exported = start.elapsed();
-            let imported = device.import_shareable(handle)?;
+            let imported = device.import_shareable(handle, tandem_hal::MemoryAccess::ReadWrite)?;
             let mapped = start.elapsed();
             drop((imported, event, buffer));
             Ok::<_, tandem_hal::GpuError>([

@@ -4,12 +4,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use tandem_hal::{GpuApi, GpuDevice, GpuResult, IpcEventHandle, IpcMemHandle, ShareableHandle};
-use tandem_process::{find_tandem_binary, ServiceChild};
+use tandem_hal::{
+    GpuApi, GpuDevice, GpuResult, IpcEventHandle, IpcMemHandle, MemoryAccess, ShareableHandle,
+};
+use tandem_process::{find_tandem_binary, lock_across_forks, ForkSafeGuard, MadeIn, ServiceChild};
 
 use crate::buffer::{GpuBuffer, MutableGpuBuffer};
 use crate::connection::{unexpected, Connections};
@@ -27,6 +29,14 @@ pub const DEFAULT_SEAL_WAIT: Duration = Duration::from_secs(30);
 /// A connection to the share daemon, as one client of backend `A`. Cheap to
 /// clone; a process should share one (its cache of mapped buffers is per
 /// client). Buffers keep the client alive.
+///
+/// A child forked from the process that made it may go on using it: on its
+/// first call there it connects as a client of its own, with its own
+/// leases, and maps what it opens anew; nothing the parent holds changes.
+/// Buffers the child inherited stay the parent's (their leases, and their
+/// memory only while the parent holds them): the child opens its own by
+/// id. On CUDA a forked child cannot use the GPU at all (a rule of the CUDA
+/// driver), so there the child's calls fail with the driver's error.
 pub struct ShareClient<A: GpuApi> {
     inner: Arc<ClientInner<A>>,
 }
@@ -113,9 +123,12 @@ impl<A: GpuApi> ShareClient<A> {
                 api,
                 connections,
                 devices: Mutex::new(HashMap::new()),
+                streams: Mutex::new(HashMap::new()),
                 cache: Mutex::new(HashMap::new()),
                 daemon: Mutex::new(daemon),
                 retired: Mutex::new(VecDeque::new()),
+                made_in: Mutex::new(MadeIn::this_process()),
+                restarts_seen: AtomicU64::new(0),
             }),
         }
     }
@@ -132,11 +145,8 @@ impl<A: GpuApi> ShareClient<A> {
 
     /// Device `ordinal` of this client's backend (opened once).
     pub fn device(&self, ordinal: usize) -> Result<Arc<A::Device>, ShareError> {
-        let mut devices = self
-            .inner
-            .devices
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        self.inner.for_this_process();
+        let mut devices = lock_across_forks(&self.inner.devices);
         if let Some(device) = devices.get(&ordinal) {
             return Ok(Arc::clone(device));
         }
@@ -149,6 +159,24 @@ impl<A: GpuApi> ShareClient<A> {
         let device = Arc::new(self.inner.api.device(ordinal)?);
         devices.insert(ordinal, Arc::clone(&device));
         Ok(device)
+    }
+
+    /// The client's own stream of device `ordinal`, made on first use: for
+    /// callers that order their copies and seals on a stream of no library
+    /// of their own (the C and Python fronts). Shared by every caller of
+    /// this client, so work queued on it runs in the order queued.
+    pub fn stream(
+        &self,
+        ordinal: usize,
+    ) -> Result<(Arc<A::Device>, Arc<<A::Device as GpuDevice>::Stream>), ShareError> {
+        let device = self.device(ordinal)?;
+        let mut streams = lock_across_forks(&self.inner.streams);
+        if let Some(stream) = streams.get(&ordinal) {
+            return Ok((device, Arc::clone(stream)));
+        }
+        let stream = Arc::new(device.create_stream()?);
+        streams.insert(ordinal, Arc::clone(&stream));
+        Ok((device, stream))
     }
 
     /// A new buffer of `bytes` on `device`, which this client alone may
@@ -184,6 +212,9 @@ impl<A: GpuApi> ShareClient<A> {
             return Err(unexpected(&reply));
         };
         let lease = Lease::new(id, Arc::clone(&self.inner));
+        // Kept mappings of a daemon since restarted name none of this one's
+        // allocations.
+        self.inner.for_this_daemon();
         // An allocation of a buffer of ours that the daemon kept, which we
         // still map: nothing to map (the descriptor names the same memory).
         let retired = matches!(handle.form, HandleForm::Fd)
@@ -433,7 +464,14 @@ impl<A: GpuApi> ShareClient<A> {
         };
         let keep = matches!(map_for, MapFor::Creator) && matches!(handle.form, HandleForm::Fd);
         let seal_done = matches!(map_for, MapFor::Reader { seal_done: true });
-        let buffer = gpu.import_shareable(shareable)?;
+        // Readers map it read-only where the backend can enforce that (see
+        // `MemoryAccess`): a reader's store must not change what every
+        // other reader sees.
+        let allowed = match map_for {
+            MapFor::Creator => MemoryAccess::ReadWrite,
+            MapFor::Reader { .. } => MemoryAccess::ReadOnly,
+        };
+        let buffer = gpu.import_shareable(shareable, allowed)?;
         let event = IpcEventHandle(handle.event);
         Ok(Mapping::new(
             Arc::clone(gpu),
@@ -469,11 +507,10 @@ impl<A: GpuApi> ShareClient<A> {
         self.inner.connections.status()
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, Vec<Weak<Mapping<A>>>>> {
-        self.inner
-            .cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+    fn cache(&self) -> ForkSafeGuard<'_, HashMap<ObjectId, Vec<Weak<Mapping<A>>>>> {
+        self.inner.for_this_process();
+        self.inner.for_this_daemon();
+        lock_across_forks(&self.inner.cache)
     }
 }
 

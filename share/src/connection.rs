@@ -7,9 +7,11 @@
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use tandem_process::{lock_across_forks, ForkSafeGuard, MadeIn};
 
 use crate::error::ShareError;
 use crate::transport::{self, RecvError};
@@ -31,11 +33,38 @@ fn new_token() -> u64 {
 #[derive(Debug)]
 pub(crate) struct Connections {
     socket: PathBuf,
-    token: u64,
     backend: WireBackend,
-    daemon_pid: u32,
+    /// The process of the daemon that answered last.
+    daemon_pid: AtomicU32,
+    /// How many times a new connection found another daemon on the socket
+    /// than the one before: the daemon was restarted, and what this client
+    /// maps of the old one's buffers is not the new one's.
+    restarts: AtomicU64,
     devices: u32,
-    idle: Mutex<Vec<UnixStream>>,
+    pool: Mutex<Pool>,
+}
+
+/// The connections of one process, and the token the daemon knows it by.
+#[derive(Debug)]
+struct Pool {
+    made_in: MadeIn,
+    token: u64,
+    /// Idle connections, each with the process of the daemon it reached.
+    idle: Vec<(UnixStream, u32)>,
+}
+
+impl Pool {
+    /// In a child forked from the process the pool was made in, starts the
+    /// child's own: the inherited sockets are the parent's, which reads its
+    /// replies on them, and the token names the parent's leases. Closing
+    /// the child's copies leaves the parent's connections open.
+    fn for_this_process(&mut self) {
+        if !self.made_in.is_this_process() {
+            self.idle.clear();
+            self.token = new_token();
+            self.made_in = MadeIn::this_process();
+        }
+    }
 }
 
 impl Connections {
@@ -55,20 +84,34 @@ impl Connections {
         };
         Ok(Self {
             socket: socket.to_path_buf(),
-            token,
             backend,
-            daemon_pid: pid,
+            daemon_pid: AtomicU32::new(pid),
+            restarts: AtomicU64::new(0),
             devices,
-            idle: Mutex::new(vec![stream]),
+            pool: Mutex::new(Pool {
+                made_in: MadeIn::this_process(),
+                token,
+                idle: vec![(stream, pid)],
+            }),
         })
     }
 
-    /// Another connection to the daemon this client reached before.
-    fn open(&self) -> Result<UnixStream, ShareError> {
+    /// Another connection to the daemon serving the socket this client
+    /// reached before, as the client `token`; with the daemon's process.
+    fn open(&self, token: u64) -> Result<(UnixStream, u32), ShareError> {
         let stream = UnixStream::connect(&self.socket).map_err(|e| {
             ShareError::DaemonGone(format!("cannot connect to {}: {e}", self.socket.display()))
         })?;
-        Ok(Self::hello(stream, self.token, self.backend)?.0)
+        let (stream, hello) = Self::hello(stream, token, self.backend)?;
+        let Reply::Hello { pid, .. } = hello else {
+            return Err(ShareError::Protocol(format!(
+                "expected Hello, got {hello:?}"
+            )));
+        };
+        if self.daemon_pid.swap(pid, Ordering::AcqRel) != pid {
+            self.restarts.fetch_add(1, Ordering::AcqRel);
+        }
+        Ok((stream, pid))
     }
 
     /// Says Hello on a new connection; returns it with the daemon's answer.
@@ -94,8 +137,17 @@ impl Connections {
         }
     }
 
+    fn pool(&self) -> ForkSafeGuard<'_, Pool> {
+        lock_across_forks(&self.pool)
+    }
+
     pub(crate) fn daemon_pid(&self) -> u32 {
-        self.daemon_pid
+        self.daemon_pid.load(Ordering::Acquire)
+    }
+
+    /// How many times the daemon was found restarted (see the field).
+    pub(crate) fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Acquire)
     }
 
     pub(crate) fn devices(&self) -> u32 {
@@ -113,21 +165,37 @@ impl Connections {
         request: &Request,
         id: Option<ObjectId>,
     ) -> Result<(Reply, Option<OwnedFd>), ShareError> {
-        let idle = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
-        let stream = match idle {
-            Some(stream) => stream,
-            None => self.open()?,
+        let (idle, token) = {
+            let mut pool = self.pool();
+            pool.for_this_process();
+            (pool.idle.pop(), pool.token)
+        };
+        let ((stream, daemon), pooled) = match idle {
+            Some(idle) => (idle, true),
+            None => (self.open(token)?, false),
         };
         // A broken connection is dropped, not returned to the pool.
-        let (reply, fd) = exchange(&stream, request)?;
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(stream);
+        let (reply, fd, stream, daemon) = match exchange(&stream, request) {
+            Ok((reply, fd)) => (reply, fd, stream, daemon),
+            Err(ShareError::DaemonGone(why)) if pooled => {
+                // An idle connection to a daemon that died since. If another
+                // daemon serves the socket now (it was restarted), the request
+                // goes to it: the dead one's state died with it, and so did
+                // whatever it did of the request. The same daemon closing the
+                // connection is an error, as it may have acted on the request.
+                let (fresh, now) = self
+                    .open(token)
+                    .map_err(|_| ShareError::DaemonGone(why.clone()))?;
+                if now == daemon {
+                    return Err(ShareError::DaemonGone(why));
+                }
+                self.pool().idle.retain(|(_, pid)| *pid == now);
+                let (reply, fd) = exchange(&fresh, request)?;
+                (reply, fd, fresh, now)
+            }
+            Err(e) => return Err(e),
+        };
+        self.pool().idle.push((stream, daemon));
         match reply {
             Reply::Error { code, message } => Err(ShareError::from_reply(code, message, id)),
             reply => Ok((reply, fd)),

@@ -12,6 +12,13 @@
 //! buffer's device memory stays mapped wherever a client still maps it (the
 //! driver counts those mappings); the daemon only drops its own.
 //!
+//! # Ids
+//! An id is the daemon's wall clock in microseconds when it made the buffer,
+//! or one past the previous id if that is later: ids rise, and a daemon
+//! restarted on the same socket gives out none its predecessor did (unless
+//! the clock stepped back past them), so a client that still maps an old
+//! buffer never takes a new buffer for it by id.
+//!
 //! # Reuse
 //! A deleted buffer's allocation, once freed, is kept for its creator while
 //! that client stays connected, up to [`Limits::kept_bytes`] a client: the
@@ -223,8 +230,8 @@ impl<A: GpuApi> Ledger<A> {
 
     /// A new buffer of `client`'s from `made`, leased to it, and its id.
     fn insert_created(&mut self, client: u64, made: Kept<A>) -> ObjectId {
-        let id = ObjectId(self.next_id);
-        self.next_id += 1;
+        let id = ObjectId(self.next_id.max(micros_since_epoch()));
+        self.next_id = id.0 + 1;
         self.objects.insert(
             id,
             Object {
@@ -360,6 +367,13 @@ struct DaemonState<A: GpuApi> {
     /// a clone, to shut it at stop.
     connections: Mutex<HashMap<u64, (u32, UnixStream)>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// The wall clock in microseconds (ids: see the module docs, "Ids").
+fn micros_since_epoch() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1148,6 +1162,14 @@ impl<A: GpuApi> DaemonState<A> {
                 return error(
                     ErrorCode::NotWriter,
                     format!("buffer {id} has another writer"),
+                )
+            }
+            // Nobody could open it: a deleted buffer is never sealed, so
+            // its writer cannot get it back either.
+            Some(_) if object.deleted => {
+                return error(
+                    ErrorCode::Deleted,
+                    format!("buffer {id} was deleted before its seal"),
                 )
             }
             Some(_) => object.writer = None,

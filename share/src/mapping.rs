@@ -6,11 +6,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, GpuResult, IpcEventHandle};
-use tandem_process::{remove_host_ipc_segments_of, ServiceChild};
+use tandem_process::{lock_across_forks, remove_host_ipc_segments_of, MadeIn, ServiceChild};
 
 use crate::connection::Connections;
 use crate::error::ShareError;
@@ -23,6 +23,9 @@ pub(crate) struct ClientInner<A: GpuApi> {
     pub(crate) api: A,
     pub(crate) connections: Connections,
     pub(crate) devices: Mutex<HashMap<usize, Arc<A::Device>>>,
+    /// One stream of each device a caller asked for one of
+    /// ([`ShareClient::stream`](crate::ShareClient::stream)).
+    pub(crate) streams: Mutex<HashMap<usize, Arc<<A::Device as GpuDevice>::Stream>>>,
     /// Buffers this process maps, by id, one mapping per device it is
     /// mapped for: a second open for the same device shares the mapping.
     pub(crate) cache: Mutex<HashMap<ObjectId, Vec<Weak<Mapping<A>>>>>,
@@ -34,6 +37,13 @@ pub(crate) struct ClientInner<A: GpuApi> {
     /// [`RETIRED_BYTES`] in all. Their memory stays mapped, and so alive,
     /// while they are here.
     pub(crate) retired: Mutex<VecDeque<Retired<A>>>,
+    /// The process the state above belongs to: a child forked from it
+    /// starts its own ([`ClientInner::for_this_process`]).
+    pub(crate) made_in: Mutex<MadeIn>,
+    /// The daemon restarts (`Connections::restarts`) the cache and the kept
+    /// mappings are of: after another, both are the old daemon's, whose ids
+    /// and allocations the new one knows nothing of.
+    pub(crate) restarts_seen: AtomicU64,
 }
 
 /// Most mappings a client keeps for reuse ([`ClientInner::retired`]).
@@ -54,6 +64,7 @@ pub(crate) struct Retired<A: GpuApi> {
 
 impl<A: GpuApi> Drop for ClientInner<A> {
     fn drop(&mut self) {
+        self.for_this_process();
         let daemon = self
             .daemon
             .get_mut()
@@ -73,10 +84,44 @@ impl<A: GpuApi> Drop for ClientInner<A> {
 }
 
 impl<A: GpuApi> ClientInner<A> {
+    /// In a child forked from the process this client was made in, drops
+    /// what the parent holds before the child acts: the cache of the
+    /// parent's mappings (whose leases are the parent's, so the daemon may
+    /// free them under the child), the mappings kept for reuse, the devices
+    /// and streams (the CPU device's stream threads, a GPU context, do not
+    /// live on in a child) and the daemon the parent started (the parent's
+    /// to stop).
+    /// They are forgotten, not dropped: their drops would unmap or release
+    /// through device state that is the parent's. The connections renew
+    /// themselves on their next call.
+    pub(crate) fn for_this_process(&self) {
+        let mut made_in = lock_across_forks(&self.made_in);
+        if made_in.is_this_process() {
+            return;
+        }
+        *made_in = MadeIn::this_process();
+        lock_across_forks(&self.cache).clear();
+        std::mem::forget(std::mem::take(&mut *lock_across_forks(&self.retired)));
+        std::mem::forget(std::mem::take(&mut *lock_across_forks(&self.devices)));
+        std::mem::forget(std::mem::take(&mut *lock_across_forks(&self.streams)));
+        std::mem::forget(lock_across_forks(&self.daemon).take());
+    }
+
+    /// Forgets the cache and the kept mappings if the daemon was restarted
+    /// since they were made (their memory stays mapped for whoever holds
+    /// it).
+    pub(crate) fn for_this_daemon(&self) {
+        let restarts = self.connections.restarts();
+        if self.restarts_seen.swap(restarts, Ordering::AcqRel) != restarts {
+            lock_across_forks(&self.cache).clear();
+            lock_across_forks(&self.retired).clear();
+        }
+    }
+
     /// Keeps `retired` for reuse, dropping the oldest kept beyond the
     /// bounds.
     fn retire(&self, retired: Retired<A>) {
-        let mut kept = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kept = lock_across_forks(&self.retired);
         kept.push_back(retired);
         let mut bytes: usize = kept.iter().map(|r| r.buffer.len()).sum();
         while kept.len() > RETIRED_MAPPINGS || bytes > RETIRED_BYTES {
@@ -89,18 +134,19 @@ impl<A: GpuApi> ClientInner<A> {
 
     /// Takes back the kept mapping of `allocation` for device `ordinal`.
     pub(crate) fn take_retired(&self, allocation: u64, ordinal: usize) -> Option<Retired<A>> {
-        let mut kept = self.retired.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kept = lock_across_forks(&self.retired);
         let at = kept
             .iter()
             .position(|r| r.allocation == allocation && r.device.ordinal() == ordinal)?;
         kept.remove(at)
     }
 
-    /// Gives back one lease on `id` (a buffer unmapped); a gone daemon has
-    /// taken it back already.
+    /// Gives back one lease on `id` (a buffer unmapped); a gone daemon, or
+    /// one restarted since (which knows no such id), has taken it back
+    /// already.
     pub(crate) fn release(&self, id: ObjectId) {
         {
-            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut cache = lock_across_forks(&self.cache);
             if let Some(mappings) = cache.get_mut(&id) {
                 mappings.retain(|mapping| mapping.strong_count() > 0);
                 if mappings.is_empty() {
@@ -109,7 +155,7 @@ impl<A: GpuApi> ClientInner<A> {
             }
         }
         match self.connections.call(&Request::Release { id }, Some(id)) {
-            Ok(_) | Err(ShareError::DaemonGone(_)) => {}
+            Ok(_) | Err(ShareError::DaemonGone(_) | ShareError::UnknownId(_)) => {}
             Err(e) => tracing::warn!("releasing shared buffer {id}: {e}"),
         }
     }
@@ -130,15 +176,26 @@ pub enum Access {
     },
 }
 
-/// A lease on a buffer, given back to the daemon on drop.
+/// A lease on a buffer, given back to the daemon on drop by the process
+/// that took it (a forked child's copy is the parent's lease).
 pub(crate) struct Lease<A: GpuApi> {
     id: ObjectId,
     client: Arc<ClientInner<A>>,
+    made_in: MadeIn,
 }
 
 impl<A: GpuApi> Lease<A> {
     pub(crate) fn new(id: ObjectId, client: Arc<ClientInner<A>>) -> Self {
-        Self { id, client }
+        Self {
+            id,
+            client,
+            made_in: MadeIn::this_process(),
+        }
+    }
+
+    /// Whether the calling process took it (not a child forked since).
+    fn is_this_process(&self) -> bool {
+        self.made_in.is_this_process()
     }
 
     pub(crate) fn id(&self) -> ObjectId {
@@ -148,7 +205,9 @@ impl<A: GpuApi> Lease<A> {
 
 impl<A: GpuApi> Drop for Lease<A> {
     fn drop(&mut self) {
-        self.client.release(self.id);
+        if self.is_this_process() {
+            self.client.release(self.id);
+        }
     }
 }
 
@@ -324,6 +383,13 @@ impl<A: GpuApi> Drop for Mapping<A> {
                 ManuallyDrop::take(&mut self.event),
             )
         };
+        if !self.lease.is_this_process() {
+            // A forked child's copy: unmapping would go through device state
+            // that is the parent's (a GPU context does not survive a fork),
+            // and the memory is the parent's to keep.
+            std::mem::forget((buffer, event));
+            return;
+        }
         if self.keep {
             self.lease.client.retire(Retired {
                 allocation: self.allocation,

@@ -2,10 +2,12 @@
 //! backend) map, anonymous (`memfd_create`, shared by passing the fd) or named
 //! (`shm_open`, shared by name).
 //!
-//! Every mapping is `MAP_SHARED` with `PROT_READ | PROT_WRITE`, so writes
-//! through one mapping are seen through every other mapping of the same
-//! pages, in this process or another; its base is page-aligned (so at least
-//! 64-byte aligned, as every shared layout needs).
+//! Every mapping is `MAP_SHARED` with `PROT_READ | PROT_WRITE` (or
+//! `PROT_READ` alone, for a reader that must not change what others see:
+//! [`Segment::from_fd_read_only`]), so writes through one mapping are seen
+//! through every other mapping of the same pages, in this process or
+//! another; its base is page-aligned (so at least 64-byte aligned, as every
+//! shared layout needs).
 //!
 //! A named segment's creator holds an exclusive `flock` on it for as long as
 //! its [`Segment`] lives: the kernel drops the lock when the creator's fd is
@@ -170,13 +172,22 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// Maps `len` bytes of `fd` shared, readable and writable.
     fn new(fd: BorrowedFd<'_>, len: usize) -> Result<Self, SegmentError> {
+        Self::with_protection(fd, len, libc::PROT_READ | libc::PROT_WRITE)
+    }
+
+    /// Maps `len` bytes of `fd` shared, with protection `prot`.
+    fn with_protection(
+        fd: BorrowedFd<'_>,
+        len: usize,
+        prot: libc::c_int,
+    ) -> Result<Self, SegmentError> {
         // SAFETY: a fresh mapping at an address the kernel picks; it aliases
         // no Rust object. The fd is open for the duration of the call.
         let addr = unsafe {
             libc::mmap(
                 ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,
@@ -334,6 +345,20 @@ impl Segment {
     pub fn from_fd(fd: OwnedFd) -> Result<Segment, SegmentError> {
         let len = mapped_len(fd.as_fd())?;
         let map = Mapping::new(fd.as_fd(), len)?;
+        Ok(Segment {
+            map,
+            fd,
+            name: None,
+            unlink_on_drop: None,
+        })
+    }
+
+    /// [`from_fd`](Self::from_fd), mapped readable only: a store through
+    /// this mapping faults (`SIGSEGV`), while other mappings of the same
+    /// pages keep whatever protection they have.
+    pub fn from_fd_read_only(fd: OwnedFd) -> Result<Segment, SegmentError> {
+        let len = mapped_len(fd.as_fd())?;
+        let map = Mapping::with_protection(fd.as_fd(), len, libc::PROT_READ)?;
         Ok(Segment {
             map,
             fd,

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
+use tandem_process::{lock_across_forks, MadeIn};
+
 use super::api::HostApi;
 use super::error::host_error;
 use super::event::HostEvent;
@@ -19,7 +21,7 @@ use crate::error::{Backend, ErrorKind, GpuResult};
 use crate::resident::ResidentKernel;
 use crate::types::{
     check_args, DeviceProperties, EventFlags, IpcEventHandle, IpcMemHandle, KernelArg,
-    LaunchConfig, NumaSource, ShareableHandle,
+    LaunchConfig, MemoryAccess, NumaSource, ShareableHandle,
 };
 
 /// Most dynamic shared memory per block (the static reservation comes on top).
@@ -86,15 +88,24 @@ impl core::fmt::Debug for HostDevice {
 
 impl HostDevice {
     pub(crate) fn open(ordinal: usize) -> Self {
-        static STATES: OnceLock<Mutex<HashMap<usize, Arc<DeviceState>>>> = OnceLock::new();
-        let state = STATES
-            .get_or_init(Mutex::default)
-            .lock()
-            // Entries are inserted whole; a poisoned map is consistent.
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(ordinal)
-            .or_default()
-            .clone();
+        /// Each device's state, of the process that made it: a forked child
+        /// starts its own, as the streams its parent's lists are served by
+        /// threads that did not come along (synchronizing the device would
+        /// wait for them for ever).
+        static STATES: OnceLock<Mutex<(MadeIn, HashMap<usize, Arc<DeviceState>>)>> =
+            OnceLock::new();
+        // Entries are inserted whole; a poisoned map is consistent.
+        let mut states = lock_across_forks(
+            STATES.get_or_init(|| Mutex::new((MadeIn::this_process(), HashMap::new()))),
+        );
+        if !states.0.is_this_process() {
+            // The parent's, forgotten: dropping them would touch its streams.
+            std::mem::forget(std::mem::replace(
+                &mut *states,
+                (MadeIn::this_process(), HashMap::new()),
+            ));
+        }
+        let state = states.1.entry(ordinal).or_default().clone();
         Self { ordinal, state }
     }
 
@@ -494,8 +505,12 @@ impl GpuDevice for HostDevice {
         buffer.export()
     }
 
-    fn import_shareable(&self, handle: ShareableHandle) -> GpuResult<HostShareableBuffer> {
-        HostShareableBuffer::import(handle)
+    fn import_shareable(
+        &self,
+        handle: ShareableHandle,
+        access: MemoryAccess,
+    ) -> GpuResult<HostShareableBuffer> {
+        HostShareableBuffer::import(handle, access)
     }
 
     fn ipc_export_event(&self, event: &HostEvent) -> GpuResult<IpcEventHandle> {

@@ -28,7 +28,7 @@ use crate::api::{DeviceMemory, HostMemory};
 use crate::checks;
 use crate::error::{Backend, ErrorKind, GpuResult};
 use crate::ipc_cache::IpcOpenCache;
-use crate::types::{IpcMemHandle, ShareableHandle, IPC_ALLOC_GRANULARITY};
+use crate::types::{IpcMemHandle, MemoryAccess, ShareableHandle, IPC_ALLOC_GRANULARITY};
 
 /// A mapped range of host memory that kernels and copies may address.
 pub(crate) struct Region {
@@ -425,8 +425,9 @@ impl HostShareableBuffer {
         })
     }
 
-    /// Maps a descriptor exported by [`HostShareableBuffer::export`].
-    pub(crate) fn import(handle: ShareableHandle) -> GpuResult<Self> {
+    /// Maps a descriptor exported by [`HostShareableBuffer::export`], with
+    /// `access` (a read-only mapping faults on a store, here as on a GPU).
+    pub(crate) fn import(handle: ShareableHandle, access: MemoryAccess) -> GpuResult<Self> {
         const CALL: &str = "import_shareable";
         let invalid = |why: String| host_error(CALL, ErrorKind::InvalidIpcHandle(why));
         let (fd, size, len) = match handle {
@@ -440,7 +441,11 @@ impl HostShareableBuffer {
         if len == 0 || len > size {
             return Err(invalid(format!("a buffer of {len} bytes in {size}")));
         }
-        let segment = Segment::from_fd(fd).map_err(|e| invalid(format!("cannot map it: {e}")))?;
+        let segment = match access {
+            MemoryAccess::ReadWrite => Segment::from_fd(fd),
+            MemoryAccess::ReadOnly => Segment::from_fd_read_only(fd),
+        }
+        .map_err(|e| invalid(format!("cannot map it: {e}")))?;
         // A descriptor that is not a memory object (a socket, a pipe) fails
         // to map above; one smaller than claimed would fault on access.
         if segment.len() < size {

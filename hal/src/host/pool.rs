@@ -6,12 +6,17 @@
 //! launches on different streams never wait for each other's threads.
 
 use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+
+use tandem_process::MadeIn;
 
 /// One lane of a launch, run by a pool thread. Must not unwind.
 pub(crate) type Job = Box<dyn FnOnce() + Send>;
 
 struct Pool {
+    /// A forked child has none of the pool's threads: it makes its own pool.
+    made_in: MadeIn,
     state: Mutex<PoolState>,
     work: Condvar,
     /// Serialises submissions so the thread count computed by one is not
@@ -25,16 +30,37 @@ struct PoolState {
     available: usize,
 }
 
+/// This process's pool, made on first use, and made anew in a child forked
+/// from the process that made it (the inherited one, whose threads did not
+/// come along, is left as it is: its jobs and threads are the parent's).
 fn pool() -> &'static Pool {
-    static POOL: OnceLock<Pool> = OnceLock::new();
-    POOL.get_or_init(|| Pool {
+    static POOL: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
+    let current = POOL.load(Ordering::Acquire);
+    // SAFETY: non-null only as a leaked `Box`, never freed.
+    if let Some(pool) = unsafe { current.as_ref() } {
+        if pool.made_in.is_this_process() {
+            return pool;
+        }
+    }
+    let fresh: &'static Pool = Box::leak(Box::new(Pool {
+        made_in: MadeIn::this_process(),
         state: Mutex::new(PoolState {
             queue: VecDeque::new(),
             available: 0,
         }),
         work: Condvar::new(),
         submit: Mutex::new(()),
-    })
+    }));
+    let fresh_ptr = std::ptr::from_ref(fresh).cast_mut();
+    match POOL.compare_exchange(current, fresh_ptr, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => fresh,
+        Err(won) => {
+            // SAFETY: `fresh` was leaked above and never shared.
+            drop(unsafe { Box::from_raw(fresh_ptr) });
+            // SAFETY: another thread's pool, a leaked `Box`, never freed.
+            unsafe { &*won }
+        }
+    }
 }
 
 /// Queues `jobs` after making sure an available thread exists for each

@@ -5,7 +5,7 @@
 use tandem_hal::checks::MAX_ALLOCATION;
 use tandem_hal::{
     DeviceMemory, ErrorKind, EventFlags, GpuApi, GpuDevice, IpcMemHandle, KernelArg, LaunchConfig,
-    ShareableHandle,
+    MemoryAccess, ShareableHandle,
 };
 
 use crate::support::{assert_invalid_size, kernels, kind, launch, pattern, read_u32s};
@@ -69,7 +69,7 @@ pub fn shareable_memory_round_trips<A: GpuApi>(device: &A::Device) {
     assert_eq!(handle.len(), LEN);
     let handle = match handle {
         ShareableHandle::Ipc { .. } => {
-            let kind = kind(device.import_shareable(handle));
+            let kind = kind(device.import_shareable(handle, MemoryAccess::ReadWrite));
             assert_eq!(kind, ErrorKind::IpcSameProcess);
             return;
         }
@@ -86,11 +86,27 @@ pub fn shareable_memory_round_trips<A: GpuApi>(device: &A::Device) {
             handle
         }
     };
-    let import = device.import_shareable(handle).unwrap();
+    let import = device
+        .import_shareable(handle, MemoryAccess::ReadWrite)
+        .unwrap();
     assert_eq!(import.len(), LEN);
     let mut back = vec![0u8; LEN];
     device.copy_from_device(&mut back, &import, 0).unwrap();
     assert_eq!(back, bytes, "the owner's bytes, read through the import");
+    // A read-only import reads the same bytes (that a store through it
+    // faults is shown in a child process: cli/tests/share_fork.rs).
+    let reader = device
+        .import_shareable(
+            device.export_shareable(&owner).unwrap(),
+            MemoryAccess::ReadOnly,
+        )
+        .unwrap();
+    device.copy_from_device(&mut back, &reader, 0).unwrap();
+    assert_eq!(
+        back, bytes,
+        "the owner's bytes, read through a read-only import"
+    );
+    drop(reader);
 
     let patch = pattern(100, 99);
     device.copy_to_device(&import, 1000, &patch).unwrap();
@@ -145,7 +161,7 @@ pub fn shareable_bad_sizes_are_refused<A: GpuApi>(device: &A::Device) {
 pub fn shareable_garbage_is_refused<A: GpuApi>(device: &A::Device) {
     const SIZE: usize = 2 << 20;
     let refused = |handle: ShareableHandle, what: &str| {
-        let kind = kind(device.import_shareable(handle));
+        let kind = kind(device.import_shareable(handle, MemoryAccess::ReadOnly));
         assert!(
             matches!(kind, ErrorKind::InvalidIpcHandle(_)),
             "{what}: expected InvalidIpcHandle, got {kind:?}"
