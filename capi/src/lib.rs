@@ -15,9 +15,13 @@
 //!   into C: each runs in `error::guard`, which catches panics.
 //! * Handles (`tandem_client*`, `tandem_device_queues*`, `tandem_share*`,
 //!   `tandem_share_buffer*`) are keys into tables of live objects
-//!   (`handles.rs`), never dereferenced: a null, closed or foreign handle
-//!   is a code, a double close too; a close racing a call on another thread
-//!   waits for nothing and frees the object once the call returns.
+//!   (`handles.rs`), never dereferenced: a null handle is
+//!   `TANDEM_STATUS_NULL_POINTER` (a no-op to a close call), a closed or
+//!   foreign one `TANDEM_STATUS_CLOSED_HANDLE`, a double close too; a close
+//!   racing a call on another thread waits for nothing and frees the object
+//!   once the call returns.
+//! * Every argument check names the argument in its message; a device
+//!   ordinal that does not exist is `TANDEM_STATUS_NOT_FOUND`.
 //! * Only C types cross: integers, `char*` strings (NUL-terminated UTF-8),
 //!   byte pointers with lengths, the `#[repr(C)]` structs of [`layout`].
 //! * Calls are thread-safe; each says whether it blocks.

@@ -106,7 +106,7 @@ impl<A: GpuApi> Buffer<A> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
             _ => Err(CapiError::invalid(format!(
-                "bytes {offset}..+{len} are past the buffer's {} bytes",
+                "offset {offset} + len {len} is past the buffer's {} bytes",
                 self.len
             ))),
         }
@@ -191,8 +191,8 @@ impl<A: GpuApi> OpenBuffer for Buffer<A> {
     }
 }
 
-static SHARES: Handles<Box<dyn OpenShare>> = Handles::new("tandem_share");
-static BUFFERS: Handles<Box<dyn OpenBuffer>> = Handles::new("tandem_share_buffer");
+static SHARES: Handles<Box<dyn OpenShare>> = Handles::new("tandem_share", "share");
+static BUFFERS: Handles<Box<dyn OpenBuffer>> = Handles::new("tandem_share_buffer", "buffer");
 
 /// `ShareClient::connect`/`spawn_daemon_with` on the backend
 /// `on_best_backend` picks.
@@ -282,7 +282,8 @@ pub unsafe extern "C" fn tandem_share_daemon_pid(
 }
 
 /// Creates a buffer of `bytes` on device `device`, writable by this
-/// process until sealed; `id` gets the id readers open it by.
+/// process until sealed; `id` gets the id readers open it by. A `device`
+/// that does not exist is `TANDEM_STATUS_NOT_FOUND`.
 ///
 /// # Safety
 /// `id` and `out` are null or writable.
