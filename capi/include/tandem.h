@@ -148,15 +148,20 @@ extern "C" {
 tandem_status tandem_blob_tag(const tandem_client *client, const char *name, uint64_t timeout_ms, uint64_t *tag);
 
 // Writes the `len` bytes at `data` at `offset` of blob `name` of `tag`,
-// all or nothing, placed automatically; `size` (nullable) gets the blob's
-// size after it.
+// placed automatically; `size` (nullable) gets the blob's size after it.
+// Any `len` from 1 byte up: a put is written a chunk (at most 4 MiB) at a
+// time, each chunk all or nothing, so a put that fails after its first
+// chunk may leave the chunks before it written. A zero `len` is
+// `TANDEM_STATUS_INVALID_ARGUMENT`: the store holds no empty blobs.
 //
 // # Safety
 // `name` is null or NUL-terminated; `data` is null or readable for `len`
 // bytes; `size` is null or writable.
 tandem_status tandem_blob_put(const tandem_client *client, uint64_t tag, const char *name, uint64_t offset, const uint8_t *data, size_t len, uint64_t timeout_ms, uint64_t *size);
 
-// Reads `len` bytes at `offset` of blob `name` of `tag` into `out`.
+// Reads `len` bytes at `offset` of blob `name` of `tag` into `out`: any
+// `len` from 1 byte up, read a chunk at a time. A zero `len` is
+// `TANDEM_STATUS_INVALID_ARGUMENT`, as for a put.
 //
 // # Safety
 // `name` is null or NUL-terminated; `out` is null or writable for `len`

@@ -1,5 +1,7 @@
-//! The C calls against a `tandem blob run` started here: the status JSON's
-//! reported size is the buffer a call needs.
+//! The C calls against a `tandem blob run` started here: blob puts and gets
+//! of any size round trip byte for byte (larger ones than the client's heap
+//! go a chunk at a time), a zero-byte one is refused naming `len`, and the
+//! status JSON's reported size is the buffer a call needs.
 //!
 //! Without the `tandem` binary (`cargo build -p tandem-cli --bin tandem`)
 //! each test says it skipped.
@@ -22,8 +24,8 @@ fn expect(status: Status, want: Status) {
     assert_eq!(status, want, "message: {}", message());
 }
 
-/// A `tandem blob run` with a RAM tier, and its segment's name; None
-/// (after saying why) without the binary.
+/// A `tandem blob run` with a RAM tier room for the largest blob below,
+/// and its segment's name; None (after saying why) without the binary.
 fn blob_runtime(dir: &std::path::Path) -> Option<(ServiceChild, CString)> {
     let Ok(tandem) = find_tandem_binary() else {
         println!("skipped: no tandem binary (cargo build -p tandem-cli --bin tandem)");
@@ -53,6 +55,103 @@ fn blob_runtime(dir: &std::path::Path) -> Option<(ServiceChild, CString)> {
     .expect("starting tandem blob run");
     let segment = CString::new(runtime.ready()).expect("a segment name");
     Some((runtime, segment))
+}
+
+/// `len` bytes that depend on their offset, with a period (251, a prime)
+/// that no power-of-two chunk lines up with, so a chunk put or read at
+/// the wrong place shows.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i % 251) as u8 ^ seed.wrapping_add((i / 251) as u8))
+        .collect()
+}
+
+#[test]
+fn blobs_of_any_size_round_trip_and_an_empty_one_is_refused() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let Some((runtime, segment)) = blob_runtime(dir.path()) else {
+        return;
+    };
+    let mut client = null_mut();
+    // SAFETY: every call passes valid pointers of the lengths given.
+    unsafe {
+        expect(
+            tandem_client_attach(segment.as_ptr(), &mut client),
+            Status::Ok,
+        );
+        let mut tag = 0;
+        expect(
+            tandem_blob_tag(client, c"sizes".as_ptr(), 10_000, &mut tag),
+            Status::Ok,
+        );
+
+        // Zero bytes: the store holds no empty blobs, so nothing is made.
+        let byte = 0u8;
+        expect(
+            tandem_blob_put(
+                client,
+                tag,
+                c"empty".as_ptr(),
+                0,
+                &byte,
+                0,
+                10_000,
+                null_mut(),
+            ),
+            Status::InvalidArgument,
+        );
+        assert!(message().starts_with("len is zero"), "{}", message());
+        let mut size = 0;
+        expect(
+            tandem_blob_size(client, tag, c"empty".as_ptr(), 10_000, &mut size),
+            Status::NotFound,
+        );
+        let mut out = 0u8;
+        expect(
+            tandem_blob_get(client, tag, c"empty".as_ptr(), 0, &mut out, 0, 10_000),
+            Status::InvalidArgument,
+        );
+        assert!(message().starts_with("len is zero"), "{}", message());
+
+        // 64 MiB is past the client's whole heap, let alone one chunk.
+        for (i, len) in [4 << 10, 64 << 10, 64 << 20].into_iter().enumerate() {
+            let name = CString::new(format!("b{len}")).expect("a name");
+            let data = pattern(len, i as u8);
+            let mut after = 0;
+            expect(
+                tandem_blob_put(
+                    client,
+                    tag,
+                    name.as_ptr(),
+                    0,
+                    data.as_ptr(),
+                    len,
+                    0,
+                    &mut after,
+                ),
+                Status::Ok,
+            );
+            assert_eq!(after, len as u64, "the size a put of {len} bytes reports");
+            expect(
+                tandem_blob_size(client, tag, name.as_ptr(), 10_000, &mut size),
+                Status::Ok,
+            );
+            assert_eq!(size, len as u64);
+            let mut back = vec![0u8; len];
+            expect(
+                tandem_blob_get(client, tag, name.as_ptr(), 0, back.as_mut_ptr(), len, 0),
+                Status::Ok,
+            );
+            let first_wrong = data.iter().zip(&back).position(|(a, b)| a != b);
+            assert_eq!(first_wrong, None, "a {len}-byte blob read back");
+            expect(
+                tandem_blob_delete(client, tag, name.as_ptr(), 10_000),
+                Status::Ok,
+            );
+        }
+        expect(tandem_client_close(client), Status::Ok);
+    }
+    assert!(runtime.stop().expect("stopping the runtime").success());
 }
 
 #[test]
