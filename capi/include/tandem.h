@@ -360,8 +360,8 @@ tandem_status tandem_share_buffer_info(const tandem_share_buffer *buffer, uint64
 tandem_status tandem_share_buffer_write(const tandem_share_buffer *buffer, size_t offset, const uint8_t *data, size_t len);
 
 // Copies `len` bytes at `offset` of the buffer to `out` (a sealed one's
-// after its writer's work, through a host mirror of the whole buffer).
-// Blocks until copied.
+// after its writer's work); only that range is copied, whatever the
+// buffer's size. Blocks until copied.
 //
 // # Safety
 // `out` is null or writable for `len` bytes.

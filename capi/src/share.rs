@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tandem_hal::{DeviceMemory, GpuApi, GpuDevice};
 use tandem_runtime::{on_best_backend, Backend, OnBackend};
-use tandem_share::{GpuBuffer, HostMirror, MutableGpuBuffer, ObjectId, ShareClient};
+use tandem_share::{GpuBuffer, MutableGpuBuffer, ObjectId, ShareClient};
 
 use crate::args;
 use crate::error::{guard, CapiError, CapiResult};
@@ -151,9 +151,10 @@ impl<A: GpuApi> OpenBuffer for Buffer<A> {
                 Ok(buffer.device().copy_from_device(out, buffer, offset)?)
             }
             State::Sealed(buffer) => {
-                let mirror = HostMirror::new(buffer, true)?;
-                out.copy_from_slice(&mirror[offset..offset + out.len()]);
-                Ok(())
+                // Only the range crosses: the writer's work done, then one
+                // copy of `out.len()` bytes, whatever the buffer's size.
+                buffer.wait_for_seal()?;
+                Ok(buffer.device().copy_from_device(out, buffer, offset)?)
             }
             State::Writable(None) => Err(CapiError::new(
                 Status::Failed,
@@ -402,8 +403,8 @@ pub unsafe extern "C" fn tandem_share_buffer_write(
 }
 
 /// Copies `len` bytes at `offset` of the buffer to `out` (a sealed one's
-/// after its writer's work, through a host mirror of the whole buffer).
-/// Blocks until copied.
+/// after its writer's work); only that range is copied, whatever the
+/// buffer's size. Blocks until copied.
 ///
 /// # Safety
 /// `out` is null or writable for `len` bytes.
