@@ -14,6 +14,9 @@
  *  - A device ordinal that does not exist is TANDEM_STATUS_NOT_FOUND.
  *  - Every call is thread-safe; each says whether it blocks.
  *
+ * Standards: C99 and later, C++11 and later (tandem-capi's tests compile
+ * it with -pedantic-errors at both); tandem.hpp needs C++17.
+ *
  * C++: tandem.hpp wraps this header (RAII handles, exceptions).
  */
 
@@ -24,6 +27,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* The version this header describes; tandem_version() and
+ * tandem_version_numbers() say the loaded library's. */
+#define TANDEM_VERSION_MAJOR 0
+#define TANDEM_VERSION_MINOR 1
+#define TANDEM_VERSION_PATCH 0
+#define TANDEM_VERSION_STRING "0.1.0"
 
 // What every call returns. `TANDEM_STATUS_OK` is zero; any other code
 // leaves a message for the calling thread (`tandem_last_error_message`).
@@ -372,6 +382,19 @@ tandem_status tandem_share_buffer_read(const tandem_share_buffer *buffer, size_t
 // the stream). Blocks until the daemon answers and the seal is recorded,
 // so the process may exit as soon as it returns.
 tandem_status tandem_share_buffer_seal(const tandem_share_buffer *buffer);
+
+// The library's version, `"MAJOR.MINOR.PATCH"`: `TANDEM_VERSION_STRING`
+// of the header it was built with. Static, NUL-terminated, never null.
+// Thread-safe; never blocks.
+const char *tandem_version(void);
+
+// The library's version as numbers (`TANDEM_VERSION_MAJOR`, `_MINOR`,
+// `_PATCH` of the header it was built with); each output is nullable.
+// Thread-safe; never blocks.
+//
+// # Safety
+// `major`, `minor` and `patch` are each null or writable.
+tandem_status tandem_version_numbers(uint32_t *major, uint32_t *minor, uint32_t *patch);
 
 #ifdef __cplusplus
 }  // extern "C"

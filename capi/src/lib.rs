@@ -34,7 +34,7 @@
 //! bottom up: `layout`, `error` (codes, messages,
 //! the guard), `args` (C arguments checked), `handles`; then `client` (attach,
 //! fork, tasks, status), `blob`, `queues` (device queues and the CPU
-//! device's launch) and `share`.
+//! device's launch), `share` and `version`.
 
 mod args;
 mod blob;
@@ -44,6 +44,7 @@ mod handles;
 pub mod layout;
 mod queues;
 mod share;
+mod version;
 
 pub use blob::{
     tandem_blob_delete, tandem_blob_get, tandem_blob_put, tandem_blob_size, tandem_blob_tag,
@@ -65,3 +66,4 @@ pub use share::{
     tandem_share_create, tandem_share_daemon_pid, tandem_share_delete, tandem_share_get,
     tandem_share_spawn, ShareBufferHandle, ShareHandle,
 };
+pub use version::{tandem_version, tandem_version_numbers};

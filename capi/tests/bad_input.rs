@@ -203,6 +203,36 @@ fn status_of_no_runtime_is_not_found() {
 }
 
 #[test]
+fn the_version_is_cargos_and_the_headers() {
+    // SAFETY: static and NUL-terminated.
+    let version = unsafe { CStr::from_ptr(tandem_version()) };
+    assert_eq!(version.to_str(), Ok(env!("CARGO_PKG_VERSION")));
+    let (mut major, mut minor, mut patch) = (u32::MAX, u32::MAX, u32::MAX);
+    // SAFETY: three writable outputs.
+    let status = unsafe { tandem_version_numbers(&mut major, &mut minor, &mut patch) };
+    expect(status, Status::Ok);
+    assert_eq!(
+        format!("{major}.{minor}.{patch}"),
+        env!("CARGO_PKG_VERSION")
+    );
+    // SAFETY: null outputs are skipped.
+    let status = unsafe { tandem_version_numbers(null_mut(), &mut minor, null_mut()) };
+    expect(status, Status::Ok);
+    let header = include_str!("../include/tandem.h");
+    for line in [
+        format!("#define TANDEM_VERSION_MAJOR {major}"),
+        format!("#define TANDEM_VERSION_MINOR {minor}"),
+        format!("#define TANDEM_VERSION_PATCH {patch}"),
+        format!(
+            "#define TANDEM_VERSION_STRING \"{}\"",
+            env!("CARGO_PKG_VERSION")
+        ),
+    ] {
+        assert!(header.contains(&line), "tandem.h lacks `{line}`");
+    }
+}
+
+#[test]
 fn a_launch_with_bad_descriptors_is_refused_before_it_runs() {
     let kernel = HostKernel {
         name: null(),
