@@ -42,9 +42,8 @@ pub fn run(metadata: &Metadata, prefix: &Path, debug: bool) -> Result<(), XtaskE
 
 /// The GPU bundle's `capi/`: the release library with `features` (the
 /// bundle's backend), debug info stripped when `strip` (the bundle's limit
-/// on carried files),
-/// the headers, the CMake and pkg-config packages, and `examples/cpp/`'s
-/// sources, which `run.sh` builds with nvcc.
+/// on carried files), the headers, the CMake and pkg-config packages, and
+/// `examples/cpp/`'s sources, which `run.sh` builds with nvcc.
 pub fn install_for_bundle(
     metadata: &Metadata,
     dir: &Path,
