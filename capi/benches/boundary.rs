@@ -6,6 +6,12 @@
 //! would; rounds alternate which goes first so drift hits both, and each row
 //! prints the medians of the rounds and their ratio (C / Rust).
 //!
+//! Then a range read of a sealed shared buffer (`tandem_share_buffer_read`
+//! of 4 KiB) beside a read of the whole 64 MiB buffer, through a share
+//! daemon it spawns (the `tandem` binary; the rows say they skipped
+//! without it): a range read copies only the range, so it costs a small
+//! part of the whole one.
+//!
 //! `cargo bench -p tandem-capi --bench boundary`
 
 use std::ffi::CString;
@@ -17,6 +23,8 @@ use std::time::{Duration, Instant};
 use tandem::layout::Status;
 use tandem::{
     tandem_blob_put, tandem_blob_tag, tandem_client_add, tandem_client_attach, tandem_client_close,
+    tandem_share_buffer_close, tandem_share_buffer_read, tandem_share_buffer_seal,
+    tandem_share_close, tandem_share_create, tandem_share_spawn,
 };
 use tandem_blob::{pool, wire, BlobCaller, BlobStore, Score, StoreConfig};
 use tandem_hal::HostApi;
@@ -26,6 +34,10 @@ const ROUNDS: usize = 7;
 const ROUND_TRIPS: u32 = 2000;
 const PUTS: u32 = 300;
 const BLOB_BYTES: usize = 4096;
+const SHARED_BYTES: usize = 64 << 20;
+const RANGE_BYTES: usize = 4096;
+const RANGE_READS: u32 = 200;
+const WHOLE_READS: u32 = 5;
 
 /// The median of `samples` (per-operation times).
 fn median(mut samples: Vec<Duration>) -> Duration {
@@ -158,5 +170,57 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The clients detach before the runtime stops.
     drop(rust);
     runtime.shutdown()?;
+    share_reads()
+}
+
+/// Prints a 4 KiB range read of a sealed 64 MiB shared buffer beside a
+/// read of all of it, medians of [`ROUNDS`] rounds.
+fn share_reads() -> Result<(), Box<dyn std::error::Error>> {
+    let Ok(bin) = tandem_process::find_tandem_binary() else {
+        println!("share reads: skipped: no tandem binary (cargo build -p tandem-cli --bin tandem)");
+        return Ok(());
+    };
+    let bin = CString::new(bin.into_os_string().into_encoded_bytes())?;
+    let (mut share, mut buffer, mut id) = (null_mut(), null_mut(), 0);
+    // SAFETY: a NUL-terminated path and writable outputs.
+    unsafe {
+        if tandem_share_spawn(bin.as_ptr(), &mut share) != Status::Ok
+            || tandem_share_create(share, 0, SHARED_BYTES, &mut id, &mut buffer) != Status::Ok
+        {
+            return Err("spawning a share daemon and creating a buffer failed".into());
+        }
+    }
+    // Sealed, reads take the path a reader's do: after the seal, from the
+    // buffer's device.
+    assert_eq!(tandem_share_buffer_seal(buffer), Status::Ok);
+    let mut out = vec![0u8; SHARED_BYTES];
+    let read = |offset: usize, out: &mut [u8]| {
+        // SAFETY: a live handle and `out` writable for its length.
+        let status =
+            unsafe { tandem_share_buffer_read(buffer, offset, out.as_mut_ptr(), out.len()) };
+        assert_eq!(status, Status::Ok);
+    };
+    let (mut range, mut whole) = (vec![], vec![]);
+    for _ in 0..ROUNDS {
+        range.push(per_op(RANGE_READS, |i| {
+            let offset = (i as usize * 7919 * RANGE_BYTES) % (SHARED_BYTES - RANGE_BYTES);
+            read(offset, &mut out[..RANGE_BYTES]);
+        }));
+        whole.push(per_op(WHOLE_READS, |_| read(0, &mut out)));
+    }
+    let (range, whole) = (median(range), median(whole));
+    println!(
+        "{:<28} {:>13} {:>13} {:>9}",
+        "shared buffer read (C ABI)", "4 KiB range", "whole 64 MiB", "whole/range"
+    );
+    println!(
+        "{:<28} {:>10.2} us {:>10.2} us {:>8.1}x",
+        "tandem_share_buffer_read",
+        range.as_secs_f64() * 1e6,
+        whole.as_secs_f64() * 1e6,
+        whole.as_secs_f64() / range.as_secs_f64()
+    );
+    assert_eq!(tandem_share_buffer_close(buffer), Status::Ok);
+    assert_eq!(tandem_share_close(share), Status::Ok);
     Ok(())
 }

@@ -6,9 +6,16 @@
  *  - It returns a tandem_status; on failure, tandem_last_error_message()
  *    says why (per thread, until this thread's next call).
  *  - It never aborts or unwinds: a panic inside is TANDEM_STATUS_PANIC.
- *  - Handles are opaque: a null, closed or foreign one is
- *    TANDEM_STATUS_CLOSED_HANDLE (null for close calls is a no-op).
+ *  - Every argument a call checks is named in its message.
+ *  - A null pointer argument, a null handle included, is
+ *    TANDEM_STATUS_NULL_POINTER; a close call takes null as a no-op.
+ *  - Handles are opaque keys, never dereferenced: a closed, foreign or
+ *    made-up one is TANDEM_STATUS_CLOSED_HANDLE.
+ *  - A device ordinal that does not exist is TANDEM_STATUS_NOT_FOUND.
  *  - Every call is thread-safe; each says whether it blocks.
+ *
+ * Standards: C99 and later, C++11 and later (tandem-capi's tests compile
+ * it with -pedantic-errors at both); tandem.hpp needs C++17.
  *
  * C++: tandem.hpp wraps this header (RAII handles, exceptions).
  */
@@ -21,19 +28,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The version this header describes; tandem_version() and
+ * tandem_version_numbers() say the loaded library's. */
+#define TANDEM_VERSION_MAJOR 0
+#define TANDEM_VERSION_MINOR 1
+#define TANDEM_VERSION_PATCH 0
+#define TANDEM_VERSION_STRING "0.1.0"
+
 // What every call returns. `TANDEM_STATUS_OK` is zero; any other code
 // leaves a message for the calling thread (`tandem_last_error_message`).
 typedef enum {
   // Done.
   TANDEM_STATUS_OK = 0,
-  // A pointer argument that must not be null was null.
+  // A pointer argument that must not be null was null, a handle
+  // included (except to a close call, where null is a no-op).
   TANDEM_STATUS_NULL_POINTER = 1,
   // An argument is out of range: a zero or oversized size, a name that is
-  // not UTF-8, an unknown argument kind, an output buffer too small.
+  // not UTF-8 or no segment can have, an unknown argument kind, an output
+  // buffer too small.
   TANDEM_STATUS_INVALID_ARGUMENT = 2,
-  // The handle was closed, or is of another kind, or was never one.
+  // The handle, not null, was closed, or is of another kind, or was
+  // never one.
   TANDEM_STATUS_CLOSED_HANDLE = 3,
-  // No such thing: a blob, a tag, a shared buffer id, a device.
+  // No such thing: a runtime segment, a blob, a tag, a shared buffer id,
+  // a device ordinal.
   TANDEM_STATUS_NOT_FOUND = 4,
   // The runtime (or the share daemon) is gone or shut down.
   TANDEM_STATUS_RUNTIME_DEAD = 5,
@@ -140,15 +158,20 @@ extern "C" {
 tandem_status tandem_blob_tag(const tandem_client *client, const char *name, uint64_t timeout_ms, uint64_t *tag);
 
 // Writes the `len` bytes at `data` at `offset` of blob `name` of `tag`,
-// all or nothing, placed automatically; `size` (nullable) gets the blob's
-// size after it.
+// placed automatically; `size` (nullable) gets the blob's size after it.
+// Any `len` from 1 byte up: a put is written a chunk (at most 4 MiB) at a
+// time, each chunk all or nothing, so a put that fails after its first
+// chunk may leave the chunks before it written. A zero `len` is
+// `TANDEM_STATUS_INVALID_ARGUMENT`: the store holds no empty blobs.
 //
 // # Safety
 // `name` is null or NUL-terminated; `data` is null or readable for `len`
 // bytes; `size` is null or writable.
 tandem_status tandem_blob_put(const tandem_client *client, uint64_t tag, const char *name, uint64_t offset, const uint8_t *data, size_t len, uint64_t timeout_ms, uint64_t *size);
 
-// Reads `len` bytes at `offset` of blob `name` of `tag` into `out`.
+// Reads `len` bytes at `offset` of blob `name` of `tag` into `out`: any
+// `len` from 1 byte up, read a chunk at a time. A zero `len` is
+// `TANDEM_STATUS_INVALID_ARGUMENT`, as for a put.
 //
 // # Safety
 // `name` is null or NUL-terminated; `out` is null or writable for `len`
@@ -169,6 +192,8 @@ tandem_status tandem_blob_delete(const tandem_client *client, uint64_t tag, cons
 
 // Attaches to the runtime whose CPU segment is `segment` (its name in
 // /dev/shm, as `tandem run --announce` prints it) and claims a client slot.
+// No segment of that name is `TANDEM_STATUS_NOT_FOUND`; a name no segment
+// can have (empty, or with a `/`) `TANDEM_STATUS_INVALID_ARGUMENT`.
 // Blocks briefly (opens the segment). Close with `tandem_client_close`.
 //
 // # Safety
@@ -216,11 +241,13 @@ tandem_status tandem_client_noop(const tandem_client *client, uint32_t lane, uin
 
 // Writes the status of the runtime serving `segment` (null: the one live
 // runtime) as `tandem status --json`'s JSON, NUL-terminated, into `buf` of
-// `cap` bytes; `len` gets its length without the NUL. A `cap` too small is
-// `TANDEM_STATUS_INVALID_ARGUMENT` with `len` set to what it needs; the
-// status is live, so it may outgrow a buffer sized by an earlier call, and
-// then says so the same way. Reads the segment; never waits for the
-// runtime. Thread-safe.
+// `cap` bytes; `len` gets the bytes it takes, the NUL included: the `cap`
+// a call needs. A `cap` smaller than that is
+// `TANDEM_STATUS_INVALID_ARGUMENT` with `len` set all the same (`buf` may
+// then be null), so a caller sizes its buffer by one call and fills it by
+// the next. The status is live, so it may outgrow a buffer sized by an
+// earlier call, and then says so the same way. Reads the segment; never
+// waits for the runtime. Thread-safe.
 //
 // # Safety
 // `segment` is null or NUL-terminated; `buf` is null or writable for `cap`
@@ -235,8 +262,10 @@ const char *tandem_last_error_message(void);
 // Asks the runtime of `client` to serve device queues of this process's
 // own on device `ordinal` (of the best backend present: CUDA when built
 // with it and a device answers, else the CPU device), for this process's
-// kernels. Blocks until the runtime answers. The client stays attached
-// while they are open. Close with `tandem_device_queues_close`.
+// kernels; an `ordinal` that does not exist (here or in the runtime) is
+// `TANDEM_STATUS_NOT_FOUND`. Blocks until the runtime answers. The client
+// stays attached while they are open. Close with
+// `tandem_device_queues_close`.
 //
 // # Safety
 // `out` is null or writable.
@@ -304,7 +333,8 @@ tandem_status tandem_share_close(tandem_share *share);
 tandem_status tandem_share_daemon_pid(const tandem_share *share, uint32_t *pid);
 
 // Creates a buffer of `bytes` on device `device`, writable by this
-// process until sealed; `id` gets the id readers open it by.
+// process until sealed; `id` gets the id readers open it by. A `device`
+// that does not exist is `TANDEM_STATUS_NOT_FOUND`.
 //
 // # Safety
 // `id` and `out` are null or writable.
@@ -340,8 +370,8 @@ tandem_status tandem_share_buffer_info(const tandem_share_buffer *buffer, uint64
 tandem_status tandem_share_buffer_write(const tandem_share_buffer *buffer, size_t offset, const uint8_t *data, size_t len);
 
 // Copies `len` bytes at `offset` of the buffer to `out` (a sealed one's
-// after its writer's work, through a host mirror of the whole buffer).
-// Blocks until copied.
+// after its writer's work); only that range is copied, whatever the
+// buffer's size. Blocks until copied.
 //
 // # Safety
 // `out` is null or writable for `len` bytes.
@@ -352,6 +382,19 @@ tandem_status tandem_share_buffer_read(const tandem_share_buffer *buffer, size_t
 // the stream). Blocks until the daemon answers and the seal is recorded,
 // so the process may exit as soon as it returns.
 tandem_status tandem_share_buffer_seal(const tandem_share_buffer *buffer);
+
+// The library's version, `"MAJOR.MINOR.PATCH"`: `TANDEM_VERSION_STRING`
+// of the header it was built with. Static, NUL-terminated, never null.
+// Thread-safe; never blocks.
+const char *tandem_version(void);
+
+// The library's version as numbers (`TANDEM_VERSION_MAJOR`, `_MINOR`,
+// `_PATCH` of the header it was built with); each output is nullable.
+// Thread-safe; never blocks.
+//
+// # Safety
+// `major`, `minor` and `patch` are each null or writable.
+tandem_status tandem_version_numbers(uint32_t *major, uint32_t *minor, uint32_t *patch);
 
 #ifdef __cplusplus
 }  // extern "C"

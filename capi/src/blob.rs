@@ -2,7 +2,12 @@
 //! the same tasks a kernel's `tandem/blob.h` calls send, through
 //! [`BlobCaller`]. The runtime must serve the blob pool (`tandem blob run`).
 //! Every call blocks until the store answered or `timeout_ms` passed (0: no
-//! limit), and is thread-safe.
+//! limit; a put or get waits that long for each chunk), and is thread-safe.
+//!
+//! Puts and gets move their bytes through a buffer of the client's heap a
+//! chunk at a time (`put_chunked`, `get_chunked`), so their size is not
+//! bounded by the heap. The store holds no empty blobs (a zero-byte range
+//! is its `EmptyRange`), so a zero `len` is refused here, before any task.
 
 use std::ffi::c_char;
 use std::time::Duration;
@@ -53,8 +58,11 @@ pub unsafe extern "C" fn tandem_blob_tag(
 }
 
 /// Writes the `len` bytes at `data` at `offset` of blob `name` of `tag`,
-/// all or nothing, placed automatically; `size` (nullable) gets the blob's
-/// size after it.
+/// placed automatically; `size` (nullable) gets the blob's size after it.
+/// Any `len` from 1 byte up: a put is written a chunk (at most 4 MiB) at a
+/// time, each chunk all or nothing, so a put that fails after its first
+/// chunk may leave the chunks before it written. A zero `len` is
+/// `TANDEM_STATUS_INVALID_ARGUMENT`: the store holds no empty blobs.
 ///
 /// # Safety
 /// `name` is null or NUL-terminated; `data` is null or readable for `len`
@@ -78,11 +86,11 @@ pub unsafe extern "C" fn tandem_blob_put(
         let data = unsafe { args::bytes(data, len, "data") }?;
         if data.is_empty() {
             return Err(CapiError::invalid(
-                "len is zero: a put writes at least a byte",
+                "len is zero: the store holds no empty blobs, so a put writes at least a byte",
             ));
         }
         let after = with_caller(&client, timeout_ms, |c| {
-            Ok(c.put(TagId(tag), name, offset, data, Score::AUTO)?)
+            Ok(c.put_chunked(TagId(tag), name, offset, data, Score::AUTO)?)
         })?;
         if size.is_null() {
             return Ok(());
@@ -92,7 +100,9 @@ pub unsafe extern "C" fn tandem_blob_put(
     })
 }
 
-/// Reads `len` bytes at `offset` of blob `name` of `tag` into `out`.
+/// Reads `len` bytes at `offset` of blob `name` of `tag` into `out`: any
+/// `len` from 1 byte up, read a chunk at a time. A zero `len` is
+/// `TANDEM_STATUS_INVALID_ARGUMENT`, as for a put.
 ///
 /// # Safety
 /// `name` is null or NUL-terminated; `out` is null or writable for `len`
@@ -115,11 +125,11 @@ pub unsafe extern "C" fn tandem_blob_get(
         let out = unsafe { args::bytes_mut(out, len, "out") }?;
         if out.is_empty() {
             return Err(CapiError::invalid(
-                "len is zero: a get reads at least a byte",
+                "len is zero: the store holds no empty blobs, so a get reads at least a byte",
             ));
         }
         with_caller(&client, timeout_ms, |c| {
-            Ok(c.get(TagId(tag), name, offset, out)?)
+            Ok(c.get_chunked(TagId(tag), name, offset, out)?)
         })
     })
 }

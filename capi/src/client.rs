@@ -20,7 +20,7 @@ pub struct ClientHandle {
     _opaque: [u8; 0],
 }
 
-pub(crate) static CLIENTS: Handles<Client> = Handles::new("tandem_client");
+pub(crate) static CLIENTS: Handles<Client> = Handles::new("tandem_client", "client");
 
 /// The client of `handle`.
 pub(crate) fn client(handle: *const ClientHandle) -> CapiResult<Arc<Client>> {
@@ -29,6 +29,8 @@ pub(crate) fn client(handle: *const ClientHandle) -> CapiResult<Arc<Client>> {
 
 /// Attaches to the runtime whose CPU segment is `segment` (its name in
 /// /dev/shm, as `tandem run --announce` prints it) and claims a client slot.
+/// No segment of that name is `TANDEM_STATUS_NOT_FOUND`; a name no segment
+/// can have (empty, or with a `/`) `TANDEM_STATUS_INVALID_ARGUMENT`.
 /// Blocks briefly (opens the segment). Close with `tandem_client_close`.
 ///
 /// # Safety
@@ -44,7 +46,7 @@ pub unsafe extern "C" fn tandem_client_attach(
         let segment = unsafe { args::c_str(segment, "segment") }?;
         let client = Client::attach(segment).map_err(|e| {
             let e = CapiError::from(e);
-            CapiError::new(e.status, format!("attaching to {segment}: {}", e.message))
+            CapiError::new(e.status, format!("segment {segment:?}: {}", e.message))
         })?;
         // SAFETY: checked non-null above; writable per the caller.
         unsafe { args::write_out(out, CLIENTS.insert(client), "out") }
@@ -178,11 +180,13 @@ pub extern "C" fn tandem_client_noop(
 
 /// Writes the status of the runtime serving `segment` (null: the one live
 /// runtime) as `tandem status --json`'s JSON, NUL-terminated, into `buf` of
-/// `cap` bytes; `len` gets its length without the NUL. A `cap` too small is
-/// `TANDEM_STATUS_INVALID_ARGUMENT` with `len` set to what it needs; the
-/// status is live, so it may outgrow a buffer sized by an earlier call, and
-/// then says so the same way. Reads the segment; never waits for the
-/// runtime. Thread-safe.
+/// `cap` bytes; `len` gets the bytes it takes, the NUL included: the `cap`
+/// a call needs. A `cap` smaller than that is
+/// `TANDEM_STATUS_INVALID_ARGUMENT` with `len` set all the same (`buf` may
+/// then be null), so a caller sizes its buffer by one call and fills it by
+/// the next. The status is live, so it may outgrow a buffer sized by an
+/// earlier call, and then says so the same way. Reads the segment; never
+/// waits for the runtime. Thread-safe.
 ///
 /// # Safety
 /// `segment` is null or NUL-terminated; `buf` is null or writable for `cap`
@@ -207,24 +211,19 @@ pub unsafe extern "C" fn tandem_status_json(
             .map_err(|e| CapiError::new(Status::NotFound, e.to_string()))?;
         let json = serde_json::to_string(&snapshot)
             .map_err(|e| CapiError::new(Status::Failed, e.to_string()))?;
+        let needed = json.len() + 1;
         // SAFETY: the caller's contract.
-        unsafe { args::write_out(len, json.len(), "len") }?;
-        copy_c_string(&json, buf, cap)
+        unsafe { args::write_out(len, needed, "len") }?;
+        if cap < needed {
+            return Err(CapiError::invalid(format!(
+                "cap: {cap} bytes, the status takes {needed} with its NUL (now in len)"
+            )));
+        }
+        // SAFETY: `buf` is writable for `cap` bytes per the caller's contract
+        // (its null case is refused by `bytes_mut`).
+        let out = unsafe { args::bytes_mut(buf.cast(), cap, "buf") }?;
+        out[..json.len()].copy_from_slice(json.as_bytes());
+        out[json.len()] = 0;
+        Ok(())
     })
-}
-
-/// Copies `text` and a NUL into `buf` of `cap` bytes.
-fn copy_c_string(text: &str, buf: *mut c_char, cap: usize) -> CapiResult {
-    if cap <= text.len() {
-        return Err(CapiError::invalid(format!(
-            "buf: {cap} bytes, {} needed",
-            text.len() + 1
-        )));
-    }
-    // SAFETY: `buf` is writable for `cap` bytes per the caller's contract
-    // (its null case is refused by `bytes_mut`).
-    let out = unsafe { args::bytes_mut(buf.cast(), cap, "buf") }?;
-    out[..text.len()].copy_from_slice(text.as_bytes());
-    out[text.len()] = 0;
-    Ok(())
 }

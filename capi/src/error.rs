@@ -4,11 +4,14 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, CString};
+use std::io;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use tandem_blob::CallError;
-use tandem_runtime::{ConfigError, RuntimeError, TaskError};
+use tandem_hal::GpuError;
+use tandem_runtime::{ConfigError, DeviceQueueRefusal, RuntimeError, TaskError};
 use tandem_share::ShareError;
+use tandem_shm_core::SegmentError;
 
 use crate::layout::Status;
 
@@ -42,12 +45,30 @@ impl From<RuntimeError> for CapiError {
     fn from(e: RuntimeError) -> Self {
         let status = match &e {
             RuntimeError::RuntimeDead { .. } => Status::RuntimeDead,
+            // A device ordinal that does not exist is NOT_FOUND whichever
+            // side found out: this process's backend (`Gpu`), or the
+            // runtime, whose refusal reaches the client as its text.
+            RuntimeError::NoSuchDevice { .. } => Status::NotFound,
+            RuntimeError::DeviceQueuesRefused { why, .. }
+                if *why == DeviceQueueRefusal::NoSuchDevice.to_string() =>
+            {
+                Status::NotFound
+            }
             RuntimeError::TooManyClients { .. }
             | RuntimeError::TooManyDeviceQueues { .. }
             | RuntimeError::DeviceQueuesRefused { .. } => Status::Refused,
-            RuntimeError::NoSuchDevice { .. } => Status::NotFound,
-            RuntimeError::Gpu(_) => Status::Device,
+            RuntimeError::Gpu(e) => gpu_status(e),
             RuntimeError::Config(_) => Status::InvalidArgument,
+            // Opening a segment by name: no such name, or one that cannot be
+            // a segment's.
+            RuntimeError::Segment(SegmentError::InvalidName(_)) => Status::InvalidArgument,
+            RuntimeError::Segment(e)
+                if e.raw_os_error().is_some_and(|errno| {
+                    io::Error::from_raw_os_error(errno).kind() == io::ErrorKind::NotFound
+                }) =>
+            {
+                Status::NotFound
+            }
             _ => Status::Failed,
         };
         Self::new(status, e.to_string())
@@ -121,9 +142,18 @@ impl From<ShareError> for CapiError {
     }
 }
 
-impl From<tandem_hal::GpuError> for CapiError {
-    fn from(e: tandem_hal::GpuError) -> Self {
-        Self::new(Status::Device, e.to_string())
+/// A device ordinal that does not exist is NOT_FOUND, as every call taking
+/// a device says; any other backend failure is DEVICE.
+fn gpu_status(e: &GpuError) -> Status {
+    match e.kind {
+        tandem_hal::ErrorKind::NoDevice { .. } => Status::NotFound,
+        _ => Status::Device,
+    }
+}
+
+impl From<GpuError> for CapiError {
+    fn from(e: GpuError) -> Self {
+        Self::new(gpu_status(&e), e.to_string())
     }
 }
 

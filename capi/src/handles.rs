@@ -2,7 +2,9 @@
 //! an address Tandem dereferences, so a closed, foreign or made-up handle is
 //! `TANDEM_STATUS_CLOSED_HANDLE` rather than a use after free, and a call on
 //! one thread may race a close on another (the call keeps its object alive
-//! until it returns).
+//! until it returns). A null handle is `TANDEM_STATUS_NULL_POINTER`, as any
+//! null argument is, except to a close call, where it is a no-op (as
+//! `free(NULL)`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,14 +22,19 @@ pub(crate) struct Handles<T> {
     /// Read-locked by every call on a handle, write-locked only to open and
     /// close one, so that threads calling at once do not queue.
     live: RwLock<Option<HashMap<usize, Arc<T>>>>,
+    /// The C type, `tandem_client`.
     kind: &'static str,
+    /// The name every call gives a handle of this kind, `client`: what its
+    /// errors name.
+    arg: &'static str,
 }
 
 impl<T> Handles<T> {
-    pub(crate) const fn new(kind: &'static str) -> Self {
+    pub(crate) const fn new(kind: &'static str, arg: &'static str) -> Self {
         Self {
             live: RwLock::new(None),
             kind,
+            arg,
         }
     }
 
@@ -49,7 +56,7 @@ impl<T> Handles<T> {
     /// The object of `handle`, kept alive while the caller holds it.
     pub(crate) fn get<H>(&self, handle: *const H) -> CapiResult<Arc<T>> {
         if handle.is_null() {
-            return Err(CapiError::null(self.kind));
+            return Err(CapiError::null(self.arg));
         }
         let live = self.live.read().unwrap_or_else(PoisonError::into_inner);
         live.as_ref()
@@ -71,7 +78,10 @@ impl<T> Handles<T> {
     fn closed(&self) -> CapiError {
         CapiError::new(
             Status::ClosedHandle,
-            format!("not a live {}: closed already, or never one", self.kind),
+            format!(
+                "{}: not a live {}: closed already, or never one",
+                self.arg, self.kind
+            ),
         )
     }
 }

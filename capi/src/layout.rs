@@ -13,14 +13,18 @@ use core::ffi::{c_char, c_void};
 pub enum Status {
     /// Done.
     Ok = 0,
-    /// A pointer argument that must not be null was null.
+    /// A pointer argument that must not be null was null, a handle
+    /// included (except to a close call, where null is a no-op).
     NullPointer = 1,
     /// An argument is out of range: a zero or oversized size, a name that is
-    /// not UTF-8, an unknown argument kind, an output buffer too small.
+    /// not UTF-8 or no segment can have, an unknown argument kind, an output
+    /// buffer too small.
     InvalidArgument = 2,
-    /// The handle was closed, or is of another kind, or was never one.
+    /// The handle, not null, was closed, or is of another kind, or was
+    /// never one.
     ClosedHandle = 3,
-    /// No such thing: a blob, a tag, a shared buffer id, a device.
+    /// No such thing: a runtime segment, a blob, a tag, a shared buffer id,
+    /// a device ordinal.
     NotFound = 4,
     /// The runtime (or the share daemon) is gone or shut down.
     RuntimeDead = 5,

@@ -15,9 +15,13 @@
 //!   into C: each runs in `error::guard`, which catches panics.
 //! * Handles (`tandem_client*`, `tandem_device_queues*`, `tandem_share*`,
 //!   `tandem_share_buffer*`) are keys into tables of live objects
-//!   (`handles.rs`), never dereferenced: a null, closed or foreign handle
-//!   is a code, a double close too; a close racing a call on another thread
-//!   waits for nothing and frees the object once the call returns.
+//!   (`handles.rs`), never dereferenced: a null handle is
+//!   `TANDEM_STATUS_NULL_POINTER` (a no-op to a close call), a closed or
+//!   foreign one `TANDEM_STATUS_CLOSED_HANDLE`, a double close too; a close
+//!   racing a call on another thread waits for nothing and frees the object
+//!   once the call returns.
+//! * Every argument check names the argument in its message; a device
+//!   ordinal that does not exist is `TANDEM_STATUS_NOT_FOUND`.
 //! * Only C types cross: integers, `char*` strings (NUL-terminated UTF-8),
 //!   byte pointers with lengths, the `#[repr(C)]` structs of [`layout`].
 //! * Calls are thread-safe; each says whether it blocks.
@@ -30,7 +34,7 @@
 //! bottom up: `layout`, `error` (codes, messages,
 //! the guard), `args` (C arguments checked), `handles`; then `client` (attach,
 //! fork, tasks, status), `blob`, `queues` (device queues and the CPU
-//! device's launch) and `share`.
+//! device's launch), `share` and `version`.
 
 mod args;
 mod blob;
@@ -40,6 +44,7 @@ mod handles;
 pub mod layout;
 mod queues;
 mod share;
+mod version;
 
 pub use blob::{
     tandem_blob_delete, tandem_blob_get, tandem_blob_put, tandem_blob_size, tandem_blob_tag,
@@ -61,3 +66,4 @@ pub use share::{
     tandem_share_create, tandem_share_daemon_pid, tandem_share_delete, tandem_share_get,
     tandem_share_spawn, ShareBufferHandle, ShareHandle,
 };
+pub use version::{tandem_version, tandem_version_numbers};

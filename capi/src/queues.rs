@@ -113,7 +113,7 @@ struct Queues {
     _client: Arc<Client>,
 }
 
-static QUEUES: Handles<Queues> = Handles::new("tandem_device_queues");
+static QUEUES: Handles<Queues> = Handles::new("tandem_device_queues", "queues");
 
 /// `Client::device_queues` on the backend `on_best_backend` picks.
 struct Open {
@@ -133,8 +133,10 @@ impl OnBackend for Open {
 /// Asks the runtime of `client` to serve device queues of this process's
 /// own on device `ordinal` (of the best backend present: CUDA when built
 /// with it and a device answers, else the CPU device), for this process's
-/// kernels. Blocks until the runtime answers. The client stays attached
-/// while they are open. Close with `tandem_device_queues_close`.
+/// kernels; an `ordinal` that does not exist (here or in the runtime) is
+/// `TANDEM_STATUS_NOT_FOUND`. Blocks until the runtime answers. The client
+/// stays attached while they are open. Close with
+/// `tandem_device_queues_close`.
 ///
 /// # Safety
 /// `out` is null or writable.
@@ -298,7 +300,8 @@ unsafe fn intern(kernel: &HostKernel) -> CapiResult<&'static HalHostKernel> {
     };
     let params = codes
         .iter()
-        .map(|&code| arg_kind(code))
+        .enumerate()
+        .map(|(i, &code)| arg_kind(i, code))
         .collect::<CapiResult<Vec<ArgKind>>>()?;
     let mut interned = INTERNED.lock().unwrap_or_else(PoisonError::into_inner);
     let interned = interned.get_or_insert_with(HashMap::new);
@@ -319,7 +322,8 @@ unsafe fn intern(kernel: &HostKernel) -> CapiResult<&'static HalHostKernel> {
     Ok(made)
 }
 
-fn arg_kind(code: ArgKindCode) -> CapiResult<ArgKind> {
+/// The kind `kernel->param_kinds[i]` names.
+fn arg_kind(i: usize, code: ArgKindCode) -> CapiResult<ArgKind> {
     Ok(match code {
         TANDEM_ARG_U32 => ArgKind::U32,
         TANDEM_ARG_I32 => ArgKind::I32,
@@ -328,7 +332,11 @@ fn arg_kind(code: ArgKindCode) -> CapiResult<ArgKind> {
         TANDEM_ARG_F32 => ArgKind::F32,
         TANDEM_ARG_F64 => ArgKind::F64,
         TANDEM_ARG_PTR => ArgKind::Ptr,
-        other => return Err(CapiError::invalid(format!("unknown argument kind {other}"))),
+        other => {
+            return Err(CapiError::invalid(format!(
+                "kernel->param_kinds[{i}]: {other} is not a TANDEM_ARG_* kind"
+            )))
+        }
     })
 }
 
@@ -359,7 +367,11 @@ unsafe fn kernel_args(
             let size = match kind {
                 ArgKind::U32 | ArgKind::I32 | ArgKind::F32 => 4,
                 ArgKind::U64 | ArgKind::I64 | ArgKind::F64 | ArgKind::Ptr => 8,
-                other => return Err(CapiError::invalid(format!("argument kind {other:?}"))),
+                other => {
+                    return Err(CapiError::invalid(format!(
+                        "args[{i}]: argument kind {other:?} is not one C passes"
+                    )))
+                }
             };
             let mut raw = [0u8; 8];
             // SAFETY: `at` points at a value of `kind`'s type (`size`

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tandem_hal::{DeviceMemory, GpuApi, GpuDevice};
 use tandem_runtime::{on_best_backend, Backend, OnBackend};
-use tandem_share::{GpuBuffer, HostMirror, MutableGpuBuffer, ObjectId, ShareClient};
+use tandem_share::{GpuBuffer, MutableGpuBuffer, ObjectId, ShareClient};
 
 use crate::args;
 use crate::error::{guard, CapiError, CapiResult};
@@ -106,7 +106,7 @@ impl<A: GpuApi> Buffer<A> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
             _ => Err(CapiError::invalid(format!(
-                "bytes {offset}..+{len} are past the buffer's {} bytes",
+                "offset {offset} + len {len} is past the buffer's {} bytes",
                 self.len
             ))),
         }
@@ -151,9 +151,10 @@ impl<A: GpuApi> OpenBuffer for Buffer<A> {
                 Ok(buffer.device().copy_from_device(out, buffer, offset)?)
             }
             State::Sealed(buffer) => {
-                let mirror = HostMirror::new(buffer, true)?;
-                out.copy_from_slice(&mirror[offset..offset + out.len()]);
-                Ok(())
+                // Only the range crosses: the writer's work done, then one
+                // copy of `out.len()` bytes, whatever the buffer's size.
+                buffer.wait_for_seal()?;
+                Ok(buffer.device().copy_from_device(out, buffer, offset)?)
             }
             State::Writable(None) => Err(CapiError::new(
                 Status::Failed,
@@ -191,8 +192,8 @@ impl<A: GpuApi> OpenBuffer for Buffer<A> {
     }
 }
 
-static SHARES: Handles<Box<dyn OpenShare>> = Handles::new("tandem_share");
-static BUFFERS: Handles<Box<dyn OpenBuffer>> = Handles::new("tandem_share_buffer");
+static SHARES: Handles<Box<dyn OpenShare>> = Handles::new("tandem_share", "share");
+static BUFFERS: Handles<Box<dyn OpenBuffer>> = Handles::new("tandem_share_buffer", "buffer");
 
 /// `ShareClient::connect`/`spawn_daemon_with` on the backend
 /// `on_best_backend` picks.
@@ -282,7 +283,8 @@ pub unsafe extern "C" fn tandem_share_daemon_pid(
 }
 
 /// Creates a buffer of `bytes` on device `device`, writable by this
-/// process until sealed; `id` gets the id readers open it by.
+/// process until sealed; `id` gets the id readers open it by. A `device`
+/// that does not exist is `TANDEM_STATUS_NOT_FOUND`.
 ///
 /// # Safety
 /// `id` and `out` are null or writable.
@@ -401,8 +403,8 @@ pub unsafe extern "C" fn tandem_share_buffer_write(
 }
 
 /// Copies `len` bytes at `offset` of the buffer to `out` (a sealed one's
-/// after its writer's work, through a host mirror of the whole buffer).
-/// Blocks until copied.
+/// after its writer's work); only that range is copied, whatever the
+/// buffer's size. Blocks until copied.
 ///
 /// # Safety
 /// `out` is null or writable for `len` bytes.

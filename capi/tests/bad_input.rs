@@ -1,7 +1,9 @@
-//! Bad input at the C boundary returns a code and a message, never a crash:
-//! null pointers, zero and oversized sizes, closed, foreign and made-up
-//! handles, unknown ids, strings that are not UTF-8, and calls that fail on
-//! a runtime that does not serve what they ask.
+//! Bad input at the C boundary returns a code and a message naming the
+//! argument, never a crash: null pointers (null handles included), zero and
+//! oversized sizes, closed, foreign and made-up handles, unknown ids and
+//! device ordinals, segment names that do not exist or cannot, strings that
+//! are not UTF-8, and calls that fail on a runtime that does not serve what
+//! they ask.
 
 use std::ffi::{c_char, CStr};
 use std::ptr::{null, null_mut};
@@ -23,59 +25,103 @@ fn expect(status: Status, want: Status) {
     }
 }
 
+/// [`expect`], and the message names `argument`.
+fn expect_naming(status: Status, want: Status, argument: &str) {
+    expect(status, want);
+    assert!(
+        message().starts_with(argument),
+        "the message names `{argument}`: {}",
+        message()
+    );
+}
+
 const SEGMENT: &CStr = c"tandem-capi-no-such-segment";
 
 #[test]
-fn null_pointers_are_codes() {
+fn null_pointers_null_handles_included_are_null_pointer_naming_the_argument() {
     // SAFETY: every call below passes null or valid pointers, as the C contract allows.
     unsafe {
-        expect(
+        expect_naming(
             tandem_client_attach(null(), &mut null_mut()),
             Status::NullPointer,
+            "segment",
         );
-        expect(
+        expect_naming(
             tandem_client_attach(SEGMENT.as_ptr(), null_mut()),
             Status::NullPointer,
+            "out",
         );
-        expect(
+        expect_naming(
             tandem_client_runtime_pid(null(), &mut 0),
             Status::NullPointer,
+            "client",
         );
-        expect(
+        expect_naming(
             tandem_client_add(null(), 0, 1, 2, 0, &mut 0),
             Status::NullPointer,
+            "client",
         );
-        expect(
+        expect_naming(
+            tandem_client_check_runtime(null()),
+            Status::NullPointer,
+            "client",
+        );
+        expect_naming(
             tandem_blob_tag(null(), c"t".as_ptr(), 0, &mut 0),
             Status::NullPointer,
+            "client",
         );
-        expect(
+        expect_naming(
             tandem_blob_put(null(), 1, c"b".as_ptr(), 0, null(), 0, 0, null_mut()),
             Status::NullPointer,
+            "client",
         );
-        expect(
+        expect_naming(
             tandem_device_queues_open(null(), 0, &mut null_mut()),
             Status::NullPointer,
+            "client",
         );
-        expect(
+        expect_naming(
             tandem_device_queues_segment(null(), null_mut()),
             Status::NullPointer,
+            "queues",
         );
-        expect(
+        expect_naming(
+            tandem_device_queues_stop(null()),
+            Status::NullPointer,
+            "queues",
+        );
+        expect_naming(
             tandem_share_connect(null(), &mut null_mut()),
             Status::NullPointer,
+            "socket",
         );
-        expect(
+        expect_naming(
             tandem_share_create(null(), 0, 16, &mut 0, &mut null_mut()),
             Status::NullPointer,
+            "share",
         );
-        expect(
+        expect_naming(tandem_share_delete(null(), 1), Status::NullPointer, "share");
+        expect_naming(
             tandem_share_buffer_read(null(), 0, null_mut(), 4),
             Status::NullPointer,
+            "out",
         );
-        expect(
+        let mut byte = 0u8;
+        expect_naming(
+            tandem_share_buffer_read(null(), 0, &mut byte, 1),
+            Status::NullPointer,
+            "buffer",
+        );
+        expect_naming(
+            tandem_share_buffer_seal(null()),
+            Status::NullPointer,
+            "buffer",
+        );
+        expect_naming(
             tandem_status_json(null(), null_mut(), 0, null_mut()),
             Status::NullPointer,
+            "len",
         );
     }
     // Closing null is a no-op, as free(NULL).
@@ -103,26 +149,39 @@ fn made_up_and_foreign_handles_are_closed_handles() {
             Status::ClosedHandle,
         );
         let foreign = made_up.cast::<ShareHandle>();
-        expect(
+        expect_naming(
             tandem_share_daemon_pid(foreign, &mut 0),
             Status::ClosedHandle,
+            "share: not a live tandem_share",
         );
     }
-    expect(tandem_client_close(made_up), Status::ClosedHandle);
+    expect_naming(
+        tandem_client_close(made_up),
+        Status::ClosedHandle,
+        "client: not a live tandem_client",
+    );
 }
 
 #[test]
-fn attaching_to_no_runtime_fails_with_a_message() {
+fn attaching_to_no_runtime_is_not_found_and_to_a_malformed_name_invalid() {
     let mut client = null_mut();
-    // SAFETY: a valid string and output.
-    let status = unsafe { tandem_client_attach(SEGMENT.as_ptr(), &mut client) };
-    assert_ne!(status, Status::Ok);
-    assert!(client.is_null(), "no handle on failure");
-    assert!(
-        message().contains("tandem-capi-no-such-segment"),
-        "{}",
-        message()
-    );
+    // SAFETY: valid strings and outputs.
+    unsafe {
+        expect_naming(
+            tandem_client_attach(SEGMENT.as_ptr(), &mut client),
+            Status::NotFound,
+            "segment \"tandem-capi-no-such-segment\"",
+        );
+        assert!(client.is_null(), "no handle on failure");
+        for malformed in [c"", c"a/b", c".."] {
+            expect_naming(
+                tandem_client_attach(malformed.as_ptr(), &mut client),
+                Status::InvalidArgument,
+                "segment",
+            );
+            assert!(client.is_null(), "no handle on failure");
+        }
+    }
 }
 
 #[test]
@@ -130,7 +189,7 @@ fn strings_that_are_not_utf8_are_invalid() {
     let bad = [0xffu8, 0xfe, 0];
     // SAFETY: NUL-terminated bytes.
     let status = unsafe { tandem_client_attach(bad.as_ptr().cast::<c_char>(), &mut null_mut()) };
-    expect(status, Status::InvalidArgument);
+    expect_naming(status, Status::InvalidArgument, "segment");
 }
 
 #[test]
@@ -144,6 +203,36 @@ fn status_of_no_runtime_is_not_found() {
 }
 
 #[test]
+fn the_version_is_cargos_and_the_headers() {
+    // SAFETY: static and NUL-terminated.
+    let version = unsafe { CStr::from_ptr(tandem_version()) };
+    assert_eq!(version.to_str(), Ok(env!("CARGO_PKG_VERSION")));
+    let (mut major, mut minor, mut patch) = (u32::MAX, u32::MAX, u32::MAX);
+    // SAFETY: three writable outputs.
+    let status = unsafe { tandem_version_numbers(&mut major, &mut minor, &mut patch) };
+    expect(status, Status::Ok);
+    assert_eq!(
+        format!("{major}.{minor}.{patch}"),
+        env!("CARGO_PKG_VERSION")
+    );
+    // SAFETY: null outputs are skipped.
+    let status = unsafe { tandem_version_numbers(null_mut(), &mut minor, null_mut()) };
+    expect(status, Status::Ok);
+    let header = include_str!("../include/tandem.h");
+    for line in [
+        format!("#define TANDEM_VERSION_MAJOR {major}"),
+        format!("#define TANDEM_VERSION_MINOR {minor}"),
+        format!("#define TANDEM_VERSION_PATCH {patch}"),
+        format!(
+            "#define TANDEM_VERSION_STRING \"{}\"",
+            env!("CARGO_PKG_VERSION")
+        ),
+    ] {
+        assert!(header.contains(&line), "tandem.h lacks `{line}`");
+    }
+}
+
+#[test]
 fn a_launch_with_bad_descriptors_is_refused_before_it_runs() {
     let kernel = HostKernel {
         name: null(),
@@ -154,9 +243,10 @@ fn a_launch_with_bad_descriptors_is_refused_before_it_runs() {
     let dim = Dim3 { x: 1, y: 1, z: 1 };
     // SAFETY: descriptors and handles the contract allows (nulls, made-up keys).
     unsafe {
-        expect(
+        expect_naming(
             tandem_device_queues_launch_cpu(null(), &kernel, dim, dim, 0, null()),
             Status::NullPointer,
+            "queues",
         );
         let made_up = 7usize as *const DeviceQueuesHandle;
         expect(
@@ -225,7 +315,7 @@ mod with_a_runtime {
                 tandem_blob_get(client, 1, c"b".as_ptr(), 0, null_mut(), 0, 0),
                 Status::InvalidArgument,
             );
-            expect(
+            expect_naming(
                 tandem_blob_put(
                     client,
                     1,
@@ -237,7 +327,16 @@ mod with_a_runtime {
                     null_mut(),
                 ),
                 Status::InvalidArgument,
+                "data",
             );
+            // A device that does not exist: NOT_FOUND, as for a share below.
+            let mut none = null_mut();
+            expect(
+                tandem_device_queues_open(client, 99, &mut none),
+                Status::NotFound,
+            );
+            assert!(message().contains("99"), "{}", message());
+            assert!(none.is_null(), "no handle on failure");
             // Device queues, and a launch of a kernel that has no entry.
             let mut queues = null_mut();
             expect(
@@ -274,9 +373,10 @@ mod with_a_runtime {
             };
             let arg = 0u32;
             let args = [(&arg as *const u32).cast::<std::ffi::c_void>()];
-            expect(
+            expect_naming(
                 tandem_device_queues_launch_cpu(queues, &kernel, dim, dim, 0, args.as_ptr()),
                 Status::InvalidArgument,
+                "kernel->param_kinds[0]",
             );
             // The client stays attached while its queues are open; both
             // close once, and twice is a code.
@@ -298,10 +398,16 @@ mod with_a_runtime {
             let mut share = null_mut();
             expect(tandem_share_spawn(bin.as_ptr(), &mut share), Status::Ok);
             let (mut id, mut buffer) = (0, null_mut());
-            expect(
+            expect_naming(
                 tandem_share_create(share, 0, 0, &mut id, &mut buffer),
                 Status::InvalidArgument,
+                "bytes",
             );
+            expect(
+                tandem_share_create(share, 99, 64, &mut id, &mut buffer),
+                Status::NotFound,
+            );
+            assert!(message().contains("99"), "{}", message());
             expect(
                 tandem_share_create(share, 0, usize::MAX, &mut id, &mut buffer),
                 Status::InvalidArgument,
@@ -311,9 +417,10 @@ mod with_a_runtime {
                 Status::Ok,
             );
             let data = [7u8; 65];
-            expect(
+            expect_naming(
                 tandem_share_buffer_write(buffer, 0, data.as_ptr(), 65),
                 Status::InvalidArgument,
+                "offset 0 + len 65",
             );
             expect(
                 tandem_share_buffer_write(buffer, usize::MAX, data.as_ptr(), 2),

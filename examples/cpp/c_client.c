@@ -42,26 +42,24 @@ int main(int argc, char **argv) {
       failed(tandem_blob_get(client, tag, "c", 0, back, sizeof back, 10000), "tandem_blob_get")) {
     goto done;
   }
-  /* Asked with too small a buffer, the call says how much it needs. */
-  {
-    char probe[1];
-    if (tandem_status_json(argv[1], probe, sizeof probe, &json_len) != TANDEM_STATUS_INVALID_ARGUMENT) {
-      fprintf(stderr, "c_client: a 1-byte status buffer was not refused\n");
-      goto done;
-    }
+  /* Asked with no buffer, the call says how much it needs, the NUL
+   * included. */
+  if (tandem_status_json(argv[1], NULL, 0, &json_len) != TANDEM_STATUS_INVALID_ARGUMENT) {
+    fprintf(stderr, "c_client: a status call with no buffer was not refused\n");
+    goto done;
   }
   /* The status is live: it may have grown since it was sized (a counter
    * gained a digit), and then the call says the new size. A few tries;
    * a status that keeps outgrowing its buffer is a failure, said. */
   for (int tries = 1;; ++tries) {
     tandem_status status;
-    char *grown = realloc(json, json_len + 1);
+    char *grown = realloc(json, json_len);
     if (grown == NULL) {
-      fprintf(stderr, "c_client: out of memory for %zu bytes of status\n", json_len + 1);
+      fprintf(stderr, "c_client: out of memory for %zu bytes of status\n", json_len);
       goto done;
     }
     json = grown;
-    status = tandem_status_json(argv[1], json, json_len + 1, &json_len);
+    status = tandem_status_json(argv[1], json, json_len, &json_len);
     if (status == TANDEM_STATUS_OK) {
       break;
     }
@@ -71,8 +69,9 @@ int main(int argc, char **argv) {
     }
   }
   printf("c_client: 40 + 2 = %llu; blob of %llu bytes %s; status: %zu bytes of JSON\n", (unsigned long long)sum,
-         (unsigned long long)size, memcmp(data, back, sizeof data) == 0 ? "got back" : "DIFFERS", json_len);
-  if (sum == 42 && size == sizeof data && memcmp(data, back, sizeof data) == 0 && json[0] == '{') {
+         (unsigned long long)size, memcmp(data, back, sizeof data) == 0 ? "got back" : "DIFFERS", strlen(json));
+  if (sum == 42 && size == sizeof data && memcmp(data, back, sizeof data) == 0 && json[0] == '{' &&
+      strlen(json) + 1 == json_len) {
     printf("c_client: ok\n");
     rc = 0;
   }

@@ -130,7 +130,7 @@ pub use client_queues::ClientDeviceQueues;
 pub use client_table::{ClientSnapshot, ClientState, ClientTable};
 pub use config::{read_config_file, Config, DeviceSelection, MAX_CONFIG_BYTES};
 pub use context::{CallerMemoryError, SharedBytes, TaskContext};
-pub use device_requests::{DeviceQueueSnapshot, DeviceQueueState};
+pub use device_requests::{DeviceQueueRefusal, DeviceQueueSnapshot, DeviceQueueState};
 pub use error::{ConfigError, RuntimeError};
 pub use gpu_service::{GpuService, ServiceStats};
 pub use host_client::Client;

@@ -11,11 +11,40 @@ use crate::error::XtaskError;
 /// The header, relative to the repository root.
 pub const HEADER: &str = "capi/include/tandem.h";
 
+/// tandem-capi's version: xtask's own, as both take the workspace's.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The header's version macros, which `tandem_version()` and
+/// `tandem_version_numbers()` of the library built from the same source
+/// return: cbindgen cannot evaluate the `env!` the library's come from.
+fn version_macros() -> String {
+    [
+        String::new(),
+        "/* The version this header describes; tandem_version() and".into(),
+        " * tandem_version_numbers() say the loaded library's. */".into(),
+        format!(
+            "#define TANDEM_VERSION_MAJOR {}",
+            env!("CARGO_PKG_VERSION_MAJOR")
+        ),
+        format!(
+            "#define TANDEM_VERSION_MINOR {}",
+            env!("CARGO_PKG_VERSION_MINOR")
+        ),
+        format!(
+            "#define TANDEM_VERSION_PATCH {}",
+            env!("CARGO_PKG_VERSION_PATCH")
+        ),
+        format!("#define TANDEM_VERSION_STRING \"{VERSION}\""),
+    ]
+    .join("\n")
+}
+
 /// The header the source makes now.
 fn generate(root: &Path) -> Result<String, XtaskError> {
     let crate_dir = root.join("capi");
-    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
+    let mut config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml"))
         .map_err(|e| XtaskError::Check(format!("capi/cbindgen.toml: {e}")))?;
+    config.after_includes = Some(version_macros());
     let bindings = cbindgen::Builder::new()
         .with_crate(&crate_dir)
         .with_config(config)

@@ -1,35 +1,49 @@
 //! `cargo xtask install-capi --prefix DIR [--debug]`: builds tandem-capi and
-//! lays out what a CMake project's `find_package(Tandem)` finds:
+//! lays it out as a distribution would, for CMake's `find_package(Tandem)`
+//! and for pkg-config:
 //!
-//! - `lib/libtandem.so`, `lib/libtandem.a`;
+//! - `lib/libtandem.so.X.Y.Z` (its SONAME `libtandem.so.X`, which
+//!   `build.rs` sets), the symlink `lib/libtandem.so.X` that the dynamic
+//!   loader finds it by, and `lib/libtandem.so` that the linker finds;
 //! - `include/tandem.h`, `tandem.hpp`, `tandem_cpu_kernel.hpp` (capi's) and
 //!   `include/tandem/*.h` (the kernel-side headers, device-kernels');
 //! - `lib/cmake/Tandem/TandemConfig.cmake` and its version file: the
-//!   imported target `Tandem::tandem`, relocatable (paths from its own place).
+//!   imported target `Tandem::tandem`, relocatable (paths from its own place);
+//! - `lib/pkgconfig/tandem.pc`, relocatable the same way (`${pcfiledir}`).
 //!
 //! The `cpp` test leg installs through this too, and the GPU bundle
-//! ([`install_for_bundle`]) lays out the same, less the static library,
-//! with examples/cpp's sources beside it.
+//! ([`install_for_bundle`]) lays out the same, with examples/cpp's sources
+//! beside it.
 
 use std::fs;
 use std::path::Path;
 
+use crate::capi::VERSION;
 use crate::cmd::Cmd;
 use crate::error::XtaskError;
 use crate::metadata::Metadata;
+
+/// The library's file, `libtandem.so.X.Y.Z`.
+fn library_file() -> String {
+    format!("libtandem.so.{VERSION}")
+}
+
+/// Its SONAME, `libtandem.so.X`: `build.rs` sets the same.
+fn soname() -> String {
+    format!("libtandem.so.{}", env!("CARGO_PKG_VERSION_MAJOR"))
+}
 
 /// Builds tandem-capi (`--release` unless `debug`, with `features`) and
 /// installs it into `prefix`.
 pub fn run(metadata: &Metadata, prefix: &Path, debug: bool) -> Result<(), XtaskError> {
     let built = build(metadata, debug, None, false)?;
-    install(&metadata.workspace_root, &built, prefix, true)
+    install(&metadata.workspace_root, &built, prefix)
 }
 
 /// The GPU bundle's `capi/`: the release library with `features` (the
 /// bundle's backend), debug info stripped when `strip` (the bundle's limit
-/// on carried files; the static library is left out for the same reason),
-/// the headers, the CMake package, and `examples/cpp/`'s sources, which
-/// `run.sh` builds with nvcc.
+/// on carried files), the headers, the CMake and pkg-config packages, and
+/// `examples/cpp/`'s sources, which `run.sh` builds with nvcc.
 pub fn install_for_bundle(
     metadata: &Metadata,
     dir: &Path,
@@ -38,15 +52,16 @@ pub fn install_for_bundle(
 ) -> Result<(), XtaskError> {
     let root = &metadata.workspace_root;
     let built = build(metadata, false, Some(features), !strip)?;
-    install(root, &built, dir, false)?;
+    install(root, &built, dir)?;
     if strip {
-        let lib = dir.join("lib");
-        if !Cmd::new("strip", &lib)
-            .args(["--strip-debug", "libtandem.so"])
+        // The file itself: strip would replace a symlink with a copy.
+        let file = library_file();
+        if !Cmd::new("strip", &dir.join("lib"))
+            .args(["--strip-debug", &file])
             .run()?
             .success()
         {
-            return Err(XtaskError::Check("strip libtandem.so failed".into()));
+            return Err(XtaskError::Check(format!("strip {file} failed")));
         }
     }
     let examples = dir.join("examples").join("cpp");
@@ -84,20 +99,23 @@ fn build(
         .join(if debug { "debug" } else { "release" }))
 }
 
-/// Copies the libraries (the static one too when `with_static`) from
-/// `built` and the headers and CMake package from the repository `root`
-/// into `prefix`.
-fn install(root: &Path, built: &Path, prefix: &Path, with_static: bool) -> Result<(), XtaskError> {
+/// Copies the library from `built` and the headers and CMake package from
+/// the repository `root` into `prefix`, with the library's symlinks and
+/// the pkg-config file.
+fn install(root: &Path, built: &Path, prefix: &Path) -> Result<(), XtaskError> {
     let lib = prefix.join("lib");
     let include = prefix.join("include");
     let cmake = lib.join("cmake").join("Tandem");
-    for dir in [&lib, &include.join("tandem"), &cmake] {
+    let pkgconfig = lib.join("pkgconfig");
+    for dir in [&lib, &include.join("tandem"), &cmake, &pkgconfig] {
         fs::create_dir_all(dir).map_err(XtaskError::io(dir))?;
     }
-    copy(&built.join("libtandem.so"), &lib.join("libtandem.so"))?;
-    if with_static {
-        copy(&built.join("libtandem.a"), &lib.join("libtandem.a"))?;
-    }
+    let (file, soname) = (library_file(), soname());
+    copy(&built.join("libtandem.so"), &lib.join(&file))?;
+    symlink(&file, &lib.join(&soname))?;
+    symlink(&soname, &lib.join("libtandem.so"))?;
+    let pc = pkgconfig.join("tandem.pc");
+    fs::write(&pc, pkg_config()).map_err(XtaskError::io(&pc))?;
     copy_dir(&root.join("capi/include"), &include)?;
     copy_dir(
         &root.join("device-kernels/include/tandem"),
@@ -108,6 +126,29 @@ fn install(root: &Path, built: &Path, prefix: &Path, with_static: bool) -> Resul
     }
     println!("xtask: installed tandem-capi into {}", prefix.display());
     Ok(())
+}
+
+/// `tandem.pc`: every path from its own place, so the prefix may move.
+fn pkg_config() -> String {
+    format!(
+        "prefix=${{pcfiledir}}/../..
+libdir=${{prefix}}/lib
+includedir=${{prefix}}/include
+
+Name: Tandem
+Description: Tandem's C ABI: attach to a runtime, device queues for your kernels, the blob store, the share daemon
+Version: {VERSION}
+Libs: -L${{libdir}} -ltandem
+Cflags: -I${{includedir}}
+"
+    )
+}
+
+/// Makes `link` a symlink to `target` (a name in the same folder), replacing
+/// what was there.
+fn symlink(target: &str, link: &Path) -> Result<(), XtaskError> {
+    let _ = fs::remove_file(link);
+    std::os::unix::fs::symlink(target, link).map_err(XtaskError::io(link))
 }
 
 /// Copies the files (not folders) directly in `from` into `to`.

@@ -383,9 +383,10 @@ fn leg_commands(
 
 /// The `cpp` leg: the header's drift check, the package installed into the target directory,
 /// examples/cpp configured and built there with the host compiler, and tandem-capi's tests
-/// (bad input, and the examples against a runtime and a daemon they start) told where.
+/// (bad input, the installed package with pkg-config, and the examples against a runtime and a
+/// daemon they start) told where.
 fn cpp_commands(metadata: &Metadata) -> Result<Vec<Cmd>, String> {
-    for tool in ["cmake", "c++"] {
+    for tool in ["cmake", "c++", "pkg-config"] {
         if find_on_path(tool).is_none() {
             return Err(format!("`{tool}` is not on PATH (.ci/run installs it)"));
         }
@@ -411,6 +412,7 @@ fn cpp_commands(metadata: &Metadata) -> Result<Vec<Cmd>, String> {
         Cmd::cargo(root)
             .args(["test", "-p", "tandem-capi"])
             .env("TANDEM_CPP_EXAMPLES", &build)
+            .env("TANDEM_CAPI_PREFIX", &prefix)
             .env("TANDEM_REQUIRE_CPP", "1"),
     ])
 }
