@@ -2,9 +2,8 @@
 //! socket or started for this process), creating, opening, listing and
 //! deleting buffers by id.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
@@ -23,11 +22,9 @@ use crate::host;
 use crate::host_buffer;
 use crate::wait::SIGNAL_POLL;
 
-/// A share client of backend `A`, with one stream per device it used (what
-/// seals and opens order work on).
+/// A share client of backend `A`.
 pub(crate) struct ClientOf<A: Backend> {
     pub(crate) share: ShareClient<A>,
-    streams: Mutex<HashMap<usize, DeviceStream<A>>>,
 }
 
 type DeviceStream<A> = (
@@ -37,22 +34,14 @@ type DeviceStream<A> = (
 
 impl<A: Backend> ClientOf<A> {
     fn new(share: ShareClient<A>) -> Arc<Self> {
-        Arc::new(Self {
-            share,
-            streams: Mutex::new(HashMap::new()),
-        })
+        Arc::new(Self { share })
     }
 
-    /// Device `ordinal` and its stream, made on first use.
+    /// Device `ordinal` and the client's stream of it (what seals and
+    /// opens order work on), made on first use; a forked child makes its
+    /// own.
     pub(crate) fn device(&self, ordinal: usize) -> Result<DeviceStream<A>, Error> {
-        let mut streams = self.streams.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((device, stream)) = streams.get(&ordinal) {
-            return Ok((Arc::clone(device), Arc::clone(stream)));
-        }
-        let device = self.share.device(ordinal)?;
-        let stream = Arc::new(device.create_stream()?);
-        streams.insert(ordinal, (Arc::clone(&device), Arc::clone(&stream)));
-        Ok((device, stream))
+        Ok(self.share.stream(ordinal)?)
     }
 }
 

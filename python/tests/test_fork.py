@@ -148,7 +148,10 @@ def test_a_restarted_daemon_never_hands_out_an_old_id(tandem_bin):
             held = np.from_dlpack(client.get(old.id)).view(np.int32)
             daemon.kill()
             daemon.wait()
+            # What the killed daemon could not remove: its socket, and its
+            # CPU device events (`tandem clean` removes a dead owner's).
             socket.unlink(missing_ok=True)
+            subprocess.run([tandem_bin, "clean"], check=True, capture_output=True)
             daemon = serve(socket, tandem_bin)
             writer = tandem.share.connect(str(socket))
             new = sealed_buffer(writer, np.full(N // 4, 5, dtype=np.int32))
