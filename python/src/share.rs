@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tandem_hal::{GpuApi, GpuDevice, HostApi};
+use tandem_hal::{GpuApi, HostApi};
 use tandem_share::{
-    default_socket_path, DaemonStatus, Inspector, ObjectId, ObjectInfo, ShareClient, WireBackend,
+    default_socket_path, DaemonStatus, DeviceStream, Inspector, ObjectId, ObjectInfo, ShareClient,
+    WireBackend,
 };
 
 use crate::backend::Backend;
@@ -26,11 +27,6 @@ use crate::wait::SIGNAL_POLL;
 pub(crate) struct ClientOf<A: Backend> {
     pub(crate) share: ShareClient<A>,
 }
-
-type DeviceStream<A> = (
-    Arc<<A as GpuApi>::Device>,
-    Arc<<<A as GpuApi>::Device as GpuDevice>::Stream>,
-);
 
 impl<A: Backend> ClientOf<A> {
     fn new(share: ShareClient<A>) -> Arc<Self> {

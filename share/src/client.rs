@@ -23,6 +23,12 @@ use crate::wire::{
     BufferHandle, DaemonStatus, HandleForm, ObjectId, ObjectInfo, Reply, Request, WireBackend,
 };
 
+/// A device and a stream of it ([`ShareClient::stream`]).
+pub type DeviceStream<A> = (
+    Arc<<A as GpuApi>::Device>,
+    Arc<<<A as GpuApi>::Device as GpuDevice>::Stream>,
+);
+
 /// How long [`ShareClient::get_buffer`] waits for an unsealed buffer's seal.
 pub const DEFAULT_SEAL_WAIT: Duration = Duration::from_secs(30);
 
@@ -165,10 +171,7 @@ impl<A: GpuApi> ShareClient<A> {
     /// callers that order their copies and seals on a stream of no library
     /// of their own (the C and Python fronts). Shared by every caller of
     /// this client, so work queued on it runs in the order queued.
-    pub fn stream(
-        &self,
-        ordinal: usize,
-    ) -> Result<(Arc<A::Device>, Arc<<A::Device as GpuDevice>::Stream>), ShareError> {
+    pub fn stream(&self, ordinal: usize) -> Result<DeviceStream<A>, ShareError> {
         let device = self.device(ordinal)?;
         let mut streams = lock_across_forks(&self.inner.streams);
         if let Some(stream) = streams.get(&ordinal) {

@@ -45,7 +45,9 @@
 //!   a [`MutableGpuBuffer`], readers a [`GpuBuffer`] ([`Access`] says how its
 //!   mapping reaches the memory). [`HostMirror`] copies one to the host
 //!   ([`MirrorSource`] says of what, [`MirrorAccess`] with [`ReadOnly`] or
-//!   [`WriteBack`] whether it copies back). Every failure is a
+//!   [`WriteBack`] whether it copies back). A front that orders its work on
+//!   no stream of its own uses the client's ([`ShareClient::stream`], a
+//!   [`DeviceStream`]). Every failure is a
 //!   [`ShareError`]; a refusal the client library has no variant for keeps
 //!   the daemon's [`ErrorCode`].
 //! * **Looking at a daemon.** [`Inspector`] stats, lists and deletes without
@@ -89,7 +91,7 @@ mod wire;
 pub use buffer::{
     GpuBuffer, HostMirror, MirrorAccess, MirrorSource, MutableGpuBuffer, ReadOnly, WriteBack,
 };
-pub use client::{ShareClient, DEFAULT_SEAL_WAIT};
+pub use client::{DeviceStream, ShareClient, DEFAULT_SEAL_WAIT};
 pub use connection::Inspector;
 pub use daemon::{Daemon, Limits, RunningDaemon};
 pub use error::ShareError;

@@ -71,6 +71,9 @@ struct DeviceState {
     streams: Mutex<Vec<Weak<StreamShared>>>,
 }
 
+/// The device states of one process, by ordinal ([`HostDevice::open`]).
+type ProcessStates = (MadeIn, HashMap<usize, Arc<DeviceState>>);
+
 /// One (pretend) device of the CPU backend.
 #[derive(Clone)]
 pub struct HostDevice {
@@ -92,8 +95,7 @@ impl HostDevice {
         /// starts its own, as the streams its parent's lists are served by
         /// threads that did not come along (synchronizing the device would
         /// wait for them for ever).
-        static STATES: OnceLock<Mutex<(MadeIn, HashMap<usize, Arc<DeviceState>>)>> =
-            OnceLock::new();
+        static STATES: OnceLock<Mutex<ProcessStates>> = OnceLock::new();
         // Entries are inserted whole; a poisoned map is consistent.
         let mut states = lock_across_forks(
             STATES.get_or_init(|| Mutex::new((MadeIn::this_process(), HashMap::new()))),
