@@ -369,3 +369,43 @@ pub fn describe(code: i32) -> &'static str {
         _ => "not a blob pool code",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BlobStat;
+
+    #[test]
+    fn stat_answers_cross_the_wire_whole() {
+        let stat = BlobStat {
+            tag: TagId(3),
+            name: "b".into(),
+            size: 1 << 20,
+            stored: 8192,
+            codecs: vec![Codec::Lz4, Codec::Zstd],
+            durable: true,
+            persistence: Persistence::LongTerm,
+            targets: vec![0, 2, 70],
+        };
+        let info = BlobInfo::from_stat(&stat);
+        assert_eq!((info.size, info.stored, info.durable), (1 << 20, 8192, 1));
+        assert_eq!(info.targets, 0b101, "targets past 64 are left out");
+        assert_eq!(info.persistence(), Some(Persistence::LongTerm));
+        assert_eq!(info.codecs(), [Codec::Lz4, Codec::Zstd]);
+
+        let mut bytes = [0u8; 64];
+        let mut w = Writer::new(&mut bytes);
+        info.serialize(&mut w).expect("fits");
+        let len = w.position();
+        let back = BlobInfo::deserialize(&mut Reader::new(&bytes[..len])).expect("reads back");
+        assert_eq!(back, info);
+
+        let raw = BlobInfo {
+            codecs: 0,
+            persistence: 9,
+            ..info
+        };
+        assert!(raw.codecs().is_empty());
+        assert_eq!(raw.persistence(), None, "a level this build does not know");
+    }
+}
