@@ -173,11 +173,7 @@ impl PutContext {
                 Preset::Fast => wire::preset::FAST,
                 Preset::Best => wire::preset::BEST,
             },
-            persistence: match self.persistence {
-                Persistence::Volatile => wire::persistence::VOLATILE,
-                Persistence::Temporary => wire::persistence::TEMPORARY,
-                Persistence::LongTerm => wire::persistence::LONG_TERM,
-            },
+            persistence: self.persistence.to_wire(),
         }
     }
 
@@ -191,23 +187,15 @@ impl PutContext {
             wire::preset::BEST => Preset::Best,
             v => return Err(bad("preset", v)),
         };
-        let codec = || match w.codec {
-            wire::codec::LZ4 => Ok(Codec::Lz4),
-            wire::codec::ZSTD => Ok(Codec::Zstd),
-            v => Err(bad("codec", v)),
-        };
+        let codec = || Codec::from_wire(w.codec).ok_or_else(|| bad("codec", w.codec));
         let compression = match w.compress {
             wire::compress::SKIP => Compression::Skip,
             wire::compress::STATIC => Compression::Static(codec()?, preset),
             wire::compress::DYNAMIC => Compression::Dynamic(codec()?, preset),
             v => return Err(bad("compression mode", v)),
         };
-        let persistence = match w.persistence {
-            wire::persistence::VOLATILE => Persistence::Volatile,
-            wire::persistence::TEMPORARY => Persistence::Temporary,
-            wire::persistence::LONG_TERM => Persistence::LongTerm,
-            v => return Err(bad("persistence", v)),
-        };
+        let persistence = Persistence::from_wire(w.persistence)
+            .ok_or_else(|| bad("persistence", w.persistence))?;
         Ok(PutContext {
             compression,
             persistence,
@@ -216,10 +204,42 @@ impl PutContext {
 }
 
 impl Codec {
-    fn to_wire(self) -> u8 {
+    /// Its [`wire::codec`] value.
+    pub fn to_wire(self) -> u8 {
         match self {
             Codec::Lz4 => wire::codec::LZ4,
             Codec::Zstd => wire::codec::ZSTD,
+        }
+    }
+
+    /// The codec of a [`wire::codec`] value; `None` for a value no codec has.
+    pub fn from_wire(value: u8) -> Option<Codec> {
+        match value {
+            wire::codec::LZ4 => Some(Codec::Lz4),
+            wire::codec::ZSTD => Some(Codec::Zstd),
+            _ => None,
+        }
+    }
+}
+
+impl Persistence {
+    /// Its [`wire::persistence`] value.
+    pub fn to_wire(self) -> u8 {
+        match self {
+            Persistence::Volatile => wire::persistence::VOLATILE,
+            Persistence::Temporary => wire::persistence::TEMPORARY,
+            Persistence::LongTerm => wire::persistence::LONG_TERM,
+        }
+    }
+
+    /// The level of a [`wire::persistence`] value; `None` for a value no
+    /// level has.
+    pub fn from_wire(value: u8) -> Option<Persistence> {
+        match value {
+            wire::persistence::VOLATILE => Some(Persistence::Volatile),
+            wire::persistence::TEMPORARY => Some(Persistence::Temporary),
+            wire::persistence::LONG_TERM => Some(Persistence::LongTerm),
+            _ => None,
         }
     }
 }

@@ -14,7 +14,7 @@ use tandem_shm_core::impl_serialize_fields;
 use tandem_shm_core::{Deserialize, Reader, SerError, Serialize, Writer};
 
 use crate::wire::{self, code, SharedRef};
-use crate::{BlobStore, FillError, PutContext, Score, StoreIdentity, TagId};
+use crate::{BlobStore, Codec, FillError, Persistence, PutContext, Score, StoreIdentity, TagId};
 
 /// `get_or_create_tag(name)`: the tag's id.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -77,7 +77,8 @@ impl_serialize_fields!(Get {
     out
 });
 
-/// `stat(tag, name)`: the blob's size.
+/// `stat(tag, name)`: the blob's size, class, targets, stored bytes, codecs
+/// and persistence level ([`BlobInfo`]).
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Stat {
     /// The blob's tag.
@@ -98,12 +99,58 @@ pub struct BlobInfo {
     /// The targets holding its pages, as a bit per target index (the
     /// first 64 targets).
     pub targets: u64,
+    /// Bytes of target pages it takes ([`crate::BlobStat::stored`]).
+    pub stored: u64,
+    /// Its persistence level, a [`wire::persistence`] value.
+    pub persistence: u8,
+    /// The codecs its compressed frames use, a bit `1 << c` per
+    /// [`wire::codec`] value `c`; 0 when it is stored raw.
+    pub codecs: u8,
 }
 impl_serialize_fields!(BlobInfo {
     size,
     durable,
-    targets
+    targets,
+    stored,
+    persistence,
+    codecs
 });
+
+impl BlobInfo {
+    /// What the store says of a blob, as the wire carries it.
+    pub fn from_stat(stat: &crate::BlobStat) -> BlobInfo {
+        BlobInfo {
+            size: stat.size,
+            durable: u32::from(stat.durable),
+            targets: stat
+                .targets
+                .iter()
+                .filter(|&&i| i < 64)
+                .fold(0, |bits, &i| bits | 1 << i),
+            stored: stat.stored,
+            persistence: stat.persistence.to_wire(),
+            codecs: stat
+                .codecs
+                .iter()
+                .fold(0, |bits, codec| bits | 1 << codec.to_wire()),
+        }
+    }
+
+    /// Its persistence level; `None` for a value no level has (a store
+    /// newer than this caller).
+    pub fn persistence(&self) -> Option<Persistence> {
+        Persistence::from_wire(self.persistence)
+    }
+
+    /// The codecs of [`codecs`](Self::codecs)' bits, in wire order; bits no
+    /// codec has are left out.
+    pub fn codecs(&self) -> Vec<Codec> {
+        (0..8)
+            .filter(|&c| self.codecs & 1 << c != 0)
+            .filter_map(Codec::from_wire)
+            .collect()
+    }
+}
 
 /// `list(tag, out)`: the names of the tag's blobs (tag 0: the tags' names),
 /// written into `out` back to back, each a u32 length and its bytes; the
@@ -195,15 +242,7 @@ pub fn pool(store: Arc<BlobStore>) -> Pool {
         .task::<Stat, _>("stat", move |t| {
             stat_store
                 .stat(TagId(t.tag), &t.name)
-                .map(|s| BlobInfo {
-                    size: s.size,
-                    durable: u32::from(s.durable),
-                    targets: s
-                        .targets
-                        .iter()
-                        .filter(|&&i| i < 64)
-                        .fold(0, |bits, &i| bits | 1 << i),
-                })
+                .map(|s| BlobInfo::from_stat(&s))
                 .map_err(|e| e.code())
         })
         .task::<Delete, _>("delete", move |t| {
@@ -328,5 +367,45 @@ pub fn describe(code: i32) -> &'static str {
         code::BAD_POINTER => "data pointer outside the caller's segment",
         code::BUFFER_TOO_SMALL => "the list does not fit the caller's buffer",
         _ => "not a blob pool code",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::BlobStat;
+
+    #[test]
+    fn stat_answers_cross_the_wire_whole() {
+        let stat = BlobStat {
+            tag: TagId(3),
+            name: "b".into(),
+            size: 1 << 20,
+            stored: 8192,
+            codecs: vec![Codec::Lz4, Codec::Zstd],
+            durable: true,
+            persistence: Persistence::LongTerm,
+            targets: vec![0, 2, 70],
+        };
+        let info = BlobInfo::from_stat(&stat);
+        assert_eq!((info.size, info.stored, info.durable), (1 << 20, 8192, 1));
+        assert_eq!(info.targets, 0b101, "targets past 64 are left out");
+        assert_eq!(info.persistence(), Some(Persistence::LongTerm));
+        assert_eq!(info.codecs(), [Codec::Lz4, Codec::Zstd]);
+
+        let mut bytes = [0u8; 64];
+        let mut w = Writer::new(&mut bytes);
+        info.serialize(&mut w).expect("fits");
+        let len = w.position();
+        let back = BlobInfo::deserialize(&mut Reader::new(&bytes[..len])).expect("reads back");
+        assert_eq!(back, info);
+
+        let raw = BlobInfo {
+            codecs: 0,
+            persistence: 9,
+            ..info
+        };
+        assert!(raw.codecs().is_empty());
+        assert_eq!(raw.persistence(), None, "a level this build does not know");
     }
 }

@@ -20,7 +20,8 @@ pub mod method {
     pub const PUT: MethodId = 2;
     /// get(tag, name, offset, out) -> bytes read (the whole range).
     pub const GET: MethodId = 3;
-    /// stat(tag, name) -> size.
+    /// stat(tag, name) -> size, class, targets, stored bytes, persistence
+    /// level and codecs (`crate::pool::BlobInfo`).
     pub const STAT: MethodId = 4;
     /// delete(tag, name).
     pub const DELETE: MethodId = 5;

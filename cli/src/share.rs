@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand, ValueEnum};
+use serde::Serialize;
 use tandem_hal::{GpuApi, HostApi};
 use tandem_process::{wake_on_stdin_eof, Termination, READY_PREFIX};
 use tandem_runtime::{on_best_backend, Backend, OnBackend};
@@ -18,9 +19,9 @@ pub(crate) enum ShareCommand {
     /// SIGTERM; frees every buffer and removes the socket when it stops.
     Serve(ServeArgs),
     /// Lists the buffers the daemon holds, with their leases.
-    Ls(SocketArg),
+    Ls(LookArgs),
     /// The daemon's totals: buffers, bytes, leases, clients, allocations kept for reuse.
-    Status(SocketArg),
+    Status(LookArgs),
     /// Deletes a buffer (freed when its last lease goes).
     Rm(RmArgs),
 }
@@ -31,6 +32,16 @@ pub(crate) struct SocketArg {
     /// /tmp/tandem-<uid>/share.sock]
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
+}
+
+/// A look at the daemon: where it is, and how to print what it says.
+#[derive(Args, Debug)]
+pub(crate) struct LookArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Prints JSON: the fields of the text output (docs/shared-buffers.md).
+    #[arg(long)]
+    json: bool,
 }
 
 impl SocketArg {
@@ -271,37 +282,102 @@ fn descriptors_for(limits: &Limits) {
     }
 }
 
-fn ls(args: &SocketArg) -> Result<(), String> {
-    let inspector = Inspector::connect(&args.path()).map_err(|e| e.to_string())?;
-    let objects = inspector.list().map_err(|e| e.to_string())?;
+/// One buffer, as `tandem share ls` prints it (a row, or a JSON object).
+#[derive(Serialize)]
+struct BufferRow {
+    id: u64,
+    device: u32,
+    /// The bytes it offers.
+    bytes: u64,
+    /// The bytes its allocation spans.
+    allocated: u64,
+    /// `writing`, `sealed` or `deleted` (waiting for its last lease).
+    state: &'static str,
+    leases: u32,
+}
+
+/// The daemon's totals, as `tandem share status` prints them.
+#[derive(Serialize)]
+struct Totals {
+    pid: u32,
+    backend: String,
+    devices: u32,
+    buffers: u32,
+    /// Bytes of the buffers' allocations.
+    bytes: u64,
+    leases: u32,
+    clients: u32,
+    /// Allocations of deleted buffers kept for reuse, and their bytes.
+    kept: u32,
+    kept_bytes: u64,
+}
+
+/// `value` as pretty JSON on stdout.
+fn print_json(value: &impl Serialize) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    println!("{text}");
+    Ok(())
+}
+
+fn ls(args: &LookArgs) -> Result<(), String> {
+    let inspector = Inspector::connect(&args.socket.path()).map_err(|e| e.to_string())?;
+    let rows: Vec<BufferRow> = inspector
+        .list()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|o| BufferRow {
+            id: o.id.0,
+            device: o.device,
+            bytes: o.len,
+            allocated: o.size,
+            state: match (o.sealed, o.deleted) {
+                (_, true) => "deleted",
+                (true, false) => "sealed",
+                (false, false) => "writing",
+            },
+            leases: o.leases,
+        })
+        .collect();
+    if args.json {
+        return print_json(&rows);
+    }
     println!(
         "{:>8} {:>6} {:>14} {:>14} {:>8} {:>6}",
         "id", "device", "bytes", "allocated", "state", "leases"
     );
-    for o in objects {
-        let state = match (o.sealed, o.deleted) {
-            (_, true) => "deleted",
-            (true, false) => "sealed",
-            (false, false) => "writing",
-        };
+    for r in rows {
         println!(
             "{:>8} {:>6} {:>14} {:>14} {:>8} {:>6}",
-            o.id, o.device, o.len, o.size, state, o.leases
+            r.id, r.device, r.bytes, r.allocated, r.state, r.leases
         );
     }
     Ok(())
 }
 
-fn status(args: &SocketArg) -> Result<(), String> {
-    let inspector = Inspector::connect(&args.path()).map_err(|e| e.to_string())?;
+fn status(args: &LookArgs) -> Result<(), String> {
+    let inspector = Inspector::connect(&args.socket.path()).map_err(|e| e.to_string())?;
     let s = inspector.status().map_err(|e| e.to_string())?;
+    let t = Totals {
+        pid: s.pid,
+        backend: format!("{:?}", s.backend).to_lowercase(),
+        devices: s.devices,
+        buffers: s.objects,
+        bytes: s.bytes,
+        leases: s.leases,
+        clients: s.clients,
+        kept: s.kept,
+        kept_bytes: s.kept_bytes,
+    };
+    if args.json {
+        return print_json(&t);
+    }
     println!(
-        "daemon    pid {} ({:?}, {} device(s))",
-        s.pid, s.backend, s.devices
+        "daemon    pid {} ({}, {} device(s))",
+        t.pid, t.backend, t.devices
     );
-    println!("buffers   {} ({} bytes)", s.objects, s.bytes);
-    println!("leases    {}", s.leases);
-    println!("clients   {}", s.clients);
-    println!("kept      {} ({} bytes)", s.kept, s.kept_bytes);
+    println!("buffers   {} ({} bytes)", t.buffers, t.bytes);
+    println!("leases    {}", t.leases);
+    println!("clients   {}", t.clients);
+    println!("kept      {} ({} bytes)", t.kept, t.kept_bytes);
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! JSON (the schema in docs/status.md).
 
 use clap::Args;
-use tandem_runtime::status::{read_status, single_live_runtime, StatusSnapshot};
+use tandem_runtime::status::{read_status, single_live_runtime, StatusError, StatusSnapshot};
 
 /// `tandem status`'s options.
 #[derive(Args, Debug)]
@@ -16,13 +16,23 @@ pub(crate) struct StatusArgs {
 }
 
 /// `tandem status`: fails when the runtime is gone, after printing what it
-/// last published.
+/// last published, or when none is found (with `--json`, after printing
+/// [`not_running`]'s object: a script reading stdout gets an answer).
 pub(crate) fn status(args: StatusArgs) -> Result<(), String> {
-    let name = match args.segment {
-        Some(name) => name,
-        None => single_live_runtime().map_err(|e| e.to_string())?,
+    let found = match &args.segment {
+        Some(name) => Ok(name.clone()),
+        None => single_live_runtime(),
+    }
+    .and_then(|name| read_status(&name).map(|status| (name, status)));
+    let (name, status) = match found {
+        Ok(found) => found,
+        Err(e) => {
+            if args.json {
+                println!("{:#}", not_running(args.segment.as_deref(), &e));
+            }
+            return Err(e.to_string());
+        }
     };
-    let status = read_status(&name).map_err(|e| e.to_string())?;
     if args.json {
         let text = serde_json::to_string_pretty(&status).map_err(|e| e.to_string())?;
         println!("{text}");
@@ -37,6 +47,23 @@ pub(crate) fn status(args: StatusArgs) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// What `--json` prints when no runtime's status could be read: `running`
+/// false, the reason in words, the segment named by `--segment` (else
+/// null), and the segments that dead runtimes left (empty unless that is
+/// why none was found).
+fn not_running(segment: Option<&str>, e: &StatusError) -> serde_json::Value {
+    let stale: &[String] = match e {
+        StatusError::NoLiveRuntime { stale } => stale,
+        _ => &[],
+    };
+    serde_json::json!({
+        "running": false,
+        "reason": e.to_string(),
+        "segment": segment,
+        "stale_segments": stale,
+    })
 }
 
 fn print_status(s: &StatusSnapshot) {

@@ -465,6 +465,57 @@ fn pipes_a_closed_stdout_and_a_store_never_made() {
     assert!(text(&closed.stderr).contains("stdout is closed"));
 }
 
+/// An empty input (standard input empty or closed, an empty file) is
+/// refused naming the FILE argument and saying the store keeps no empty
+/// blobs, before the store is reached.
+#[test]
+fn an_empty_input_is_refused_naming_it() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = runtime_toml(dir.path());
+    let config = config.to_str().unwrap();
+    let put = ["put", "-", "--name", "e", "--tag", "t", "--config", config];
+    let empty_pipe = blob_with(&put, |c| {
+        c.stdin(Stdio::piped());
+    });
+    let closed = blob_with(&put, |c| {
+        // SAFETY: close(2) in the child before exec; nothing else runs there.
+        unsafe {
+            c.pre_exec(|| {
+                libc::close(0);
+                Ok(())
+            });
+        }
+    });
+    for out in [&empty_pipe, &closed] {
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+        let err = text(&out.stderr);
+        assert!(err.contains("FILE `-`: standard input was empty"), "{err}");
+        assert!(err.contains("the store keeps no empty blobs"), "{err}");
+        assert!(!err.contains("zero-length range"), "{err}");
+    }
+    let file = dir.path().join("empty.bin");
+    std::fs::write(&file, b"").unwrap();
+    let out = blob(&[
+        "put",
+        file.to_str().unwrap(),
+        "--tag",
+        "t",
+        "--config",
+        config,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(&format!("FILE {} is empty", file.display())),
+        "{err}"
+    );
+    assert!(
+        !dir.path().join("meta.redb").exists(),
+        "an empty put made the store"
+    );
+}
+
 /// A get that cannot succeed leaves its output file as it was; a put from
 /// an endless device stops and leaves no blob; a file longer than a blob
 /// can take is refused.

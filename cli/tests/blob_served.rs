@@ -269,6 +269,62 @@ fn the_commands_go_through_the_runtime_serving_their_store() {
     assert!(!ok(&["ls", "--config", &a, "--tag", "files"]).contains("piped"));
 }
 
+/// `put` and `stat` through a runtime say how a blob is kept (its
+/// persistence level, the bytes it takes, its codecs) as they do on the
+/// store opened directly.
+#[test]
+fn served_put_and_stat_say_how_the_blob_is_kept() {
+    let mut cleanup = common::Cleanup::default();
+    let dir = tempfile::tempdir().unwrap();
+    let a = config(dir.path(), 16 << 20);
+    // Zeros compress: the stored bytes differ from the size.
+    let file = dir.path().join("zeros.bin");
+    std::fs::write(&file, vec![0u8; 1 << 20]).unwrap();
+    let input = file.to_str().unwrap();
+    let put = |name: &str| {
+        ok(&[
+            "put",
+            input,
+            "--config",
+            &a,
+            "--tag",
+            "t",
+            "--name",
+            name,
+            "--compress",
+            "zstd:fast",
+            "--persistence",
+            "temporary",
+        ])
+    };
+    let stat = |name: &str| ok(&["stat", name, "--config", &a, "--tag", "t"]);
+    let direct = (put("same"), stat("same"));
+    ok(&["rm", "same", "--config", &a, "--tag", "t"]);
+    let runtime = start(&["blob", "run", "--config", &a], &mut cleanup);
+    let served = (put("same"), stat("same"));
+    stop(&runtime, &mut cleanup);
+
+    assert_eq!(served.0, direct.0);
+    assert!(
+        served.0.contains("durable (temporary), stored ") && served.0.contains(" bytes, zstd"),
+        "{}",
+        served.0
+    );
+    let line = |text: &str, key: &str| {
+        text.lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_else(|| panic!("no {key} line in {text}"))
+            .to_owned()
+    };
+    for key in ["class ", "stored "] {
+        assert_eq!(line(&served.1, key), line(&direct.1, key));
+    }
+    assert_eq!(line(&served.1, "class "), "class    durable (temporary)");
+    let stored = line(&served.1, "stored ");
+    assert!(stored.ends_with(" bytes, zstd"), "{stored}");
+    assert_ne!(stored, format!("stored   {} bytes, zstd", 1 << 20));
+}
+
 /// Bytes a piped put or a get moves in the memory test: more than a
 /// command may hold at once.
 const LARGE: usize = 64 << 20;

@@ -215,6 +215,27 @@ fn the_example_config_parses_to_the_defaults() {
     );
 }
 
+/// A configuration listing a device twice is refused before anything
+/// starts, naming the key and the device.
+#[test]
+fn a_device_listed_twice_is_a_config_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("tandem.toml");
+    std::fs::write(
+        &config,
+        "devices = [0, 0]
+",
+    )
+    .expect("write config");
+    let out = tandem(&["run", "--config", config.to_str().expect("utf-8 path")]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("`devices`") && err.contains("device 0 is listed more than once"),
+        "{err}"
+    );
+}
+
 /// A command whose reader went away (`tandem info | head -0`) ends as
 /// other commands do, by SIGPIPE, without a panic's message.
 #[test]

@@ -919,6 +919,62 @@ fn no_daemon_is_not_a_daemon_gone() {
     assert!(!why.contains("gone"), "{why}");
 }
 
+/// `tandem share ls --json` and `status --json`: the fields of the text
+/// output, as one array of buffers and one object of totals, matching what
+/// the daemon says through the library.
+#[test]
+fn ls_and_status_print_json() {
+    let client = daemon(tandem_hal::HostApi::with_devices(1));
+    let device = client.device(0).unwrap();
+    let stream = device.create_stream().unwrap();
+    let (sealed_id, buffer) = client.create_buffer(0, WORDS * 4).unwrap();
+    let sealed = client.seal(buffer, &stream).unwrap();
+    let (writing_id, writing) = client.create_buffer(0, 4096).unwrap();
+    let look = |what: &str| -> serde_json::Value {
+        let out = common::tandem()
+            .args(["share", what, "--json", "--socket"])
+            .arg(client.socket_path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{what}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+
+    let listed = look("ls");
+    let rows = listed.as_array().expect("an array of buffers");
+    assert_eq!(rows.len(), 2, "{listed}");
+    for (id, state) in [(sealed_id, "sealed"), (writing_id, "writing")] {
+        let row = rows
+            .iter()
+            .find(|r| r["id"] == id.0)
+            .unwrap_or_else(|| panic!("no buffer {id} in {listed}"));
+        let info = client.stat(id).unwrap();
+        assert_eq!(row["state"], state, "{row}");
+        assert_eq!(row["device"], info.device, "{row}");
+        assert_eq!(row["bytes"], info.len, "{row}");
+        assert_eq!(row["allocated"], info.size, "{row}");
+        assert_eq!(row["leases"], info.leases, "{row}");
+    }
+
+    let totals = look("status");
+    assert_eq!(totals["pid"], client.daemon_pid(), "{totals}");
+    assert_eq!(totals["backend"], "host", "{totals}");
+    assert_eq!(totals["devices"], 1, "{totals}");
+    assert_eq!(totals["buffers"], 2, "{totals}");
+    assert_eq!(totals["leases"], 2, "{totals}");
+    let sizes: u64 = rows.iter().map(|r| r["allocated"].as_u64().unwrap()).sum();
+    assert_eq!(totals["bytes"], sizes, "{totals}");
+    for field in ["clients", "kept", "kept_bytes"] {
+        assert!(totals[field].is_u64(), "{field} in {totals}");
+    }
+    drop((sealed, writing));
+}
+
 macro_rules! backend_tests {
     ($backend:ident, $api:ty, $load:expr) => {
         mod $backend {

@@ -156,6 +156,29 @@ fn status_of_a_missing_segment_is_a_clear_error() {
     );
 }
 
+/// With `--json`, a runtime that cannot be read is still an answer on
+/// stdout: an object saying it is not running and why, and the exit status
+/// of the failure.
+#[test]
+fn status_json_of_a_missing_segment_says_not_running() {
+    let name = format!("tandem-test-status-json-missing-{}", std::process::id());
+    let out = tandem(&["status", "--json", "--segment", &name]);
+    assert_eq!(out.status.code(), Some(1));
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {:?}", String::from_utf8_lossy(&out.stdout));
+    });
+    assert_eq!(said["running"], false, "{said}");
+    assert_eq!(said["segment"], name.as_str(), "{said}");
+    let reason = said["reason"].as_str().expect("a reason");
+    assert!(
+        reason.contains(&format!("cannot open segment {name}")),
+        "{reason}"
+    );
+    assert_eq!(said["stale_segments"], serde_json::json!([]), "{said}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(reason), "{err}");
+}
+
 #[test]
 fn workers_are_capped_by_the_cores() {
     let name = format!("tandem-test-status-cap-{}", std::process::id());
@@ -235,4 +258,19 @@ fn a_killed_runtimes_status_says_gone() {
     if err.contains("no live Tandem runtime") {
         assert!(err.contains(&name) && err.contains("tandem clean"), "{err}");
     }
+    // As JSON: the object saying none runs, naming the stale segment.
+    let out = tandem(&["status", "--json"]);
+    if String::from_utf8_lossy(&out.stderr).contains("no live Tandem runtime") {
+        assert_eq!(out.status.code(), Some(1));
+        let said: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(said["running"], false, "{said}");
+        assert_eq!(said["segment"], serde_json::Value::Null, "{said}");
+        let stale = said["stale_segments"].as_array().expect("a list");
+        assert!(stale.iter().any(|s| s == name.as_str()), "{said}");
+    }
+    // A killed runtime's own segment still prints what it last published.
+    let out = tandem(&["status", "--json", "--segment", &name]);
+    assert_eq!(out.status.code(), Some(1));
+    let status: StatusSnapshot = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(status.runtime.process, "gone");
 }

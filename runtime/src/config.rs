@@ -248,6 +248,17 @@ impl Config {
                 ),
             );
         }
+        // Each ordinal opens one device and its segment: a repeated one would
+        // map the same device twice, its workers and lanes counted twice.
+        if let DeviceSelection::Only(list) = &self.devices {
+            let repeated = (1..list.len()).find(|&i| list[..i].contains(&list[i]));
+            if let Some(i) = repeated {
+                return invalid(
+                    "devices",
+                    format!("device {} is listed more than once", list[i]),
+                );
+            }
+        }
         if self.max_clients == 0 || self.max_clients > 1024 {
             return invalid(
                 "max_clients",
@@ -457,6 +468,28 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn a_device_listed_twice_is_refused_naming_it() {
+        for (text, ordinal) in [("devices = [0, 0]", 0), ("devices = [1, 2, 3, 2]", 2)] {
+            match Config::from_toml(text) {
+                Err(ConfigError::Invalid {
+                    field: "devices",
+                    why,
+                }) => assert!(why.contains(&format!("device {ordinal} ")), "{text}: {why}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        let c = Config::from_toml("devices = [2, 0]").expect("distinct devices");
+        assert_eq!(c.devices, DeviceSelection::Only(vec![2, 0]));
+        let repeated = Config {
+            devices: DeviceSelection::Only(vec![0, 0]),
+            ..Config::default()
+        };
+        assert!(repeated
+            .validate()
+            .is_err_and(|e| e.to_string().contains("`devices`")));
     }
 
     #[test]

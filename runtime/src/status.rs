@@ -691,6 +691,17 @@ pub enum StatusError {
         /// What it lacks or holds instead.
         why: String,
     },
+    /// A runtime's CPU segment not yet published (its magic unwritten):
+    /// its runtime is starting, or died while starting.
+    NotReady {
+        /// The segment's name.
+        name: String,
+        /// The pid its runtime wrote while setting it up; `None` before it
+        /// got that far.
+        pid: Option<u32>,
+        /// Whether that process is gone.
+        gone: bool,
+    },
     /// Its runtime publishes no status block of this version (an older or
     /// newer build).
     NoStatus {
@@ -724,6 +735,29 @@ impl std::fmt::Display for StatusError {
                     "segment {name} is not a Tandem runtime's CPU segment: {why}"
                 )
             }
+            Self::NotReady {
+                name,
+                pid: Some(pid),
+                gone: true,
+            } => write!(
+                f,
+                "segment {name} was never published: its runtime (pid {pid}) died while \
+                 starting. `tandem clean` removes it"
+            ),
+            Self::NotReady {
+                name,
+                pid: Some(pid),
+                gone: false,
+            } => write!(
+                f,
+                "segment {name} is not ready: its runtime (pid {pid}) is still starting; \
+                 try again"
+            ),
+            Self::NotReady { name, pid: None, .. } => write!(
+                f,
+                "segment {name} is not ready: no runtime has published it (one is starting, \
+                 or died while starting)"
+            ),
             Self::NoStatus { name } => write!(
                 f,
                 "the runtime of segment {name} publishes no status of this version (an older or newer build?)"
@@ -767,7 +801,7 @@ pub fn read_status(name: &str) -> Result<StatusSnapshot, StatusError> {
         name: name.into(),
         why,
     };
-    let header = runtime_header(&memory).map_err(not_runtime)?;
+    let header = runtime_header(&memory, name)?;
     // SAFETY: `memory` is a page-aligned mapping of `len()` bytes that lives
     // until the end of this function, past every use of the block.
     let block = unsafe { StatusBlock::at(memory.as_ptr(), memory.len()) }
@@ -938,10 +972,18 @@ fn client_statuses(memory: &Segment, header: &SegmentHeader) -> Vec<ClientStatus
         .collect()
 }
 
-/// The published runtime CPU segment header of `memory`, or why not.
-fn runtime_header(memory: &Segment) -> Result<&SegmentHeader, String> {
+/// The published runtime CPU segment header of `memory` (the segment
+/// `name`), or why not.
+fn runtime_header<'m>(memory: &'m Segment, name: &str) -> Result<&'m SegmentHeader, StatusError> {
+    let not_runtime = |why: String| StatusError::NotARuntime {
+        name: name.into(),
+        why,
+    };
     if memory.len() < SEGMENT_HEADER_RESERVED {
-        return Err(format!("{} bytes is smaller than a header", memory.len()));
+        return Err(not_runtime(format!(
+            "{} bytes is smaller than a header",
+            memory.len()
+        )));
     }
     // SAFETY: the mapping holds the header page (checked) and is
     // page-aligned; the header is only read, its live fields atomically,
@@ -949,17 +991,28 @@ fn runtime_header(memory: &Segment) -> Result<&SegmentHeader, String> {
     let header = unsafe { &*memory.as_ptr().cast::<SegmentHeader>() };
     // Acquire pairs with the runtime's Release of the magic at publishing.
     let magic = header.magic.load(Ordering::Acquire);
+    if magic == 0 {
+        // A runtime writes its pid (an atomic) while it sets the segment up,
+        // before the magic; zero until then. Its start time is a plain field
+        // that may be being written: the pid alone says whether it lives.
+        let pid = Some(header.runtime_pid.load(R)).filter(|&pid| pid != 0);
+        return Err(StatusError::NotReady {
+            name: name.into(),
+            pid,
+            gone: pid.is_some_and(|pid| ProcessIdentity::of(pid).is_none()),
+        });
+    }
     if magic != SEGMENT_MAGIC {
-        return Err(format!("magic {magic:#x}"));
+        return Err(not_runtime(format!("magic {magic:#x}")));
     }
     if header.version != SEGMENT_VERSION {
-        return Err(format!(
+        return Err(not_runtime(format!(
             "layout version {} (this build speaks {SEGMENT_VERSION})",
             header.version
-        ));
+        )));
     }
     if header.kind != segment_kind::CPU {
-        return Err("a device segment".into());
+        return Err(not_runtime("a device segment".into()));
     }
     Ok(header)
 }
@@ -982,7 +1035,7 @@ fn is_live_runtime(name: &str) -> bool {
     let Ok(memory) = Segment::open_named(name) else {
         return false;
     };
-    let Ok(header) = runtime_header(&memory) else {
+    let Ok(header) = runtime_header(&memory, name) else {
         return false;
     };
     // Acquire pairs with the runtime's Release of STOPPED.

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use tandem_blob::{Persistence, PutContext, Score, TagId};
+use tandem_blob::{Codec, Persistence, PutContext, Score, TagId};
 
 use super::error::{AccessError, PutError};
 use super::input::Input;
@@ -16,8 +16,8 @@ pub(super) struct Blob {
     pub(super) durable: bool,
     /// Indices of the configured targets holding its pages.
     pub(super) targets: Vec<usize>,
-    /// How it is kept, where the store says (opened directly: the pool's
-    /// answers through a runtime carry no more than the class).
+    /// How it is kept; `None` only where a runtime's answer names a
+    /// persistence level this command does not know.
     pub(super) storage: Option<Storage>,
 }
 
@@ -26,6 +26,23 @@ pub(super) struct Storage {
     pub(super) persistence: Persistence,
     /// The bytes it takes and its codecs, in words ("4096 bytes, zstd").
     pub(super) stored: String,
+}
+
+impl Storage {
+    /// A blob at `persistence` taking `stored` bytes of `codecs` frames
+    /// (none: raw), however the store was reached.
+    pub(super) fn new(persistence: Persistence, stored: u64, codecs: &[Codec]) -> Storage {
+        let codecs = if codecs.is_empty() {
+            "raw".to_owned()
+        } else {
+            let words: Vec<String> = codecs.iter().map(ToString::to_string).collect();
+            words.join("+")
+        };
+        Storage {
+            persistence,
+            stored: format!("{stored} bytes, {codecs}"),
+        }
+    }
 }
 
 /// A store the commands reach.

@@ -42,17 +42,8 @@ fn refused(e: BlobError) -> AccessError {
 }
 
 fn blob(stat: BlobStat) -> Blob {
-    let codecs: Vec<String> = stat.codecs.iter().map(ToString::to_string).collect();
-    let codecs = if codecs.is_empty() {
-        "raw".to_owned()
-    } else {
-        codecs.join("+")
-    };
     Blob {
-        storage: Some(Storage {
-            persistence: stat.persistence,
-            stored: format!("{} bytes, {codecs}", stat.stored),
-        }),
+        storage: Some(Storage::new(stat.persistence, stat.stored, &stat.codecs)),
         name: stat.name,
         size: stat.size,
         durable: stat.durable,

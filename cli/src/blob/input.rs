@@ -26,12 +26,17 @@ pub(super) struct Input {
     sized: Option<(u64, u64)>,
     /// What the blob can take: a stream that holds more is refused there.
     most: u64,
+    /// A stream's first byte, read by [`open`](Self::open) to refuse an
+    /// empty stream before the store is reached; given back by the first
+    /// chunk.
+    ahead: Option<u8>,
 }
 
 impl Input {
     /// Opens `path` (`-`: standard input) for a put of at most `most`
     /// bytes: a regular file longer than that is refused here, a stream
-    /// once it has given more.
+    /// once it has given more. An empty input is refused here (the store
+    /// keeps no empty blob), a stream once it ends before its first byte.
     pub(super) fn open(path: &Path, most: u64) -> Result<Input, String> {
         let (file, shown) = if path == Path::new(STDIN) {
             let fd = std::io::stdin()
@@ -55,16 +60,28 @@ impl Input {
             if len > most {
                 return Err(too_much(&shown, most));
             }
+            if len == 0 {
+                return Err(empty(path));
+            }
             Some((start, len))
         } else {
             None
         };
-        Ok(Input {
+        let mut input = Input {
             file,
             shown,
             sized,
             most,
-        })
+            ahead: None,
+        };
+        if input.sized.is_none() {
+            let mut first = [0u8];
+            match input.read_chunk(&mut first).map_err(|e| e.to_string())? {
+                0 => return Err(empty(path)),
+                _ => input.ahead = Some(first[0]),
+            }
+        }
+        Ok(input)
     }
 
     /// A regular file's length; `None` for a stream.
@@ -82,8 +99,7 @@ impl Input {
     }
 
     /// Hands the input to `put(at, bytes)` in order, in chunks of at most
-    /// `chunk` bytes (`at`: where in the input they start); an empty input
-    /// is one empty chunk, which the store refuses. The bytes put.
+    /// `chunk` bytes (`at`: where in the input they start). The bytes put.
     pub(super) fn put_in_chunks(
         &mut self,
         chunk: usize,
@@ -98,7 +114,9 @@ impl Input {
                 let error = AccessError::Failed(too_much(&self.shown, self.most));
                 return Err(failed(error));
             }
-            if n == 0 && written > 0 {
+            // The first chunk holds at least the byte read ahead (`open`
+            // refused an empty input): an empty chunk is the end.
+            if n == 0 {
                 return Ok(written);
             }
             put(written, &staging[..n]).map_err(failed)?;
@@ -109,9 +127,15 @@ impl Input {
         }
     }
 
-    /// Fills `buf` from the input, short only at its end.
+    /// Fills `buf` from the input (after the byte read ahead, if any),
+    /// short only at its end.
     fn read_chunk(&mut self, buf: &mut [u8]) -> Result<usize, AccessError> {
         let mut filled = 0;
+        if let (Some(byte), Some(first)) = (self.ahead, buf.first_mut()) {
+            *first = byte;
+            self.ahead = None;
+            filled = 1;
+        }
         while filled < buf.len() {
             match self.file.read(&mut buf[filled..]) {
                 Ok(0) => break,
@@ -124,6 +148,16 @@ impl Input {
         }
         Ok(filled)
     }
+}
+
+/// The input `path` names was empty, in words.
+fn empty(path: &Path) -> String {
+    let what = if path == Path::new(STDIN) {
+        format!("FILE `{STDIN}`: standard input was empty (closed before its first byte)")
+    } else {
+        format!("FILE {} is empty", path.display())
+    };
+    format!("{what}; the store keeps no empty blobs: a put needs at least one byte")
 }
 
 fn too_much(shown: &str, most: u64) -> String {

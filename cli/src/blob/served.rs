@@ -9,7 +9,7 @@ use tandem_blob::pool::BlobInfo;
 use tandem_blob::{BlobCaller, CallError, PutContext, Score, StoreIdentity, TagId};
 use tandem_runtime::{Client, SharedBuffer};
 
-use super::access::{Blob, StoreAccess};
+use super::access::{Blob, Storage, StoreAccess};
 use super::error::{AccessError, PutError};
 use super::input::Input;
 
@@ -75,7 +75,9 @@ fn blob(name: String, info: BlobInfo) -> Blob {
         size: info.size,
         durable: info.durable != 0,
         targets: (0..64).filter(|i| info.targets & 1 << i != 0).collect(),
-        storage: None,
+        storage: info
+            .persistence()
+            .map(|level| Storage::new(level, info.stored, &info.codecs())),
     }
 }
 

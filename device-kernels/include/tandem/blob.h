@@ -25,7 +25,7 @@ constexpr u32 TAG = 1;
 constexpr u32 PUT = 2;
 /// get(tag, name, offset, out) -> bytes read (the whole range)
 constexpr u32 GET = 3;
-/// stat(tag, name) -> size
+/// stat(tag, name) -> size, class, targets, stored bytes, persistence, codecs
 constexpr u32 STAT = 4;
 /// delete(tag, name)
 constexpr u32 DELETE = 5;
@@ -288,9 +288,15 @@ struct BlobInfo {
   u32 durable;
   /// A bit per target index holding its pages.
   u64 targets;
+  /// Bytes of target pages it takes (compressed frames take fewer).
+  u64 stored;
+  /// Its persistence level: one of `persistence`.
+  u8 persistence;
+  /// A bit `1 << c` per `codec` value `c` its frames use; 0: stored raw.
+  u8 codecs;
 };
 
-/// Blob `name` of `tag`: size, class and targets in `*info`.
+/// Blob `name` of `tag`: what stat says of it in `*info`.
 TANDEM_DEVICE rt_status stat(const RtContext& ctx, RtFuture& f, u32 lane, u64 tag, const char* name, u32 name_len,
                              const u32* stop, u64 spin_budget, BlobInfo* info, i32* rc) {
   const rt_status st = detail::call(
@@ -313,6 +319,9 @@ TANDEM_DEVICE rt_status stat(const RtContext& ctx, RtFuture& f, u32 lane, u64 ta
   ser_status s = r.get_u64(&info->size);
   if (s == ser_status::ok) s = r.get_u32(&info->durable);
   if (s == ser_status::ok) s = r.get_u64(&info->targets);
+  if (s == ser_status::ok) s = r.get_u64(&info->stored);
+  if (s == ser_status::ok) s = r.get_u8(&info->persistence);
+  if (s == ser_status::ok) s = r.get_u8(&info->codecs);
   return s == ser_status::ok && r.remaining() == 0 ? rt_status::ok : rt_status::future_error;
 }
 
