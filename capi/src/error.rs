@@ -136,6 +136,7 @@ impl From<ShareError> for CapiError {
             }
             ShareError::InvalidSize { .. } => Status::InvalidArgument,
             ShareError::Gpu(_) => Status::Device,
+            ShareError::GpuInForkedChild { .. } => Status::Unsupported,
             _ => Status::Failed,
         };
         Self::new(status, e.to_string())

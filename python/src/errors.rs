@@ -126,7 +126,9 @@ impl From<ShareError> for Error {
             ShareError::NotSealed { .. } => Kind::NotSealed,
             ShareError::NotWriter(_) => Kind::Sealed,
             ShareError::InvalidSize { .. } => Kind::InvalidSize,
-            ShareError::NoDevice(_) | ShareError::NoPeerAccess { .. } => Kind::NoDevice,
+            ShareError::NoDevice(_)
+            | ShareError::NoPeerAccess { .. }
+            | ShareError::GpuInForkedChild { .. } => Kind::NoDevice,
             ShareError::Gpu(_) => Kind::Device,
             ShareError::Protocol(_) => Kind::Protocol,
         };

@@ -41,8 +41,9 @@ pub const DEFAULT_SEAL_WAIT: Duration = Duration::from_secs(30);
 /// leases, and maps what it opens anew; nothing the parent holds changes.
 /// Buffers the child inherited stay the parent's (their leases, and their
 /// memory only while the parent holds them): the child opens its own by
-/// id. On CUDA a forked child cannot use the GPU at all (a rule of the CUDA
-/// driver), so there the child's calls fail with the driver's error.
+/// id. On a GPU backend a forked child cannot use the device at all (a rule
+/// of the CUDA and HIP drivers): there the calls that need it fail with
+/// [`ShareError::GpuInForkedChild`], and those that do not still work.
 pub struct ShareClient<A: GpuApi> {
     inner: Arc<ClientInner<A>>,
 }
@@ -134,6 +135,7 @@ impl<A: GpuApi> ShareClient<A> {
                 daemon: Mutex::new(daemon),
                 retired: Mutex::new(VecDeque::new()),
                 made_in: Mutex::new(MadeIn::this_process()),
+                inherited_from: AtomicU32::new(0),
                 restarts_seen: AtomicU64::new(0),
             }),
         }
@@ -155,6 +157,10 @@ impl<A: GpuApi> ShareClient<A> {
         let mut devices = lock_across_forks(&self.inner.devices);
         if let Some(device) = devices.get(&ordinal) {
             return Ok(Arc::clone(device));
+        }
+        let parent = self.inner.inherited_from.load(Ordering::Relaxed);
+        if parent != 0 && A::BACKEND != tandem_hal::Backend::Host {
+            return Err(ShareError::GpuInForkedChild { parent });
         }
         let available = self.inner.connections.devices();
         if ordinal >= available as usize {

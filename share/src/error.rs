@@ -65,6 +65,14 @@ pub enum ShareError {
     },
     /// A GpuApi call failed, here or in the daemon.
     Gpu(String),
+    /// A device call of a GPU backend in a child forked from the process
+    /// that made the client: the parent had the driver loaded, which a
+    /// forked child cannot use (a rule of CUDA's and HIP's drivers). Calls
+    /// that need no device (stat, list, delete, status) still work there.
+    GpuInForkedChild {
+        /// The process the client was made in.
+        parent: u32,
+    },
     /// A frame that is not this protocol, or a socket error mid-frame.
     Protocol(String),
     /// Anything else the daemon said no to, with its words.
@@ -124,6 +132,12 @@ impl fmt::Display for ShareError {
                  reach (no peer access): open it on device {holder} and copy it"
             ),
             Self::Gpu(why) => write!(f, "GPU call failed: {why}"),
+            Self::GpuInForkedChild { parent } => write!(
+                f,
+                "this process was forked from process {parent}, which had the GPU driver \
+                 loaded, and a forked child cannot use it: start the process with the \
+                 `spawn` method (Python's multiprocessing), or exec a new program"
+            ),
             Self::Protocol(why) => write!(f, "share protocol error: {why}"),
             Self::Daemon { code, message } => write!(f, "share daemon: {message} ({code:?})"),
         }

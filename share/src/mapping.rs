@@ -6,7 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, GpuResult, IpcEventHandle};
@@ -40,6 +40,10 @@ pub(crate) struct ClientInner<A: GpuApi> {
     /// The process the state above belongs to: a child forked from it
     /// starts its own ([`ClientInner::for_this_process`]).
     pub(crate) made_in: Mutex<MadeIn>,
+    /// The process this client was inherited from, once a forked child
+    /// has used it (0 until then): a GPU backend's device calls are refused
+    /// there ([`ShareError::GpuInForkedChild`]).
+    pub(crate) inherited_from: AtomicU32,
     /// The daemon restarts (`Connections::restarts`) the cache and the kept
     /// mappings are of: after another, both are the old daemon's, whose ids
     /// and allocations the new one knows nothing of.
@@ -99,6 +103,7 @@ impl<A: GpuApi> ClientInner<A> {
         if made_in.is_this_process() {
             return;
         }
+        self.inherited_from.store(made_in.pid(), Ordering::Relaxed);
         *made_in = MadeIn::this_process();
         lock_across_forks(&self.cache).clear();
         std::mem::forget(std::mem::take(&mut *lock_across_forks(&self.retired)));
