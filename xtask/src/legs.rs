@@ -24,8 +24,9 @@ use std::{
 /// One leg of the test matrix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Leg {
-    /// Workspace tests with default features (the host backend), shm-core's tests and the blob
-    /// store's kill -9 test again in release, then the host-client and user-pool examples.
+    /// Workspace tests with default features (the host backend), shm-core's tests, the blob
+    /// store's kill -9 test and the fork gate's stress test again in release, then the
+    /// host-client and user-pool examples.
     Host,
     /// The loom models in `shm-core/tests/loom_*.rs` and tandem-hal's `loom` unit tests.
     Loom,
@@ -282,10 +283,20 @@ fn leg_commands(
             let shm_core_release = ["test", "-p", "tandem-shm-core", "--release", "--tests"];
             // The blob store's kill -9 test too: a put's steps race the kill otherwise there.
             let blob_crash_release = ["test", "-p", "tandem-blob", "--release", "--test", "crash"];
+            // And the fork gate's stress test: its forks race the guarded locks.
+            let fork_gate_release = [
+                "test",
+                "-p",
+                "tandem-process",
+                "--release",
+                "--test",
+                "fork_gate",
+            ];
             Ok(vec![
                 cmd,
                 cargo().args(shm_core_release),
                 cargo().args(blob_crash_release),
+                cargo().args(fork_gate_release),
                 cargo().args(["build", "-p", "tandem-cli", "--bin", "tandem"]),
                 cargo().args(example),
                 cargo().args(["run", "-p", "tandem-examples", "--example", "user_pool"]),
@@ -650,11 +661,15 @@ mod tests {
             "cargo test -p tandem-blob --release --test crash"
         );
         assert_eq!(
-            host[4].display(),
-            "cargo run -p tandem-examples --example host_client"
+            host[3].display(),
+            "cargo test -p tandem-process --release --test fork_gate"
         );
         assert_eq!(
             host[5].display(),
+            "cargo run -p tandem-examples --example host_client"
+        );
+        assert_eq!(
+            host[6].display(),
             "cargo run -p tandem-examples --example user_pool"
         );
         let cuda = leg_commands(&ctx, Leg::Cuda, &mut notes).unwrap();
