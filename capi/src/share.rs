@@ -66,8 +66,12 @@ impl<A: GpuApi> OpenShare for ShareClient<A> {
 
     fn get(&self, id: u64, wait: Duration) -> CapiResult<Box<dyn OpenBuffer>> {
         let info = self.stat(ObjectId(id))?;
-        let device = self.device(info.device as usize)?;
-        let stream = device.create_stream()?;
+        // The client's own stream of the holder: one per device however many
+        // opens, and a forked child gets one of its own (a stream made in
+        // the parent is not the child's to use). Threads opening at once
+        // share it, so one may also wait for another's writer: never less
+        // than its own.
+        let (device, stream) = self.stream(info.device as usize)?;
         let buffer = self.get_buffer_within(ObjectId(id), &stream, wait)?;
         // The stream waits for the writer's work; C callers order their own
         // work after this call's return rather than after our stream.
