@@ -84,6 +84,13 @@ typedef struct tandem_device_queues tandem_device_queues;
 typedef struct tandem_share_buffer tandem_share_buffer;
 
 // A connection to a share daemon.
+//
+// A child forked from a process holding one may go on using it: on its
+// first call there it connects as a client of its own, and nothing the
+// parent holds (buffers, leases, daemon) changes. Buffer handles it
+// inherited stay the parent's, so the child opens buffers by id itself. On
+// CUDA a forked child cannot use the GPU at all. Details:
+// docs/shared-buffers.md, "Forked children".
 typedef struct tandem_share tandem_share;
 
 // What a kernel needs of its device queues: `tandem/runtime.h`'s
@@ -342,7 +349,11 @@ tandem_status tandem_share_create(const tandem_share *share, uint32_t device, si
 
 // Opens sealed buffer `id` read-only, waiting up to `wait_ms` for its
 // seal (0: the daemon's default); returns once the writer's work on it is
-// complete, so this process's kernels may read it at once.
+// complete, so this process's kernels may read it at once. The mapping is
+// read-only: a store through its device address kills the storing
+// process (SIGSEGV on the CPU device, an illegal address on a GPU except
+// through a legacy CUDA IPC handle) rather than change what other readers
+// see (docs/shared-buffers.md, "Read-only readers").
 //
 // # Safety
 // `out` is null or writable.
@@ -363,7 +374,8 @@ tandem_status tandem_share_buffer_close(tandem_share_buffer *buffer);
 tandem_status tandem_share_buffer_info(const tandem_share_buffer *buffer, uint64_t *id, uint64_t *device_ptr, size_t *len);
 
 // Copies `len` bytes from `data` to `offset` of an unsealed buffer (the
-// host side of a mirror). Blocks until copied.
+// host side of a mirror); a sealed one, its writer's handle or a reader's,
+// is `TANDEM_STATUS_REFUSED`. Blocks until copied.
 //
 // # Safety
 // `data` is null or readable for `len` bytes.

@@ -20,6 +20,13 @@ use crate::handles::Handles;
 use crate::layout::Status;
 
 /// A connection to a share daemon.
+///
+/// A child forked from a process holding one may go on using it: on its
+/// first call there it connects as a client of its own, and nothing the
+/// parent holds (buffers, leases, daemon) changes. Buffer handles it
+/// inherited stay the parent's, so the child opens buffers by id itself. On
+/// CUDA a forked child cannot use the GPU at all. Details:
+/// docs/shared-buffers.md, "Forked children".
 pub struct ShareHandle {
     _opaque: [u8; 0],
 }
@@ -66,8 +73,12 @@ impl<A: GpuApi> OpenShare for ShareClient<A> {
 
     fn get(&self, id: u64, wait: Duration) -> CapiResult<Box<dyn OpenBuffer>> {
         let info = self.stat(ObjectId(id))?;
-        let device = self.device(info.device as usize)?;
-        let stream = device.create_stream()?;
+        // The client's own stream of the holder: one per device however many
+        // opens, and a forked child gets one of its own (a stream made in
+        // the parent is not the child's to use). Threads opening at once
+        // share it, so one may also wait for another's writer: never less
+        // than its own.
+        let (device, stream) = self.stream(info.device as usize)?;
         let buffer = self.get_buffer_within(ObjectId(id), &stream, wait)?;
         // The stream waits for the writer's work; C callers order their own
         // work after this call's return rather than after our stream.
@@ -316,7 +327,11 @@ pub unsafe extern "C" fn tandem_share_create(
 
 /// Opens sealed buffer `id` read-only, waiting up to `wait_ms` for its
 /// seal (0: the daemon's default); returns once the writer's work on it is
-/// complete, so this process's kernels may read it at once.
+/// complete, so this process's kernels may read it at once. The mapping is
+/// read-only: a store through its device address kills the storing
+/// process (SIGSEGV on the CPU device, an illegal address on a GPU except
+/// through a legacy CUDA IPC handle) rather than change what other readers
+/// see (docs/shared-buffers.md, "Read-only readers").
 ///
 /// # Safety
 /// `out` is null or writable.
@@ -384,7 +399,8 @@ pub unsafe extern "C" fn tandem_share_buffer_info(
 }
 
 /// Copies `len` bytes from `data` to `offset` of an unsealed buffer (the
-/// host side of a mirror). Blocks until copied.
+/// host side of a mirror); a sealed one, its writer's handle or a reader's,
+/// is `TANDEM_STATUS_REFUSED`. Blocks until copied.
 ///
 /// # Safety
 /// `data` is null or readable for `len` bytes.

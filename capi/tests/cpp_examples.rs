@@ -3,7 +3,9 @@
 //! `$TANDEM_CPP_EXAMPLES`) against a `tandem blob run` runtime and a
 //! `tandem share serve` daemon started here: two programs' kernels put and
 //! get blobs through one store at once, a C program calls it from host
-//! code, and a producer hands a consumer a buffer by id. Nothing is left in /dev/shm or the temporary folder.
+//! code, a producer hands a consumer a buffer by id, and a C program forks
+//! with its share handle and stores into a sealed buffer. Nothing is left in
+//! /dev/shm or the temporary folder.
 //!
 //! Without the variable the test says it skipped; with
 //! `TANDEM_REQUIRE_CPP=1` (the leg sets it) a missing build is a failure.
@@ -40,6 +42,22 @@ fn text(output: &Output) -> String {
 
 fn spawn(exe: &Path, args: &[&OsStr]) -> ServiceChild {
     ServiceChild::spawn(exe, args).unwrap_or_else(|e| panic!("starting {}: {e}", exe.display()))
+}
+
+/// A `tandem share serve` on `socket`.
+fn share_daemon(socket: &Path) -> ServiceChild {
+    let tandem = find_tandem_binary().expect("the tandem binary");
+    spawn(
+        &tandem,
+        &[
+            "share".as_ref(),
+            "serve".as_ref(),
+            "--socket".as_ref(),
+            socket.as_os_str(),
+            "--announce".as_ref(),
+            "--exit-on-stdin-eof".as_ref(),
+        ],
+    )
 }
 
 #[test]
@@ -110,20 +128,9 @@ fn a_cpp_kernel_puts_and_gets_blobs_through_a_runtime_of_another_process() {
 #[test]
 fn a_cpp_producer_hands_a_consumer_a_buffer_through_the_share_daemon() {
     let Some(build) = examples() else { return };
-    let tandem = find_tandem_binary().expect("the tandem binary");
     let dir = tempfile::tempdir().expect("a temporary folder");
     let socket = dir.path().join("share.sock");
-    let daemon = spawn(
-        &tandem,
-        &[
-            "share".as_ref(),
-            "serve".as_ref(),
-            "--socket".as_ref(),
-            socket.as_os_str(),
-            "--announce".as_ref(),
-            "--exit-on-stdin-eof".as_ref(),
-        ],
-    );
+    let daemon = share_daemon(&socket);
     let exchange = build.join("cpp_share_exchange");
     let count = "262144";
     let produced = Command::new(&exchange)
@@ -155,6 +162,37 @@ fn a_cpp_producer_hands_a_consumer_a_buffer_through_the_share_daemon() {
         text.contains("0 mismatched") && text.contains("cpp_share_exchange: ok"),
         "{text}"
     );
+    assert!(daemon.stop().expect("stopping the daemon").success());
+    assert!(!socket.exists(), "the daemon left its socket");
+}
+
+/// `c_share_fork` (examples/cpp/c_share_fork.c) against a daemon: writes to
+/// a sealed buffer are refused, a forked child's store into its read-only
+/// mapping dies of SIGSEGV, and a forked child uses the parent's
+/// `tandem_share` handle while the parent's buffer keeps its bytes. The
+/// program checks each step; here its verdicts are read back.
+#[test]
+fn a_c_program_forks_with_its_share_handle_and_no_reader_writes_a_sealed_buffer() {
+    let Some(build) = examples() else { return };
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let socket = dir.path().join("share.sock");
+    let daemon = share_daemon(&socket);
+    let run = Command::new(build.join("c_share_fork"))
+        .arg(&socket)
+        .output()
+        .expect("running c_share_fork");
+    let text = self::text(&run);
+    print!("{text}");
+    assert!(run.status.success(), "{text}");
+    for verdict in [
+        "writes to sealed buffer",
+        "the storing child: killed by SIGSEGV",
+        "the child using the share: exit 0",
+        "kept its 1048576 bytes",
+        "c_share_fork: ok",
+    ] {
+        assert!(text.contains(verdict), "no `{verdict}`: {text}");
+    }
     assert!(daemon.stop().expect("stopping the daemon").success());
     assert!(!socket.exists(), "the daemon left its socket");
 }
