@@ -7,6 +7,12 @@ class TandemError(Exception):
     """Every failure of a Tandem call."""
 
 
+class ArgumentError(TandemError, ValueError):
+    """An argument no call could take, named in the message: a negative
+    size, id, device, offset or timeout, an unknown backend, compression or
+    persistence name."""
+
+
 class ShareError(TandemError):
     """A shared-buffer call failed."""
 
