@@ -12,7 +12,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt};
 use tandem_blob::wire::COPY_SPACE;
-use tandem_blob::{BlobCaller, CallError, Score, StoreConfig, TagId};
+use tandem_blob::{BlobCaller, CallError, PutContext, Score, StoreConfig, TagId};
 use tandem_runtime::status::single_live_runtime;
 use tandem_runtime::{Client as RuntimeClient, Config, DeviceSelection};
 
@@ -191,6 +191,50 @@ const DIRECT_BYTES: usize = 64 << 10;
 /// calls Ctrl-C cannot stop, and a chunk of a transfer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// A put's context from `put`'s keywords, strings as `tandem blob put`
+/// takes them (`PutContext`'s parsers); `None` keeps the default. A value
+/// they do not name is an `ArgumentError`.
+fn put_context(compression: Option<&str>, persistence: Option<&str>) -> Result<PutContext, Error> {
+    let refused = |why: String| Error::new(Kind::Argument, why);
+    let mut context = PutContext::default();
+    if let Some(compression) = compression {
+        context.compression = compression.parse().map_err(refused)?;
+    }
+    if let Some(persistence) = persistence {
+        context.persistence = persistence.parse().map_err(refused)?;
+    }
+    Ok(context)
+}
+
+/// Writes `bytes` at `offset` of blob `name` of `tag` in `context`, a chunk
+/// at a time through one buffer of the client's heap, so any size fits the
+/// client's quota (as `BlobCaller::put_chunked`, which puts in the default
+/// context only); the blob's size after. Each chunk is a put of its own: a
+/// failure may leave the chunks before it written.
+fn put_chunks(
+    caller: &BlobCaller<'_, RuntimeClient>,
+    tag: TagId,
+    name: &str,
+    offset: u64,
+    bytes: &[u8],
+    score: Score,
+    context: &PutContext,
+) -> Result<u64, CallError> {
+    let mut buffer = caller.chunk_buffer()?;
+    let step = buffer.len();
+    let mut size = 0;
+    for (i, chunk) in bytes.chunks(step).enumerate() {
+        buffer.write(0, chunk);
+        // An offset beyond the store's largest blob is its refusal (too
+        // large), not an overflow here.
+        let at = offset.saturating_add((i * step) as u64);
+        let (after, back) = caller.put_from(tag, name, at, buffer, chunk.len(), score, context)?;
+        size = after;
+        buffer = back;
+    }
+    Ok(size)
+}
+
 /// A caller of this client's runtime.
 fn caller(client: &RuntimeClient) -> BlobCaller<'_, RuntimeClient> {
     BlobCaller::new(client).with_timeout(CALL_TIMEOUT)
@@ -236,8 +280,18 @@ impl BlobClient {
     /// tensor, CPU or CUDA; not an empty one: the store holds no empty
     /// blobs) at `offset` of blob `name` of `tag` (a name, made if new, or an
     /// id), placed on the fastest target with room, or on a target of tier
-    /// `score` (0.0 to 1.0); the blob's size after.
-    #[pyo3(signature = (tag, name, obj, offset=0, score=None))]
+    /// `score` (0.0 to 1.0); the blob's size after. `compression`: "none"
+    /// (the default) or "[dynamic:]CODEC[:PRESET]" (codec "zstd" or "lz4",
+    /// preset "fast", "balanced" or "best"; "dynamic" compresses a sample
+    /// first and stores the bytes raw when it does not shrink).
+    /// `persistence`, the least the blob must survive: "volatile" (the
+    /// default), "temporary" (a crash of the store's process) or
+    /// "long-term" (a power loss).
+    #[pyo3(signature = (tag, name, obj, offset=0, score=None, *, compression=None, persistence=None))]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the Python method's arguments, each one of its keywords"
+    )]
     fn put(
         &self,
         py: Python<'_>,
@@ -246,8 +300,11 @@ impl BlobClient {
         obj: &Bound<'_, PyAny>,
         offset: i128,
         score: Option<f32>,
+        compression: Option<&str>,
+        persistence: Option<&str>,
     ) -> PyResult<u64> {
         let offset = non_negative("offset", offset)?;
+        let context = put_context(compression, persistence)?;
         let score = score.map_or(Score::AUTO, Score);
         let imported;
         let staged;
@@ -275,7 +332,7 @@ impl BlobClient {
         let caller = caller(&self.client);
         let tag = self.tag_id(py, &caller, tag, true)?;
         call(py, &caller, bytes.len(), |c| {
-            c.put_chunked(tag, &name, offset, bytes, score)
+            put_chunks(c, tag, &name, offset, bytes, score, &context)
         })
     }
 

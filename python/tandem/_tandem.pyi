@@ -98,6 +98,9 @@ class BlobClient:
         obj: Any,
         offset: int = 0,
         score: Optional[float] = None,
+        *,
+        compression: Optional[str] = None,
+        persistence: Optional[str] = None,
     ) -> int: ...
     def get(
         self, tag: Union[str, int], name: str, out: Any = None, offset: int = 0
