@@ -255,11 +255,13 @@ impl View {
         self.dtype.name().unwrap_or("unknown")
     }
 
+    /// The extents of its dimensions, row-major.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, &self.shape)
     }
 
+    /// Its size in bytes: the whole buffer's.
     #[getter]
     fn nbytes(&self) -> usize {
         self.core.len()

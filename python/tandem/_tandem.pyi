@@ -4,10 +4,31 @@ tandem.blob and tandem.status)."""
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union, final
+
+# PEP 800: a class whose instances have a layout of their own (a PyO3 class
+# open to subclasses), so that no class derives from it and another such base
+# at once. The other classes are final.
+from typing_extensions import disjoint_base
+
+__all__ = [
+    "Client",
+    "Buffer",
+    "HostBuffer",
+    "View",
+    "Mirror",
+    "BlobClient",
+    "connect",
+    "spawn_daemon",
+    "attach",
+    "fork",
+    "status_json",
+    "CUDA",
+]
 
 CUDA: bool
 
+@final
 class Client:
     @property
     def backend(self) -> str: ...
@@ -25,6 +46,7 @@ class Client:
     def ls(self) -> list[dict[str, Any]]: ...
     def status(self) -> dict[str, Any]: ...
 
+@disjoint_base
 class Buffer:
     @property
     def id(self) -> int: ...
@@ -50,6 +72,7 @@ class Buffer:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
+@final
 class HostBuffer(Buffer):
     """A buffer on the CPU device: also the buffer protocol, on every
     supported CPython (``__buffer__`` is how type checkers spell it; the
@@ -57,6 +80,7 @@ class HostBuffer(Buffer):
 
     def __buffer__(self, flags: int) -> memoryview: ...
 
+@final
 class View:
     @property
     def dtype(self) -> str: ...
@@ -76,6 +100,7 @@ class View:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
+@final
 class Mirror:
     def __enter__(self) -> Union[bytes, bytearray]: ...
     def __exit__(
@@ -85,6 +110,7 @@ class Mirror:
         traceback: Optional[TracebackType],
     ) -> bool: ...
 
+@final
 class BlobClient:
     @property
     def segment(self) -> str: ...

@@ -110,4 +110,30 @@ class StatusError(TandemError):
     """No runtime's status could be read."""
 
 
-__all__ = [name for name in dir() if name.endswith("Error")]
+__all__ = [
+    "TandemError",
+    "ArgumentError",
+    "ShareError",
+    "NoDaemonError",
+    "DaemonGoneError",
+    "RefusedError",
+    "BusyError",
+    "UnknownIdError",
+    "DeletedError",
+    "NotSealedError",
+    "SealedError",
+    "InvalidSizeError",
+    "StreamError",
+    "NoDeviceError",
+    "DeviceError",
+    "ProtocolError",
+    "ViewError",
+    "UnsupportedError",
+    "BlobError",
+    "BlobNotFoundError",
+    "BlobNameError",
+    "BlobRangeError",
+    "BlobSpaceError",
+    "BlobRuntimeError",
+    "StatusError",
+]
