@@ -80,7 +80,12 @@ impl Venv {
     /// status 5 (no test collected) fails the leg like any other: the suite is never empty.
     /// Then mypy's stubtest compares the package's type stubs with the built module: a stub
     /// that drifted from the Rust signatures fails the leg. Its allowlist holds the differences
-    /// that are meant, some on older CPythons only: an entry left unused is accepted.
+    /// that are meant, some on older CPythons only: an entry left unused is accepted. Last,
+    /// `python/ci/check_wheel.py` builds the wheel with the manylinux tag `pyproject.toml`
+    /// names (maturin's audit of its glibc symbols must pass), checks the tag in its name and
+    /// installs it into a fresh environment, where it must import. It builds with the debug
+    /// profile, reusing the build above: the tag depends on the glibc symbols the library
+    /// links, not on optimisation.
     pub fn leg_commands(&self, root: &Path, target_directory: &Path) -> Vec<Cmd> {
         let package = root.join("python");
         vec![
@@ -99,6 +104,11 @@ impl Venv {
                 "stubtest-allowlist.txt",
                 "--ignore-unused-allowlist",
             ]),
+            Cmd::new(self.python(), &package)
+                .arg("ci/check_wheel.py")
+                .arg(self.maturin())
+                .args(["--profile", "dev"])
+                .env("VIRTUAL_ENV", &self.dir),
         ]
     }
 }
@@ -118,7 +128,7 @@ mod tests {
     }
 
     #[test]
-    fn the_leg_builds_the_package_then_runs_pytest_and_stubtest() {
+    fn the_leg_builds_the_package_runs_pytest_and_stubtest_then_checks_the_wheel() {
         let venv = Venv {
             dir: PathBuf::from("/v"),
         };
@@ -140,6 +150,10 @@ mod tests {
             commands[3].display(),
             "/v/bin/python -m mypy.stubtest tandem --allowlist stubtest-allowlist.txt \
              --ignore-unused-allowlist"
+        );
+        assert_eq!(
+            commands[4].display(),
+            "VIRTUAL_ENV=/v /v/bin/python ci/check_wheel.py /v/bin/maturin --profile dev"
         );
     }
 }
