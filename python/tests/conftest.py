@@ -1,4 +1,4 @@
-"""Fixtures of the package's tests: a share daemon started for the session
+"""Fixtures of the package's tests: a share daemon started for each module
 (the CPU device), a blob runtime on a RAM store, and a check that nothing
 is left in /dev/shm."""
 
@@ -83,6 +83,15 @@ def store_config():
     tmp_path would keep it in /tmp)."""
     with tempfile.TemporaryDirectory(prefix="tandem-python-test-") as folder:
         yield write_ram_store_config(Path(folder))
+
+
+@pytest.fixture
+def store(store_config, tandem_bin):
+    """A blob runtime on a RAM store, started for the test."""
+    store = tandem.blob.fork(store_config, tandem=tandem_bin, heap_bytes=16 << 20)
+    yield store
+    del store
+    gc.collect()
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Bad arguments get exceptions that say what is wrong with which argument:
-negative and oversized integers, timeouts, empty objects, backend names,
-stream objects, a store that does not start, and a runtime that must be
-named with `segment=`."""
+negative and oversized integers, timeouts, empty objects, backend names, a
+store that does not start, and a runtime that must be named with
+`segment=`."""
 
 from __future__ import annotations
 
@@ -14,14 +14,6 @@ import numpy as np
 import pytest
 
 import tandem
-
-
-@pytest.fixture
-def store(store_config, tandem_bin):
-    store = tandem.blob.fork(store_config, tandem=tandem_bin)
-    yield store
-    del store
-    gc.collect()
 
 
 def refused_as_argument(raised: pytest.ExceptionInfo, argument: str) -> None:
@@ -127,36 +119,6 @@ def test_an_unknown_backend_is_a_value_error_listing_the_choices(tandem_bin):
     refused_as_argument(raised, "backend")
     assert not isinstance(raised.value, TypeError)
     assert '"rocm"' in str(raised.value) and '"host"' in str(raised.value)
-
-
-class CudaStreamAttribute:
-    """A stream as PyTorch lends it: its handle in `cuda_stream`."""
-
-    def __init__(self, handle):
-        self.cuda_stream = handle
-
-
-class CudaStreamPointer:
-    """A stream as CuPy lends it: its handle in `ptr`."""
-
-    def __init__(self, handle):
-        self.ptr = handle
-
-
-@pytest.mark.parametrize("lent", [CudaStreamAttribute, CudaStreamPointer])
-def test_a_stream_objects_handle_0_is_the_legacy_default_stream(client, lent):
-    # The CPU device refuses every stream, naming the handle it was given:
-    # the legacy default stream's 1 for an object's 0, a raw 0 as passed.
-    buf = client.create(8)
-    with pytest.raises(tandem.StreamError, match=r"^stream 1 "):
-        buf.seal(stream=lent(0))
-    with pytest.raises(tandem.StreamError, match=r"^stream 0 "):
-        buf.seal(stream=0)
-    with pytest.raises(tandem.StreamError, match=r"^stream 7 "):
-        buf.seal(stream=lent(7))
-    with pytest.raises(TypeError):
-        buf.seal(stream=lent("7"))
-    assert not buf.sealed
 
 
 def test_a_bad_store_configuration_says_what_is_wrong(tmp_path, tandem_bin):

@@ -20,14 +20,6 @@ import tandem
 from lines import readline_within
 
 
-@pytest.fixture
-def store(store_config, tandem_bin):
-    store = tandem.blob.fork(store_config, tandem=tandem_bin, heap_bytes=16 << 20)
-    yield store
-    del store
-    gc.collect()
-
-
 def test_bytes_and_buffers_round_trip(store):
     assert store.put("t", "a", b"hello world") == 11
     assert store.get("t", "a") == bytearray(b"hello world")
