@@ -4,7 +4,7 @@ tandem.blob and tandem.status)."""
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Optional, Sequence, Union, final
+from typing import Any, Literal, Optional, Sequence, Union, final
 
 # PEP 800: a class whose instances have a layout of their own (a PyO3 class
 # open to subclasses), so that no class derives from it and another such base
@@ -126,7 +126,7 @@ class BlobClient:
         score: Optional[float] = None,
         *,
         compression: Optional[str] = None,
-        persistence: Optional[str] = None,
+        persistence: Optional[Literal["volatile", "temporary", "long-term"]] = None,
     ) -> int: ...
     def get(
         self, tag: Union[str, int], name: str, out: Any = None, offset: int = 0
