@@ -11,6 +11,10 @@ use crate::dlpack::{Imported, Place};
 use crate::errors::{Error, Kind};
 use crate::layout::DL_CPU;
 
+/// `CU_STREAM_LEGACY`: the legacy default stream of the current context, as
+/// a raw handle (DLPack's and `__cuda_array_interface__`'s value 1).
+pub(crate) const LEGACY_STREAM: i64 = 1;
+
 /// A backend as the package uses it.
 pub(crate) trait Backend: GpuApi {
     /// How the share daemon names it.
@@ -196,8 +200,8 @@ mod cuda {
     use crate::errors::{Error, Kind};
     use crate::layout::DL_CUDA;
 
-    /// `CU_STREAM_LEGACY`: the legacy default stream of the current context.
-    const LEGACY_STREAM: usize = 1;
+    /// [`super::LEGACY_STREAM`] as the driver takes it.
+    const LEGACY_STREAM: usize = super::LEGACY_STREAM as usize;
 
     /// Another library's CUDA memory, lent through its DLPack capsule.
     struct Foreign<'a> {

@@ -8,15 +8,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyDict};
-use tandem_blob::{BlobCaller, CallError, Score, TagId};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt};
+use tandem_blob::wire::COPY_SPACE;
+use tandem_blob::{BlobCaller, CallError, PutContext, Score, StoreConfig, TagId};
 use tandem_runtime::status::single_live_runtime;
 use tandem_runtime::{Client as RuntimeClient, Config, DeviceSelection};
 
 use crate::backend::{host_bytes, host_bytes_mut, read_device, write_device};
 use crate::dlpack::{self, Place};
-use crate::errors::{Error, Kind};
+use crate::errors::{no_single_runtime, non_negative, Error, Kind};
 use crate::host;
 use crate::wait::interruptible;
 
@@ -36,9 +38,7 @@ pub(crate) fn attach(py: Python<'_>, segment: Option<String>) -> PyResult<BlobCl
     let client = py.allow_threads(move || -> Result<BlobClient, Error> {
         let segment = match segment {
             Some(segment) => segment,
-            None => {
-                single_live_runtime().map_err(|e| Error::new(Kind::BlobRuntime, e.to_string()))?
-            }
+            None => single_live_runtime().map_err(|e| no_single_runtime(e, Kind::BlobRuntime))?,
         };
         let client = RuntimeClient::attach(&segment)?;
         Ok(BlobClient::new(client, segment))
@@ -47,16 +47,18 @@ pub(crate) fn attach(py: Python<'_>, segment: Option<String>) -> PyResult<BlobCl
 }
 
 /// Starts `tandem blob run` for this process on the store `config` (a
-/// TOML file holding a `StoreConfig`) and attaches to it; it stops when
-/// the client is gone (or this process dies).
+/// TOML file holding a store's configuration, or a runtime's with a
+/// `[blob]` table) and attaches to it; it stops when the client is gone (or
+/// this process dies).
 #[pyfunction]
 #[pyo3(signature = (config, tandem=None, heap_bytes=16 << 20))]
 pub(crate) fn fork(
     py: Python<'_>,
     config: PathBuf,
     tandem: Option<PathBuf>,
-    heap_bytes: usize,
+    heap_bytes: i128,
 ) -> PyResult<BlobClient> {
+    let heap_bytes = non_negative("heap_bytes", heap_bytes)?;
     let exe = match tandem {
         Some(exe) => exe,
         None => tandem_process::find_tandem_binary()
@@ -67,32 +69,11 @@ pub(crate) fn fork(
 }
 
 fn fork_with(exe: &Path, store: &Path, heap_bytes: usize) -> Result<BlobClient, Error> {
-    let store = std::path::absolute(store)
-        .map_err(|e| Error::new(Kind::Blob, format!("{}: {e}", store.display())))?;
-    if !store.is_file() {
-        return Err(Error::new(
-            Kind::Blob,
-            format!("no store configuration at {}", store.display()),
-        ));
-    }
-    // `Client::fork_runtime_with` runs `<exe> run ...`; the store's runtime
-    // is `tandem blob run ...`, which reads the store from the environment.
-    // The script is read once the child starts: removed with its folder as
-    // soon as the runtime answers.
-    let folder = tempfile::Builder::new()
-        .prefix("tandem-python-")
-        .tempdir()
-        .map_err(|e| Error::new(Kind::BlobRuntime, format!("a temporary folder: {e}")))?;
-    let script = folder.path().join("tandem-blob-run");
-    let text = format!(
-        "#!/bin/sh\nTANDEM_BLOB_CONFIG={} exec {} blob \"$@\"\n",
-        shell_quote(&store),
-        shell_quote(exe)
-    );
-    write_script(&script, &text)?;
+    let blob_table = store_table(store)?;
     // CPU queues only: CUDA tensors reach the store through the host.
     // The segment holds the default one's lanes and heap beside the
-    // clients' heaps (and a page of the client table each).
+    // clients' heaps (and a page of the client table each); the copy space
+    // holds any blob task, as `tandem blob run` would raise it to.
     let defaults = Config::default();
     let max_clients = 8;
     let config = Config {
@@ -101,25 +82,54 @@ fn fork_with(exe: &Path, store: &Path, heap_bytes: usize) -> Result<BlobClient, 
         max_clients,
         cpu_segment_size: defaults.cpu_segment_size
             + (max_clients as usize) * heap_bytes.saturating_add(4096),
+        copy_space: defaults.copy_space.max(COPY_SPACE),
         ..defaults
     };
-    let client = RuntimeClient::fork_runtime_with(&script, &config)?;
-    drop(folder);
+    let client = RuntimeClient::fork_runtime_args(
+        exe,
+        &["blob".as_ref(), "run".as_ref()],
+        &config,
+        &blob_table,
+    )
+    .map_err(|e| {
+        Error::new(
+            Kind::BlobRuntime,
+            format!(
+                "starting `{} blob run` on the store {}: {e} (the runtime's own words \
+                         went to this process's stderr)",
+                exe.display(),
+                store.display()
+            ),
+        )
+    })?;
     let segment = client.segment().name().unwrap_or_default().to_owned();
     Ok(BlobClient::new(client, segment))
 }
 
-fn write_script(path: &Path, text: &str) -> Result<(), Error> {
-    use std::os::unix::fs::PermissionsExt;
-    let failed =
-        |e: std::io::Error| Error::new(Kind::BlobRuntime, format!("{}: {e}", path.display()));
-    std::fs::write(path, text).map_err(failed)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700)).map_err(failed)
-}
-
-/// `path` quoted for `sh`.
-fn shell_quote(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
+/// The store configuration file `store` (just a store's configuration, or a
+/// runtime's holding a `[blob]` table, as `tandem blob run` reads them) as
+/// the `[blob]` table of the forked runtime's configuration. It is checked
+/// here, so that a bad one fails with the parser's words rather than with
+/// the runtime's exit.
+fn store_table(store: &Path) -> Result<String, Error> {
+    let failed = |why: String| Error::new(Kind::Blob, format!("{}: {why}", store.display()));
+    let text = std::fs::read_to_string(store).map_err(|e| {
+        failed(format!(
+            "cannot read the store configuration (config=): {e}"
+        ))
+    })?;
+    let mut table: toml::Table = text.parse().map_err(|e| failed(format!("{e}")))?;
+    let blob = match table.remove("blob") {
+        Some(toml::Value::Table(blob)) => blob,
+        Some(_) => return Err(failed("[blob] is not a table".into())),
+        None => table,
+    };
+    toml::Value::Table(blob.clone())
+        .try_into::<StoreConfig>()
+        .map_err(|e| failed(format!("bad store configuration: {e}")))?;
+    let mut wrapped = toml::Table::new();
+    wrapped.insert("blob".into(), toml::Value::Table(blob));
+    toml::to_string(&wrapped).map_err(|e| failed(e.to_string()))
 }
 
 impl BlobClient {
@@ -140,10 +150,15 @@ impl BlobClient {
         tag: &Bound<'_, PyAny>,
         create: bool,
     ) -> PyResult<TagId> {
-        if let Ok(id) = tag.extract::<u64>() {
-            return Ok(TagId(id));
+        if tag.is_instance_of::<PyInt>() {
+            return Ok(TagId(non_negative("tag", tag.extract()?)?));
         }
-        let name: String = tag.extract()?;
+        let name: String = tag.extract().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "tag: a name (str) or an id (int), not {}",
+                tag.get_type()
+            ))
+        })?;
         let known = |tags: &Mutex<HashMap<String, TagId>>| {
             tags.lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -175,6 +190,50 @@ const DIRECT_BYTES: usize = 64 << 10;
 /// How long one task of a call may take before the call fails: bounds the
 /// calls Ctrl-C cannot stop, and a chunk of a transfer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A put's context from `put`'s keywords, strings as `tandem blob put`
+/// takes them (`PutContext`'s parsers); `None` keeps the default. A value
+/// they do not name is an `ArgumentError`.
+fn put_context(compression: Option<&str>, persistence: Option<&str>) -> Result<PutContext, Error> {
+    let refused = |why: String| Error::new(Kind::Argument, why);
+    let mut context = PutContext::default();
+    if let Some(compression) = compression {
+        context.compression = compression.parse().map_err(refused)?;
+    }
+    if let Some(persistence) = persistence {
+        context.persistence = persistence.parse().map_err(refused)?;
+    }
+    Ok(context)
+}
+
+/// Writes `bytes` at `offset` of blob `name` of `tag` in `context`, a chunk
+/// at a time through one buffer of the client's heap, so any size fits the
+/// client's quota (as `BlobCaller::put_chunked`, which puts in the default
+/// context only); the blob's size after. Each chunk is a put of its own: a
+/// failure may leave the chunks before it written.
+fn put_chunks(
+    caller: &BlobCaller<'_, RuntimeClient>,
+    tag: TagId,
+    name: &str,
+    offset: u64,
+    bytes: &[u8],
+    score: Score,
+    context: &PutContext,
+) -> Result<u64, CallError> {
+    let mut buffer = caller.chunk_buffer()?;
+    let step = buffer.len();
+    let mut size = 0;
+    for (i, chunk) in bytes.chunks(step).enumerate() {
+        buffer.write(0, chunk);
+        // An offset beyond the store's largest blob is its refusal (too
+        // large), not an overflow here.
+        let at = offset.saturating_add((i * step) as u64);
+        let (after, back) = caller.put_from(tag, name, at, buffer, chunk.len(), score, context)?;
+        size = after;
+        buffer = back;
+    }
+    Ok(size)
+}
 
 /// A caller of this client's runtime.
 fn caller(client: &RuntimeClient) -> BlobCaller<'_, RuntimeClient> {
@@ -218,40 +277,62 @@ impl BlobClient {
     }
 
     /// Writes `obj`'s bytes (bytes, a buffer-protocol object or a DLPack
-    /// tensor, CPU or CUDA) at `offset` of blob `name` of `tag` (a name,
-    /// made if new, or an id), placed on the fastest target with room, or
-    /// on a target of tier `score` (0.0 to 1.0); the blob's size after.
-    #[pyo3(signature = (tag, name, obj, offset=0, score=None))]
+    /// tensor, CPU or CUDA; not an empty one: the store holds no empty
+    /// blobs) at `offset` of blob `name` of `tag` (a name, made if new, or an
+    /// id), placed on the fastest target with room, or on a target of tier
+    /// `score` (0.0 to 1.0); the blob's size after. `compression`: "none"
+    /// (the default) or "[dynamic:]CODEC[:PRESET]" (codec "zstd" or "lz4",
+    /// preset "fast", "balanced" or "best"; "dynamic" compresses a sample
+    /// first and stores the bytes raw when it does not shrink).
+    /// `persistence`, the least the blob must survive: "volatile" (the
+    /// default), "temporary" (a crash of the store's process) or
+    /// "long-term" (a power loss).
+    #[pyo3(signature = (tag, name, obj, offset=0, score=None, *, compression=None, persistence=None))]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the Python method's arguments, each one of its keywords"
+    )]
     fn put(
         &self,
         py: Python<'_>,
         tag: &Bound<'_, PyAny>,
         name: String,
         obj: &Bound<'_, PyAny>,
-        offset: u64,
+        offset: i128,
         score: Option<f32>,
+        compression: Option<&str>,
+        persistence: Option<&str>,
     ) -> PyResult<u64> {
-        let caller = caller(&self.client);
-        let tag = self.tag_id(py, &caller, tag, true)?;
+        let offset = non_negative("offset", offset)?;
+        let context = put_context(compression, persistence)?;
         let score = score.map_or(Score::AUTO, Score);
-        if obj.hasattr("__dlpack__")? && !obj.is_instance_of::<pyo3::types::PyBytes>() {
-            let imported = dlpack::import(obj)?;
-            let staged;
-            let bytes = match imported.place {
+        let imported;
+        let staged;
+        let exported;
+        let bytes: &[u8] = if obj.hasattr("__dlpack__")? && !obj.is_instance_of::<PyBytes>() {
+            imported = dlpack::import(obj)?;
+            match imported.place {
                 Place::Host => host_bytes(&imported)?,
                 Place::Cuda(_) => {
                     staged = read_device(&imported)?;
-                    &staged[..]
+                    &staged
                 }
-            };
-            return call(py, &caller, bytes.len(), |c| {
-                c.put_chunked(tag, &name, offset, bytes, score)
-            });
+            }
+        } else {
+            exported = host::Bytes::of(obj)?;
+            &exported
+        };
+        if bytes.is_empty() {
+            return Err(Error::new(
+                Kind::BlobRange,
+                "obj is empty (0 bytes): the store holds no empty blobs",
+            )
+            .into());
         }
-        let bytes = host::Bytes::of(obj)?;
-        let bytes: &[u8] = &bytes;
+        let caller = caller(&self.client);
+        let tag = self.tag_id(py, &caller, tag, true)?;
         call(py, &caller, bytes.len(), |c| {
-            c.put_chunked(tag, &name, offset, bytes, score)
+            put_chunks(c, tag, &name, offset, bytes, score, &context)
         })
     }
 
@@ -266,8 +347,9 @@ impl BlobClient {
         tag: &Bound<'py, PyAny>,
         name: String,
         out: Option<Bound<'py, PyAny>>,
-        offset: u64,
+        offset: i128,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let offset = non_negative("offset", offset)?;
         let caller = caller(&self.client);
         let tag = self.tag_id(py, &caller, tag, false)?;
         let Some(out) = out else {

@@ -11,6 +11,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict, PyInt, PyTuple};
 
+use crate::backend::LEGACY_STREAM;
 use crate::core::AnyBuffer;
 use crate::dlpack::{self, Export};
 use crate::dtype::Dtype;
@@ -92,9 +93,12 @@ impl Buffer {
 
     /// Seals it once the work queued so far on `stream` is done (on CUDA,
     /// with no host wait): other processes may open it; nobody may change
-    /// it. `stream`: a CUDA stream's handle, or an object lending one
-    /// (`__cuda_stream__()`, `cuda_stream`); `None` is the legacy default
-    /// stream. The CPU device has no streams: `None` only.
+    /// it. `stream`: a CUDA stream's handle (an int: 1 the legacy default
+    /// stream, 2 the per-thread one, 0 refused as ambiguous), or a stream
+    /// object lending one (`__cuda_stream__()`, PyTorch's `cuda_stream`,
+    /// CuPy's `ptr`), whose handle 0 is its library's default stream, the
+    /// legacy default one; `None` is the legacy default stream. The CPU
+    /// device has no streams: `None` only.
     #[pyo3(signature = (stream=None))]
     fn seal(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let stream = stream.map(stream_handle).transpose()?;
@@ -251,11 +255,13 @@ impl View {
         self.dtype.name().unwrap_or("unknown")
     }
 
+    /// The extents of its dimensions, row-major.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, &self.shape)
     }
 
+    /// Its size in bytes: the whole buffer's.
     #[getter]
     fn nbytes(&self) -> usize {
         self.core.len()
@@ -304,29 +310,50 @@ impl View {
 }
 
 /// The raw handle `stream` names: an int, or an object lending one through
-/// the CUDA stream protocol (`__cuda_stream__()`, a (version, handle) pair)
-/// or a `cuda_stream` attribute (PyTorch's streams).
+/// the CUDA stream protocol (`__cuda_stream__()`, a (version, handle) pair),
+/// a `cuda_stream` attribute (PyTorch's streams) or a `ptr` one (CuPy's).
+///
+/// An object's handle 0 is CUDA's null stream, which its library reports
+/// for its default stream (`torch.cuda.current_stream()` before any other
+/// is made current, `cupy.cuda.Stream.null`): the legacy default stream,
+/// as those libraries are built (CuPy's per-thread mode hands out
+/// `cudaStreamPerThread`, 2, instead). Only a raw 0, which may mean either
+/// default stream, stays ambiguous.
 fn stream_handle(stream: &Bound<'_, PyAny>) -> PyResult<i64> {
     let py = stream.py();
-    let handle = if stream.hasattr(intern!(py, "__cuda_stream__"))? {
+    let lent = if stream.hasattr(intern!(py, "__cuda_stream__"))? {
         let pair = stream.call_method0(intern!(py, "__cuda_stream__"))?;
         let pair = pair
             .downcast::<PyTuple>()
             .map_err(|_| not_a_stream(&pair))?;
         match pair.len() {
-            2 => pair.get_item(1)?,
+            2 => Some(pair.get_item(1)?),
             _ => return Err(not_a_stream(pair)),
         }
     } else if stream.hasattr(intern!(py, "cuda_stream"))? {
-        stream.getattr(intern!(py, "cuda_stream"))?
+        Some(stream.getattr(intern!(py, "cuda_stream"))?)
+    } else if stream.hasattr(intern!(py, "ptr"))? {
+        Some(stream.getattr(intern!(py, "ptr"))?)
     } else {
-        stream.clone()
+        None
+    };
+    let (handle, from_object) = match lent {
+        Some(handle) => (handle, true),
+        None => (stream.clone(), false),
     };
     if !handle.is_instance_of::<PyInt>() {
         return Err(not_a_stream(&handle));
     }
-    handle.extract::<i64>().map_err(|_| {
-        Error::new(Kind::Stream, format!("stream {handle} is no stream handle")).into()
+    let raw = handle.extract::<i64>().map_err(|_| {
+        PyErr::from(Error::new(
+            Kind::Stream,
+            format!("stream {handle} is no stream handle"),
+        ))
+    })?;
+    Ok(if from_object && raw == 0 {
+        LEGACY_STREAM
+    } else {
+        raw
     })
 }
 
@@ -335,7 +362,7 @@ fn not_a_stream(found: &Bound<'_, PyAny>) -> PyErr {
         Kind::Unsupported,
         format!(
             "stream: an int handle, or an object with __cuda_stream__() (a (version, handle) \
-             pair) or cuda_stream; got {found:?}"
+             pair), cuda_stream or ptr; got {found:?}"
         ),
     )
     .into()

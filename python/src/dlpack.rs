@@ -298,7 +298,10 @@ fn read_capsule(capsule: Bound<'_, PyAny>, place: Place) -> PyResult<Imported<'_
         // capsule.
         unsafe { std::slice::from_raw_parts(tensor.shape, ndim) }.to_vec()
     };
-    if !tensor.strides.is_null() && ndim > 0 {
+    // An empty tensor's strides are whatever its producer chose: it has no
+    // element they could place out of order.
+    let empty = shape.contains(&0);
+    if !tensor.strides.is_null() && ndim > 0 && !empty {
         // SAFETY: as for `shape`.
         let strides = unsafe { std::slice::from_raw_parts(tensor.strides, ndim) };
         let compact = compact_strides(&shape);

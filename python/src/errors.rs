@@ -6,12 +6,15 @@ use pyo3::exceptions::{PyBufferError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 use tandem_blob::{wire::code, CallError};
+use tandem_runtime::status::StatusError;
 use tandem_runtime::{RuntimeError, TaskError};
 use tandem_share::ShareError;
 
 /// What went wrong, as the exception class that says it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
+    /// An argument no call could take (`ArgumentError`, a `ValueError`).
+    Argument,
     NoDaemon,
     DaemonGone,
     Refused,
@@ -44,6 +47,7 @@ impl Kind {
     /// The class's name in `tandem.errors`.
     fn class_name(self) -> &'static str {
         match self {
+            Kind::Argument => "ArgumentError",
             Kind::NoDaemon => "NoDaemonError",
             Kind::DaemonGone => "DaemonGoneError",
             Kind::Refused => "RefusedError",
@@ -170,4 +174,46 @@ impl From<tandem_hal::GpuError> for Error {
     fn from(e: tandem_hal::GpuError) -> Self {
         Error::new(Kind::Device, e.to_string())
     }
+}
+
+/// Integer argument `name` (a size, id, device or offset), which must not be
+/// negative. Taken from Python as an `i128` because PyO3's own conversion to
+/// an unsigned type raises an `OverflowError` that names no argument; here a
+/// negative or oversized value is an `ArgumentError` (a `ValueError`)
+/// naming `name`.
+pub(crate) fn non_negative<T: TryFrom<i128>>(name: &str, value: i128) -> Result<T, Error> {
+    T::try_from(value).map_err(|_| {
+        let why = if value < 0 {
+            "is negative"
+        } else {
+            "is too large"
+        };
+        Error::new(Kind::Argument, format!("{name}: {value} {why}"))
+    })
+}
+
+/// Why no single live runtime was found, for a call whose `segment=`
+/// argument names one. The runtime's own words name the CLI's `--segment`
+/// flag, which means nothing to a Python caller.
+pub(crate) fn no_single_runtime(e: StatusError, kind: Kind) -> Error {
+    let message = match &e {
+        StatusError::NoLiveRuntime { stale } if stale.is_empty() => {
+            "no live Tandem runtime segment in /dev/shm (start one with `tandem blob run` or \
+             tandem.blob.fork(), or name one with segment=)"
+                .to_owned()
+        }
+        StatusError::NoLiveRuntime { stale } => format!(
+            "no live Tandem runtime segment in /dev/shm, only {} left by dead processes: {} \
+             (tandem.status(segment=NAME) shows what one last published; `tandem clean` \
+             removes them)",
+            stale.len(),
+            stale.join(", ")
+        ),
+        StatusError::Ambiguous(names) => format!(
+            "several live Tandem runtimes; name one with segment=: {}",
+            names.join(", ")
+        ),
+        _ => e.to_string(),
+    };
+    Error::new(kind, message)
 }

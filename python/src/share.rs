@@ -18,10 +18,10 @@ use crate::backend::Backend;
 use crate::buffer::Buffer;
 use crate::core::{AnyBuffer, Core};
 use crate::dlpack;
-use crate::errors::{Error, Kind};
+use crate::errors::{non_negative, Error, Kind};
 use crate::host;
 use crate::host_buffer;
-use crate::wait::SIGNAL_POLL;
+use crate::wait::{self, SIGNAL_POLL};
 
 /// A share client of backend `A`.
 pub(crate) struct ClientOf<A: Backend> {
@@ -195,9 +195,9 @@ pub(crate) fn spawn_daemon(
                 &exe,
             )?)),
             other => Err(Error::new(
-                Kind::Unsupported,
+                Kind::Argument,
                 format!(
-                    "backend {other:?}: this build has \"auto\", \"host\"{}",
+                    "backend: {other:?} is none of this build's \"auto\", \"host\"{}",
                     cuda_choice()
                 ),
             )),
@@ -240,28 +240,32 @@ impl Client {
     fn create<'py>(
         &self,
         py: Python<'py>,
-        nbytes: usize,
-        device: usize,
+        nbytes: i128,
+        device: i128,
     ) -> PyResult<Bound<'py, Buffer>> {
-        let inner = Arc::clone(&self.inner);
-        let core = py.allow_threads(move || inner.create(nbytes, device))?;
-        host_buffer::object(py, core)
+        let nbytes = non_negative("nbytes", nbytes)?;
+        let device = non_negative("device", device)?;
+        self.create_buffer(py, nbytes, device)
     }
 
     /// Sealed buffer `id`, read-only, mapped on `device` (default: the
-    /// device holding it); waits up to `timeout` seconds for its seal.
-    #[pyo3(signature = (id, timeout=30.0, device=None))]
+    /// device holding it); waits up to `timeout` seconds for its seal
+    /// (`None` or `math.inf`: for ever).
+    #[pyo3(
+        signature = (id, timeout=Some(30.0), device=None),
+        text_signature = "($self, id, timeout=30.0, device=None)"
+    )]
     fn get<'py>(
         &self,
         py: Python<'py>,
-        id: u64,
-        timeout: f64,
-        device: Option<usize>,
+        id: i128,
+        timeout: Option<f64>,
+        device: Option<i128>,
     ) -> PyResult<Bound<'py, Buffer>> {
-        let timeout = Duration::try_from_secs_f64(timeout)
-            .map_err(|e| Error::new(Kind::Shape, format!("timeout {timeout}: {e}")))?;
+        let id = non_negative("id", id)?;
+        let timeout = wait::timeout(timeout)?;
         let device = match device {
-            Some(device) => device,
+            Some(device) => non_negative("device", device)?,
             None => {
                 let inner = Arc::clone(&self.inner);
                 py.allow_threads(move || inner.stat(id))?.device as usize
@@ -270,12 +274,14 @@ impl Client {
         let started = Instant::now();
         // Opened in slices, so that Ctrl-C is seen while the seal is awaited.
         loop {
-            let left = timeout.saturating_sub(started.elapsed());
+            let left = timeout.map(|timeout| timeout.saturating_sub(started.elapsed()));
             let inner = Arc::clone(&self.inner);
-            let slice = left.min(SIGNAL_POLL);
+            let slice = left.map_or(SIGNAL_POLL, |left| left.min(SIGNAL_POLL));
             match py.allow_threads(move || inner.open(id, device, slice)) {
                 Ok(core) => return host_buffer::object(py, core),
-                Err(e) if e.kind() == Kind::NotSealed && !left.is_zero() => py.check_signals()?,
+                Err(e) if e.kind() == Kind::NotSealed && left != Some(Duration::ZERO) => {
+                    py.check_signals()?
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -283,13 +289,15 @@ impl Client {
 
     /// Deletes `id`: nobody can open it any more; it is freed when the
     /// last process mapping it lets go.
-    fn delete(&self, py: Python<'_>, id: u64) -> PyResult<()> {
+    fn delete(&self, py: Python<'_>, id: i128) -> PyResult<()> {
+        let id = non_negative("id", id)?;
         let inner = Arc::clone(&self.inner);
         Ok(py.allow_threads(move || inner.delete(id))?)
     }
 
     /// What the daemon knows of `id`.
-    fn stat<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Bound<'py, PyDict>> {
+    fn stat<'py>(&self, py: Python<'py>, id: i128) -> PyResult<Bound<'py, PyDict>> {
+        let id = non_negative("id", id)?;
         let inner = Arc::clone(&self.inner);
         let info = py.allow_threads(move || inner.stat(id))?;
         info_dict(py, &info)
@@ -321,26 +329,32 @@ impl Client {
 
     /// A sealed buffer holding a copy of `obj`'s bytes: a DLPack producer
     /// (a tensor, on the CPU or, on a CUDA daemon, its device: one device
-    /// copy) or anything with the buffer protocol.
+    /// copy) or anything with the buffer protocol; not an empty one, as
+    /// a buffer holds at least a byte.
     #[pyo3(signature = (obj, device=None))]
     fn put<'py>(
         &self,
         py: Python<'py>,
         obj: &Bound<'py, PyAny>,
-        device: Option<usize>,
+        device: Option<i128>,
     ) -> PyResult<Bound<'py, Buffer>> {
+        let device: Option<usize> = device
+            .map(|device| non_negative("device", device))
+            .transpose()?;
         let buffer = if obj.hasattr("__dlpack__")? {
             let imported = dlpack::import(obj)?;
+            check_not_empty(imported.len)?;
             let device = device.unwrap_or(match imported.place {
                 dlpack::Place::Cuda(ordinal) if self.inner.backend() == "cuda" => ordinal,
                 _ => 0,
             });
-            let core = self.create(py, imported.len, device)?;
+            let core = self.create_buffer(py, imported.len, device)?;
             core.get().core().copy_in(&imported)?;
             core
         } else {
             let bytes = host::Bytes::of(obj)?;
-            let core = self.create(py, bytes.len(), device.unwrap_or(0))?;
+            check_not_empty(bytes.len())?;
+            let core = self.create_buffer(py, bytes.len(), device.unwrap_or(0))?;
             core.get().core().write_host(&bytes)?;
             core
         };
@@ -357,6 +371,33 @@ impl Client {
             self.inner.daemon_pid()
         )
     }
+}
+
+impl Client {
+    /// A new buffer of `nbytes` on `device`, as its Python object: `create`'s
+    /// work once its arguments are checked, and `put`'s first step.
+    fn create_buffer<'py>(
+        &self,
+        py: Python<'py>,
+        nbytes: usize,
+        device: usize,
+    ) -> PyResult<Bound<'py, Buffer>> {
+        let inner = Arc::clone(&self.inner);
+        let core = py.allow_threads(move || inner.create(nbytes, device))?;
+        host_buffer::object(py, core)
+    }
+}
+
+/// Refuses an empty object for `put` in words that say so: the daemon's
+/// refusal of a zero size would not.
+fn check_not_empty(len: usize) -> Result<(), Error> {
+    if len == 0 {
+        return Err(Error::new(
+            Kind::InvalidSize,
+            "obj is empty (0 bytes): a shared buffer holds at least one byte",
+        ));
+    }
+    Ok(())
 }
 
 fn info_dict<'py>(py: Python<'py>, info: &ObjectInfo) -> PyResult<Bound<'py, PyDict>> {

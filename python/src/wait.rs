@@ -6,9 +6,34 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
+use crate::errors::{Error, Kind};
+
 /// How often a wait looks for signals: short enough that Ctrl-C feels
 /// immediate, long enough to cost nothing.
 pub(crate) const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
+/// A wait's `timeout` argument, in seconds: `None` and infinity wait for
+/// ever (`None` returned), as does a value too large for a `Duration`, which
+/// no wait could outlast; a negative value or NaN is an `ArgumentError`
+/// naming `timeout`.
+pub(crate) fn timeout(seconds: Option<f64>) -> Result<Option<Duration>, Error> {
+    let Some(seconds) = seconds else {
+        return Ok(None);
+    };
+    if seconds.is_nan() {
+        return Err(Error::new(
+            Kind::Argument,
+            "timeout: nan is no number of seconds (None waits for ever)",
+        ));
+    }
+    if seconds < 0.0 {
+        return Err(Error::new(
+            Kind::Argument,
+            format!("timeout: {seconds} is negative (None waits for ever)"),
+        ));
+    }
+    Ok(Duration::try_from_secs_f64(seconds).ok())
+}
 
 /// Runs `work` on a helper thread while this one, the GIL released, looks
 /// for signals every [`SIGNAL_POLL`]; when a handler raises, `stop` is

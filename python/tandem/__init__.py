@@ -10,9 +10,68 @@ from typing import Any, Optional
 
 from . import blob, errors, share
 from ._tandem import status_json as _status_json
-from .errors import *  # noqa: F403 (the exception classes)
 
-__all__ = ["blob", "errors", "share", "status"] + errors.__all__
+# The exception classes, each named: type checkers read `__all__` as written,
+# not as computed from `errors.__all__`.
+from .errors import (
+    TandemError,
+    ArgumentError,
+    ShareError,
+    NoDaemonError,
+    DaemonGoneError,
+    RefusedError,
+    BusyError,
+    UnknownIdError,
+    DeletedError,
+    NotSealedError,
+    SealedError,
+    InvalidSizeError,
+    StreamError,
+    NoDeviceError,
+    DeviceError,
+    ProtocolError,
+    ViewError,
+    UnsupportedError,
+    BlobError,
+    BlobNotFoundError,
+    BlobNameError,
+    BlobRangeError,
+    BlobSpaceError,
+    BlobRuntimeError,
+    StatusError,
+)
+
+__all__ = [
+    "blob",
+    "errors",
+    "share",
+    "status",
+    "TandemError",
+    "ArgumentError",
+    "ShareError",
+    "NoDaemonError",
+    "DaemonGoneError",
+    "RefusedError",
+    "BusyError",
+    "UnknownIdError",
+    "DeletedError",
+    "NotSealedError",
+    "SealedError",
+    "InvalidSizeError",
+    "StreamError",
+    "NoDeviceError",
+    "DeviceError",
+    "ProtocolError",
+    "ViewError",
+    "UnsupportedError",
+    "BlobError",
+    "BlobNotFoundError",
+    "BlobNameError",
+    "BlobRangeError",
+    "BlobSpaceError",
+    "BlobRuntimeError",
+    "StatusError",
+]
 
 
 def status(segment: Optional[str] = None) -> dict[str, Any]:

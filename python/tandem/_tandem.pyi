@@ -4,10 +4,31 @@ tandem.blob and tandem.status)."""
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Sequence, Union, final
+
+# PEP 800: a class whose instances have a layout of their own (a PyO3 class
+# open to subclasses), so that no class derives from it and another such base
+# at once. The other classes are final.
+from typing_extensions import disjoint_base
+
+__all__ = [
+    "Client",
+    "Buffer",
+    "HostBuffer",
+    "View",
+    "Mirror",
+    "BlobClient",
+    "connect",
+    "spawn_daemon",
+    "attach",
+    "fork",
+    "status_json",
+    "CUDA",
+]
 
 CUDA: bool
 
+@final
 class Client:
     @property
     def backend(self) -> str: ...
@@ -16,13 +37,16 @@ class Client:
     @property
     def socket(self) -> str: ...
     def create(self, nbytes: int, device: int = 0) -> Buffer: ...
-    def get(self, id: int, timeout: float = 30.0, device: Optional[int] = None) -> Buffer: ...
+    def get(
+        self, id: int, timeout: Optional[float] = 30.0, device: Optional[int] = None
+    ) -> Buffer: ...
     def put(self, obj: Any, device: Optional[int] = None) -> Buffer: ...
     def delete(self, id: int) -> None: ...
     def stat(self, id: int) -> dict[str, Any]: ...
     def ls(self) -> list[dict[str, Any]]: ...
     def status(self) -> dict[str, Any]: ...
 
+@disjoint_base
 class Buffer:
     @property
     def id(self) -> int: ...
@@ -48,6 +72,7 @@ class Buffer:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
+@final
 class HostBuffer(Buffer):
     """A buffer on the CPU device: also the buffer protocol, on every
     supported CPython (``__buffer__`` is how type checkers spell it; the
@@ -55,6 +80,7 @@ class HostBuffer(Buffer):
 
     def __buffer__(self, flags: int) -> memoryview: ...
 
+@final
 class View:
     @property
     def dtype(self) -> str: ...
@@ -74,6 +100,7 @@ class View:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
+@final
 class Mirror:
     def __enter__(self) -> Union[bytes, bytearray]: ...
     def __exit__(
@@ -83,6 +110,7 @@ class Mirror:
         traceback: Optional[TracebackType],
     ) -> bool: ...
 
+@final
 class BlobClient:
     @property
     def segment(self) -> str: ...
@@ -96,6 +124,9 @@ class BlobClient:
         obj: Any,
         offset: int = 0,
         score: Optional[float] = None,
+        *,
+        compression: Optional[str] = None,
+        persistence: Optional[Literal["volatile", "temporary", "long-term"]] = None,
     ) -> int: ...
     def get(
         self, tag: Union[str, int], name: str, out: Any = None, offset: int = 0

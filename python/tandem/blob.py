@@ -33,8 +33,9 @@ def fork(
     heap_bytes: int = 16 << 20,
 ) -> BlobClient:
     """Starts ``tandem blob run`` on the store ``config`` describes (a TOML
-    file: ``metadata`` and ``[[targets]]``) for this process, and attaches to
-    it; it stops when the client is gone, or this process dies.
+    file: ``metadata`` and ``[[targets]]``, or a runtime's configuration with
+    a ``[blob]`` table) for this process, and attaches to it; it stops when
+    the client is gone, or this process dies.
     ``heap_bytes`` is each client's heap in the runtime (eight clients at
     most), which transfers go through a chunk at a time."""
     return _fork(os.fspath(config), _tandem_binary(tandem), heap_bytes)

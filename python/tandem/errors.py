@@ -7,6 +7,12 @@ class TandemError(Exception):
     """Every failure of a Tandem call."""
 
 
+class ArgumentError(TandemError, ValueError):
+    """An argument no call could take, named in the message: a negative
+    size, id, device, offset or timeout, an unknown backend, compression or
+    persistence name."""
+
+
 class ShareError(TandemError):
     """A shared-buffer call failed."""
 
@@ -104,4 +110,30 @@ class StatusError(TandemError):
     """No runtime's status could be read."""
 
 
-__all__ = [name for name in dir() if name.endswith("Error")]
+__all__ = [
+    "TandemError",
+    "ArgumentError",
+    "ShareError",
+    "NoDaemonError",
+    "DaemonGoneError",
+    "RefusedError",
+    "BusyError",
+    "UnknownIdError",
+    "DeletedError",
+    "NotSealedError",
+    "SealedError",
+    "InvalidSizeError",
+    "StreamError",
+    "NoDeviceError",
+    "DeviceError",
+    "ProtocolError",
+    "ViewError",
+    "UnsupportedError",
+    "BlobError",
+    "BlobNotFoundError",
+    "BlobNameError",
+    "BlobRangeError",
+    "BlobSpaceError",
+    "BlobRuntimeError",
+    "StatusError",
+]

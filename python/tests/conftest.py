@@ -1,4 +1,4 @@
-"""Fixtures of the package's tests: a share daemon started for the session
+"""Fixtures of the package's tests: a share daemon started for each module
 (the CPU device), a blob runtime on a RAM store, and a check that nothing
 is left in /dev/shm."""
 
@@ -60,22 +60,42 @@ def client(tandem_bin):
     gc.collect()
 
 
+def write_ram_store_config(folder: Path) -> Path:
+    """A RAM store's configuration in `folder`, its metadata beside it."""
+    config = folder / "store.toml"
+    config.write_text(
+        textwrap.dedent(
+            f"""\
+            metadata = "{folder / 'blob.redb'}"
+            [[targets]]
+            kind = "ram"
+            capacity = {256 << 20}
+            score = 1.0
+            """
+        )
+    )
+    return config
+
+
 @pytest.fixture
 def store_config():
     """A RAM store's configuration, in a folder removed afterwards (pytest's
     tmp_path would keep it in /tmp)."""
     with tempfile.TemporaryDirectory(prefix="tandem-python-test-") as folder:
-        folder = Path(folder)
-        config = folder / "store.toml"
-        config.write_text(
-            textwrap.dedent(
-                f"""\
-                metadata = "{folder / 'blob.redb'}"
-                [[targets]]
-                kind = "ram"
-                capacity = {256 << 20}
-                score = 1.0
-                """
-            )
-        )
-        yield config
+        yield write_ram_store_config(Path(folder))
+
+
+@pytest.fixture
+def store(store_config, tandem_bin):
+    """A blob runtime on a RAM store, started for the test."""
+    store = tandem.blob.fork(store_config, tandem=tandem_bin, heap_bytes=16 << 20)
+    yield store
+    del store
+    gc.collect()
+
+
+@pytest.fixture
+def other_store_config():
+    """A second RAM store's configuration, for a test with two stores."""
+    with tempfile.TemporaryDirectory(prefix="tandem-python-test-") as folder:
+        yield write_ram_store_config(Path(folder))

@@ -20,14 +20,6 @@ import tandem
 from lines import readline_within
 
 
-@pytest.fixture
-def store(store_config, tandem_bin):
-    store = tandem.blob.fork(store_config, tandem=tandem_bin, heap_bytes=16 << 20)
-    yield store
-    del store
-    gc.collect()
-
-
 def test_bytes_and_buffers_round_trip(store):
     assert store.put("t", "a", b"hello world") == 11
     assert store.get("t", "a") == bytearray(b"hello world")
@@ -80,6 +72,41 @@ def test_errors(store, tandem_bin):
         store.get("e", "x", out=b"abc")  # not writable
     with pytest.raises(tandem.BlobError):
         tandem.blob.fork("/nonexistent/store.toml", tandem=tandem_bin)
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd", "lz4:fast", "dynamic:zstd:best"])
+def test_compressed_puts_read_back_the_same_bytes(store, compression):
+    # Larger than a chunk: each chunk is a put in the same context.
+    array = np.tile(np.arange(1024, dtype=np.uint32), (5 << 20) // 4096)
+    size = store.put("packed", compression, array, compression=compression)
+    assert size == array.nbytes
+    back = np.empty_like(array)
+    store.get("packed", compression, out=back)
+    np.testing.assert_array_equal(back, array)
+
+
+def test_persistence_reaches_the_store(store):
+    assert store.put("kept", "v", b"x", persistence="volatile") == 1
+    # A RAM store keeps nothing past a restart: a put that must survive one
+    # is refused, which it would not be if the context were dropped.
+    with pytest.raises(tandem.BlobError):
+        store.put("kept", "t", b"x", persistence="long-term")
+    assert "t" not in store.ls("kept")
+
+
+@pytest.mark.parametrize(
+    "keywords, argument",
+    [
+        ({"compression": "gzip"}, "compression"),
+        ({"compression": "zstd:slow"}, "compression"),
+        ({"persistence": "forever"}, "persistence"),
+    ],
+)
+def test_unknown_context_values_are_named(store, keywords, argument):
+    with pytest.raises(tandem.ArgumentError, match=rf"^{argument} "):
+        store.put("ctx", "x", b"abc", **keywords)
+    with pytest.raises(TypeError):
+        store.put("ctx", "x", b"abc", 0, None, "zstd")  # keyword-only
 
 
 def test_status_is_what_tandem_status_json_prints(store):

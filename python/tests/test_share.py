@@ -187,6 +187,13 @@ class CudaStreamAttribute:
         self.cuda_stream = handle
 
 
+class CudaStreamPointer:
+    """A stream as CuPy lends it: its handle in `ptr`."""
+
+    def __init__(self, handle):
+        self.ptr = handle
+
+
 @pytest.mark.parametrize(
     "stream, error",
     [
@@ -194,9 +201,11 @@ class CudaStreamAttribute:
         (-1, tandem.StreamError),
         (CudaStreamAttribute(7), tandem.StreamError),
         (CudaStreamProtocol((0, 7)), tandem.StreamError),
+        (CudaStreamPointer(7), tandem.StreamError),
         ("7", TypeError),
         (7.0, TypeError),
         (CudaStreamAttribute("7"), TypeError),
+        (CudaStreamPointer("7"), TypeError),
         (CudaStreamProtocol(7), TypeError),
         (CudaStreamProtocol((0, "7")), TypeError),
         (1 << 70, tandem.StreamError),
@@ -211,6 +220,26 @@ def test_seal_takes_no_stream_on_the_cpu_device(client, stream, error):
     memoryview(buf)[:2] = b"ok"
     buf.seal(stream=None)
     assert buf.sealed and bytes(memoryview(client.get(buf.id))[:2]) == b"ok"
+
+
+@pytest.mark.parametrize(
+    "lent",
+    [CudaStreamAttribute, CudaStreamPointer, lambda handle: CudaStreamProtocol((0, handle))],
+    ids=["cuda_stream", "ptr", "__cuda_stream__"],
+)
+def test_a_stream_objects_handle_0_is_the_legacy_default_stream(client, lent):
+    # The CPU device refuses every stream, naming the handle it was given:
+    # the legacy default stream's 1 for an object's 0, a raw 0 as passed.
+    buf = client.create(8)
+    with pytest.raises(tandem.StreamError, match=r"^stream 1 "):
+        buf.seal(stream=lent(0))
+    with pytest.raises(tandem.StreamError, match=r"^stream 0 "):
+        buf.seal(stream=0)
+    with pytest.raises(tandem.StreamError, match=r"^stream 7 "):
+        buf.seal(stream=lent(7))
+    with pytest.raises(TypeError):
+        buf.seal(stream=lent("7"))
+    assert not buf.sealed
 
 
 def test_bad_input(client):

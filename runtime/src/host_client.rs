@@ -75,6 +75,21 @@ impl Client {
 
     /// [`fork_runtime`](Self::fork_runtime) with an explicit executable.
     pub fn fork_runtime_with(exe: &Path, config: &Config) -> Result<Self, RuntimeError> {
+        Self::fork_runtime_args(exe, &["run".as_ref()], config, "")
+    }
+
+    /// [`fork_runtime_with`](Self::fork_runtime_with) running `exe` with
+    /// `command` instead of `run`: a subcommand that serves a runtime as
+    /// `tandem run` does and takes its `--config`, `--announce` and
+    /// `--exit-on-stdin-eof` (`tandem blob run`). Its configuration file
+    /// holds `config` followed by `tables`, TOML tables of the command's own
+    /// (the store's `[blob]`), which must not repeat `config`'s keys.
+    pub fn fork_runtime_args(
+        exe: &Path,
+        command: &[&OsStr],
+        config: &Config,
+        tables: &str,
+    ) -> Result<Self, RuntimeError> {
         config.validate()?;
         let process = |why: String| RuntimeError::Process(why);
         let config_path = std::env::temp_dir().join(format!(
@@ -82,15 +97,15 @@ impl Client {
             std::process::id(),
             FORK_COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::write(&config_path, config.to_toml())
+        std::fs::write(&config_path, format!("{}\n{tables}", config.to_toml()))
             .map_err(|e| process(format!("writing {}: {e}", config_path.display())))?;
-        let args: [&OsStr; 5] = [
-            "run".as_ref(),
+        let flags: [&OsStr; 4] = [
             "--config".as_ref(),
             config_path.as_os_str(),
             "--announce".as_ref(),
             "--exit-on-stdin-eof".as_ref(),
         ];
+        let args: Vec<&OsStr> = command.iter().chain(&flags).copied().collect();
         let spawned = ServiceChild::spawn(exe, &args);
         // The child has read its config (or died): the file is not needed.
         let _ = std::fs::remove_file(&config_path);

@@ -45,8 +45,8 @@ pub enum Leg {
     /// The Garage harness, and the blob store's object tier (in process, and `tandem blob`
     /// processes as nodes) against real Garage clusters (needs a `garage` binary).
     S3,
-    /// The Python package's pytest suite, built with maturin into a virtual environment
-    /// (needs one with maturin, pytest and NumPy: `.ci/run` makes it).
+    /// The Python package's pytest suite and stubtest, built with maturin into a virtual
+    /// environment (needs one with maturin, pytest, NumPy and mypy: `.ci/run` makes it).
     Python,
     /// rustfmt and clippy.
     Lint,

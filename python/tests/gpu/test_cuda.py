@@ -175,6 +175,26 @@ def test_seal_refuses_stream_0_on_cuda(daemon):
     daemon.delete(buf.id)
 
 
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+def test_seal_takes_a_librarys_default_stream_object(daemon, library):
+    # Its handle is 0, CUDA's null stream: the legacy default stream, where
+    # a raw 0 is refused as ambiguous.
+    if library == "torch":
+        import torch
+
+        stream = torch.cuda.current_stream()
+        assert stream.cuda_stream == 0
+    else:
+        import cupy
+
+        stream = cupy.cuda.Stream.null
+        assert stream.ptr == 0
+    buf = daemon.create(64)
+    buf.seal(stream=stream)
+    assert buf.sealed
+    daemon.delete(buf.id)
+
+
 def test_blob_put_and_get_of_cuda_tensors():
     import cupy
     import torch
