@@ -396,7 +396,9 @@ impl BlobClient {
         Ok(out)
     }
 
-    /// Blob `name` of `tag`: its size, whether it is durable, its targets.
+    /// Blob `name` of `tag`: its size, whether it is durable, its targets,
+    /// the bytes it takes on them (`stored`), its persistence level and the
+    /// codecs its compressed frames use (empty when stored raw).
     fn stat<'py>(
         &self,
         py: Python<'py>,
@@ -411,6 +413,10 @@ impl BlobClient {
         dict.set_item("durable", info.durable != 0)?;
         let targets: Vec<u32> = (0..64).filter(|i| info.targets & (1 << i) != 0).collect();
         dict.set_item("targets", targets)?;
+        dict.set_item("stored", info.stored)?;
+        dict.set_item("persistence", info.persistence().map(|p| p.to_string()))?;
+        let codecs: Vec<String> = info.codecs().iter().map(ToString::to_string).collect();
+        dict.set_item("codecs", codecs)?;
         Ok(dict)
     }
 

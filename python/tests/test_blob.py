@@ -83,10 +83,19 @@ def test_compressed_puts_read_back_the_same_bytes(store, compression):
     back = np.empty_like(array)
     store.get("packed", compression, out=back)
     np.testing.assert_array_equal(back, array)
+    info = store.stat("packed", compression)
+    if compression == "none":
+        assert info["codecs"] == [] and info["stored"] >= array.nbytes
+    else:
+        # A repeating pattern compresses: fewer bytes stored than put.
+        codec = next(part for part in compression.split(":") if part in ("lz4", "zstd"))
+        assert info["codecs"] == [codec], info
+        assert 0 < info["stored"] < array.nbytes, info
 
 
 def test_persistence_reaches_the_store(store):
     assert store.put("kept", "v", b"x", persistence="volatile") == 1
+    assert store.stat("kept", "v")["persistence"] == "volatile"
     # A RAM store keeps nothing past a restart: a put that must survive one
     # is refused, which it would not be if the context were dropped.
     with pytest.raises(tandem.BlobError):
