@@ -118,7 +118,7 @@ def test_dataloader_workers_read_shared_buffers_by_id(client):
     )
     for epoch in range(2):
         seen = torch.cat(list(loader))
-        expect = torch.cat([torch.full((1024,), i, dtype=torch.int64) for i in range(8)])
+        expect = torch.stack([torch.full((1024,), i, dtype=torch.int64) for i in range(8)])
         assert torch.equal(seen, expect), f"epoch {epoch}"
     del loader
     gc.collect()
