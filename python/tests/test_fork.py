@@ -203,3 +203,28 @@ def test_a_writer_cannot_seal_a_buffer_it_deleted(client):
         buf.seal()
     with pytest.raises((tandem.errors.DeletedError, tandem.errors.UnknownIdError)):
         client.get(buf.id)
+
+
+def child_uses_an_inherited_blob_client(store, results) -> None:
+    try:
+        store.get("kept", "x")
+        results.put(("used", "a forked child used its parent's runtime client"))
+    except tandem.errors.BlobRuntimeError as e:
+        results.put(("refused", str(e)))
+    except BaseException as e:  # reported to the parent, which fails the test
+        results.put(("failed", repr(e)))
+
+
+def test_a_blob_client_in_a_forked_child_refuses_and_the_parents_goes_on(store):
+    store.put("kept", "x", b"parent")
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=child_uses_an_inherited_blob_client, args=(store, results))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    outcome, detail = results.get(timeout=10)
+    assert outcome == "refused" and "forked" in detail, detail
+    for i in range(20):
+        store.put("kept", f"after-{i}", b"x" * 4096)
+    assert bytes(store.get("kept", "x")) == b"parent"
