@@ -4,9 +4,12 @@
 //! stops when its stdin closes, so it never outlives the parent that
 //! started it.
 
-use std::io::{BufRead, BufReader, Read};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStderr, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
 
 use crate::error::ProcessError;
 use crate::fork::MadeIn;
@@ -41,10 +44,11 @@ impl ServiceChild {
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| ProcessError::Child(format!("cannot start {}: {e}", exe.display())))?;
-        match read_ready_line(&mut child) {
+        let stderr = child.stderr.take().map(StderrTail::copy);
+        match read_ready_line(&mut child, stderr) {
             Ok(ready) => {
                 let lifeline = child.stdin.take();
                 Ok(Self {
@@ -96,8 +100,48 @@ impl ServiceChild {
     }
 }
 
+/// Lines of a child's stderr kept to say why it did not start.
+const STDERR_TAIL_LINES: usize = 20;
+
+/// A thread copying a child's stderr to this process's as it comes (a
+/// service's logs go where they went when it inherited stderr), keeping its
+/// last lines for the error of a child that exits before it is ready.
+struct StderrTail {
+    last: Arc<Mutex<VecDeque<String>>>,
+    copier: JoinHandle<()>,
+}
+
+impl StderrTail {
+    fn copy(stderr: ChildStderr) -> Self {
+        let last = Arc::new(Mutex::new(VecDeque::new()));
+        let kept = Arc::clone(&last);
+        let copier = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                // This process's stderr may be closed: its lines are lost
+                // then, as they were when the child wrote them there.
+                let _ = writeln!(std::io::stderr(), "{line}");
+                let mut kept = kept.lock().unwrap_or_else(PoisonError::into_inner);
+                if kept.len() == STDERR_TAIL_LINES {
+                    kept.pop_front();
+                }
+                kept.push_back(line);
+            }
+        });
+        Self { last, copier }
+    }
+
+    /// The last lines, once the child has exited (its stderr closed).
+    fn last_lines(self) -> Vec<String> {
+        let _ = self.copier.join();
+        let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        last.iter().cloned().collect()
+    }
+}
+
 /// Reads the child's stdout up to its ready line; returns what it serves.
-fn read_ready_line(child: &mut Child) -> Result<String, ProcessError> {
+/// A child that exits first is reaped, and its error gives its exit status
+/// and the last lines it wrote to stderr.
+fn read_ready_line(child: &mut Child, stderr: Option<StderrTail>) -> Result<String, ProcessError> {
     let Some(out) = child.stdout.take() else {
         return Err(ProcessError::Child("child has no stdout pipe".into()));
     };
@@ -119,8 +163,13 @@ fn read_ready_line(child: &mut Child) -> Result<String, ProcessError> {
             Some(Err(e)) => return Err(ProcessError::Child(format!("reading child stdout: {e}"))),
             None => {
                 let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
+                let said = stderr.map(StderrTail::last_lines).unwrap_or_default();
+                let said = match said.as_slice() {
+                    [] => String::from("it wrote nothing to stderr"),
+                    lines => format!("its last words on stderr:\n{}", lines.join("\n")),
+                };
                 return Err(ProcessError::Child(format!(
-                    "child exited before it was ready ({status})"
+                    "child exited before it was ready ({status}); {said}"
                 )));
             }
         }

@@ -95,8 +95,7 @@ fn fork_with(exe: &Path, store: &Path, heap_bytes: usize) -> Result<BlobClient, 
         Error::new(
             Kind::BlobRuntime,
             format!(
-                "starting `{} blob run` on the store {}: {e} (the runtime's own words \
-                         went to this process's stderr)",
+                "starting `{} blob run` on the store {}: {e}",
                 exe.display(),
                 store.display()
             ),

@@ -10,8 +10,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,3 +193,22 @@ def wait_for_exit(pid: int, seconds: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_a_runtime_that_dies_starting_says_why(tandem_bin):
+    with tempfile.TemporaryDirectory(prefix="tandem-python-test-") as folder:
+        config = Path(folder) / "store.toml"
+        # A valid configuration whose metadata cannot be created: the store
+        # opens it only once the runtime runs.
+        config.write_text(
+            'metadata = "/proc/tandem-no-such-dir/blob.redb"\n'
+            "[[targets]]\n"
+            'kind = "ram"\n'
+            f"capacity = {16 << 20}\n"
+            "score = 1.0\n"
+        )
+        with pytest.raises(tandem.BlobRuntimeError) as refused:
+            tandem.blob.fork(str(config), tandem=tandem_bin)
+    message = str(refused.value)
+    assert "exit status" in message and "stderr" in message, message
+    assert "blob.redb" in message, message
