@@ -11,19 +11,8 @@ use std::ptr::{null, null_mut};
 use tandem::layout::{Dim3, HostKernel, QueueSegmentInfo, Status};
 use tandem::*;
 
-fn message() -> String {
-    // SAFETY: never null, NUL-terminated, valid until this thread's next call.
-    unsafe { CStr::from_ptr(tandem_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn expect(status: Status, want: Status) {
-    assert_eq!(status, want, "message: {}", message());
-    if want != Status::Ok {
-        assert!(!message().is_empty(), "a failed call leaves a message");
-    }
-}
+mod common;
+use common::{expect, message};
 
 /// [`expect`], and the message names `argument`.
 fn expect_naming(status: Status, want: Status, argument: &str) {

@@ -217,7 +217,7 @@ fn the_header_compiles_at_the_standards_it_claims() {
                     "-fsyntax-only",
                     "-I",
                 ])
-                .arg(&header)
+                .arg(header)
                 .arg(&source));
         }
     }

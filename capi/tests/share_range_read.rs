@@ -4,22 +4,14 @@
 //! buffer, is what `cargo bench -p tandem-capi --bench boundary` shows:
 //! it prints the two reads' times side by side.)
 
-use std::ffi::{CStr, CString};
+use std::ffi::CString;
 use std::ptr::null_mut;
 
 use tandem::layout::Status;
 use tandem::*;
 
-fn message() -> String {
-    // SAFETY: never null, NUL-terminated, valid until this thread's next call.
-    unsafe { CStr::from_ptr(tandem_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn expect(status: Status, want: Status) {
-    assert_eq!(status, want, "message: {}", message());
-}
+mod common;
+use common::{expect, message};
 
 const BUFFER: usize = 64 << 20;
 const RANGE: usize = 4 << 10;

@@ -13,16 +13,8 @@ use tandem::layout::Status;
 use tandem::*;
 use tandem_process::{find_tandem_binary, ServiceChild};
 
-fn message() -> String {
-    // SAFETY: never null, NUL-terminated, valid until this thread's next call.
-    unsafe { CStr::from_ptr(tandem_last_error_message()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-fn expect(status: Status, want: Status) {
-    assert_eq!(status, want, "message: {}", message());
-}
+mod common;
+use common::{expect, message};
 
 /// A `tandem blob run` with a RAM tier room for the largest blob below,
 /// and its segment's name; None (after saying why) without the binary.
