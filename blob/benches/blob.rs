@@ -527,7 +527,14 @@ fn client_latency() -> Result<(), String> {
         let put = |prefix: &str, score: Score| {
             mean(rounds, &mut |i| {
                 blobs
-                    .put_chunked(tag, &format!("{prefix}{}", i % 64), 0, &bytes, score)
+                    .put_chunked(
+                        tag,
+                        &format!("{prefix}{}", i % 64),
+                        0,
+                        &bytes,
+                        score,
+                        &PutContext::default(),
+                    )
                     .map(drop)
                     .map_err(|e| e.to_string())
             })

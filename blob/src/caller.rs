@@ -369,10 +369,11 @@ impl<'s> BlobCaller<'s, Client> {
         }
     }
 
-    /// Writes `bytes` at `offset` of blob `name` of `tag` a chunk at a time
-    /// through one [`chunk_buffer`](Self::chunk_buffer), so any size fits the
-    /// client's quota; the blob's size after. Each chunk is a put of its
-    /// own: a failure may leave the chunks before it written.
+    /// Writes `bytes` at `offset` of blob `name` of `tag` in `context` (its
+    /// compression and persistence) a chunk at a time through one
+    /// [`chunk_buffer`](Self::chunk_buffer), so any size fits the client's
+    /// quota; the blob's size after. Each chunk is a put of its own: a
+    /// failure may leave the chunks before it written.
     pub fn put_chunked(
         &self,
         tag: TagId,
@@ -380,19 +381,21 @@ impl<'s> BlobCaller<'s, Client> {
         offset: u64,
         bytes: &[u8],
         score: Score,
+        context: &PutContext,
     ) -> Result<u64, CallError> {
         if bytes.is_empty() {
-            return self.put(tag, name, offset, bytes, score);
+            return self.put_ctx(tag, name, offset, bytes, score, context);
         }
         let mut buffer = self.chunk_buffer()?;
         let step = buffer.len();
         let mut size = 0;
         for (i, chunk) in bytes.chunks(step).enumerate() {
             buffer.write(0, chunk);
-            let at = offset + (i * step) as u64;
-            let context = PutContext::default();
+            // An offset beyond the store's largest blob is its refusal (too
+            // large), not an overflow here.
+            let at = offset.saturating_add((i * step) as u64);
             let (after, back) =
-                self.put_from(tag, name, at, buffer, chunk.len(), score, &context)?;
+                self.put_from(tag, name, at, buffer, chunk.len(), score, context)?;
             size = after;
             buffer = back;
         }

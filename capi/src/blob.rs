@@ -12,7 +12,7 @@
 use std::ffi::c_char;
 use std::time::Duration;
 
-use tandem_blob::{BlobCaller, Score, TagId};
+use tandem_blob::{BlobCaller, PutContext, Score, TagId};
 use tandem_runtime::Client;
 
 use crate::args;
@@ -90,7 +90,14 @@ pub unsafe extern "C" fn tandem_blob_put(
             ));
         }
         let after = with_caller(&client, timeout_ms, |c| {
-            Ok(c.put_chunked(TagId(tag), name, offset, data, Score::AUTO)?)
+            Ok(c.put_chunked(
+                TagId(tag),
+                name,
+                offset,
+                data,
+                Score::AUTO,
+                &PutContext::default(),
+            )?)
         })?;
         if size.is_null() {
             return Ok(());

@@ -205,35 +205,6 @@ fn put_context(compression: Option<&str>, persistence: Option<&str>) -> Result<P
     Ok(context)
 }
 
-/// Writes `bytes` at `offset` of blob `name` of `tag` in `context`, a chunk
-/// at a time through one buffer of the client's heap, so any size fits the
-/// client's quota (as `BlobCaller::put_chunked`, which puts in the default
-/// context only); the blob's size after. Each chunk is a put of its own: a
-/// failure may leave the chunks before it written.
-fn put_chunks(
-    caller: &BlobCaller<'_, RuntimeClient>,
-    tag: TagId,
-    name: &str,
-    offset: u64,
-    bytes: &[u8],
-    score: Score,
-    context: &PutContext,
-) -> Result<u64, CallError> {
-    let mut buffer = caller.chunk_buffer()?;
-    let step = buffer.len();
-    let mut size = 0;
-    for (i, chunk) in bytes.chunks(step).enumerate() {
-        buffer.write(0, chunk);
-        // An offset beyond the store's largest blob is its refusal (too
-        // large), not an overflow here.
-        let at = offset.saturating_add((i * step) as u64);
-        let (after, back) = caller.put_from(tag, name, at, buffer, chunk.len(), score, context)?;
-        size = after;
-        buffer = back;
-    }
-    Ok(size)
-}
-
 /// A caller of this client's runtime.
 fn caller(client: &RuntimeClient) -> BlobCaller<'_, RuntimeClient> {
     BlobCaller::new(client).with_timeout(CALL_TIMEOUT)
@@ -331,7 +302,7 @@ impl BlobClient {
         let caller = caller(&self.client);
         let tag = self.tag_id(py, &caller, tag, true)?;
         call(py, &caller, bytes.len(), |c| {
-            put_chunks(c, tag, &name, offset, bytes, score, &context)
+            c.put_chunked(tag, &name, offset, bytes, score, &context)
         })
     }
 
