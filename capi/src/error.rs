@@ -134,7 +134,9 @@ impl From<ShareError> for CapiError {
             ShareError::Refused(_) | ShareError::Busy(_) | ShareError::NotWriter(_) => {
                 Status::Refused
             }
-            ShareError::InvalidSize { .. } => Status::InvalidArgument,
+            ShareError::InvalidSize { .. } | ShareError::OutOfRange { .. } => {
+                Status::InvalidArgument
+            }
             ShareError::Gpu(_) => Status::Device,
             ShareError::GpuInForkedChild { .. } => Status::Unsupported,
             _ => Status::Failed,

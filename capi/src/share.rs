@@ -7,12 +7,11 @@
 
 use std::ffi::c_char;
 use std::path::Path;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use tandem_hal::{DeviceMemory, GpuApi, GpuDevice};
+use tandem_hal::{GpuApi, GpuDevice};
 use tandem_runtime::{on_best_backend, Backend, OnBackend};
-use tandem_share::{GpuBuffer, MutableGpuBuffer, ObjectId, ShareClient};
+use tandem_share::{HeldBuffer, ObjectId, ShareClient};
 
 use crate::args;
 use crate::error::{guard, CapiError, CapiResult};
@@ -61,14 +60,7 @@ impl<A: GpuApi> OpenShare for ShareClient<A> {
 
     fn create(&self, device: usize, bytes: usize) -> CapiResult<(u64, Box<dyn OpenBuffer>)> {
         let (id, buffer) = self.create_buffer(device, bytes)?;
-        let buffer = Buffer {
-            client: self.clone(),
-            id: id.0,
-            device_ptr: buffer.device_ptr(),
-            len: buffer.len(),
-            state: Mutex::new(State::Writable(Some(buffer))),
-        };
-        Ok((id.0, Box::new(buffer)))
+        Ok((id.0, Box::new(HeldBuffer::writable(self.clone(), buffer))))
     }
 
     fn get(&self, id: u64, wait: Duration) -> CapiResult<Box<dyn OpenBuffer>> {
@@ -83,13 +75,7 @@ impl<A: GpuApi> OpenShare for ShareClient<A> {
         // The stream waits for the writer's work; C callers order their own
         // work after this call's return rather than after our stream.
         device.synchronize_stream(&stream)?;
-        Ok(Box::new(Buffer {
-            client: self.clone(),
-            id,
-            device_ptr: buffer.device_ptr(),
-            len: buffer.len(),
-            state: Mutex::new(State::Sealed(buffer)),
-        }))
+        Ok(Box::new(HeldBuffer::sealed(self.clone(), buffer)))
     }
 
     fn delete(&self, id: u64) -> CapiResult {
@@ -97,109 +83,32 @@ impl<A: GpuApi> OpenShare for ShareClient<A> {
     }
 }
 
-/// A buffer of backend `A`: its writer's until sealed, then read-only.
-struct Buffer<A: GpuApi> {
-    client: ShareClient<A>,
-    id: u64,
-    device_ptr: u64,
-    len: usize,
-    state: Mutex<State<A>>,
-}
-
-enum State<A: GpuApi> {
-    /// `None` only while a seal is in progress, or after one failed.
-    Writable(Option<MutableGpuBuffer<A>>),
-    Sealed(GpuBuffer<A>),
-}
-
-impl<A: GpuApi> Buffer<A> {
-    fn range(&self, offset: usize, len: usize) -> CapiResult {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(CapiError::invalid(format!(
-                "offset {offset} + len {len} is past the buffer's {} bytes",
-                self.len
-            ))),
-        }
-    }
-}
-
-impl<A: GpuApi> OpenBuffer for Buffer<A> {
+impl<A: GpuApi> OpenBuffer for HeldBuffer<A> {
     fn id(&self) -> u64 {
-        self.id
+        HeldBuffer::id(self).0
     }
 
     fn device_ptr(&self) -> u64 {
-        self.device_ptr
+        HeldBuffer::device_ptr(self)
     }
 
     fn len(&self) -> usize {
-        self.len
+        HeldBuffer::len(self)
     }
 
     fn write(&self, offset: usize, data: &[u8]) -> CapiResult {
-        self.range(offset, data.len())?;
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*state {
-            State::Writable(Some(buffer)) => {
-                Ok(buffer.device().copy_to_device(buffer, offset, data)?)
-            }
-            _ => Err(CapiError::new(
-                Status::Refused,
-                format!(
-                    "shared buffer {} is sealed: only its writer wrote it, before sealing",
-                    self.id
-                ),
-            )),
-        }
+        Ok(HeldBuffer::write(self, offset, data)?)
     }
 
     fn read(&self, offset: usize, out: &mut [u8]) -> CapiResult {
-        self.range(offset, out.len())?;
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        match &*state {
-            State::Writable(Some(buffer)) => {
-                Ok(buffer.device().copy_from_device(out, buffer, offset)?)
-            }
-            State::Sealed(buffer) => {
-                // Only the range crosses: the writer's work done, then one
-                // copy of `out.len()` bytes, whatever the buffer's size.
-                buffer.wait_for_seal()?;
-                Ok(buffer.device().copy_from_device(out, buffer, offset)?)
-            }
-            State::Writable(None) => Err(CapiError::new(
-                Status::Failed,
-                format!("shared buffer {}: its seal failed", self.id),
-            )),
-        }
+        Ok(HeldBuffer::read(self, offset, out)?)
     }
 
     fn seal(&self) -> CapiResult {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let State::Writable(writable) = &mut *state else {
-            return Err(CapiError::new(
-                Status::Refused,
-                format!("shared buffer {} is sealed already", self.id),
-            ));
-        };
-        let buffer = writable.take().ok_or_else(|| {
-            CapiError::new(
-                Status::Failed,
-                format!("shared buffer {}: its seal failed", self.id),
-            )
-        })?;
-        // The caller's own work on the buffer is complete (its docs), so an
-        // idle stream of the buffer's device orders readers after it.
-        let stream = buffer.device().create_stream()?;
-        let sealed = self.client.seal(buffer, &stream)?;
-        // The record runs on the stream after this returns, and a process
-        // that exits first (a writer's usual next step) takes the unrun
-        // record with it: the event then never completes and every reader
-        // waits on it for ever. Only the record is queued, so this costs
-        // its run.
-        let recorded = sealed.wait_for_seal();
-        *state = State::Sealed(sealed);
-        Ok(recorded?)
+        // The caller's own work on the buffer is complete (the call's
+        // docs), and the seal waits for its record: a writer's usual next
+        // step is to exit.
+        Ok(HeldBuffer::seal(self)?)
     }
 }
 

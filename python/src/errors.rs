@@ -130,6 +130,7 @@ impl From<ShareError> for Error {
             ShareError::NotSealed { .. } => Kind::NotSealed,
             ShareError::NotWriter(_) => Kind::Sealed,
             ShareError::InvalidSize { .. } => Kind::InvalidSize,
+            ShareError::OutOfRange { .. } => Kind::Argument,
             ShareError::NoDevice(_)
             | ShareError::NoPeerAccess { .. }
             | ShareError::GpuInForkedChild { .. } => Kind::NoDevice,

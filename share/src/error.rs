@@ -50,6 +50,17 @@ pub enum ShareError {
         /// The size asked for.
         bytes: u64,
     },
+    /// A range past the buffer's end.
+    OutOfRange {
+        /// The buffer.
+        id: ObjectId,
+        /// Where the range starts.
+        offset: usize,
+        /// Its length.
+        len: usize,
+        /// The buffer's length.
+        buffer: usize,
+    },
     /// No such device.
     NoDevice(String),
     /// The buffer's memory lives on device `holder`, which device `device`
@@ -125,6 +136,15 @@ impl fmt::Display for ShareError {
                     "a shared buffer of {bytes} bytes is zero or beyond the device"
                 )
             }
+            Self::OutOfRange {
+                id,
+                offset,
+                len,
+                buffer,
+            } => write!(
+                f,
+                "offset {offset} + len {len} is past the {buffer} bytes of shared buffer {id}"
+            ),
             Self::NoDevice(why) => write!(f, "no such device: {why}"),
             Self::NoPeerAccess { id, device, holder } => write!(
                 f,

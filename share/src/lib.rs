@@ -47,7 +47,8 @@
 //!   ([`MirrorSource`] says of what, [`MirrorAccess`] with [`ReadOnly`] or
 //!   [`WriteBack`] whether it copies back). A front that orders its work on
 //!   no stream of its own uses the client's ([`ShareClient::stream`], a
-//!   [`DeviceStream`]). Every failure is a
+//!   [`DeviceStream`]). A front holding a buffer whatever its state (the C
+//!   ABI, Python) holds a [`HeldBuffer`]. Every failure is a
 //!   [`ShareError`]; a refusal the client library has no variant for keeps
 //!   the daemon's [`ErrorCode`].
 //! * **Looking at a daemon.** [`Inspector`] stats, lists and deletes without
@@ -71,7 +72,8 @@
 //! 3. `poll` and `connection` (a client's connections to the daemon).
 //! 4. `daemon`; `mapping` (a process's mappings, their leases, and the
 //!    client state they hold).
-//! 5. `buffer`, then `client`; `testing` over `wire` and `transport`.
+//! 5. `buffer`, then `client`, then `held`; `testing` over `wire` and
+//!    `transport`.
 //!
 //! [`GpuDevice::alloc_shareable`]: tandem_hal::GpuDevice::alloc_shareable
 //! [`GpuDevice::import_shareable`]: tandem_hal::GpuDevice::import_shareable
@@ -81,6 +83,7 @@ mod client;
 mod connection;
 mod daemon;
 mod error;
+mod held;
 mod mapping;
 mod poll;
 #[cfg(feature = "testing")]
@@ -95,6 +98,7 @@ pub use client::{DeviceStream, ShareClient, DEFAULT_SEAL_WAIT};
 pub use connection::Inspector;
 pub use daemon::{Daemon, Limits, RunningDaemon};
 pub use error::ShareError;
+pub use held::HeldBuffer;
 pub use mapping::Access;
 pub use poll::Polling;
 pub use transport::{default_socket_path, runtime_dir};
