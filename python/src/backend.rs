@@ -4,8 +4,8 @@
 //! stream is ordered after a seal, how another library's memory is copied)
 //! is this trait; everything else is generic.
 
-use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, HostApi};
-use tandem_share::{GpuBuffer, MutableGpuBuffer, ShareClient, WireBackend};
+use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, GpuResult, HostApi};
+use tandem_share::{GpuBuffer, WireBackend};
 
 use crate::dlpack::{Imported, Place};
 use crate::errors::{Error, Kind};
@@ -30,17 +30,16 @@ pub(crate) trait Backend: GpuApi {
     /// when none was), checked: what [`seal`](Self::seal) records on.
     fn producer_stream(stream: Option<i64>) -> Result<usize, Error>;
 
-    /// Seals `buffer` once the work queued so far on `stream` (from
+    /// Records a seal's `event` on `holder` (the buffer's device) once the
+    /// work queued so far on `stream` (from
     /// [`producer_stream`](Self::producer_stream)) is done; `own` is the
-    /// client's stream of `device`, the buffer's. A failed seal gives the
-    /// buffer back, still the writer's.
-    fn seal(
-        share: &ShareClient<Self>,
-        device: &Self::Device,
+    /// client's stream of the holder. What `HeldBuffer::seal_with` calls.
+    fn record_seal(
+        holder: &Self::Device,
         own: &<Self::Device as GpuDevice>::Stream,
-        buffer: MutableGpuBuffer<Self>,
+        event: &<Self::Device as GpuDevice>::Event,
         stream: usize,
-    ) -> Result<GpuBuffer<Self>, (Error, MutableGpuBuffer<Self>)>;
+    ) -> GpuResult<()>;
 
     /// Whether a seal's record runs on a thread of this process (the CPU
     /// device's streams): the seal then waits for it, as a writer that
@@ -89,19 +88,14 @@ impl Backend for HostApi {
 
     /// The device's threads are waited for, then the seal is recorded on
     /// the client's stream.
-    fn seal(
-        share: &ShareClient<Self>,
-        device: &Self::Device,
+    fn record_seal(
+        holder: &Self::Device,
         own: &<Self::Device as GpuDevice>::Stream,
-        buffer: MutableGpuBuffer<Self>,
+        event: &<Self::Device as GpuDevice>::Event,
         _stream: usize,
-    ) -> Result<GpuBuffer<Self>, (Error, MutableGpuBuffer<Self>)> {
-        if let Err(e) = device.synchronize() {
-            return Err((e.into(), buffer));
-        }
-        share
-            .try_seal(buffer, own)
-            .map_err(|(e, buffer)| (e.into(), buffer))
+    ) -> GpuResult<()> {
+        holder.synchronize()?;
+        holder.record_event(event, own)
     }
 
     /// The CPU has no streams: the standard's `None` only (or `-1`, no
@@ -191,9 +185,9 @@ mod cuda {
     use std::marker::PhantomData;
     use std::sync::OnceLock;
 
-    use tandem_hal::{DeviceMemory, GpuApi, GpuDevice};
+    use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, GpuResult};
     use tandem_hal_cuda::{CudaApi, CudaDevice};
-    use tandem_share::{GpuBuffer, MutableGpuBuffer, ShareClient, WireBackend};
+    use tandem_share::{GpuBuffer, WireBackend};
 
     use super::{host_bytes, Backend};
     use crate::dlpack::{Imported, Place};
@@ -263,21 +257,16 @@ mod cuda {
         }
 
         /// The seal's event recorded on the writer's stream: no host wait.
-        fn seal(
-            share: &ShareClient<Self>,
-            _device: &CudaDevice,
+        fn record_seal(
+            holder: &CudaDevice,
             _own: &<CudaDevice as GpuDevice>::Stream,
-            buffer: MutableGpuBuffer<Self>,
+            event: &<CudaDevice as GpuDevice>::Event,
             stream: usize,
-        ) -> Result<GpuBuffer<Self>, (Error, MutableGpuBuffer<Self>)> {
-            share
-                .try_seal_with(buffer, |holder, event| {
-                    // SAFETY: `seal(stream=...)` names a stream of the
-                    // buffer's device, as a DLPack consumer does, or one of
-                    // the special handles.
-                    unsafe { holder.foreign_stream_record_event(stream, event) }
-                })
-                .map_err(|(e, buffer)| (e.into(), buffer))
+        ) -> GpuResult<()> {
+            // SAFETY: `seal(stream=...)` names a stream of the buffer's
+            // device, as a DLPack consumer does, or one of the special
+            // handles.
+            unsafe { holder.foreign_stream_record_event(stream, event) }
         }
 
         /// The standard's CUDA values: `None` and 1 the legacy default
