@@ -22,7 +22,7 @@ use tandem_runtime::{
     PeerAccess, Registry, Route, Runtime,
 };
 
-use crate::blob;
+use crate::{blob, stdout};
 
 /// `tandem demo`'s options.
 #[derive(Args, Debug)]
@@ -336,7 +336,7 @@ pub(crate) fn demo_command(args: DemoArgs) -> ExitCode {
         Ok(Err(why)) | Err(why) => {
             eprintln!("tandem: {why}");
             if !json {
-                println!("demo: FAILED: {why}");
+                stdout::print_line(&format!("demo: FAILED: {why}"));
             }
             ExitCode::from(1)
         }
@@ -359,7 +359,7 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
     };
     let say = |line: String| {
         if !json {
-            println!("{line}");
+            stdout::print_line(&line);
         }
     };
     let devices_asked = match &args.devices {
@@ -787,16 +787,13 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
             failed,
             ok,
         };
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
+        stdout::print_line(&serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
     } else {
         let verdict = if ok { "ok" } else { "FAILED" };
-        println!(
+        stdout::print_line(&format!(
             "demo: {tasks} tasks ({to_cpu_workers} to workers, {to_services} to services, \
              {blob_calls} blob calls), {failed} failed: {verdict}"
-        );
+        ));
     }
     Ok(ok)
 }

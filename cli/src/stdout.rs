@@ -7,6 +7,7 @@
 //! the runtime starts: from the ELF constructors (`.init_array`), which the
 //! loader runs before the runtime's own start-up.
 
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static CLOSED: AtomicBool = AtomicBool::new(false);
@@ -37,4 +38,14 @@ pub(crate) fn end_quietly_when_the_reader_leaves() {
     // SAFETY: restores the default disposition of one signal; no handler
     // is installed, so nothing runs in signal context.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+/// Prints `line` on stdout for a command that holds resources (SIGPIPE
+/// ignored, see `main`): when the reader has gone away the line is lost,
+/// and the command goes on to release what it holds rather than panic in
+/// `println!`. A line that cannot be written is not worth failing the run
+/// for; its exit status still says how the work went.
+pub(crate) fn print_line(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }

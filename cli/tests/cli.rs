@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::process::Output;
+use std::process::{Output, Stdio};
 
 use tandem_runtime::Config;
 
@@ -257,4 +257,21 @@ fn a_closed_pipe_ends_a_command_quietly() {
         .expect("run tandem");
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{out:?}");
     assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+}
+
+/// A demo whose reader goes away (its stdout a pipe closed at once) runs to
+/// its end and cleans up, without a panic over the lost lines.
+#[test]
+fn a_demo_whose_reader_left_ends_without_a_panic() {
+    let mut demo = common::tandem()
+        .arg("demo")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(demo.stdout.take());
+    let out = demo.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
