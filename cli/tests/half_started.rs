@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::mem::{offset_of, size_of};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -77,21 +76,14 @@ fn published_image(dir: &Path, name: &str) -> (Vec<u8>, Duration) {
     let started = Instant::now();
     let mut cleanup = common::Cleanup::default();
     cleanup.files.push(Path::new("/dev/shm").join(name));
-    let mut child = common::tandem()
+    let mut command = common::tandem();
+    command
         .args(["blob", "run", "--announce", "--exit-on-stdin-eof"])
         .args(["--config", &config(dir, name)])
         .env_remove("TANDEM_BLOB_CONFIG")
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start tandem blob run");
-    let out = child.stdout.take().expect("stdout");
-    cleanup.children.push(child);
-    let ready = BufReader::new(out)
-        .lines()
-        .map_while(Result::ok)
-        .any(|line| line.starts_with("ready"));
-    assert!(ready, "no ready line");
+        .stdout(Stdio::piped());
+    common::start_until_ready(command, &mut cleanup);
     let took = started.elapsed();
     let image = std::fs::read(Path::new("/dev/shm").join(name)).expect("read the segment");
     // The runtime ends when its stdin closes, as the cleanup drops.

@@ -33,25 +33,40 @@ enum State<A: GpuApi> {
 impl<A: GpuApi> HeldBuffer<A> {
     /// A writer's buffer, fresh from [`ShareClient::create_buffer`].
     pub fn writable(client: ShareClient<A>, buffer: MutableGpuBuffer<A>) -> Self {
-        Self {
-            id: buffer.id(),
-            len: buffer.len(),
-            device_ptr: buffer.device_ptr(),
-            device: buffer.device().ordinal(),
-            client,
-            state: Mutex::new(Some(State::Writable(buffer))),
-        }
+        let (id, len, ptr, device) = (
+            buffer.id(),
+            buffer.len(),
+            buffer.device_ptr(),
+            buffer.device().ordinal(),
+        );
+        Self::holding(client, (id, len, ptr, device), State::Writable(buffer))
     }
 
     /// A reader's buffer, from [`ShareClient::get_buffer`] and the like.
     pub fn sealed(client: ShareClient<A>, buffer: GpuBuffer<A>) -> Self {
+        let (id, len, ptr, device) = (
+            buffer.id(),
+            buffer.len(),
+            buffer.device_ptr(),
+            buffer.device().ordinal(),
+        );
+        Self::holding(client, (id, len, ptr, device), State::Sealed(buffer))
+    }
+
+    /// A held `state`, given its buffer's id, length, address and device
+    /// ordinal (constant whatever the state).
+    fn holding(
+        client: ShareClient<A>,
+        (id, len, device_ptr, device): (ObjectId, usize, u64, usize),
+        state: State<A>,
+    ) -> Self {
         Self {
-            id: buffer.id(),
-            len: buffer.len(),
-            device_ptr: buffer.device_ptr(),
-            device: buffer.device().ordinal(),
             client,
-            state: Mutex::new(Some(State::Sealed(buffer))),
+            id,
+            len,
+            device_ptr,
+            device,
+            state: Mutex::new(Some(state)),
         }
     }
 

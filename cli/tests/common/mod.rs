@@ -110,9 +110,9 @@ pub fn fork_script(
     .expect("fork the runtime")
 }
 
-/// Starts `command`, waits for its line starting with `ready`, kills it
-/// with SIGKILL and reaps it: what it created stays behind. Returns its pid.
-pub fn kill_after_ready(mut command: Command, cleanup: &mut Cleanup) -> u32 {
+/// Starts `command` (stdout piped), hands it to `cleanup` and waits for its
+/// line starting with `ready`; returns its pid.
+pub fn start_until_ready(mut command: Command, cleanup: &mut Cleanup) -> u32 {
     let mut child = command.spawn().expect("spawn");
     let pid = child.id();
     let out = child.stdout.take().expect("stdout");
@@ -122,6 +122,13 @@ pub fn kill_after_ready(mut command: Command, cleanup: &mut Cleanup) -> u32 {
         .map_while(Result::ok)
         .any(|line| line.starts_with("ready"));
     assert!(ready, "no ready line");
+    pid
+}
+
+/// Starts `command`, waits for its line starting with `ready`, kills it
+/// with SIGKILL and reaps it: what it created stays behind. Returns its pid.
+pub fn kill_after_ready(command: Command, cleanup: &mut Cleanup) -> u32 {
+    let pid = start_until_ready(command, cleanup);
     let child = cleanup.children.last_mut().expect("child");
     child.kill().expect("kill");
     child.wait().expect("reap");
