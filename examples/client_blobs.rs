@@ -170,8 +170,9 @@ impl OnBackend for RunKernel {
         let mismatched = status.iter().filter(|&&s| s == MISMATCH).count();
         let failed = status.iter().filter(|&&s| s != RT_OK).count();
         println!(
-            "client_blobs: program {} on {backend}: {count} threads put, got and compared {} bytes each in {:.3} s: {mismatched} mismatched, {failed} failed",
+            "client_blobs: program {} on {}: {count} threads put, got and compared {} bytes each in {:.3} s: {mismatched} mismatched, {failed} failed",
             self.program,
+            backend.describe(),
             self.blob_bytes,
             elapsed.as_secs_f64()
         );

@@ -108,7 +108,7 @@ impl OnBackend for Example<'_> {
     type Output = Result<Summary, String>;
 
     fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
-        run(api, &backend.to_string(), backend.is_gpu(), self.0)
+        run(api, backend.describe(), backend.is_gpu(), self.0)
     }
 }
 

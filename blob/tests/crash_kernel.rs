@@ -96,7 +96,7 @@ impl OnBackend for Child {
         let mut kernels = BlobKernels::load(&runtime.devices()[0]).expect("load the blob kernels");
         let mut out = std::io::stdout().lock();
         let segment = runtime.cpu_segment().name().expect("a named CPU segment");
-        writeln!(out, "segment {segment} {backend}").expect("stdout");
+        writeln!(out, "segment {segment} {}", backend.describe()).expect("stdout");
         out.flush().expect("stdout");
         let launch = PutStreamLaunch {
             blocks: BLOCKS,
@@ -152,7 +152,7 @@ enum Line {
 fn parse(line: &str) -> Option<Line> {
     // libtest may print "test crash_kernel_child ... " in front of a line.
     if let Some(at) = line.find("segment ") {
-        // The backend's name has spaces: it is the rest of the line.
+        // The backend is described in words with spaces: the rest of the line.
         let (name, backend) = line[at + 8..].split_once(' ')?;
         return Some(Line::Segment(name.to_string(), backend.to_string()));
     }

@@ -314,7 +314,8 @@ tandem_status tandem_device_queues_check_runtime(const tandem_device_queues *que
 tandem_status tandem_device_queues_launch_cpu(const tandem_device_queues *queues, const tandem_host_kernel *kernel, tandem_dim3 grid, tandem_dim3 block, uint32_t shared_bytes, const void *const *args);
 
 // Connects to the daemon serving the socket `socket` (`tandem share serve
-// --socket`). Blocks until it answers.
+// --socket`), on the backend it serves: `TANDEM_STATUS_REFUSED` where this
+// build lacks that backend. Blocks until it answers.
 //
 // # Safety
 // `socket` is null or NUL-terminated; `out` is null or writable.
@@ -323,7 +324,9 @@ tandem_status tandem_share_connect(const char *socket, tandem_share **out);
 // Starts a daemon (`tandem share serve`, from `tandem_bin`, null:
 // `$TANDEM_BIN`, else `tandem` beside the program) in a child process on
 // a socket of its own and connects; it stops once the connection and its
-// buffers are closed. Blocks until it serves.
+// buffers are closed. Its backend is CUDA where this build has it and a
+// device answers, else HIP likewise, else the CPU device. Blocks until it
+// serves.
 //
 // # Safety
 // `tandem_bin` is null or NUL-terminated; `out` is null or writable.

@@ -9,9 +9,8 @@ use std::ffi::c_char;
 use std::path::Path;
 use std::time::Duration;
 
-use tandem_hal::{GpuApi, GpuDevice};
-use tandem_runtime::{on_best_backend, Backend, OnBackend};
-use tandem_share::{HeldBuffer, ObjectId, ShareClient};
+use tandem_runtime::BackendChoice;
+use tandem_share::{AnyHeldBuffer, AnyShareClient, ObjectId};
 
 use crate::args;
 use crate::error::{guard, CapiError, CapiResult};
@@ -35,114 +34,17 @@ pub struct ShareBufferHandle {
     _opaque: [u8; 0],
 }
 
-/// What the C calls need of a [`ShareClient`], whatever its backend.
-trait OpenShare: Send + Sync {
-    fn daemon_pid(&self) -> u32;
-    fn create(&self, device: usize, bytes: usize) -> CapiResult<(u64, Box<dyn OpenBuffer>)>;
-    fn get(&self, id: u64, wait: Duration) -> CapiResult<Box<dyn OpenBuffer>>;
-    fn delete(&self, id: u64) -> CapiResult;
-}
+static SHARES: Handles<AnyShareClient> = Handles::new("tandem_share", "share");
+static BUFFERS: Handles<AnyHeldBuffer> = Handles::new("tandem_share_buffer", "buffer");
 
-/// What the C calls need of a buffer, writable or sealed.
-trait OpenBuffer: Send + Sync {
-    fn id(&self) -> u64;
-    fn device_ptr(&self) -> u64;
-    fn len(&self) -> usize;
-    fn write(&self, offset: usize, data: &[u8]) -> CapiResult;
-    fn read(&self, offset: usize, out: &mut [u8]) -> CapiResult;
-    fn seal(&self) -> CapiResult;
-}
-
-impl<A: GpuApi> OpenShare for ShareClient<A> {
-    fn daemon_pid(&self) -> u32 {
-        ShareClient::daemon_pid(self)
-    }
-
-    fn create(&self, device: usize, bytes: usize) -> CapiResult<(u64, Box<dyn OpenBuffer>)> {
-        let (id, buffer) = self.create_buffer(device, bytes)?;
-        Ok((id.0, Box::new(HeldBuffer::writable(self.clone(), buffer))))
-    }
-
-    fn get(&self, id: u64, wait: Duration) -> CapiResult<Box<dyn OpenBuffer>> {
-        let info = self.stat(ObjectId(id))?;
-        // The client's own stream of the holder: one per device however many
-        // opens, and a forked child gets one of its own (a stream made in
-        // the parent is not the child's to use). Threads opening at once
-        // share it, so one may also wait for another's writer: never less
-        // than its own.
-        let (device, stream) = self.stream(info.device as usize)?;
-        let buffer = self.get_buffer_within(ObjectId(id), &stream, wait)?;
-        // The stream waits for the writer's work; C callers order their own
-        // work after this call's return rather than after our stream.
-        device.synchronize_stream(&stream)?;
-        Ok(Box::new(HeldBuffer::sealed(self.clone(), buffer)))
-    }
-
-    fn delete(&self, id: u64) -> CapiResult {
-        Ok(ShareClient::delete(self, ObjectId(id))?)
-    }
-}
-
-impl<A: GpuApi> OpenBuffer for HeldBuffer<A> {
-    fn id(&self) -> u64 {
-        HeldBuffer::id(self).0
-    }
-
-    fn device_ptr(&self) -> u64 {
-        HeldBuffer::device_ptr(self)
-    }
-
-    fn len(&self) -> usize {
-        HeldBuffer::len(self)
-    }
-
-    fn write(&self, offset: usize, data: &[u8]) -> CapiResult {
-        Ok(HeldBuffer::write(self, offset, data)?)
-    }
-
-    fn read(&self, offset: usize, out: &mut [u8]) -> CapiResult {
-        Ok(HeldBuffer::read(self, offset, out)?)
-    }
-
-    fn seal(&self) -> CapiResult {
-        // The caller's own work on the buffer is complete (the call's
-        // docs), and the seal waits for its record: a writer's usual next
-        // step is to exit.
-        Ok(HeldBuffer::seal(self)?)
-    }
-}
-
-static SHARES: Handles<Box<dyn OpenShare>> = Handles::new("tandem_share", "share");
-static BUFFERS: Handles<Box<dyn OpenBuffer>> = Handles::new("tandem_share_buffer", "buffer");
-
-/// `ShareClient::connect`/`spawn_daemon_with` on the backend
-/// `on_best_backend` picks.
-enum Connect<'a> {
-    Socket(&'a Path),
-    Spawn(Option<&'a Path>),
-}
-
-impl OnBackend for Connect<'_> {
-    type Output = CapiResult<Box<dyn OpenShare>>;
-
-    fn run<A: GpuApi>(self, api: A, _backend: Backend) -> Self::Output {
-        let client = match self {
-            Connect::Socket(socket) => ShareClient::connect(api, socket)?,
-            Connect::Spawn(Some(exe)) => ShareClient::spawn_daemon_with(api, exe)?,
-            Connect::Spawn(None) => ShareClient::spawn_daemon(api)?,
-        };
-        Ok(Box::new(client))
-    }
-}
-
-fn open_share(connect: Connect<'_>, out: *mut *mut ShareHandle) -> CapiResult {
-    let share = on_best_backend(connect)??;
+fn open_share(share: AnyShareClient, out: *mut *mut ShareHandle) -> CapiResult {
     // SAFETY: `out` is null or writable per the exported caller's contract.
     unsafe { args::write_out(out, SHARES.insert(share), "out") }
 }
 
 /// Connects to the daemon serving the socket `socket` (`tandem share serve
-/// --socket`). Blocks until it answers.
+/// --socket`), on the backend it serves: `TANDEM_STATUS_REFUSED` where this
+/// build lacks that backend. Blocks until it answers.
 ///
 /// # Safety
 /// `socket` is null or NUL-terminated; `out` is null or writable.
@@ -155,14 +57,16 @@ pub unsafe extern "C" fn tandem_share_connect(
         args::need_out(out, "out")?;
         // SAFETY: the caller's contract.
         let socket = unsafe { args::c_str(socket, "socket") }?;
-        open_share(Connect::Socket(Path::new(socket)), out)
+        open_share(AnyShareClient::connect(Path::new(socket))?, out)
     })
 }
 
 /// Starts a daemon (`tandem share serve`, from `tandem_bin`, null:
 /// `$TANDEM_BIN`, else `tandem` beside the program) in a child process on
 /// a socket of its own and connects; it stops once the connection and its
-/// buffers are closed. Blocks until it serves.
+/// buffers are closed. Its backend is CUDA where this build has it and a
+/// device answers, else HIP likewise, else the CPU device. Blocks until it
+/// serves.
 ///
 /// # Safety
 /// `tandem_bin` is null or NUL-terminated; `out` is null or writable.
@@ -175,7 +79,10 @@ pub unsafe extern "C" fn tandem_share_spawn(
         args::need_out(out, "out")?;
         // SAFETY: the caller's contract.
         let exe = unsafe { args::opt_c_str(tandem_bin, "tandem_bin") }?;
-        open_share(Connect::Spawn(exe.map(Path::new)), out)
+        open_share(
+            AnyShareClient::spawn(BackendChoice::Auto, exe.map(Path::new))?,
+            out,
+        )
     })
 }
 
@@ -224,11 +131,10 @@ pub unsafe extern "C" fn tandem_share_create(
                 "bytes: {bytes} is not a buffer size"
             )));
         }
-        let share = SHARES.get(share)?;
-        let (made, buffer) = share.create(device as usize, bytes)?;
+        let buffer = SHARES.get(share)?.create(device as usize, bytes)?;
         // SAFETY: both checked non-null above; writable per the caller.
         unsafe {
-            args::write_out(id, made, "id")?;
+            args::write_out(id, buffer.id().0, "id")?;
             args::write_out(out, BUFFERS.insert(buffer), "out")
         }
     })
@@ -258,7 +164,10 @@ pub unsafe extern "C" fn tandem_share_get(
             0 => tandem_share::DEFAULT_SEAL_WAIT,
             ms => Duration::from_millis(ms),
         };
-        let buffer = share.get(id, wait)?;
+        let buffer = share.get(ObjectId(id), None, wait)?;
+        // C callers order their own work after this call's return rather
+        // than after the client's stream.
+        buffer.wait_for_seal()?;
         // SAFETY: checked non-null above; writable per the caller.
         unsafe { args::write_out(out, BUFFERS.insert(buffer), "out") }
     })
@@ -267,7 +176,7 @@ pub unsafe extern "C" fn tandem_share_get(
 /// Deletes buffer `id`: those who hold it keep it until they close it.
 #[no_mangle]
 pub extern "C" fn tandem_share_delete(share: *const ShareHandle, id: u64) -> Status {
-    guard(|| SHARES.get(share)?.delete(id))
+    guard(|| Ok(SHARES.get(share)?.delete(ObjectId(id))?))
 }
 
 /// Closes a buffer (an unsealed one is abandoned: the daemon frees it).
@@ -294,7 +203,7 @@ pub unsafe extern "C" fn tandem_share_buffer_info(
         // SAFETY: each non-null output is writable per the caller.
         unsafe {
             if !id.is_null() {
-                args::write_out(id, buffer.id(), "id")?;
+                args::write_out(id, buffer.id().0, "id")?;
             }
             if !device_ptr.is_null() {
                 args::write_out(device_ptr, buffer.device_ptr(), "device_ptr")?;
@@ -323,7 +232,7 @@ pub unsafe extern "C" fn tandem_share_buffer_write(
     guard(|| {
         // SAFETY: the caller's contract.
         let data = unsafe { args::bytes(data, len, "data") }?;
-        BUFFERS.get(buffer)?.write(offset, data)
+        Ok(BUFFERS.get(buffer)?.write(offset, data)?)
     })
 }
 
@@ -343,7 +252,7 @@ pub unsafe extern "C" fn tandem_share_buffer_read(
     guard(|| {
         // SAFETY: the caller's contract.
         let out = unsafe { args::bytes_mut(out, len, "out") }?;
-        BUFFERS.get(buffer)?.read(offset, out)
+        Ok(BUFFERS.get(buffer)?.read(offset, out)?)
     })
 }
 
@@ -353,5 +262,5 @@ pub unsafe extern "C" fn tandem_share_buffer_read(
 /// so the process may exit as soon as it returns.
 #[no_mangle]
 pub extern "C" fn tandem_share_buffer_seal(buffer: *const ShareBufferHandle) -> Status {
-    guard(|| BUFFERS.get(buffer)?.seal())
+    guard(|| Ok(BUFFERS.get(buffer)?.seal()?))
 }

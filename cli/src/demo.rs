@@ -322,7 +322,7 @@ impl OnBackend for DemoArgs {
     type Output = Result<bool, String>;
 
     fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
-        demo(api, &backend.to_string(), &self)
+        demo(api, backend.describe(), &self)
     }
 }
 

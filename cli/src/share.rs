@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use serde::Serialize;
-use tandem_hal::{GpuApi, HostApi};
+use tandem_hal::GpuApi;
 use tandem_process::{wake_on_stdin_eof, Termination, READY_PREFIX};
-use tandem_runtime::{on_best_backend, Backend, OnBackend};
+use tandem_runtime::{on_backend, Backend, BackendChoice, OnBackend};
 use tandem_share::{default_socket_path, Daemon, Inspector, Limits, ObjectId, Polling};
 
 /// `tandem share`'s subcommands.
@@ -50,25 +50,14 @@ impl SocketArg {
     }
 }
 
-/// Which backend the daemon allocates with.
-#[derive(Clone, Copy, Debug, ValueEnum)]
-pub(crate) enum BackendChoice {
-    /// CUDA, else HIP, else the CPU device (what this build has and finds).
-    Auto,
-    /// The CPU device: buffers are memfd segments.
-    Host,
-    /// CUDA (a build with the `cuda` feature).
-    Cuda,
-    /// HIP (a build with the `hip` feature).
-    Hip,
-}
-
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
     #[command(flatten)]
     socket: SocketArg,
-    /// The backend; clients must use the same one.
-    #[arg(long, value_enum, default_value = "auto")]
+    /// The backend the daemon allocates with: auto (CUDA, else HIP, else
+    /// the CPU device: what this build has and finds), host, cuda or hip
+    /// (a build with that feature). Clients use the same one.
+    #[arg(long, default_value = "auto")]
     backend: BackendChoice,
     /// Prints `ready <socket> <pid>` on stdout once serving.
     #[arg(long)]
@@ -182,28 +171,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         announce: args.announce,
         exit_on_stdin_eof: args.exit_on_stdin_eof,
     };
-    match args.backend {
-        BackendChoice::Auto => on_best_backend(work).map_err(|e| e.to_string())?,
-        BackendChoice::Host => work.run(HostApi::load().map_err(|e| e.to_string())?, Backend::Host),
-        #[cfg(feature = "cuda")]
-        BackendChoice::Cuda => work.run(
-            tandem_hal_cuda::CudaApi::load().map_err(|e| e.to_string())?,
-            Backend::Cuda,
-        ),
-        #[cfg(feature = "hip")]
-        BackendChoice::Hip => work.run(
-            tandem_hal_hip::HipApi::load().map_err(|e| e.to_string())?,
-            Backend::Hip,
-        ),
-        #[allow(
-            unreachable_patterns,
-            reason = "reached only in builds that leave a backend out"
-        )]
-        other => Err(format!(
-            "this build has no {other:?} backend (build with --features {})",
-            format!("{other:?}").to_lowercase()
-        )),
-    }
+    on_backend(args.backend, work).map_err(|e| e.to_string())?
 }
 
 /// The daemon, on the backend chosen.
@@ -233,7 +201,8 @@ impl OnBackend for Serve {
             );
         } else {
             println!(
-                "serving shared buffers on {backend} at {}",
+                "serving shared buffers on {} at {}",
+                backend.describe(),
                 self.socket.display()
             );
         }
@@ -359,7 +328,7 @@ fn status(args: &LookArgs) -> Result<(), String> {
     let s = inspector.status().map_err(|e| e.to_string())?;
     let t = Totals {
         pid: s.pid,
-        backend: format!("{:?}", s.backend).to_lowercase(),
+        backend: s.backend.to_string(),
         devices: s.devices,
         buffers: s.objects,
         bytes: s.bytes,

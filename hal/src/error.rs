@@ -13,6 +13,23 @@ pub enum Backend {
     Hip,
 }
 
+impl Backend {
+    /// Whether it is a real GPU (kernels there take many more threads).
+    pub fn is_gpu(self) -> bool {
+        self != Backend::Host
+    }
+
+    /// Its name in a sentence for people: "tandem demo on CUDA".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Backend::Cuda => "CUDA",
+            Backend::Hip => "HIP",
+            Backend::Host => "the CPU device (host backend)",
+        }
+    }
+}
+
+/// Its name as users write it (`--backend cuda`).
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

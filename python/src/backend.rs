@@ -5,7 +5,7 @@
 //! is this trait; everything else is generic.
 
 use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, GpuResult, HostApi};
-use tandem_share::{GpuBuffer, WireBackend};
+use tandem_share::GpuBuffer;
 
 use crate::dlpack::{Imported, Place};
 use crate::errors::{Error, Kind};
@@ -17,8 +17,6 @@ pub(crate) const LEGACY_STREAM: i64 = 1;
 
 /// A backend as the package uses it.
 pub(crate) trait Backend: GpuApi {
-    /// How the share daemon names it.
-    const WIRE: WireBackend;
     /// Its DLPack device type.
     const DL_DEVICE_TYPE: i32;
 
@@ -65,7 +63,6 @@ pub(crate) trait Backend: GpuApi {
 }
 
 impl Backend for HostApi {
-    const WIRE: WireBackend = WireBackend::Host;
     const DL_DEVICE_TYPE: i32 = DL_CPU;
     const SEAL_RUNS_IN_PROCESS: bool = true;
 
@@ -187,7 +184,7 @@ mod cuda {
 
     use tandem_hal::{DeviceMemory, GpuApi, GpuDevice, GpuResult};
     use tandem_hal_cuda::{CudaApi, CudaDevice};
-    use tandem_share::{GpuBuffer, WireBackend};
+    use tandem_share::GpuBuffer;
 
     use super::{host_bytes, Backend};
     use crate::dlpack::{Imported, Place};
@@ -228,7 +225,6 @@ mod cuda {
     }
 
     impl Backend for CudaApi {
-        const WIRE: WireBackend = WireBackend::Cuda;
         const DL_DEVICE_TYPE: i32 = DL_CUDA;
         /// The GPU runs the record.
         const SEAL_RUNS_IN_PROCESS: bool = false;

@@ -4,13 +4,12 @@
 
 use std::sync::Arc;
 
-use tandem_share::{GpuBuffer, HeldBuffer, MutableGpuBuffer};
+use tandem_share::{AnyHeldBuffer, HeldBuffer};
 
 use crate::backend::Backend;
 use crate::dlpack::Imported;
 use crate::errors::{Error, Kind};
 use crate::layout::DLDevice;
-use crate::share::ClientOf;
 
 /// What the Python classes ask of a buffer, object-safe so that they need
 /// not be generic over the backend.
@@ -38,24 +37,32 @@ pub(crate) trait AnyBuffer: Send + Sync {
     fn copy_in(&self, src: &Imported<'_>) -> Result<(), Error>;
 }
 
-/// One buffer of backend `A`: the held buffer, and the client whose streams
-/// its seals and copies use.
-pub(crate) struct Core<A: Backend> {
-    client: Arc<ClientOf<A>>,
+/// The package's side of a held buffer: its backend's conventions over
+/// the share crate's buffer, whose client's streams its seals and copies
+/// use.
+pub(crate) fn core_of(held: AnyHeldBuffer) -> Result<Arc<dyn AnyBuffer>, Error> {
+    match held {
+        AnyHeldBuffer::Host(held) => Ok(Arc::new(Core { held })),
+        #[cfg(feature = "cuda")]
+        AnyHeldBuffer::Cuda(held) => Ok(Arc::new(Core { held })),
+        other => Err(unsupported(other.backend())),
+    }
+}
+
+/// The refusal of a backend this package does not support.
+pub(crate) fn unsupported(backend: tandem_hal::Backend) -> Error {
+    Error::new(
+        Kind::Refused,
+        format!("the {backend} backend, which this build of the package lacks"),
+    )
+}
+
+/// One buffer of backend `A`.
+struct Core<A: Backend> {
     held: HeldBuffer<A>,
 }
 
 impl<A: Backend> Core<A> {
-    pub(crate) fn writable(client: Arc<ClientOf<A>>, buffer: MutableGpuBuffer<A>) -> Self {
-        let held = HeldBuffer::writable(client.share.clone(), buffer);
-        Self { client, held }
-    }
-
-    pub(crate) fn sealed(client: Arc<ClientOf<A>>, buffer: GpuBuffer<A>) -> Self {
-        let held = HeldBuffer::sealed(client.share.clone(), buffer);
-        Self { client, held }
-    }
-
     fn check_len(&self, len: usize) -> Result<(), Error> {
         if len == self.held.len() {
             return Ok(());
@@ -94,7 +101,7 @@ impl<A: Backend> AnyBuffer for Core<A> {
 
     fn seal(&self, stream: Option<i64>) -> Result<(), Error> {
         let stream = A::producer_stream(stream)?;
-        let (_device, own) = self.client.device(self.held.device())?;
+        let (_device, own) = self.held.client().stream(self.held.device())?;
         self.held
             .seal_with(|holder, event| A::record_seal(holder, &own, event, stream))?;
         if A::SEAL_RUNS_IN_PROCESS {
@@ -132,7 +139,7 @@ impl<A: Backend> AnyBuffer for Core<A> {
 
     fn copy_in(&self, src: &Imported<'_>) -> Result<(), Error> {
         self.check_len(src.len)?;
-        let (device, _stream) = self.client.device(self.held.device())?;
+        let (device, _stream) = self.held.client().stream(self.held.device())?;
         self.held
             .with_writable(|buffer| A::copy_in(&device, &*buffer, src))?
     }

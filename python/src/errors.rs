@@ -90,10 +90,6 @@ impl Error {
             message: message.into(),
         }
     }
-
-    pub(crate) fn kind(&self) -> Kind {
-        self.kind
-    }
 }
 
 impl From<Error> for PyErr {

@@ -2,126 +2,45 @@
 //! socket or started for this process), creating, opening, listing and
 //! deleting buffers by id.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tandem_hal::{GpuApi, HostApi};
-use tandem_share::{
-    default_socket_path, DaemonStatus, DeviceStream, Inspector, ObjectId, ObjectInfo, ShareClient,
-    WireBackend,
-};
+use tandem_hal::Backend;
+use tandem_runtime::BackendChoice;
+use tandem_share::{default_socket_path, AnyShareClient, ObjectId, ObjectInfo, ShareError};
 
-use crate::backend::Backend;
 use crate::buffer::Buffer;
-use crate::core::{AnyBuffer, Core};
+use crate::core;
 use crate::dlpack;
 use crate::errors::{non_negative, Error, Kind};
 use crate::host;
 use crate::host_buffer;
 use crate::wait::{self, SIGNAL_POLL};
 
-/// A share client of backend `A`.
-pub(crate) struct ClientOf<A: Backend> {
-    pub(crate) share: ShareClient<A>,
-}
-
-impl<A: Backend> ClientOf<A> {
-    fn new(share: ShareClient<A>) -> Arc<Self> {
-        Arc::new(Self { share })
-    }
-
-    /// Device `ordinal` and the client's stream of it (what seals and
-    /// opens order work on), made on first use; a forked child makes its
-    /// own.
-    pub(crate) fn device(&self, ordinal: usize) -> Result<DeviceStream<A>, Error> {
-        Ok(self.share.stream(ordinal)?)
-    }
-}
-
-/// What the Python class asks of a client, whatever its backend.
-pub(crate) trait AnyClient: Send + Sync {
-    fn backend(&self) -> &'static str;
-    fn daemon_pid(&self) -> u32;
-    fn socket(&self) -> &Path;
-    fn create(self: Arc<Self>, nbytes: usize, device: usize) -> Result<Arc<dyn AnyBuffer>, Error>;
-    /// Opens `id` on `device`, waiting up to `wait` for its seal.
-    fn open(
-        self: Arc<Self>,
-        id: u64,
-        device: usize,
-        wait: Duration,
-    ) -> Result<Arc<dyn AnyBuffer>, Error>;
-    fn delete(&self, id: u64) -> Result<(), Error>;
-    fn stat(&self, id: u64) -> Result<ObjectInfo, Error>;
-    fn list(&self) -> Result<Vec<ObjectInfo>, Error>;
-    fn status(&self) -> Result<DaemonStatus, Error>;
-}
-
-impl<A: Backend> AnyClient for ClientOf<A> {
-    fn backend(&self) -> &'static str {
-        backend_name(A::WIRE)
-    }
-
-    fn daemon_pid(&self) -> u32 {
-        self.share.daemon_pid()
-    }
-
-    fn socket(&self) -> &Path {
-        self.share.socket_path()
-    }
-
-    fn create(self: Arc<Self>, nbytes: usize, device: usize) -> Result<Arc<dyn AnyBuffer>, Error> {
-        let (_id, buffer) = self.share.create_buffer(device, nbytes)?;
-        Ok(Arc::new(Core::writable(self, buffer)))
-    }
-
-    fn open(
-        self: Arc<Self>,
-        id: u64,
-        device: usize,
-        wait: Duration,
-    ) -> Result<Arc<dyn AnyBuffer>, Error> {
-        let (_device, stream) = self.device(device)?;
-        let buffer = self
-            .share
-            .get_buffer_on(ObjectId(id), device, &stream, wait)?;
-        Ok(Arc::new(Core::sealed(self, buffer)))
-    }
-
-    fn delete(&self, id: u64) -> Result<(), Error> {
-        Ok(self.share.delete(ObjectId(id))?)
-    }
-
-    fn stat(&self, id: u64) -> Result<ObjectInfo, Error> {
-        Ok(self.share.stat(ObjectId(id))?)
-    }
-
-    fn list(&self) -> Result<Vec<ObjectInfo>, Error> {
-        Ok(self.share.list()?)
-    }
-
-    fn status(&self) -> Result<DaemonStatus, Error> {
-        Ok(self.share.status()?)
-    }
-}
-
-fn backend_name(backend: WireBackend) -> &'static str {
-    match backend {
-        WireBackend::Inspect => "inspect",
-        WireBackend::Host => "host",
-        WireBackend::Cuda => "cuda",
-        WireBackend::Hip => "hip",
-    }
-}
-
 /// A connection to the share daemon. Buffers keep it (and a daemon it
 /// started) alive.
 #[pyclass(module = "tandem._tandem", name = "Client", frozen)]
 pub(crate) struct Client {
-    inner: Arc<dyn AnyClient>,
+    inner: AnyShareClient,
+}
+
+impl Client {
+    /// `inner`, if this package supports its backend.
+    fn of(inner: AnyShareClient) -> Result<Self, Error> {
+        match inner.backend() {
+            Backend::Host => Ok(Self { inner }),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda => Ok(Self { inner }),
+            #[allow(
+                unreachable_patterns,
+                reason = "reached only in builds that leave a backend out"
+            )]
+            other => Err(core::unsupported(other)),
+        }
+    }
 }
 
 /// Connects to the daemon serving `socket` (default: the user's default
@@ -130,28 +49,10 @@ pub(crate) struct Client {
 #[pyo3(signature = (socket=None))]
 pub(crate) fn connect(py: Python<'_>, socket: Option<PathBuf>) -> PyResult<Client> {
     let socket = socket.unwrap_or_else(default_socket_path);
-    let inner = py.allow_threads(|| -> Result<Arc<dyn AnyClient>, Error> {
-        let backend = Inspector::connect(&socket)?.status()?.backend;
-        match backend {
-            WireBackend::Host => Ok(ClientOf::new(ShareClient::connect(
-                HostApi::load()?,
-                &socket,
-            )?)),
-            #[cfg(feature = "cuda")]
-            WireBackend::Cuda => Ok(ClientOf::new(ShareClient::connect(
-                tandem_hal_cuda::CudaApi::load()?,
-                &socket,
-            )?)),
-            other => Err(Error::new(
-                Kind::Refused,
-                format!(
-                    "the daemon serves the {} backend, which this build of the package lacks",
-                    backend_name(other)
-                ),
-            )),
-        }
-    })?;
-    Ok(Client { inner })
+    let inner = py
+        .allow_threads(|| AnyShareClient::connect(&socket))
+        .map_err(Error::from)?;
+    Ok(Client::of(inner)?)
 }
 
 /// Starts a daemon for this process (`tandem share serve`, the executable
@@ -170,56 +71,21 @@ pub(crate) fn spawn_daemon(
         None => tandem_process::find_tandem_binary()
             .map_err(|e| Error::new(Kind::NoDaemon, format!("cannot start a daemon: {e}")))?,
     };
-    let backend = backend.to_owned();
-    let inner = py.allow_threads(move || -> Result<Arc<dyn AnyClient>, Error> {
-        match backend.as_str() {
-            #[cfg(feature = "cuda")]
-            "auto" | "cuda" => match tandem_hal_cuda::CudaApi::load() {
-                Ok(api) if api.device_count().unwrap_or(0) > 0 => {
-                    Ok(ClientOf::new(ShareClient::spawn_daemon_with(api, &exe)?))
-                }
-                _ if backend == "auto" => Ok(ClientOf::new(ShareClient::spawn_daemon_with(
-                    HostApi::load()?,
-                    &exe,
-                )?)),
-                Ok(_) => Err(Error::new(Kind::NoDevice, "no CUDA device")),
-                Err(e) => Err(e.into()),
-            },
-            #[cfg(not(feature = "cuda"))]
-            "auto" => Ok(ClientOf::new(ShareClient::spawn_daemon_with(
-                HostApi::load()?,
-                &exe,
-            )?)),
-            "host" => Ok(ClientOf::new(ShareClient::spawn_daemon_with(
-                HostApi::load()?,
-                &exe,
-            )?)),
-            other => Err(Error::new(
-                Kind::Argument,
-                format!(
-                    "backend: {other:?} is none of this build's \"auto\", \"host\"{}",
-                    cuda_choice()
-                ),
-            )),
-        }
-    })?;
-    Ok(Client { inner })
-}
-
-fn cuda_choice() -> &'static str {
-    if cfg!(feature = "cuda") {
-        ", \"cuda\""
-    } else {
-        " (no CUDA: built without the cuda feature)"
-    }
+    let choice: BackendChoice = backend
+        .parse()
+        .map_err(|e| Error::new(Kind::Argument, format!("backend: {e}")))?;
+    let inner = py
+        .allow_threads(move || AnyShareClient::spawn(choice, Some(&exe)))
+        .map_err(Error::from)?;
+    Ok(Client::of(inner)?)
 }
 
 #[pymethods]
 impl Client {
     /// The backend the daemon allocates on: `"host"` or `"cuda"`.
     #[getter]
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
+    fn backend(&self) -> String {
+        self.inner.backend().to_string()
     }
 
     /// The daemon's process id.
@@ -231,7 +97,7 @@ impl Client {
     /// The daemon's socket.
     #[getter]
     fn socket(&self) -> PathBuf {
-        self.inner.socket().to_path_buf()
+        self.inner.socket_path().to_path_buf()
     }
 
     /// A new buffer of `nbytes` on `device`, writable by this process until
@@ -267,22 +133,24 @@ impl Client {
         let device = match device {
             Some(device) => non_negative("device", device)?,
             None => {
-                let inner = Arc::clone(&self.inner);
-                py.allow_threads(move || inner.stat(id))?.device as usize
+                let inner = self.inner.clone();
+                py.allow_threads(move || inner.stat(ObjectId(id)))
+                    .map_err(Error::from)?
+                    .device as usize
             }
         };
         let started = Instant::now();
         // Opened in slices, so that Ctrl-C is seen while the seal is awaited.
         loop {
             let left = timeout.map(|timeout| timeout.saturating_sub(started.elapsed()));
-            let inner = Arc::clone(&self.inner);
+            let inner = self.inner.clone();
             let slice = left.map_or(SIGNAL_POLL, |left| left.min(SIGNAL_POLL));
-            match py.allow_threads(move || inner.open(id, device, slice)) {
-                Ok(core) => return host_buffer::object(py, core),
-                Err(e) if e.kind() == Kind::NotSealed && left != Some(Duration::ZERO) => {
+            match py.allow_threads(move || inner.get(ObjectId(id), Some(device), slice)) {
+                Ok(held) => return host_buffer::object(py, core::core_of(held)?),
+                Err(ShareError::NotSealed { .. }) if left != Some(Duration::ZERO) => {
                     py.check_signals()?
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(Error::from(e).into()),
             }
         }
     }
@@ -291,32 +159,40 @@ impl Client {
     /// last process mapping it lets go.
     fn delete(&self, py: Python<'_>, id: i128) -> PyResult<()> {
         let id = non_negative("id", id)?;
-        let inner = Arc::clone(&self.inner);
-        Ok(py.allow_threads(move || inner.delete(id))?)
+        let inner = self.inner.clone();
+        Ok(py
+            .allow_threads(move || inner.delete(ObjectId(id)))
+            .map_err(Error::from)?)
     }
 
     /// What the daemon knows of `id`.
     fn stat<'py>(&self, py: Python<'py>, id: i128) -> PyResult<Bound<'py, PyDict>> {
         let id = non_negative("id", id)?;
-        let inner = Arc::clone(&self.inner);
-        let info = py.allow_threads(move || inner.stat(id))?;
+        let inner = self.inner.clone();
+        let info = py
+            .allow_threads(move || inner.stat(ObjectId(id)))
+            .map_err(Error::from)?;
         info_dict(py, &info)
     }
 
     /// Every buffer the daemon holds.
     fn ls<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
-        let inner = Arc::clone(&self.inner);
-        let infos = py.allow_threads(move || inner.list())?;
+        let inner = self.inner.clone();
+        let infos = py
+            .allow_threads(move || inner.list())
+            .map_err(Error::from)?;
         infos.iter().map(|info| info_dict(py, info)).collect()
     }
 
     /// The daemon's totals.
     fn status<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let inner = Arc::clone(&self.inner);
-        let status = py.allow_threads(move || inner.status())?;
+        let inner = self.inner.clone();
+        let status = py
+            .allow_threads(move || inner.status())
+            .map_err(Error::from)?;
         let dict = PyDict::new(py);
         dict.set_item("pid", status.pid)?;
-        dict.set_item("backend", backend_name(status.backend))?;
+        dict.set_item("backend", status.backend.to_string())?;
         dict.set_item("devices", status.devices)?;
         dict.set_item("objects", status.objects)?;
         dict.set_item("bytes", status.bytes)?;
@@ -345,7 +221,7 @@ impl Client {
             let imported = dlpack::import(obj)?;
             check_not_empty(imported.len)?;
             let device = device.unwrap_or(match imported.place {
-                dlpack::Place::Cuda(ordinal) if self.inner.backend() == "cuda" => ordinal,
+                dlpack::Place::Cuda(ordinal) if self.inner.backend() == Backend::Cuda => ordinal,
                 _ => 0,
             });
             let core = self.create_buffer(py, imported.len, device)?;
@@ -366,8 +242,8 @@ impl Client {
     fn __repr__(&self) -> String {
         format!(
             "tandem.share.Client(socket={:?}, backend={:?}, daemon_pid={})",
-            self.inner.socket(),
-            self.inner.backend(),
+            self.inner.socket_path(),
+            self.inner.backend().to_string(),
             self.inner.daemon_pid()
         )
     }
@@ -382,9 +258,11 @@ impl Client {
         nbytes: usize,
         device: usize,
     ) -> PyResult<Bound<'py, Buffer>> {
-        let inner = Arc::clone(&self.inner);
-        let core = py.allow_threads(move || inner.create(nbytes, device))?;
-        host_buffer::object(py, core)
+        let inner = self.inner.clone();
+        let held = py
+            .allow_threads(move || inner.create(device, nbytes))
+            .map_err(Error::from)?;
+        host_buffer::object(py, core::core_of(held)?)
     }
 }
 

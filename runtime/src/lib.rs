@@ -138,12 +138,15 @@ pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
 pub use registry::{DuplicatePool, Handler, HandlerReply, Pool, Registry};
 pub use runtime::{DeviceQueues, NumaPlacement, PeerAccess, PeerRoute, Runtime};
 pub use segment::QueueSegment;
-pub use serve::{init_logging, on_best_backend, serve, Backend, OnBackend, ServeOptions};
+pub use serve::{init_logging, serve, ServeOptions};
 pub use stale::{
     clean_stale_segments, clean_stale_temp_folders, create_owned_segment, owned_temp_prefix,
     remove_stale_segment,
 };
 pub use submit::{Pending, Route, SharedBuffer};
+/// The backend choice, re-exported so that a binary serving a runtime
+/// needs no second crate to pick the backend it serves on.
+pub use tandem_backends::{on_backend, on_best_backend, Backend, BackendChoice, OnBackend};
 pub use tandem_process::{StaleSegment, StaleWhy};
 pub use task::{
     math, MethodId, PoolId, Task, TaskError, RC_BAD_ARGS, RC_BAD_TASK, RC_HANDLER_PANICKED,

@@ -91,11 +91,8 @@ impl<A: GpuApi> ShareClient<A> {
             std::process::id(),
             SPAWNED.fetch_add(1, Ordering::Relaxed)
         ));
-        let backend = match A::BACKEND {
-            tandem_hal::Backend::Host => "host",
-            tandem_hal::Backend::Cuda => "cuda",
-            tandem_hal::Backend::Hip => "hip",
-        };
+        // `tandem share serve --backend` takes the names Backend displays.
+        let backend = A::BACKEND.to_string();
         let poll_us = polling.window.as_micros().to_string();
         let poll_threads = polling.threads.to_string();
         let args: [&OsStr; 12] = [

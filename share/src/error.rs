@@ -168,7 +168,12 @@ impl std::error::Error for ShareError {}
 
 impl From<GpuError> for ShareError {
     fn from(e: GpuError) -> Self {
-        Self::Gpu(e.to_string())
+        match e.kind {
+            // A backend that loaded without a device, or an ordinal past
+            // its devices: what every front reports as a missing device.
+            tandem_hal::ErrorKind::NoDevice { .. } => Self::NoDevice(e.to_string()),
+            _ => Self::Gpu(e.to_string()),
+        }
     }
 }
 

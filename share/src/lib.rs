@@ -48,7 +48,11 @@
 //!   [`WriteBack`] whether it copies back). A front that orders its work on
 //!   no stream of its own uses the client's ([`ShareClient::stream`], a
 //!   [`DeviceStream`]). A front holding a buffer whatever its state (the C
-//!   ABI, Python) holds a [`HeldBuffer`]. Every failure is a
+//!   ABI, Python) holds a [`HeldBuffer`]. A front that is not generic over
+//!   the backend holds an [`AnyShareClient`] (connected on the backend its
+//!   daemon serves, or started on the one a
+//!   [`BackendChoice`](tandem_backends::BackendChoice) names) and its
+//!   [`AnyHeldBuffer`]s. Every failure is a
 //!   [`ShareError`]; a refusal the client library has no variant for keeps
 //!   the daemon's [`ErrorCode`].
 //! * **Looking at a daemon.** [`Inspector`] stats, lists and deletes without
@@ -74,10 +78,12 @@
 //!    client state they hold).
 //! 5. `buffer`, then `client`, then `held`; `testing` over `wire` and
 //!    `transport`.
+//! 6. `any`: a client and a held buffer whatever their backend.
 //!
 //! [`GpuDevice::alloc_shareable`]: tandem_hal::GpuDevice::alloc_shareable
 //! [`GpuDevice::import_shareable`]: tandem_hal::GpuDevice::import_shareable
 
+mod any;
 mod buffer;
 mod client;
 mod connection;
@@ -91,6 +97,7 @@ pub mod testing;
 mod transport;
 mod wire;
 
+pub use any::{AnyHeldBuffer, AnyShareClient};
 pub use buffer::{
     GpuBuffer, HostMirror, MirrorAccess, MirrorSource, MutableGpuBuffer, ReadOnly, WriteBack,
 };

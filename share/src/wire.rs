@@ -73,6 +73,16 @@ impl WireBackend {
         }
     }
 
+    /// The GpuApi backend it names; `None` for an inspector.
+    pub fn backend(self) -> Option<tandem_hal::Backend> {
+        match self {
+            Self::Inspect => None,
+            Self::Host => Some(tandem_hal::Backend::Host),
+            Self::Cuda => Some(tandem_hal::Backend::Cuda),
+            Self::Hip => Some(tandem_hal::Backend::Hip),
+        }
+    }
+
     fn from_u8(value: u8) -> Result<Self, WireError> {
         Ok(match value {
             0 => Self::Inspect,
@@ -81,6 +91,17 @@ impl WireBackend {
             3 => Self::Hip,
             _ => return Err(WireError::Malformed("backend")),
         })
+    }
+}
+
+/// As users write it: `inspect`, or the backend's name (`host`, `cuda`,
+/// `hip`).
+impl core::fmt::Display for WireBackend {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.backend() {
+            Some(backend) => backend.fmt(f),
+            None => f.write_str("inspect"),
+        }
     }
 }
 

@@ -8,7 +8,8 @@ use std::{
 };
 
 /// The packages that have `cuda` and `hip` features; each feature adds that backend.
-pub const FEATURE_PACKAGES: [&str; 8] = [
+pub const FEATURE_PACKAGES: [&str; 9] = [
+    "tandem-backends",
     "tandem-device-kernels",
     "tandem-runtime",
     "tandem-tests",
@@ -163,12 +164,12 @@ mod tests {
     fn features_value_names_every_feature_package() {
         assert_eq!(
             Backend::Cuda.features_value(),
-            "tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,tandem-examples/cuda,\
+            "tandem-backends/cuda,tandem-device-kernels/cuda,tandem-runtime/cuda,tandem-tests/cuda,tandem-examples/cuda,\
              tandem-blob/cuda,tandem-cli/cuda,tandem-share/cuda,tandem-capi/cuda"
         );
         assert_eq!(
             Backend::Hip.features_value(),
-            "tandem-device-kernels/hip,tandem-runtime/hip,tandem-tests/hip,tandem-examples/hip,\
+            "tandem-backends/hip,tandem-device-kernels/hip,tandem-runtime/hip,tandem-tests/hip,tandem-examples/hip,\
              tandem-blob/hip,tandem-cli/hip,tandem-share/hip,tandem-capi/hip"
         );
     }
@@ -180,6 +181,8 @@ mod tests {
             [
                 "-p",
                 "tandem-hal-hip",
+                "-p",
+                "tandem-backends",
                 "-p",
                 "tandem-device-kernels",
                 "-p",

@@ -675,9 +675,10 @@ mod tests {
         let cuda = leg_commands(&ctx, Leg::Cuda, &mut notes).unwrap();
         assert_eq!(
             cuda[0].display(),
-            "cargo test -p tandem-hal-cuda -p tandem-device-kernels -p tandem-runtime \
-             -p tandem-tests -p tandem-examples -p tandem-blob -p tandem-cli -p tandem-share \
-             -p tandem-capi --features tandem-device-kernels/cuda,tandem-runtime/cuda,\
+            "cargo test -p tandem-hal-cuda -p tandem-backends -p tandem-device-kernels \
+             -p tandem-runtime -p tandem-tests -p tandem-examples -p tandem-blob -p tandem-cli \
+             -p tandem-share -p tandem-capi --features tandem-backends/cuda,\
+             tandem-device-kernels/cuda,tandem-runtime/cuda,\
              tandem-tests/cuda,tandem-examples/cuda,tandem-blob/cuda,tandem-cli/cuda,\
              tandem-share/cuda,tandem-capi/cuda"
         );

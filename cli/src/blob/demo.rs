@@ -111,7 +111,7 @@ impl OnBackend for Demo {
 
     fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
         let store = self.store;
-        println!("tandem blob demo on {backend}");
+        println!("tandem blob demo on {}", backend.describe());
         let mut registry = Registry::with_builtins();
         pool::register(&mut registry, Arc::clone(&store)).map_err(|e| e.to_string())?;
         let runtime = Runtime::start_with(api, self.config, registry)
