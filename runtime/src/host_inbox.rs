@@ -16,7 +16,7 @@ const KEPT_REPLIES: usize = 8;
 /// futures.
 ///
 /// A submit after a pause pays for every cache line and page it touches
-/// (docs/perf/2026-12-01-dev-vm-2core.md): one that allocates its reply
+/// (docs/perf/2026-12-01-dev-vm-2core-cold-lines.md): one that allocates its reply
 /// future walks the heap's code, its class's list head and the block's
 /// header, where one that takes a kept future touches the pool's line and a
 /// block it wrote before. The kept futures are blocks of the segment's heap,

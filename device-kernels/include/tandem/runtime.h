@@ -826,7 +826,7 @@ TANDEM_DEVICE rt_status rt_validate(RtContext& ctx, const MemoryBackend& segment
   // the acquire above saw, and the bounds of the last were checked with the
   // queue's. Each header read is a PCIe round trip that thread 0 makes
   // before its block's threads may send, in every block of every launch
-  // (docs/perf/2026-12-01-h200-session8.md).
+  // (docs/perf/2026-12-01-h200-launch-setup.md).
   {
     LlRing ring;
     if (ll_attach(reinterpret_cast<RingHeader*>(rings), q->ring_bytes, &ring) != ring_status::ok ||

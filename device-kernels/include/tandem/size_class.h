@@ -1011,7 +1011,7 @@ TANDEM_DEVICE SizeClassResult size_class_cached_free(const SizeClassHeap& heap,
 /// group is formed anew for every class: one mask taken at the start and
 /// kept through every class's pushes, which spin and sleep lane by lane, was
 /// seen on sm_90 to put a lane's chain on another class's list
-/// (docs/perf/2026-12-02-h200-session13.md).
+/// (docs/perf/2026-12-02-h200-size-class-flush.md).
 template <scope S = scope::system>
 TANDEM_DEVICE void size_class_flush(const SizeClassHeap& heap, SizeClassCache& cache) {
   const u32 lane = lane_id();

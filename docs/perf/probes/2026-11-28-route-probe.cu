@@ -1,4 +1,4 @@
-// A raw CUDA probe of GPU-route protocols, run for docs/perf/2026-11-28-h200x2-session5.md:
+// A raw CUDA probe of GPU-route protocols, run for docs/perf/2026-11-28-h200x2-inbox-slots.md:
 // T = the ticketed inbox (as it was), C = a slot claimed by fetch_or with LL-tagged words, X = an
 // exclusive mailbox with LL-tagged words; a host thread's LL record polled by one GPU thread
 // or by the lanes of a warp; and the real route's habits added one at a time (`bisect`).

@@ -1,4 +1,4 @@
-// A raw CUDA probe, run for docs/perf/2026-12-02-h200-session14.md: which driver calls return
+// A raw CUDA probe, run for docs/perf/2026-12-02-h200-resident-kernel-waits.md: which driver calls return
 // while a persistent kernel runs on a non-blocking stream (as the GPU service does) and which
 // wait for it to end. Each call runs on a thread of its own; one that has not returned after
 // 1.5 s is reported as waiting, the kernel is released, and the call's eventual return is

@@ -1,4 +1,4 @@
-// A raw CUDA probe, run for docs/perf/2026-12-02-h200-session12.md: what a read of the GPU's
+// A raw CUDA probe, run for docs/perf/2026-12-02-h200-route-costs.md: what a read of the GPU's
 // clocks costs a thread (%globaltimer, which tandem::timer_ns reads, and clock64), and whether
 // a poller that keeps K staggered loads of the awaited word in flight sees a write sooner than
 // one that waits for each load before it issues the next (K = 1, the floors' way): through
