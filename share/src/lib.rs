@@ -74,7 +74,8 @@
 //! 1. `wire`: the frames.
 //! 2. `transport` (the socket) and `error`.
 //! 3. `poll` and `connection` (a client's connections to the daemon).
-//! 4. `daemon`; `mapping` (a process's mappings, their leases, and the
+//! 4. `daemon` (its books, its connection serving and its requests, each a
+//!    file of its own); `mapping` (a process's mappings, their leases, and the
 //!    client state they hold).
 //! 5. `buffer`, then `client`, then `held`; `testing` over `wire` and
 //!    `transport`.
