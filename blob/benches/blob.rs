@@ -42,6 +42,7 @@ use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tandem_blob::BlobPut;
 
 use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
 use tandem_blob::{pool, BlobCaller, BlobStore, PutContext, Score, StoreConfig, TagId};
@@ -415,7 +416,7 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
     let rounds = 2000u32;
     let put_ram = mean(rounds, &mut |i| {
         blobs
-            .put(host, &format!("r{}", i % 64), 0, &bytes, Score::AUTO)
+            .put(&BlobPut::new(host, &format!("r{}", i % 64)), &bytes)
             .map(drop)
             .map_err(|e| e.to_string())
     })?;
@@ -426,7 +427,10 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
     })?;
     let put_file = mean(rounds / 4, &mut |i| {
         blobs
-            .put(host, &format!("f{}", i % 64), 0, &bytes, Score(0.5))
+            .put(
+                &BlobPut::new(host, &format!("f{}", i % 64)).score(Score(0.5)),
+                &bytes,
+            )
             .map(drop)
             .map_err(|e| e.to_string())
     })?;
@@ -528,12 +532,8 @@ fn client_latency() -> Result<(), String> {
             mean(rounds, &mut |i| {
                 blobs
                     .put_chunked(
-                        tag,
-                        &format!("{prefix}{}", i % 64),
-                        0,
+                        &BlobPut::new(tag, &format!("{prefix}{}", i % 64)).score(score),
                         &bytes,
-                        score,
-                        &PutContext::default(),
                     )
                     .map(drop)
                     .map_err(|e| e.to_string())

@@ -11,11 +11,12 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tandem_blob::BlobPut;
 
 use tandem_blob::object_store::aws::AmazonS3Builder;
 use tandem_blob::object_store::path::Path;
 use tandem_blob::object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload};
-use tandem_blob::{BlobStore, ObjectConfig, Score, StoreConfig, TargetConfig};
+use tandem_blob::{BlobStore, ObjectConfig, StoreConfig, TargetConfig};
 use tandem_tests::garage::{self, Cluster};
 
 fn client(cluster: &Cluster) -> Arc<dyn ObjectStore> {
@@ -96,7 +97,7 @@ fn main() {
         });
         let tier_put = time(runs, || {
             writer
-                .put(tag, label, 0, &data, Score::AUTO)
+                .put(&BlobPut::new(tag, label), &data)
                 .expect("tier put");
         });
         let raw_get = time(runs, || {

@@ -14,7 +14,7 @@ use crate::pool::{
     describe, BlobInfo, Delete, FindTag, Get, GetOrCreateTag, Identify, List, Put, Stat,
 };
 use crate::wire::{self, code};
-use crate::{PutContext, Score, StoreIdentity, TagId};
+use crate::{BlobPut, StoreIdentity, TagId};
 
 /// What submits tasks and lends buffers: a runtime (host code in its
 /// process) or a client of one.
@@ -179,66 +179,38 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         self.call(&Identify)
     }
 
-    /// Writes `data` at `offset` of blob `name` of `tag`, all or nothing,
-    /// in the default context; the blob's size after it.
-    pub fn put(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        data: &[u8],
-        score: Score,
-    ) -> Result<u64, CallError> {
-        self.put_ctx(tag, name, offset, data, score, &PutContext::default())
-    }
-
-    /// Like [`BlobCaller::put`], in `context` (see
-    /// [`crate::BlobStore::put_ctx`]).
-    pub fn put_ctx(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        data: &[u8],
-        score: Score,
-        context: &PutContext,
-    ) -> Result<u64, CallError> {
-        Self::check_name(name)?;
+    /// Writes `data` where `put` says, all or nothing, placed and kept as it
+    /// says (see [`crate::BlobStore::put`]); the blob's size after it. The
+    /// bytes go through one buffer of the client's heap: for any size, see
+    /// [`put_chunked`](Self::put_chunked).
+    pub fn put(&self, put: &BlobPut<'_>, data: &[u8]) -> Result<u64, CallError> {
+        Self::check_name(put.name)?;
         let mut buffer = self.submitter.allocate_shared(data.len())?;
         buffer.write(0, data);
-        self.put_from(tag, name, offset, buffer, data.len(), score, context)
-            .map(|(size, _)| size)
+        self.put_from(put, buffer, data.len()).map(|(size, _)| size)
     }
 
     /// Writes the first `len` bytes of `buffer` (a buffer of the submitter's
-    /// heap) at `offset` of blob `name` of `tag`, all or nothing; the blob's
-    /// size after it, and the buffer back for the next call (a stream moved
-    /// through one buffer). A wait that ended without the task's completion
-    /// leaks the buffer (see [`SharedBuffer`]).
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "put_ctx's arguments, with the buffer and the length of it to put"
-    )]
+    /// heap) where `put` says, all or nothing; the blob's size after it, and
+    /// the buffer back for the next call (a stream moved through one
+    /// buffer). A wait that ended without the task's completion leaks the
+    /// buffer (see [`SharedBuffer`]).
     pub fn put_from<'b>(
         &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
+        put: &BlobPut<'_>,
         buffer: SharedBuffer<'b>,
         len: usize,
-        score: Score,
-        context: &PutContext,
     ) -> Result<(u64, SharedBuffer<'b>), CallError> {
-        Self::check_name(name)?;
+        Self::check_name(put.name)?;
         Self::check_len(&buffer, len)?;
         let task = Put {
-            tag: tag.0,
-            name: name.into(),
-            offset,
+            tag: put.tag.0,
+            name: put.name.into(),
+            offset: put.offset,
             len: len as u64,
             data: buffer.ptr().into(),
-            score: score.0,
-            context: context.to_wire(),
+            score: put.score.0,
+            context: put.context.to_wire(),
         };
         self.call_with(&task, buffer)
     }
@@ -369,22 +341,13 @@ impl<'s> BlobCaller<'s, Client> {
         }
     }
 
-    /// Writes `bytes` at `offset` of blob `name` of `tag` in `context` (its
-    /// compression and persistence) a chunk at a time through one
-    /// [`chunk_buffer`](Self::chunk_buffer), so any size fits the client's
-    /// quota; the blob's size after. Each chunk is a put of its own: a
+    /// Writes `bytes` where `put` says, placed and kept as it says, a chunk
+    /// at a time through one [`chunk_buffer`](Self::chunk_buffer), so any
+    /// size fits the client's quota; the blob's size after. Each chunk is a put of its own: a
     /// failure may leave the chunks before it written.
-    pub fn put_chunked(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        bytes: &[u8],
-        score: Score,
-        context: &PutContext,
-    ) -> Result<u64, CallError> {
+    pub fn put_chunked(&self, put: &BlobPut<'_>, bytes: &[u8]) -> Result<u64, CallError> {
         if bytes.is_empty() {
-            return self.put_ctx(tag, name, offset, bytes, score, context);
+            return self.put(put, bytes);
         }
         let mut buffer = self.chunk_buffer()?;
         let step = buffer.len();
@@ -393,9 +356,8 @@ impl<'s> BlobCaller<'s, Client> {
             buffer.write(0, chunk);
             // An offset beyond the store's largest blob is its refusal (too
             // large), not an overflow here.
-            let at = offset.saturating_add((i * step) as u64);
-            let (after, back) =
-                self.put_from(tag, name, at, buffer, chunk.len(), score, context)?;
+            let at = put.offset.saturating_add((i * step) as u64);
+            let (after, back) = self.put_from(&put.at(at), buffer, chunk.len())?;
             size = after;
             buffer = back;
         }

@@ -64,9 +64,10 @@
 //!
 //! # Put contexts
 //!
-//! A [`PutContext`] goes with a put ([`BlobStore::put_ctx`], [`BlobStore::put_with_ctx`],
-//! [`BlobCaller::put_ctx`], `tandem/blob.h`'s `put` taking a `PutContext`); the default one
-//! ([`BlobStore::put`] and every call without a context) compresses nothing and asks for
+//! A [`PutContext`] goes with a put: in its [`BlobPut`] request ([`BlobPut::context`]), which
+//! every put of the store and of a client takes, or `tandem/blob.h`'s `put` taking a
+//! `PutContext`; the default one (a request without a context, a kernel's `put` without one)
+//! compresses nothing and asks for
 //! [`Persistence::Volatile`]: the store's behaviour before contexts. Besides the level it says
 //! whether to compress ([`Compression`]): not at all, always (static), or as a sample of the
 //! data decides (dynamic: the put's first 4 KiB compressed with the codec's fastest setting; a
@@ -164,9 +165,10 @@
 //!   [`Limits`]); every failure is a [`BlobError`], whose [`NameKind`] says which name was
 //!   refused. [`object_store`] is the crate the object tier is built on, re-exported for
 //!   [`BlobStore::open_with_object_store`], whose caller builds the backend.
-//! * **Calling it from host code in its process.** Tags are named by a [`TagId`], placement
-//!   asked for with a [`Score`], compression and persistence with a [`PutContext`] (of a
-//!   [`Compression`] with a [`Codec`] and [`Preset`], and a [`Persistence`]); a put says what it did in a [`PutInfo`], and a blob and a target
+//! * **Calling it from host code in its process.** A put is asked for with a [`BlobPut`]: its
+//!   blob (a [`TagId`] and a name), offset, placement [`Score`], and compression and
+//!   persistence in a [`PutContext`] (of a [`Compression`] with a [`Codec`] and [`Preset`],
+//!   and a [`Persistence`]); a put says what it did in a [`PutInfo`], and a blob and a target
 //!   are described by a [`BlobStat`] and a [`TargetStat`]. Data comes from a [`Fill`] and goes to
 //!   a [`Drain`] (each failing with a [`FillError`]), so a caller moves bytes without a copy of
 //!   its own. [`PAGE_SIZE`], [`MAX_NAME_LEN`] and [`MAX_TAG_LEN`] are the limits a caller sizes
@@ -203,6 +205,7 @@
 
 #![warn(missing_docs)]
 
+mod blob_put;
 mod caller;
 mod compress;
 mod config;
@@ -229,6 +232,7 @@ mod types;
 mod uring;
 pub mod wire;
 
+pub use blob_put::BlobPut;
 pub use caller::{BlobCaller, CallError, Submitter};
 pub use config::{Limits, ObjectConfig, StoreConfig, TargetConfig, TargetKind};
 pub use context::{Codec, Compression, Persistence, Preset, PutContext};

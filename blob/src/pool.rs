@@ -7,6 +7,7 @@
 //! This is also the worked example of a module of one's own: it registers a
 //! [`Pool`] through the runtime's front like any user pool would.
 
+use crate::BlobPut;
 use std::sync::Arc;
 
 use tandem_runtime::{DuplicatePool, MethodId, Pool, PoolId, Registry, TaskContext};
@@ -303,13 +304,12 @@ fn put(store: &BlobStore, context: &TaskContext<'_>, t: &Put) -> Result<u64, i32
         .map_err(|_| code::BAD_POINTER)?;
     let mut fill = |at: u64, dst: &mut [u8]| copied(data.copy_to(to_usize(at)?, dst));
     store
-        .put_with_ctx(
-            TagId(t.tag),
-            &t.name,
-            t.offset,
+        .put_with(
+            &BlobPut::new(TagId(t.tag), &t.name)
+                .at(t.offset)
+                .score(Score(t.score))
+                .context(put_context),
             t.len,
-            Score(t.score),
-            &put_context,
             &mut fill,
         )
         .map(|info| info.size)

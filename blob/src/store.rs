@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::blob_put::BlobPut;
 use crate::config::{Limits, StoreConfig, TargetKind};
-use crate::context::PutContext;
 use crate::error::{BlobError, NameKind};
 use crate::local::{LocalStore, PutRequest};
 use crate::meta::meta_io;
@@ -13,8 +13,7 @@ use crate::object::{InBucket, ObjectTarget};
 use crate::open::{self, Opening};
 use crate::placement;
 use crate::types::{
-    check_name, check_new_name, BlobStat, Drain, Fill, PutInfo, Score, StoreIdentity, TagId,
-    TargetStat,
+    check_name, check_new_name, BlobStat, Drain, Fill, PutInfo, StoreIdentity, TagId, TargetStat,
 };
 
 /// The blob store. `Send + Sync`: share it (`Arc`) between any number of threads.
@@ -115,82 +114,38 @@ impl BlobStore {
         Ok(self.local.tags())
     }
 
-    /// Writes `data` at `offset` of blob `name` in `tag`, creating or extending it, in the
-    /// default context (no compression, the class placement picks). See the crate docs for
-    /// placement, atomicity and errors.
-    pub fn put(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        data: &[u8],
-        score: Score,
-    ) -> Result<PutInfo, BlobError> {
-        self.put_ctx(tag, name, offset, data, score, &PutContext::default())
-    }
-
-    /// Like [`BlobStore::put`], in `context`: compressed as it says, and kept at its
-    /// persistence level at least. See the crate docs, "Put contexts".
-    pub fn put_ctx(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        data: &[u8],
-        score: Score,
-        context: &PutContext,
-    ) -> Result<PutInfo, BlobError> {
-        self.put_with_ctx(
-            tag,
-            name,
-            offset,
-            data.len() as u64,
-            score,
-            context,
-            &mut |at, dst| {
-                dst.copy_from_slice(&data[at as usize..at as usize + dst.len()]);
-                Ok(())
-            },
-        )
+    /// Writes `data` where `put` says (at its offset of its blob, creating or extending it),
+    /// placed and kept as it says. See the crate docs for placement, atomicity, put contexts
+    /// and errors.
+    pub fn put(&self, put: &BlobPut<'_>, data: &[u8]) -> Result<PutInfo, BlobError> {
+        self.put_with(put, data.len() as u64, &mut |at, dst| {
+            dst.copy_from_slice(&data[at as usize..at as usize + dst.len()]);
+            Ok(())
+        })
     }
 
     /// Like [`BlobStore::put`], but the `len` bytes are produced by `fill(offset_within_data,
     /// dst)`, called with consecutive chunks that together cover `0..len`, writing straight
-    /// into the target's memory (RAM target) or an aligned bounce buffer (file target). A fill
-    /// error aborts the put, which then leaves nothing behind.
+    /// into the target's memory (RAM target) or an aligned bounce buffer (file target); a
+    /// compressing put fills a frame's staging buffer instead, still once for each byte, in
+    /// order. A fill error aborts the put, which then leaves nothing behind.
     ///
     /// `fill` runs while the put holds the blob's put lock: it must not put to or delete the
     /// same blob (that would wait on itself); gets of the blob, and anything on other blobs,
     /// are fine.
     pub fn put_with(
         &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
+        put: &BlobPut<'_>,
         len: u64,
-        score: Score,
         fill: &mut Fill<'_>,
     ) -> Result<PutInfo, BlobError> {
-        self.put_with_ctx(tag, name, offset, len, score, &PutContext::default(), fill)
-    }
-
-    /// Like [`BlobStore::put_with`], in `context` (see [`BlobStore::put_ctx`]). A compressing
-    /// put fills a frame's staging buffer rather than the target's memory; `fill` is still
-    /// called once for each byte, in order.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "put_with's arguments and the context, as put_ctx's are put's and the context"
-    )]
-    pub fn put_with_ctx(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        len: u64,
-        score: Score,
-        context: &PutContext,
-        fill: &mut Fill<'_>,
-    ) -> Result<PutInfo, BlobError> {
+        let BlobPut {
+            tag,
+            name,
+            offset,
+            score,
+            context,
+        } = *put;
         check_new_name(name, NameKind::Blob)?;
         let score = score.check()?;
         self.local.check_tag(tag)?;
@@ -217,7 +172,7 @@ impl BlobStore {
             offset,
             end,
             score,
-            context: *context,
+            context,
         };
         match self.object.answers_for(&self.local, tag, name)? {
             Some(blob) => self.put_new(blob, &req, fill),

@@ -20,6 +20,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tandem_blob::BlobPut;
 
 use tandem_blob::*;
 
@@ -116,7 +117,12 @@ fn crash_child() {
                     let score = if durable { Score(0.5) } else { Score::AUTO };
                     let bytes = content(&name, v, len);
                     let info = store
-                        .put_ctx(tag, &name, 0, &bytes, score, &context_of(seq, durable))
+                        .put(
+                            &BlobPut::new(tag, &name)
+                                .score(score)
+                                .context(context_of(seq, durable)),
+                            &bytes,
+                        )
                         .unwrap();
                     // A full file target would spill a durable put into RAM: not what is tested.
                     assert_eq!(

@@ -9,6 +9,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tandem_blob::BlobPut;
 
 use tandem_blob::demo::{
     pattern, BlobKernels, PutGetLaunch, PutGetMode, PutGetOutcome, WIRE_VALUES,
@@ -328,7 +329,7 @@ fn kernels_share_blobs_through_the_object_tier<A: GpuApi>(api: A) {
             *b = !*b;
         }
         there
-            .put(their_tag, &name, 0, &back, Score::AUTO)
+            .put(&BlobPut::new(their_tag, &name), &back)
             .expect("rewrite");
     }
     let gets = PutGetLaunch {
@@ -540,13 +541,15 @@ fn host_calls_through_the_task_path() {
     assert_eq!(blobs.get_or_create_tag("host").expect("again"), tag);
     let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
     assert_eq!(
-        blobs.put(tag, "a", 0, &data, Score(0.5)).expect("put"),
+        blobs
+            .put(&BlobPut::new(tag, "a").score(Score(0.5)), &data)
+            .expect("put"),
         10_000
     );
     // Past the end extends, the hole reads as zeros.
     assert_eq!(
         blobs
-            .put(tag, "a", 12_000, b"tail", Score::AUTO)
+            .put(&BlobPut::new(tag, "a").at(12_000), b"tail")
             .expect("extend"),
         12_004
     );
@@ -559,7 +562,7 @@ fn host_calls_through_the_task_path() {
     // Put at score 0.5 first: a durable blob, on the file target (index 1).
     assert_eq!((info.size, info.durable, info.targets), (12_004, 1, 0b10));
     assert_eq!(
-        blobs.put(tag, "b", 0, b"bee", Score::AUTO).expect("put b"),
+        blobs.put(&BlobPut::new(tag, "b"), b"bee").expect("put b"),
         3
     );
     assert_eq!(blobs.list_blobs(tag).expect("list"), ["a", "b"]);
@@ -586,13 +589,9 @@ fn host_calls_through_the_task_path() {
         buffer.write(0, &[round; 4096]);
         let (size, back) = blobs
             .put_from(
-                tag,
-                "s",
-                u64::from(round) * 4096,
+                &BlobPut::new(tag, "s").at(u64::from(round) * 4096),
                 buffer,
                 4096,
-                Score::AUTO,
-                &PutContext::default(),
             )
             .expect("put_from");
         assert_eq!(size, (u64::from(round) + 1) * 4096);
@@ -606,15 +605,7 @@ fn host_calls_through_the_task_path() {
     assert_eq!(part, [1u8; 100]);
     assert_eq!(
         blobs
-            .put_from(
-                tag,
-                "s",
-                0,
-                buffer,
-                4097,
-                Score::AUTO,
-                &PutContext::default()
-            )
+            .put_from(&BlobPut::new(tag, "s"), buffer, 4097)
             .map(|(size, _)| size),
         Err(CallError::Blob(code::BAD_POINTER)),
         "a length past the buffer's end"
@@ -628,24 +619,24 @@ fn host_calls_through_the_task_path() {
     );
     assert_eq!(blobs.stat(tag, "b"), Err(CallError::Blob(code::NOT_FOUND)));
     assert_eq!(
-        blobs.put(TagId(77), "a", 0, b"x", Score::AUTO),
+        blobs.put(&BlobPut::new(TagId(77), "a"), b"x"),
         Err(CallError::Blob(code::UNKNOWN_TAG))
     );
     assert_eq!(
-        blobs.put(tag, "", 0, b"x", Score::AUTO),
+        blobs.put(&BlobPut::new(tag, ""), b"x"),
         Err(CallError::Blob(code::EMPTY_NAME))
     );
     let long = "n".repeat(wire::MAX_NAME_BYTES + 1);
     assert_eq!(
-        blobs.put(tag, &long, 0, b"x", Score::AUTO),
+        blobs.put(&BlobPut::new(tag, &long), b"x"),
         Err(CallError::Blob(code::NAME_TOO_LONG))
     );
     assert_eq!(
-        blobs.put(tag, "a", 0, &[], Score::AUTO),
+        blobs.put(&BlobPut::new(tag, "a"), &[]),
         Err(CallError::Blob(code::EMPTY_RANGE))
     );
     assert_eq!(
-        blobs.put(tag, "a", u64::MAX - 2, b"xyz", Score::AUTO),
+        blobs.put(&BlobPut::new(tag, "a").at(u64::MAX - 2), b"xyz"),
         Err(CallError::Blob(code::TOO_LARGE))
     );
     let err = blobs.stat(tag, "b").unwrap_err().to_string();
@@ -700,7 +691,7 @@ fn host_calls_through_the_task_path() {
         persistence: Persistence::LongTerm,
     };
     blobs
-        .put_ctx(tag, "z", 0, &smooth, Score::AUTO, &context)
+        .put(&BlobPut::new(tag, "z").context(context), &smooth)
         .expect("a compressed put");
     let info = blobs.stat(tag, "z").expect("stat");
     assert_eq!((info.size, info.durable), (smooth.len() as u64, 1));

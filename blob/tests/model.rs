@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use tandem_blob::BlobPut;
 
 use proptest::prelude::*;
 use tandem_blob::*;
@@ -162,13 +163,12 @@ fn run(ops: Vec<Op>, mode: Mode) -> Result<(), TestCaseError> {
             } => {
                 let bytes = data(seed, len);
                 let context = mode.context(compression);
-                let r = st.put_ctx(
-                    tags[tag],
-                    NAMES[blob],
-                    offset,
+                let r = st.put(
+                    &BlobPut::new(tags[tag], NAMES[blob])
+                        .at(offset)
+                        .score(Score(SCORES[score]))
+                        .context(context),
                     &bytes,
-                    Score(SCORES[score]),
-                    &context,
                 );
                 if tag == 2 && !t2 {
                     prop_assert!(matches!(r, Err(BlobError::UnknownTag(_))), "{r:?}");

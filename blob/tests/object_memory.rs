@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use tandem_blob::BlobPut;
 
 use tandem_blob::object_store::memory::InMemory;
 use tandem_blob::object_store::ObjectStore;
@@ -67,14 +68,13 @@ fn placement_offsets_and_holes_across_parts() {
     let object = 1;
     // AUTO: the RAM target; score 0.0: the bucket.
     assert_eq!(
-        store
-            .put(tag, "fast", 0, b"x", Score::AUTO)
-            .unwrap()
-            .targets,
+        store.put(&BlobPut::new(tag, "fast"), b"x").unwrap().targets,
         [0]
     );
     let data = bytes(3500, 7);
-    let info = store.put(tag, "b", 0, &data, Score(0.0)).unwrap();
+    let info = store
+        .put(&BlobPut::new(tag, "b").score(Score(0.0)), &data)
+        .unwrap();
     assert_eq!(
         (info.size, info.durable, info.targets),
         (3500, true, vec![object])
@@ -85,7 +85,7 @@ fn placement_offsets_and_holes_across_parts() {
     for (at, len, seed) in [(10u64, 20usize, 1u8), (990, 30, 2), (5200, 100, 3)] {
         let patch = bytes(len, seed);
         // Later puts follow the blob to the bucket whatever their score.
-        store.put(tag, "b", at, &patch, Score::AUTO).unwrap();
+        store.put(&BlobPut::new(tag, "b").at(at), &patch).unwrap();
         if want.len() < at as usize + len {
             want.resize(at as usize + len, 0);
         }
@@ -141,14 +141,15 @@ fn two_stores_on_one_bucket_see_each_others_tags_and_blobs() {
     a.get_or_create_tag("first").unwrap();
     let ta = a.get_or_create_tag("shared").unwrap();
     let data = bytes(10_000, 9);
-    a.put(ta, "x", 0, &data, Score(0.0)).unwrap();
+    a.put(&BlobPut::new(ta, "x").score(Score(0.0)), &data)
+        .unwrap();
     let tb = b.tag("shared").unwrap().expect("b sees a's tag");
     assert_ne!(ta, tb);
     assert_eq!(get(&b, tb, "x"), data);
     let tags: Vec<_> = b.list_tags().unwrap().into_iter().map(|t| t.1).collect();
     assert_eq!(tags.len(), 2, "{tags:?}");
     // A put through b, even with AUTO, goes to the blob in the bucket; a sees it.
-    b.put(tb, "x", 100, b"from b", Score::AUTO).unwrap();
+    b.put(&BlobPut::new(tb, "x").at(100), b"from b").unwrap();
     let mut got = [0; 6];
     a.get(ta, "x", 100, &mut got).unwrap();
     assert_eq!(&got, b"from b");
@@ -169,7 +170,7 @@ fn concurrent_writers_of_one_blob_lose_nothing_where_writes_are_conditional() {
         .collect();
     let tag = stores[0].get_or_create_tag("t").unwrap();
     stores[0]
-        .put(tag, "c", 0, &[0; 64 * 12], Score(0.0))
+        .put(&BlobPut::new(tag, "c").score(Score(0.0)), &[0; 64 * 12])
         .unwrap();
     // Each writer owns a disjoint set of 16-byte slots, some sharing a part with another's.
     std::thread::scope(|s| {
@@ -178,7 +179,10 @@ fn concurrent_writers_of_one_blob_lose_nothing_where_writes_are_conditional() {
                 let tag = store.tag("t").unwrap().unwrap();
                 for slot in (w..48).step_by(3) {
                     store
-                        .put(tag, "c", slot as u64 * 16, &[w as u8 + 1; 16], Score::AUTO)
+                        .put(
+                            &BlobPut::new(tag, "c").at(slot as u64 * 16),
+                            &[w as u8 + 1; 16],
+                        )
                         .unwrap();
                 }
             });
@@ -201,10 +205,12 @@ fn a_failed_put_leaves_nothing_behind() {
     let store = open(dir.path(), &bucket, 1 << 20, 100);
     let tag = store.get_or_create_tag("t").unwrap();
     let old = bytes(1000, 1);
-    store.put(tag, "f", 0, &old, Score(0.0)).unwrap();
+    store
+        .put(&BlobPut::new(tag, "f").score(Score(0.0)), &old)
+        .unwrap();
     let before = keys(&bucket, "parts");
     let mut calls = 0;
-    let failed = store.put_with(tag, "f", 50, 800, Score::AUTO, &mut |_, dst| {
+    let failed = store.put_with(&BlobPut::new(tag, "f").at(50), 800, &mut |_, dst| {
         calls += 1;
         if calls == 5 {
             return Err(FillError("the source went away".into()));
@@ -215,9 +221,11 @@ fn a_failed_put_leaves_nothing_behind() {
     assert!(matches!(failed, Err(BlobError::Fill(_))), "{failed:?}");
     assert_eq!(get(&store, tag, "f"), old);
     // A first put that fails leaves no blob at all.
-    let failed = store.put_with(tag, "new", 0, 500, Score(0.0), &mut |_, _| {
-        Err(FillError("nothing to give".into()))
-    });
+    let failed = store.put_with(
+        &BlobPut::new(tag, "new").score(Score(0.0)),
+        500,
+        &mut |_, _| Err(FillError("nothing to give".into())),
+    );
     assert!(failed.is_err());
     assert!(matches!(
         store.stat(tag, "new"),
@@ -243,7 +251,7 @@ fn the_object_target_takes_what_the_local_targets_cannot() {
     let store = open(dir.path(), &bucket, 8 * 4096, 1 << 20);
     let tag = store.get_or_create_tag("t").unwrap();
     let big = bytes(64 * 1024, 3);
-    let info = store.put(tag, "big", 0, &big, Score::AUTO).unwrap();
+    let info = store.put(&BlobPut::new(tag, "big"), &big).unwrap();
     assert_eq!(info.targets, [1]);
     assert_eq!(get(&store, tag, "big"), big);
 }
@@ -315,7 +323,9 @@ fn a_store_works_and_drops_inside_an_async_runtime() {
     // and dropping the store there does not either.
     app.block_on(async move {
         let tag = store.get_or_create_tag("t").unwrap();
-        store.put(tag, "a", 0, &bytes(2500, 4), Score(0.0)).unwrap();
+        store
+            .put(&BlobPut::new(tag, "a").score(Score(0.0)), &bytes(2500, 4))
+            .unwrap();
         assert_eq!(get(&store, tag, "a"), bytes(2500, 4));
         drop(store);
     });

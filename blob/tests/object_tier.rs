@@ -8,6 +8,7 @@
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tandem_blob::BlobPut;
 
 use tandem_blob::object_store::aws::AmazonS3Builder;
 use tandem_blob::object_store::{ClientOptions, ObjectStore, RetryConfig};
@@ -112,10 +113,14 @@ fn one_node_holds_blobs_across_parts_and_says_it_ignores_conditional_writes() {
     let store = store_on(&cluster, 0, &dir, 256 << 10);
     let tag = store.get_or_create_tag("t").unwrap();
     let data = bytes((1 << 20) + 12345, 1);
-    let info = store.put(tag, "b", 0, &data, Score(0.0)).unwrap();
+    let info = store
+        .put(&BlobPut::new(tag, "b").score(Score(0.0)), &data)
+        .unwrap();
     assert_eq!((info.size, info.targets), (data.len() as u64, vec![2]));
     let patch = bytes(300 << 10, 2);
-    store.put(tag, "b", 200 << 10, &patch, Score::AUTO).unwrap();
+    store
+        .put(&BlobPut::new(tag, "b").at(200 << 10), &patch)
+        .unwrap();
     let mut want = data.clone();
     want[200 << 10..500 << 10].copy_from_slice(&patch);
     assert_eq!(read_all(&store, "t", "b").unwrap(), want);
@@ -140,11 +145,12 @@ fn two_stores_on_two_nodes_read_each_others_blobs_byte_for_byte() {
     let b = store_on(&cluster, 2, &b_dir, 1 << 20);
     let ta = a.get_or_create_tag("shared").unwrap();
     let data = bytes((5 << 20) + 17, 3);
-    a.put(ta, "x", 0, &data, Score(0.0)).unwrap();
+    a.put(&BlobPut::new(ta, "x").score(Score(0.0)), &data)
+        .unwrap();
     assert_eq!(read_all(&b, "shared", "x").unwrap(), data);
     // b's put (AUTO: the blob is in the bucket, so it stays there) is what a reads next.
     let tb = b.tag("shared").unwrap().unwrap();
-    b.put(tb, "x", 4 << 20, b"through node 2", Score::AUTO)
+    b.put(&BlobPut::new(tb, "x").at(4 << 20), b"through node 2")
         .unwrap();
     let mut got = [0u8; 14];
     a.get(ta, "x", 4 << 20, &mut got).unwrap();
@@ -175,23 +181,16 @@ fn put_while_killing(
     std::thread::scope(|s| {
         let put = s.spawn(move || {
             store
-                .put_with(
-                    tag,
-                    "v",
-                    0,
-                    new.len() as u64,
-                    Score::AUTO,
-                    &mut |at, dst| {
-                        if at == 4 * part {
-                            reached
-                                .send(())
-                                .map_err(|_| FillError("test gone".into()))?;
-                            killed.recv().map_err(|_| FillError("test gone".into()))?;
-                        }
-                        dst.copy_from_slice(&new[at as usize..at as usize + dst.len()]);
-                        Ok(())
-                    },
-                )
+                .put_with(&BlobPut::new(tag, "v"), new.len() as u64, &mut |at, dst| {
+                    if at == 4 * part {
+                        reached
+                            .send(())
+                            .map_err(|_| FillError("test gone".into()))?;
+                        killed.recv().map_err(|_| FillError("test gone".into()))?;
+                    }
+                    dst.copy_from_slice(&new[at as usize..at as usize + dst.len()]);
+                    Ok(())
+                })
                 .map(drop)
         });
         at_part.1.recv().expect("the put reached its fifth part");
@@ -211,7 +210,8 @@ fn a_node_killed_mid_put_leaves_the_old_blob_or_the_new_never_a_mix() {
     let b = store_on(&cluster, 1, &b_dir, 512 << 10);
     let tag = a.get_or_create_tag("t").unwrap();
     let (v1, v2, v3) = (bytes(4 << 20, 1), bytes(4 << 20, 2), bytes(4 << 20, 3));
-    a.put(tag, "v", 0, &v1, Score(0.0)).unwrap();
+    a.put(&BlobPut::new(tag, "v").score(Score(0.0)), &v1)
+        .unwrap();
 
     // The node the writer talks to dies: the put fails, and every node left sees v1.
     let put = put_while_killing(&mut cluster, &a, 0, &v2);
@@ -261,7 +261,7 @@ fn concurrent_writers_on_two_nodes_never_mix_versions() {
         .collect();
     let tag = stores[0].get_or_create_tag("t").unwrap();
     stores[0]
-        .put(tag, "c", 0, &[0; 256 << 10], Score(0.0))
+        .put(&BlobPut::new(tag, "c").score(Score(0.0)), &[0; 256 << 10])
         .unwrap();
     let rounds = 12;
     std::thread::scope(|s| {
@@ -271,7 +271,7 @@ fn concurrent_writers_on_two_nodes_never_mix_versions() {
                 for round in 0..rounds {
                     let fill = (w * rounds + round + 1) as u8;
                     store
-                        .put(tag, "c", 0, &[fill; 256 << 10], Score::AUTO)
+                        .put(&BlobPut::new(tag, "c"), &[fill; 256 << 10])
                         .unwrap();
                 }
             });
@@ -327,13 +327,13 @@ fn wrong_credentials_a_missing_bucket_and_a_dead_endpoint_are_clear_errors() {
     let store = store_on(&cluster, 0, &dir, 1 << 20);
     let tag = store.get_or_create_tag("t").unwrap();
     store
-        .put(tag, "in the bucket", 0, b"1", Score(0.0))
+        .put(&BlobPut::new(tag, "in the bucket").score(Score(0.0)), b"1")
         .unwrap();
-    store.put(tag, "local", 0, b"2", Score::AUTO).unwrap();
+    store.put(&BlobPut::new(tag, "local"), b"2").unwrap();
     cluster.kill(0);
     let began = Instant::now();
     let down = store
-        .put(tag, "in the bucket", 0, b"3", Score::AUTO)
+        .put(&BlobPut::new(tag, "in the bucket"), b"3")
         .unwrap_err();
     println!("endpoint down: {down} (after {:?})", began.elapsed());
     assert!(down.to_string().contains("object target"), "{down}");

@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tandem_blob::BlobPut;
 
 use tandem_blob::*;
 
@@ -79,13 +80,18 @@ fn concurrent_puts_gets_deletes() {
                 let b = (w + i) % SHARED;
                 let v = version.fetch_add(1, Ordering::Relaxed);
                 let data = fill_version(b, v, SIZE);
-                store.put(tag, &name(b), 0, &data, score(b)).unwrap();
+                store
+                    .put(&BlobPut::new(tag, &name(b)).score(score(b)), &data)
+                    .unwrap();
                 // A private blob of this writer: puts to different blobs run side by side.
                 let own = format!("own-{w}");
                 let pb = 100 + w;
                 let len = 1 + (v as u64 * 7919) % (4 * P);
                 store
-                    .put(tag, &own, 0, &fill_version(pb, v, len), score(w))
+                    .put(
+                        &BlobPut::new(tag, &own).score(score(w)),
+                        &fill_version(pb, v, len),
+                    )
                     .unwrap();
                 let mut out = vec![0; len as usize];
                 store.get(tag, &own, 0, &mut out).unwrap();
@@ -215,11 +221,9 @@ fn durable_put_throughput() {
                     for i in 0..per {
                         store
                             .put(
-                                tag,
-                                &format!("b-{threads}-{t}-{}", i % 64),
-                                0,
+                                &BlobPut::new(tag, &format!("b-{threads}-{t}-{}", i % 64))
+                                    .score(Score(0.5)),
                                 &data,
-                                Score(0.5),
                             )
                             .unwrap();
                     }
@@ -263,11 +267,8 @@ fn puts_to_different_blobs_overlap() {
             let (store, barrier, tx) = (store.clone(), barrier.clone(), tx.clone());
             std::thread::spawn(move || {
                 let r = store.put_with(
-                    tag,
-                    &format!("p{b}-{}", score.0),
-                    0,
+                    &BlobPut::new(tag, &format!("p{b}-{}", score.0)).score(score),
                     100,
-                    score,
                     &mut |_, dst| {
                         barrier.wait();
                         dst.fill(b as u8);
@@ -300,7 +301,7 @@ fn puts_to_one_blob_are_serialised() {
             let (store, name) = (store.clone(), name.clone());
             std::thread::spawn(move || {
                 store
-                    .put_with(tag, &name, 0, 10, score, &mut |_, dst| {
+                    .put_with(&BlobPut::new(tag, &name).score(score), 10, &mut |_, dst| {
                         entered_tx.send(()).unwrap();
                         release_rx.recv().unwrap();
                         dst.fill(1);
@@ -315,11 +316,15 @@ fn puts_to_one_blob_are_serialised() {
             let (store, name, flag) = (store.clone(), name.clone(), second_filled.clone());
             std::thread::spawn(move || {
                 store
-                    .put_with(tag, &name, 5, 10, score, &mut |_, dst| {
-                        flag.store(true, Ordering::SeqCst);
-                        dst.fill(2);
-                        Ok(())
-                    })
+                    .put_with(
+                        &BlobPut::new(tag, &name).at(5).score(score),
+                        10,
+                        &mut |_, dst| {
+                            flag.store(true, Ordering::SeqCst);
+                            dst.fill(2);
+                            Ok(())
+                        },
+                    )
                     .unwrap()
             })
         };
@@ -361,7 +366,7 @@ fn ram_put_get_throughput() {
                     let names: Vec<String> = (0..64).map(|i| format!("r-{t}-{i}")).collect();
                     for i in 0..per as usize {
                         store
-                            .put(tag, &names[i % 64], 0, &data, Score::AUTO)
+                            .put(&BlobPut::new(tag, &names[i % 64]), &data)
                             .unwrap();
                     }
                 })
@@ -414,7 +419,10 @@ fn large_put_bandwidth() {
         let start = Instant::now();
         for i in 0..3 {
             store
-                .put(tag, &format!("big{i}"), 0, &data, Score(0.5))
+                .put(
+                    &BlobPut::new(tag, &format!("big{i}")).score(Score(0.5)),
+                    &data,
+                )
                 .unwrap();
         }
         let gbs = 3.0 * data.len() as f64 / start.elapsed().as_secs_f64() / 1e9;

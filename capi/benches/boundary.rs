@@ -19,6 +19,7 @@ use std::ptr::null_mut;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tandem_blob::BlobPut;
 
 use tandem::layout::Status;
 use tandem::{
@@ -26,7 +27,7 @@ use tandem::{
     tandem_share_buffer_close, tandem_share_buffer_read, tandem_share_buffer_seal,
     tandem_share_close, tandem_share_create, tandem_share_spawn,
 };
-use tandem_blob::{pool, wire, BlobCaller, BlobStore, Score, StoreConfig};
+use tandem_blob::{pool, wire, BlobCaller, BlobStore, StoreConfig};
 use tandem_hal::HostApi;
 use tandem_runtime::{math, Client, Config, Registry, Route, Runtime};
 
@@ -114,7 +115,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         });
         let put = per_op(PUTS, |i| {
             let name = names[i as usize].to_str().expect("ASCII");
-            blobs.put(tag, name, 0, &data, Score::AUTO).expect("a put");
+            blobs.put(&BlobPut::new(tag, name), &data).expect("a put");
         });
         (trip, put)
     };

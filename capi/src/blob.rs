@@ -11,8 +11,9 @@
 
 use std::ffi::c_char;
 use std::time::Duration;
+use tandem_blob::BlobPut;
 
-use tandem_blob::{BlobCaller, PutContext, Score, TagId};
+use tandem_blob::{BlobCaller, TagId};
 use tandem_runtime::Client;
 
 use crate::args;
@@ -90,14 +91,7 @@ pub unsafe extern "C" fn tandem_blob_put(
             ));
         }
         let after = with_caller(&client, timeout_ms, |c| {
-            Ok(c.put_chunked(
-                TagId(tag),
-                name,
-                offset,
-                data,
-                Score::AUTO,
-                &PutContext::default(),
-            )?)
+            Ok(c.put_chunked(&BlobPut::new(TagId(tag), name).at(offset), data)?)
         })?;
         if size.is_null() {
             return Ok(());

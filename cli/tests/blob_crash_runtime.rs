@@ -18,8 +18,9 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tandem_blob::BlobPut;
 
-use tandem_blob::{BlobCaller, BlobStore, CallError, Limits, Score, StoreConfig, TargetConfig};
+use tandem_blob::{BlobCaller, BlobStore, CallError, Limits, StoreConfig, TargetConfig};
 use tandem_runtime::{Client, TaskError};
 
 const ROUNDS: u64 = 5;
@@ -131,7 +132,7 @@ fn one_round(config: &Path, round: u64) -> Round {
     let started = Instant::now();
     let (in_flight, error) = loop {
         let name = format!("r{round}-{}", acked.len());
-        match caller.put(tag, &name, 0, &content(&name), Score::AUTO) {
+        match caller.put(&BlobPut::new(tag, &name), &content(&name)) {
             Ok(size) => {
                 assert_eq!(size, content(&name).len() as u64);
                 acked.push(name);

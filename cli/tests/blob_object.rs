@@ -12,8 +12,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+use tandem_blob::BlobPut;
 
-use tandem_blob::{BlobCaller, Score};
+use tandem_blob::BlobCaller;
 use tandem_runtime::{Config, DeviceSelection};
 use tandem_tests::garage::{self, Cluster};
 
@@ -185,7 +186,7 @@ fn two_runtimes_on_two_garage_nodes_serve_each_others_blobs() {
         .collect();
     let tag = a.get_or_create_tag("runtimes").expect("tag through a");
     assert_eq!(
-        a.put(tag, "shared", 0, &data, Score::AUTO),
+        a.put(&BlobPut::new(tag, "shared"), &data),
         Ok(data.len() as u64)
     );
     // b's runtime learns the tag from the bucket (its own id) and reads the bytes a put.
@@ -195,7 +196,7 @@ fn two_runtimes_on_two_garage_nodes_serve_each_others_blobs() {
         .expect("get through b");
     assert!(back == data, "runtime b read other bytes");
     assert_eq!(
-        b.put(their_tag, "shared", 10, b"from b", Score::AUTO),
+        b.put(&BlobPut::new(their_tag, "shared").at(10), b"from b"),
         Ok(data.len() as u64)
     );
     let mut six = [0u8; 6];

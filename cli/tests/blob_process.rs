@@ -9,6 +9,7 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use tandem_blob::BlobPut;
 
 use tandem_blob::wire::{self, code};
 use tandem_blob::{BlobCaller, CallError, Score, TagId};
@@ -124,7 +125,10 @@ fn a_client_in_another_process_calls_the_blob_pool() {
     .enumerate()
     {
         let data = pattern(i as u64, len);
-        assert_eq!(caller.put(tag, name, 0, &data, score), Ok(len as u64));
+        assert_eq!(
+            caller.put(&BlobPut::new(tag, name).score(score), &data),
+            Ok(len as u64)
+        );
         assert_eq!(caller.stat(tag, name).map(|s| s.size), Ok(len as u64));
         let mut back = vec![0u8; len];
         caller.get(tag, name, 0, &mut back).expect("get");
@@ -134,7 +138,10 @@ fn a_client_in_another_process_calls_the_blob_pool() {
         caller.get(tag, name, 50, &mut part).expect("get part");
         assert_eq!(part, data[50..60]);
         let end = len as u64 + 5000;
-        assert_eq!(caller.put(tag, name, end, b"tail", score), Ok(end + 4));
+        assert_eq!(
+            caller.put(&BlobPut::new(tag, name).at(end).score(score), b"tail"),
+            Ok(end + 4)
+        );
         let mut hole = vec![1u8; 5004];
         caller
             .get(tag, name, len as u64, &mut hole)
@@ -157,14 +164,14 @@ fn a_client_in_another_process_calls_the_blob_pool() {
         blob_err(code::OUT_OF_RANGE)
     );
     assert_eq!(
-        caller.put(tag, "x", 0, b"abc", Score(2.0)),
+        caller.put(&BlobPut::new(tag, "x").score(Score(2.0)), b"abc"),
         blob_err(code::BAD_SCORE)
     );
     assert_eq!(caller.stat(tag, ""), blob_err(code::EMPTY_NAME));
     let too_long = "n".repeat(wire::MAX_NAME_BYTES + 1);
     assert_eq!(caller.stat(tag, &too_long), blob_err(code::NAME_TOO_LONG));
     assert_eq!(
-        caller.put(tag, "x", u64::MAX - 1, b"abc", Score::AUTO),
+        caller.put(&BlobPut::new(tag, "x").at(u64::MAX - 1), b"abc"),
         blob_err(code::TOO_LARGE)
     );
 
@@ -173,7 +180,7 @@ fn a_client_in_another_process_calls_the_blob_pool() {
         assert_eq!(caller.stat(tag, name), blob_err(code::NOT_FOUND));
         assert_eq!(caller.delete(tag, name), blob_err(code::NOT_FOUND));
     }
-    assert_eq!(caller.put(tag, "again", 0, b"alive", Score::AUTO), Ok(5));
+    assert_eq!(caller.put(&BlobPut::new(tag, "again"), b"alive"), Ok(5));
 
     // Every buffer and future went back to the client's heap.
     let slot = client

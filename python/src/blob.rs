@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
+use tandem_blob::BlobPut;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -302,7 +303,13 @@ impl BlobClient {
         let caller = caller(&self.client);
         let tag = self.tag_id(py, &caller, tag, true)?;
         call(py, &caller, bytes.len(), |c| {
-            c.put_chunked(tag, &name, offset, bytes, score, &context)
+            c.put_chunked(
+                &BlobPut::new(tag, &name)
+                    .at(offset)
+                    .score(score)
+                    .context(context),
+                bytes,
+            )
         })
     }
 

@@ -6,8 +6,9 @@
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use tandem_blob::BlobPut;
 
-use tandem_blob::{BlobStore, Limits, PutContext, Score, StoreConfig, TargetConfig, MAX_NAME_LEN};
+use tandem_blob::{BlobStore, Limits, PutContext, StoreConfig, TargetConfig, MAX_NAME_LEN};
 
 const BLOB: usize = 1 << 20;
 const BLOBS: usize = 24;
@@ -56,7 +57,7 @@ fn measure(data: &[u8], context: &PutContext) -> Result<[f64; 5], String> {
         let t = Instant::now();
         for (name, chunk) in names.iter().zip(data.chunks(BLOB)) {
             store
-                .put_ctx(tag, name, 0, chunk, Score::AUTO, context)
+                .put(&BlobPut::new(tag, name).context(*context), chunk)
                 .map_err(|e| e.to_string())?;
         }
         put = put.min(t.elapsed());
@@ -121,7 +122,10 @@ fn dynamic_against_raw(data: &[u8]) -> Result<(f64, f64, f64), String> {
                 let (prefix, context) = &contexts[k];
                 let t = Instant::now();
                 store
-                    .put_ctx(tag, &format!("{prefix}{i}"), 0, chunk, Score::AUTO, context)
+                    .put(
+                        &BlobPut::new(tag, &format!("{prefix}{i}")).context(*context),
+                        chunk,
+                    )
                     .map_err(|e| e.to_string())?;
                 spent[k] += t.elapsed();
             }

@@ -2,6 +2,7 @@
 //! serve it, and by the store commands when no runtime serves it.
 
 use std::io::Write;
+use tandem_blob::BlobPut;
 
 use tandem_blob::{
     BlobError, BlobStat, BlobStore, FillError, PutContext, Score, StoreConfig, TagId,
@@ -91,13 +92,26 @@ impl StoreAccess for Direct {
         if let Some(len) = input.len() {
             let mut fill = |at: u64, dst: &mut [u8]| input.read_at(at, dst);
             self.0
-                .put_with_ctx(tag, name, offset, len, score, context, &mut fill)
+                .put_with(
+                    &BlobPut::new(tag, name)
+                        .at(offset)
+                        .score(score)
+                        .context(*context),
+                    len,
+                    &mut fill,
+                )
                 .map_err(refused)?;
             return Ok(len);
         }
         input.put_in_chunks(STREAM_CHUNK, |at, bytes| {
             self.0
-                .put_ctx(tag, name, offset + at, bytes, score, context)
+                .put(
+                    &BlobPut::new(tag, name)
+                        .at(offset + at)
+                        .score(score)
+                        .context(*context),
+                    bytes,
+                )
                 .map(drop)
                 .map_err(refused)
         })

@@ -4,6 +4,7 @@
 //! quota (`client_heap_bytes`).
 
 use std::io::Write;
+use tandem_blob::BlobPut;
 
 use tandem_blob::pool::BlobInfo;
 use tandem_blob::{BlobCaller, CallError, PutContext, Score, StoreIdentity, TagId};
@@ -147,7 +148,14 @@ impl StoreAccess for Served {
             let mut data = buffer.take().expect("the buffer is back after each chunk");
             data.write(0, bytes);
             let (_, data) = caller
-                .put_from(tag, name, offset + at, data, bytes.len(), score, context)
+                .put_from(
+                    &BlobPut::new(tag, name)
+                        .at(offset + at)
+                        .score(score)
+                        .context(*context),
+                    data,
+                    bytes.len(),
+                )
                 .map_err(|e| self.failed(e))?;
             buffer = Some(data);
             Ok(())

@@ -2,6 +2,7 @@
 //! and persistence levels (placement, errors, temporary blobs across reopens and reboots).
 
 use super::*;
+use crate::BlobPut;
 use redb::ReadableTable;
 
 use crate::meta::{self, BLOBS};
@@ -57,13 +58,11 @@ fn compressed_blobs_read_back_at_any_offset_on_each_kind() {
         for score in [Score::AUTO, Score(0.5)] {
             let name = format!("{i}-{}", score.0);
             let info = s
-                .put_ctx(
-                    t,
-                    &name,
-                    0,
+                .put(
+                    &BlobPut::new(t, &name)
+                        .score(score)
+                        .context(ctx(compression, Persistence::Volatile)),
                     &data,
-                    score,
-                    &ctx(compression, Persistence::Volatile),
                 )
                 .unwrap();
             assert_eq!(info.size, data.len() as u64);
@@ -89,11 +88,11 @@ fn puts_at_offsets_rewrite_only_their_frames_and_mix_with_raw_puts() {
     let t = s.get_or_create_tag("t").unwrap();
     let mut model = smooth(400_000);
     let zstd = ctx("zstd", Persistence::LongTerm);
-    s.put_ctx(t, "b", 0, &model, Score::AUTO, &zstd).unwrap();
+    s.put(&BlobPut::new(t, "b").context(zstd), &model).unwrap();
     let before = s.stat(t, "b").unwrap().stored;
     // A raw put into the middle of a compressed frame: that frame is rewritten raw, whole.
     let patch = noise(5000, 1);
-    s.put(t, "b", 70_000, &patch, Score::AUTO).unwrap();
+    s.put(&BlobPut::new(t, "b").at(70_000), &patch).unwrap();
     model[70_000..75_000].copy_from_slice(&patch);
     let after = s.stat(t, "b").unwrap();
     assert!(
@@ -102,13 +101,11 @@ fn puts_at_offsets_rewrite_only_their_frames_and_mix_with_raw_puts() {
     );
     // A compressed put across a frame boundary.
     let patch2 = smooth(20_000);
-    s.put_ctx(
-        t,
-        "b",
-        128_000,
+    s.put(
+        &BlobPut::new(t, "b")
+            .at(128_000)
+            .context(ctx("lz4", Persistence::LongTerm)),
         &patch2,
-        Score::AUTO,
-        &ctx("lz4", Persistence::LongTerm),
     )
     .unwrap();
     model[128_000..148_000].copy_from_slice(&patch2);
@@ -130,13 +127,11 @@ fn holes_in_frames_no_put_touched_stay_holes() {
     let s = BlobStore::open(&config(dir.path(), &[(RAM, 64, 1.0)])).unwrap();
     let t = s.get_or_create_tag("t").unwrap();
     let far = 10 << 20;
-    s.put_ctx(
-        t,
-        "h",
-        far,
+    s.put(
+        &BlobPut::new(t, "h")
+            .at(far)
+            .context(ctx("zstd", Persistence::Volatile)),
         &smooth(1000),
-        Score::AUTO,
-        &ctx("zstd", Persistence::Volatile),
     )
     .unwrap();
     let stat = s.stat(t, "h").unwrap();
@@ -153,13 +148,9 @@ fn dynamic_compression_stores_what_does_not_compress_raw() {
     let s = BlobStore::open(&config(dir.path(), &[(RAM, 256, 1.0)])).unwrap();
     let t = s.get_or_create_tag("t").unwrap();
     let random = noise(200_000, 7);
-    s.put_ctx(
-        t,
-        "r",
-        0,
+    s.put(
+        &BlobPut::new(t, "r").context(ctx("dynamic:zstd", Persistence::Volatile)),
         &random,
-        Score::AUTO,
-        &ctx("dynamic:zstd", Persistence::Volatile),
     )
     .unwrap();
     let stat = s.stat(t, "r").unwrap();
@@ -167,26 +158,18 @@ fn dynamic_compression_stores_what_does_not_compress_raw() {
     assert_eq!(stat.stored, (200_000u64).div_ceil(PAGE_SIZE) * PAGE_SIZE);
     assert!(read(&s, t, "r", 0, random.len()) == random);
     // Static compression of the same bytes: each frame falls back to raw on its own.
-    s.put_ctx(
-        t,
-        "s",
-        0,
+    s.put(
+        &BlobPut::new(t, "s").context(ctx("zstd:best", Persistence::Volatile)),
         &random,
-        Score::AUTO,
-        &ctx("zstd:best", Persistence::Volatile),
     )
     .unwrap();
     assert!(s.stat(t, "s").unwrap().codecs.is_empty());
     // The fill is asked for every byte once, in order, sample included.
     let mut asked = Vec::new();
     let data = smooth(100_000);
-    s.put_with_ctx(
-        t,
-        "f",
-        0,
+    s.put_with(
+        &BlobPut::new(t, "f").context(ctx("dynamic:lz4", Persistence::Volatile)),
         data.len() as u64,
-        Score::AUTO,
-        &ctx("dynamic:lz4", Persistence::Volatile),
         &mut |at, dst| {
             asked.push((at, dst.len()));
             dst.copy_from_slice(&data[at as usize..at as usize + dst.len()]);
@@ -209,13 +192,9 @@ fn a_damaged_frame_is_an_error_naming_the_blob() {
     let cfg = config(dir.path(), &[(FILE, 64, 0.5)]);
     let s = BlobStore::open(&cfg).unwrap();
     let t = s.get_or_create_tag("t").unwrap();
-    s.put_ctx(
-        t,
-        "z",
-        0,
+    s.put(
+        &BlobPut::new(t, "z").context(ctx("lz4", Persistence::LongTerm)),
         &smooth(100_000),
-        Score::AUTO,
-        &ctx("lz4", Persistence::LongTerm),
     )
     .unwrap();
     drop(s);
@@ -233,7 +212,7 @@ fn a_damaged_frame_is_an_error_naming_the_blob() {
     }
     // A put that needs a damaged frame's old bytes fails too, and changes nothing.
     assert!(matches!(
-        s.put(t, "z", 70_000, b"x", Score::AUTO),
+        s.put(&BlobPut::new(t, "z").at(70_000), b"x"),
         Err(BlobError::CorruptFrame { .. })
     ));
 }
@@ -245,17 +224,18 @@ fn placement_honours_the_persistence_level_before_the_score() {
     let t = s.get_or_create_tag("t").unwrap();
     let level = |p| ctx("none", p);
     let v = s
-        .put_ctx(t, "v", 0, b"x", Score::AUTO, &level(Persistence::Volatile))
+        .put(
+            &BlobPut::new(t, "v").context(level(Persistence::Volatile)),
+            b"x",
+        )
         .unwrap();
     assert_eq!((v.persistence, v.targets), (Persistence::Volatile, vec![0]));
     let tmp = s
-        .put_ctx(
-            t,
-            "tmp",
-            0,
+        .put(
+            &BlobPut::new(t, "tmp")
+                .score(Score(1.0))
+                .context(level(Persistence::Temporary)),
             b"x",
-            Score(1.0),
-            &level(Persistence::Temporary),
         )
         .unwrap();
     assert_eq!(
@@ -263,47 +243,43 @@ fn placement_honours_the_persistence_level_before_the_score() {
         (Persistence::Temporary, vec![1])
     );
     let lt = s
-        .put_ctx(t, "lt", 0, b"x", Score::AUTO, &level(Persistence::LongTerm))
+        .put(
+            &BlobPut::new(t, "lt").context(level(Persistence::LongTerm)),
+            b"x",
+        )
         .unwrap();
     assert_eq!((lt.persistence, lt.durable), (Persistence::LongTerm, true));
     // A volatile blob cannot be asked for more; a temporary one can, and becomes long-term.
-    match s.put_ctx(t, "v", 0, b"y", Score::AUTO, &level(Persistence::Temporary)) {
+    match s.put(
+        &BlobPut::new(t, "v").context(level(Persistence::Temporary)),
+        b"y",
+    ) {
         Err(e @ BlobError::ClassTooLow { .. }) => assert_eq!(e.code(), wire::code::CLASS_TOO_LOW),
         other => panic!("{other:?}"),
     }
     let up = s
-        .put_ctx(
-            t,
-            "tmp",
-            1,
+        .put(
+            &BlobPut::new(t, "tmp")
+                .at(1)
+                .context(level(Persistence::LongTerm)),
             b"y",
-            Score::AUTO,
-            &level(Persistence::LongTerm),
         )
         .unwrap();
     assert_eq!(up.persistence, Persistence::LongTerm);
     // A lower level than the blob's keeps the blob's.
     let same = s
-        .put_ctx(
-            t,
-            "lt",
-            0,
+        .put(
+            &BlobPut::new(t, "lt").context(level(Persistence::Temporary)),
             b"z",
-            Score::AUTO,
-            &level(Persistence::Temporary),
         )
         .unwrap();
     assert_eq!(same.persistence, Persistence::LongTerm);
     // When the file target is full, a long-term put has nowhere to go.
     let big = vec![1u8; 16 * PAGE_SIZE as usize];
     assert!(matches!(
-        s.put_ctx(
-            t,
-            "big",
-            0,
-            &big,
-            Score::AUTO,
-            &level(Persistence::LongTerm)
+        s.put(
+            &BlobPut::new(t, "big").context(level(Persistence::LongTerm)),
+            &big
         ),
         Err(BlobError::NoSpace { .. })
     ));
@@ -312,13 +288,16 @@ fn placement_honours_the_persistence_level_before_the_score() {
     let r = BlobStore::open(&config(ram_only.path(), &[(RAM, 16, 1.0)])).unwrap();
     let t = r.get_or_create_tag("t").unwrap();
     for p in [Persistence::Temporary, Persistence::LongTerm] {
-        match r.put_ctx(t, "x", 0, b"x", Score::AUTO, &level(p)) {
+        match r.put(&BlobPut::new(t, "x").context(level(p)), b"x") {
             Err(e @ BlobError::NoTargetFor(_)) => assert_eq!(e.code(), wire::code::NO_TARGET_FOR),
             other => panic!("{other:?}"),
         }
     }
     assert!(r
-        .put_ctx(t, "x", 0, b"x", Score::AUTO, &level(Persistence::Volatile))
+        .put(
+            &BlobPut::new(t, "x").context(level(Persistence::Volatile)),
+            b"x"
+        )
         .is_ok());
 }
 
@@ -331,10 +310,10 @@ fn temporary_blobs_survive_a_reopen_but_not_a_reboot() {
     let data = smooth(100_000);
     let temporary = ctx("zstd", Persistence::Temporary);
     for name in ["a", "b"] {
-        s.put_ctx(t, name, 0, &data, Score::AUTO, &temporary)
+        s.put(&BlobPut::new(t, name).context(temporary), &data)
             .unwrap();
     }
-    s.put(t, "kept", 0, b"long-term", Score::AUTO).unwrap();
+    s.put(&BlobPut::new(t, "kept"), b"long-term").unwrap();
     drop(s);
     let s = BlobStore::open(&cfg).unwrap();
     assert_eq!(s.stat(t, "a").unwrap().persistence, Persistence::Temporary);

@@ -2,6 +2,7 @@
 //! failing callbacks, deletes.
 
 use super::*;
+use crate::BlobPut;
 
 #[test]
 fn put_get_round_trip_on_each_kind() {
@@ -12,7 +13,7 @@ fn put_get_round_trip_on_each_kind() {
         let s = BlobStore::open(&config(dir.path(), &[(RAM, 16, 1.0), (FILE, 16, 0.5)])).unwrap();
         let t = s.get_or_create_tag("t").unwrap();
         let data: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
-        let a = s.put(t, "ram", 0, &data, Score::AUTO).unwrap();
+        let a = s.put(&BlobPut::new(t, "ram"), &data).unwrap();
         assert_eq!(
             a,
             PutInfo {
@@ -22,7 +23,9 @@ fn put_get_round_trip_on_each_kind() {
                 targets: vec![0]
             }
         );
-        let b = s.put(t, "file", 0, &data, Score(0.5)).unwrap();
+        let b = s
+            .put(&BlobPut::new(t, "file").score(Score(0.5)), &data)
+            .unwrap();
         assert_eq!(
             b,
             PutInfo {
@@ -67,7 +70,8 @@ fn o_direct_on_disk_and_buffered_fallback_on_tmpfs() {
     let t = s.get_or_create_tag("t").unwrap();
     for (score, name) in [(Score(0.5), "disk"), (Score(0.4), "shm")] {
         let data = vec![7u8; 3 * PAGE_SIZE as usize + 5];
-        s.put(t, name, 100, &data, score).unwrap();
+        s.put(&BlobPut::new(t, name).at(100).score(score), &data)
+            .unwrap();
         let mut out = vec![1u8; data.len() + 100];
         s.get(t, name, 0, &mut out).unwrap();
         assert!(out[..100].iter().all(|&b| b == 0));
@@ -83,8 +87,14 @@ fn holes_read_as_zeros_and_overwrites_keep_neighbours() {
     let s = BlobStore::open(&config(dir.path(), &[(RAM, 64, 1.0), (FILE, 64, 0.5)])).unwrap();
     let t = s.get_or_create_tag("t").unwrap();
     for (name, score) in [("r", Score(1.0)), ("f", Score(0.5))] {
-        s.put(t, name, 5, b"hello", score).unwrap();
-        let info = s.put(t, name, 3 * PAGE_SIZE + 1, b"far", score).unwrap();
+        s.put(&BlobPut::new(t, name).at(5).score(score), b"hello")
+            .unwrap();
+        let info = s
+            .put(
+                &BlobPut::new(t, name).at(3 * PAGE_SIZE + 1).score(score),
+                b"far",
+            )
+            .unwrap();
         assert_eq!(info.size, 3 * PAGE_SIZE + 4);
         let mut out = vec![9u8; (3 * PAGE_SIZE + 4) as usize];
         s.get(t, name, 0, &mut out).unwrap();
@@ -93,7 +103,8 @@ fn holes_read_as_zeros_and_overwrites_keep_neighbours() {
         want[3 * PAGE_SIZE as usize + 1..].copy_from_slice(b"far");
         assert_eq!(out, want);
         // An overwrite inside a page keeps the bytes around it.
-        s.put(t, name, 6, b"EL", score).unwrap();
+        s.put(&BlobPut::new(t, name).at(6).score(score), b"EL")
+            .unwrap();
         want[6..8].copy_from_slice(b"EL");
         s.get(t, name, 0, &mut out).unwrap();
         assert_eq!(out, want);
@@ -108,20 +119,21 @@ fn bytes_past_the_size_of_a_reused_page_read_as_zeros() {
     let dir = tempfile::tempdir().unwrap();
     let s = BlobStore::open(&config(dir.path(), &[(RAM, 3, 1.0)])).unwrap();
     let t = s.get_or_create_tag("t").unwrap();
-    s.put(t, "a", 0, &[0xff; 3 * PAGE_SIZE as usize], Score::AUTO)
+    s.put(&BlobPut::new(t, "a"), &[0xff; 3 * PAGE_SIZE as usize])
         .unwrap();
     s.delete(t, "a").unwrap();
     // b's page 0 is one of a's dirty pages.
-    s.put(t, "b", 0, b"x", Score::AUTO).unwrap();
+    s.put(&BlobPut::new(t, "b"), b"x").unwrap();
     // Extending past page 0 leaves page 0 as it is: its bytes past the old size must be zeros.
-    s.put(t, "b", PAGE_SIZE + 1, b"y", Score::AUTO).unwrap();
+    s.put(&BlobPut::new(t, "b").at(PAGE_SIZE + 1), b"y")
+        .unwrap();
     let mut out = vec![1u8; PAGE_SIZE as usize + 2];
     s.get(t, "b", 0, &mut out).unwrap();
     assert_eq!(out[0], b'x');
     assert!(out[1..=PAGE_SIZE as usize].iter().all(|&b| b == 0));
     assert_eq!(out[PAGE_SIZE as usize + 1], b'y');
     // The same through a rewrite of page 0.
-    s.put(t, "b", 100, b"z", Score::AUTO).unwrap();
+    s.put(&BlobPut::new(t, "b").at(100), b"z").unwrap();
     s.get(t, "b", 0, &mut out).unwrap();
     assert_eq!((out[0], out[100]), (b'x', b'z'));
     assert!(out[1..100]
@@ -137,19 +149,24 @@ fn failing_fill_leaves_nothing_and_keeps_the_old_bytes() {
     let t = s.get_or_create_tag("t").unwrap();
     for score in [Score(1.0), Score(0.5)] {
         let name = format!("b{}", score.0);
-        s.put(t, &name, 0, &[3; 100], score).unwrap();
+        s.put(&BlobPut::new(t, &name).score(score), &[3; 100])
+            .unwrap();
         let before = used(&s);
         // Fails in the second 1 MiB chunk, after the first was written.
         let mut calls = 0;
         let e = s
-            .put_with(t, &name, 0, 2 << 20, score, &mut |at, dst| {
-                calls += 1;
-                if at > 0 {
-                    return Err(FillError("device copy failed".into()));
-                }
-                dst.fill(4);
-                Ok(())
-            })
+            .put_with(
+                &BlobPut::new(t, &name).score(score),
+                2 << 20,
+                &mut |at, dst| {
+                    calls += 1;
+                    if at > 0 {
+                        return Err(FillError("device copy failed".into()));
+                    }
+                    dst.fill(4);
+                    Ok(())
+                },
+            )
             .unwrap_err();
         assert!(
             matches!(&e, BlobError::Fill(FillError(m)) if m == "device copy failed"),
@@ -163,7 +180,7 @@ fn failing_fill_leaves_nothing_and_keeps_the_old_bytes() {
         assert_eq!(s.stat(t, &name).unwrap().size, 100);
         // A failing first put leaves no blob.
         let e = s
-            .put_with(t, "new", 0, 10, score, &mut |_, _| {
+            .put_with(&BlobPut::new(t, "new").score(score), 10, &mut |_, _| {
                 Err(FillError("x".into()))
             })
             .unwrap_err();
@@ -179,7 +196,7 @@ fn get_with_and_put_with_chunks_cover_the_range() {
     let s = BlobStore::open(&config(dir.path(), &[(FILE, 1024, 0.5)])).unwrap();
     let t = s.get_or_create_tag("t").unwrap();
     let len = 3 * (1 << 20) + 17;
-    s.put_with(t, "b", 9, len, Score::AUTO, &mut |at, dst| {
+    s.put_with(&BlobPut::new(t, "b").at(9), len, &mut |at, dst| {
         for (i, b) in dst.iter_mut().enumerate() {
             *b = ((at + i as u64) % 251) as u8;
         }
@@ -213,9 +230,12 @@ fn delete_frees_and_lists() {
         s.list_tags().unwrap(),
         vec![(t, "t".to_owned()), (u, "u".to_owned())]
     );
-    s.put(t, "b", 0, b"bb", Score(1.0)).unwrap();
-    s.put(t, "a", 0, b"a", Score(0.5)).unwrap();
-    s.put(u, "a", 0, b"other", Score(0.5)).unwrap();
+    s.put(&BlobPut::new(t, "b").score(Score(1.0)), b"bb")
+        .unwrap();
+    s.put(&BlobPut::new(t, "a").score(Score(0.5)), b"a")
+        .unwrap();
+    s.put(&BlobPut::new(u, "a").score(Score(0.5)), b"other")
+        .unwrap();
     let l = s.list_blobs(t).unwrap();
     assert_eq!(
         l.iter()
@@ -257,8 +277,9 @@ fn io_uring_and_pwrite_pread_move_the_same_bytes() {
             let data: Vec<u8> = (0..len as u32)
                 .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
                 .collect();
-            s.put(t, "big", 77, &data, Score::AUTO).unwrap();
-            s.put(t, "big", 5 << 20, &[9; 1000], Score::AUTO).unwrap();
+            s.put(&BlobPut::new(t, "big").at(77), &data).unwrap();
+            s.put(&BlobPut::new(t, "big").at(5 << 20), &[9; 1000])
+                .unwrap();
             let mut want = vec![0u8; 77];
             want.extend_from_slice(&data);
             want[5 << 20..(5 << 20) + 1000].fill(9);
@@ -278,7 +299,7 @@ fn io_uring_and_pwrite_pread_move_the_same_bytes() {
             assert_eq!(next, want.len() as u64 - 10);
             // A failing fill mid-way through a pipelined put leaves nothing behind.
             let before = used(&s);
-            let e = s.put_with(t, "big", 0, 5 << 20, Score::AUTO, &mut |at, dst| {
+            let e = s.put_with(&BlobPut::new(t, "big"), 5 << 20, &mut |at, dst| {
                 if at >= 3 << 20 {
                     return Err(FillError("stop".into()));
                 }

@@ -1,6 +1,7 @@
 //! Every error a call can return, and their codes.
 
 use super::*;
+use crate::BlobPut;
 
 #[test]
 fn name_and_range_errors() {
@@ -41,13 +42,13 @@ fn name_and_range_errors() {
     assert!(s.get_or_create_tag(&"x".repeat(MAX_TAG_LEN)).is_ok());
 
     assert!(matches!(
-        s.put(t, "", 0, b"a", Score::AUTO),
+        s.put(&BlobPut::new(t, ""), b"a"),
         Err(BlobError::EmptyName(NameKind::Blob))
     ));
     for bad in ["two\nlines", "tab\there", "nul\0"] {
         assert!(
             matches!(
-                s.put(t, bad, 0, b"a", Score::AUTO),
+                s.put(&BlobPut::new(t, bad), b"a"),
                 Err(BlobError::ControlInName {
                     kind: NameKind::Blob,
                     ..
@@ -63,16 +64,16 @@ fn name_and_range_errors() {
     ));
     let long = "n".repeat(MAX_NAME_LEN + 1);
     assert!(matches!(
-        s.put(t, &long, 0, b"a", Score::AUTO),
+        s.put(&BlobPut::new(t, &long), b"a"),
         Err(BlobError::NameTooLong { .. })
     ));
     assert!(s
-        .put(t, &"n".repeat(MAX_NAME_LEN), 0, b"a", Score::AUTO)
+        .put(&BlobPut::new(t, &"n".repeat(MAX_NAME_LEN)), b"a")
         .is_ok());
 
     let nope = TagId(999);
     assert!(matches!(
-        s.put(nope, "a", 0, b"a", Score::AUTO),
+        s.put(&BlobPut::new(nope, "a"), b"a"),
         Err(BlobError::UnknownTag(TagId(999)))
     ));
     assert!(matches!(
@@ -96,7 +97,7 @@ fn name_and_range_errors() {
         Err(BlobError::NotFound { .. })
     ));
 
-    s.put(t, "a", 0, &[1; 10], Score::AUTO).unwrap();
+    s.put(&BlobPut::new(t, "a"), &[1; 10]).unwrap();
     match s.get(t, "a", 5, &mut [0; 6]) {
         Err(
             e @ BlobError::OutOfRange {
@@ -118,7 +119,7 @@ fn name_and_range_errors() {
         Err(BlobError::EmptyRange)
     ));
     assert!(matches!(
-        s.put(t, "a", 0, &[], Score::AUTO),
+        s.put(&BlobPut::new(t, "a"), &[]),
         Err(BlobError::EmptyRange)
     ));
     assert!(matches!(
@@ -133,23 +134,23 @@ fn name_and_range_errors() {
         matches!(e, Err(BlobError::OutOfRange { size: 10, .. })),
         "{e:?}"
     );
-    let e = s.put_with(t, "a", 1, u64::MAX, Score::AUTO, &mut |_, _| {
+    let e = s.put_with(&BlobPut::new(t, "a").at(1), u64::MAX, &mut |_, _| {
         panic!("fill must not run")
     });
     assert!(matches!(e, Err(BlobError::TooLarge { .. })), "{e:?}");
 
     assert!(matches!(
-        s.put(t, "a", u64::MAX, b"ab", Score::AUTO),
+        s.put(&BlobPut::new(t, "a").at(u64::MAX), b"ab"),
         Err(BlobError::TooLarge { .. })
     ));
     let max = Limits::default().max_blob_size;
     assert!(matches!(
-        s.put(t, "a", max, b"a", Score::AUTO),
+        s.put(&BlobPut::new(t, "a").at(max), b"a"),
         Err(BlobError::TooLarge { .. })
     ));
     for bad in [-0.5, 1.5, f32::NAN, -2.0] {
         assert!(matches!(
-            s.put(t, "a", 0, b"a", Score(bad)),
+            s.put(&BlobPut::new(t, "a").score(Score(bad)), b"a"),
             Err(BlobError::BadScore(_))
         ));
     }

@@ -1,6 +1,7 @@
 //! Opening: the metadata and target files made, found or refused, what a failed open leaves, the
 //! configuration's checks, and what a reopen keeps.
 
+use crate::BlobPut;
 use std::path::PathBuf;
 
 use super::*;
@@ -65,10 +66,17 @@ fn reopen_keeps_durable_and_drops_volatile() {
     {
         let s = BlobStore::open(&cfg).unwrap();
         let t = s.get_or_create_tag("t").unwrap();
-        s.put(t, "vol", 0, b"gone", Score(1.0)).unwrap();
-        s.put(t, "dur", 0, b"kept", Score(0.5)).unwrap();
-        s.put(t, "dur", 2 * PAGE_SIZE, b"far", Score(0.5)).unwrap();
-        s.put(t, "del", 0, b"x", Score(0.5)).unwrap();
+        s.put(&BlobPut::new(t, "vol").score(Score(1.0)), b"gone")
+            .unwrap();
+        s.put(&BlobPut::new(t, "dur").score(Score(0.5)), b"kept")
+            .unwrap();
+        s.put(
+            &BlobPut::new(t, "dur").at(2 * PAGE_SIZE).score(Score(0.5)),
+            b"far",
+        )
+        .unwrap();
+        s.put(&BlobPut::new(t, "del").score(Score(0.5)), b"x")
+            .unwrap();
         s.delete(t, "del").unwrap();
     }
     let s = BlobStore::open(&cfg).unwrap();
@@ -140,7 +148,8 @@ fn a_target_dropped_from_the_config_with_blobs_on_it_is_refused() {
     {
         let s = BlobStore::open(&cfg).unwrap();
         let t = s.get_or_create_tag("t").unwrap();
-        s.put(t, "b", 0, b"x", Score(0.2)).unwrap();
+        s.put(&BlobPut::new(t, "b").score(Score(0.2)), b"x")
+            .unwrap();
     }
     let mut fewer = cfg.clone();
     fewer.targets.remove(1);
@@ -261,7 +270,7 @@ fn a_failed_open_removes_what_it_made() {
     let good = config(dir.path(), &[(FILE, 4, 0.5)]);
     let s = BlobStore::open(&good).unwrap();
     let t = s.get_or_create_tag("t").unwrap();
-    s.put(t, "b", 0, b"kept", Score::AUTO).unwrap();
+    s.put(&BlobPut::new(t, "b"), b"kept").unwrap();
     drop(s);
     let made = tree(dir.path());
     let mut broken = good.clone();

@@ -1,6 +1,7 @@
 //! Placement: scores, spills, classes, and a put that finds no room.
 
 use super::*;
+use crate::BlobPut;
 
 #[test]
 fn placement_follows_scores_and_spills() {
@@ -14,26 +15,32 @@ fn placement_follows_scores_and_spills() {
     let t = s.get_or_create_tag("t").unwrap();
     let page = vec![1u8; PAGE_SIZE as usize];
     assert_eq!(
-        s.put(t, "auto", 0, &page, Score::AUTO).unwrap().targets,
+        s.put(&BlobPut::new(t, "auto"), &page).unwrap().targets,
         vec![0]
     );
     assert_eq!(
-        s.put(t, "mid", 0, &page, Score(0.7)).unwrap().targets,
+        s.put(&BlobPut::new(t, "mid").score(Score(0.7)), &page)
+            .unwrap()
+            .targets,
         vec![1]
     );
     assert_eq!(
-        s.put(t, "slow", 0, &page, Score(0.3)).unwrap().targets,
+        s.put(&BlobPut::new(t, "slow").score(Score(0.3)), &page)
+            .unwrap()
+            .targets,
         vec![2]
     );
     // Nothing at or below 0.1: the nearest above, slowest first.
     assert_eq!(
-        s.put(t, "low", 0, &page, Score(0.1)).unwrap().targets,
+        s.put(&BlobPut::new(t, "low").score(Score(0.1)), &page)
+            .unwrap()
+            .targets,
         vec![2]
     );
     // RAM has 1 page left; a 2-page AUTO put does not fit in RAM, so it is durable and spills
     // from the mid file target (1 page left) into the slow one.
     let two = vec![2u8; 2 * PAGE_SIZE as usize];
-    let info = s.put(t, "spill", 0, &two, Score::AUTO).unwrap();
+    let info = s.put(&BlobPut::new(t, "spill"), &two).unwrap();
     assert!(info.durable);
     assert_eq!(info.targets, vec![1, 2]);
     let mut out = vec![0; two.len()];
@@ -41,7 +48,10 @@ fn placement_follows_scores_and_spills() {
     assert_eq!(out, two);
     // A durable blob never moves into RAM, though RAM has room.
     let e = s
-        .put(t, "spill", 2 * PAGE_SIZE, &page, Score(1.0))
+        .put(
+            &BlobPut::new(t, "spill").at(2 * PAGE_SIZE).score(Score(1.0)),
+            &page,
+        )
         .unwrap_err();
     assert!(
         matches!(
@@ -54,9 +64,10 @@ fn placement_follows_scores_and_spills() {
         "{e}"
     );
     // A volatile blob never spills to files.
-    s.put(t, "auto", PAGE_SIZE, &page, Score::AUTO).unwrap();
+    s.put(&BlobPut::new(t, "auto").at(PAGE_SIZE), &page)
+        .unwrap();
     let e = s
-        .put(t, "auto", 2 * PAGE_SIZE, &page, Score::AUTO)
+        .put(&BlobPut::new(t, "auto").at(2 * PAGE_SIZE), &page)
         .unwrap_err();
     assert!(
         matches!(
@@ -75,10 +86,10 @@ fn no_space_leaves_nothing_allocated() {
     let dir = tempfile::tempdir().unwrap();
     let s = BlobStore::open(&config(dir.path(), &[(RAM, 2, 1.0), (FILE, 3, 0.5)])).unwrap();
     let t = s.get_or_create_tag("t").unwrap();
-    s.put(t, "a", 0, &[1; 4096], Score::AUTO).unwrap();
+    s.put(&BlobPut::new(t, "a"), &[1; 4096]).unwrap();
     let before = used(&s);
     let big = vec![0u8; 4 * PAGE_SIZE as usize];
-    match s.put(t, "b", 0, &big, Score::AUTO).unwrap_err() {
+    match s.put(&BlobPut::new(t, "b"), &big).unwrap_err() {
         BlobError::NoSpace {
             requested,
             available,
@@ -92,7 +103,7 @@ fn no_space_leaves_nothing_allocated() {
     assert!(matches!(s.stat(t, "b"), Err(BlobError::NotFound { .. })));
     // An absurd length is refused before anything is allocated (no 1 TiB buffer either).
     let e = s
-        .put_with(t, "c", 0, 1 << 39, Score::AUTO, &mut |_, _| {
+        .put_with(&BlobPut::new(t, "c"), 1 << 39, &mut |_, _| {
             panic!("fill must not run")
         })
         .unwrap_err();
