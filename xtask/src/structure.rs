@@ -122,9 +122,10 @@ pub fn run(metadata: &Metadata) -> Result<ExitCode, XtaskError> {
     }
 }
 
-/// The file at the root of a package's library (else of its binary).
+/// The file at the root of a package's library, whatever its crate types (else of its
+/// binary).
 fn crate_root(package: &crate::metadata::Package) -> Option<PathBuf> {
-    let lib = package.targets.iter().find(|t| t.is("lib"));
+    let lib = package.targets.iter().find(|t| t.is_library());
     let bin = package.targets.iter().find(|t| t.is("bin"));
     lib.or(bin).map(|t| t.src_path.clone())
 }
@@ -579,6 +580,19 @@ mod tests {
         let circles = module_circles("k", &files);
         assert_eq!(members(&circles), [vec!["a", "b"]]);
         assert_eq!(circles[0].parent, ["net"]);
+    }
+
+    #[test]
+    fn a_library_of_any_crate_type_is_the_crate_root() {
+        let meta = crate::metadata::Metadata::parse(crate::metadata::SAMPLE).unwrap();
+        let root = |name: &str| {
+            let package = meta.packages.iter().find(|p| p.name == name).unwrap();
+            crate_root(package).unwrap()
+        };
+        assert_eq!(root("tandem-capi"), Path::new("/ws/capi/src/lib.rs"));
+        assert_eq!(root("tandem-python"), Path::new("/ws/python/src/lib.rs"));
+        // A library before a binary of the same package.
+        assert_eq!(root("tandem-runtime"), Path::new("/ws/runtime/src/lib.rs"));
     }
 
     #[test]
