@@ -8,7 +8,8 @@
 //! - `bindings [--check]`: regenerates (or checks) device-kernels' checked-in bindgen output;
 //! - `capi-header [--check]`: regenerates (or checks) tandem-capi's C header;
 //! - `install-capi --prefix DIR [--debug]`: installs the C ABI's library, headers and CMake package;
-//! - `structure`: fails on a module circle inside a crate or an `allow` without a reason;
+//! - `structure`: fails on a module circle inside a crate, an `allow` without a reason or a
+//!   function outside tests over 100 lines;
 //! - `no-libclang-check DIR`: the `no-libclang` leg's work, run in a private mount namespace.
 
 mod backend;
@@ -57,7 +58,8 @@ commands:
                          build tandem-capi (release; --debug: the dev profile) and install
                          lib/, include/ and lib/cmake/Tandem/ (find_package(Tandem)) in DIR
   structure              fail on a module circle inside a crate (modules that import each
-                         other) or an allow/expect without a `reason`
+                         other), an allow/expect without a `reason`, or a function outside
+                         tests over 100 lines
   no-libclang-check DIR  what the no-libclang leg runs in a private mount namespace: hide
                          libclang, build into DIR, check that drifted headers fail the build
   help                   print this";
