@@ -67,6 +67,16 @@ fn not_running(segment: Option<&str>, e: &StatusError) -> serde_json::Value {
 }
 
 fn print_status(s: &StatusSnapshot) {
+    print_runtime(s);
+    print_clients(s);
+    println!();
+    print_pools(s);
+    println!();
+    print_segments(s);
+}
+
+/// The runtime's lines: its segment, process, workers, queues and tasks.
+fn print_runtime(s: &StatusSnapshot) {
     let r = &s.runtime;
     let c = &s.config;
     println!("segment   {}", s.segment);
@@ -107,6 +117,10 @@ fn print_status(s: &StatusSnapshot) {
         "tasks     {} completed, {} failed ({:.0} /s); {} bad pointers, {} double completions",
         t.completed, t.failed, t.per_second, t.bad_pointers, t.double_completions
     );
+}
+
+/// The clients attached, each with its heap and device queues.
+fn print_clients(s: &StatusSnapshot) {
     match s.clients_attached {
         Some(n) => println!("clients   {n} attached"),
         None => println!("clients   unknown (not counted by this runtime)"),
@@ -133,7 +147,10 @@ fn print_status(s: &StatusSnapshot) {
             );
         }
     }
-    println!();
+}
+
+/// Each pool's counters, then those of tasks no pool claims.
+fn print_pools(s: &StatusSnapshot) {
     println!(
         "{:>6}  {:<24} {:>12} {:>10}",
         "pool", "name", "completed", "failed"
@@ -150,7 +167,10 @@ fn print_status(s: &StatusSnapshot) {
             "-", "(other)", s.other.completed, s.other.failed
         );
     }
-    println!();
+}
+
+/// The segments' table.
+fn print_segments(s: &StatusSnapshot) {
     println!(
         "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8} {:>8} {:>12}",
         "segment", "device", "NUMA", "MiB", "lanes", "queued", "workers", "tasks"

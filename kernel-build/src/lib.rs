@@ -169,119 +169,21 @@ impl Builder {
         };
         let manifest_path = crate_dir.join(&self.manifest);
         let includes: Vec<PathBuf> = self.includes.iter().map(|d| crate_dir.join(d)).collect();
-
-        for var in [
-            "TANDEM_CUDA_ARCHS",
-            "TANDEM_HIP_ARCHS",
-            "CUDA_PATH",
-            "HIP_PATH",
-            "ROCM_PATH",
-            "PATH",
-        ] {
-            println!("cargo:rerun-if-env-changed={var}");
-        }
-        println!("cargo:rerun-if-changed={}", manifest_path.display());
-        for dir in &includes {
-            println!("cargo:rerun-if-changed={}", dir.display());
-        }
-
+        print_rerun_triggers(&manifest_path, &includes);
         let manifest_dir = manifest_path.parent().unwrap_or(&crate_dir);
         let manifest = Manifest::load(&manifest_path, manifest_dir)?;
         for src in &manifest.sources {
             println!("cargo:rerun-if-changed={}", src.display());
         }
-
-        // One self-contained source for NVRTC, nvcc and hipcc alike.
-        let mut gpu_source = source::Inliner::new(&includes, &crate_dir, &name);
-        for src in &manifest.sources {
-            gpu_source.add_file(src)?;
-        }
-        gpu_source.add_generated(
-            "kernels.toml (signature checks)",
-            &codegen::signature_checks(&manifest),
-        );
-        for checks in &self.checks {
-            for header in &checks.headers {
-                gpu_source.add_include(header)?;
-            }
-            gpu_source.add_generated(&checks.label, &checks.text);
-        }
-        let cuda_source = out_dir.join("tandem_kernels.cu");
-        write(&cuda_source, &gpu_source.out)?;
-
-        // The host: kernels and generated entries in one translation unit.
-        let host_tu = out_dir.join("tandem_host_entries.cpp");
-        let mut host_text = codegen::host_entries(&manifest);
-        for checks in &self.checks {
-            for header in &checks.headers {
-                host_text.push_str(&format!("#include \"{header}\"\n"));
-            }
-            host_text.push_str(&checks.text);
-        }
-        write(&host_tu, &host_text)?;
-        let mut host = cc::Build::new();
-        host.cpp(true)
-            .std("c++17")
-            .opt_level(2)
-            .flag("-fno-exceptions")
-            .flag("-fno-rtti")
-            .warnings(true)
-            .extra_warnings(true)
-            .warnings_into_errors(true)
-            .file(&host_tu);
-        for dir in &includes {
-            host.include(dir);
-        }
-        let lib_name: String = name
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        host.try_compile(&format!("{lib_name}_host"))
-            .map_err(|e| BuildError(format!("compiling the host kernels of {name}: {e}")))?;
-
-        let ptx_archs = toolchain::archs("TANDEM_CUDA_ARCHS", "sm_90", toolchain::is_cuda_arch)?;
-        let mut ptx = Vec::new();
-        let mut cubins = Vec::new();
-        match toolchain::find_tool("nvcc", &["CUDA_PATH"]) {
-            Some(nvcc) => {
-                for arch in &ptx_archs.list {
-                    let ptx_file = out_dir.join(format!("tandem_{arch}.ptx"));
-                    toolchain::nvcc(&nvcc, "-ptx", arch, &cuda_source, &ptx_file)?;
-                    ptx.push((arch.clone(), ptx_file));
-                    let cubin_file = out_dir.join(format!("tandem_{arch}.cubin"));
-                    toolchain::nvcc(&nvcc, "-cubin", arch, &cuda_source, &cubin_file)?;
-                    cubins.push((arch.clone(), cubin_file));
-                }
-            }
-            // Normal on machines without the CUDA toolkit: NVRTC compiles the
-            // embedded source at run time. Worth a word only if PTX was asked for.
-            None if ptx_archs.explicit => println!(
-                "cargo:warning=TANDEM_CUDA_ARCHS is set but nvcc was found neither on PATH nor \
-                 in $CUDA_PATH/bin: no PTX embedded, kernels will be compiled by NVRTC at run time"
-            ),
-            None => {}
-        }
-
-        let mut hip_code_objects = Vec::new();
-        if env::var_os("CARGO_FEATURE_HIP").is_some() {
-            let hip_archs = toolchain::archs("TANDEM_HIP_ARCHS", "gfx90a", toolchain::is_hip_arch)?;
-            let hipcc = toolchain::find_tool("hipcc", &["HIP_PATH", "ROCM_PATH"]).ok_or(
-                "feature `hip` needs hipcc (on PATH, in $HIP_PATH/bin or $ROCM_PATH/bin) to \
-                 build HIP code objects; install ROCm (Debian: the `hipcc` package) or drop the \
-                 feature"
-                    .to_string(),
-            )?;
-            for arch in &hip_archs.list {
-                let file_arch: String = arch
-                    .chars()
-                    .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                    .collect();
-                let object = out_dir.join(format!("tandem_{file_arch}.hsaco"));
-                toolchain::hipcc(&hipcc, arch, &cuda_source, &object)?;
-                hip_code_objects.push((arch.clone(), object));
-            }
-        }
-
+        let dirs = Dirs {
+            crate_dir: &crate_dir,
+            out_dir: &out_dir,
+            includes: &includes,
+        };
+        let cuda_source = write_gpu_source(&manifest, &self.checks, &dirs, &name)?;
+        compile_host(&manifest, &self.checks, &dirs, &name)?;
+        let (ptx, cubins) = compile_cuda(&cuda_source, &out_dir)?;
+        let hip_code_objects = compile_hip(&cuda_source, &out_dir)?;
         let forms = codegen::GpuForms {
             name: &name,
             cuda_source: &cuda_source,
@@ -295,6 +197,154 @@ impl Builder {
         )?;
         Ok(())
     }
+}
+
+/// The folders a build reads from and writes to.
+struct Dirs<'a> {
+    crate_dir: &'a Path,
+    out_dir: &'a Path,
+    includes: &'a [PathBuf],
+}
+
+/// `(arch, file)` pairs: one kind of compiled kernels, one file per arch.
+type ArchFiles = Vec<(String, PathBuf)>;
+
+/// Prints the `cargo:rerun-if-*` lines for what the build reads before the
+/// manifest: the environment the toolchains look at, the manifest, the
+/// include folders.
+fn print_rerun_triggers(manifest_path: &Path, includes: &[PathBuf]) {
+    for var in [
+        "TANDEM_CUDA_ARCHS",
+        "TANDEM_HIP_ARCHS",
+        "CUDA_PATH",
+        "HIP_PATH",
+        "ROCM_PATH",
+        "PATH",
+    ] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    println!("cargo:rerun-if-changed={}", manifest_path.display());
+    for dir in includes {
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
+}
+
+/// Writes `$OUT_DIR/tandem_kernels.cu`, one self-contained source for NVRTC,
+/// nvcc and hipcc alike; its path.
+fn write_gpu_source(
+    manifest: &Manifest,
+    checks: &[Checks],
+    dirs: &Dirs<'_>,
+    name: &str,
+) -> Result<PathBuf, BuildError> {
+    let mut gpu_source = source::Inliner::new(dirs.includes, dirs.crate_dir, name);
+    for src in &manifest.sources {
+        gpu_source.add_file(src)?;
+    }
+    gpu_source.add_generated(
+        "kernels.toml (signature checks)",
+        &codegen::signature_checks(manifest),
+    );
+    for checks in checks {
+        for header in &checks.headers {
+            gpu_source.add_include(header)?;
+        }
+        gpu_source.add_generated(&checks.label, &checks.text);
+    }
+    let cuda_source = dirs.out_dir.join("tandem_kernels.cu");
+    write(&cuda_source, &gpu_source.out)?;
+    Ok(cuda_source)
+}
+
+/// Compiles the CPU device's kernels, the sources and their generated
+/// entries in one translation unit, into the static library the crate links.
+fn compile_host(
+    manifest: &Manifest,
+    checks: &[Checks],
+    dirs: &Dirs<'_>,
+    name: &str,
+) -> Result<(), BuildError> {
+    let host_tu = dirs.out_dir.join("tandem_host_entries.cpp");
+    let mut host_text = codegen::host_entries(manifest);
+    for checks in checks {
+        for header in &checks.headers {
+            host_text.push_str(&format!("#include \"{header}\"\n"));
+        }
+        host_text.push_str(&checks.text);
+    }
+    write(&host_tu, &host_text)?;
+    let mut host = cc::Build::new();
+    host.cpp(true)
+        .std("c++17")
+        .opt_level(2)
+        .flag("-fno-exceptions")
+        .flag("-fno-rtti")
+        .warnings(true)
+        .extra_warnings(true)
+        .warnings_into_errors(true)
+        .file(&host_tu);
+    for dir in dirs.includes {
+        host.include(dir);
+    }
+    host.try_compile(&format!("{}_host", file_name_part(name)))
+        .map_err(|e| BuildError(format!("compiling the host kernels of {name}: {e}")))
+}
+
+/// PTX and cubins of `cuda_source` for each arch of `TANDEM_CUDA_ARCHS`, by
+/// nvcc; none where nvcc is not installed.
+fn compile_cuda(cuda_source: &Path, out_dir: &Path) -> Result<(ArchFiles, ArchFiles), BuildError> {
+    let ptx_archs = toolchain::archs("TANDEM_CUDA_ARCHS", "sm_90", toolchain::is_cuda_arch)?;
+    let mut ptx = Vec::new();
+    let mut cubins = Vec::new();
+    match toolchain::find_tool("nvcc", &["CUDA_PATH"]) {
+        Some(nvcc) => {
+            for arch in &ptx_archs.list {
+                let ptx_file = out_dir.join(format!("tandem_{arch}.ptx"));
+                toolchain::nvcc(&nvcc, "-ptx", arch, cuda_source, &ptx_file)?;
+                ptx.push((arch.clone(), ptx_file));
+                let cubin_file = out_dir.join(format!("tandem_{arch}.cubin"));
+                toolchain::nvcc(&nvcc, "-cubin", arch, cuda_source, &cubin_file)?;
+                cubins.push((arch.clone(), cubin_file));
+            }
+        }
+        // Normal on machines without the CUDA toolkit: NVRTC compiles the
+        // embedded source at run time. Worth a word only if PTX was asked for.
+        None if ptx_archs.explicit => println!(
+            "cargo:warning=TANDEM_CUDA_ARCHS is set but nvcc was found neither on PATH nor \
+             in $CUDA_PATH/bin: no PTX embedded, kernels will be compiled by NVRTC at run time"
+        ),
+        None => {}
+    }
+    Ok((ptx, cubins))
+}
+
+/// With the crate's feature `hip`, code objects of `cuda_source` for each
+/// arch of `TANDEM_HIP_ARCHS`, by hipcc; none without it.
+fn compile_hip(cuda_source: &Path, out_dir: &Path) -> Result<ArchFiles, BuildError> {
+    let mut hip_code_objects = Vec::new();
+    if env::var_os("CARGO_FEATURE_HIP").is_some() {
+        let hip_archs = toolchain::archs("TANDEM_HIP_ARCHS", "gfx90a", toolchain::is_hip_arch)?;
+        let hipcc = toolchain::find_tool("hipcc", &["HIP_PATH", "ROCM_PATH"]).ok_or(
+            "feature `hip` needs hipcc (on PATH, in $HIP_PATH/bin or $ROCM_PATH/bin) to \
+             build HIP code objects; install ROCm (Debian: the `hipcc` package) or drop the \
+             feature"
+                .to_string(),
+        )?;
+        for arch in &hip_archs.list {
+            let object = out_dir.join(format!("tandem_{}.hsaco", file_name_part(arch)));
+            toolchain::hipcc(&hipcc, arch, cuda_source, &object)?;
+            hip_code_objects.push((arch.clone(), object));
+        }
+    }
+    Ok(hip_code_objects)
+}
+
+/// `text` with every character but ASCII letters and digits made `_`, for a
+/// file or library name.
+fn file_name_part(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
 }
 
 /// Writes `text` to `path` unless it already holds exactly that, so that an

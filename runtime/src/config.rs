@@ -220,7 +220,13 @@ impl Config {
 
     /// Checks every value's range (what [`crate::Runtime::start`] relies on).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |field, why: String| Err(ConfigError::Invalid { field, why });
+        self.validate_workers_and_queues()?;
+        self.validate_clients()?;
+        self.validate_segment_sizes()
+    }
+
+    /// Checks the workers, the queues and the devices.
+    fn validate_workers_and_queues(&self) -> Result<(), ConfigError> {
         if self.workers == 0 || self.workers > 1024 {
             return invalid("workers", format!("{} is not in 1..=1024", self.workers));
         }
@@ -259,6 +265,11 @@ impl Config {
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Checks the client slots, their heaps and their device queues.
+    fn validate_clients(&self) -> Result<(), ConfigError> {
         if self.max_clients == 0 || self.max_clients > 1024 {
             return invalid(
                 "max_clients",
@@ -294,6 +305,13 @@ impl Config {
                 format!("{} is not in 0..=64", self.client_device_queues),
             );
         }
+        Ok(())
+    }
+
+    /// Checks that each segment holds its lanes (and the CPU segment its
+    /// clients' heaps) and stays under 1 TiB.
+    fn validate_segment_sizes(&self) -> Result<(), ConfigError> {
+        let heap = self.client_heap_bytes;
         let clients =
             crate::client_table::region_bytes(self.max_clients, self.client_device_queues, heap);
         // The backend is not known here (the same configuration may start
@@ -360,6 +378,11 @@ impl Config {
             self.gpu_lanes
         }
     }
+}
+
+/// A [`Config::validate`] failure: `field`'s value, and why it is refused.
+fn invalid(field: &'static str, why: String) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid { field, why })
 }
 
 impl Config {

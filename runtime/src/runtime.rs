@@ -344,6 +344,64 @@ fn local_worker_cpus(bus_id: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The ordinals of the devices `selection` names among `count`.
+fn selected_devices(selection: &DeviceSelection, count: usize) -> Result<Vec<usize>, RuntimeError> {
+    match selection {
+        DeviceSelection::All => Ok((0..count).collect()),
+        DeviceSelection::Only(list) => match list.iter().find(|&&o| o >= count) {
+            Some(bad) => Err(RuntimeError::Config(crate::error::ConfigError::Invalid {
+                field: "devices",
+                why: format!("device {bad} does not exist ({count} present)"),
+            })),
+            None => Ok(list.clone()),
+        },
+    }
+}
+
+/// The CPUs of the next worker of a device whose node has CPUs `node`: one
+/// of them, the next in cpus_by_core's order, counted in `turns` per set of
+/// CPUs so that devices of one node take turns: a worker polls without
+/// pause, and two sharing a core (or the scheduler moving one onto
+/// another's) each drain their lanes at a fraction of the rate. Where
+/// workers share cores anyway, each keeps the node's set and the scheduler
+/// places them.
+fn next_worker_cpus(
+    node: &[u32],
+    share_cores: bool,
+    turns: &mut HashMap<Vec<u32>, (Vec<u32>, usize)>,
+) -> Vec<u32> {
+    if share_cores || node.is_empty() {
+        return node.to_vec();
+    }
+    let (ordered, used) = turns
+        .entry(node.to_vec())
+        .or_insert_with(|| (cpus_by_core(node), 0));
+    let cpu = ordered[*used % ordered.len()];
+    *used += 1;
+    vec![cpu]
+}
+
+/// Starts worker thread `w`, pinned to `cpus` (unpinned when there are
+/// none), running `work`.
+fn spawn_worker(
+    w: usize,
+    cpus: Vec<u32>,
+    work: impl FnOnce() + Send + 'static,
+) -> Result<JoinHandle<()>, RuntimeError> {
+    std::thread::Builder::new()
+        .name(format!("tandem-worker-{w}"))
+        .spawn(move || {
+            if !cpus.is_empty() {
+                match pin_current_thread(&cpus) {
+                    Ok(()) => tracing::debug!("worker {w}: on CPUs {}", format_cpu_list(&cpus)),
+                    Err(e) => tracing::warn!("worker {w}: staying unpinned: {e}"),
+                }
+            }
+            work()
+        })
+        .map_err(RuntimeError::Thread)
+}
+
 /// `tandem-<pid>-<n>`: unique among the runtimes of this process.
 fn default_segment_name() -> String {
     static STARTED: AtomicU32 = AtomicU32::new(0);
@@ -407,91 +465,20 @@ impl<A: GpuApi> Runtime<A> {
     pub fn start_with(api: A, config: Config, registry: Registry) -> Result<Self, RuntimeError> {
         config.validate()?;
         let mut notes = Vec::new();
-        let count = api.device_count()?;
-        let ordinals: Vec<usize> = match &config.devices {
-            DeviceSelection::All => (0..count).collect(),
-            DeviceSelection::Only(list) => {
-                if let Some(bad) = list.iter().find(|&&o| o >= count) {
-                    return Err(RuntimeError::Config(crate::error::ConfigError::Invalid {
-                        field: "devices",
-                        why: format!("device {bad} does not exist ({count} present)"),
-                    }));
-                }
-                list.clone()
-            }
-        };
+        let ordinals = selected_devices(&config.devices, api.device_count()?)?;
         if ordinals.is_empty() {
             notes.push(format!(
                 "{:?} backend: no devices in use; serving CPU queues only",
                 A::BACKEND
             ));
         }
-        let mut devices = Vec::with_capacity(ordinals.len());
-        for (i, &ordinal) in ordinals.iter().enumerate() {
-            let device = api.device(ordinal)?;
-            let queues = DeviceQueues::create(device, &config, 1 + i as u32)?;
-            notes.push(format!(
-                "device {ordinal} ({}): {} MiB pinned segment, {} lanes, {}",
-                queues.properties.name,
-                config.gpu_segment_size >> 20,
-                queues.segment.queue().num_lanes(),
-                queues.placement
-            ));
-            devices.push(queues);
-        }
-        let workers_running = capped_workers(config.workers_for(devices.len()));
-        let per_device = worker::split_among_devices(workers_running, devices.len());
-        for (queues, &count) in devices.iter_mut().zip(&per_device) {
-            queues.workers = count;
-            let cpus = if queues.worker_cpus.is_empty() {
-                "any CPU (NUMA node unknown)".to_string()
-            } else {
-                format!("CPUs {}", format_cpu_list(&queues.worker_cpus))
-            };
-            let ordinal = GpuDevice::ordinal(&queues.device);
-            let workers = if count == 1 { "worker" } else { "workers" };
-            notes.push(format!("device {ordinal}: {count} {workers} on {cpus}"));
-        }
-        // Devices with fewer cores than one worker each still get one.
-        let workers_running = per_device.iter().sum::<usize>().max(workers_running);
-        let name = config
-            .cpu_segment_name
-            .clone()
-            .unwrap_or_else(default_segment_name);
-        let cpu_memory = crate::stale::create_owned_segment(&name, config.cpu_segment_size)?;
-        let cpu = QueueSegment::init(
-            cpu_memory,
-            SegmentSpec {
-                kind: segment_kind::CPU,
-                index: 0,
-                device_ordinal: None,
-                lanes: config.lanes,
-                depth: config.queue_depth,
-                copy_space: config.copy_space,
-                device_tickets: 0,
-                device_inbox: 0,
-                device_inbox_depth: 0,
-                device_replies: 0,
-                device_replies_bytes: 0,
-                inbox: false,
-                max_clients: config.max_clients,
-                client_heap_bytes: config.client_heap_bytes,
-                client_device_queues: DeviceQueueLimits {
-                    // None where no device is served: nothing could adopt them.
-                    per_client: if devices.is_empty() {
-                        0
-                    } else {
-                        config.client_device_queues
-                    },
-                    segment_bytes: config.client_device_segment_size,
-                    lanes: config.device_lanes(A::BACKEND),
-                },
-            },
-        )?;
-        notes.push(format!(
-            "CPU segment /dev/shm/{name}: not NUMA-bound (shared by host clients anywhere)"
-        ));
-        let cpu = Arc::new(cpu);
+        let mut devices = Self::open_devices(&api, &config, &ordinals, &mut notes)?;
+        let workers_running = Self::assign_workers(&mut devices, &config, &mut notes);
+        let cpu = Arc::new(Self::init_cpu_segment(
+            &config,
+            !devices.is_empty(),
+            &mut notes,
+        )?);
         let stats: Vec<Arc<WorkerStats>> = (0..workers_running)
             .map(|_| Arc::new(WorkerStats::new(registry.pools().len(), 1 + devices.len())))
             .collect();
@@ -530,23 +517,121 @@ impl<A: GpuApi> Runtime<A> {
         for segment in runtime.segments() {
             segment.set_state(runtime_state::READY);
         }
-        let c = &runtime.config;
+        runtime.log_start();
+        Ok(runtime)
+    }
+
+    /// Opens device `ordinals` (in that order) and each one's queues.
+    fn open_devices(
+        api: &A,
+        config: &Config,
+        ordinals: &[usize],
+        notes: &mut Vec<String>,
+    ) -> Result<Vec<DeviceQueues<A>>, RuntimeError> {
+        let mut devices = Vec::with_capacity(ordinals.len());
+        for (i, &ordinal) in ordinals.iter().enumerate() {
+            let device = api.device(ordinal)?;
+            let queues = DeviceQueues::create(device, config, 1 + i as u32)?;
+            notes.push(format!(
+                "device {ordinal} ({}): {} MiB pinned segment, {} lanes, {}",
+                queues.properties.name,
+                config.gpu_segment_size >> 20,
+                queues.segment.queue().num_lanes(),
+                queues.placement
+            ));
+            devices.push(queues);
+        }
+        Ok(devices)
+    }
+
+    /// Splits the workers among `devices`; the workers running in all.
+    fn assign_workers(
+        devices: &mut [DeviceQueues<A>],
+        config: &Config,
+        notes: &mut Vec<String>,
+    ) -> usize {
+        let workers_running = capped_workers(config.workers_for(devices.len()));
+        let per_device = worker::split_among_devices(workers_running, devices.len());
+        for (queues, &count) in devices.iter_mut().zip(&per_device) {
+            queues.workers = count;
+            let cpus = if queues.worker_cpus.is_empty() {
+                "any CPU (NUMA node unknown)".to_string()
+            } else {
+                format!("CPUs {}", format_cpu_list(&queues.worker_cpus))
+            };
+            let ordinal = GpuDevice::ordinal(&queues.device);
+            let workers = if count == 1 { "worker" } else { "workers" };
+            notes.push(format!("device {ordinal}: {count} {workers} on {cpus}"));
+        }
+        // Devices with fewer cores than one worker each still get one.
+        per_device.iter().sum::<usize>().max(workers_running)
+    }
+
+    /// Creates and initialises the CPU segment (not yet published); with
+    /// `serves_devices`, its clients may hold device queues.
+    fn init_cpu_segment(
+        config: &Config,
+        serves_devices: bool,
+        notes: &mut Vec<String>,
+    ) -> Result<QueueSegment, RuntimeError> {
+        let name = config
+            .cpu_segment_name
+            .clone()
+            .unwrap_or_else(default_segment_name);
+        let cpu_memory = crate::stale::create_owned_segment(&name, config.cpu_segment_size)?;
+        let cpu = QueueSegment::init(
+            cpu_memory,
+            SegmentSpec {
+                kind: segment_kind::CPU,
+                index: 0,
+                device_ordinal: None,
+                lanes: config.lanes,
+                depth: config.queue_depth,
+                copy_space: config.copy_space,
+                device_tickets: 0,
+                device_inbox: 0,
+                device_inbox_depth: 0,
+                device_replies: 0,
+                device_replies_bytes: 0,
+                inbox: false,
+                max_clients: config.max_clients,
+                client_heap_bytes: config.client_heap_bytes,
+                client_device_queues: DeviceQueueLimits {
+                    // None where no device is served: nothing could adopt them.
+                    per_client: if serves_devices {
+                        config.client_device_queues
+                    } else {
+                        0
+                    },
+                    segment_bytes: config.client_device_segment_size,
+                    lanes: config.device_lanes(A::BACKEND),
+                },
+            },
+        )?;
+        notes.push(format!(
+            "CPU segment /dev/shm/{name}: not NUMA-bound (shared by host clients anywhere)"
+        ));
+        Ok(cpu)
+    }
+
+    /// Logs the configuration the runtime started with, then its notes.
+    fn log_start(&self) {
+        let c = &self.config;
         tracing::info!(
             backend = %A::BACKEND,
-            workers = runtime.workers_running,
+            workers = self.workers_running,
             lanes = c.lanes,
             device_lanes = c.device_lanes(A::BACKEND),
             queue_depth = c.queue_depth,
             copy_space = c.copy_space,
             cpu_segment_size = c.cpu_segment_size,
             gpu_segment_size = c.gpu_segment_size,
-            devices = runtime.devices.len(),
+            devices = self.devices.len(),
             "runtime started"
         );
-        for note in &runtime.notes {
+        for note in &self.notes {
             tracing::info!("{note}");
         }
-        Ok(runtime)
     }
 
     /// Every segment: the CPU one first, then the devices'.
@@ -556,7 +641,14 @@ impl<A: GpuApi> Runtime<A> {
 
     /// Starts the workers and the heartbeat (which refreshes `status`); on
     /// failure, stops what started (Drop joins them).
-    fn spawn_threads(&mut self, mut status: StatusPublisher) -> Result<(), RuntimeError> {
+    fn spawn_threads(&mut self, status: StatusPublisher) -> Result<(), RuntimeError> {
+        let (cpu_workers, workers) = self.spawn_workers()?;
+        self.spawn_heartbeat(status, cpu_workers, workers)
+    }
+
+    /// Every lane the workers serve: the CPU segment's (slot 0), and each
+    /// device segment's (slot 1 + its index).
+    fn lanes(&self) -> (Vec<Source>, Vec<Vec<Source>>) {
         let lanes_of = |segment: &Arc<QueueSegment>, slot: usize| -> Vec<Source> {
             (0..segment.queue().num_lanes())
                 .map(|lane| Source {
@@ -568,12 +660,19 @@ impl<A: GpuApi> Runtime<A> {
                 .collect()
         };
         let cpu_lanes = lanes_of(&self.cpu, 0);
-        let device_lanes: Vec<Vec<Source>> = self
+        let device_lanes = self
             .devices
             .iter()
             .enumerate()
             .map(|(d, queues)| lanes_of(&queues.segment, 1 + d))
             .collect();
+        (cpu_lanes, device_lanes)
+    }
+
+    /// Starts the workers as [`worker::plan`] lays them out over the lanes;
+    /// the stats of those that serve the CPU segment, and how many started.
+    fn spawn_workers(&mut self) -> Result<(Vec<Arc<WorkerStats>>, usize), RuntimeError> {
+        let (cpu_lanes, device_lanes) = self.lanes();
         let per_device: Vec<usize> = self.devices.iter().map(|d| d.workers).collect();
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let share_cores = worker::shares_cores(A::BACKEND, self.workers_running, cores);
@@ -583,13 +682,7 @@ impl<A: GpuApi> Runtime<A> {
         let workers = plans.len();
         // Each device's workers so far: the next one's rank among them.
         let mut ranks = vec![0usize; self.devices.len()];
-        // A device's worker runs on one CPU of its device's node, the next
-        // in cpus_by_core's order, counted per set of CPUs so that devices of
-        // one node take turns: a worker polls without pause, and two sharing
-        // a core (or the scheduler moving one onto another's) each drain
-        // their lanes at a fraction of the rate. Where workers share cores
-        // anyway, each keeps the node's set and the scheduler places them.
-        let mut next_cpu: HashMap<Vec<u32>, (Vec<u32>, usize)> = HashMap::new();
+        let mut cpu_turns = HashMap::new();
         for (w, planned) in plans.into_iter().enumerate() {
             let adopted = planned.device.map(|d| {
                 let rank = ranks[d];
@@ -608,41 +701,34 @@ impl<A: GpuApi> Runtime<A> {
                 cpu_workers.push(Arc::clone(&stats));
             }
             let cpus = planned.device.map_or_else(Vec::new, |d| {
-                let node = &self.devices[d].worker_cpus;
-                if share_cores || node.is_empty() {
-                    return node.clone();
-                }
-                let (ordered, used) = next_cpu
-                    .entry(node.clone())
-                    .or_insert_with(|| (cpus_by_core(node), 0));
-                let cpu = ordered[*used % ordered.len()];
-                *used += 1;
-                vec![cpu]
+                next_worker_cpus(&self.devices[d].worker_cpus, share_cores, &mut cpu_turns)
             });
             let shutdown = Arc::clone(&self.shutdown);
-            let handle = std::thread::Builder::new()
-                .name(format!("tandem-worker-{w}"))
-                .spawn(move || {
-                    if !cpus.is_empty() {
-                        match pin_current_thread(&cpus) {
-                            Ok(()) => {
-                                tracing::debug!("worker {w}: on CPUs {}", format_cpu_list(&cpus))
-                            }
-                            Err(e) => tracing::warn!("worker {w}: staying unpinned: {e}"),
-                        }
-                    }
-                    worker::run(
-                        planned.sources,
-                        adopted,
-                        registry,
-                        stats,
-                        shutdown,
-                        share_cores,
-                    )
-                })
-                .map_err(RuntimeError::Thread)?;
+            let handle = spawn_worker(w, cpus, move || {
+                worker::run(
+                    planned.sources,
+                    adopted,
+                    registry,
+                    stats,
+                    shutdown,
+                    share_cores,
+                )
+            })?;
             self.workers.push(handle);
         }
+        Ok((cpu_workers, workers))
+    }
+
+    /// Starts the heartbeat thread, which refreshes the segments' heartbeats
+    /// and `status`, and whose janitor takes back the slots of dead or
+    /// detached clients once the `workers` (`cpu_workers` among them serve
+    /// the CPU segment) have let go of them.
+    fn spawn_heartbeat(
+        &mut self,
+        mut status: StatusPublisher,
+        cpu_workers: Vec<Arc<WorkerStats>>,
+        workers: usize,
+    ) -> Result<(), RuntimeError> {
         let segments: Vec<Arc<QueueSegment>> = self.segments().cloned().collect();
         let shutdown = Arc::clone(&self.shutdown);
         let ordinals = self.devices.iter().map(|d| d.device.ordinal()).collect();

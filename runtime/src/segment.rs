@@ -228,84 +228,11 @@ impl QueueSegment {
         let header = base.cast::<SegmentHeader>();
         // SAFETY: `memory` is a fresh mapping of at least min_bytes (plan
         // checked), page-aligned, and nobody else has it yet (the magic is
-        // not published). Each structure gets a disjoint range of it. Header
-        // fields are written through raw field pointers, atomics with `new`.
+        // not published). Each structure gets a disjoint range of it.
         let (queue, inbox_from_host, heap, arena, clients) = unsafe {
-            let h = header;
-            addr_of_mut!((*h).magic).write(AtomicU64::new(0));
-            addr_of_mut!((*h).version).write(SEGMENT_VERSION);
-            addr_of_mut!((*h).kind).write(spec.kind);
-            addr_of_mut!((*h).id).write(id);
-            let ordinal = spec.device_ordinal.map_or(-1, |o| o as i32);
-            addr_of_mut!((*h).device_ordinal).write(ordinal);
-            addr_of_mut!((*h).numa_node).write(AtomicI32::new(-1));
-            addr_of_mut!((*h).segment_bytes).write(memory.len() as u64);
-            addr_of_mut!((*h).queue_offset).write(geometry.queue_offset as u64);
-            addr_of_mut!((*h).queue_bytes).write(geometry.queue_bytes as u64);
-            addr_of_mut!((*h).heap_offset).write(geometry.heap_offset as u64);
-            addr_of_mut!((*h).heap_bytes).write(geometry.heap_bytes as u64);
-            addr_of_mut!((*h).arena_offset).write(geometry.arena_offset as u64);
-            addr_of_mut!((*h).arena_bytes).write(geometry.arena_bytes as u64);
-            addr_of_mut!((*h).num_lanes).write(spec.lanes);
-            addr_of_mut!((*h).copy_space).write(spec.copy_space);
-            let owner = ProcessIdentity::current();
-            addr_of_mut!((*h).runtime_pid).write(AtomicU32::new(owner.pid));
-            addr_of_mut!((*h).runtime_start_time).write(owner.start_time);
-            addr_of_mut!((*h).state).write(AtomicU32::new(runtime_state::STARTING));
-            addr_of_mut!((*h).heartbeat).write(AtomicU64::new(monotonic_ns()));
-            addr_of_mut!((*h).stop).write(AtomicU32::new(0));
-            addr_of_mut!((*h).device_inbox_depth).write(spec.device_inbox_depth);
-            addr_of_mut!((*h).device_tickets).write(spec.device_tickets);
-            addr_of_mut!((*h).device_inbox).write(spec.device_inbox);
-            addr_of_mut!((*h).device_replies).write(spec.device_replies);
-            addr_of_mut!((*h).device_replies_bytes).write(spec.device_replies_bytes);
-            addr_of_mut!((*h).reserved).write(0);
-            addr_of_mut!((*h).kernel_epoch).write(AtomicU64::new(0));
-            addr_of_mut!((*h).clients_offset).write(geometry.clients_offset as u64);
-            addr_of_mut!((*h).clients_bytes).write(geometry.clients_bytes as u64);
-            let lane_queue_bytes =
-                LaneQueue::required_bytes(spec.lanes, spec.depth).next_multiple_of(64);
-            let queue = LaneQueue::init_in(
-                base.add(geometry.queue_offset),
-                lane_queue_bytes,
-                spec.lanes,
-                spec.depth,
-            )?;
-            let ring_bytes = inbox_ring_bytes(spec.depth);
-            let (inbox_offset, inbox_from_host) = if spec.inbox {
-                let offset = geometry.queue_offset + lane_queue_bytes;
-                let at = base.add(offset);
-                let from_host = LlRing::init_in(at, ring_bytes, spec.depth)?;
-                (offset, Some(from_host))
-            } else {
-                (0, None)
-            };
-            addr_of_mut!((*h).inbox_offset).write(inbox_offset as u64);
-            addr_of_mut!((*h).inbox_ring_bytes).write(ring_bytes as u64);
-            addr_of_mut!((*h).inbox_depth).write(spec.depth);
-            addr_of_mut!((*h).service_stop).write(AtomicU32::new(0));
-            let heap = SizeClassAllocator::init_in(
-                base.add(geometry.heap_offset),
-                geometry.heap_bytes,
-                AllocatorId::new(HEAP_ID_MAJOR, spec.index),
-            )?;
-            let arena = ArenaAllocator::init_in(
-                base.add(geometry.arena_offset),
-                geometry.arena_bytes,
-                AllocatorId::new(ARENA_ID_MAJOR, spec.index),
-            )?;
-            let clients = if geometry.clients_bytes == 0 {
-                None
-            } else {
-                Some(ClientTable::init_in(
-                    base.add(geometry.clients_offset),
-                    geometry.clients_bytes,
-                    geometry.clients_offset as u64,
-                    spec.max_clients,
-                    spec.client_heap_bytes,
-                    spec.client_device_queues,
-                )?)
-            };
+            write_header(header, &spec, &geometry, id, memory.len());
+            let (queue, inbox_from_host) = init_queues(base, header, &spec, &geometry)?;
+            let (heap, arena, clients) = init_heaps(base, &spec, &geometry)?;
             (queue, inbox_from_host, heap, arena, clients)
         };
         Ok(Self {
@@ -560,6 +487,147 @@ impl QueueSegment {
     /// `Acquire` sees the setup before it).
     pub(crate) fn set_state(&self, state: u32) {
         self.header.state.store(state, Ordering::Release);
+    }
+}
+
+/// Writes the header of a segment laid out as `geometry`, all but the
+/// from-host ring's fields ([`init_queues`] writes those): the magic 0 (not
+/// published), state `STARTING`, this process its runtime.
+///
+/// # Safety
+///
+/// `h` is valid for writes of a whole, aligned [`SegmentHeader`] that nobody
+/// else reads or writes yet.
+unsafe fn write_header(
+    h: *mut SegmentHeader,
+    spec: &SegmentSpec,
+    geometry: &SegmentGeometry,
+    id: AllocatorId,
+    segment_bytes: usize,
+) {
+    // SAFETY: `h` is the caller's. Header fields are written through raw
+    // field pointers, atomics with `new`.
+    unsafe {
+        addr_of_mut!((*h).magic).write(AtomicU64::new(0));
+        addr_of_mut!((*h).version).write(SEGMENT_VERSION);
+        addr_of_mut!((*h).kind).write(spec.kind);
+        addr_of_mut!((*h).id).write(id);
+        let ordinal = spec.device_ordinal.map_or(-1, |o| o as i32);
+        addr_of_mut!((*h).device_ordinal).write(ordinal);
+        addr_of_mut!((*h).numa_node).write(AtomicI32::new(-1));
+        addr_of_mut!((*h).segment_bytes).write(segment_bytes as u64);
+        addr_of_mut!((*h).queue_offset).write(geometry.queue_offset as u64);
+        addr_of_mut!((*h).queue_bytes).write(geometry.queue_bytes as u64);
+        addr_of_mut!((*h).heap_offset).write(geometry.heap_offset as u64);
+        addr_of_mut!((*h).heap_bytes).write(geometry.heap_bytes as u64);
+        addr_of_mut!((*h).arena_offset).write(geometry.arena_offset as u64);
+        addr_of_mut!((*h).arena_bytes).write(geometry.arena_bytes as u64);
+        addr_of_mut!((*h).num_lanes).write(spec.lanes);
+        addr_of_mut!((*h).copy_space).write(spec.copy_space);
+        let owner = ProcessIdentity::current();
+        addr_of_mut!((*h).runtime_pid).write(AtomicU32::new(owner.pid));
+        addr_of_mut!((*h).runtime_start_time).write(owner.start_time);
+        addr_of_mut!((*h).state).write(AtomicU32::new(runtime_state::STARTING));
+        addr_of_mut!((*h).heartbeat).write(AtomicU64::new(monotonic_ns()));
+        addr_of_mut!((*h).stop).write(AtomicU32::new(0));
+        addr_of_mut!((*h).device_inbox_depth).write(spec.device_inbox_depth);
+        addr_of_mut!((*h).device_tickets).write(spec.device_tickets);
+        addr_of_mut!((*h).device_inbox).write(spec.device_inbox);
+        addr_of_mut!((*h).device_replies).write(spec.device_replies);
+        addr_of_mut!((*h).device_replies_bytes).write(spec.device_replies_bytes);
+        addr_of_mut!((*h).reserved).write(0);
+        addr_of_mut!((*h).kernel_epoch).write(AtomicU64::new(0));
+        addr_of_mut!((*h).clients_offset).write(geometry.clients_offset as u64);
+        addr_of_mut!((*h).clients_bytes).write(geometry.clients_bytes as u64);
+    }
+}
+
+/// Sets up the lane queue at the start of the queue region and, where
+/// `spec` asks for one, the GPU service's from-host ring after it; writes
+/// the ring's header fields.
+///
+/// # Safety
+///
+/// As [`write_header`] for `h`; `base` is a mapping laid out as `geometry`
+/// whose queue region nobody else uses yet.
+unsafe fn init_queues(
+    base: *mut u8,
+    h: *mut SegmentHeader,
+    spec: &SegmentSpec,
+    geometry: &SegmentGeometry,
+) -> Result<(LaneQueue<'static>, Option<LlRing<'static>>), RuntimeError> {
+    // SAFETY: the regions are the caller's, disjoint by `geometry`: the lane
+    // queue first, then the ring. Header fields as in `write_header`.
+    unsafe {
+        let lane_queue_bytes =
+            LaneQueue::required_bytes(spec.lanes, spec.depth).next_multiple_of(64);
+        let queue = LaneQueue::init_in(
+            base.add(geometry.queue_offset),
+            lane_queue_bytes,
+            spec.lanes,
+            spec.depth,
+        )?;
+        let ring_bytes = inbox_ring_bytes(spec.depth);
+        let (inbox_offset, inbox_from_host) = if spec.inbox {
+            let offset = geometry.queue_offset + lane_queue_bytes;
+            let at = base.add(offset);
+            let from_host = LlRing::init_in(at, ring_bytes, spec.depth)?;
+            (offset, Some(from_host))
+        } else {
+            (0, None)
+        };
+        addr_of_mut!((*h).inbox_offset).write(inbox_offset as u64);
+        addr_of_mut!((*h).inbox_ring_bytes).write(ring_bytes as u64);
+        addr_of_mut!((*h).inbox_depth).write(spec.depth);
+        addr_of_mut!((*h).service_stop).write(AtomicU32::new(0));
+        Ok((queue, inbox_from_host))
+    }
+}
+
+/// Sets up the heap, the arena and, where `geometry` has room for one, the
+/// client table, each in its region.
+///
+/// # Safety
+///
+/// `base` is a mapping laid out as `geometry` whose heap, arena and client
+/// regions nobody else uses yet.
+unsafe fn init_heaps(
+    base: *mut u8,
+    spec: &SegmentSpec,
+    geometry: &SegmentGeometry,
+) -> Result<
+    (
+        SizeClassAllocator<'static>,
+        ArenaAllocator<'static>,
+        Option<ClientTable<'static>>,
+    ),
+    RuntimeError,
+> {
+    // SAFETY: the regions are the caller's, disjoint by `geometry`.
+    unsafe {
+        let heap = SizeClassAllocator::init_in(
+            base.add(geometry.heap_offset),
+            geometry.heap_bytes,
+            AllocatorId::new(HEAP_ID_MAJOR, spec.index),
+        )?;
+        let arena = ArenaAllocator::init_in(
+            base.add(geometry.arena_offset),
+            geometry.arena_bytes,
+            AllocatorId::new(ARENA_ID_MAJOR, spec.index),
+        )?;
+        let clients = if geometry.clients_bytes == 0 {
+            None
+        } else {
+            Some(ClientTable::init_in(
+                base.add(geometry.clients_offset),
+                geometry.clients_bytes,
+                geometry.clients_offset as u64,
+                spec.max_clients,
+                spec.client_heap_bytes,
+                spec.client_device_queues,
+            )?)
+        };
+        Ok((heap, arena, clients))
     }
 }
 

@@ -820,102 +820,121 @@ pub fn read_status(name: &str) -> Result<StatusSnapshot, StatusError> {
         runtime_state::STOPPED => "stopped",
         _ => "unknown",
     };
-    let snapshot = block.read(10_000, |b| {
-        let identity = ProcessIdentity {
-            pid,
-            start_time: b.runtime_start_time.load(R),
-        };
-        let period_ms = b.period_ms.load(R);
-        let segments_total = b.segments_total.load(R);
-        let pools_total = b.pools_total.load(R) as usize;
-        StatusSnapshot {
-            segment: name.into(),
-            runtime: RuntimeStatus {
-                pid,
-                process: match identity.state() {
-                    ProcessState::Running => "running",
-                    ProcessState::Stopped => "stopped",
-                    ProcessState::Gone => "gone",
-                }
-                .into(),
-                state: state.into(),
-                backend: backend_name(b.backend.load(R)),
-                uptime_s: b.uptime_ms.load(R) as f64 / 1e3,
-            },
-            config: ConfigStatus {
-                workers: b.workers_requested.load(R),
-                lanes: b.lanes.load(R),
-                gpu_lanes: b.gpu_lanes.load(R),
-                queue_depth: b.queue_depth.load(R),
-                copy_space: b.copy_space.load(R),
-                cpu_segment_size: b.cpu_segment_size.load(R),
-                gpu_segment_size: b.gpu_segment_size.load(R),
-            },
-            workers: WorkersStatus {
-                running: b.workers_effective.load(R),
-                busy: b.workers_busy.load(R),
-            },
-            tasks: TasksStatus {
-                completed: b.completed.load(R),
-                failed: b.failed.load(R),
-                bad_pointers: b.bad_pointers.load(R),
-                double_completions: b.double_completions.load(R),
-                per_second: if period_ms == 0 {
-                    0.0
-                } else {
-                    b.period_completed.load(R) as f64 * 1e3 / period_ms as f64
-                },
-            },
-            pools: b
-                .pools
-                .iter()
-                .take(pools_total)
-                .map(|p| {
-                    let bytes: Vec<u8> = p
-                        .name
-                        .iter()
-                        .flat_map(|w| w.load(R).to_le_bytes())
-                        .collect();
-                    let end = bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len());
-                    PoolStatus {
-                        id: p.id.load(R),
-                        name: String::from_utf8_lossy(&bytes[..end]).into_owned(),
-                        completed: p.completed.load(R),
-                        failed: p.failed.load(R),
-                    }
-                })
-                .collect(),
-            other: TaskCounts {
-                completed: b.other_completed.load(R),
-                failed: b.other_failed.load(R),
-            },
-            clients_attached: Some(b.clients_attached.load(R)).filter(|&n| n != CLIENTS_UNKNOWN),
-            segments: b
-                .segments
-                .iter()
-                .take(segments_total as usize)
-                .map(|s| SegmentStatus {
-                    kind: match s.kind.load(R) {
-                        segment_kind::CPU => "cpu".into(),
-                        segment_kind::DEVICE => "device".into(),
-                        other => format!("unknown ({other})"),
-                    },
-                    device: u32::try_from(s.device_ordinal.load(R)).ok(),
-                    numa_node: u32::try_from(s.numa_node.load(R)).ok(),
-                    bytes: s.bytes.load(R),
-                    lanes: s.lanes.load(R),
-                    queued: s.queued.load(R),
-                    workers: s.workers.load(R),
-                    tasks: s.tasks.load(R),
-                })
-                .collect(),
-            segments_total,
-            clients: Vec::new(),
-        }
-    });
+    let snapshot = block.read(10_000, |b| snapshot_of(b, name, pid, state));
     let mut snapshot = snapshot.ok_or_else(|| StatusError::Torn { name: name.into() })?;
     snapshot.clients = client_statuses(&memory, header);
     Ok(snapshot)
+}
+
+/// What one read of the status block `b` says (the clients are read apart,
+/// from the client table).
+fn snapshot_of(b: &StatusBlock, name: &str, pid: u32, state: &str) -> StatusSnapshot {
+    let period_ms = b.period_ms.load(R);
+    let segments_total = b.segments_total.load(R);
+    StatusSnapshot {
+        segment: name.into(),
+        runtime: runtime_status(b, pid, state),
+        config: ConfigStatus {
+            workers: b.workers_requested.load(R),
+            lanes: b.lanes.load(R),
+            gpu_lanes: b.gpu_lanes.load(R),
+            queue_depth: b.queue_depth.load(R),
+            copy_space: b.copy_space.load(R),
+            cpu_segment_size: b.cpu_segment_size.load(R),
+            gpu_segment_size: b.gpu_segment_size.load(R),
+        },
+        workers: WorkersStatus {
+            running: b.workers_effective.load(R),
+            busy: b.workers_busy.load(R),
+        },
+        tasks: TasksStatus {
+            completed: b.completed.load(R),
+            failed: b.failed.load(R),
+            bad_pointers: b.bad_pointers.load(R),
+            double_completions: b.double_completions.load(R),
+            per_second: if period_ms == 0 {
+                0.0
+            } else {
+                b.period_completed.load(R) as f64 * 1e3 / period_ms as f64
+            },
+        },
+        pools: pool_statuses(b),
+        other: TaskCounts {
+            completed: b.other_completed.load(R),
+            failed: b.other_failed.load(R),
+        },
+        clients_attached: Some(b.clients_attached.load(R)).filter(|&n| n != CLIENTS_UNKNOWN),
+        segments: segment_statuses(b, segments_total),
+        segments_total,
+        clients: Vec::new(),
+    }
+}
+
+/// The runtime's part of the status block `b`; `pid` and `state` are its
+/// segment header's.
+fn runtime_status(b: &StatusBlock, pid: u32, state: &str) -> RuntimeStatus {
+    let identity = ProcessIdentity {
+        pid,
+        start_time: b.runtime_start_time.load(R),
+    };
+    RuntimeStatus {
+        pid,
+        process: match identity.state() {
+            ProcessState::Running => "running",
+            ProcessState::Stopped => "stopped",
+            ProcessState::Gone => "gone",
+        }
+        .into(),
+        state: state.into(),
+        backend: backend_name(b.backend.load(R)),
+        uptime_s: b.uptime_ms.load(R) as f64 / 1e3,
+    }
+}
+
+/// The pools the status block `b` counts, in its order.
+fn pool_statuses(b: &StatusBlock) -> Vec<PoolStatus> {
+    let pools_total = b.pools_total.load(R) as usize;
+    b.pools
+        .iter()
+        .take(pools_total)
+        .map(|p| {
+            let bytes: Vec<u8> = p
+                .name
+                .iter()
+                .flat_map(|w| w.load(R).to_le_bytes())
+                .collect();
+            let end = bytes.iter().position(|&c| c == 0).unwrap_or(bytes.len());
+            PoolStatus {
+                id: p.id.load(R),
+                name: String::from_utf8_lossy(&bytes[..end]).into_owned(),
+                completed: p.completed.load(R),
+                failed: p.failed.load(R),
+            }
+        })
+        .collect()
+}
+
+/// The first `total` segments of the status block `b` (as many as it
+/// holds).
+fn segment_statuses(b: &StatusBlock, total: u32) -> Vec<SegmentStatus> {
+    b.segments
+        .iter()
+        .take(total as usize)
+        .map(|s| SegmentStatus {
+            kind: match s.kind.load(R) {
+                segment_kind::CPU => "cpu".into(),
+                segment_kind::DEVICE => "device".into(),
+                other => format!("unknown ({other})"),
+            },
+            device: u32::try_from(s.device_ordinal.load(R)).ok(),
+            numa_node: u32::try_from(s.numa_node.load(R)).ok(),
+            bytes: s.bytes.load(R),
+            lanes: s.lanes.load(R),
+            queued: s.queued.load(R),
+            workers: s.workers.load(R),
+            tasks: s.tasks.load(R),
+        })
+        .collect()
 }
 
 /// The client slots in use in the CPU segment `memory` with header

@@ -597,28 +597,104 @@ fn process(
     scratch: &mut Scratch,
 ) {
     let words = record.words();
-    let word = |i: usize| words.get(i).copied().unwrap_or(0);
-    let ptr = ShmPtr::new(segment.id(), u64::from(word(task_record::FUTURE)));
-    let notify = word(task_record::NOTIFY);
-    let token = word(task_record::TOKEN);
-    let inline = words.len() > task_record::IN_FUTURE_WORDS;
-    let context = TaskContext::of(segment);
-    // An inline task whose record gives its copy space runs before the
-    // future is looked at: answered with no output, it never is.
-    let given = task_record::copy_space(word(task_record::LENGTHS)).filter(|_| inline);
-    let mut attached = None;
-    let output_len = match given {
-        Some(copy_space) => copy_space,
-        None => match segment.future(ptr) {
-            Ok(future) => attached.insert(future).copy_space_size() as usize,
+    let head = RecordHead::of(segment, words);
+    let Some((pool, reply, attached)) = run_task(segment, words, head, registry, stats, scratch)
+    else {
+        return;
+    };
+    if head.inline && answer_without_future(segment, head.notify, head.token, &reply) {
+        bump(&stats.completed);
+        stats.count_pool(pool, true);
+        return;
+    }
+    let future = match attached {
+        Some(future) => future,
+        None => match segment.future(head.ptr) {
+            Ok(future) => future,
             Err(_) => {
                 bump(&stats.bad_pointers);
                 return;
             }
         },
     };
+    // The handler saw an output buffer of the record's size: only the
+    // future's own may hold its output.
+    let reply = match head.given {
+        Some(copy_space) if copy_space != future.copy_space_size() as usize => {
+            HandlerReply::code(RC_BAD_TASK)
+        }
+        _ => reply,
+    };
+    if head.inline {
+        // SAFETY: the record's submitter does not touch the future until it
+        // sees it answered (which we do after completing it), and this worker
+        // popped the record: nobody else uses the future meanwhile.
+        unsafe { future.reset() };
+    }
+    let Some(succeeded) = complete(&future, reply, &scratch.output) else {
+        bump(&stats.double_completions);
+        return;
+    };
+    notify_and_count(segment, head, &future, pool, succeeded, stats);
+}
+
+/// What a lane record says of its task besides the task itself: where its
+/// future is and how to answer it.
+#[derive(Clone, Copy)]
+struct RecordHead {
+    ptr: ShmPtr<u8>,
+    /// The submitter's notify word (0: none), and the token to write there.
+    notify: u32,
+    token: u32,
+    /// The task's arguments are in the record, not in its future.
+    inline: bool,
+    /// The copy space an inline record gives, if it does.
+    given: Option<usize>,
+}
+
+impl RecordHead {
+    #[inline]
+    fn of(segment: &QueueSegment, words: &[u32]) -> Self {
+        let word = |i: usize| words.get(i).copied().unwrap_or(0);
+        let inline = words.len() > task_record::IN_FUTURE_WORDS;
+        Self {
+            ptr: ShmPtr::new(segment.id(), u64::from(word(task_record::FUTURE))),
+            notify: word(task_record::NOTIFY),
+            token: word(task_record::TOKEN),
+            inline,
+            given: task_record::copy_space(word(task_record::LENGTHS)).filter(|_| inline),
+        }
+    }
+}
+
+/// Runs a record's task, its output into `scratch.output`: the pool that
+/// ran it, the handler's reply and the future if it was attached, or `None`
+/// when the task cannot run (counted in `stats`).
+#[inline]
+fn run_task<'s>(
+    segment: &'s QueueSegment,
+    words: &[u32],
+    head: RecordHead,
+    registry: &Registry,
+    stats: &WorkerStats,
+    scratch: &mut Scratch,
+) -> Option<(Option<usize>, HandlerReply, Option<FutureShm<'s>>)> {
+    let context = TaskContext::of(segment);
+    // An inline task whose record gives its copy space runs before the
+    // future is looked at: answered with no output, it never is.
+    let mut attached = None;
+    let output_len = match head.given {
+        Some(copy_space) => copy_space,
+        None => match segment.future(head.ptr) {
+            Ok(future) => attached.insert(future).copy_space_size() as usize,
+            Err(_) => {
+                bump(&stats.bad_pointers);
+                return None;
+            }
+        },
+    };
     scratch.output.resize(output_len, 0);
-    let (pool, reply) = match (inline, &attached) {
+    let (pool, reply) = match (head.inline, &attached) {
         (true, _) => run_inline_task(
             &context,
             words,
@@ -631,7 +707,7 @@ fn process(
                 Some(ran) => ran,
                 None => {
                     bump(&stats.double_completions);
-                    return;
+                    return None;
                 }
             }
         }
@@ -639,56 +715,37 @@ fn process(
         // future of any other was attached above.
         (false, None) => {
             bump(&stats.bad_pointers);
-            return;
+            return None;
         }
     };
-    if inline && answer_without_future(segment, notify, token, &reply) {
-        bump(&stats.completed);
-        stats.count_pool(pool, true);
-        return;
-    }
-    let future = match attached {
-        Some(future) => future,
-        None => match segment.future(ptr) {
-            Ok(future) => future,
-            Err(_) => {
-                bump(&stats.bad_pointers);
-                return;
-            }
-        },
-    };
-    // The handler saw an output buffer of the record's size: only the
-    // future's own may hold its output.
-    let reply = match given {
-        Some(copy_space) if copy_space != future.copy_space_size() as usize => {
-            HandlerReply::code(RC_BAD_TASK)
-        }
-        _ => reply,
-    };
-    if inline {
-        // SAFETY: the record's submitter does not touch the future until it
-        // sees it answered (which we do after completing it), and this worker
-        // popped the record: nobody else uses the future meanwhile.
-        unsafe { future.reset() };
-    }
-    let Some(succeeded) = complete(&future, reply, &scratch.output) else {
-        bump(&stats.double_completions);
-        return;
-    };
-    if notify != 0 {
+    Some((pool, reply, attached))
+}
+
+/// Tells a completed future's submitter through its notify word, if it
+/// gave one, and counts the task.
+#[inline]
+fn notify_and_count(
+    segment: &QueueSegment,
+    head: RecordHead,
+    future: &FutureShm<'_>,
+    pool: Option<usize>,
+    succeeded: bool,
+    stats: &WorkerStats,
+) {
+    if head.notify != 0 {
         // What the kernel reads once it sees the word: the header, and the
         // output after it.
         let read_next = FUTURE_COPY_SPACE_OFFSET + future.output().map_or(0, <[u8]>::len);
-        if let Ok(at) = segment.resolve(ptr, read_next) {
+        if let Ok(at) = segment.resolve(head.ptr, read_next) {
             demote_lines(at, read_next);
         }
     }
     // After completing: a kernel that sees the word may reuse the future.
-    let notified = notify == 0
+    let notified = head.notify == 0
         || notify_submitter(
             segment,
-            notify,
-            notify_word::answer(token, succeeded, false),
+            head.notify,
+            notify_word::answer(head.token, succeeded, false),
         );
     bump(&stats.completed);
     stats.count_pool(pool, succeeded);

@@ -160,8 +160,39 @@ fn lists_tests(path: &Path) -> bool {
 
 /// Builds the bundle in `out`; fails (exit code) when a build fails or the bundle is too big.
 pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
-    let root = metadata.workspace_root.as_path();
     let has_strip = find_on_path("strip").is_some();
+    let Some(binaries) = build_binaries(metadata, has_strip)? else {
+        return Ok(ExitCode::FAILURE);
+    };
+    if !pack_binaries(out, &binaries, has_strip)? {
+        return Ok(ExitCode::FAILURE);
+    }
+    capi_install::install_for_bundle(
+        metadata,
+        &out.join("capi"),
+        Backend::Cuda.feature(),
+        has_strip,
+    )?;
+    copy_listed_files(metadata, &out.join("crates"))?;
+    if !python_wheel(metadata, &out.join(PYTHON_DIR))? {
+        return Ok(ExitCode::FAILURE);
+    }
+    write_file(&out.join(INDEX), &index(&binaries), false)?;
+    write_file(&out.join("run.sh"), RUN_SCRIPT, true)?;
+    if !within_size_limit(out, &binaries)? {
+        return Ok(ExitCode::FAILURE);
+    }
+    println!(
+        "xtask: gpu-bundle: on the GPU machine run: bash {}/run.sh",
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The two release builds of the bundle's binaries, with CUDA: the tests, and the benches and
+/// programs; each with the kinds of binary it contributes.
+fn builds(metadata: &Metadata) -> [(Cmd, &'static [BinaryKind]); 2] {
+    let root = metadata.workspace_root.as_path();
     let features = Backend::Cuda.features_value();
     let tests = Cmd::cargo(root)
         .args(["test", "--release", "--no-run", "--message-format=json"])
@@ -183,16 +214,23 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
     for bench in bench_names(metadata) {
         benches_and_programs = benches_and_programs.args(["--bench", &bench]);
     }
-
-    let mut binaries = BTreeMap::new();
-    let builds = [
+    [
         (tests, &[BinaryKind::Test][..]),
         (
             benches_and_programs,
             &[BinaryKind::Bench, BinaryKind::Bin][..],
         ),
-    ];
-    for (build, wanted) in builds {
+    ]
+}
+
+/// Runs the builds and collects the binaries they made, sorted by kind and name, test binaries
+/// that hold no test left out; `None` when a build failed or made nothing (said).
+fn build_binaries(
+    metadata: &Metadata,
+    has_strip: bool,
+) -> Result<Option<Vec<BundledBinary>>, XtaskError> {
+    let mut binaries = BTreeMap::new();
+    for (build, wanted) in builds(metadata) {
         // Without `strip`, cargo leaves the debug info out itself (the release profile has
         // `debug = 1`, which would make the bundle several times bigger).
         let build = if has_strip {
@@ -219,12 +257,12 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
         })?;
         if !outcome.success() {
             println!("xtask: gpu-bundle: build failed ({})", outcome.status);
-            return Ok(ExitCode::FAILURE);
+            return Ok(None);
         }
     }
     if binaries.is_empty() {
         println!("xtask: gpu-bundle: the builds produced no test, bench or program binary");
-        return Ok(ExitCode::FAILURE);
+        return Ok(None);
     }
     let mut binaries: Vec<BundledBinary> = binaries.into_values().collect();
     binaries.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
@@ -237,11 +275,21 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
         }
         keep
     });
+    Ok(Some(binaries))
+}
 
+/// Puts the binaries in `out` (its previous bundle cleared), stripped where `strip` is found,
+/// packed into one archive, with a working folder per crate; `false` when stripping or packing
+/// failed (said).
+fn pack_binaries(
+    out: &Path,
+    binaries: &[BundledBinary],
+    has_strip: bool,
+) -> Result<bool, XtaskError> {
     clear_previous_bundle(out)?;
     let bin_dir = out.join("bin");
     fs::create_dir_all(&bin_dir).map_err(XtaskError::io(&bin_dir))?;
-    for binary in &binaries {
+    for binary in binaries {
         let dest = bin_dir.join(&binary.name);
         fs::copy(&binary.source, &dest).map_err(XtaskError::io(&binary.source))?;
         let workdir = out.join("crates").join(&binary.crate_folder);
@@ -255,7 +303,7 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
             .run()?;
         if !outcome.success() {
             println!("xtask: gpu-bundle: strip failed ({})", outcome.status);
-            return Ok(ExitCode::FAILURE);
+            return Ok(false);
         }
     }
     let packed = Cmd::new("tar", out)
@@ -265,22 +313,14 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
         .run()?;
     if !packed.success() {
         println!("xtask: gpu-bundle: packing bin/ failed ({})", packed.status);
-        return Ok(ExitCode::FAILURE);
+        return Ok(false);
     }
     fs::remove_dir_all(&bin_dir).map_err(XtaskError::io(&bin_dir))?;
-    capi_install::install_for_bundle(
-        metadata,
-        &out.join("capi"),
-        Backend::Cuda.feature(),
-        has_strip,
-    )?;
-    copy_listed_files(metadata, &out.join("crates"))?;
-    if !python_wheel(metadata, &out.join(PYTHON_DIR))? {
-        return Ok(ExitCode::FAILURE);
-    }
-    write_file(&out.join(INDEX), &index(&binaries), false)?;
-    write_file(&out.join("run.sh"), RUN_SCRIPT, true)?;
+    Ok(true)
+}
 
+/// Says what the bundle in `out` holds and weighs; `false` when it is over the limit.
+fn within_size_limit(out: &Path, binaries: &[BundledBinary]) -> Result<bool, XtaskError> {
     let bytes = tree_size(out)?;
     let mib = bytes as f64 / (1024.0 * 1024.0);
     let count = |kind| binaries.iter().filter(|b| b.kind == kind).count();
@@ -296,13 +336,9 @@ pub fn run(metadata: &Metadata, out: &Path) -> Result<ExitCode, XtaskError> {
             "xtask: gpu-bundle: FAILED: over the {} MiB limit",
             MAX_BUNDLE_BYTES / (1024 * 1024)
         );
-        return Ok(ExitCode::FAILURE);
+        return Ok(false);
     }
-    println!(
-        "xtask: gpu-bundle: on the GPU machine run: bash {}/run.sh",
-        out.display()
-    );
-    Ok(ExitCode::SUCCESS)
+    Ok(true)
 }
 
 /// Builds the Python package's wheel, with CUDA, release and stripped, into `dir` (`run.sh`

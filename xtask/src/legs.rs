@@ -270,66 +270,8 @@ fn leg_commands(
     let root = ctx.metadata.workspace_root.as_path();
     let cargo = || Cmd::cargo(root);
     match leg {
-        Leg::Host => {
-            let mut cmd = cargo().args(["test", "--workspace"]);
-            for backend in Backend::ALL {
-                cmd = cmd.args(["--exclude", backend.hal_package()]);
-            }
-            // The host-client example forks `tandem run`, which it finds next to it in the
-            // target directory: built first.
-            let example = ["run", "-p", "tandem-examples", "--example", "host_client"];
-            // shm-core's stress and model tests again in release: optimised code runs threads
-            // at other relative speeds and interleaves them otherwise than a debug build.
-            let shm_core_release = ["test", "-p", "tandem-shm-core", "--release", "--tests"];
-            // The blob store's kill -9 test too: a put's steps race the kill otherwise there.
-            let blob_crash_release = ["test", "-p", "tandem-blob", "--release", "--test", "crash"];
-            // And the fork gate's stress test: its forks race the guarded locks.
-            let fork_gate_release = [
-                "test",
-                "-p",
-                "tandem-process",
-                "--release",
-                "--test",
-                "fork_gate",
-            ];
-            Ok(vec![
-                cmd,
-                cargo().args(shm_core_release),
-                cargo().args(blob_crash_release),
-                cargo().args(fork_gate_release),
-                cargo().args(["build", "-p", "tandem-cli", "--bin", "tandem"]),
-                cargo().args(example),
-                cargo().args(["run", "-p", "tandem-examples", "--example", "user_pool"]),
-            ])
-        }
-        Leg::Loom => {
-            let tests_dir = root.join("shm-core/tests");
-            let models = loom_tests(&tests_dir)?;
-            let loom_cargo = || {
-                cargo()
-                    .env("RUSTFLAGS", loom_rustflags(std::env::var_os("RUSTFLAGS")))
-                    // `--cfg loom` changes every crate's build; a target dir of its own keeps
-                    // the normal builds from being invalidated by each loom run.
-                    .env(
-                        "CARGO_TARGET_DIR",
-                        ctx.metadata.target_directory.join("loom"),
-                    )
-            };
-            let mut cmd = loom_cargo().args(["test", "-p", "tandem-shm-core", "--release"]);
-            for model in models {
-                cmd = cmd.args(["--test", &model]);
-            }
-            // The host backend's model is a unit test (its countdown is crate-private).
-            let hal = loom_cargo().args([
-                "test",
-                "-p",
-                "tandem-hal",
-                "--release",
-                "--lib",
-                "loom_models",
-            ]);
-            Ok(vec![cmd, hal])
-        }
+        Leg::Host => Ok(host_commands(root)),
+        Leg::Loom => loom_commands(ctx),
         Leg::Cuda => Ok(vec![backend_tests(cargo(), Backend::Cuda)]),
         Leg::Hip => {
             let hip = ctx.hip.as_ref().map_err(Clone::clone)?;
@@ -345,51 +287,128 @@ fn leg_commands(
         Leg::NoLibclang => Ok(vec![no_libclang::leg_command(
             &ctx.metadata.target_directory,
         )?]),
-        Leg::S3 => {
-            let garage = ctx.garage.as_ref().map_err(Clone::clone)?;
-            // The tests skip without a Garage; here one was found, so a skip would be a bug.
-            let s3_cargo = || {
-                cargo()
-                    .env(GARAGE_ENV, garage)
-                    .env("TANDEM_REQUIRE_S3", "1")
-            };
-            Ok(vec![
-                s3_cargo().args(["test", "-p", "tandem-tests", "--test", "garage"]),
-                s3_cargo().args(["test", "-p", "tandem-blob", "--test", "object_tier"]),
-                s3_cargo().args(["test", "-p", "tandem-cli", "--test", "blob_object"]),
-            ])
-        }
+        Leg::S3 => s3_commands(ctx),
         Leg::Python => {
             let venv = ctx.python.as_ref().map_err(Clone::clone)?;
             Ok(venv.leg_commands(root, &ctx.metadata.target_directory))
         }
-        Leg::Lint => {
-            let mut commands = vec![
-                cargo().args(["fmt", "--all", "--check"]),
-                cargo().args(["xtask", "structure"]),
-                clippy(cargo(), Backend::Cuda),
-                // The Python package has a `cuda` feature but no `hip` one, so it is not among
-                // the backends' feature packages: its CUDA code is linted here.
-                cargo().args([
-                    "clippy",
-                    "-p",
-                    "tandem-python",
-                    "--all-targets",
-                    "--features",
-                    "cuda",
-                    "--",
-                    "-D",
-                    "warnings",
-                ]),
-            ];
-            match &ctx.hip {
-                Ok(hip) => commands.push(hip.configure(clippy(cargo(), Backend::Hip))),
-                Err(why) if ctx.ci => return Err(format!("clippy with hip features: {why}")),
-                Err(why) => notes.push(format!("clippy with hip features not run: {why}")),
-            }
-            Ok(commands)
-        }
+        Leg::Lint => lint_commands(ctx, notes),
     }
+}
+
+/// The `host` leg: the workspace's tests with default features, the tests that race in
+/// release, and the examples that run against a runtime.
+fn host_commands(root: &Path) -> Vec<Cmd> {
+    let cargo = || Cmd::cargo(root);
+    let mut cmd = cargo().args(["test", "--workspace"]);
+    for backend in Backend::ALL {
+        cmd = cmd.args(["--exclude", backend.hal_package()]);
+    }
+    // The host-client example forks `tandem run`, which it finds next to it in the
+    // target directory: built first.
+    let example = ["run", "-p", "tandem-examples", "--example", "host_client"];
+    // shm-core's stress and model tests again in release: optimised code runs threads
+    // at other relative speeds and interleaves them otherwise than a debug build.
+    let shm_core_release = ["test", "-p", "tandem-shm-core", "--release", "--tests"];
+    // The blob store's kill -9 test too: a put's steps race the kill otherwise there.
+    let blob_crash_release = ["test", "-p", "tandem-blob", "--release", "--test", "crash"];
+    // And the fork gate's stress test: its forks race the guarded locks.
+    let fork_gate_release = [
+        "test",
+        "-p",
+        "tandem-process",
+        "--release",
+        "--test",
+        "fork_gate",
+    ];
+    vec![
+        cmd,
+        cargo().args(shm_core_release),
+        cargo().args(blob_crash_release),
+        cargo().args(fork_gate_release),
+        cargo().args(["build", "-p", "tandem-cli", "--bin", "tandem"]),
+        cargo().args(example),
+        cargo().args(["run", "-p", "tandem-examples", "--example", "user_pool"]),
+    ]
+}
+
+/// The `loom` leg: shm-core's loom models and the host backend's, in a target folder of their
+/// own.
+fn loom_commands(ctx: &TestContext<'_>) -> Result<Vec<Cmd>, String> {
+    let root = ctx.metadata.workspace_root.as_path();
+    let cargo = || Cmd::cargo(root);
+    let tests_dir = root.join("shm-core/tests");
+    let models = loom_tests(&tests_dir)?;
+    let loom_cargo = || {
+        cargo()
+            .env("RUSTFLAGS", loom_rustflags(std::env::var_os("RUSTFLAGS")))
+            // `--cfg loom` changes every crate's build; a target dir of its own keeps
+            // the normal builds from being invalidated by each loom run.
+            .env(
+                "CARGO_TARGET_DIR",
+                ctx.metadata.target_directory.join("loom"),
+            )
+    };
+    let mut cmd = loom_cargo().args(["test", "-p", "tandem-shm-core", "--release"]);
+    for model in models {
+        cmd = cmd.args(["--test", &model]);
+    }
+    // The host backend's model is a unit test (its countdown is crate-private).
+    let hal = loom_cargo().args([
+        "test",
+        "-p",
+        "tandem-hal",
+        "--release",
+        "--lib",
+        "loom_models",
+    ]);
+    Ok(vec![cmd, hal])
+}
+
+/// The `s3` leg: the suites against the Garage that was found.
+fn s3_commands(ctx: &TestContext<'_>) -> Result<Vec<Cmd>, String> {
+    let garage = ctx.garage.as_ref().map_err(Clone::clone)?;
+    // The tests skip without a Garage; here one was found, so a skip would be a bug.
+    let s3_cargo = || {
+        Cmd::cargo(ctx.metadata.workspace_root.as_path())
+            .env(GARAGE_ENV, garage)
+            .env("TANDEM_REQUIRE_S3", "1")
+    };
+    Ok(vec![
+        s3_cargo().args(["test", "-p", "tandem-tests", "--test", "garage"]),
+        s3_cargo().args(["test", "-p", "tandem-blob", "--test", "object_tier"]),
+        s3_cargo().args(["test", "-p", "tandem-cli", "--test", "blob_object"]),
+    ])
+}
+
+/// The `lint` leg: formatting, `cargo xtask structure` and clippy with each feature set; clippy
+/// with the hip features where hipcc is found (else a note, or a failure under CI).
+fn lint_commands(ctx: &TestContext<'_>, notes: &mut Vec<String>) -> Result<Vec<Cmd>, String> {
+    let cargo = || Cmd::cargo(ctx.metadata.workspace_root.as_path());
+    let mut commands = vec![
+        cargo().args(["fmt", "--all", "--check"]),
+        cargo().args(["xtask", "structure"]),
+        clippy(cargo(), Backend::Cuda),
+        // The Python package has a `cuda` feature but no `hip` one, so it is not among
+        // the backends' feature packages: its CUDA code is linted here.
+        cargo().args([
+            "clippy",
+            "-p",
+            "tandem-python",
+            "--all-targets",
+            "--features",
+            "cuda",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    ];
+    match &ctx.hip {
+        Ok(hip) => commands.push(hip.configure(clippy(cargo(), Backend::Hip))),
+        Err(why) if ctx.ci => return Err(format!("clippy with hip features: {why}")),
+        Err(why) => notes.push(format!("clippy with hip features not run: {why}")),
+    }
+    Ok(commands)
 }
 
 /// The `cpp` leg: the header's drift check, the package installed into the target directory,

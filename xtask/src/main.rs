@@ -8,7 +8,8 @@
 //! - `bindings [--check]`: regenerates (or checks) device-kernels' checked-in bindgen output;
 //! - `capi-header [--check]`: regenerates (or checks) tandem-capi's C header;
 //! - `install-capi --prefix DIR [--debug]`: installs the C ABI's library, headers and CMake package;
-//! - `structure`: fails on a module circle inside a crate or an `allow` without a reason;
+//! - `structure`: fails on a module circle inside a crate, an `allow` without a reason or a
+//!   function outside tests over 100 lines;
 //! - `no-libclang-check DIR`: the `no-libclang` leg's work, run in a private mount namespace.
 
 mod backend;
@@ -57,7 +58,8 @@ commands:
                          build tandem-capi (release; --debug: the dev profile) and install
                          lib/, include/ and lib/cmake/Tandem/ (find_package(Tandem)) in DIR
   structure              fail on a module circle inside a crate (modules that import each
-                         other) or an allow/expect without a `reason`
+                         other), an allow/expect without a `reason`, or a function outside
+                         tests over 100 lines
   no-libclang-check DIR  what the no-libclang leg runs in a private mount namespace: hide
                          libclang, build into DIR, check that drifted headers fail the build
   help                   print this";
@@ -78,10 +80,6 @@ enum Command {
 
 fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, XtaskError> {
     let mut args = args.into_iter();
-    let text = |arg: OsString| {
-        arg.into_string()
-            .map_err(|arg| XtaskError::Usage(format!("argument is not UTF-8: {arg:?}")))
-    };
     let Some(command) = args.next() else {
         return Ok(Command::Help);
     };
@@ -95,78 +93,17 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, Xtask
             }
             Ok(Command::Test { legs })
         }
-        "bench" => {
-            let mut gpu = false;
-            for arg in args {
-                match text(arg)?.as_str() {
-                    "--gpu" => gpu = true,
-                    other => return Err(XtaskError::Usage(format!("bench: unknown `{other}`"))),
-                }
-            }
-            Ok(Command::Bench { gpu })
-        }
-        "gpu-bundle" => {
-            let mut out = None;
-            while let Some(arg) = args.next() {
-                let arg = text(arg)?;
-                if arg == "--out" {
-                    let dir = args.next().ok_or_else(|| {
-                        XtaskError::Usage("gpu-bundle: --out needs a folder".into())
-                    })?;
-                    out = Some(PathBuf::from(dir));
-                } else if let Some(dir) = arg.strip_prefix("--out=") {
-                    out = Some(PathBuf::from(dir));
-                } else {
-                    return Err(XtaskError::Usage(format!("gpu-bundle: unknown `{arg}`")));
-                }
-            }
-            Ok(Command::GpuBundle { out })
-        }
-        "bindings" => {
-            let mut check = false;
-            for arg in args {
-                match text(arg)?.as_str() {
-                    "--check" => check = true,
-                    other => return Err(XtaskError::Usage(format!("bindings: unknown `{other}`"))),
-                }
-            }
-            Ok(Command::Bindings { check })
-        }
-        "capi-header" => {
-            let mut check = false;
-            for arg in args {
-                match text(arg)?.as_str() {
-                    "--check" => check = true,
-                    other => {
-                        return Err(XtaskError::Usage(format!("capi-header: unknown `{other}`")))
-                    }
-                }
-            }
-            Ok(Command::CapiHeader { check })
-        }
-        "install-capi" => {
-            let (mut prefix, mut debug) = (None, false);
-            while let Some(arg) = args.next() {
-                match text(arg)?.as_str() {
-                    "--prefix" => {
-                        let dir = args.next().ok_or_else(|| {
-                            XtaskError::Usage("install-capi: --prefix needs a folder".into())
-                        })?;
-                        prefix = Some(PathBuf::from(dir));
-                    }
-                    "--debug" => debug = true,
-                    other => {
-                        return Err(XtaskError::Usage(format!(
-                            "install-capi: unknown `{other}`"
-                        )))
-                    }
-                }
-            }
-            let prefix = prefix.ok_or_else(|| {
-                XtaskError::Usage("install-capi: --prefix DIR is required".into())
-            })?;
-            Ok(Command::InstallCapi { prefix, debug })
-        }
+        "bench" => Ok(Command::Bench {
+            gpu: flag_given(args, "bench", "--gpu")?,
+        }),
+        "gpu-bundle" => parse_gpu_bundle(args),
+        "bindings" => Ok(Command::Bindings {
+            check: flag_given(args, "bindings", "--check")?,
+        }),
+        "capi-header" => Ok(Command::CapiHeader {
+            check: flag_given(args, "capi-header", "--check")?,
+        }),
+        "install-capi" => parse_install_capi(args),
         "structure" => match args.next() {
             None => Ok(Command::Structure),
             Some(arg) => Err(XtaskError::Usage(format!(
@@ -184,6 +121,71 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, Xtask
         "help" | "-h" | "--help" => Ok(Command::Help),
         other => Err(XtaskError::Usage(format!("unknown command `{other}`"))),
     }
+}
+
+/// An argument as text.
+fn text(arg: OsString) -> Result<String, XtaskError> {
+    arg.into_string()
+        .map_err(|arg| XtaskError::Usage(format!("argument is not UTF-8: {arg:?}")))
+}
+
+/// Whether `command`'s arguments, which may be `flag` and nothing else, give `flag`.
+fn flag_given(
+    args: impl Iterator<Item = OsString>,
+    command: &str,
+    flag: &str,
+) -> Result<bool, XtaskError> {
+    let mut given = false;
+    for arg in args {
+        match text(arg)? {
+            arg if arg == flag => given = true,
+            other => return Err(XtaskError::Usage(format!("{command}: unknown `{other}`"))),
+        }
+    }
+    Ok(given)
+}
+
+/// `gpu-bundle [--out DIR]`'s arguments.
+fn parse_gpu_bundle(mut args: impl Iterator<Item = OsString>) -> Result<Command, XtaskError> {
+    let mut out = None;
+    while let Some(arg) = args.next() {
+        let arg = text(arg)?;
+        if arg == "--out" {
+            let dir = args
+                .next()
+                .ok_or_else(|| XtaskError::Usage("gpu-bundle: --out needs a folder".into()))?;
+            out = Some(PathBuf::from(dir));
+        } else if let Some(dir) = arg.strip_prefix("--out=") {
+            out = Some(PathBuf::from(dir));
+        } else {
+            return Err(XtaskError::Usage(format!("gpu-bundle: unknown `{arg}`")));
+        }
+    }
+    Ok(Command::GpuBundle { out })
+}
+
+/// `install-capi --prefix DIR [--debug]`'s arguments.
+fn parse_install_capi(mut args: impl Iterator<Item = OsString>) -> Result<Command, XtaskError> {
+    let (mut prefix, mut debug) = (None, false);
+    while let Some(arg) = args.next() {
+        match text(arg)?.as_str() {
+            "--prefix" => {
+                let dir = args.next().ok_or_else(|| {
+                    XtaskError::Usage("install-capi: --prefix needs a folder".into())
+                })?;
+                prefix = Some(PathBuf::from(dir));
+            }
+            "--debug" => debug = true,
+            other => {
+                return Err(XtaskError::Usage(format!(
+                    "install-capi: unknown `{other}`"
+                )))
+            }
+        }
+    }
+    let prefix =
+        prefix.ok_or_else(|| XtaskError::Usage("install-capi: --prefix DIR is required".into()))?;
+    Ok(Command::InstallCapi { prefix, debug })
 }
 
 /// Where to ask cargo about the workspace: the parent of xtask's folder, as `cargo run` reports

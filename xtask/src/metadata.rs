@@ -75,6 +75,14 @@ impl Target {
     pub fn is(&self, kind: &str) -> bool {
         self.kind.iter().any(|k| k == kind)
     }
+
+    /// Whether the target is a library of any crate type: a `[lib]` with `crate-type` set is
+    /// `cdylib`, `rlib` and so on, never `lib`.
+    pub fn is_library(&self) -> bool {
+        const LIBRARY_KINDS: [&str; 6] =
+            ["lib", "rlib", "dylib", "cdylib", "staticlib", "proc-macro"];
+        LIBRARY_KINDS.iter().any(|&kind| self.is(kind))
+    }
 }
 
 impl Metadata {
@@ -172,13 +180,27 @@ pub(crate) const SAMPLE: &str = r#"{
        {"name": "tandem_shm_core", "kind": ["lib"], "src_path": "/ws/shm-core/src/lib.rs"},
        {"name": "rings", "kind": ["bench"], "src_path": "/ws/shm-core/benches/rings.rs"},
        {"name": "alloc", "kind": ["bench"], "src_path": "/ws/shm-core/benches/alloc.rs"}
+     ]},
+    {"name": "tandem-capi", "id": "path+file:///ws/capi#tandem-capi@0.1.0",
+     "manifest_path": "/ws/capi/Cargo.toml", "features": {},
+     "targets": [
+       {"name": "tandem", "kind": ["cdylib", "rlib"], "src_path": "/ws/capi/src/lib.rs"},
+       {"name": "bad_input", "kind": ["test"], "src_path": "/ws/capi/tests/bad_input.rs"},
+       {"name": "build-script-build", "kind": ["custom-build"], "src_path": "/ws/capi/build.rs"}
+     ]},
+    {"name": "tandem-python", "id": "path+file:///ws/python#tandem-python@0.1.0",
+     "manifest_path": "/ws/python/Cargo.toml", "features": {},
+     "targets": [
+       {"name": "_tandem", "kind": ["cdylib"], "src_path": "/ws/python/src/lib.rs"}
      ]}
   ],
   "workspace_members": [
     "path+file:///ws/runtime#tandem-runtime@0.1.0",
     "path+file:///ws/hal-cuda#tandem-hal-cuda@0.1.0",
     "path+file:///ws/hal-hip#tandem-hal-hip@0.1.0",
-    "path+file:///ws/shm-core#tandem-shm-core@0.1.0"
+    "path+file:///ws/shm-core#tandem-shm-core@0.1.0",
+    "path+file:///ws/capi#tandem-capi@0.1.0",
+    "path+file:///ws/python#tandem-python@0.1.0"
   ],
   "workspace_root": "/ws",
   "target_directory": "/ws/target",
@@ -194,7 +216,7 @@ mod tests {
         let meta = Metadata::parse(SAMPLE).expect("sample parses");
         assert_eq!(meta.workspace_root, Path::new("/ws"));
         assert_eq!(meta.target_directory, Path::new("/ws/target"));
-        assert_eq!(meta.workspace_packages().count(), 4);
+        assert_eq!(meta.workspace_packages().count(), 6);
         let runtime = meta
             .workspace_package("path+file:///ws/runtime#tandem-runtime@0.1.0")
             .expect("runtime is a member");
@@ -207,6 +229,22 @@ mod tests {
         assert!(runtime.host_only("host_tasks") && !runtime.host_only("launch"));
         let cuda = meta.workspace_packages().nth(1).expect("hal-cuda");
         assert!(!cuda.host_only("copy"), "no metadata: nothing is host-only");
+    }
+
+    #[test]
+    fn every_crate_type_of_a_library_is_a_library() {
+        let target = |kind: &[&str]| Target {
+            name: "t".into(),
+            kind: kind.iter().map(|k| k.to_string()).collect(),
+            src_path: PathBuf::new(),
+        };
+        for kind in ["lib", "rlib", "dylib", "cdylib", "staticlib", "proc-macro"] {
+            assert!(target(&[kind]).is_library(), "{kind}");
+        }
+        assert!(target(&["cdylib", "rlib"]).is_library());
+        for kind in ["bin", "test", "bench", "example", "custom-build"] {
+            assert!(!target(&[kind]).is_library(), "{kind}");
+        }
     }
 
     #[test]

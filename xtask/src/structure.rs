@@ -8,17 +8,23 @@
 //! - Every `allow`/`expect` of a lint carries `reason = "..."`, so a lint
 //!   turned off says why where it is turned off, and rustc keeps the reason
 //!   with the attribute.
+//! - No function outside tests spans more than [`MAX_LINES`] lines
+//!   ([`functions`]).
 //!
-//! Both read the source text (comments stripped), not the compiler's view:
+//! All read the source text (comments stripped), not the compiler's view:
 //! paths through `crate::` and `super::`, whole or in `use` groups, are the
 //! imports; a macro that builds paths is not seen.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::error::XtaskError;
 use crate::metadata::Metadata;
+use functions::{long_functions, MAX_LINES};
+
+mod functions;
 
 /// A module's path inside its crate: `["share", "wire"]`; the root is empty.
 type ModulePath = Vec<String>;
@@ -56,10 +62,11 @@ pub struct UnreasonedAllow {
     attribute: String,
 }
 
-/// Runs both checks over every workspace crate; fails listing what it found.
+/// Runs the checks over every workspace crate; fails listing what it found.
 pub fn run(metadata: &Metadata) -> Result<ExitCode, XtaskError> {
     let mut circles = Vec::new();
     let mut allows = Vec::new();
+    let mut long = Vec::new();
     for package in &metadata.packages {
         let Some(root) = crate_root(package) else {
             continue;
@@ -70,19 +77,55 @@ pub fn run(metadata: &Metadata) -> Result<ExitCode, XtaskError> {
             allows.extend(unreasoned_allows(&file.path, &file.text));
         }
         // Tests, benches and examples are crates of their own: their allows
-        // count, their modules are not the library's.
-        let dir = package
-            .manifest_path
-            .parent()
-            .unwrap_or_else(|| Path::new("."));
-        for extra in ["tests", "benches", "examples"] {
-            for path in rust_files(&dir.join(extra))? {
+        // count, their modules are not the library's, their functions may run long.
+        let extras = ["tests", "benches", "examples"].map(|extra| package.folder().join(extra));
+        long.extend(long_functions(files.iter().filter(|file| {
+            !extras.iter().any(|extra| file.path.starts_with(extra))
+        })));
+        for extra in &extras {
+            for path in rust_files(extra)? {
                 let text = read(&path)?;
                 allows.extend(unreasoned_allows(&path, &text));
             }
         }
     }
-    for circle in &circles {
+    print_circles(&circles);
+    for allow in &allows {
+        println!(
+            "structure: {}:{}: `{}` has no `reason = \"...\"`",
+            allow.file.display(),
+            allow.line,
+            allow.attribute
+        );
+    }
+    for function in &long {
+        println!(
+            "structure: {}:{}: fn {} spans {} lines (at most {MAX_LINES})",
+            function.file.display(),
+            function.line,
+            function.name,
+            function.lines
+        );
+    }
+    if circles.is_empty() && allows.is_empty() && long.is_empty() {
+        println!(
+            "structure: no module circles, every allow has its reason, \
+             no function over {MAX_LINES} lines"
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(XtaskError::Check(format!(
+            "{} module circle(s), {} allow(s) without a reason, {} function(s) over {MAX_LINES} lines",
+            circles.len(),
+            allows.len(),
+            long.len()
+        )))
+    }
+}
+
+/// Prints each circle, with one import for each of its edges.
+fn print_circles(circles: &[Circle]) {
+    for circle in circles {
         let parent = if circle.parent.is_empty() {
             "the crate root".to_owned()
         } else {
@@ -102,29 +145,12 @@ pub fn run(metadata: &Metadata) -> Result<ExitCode, XtaskError> {
             );
         }
     }
-    for allow in &allows {
-        println!(
-            "structure: {}:{}: `{}` has no `reason = \"...\"`",
-            allow.file.display(),
-            allow.line,
-            allow.attribute
-        );
-    }
-    if circles.is_empty() && allows.is_empty() {
-        println!("structure: no module circles, every allow has its reason");
-        Ok(ExitCode::SUCCESS)
-    } else {
-        Err(XtaskError::Check(format!(
-            "{} module circle(s), {} allow(s) without a reason",
-            circles.len(),
-            allows.len()
-        )))
-    }
 }
 
-/// The file at the root of a package's library (else of its binary).
+/// The file at the root of a package's library, whatever its crate types (else of its
+/// binary).
 fn crate_root(package: &crate::metadata::Package) -> Option<PathBuf> {
-    let lib = package.targets.iter().find(|t| t.is("lib"));
+    let lib = package.targets.iter().find(|t| t.is_library());
     let bin = package.targets.iter().find(|t| t.is("bin"));
     lib.or(bin).map(|t| t.src_path.clone())
 }
@@ -193,72 +219,127 @@ fn module_of(relative: &Path) -> ModulePath {
     parts
 }
 
-/// `text` with its comments and string contents blanked out, byte for
-/// byte (so positions in it are positions in `text`): doc links, prose and
-/// messages mention paths without importing them.
+/// `text` with its comments and the contents of its string and character literals blanked
+/// out, byte for byte (so positions in it are positions in `text`): doc links, prose and
+/// messages mention paths without importing them, and a `'{'` or `"}"` is no brace.
 fn strip_comments(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = bytes.to_vec();
-    let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
-        for b in &mut out[from..to] {
+    let mut i = 0;
+    while i < bytes.len() {
+        let Some((blank, end)) = comment_or_literal(bytes, i) else {
+            i += 1;
+            continue;
+        };
+        for b in &mut out[blank] {
             if *b != b'\n' {
                 *b = b' ';
             }
         }
-    };
-    let mut i = 0;
-    while i < bytes.len() {
-        let rest = &bytes[i..];
-        let end = if rest.starts_with(b"//") {
-            i + rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len())
-        } else if rest.starts_with(b"/*") {
-            let mut depth = 0;
-            let mut j = i;
-            while j < bytes.len() {
-                if bytes[j..].starts_with(b"/*") {
-                    depth += 1;
-                    j += 2;
-                } else if bytes[j..].starts_with(b"*/") {
-                    depth -= 1;
-                    j += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    j += 1;
-                }
-            }
-            j
-        } else if rest[0] == b'"' {
+        i = end;
+    }
+    // Only ASCII bytes were replaced, by ASCII spaces, and whole multi-byte
+    // characters inside comments and literals; the rest is untouched.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The comment or literal that starts at `i`, if one does: the bytes to blank and where it
+/// ends. A string keeps its quotes, so code around it still reads as an expression.
+fn comment_or_literal(bytes: &[u8], i: usize) -> Option<(Range<usize>, usize)> {
+    let rest = &bytes[i..];
+    if rest.starts_with(b"//") {
+        let end = i + rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+        return Some((i..end, end));
+    }
+    if rest.starts_with(b"/*") {
+        let end = block_comment_end(bytes, i);
+        return Some((i..end, end));
+    }
+    // `r"`, `br#"`, `cr##"` open a raw string; in `for"` or `r#type` no string opens.
+    let after_ident = i > 0 && is_ident_byte(bytes[i - 1]);
+    if let Some((open, hashes)) = raw_string_open(rest).filter(|_| !after_ident) {
+        let body = i + open;
+        let end = (body..bytes.len())
+            .find(|&j| {
+                bytes[j] == b'"'
+                    && bytes
+                        .get(j + 1..j + 1 + hashes)
+                        .is_some_and(|h| h.iter().all(|&b| b == b'#'))
+            })
+            .unwrap_or(bytes.len());
+        return Some((body..end, (end + 1 + hashes).min(bytes.len())));
+    }
+    match rest[0] {
+        b'"' => {
             let mut j = i + 1;
             while j < bytes.len() && bytes[j] != b'"' {
                 j += if bytes[j] == b'\\' { 2 } else { 1 };
             }
-            // The quotes stay: only what is between them is blanked.
-            blank(&mut out, i + 1, j.min(bytes.len()));
-            i = j + 1;
-            continue;
-        } else if rest[0] == b'\'' && rest.get(1) == Some(&b'\\') {
-            // An escaped character literal such as '\"'.
-            i + 2
-                + rest[2..]
-                    .iter()
-                    .position(|&b| b == b'\'')
-                    .map_or(0, |p| p + 1)
-        } else if rest[0] == b'\'' && rest.get(2) == Some(&b'\'') {
-            // A character literal such as '"', which would open a string.
-            i + 3
-        } else {
-            i += 1;
-            continue;
-        };
-        let end = end.min(bytes.len());
-        blank(&mut out, i, end);
-        i = end;
+            let end = j.min(bytes.len());
+            Some((i + 1..end, (end + 1).min(bytes.len())))
+        }
+        b'\'' => char_literal_len(rest).map(|len| (i..i + len, i + len)),
+        _ => None,
     }
-    // Only ASCII bytes were replaced, by ASCII spaces, and whole multi-byte
-    // characters inside comments and strings; the rest is untouched.
-    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Where the block comment opening at `i` ends; block comments nest.
+fn block_comment_end(bytes: &[u8], i: usize) -> usize {
+    let mut depth = 0;
+    let mut j = i;
+    while j < bytes.len() {
+        if bytes[j..].starts_with(b"/*") {
+            depth += 1;
+            j += 2;
+        } else if bytes[j..].starts_with(b"*/") {
+            depth -= 1;
+            j += 2;
+            if depth == 0 {
+                break;
+            }
+        } else {
+            j += 1;
+        }
+    }
+    j.min(bytes.len())
+}
+
+/// For a raw string opening at the start of `rest`: where its contents start and how many
+/// `#` close it.
+fn raw_string_open(rest: &[u8]) -> Option<(usize, usize)> {
+    let r = match rest {
+        [b'b' | b'c', b'r', ..] => 2,
+        [b'r', ..] => 1,
+        _ => return None,
+    };
+    let hashes = rest[r..].iter().take_while(|&&b| b == b'#').count();
+    (rest.get(r + hashes) == Some(&b'"')).then_some((r + hashes + 1, hashes))
+}
+
+/// The length of the character literal at the start of `rest` (which starts with `'`), or
+/// `None` for a lifetime or label such as `'a` or `'outer`.
+fn char_literal_len(rest: &[u8]) -> Option<usize> {
+    if rest.get(1) == Some(&b'\\') {
+        // The escaped byte may be a quote itself ('\''); a `\u{...}` ends at the next.
+        let close = rest.get(3..)?.iter().position(|&b| b == b'\'')?;
+        return Some(3 + close + 1);
+    }
+    let width = match *rest.get(1)? {
+        0xF0.. => 4,
+        0xE0.. => 3,
+        0xC0.. => 2,
+        _ => 1,
+    };
+    (rest.get(1 + width) == Some(&b'\'')).then_some(2 + width)
+}
+
+fn is_ident_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// The line (from 1) of byte `at` in `text`.
+fn line_of(text: &str, at: usize) -> usize {
+    text[..at].matches('\n').count() + 1
 }
 
 /// The absolute module paths `text` (comments stripped) names through
@@ -276,7 +357,7 @@ fn named_paths(text: &str, module: &[String]) -> Vec<Vec<String>> {
             from = at + prefix.len();
             let before = at.checked_sub(1).map(|i| bytes[i]);
             // `$crate::` is the crate too; `foo_crate::` or `x::super::` is not.
-            if before.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':') {
+            if before.is_some_and(|b| is_ident_byte(b) || b == b':') {
                 continue;
             }
             let mut parser = UseTree { text, at: from };
@@ -503,7 +584,7 @@ fn unreasoned_allows(path: &Path, text: &str) -> Vec<UnreasonedAllow> {
             if !attribute.contains("reason") {
                 found.push(UnreasonedAllow {
                     file: path.to_path_buf(),
-                    line: code[..at].matches('\n').count() + 1,
+                    line: line_of(&code, at),
                     attribute: attribute.split_whitespace().collect::<Vec<_>>().join(" "),
                 });
             }
@@ -579,6 +660,19 @@ mod tests {
         let circles = module_circles("k", &files);
         assert_eq!(members(&circles), [vec!["a", "b"]]);
         assert_eq!(circles[0].parent, ["net"]);
+    }
+
+    #[test]
+    fn a_library_of_any_crate_type_is_the_crate_root() {
+        let meta = crate::metadata::Metadata::parse(crate::metadata::SAMPLE).unwrap();
+        let root = |name: &str| {
+            let package = meta.packages.iter().find(|p| p.name == name).unwrap();
+            crate_root(package).unwrap()
+        };
+        assert_eq!(root("tandem-capi"), Path::new("/ws/capi/src/lib.rs"));
+        assert_eq!(root("tandem-python"), Path::new("/ws/python/src/lib.rs"));
+        // A library before a binary of the same package.
+        assert_eq!(root("tandem-runtime"), Path::new("/ws/runtime/src/lib.rs"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use super::{BlobEntry, LocalStore};
 use crate::compress::{self, Packer, FRAME_PAGES, SAMPLE_BYTES};
-use crate::context::{Compression, Persistence, PutContext};
+use crate::context::{Codec, Compression, Persistence, Preset, PutContext};
 use crate::error::{BlobError, FillError};
 use crate::extent::{cover_packed, replace_range, targets_of, Extent, Version};
 use crate::meta::{self, MetaOp, StoredExtent, StoredVersion};
@@ -82,6 +82,35 @@ impl Sampled<'_, '_> {
     }
 }
 
+/// The logical pages a put writes: raw, those its range touches, widened to whole the
+/// compressed frames among them; compressing, whole frames of its codec.
+struct Span {
+    raw: (u64, u64),
+    packed: Option<(Codec, Preset, (u64, u64))>,
+}
+
+impl Span {
+    /// The span of `req` over a blob of `old_extents` that is `size` bytes after the put.
+    fn of(req: &PutRequest<'_>, old_extents: &[Extent], size: u64) -> Self {
+        let (p0, p1) = req.pages();
+        let packed = match req.context.compression {
+            Compression::Skip => None,
+            Compression::Static(c, p) | Compression::Dynamic(c, p) => {
+                Some((c, p, frame_range(old_extents, p0, p1, size)))
+            }
+        };
+        Self {
+            raw: cover_packed(old_extents, p0, p1),
+            packed,
+        }
+    }
+
+    /// The pages to reserve, uncompressed, before anything is written.
+    fn reserved(&self) -> (u64, u64) {
+        self.packed.map_or(self.raw, |(_, _, frames)| frames)
+    }
+}
+
 impl LocalStore {
     /// Writes the request's range from `fill` to its blob, creating or extending it. See the
     /// crate docs for placement, atomicity and errors.
@@ -139,14 +168,8 @@ impl LocalStore {
             size: old.as_ref().map_or(0, |v| v.size).max(req.end),
         };
         let old_extents = old.as_ref().map_or(&[][..], |v| &v.extents);
-        let (p0, p1) = req.pages();
-        let raw_range = cover_packed(old_extents, p0, p1);
-        let (codec, preset) = match req.context.compression {
-            Compression::Skip => (None, Default::default()),
-            Compression::Static(c, p) | Compression::Dynamic(c, p) => (Some(c), p),
-        };
-        let framed = codec.map(|_| frame_range(old_extents, p0, p1, content.size));
-        let (r0, r1) = framed.unwrap_or(raw_range);
+        let span = Span::of(req, old_extents, content.size);
+        let (r0, r1) = span.reserved();
         let on_file = class.map(|c| c != Persistence::Volatile);
         let mut reserved = placement::reserve(&self.targets, r1 - r0, req.score, wanted, on_file)?;
         let new_class = match class {
@@ -156,43 +179,7 @@ impl LocalStore {
             None => Persistence::LongTerm,
         };
         let mut fresh = Vec::new();
-        let mut sampled = Sampled {
-            sample: Vec::new(),
-            fill,
-        };
-        let written = (|| {
-            if let Compression::Dynamic(c, _) = req.context.compression {
-                let n = SAMPLE_BYTES.min((req.end - req.offset) as usize);
-                sampled.sample.resize(n, 0);
-                (sampled.fill)(0, &mut sampled.sample)?;
-                if !compress::worth_it(c, &sampled.sample) {
-                    return self.write_raw(
-                        &mut reserved,
-                        raw_range,
-                        &content,
-                        &mut sampled,
-                        &mut fresh,
-                    );
-                }
-            }
-            match codec {
-                Some(c) => {
-                    let packer = Packer::new(c, preset);
-                    self.write_packed(
-                        &mut reserved,
-                        (r0, r1),
-                        &content,
-                        &mut sampled,
-                        packer,
-                        &mut fresh,
-                    )?;
-                    Ok((r0, r1))
-                }
-                None => {
-                    self.write_raw(&mut reserved, raw_range, &content, &mut sampled, &mut fresh)
-                }
-            }
-        })();
+        let written = self.write_fresh(req, &content, &span, &mut reserved, fill, &mut fresh);
         reserved.give_back(&self.targets);
         let put_targets = targets_of(&fresh);
         let prepared = written.and_then(|(w0, w1)| {
@@ -231,6 +218,40 @@ impl LocalStore {
             persistence: new_class,
             targets: put_targets,
         })
+    }
+
+    /// Writes the put's pages into `reserved`, raw or in compressed frames as `span` says
+    /// (raw after all where a dynamic put's sample does not compress), each written extent
+    /// pushed to `fresh`: the logical pages written.
+    fn write_fresh(
+        &self,
+        req: &PutRequest<'_>,
+        content: &Content<'_>,
+        span: &Span,
+        reserved: &mut Reservation,
+        fill: &mut Fill<'_>,
+        fresh: &mut Vec<Extent>,
+    ) -> Result<(u64, u64), BlobError> {
+        let mut sampled = Sampled {
+            sample: Vec::new(),
+            fill,
+        };
+        if let Compression::Dynamic(c, _) = req.context.compression {
+            let n = SAMPLE_BYTES.min((req.end - req.offset) as usize);
+            sampled.sample.resize(n, 0);
+            (sampled.fill)(0, &mut sampled.sample)?;
+            if !compress::worth_it(c, &sampled.sample) {
+                return self.write_raw(reserved, span.raw, content, &mut sampled, fresh);
+            }
+        }
+        match span.packed {
+            Some((c, preset, frames)) => {
+                let packer = Packer::new(c, preset);
+                self.write_packed(reserved, frames, content, &mut sampled, packer, fresh)?;
+                Ok(frames)
+            }
+            None => self.write_raw(reserved, span.raw, content, &mut sampled, fresh),
+        }
     }
 
     /// Commits `version` as the request's blob, once the committer synced the file targets

@@ -68,7 +68,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use demo::DemoArgs;
-pub(crate) use demo::{demo_part, DEMO_STORE_KIND};
+pub(crate) use demo::{demo_part, Tally, DEMO_STORE_KIND};
 use serve::RunArgs;
 use store::{GetArgs, LsArgs, NameArgs, PutArgs};
 

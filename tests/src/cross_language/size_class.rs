@@ -705,6 +705,18 @@ fn cpp_and_rust_threads_at_once<A: GpuApi>(
             "Rust: failed allocs, overwritten, failed frees"
         );
     }
+    free_what_the_kernel_left(&mem, alloc, &left, threads);
+}
+
+/// Frees what the kernel's `threads` threads left allocated in `mem`
+/// (`left`: STRESS_SLOTS offsets a thread, `u64::MAX` for none), each found
+/// intact, then finds every byte `alloc` carved back on a free list.
+fn free_what_the_kernel_left<A: GpuApi>(
+    mem: &Shared<A>,
+    alloc: SizeClassAllocator<'_>,
+    left: &Shared<A>,
+    threads: u64,
+) {
     for i in 0..threads as usize * STRESS_SLOTS {
         let off = left.read::<u64>(i);
         if off == u64::MAX {
