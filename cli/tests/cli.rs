@@ -260,11 +260,18 @@ fn a_closed_pipe_ends_a_command_quietly() {
 }
 
 /// A demo whose reader goes away (its stdout a pipe closed at once) runs to
-/// its end and cleans up, without a panic over the lost lines.
+/// its end and cleans up, without a panic over the lost lines: `tandem demo`
+/// and `tandem blob demo`.
 #[test]
 fn a_demo_whose_reader_left_ends_without_a_panic() {
+    for args in [&["demo"][..], &["blob", "demo"]] {
+        a_demo_ends_without_a_panic(args);
+    }
+}
+
+fn a_demo_ends_without_a_panic(args: &[&str]) {
     let mut demo = common::tandem()
-        .arg("demo")
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -18,6 +18,7 @@ use tandem_runtime::{
 use super::config::{configs, with_copy_space};
 use super::direct::open_store;
 use super::ConfigArg;
+use crate::stdout;
 
 /// What names `tandem blob demo`'s temporary store
 /// ([`tandem_runtime::owned_temp_prefix`]).
@@ -38,7 +39,7 @@ pub(super) fn demo_command(args: DemoArgs) -> ExitCode {
         Ok(false) => ExitCode::from(1),
         Err(why) => {
             eprintln!("tandem blob: {why}");
-            println!("blob demo: FAILED: {why}");
+            stdout::print_line(&format!("blob demo: FAILED: {why}"));
             ExitCode::from(1)
         }
     }
@@ -111,24 +112,24 @@ impl OnBackend for Demo {
 
     fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
         let store = self.store;
-        println!("tandem blob demo on {}", backend.describe());
+        stdout::print_line(&format!("tandem blob demo on {}", backend.describe()));
         let mut registry = Registry::with_builtins();
         pool::register(&mut registry, Arc::clone(&store)).map_err(|e| e.to_string())?;
         let runtime = Runtime::start_with(api, self.config, registry)
             .map_err(|e| format!("cannot start the runtime: {e}"))?;
         let tally = demo_part(&runtime, &store, backend.is_gpu(), &|line| {
-            println!("{line}")
+            stdout::print_line(&line)
         });
         runtime.shutdown().map_err(|e| e.to_string())?;
         let tally = tally?;
         let ok = tally.failed == 0;
-        println!(
+        stdout::print_line(&format!(
             "blob demo: {} puts, {} gets, {} failed: {}",
             tally.puts,
             tally.gets,
             tally.failed,
             if ok { "ok" } else { "FAILED" }
-        );
+        ));
         Ok(ok)
     }
 }
