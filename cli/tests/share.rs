@@ -23,7 +23,7 @@ use tandem_hal::{
     DeviceMemory, EventFlags, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig,
 };
 use tandem_share::{Access, HostMirror, ObjectId, ShareClient, ShareError};
-use tandem_tests::support::{kernels, launch, read_u32s};
+use tandem_tests::support::{fill_u32, kernels, launch, read_u32s};
 
 /// Set in a child: which role it plays, then its arguments in [`ARGS_ENV`].
 const ROLE_ENV: &str = "TANDEM_SHARE_TEST_ROLE";
@@ -47,16 +47,13 @@ fn fill<A: GpuApi>(
     stream: &<A::Device as GpuDevice>::Stream,
 ) {
     let module = kernels(device);
-    launch(
+    let target = (buffer.device_ptr(), buffer.len() / 4);
+    fill_u32(
         device,
         &module,
-        "tandem_fill_u32",
         LaunchConfig::linear(64, 256),
-        &[
-            KernelArg::Ptr(buffer.device_ptr()),
-            KernelArg::U64((buffer.len() / 4) as u64),
-            KernelArg::U32(value),
-        ],
+        target,
+        value,
         stream,
     );
 }

@@ -1,6 +1,7 @@
 //! Helpers of the suites and of other crates' GPU tests and benches: the
-//! device kernels loaded, a launch that must be accepted, a buffer read back
-//! as u32s; and, for the conformance suite, test patterns and the checks of
+//! device kernels loaded, a launch that must be accepted, a fill by kernel, a
+//! buffer read back
+//! as u32s, a seeded stream of bytes; and, for the conformance suite, test patterns and the checks of
 //! an error's kind.
 
 use tandem_hal::{DeviceMemory, Dim3, ErrorKind, GpuDevice, GpuResult, KernelArg, LaunchConfig};
@@ -27,6 +28,24 @@ pub fn launch<D: GpuDevice>(
     unsafe { device.launch(&kernel, &config, args, stream) }.expect("launching");
 }
 
+/// Launches `tandem_fill_u32` of `module` on `stream` (not synchronised):
+/// the `n` u32s at device address `ptr` become `value`.
+pub fn fill_u32<D: GpuDevice>(
+    device: &D,
+    module: &D::Module,
+    config: LaunchConfig,
+    (ptr, n): (u64, usize),
+    value: u32,
+    stream: &D::Stream,
+) {
+    let args = [
+        KernelArg::Ptr(ptr),
+        KernelArg::U64(n as u64),
+        KernelArg::U32(value),
+    ];
+    launch(device, module, "tandem_fill_u32", config, &args, stream);
+}
+
 /// The first `count` u32s of `memory`.
 pub fn read_u32s<D: GpuDevice>(
     device: &D,
@@ -40,6 +59,19 @@ pub fn read_u32s<D: GpuDevice>(
     bytes
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// `len` bytes of xorshift64 seeded by `x` (not zero), the low byte of each
+/// step: the same bytes for the same seed, and incompressible.
+pub fn xorshift_bytes(mut x: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
         .collect()
 }
 

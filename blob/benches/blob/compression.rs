@@ -25,15 +25,7 @@ fn smooth(bytes: usize) -> Vec<u8> {
 }
 
 fn random(bytes: usize) -> Vec<u8> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    (0..bytes)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    tandem_tests::support::xorshift_bytes(0x9E37_79B9_7F4A_7C15, bytes)
 }
 
 /// (puts/s, put GB/s, gets/s, get GB/s, logical / stored bytes) of `data` as [`BLOB`]-byte

@@ -9,7 +9,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::{Child, Command, Output};
 use std::sync::mpsc;
 
 /// The `tandem` binary: `$TANDEM_BIN_DIR/tandem` when set (a GPU bundle
@@ -27,6 +27,38 @@ pub fn tandem() -> Command {
     let mut cmd = Command::new(tandem_exe());
     cmd.env("RUST_LOG", "warn");
     cmd
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `tandem blob args...`, warnings-only logs, no store from the environment.
+pub fn blob_command(args: &[&str]) -> Command {
+    let mut command = tandem();
+    command
+        .arg("blob")
+        .args(args)
+        .env_remove("TANDEM_BLOB_CONFIG");
+    command
+}
+
+pub fn blob(args: &[&str]) -> Output {
+    blob_command(args).output().expect("run tandem blob")
+}
+
+/// Runs `tandem blob args...` expecting failure (exit 1): its message.
+pub fn blob_fails(args: &[&str]) -> String {
+    let out = blob(args);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{args:?}: {}",
+        text(&out.stdout)
+    );
+    let err = text(&out.stderr);
+    assert!(err.starts_with("tandem blob: "), "{err}");
+    err
 }
 
 /// Kills and reaps its children and removes its files when dropped, so a

@@ -7,8 +7,8 @@ use tandem_hal::{
 use tandem_shm_core::Segment;
 
 use crate::support::{
-    assert_argument_mismatch, assert_invalid_argument, block_sums_reference, kernels, kind, launch,
-    read_u32s, u32_bytes,
+    assert_argument_mismatch, assert_invalid_argument, block_sums_reference, fill_u32, kernels,
+    kind, launch, read_u32s, u32_bytes,
 };
 
 /// Pinned mapped memory starts on a page boundary, and a kernel's writes to
@@ -38,17 +38,13 @@ pub fn kernel_writes_pinned_memory<A: GpuApi>(device: &A::Device) {
     let pinned = device.alloc_pinned_mapped(N * 4).unwrap();
     let module = kernels(device);
     let stream = device.create_stream().unwrap();
-    let args = [
-        KernelArg::Ptr(pinned.device_ptr()),
-        KernelArg::U64(N as u64),
-        KernelArg::U32(0xfeed),
-    ];
-    launch(
+    let target = (pinned.device_ptr(), N);
+    fill_u32(
         device,
         &module,
-        "tandem_fill_u32",
         LaunchConfig::linear(4, 128),
-        &args,
+        target,
+        0xfeed,
         &stream,
     );
     device.synchronize_stream(&stream).unwrap();
@@ -68,18 +64,13 @@ pub fn kernel_writes_registered_segment<A: GpuApi>(device: &A::Device) {
     assert_eq!(registration.host_ptr(), segment.as_ptr());
     let module = kernels(device);
     let stream = device.create_stream().unwrap();
-    let n = (LEN / 4) as u64;
-    let args = [
-        KernelArg::Ptr(registration.device_ptr()),
-        KernelArg::U64(n),
-        KernelArg::U32(0x5eed),
-    ];
-    launch(
+    let target = (registration.device_ptr(), LEN / 4);
+    fill_u32(
         device,
         &module,
-        "tandem_fill_u32",
         LaunchConfig::linear(8, 64),
-        &args,
+        target,
+        0x5eed,
         &stream,
     );
     device.synchronize_stream(&stream).unwrap();
