@@ -14,14 +14,7 @@ use tandem_runtime::{math, Config, DeviceSelection, Pool, Registry, Route, Runti
 
 /// A pool nobody registered: its tasks fail and count as "other".
 struct Nowhere;
-impl tandem_shm_core::Serialize for Nowhere {
-    fn serialize(
-        &self,
-        _: &mut tandem_shm_core::Writer<'_>,
-    ) -> Result<(), tandem_shm_core::SerError> {
-        Ok(())
-    }
-}
+tandem_shm_core::impl_serialize_fields!(Nowhere {});
 impl Task for Nowhere {
     const POOL: u32 = 77;
     const METHOD: u32 = 0;
