@@ -78,21 +78,7 @@ impl OnBackend for Child {
         let store = Arc::new(BlobStore::open(&store_config(&self.dir)).expect("open the store"));
         // Committed before the kernel starts: the parent always finds it.
         let tag = store.get_or_create_tag(&self.tag).expect("tag");
-        let mut registry = Registry::with_builtins();
-        pool::register(&mut registry, Arc::clone(&store)).expect("register the blob pool");
-        let config = Config {
-            workers: 2,
-            lanes: 2,
-            // The same few lanes on a GPU as on the CPU device.
-            gpu_lanes: 2,
-            queue_depth: 256,
-            gpu_segment_size: 32 << 20,
-            cpu_segment_size: 8 << 20,
-            copy_space: wire::COPY_SPACE,
-            devices: DeviceSelection::Only(vec![0]),
-            ..Config::default()
-        };
-        let runtime = Runtime::start_with(api, config, registry).expect("start the runtime");
+        let runtime = runtime(api, &store);
         let mut kernels = BlobKernels::load(&runtime.devices()[0]).expect("load the blob kernels");
         let mut out = std::io::stdout().lock();
         let segment = runtime.cpu_segment().name().expect("a named CPU segment");
