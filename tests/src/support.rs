@@ -46,6 +46,19 @@ pub fn fill_u32<D: GpuDevice>(
     launch(device, module, "tandem_fill_u32", config, &args, stream);
 }
 
+/// [`fill_u32`] on a stream of its own, waited for.
+pub fn fill_u32_and_wait<D: GpuDevice>(
+    device: &D,
+    config: LaunchConfig,
+    target: (u64, usize),
+    value: u32,
+) {
+    let module = kernels(device);
+    let stream = device.create_stream().unwrap();
+    fill_u32(device, &module, config, target, value, &stream);
+    device.synchronize_stream(&stream).unwrap();
+}
+
 /// The first `count` u32s of `memory`.
 pub fn read_u32s<D: GpuDevice>(
     device: &D,

@@ -7,8 +7,8 @@ use tandem_hal::{
 use tandem_shm_core::Segment;
 
 use crate::support::{
-    assert_argument_mismatch, assert_invalid_argument, block_sums_reference, fill_u32, kernels,
-    kind, launch, read_u32s, u32_bytes,
+    assert_argument_mismatch, assert_invalid_argument, block_sums_reference, fill_u32_and_wait,
+    kernels, kind, launch, read_u32s, u32_bytes,
 };
 
 /// Pinned mapped memory starts on a page boundary, and a kernel's writes to
@@ -36,18 +36,8 @@ pub fn kernel_writes_pinned_memory<A: GpuApi>(device: &A::Device) {
         }
     }
     let pinned = device.alloc_pinned_mapped(N * 4).unwrap();
-    let module = kernels(device);
-    let stream = device.create_stream().unwrap();
     let target = (pinned.device_ptr(), N);
-    fill_u32(
-        device,
-        &module,
-        LaunchConfig::linear(4, 128),
-        target,
-        0xfeed,
-        &stream,
-    );
-    device.synchronize_stream(&stream).unwrap();
+    fill_u32_and_wait(device, LaunchConfig::linear(4, 128), target, 0xfeed);
     // SAFETY: N u32s of live, aligned pinned memory; the kernel has finished.
     let seen = unsafe { core::slice::from_raw_parts(pinned.host_ptr().cast::<u32>(), N) };
     assert!(seen.iter().all(|&v| v == 0xfeed));
@@ -62,18 +52,8 @@ pub fn kernel_writes_registered_segment<A: GpuApi>(device: &A::Device) {
     // SAFETY: `segment` stays mapped until after `registration` is dropped.
     let registration = unsafe { device.register_host(segment.as_ptr(), LEN) }.unwrap();
     assert_eq!(registration.host_ptr(), segment.as_ptr());
-    let module = kernels(device);
-    let stream = device.create_stream().unwrap();
     let target = (registration.device_ptr(), LEN / 4);
-    fill_u32(
-        device,
-        &module,
-        LaunchConfig::linear(8, 64),
-        target,
-        0x5eed,
-        &stream,
-    );
-    device.synchronize_stream(&stream).unwrap();
+    fill_u32_and_wait(device, LaunchConfig::linear(8, 64), target, 0x5eed);
     // SAFETY: the second mapping has LEN bytes, page-aligned; the kernel finished.
     let seen = unsafe { core::slice::from_raw_parts(other_view.as_ptr().cast::<u32>(), LEN / 4) };
     assert!(seen.iter().all(|&v| v == 0x5eed));

@@ -8,7 +8,7 @@ use tandem_hal::{
     MemoryAccess, ShareableHandle,
 };
 
-use crate::support::{assert_invalid_size, fill_u32, kernels, kind, pattern, read_u32s};
+use crate::support::{assert_invalid_size, fill_u32_and_wait, kind, pattern, read_u32s};
 
 /// Opening a handle in the process that exported it is `IpcSameProcess`.
 pub fn ipc_same_process_open_is_refused<A: GpuApi>(device: &A::Device) {
@@ -117,18 +117,8 @@ pub fn shareable_memory_round_trips<A: GpuApi>(device: &A::Device) {
         "written through the import, read through the owner"
     );
 
-    let module = kernels(device);
-    let stream = device.create_stream().unwrap();
     let target = (import.device_ptr(), WORDS);
-    fill_u32(
-        device,
-        &module,
-        LaunchConfig::linear(8, 64),
-        target,
-        0x5eed,
-        &stream,
-    );
-    device.synchronize_stream(&stream).unwrap();
+    fill_u32_and_wait(device, LaunchConfig::linear(8, 64), target, 0x5eed);
     assert!(read_u32s(device, &owner, WORDS)
         .iter()
         .all(|&v| v == 0x5eed));
