@@ -12,6 +12,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output};
 use std::sync::mpsc;
 
+use tandem_runtime::{Config, DeviceSelection};
+
 /// The `tandem` binary: `$TANDEM_BIN_DIR/tandem` when set (a GPU bundle
 /// carries the binary away from the build machine), else the one cargo built
 /// for this package.
@@ -27,6 +29,19 @@ pub fn tandem() -> Command {
     let mut cmd = Command::new(tandem_exe());
     cmd.env("RUST_LOG", "warn");
     cmd
+}
+
+/// A small runtime on the CPU device only, its segment named `name`.
+pub fn cpu_config(name: &str, workers: usize) -> Config {
+    Config {
+        workers,
+        queue_depth: 64,
+        lanes: 2,
+        cpu_segment_size: 2 << 20,
+        devices: DeviceSelection::Only(vec![]),
+        cpu_segment_name: Some(name.into()),
+        ..Config::default()
+    }
 }
 
 pub fn text(bytes: &[u8]) -> String {
