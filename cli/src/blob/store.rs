@@ -7,7 +7,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use tandem_blob::{Compression, Persistence, PutContext, Score, TagId, TargetConfig, TargetKind};
+use tandem_blob::{
+    BlobPut, Compression, Persistence, PutContext, Score, TagId, TargetConfig, TargetKind,
+};
 
 use super::access::StoreAccess;
 use super::config::{configs, Configs};
@@ -197,15 +199,12 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
         compression: args.compress,
         persistence: args.persistence,
     };
+    let put = BlobPut::new(tag, &name)
+        .at(args.offset)
+        .score(Score(args.score))
+        .context(context);
     let len = store
-        .put(
-            tag,
-            &name,
-            args.offset,
-            &mut input,
-            Score(args.score),
-            &context,
-        )
+        .put(&put, &mut input)
         .map_err(|failure| failed_put(store, tag, &name, existed, failure))?;
     let blob = store.stat(tag, &name).map_err(|e| e.to_string())?;
     if !blob.durable && !store.keeps_volatile_blobs() {
