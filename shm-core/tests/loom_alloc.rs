@@ -19,7 +19,7 @@ use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use tandem_shm_core::layout::AllocatorId;
 use tandem_shm_core::{block_size, HEAP_ALIGN};
-use tandem_shm_core::{AllocError, ShmPtr, SizeClassAllocator, SizeClassCache};
+use tandem_shm_core::{AllocError, FullPtr, ShmPtr, SizeClassAllocator, SizeClassCache};
 
 const ID: AllocatorId = AllocatorId::new(1, 1);
 const LEN: usize = 16 * 1024;
@@ -60,23 +60,32 @@ impl Drop for Region {
     }
 }
 
-/// Allocates one block and stamps it with `tag`.
-fn take(alloc: &SizeClassAllocator<'_>, tag: u8) -> ShmPtr<u8> {
-    let full = alloc.allocate_full(SIZE, 8).expect("allocate");
+/// Stamps a block just allocated with `tag`.
+fn stamped(full: FullPtr<u8>, tag: u8) -> ShmPtr<u8> {
     // SAFETY: `SIZE` bytes that are ours.
     unsafe { full.ptr.write_bytes(tag, SIZE as usize) };
     full.shm
 }
 
-/// Checks the stamp (another owner of the same block would have changed it)
-/// and frees the block.
-fn give_back(alloc: &SizeClassAllocator<'_>, ptr: ShmPtr<u8>, tag: u8) {
+/// Checks the stamp of a block about to be freed (another owner of the same
+/// block would have changed it).
+fn check_stamp(alloc: &SizeClassAllocator<'_>, ptr: ShmPtr<u8>, tag: u8) {
     let full = alloc.to_full(ptr).expect("resolves");
     for i in 0..SIZE as usize {
-        // SAFETY: the block is ours until the free below.
+        // SAFETY: the block is ours until the caller frees it.
         let byte = unsafe { full.ptr.add(i).read() };
         assert_eq!(byte, tag, "block handed out twice");
     }
+}
+
+/// Allocates one block and stamps it with `tag`.
+fn take(alloc: &SizeClassAllocator<'_>, tag: u8) -> ShmPtr<u8> {
+    stamped(alloc.allocate_full(SIZE, 8).expect("allocate"), tag)
+}
+
+/// Checks the stamp and frees the block.
+fn give_back(alloc: &SizeClassAllocator<'_>, ptr: ShmPtr<u8>, tag: u8) {
+    check_stamp(alloc, ptr, tag);
     alloc.free(ptr).expect("free");
 }
 
@@ -123,20 +132,12 @@ fn two_threads_share_a_free_list() {
 
 /// `take` through a cache.
 fn take_cached(cache: &mut SizeClassCache<'_>, tag: u8) -> ShmPtr<u8> {
-    let full = cache.allocate_full(SIZE, 8).expect("allocate");
-    // SAFETY: `SIZE` bytes that are ours.
-    unsafe { full.ptr.write_bytes(tag, SIZE as usize) };
-    full.shm
+    stamped(cache.allocate_full(SIZE, 8).expect("allocate"), tag)
 }
 
 /// `give_back` through a cache.
 fn give_back_cached(cache: &mut SizeClassCache<'_>, ptr: ShmPtr<u8>, tag: u8) {
-    let full = cache.allocator().to_full(ptr).expect("resolves");
-    for i in 0..SIZE as usize {
-        // SAFETY: the block is ours until the free below.
-        let byte = unsafe { full.ptr.add(i).read() };
-        assert_eq!(byte, tag, "block handed out twice");
-    }
+    check_stamp(&cache.allocator(), ptr, tag);
     cache.free(ptr).expect("free");
 }
 
