@@ -150,7 +150,7 @@ impl RoleChild {
             .stdout(Stdio::piped())
             .spawn()
             .expect("re-running the test binary");
-        let lines = common::lines(&mut child);
+        let lines = tandem_tests::support::lines(&mut child);
         Self { child, lines }
     }
 
@@ -820,7 +820,7 @@ fn daemon_of_two_devices<A: GpuApi>() -> (std::path::PathBuf, common::Cleanup) {
         .stdout(Stdio::piped())
         .spawn()
         .expect("starting the share daemon");
-    let lines = common::lines(&mut child);
+    let lines = tandem_tests::support::lines(&mut child);
     let ready = lines.recv_timeout(STEP).expect("the daemon's ready line");
     assert!(ready.starts_with("ready "), "{ready}");
     let cleanup = common::Cleanup {

@@ -4,13 +4,13 @@
 //! leaves the consumer with a clear error and the records sent so far, not a
 //! hang, and its segment is found by `tandem clean`'s scan.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tandem_runtime::{clean_stale_segments, StaleWhy};
+use tandem_tests::support::lines;
 
 /// The `exchange` binary: `$TANDEM_BIN_DIR/exchange` when set (a GPU bundle
 /// carries binaries away from the build machine), else the one cargo built.
@@ -57,20 +57,6 @@ fn mid_stream(
     let consumer = start(&["consume", name]);
     next_line_with(&consumer.1, "received 20000", seen);
     (producer, consumer)
-}
-
-/// Each stdout line of `child`, through a channel fed by a thread.
-fn lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    let out = child.stdout.take().expect("piped stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 fn unique_name(tag: &str) -> String {

@@ -1,10 +1,29 @@
-//! Helpers of the suites and of other crates' GPU tests and benches: the
-//! device kernels loaded, a launch that must be accepted, a fill by kernel, a
-//! buffer read back
-//! as u32s, a seeded stream of bytes; and, for the conformance suite, test patterns and the checks of
-//! an error's kind.
+//! Helpers of the suites and of other crates' tests and benches: a child's
+//! stdout as lines, the device kernels loaded, a launch that must be
+//! accepted, a fill by kernel, a buffer read back as u32s, a seeded stream of
+//! bytes; and, for the conformance suite, test patterns and the checks of an
+//! error's kind.
+
+use std::io::{BufRead, BufReader};
+use std::process::Child;
+use std::sync::mpsc;
 
 use tandem_hal::{DeviceMemory, Dim3, ErrorKind, GpuDevice, GpuResult, KernelArg, LaunchConfig};
+
+/// Each stdout line of `child` (spawned with a piped stdout), through a
+/// channel fed by a thread.
+pub fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().expect("piped stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
 
 /// The device kernels library, loaded on `device`.
 pub fn kernels<D: GpuDevice>(device: &D) -> D::Module {

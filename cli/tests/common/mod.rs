@@ -1,6 +1,6 @@
 //! What the runtime's integration tests that start the `tandem` binary
 //! share: where the binary is, a guard that kills children and removes
-//! files however a test ends, and a child's stdout as lines.
+//! files however a test ends, runtime configurations and `tandem blob` runs.
 
 #![allow(
     dead_code,
@@ -10,7 +10,6 @@
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output};
-use std::sync::mpsc;
 
 use tandem_runtime::{Config, DeviceSelection};
 
@@ -106,21 +105,6 @@ impl Drop for Cleanup {
             let _ = std::fs::remove_file(file);
         }
     }
-}
-
-/// Each stdout line of `child` (spawned with a piped stdout), through a
-/// channel fed by a thread.
-pub fn lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    let out = child.stdout.take().expect("piped stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 /// `run()` again (up to 50 times, 20 ms apart) while it fails with an error
