@@ -169,15 +169,7 @@ mod tests {
             assert!(worth_it(codec, &frame[..SAMPLE_BYTES]));
         }
         // Random bytes do not compress: no room for them under the limit.
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let noise: Vec<u8> = (0..SAMPLE_BYTES)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let noise = tandem_tests::support::xorshift_bytes(0x9E37_79B9_7F4A_7C15, SAMPLE_BYTES);
         assert!(!worth_it(Codec::Zstd, &noise));
         assert!(!worth_it(Codec::Lz4, &noise));
     }

@@ -91,21 +91,11 @@ impl<'a> Pipeline<'a> {
     /// A free buffer of at least `bytes` bytes (waiting for a write to complete if all are
     /// busy): its slot index.
     pub(crate) fn free_slot(&mut self, bytes: usize) -> Result<usize, BlobError> {
-        let free = match self.slots.iter().position(|s| s.io.is_none()) {
+        let free = match self.idle_or_new_slot(bytes, |s| s.io.is_none()) {
             Some(i) => i,
-            None if self.slots.len() < self.rings.depth as usize => {
-                self.slots.push(Slot {
-                    buf: AlignedBuf::new(bytes),
-                    io: None,
-                    held: false,
-                });
-                self.slots.len() - 1
-            }
             None => self.wait_one()?,
         };
-        if self.slots[free].buf.len() < bytes {
-            self.slots[free].buf = AlignedBuf::new(bytes);
-        }
+        self.fit(free, bytes);
         if let Some(e) = self.error.take() {
             return Err(e);
         }
@@ -146,22 +136,37 @@ impl<'a> Pipeline<'a> {
     /// A buffer of at least `bytes` bytes for a read, without waiting (`None`: all `depth` are
     /// in flight; reap one with [`wait_read`](Self::wait_read) first).
     pub(crate) fn read_slot(&mut self, bytes: usize) -> Option<usize> {
-        let free = match self.slots.iter().position(|s| s.io.is_none() && !s.held) {
-            Some(i) => i,
-            None if self.slots.len() < self.rings.depth as usize => {
-                self.slots.push(Slot {
-                    buf: AlignedBuf::new(bytes),
-                    io: None,
-                    held: false,
-                });
-                self.slots.len() - 1
-            }
-            None => return None,
-        };
-        if self.slots[free].buf.len() < bytes {
-            self.slots[free].buf = AlignedBuf::new(bytes);
-        }
+        let free = self.idle_or_new_slot(bytes, |s| s.io.is_none() && !s.held)?;
+        self.fit(free, bytes);
         Some(free)
+    }
+
+    /// The first slot `idle` takes, else a new one (a buffer of `bytes`) while there are
+    /// fewer than `depth`; `None` when neither.
+    fn idle_or_new_slot(
+        &mut self,
+        bytes: usize,
+        idle: impl Fn(&Slot<'a>) -> bool,
+    ) -> Option<usize> {
+        if let Some(i) = self.slots.iter().position(idle) {
+            return Some(i);
+        }
+        if self.slots.len() >= self.rings.depth as usize {
+            return None;
+        }
+        self.slots.push(Slot {
+            buf: AlignedBuf::new(bytes),
+            io: None,
+            held: false,
+        });
+        Some(self.slots.len() - 1)
+    }
+
+    /// Grows `slot`'s buffer to at least `bytes`.
+    fn fit(&mut self, slot: usize, bytes: usize) {
+        if self.slots[slot].buf.len() < bytes {
+            self.slots[slot].buf = AlignedBuf::new(bytes);
+        }
     }
 
     /// Waits for the next read to complete: its slot, whose buffer holds the bytes until the

@@ -22,6 +22,8 @@
 //! First, in this process, the stream kernel itself: it runs to its end with
 //! every put acknowledged, and a stop ends it early with its blobs whole.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::ops::ControlFlow;
@@ -32,12 +34,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tandem_blob::demo::{pattern, BlobKernels, PutStreamLaunch};
 use tandem_blob::{
-    pool, wire, BlobError, BlobStore, Limits, Score, StoreConfig, TagId, TargetConfig, PAGE_SIZE,
+    BlobError, BlobStore, Limits, Score, StoreConfig, TagId, TargetConfig, PAGE_SIZE,
 };
 use tandem_hal::GpuApi;
 use tandem_runtime::{
-    on_best_backend, remove_stale_segment, Backend, Config, DeviceSelection, OnBackend, Registry,
-    Runtime,
+    on_best_backend, remove_stale_segment, Backend, DeviceSelection, OnBackend, Runtime,
 };
 
 const DIR_ENV: &str = "TANDEM_BLOB_KCRASH_DIR";
@@ -78,21 +79,7 @@ impl OnBackend for Child {
         let store = Arc::new(BlobStore::open(&store_config(&self.dir)).expect("open the store"));
         // Committed before the kernel starts: the parent always finds it.
         let tag = store.get_or_create_tag(&self.tag).expect("tag");
-        let mut registry = Registry::with_builtins();
-        pool::register(&mut registry, Arc::clone(&store)).expect("register the blob pool");
-        let config = Config {
-            workers: 2,
-            lanes: 2,
-            // The same few lanes on a GPU as on the CPU device.
-            gpu_lanes: 2,
-            queue_depth: 256,
-            gpu_segment_size: 32 << 20,
-            cpu_segment_size: 8 << 20,
-            copy_space: wire::COPY_SPACE,
-            devices: DeviceSelection::Only(vec![0]),
-            ..Config::default()
-        };
-        let runtime = Runtime::start_with(api, config, registry).expect("start the runtime");
+        let runtime = runtime(api, &store);
         let mut kernels = BlobKernels::load(&runtime.devices()[0]).expect("load the blob kernels");
         let mut out = std::io::stdout().lock();
         let segment = runtime.cpu_segment().name().expect("a named CPU segment");
@@ -382,21 +369,7 @@ fn kill_9_in_a_stream_of_kernel_puts() {
 
 /// A runtime in this process serving `store` on device 0 of `api`.
 fn runtime<A: GpuApi>(api: A, store: &Arc<BlobStore>) -> Runtime<A> {
-    let mut registry = Registry::with_builtins();
-    pool::register(&mut registry, Arc::clone(store)).expect("register the blob pool");
-    let config = Config {
-        workers: 2,
-        lanes: 2,
-        // The same few lanes on a GPU as on the CPU device.
-        gpu_lanes: 2,
-        queue_depth: 256,
-        gpu_segment_size: 32 << 20,
-        cpu_segment_size: 8 << 20,
-        copy_space: wire::COPY_SPACE,
-        devices: DeviceSelection::Only(vec![0]),
-        ..Config::default()
-    };
-    Runtime::start_with(api, config, registry).expect("start the runtime")
+    common::blob_runtime(api, store, DeviceSelection::Only(vec![0]), 32 << 20)
 }
 
 /// Every blob of `tag` is one whole put of its thread, not older than its

@@ -7,6 +7,8 @@
 //! HIP cases print "skipped: no CUDA device" (a failure with
 //! `TANDEM_REQUIRE_GPU=1`); the CPU device's never skip.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 use tandem_blob::BlobPut;
@@ -14,13 +16,13 @@ use tandem_blob::BlobPut;
 use tandem_blob::demo::{
     pattern, BlobKernels, PutGetLaunch, PutGetMode, PutGetOutcome, WIRE_VALUES,
 };
-use tandem_blob::pool::{self, Put};
+use tandem_blob::pool::Put;
 use tandem_blob::wire::{self, code, method, SharedRef};
 use tandem_blob::{
     BlobCaller, BlobStore, CallError, Persistence, PutContext, Score, StoreConfig, TagId,
 };
 use tandem_hal::GpuApi;
-use tandem_runtime::{Config, DeviceSelection, Registry, Runtime};
+use tandem_runtime::{DeviceSelection, Runtime};
 use tandem_shm_core::{AllocatorId, ShmPtr};
 
 /// A RAM target (score 1.0) and a file target (score 0.5) of 64 MiB each.
@@ -34,22 +36,7 @@ fn runtime<A: GpuApi>(api: A, store: &Arc<BlobStore>) -> Runtime<A> {
 }
 
 fn runtime_on<A: GpuApi>(api: A, store: &Arc<BlobStore>, devices: DeviceSelection) -> Runtime<A> {
-    let mut registry = Registry::with_builtins();
-    pool::register(&mut registry, Arc::clone(store)).expect("register the blob pool");
-    let config = Config {
-        workers: 2,
-        lanes: 2,
-        // The same few lanes on a GPU as on the CPU device.
-        gpu_lanes: 2,
-        queue_depth: 256,
-        gpu_segment_size: 96 << 20,
-        cpu_segment_size: 8 << 20,
-        // Host submits carry names up to MAX_NAME_BYTES in the copy space.
-        copy_space: wire::COPY_SPACE,
-        devices,
-        ..Config::default()
-    };
-    Runtime::start_with(api, config, registry).expect("start the runtime")
+    common::blob_runtime(api, store, devices, 96 << 20)
 }
 
 /// (blocks, threads): many threads on a GPU, what the CPU device runs well.

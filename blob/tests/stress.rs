@@ -203,42 +203,53 @@ fn concurrent_puts_gets_deletes() {
 #[ignore]
 fn durable_put_throughput() {
     let dir = tempfile::tempdir().unwrap();
+    let target = TargetConfig::file(dir.path().join("d.dat"), 65536 * P, 0.5);
+    let (store, tag) = bench_store(dir.path(), target);
+    for threads in [1u32, 4, 16] {
+        let per = 2000 / threads;
+        let store = store.clone();
+        let puts = rate(threads, per, move |t| {
+            let data = vec![t as u8; P as usize];
+            for i in 0..per {
+                store
+                    .put(
+                        &BlobPut::new(tag, &format!("b-{threads}-{t}-{}", i % 64))
+                            .score(Score(0.5)),
+                        &data,
+                    )
+                    .unwrap();
+            }
+        });
+        eprintln!("{threads:>2} threads: {puts:.0} durable 4 KiB puts/s");
+    }
+}
+
+/// A store of one target in `dir`, and its tag `bench`.
+fn bench_store(dir: &std::path::Path, target: TargetConfig) -> (Arc<BlobStore>, TagId) {
     let cfg = StoreConfig {
-        metadata: dir.path().join("meta.redb"),
-        targets: vec![TargetConfig::file(dir.path().join("d.dat"), 65536 * P, 0.5)],
+        metadata: dir.join("meta.redb"),
+        targets: vec![target],
         limits: Limits::default(),
     };
     let store = Arc::new(BlobStore::open(&cfg).unwrap());
     let tag = store.get_or_create_tag("bench").unwrap();
-    for threads in [1u32, 4, 16] {
-        let per = 2000 / threads;
-        let start = Instant::now();
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                let store = store.clone();
-                std::thread::spawn(move || {
-                    let data = vec![t as u8; P as usize];
-                    for i in 0..per {
-                        store
-                            .put(
-                                &BlobPut::new(tag, &format!("b-{threads}-{t}-{}", i % 64))
-                                    .score(Score(0.5)),
-                                &data,
-                            )
-                            .unwrap();
-                    }
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().unwrap();
-        }
-        let n = (per * threads) as f64;
-        eprintln!(
-            "{threads:>2} threads: {:.0} durable 4 KiB puts/s",
-            n / start.elapsed().as_secs_f64()
-        );
+    (store, tag)
+}
+
+/// Runs `each(t)` on threads `0..threads` at once, `per` operations each:
+/// their operations per second.
+fn rate(threads: u32, per: u32, each: impl Fn(u32) + Clone + Send + 'static) -> f64 {
+    let start = Instant::now();
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            let each = each.clone();
+            std::thread::spawn(move || each(t))
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
     }
+    (per * threads) as f64 / start.elapsed().as_secs_f64()
 }
 
 fn small_store(dir: &std::path::Path) -> BlobStore {
@@ -348,51 +359,28 @@ fn puts_to_one_blob_are_serialised() {
 #[ignore]
 fn ram_put_get_throughput() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = StoreConfig {
-        metadata: dir.path().join("meta.redb"),
-        targets: vec![TargetConfig::ram(65536 * P, 1.0)],
-        limits: Limits::default(),
-    };
-    let store = Arc::new(BlobStore::open(&cfg).unwrap());
-    let tag = store.get_or_create_tag("bench").unwrap();
+    let (store, tag) = bench_store(dir.path(), TargetConfig::ram(65536 * P, 1.0));
+    let names = |t: u32| -> Vec<String> { (0..64).map(|i| format!("r-{t}-{i}")).collect() };
     for threads in [1u32, 2, 8] {
         let per = 400_000 / threads;
-        let start = Instant::now();
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                let store = store.clone();
-                std::thread::spawn(move || {
-                    let data = vec![t as u8; P as usize];
-                    let names: Vec<String> = (0..64).map(|i| format!("r-{t}-{i}")).collect();
-                    for i in 0..per as usize {
-                        store
-                            .put(&BlobPut::new(tag, &names[i % 64]), &data)
-                            .unwrap();
-                    }
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().unwrap();
-        }
-        let puts = (per * threads) as f64 / start.elapsed().as_secs_f64();
-        let start = Instant::now();
-        let hs: Vec<_> = (0..threads)
-            .map(|t| {
-                let store = store.clone();
-                std::thread::spawn(move || {
-                    let mut out = vec![0; P as usize];
-                    let names: Vec<String> = (0..64).map(|i| format!("r-{t}-{i}")).collect();
-                    for i in 0..per as usize {
-                        store.get(tag, &names[i % 64], 0, &mut out).unwrap();
-                    }
-                })
-            })
-            .collect();
-        for h in hs {
-            h.join().unwrap();
-        }
-        let gets = (per * threads) as f64 / start.elapsed().as_secs_f64();
+        let putter = store.clone();
+        let puts = rate(threads, per, move |t| {
+            let data = vec![t as u8; P as usize];
+            let names = names(t);
+            for i in 0..per as usize {
+                putter
+                    .put(&BlobPut::new(tag, &names[i % 64]), &data)
+                    .unwrap();
+            }
+        });
+        let getter = store.clone();
+        let gets = rate(threads, per, move |t| {
+            let mut out = vec![0; P as usize];
+            let names = names(t);
+            for i in 0..per as usize {
+                getter.get(tag, &names[i % 64], 0, &mut out).unwrap();
+            }
+        });
         eprintln!("{threads:>2} threads: {puts:.0} RAM 4 KiB puts/s, {gets:.0} gets/s");
     }
 }

@@ -16,6 +16,8 @@ use std::process::{Command, Output, Stdio};
 
 use tandem_process::{find_tandem_binary, ServiceChild};
 
+mod common;
+
 /// The examples' build folder, or None (after saying why) when the test
 /// may skip.
 fn examples() -> Option<PathBuf> {
@@ -65,26 +67,7 @@ fn a_cpp_kernel_puts_and_gets_blobs_through_a_runtime_of_another_process() {
     let Some(build) = examples() else { return };
     let tandem = find_tandem_binary().expect("the tandem binary");
     let dir = tempfile::tempdir().expect("a temporary folder");
-    let config = dir.path().join("tandem.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "workers = 2\n[blob]\nmetadata = {:?}\n[[blob.targets]]\nkind = \"ram\"\ncapacity = 67108864\nscore = 1.0\n",
-            dir.path().join("meta.redb")
-        ),
-    )
-    .expect("writing the configuration");
-    let runtime = spawn(
-        &tandem,
-        &[
-            "blob".as_ref(),
-            "run".as_ref(),
-            "--config".as_ref(),
-            config.as_os_str(),
-            "--announce".as_ref(),
-            "--exit-on-stdin-eof".as_ref(),
-        ],
-    );
+    let runtime = common::blob_run(&tandem, dir.path(), 64 << 20);
     let segment = runtime.ready().to_owned();
     let programs: Vec<_> = ["1", "2"]
         .into_iter()

@@ -14,7 +14,7 @@ use tandem::*;
 use tandem_process::{find_tandem_binary, ServiceChild};
 
 mod common;
-use common::{expect, message};
+use common::{blob_run, expect, message};
 
 /// A `tandem blob run` with a RAM tier room for the largest blob below,
 /// and its segment's name; None (after saying why) without the binary.
@@ -23,28 +23,7 @@ fn blob_runtime(dir: &std::path::Path) -> Option<(ServiceChild, CString)> {
         println!("skipped: no tandem binary (cargo build -p tandem-cli --bin tandem)");
         return None;
     };
-    let config = dir.join("tandem.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "workers = 2\n[blob]\nmetadata = {:?}\n[[blob.targets]]\nkind = \"ram\"\ncapacity = {}\nscore = 1.0\n",
-            dir.join("meta.redb"),
-            256 << 20
-        ),
-    )
-    .expect("writing the configuration");
-    let runtime = ServiceChild::spawn(
-        &tandem,
-        &[
-            "blob".as_ref(),
-            "run".as_ref(),
-            "--config".as_ref(),
-            config.as_os_str(),
-            "--announce".as_ref(),
-            "--exit-on-stdin-eof".as_ref(),
-        ],
-    )
-    .expect("starting tandem blob run");
+    let runtime = blob_run(&tandem, dir, 256 << 20);
     let segment = CString::new(runtime.ready()).expect("a segment name");
     Some((runtime, segment))
 }

@@ -65,16 +65,9 @@ fn fnv(s: &str) -> u64 {
 
 /// The bytes of blob `name`: 1..=40000 of them, a stream seeded by the name.
 fn content(name: &str) -> Vec<u8> {
-    let mut x = fnv(name) | 1;
+    let x = fnv(name) | 1;
     let len = 1 + (x % 40_000) as usize;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    tandem_tests::support::xorshift_bytes(x, len)
 }
 
 /// A delay in 50..300 ms, different each call.

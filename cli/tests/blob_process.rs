@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::{blob, blob_fails, text};
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -18,21 +20,6 @@ use tandem_runtime::{Config, DeviceSelection};
 /// `tandem` (`tandem blob ...` are the commands under test).
 fn exe() -> PathBuf {
     common::tandem_exe()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `tandem blob args...` with warnings-only logs.
-fn blob(args: &[&str]) -> Output {
-    Command::new(exe())
-        .arg("blob")
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .env_remove("TANDEM_BLOB_CONFIG")
-        .output()
-        .expect("run tandem blob")
 }
 
 /// A store configuration (the `StoreConfig` fields) in `dir`: a RAM target
@@ -59,15 +46,7 @@ fn runtime_toml(dir: &Path) -> PathBuf {
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    tandem_tests::support::xorshift_bytes(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1, len)
 }
 
 /// A script that runs `tandem blob` with `TANDEM_BLOB_CONFIG` set, so that
@@ -222,20 +201,6 @@ fn every_subcommand_has_help_and_usage_errors_exit_2() {
     }
 }
 
-/// Runs `tandem blob` expecting failure: its message.
-fn fails(args: &[&str]) -> String {
-    let out = blob(args);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{args:?}: {}",
-        text(&out.stdout)
-    );
-    let err = text(&out.stderr);
-    assert!(err.starts_with("tandem blob: "), "{err}");
-    err
-}
-
 #[test]
 fn the_store_commands_put_list_get_and_remove() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -344,14 +309,14 @@ fn the_store_commands_put_list_get_and_remove() {
     assert!(text(&out.stdout).contains("removed files/two"));
 
     // Errors.
-    let err = fails(&["get", "two", "--config", cfg, "--tag", "files"]);
+    let err = blob_fails(&["get", "two", "--config", cfg, "--tag", "files"]);
     assert!(
         err.contains("blob \"two\" not found in tag \"files\""),
         "{err}"
     );
-    let err = fails(&["stat", "x", "--config", cfg, "--tag", "nope"]);
+    let err = blob_fails(&["stat", "x", "--config", cfg, "--tag", "nope"]);
     assert!(err.contains("unknown tag \"nope\""), "{err}");
-    let err = fails(&[
+    let err = blob_fails(&[
         "get",
         "input.bin",
         "--config",
@@ -364,11 +329,11 @@ fn the_store_commands_put_list_get_and_remove() {
         "2",
     ]);
     assert!(err.contains("size 300000"), "{err}");
-    let err = fails(&["ls"]);
+    let err = blob_fails(&["ls"]);
     assert!(err.contains("no store configuration"), "{err}");
     let bare = dir.path().join("bare.toml");
     std::fs::write(&bare, "workers = 1\n").expect("bare config");
-    let err = fails(&["ls", "--config", bare.to_str().expect("utf-8")]);
+    let err = blob_fails(&["ls", "--config", bare.to_str().expect("utf-8")]);
     assert!(err.contains("has no [blob] table"), "{err}");
 
     // A running runtime holds the store: the commands go through it.
@@ -386,7 +351,7 @@ fn the_store_commands_put_list_get_and_remove() {
     let out = blob(&["ls", "--config", cfg, "--tag", "files"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("input.bin"));
-    let err = fails(&["run", "--config", cfg]);
+    let err = blob_fails(&["run", "--config", cfg]);
     assert!(err.contains("is in use"), "{err}");
     drop(child.stdin.take());
     assert!(child.wait().expect("wait").success());

@@ -8,48 +8,18 @@
 
 mod common;
 
+use common::{blob, blob_command, blob_fails, text};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ChildStdin, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `tandem blob args...`, warnings-only logs, no store from the environment.
-fn blob_command(args: &[&str]) -> Command {
-    let mut command = common::tandem();
-    command
-        .arg("blob")
-        .args(args)
-        .env_remove("TANDEM_BLOB_CONFIG");
-    command
-}
-
-fn blob(args: &[&str]) -> Output {
-    blob_command(args).output().expect("run tandem blob")
-}
 
 /// Runs `tandem blob args...` expecting success: its stdout.
 fn ok(args: &[&str]) -> String {
     let out = blob(args);
     assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
     text(&out.stdout)
-}
-
-/// Runs `tandem blob args...` expecting failure (exit 1): its message.
-fn fails(args: &[&str]) -> String {
-    let out = blob(args);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{args:?}: {}",
-        text(&out.stdout)
-    );
-    let err = text(&out.stderr);
-    assert!(err.starts_with("tandem blob: "), "{err}");
-    err
 }
 
 /// A runtime configuration (CPU queues only, the default client heap) with
@@ -228,34 +198,34 @@ fn the_commands_go_through_the_runtime_serving_their_store() {
     // `--segment`: the runtime serving this store, or a refusal.
     let by_name = ok(&["ls", "--config", &a, "--segment", &runtime_a.segment]);
     assert!(by_name.contains(" files"), "{by_name}");
-    let err = fails(&["ls", "--config", &a, "--segment", &runtime_b.segment]);
+    let err = blob_fails(&["ls", "--config", &a, "--segment", &runtime_b.segment]);
     assert!(err.contains("serves another store"), "{err}");
     assert!(
         err.contains(&dir_a.path().join("meta.redb").display().to_string()),
         "{err}"
     );
-    let err = fails(&["ls", "--config", &a, "--segment", &plain.segment]);
+    let err = blob_fails(&["ls", "--config", &a, "--segment", &plain.segment]);
     assert!(err.contains("serves no blob store"), "{err}");
-    let err = fails(&["ls", "--config", &a, "--segment", "tandem-no-such-segment"]);
+    let err = blob_fails(&["ls", "--config", &a, "--segment", "tandem-no-such-segment"]);
     assert!(err.contains("tandem-no-such-segment"), "{err}");
 
     // Errors, as without a runtime; a look makes no tag.
-    let err = fails(&["stat", "x", "--config", &a, "--tag", "nope"]);
+    let err = blob_fails(&["stat", "x", "--config", &a, "--tag", "nope"]);
     assert!(err.contains("unknown tag \"nope\""), "{err}");
     assert!(!ok(&["ls", "--config", &a]).contains("nope"));
-    let err = fails(&["get", "missing", "--config", &a, "--tag", "files"]);
+    let err = blob_fails(&["get", "missing", "--config", &a, "--tag", "files"]);
     assert!(
         err.contains("blob \"missing\" not found in tag \"files\""),
         "{err}"
     );
-    let err = fails(&[
+    let err = blob_fails(&[
         "get", "piped", "--config", &a, "--tag", "files", "--offset", "199999", "--len", "2",
     ]);
     assert!(err.contains("size 200000"), "{err}");
 
     let said = ok(&["rm", "piped", "--config", &a, "--tag", "files"]);
     assert!(said.contains("removed files/piped"), "{said}");
-    let err = fails(&["rm", "piped", "--config", &a, "--tag", "files"]);
+    let err = blob_fails(&["rm", "piped", "--config", &a, "--tag", "files"]);
     assert!(err.contains("not found"), "{err}");
 
     for runtime in [&runtime_a, &runtime_b, &plain] {

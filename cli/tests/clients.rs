@@ -4,6 +4,8 @@
 //! can touch its futures. Clients in other processes are this test binary
 //! run again with `TANDEM_CLIENTS_CHILD` set (see `child_client`).
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -13,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use tandem_hal::HostApi;
 use tandem_runtime::{
-    math, Client, ClientSnapshot, ClientState, Config, ConfigError, DeviceSelection, Pending, Pool,
-    Registry, Route, Runtime, RuntimeError, SharedBuffer, Task, TaskError,
+    math, Client, ClientSnapshot, ClientState, Config, ConfigError, Pending, Pool, Registry, Route,
+    Runtime, RuntimeError, SharedBuffer, Task, TaskError,
 };
 use tandem_shm_core::impl_serialize_fields;
 
@@ -70,16 +72,11 @@ fn registry(gate: &Arc<GateState>) -> Registry {
 }
 
 fn config(name: &str, workers: usize, max_clients: u32, client_heap_bytes: usize) -> Config {
+    let name = format!("tandem-clients-{}-{name}", std::process::id());
     Config {
-        workers,
-        queue_depth: 64,
-        lanes: 2,
-        cpu_segment_size: 2 << 20,
-        devices: DeviceSelection::Only(vec![]),
-        cpu_segment_name: Some(format!("tandem-clients-{}-{name}", std::process::id())),
         max_clients,
         client_heap_bytes,
-        ..Config::default()
+        ..common::cpu_config(&name, workers)
     }
 }
 

@@ -63,7 +63,7 @@ impl Daemon {
             .stdout(Stdio::piped())
             .spawn()
             .expect("starting the share daemon");
-        let ready = common::lines(&mut child)
+        let ready = tandem_tests::support::lines(&mut child)
             .recv_timeout(Duration::from_secs(60))
             .expect("the daemon's ready line");
         assert!(ready.starts_with("ready "), "{ready}");

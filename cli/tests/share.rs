@@ -23,7 +23,7 @@ use tandem_hal::{
     DeviceMemory, EventFlags, GpuApi, GpuDevice, HostMemory, KernelArg, LaunchConfig,
 };
 use tandem_share::{Access, HostMirror, ObjectId, ShareClient, ShareError};
-use tandem_tests::support::{kernels, launch, read_u32s};
+use tandem_tests::support::{fill_u32, kernels, launch, read_u32s};
 
 /// Set in a child: which role it plays, then its arguments in [`ARGS_ENV`].
 const ROLE_ENV: &str = "TANDEM_SHARE_TEST_ROLE";
@@ -47,16 +47,13 @@ fn fill<A: GpuApi>(
     stream: &<A::Device as GpuDevice>::Stream,
 ) {
     let module = kernels(device);
-    launch(
+    let target = (buffer.device_ptr(), buffer.len() / 4);
+    fill_u32(
         device,
         &module,
-        "tandem_fill_u32",
         LaunchConfig::linear(64, 256),
-        &[
-            KernelArg::Ptr(buffer.device_ptr()),
-            KernelArg::U64((buffer.len() / 4) as u64),
-            KernelArg::U32(value),
-        ],
+        target,
+        value,
         stream,
     );
 }
@@ -153,7 +150,7 @@ impl RoleChild {
             .stdout(Stdio::piped())
             .spawn()
             .expect("re-running the test binary");
-        let lines = common::lines(&mut child);
+        let lines = tandem_tests::support::lines(&mut child);
         Self { child, lines }
     }
 
@@ -823,7 +820,7 @@ fn daemon_of_two_devices<A: GpuApi>() -> (std::path::PathBuf, common::Cleanup) {
         .stdout(Stdio::piped())
         .spawn()
         .expect("starting the share daemon");
-    let lines = common::lines(&mut child);
+    let lines = tandem_tests::support::lines(&mut child);
     let ready = lines.recv_timeout(STEP).expect("the daemon's ready line");
     assert!(ready.starts_with("ready "), "{ready}");
     let cleanup = common::Cleanup {

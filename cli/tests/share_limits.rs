@@ -79,7 +79,7 @@ impl Served {
                 }
             }
         });
-        let lines = common::lines(&mut child);
+        let lines = tandem_tests::support::lines(&mut child);
         let ready = lines.recv_timeout(HANG).expect("the daemon's ready line");
         assert!(ready.starts_with("ready "), "{ready}");
         Self {

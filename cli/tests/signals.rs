@@ -11,10 +11,11 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{lines, Cleanup};
+use common::Cleanup;
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_process::host_ipc_exporter;
 use tandem_share::ShareClient;
+use tandem_tests::support::lines;
 
 fn tandem() -> Command {
     let mut cmd = common::tandem();

@@ -12,9 +12,7 @@ use std::process::{Command, Stdio};
 use common::Cleanup;
 
 use tandem_hal::HostApi;
-use tandem_runtime::{
-    clean_stale_segments, Config, DeviceSelection, Registry, Runtime, StaleSegment, StaleWhy,
-};
+use tandem_runtime::{clean_stale_segments, Registry, Runtime, StaleSegment, StaleWhy};
 
 fn tandem() -> Command {
     let mut cmd = common::tandem();
@@ -59,15 +57,7 @@ fn clean_removes_dead_owners_segments_only() {
         .arg("--announce");
     let runtime_pid = common::kill_after_ready(run, &mut cleanup);
 
-    let config = Config {
-        workers: 1,
-        lanes: 2,
-        queue_depth: 64,
-        cpu_segment_size: 2 << 20,
-        devices: DeviceSelection::Only(vec![]),
-        cpu_segment_name: Some(live_runtime.clone()),
-        ..Config::default()
-    };
+    let config = common::cpu_config(&live_runtime, 1);
     let live = Runtime::start_with(HostApi::with_devices(0), config, Registry::with_builtins())
         .expect("start");
     // Not a Tandem segment: no magic, nobody holds it.

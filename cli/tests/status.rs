@@ -4,24 +4,19 @@
 
 mod common;
 
+use common::cpu_config;
+
 use std::process::Output;
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
 use tandem_hal::HostApi;
 use tandem_runtime::status::StatusSnapshot;
-use tandem_runtime::{math, Config, DeviceSelection, Pool, Registry, Route, Runtime, Task};
+use tandem_runtime::{math, Config, Pool, Registry, Route, Runtime, Task};
 
 /// A pool nobody registered: its tasks fail and count as "other".
 struct Nowhere;
-impl tandem_shm_core::Serialize for Nowhere {
-    fn serialize(
-        &self,
-        _: &mut tandem_shm_core::Writer<'_>,
-    ) -> Result<(), tandem_shm_core::SerError> {
-        Ok(())
-    }
-}
+tandem_shm_core::impl_serialize_fields!(Nowhere {});
 impl Task for Nowhere {
     const POOL: u32 = 77;
     const METHOD: u32 = 0;
@@ -30,18 +25,6 @@ impl Task for Nowhere {
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-fn config(name: &str, workers: usize) -> Config {
-    Config {
-        workers,
-        queue_depth: 64,
-        lanes: 2,
-        cpu_segment_size: 2 << 20,
-        devices: DeviceSelection::Only(vec![]),
-        cpu_segment_name: Some(name.into()),
-        ..Config::default()
-    }
 }
 
 fn tandem(args: &[&str]) -> Output {
@@ -57,8 +40,12 @@ fn status_json_reports_the_runtimes_counts() {
         .register(Pool::new(9, "idle").task::<math::Noop, _>("noop", |_| Ok(math::Noop)))
         .expect("register");
     // Dropped (the segment unlinked) however the test ends.
-    let runtime = Runtime::start_with(HostApi::with_devices(0), config(&name, requested), registry)
-        .expect("start");
+    let runtime = Runtime::start_with(
+        HostApi::with_devices(0),
+        cpu_config(&name, requested),
+        registry,
+    )
+    .expect("start");
     let stop = AtomicU32::new(0);
     for a in 0..100u64 {
         let sum = runtime
@@ -185,7 +172,7 @@ fn workers_are_capped_by_the_cores() {
     let requested = cores() + 2;
     let runtime = Runtime::start_with(
         HostApi::with_devices(0),
-        config(&name, requested),
+        cpu_config(&name, requested),
         Registry::with_builtins(),
     )
     .expect("start");
@@ -208,7 +195,7 @@ fn a_live_runtime_is_listed_until_it_stops() {
     let name = format!("tandem-test-status-live-{}", std::process::id());
     let runtime = Runtime::start_with(
         HostApi::with_devices(0),
-        config(&name, 1),
+        cpu_config(&name, 1),
         Registry::with_builtins(),
     )
     .expect("start");

@@ -41,20 +41,21 @@ fn block_sums(input: &[u32], grid: Dim3, block: Dim3) -> Vec<u32> {
     sums
 }
 
-fn run_fill(grid: Dim3, block: Dim3, n: usize, value: u32) {
-    const SENTINEL: u32 = 0xDEAD_BEEF;
-    let mut data = vec![SENTINEL; n + 5];
+/// Launches `name`, a kernel of (data, n, value), over the first `n` u32s of `data`.
+fn launch_over_u32s(name: &str, grid: Dim3, block: Dim3, data: &mut [u32], n: usize, value: u32) {
     launch(
-        names::TANDEM_FILL_U32,
+        name,
         grid,
         block,
         0,
-        &[
-            ptr(&mut data),
-            KernelArg::U64(n as u64),
-            KernelArg::U32(value),
-        ],
+        &[ptr(data), KernelArg::U64(n as u64), KernelArg::U32(value)],
     );
+}
+
+fn run_fill(grid: Dim3, block: Dim3, n: usize, value: u32) {
+    const SENTINEL: u32 = 0xDEAD_BEEF;
+    let mut data = vec![SENTINEL; n + 5];
+    launch_over_u32s(names::TANDEM_FILL_U32, grid, block, &mut data, n, value);
     assert!(
         data[..n].iter().all(|&v| v == value),
         "every element below n is filled"
@@ -70,17 +71,7 @@ fn run_add(grid: Dim3, block: Dim3, n: usize, delta: u32) {
         .map(|i| i.wrapping_mul(2_654_435_761))
         .collect();
     let expected: Vec<u32> = data.iter().map(|v| v.wrapping_add(delta)).collect();
-    launch(
-        names::TANDEM_ADD_U32,
-        grid,
-        block,
-        0,
-        &[
-            ptr(&mut data),
-            KernelArg::U64(n as u64),
-            KernelArg::U32(delta),
-        ],
-    );
+    launch_over_u32s(names::TANDEM_ADD_U32, grid, block, &mut data, n, delta);
     assert_eq!(data, expected);
 }
 

@@ -4,13 +4,13 @@
 //! leaves the consumer with a clear error and the records sent so far, not a
 //! hang, and its segment is found by `tandem clean`'s scan.
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tandem_runtime::{clean_stale_segments, StaleWhy};
+use tandem_tests::support::lines;
 
 /// The `exchange` binary: `$TANDEM_BIN_DIR/exchange` when set (a GPU bundle
 /// carries binaries away from the build machine), else the one cargo built.
@@ -21,25 +21,42 @@ fn exchange_exe() -> PathBuf {
     }
 }
 
-/// `exchange ...` with its stdout piped.
-fn peer() -> Command {
-    let mut cmd = Command::new(exchange_exe());
-    cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
-    cmd
+fn assert_segment_name_removed(name: &str) {
+    assert!(
+        !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
+        "segment name left behind"
+    );
 }
 
-/// Each stdout line of `child`, through a channel fed by a thread.
-fn lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    let out = child.stdout.take().expect("piped stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
+/// `exchange <args>` started with its stdout piped, and that stdout's lines.
+fn start(args: &[&str]) -> (Reaped, mpsc::Receiver<String>) {
+    let mut child = Reaped(
+        Command::new(exchange_exe())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let out = lines(&mut child.0);
+    (child, out)
+}
+
+/// A producer of far more records than can be sent before a kill (more than
+/// the ring and heap hold: it blocks on its consumer), ready, and a consumer
+/// that has received some of them; both with their stdout lines.
+fn mid_stream(
+    name: &str,
+    seen: &mut Vec<String>,
+) -> (
+    (Reaped, mpsc::Receiver<String>),
+    (Reaped, mpsc::Receiver<String>),
+) {
+    let producer = start(&["produce", name, "1000000000"]);
+    next_line_with(&producer.1, "ready", seen);
+    let consumer = start(&["consume", name]);
+    next_line_with(&consumer.1, "received 20000", seen);
+    (producer, consumer)
 }
 
 fn unique_name(tag: &str) -> String {
@@ -93,18 +110,11 @@ fn address(line: &str) -> usize {
 fn every_record_arrives_once_intact() {
     const RECORDS: u64 = 200_000;
     let name = unique_name("clean");
-    let mut producer = Reaped(
-        peer()
-            .args(["produce", &name, &RECORDS.to_string()])
-            .spawn()
-            .unwrap(),
-    );
-    let from_producer = lines(&mut producer.0);
+    let (mut producer, from_producer) = start(&["produce", &name, &RECORDS.to_string()]);
     let mut seen = Vec::new();
     let ready = next_line_with(&from_producer, "ready", &mut seen);
 
-    let mut consumer = Reaped(peer().args(["consume", &name]).spawn().unwrap());
-    let from_consumer = lines(&mut consumer.0);
+    let (mut consumer, from_consumer) = start(&["consume", &name]);
     let attached = next_line_with(&from_consumer, "attached", &mut seen);
     assert_ne!(
         address(&ready),
@@ -116,29 +126,15 @@ fn every_record_arrives_once_intact() {
     assert!(done.contains("all free"), "{done}");
     assert!(wait_with_deadline(&mut consumer.0, Duration::from_secs(60)).success());
     assert!(wait_with_deadline(&mut producer.0, Duration::from_secs(60)).success());
-    assert!(
-        !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
-        "segment name left behind"
-    );
+    assert_segment_name_removed(&name);
 }
 
 #[test]
 fn killed_producer_leaves_consumer_with_an_error_not_a_hang() {
     let name = unique_name("killed");
-    // Far more records than can be sent before the kill.
-    let mut producer = Reaped(
-        peer()
-            .args(["produce", &name, "1000000000"])
-            .spawn()
-            .unwrap(),
-    );
-    let from_producer = lines(&mut producer.0);
     let mut seen = Vec::new();
-    next_line_with(&from_producer, "ready", &mut seen);
-
-    let mut consumer = Reaped(peer().args(["consume", &name]).spawn().unwrap());
-    let from_consumer = lines(&mut consumer.0);
-    next_line_with(&from_consumer, "received 20000", &mut seen);
+    let ((mut producer, _from_producer), (mut consumer, from_consumer)) =
+        mid_stream(&name, &mut seen);
 
     producer.0.kill().unwrap();
     producer.0.wait().unwrap();
@@ -156,31 +152,16 @@ fn killed_producer_leaves_consumer_with_an_error_not_a_hang() {
         })
         .expect("a count");
     assert!(received >= 20_000, "{error}");
-    assert!(
-        !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
-        "segment name left behind"
-    );
+    assert_segment_name_removed(&name);
 }
 
 #[test]
 fn killed_consumer_ends_the_producer_with_an_error_not_a_hang() {
     let name = unique_name("consumer-killed");
-    // Far more records than the ring and heap hold: the producer blocks on
-    // its consumer.
-    let mut producer = Reaped(
-        peer()
-            .args(["produce", &name, "1000000000"])
-            .spawn()
-            .unwrap(),
-    );
-    let from_producer = lines(&mut producer.0);
     let mut seen = Vec::new();
-    next_line_with(&from_producer, "ready", &mut seen);
-
-    let mut consumer = Reaped(peer().args(["consume", &name]).spawn().unwrap());
+    let ((mut producer, from_producer), (mut consumer, _from_consumer)) =
+        mid_stream(&name, &mut seen);
     let consumer_pid = consumer.0.id();
-    let from_consumer = lines(&mut consumer.0);
-    next_line_with(&from_consumer, "received 20000", &mut seen);
 
     consumer.0.kill().unwrap();
     consumer.0.wait().unwrap();
@@ -192,23 +173,14 @@ fn killed_consumer_ends_the_producer_with_an_error_not_a_hang() {
         error.contains(&format!("consumer (pid {consumer_pid}) died")),
         "{error}"
     );
-    assert!(
-        !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
-        "segment name left behind"
-    );
+    assert_segment_name_removed(&name);
 }
 
 #[test]
 fn a_killed_producers_segment_is_stale_and_reclaimed_by_the_next() {
     let name = unique_name("stale");
-    let mut producer = Reaped(
-        peer()
-            .args(["produce", &name, "1000000000"])
-            .spawn()
-            .unwrap(),
-    );
+    let (mut producer, from_producer) = start(&["produce", &name, "1000000000"]);
     let producer_pid = producer.0.id();
-    let from_producer = lines(&mut producer.0);
     let mut seen = Vec::new();
     next_line_with(&from_producer, "ready", &mut seen);
     producer.0.kill().unwrap();
@@ -226,16 +198,11 @@ fn a_killed_producers_segment_is_stale_and_reclaimed_by_the_next() {
     );
 
     // A producer starting on the name reclaims it and runs to the end.
-    let mut next = Reaped(peer().args(["produce", &name, "1000"]).spawn().unwrap());
-    let from_next = lines(&mut next.0);
+    let (mut next, from_next) = start(&["produce", &name, "1000"]);
     next_line_with(&from_next, "ready", &mut seen);
-    let mut consumer = Reaped(peer().args(["consume", &name]).spawn().unwrap());
-    let from_consumer = lines(&mut consumer.0);
+    let (mut consumer, from_consumer) = start(&["consume", &name]);
     next_line_with(&from_consumer, "received 1000 records intact", &mut seen);
     assert!(wait_with_deadline(&mut consumer.0, Duration::from_secs(60)).success());
     assert!(wait_with_deadline(&mut next.0, Duration::from_secs(60)).success());
-    assert!(
-        !std::path::Path::new(&format!("/dev/shm/{name}")).exists(),
-        "segment name left behind"
-    );
+    assert_segment_name_removed(&name);
 }

@@ -41,6 +41,16 @@ def leases(client, buf_id: int) -> int:
     return client.stat(buf_id)["leases"]
 
 
+def churn(client, count: int, byte: int) -> None:
+    """Makes, fills with `byte`, seals and deletes `count` buffers of N bytes."""
+    for _ in range(count):
+        buf = client.create(N)
+        np.asarray(buf)[:] = byte
+        buf.seal()
+        client.delete(buf.id)
+        del buf
+
+
 def child_uses_the_inherited_client(client, buf_id: int, results) -> None:
     """Runs in the forked child: opens the parent's buffer by id, makes and
     deletes buffers of the same size, deletes the parent's buffer and
@@ -50,12 +60,7 @@ def child_uses_the_inherited_client(client, buf_id: int, results) -> None:
         values = np.from_dlpack(got).view(np.int32)
         assert np.array_equal(values, expected()), "the parent's bytes"
         assert client.stat(buf_id)["leases"] >= 2, "its own lease beside the parent's"
-        for _ in range(8):
-            other = client.create(N)
-            np.asarray(other)[:] = 0xFF
-            other.seal()
-            client.delete(other.id)
-            del other
+        churn(client, 8, 0xFF)
         client.delete(buf_id)
         mine = client.create(N)
         np.asarray(mine).view(np.int32)[:] = -1
@@ -85,12 +90,7 @@ def test_a_forked_child_uses_the_client_and_the_parents_data_stays(client):
     info = client.stat(buf.id)
     assert info["deleted"], "the child's delete counts"
     assert leases(client, buf.id) == before, "the child's lease went with it, the parent's stayed"
-    for _ in range(4):
-        fresh = client.create(N)
-        np.asarray(fresh)[:] = 0xAB
-        fresh.seal()
-        client.delete(fresh.id)
-        del fresh
+    churn(client, 4, 0xAB)
     assert np.array_equal(held, values), "the parent's bytes, after the child and new buffers"
     assert int(held.sum()) == int(values.sum())
 

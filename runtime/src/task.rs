@@ -274,21 +274,7 @@ pub mod math {
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
     pub struct Noop;
 
-    impl tandem_shm_core::Serialize for Noop {
-        fn serialize(
-            &self,
-            _: &mut tandem_shm_core::Writer<'_>,
-        ) -> Result<(), tandem_shm_core::SerError> {
-            Ok(())
-        }
-    }
-    impl tandem_shm_core::Deserialize<'_> for Noop {
-        fn deserialize(
-            _: &mut tandem_shm_core::Reader<'_>,
-        ) -> Result<Self, tandem_shm_core::SerError> {
-            Ok(Noop)
-        }
-    }
+    impl_serialize_fields!(Noop {});
 
     impl Task for Noop {
         const POOL: PoolId = POOL;

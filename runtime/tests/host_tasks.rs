@@ -40,19 +40,7 @@ impl Task for Echo {
 
 /// Panics in its handler.
 struct Explode;
-impl tandem_shm_core::Serialize for Explode {
-    fn serialize(
-        &self,
-        _: &mut tandem_shm_core::Writer<'_>,
-    ) -> Result<(), tandem_shm_core::SerError> {
-        Ok(())
-    }
-}
-impl tandem_shm_core::Deserialize<'_> for Explode {
-    fn deserialize(_: &mut tandem_shm_core::Reader<'_>) -> Result<Self, tandem_shm_core::SerError> {
-        Ok(Explode)
-    }
-}
+impl_serialize_fields!(Explode {});
 impl Task for Explode {
     const POOL: u32 = 5;
     const METHOD: u32 = 1;
@@ -61,14 +49,7 @@ impl Task for Explode {
 
 /// Same pool, a method that is not registered.
 struct Missing;
-impl tandem_shm_core::Serialize for Missing {
-    fn serialize(
-        &self,
-        _: &mut tandem_shm_core::Writer<'_>,
-    ) -> Result<(), tandem_shm_core::SerError> {
-        Ok(())
-    }
-}
+impl_serialize_fields!(Missing {});
 impl Task for Missing {
     const POOL: u32 = 5;
     const METHOD: u32 = 9;
@@ -77,14 +58,7 @@ impl Task for Missing {
 
 /// A pool nobody registered.
 struct Nowhere;
-impl tandem_shm_core::Serialize for Nowhere {
-    fn serialize(
-        &self,
-        _: &mut tandem_shm_core::Writer<'_>,
-    ) -> Result<(), tandem_shm_core::SerError> {
-        Ok(())
-    }
-}
+impl_serialize_fields!(Nowhere {});
 impl Task for Nowhere {
     const POOL: u32 = 77;
     const METHOD: u32 = 0;

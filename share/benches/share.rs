@@ -51,7 +51,7 @@ use tandem_hal::{
 use tandem_share::{ObjectId, Polling, ShareClient};
 use tandem_shm_core::Segment;
 use tandem_tests::ipc::{from_hex, to_hex, Child};
-use tandem_tests::support::{kernels, launch};
+use tandem_tests::support::{fill_u32, kernels, launch};
 
 /// The first argument that makes this executable the consumer.
 const CHILD_FLAG: &str = "--share-child";
@@ -565,18 +565,9 @@ struct Writer<'a, A: GpuApi> {
 impl<A: GpuApi> Writer<'_, A> {
     /// Queues a kernel writing all of `memory`, as a producer does.
     fn fill(&self, memory: &impl DeviceMemory<Api = A>) {
-        launch(
-            self.device,
-            &self.module,
-            "tandem_fill_u32",
-            LaunchConfig::linear(self.grid.0, self.grid.1),
-            &[
-                KernelArg::Ptr(memory.device_ptr()),
-                KernelArg::U64((memory.len() / 4) as u64),
-                KernelArg::U32(7),
-            ],
-            &self.stream,
-        );
+        let config = LaunchConfig::linear(self.grid.0, self.grid.1);
+        let target = (memory.device_ptr(), memory.len() / 4);
+        fill_u32(self.device, &self.module, config, target, 7, &self.stream);
     }
 }
 

@@ -147,6 +147,20 @@ unsafe fn check(ptr: *const u8, len: u64, tag: u64) {
     }
 }
 
+/// Takes entry `pick` (modulo their number) of `live`, blocks of `alloc`
+/// and their [`fill`]s, out and checks its bytes: its pointer, to free.
+fn take_checked(
+    alloc: &SizeClassAllocator<'_>,
+    live: &mut Vec<(ShmPtr<u8>, u64, u64)>,
+    pick: usize,
+) -> ShmPtr<u8> {
+    let (ptr, size, tag) = live.swap_remove(pick % live.len());
+    let full = alloc.to_full(ptr).expect("resolves");
+    // SAFETY: a block in `live` is ours until it is freed, `size` bytes long.
+    unsafe { check(full.ptr, size, tag) };
+    ptr
+}
+
 fn pattern(tag: u64, i: u64) -> u8 {
     (tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8 ^ i as u8
 }
@@ -232,10 +246,7 @@ proptest! {
                     if live.is_empty() {
                         continue;
                     }
-                    let (ptr, size, tag) = live.swap_remove(pick % live.len());
-                    let full = alloc.to_full(ptr).expect("resolves");
-                    // SAFETY: the block is still ours, `size` bytes long.
-                    unsafe { check(full.ptr, size, tag) };
+                    let ptr = take_checked(&alloc, &mut live, pick);
                     prop_assert_eq!(alloc.free(ptr), Ok(()));
                     prop_assert_eq!(alloc.free(ptr), Err(AllocError::DoubleFree { off: ptr.off }));
                     ranges.remove(ptr.off);
@@ -300,10 +311,7 @@ proptest! {
                     if live.is_empty() {
                         continue;
                     }
-                    let (ptr, size, tag) = live.swap_remove(pick % live.len());
-                    let full = alloc.to_full(ptr).expect("resolves");
-                    // SAFETY: the block is still ours, `size` bytes long.
-                    unsafe { check(full.ptr, size, tag) };
+                    let ptr = take_checked(&alloc, &mut live, pick);
                     let double = Err(AllocError::DoubleFree { off: ptr.off });
                     if cached {
                         prop_assert_eq!(cache.free(ptr), Ok(()));
@@ -575,10 +583,7 @@ fn size_class_stress_splits_and_merges() {
                 let mut live: Vec<(ShmPtr<u8>, u64, u64)> = Vec::new();
                 for iteration in 0..ITERATIONS {
                     if live.len() == LIVE || (!live.is_empty() && rng.next() % 2 == 0) {
-                        let (ptr, size, tag) = live.swap_remove(rng.next() as usize % live.len());
-                        let full = alloc.to_full(ptr).expect("resolves");
-                        // SAFETY: the block is ours until the free below.
-                        unsafe { check(full.ptr, size, tag) };
+                        let ptr = take_checked(alloc, &mut live, rng.next() as usize);
                         match cache.as_mut() {
                             Some(cache) => cache.free(ptr).expect("free"),
                             None => alloc.free(ptr).expect("free"),

@@ -19,7 +19,7 @@ use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use tandem_shm_core::layout::AllocatorId;
 use tandem_shm_core::{block_size, HEAP_ALIGN};
-use tandem_shm_core::{AllocError, ShmPtr, SizeClassAllocator, SizeClassCache};
+use tandem_shm_core::{AllocError, FullPtr, ShmPtr, SizeClassAllocator, SizeClassCache};
 
 const ID: AllocatorId = AllocatorId::new(1, 1);
 const LEN: usize = 16 * 1024;
@@ -46,6 +46,12 @@ impl Region {
         Region(ptr)
     }
 
+    /// A new allocator in the buffer, fresh.
+    fn init(&self) -> SizeClassAllocator<'_> {
+        // SAFETY: a fresh buffer, used only through allocator handles.
+        unsafe { SizeClassAllocator::init_in(self.0, LEN, ID) }.expect("init")
+    }
+
     fn attach(&self) -> SizeClassAllocator<'_> {
         // SAFETY: the region outlives the handle and holds an initialised
         // allocator (see `model`).
@@ -60,34 +66,47 @@ impl Drop for Region {
     }
 }
 
-/// Allocates one block and stamps it with `tag`.
-fn take(alloc: &SizeClassAllocator<'_>, tag: u8) -> ShmPtr<u8> {
-    let full = alloc.allocate_full(SIZE, 8).expect("allocate");
+/// A model builder with the preemption bound every model here runs under.
+fn bounded() -> loom::model::Builder {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder
+}
+
+/// Stamps a block just allocated with `tag`.
+fn stamped(full: FullPtr<u8>, tag: u8) -> ShmPtr<u8> {
     // SAFETY: `SIZE` bytes that are ours.
     unsafe { full.ptr.write_bytes(tag, SIZE as usize) };
     full.shm
 }
 
-/// Checks the stamp (another owner of the same block would have changed it)
-/// and frees the block.
-fn give_back(alloc: &SizeClassAllocator<'_>, ptr: ShmPtr<u8>, tag: u8) {
+/// Checks the stamp of a block about to be freed (another owner of the same
+/// block would have changed it).
+fn check_stamp(alloc: &SizeClassAllocator<'_>, ptr: ShmPtr<u8>, tag: u8) {
     let full = alloc.to_full(ptr).expect("resolves");
     for i in 0..SIZE as usize {
-        // SAFETY: the block is ours until the free below.
+        // SAFETY: the block is ours until the caller frees it.
         let byte = unsafe { full.ptr.add(i).read() };
         assert_eq!(byte, tag, "block handed out twice");
     }
+}
+
+/// Allocates one block and stamps it with `tag`.
+fn take(alloc: &SizeClassAllocator<'_>, tag: u8) -> ShmPtr<u8> {
+    stamped(alloc.allocate_full(SIZE, 8).expect("allocate"), tag)
+}
+
+/// Checks the stamp and frees the block.
+fn give_back(alloc: &SizeClassAllocator<'_>, ptr: ShmPtr<u8>, tag: u8) {
+    check_stamp(alloc, ptr, tag);
     alloc.free(ptr).expect("free");
 }
 
 #[test]
 fn two_threads_share_a_free_list() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(|| {
+    bounded().check(|| {
         let region = Arc::new(Region::new());
-        // SAFETY: a fresh buffer, used only through allocator handles.
-        let alloc = unsafe { SizeClassAllocator::init_in(region.0, LEN, ID) }.expect("init");
+        let alloc = region.init();
         let class = SizeClassAllocator::class_for(SIZE, 8).expect("class");
         // Two blocks on the free list before the threads start.
         let (x, y) = (take(&alloc, 0), take(&alloc, 0));
@@ -123,31 +142,20 @@ fn two_threads_share_a_free_list() {
 
 /// `take` through a cache.
 fn take_cached(cache: &mut SizeClassCache<'_>, tag: u8) -> ShmPtr<u8> {
-    let full = cache.allocate_full(SIZE, 8).expect("allocate");
-    // SAFETY: `SIZE` bytes that are ours.
-    unsafe { full.ptr.write_bytes(tag, SIZE as usize) };
-    full.shm
+    stamped(cache.allocate_full(SIZE, 8).expect("allocate"), tag)
 }
 
 /// `give_back` through a cache.
 fn give_back_cached(cache: &mut SizeClassCache<'_>, ptr: ShmPtr<u8>, tag: u8) {
-    let full = cache.allocator().to_full(ptr).expect("resolves");
-    for i in 0..SIZE as usize {
-        // SAFETY: the block is ours until the free below.
-        let byte = unsafe { full.ptr.add(i).read() };
-        assert_eq!(byte, tag, "block handed out twice");
-    }
+    check_stamp(&cache.allocator(), ptr, tag);
     cache.free(ptr).expect("free");
 }
 
 #[test]
 fn a_cache_pops_runs_and_pushes_chains() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(|| {
+    bounded().check(|| {
         let region = Arc::new(Region::new());
-        // SAFETY: a fresh buffer, used only through allocator handles.
-        let alloc = unsafe { SizeClassAllocator::init_in(region.0, LEN, ID) }.expect("init");
+        let alloc = region.init();
         let class = SizeClassAllocator::class_for(SIZE, 8).expect("class");
         // Three blocks on the free list before the threads start.
         let (x, y, z) = (take(&alloc, 0), take(&alloc, 0), take(&alloc, 0));
@@ -194,8 +202,7 @@ fn a_cache_pops_runs_and_pushes_chains() {
 fn a_free_after_a_cached_free_is_refused() {
     loom::model(|| {
         let region = Arc::new(Region::new());
-        // SAFETY: a fresh buffer, used only through allocator handles.
-        let alloc = unsafe { SizeClassAllocator::init_in(region.0, LEN, ID) }.expect("init");
+        let alloc = region.init();
         let p = take(&alloc, 1);
         let freed = Arc::new(AtomicBool::new(false));
 
@@ -269,14 +276,12 @@ fn take_sized(alloc: &SizeClassAllocator<'_>, size: u64, tag: u8) -> ShmPtr<u8> 
 /// block twice, and every byte is accounted for afterwards.
 #[test]
 fn a_split_against_a_pop_and_a_push_of_its_class() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
+    let mut builder = bounded();
     // The split path checks the lists of every larger class.
     builder.max_branches = 10_000;
     builder.check(|| {
         let region = Arc::new(Region::new());
-        // SAFETY: a fresh buffer, used only through allocator handles.
-        let alloc = unsafe { SizeClassAllocator::init_in(region.0, LEN, ID) }.expect("init");
+        let alloc = region.init();
         let big = fill_heap(&alloc, false);
         give_back(&alloc, big[0], 0);
         let second = big[1];
@@ -311,14 +316,12 @@ fn a_split_against_a_pop_and_a_push_of_its_class() {
 /// afterwards every byte is on a list and the merge succeeds.
 #[test]
 fn a_merge_against_a_pop_and_a_push_of_the_classes_below() {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
+    let mut builder = bounded();
     // The merge path checks the lists of every class.
     builder.max_branches = 10_000;
     builder.check(|| {
         let region = Arc::new(Region::new());
-        // SAFETY: a fresh buffer, used only through allocator handles.
-        let alloc = unsafe { SizeClassAllocator::init_in(region.0, LEN, ID) }.expect("init");
+        let alloc = region.init();
         let blocks = fill_heap(&alloc, true);
         for &p in &blocks[..4] {
             give_back(&alloc, p, 0);

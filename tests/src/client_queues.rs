@@ -199,6 +199,18 @@ fn spawn_client<A: GpuApi>(exe: &Path, mode: &str, segment: &str, rest: &[&str])
     Child::spawn(exe, &args).expect("spawning a client child")
 }
 
+/// A client child whose kernel holds its device queues, running: the child
+/// and its queues' segment.
+fn holding_client<A: GpuApi>(exe: &Path, segment: &str) -> (Child, String) {
+    let held = spawn_client::<A>(exe, "hold", segment, &[]);
+    let line = held.next_line(STEP).expect("hold child's line");
+    let name = line
+        .strip_prefix("running ")
+        .expect("running <segment>")
+        .to_owned();
+    (held, name)
+}
+
 /// A segment name of this test process's own, for `test` on backend `A`:
 /// the backends' runs of one test may overlap.
 fn segment_name<A: GpuApi>(test: &str) -> String {
@@ -263,12 +275,7 @@ pub fn two_clients_kernels_at_once<A: GpuApi>(api: &A, exe: &Path) {
 pub fn client_killed_mid_kernel<A: GpuApi>(api: &A, exe: &Path) {
     let segment = segment_name::<A>("killed");
     let mut runtime = start_runtime::<A>(exe, &segment, 2);
-    let mut held = spawn_client::<A>(exe, "hold", &segment, &[]);
-    let line = held.next_line(STEP).expect("hold child's line");
-    let name = line
-        .strip_prefix("running ")
-        .expect("running <segment>")
-        .to_owned();
+    let (mut held, name) = holding_client::<A>(exe, &segment);
     assert!(in_shm(&name));
     // Its kernel is sending tasks.
     std::thread::sleep(Duration::from_millis(300));
@@ -292,12 +299,7 @@ pub fn client_killed_mid_kernel<A: GpuApi>(api: &A, exe: &Path) {
 pub fn runtime_killed_under_client_kernels<A: GpuApi>(exe: &Path) {
     let segment = segment_name::<A>("runtime-killed");
     let mut runtime = start_runtime::<A>(exe, &segment, 2);
-    let mut held = spawn_client::<A>(exe, "hold", &segment, &[]);
-    let line = held.next_line(STEP).expect("hold child's line");
-    let name = line
-        .strip_prefix("running ")
-        .expect("running <segment>")
-        .to_owned();
+    let (mut held, name) = holding_client::<A>(exe, &segment);
     std::thread::sleep(Duration::from_millis(300));
     runtime.kill();
     let line = held

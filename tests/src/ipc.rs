@@ -20,7 +20,7 @@ use tandem_hal::{
     KernelArg, LaunchConfig,
 };
 
-use crate::support::{kernels, launch, read_u32s};
+use crate::support::{fill_u32, kernels, launch, read_u32s};
 
 /// Printed by the child once it has recorded the event after its kernel.
 pub const CHILD_RECORDED: &str = "recorded";
@@ -154,16 +154,13 @@ pub fn add_in_child_process<A: GpuApi>(device: &A::Device, child_exe: &Path) {
     let module = kernels(device);
     let stream = device.create_stream().unwrap();
     let memory = device.alloc_device_exportable(N * 4).unwrap();
-    launch(
+    let target = (memory.device_ptr(), N);
+    fill_u32(
         device,
         &module,
-        "tandem_fill_u32",
         LaunchConfig::linear(64, 256),
-        &[
-            KernelArg::Ptr(memory.device_ptr()),
-            KernelArg::U64(N as u64),
-            KernelArg::U32(7),
-        ],
+        target,
+        7,
         &stream,
     );
     device.synchronize_stream(&stream).unwrap();

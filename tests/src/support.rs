@@ -1,9 +1,29 @@
-//! Helpers of the suites and of other crates' GPU tests and benches: the
-//! device kernels loaded, a launch that must be accepted, a buffer read back
-//! as u32s; and, for the conformance suite, test patterns and the checks of
-//! an error's kind.
+//! Helpers of the suites and of other crates' tests and benches: a child's
+//! stdout as lines, the device kernels loaded, a launch that must be
+//! accepted, a fill by kernel, a buffer read back as u32s, a seeded stream of
+//! bytes; and, for the conformance suite, test patterns and the checks of an
+//! error's kind.
+
+use std::io::{BufRead, BufReader};
+use std::process::Child;
+use std::sync::mpsc;
 
 use tandem_hal::{DeviceMemory, Dim3, ErrorKind, GpuDevice, GpuResult, KernelArg, LaunchConfig};
+
+/// Each stdout line of `child` (spawned with a piped stdout), through a
+/// channel fed by a thread.
+pub fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let out = child.stdout.take().expect("piped stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
 
 /// The device kernels library, loaded on `device`.
 pub fn kernels<D: GpuDevice>(device: &D) -> D::Module {
@@ -27,6 +47,37 @@ pub fn launch<D: GpuDevice>(
     unsafe { device.launch(&kernel, &config, args, stream) }.expect("launching");
 }
 
+/// Launches `tandem_fill_u32` of `module` on `stream` (not synchronised):
+/// the `n` u32s at device address `ptr` become `value`.
+pub fn fill_u32<D: GpuDevice>(
+    device: &D,
+    module: &D::Module,
+    config: LaunchConfig,
+    (ptr, n): (u64, usize),
+    value: u32,
+    stream: &D::Stream,
+) {
+    let args = [
+        KernelArg::Ptr(ptr),
+        KernelArg::U64(n as u64),
+        KernelArg::U32(value),
+    ];
+    launch(device, module, "tandem_fill_u32", config, &args, stream);
+}
+
+/// [`fill_u32`] on a stream of its own, waited for.
+pub fn fill_u32_and_wait<D: GpuDevice>(
+    device: &D,
+    config: LaunchConfig,
+    target: (u64, usize),
+    value: u32,
+) {
+    let module = kernels(device);
+    let stream = device.create_stream().unwrap();
+    fill_u32(device, &module, config, target, value, &stream);
+    device.synchronize_stream(&stream).unwrap();
+}
+
 /// The first `count` u32s of `memory`.
 pub fn read_u32s<D: GpuDevice>(
     device: &D,
@@ -40,6 +91,19 @@ pub fn read_u32s<D: GpuDevice>(
     bytes
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// `len` bytes of xorshift64 seeded by `x` (not zero), the low byte of each
+/// step: the same bytes for the same seed, and incompressible.
+pub fn xorshift_bytes(mut x: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
         .collect()
 }
 

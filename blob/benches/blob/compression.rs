@@ -4,11 +4,12 @@
 //! side with the `zstd` and `lz4` command-line tools on the same bytes (where installed).
 //! Target: dynamic mode on random data within 5% of uncompressed puts.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tandem_blob::BlobPut;
 
-use tandem_blob::{BlobStore, Limits, PutContext, StoreConfig, TargetConfig, MAX_NAME_LEN};
+use tandem_blob::{BlobStore, Limits, PutContext, StoreConfig, TagId, TargetConfig, MAX_NAME_LEN};
 
 const BLOB: usize = 1 << 20;
 const BLOBS: usize = 24;
@@ -25,23 +26,13 @@ fn smooth(bytes: usize) -> Vec<u8> {
 }
 
 fn random(bytes: usize) -> Vec<u8> {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    (0..bytes)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    tandem_tests::support::xorshift_bytes(0x9E37_79B9_7F4A_7C15, bytes)
 }
 
-/// (puts/s, put GB/s, gets/s, get GB/s, logical / stored bytes) of `data` as [`BLOB`]-byte
-/// blobs put in `context`; best of three rounds.
-fn measure(data: &[u8], context: &PutContext) -> Result<[f64; 5], String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+/// A store in `dir` on a RAM target with room for `data` twice over, and its tag `bench`.
+fn ram_store(dir: &Path, data: &[u8]) -> Result<(BlobStore, TagId), String> {
     let config = StoreConfig {
-        metadata: dir.path().join("meta.redb"),
+        metadata: dir.join("meta.redb"),
         targets: vec![TargetConfig::ram(2 * data.len() as u64 + (64 << 20), 1.0)],
         limits: Limits::default(),
     };
@@ -49,6 +40,14 @@ fn measure(data: &[u8], context: &PutContext) -> Result<[f64; 5], String> {
     let tag = store
         .get_or_create_tag("bench")
         .map_err(|e| e.to_string())?;
+    Ok((store, tag))
+}
+
+/// (puts/s, put GB/s, gets/s, get GB/s, logical / stored bytes) of `data` as [`BLOB`]-byte
+/// blobs put in `context`; best of three rounds.
+fn measure(data: &[u8], context: &PutContext) -> Result<[f64; 5], String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (store, tag) = ram_store(dir.path(), data)?;
     let names: Vec<String> = (0..data.len() / BLOB).map(|i| format!("c{i}")).collect();
     debug_assert!(names.iter().all(|n| n.len() <= MAX_NAME_LEN));
     let (mut put, mut get) = (Duration::MAX, Duration::MAX);
@@ -94,15 +93,7 @@ fn measure(data: &[u8], context: &PutContext) -> Result<[f64; 5], String> {
 fn dynamic_against_raw(data: &[u8]) -> Result<(f64, f64, f64), String> {
     const ROUNDS: usize = 15;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let config = StoreConfig {
-        metadata: dir.path().join("meta.redb"),
-        targets: vec![TargetConfig::ram(2 * data.len() as u64 + (64 << 20), 1.0)],
-        limits: Limits::default(),
-    };
-    let store = BlobStore::open(&config).map_err(|e| e.to_string())?;
-    let tag = store
-        .get_or_create_tag("bench")
-        .map_err(|e| e.to_string())?;
+    let (store, tag) = ram_store(dir.path(), data)?;
     let contexts = [
         ("raw", PutContext::default()),
         (

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use tandem_blob::{Codec, Persistence, PutContext, Score, TagId};
+use tandem_blob::{BlobPut, Codec, Persistence, TagId};
 
 use super::error::{AccessError, PutError};
 use super::input::Input;
@@ -59,17 +59,9 @@ pub(super) trait StoreAccess {
     fn stat(&self, tag: TagId, name: &str) -> Result<Blob, AccessError>;
     /// Deletes blob `name` of `tag`.
     fn delete(&self, tag: TagId, name: &str) -> Result<(), AccessError>;
-    /// Writes `input` at `offset` of blob `name` of `tag` in `context`;
-    /// the bytes written.
-    fn put(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        input: &mut Input,
-        score: Score,
-        context: &PutContext,
-    ) -> Result<u64, PutError>;
+    /// Writes `input` as `put` says (its offset where `input` starts); the
+    /// bytes written.
+    fn put(&self, put: &BlobPut<'_>, input: &mut Input) -> Result<u64, PutError>;
     /// Writes `len` bytes at `offset` of blob `name` of `tag` to `out`, in
     /// order.
     fn get(

@@ -4,9 +4,7 @@
 use std::io::Write;
 use tandem_blob::BlobPut;
 
-use tandem_blob::{
-    BlobError, BlobStat, BlobStore, FillError, PutContext, Score, StoreConfig, TagId,
-};
+use tandem_blob::{BlobError, BlobStat, BlobStore, FillError, StoreConfig, TagId};
 
 use super::access::{Blob, Storage, StoreAccess};
 use super::error::{AccessError, PutError};
@@ -80,38 +78,15 @@ impl StoreAccess for Direct {
 
     /// A file in one put (all or nothing, read as the store writes it); a
     /// stream in chunks.
-    fn put(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        input: &mut Input,
-        score: Score,
-        context: &PutContext,
-    ) -> Result<u64, PutError> {
+    fn put(&self, put: &BlobPut<'_>, input: &mut Input) -> Result<u64, PutError> {
         if let Some(len) = input.len() {
             let mut fill = |at: u64, dst: &mut [u8]| input.read_at(at, dst);
-            self.0
-                .put_with(
-                    &BlobPut::new(tag, name)
-                        .at(offset)
-                        .score(score)
-                        .context(*context),
-                    len,
-                    &mut fill,
-                )
-                .map_err(refused)?;
+            self.0.put_with(put, len, &mut fill).map_err(refused)?;
             return Ok(len);
         }
         input.put_in_chunks(STREAM_CHUNK, |at, bytes| {
             self.0
-                .put(
-                    &BlobPut::new(tag, name)
-                        .at(offset + at)
-                        .score(score)
-                        .context(*context),
-                    bytes,
-                )
+                .put(&put.at(put.offset + at), bytes)
                 .map(drop)
                 .map_err(refused)
         })

@@ -7,7 +7,7 @@ use std::io::Write;
 use tandem_blob::BlobPut;
 
 use tandem_blob::pool::BlobInfo;
-use tandem_blob::{BlobCaller, CallError, PutContext, Score, StoreIdentity, TagId};
+use tandem_blob::{BlobCaller, CallError, StoreIdentity, TagId};
 use tandem_runtime::{Client, SharedBuffer};
 
 use super::access::{Blob, Storage, StoreAccess};
@@ -130,15 +130,7 @@ impl StoreAccess for Served {
         self.caller().delete(tag, name).map_err(|e| self.failed(e))
     }
 
-    fn put(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        input: &mut Input,
-        score: Score,
-        context: &PutContext,
-    ) -> Result<u64, PutError> {
+    fn put(&self, put: &BlobPut<'_>, input: &mut Input) -> Result<u64, PutError> {
         let caller = self.caller();
         let first = self.buffer()?;
         let chunk = first.len();
@@ -148,14 +140,7 @@ impl StoreAccess for Served {
             let mut data = buffer.take().expect("the buffer is back after each chunk");
             data.write(0, bytes);
             let (_, data) = caller
-                .put_from(
-                    &BlobPut::new(tag, name)
-                        .at(offset + at)
-                        .score(score)
-                        .context(*context),
-                    data,
-                    bytes.len(),
-                )
+                .put_from(&put.at(put.offset + at), data, bytes.len())
                 .map_err(|e| self.failed(e))?;
             buffer = Some(data);
             Ok(())

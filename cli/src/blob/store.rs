@@ -7,7 +7,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use tandem_blob::{Compression, Persistence, PutContext, Score, TagId, TargetConfig, TargetKind};
+use tandem_blob::{
+    BlobPut, Compression, Persistence, PutContext, Score, TagId, TargetConfig, TargetKind,
+};
 
 use super::access::StoreAccess;
 use super::config::{configs, Configs};
@@ -49,15 +51,8 @@ pub(crate) struct PutArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct GetArgs {
-    /// The blob's name.
-    name: String,
     #[command(flatten)]
-    config: ConfigArg,
-    #[command(flatten)]
-    runtime: SegmentArg,
-    /// The blob's tag.
-    #[arg(long)]
-    tag: String,
+    blob: NameArgs,
     /// Where the bytes go; default: stdout.
     #[arg(short, long, value_name = "OUT")]
     output: Option<PathBuf>,
@@ -197,15 +192,12 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
         compression: args.compress,
         persistence: args.persistence,
     };
+    let put = BlobPut::new(tag, &name)
+        .at(args.offset)
+        .score(Score(args.score))
+        .context(context);
     let len = store
-        .put(
-            tag,
-            &name,
-            args.offset,
-            &mut input,
-            Score(args.score),
-            &context,
-        )
+        .put(&put, &mut input)
         .map_err(|failure| failed_put(store, tag, &name, existed, failure))?;
     let blob = store.stat(tag, &name).map_err(|e| e.to_string())?;
     if !blob.durable && !store.keeps_volatile_blobs() {
@@ -269,21 +261,21 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
     if args.output.is_none() && crate::stdout::was_closed() {
         return Err("stdout is closed: nowhere to write the blob (pass -o OUT)".into());
     }
-    let (_, store) = existing_store(&args.config, &args.runtime)?;
-    let tag = existing_tag(&*store, &args.tag)?;
+    let (_, store) = existing_store(&args.blob.config, &args.blob.runtime)?;
+    let tag = existing_tag(&*store, &args.blob.tag)?;
     // Checked whole before the output is created: a get that cannot succeed
     // must not truncate OUT. (A store opened here stays as it is meanwhile;
     // through a runtime, a put or a delete meanwhile may fail the get
     // midway.)
     let size = store
-        .stat(tag, &args.name)
-        .map_err(|e| in_tag(e, &args.tag, &args.name))?
+        .stat(tag, &args.blob.name)
+        .map_err(|e| in_tag(e, &args.blob.tag, &args.blob.name))?
         .size;
     let len = args.len.unwrap_or_else(|| size.saturating_sub(args.offset));
     if len == 0 || args.offset.checked_add(len).is_none_or(|end| end > size) {
         return Err(format!(
             "range {}+{len} is not within {}/{} (size {size})",
-            args.offset, args.tag, args.name
+            args.offset, args.blob.tag, args.blob.name
         ));
     }
     let mut out: Box<dyn Write> = match &args.output {
@@ -293,16 +285,16 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
         None => Box::new(std::io::stdout().lock()),
     };
     store
-        .get(tag, &args.name, args.offset, len, &mut out)
-        .map_err(|e| in_tag(e, &args.tag, &args.name))?;
+        .get(tag, &args.blob.name, args.offset, len, &mut out)
+        .map_err(|e| in_tag(e, &args.blob.tag, &args.blob.name))?;
     out.flush()
         .map_err(|e| format!("writing the output: {e}"))?;
     drop(out);
     if let Some(path) = &args.output {
         println!(
             "got {}/{}: {len} bytes at offset {} to {}",
-            args.tag,
-            args.name,
+            args.blob.tag,
+            args.blob.name,
             args.offset,
             path.display()
         );

@@ -1,6 +1,6 @@
 //! What the runtime's integration tests that start the `tandem` binary
 //! share: where the binary is, a guard that kills children and removes
-//! files however a test ends, and a child's stdout as lines.
+//! files however a test ends, runtime configurations and `tandem blob` runs.
 
 #![allow(
     dead_code,
@@ -9,8 +9,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command};
-use std::sync::mpsc;
+use std::process::{Child, Command, Output};
+
+use tandem_runtime::{Config, DeviceSelection};
 
 /// The `tandem` binary: `$TANDEM_BIN_DIR/tandem` when set (a GPU bundle
 /// carries the binary away from the build machine), else the one cargo built
@@ -27,6 +28,51 @@ pub fn tandem() -> Command {
     let mut cmd = Command::new(tandem_exe());
     cmd.env("RUST_LOG", "warn");
     cmd
+}
+
+/// A small runtime on the CPU device only, its segment named `name`.
+pub fn cpu_config(name: &str, workers: usize) -> Config {
+    Config {
+        workers,
+        queue_depth: 64,
+        lanes: 2,
+        cpu_segment_size: 2 << 20,
+        devices: DeviceSelection::Only(vec![]),
+        cpu_segment_name: Some(name.into()),
+        ..Config::default()
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `tandem blob args...`, warnings-only logs, no store from the environment.
+pub fn blob_command(args: &[&str]) -> Command {
+    let mut command = tandem();
+    command
+        .arg("blob")
+        .args(args)
+        .env_remove("TANDEM_BLOB_CONFIG");
+    command
+}
+
+pub fn blob(args: &[&str]) -> Output {
+    blob_command(args).output().expect("run tandem blob")
+}
+
+/// Runs `tandem blob args...` expecting failure (exit 1): its message.
+pub fn blob_fails(args: &[&str]) -> String {
+    let out = blob(args);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{args:?}: {}",
+        text(&out.stdout)
+    );
+    let err = text(&out.stderr);
+    assert!(err.starts_with("tandem blob: "), "{err}");
+    err
 }
 
 /// Kills and reaps its children and removes its files when dropped, so a
@@ -59,21 +105,6 @@ impl Drop for Cleanup {
             let _ = std::fs::remove_file(file);
         }
     }
-}
-
-/// Each stdout line of `child` (spawned with a piped stdout), through a
-/// channel fed by a thread.
-pub fn lines(child: &mut Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    let out = child.stdout.take().expect("piped stdout");
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 /// `run()` again (up to 50 times, 20 ms apart) while it fails with an error

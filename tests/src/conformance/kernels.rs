@@ -7,8 +7,8 @@ use tandem_hal::{
 use tandem_shm_core::Segment;
 
 use crate::support::{
-    assert_argument_mismatch, assert_invalid_argument, block_sums_reference, kernels, kind, launch,
-    read_u32s, u32_bytes,
+    assert_argument_mismatch, assert_invalid_argument, block_sums_reference, fill_u32_and_wait,
+    kernels, kind, launch, read_u32s, u32_bytes,
 };
 
 /// Pinned mapped memory starts on a page boundary, and a kernel's writes to
@@ -36,22 +36,8 @@ pub fn kernel_writes_pinned_memory<A: GpuApi>(device: &A::Device) {
         }
     }
     let pinned = device.alloc_pinned_mapped(N * 4).unwrap();
-    let module = kernels(device);
-    let stream = device.create_stream().unwrap();
-    let args = [
-        KernelArg::Ptr(pinned.device_ptr()),
-        KernelArg::U64(N as u64),
-        KernelArg::U32(0xfeed),
-    ];
-    launch(
-        device,
-        &module,
-        "tandem_fill_u32",
-        LaunchConfig::linear(4, 128),
-        &args,
-        &stream,
-    );
-    device.synchronize_stream(&stream).unwrap();
+    let target = (pinned.device_ptr(), N);
+    fill_u32_and_wait(device, LaunchConfig::linear(4, 128), target, 0xfeed);
     // SAFETY: N u32s of live, aligned pinned memory; the kernel has finished.
     let seen = unsafe { core::slice::from_raw_parts(pinned.host_ptr().cast::<u32>(), N) };
     assert!(seen.iter().all(|&v| v == 0xfeed));
@@ -66,23 +52,8 @@ pub fn kernel_writes_registered_segment<A: GpuApi>(device: &A::Device) {
     // SAFETY: `segment` stays mapped until after `registration` is dropped.
     let registration = unsafe { device.register_host(segment.as_ptr(), LEN) }.unwrap();
     assert_eq!(registration.host_ptr(), segment.as_ptr());
-    let module = kernels(device);
-    let stream = device.create_stream().unwrap();
-    let n = (LEN / 4) as u64;
-    let args = [
-        KernelArg::Ptr(registration.device_ptr()),
-        KernelArg::U64(n),
-        KernelArg::U32(0x5eed),
-    ];
-    launch(
-        device,
-        &module,
-        "tandem_fill_u32",
-        LaunchConfig::linear(8, 64),
-        &args,
-        &stream,
-    );
-    device.synchronize_stream(&stream).unwrap();
+    let target = (registration.device_ptr(), LEN / 4);
+    fill_u32_and_wait(device, LaunchConfig::linear(8, 64), target, 0x5eed);
     // SAFETY: the second mapping has LEN bytes, page-aligned; the kernel finished.
     let seen = unsafe { core::slice::from_raw_parts(other_view.as_ptr().cast::<u32>(), LEN / 4) };
     assert!(seen.iter().all(|&v| v == 0x5eed));

@@ -4,11 +4,11 @@
 
 use tandem_hal::checks::MAX_ALLOCATION;
 use tandem_hal::{
-    DeviceMemory, ErrorKind, EventFlags, GpuApi, GpuDevice, IpcMemHandle, KernelArg, LaunchConfig,
+    DeviceMemory, ErrorKind, EventFlags, GpuApi, GpuDevice, IpcMemHandle, LaunchConfig,
     MemoryAccess, ShareableHandle,
 };
 
-use crate::support::{assert_invalid_size, kernels, kind, launch, pattern, read_u32s};
+use crate::support::{assert_invalid_size, fill_u32_and_wait, kind, pattern, read_u32s};
 
 /// Opening a handle in the process that exported it is `IpcSameProcess`.
 pub fn ipc_same_process_open_is_refused<A: GpuApi>(device: &A::Device) {
@@ -117,22 +117,8 @@ pub fn shareable_memory_round_trips<A: GpuApi>(device: &A::Device) {
         "written through the import, read through the owner"
     );
 
-    let module = kernels(device);
-    let stream = device.create_stream().unwrap();
-    let args = [
-        KernelArg::Ptr(import.device_ptr()),
-        KernelArg::U64(WORDS as u64),
-        KernelArg::U32(0x5eed),
-    ];
-    launch(
-        device,
-        &module,
-        "tandem_fill_u32",
-        LaunchConfig::linear(8, 64),
-        &args,
-        &stream,
-    );
-    device.synchronize_stream(&stream).unwrap();
+    let target = (import.device_ptr(), WORDS);
+    fill_u32_and_wait(device, LaunchConfig::linear(8, 64), target, 0x5eed);
     assert!(read_u32s(device, &owner, WORDS)
         .iter()
         .all(|&v| v == 0x5eed));

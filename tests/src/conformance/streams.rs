@@ -3,7 +3,7 @@
 
 use tandem_hal::{DeviceMemory, EventFlags, GpuApi, GpuDevice, KernelArg, LaunchConfig};
 
-use crate::support::{kernels, launch, u32_bytes};
+use crate::support::{fill_u32, kernels, launch, u32_bytes};
 
 /// A stream runs its work in order: fill, then add, then the copy back.
 pub fn stream_work_runs_in_order<A: GpuApi>(device: &A::Device) {
@@ -14,12 +14,12 @@ pub fn stream_work_runs_in_order<A: GpuApi>(device: &A::Device) {
     let data = KernelArg::Ptr(buffer.device_ptr());
     device.fill_async(&stream, &buffer, 0, N * 4, 0xff).unwrap();
     let config = LaunchConfig::linear(32, 256);
-    launch(
+    fill_u32(
         device,
         &module,
-        "tandem_fill_u32",
         config,
-        &[data, KernelArg::U64(N as u64), KernelArg::U32(3)],
+        (buffer.device_ptr(), N),
+        3,
         &stream,
     );
     launch(
@@ -48,18 +48,14 @@ pub fn events_record_query_and_time<A: GpuApi>(device: &A::Device) {
     let module = kernels(device);
     let stream = device.create_stream().unwrap();
     let buffer = device.alloc_device(1 << 20).unwrap();
-    let args = [
-        KernelArg::Ptr(buffer.device_ptr()),
-        KernelArg::U64(1 << 18),
-        KernelArg::U32(1),
-    ];
     device.record_event(&start, &stream).unwrap();
-    launch(
+    let target = (buffer.device_ptr(), 1 << 18);
+    fill_u32(
         device,
         &module,
-        "tandem_fill_u32",
         LaunchConfig::linear(16, 256),
-        &args,
+        target,
+        1,
         &stream,
     );
     device.record_event(&end, &stream).unwrap();
@@ -85,12 +81,12 @@ pub fn streams_wait_on_events<A: GpuApi>(device: &A::Device) {
     let done = device.create_event(EventFlags::default()).unwrap();
     let data = KernelArg::Ptr(buffer.device_ptr());
     let config = LaunchConfig::linear(16, 256);
-    launch(
+    fill_u32(
         device,
         &module,
-        "tandem_fill_u32",
         config,
-        &[data, KernelArg::U64(N as u64), KernelArg::U32(1)],
+        (buffer.device_ptr(), N),
+        1,
         &producer,
     );
     for _ in 0..ROUNDS {

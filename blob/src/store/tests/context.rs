@@ -15,15 +15,8 @@ fn smooth(n: usize) -> Vec<u8> {
 }
 
 /// Random bytes, which do not.
-fn noise(n: usize, mut x: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+fn noise(n: usize, x: u64) -> Vec<u8> {
+    tandem_tests::support::xorshift_bytes(x, n)
 }
 
 fn ctx(compression: &str, persistence: Persistence) -> PutContext {

@@ -52,13 +52,11 @@ fn o_direct_on_disk_and_buffered_fallback_on_tmpfs() {
     let disk = tempfile::tempdir().unwrap(); // /tmp: a real disk here
     let shm = tempfile::tempdir_in("/dev/shm").unwrap();
     let mut cfg = config(disk.path(), &[(FILE, 8, 0.5)]);
-    cfg.targets.push(TargetConfig {
-        kind: FILE,
-        path: Some(shm.path().join("shm.dat")),
-        capacity: 8 * PAGE_SIZE,
-        score: 0.4,
-        object: None,
-    });
+    cfg.targets.push(TargetConfig::file(
+        shm.path().join("shm.dat"),
+        8 * PAGE_SIZE,
+        0.4,
+    ));
     let s = BlobStore::open(&cfg).unwrap();
     let ts = s.targets();
     // tmpfs refuses O_DIRECT before Linux 6.6 and takes it since; either way the data path

@@ -241,13 +241,11 @@ fn a_look_at_a_store_never_made_creates_nothing() {
     assert_eq!(existing.list_tags().unwrap(), vec![]);
     drop(existing);
     let mut grown = cfg.clone();
-    grown.targets.push(TargetConfig {
-        kind: FILE,
-        path: Some(dir.path().join("store/new.dat")),
-        capacity: 4 * PAGE_SIZE,
-        score: 0.2,
-        object: None,
-    });
+    grown.targets.push(TargetConfig::file(
+        dir.path().join("store/new.dat"),
+        4 * PAGE_SIZE,
+        0.2,
+    ));
     assert!(matches!(
         BlobStore::open_existing(&grown),
         Err(BlobError::TargetMismatch { .. })
@@ -274,13 +272,11 @@ fn a_failed_open_removes_what_it_made() {
     drop(s);
     let made = tree(dir.path());
     let mut broken = good.clone();
-    broken.targets.push(TargetConfig {
-        kind: FILE,
-        path: Some(dir.path().join("missing/t9.dat")),
-        capacity: 4 * PAGE_SIZE,
-        score: 0.2,
-        object: None,
-    });
+    broken.targets.push(TargetConfig::file(
+        dir.path().join("missing/t9.dat"),
+        4 * PAGE_SIZE,
+        0.2,
+    ));
     assert!(BlobStore::open(&broken).is_err());
     assert_eq!(tree(dir.path()), made);
     let s = BlobStore::open(&good).unwrap();
