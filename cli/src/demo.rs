@@ -40,8 +40,8 @@ pub(crate) struct DemoArgs {
 /// once its owner is gone.
 pub(crate) const DEMO_STORE_KIND: &str = "demo-blob";
 
-/// `rt_status::stopped` (tandem/runtime.h): a thread released by its stop
-/// flag.
+/// `rt_status::stopped` (tandem/runtime/context.h): a thread released by
+/// its stop flag.
 const RT_STOPPED: u32 = 7;
 
 /// Percentile `p` (0..=100) of sorted `values`.
