@@ -9,7 +9,7 @@ using tandem::u32;
 using tandem::u64;
 using tandem::u8;
 
-/// The runtime's math pool (`runtime::task::math`; ids in tandem/runtime.h).
+/// The runtime's math pool (`runtime::task::math`; ids in tandem/runtime/layout.h).
 namespace math = tandem::rt_math;
 
 /// Copy space of each thread's future: task header + six u64s (a sum's

@@ -22,7 +22,7 @@
 //! The C++ mirrors of tandem-shm-core's shared layouts
 //! (`include/tandem/layout.h`) and of hal's host ABI are checked field by field
 //! against the Rust types when this crate compiles (`layout_check`); the
-//! runtime's (`include/tandem/runtime.h`) when tandem-runtime compiles,
+//! runtime's (`include/tandem/runtime/layout.h`) when tandem-runtime compiles,
 //! against [`runtime_mirror`]. Both go through bindgen's reading of the
 //! headers, committed in `src/generated/` and asserted by every C++ build
 //! (`mirror` says why that chain holds).

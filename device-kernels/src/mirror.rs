@@ -5,8 +5,9 @@
 //! committed in `src/generated/` (written by `cargo xtask bindings`, so that
 //! building needs no libclang). This crate compares `tandem/layout.h` and
 //! `tandem/host_abi.h` with tandem-shm-core and tandem-hal (`layout_check`);
-//! tandem-runtime, which this crate cannot see, compares `tandem/runtime.h`
-//! ([`runtime_mirror`]) with its own layout, with the same two macros.
+//! tandem-runtime, which this crate cannot see, compares
+//! `tandem/runtime/layout.h` ([`runtime_mirror`]) with its own layout, with
+//! the same two macros.
 //!
 //! Why a header edit cannot drift from Rust unnoticed, link by link:
 //! * C++ header == committed bindings: the build script turns the bindings'
@@ -113,8 +114,8 @@ bindgen_module! {
 }
 
 bindgen_module! {
-    /// `tandem/runtime.h`'s mirrors of tandem-runtime's wire format (as
-    /// bindgen read them, committed): `root::tandem::RuntimeSegmentHeader`,
+    /// `tandem/runtime/layout.h`'s mirrors of tandem-runtime's wire format
+    /// (as bindgen read them, committed): `root::tandem::RuntimeSegmentHeader`,
     /// `TaskHeader`, `RtInbox`, `rt_priority`, the `RT_*` constants,
     /// `rt_record`, `rt_notify`, `rt_ticket` and `rt_math`. For
     /// tandem-runtime's compile-time checks; kernels use the header itself.

@@ -351,8 +351,8 @@ fn service_bench<A: GpuApi>(
     );
     if scale.host_senders != 0 {
         // Several senders keep the host route's ring from draining: its
-        // server then polls after each answer at once (tandem/runtime.h,
-        // RtHostPacing).
+        // server then polls after each answer at once
+        // (tandem/runtime/host_route.h, RtHostPacing).
         let senders = scale.host_senders;
         let busy = median_of(|| {
             let tasks = scale.single_tasks / u64::from(senders);

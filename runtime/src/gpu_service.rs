@@ -27,8 +27,8 @@ pub struct ServiceStats {
 }
 
 /// A device's GPU service: the persistent kernel `tandem_rt_gpu_service`
-/// (tandem/runtime.h `rt_serve`, with the device-side math pool) running on
-/// its own stream, serving the tasks sent to the device: from the host
+/// (tandem/runtime/service.h `rt_serve`, with the device-side math pool)
+/// running on its own stream, serving the tasks sent to the device: from the host
 /// ([`crate::Runtime::submit_to_gpu`]) and from kernels (`rt_send_to_gpu`,
 /// through the device inbox in device memory). [`stop`](Self::stop) (or
 /// drop) raises the segment's service stop flag, lets the service drain

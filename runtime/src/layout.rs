@@ -3,7 +3,7 @@
 //! device), the task header at the start of every task's bytes, the words of
 //! a lane record, the notify word, the return codes the runtime stores, the
 //! device tickets' indices and the ids of the built-in `math` pool. What
-//! kernels read is mirrored in `device-kernels/include/tandem/runtime.h`
+//! kernels read is mirrored in `device-kernels/include/tandem/runtime/layout.h`
 //! (static_asserts there repeat the ones below) and compared with it, item
 //! by item, when this crate compiles (`cpp_mirror` below); the rest is
 //! host-only. Other modules use these, never the numbers.
@@ -22,13 +22,13 @@
 //!
 //! A device segment's queue region also holds, after the lane queue, the
 //! LL ring of task records (`task_record`) host threads send to the device's
-//! GPU service kernel (tandem/runtime.h, `rt_serve`) through; it answers a
-//! task carried in its record in the future's [`HostReply`]. Kernels send to it through
-//! the device inbox ([`device_inbox`]), in device memory, and get its
-//! answers in the reply region ([`SegmentHeader::device_replies`]), in their
-//! own device's memory. A ring side whose threads are all on the GPU counts
-//! its tickets in device memory ([`SegmentHeader::device_tickets`], indices
-//! in [`device_ticket`]).
+//! GPU service kernel (tandem/runtime/service.h, `rt_serve`) through; it
+//! answers a task carried in its record in the future's [`HostReply`]. Kernels
+//! send to it through the device inbox ([`device_inbox`]), in device memory,
+//! and get its answers in the reply region
+//! ([`SegmentHeader::device_replies`]), in their own device's memory. A ring
+//! side whose threads are all on the GPU counts its tickets in device memory
+//! ([`SegmentHeader::device_tickets`], indices in [`device_ticket`]).
 //!
 //! Every future a task record names is given by its byte offset from the
 //! segment's base, so it means the same future to the host (host address) and
@@ -58,7 +58,7 @@ pub mod segment_kind {
 
 /// A device's device inbox ([`SegmentHeader::device_inbox`]), in device
 /// memory, through which kernels send tasks to the device's GPU service: a
-/// header (`RtInboxHeader` in tandem/runtime.h), then [`PARTS`] parts of
+/// header (`RtInboxHeader` in tandem/runtime/layout.h), then [`PARTS`] parts of
 /// slots (`RtInboxSlot`), [`SLOTS_PER_DEPTH`] x [`DEPTH`] in all: for
 /// kernels of the device itself [`DEPTH`] slots leased to a sending thread
 /// each for its block's launch ([`SegmentHeader::kernel_epoch`]) and half
@@ -110,7 +110,7 @@ pub mod device_inbox {
 /// goes in tagged words ([`host_reply::TAGGED`]), then the word, with no
 /// fence; a larger one goes in bytes, with `output_len`, then one
 /// system-scope fence, then the word. The host cleared `answer` before
-/// pushing the record. `RtHostReply` in tandem/runtime.h.
+/// pushing the record. `RtHostReply` in tandem/runtime/layout.h.
 #[repr(C)]
 #[derive(Debug)]
 pub struct HostReply {
@@ -186,8 +186,8 @@ pub mod host_reply {
 }
 
 /// Whether a kernel on one device may reach another device's segment: the
-/// word a kernel hands `rt_init_peer` (tandem/runtime.h, `rt_peer`), which
-/// the host found with [`crate::Runtime::peer_route`].
+/// word a kernel hands `rt_init_peer` (tandem/runtime/layout.h, `rt_peer`),
+/// which the host found with [`crate::Runtime::peer_route`].
 pub mod peer_access {
     /// The kernel's device addresses the peer's device memory directly.
     pub const REACHABLE: u32 = 1;
@@ -199,8 +199,8 @@ pub mod peer_access {
 /// `tandem_device_kernels::DEVICE_TICKETS_BYTES` each) sits: [`PER_LANE`]
 /// per lane, the producers of lane `l` at priority `p` (0 high, 1 low) at
 /// `PER_LANE * l + p`, then, from `PER_LANE * lanes`, the GPU service's
-/// counters in the order below. Mirrored in tandem/runtime.h (`rt_ticket`,
-/// whose `RtTicket` computes the indices from these constants).
+/// counters in the order below. Mirrored in tandem/runtime/layout.h
+/// (`rt_ticket`, whose `RtTicket` computes the indices from these constants).
 ///
 /// [`PER_LANE`]: device_ticket::PER_LANE
 pub mod device_ticket {
@@ -243,7 +243,7 @@ pub const RC_HANDLER_PANICKED: i32 = i32::MIN + 20;
 /// Ids of the built-in `math` pool ([`crate::task::math`]), which the
 /// runtime's own kernels send tasks of and the GPU service serves on the
 /// device: wire constants, as kernels name them. Mirrored in
-/// tandem/runtime.h (`rt_math`).
+/// tandem/runtime/layout.h (`rt_math`).
 pub mod math_pool {
     /// The pool id.
     pub const POOL: u32 = 1;
@@ -392,7 +392,7 @@ impl SegmentHeader {
 /// inline task: pool, method, argument bytes, then the arguments, four
 /// little-endian bytes a word; its future is not written by the submitter at
 /// all (the worker re-arms it, `FutureShm::reset`, when the answer needs
-/// it: see [`notify_word`]). Mirrored in tandem/runtime.h (`rt_record`).
+/// it: see [`notify_word`]). Mirrored in tandem/runtime/layout.h (`rt_record`).
 pub mod task_record {
     use tandem_shm_core::layout::LL_RECORD_WORDS;
 
@@ -455,7 +455,7 @@ pub mod task_record {
 
 /// The word a completer stores at a record's `NOTIFY` offset once the task
 /// is answered (Release; the kernel thread polls it with acquire): the
-/// record's token above two flags. Mirrored in tandem/runtime.h
+/// record's token above two flags. Mirrored in tandem/runtime/layout.h
 /// (`rt_notify`).
 pub mod notify_word {
     /// The task succeeded: return code 0, which the kernel then need not
@@ -567,9 +567,9 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, method), 4
 static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, args_len), 8);
 static_assertions::const_assert_eq!(memoffset::offset_of!(TaskHeader, version), 12);
 
-// tandem/runtime.h mirrors this file for kernels: what a C++ compiler makes
-// of it (bindgen's, committed in tandem-device-kernels) must agree, field by field
-// and constant by constant, or this crate does not compile.
+// tandem/runtime/layout.h mirrors this file for kernels: what a C++ compiler
+// makes of it (bindgen's, committed in tandem-device-kernels) must agree, field
+// by field and constant by constant, or this crate does not compile.
 mod cpp_mirror {
     use tandem_device_kernels::runtime_mirror::root::tandem as c;
     use tandem_device_kernels::{assert_same_layout, assert_same_value};

@@ -56,7 +56,7 @@
 //! * **Kernels of one's own.** A kernel that submits tasks is launched
 //!   against a device's [`DeviceQueues`]: its [`QueueSegment`]'s base and
 //!   length, and its stop flag. [`layout`] holds the segment and task layouts
-//!   that the C++ mirror (`tandem/runtime.h`) is checked against.
+//!   that the C++ mirror (`tandem/runtime/layout.h`) is checked against.
 //! * **Operating a service.** [`status`] reads the status block a runtime
 //!   publishes (`tandem status`); [`clean_stale_segments`] removes the
 //!   segments of dead owners (`tandem clean`, [`StaleSegment`],

@@ -33,7 +33,8 @@ fn align_up(n: usize) -> usize {
 }
 
 /// Bytes of the GPU service's from-host ring (`rt_inbox_ring_bytes` in
-/// runtime.h): one LL ring of task records, rounded up to a cache line.
+/// tandem/runtime/context.h): one LL ring of task records, rounded up to a
+/// cache line.
 pub(crate) fn inbox_ring_bytes(depth: u32) -> usize {
     LlRing::required_bytes(depth).next_multiple_of(64)
 }

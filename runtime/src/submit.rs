@@ -286,9 +286,9 @@ pub(crate) fn submit_from<'s, T: Task>(
 /// Submits `task` to `segment`'s GPU inbox, served by the device's GPU
 /// service kernel; a full inbox is retried until `deadline`. Arguments of at
 /// most [`task_record::INLINE_ARGS_MAX`] bytes travel in the record itself
-/// (tandem/runtime.h `rt_run_host_record`), which the service reads in one
-/// PCIe round trip, and the answer comes back in the future's [`HostReply`];
-/// larger ones go through the future's copy space.
+/// (tandem/runtime/host_route.h `rt_run_host_record`), which the service
+/// reads in one PCIe round trip, and the answer comes back in the future's
+/// [`HostReply`]; larger ones go through the future's copy space.
 pub(crate) fn submit_to_gpu<'s, T: Task>(
     segment: &'s QueueSegment,
     task: &T,

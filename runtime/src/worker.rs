@@ -863,8 +863,8 @@ fn complete(future: &FutureShm<'_>, reply: HandlerReply, output: &[u8]) -> Optio
 /// Stores `answer` (layout.rs `notify_word`) at the submitter's notify word,
 /// segment offset `at` (nonzero), which a kernel thread polls instead of the
 /// future's flags; its warp's neighbours keep their words in the same cache
-/// line (tandem/runtime.h, rt_wait). False when `at` names no word of the
-/// segment.
+/// line (tandem/runtime/cpu_route.h, rt_notified). False when `at` names no
+/// word of the segment.
 fn notify_submitter(segment: &QueueSegment, at: u32, answer: u32) -> bool {
     let word = segment
         .resolve(ShmPtr::new(segment.id(), u64::from(at)), size_of::<u32>())

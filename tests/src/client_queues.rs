@@ -34,7 +34,7 @@ use crate::ipc::Child;
 pub const CHILD_READY: &str = "ready";
 /// Printed by an echo child whose every answer was right.
 pub const CHILD_OK: &str = "ok";
-/// `rt_status::stopped` (tandem/runtime.h).
+/// `rt_status::stopped` (tandem/runtime/context.h).
 const RT_STOPPED: u32 = 7;
 /// How long the parent waits for any step of a child (a CUDA child may
 /// compile kernels with NVRTC first).

@@ -19,9 +19,9 @@ use tandem_runtime::{
 };
 use tandem_shm_core::layout::{magic, LANE_QUEUE_RINGS_OFFSET};
 
-/// `rt_status::stopped` (tandem/runtime.h).
+/// `rt_status::stopped` (tandem/runtime/context.h).
 const RT_STOPPED: u32 = 7;
-/// `rt_status::bad_queue` (tandem/runtime.h).
+/// `rt_status::bad_queue` (tandem/runtime/context.h).
 const RT_BAD_QUEUE: u32 = 2;
 
 fn config(devices: DeviceSelection, workers: usize, depth: u32) -> Config {

@@ -38,11 +38,12 @@ pub const TARGETS: [Target; 2] = [
         types: &["tandem::.*"],
         vars: &["tandem::.*"],
     },
-    // Mirrors of tandem-runtime's wire format (runtime/src/layout.rs);
-    // not the device API.
+    // Mirrors of tandem-runtime's wire format (runtime/src/layout.rs, in
+    // tandem/runtime/layout.h), and RT_NOTIFY_THREADS, which `tandem::RT_.*`
+    // takes from tandem/runtime/context.h; not the device API.
     Target {
         file: "device-kernels/src/generated/cpp_runtime.rs",
-        headers: &["tandem/runtime.h"],
+        headers: &["tandem/runtime/layout.h", "tandem/runtime/context.h"],
         types: &[
             "tandem::RuntimeSegmentHeader",
             "tandem::TaskHeader",

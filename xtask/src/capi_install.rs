@@ -6,7 +6,8 @@
 //!   `build.rs` sets), the symlink `lib/libtandem.so.X` that the dynamic
 //!   loader finds it by, and `lib/libtandem.so` that the linker finds;
 //! - `include/tandem.h`, `tandem.hpp`, `tandem_cpu_kernel.hpp` (capi's) and
-//!   `include/tandem/*.h` (the kernel-side headers, device-kernels');
+//!   `include/tandem/` (the kernel-side headers, device-kernels', with the
+//!   parts of `tandem/runtime.h` in `include/tandem/runtime/`);
 //! - `lib/cmake/Tandem/TandemConfig.cmake` and its version file: the
 //!   imported target `Tandem::tandem`, relocatable (paths from its own place);
 //! - `lib/pkgconfig/tandem.pc`, relocatable the same way (`${pcfiledir}`).
@@ -117,7 +118,7 @@ fn install(root: &Path, built: &Path, prefix: &Path) -> Result<(), XtaskError> {
     let pc = pkgconfig.join("tandem.pc");
     fs::write(&pc, pkg_config()).map_err(XtaskError::io(&pc))?;
     copy_dir(&root.join("capi/include"), &include)?;
-    copy_dir(
+    copy_tree(
         &root.join("device-kernels/include/tandem"),
         &include.join("tandem"),
     )?;
@@ -166,10 +167,55 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), XtaskError> {
     Ok(())
 }
 
+/// Copies the files under `from`, in folders too, into `to`.
+fn copy_tree(from: &Path, to: &Path) -> Result<(), XtaskError> {
+    fs::create_dir_all(to).map_err(XtaskError::io(to))?;
+    for entry in fs::read_dir(from).map_err(XtaskError::io(from))? {
+        let entry = entry.map_err(XtaskError::io(from))?;
+        let kind = entry.file_type().map_err(XtaskError::io(entry.path()))?;
+        let dest = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &dest)?;
+        } else if kind.is_file() {
+            copy(&entry.path(), &dest)?;
+        }
+    }
+    Ok(())
+}
+
 fn copy(from: &Path, to: &Path) -> Result<(), XtaskError> {
     // Removed first: a library a running program maps must not be
     // rewritten in place.
     let _ = fs::remove_file(to);
     fs::copy(from, to).map_err(XtaskError::io(from))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernel_headers_are_installed_with_their_folders() {
+        let prefix =
+            std::env::temp_dir().join(format!("xtask-capi-headers-{}", std::process::id()));
+        let root = crate::repo_root();
+        let installed = prefix.join("tandem");
+        copy_tree(&root.join("device-kernels/include/tandem"), &installed).unwrap();
+        // Every header the umbrella includes, and the umbrella itself.
+        let umbrella = fs::read_to_string(installed.join("runtime.h")).unwrap();
+        let parts: Vec<&str> = umbrella
+            .lines()
+            .filter_map(|line| line.strip_prefix("#include \"tandem/"))
+            .map(|rest| rest.trim_end_matches('"'))
+            .collect();
+        assert!(
+            parts.iter().any(|p| p.starts_with("runtime/")),
+            "{umbrella}"
+        );
+        for part in parts {
+            assert!(installed.join(part).is_file(), "{part}");
+        }
+        fs::remove_dir_all(&prefix).unwrap();
+    }
 }

@@ -8,8 +8,8 @@
 //!   command (`tandem demo`), which failed with "Unable to find libclang" while the build ran
 //!   bindgen;
 //! - builds a copy of the repository whose headers drift from the committed bindings (a field
-//!   dropped and two swapped in `tandem/layout.h`, two swapped in `tandem/runtime.h`) and checks
-//!   that the build fails naming each field.
+//!   dropped and two swapped in `tandem/layout.h`, two swapped in `tandem/runtime/layout.h`)
+//!   and checks that the build fails naming each field.
 
 use crate::{bindings, cmd::Cmd, error::XtaskError};
 use std::{
@@ -91,7 +91,7 @@ pub(crate) const DRIFTS: [Drift; 3] = [
         expect: "layout drift: tandem::LaneQueueHeader::num_lanes is not at offset",
     },
     Drift {
-        header: "device-kernels/include/tandem/runtime.h",
+        header: "device-kernels/include/tandem/runtime/layout.h",
         open: "struct alignas(64) RuntimeSegmentHeader {",
         edit: Edit::Swap("u32 num_lanes;", "u32 copy_space;"),
         expect: "layout drift: tandem::RuntimeSegmentHeader::num_lanes is not at offset",
@@ -309,12 +309,16 @@ mod tests {
         }
     }
 
+    /// Copies the files under `from` (folders too: `tandem/runtime/`) to `to`.
     fn copy_files(from: &Path, to: &Path) {
         std::fs::create_dir_all(to).unwrap();
         for entry in std::fs::read_dir(from).unwrap() {
             let path = entry.unwrap().path();
-            if path.is_file() {
-                std::fs::copy(&path, to.join(path.file_name().unwrap())).unwrap();
+            let dest = to.join(path.file_name().unwrap());
+            if path.is_dir() {
+                copy_files(&path, &dest);
+            } else if path.is_file() {
+                std::fs::copy(&path, dest).unwrap();
             }
         }
     }

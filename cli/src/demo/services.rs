@@ -12,7 +12,7 @@ use tandem_runtime::{math, DeviceQueues, GpuService};
 use super::figures::{Latency, LaunchReport, TotalReport};
 use super::{devices_word, echo_on_every_device, host_round_trips, Demo};
 
-/// `rt_status::stopped` (tandem/runtime.h): a thread released by its stop
+/// `rt_status::stopped` (tandem/runtime/context.h): a thread released by its stop
 /// flag.
 const RT_STOPPED: u32 = 7;
 
