@@ -1,9 +1,5 @@
 // A kernel thread's wait for its task's answer (rt_wait) and the answer's
 // output (rt_output), whichever route the task took.
-//
-// Waiting: call rt_wait from any lane; it spins on memory another agent
-// (the CPU, the GPU service) writes, never on another lane of the same
-// warp/wavefront.
 #pragma once
 
 #include "tandem/future.h"
