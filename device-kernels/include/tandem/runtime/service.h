@@ -283,293 +283,6 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
   }
 }
 
-/// What a thread of rt_serve does ("Who serves what"), from its place in
-/// the grid.
-struct RtServeRole {
-  /// The thread's rank in the grid.
-  u64 rank;
-  /// The host server is warp 0 of block 0 (rt_serve_host_warp), not
-  /// thread 0 alone.
-  bool host_warp;
-  /// The thread is the host server, or one of its lanes.
-  bool host_server;
-  bool mailbox_server;
-  /// The mailbox servers (at least 1), and the thread's place among them
-  /// (0 for the host server).
-  u64 servers;
-  u64 server;
-};
-
-/// The calling thread's role in rt_serve.
-TANDEM_DEVICE RtServeRole rt_serve_role() {
-  const u64 threads = grid_size();
-  const u64 width = warp_width();
-  RtServeRole role{};
-  role.rank = global_rank();
-  role.host_warp = width >= 1 + LL_RECORD_WORDS && block_size() >= width && threads > width;
-  const u64 host_lanes = role.host_warp ? width : 1;
-  role.host_server = role.rank < host_lanes;
-  // The host server's polls of the from-host ring are PCIe round trips:
-  // slots it owned would wait on them.
-  role.servers = threads > host_lanes ? threads - host_lanes : 1;
-  role.mailbox_server = threads == 1 || !role.host_server;
-  role.server = threads > host_lanes && !role.host_server ? role.rank - host_lanes : 0;
-  return role;
-}
-
-/// The service's sizes of the inbox's parts, which it publishes
-/// (RtInboxHeader::active and mapped): the slots of each part its mailbox
-/// servers keep hot, and those any block may have mapped into.
-struct RtInboxSizes {
-  u32 hot[rt_inbox::PARTS];
-  u32 mapped[rt_inbox::PARTS];
-};
-
-/// The sizes for `servers` mailbox servers, as every thread of the service
-/// computes them.
-TANDEM_DEVICE RtInboxSizes rt_serve_sizes(const RtContext& ctx, u64 servers) {
-  const u32 depth = ctx.device_inbox_depth;
-  RtInboxSizes sizes;
-  for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
-    const u32 per_server = part == rt_inbox::LOCAL ? RT_SERVE_LOCAL_SLOTS_PER_SERVER : RT_SERVE_SHARED_SLOTS_PER_SERVER;
-    sizes.hot[part] = rt_inbox_active(servers, per_server, rt_inbox_part_depth(depth, part));
-    sizes.mapped[part] = rt_inbox_mapped(ctx, part, sizes.hot[part]);
-  }
-  return sizes;
-}
-
-/// Thread 0's publication of `sizes`, then of `*sized` (may be null).
-TANDEM_DEVICE void rt_publish_inbox_sizes(const RtContext& ctx, const RtInboxSizes& sizes, u64* sized) {
-  // Relaxed: a block reads it at its start (rt_carve_inbox_slots), and any
-  // size it reads maps to a slot some server polls. `mapped` only grows;
-  // one service runs at a time, so no other thread stores it.
-  for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
-    if (rt_inbox_part_is_local(part)) {
-      store_relaxed<scope::device>(&ctx.device_inbox->mapped[part], sizes.mapped[part]);
-      store_relaxed<scope::device>(&ctx.device_inbox->active[part], sizes.hot[part]);
-    } else {
-      store_relaxed<scope::system>(&ctx.device_inbox->mapped[part], sizes.mapped[part]);
-      store_relaxed<scope::system>(&ctx.device_inbox->active[part], sizes.hot[part]);
-    }
-  }
-  if (sized != nullptr) {
-    // Release: the sizes before the word, so a kernel launched once the
-    // host saw it reads them.
-    fence_acq_rel<scope::system>();
-    store_relaxed<scope::system>(sized, u64{1});
-  }
-}
-
-/// What a mailbox server polls every round besides its cold slot, through
-/// all its rounds. Kept in registers: the cold sweep and the inbox's parts,
-/// which a variable indexes, stay out of it, as such an index would put all
-/// of it in local memory.
-struct RtMailbox {
-  bool owns_slots;
-  bool owns_cold;
-  /// The slots polled every round: this thread's hot ones, as many of each
-  /// part as the sizing gives it (at most the per-server counts). The peer
-  /// parts are sized alike: a server has a hot slot in both or in neither.
-  RtInboxSlot* hot_local[RT_SERVE_LOCAL_SLOTS_PER_SERVER];
-  u32 hot_locals;
-  RtInboxSlot* hot_shared;
-  bool hot_peers;
-  RtInboxSlot* peer;
-  RtInboxSlot* peer_shared;
-  /// Whether any block of another device has taken slots of the peer parts:
-  /// until one has, their slots (system scope: polls that cost more) are not
-  /// polled.
-  bool peers;
-  /// One task's worth, which a lone sender's repeated tasks hit; a server
-  /// taking from several slots in turn misses, and takes as any other task.
-  RtLastTaken last;
-};
-
-/// The mailbox of a thread of rt_serve in `role`, whose share of the slots
-/// of the inbox's `parts` (rt_inbox_part) `sweep` gives.
-TANDEM_DEVICE RtMailbox rt_mailbox(const RtContext& ctx, const RtServeRole& role, const RtColdSweep& sweep,
-                                   RtInboxSlot* const (&parts)[rt_inbox::PARTS]) {
-  RtMailbox box;
-  box.owns_slots = role.mailbox_server && sweep.first < ctx.device_inbox_depth;
-  box.owns_cold = box.owns_slots && sweep.any();
-  static_assert(RT_SERVE_SHARED_SLOTS_PER_SERVER == 1, "one hot slot of each other part, below");
-  box.hot_locals = 0;
-  TANDEM_UNROLL
-  for (u32 k = 0; k < RT_SERVE_LOCAL_SLOTS_PER_SERVER; ++k) {
-    const u64 i = sweep.first + k * sweep.servers;
-    box.hot_local[k] = parts[rt_inbox::LOCAL] + i;
-    box.hot_locals += box.owns_slots && i < sweep.hot[rt_inbox::LOCAL] ? 1 : 0;
-  }
-  box.hot_shared = box.owns_slots && sweep.first < sweep.hot[rt_inbox::LOCAL_SHARED]
-                       ? parts[rt_inbox::LOCAL_SHARED] + sweep.first
-                       : nullptr;
-  box.hot_peers = box.owns_slots && sweep.first < sweep.hot[rt_inbox::PEER];
-  box.peer = parts[rt_inbox::PEER] + sweep.first;
-  box.peer_shared = parts[rt_inbox::PEER_SHARED] + sweep.first;
-  box.peers = rt_inbox_has_peers(ctx);
-  box.last = RtLastTaken{nullptr, 0, nullptr, 0, 0, 0};
-  return box;
-}
-
-/// Polls `box`'s hot slots, and `cold` if `poll_cold` (at device scope if
-/// `cold_local`), into `slot` and `head` by index (RT_POLL_SHARED...; a
-/// zeroed head where it did not poll). Every poll is issued before any is
-/// looked at: each is an L2 round trip, and one after the other they would
-/// add up.
-TANDEM_DEVICE void rt_poll_mailbox(const RtMailbox& box, RtInboxSlot* cold, bool poll_cold, bool cold_local,
-                                   RtInboxSlot* (&slot)[RT_SERVE_POLLS], RtSlotHead (&head)[RT_SERVE_POLLS]) {
-  TANDEM_UNROLL
-  for (u32 k = 0; k < RT_SERVE_LOCAL_SLOTS_PER_SERVER; ++k) {
-    slot[k] = box.hot_local[k];
-    head[k] = k < box.hot_locals ? rt_poll_inbox_slot<scope::device>(box.hot_local[k]) : RtSlotHead{0, 0};
-  }
-  slot[RT_POLL_SHARED] = box.hot_shared;
-  head[RT_POLL_SHARED] =
-      box.hot_shared != nullptr ? rt_poll_inbox_slot<scope::device>(box.hot_shared) : RtSlotHead{0, 0};
-  const bool poll_peer = box.peers && box.hot_peers;
-  slot[RT_POLL_PEER] = box.peer;
-  slot[RT_POLL_PEER_SHARED] = box.peer_shared;
-  head[RT_POLL_PEER] = RtSlotHead{0, 0};
-  head[RT_POLL_PEER_SHARED] = RtSlotHead{0, 0};
-  if (poll_peer) {
-    head[RT_POLL_PEER] = rt_poll_inbox_slot<scope::system>(box.peer);
-    head[RT_POLL_PEER_SHARED] = rt_poll_inbox_slot<scope::system>(box.peer_shared);
-  }
-  slot[RT_POLL_COLD] = cold;
-  head[RT_POLL_COLD] = RtSlotHead{0, 0};
-  if (poll_cold) {
-    head[RT_POLL_COLD] =
-        cold_local ? rt_poll_inbox_slot<scope::device>(cold) : rt_poll_inbox_slot<scope::system>(cold);
-  }
-}
-
-/// A mailbox server's round `round`: polls its hot slots and, in its turn,
-/// the cold slot `sweep` is at (of the inbox's `parts`), and takes, runs
-/// and answers every task they hold; whether it served any.
-template <typename H>
-TANDEM_DEVICE bool rt_serve_mailbox_round(const RtContext& ctx, RtMailbox& box, RtColdSweep& sweep,
-                                          RtInboxSlot* const (&parts)[rt_inbox::PARTS], u64 round, H& handle,
-                                          RtServeStats* stats) {
-  if (!box.peers && round % RT_SERVE_PEER_CHECK_EVERY == RT_SERVE_PEER_CHECK_EVERY - 1) {
-    box.peers = rt_inbox_has_peers(ctx);
-  }
-  const bool cold_turn = box.owns_cold && round % RT_SERVE_COLD_EVERY == 0;
-  const bool cold_local = cold_turn && rt_inbox_part_is_local(sweep.part);
-  RtInboxSlot* slot[RT_SERVE_POLLS];
-  RtSlotHead head[RT_SERVE_POLLS];
-  rt_poll_mailbox(box, parts[sweep.part] + sweep.index, cold_turn && (cold_local || box.peers), cold_local, slot,
-                  head);
-  // The polls that found a task's first word, taken in that order by one
-  // copy of the take-and-serve code: unrolled per slot, each copy with the
-  // handler inlined, the loop outgrew the registers and spilled.
-  u32 found = 0;
-  TANDEM_UNROLL
-  for (u32 k = 0; k < RT_SERVE_POLLS; ++k) {
-    found |= rt_inbox_slot_has_task(head[k]) ? 1u << k : 0u;
-  }
-  // Takes, runs and answers the task in a slot if there is one.
-  const auto serve = [&](bool taken, const RtInboxTask& task) {
-    if (!taken) {
-      return false;
-    }
-    if (rt_run_inbox_task(ctx, task, handle)) {
-      ++stats->served;
-    } else {
-      ++stats->bad_pointers;
-    }
-    return true;
-  };
-  bool worked = false;
-  while (found != 0) {
-    const u32 k = lowest_set_bit(found);
-    found &= found - 1;
-    // By constant indices: the arrays stay in registers.
-    RtInboxSlot* taken_slot = slot[0];
-    RtSlotHead taken_head = head[0];
-    TANDEM_UNROLL
-    for (u32 i = 1; i < RT_SERVE_POLLS; ++i) {
-      taken_slot = k == i ? slot[i] : taken_slot;
-      taken_head = k == i ? head[i] : taken_head;
-    }
-    const bool system = k == RT_POLL_PEER || k == RT_POLL_PEER_SHARED || (k == RT_POLL_COLD && !cold_local);
-    RtInboxTask task;
-    bool taken = system ? rt_take_repeated_task<scope::system>(taken_slot, taken_head, box.last, &task)
-                        : rt_take_repeated_task<scope::device>(taken_slot, taken_head, box.last, &task);
-    if (!taken) {
-      taken = system ? rt_take_inbox_task<scope::system>(taken_slot, taken_head, &task)
-                     : rt_take_inbox_task<scope::device>(taken_slot, taken_head, &task);
-    }
-    if (taken) {
-      box.last.remember(taken_slot, taken_head.ctrl >> 1, task);
-    }
-    worked |= serve(taken, task);
-  }
-  if (cold_turn) {
-    sweep.advance();
-  }
-  return worked;
-}
-
-/// The rounds of a thread of rt_serve other than the host warp's, from its
-/// share of the slots (`sweep`) until the service is stopped and drained:
-/// a mailbox server polls its slots, the host server (thread 0 then) the
-/// from-host ring.
-template <typename H>
-TANDEM_DEVICE rt_status rt_serve_rounds(RtContext& ctx, const RtServeRole& role, RtColdSweep& sweep, H& handle,
-                                        RtServeStats* stats) {
-  RtInboxSlot* parts[rt_inbox::PARTS];
-  for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
-    parts[part] = rt_inbox_part(ctx, part);
-  }
-  RtMailbox box = rt_mailbox(ctx, role, sweep, parts);
-  const LlRing from_host = rt_inbox_from_host(ctx);
-  // The host server alone takes the from-host ring's records, in order,
-  // from where the last service left (relaxed: written by the last service,
-  // which ended before this launch).
-  u64 host_ticket =
-      role.host_server
-          ? load_relaxed<scope::device>(&(ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes))->next)
-          : 0;
-  // Plain: the host wrote it before publishing the segment (rt_attach's
-  // acquire), and never changes it.
-  const u64 segment_bytes = ctx.header->segment_bytes;
-  bool stopping = false;
-  for (u64 round = 0, idle = 0;; ++round) {
-    bool worked = box.owns_slots && rt_serve_mailbox_round(ctx, box, sweep, parts, round, handle, stats);
-    RtHostRecord record;
-    if (role.host_server && rt_read_host_record(from_host, host_ticket, &record)) {
-      worked = true;
-      if (rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle)) {
-        ++stats->served;
-      } else {
-        ++stats->bad_pointers;
-      }
-      ++host_ticket;
-    }
-    if (worked) {
-      idle = 0;
-    } else if (stopping) {
-      if (rt_serve_drained(ctx, box.owns_slots ? &sweep : nullptr, role.host_server, host_ticket)) {
-        stats->rounds = round + 1;
-        return rt_status::ok;
-      }
-    } else if (++idle % RT_SERVE_STOP_POLL_EVERY == 0 && rt_service_stop_raised(ctx)) {
-      stopping = true;
-    }
-    // A warp sleeps as one, and only once each of its lanes has idled past
-    // the spin polls: a lane's sleep holds up the whole warp, and so its
-    // busy neighbours' next polls (every lane reaches this point each round,
-    // so the vote is over all of them but those that returned).
-    const bool restless =
-        worked || stopping || idle <= RT_SERVE_SPIN_POLLS || (role.host_server && RT_HOST_SERVER_PACED);
-    if (ballot(active_lanes(), restless) == 0) {
-      sleep_for(RT_SERVE_IDLE_SLEEP_NS);
-    } else {
-      rt_serve_spin();
-    }
-  }
-}
-
 }  // namespace detail
 
 /// The GPU service: the body of a persistent kernel that runs the tasks sent
@@ -621,16 +334,212 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
   if (ctx.inbox == nullptr || ctx.device_inbox == nullptr) {
     return rt_status::no_inbox;
   }
-  const detail::RtServeRole role = detail::rt_serve_role();
-  const detail::RtInboxSizes sizes = detail::rt_serve_sizes(ctx, role.servers);
-  detail::RtColdSweep sweep = detail::RtColdSweep::over(role.server, role.servers, sizes.hot, sizes.mapped);
-  if (role.rank == 0) {
-    detail::rt_publish_inbox_sizes(ctx, sizes, sized);
+  const u64 threads = grid_size();
+  const u64 me = global_rank();
+  const u64 width = warp_width();
+  const bool host_warp = width >= 1 + LL_RECORD_WORDS && block_size() >= width && threads > width;
+  const u64 host_lanes = host_warp ? width : 1;
+  const bool host_server = me < host_lanes;
+  // The host server's polls of the from-host ring are PCIe round trips:
+  // slots it owned would wait on them.
+  const u64 servers = threads > host_lanes ? threads - host_lanes : 1;
+  const bool mailbox_server = threads == 1 || !host_server;
+  const u32 depth = ctx.device_inbox_depth;
+  u32 hot[rt_inbox::PARTS];
+  u32 mapped[rt_inbox::PARTS];
+  RtInboxSlot* parts[rt_inbox::PARTS];
+  for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
+    const u32 per_server = part == rt_inbox::LOCAL ? detail::RT_SERVE_LOCAL_SLOTS_PER_SERVER
+                                                   : detail::RT_SERVE_SHARED_SLOTS_PER_SERVER;
+    hot[part] = detail::rt_inbox_active(servers, per_server, detail::rt_inbox_part_depth(depth, part));
+    mapped[part] = detail::rt_inbox_mapped(ctx, part, hot[part]);
+    parts[part] = detail::rt_inbox_part(ctx, part);
   }
-  if (role.host_warp && role.host_server) {
+  detail::RtColdSweep sweep =
+      detail::RtColdSweep::over(threads > host_lanes && !host_server ? me - host_lanes : 0, servers, hot, mapped);
+  if (me == 0) {
+    // Relaxed: a block reads it at its start (rt_carve_inbox_slots), and any
+    // size it reads maps to a slot some server polls. `mapped` only grows;
+    // one service runs at a time, so no other thread stores it.
+    for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
+      if (detail::rt_inbox_part_is_local(part)) {
+        store_relaxed<scope::device>(&ctx.device_inbox->mapped[part], mapped[part]);
+        store_relaxed<scope::device>(&ctx.device_inbox->active[part], hot[part]);
+      } else {
+        store_relaxed<scope::system>(&ctx.device_inbox->mapped[part], mapped[part]);
+        store_relaxed<scope::system>(&ctx.device_inbox->active[part], hot[part]);
+      }
+    }
+    if (sized != nullptr) {
+      // Release: the sizes before the word, so a kernel launched once the
+      // host saw it reads them.
+      fence_acq_rel<scope::system>();
+      store_relaxed<scope::system>(sized, u64{1});
+    }
+  }
+  if (host_warp && host_server) {
     return detail::rt_serve_host_warp(ctx, handle, stats);
   }
-  return detail::rt_serve_rounds(ctx, role, sweep, handle, stats);
+  const bool owns_slots = mailbox_server && sweep.first < depth;
+  const bool owns_cold = owns_slots && sweep.any();
+  // The slots polled every round: this thread's hot ones, as many of each
+  // part as the sizing gives it (at most the per-server counts).
+  constexpr u32 HOT_LOCAL = detail::RT_SERVE_LOCAL_SLOTS_PER_SERVER;
+  static_assert(detail::RT_SERVE_SHARED_SLOTS_PER_SERVER == 1, "one hot slot of each other part, below");
+  RtInboxSlot* hot_local[HOT_LOCAL];
+  u32 hot_locals = 0;
+  TANDEM_UNROLL
+  for (u32 k = 0; k < HOT_LOCAL; ++k) {
+    const u64 i = sweep.first + k * servers;
+    hot_local[k] = parts[rt_inbox::LOCAL] + i;
+    hot_locals += owns_slots && i < sweep.hot[rt_inbox::LOCAL] ? 1 : 0;
+  }
+  RtInboxSlot* const hot_shared =
+      owns_slots && sweep.first < sweep.hot[rt_inbox::LOCAL_SHARED] ? parts[rt_inbox::LOCAL_SHARED] + sweep.first : nullptr;
+  // The peer parts are sized alike: a server has a hot slot in both or in
+  // neither.
+  const bool hot_peers = owns_slots && sweep.first < sweep.hot[rt_inbox::PEER];
+  RtInboxSlot* const peer = parts[rt_inbox::PEER] + sweep.first;
+  RtInboxSlot* const peer_shared = parts[rt_inbox::PEER_SHARED] + sweep.first;
+  // Whether any block of another device has taken slots of the peer parts:
+  // until one has, their slots (system scope: polls that cost more) are not
+  // polled.
+  bool peers = detail::rt_inbox_has_peers(ctx);
+  const LlRing from_host = detail::rt_inbox_from_host(ctx);
+  // The host server alone takes the from-host ring's records, in order,
+  // from where the last service left (relaxed: written by the last service,
+  // which ended before this launch).
+  u64 host_ticket =
+      host_server ? load_relaxed<scope::device>(&(ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes))->next)
+                  : 0;
+  // Plain: the host wrote it before publishing the segment (rt_attach's
+  // acquire), and never changes it.
+  const u64 segment_bytes = ctx.header->segment_bytes;
+  // Takes, runs and answers the task in a slot if there is one.
+  const auto serve = [&](bool taken, const detail::RtInboxTask& task) {
+    if (!taken) {
+      return false;
+    }
+    if (detail::rt_run_inbox_task(ctx, task, handle)) {
+      ++stats->served;
+    } else {
+      ++stats->bad_pointers;
+    }
+    return true;
+  };
+  // Kept in registers: one task's worth, which a lone sender's repeated
+  // tasks hit; a server taking from several slots in turn misses, and takes
+  // as any other task.
+  detail::RtLastTaken last{nullptr, 0, nullptr, 0, 0, 0};
+  bool stopping = false;
+  for (u64 round = 0, idle = 0;; ++round) {
+    bool worked = false;
+    if (owns_slots) {
+      if (!peers && round % detail::RT_SERVE_PEER_CHECK_EVERY == detail::RT_SERVE_PEER_CHECK_EVERY - 1) {
+        peers = detail::rt_inbox_has_peers(ctx);
+      }
+      // Every poll of the round issued before any is looked at: each is an
+      // L2 round trip, and one after the other they would add up.
+      RtInboxSlot* slot[detail::RT_SERVE_POLLS];
+      detail::RtSlotHead head[detail::RT_SERVE_POLLS];
+      TANDEM_UNROLL
+      for (u32 k = 0; k < HOT_LOCAL; ++k) {
+        slot[k] = hot_local[k];
+        head[k] = k < hot_locals ? detail::rt_poll_inbox_slot<scope::device>(hot_local[k])
+                                 : detail::RtSlotHead{0, 0};
+      }
+      slot[detail::RT_POLL_SHARED] = hot_shared;
+      head[detail::RT_POLL_SHARED] =
+          hot_shared != nullptr ? detail::rt_poll_inbox_slot<scope::device>(hot_shared) : detail::RtSlotHead{0, 0};
+      const bool poll_peer = peers && hot_peers;
+      slot[detail::RT_POLL_PEER] = peer;
+      slot[detail::RT_POLL_PEER_SHARED] = peer_shared;
+      head[detail::RT_POLL_PEER] = detail::RtSlotHead{0, 0};
+      head[detail::RT_POLL_PEER_SHARED] = detail::RtSlotHead{0, 0};
+      if (poll_peer) {
+        head[detail::RT_POLL_PEER] = detail::rt_poll_inbox_slot<scope::system>(peer);
+        head[detail::RT_POLL_PEER_SHARED] = detail::rt_poll_inbox_slot<scope::system>(peer_shared);
+      }
+      const bool cold_turn = owns_cold && round % detail::RT_SERVE_COLD_EVERY == 0;
+      const bool cold_local = cold_turn && detail::rt_inbox_part_is_local(sweep.part);
+      const bool poll_cold = cold_turn && (cold_local || peers);
+      RtInboxSlot* const cold = parts[sweep.part] + sweep.index;
+      slot[detail::RT_POLL_COLD] = cold;
+      head[detail::RT_POLL_COLD] = detail::RtSlotHead{0, 0};
+      if (poll_cold) {
+        head[detail::RT_POLL_COLD] = cold_local ? detail::rt_poll_inbox_slot<scope::device>(cold)
+                                                : detail::rt_poll_inbox_slot<scope::system>(cold);
+      }
+      // The polls that found a task's first word, taken in that order by
+      // one copy of the take-and-serve code: unrolled per slot, each copy
+      // with the handler inlined, the loop outgrew the registers and
+      // spilled.
+      u32 found = 0;
+      TANDEM_UNROLL
+      for (u32 k = 0; k < detail::RT_SERVE_POLLS; ++k) {
+        found |= detail::rt_inbox_slot_has_task(head[k]) ? 1u << k : 0u;
+      }
+      while (found != 0) {
+        const u32 k = lowest_set_bit(found);
+        found &= found - 1;
+        // By constant indices: the arrays stay in registers.
+        RtInboxSlot* taken_slot = slot[0];
+        detail::RtSlotHead taken_head = head[0];
+        TANDEM_UNROLL
+        for (u32 i = 1; i < detail::RT_SERVE_POLLS; ++i) {
+          taken_slot = k == i ? slot[i] : taken_slot;
+          taken_head = k == i ? head[i] : taken_head;
+        }
+        const bool system =
+            k == detail::RT_POLL_PEER || k == detail::RT_POLL_PEER_SHARED || (k == detail::RT_POLL_COLD && !cold_local);
+        detail::RtInboxTask task;
+        bool taken = system ? detail::rt_take_repeated_task<scope::system>(taken_slot, taken_head, last, &task)
+                            : detail::rt_take_repeated_task<scope::device>(taken_slot, taken_head, last, &task);
+        if (!taken) {
+          taken = system ? detail::rt_take_inbox_task<scope::system>(taken_slot, taken_head, &task)
+                         : detail::rt_take_inbox_task<scope::device>(taken_slot, taken_head, &task);
+        }
+        if (taken) {
+          last.remember(taken_slot, taken_head.ctrl >> 1, task);
+        }
+        worked |= serve(taken, task);
+      }
+      if (cold_turn) {
+        sweep.advance();
+      }
+    }
+    detail::RtHostRecord record;
+    if (host_server && detail::rt_read_host_record(from_host, host_ticket, &record)) {
+      worked = true;
+      if (detail::rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle)) {
+        ++stats->served;
+      } else {
+        ++stats->bad_pointers;
+      }
+      ++host_ticket;
+    }
+    if (worked) {
+      idle = 0;
+    } else if (stopping) {
+      if (detail::rt_serve_drained(ctx, owns_slots ? &sweep : nullptr, host_server, host_ticket)) {
+        stats->rounds = round + 1;
+        return rt_status::ok;
+      }
+    } else if (++idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && detail::rt_service_stop_raised(ctx)) {
+      stopping = true;
+    }
+    // A warp sleeps as one, and only once each of its lanes has idled past
+    // the spin polls: a lane's sleep holds up the whole warp, and so its
+    // busy neighbours' next polls (every lane reaches this point each round,
+    // so the vote is over all of them but those that returned).
+    const bool restless = worked || stopping || idle <= detail::RT_SERVE_SPIN_POLLS ||
+                          (host_server && detail::RT_HOST_SERVER_PACED);
+    if (ballot(active_lanes(), restless) == 0) {
+      sleep_for(detail::RT_SERVE_IDLE_SLEEP_NS);
+    } else {
+      detail::rt_serve_spin();
+    }
+  }
 }
 
 }  // namespace tandem
