@@ -2,8 +2,8 @@
 # 2026-12-07, H100: the GPU route's bench (tandem-runtime.bench.roundtrip) before and after the
 # house work (function splits, runtime.h by route), alternating in one machine start: "before" is
 # the binary of the bundle built at b1b7896, carried as gpu-before/; "after" is gpu-bundle/'s.
-# TANDEM_AB_AFTER names another "after" binary (a fix's, built alone). Full logs go to $OUT; the
-# headline lines are printed. Run from the repository root.
+# TANDEM_AB_AFTER names another "after" binary (a fix's, built alone), TANDEM_AB_ROUNDS the rounds
+# (default 2). Full logs go to $OUT; the headline lines are printed. Run from the repository root.
 set -u
 export TANDEM_REQUIRE_GPU=1
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
@@ -12,7 +12,7 @@ bundle=$PWD/gpu-bundle
 [ -d "$bundle/bin" ] || tar -xJf "$bundle/bin.tar.xz" -C "$bundle"
 export TANDEM_BIN_DIR=$bundle/bin
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-for round in 1 2; do
+for round in $(seq "${TANDEM_AB_ROUNDS:-2}"); do
   for which in before after; do
     if [ "$which" = before ]; then bin=$PWD/gpu-before/tandem-runtime.bench.roundtrip
     else bin=${TANDEM_AB_AFTER:-$bundle/bin/tandem-runtime.bench.roundtrip}; fi
