@@ -227,6 +227,15 @@ struct RtServeStats {
   /// the host warp): with the tasks it served, how many a round finds, and
   /// with the service's run time, how long a round takes.
   u64 rounds;
+
+  /// Counts a task taken: served, or `ran` false for a bad pointer.
+  TANDEM_DEVICE void count(bool ran) {
+    if (ran) {
+      ++served;
+    } else {
+      ++bad_pointers;
+    }
+  }
 };
 
 namespace detail {
@@ -258,11 +267,7 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
     if (rt_read_host_record_warp(lanes, from_host, host_ticket, &record)) {
       pacing.found();
       if (leader) {
-        if (rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle)) {
-          ++stats->served;
-        } else {
-          ++stats->bad_pointers;
-        }
+        stats->count(rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle));
       }
       ++host_ticket;
       idle = 0;
@@ -279,6 +284,179 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
       const bool raised = leader && rt_service_stop_raised(ctx);
       stopping = broadcast(lanes, raised ? 1 : 0, 0) != 0;
     }
+    rt_serve_spin();
+  }
+}
+
+/// Sizes each inbox part's hot slots to `servers` mailbox servers
+/// (RT_SERVE_LOCAL_SLOTS_PER_SERVER and RT_SERVE_SHARED_SLOTS_PER_SERVER
+/// each), and reads how many of its slots any block may have mapped into.
+TANDEM_DEVICE void rt_size_inbox(const RtContext& ctx, u32 depth, u64 servers, u32 (&hot)[rt_inbox::PARTS],
+                                 u32 (&mapped)[rt_inbox::PARTS], RtInboxSlot* (&parts)[rt_inbox::PARTS]) {
+  for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
+    const u32 per_server = part == rt_inbox::LOCAL ? RT_SERVE_LOCAL_SLOTS_PER_SERVER : RT_SERVE_SHARED_SLOTS_PER_SERVER;
+    hot[part] = rt_inbox_active(servers, per_server, rt_inbox_part_depth(depth, part));
+    mapped[part] = rt_inbox_mapped(ctx, part, hot[part]);
+    parts[part] = rt_inbox_part(ctx, part);
+  }
+}
+
+/// Publishes the inbox's sizes (RtInboxHeader::active, ::mapped), which
+/// blocks map their senders by from then on; then, when `sized` is given,
+/// tells the host so. Thread 0 of the service only.
+TANDEM_DEVICE void rt_publish_inbox_sizes(const RtContext& ctx, const u32 (&hot)[rt_inbox::PARTS],
+                                          const u32 (&mapped)[rt_inbox::PARTS], u64* sized) {
+  // Relaxed: a block reads it at its start (rt_carve_inbox_slots), and any
+  // size it reads maps to a slot some server polls. `mapped` only grows;
+  // one service runs at a time, so no other thread stores it.
+  for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
+    if (rt_inbox_part_is_local(part)) {
+      store_relaxed<scope::device>(&ctx.device_inbox->mapped[part], mapped[part]);
+      store_relaxed<scope::device>(&ctx.device_inbox->active[part], hot[part]);
+    } else {
+      store_relaxed<scope::system>(&ctx.device_inbox->mapped[part], mapped[part]);
+      store_relaxed<scope::system>(&ctx.device_inbox->active[part], hot[part]);
+    }
+  }
+  if (sized != nullptr) {
+    // Release: the sizes before the word, so a kernel launched once the
+    // host saw it reads them.
+    fence_acq_rel<scope::system>();
+    store_relaxed<scope::system>(sized, u64{1});
+  }
+}
+
+/// The slots a mailbox server polls every round: its hot ones, as many of
+/// each part as the sizing gives it (at most the per-server counts).
+struct RtHotSlots {
+  /// Its LOCAL slots by turn; only the first `locals` are hot (the others
+  /// lie past the part's hot count, or the server owns none).
+  RtInboxSlot* local[RT_SERVE_LOCAL_SLOTS_PER_SERVER];
+  u32 locals;
+  /// Null when the server has none of LOCAL_SHARED.
+  RtInboxSlot* shared;
+  /// The peer parts are sized alike: a server has a hot slot in both or
+  /// in neither.
+  bool peers;
+  RtInboxSlot* peer;
+  RtInboxSlot* peer_shared;
+
+  static TANDEM_DEVICE RtHotSlots of(const RtColdSweep& sweep, RtInboxSlot* const (&parts)[rt_inbox::PARTS],
+                                     u64 servers, bool owns_slots) {
+    static_assert(RT_SERVE_SHARED_SLOTS_PER_SERVER == 1, "one hot slot of each other part");
+    RtHotSlots hot;
+    hot.locals = 0;
+    TANDEM_UNROLL
+    for (u32 k = 0; k < RT_SERVE_LOCAL_SLOTS_PER_SERVER; ++k) {
+      const u64 i = sweep.first + k * servers;
+      hot.local[k] = parts[rt_inbox::LOCAL] + i;
+      hot.locals += owns_slots && i < sweep.hot[rt_inbox::LOCAL] ? 1 : 0;
+    }
+    hot.shared = owns_slots && sweep.first < sweep.hot[rt_inbox::LOCAL_SHARED] ? parts[rt_inbox::LOCAL_SHARED] + sweep.first
+                                                                              : nullptr;
+    hot.peers = owns_slots && sweep.first < sweep.hot[rt_inbox::PEER];
+    hot.peer = parts[rt_inbox::PEER] + sweep.first;
+    hot.peer_shared = parts[rt_inbox::PEER_SHARED] + sweep.first;
+    return hot;
+  }
+};
+
+/// One round of a mailbox server's polls (RT_POLL_*): the slots and the
+/// heads read from them; a poll not made reads as an empty head.
+struct RtRoundPolls {
+  RtInboxSlot* slot[RT_SERVE_POLLS];
+  RtSlotHead head[RT_SERVE_POLLS];
+  /// Whether this round polls a cold slot (one every RT_SERVE_COLD_EVERY).
+  bool cold_turn;
+  /// Whether that slot is of a part in device memory.
+  bool cold_local;
+
+  /// Issues every poll of the round before any is looked at: each is an
+  /// L2 round trip, and one after the other they would add up. `peers`:
+  /// whether any block of another device has taken peer slots.
+  static TANDEM_DEVICE RtRoundPolls issue(const RtHotSlots& hot, const RtColdSweep& sweep,
+                                          RtInboxSlot* const (&parts)[rt_inbox::PARTS], bool peers, bool owns_cold,
+                                          u64 round) {
+    RtRoundPolls polls;
+    TANDEM_UNROLL
+    for (u32 k = 0; k < RT_SERVE_LOCAL_SLOTS_PER_SERVER; ++k) {
+      polls.slot[k] = hot.local[k];
+      polls.head[k] = k < hot.locals ? rt_poll_inbox_slot<scope::device>(hot.local[k]) : RtSlotHead{0, 0};
+    }
+    polls.slot[RT_POLL_SHARED] = hot.shared;
+    polls.head[RT_POLL_SHARED] =
+        hot.shared != nullptr ? rt_poll_inbox_slot<scope::device>(hot.shared) : RtSlotHead{0, 0};
+    const bool poll_peer = peers && hot.peers;
+    polls.slot[RT_POLL_PEER] = hot.peer;
+    polls.slot[RT_POLL_PEER_SHARED] = hot.peer_shared;
+    polls.head[RT_POLL_PEER] = RtSlotHead{0, 0};
+    polls.head[RT_POLL_PEER_SHARED] = RtSlotHead{0, 0};
+    if (poll_peer) {
+      polls.head[RT_POLL_PEER] = rt_poll_inbox_slot<scope::system>(hot.peer);
+      polls.head[RT_POLL_PEER_SHARED] = rt_poll_inbox_slot<scope::system>(hot.peer_shared);
+    }
+    polls.cold_turn = owns_cold && round % RT_SERVE_COLD_EVERY == 0;
+    polls.cold_local = polls.cold_turn && rt_inbox_part_is_local(sweep.part);
+    const bool poll_cold = polls.cold_turn && (polls.cold_local || peers);
+    RtInboxSlot* const cold = parts[sweep.part] + sweep.index;
+    polls.slot[RT_POLL_COLD] = cold;
+    polls.head[RT_POLL_COLD] = RtSlotHead{0, 0};
+    if (poll_cold) {
+      polls.head[RT_POLL_COLD] =
+          polls.cold_local ? rt_poll_inbox_slot<scope::device>(cold) : rt_poll_inbox_slot<scope::system>(cold);
+    }
+    return polls;
+  }
+
+  /// Takes and serves (`serve(taken, task)`) the tasks this round's polls
+  /// found, in poll order, by one copy of the take-and-serve code: unrolled
+  /// per slot, each copy with the handler inlined, the loop outgrew the
+  /// registers and spilled. Whether any was served.
+  template <typename S>
+  TANDEM_DEVICE bool take(RtLastTaken& last, S& serve) const {
+    bool worked = false;
+    u32 found = 0;
+    TANDEM_UNROLL
+    for (u32 k = 0; k < RT_SERVE_POLLS; ++k) {
+      found |= rt_inbox_slot_has_task(head[k]) ? 1u << k : 0u;
+    }
+    while (found != 0) {
+      const u32 k = lowest_set_bit(found);
+      found &= found - 1;
+      // By constant indices: the arrays stay in registers.
+      RtInboxSlot* taken_slot = slot[0];
+      RtSlotHead taken_head = head[0];
+      TANDEM_UNROLL
+      for (u32 i = 1; i < RT_SERVE_POLLS; ++i) {
+        taken_slot = k == i ? slot[i] : taken_slot;
+        taken_head = k == i ? head[i] : taken_head;
+      }
+      const bool system = k == RT_POLL_PEER || k == RT_POLL_PEER_SHARED || (k == RT_POLL_COLD && !cold_local);
+      RtInboxTask task;
+      bool taken = system ? rt_take_repeated_task<scope::system>(taken_slot, taken_head, last, &task)
+                          : rt_take_repeated_task<scope::device>(taken_slot, taken_head, last, &task);
+      if (!taken) {
+        taken = system ? rt_take_inbox_task<scope::system>(taken_slot, taken_head, &task)
+                       : rt_take_inbox_task<scope::device>(taken_slot, taken_head, &task);
+      }
+      if (taken) {
+        last.remember(taken_slot, taken_head.ctrl >> 1, task);
+      }
+      worked |= serve(taken, task);
+    }
+    return worked;
+  }
+};
+
+/// Between two rounds of a service thread: a warp sleeps as one
+/// (RT_SERVE_IDLE_SLEEP_NS), and only once none of its lanes is
+/// `restless`: a lane's sleep holds up the whole warp, and so its busy
+/// neighbours' next polls (every lane reaches this point each round, so
+/// the vote is over all of them but those that returned).
+TANDEM_DEVICE void rt_serve_pause(bool restless) {
+  if (ballot(active_lanes(), restless) == 0) {
+    sleep_for(RT_SERVE_IDLE_SLEEP_NS);
+  } else {
     rt_serve_spin();
   }
 }
@@ -348,59 +526,18 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
   u32 hot[rt_inbox::PARTS];
   u32 mapped[rt_inbox::PARTS];
   RtInboxSlot* parts[rt_inbox::PARTS];
-  for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
-    const u32 per_server = part == rt_inbox::LOCAL ? detail::RT_SERVE_LOCAL_SLOTS_PER_SERVER
-                                                   : detail::RT_SERVE_SHARED_SLOTS_PER_SERVER;
-    hot[part] = detail::rt_inbox_active(servers, per_server, detail::rt_inbox_part_depth(depth, part));
-    mapped[part] = detail::rt_inbox_mapped(ctx, part, hot[part]);
-    parts[part] = detail::rt_inbox_part(ctx, part);
-  }
+  detail::rt_size_inbox(ctx, depth, servers, hot, mapped, parts);
   detail::RtColdSweep sweep =
       detail::RtColdSweep::over(threads > host_lanes && !host_server ? me - host_lanes : 0, servers, hot, mapped);
   if (me == 0) {
-    // Relaxed: a block reads it at its start (rt_carve_inbox_slots), and any
-    // size it reads maps to a slot some server polls. `mapped` only grows;
-    // one service runs at a time, so no other thread stores it.
-    for (u32 part = 0; part < rt_inbox::PARTS; ++part) {
-      if (detail::rt_inbox_part_is_local(part)) {
-        store_relaxed<scope::device>(&ctx.device_inbox->mapped[part], mapped[part]);
-        store_relaxed<scope::device>(&ctx.device_inbox->active[part], hot[part]);
-      } else {
-        store_relaxed<scope::system>(&ctx.device_inbox->mapped[part], mapped[part]);
-        store_relaxed<scope::system>(&ctx.device_inbox->active[part], hot[part]);
-      }
-    }
-    if (sized != nullptr) {
-      // Release: the sizes before the word, so a kernel launched once the
-      // host saw it reads them.
-      fence_acq_rel<scope::system>();
-      store_relaxed<scope::system>(sized, u64{1});
-    }
+    detail::rt_publish_inbox_sizes(ctx, hot, mapped, sized);
   }
   if (host_warp && host_server) {
     return detail::rt_serve_host_warp(ctx, handle, stats);
   }
   const bool owns_slots = mailbox_server && sweep.first < depth;
   const bool owns_cold = owns_slots && sweep.any();
-  // The slots polled every round: this thread's hot ones, as many of each
-  // part as the sizing gives it (at most the per-server counts).
-  constexpr u32 HOT_LOCAL = detail::RT_SERVE_LOCAL_SLOTS_PER_SERVER;
-  static_assert(detail::RT_SERVE_SHARED_SLOTS_PER_SERVER == 1, "one hot slot of each other part, below");
-  RtInboxSlot* hot_local[HOT_LOCAL];
-  u32 hot_locals = 0;
-  TANDEM_UNROLL
-  for (u32 k = 0; k < HOT_LOCAL; ++k) {
-    const u64 i = sweep.first + k * servers;
-    hot_local[k] = parts[rt_inbox::LOCAL] + i;
-    hot_locals += owns_slots && i < sweep.hot[rt_inbox::LOCAL] ? 1 : 0;
-  }
-  RtInboxSlot* const hot_shared =
-      owns_slots && sweep.first < sweep.hot[rt_inbox::LOCAL_SHARED] ? parts[rt_inbox::LOCAL_SHARED] + sweep.first : nullptr;
-  // The peer parts are sized alike: a server has a hot slot in both or in
-  // neither.
-  const bool hot_peers = owns_slots && sweep.first < sweep.hot[rt_inbox::PEER];
-  RtInboxSlot* const peer = parts[rt_inbox::PEER] + sweep.first;
-  RtInboxSlot* const peer_shared = parts[rt_inbox::PEER_SHARED] + sweep.first;
+  const detail::RtHotSlots hot_slots = detail::RtHotSlots::of(sweep, parts, servers, owns_slots);
   // Whether any block of another device has taken slots of the peer parts:
   // until one has, their slots (system scope: polls that cost more) are not
   // polled.
@@ -420,11 +557,7 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
     if (!taken) {
       return false;
     }
-    if (detail::rt_run_inbox_task(ctx, task, handle)) {
-      ++stats->served;
-    } else {
-      ++stats->bad_pointers;
-    }
+    stats->count(detail::rt_run_inbox_task(ctx, task, handle));
     return true;
   };
   // Kept in registers: one task's worth, which a lone sender's repeated
@@ -438,84 +571,16 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
       if (!peers && round % detail::RT_SERVE_PEER_CHECK_EVERY == detail::RT_SERVE_PEER_CHECK_EVERY - 1) {
         peers = detail::rt_inbox_has_peers(ctx);
       }
-      // Every poll of the round issued before any is looked at: each is an
-      // L2 round trip, and one after the other they would add up.
-      RtInboxSlot* slot[detail::RT_SERVE_POLLS];
-      detail::RtSlotHead head[detail::RT_SERVE_POLLS];
-      TANDEM_UNROLL
-      for (u32 k = 0; k < HOT_LOCAL; ++k) {
-        slot[k] = hot_local[k];
-        head[k] = k < hot_locals ? detail::rt_poll_inbox_slot<scope::device>(hot_local[k])
-                                 : detail::RtSlotHead{0, 0};
-      }
-      slot[detail::RT_POLL_SHARED] = hot_shared;
-      head[detail::RT_POLL_SHARED] =
-          hot_shared != nullptr ? detail::rt_poll_inbox_slot<scope::device>(hot_shared) : detail::RtSlotHead{0, 0};
-      const bool poll_peer = peers && hot_peers;
-      slot[detail::RT_POLL_PEER] = peer;
-      slot[detail::RT_POLL_PEER_SHARED] = peer_shared;
-      head[detail::RT_POLL_PEER] = detail::RtSlotHead{0, 0};
-      head[detail::RT_POLL_PEER_SHARED] = detail::RtSlotHead{0, 0};
-      if (poll_peer) {
-        head[detail::RT_POLL_PEER] = detail::rt_poll_inbox_slot<scope::system>(peer);
-        head[detail::RT_POLL_PEER_SHARED] = detail::rt_poll_inbox_slot<scope::system>(peer_shared);
-      }
-      const bool cold_turn = owns_cold && round % detail::RT_SERVE_COLD_EVERY == 0;
-      const bool cold_local = cold_turn && detail::rt_inbox_part_is_local(sweep.part);
-      const bool poll_cold = cold_turn && (cold_local || peers);
-      RtInboxSlot* const cold = parts[sweep.part] + sweep.index;
-      slot[detail::RT_POLL_COLD] = cold;
-      head[detail::RT_POLL_COLD] = detail::RtSlotHead{0, 0};
-      if (poll_cold) {
-        head[detail::RT_POLL_COLD] = cold_local ? detail::rt_poll_inbox_slot<scope::device>(cold)
-                                                : detail::rt_poll_inbox_slot<scope::system>(cold);
-      }
-      // The polls that found a task's first word, taken in that order by
-      // one copy of the take-and-serve code: unrolled per slot, each copy
-      // with the handler inlined, the loop outgrew the registers and
-      // spilled.
-      u32 found = 0;
-      TANDEM_UNROLL
-      for (u32 k = 0; k < detail::RT_SERVE_POLLS; ++k) {
-        found |= detail::rt_inbox_slot_has_task(head[k]) ? 1u << k : 0u;
-      }
-      while (found != 0) {
-        const u32 k = lowest_set_bit(found);
-        found &= found - 1;
-        // By constant indices: the arrays stay in registers.
-        RtInboxSlot* taken_slot = slot[0];
-        detail::RtSlotHead taken_head = head[0];
-        TANDEM_UNROLL
-        for (u32 i = 1; i < detail::RT_SERVE_POLLS; ++i) {
-          taken_slot = k == i ? slot[i] : taken_slot;
-          taken_head = k == i ? head[i] : taken_head;
-        }
-        const bool system =
-            k == detail::RT_POLL_PEER || k == detail::RT_POLL_PEER_SHARED || (k == detail::RT_POLL_COLD && !cold_local);
-        detail::RtInboxTask task;
-        bool taken = system ? detail::rt_take_repeated_task<scope::system>(taken_slot, taken_head, last, &task)
-                            : detail::rt_take_repeated_task<scope::device>(taken_slot, taken_head, last, &task);
-        if (!taken) {
-          taken = system ? detail::rt_take_inbox_task<scope::system>(taken_slot, taken_head, &task)
-                         : detail::rt_take_inbox_task<scope::device>(taken_slot, taken_head, &task);
-        }
-        if (taken) {
-          last.remember(taken_slot, taken_head.ctrl >> 1, task);
-        }
-        worked |= serve(taken, task);
-      }
-      if (cold_turn) {
+      const detail::RtRoundPolls polls = detail::RtRoundPolls::issue(hot_slots, sweep, parts, peers, owns_cold, round);
+      worked |= polls.take(last, serve);
+      if (polls.cold_turn) {
         sweep.advance();
       }
     }
     detail::RtHostRecord record;
     if (host_server && detail::rt_read_host_record(from_host, host_ticket, &record)) {
       worked = true;
-      if (detail::rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle)) {
-        ++stats->served;
-      } else {
-        ++stats->bad_pointers;
-      }
+      stats->count(detail::rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle));
       ++host_ticket;
     }
     if (worked) {
@@ -528,17 +593,10 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
     } else if (++idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && detail::rt_service_stop_raised(ctx)) {
       stopping = true;
     }
-    // A warp sleeps as one, and only once each of its lanes has idled past
-    // the spin polls: a lane's sleep holds up the whole warp, and so its
-    // busy neighbours' next polls (every lane reaches this point each round,
-    // so the vote is over all of them but those that returned).
-    const bool restless = worked || stopping || idle <= detail::RT_SERVE_SPIN_POLLS ||
-                          (host_server && detail::RT_HOST_SERVER_PACED);
-    if (ballot(active_lanes(), restless) == 0) {
-      sleep_for(detail::RT_SERVE_IDLE_SLEEP_NS);
-    } else {
-      detail::rt_serve_spin();
-    }
+    // Restless: a lane that works, stops, has idled no longer than the
+    // spin polls, or is a GPU's host server.
+    detail::rt_serve_pause(worked || stopping || idle <= detail::RT_SERVE_SPIN_POLLS ||
+                           (host_server && detail::RT_HOST_SERVER_PACED));
   }
 }
 
