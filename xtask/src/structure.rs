@@ -8,8 +8,8 @@
 //! - Every `allow`/`expect` of a lint carries `reason = "..."`, so a lint
 //!   turned off says why where it is turned off, and rustc keeps the reason
 //!   with the attribute.
-//! - No function outside tests spans more than [`MAX_LINES`] lines
-//!   ([`functions`]).
+//! - No function outside tests spans more than [`MAX_LINES`] lines, in
+//!   Rust ([`functions`]) or in the C and C++ sources ([`cxx_functions`]).
 //!
 //! All read the source text (comments stripped), not the compiler's view:
 //! paths through `crate::` and `super::`, whole or in `use` groups, are the
@@ -22,8 +22,10 @@ use std::process::ExitCode;
 
 use crate::error::XtaskError;
 use crate::metadata::Metadata;
+use cxx_functions::long_cxx_functions;
 use functions::{long_functions, MAX_LINES};
 
+mod cxx_functions;
 mod functions;
 
 /// A module's path inside its crate: `["share", "wire"]`; the root is empty.
@@ -82,6 +84,7 @@ pub fn run(metadata: &Metadata) -> Result<ExitCode, XtaskError> {
         long.extend(long_functions(files.iter().filter(|file| {
             !extras.iter().any(|extra| file.path.starts_with(extra))
         })));
+        long.extend(long_cxx_functions(package.folder())?);
         for extra in &extras {
             for path in rust_files(extra)? {
                 let text = read(&path)?;

@@ -176,7 +176,7 @@ fn body_open(bytes: &[u8], from: usize) -> Option<usize> {
 }
 
 /// The bracket that closes the one at `open` (`{`, `[` or `(`), counting only its own kind.
-fn matching(bytes: &[u8], open: usize) -> Option<usize> {
+pub(super) fn matching(bytes: &[u8], open: usize) -> Option<usize> {
     let (opener, closer) = match bytes[open] {
         b'{' => (b'{', b'}'),
         b'[' => (b'[', b']'),
