@@ -162,6 +162,16 @@ fn crate_root(package: &crate::metadata::Package) -> Option<PathBuf> {
 /// bindgen's output left out: it is generated, its lint settings are the
 /// including module's.
 fn rust_files(dir: &Path) -> Result<Vec<PathBuf>, XtaskError> {
+    source_files(dir, &["rs"], &["generated"])
+}
+
+/// The files under `dir` (none when it does not exist) whose ending is one of `extensions`,
+/// sorted; folders named in `skipped` left out.
+fn source_files(
+    dir: &Path,
+    extensions: &[&str],
+    skipped: &[&str],
+) -> Result<Vec<PathBuf>, XtaskError> {
     let mut found = Vec::new();
     let mut pending = vec![dir.to_path_buf()];
     while let Some(dir) = pending.pop() {
@@ -173,10 +183,14 @@ fn rust_files(dir: &Path) -> Result<Vec<PathBuf>, XtaskError> {
         for entry in entries {
             let path = entry.map_err(XtaskError::io(&dir))?.path();
             if path.is_dir() {
-                if path.file_name().is_some_and(|n| n != "generated") {
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                if !skipped.contains(&name) {
                     pending.push(path);
                 }
-            } else if path.extension().is_some_and(|e| e == "rs") {
+            } else if path
+                .extension()
+                .is_some_and(|e| extensions.iter().any(|x| e == *x))
+            {
                 found.push(path);
             }
         }

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use super::functions::{matching, LongFunction, MAX_LINES};
-use super::{line_of, read, strip_comments};
+use super::{line_of, read, source_files, strip_comments};
 use crate::error::XtaskError;
 
 /// Endings of the C and C++ sources read.
@@ -30,7 +30,7 @@ const QUALIFIERS: [&str; 5] = ["const", "noexcept", "override", "final", "mutabl
 /// than [`MAX_LINES`] lines.
 pub fn long_cxx_functions(dir: &Path) -> Result<Vec<LongFunction>, XtaskError> {
     let mut long = Vec::new();
-    for path in cxx_files(dir)? {
+    for path in source_files(dir, &EXTENSIONS, &SKIPPED_FOLDERS)? {
         let code = without_preprocessor(&strip_comments(&read(&path)?));
         long.extend(
             functions(&code)
@@ -43,35 +43,6 @@ pub fn long_cxx_functions(dir: &Path) -> Result<Vec<LongFunction>, XtaskError> {
         );
     }
     Ok(long)
-}
-
-/// The C and C++ files under `dir`, sorted; test, bench and build folders left out.
-fn cxx_files(dir: &Path) -> Result<Vec<PathBuf>, XtaskError> {
-    let mut found = Vec::new();
-    let mut pending = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(XtaskError::io(&dir)(e)),
-        };
-        for entry in entries {
-            let path = entry.map_err(XtaskError::io(&dir))?.path();
-            if path.is_dir() {
-                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-                if !SKIPPED_FOLDERS.contains(&name) {
-                    pending.push(path);
-                }
-            } else if path
-                .extension()
-                .is_some_and(|e| EXTENSIONS.iter().any(|x| e == *x))
-            {
-                found.push(path);
-            }
-        }
-    }
-    found.sort();
-    Ok(found)
 }
 
 /// `code` with its preprocessor lines (continuations included) blanked, byte for byte.
