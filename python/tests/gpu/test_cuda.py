@@ -6,10 +6,7 @@ producer's stream, blob put/get of CUDA tensors."""
 from __future__ import annotations
 
 import signal
-import tempfile
-import textwrap
 import time
-from pathlib import Path
 
 import pytest
 
@@ -195,28 +192,11 @@ def test_seal_takes_a_librarys_default_stream_object(daemon, library):
     daemon.delete(buf.id)
 
 
-def test_blob_put_and_get_of_cuda_tensors():
+def test_blob_put_and_get_of_cuda_tensors(store_config):
     import cupy
     import torch
 
-    with tempfile.TemporaryDirectory(prefix="tandem-python-gpu-") as folder:
-        blob_put_and_get_of_cuda_tensors(Path(folder), cupy, torch)
-
-
-def blob_put_and_get_of_cuda_tensors(folder: Path, cupy, torch) -> None:
-    config = folder / "store.toml"
-    config.write_text(
-        textwrap.dedent(
-            f"""\
-            metadata = "{folder / 'blob.redb'}"
-            [[targets]]
-            kind = "ram"
-            capacity = {256 << 20}
-            score = 1.0
-            """
-        )
-    )
-    store = tandem.blob.fork(config)
+    store = tandem.blob.fork(store_config)
     source = torch.randn(3 << 20, device="cuda")  # 12 MiB: several chunks
     assert store.put("cuda", "t", source) == source.numel() * 4
     out = torch.empty_like(source)
