@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use tandem_blob::BlobPut;
 
 use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
-use tandem_blob::{pool, BlobCaller, BlobStore, PutContext, Score, StoreConfig, TagId};
+use tandem_blob::{pool, BlobCaller, BlobStore, Score, StoreConfig, TagId};
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_runtime::{Config, DeviceQueues, DeviceSelection, Registry, Runtime};
 
@@ -260,26 +260,12 @@ fn bench<A: GpuApi>(api: A, label: &str, scale: &Scale) -> Result<(), String> {
     let mut kernels = BlobKernels::load(queues).map_err(|e| e.to_string())?;
     let tag = |name: &str| store.get_or_create_tag(name).map_err(|e| e.to_string());
     let small = |tag: TagId, mode, score| PutGetLaunch {
-        blocks: sb,
-        threads: st,
-        tag,
-        blob_bytes: SMALL,
-        rounds: scale.small_rounds,
-        mode,
         score,
-        context: PutContext::default(),
-        spin_budget: 1 << 40,
+        ..PutGetLaunch::new((sb, st), tag, SMALL, scale.small_rounds, mode)
     };
     let large = |tag: TagId, mode, score| PutGetLaunch {
-        blocks: lb,
-        threads: lt,
-        tag,
-        blob_bytes: LARGE,
-        rounds: scale.large_rounds,
-        mode,
         score,
-        context: PutContext::default(),
-        spin_budget: 1 << 40,
+        ..PutGetLaunch::new((lb, lt), tag, LARGE, scale.large_rounds, mode)
     };
     // Warm-up: module, workers, first pages of each target.
     let warm = tag("warm")?;

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tandem_blob::demo::{BlobKernels, PutGetLaunch, PutGetMode};
-use tandem_blob::{pool, BlobCaller, BlobStore, PutContext, Score, StoreConfig, TagId};
+use tandem_blob::{pool, BlobCaller, BlobStore, Score, StoreConfig, TagId};
 use tandem_hal::{GpuApi, GpuDevice, HostApi};
 use tandem_process::ServiceChild;
 use tandem_runtime::kernels::{EchoRoute, NoopLaunch, RuntimeKernels};
@@ -197,15 +197,8 @@ fn measure<A: GpuApi>(
     drop(kernels);
     let mut blobs = BlobKernels::load(queues).map_err(err)?;
     let put = |grid: (u32, u32), bytes, rounds, mode| PutGetLaunch {
-        blocks: grid.0,
-        threads: grid.1,
-        tag,
-        blob_bytes: bytes,
-        rounds,
-        mode,
         score: Score(1.0),
-        context: PutContext::default(),
-        spin_budget: 1 << 40,
+        ..PutGetLaunch::new(grid, tag, bytes, rounds, mode)
     };
     let small = put(scale.small_grid, SMALL, scale.small_rounds, PutGetMode::Put);
     let large = put(

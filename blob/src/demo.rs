@@ -60,6 +60,31 @@ pub struct PutGetLaunch {
     pub spin_budget: u64,
 }
 
+impl PutGetLaunch {
+    /// `grid` (blocks, threads per block) doing `rounds` rounds of `mode` on blobs of
+    /// `blob_bytes` in `tag`; the rest as most launches want it, changed by field: placement
+    /// left to the store, the default context, and a spin budget no healthy runtime exhausts.
+    pub fn new(
+        grid: (u32, u32),
+        tag: TagId,
+        blob_bytes: u64,
+        rounds: u64,
+        mode: PutGetMode,
+    ) -> Self {
+        Self {
+            blocks: grid.0,
+            threads: grid.1,
+            tag,
+            blob_bytes,
+            rounds,
+            mode,
+            score: Score::AUTO,
+            context: PutContext::default(),
+            spin_budget: 1 << 40,
+        }
+    }
+}
+
 /// Byte `i` of round `round` of thread `rank`'s blob, as the kernels write
 /// it (`kernels/blob.cu`'s `pattern`): what a host check compares with.
 pub fn pattern(rank: u64, round: u64, i: u64) -> u8 {

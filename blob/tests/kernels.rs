@@ -159,15 +159,14 @@ fn kernel_threads_put_and_get_their_blobs<A: GpuApi>(api: A) {
     ] {
         let tag = store.get_or_create_tag(tag_name).expect("tag");
         let launch = PutGetLaunch {
-            blocks,
-            threads,
-            tag,
-            blob_bytes,
-            rounds,
-            mode: PutGetMode::PutGetCheck,
             score,
-            context: PutContext::default(),
-            spin_budget: 1 << 40,
+            ..PutGetLaunch::new(
+                (blocks, threads),
+                tag,
+                blob_bytes,
+                rounds,
+                PutGetMode::PutGetCheck,
+            )
         };
         let outcome = kernels.put_get(&launch).expect("launch");
         assert_all_ok(&outcome, tag_name);
@@ -215,17 +214,7 @@ fn kernel_errors_come_back_as_codes<A: GpuApi>(api: A) {
     let store = store(&dir);
     let runtime = runtime(api, &store);
     let mut kernels = BlobKernels::load(&runtime.devices()[0]).expect("load the blob kernels");
-    let launch = PutGetLaunch {
-        blocks: 2,
-        threads: 8,
-        tag: TagId(0xdead),
-        blob_bytes: 64,
-        rounds: 1,
-        mode: PutGetMode::PutGetCheck,
-        score: Score::AUTO,
-        context: PutContext::default(),
-        spin_budget: 1 << 40,
-    };
+    let launch = PutGetLaunch::new((2, 8), TagId(0xdead), 64, 1, PutGetMode::PutGetCheck);
     let outcome = kernels.put_get(&launch).expect("launch");
     assert!(
         outcome.status.iter().all(|&s| s == 0),
@@ -288,15 +277,14 @@ fn kernels_share_blobs_through_the_object_tier<A: GpuApi>(api: A) {
     let tag = here.get_or_create_tag("shared").expect("tag");
     let blob_bytes = 4096 + 100;
     let launch = PutGetLaunch {
-        blocks,
-        threads,
-        tag,
-        blob_bytes,
-        rounds: 1,
-        mode: PutGetMode::PutGetCheck,
         score: Score(0.0),
-        context: PutContext::default(),
-        spin_budget: 1 << 40,
+        ..PutGetLaunch::new(
+            (blocks, threads),
+            tag,
+            blob_bytes,
+            1,
+            PutGetMode::PutGetCheck,
+        )
     };
     assert_all_ok(
         &kernels.put_get(&launch).expect("launch"),
@@ -353,17 +341,7 @@ fn kernels_on_two_devices_share_blobs<A: GpuApi>(api: A) {
     ];
     // Both tags' blobs fit the RAM target (one page each).
     let blob_bytes = 2048 + 24;
-    let launch = |tag, mode| PutGetLaunch {
-        blocks,
-        threads,
-        tag,
-        blob_bytes,
-        rounds: 1,
-        mode,
-        score: Score::AUTO,
-        context: PutContext::default(),
-        spin_budget: 1 << 40,
-    };
+    let launch = |tag, mode| PutGetLaunch::new((blocks, threads), tag, blob_bytes, 1, mode);
     let [zero, one] = &mut kernels;
     let (put0, put1) = std::thread::scope(|s| {
         let put0 = s.spawn(|| zero.put_get(&launch(tags[0], PutGetMode::Put)));
@@ -414,15 +392,14 @@ fn kernels_put_compressed_blobs<A: GpuApi>(api: A) {
             persistence,
         };
         let launch = PutGetLaunch {
-            blocks,
-            threads,
-            tag,
-            blob_bytes,
-            rounds: 2,
-            mode: PutGetMode::PutGetCheck,
-            score: Score::AUTO,
             context,
-            spin_budget: 1 << 40,
+            ..PutGetLaunch::new(
+                (blocks, threads),
+                tag,
+                blob_bytes,
+                2,
+                PutGetMode::PutGetCheck,
+            )
         };
         assert_all_ok(&kernels.put_get(&launch).expect("launch"), tag_name);
         let stat = store.stat(tag, "k0").expect("stat");

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use tandem_blob::demo::{pattern, BlobKernels, PutGetLaunch, PutGetMode};
-use tandem_blob::{pool, BlobCaller, BlobStore, PutContext, Score, StoreConfig};
+use tandem_blob::{pool, BlobCaller, BlobStore, Score, StoreConfig};
 use tandem_hal::GpuApi;
 use tandem_runtime::{
     on_best_backend, owned_temp_prefix, Backend, Config, DeviceSelection, OnBackend, Registry,
@@ -160,15 +160,14 @@ pub(crate) fn demo_part<A: GpuApi>(
             .get_or_create_tag(tag_name)
             .map_err(|e| e.to_string())?;
         let launch = PutGetLaunch {
-            blocks,
-            threads,
-            tag,
-            blob_bytes,
-            rounds,
-            mode: PutGetMode::PutGetCheck,
             score,
-            context: PutContext::default(),
-            spin_budget: 1 << 40,
+            ..PutGetLaunch::new(
+                (blocks, threads),
+                tag,
+                blob_bytes,
+                rounds,
+                PutGetMode::PutGetCheck,
+            )
         };
         let n = u64::from(blocks * threads);
         say(format!(
