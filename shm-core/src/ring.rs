@@ -339,13 +339,7 @@ impl RingShape {
         len: usize,
         capacity: u32,
     ) -> Result<RingView<'r>, RingError> {
-        check_capacity(capacity)?;
-        check_region(
-            region,
-            len,
-            align_of::<RingHeader>(),
-            self.required_bytes(capacity),
-        )?;
+        self.check_fits(region, len, capacity)?;
         let header = region.cast::<RingHeader>();
         // SAFETY: the region is valid, aligned and large enough (checked
         // above); fields are written through raw pointers, the atomics with
@@ -436,16 +430,22 @@ impl RingShape {
                 found: u64::from(stride),
             });
         }
+        self.check_fits(region, len, capacity)?;
+        // SAFETY: initialised (magic seen), aligned, and `capacity` slots fit
+        // in the region (checked above).
+        Ok(unsafe { RingView::new(region, capacity) })
+    }
+
+    /// Whether a ring of `capacity` slots of this shape fits in `len` bytes at `region`, which
+    /// must be aligned for its header.
+    fn check_fits(&self, region: *mut u8, len: usize, capacity: u32) -> Result<(), RingError> {
         check_capacity(capacity)?;
         check_region(
             region,
             len,
             align_of::<RingHeader>(),
             self.required_bytes(capacity),
-        )?;
-        // SAFETY: initialised (magic seen), aligned, and `capacity` slots fit
-        // in the region (checked above).
-        Ok(unsafe { RingView::new(region, capacity) })
+        )
     }
 
     /// Writes `value` as the element of `slot`.

@@ -211,13 +211,16 @@ mod tests {
     #[test]
     fn the_encoding_is_the_one_stores_on_disk_hold() {
         let one = raw(2, 3, 0x0102_0304, 0x0a0b);
+        // A version of 9000 bytes in one extent (`one`), as both formats write it.
+        let mut size_and_extent = Vec::new();
+        size_and_extent.extend_from_slice(&9000u64.to_le_bytes());
+        size_and_extent.extend_from_slice(&1u32.to_le_bytes());
+        size_and_extent.extend_from_slice(&2u64.to_le_bytes());
+        size_and_extent.extend_from_slice(&3u64.to_le_bytes());
+        size_and_extent.extend_from_slice(&[4, 3, 2, 1]);
+        size_and_extent.extend_from_slice(&0x0a0bu64.to_le_bytes());
         let mut want = vec![1u8];
-        want.extend_from_slice(&9000u64.to_le_bytes());
-        want.extend_from_slice(&1u32.to_le_bytes());
-        want.extend_from_slice(&2u64.to_le_bytes());
-        want.extend_from_slice(&3u64.to_le_bytes());
-        want.extend_from_slice(&[4, 3, 2, 1]);
-        want.extend_from_slice(&0x0a0bu64.to_le_bytes());
+        want.extend_from_slice(&size_and_extent);
         assert_eq!(encode(&long_term(9000, vec![one])), want);
 
         let packed = StoredExtent {
@@ -236,12 +239,7 @@ mod tests {
         };
         let mut want = vec![2u8, 1];
         want.extend_from_slice(&[0xbb; 16]);
-        want.extend_from_slice(&9000u64.to_le_bytes());
-        want.extend_from_slice(&1u32.to_le_bytes());
-        want.extend_from_slice(&2u64.to_le_bytes());
-        want.extend_from_slice(&3u64.to_le_bytes());
-        want.extend_from_slice(&[4, 3, 2, 1]);
-        want.extend_from_slice(&0x0a0bu64.to_le_bytes());
+        want.extend_from_slice(&size_and_extent);
         want.push(1);
         want.extend_from_slice(&0x0506u32.to_le_bytes());
         want.extend_from_slice(&0x0708_090au32.to_le_bytes());
