@@ -18,13 +18,17 @@
 // times itself and `interleaved_times` takes the times.
 #[allow(dead_code, reason = "interleaved_rates is for the other benches")]
 mod harness;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
-use std::alloc::{alloc, dealloc, Layout};
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use std::alloc::{alloc, dealloc, Layout};
+
 use harness::cpus::Pinning;
+use support::AlignedRegion;
 use tandem_shm_core::layout::AllocatorId;
 use tandem_shm_core::{ArenaAllocator, SizeClassAllocator, SizeClassCache};
 
@@ -36,32 +40,7 @@ const ALIGN: u64 = 16;
 const ID: AllocatorId = AllocatorId::new(1, 0);
 
 /// A page-aligned heap buffer standing in for a shared region.
-struct Region {
-    ptr: *mut u8,
-    layout: Layout,
-}
-
-impl Region {
-    fn new(len: usize) -> Self {
-        let layout = Layout::from_size_align(len, 4096).expect("valid layout");
-        // SAFETY: non-zero size.
-        let ptr = unsafe { alloc(layout) };
-        assert!(!ptr.is_null(), "out of memory");
-        Region { ptr, layout }
-    }
-}
-
-// SAFETY: the buffer is reached only through allocator handles (Send and
-// Sync themselves), which a benchmark thread may set up in it; it is freed
-// once, when the owner drops it after every thread has ended.
-unsafe impl Sync for Region {}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr, self.layout) }
-    }
-}
+type Region = AlignedRegion;
 
 /// The threads of one row and where they run.
 struct Threads {
@@ -230,7 +209,7 @@ fn freed_heap(region: &Region, block: u64) -> SizeClassAllocator<'_> {
     // SAFETY: the region outlives the handle and is used only through it;
     // the previous batch's handle is gone.
     let alloc =
-        unsafe { SizeClassAllocator::init_in(region.ptr, region.layout.size(), ID) }.expect("init");
+        unsafe { SizeClassAllocator::init_in(region.ptr(), region.len(), ID) }.expect("init");
     let mut blocks = Vec::new();
     while let Ok(ptr) = alloc.allocate(block - 16, ALIGN) {
         blocks.push(ptr);
@@ -386,14 +365,14 @@ fn main() {
     );
     // Two threads' batches, with room for alignment and carve rounding.
     let region = Region::new((3 * OPS * SIZE) as usize + (1 << 20));
-    let len = region.layout.size();
+    let len = region.len();
     for count in [1, 2] {
         let threads = Threads::new(count);
         let roles = ["thread 0", "thread 1"];
         println!("{count} thr: {}", threads.pins.describe(&roles[..count]));
         {
             // SAFETY: the region outlives the handle and is used only through it.
-            let arena = unsafe { ArenaAllocator::init_in(region.ptr, len, ID) }.expect("init");
+            let arena = unsafe { ArenaAllocator::init_in(region.ptr(), len, ID) }.expect("init");
             let [per_thread, shared, system] = threads.rates([
                 &mut || thread_arena_alloc_only(&arena, &threads),
                 &mut || arena_alloc_only(&arena, &threads),
@@ -416,7 +395,7 @@ fn main() {
             );
         }
         // SAFETY: the arena handles above are gone; the region is reused.
-        let sizes = unsafe { SizeClassAllocator::init_in(region.ptr, len, ID) }.expect("init");
+        let sizes = unsafe { SizeClassAllocator::init_in(region.ptr(), len, ID) }.expect("init");
         let [cached, uncached, system] = threads.rates([
             &mut || size_class_cached_pairs(&sizes, &threads),
             &mut || size_class_pairs(&sizes, &threads),

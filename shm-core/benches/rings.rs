@@ -11,8 +11,8 @@
 //! Run with `cargo bench -p tandem-shm-core --bench rings`.
 
 mod harness;
-#[path = "../tests/ring_support/mod.rs"]
-mod ring_support;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::hint::spin_loop;
 use std::ops::AddAssign;
@@ -20,7 +20,7 @@ use std::thread;
 
 use crossbeam_queue::ArrayQueue;
 use harness::cpus::Pinning;
-use ring_support::AlignedRegion;
+use support::AlignedRegion;
 use tandem_shm_core::{MpmcRing, SpscRing};
 
 const ITEMS: u64 = 10_000_000;

@@ -2,7 +2,6 @@
 //! allocator.
 #![cfg(not(loom))]
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::collections::BTreeMap;
 use std::sync::mpsc::TrySendError;
 
@@ -11,45 +10,26 @@ use tandem_shm_core::layout::{AllocatorId, ShmPtr, SIZE_CLASSES};
 use tandem_shm_core::{block_size, HEAP_ALIGN};
 use tandem_shm_core::{AllocError, ArenaAllocator, SizeClassAllocator, SizeClassCache};
 
+mod support;
+use support::AlignedRegion;
+
 const ID: AllocatorId = AllocatorId::new(7, 1);
 /// Size of the arena header, where its heap starts.
 const ARENA_HEAP_BEGIN: u64 = 128;
 
 /// A zeroed, page-aligned heap buffer standing in for a shared region.
-struct Region {
-    ptr: *mut u8,
-    layout: Layout,
-}
+type Region = AlignedRegion;
 
-impl Region {
-    fn new(len: usize) -> Self {
-        let layout = Layout::from_size_align(len, 4096).expect("valid layout");
-        // SAFETY: `layout` has a non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        assert!(!ptr.is_null(), "out of memory");
-        Region { ptr, layout }
-    }
-
-    fn len(&self) -> usize {
-        self.layout.size()
-    }
-
+impl AlignedRegion {
     fn size_class(&self) -> SizeClassAllocator<'_> {
         // SAFETY: the region outlives the handle (its lifetime is tied to
         // `self`) and is used only through allocator handles.
-        unsafe { SizeClassAllocator::init_in(self.ptr, self.len(), ID) }.expect("init")
+        unsafe { SizeClassAllocator::init_in(self.ptr(), self.len(), ID) }.expect("init")
     }
 
     fn arena(&self) -> ArenaAllocator<'_> {
         // SAFETY: as in `size_class`.
-        unsafe { ArenaAllocator::init_in(self.ptr, self.len(), ID) }.expect("init")
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr, self.layout) }
+        unsafe { ArenaAllocator::init_in(self.ptr(), self.len(), ID) }.expect("init")
     }
 }
 
@@ -194,7 +174,7 @@ proptest! {
     fn size_class_model(ops in prop::collection::vec(op_strategy(), 1..200)) {
         let region = Region::new(256 * 1024);
         let alloc = region.size_class();
-        let base = region.ptr.addr() as u64;
+        let base = region.ptr().addr() as u64;
         let heap_end = region.len() as u64;
         let mut reference = ReferenceHeap::new(heap_end);
         let mut ranges = Ranges::default();
@@ -274,7 +254,7 @@ proptest! {
         let region = Region::new(1 << 20);
         let alloc = region.size_class();
         let mut cache = SizeClassCache::new(alloc);
-        let base = region.ptr.addr() as u64;
+        let base = region.ptr().addr() as u64;
         let mut ranges = Ranges::default();
         let mut live: Vec<(ShmPtr<u8>, u64, u64)> = Vec::new();
         for (step, (op, path)) in ops.into_iter().enumerate() {
@@ -342,7 +322,7 @@ proptest! {
     ) {
         let region = Region::new(32 * 1024);
         let arena = region.arena();
-        let base = region.ptr.addr() as u64;
+        let base = region.ptr().addr() as u64;
         let heap_end = region.len() as u64;
         let mut ranges = Ranges::default();
         for (size, align, sub_requests) in requests {
@@ -697,7 +677,7 @@ fn thread_exit_flushes_a_thread_local_cache() {
     let region: &'static Region = Box::leak(Box::new(Region::new(1 << 20)));
     // SAFETY: the region lives forever and is used only through handles.
     let alloc: SizeClassAllocator<'static> =
-        unsafe { SizeClassAllocator::init_in(region.ptr, region.len(), ID) }.expect("init");
+        unsafe { SizeClassAllocator::init_in(region.ptr(), region.len(), ID) }.expect("init");
     let class = SizeClassAllocator::class_for(100, 16).expect("class");
     std::thread::spawn(move || {
         CACHE.with_borrow_mut(|cache| {

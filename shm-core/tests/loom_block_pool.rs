@@ -8,13 +8,13 @@
 //! Relaxed fails this model (the next holder's write races the last one's).
 #![cfg(loom)]
 
-mod ring_support;
+mod support;
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU32, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use ring_support::model;
+use support::model;
 use tandem_shm_core::BlockPool;
 
 /// Blocks 1 and 2: how many times each was taken, written non-atomically.

@@ -7,13 +7,13 @@
 //! is as described in `loom_spsc.rs`.
 #![cfg(loom)]
 
-mod ring_support;
+mod support;
 
 use std::num::NonZeroU32;
 
 use loom::sync::Arc;
 use loom::thread;
-use ring_support::{model, AlignedRegion};
+use support::{model, AlignedRegion};
 use tandem_shm_core::{LaneCursor, LaneQueue, LlRecord, Priority};
 
 fn record(item: u32) -> LlRecord {

@@ -13,11 +13,11 @@
 //! overwrite words still being read).
 #![cfg(loom)]
 
-mod ring_support;
+mod support;
 
 use loom::sync::Arc;
 use loom::thread;
-use ring_support::{model, AlignedRegion};
+use support::{model, AlignedRegion};
 use tandem_shm_core::{LlRecord, LlRing};
 
 /// Record i: three words derived from i, so a mix of two records shows.

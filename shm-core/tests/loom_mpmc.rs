@@ -24,11 +24,11 @@
 //! Relaxed fail the third (a run consumer beside a single one).
 #![cfg(loom)]
 
-mod ring_support;
+mod support;
 
 use loom::sync::Arc;
 use loom::thread;
-use ring_support::{model, AlignedRegion};
+use support::{model, AlignedRegion};
 use tandem_shm_core::MpmcRing;
 
 /// See `loom_spsc.rs`.

@@ -15,11 +15,11 @@
 //! head/tail Release stores or Acquire loads Relaxed fails this model.
 #![cfg(loom)]
 
-mod ring_support;
+mod support;
 
 use loom::sync::Arc;
 use loom::thread;
-use ring_support::{model, AlignedRegion};
+use support::{model, AlignedRegion};
 use tandem_shm_core::SpscRing;
 
 /// A payload whose every byte depends on the index, so a torn or stale

@@ -2,7 +2,7 @@
 //! validation errors, multi-thread stress, and use through a second mapping
 //! of the same memory at another address.
 
-mod ring_support;
+mod support;
 
 use std::collections::VecDeque;
 use std::num::NonZeroU32;
@@ -11,7 +11,7 @@ use std::sync::Barrier;
 use std::thread;
 
 use proptest::prelude::*;
-use ring_support::AlignedRegion;
+use support::AlignedRegion;
 use tandem_shm_core::layout::{LANE_QUEUE_RINGS_OFFSET, RING_SLOTS_OFFSET};
 use tandem_shm_core::{
     LaneCursor, LaneQueue, LlRecord, LlRing, MpmcRing, NoSuchLane, Priority, PushError, RingError,
@@ -902,7 +902,7 @@ fn low_priority_drains_under_concurrent_high_flood() {
 #[cfg(target_os = "linux")]
 mod two_mappings {
     use super::*;
-    use ring_support::DoubleMapping;
+    use support::DoubleMapping;
 
     #[test]
     fn spsc_across_mappings() {

@@ -1,4 +1,4 @@
-//! Regions for the ring tests and benchmark: a 64-aligned heap block, and
+//! Regions for the ring and allocator tests and benchmarks: a page-aligned heap block, and
 //! (Linux) one memfd mapped twice at two addresses, as two processes would.
 #![allow(dead_code, reason = "each test crate uses a different subset")]
 
