@@ -11,12 +11,67 @@ from typing import Any, Optional
 from . import blob, errors, share
 from ._tandem import status_json as _status_json
 
-# The exception classes, at the package's root as in `errors`: a star import and
-# `__all__ +=` of a submodule's `__all__` are forms type checkers read as written.
-from .errors import *
+# The exception classes, each named: type checkers read `__all__` as written,
+# not as computed from `errors.__all__`.
+from .errors import (
+    TandemError,
+    ArgumentError,
+    ShareError,
+    NoDaemonError,
+    DaemonGoneError,
+    RefusedError,
+    BusyError,
+    UnknownIdError,
+    DeletedError,
+    NotSealedError,
+    SealedError,
+    InvalidSizeError,
+    StreamError,
+    NoDeviceError,
+    DeviceError,
+    ProtocolError,
+    ViewError,
+    UnsupportedError,
+    BlobError,
+    BlobNotFoundError,
+    BlobNameError,
+    BlobRangeError,
+    BlobSpaceError,
+    BlobRuntimeError,
+    StatusError,
+)
 
-__all__ = ["blob", "errors", "share", "status"]
-__all__ += errors.__all__
+__all__ = [
+    "blob",
+    "errors",
+    "share",
+    "status",
+    "TandemError",
+    "ArgumentError",
+    "ShareError",
+    "NoDaemonError",
+    "DaemonGoneError",
+    "RefusedError",
+    "BusyError",
+    "UnknownIdError",
+    "DeletedError",
+    "NotSealedError",
+    "SealedError",
+    "InvalidSizeError",
+    "StreamError",
+    "NoDeviceError",
+    "DeviceError",
+    "ProtocolError",
+    "ViewError",
+    "UnsupportedError",
+    "BlobError",
+    "BlobNotFoundError",
+    "BlobNameError",
+    "BlobRangeError",
+    "BlobSpaceError",
+    "BlobRuntimeError",
+    "StatusError",
+]
 
 
 def status(segment: Optional[str] = None) -> dict[str, Any]:
