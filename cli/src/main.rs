@@ -28,6 +28,7 @@ mod blob;
 mod clean;
 mod demo;
 mod info;
+mod metrics_arg;
 mod run;
 mod share;
 mod status;

@@ -55,6 +55,8 @@ impl Scrape {
     where
         Rows<V>: EncodeMetric + Send + Sync + std::fmt::Debug + 'static,
     {
+        // The encoder ends every help text with a full stop of its own.
+        let help = help.trim_end_matches('.');
         match unit {
             Some(unit) => self.registry.register_with_unit(name, help, unit, rows),
             None => self.registry.register(name, help, rows),

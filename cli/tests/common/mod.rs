@@ -7,6 +7,8 @@
     reason = "each test file is its own crate and uses a part of this module"
 )]
 
+pub mod scrape;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output};
