@@ -11,23 +11,24 @@ pub fn free_addr() -> SocketAddr {
 }
 
 /// `GET path` on `addr` (Connection: close): the status code and the body.
-pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("connect to the endpoint");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+pub fn try_http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .expect("send the request");
+    stream.write_all(request.as_bytes())?;
     let mut text = String::new();
-    stream.read_to_string(&mut text).expect("read the answer");
+    stream.read_to_string(&mut text)?;
     let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
     let body = text
         .split_once("\r\n\r\n")
         .map_or("", |(_, b)| b)
         .to_owned();
-    (status, body)
+    Ok((status, body))
+}
+
+/// [`try_http_get`], which must reach the server.
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    try_http_get(addr, path).unwrap_or_else(|e| panic!("GET {path} on {addr}: {e}"))
 }
 
 /// The series text of a scrape, which must succeed.
