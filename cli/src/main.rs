@@ -29,6 +29,7 @@ mod clean;
 mod demo;
 mod info;
 mod metrics_arg;
+mod progress;
 mod run;
 mod share;
 mod status;
