@@ -5,7 +5,7 @@
 mod common;
 
 use common::scrape::{free_addr, scrape, value, wait_for};
-use common::{start_until_ready, text, Cleanup};
+use common::{start_service, text, Cleanup};
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -26,18 +26,6 @@ impl Task for Unknown {
     type Output = Unknown;
 }
 
-/// `tandem ARGS --announce --exit-on-stdin-eof`, started until ready.
-fn service(args: &[&str], cleanup: &mut Cleanup) {
-    let mut command = common::tandem();
-    command
-        .args(args)
-        .args(["--announce", "--exit-on-stdin-eof"])
-        .env_remove("TANDEM_BLOB_CONFIG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    start_until_ready(command, cleanup);
-}
-
 /// A runtime configuration on the CPU device only, its segment `segment`, with `extra` lines.
 fn runtime_config(dir: &Path, segment: &str, extra: &str) -> String {
     let path = dir.join("tandem.toml");
@@ -54,7 +42,7 @@ fn the_runtime_shows_tasks_by_pool_and_segment_and_its_clients() {
     let segment = format!("tandem-metrics-rt-{}", std::process::id());
     // The config key, not the flag.
     let config = runtime_config(dir.path(), &segment, &format!("metrics = \"{addr}\"\n"));
-    service(&["run", "--config", &config], &mut cleanup);
+    start_service(&["run", "--config", &config], &mut cleanup);
 
     let client = Client::attach(&segment).expect("attach");
     let stop = AtomicU32::new(0);
@@ -93,6 +81,8 @@ fn the_runtime_shows_tasks_by_pool_and_segment_and_its_clients() {
         text.contains(&format!("tandem_runtime_info{{segment=\"{segment}\"")),
         "{text}"
     );
+    let heap = value(&text, r#"tandem_client_heap_bytes{slot="0"}"#);
+    assert_eq!(heap, Some(131_072.0), "the default quota: {text}");
     drop(client);
     wait_for(addr, "tandem_clients_attached", 0.0);
 }
@@ -105,7 +95,7 @@ fn scrapes_during_work_all_answer_and_count_up() {
     let segment = format!("tandem-metrics-busy-{}", std::process::id());
     let config = runtime_config(dir.path(), &segment, "");
     let metrics = addr.to_string();
-    service(
+    start_service(
         &["run", "--config", &config, "--metrics", &metrics],
         &mut cleanup,
     );
@@ -152,7 +142,7 @@ fn the_blob_store_shows_puts_gets_bytes_and_space() {
     let segment = format!("tandem-metrics-blob-{}", std::process::id());
     let config = blob_config(dir.path(), &segment);
     let metrics = addr.to_string();
-    service(
+    start_service(
         &["blob", "run", "--config", &config, "--metrics", &metrics],
         &mut cleanup,
     );
@@ -217,7 +207,7 @@ fn the_share_daemon_shows_buffers_clients_and_refusals() {
     let (socket_s, metrics) = (socket.to_str().unwrap(), addr.to_string());
     let args = ["share", "serve", "--backend", "host", "--socket", socket_s];
     let limits = ["--max-buffers", "2", "--metrics", &metrics];
-    service(&[&args[..], &limits[..]].concat(), &mut cleanup);
+    start_service(&[&args[..], &limits[..]].concat(), &mut cleanup);
     let client = ShareClient::connect(HostApi::load().unwrap(), &socket).expect("connect");
     let (_a, _buf_a) = client.create_buffer(0, 4096).expect("first buffer");
     let (_b, _buf_b) = client.create_buffer(0, 8192).expect("second buffer");
@@ -257,7 +247,7 @@ fn no_endpoint_unless_asked() {
     let segment = format!("tandem-metrics-off-{}", std::process::id());
     let config = runtime_config(dir.path(), &segment, "");
     // Whatever port it might have taken: the default one stays closed.
-    service(&["run", "--config", &config], &mut cleanup);
+    start_service(&["run", "--config", &config], &mut cleanup);
     assert!(std::net::TcpStream::connect("127.0.0.1:9464").is_err());
 }
 

@@ -7,10 +7,10 @@
 mod common;
 
 use common::scrape::{free_addr, http_get, try_http_get};
-use common::{start_until_ready, Cleanup};
+use common::{start_service, Cleanup};
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
@@ -21,27 +21,6 @@ use tandem_share::ShareClient;
 
 /// How often Prometheus scrapes: the rates below need a few samples in their windows.
 const SCRAPE_INTERVAL: &str = "1s";
-
-/// The Prometheus binary, or `None` outside CI when there is none.
-fn prometheus() -> Option<PathBuf> {
-    let named = std::env::var_os("TANDEM_PROMETHEUS").map(PathBuf::from);
-    let found = named.or_else(|| {
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("prometheus"))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "no prometheus under CI=true: .ci/run installs Debian's package"
-        );
-        eprintln!(
-            "skipped: no prometheus (install Debian's `prometheus`, or set TANDEM_PROMETHEUS)"
-        );
-    }
-    found
-}
 
 /// Prometheus, killed when dropped.
 struct Running(Child);
@@ -131,17 +110,6 @@ fn wait_for(web: SocketAddr, q: &str, ok: impl Fn(f64) -> bool) -> f64 {
     }
 }
 
-fn service(args: &[&str], cleanup: &mut Cleanup) {
-    let mut command = common::tandem();
-    command
-        .args(args)
-        .args(["--announce", "--exit-on-stdin-eof"])
-        .env_remove("TANDEM_BLOB_CONFIG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    start_until_ready(command, cleanup);
-}
-
 /// Sends `per_second` math tasks a second for `how_long`: how many it sent.
 fn steady_tasks(client: &Client, per_second: u64, how_long: Duration) -> u64 {
     let stop = AtomicU32::new(0);
@@ -161,7 +129,9 @@ fn steady_tasks(client: &Client, per_second: u64, how_long: Duration) -> u64 {
 
 #[test]
 fn prometheus_scrapes_the_services_and_its_queries_match_the_work() {
-    let Some(exe) = prometheus() else { return };
+    let Some(exe) = common::tool_or_skip("prometheus", "TANDEM_PROMETHEUS") else {
+        return;
+    };
     let mut cleanup = Cleanup::default();
     let dir = tempfile::tempdir().unwrap();
     let (runtime_at, blob_at, share_at, web) = (free_addr(), free_addr(), free_addr(), free_addr());
@@ -182,7 +152,7 @@ fn prometheus_scrapes_the_services_and_its_queries_match_the_work() {
         "--metrics",
         &runtime_metrics,
     ];
-    service(&run_args, &mut cleanup);
+    start_service(&run_args, &mut cleanup);
 
     let blob_toml = dir.path().join("blob.toml");
     let store = format!(
@@ -193,7 +163,7 @@ fn prometheus_scrapes_the_services_and_its_queries_match_the_work() {
     std::fs::write(&blob_toml, store).unwrap();
     let blob_metrics = blob_at.to_string();
     let blob_toml = blob_toml.to_str().unwrap();
-    service(
+    start_service(
         &[
             "blob",
             "run",
@@ -214,7 +184,7 @@ fn prometheus_scrapes_the_services_and_its_queries_match_the_work() {
         "--metrics",
         &share_metrics,
     ];
-    service(&[&share_args[..], &share_more[..]].concat(), &mut cleanup);
+    start_service(&[&share_args[..], &share_more[..]].concat(), &mut cleanup);
 
     let prometheus_dir = dir.path().join("prometheus");
     std::fs::create_dir(&prometheus_dir).unwrap();

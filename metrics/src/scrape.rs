@@ -101,10 +101,6 @@ impl EncodeMetric for Rows<u64> {
     fn metric_type(&self) -> MetricType {
         self.kind
     }
-
-    fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
 }
 
 impl EncodeMetric for Rows<f64> {
@@ -117,10 +113,6 @@ impl EncodeMetric for Rows<f64> {
 
     fn metric_type(&self) -> MetricType {
         self.kind
-    }
-
-    fn is_empty(&self) -> bool {
-        self.rows.is_empty()
     }
 }
 
@@ -139,9 +131,5 @@ impl EncodeMetric for Rows<HistogramSnapshot> {
 
     fn metric_type(&self) -> MetricType {
         self.kind
-    }
-
-    fn is_empty(&self) -> bool {
-        self.rows.is_empty()
     }
 }

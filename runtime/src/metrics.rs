@@ -164,14 +164,25 @@ fn client_series(s: &StatusSnapshot, scrape: &mut Scrape) {
         None,
         by_state.into_iter().map(|(l, n)| (l, n as f64)),
     );
+    let slot = |c: &crate::status::ClientStatus| vec![("slot", c.slot.to_string())];
+    scrape.gauge(
+        "tandem_client_heap",
+        "A client's heap, its quota, by slot",
+        Some(Unit::Bytes),
+        s.clients
+            .iter()
+            .map(|c| (slot(c), c.heap_bytes as f64))
+            .collect::<Vec<_>>(),
+    );
     scrape.gauge(
         "tandem_client_heap_used",
-        "Bytes in use in all host clients' heaps.",
+        "Bytes in use in a client's heap, by slot: at its size, the client's requests fail \
+         with ClientQuota",
         Some(Unit::Bytes),
-        [(
-            vec![],
-            s.clients.iter().map(|c| c.in_use_bytes).sum::<u64>() as f64,
-        )],
+        s.clients
+            .iter()
+            .map(|c| (slot(c), c.in_use_bytes as f64))
+            .collect::<Vec<_>>(),
     );
 }
 
