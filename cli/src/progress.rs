@@ -9,7 +9,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// How long a transfer runs before its bar shows.
-pub(crate) const SHOW_AFTER: Duration = Duration::from_secs(1);
+const SHOW_AFTER: Duration = Duration::from_secs(1);
 
 /// A transfer's progress, drawn on a terminal's stderr once it has taken [`SHOW_AFTER`].
 pub(crate) struct Progress {

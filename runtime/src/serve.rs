@@ -83,7 +83,7 @@ pub fn serve_with_metrics<A: GpuApi>(
     let runtime = Runtime::start_with(api, config, registry)?;
     let name = runtime.cpu_segment().name().unwrap_or_default().to_string();
     // Up before the ready line, so that whoever waits for it can scrape at once.
-    let _metrics = match options.metrics.or(config_metrics) {
+    let metrics = match options.metrics.or(config_metrics) {
         Some(addr) => {
             let own = RuntimeSource {
                 segment: name.clone(),
@@ -116,5 +116,7 @@ pub fn serve_with_metrics<A: GpuApi>(
         wake_on_stdin_eof(termination.waker());
     }
     termination.wait();
+    // Stopped first: a scrape during the shutdown would find the segment half gone.
+    drop(metrics);
     runtime.shutdown()
 }
