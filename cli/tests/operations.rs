@@ -10,26 +10,27 @@ use common::scrape::{free_addr, scrape};
 use common::{start_service, tool_or_skip, Cleanup};
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
-/// The repository's root.
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The unit files, by name.
-fn units() -> Vec<PathBuf> {
-    let dir = root().join("packaging/systemd");
-    let mut units: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "service"))
-        .collect();
-    units.sort();
-    assert_eq!(units.len(), 3, "{units:?}");
-    units
-}
+/// The unit files, embedded: a GPU bundle runs this test away from the source tree.
+const UNITS: [(&str, &str); 3] = [
+    (
+        "tandem.service",
+        include_str!("../../packaging/systemd/tandem.service"),
+    ),
+    (
+        "tandem-blob.service",
+        include_str!("../../packaging/systemd/tandem-blob.service"),
+    ),
+    (
+        "tandem-share.service",
+        include_str!("../../packaging/systemd/tandem-share.service"),
+    ),
+];
+const ALERTS: &str = include_str!("../../packaging/prometheus/tandem-alerts.yml");
+const ALERT_TESTS: &str = include_str!("../../packaging/prometheus/tandem-alerts.test.yml");
+const OPERATIONS_MD: &str = include_str!("../../docs/operations.md");
 
 /// Where the units expect the binary; the tests put the one cargo built there instead.
 const INSTALLED: &str = "/usr/local/bin/tandem";
@@ -41,16 +42,11 @@ fn the_units_pass_systemd_analyze_verify() {
     };
     let dir = tempfile::tempdir().unwrap();
     let built = common::tandem_exe();
-    let copies: Vec<PathBuf> = units()
+    let copies: Vec<PathBuf> = UNITS
         .iter()
-        .map(|unit| {
-            let text = std::fs::read_to_string(unit).unwrap();
-            assert!(
-                text.contains(&format!("ExecStart={INSTALLED} ")),
-                "{}",
-                unit.display()
-            );
-            let copy = dir.path().join(unit.file_name().unwrap());
+        .map(|(name, text)| {
+            assert!(text.contains(&format!("ExecStart={INSTALLED} ")), "{name}");
+            let copy = dir.path().join(name);
             std::fs::write(&copy, text.replace(INSTALLED, built.to_str().unwrap())).unwrap();
             copy
         })
@@ -67,8 +63,7 @@ fn the_units_pass_systemd_analyze_verify() {
 
 #[test]
 fn the_units_command_lines_are_ones_tandem_takes() {
-    for unit in units() {
-        let text = std::fs::read_to_string(&unit).unwrap();
+    for (name, text) in UNITS {
         let line = text
             .lines()
             .find_map(|l| l.strip_prefix("ExecStart="))
@@ -80,12 +75,8 @@ fn the_units_command_lines_are_ones_tandem_takes() {
             .arg("--help")
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}: {}",
-            unit.display(),
-            common::text(&out.stderr)
-        );
+        let said = common::text(&out.stderr);
+        assert!(out.status.success(), "{name}: {said}");
     }
 }
 
@@ -94,14 +85,16 @@ fn the_alert_rules_pass_promtool() {
     let Some(promtool) = tool_or_skip("promtool", "TANDEM_PROMTOOL") else {
         return;
     };
-    let dir = root().join("packaging/prometheus");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tandem-alerts.yml"), ALERTS).unwrap();
+    std::fs::write(dir.path().join("tandem-alerts.test.yml"), ALERT_TESTS).unwrap();
     for args in [
         ["check", "rules", "tandem-alerts.yml"],
         ["test", "rules", "tandem-alerts.test.yml"],
     ] {
         let out = Command::new(&promtool)
             .args(args)
-            .current_dir(&dir)
+            .current_dir(dir.path())
             .output()
             .unwrap();
         let said = format!("{}{}", common::text(&out.stdout), common::text(&out.stderr));
@@ -162,8 +155,7 @@ fn operations_md_names_exactly_the_series_served() {
     for addr in [run_at, blob_at, share_at] {
         served.extend(declared(&scrape(addr)));
     }
-    let doc = std::fs::read_to_string(root().join("docs/operations.md")).unwrap();
-    let listed: BTreeSet<String> = doc
+    let listed: BTreeSet<String> = OPERATIONS_MD
         .lines()
         .filter_map(|l| l.strip_prefix("| `tandem_")?.split('`').next())
         .map(|name| format!("tandem_{name}"))
