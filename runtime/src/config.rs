@@ -15,6 +15,7 @@
 //! client_heap_bytes = 131072  # each client's heap in the CPU segment: its quota
 //! client_device_queues = 2    # device segments each client may hold (its kernels' queues)
 //! client_device_segment_size = 33554432  # bytes of each of those segments
+//! # metrics = "9464"          # Prometheus metrics on 127.0.0.1:9464 (or "IP:PORT"); default: none
 //! ```
 
 use std::net::SocketAddr;
@@ -472,6 +473,18 @@ mod tests {
             (c.device_lanes(Backend::Host), c.device_lanes(Backend::Cuda)),
             (3, 5)
         );
+    }
+
+    #[test]
+    fn metrics_takes_a_port_or_an_address_and_round_trips() {
+        assert_eq!(Config::default().metrics, None);
+        let port = Config::from_toml("metrics = \"9464\"").expect("a port");
+        assert_eq!(port.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+        let any = Config::from_toml("metrics = \"0.0.0.0:9464\"").expect("an address");
+        assert_eq!(any.metrics, Some("0.0.0.0:9464".parse().unwrap()));
+        assert_eq!(Config::from_toml(&any.to_toml()).expect("round trip"), any);
+        let e = Config::from_toml("metrics = \"localhost\"").unwrap_err();
+        assert!(e.to_string().contains("`metrics`"), "{e}");
     }
 
     #[test]
