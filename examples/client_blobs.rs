@@ -218,6 +218,7 @@ impl OnBackend for Serve {
         let options = ServeOptions {
             announce: true,
             exit_on_stdin_eof: true,
+            metrics: None,
         };
         serve(api, backend, config, registry, options).map_err(|e| e.to_string())
     }

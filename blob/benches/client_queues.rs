@@ -393,6 +393,7 @@ fn serve_runtime(args: &[String]) -> Result<(), String> {
     let options = ServeOptions {
         announce: true,
         exit_on_stdin_eof: true,
+        metrics: None,
     };
     let served = match backend.as_str() {
         "host" => serve(

@@ -179,7 +179,8 @@
 //!   calls that pool through a [`BlobCaller`] over a [`Submitter`] (a runtime in its process,
 //!   or a client of one in another), failing with a [`CallError`]. A store open in one process
 //!   is [`BlobError::InUse`] to an open in another; a [`StoreIdentity`] (its metadata file)
-//!   tells a process which runtime serves the store it was configured with.
+//!   tells a process which runtime serves the store it was configured with. [`BlobStore`] is
+//!   a `tandem_metrics::Source`: what `tandem blob run --metrics` shows of it.
 //!
 //! Two modules are public as support rather than API, and only with the `demo` feature (on by
 //! default): [`demo`] launches the store's own put/get kernels and the wire check, and
@@ -199,7 +200,8 @@
 //!    store: its index and tags, `put`, `get` and `recover`.
 //! 4. `object`, the object tier, which the store reaches through `ObjectTarget` alone; it asks
 //!    `local` only for a tag's name and whether it holds a blob.
-//! 5. `open` (checks the configuration, makes or finds the files, recovers), then `store`
+//! 5. `open` (checks the configuration, makes or finds the files, recovers), `metrics` (what
+//!    the store's calls did, and its series), then `store`
 //!    ([`BlobStore`]: checks each call's arguments and routes it to `local` or `object`).
 //! 6. `pool` (the store as a runtime pool), then `caller`, `demo` and `kernels`.
 
@@ -222,6 +224,7 @@ pub mod kernels {
 }
 mod local;
 mod meta;
+mod metrics;
 mod object;
 mod open;
 mod placement;

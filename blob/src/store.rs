@@ -3,12 +3,14 @@
 //! the one place the two meet.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::blob_put::BlobPut;
 use crate::config::{Limits, StoreConfig, TargetKind};
 use crate::error::{BlobError, NameKind};
 use crate::local::{LocalStore, PutRequest};
 use crate::meta::meta_io;
+use crate::metrics::BlobCounters;
 use crate::object::{InBucket, ObjectTarget};
 use crate::open::{self, Opening};
 use crate::placement;
@@ -22,6 +24,7 @@ pub struct BlobStore {
     object: ObjectTarget,
     limits: Limits,
     identity: StoreIdentity,
+    counters: BlobCounters,
 }
 
 impl BlobStore {
@@ -73,6 +76,7 @@ impl BlobStore {
             object,
             limits: config.limits.clone(),
             identity,
+            counters: BlobCounters::new(config.targets.len()),
         })
     }
 
@@ -134,6 +138,20 @@ impl BlobStore {
     /// same blob (that would wait on itself); gets of the blob, and anything on other blobs,
     /// are fine.
     pub fn put_with(
+        &self,
+        put: &BlobPut<'_>,
+        len: u64,
+        fill: &mut Fill<'_>,
+    ) -> Result<PutInfo, BlobError> {
+        let start = Instant::now();
+        let done = self.put_counted(put, len, fill);
+        let targets = done.as_ref().ok().map(|info| info.targets.as_slice());
+        let how = put.context.compression;
+        self.counters.put_done(targets, len, how, start.elapsed());
+        done
+    }
+
+    fn put_counted(
         &self,
         put: &BlobPut<'_>,
         len: u64,
@@ -233,6 +251,20 @@ impl BlobStore {
         len: u64,
         drain: &mut Drain<'_>,
     ) -> Result<(), BlobError> {
+        let start = Instant::now();
+        let done = self.get_counted(tag, name, offset, len, drain);
+        self.counters.get_done(done.is_ok(), len, start.elapsed());
+        done
+    }
+
+    fn get_counted(
+        &self,
+        tag: TagId,
+        name: &str,
+        offset: u64,
+        len: u64,
+        drain: &mut Drain<'_>,
+    ) -> Result<(), BlobError> {
         if let Some(blob) = self.object.answers_for(&self.local, tag, name)? {
             if len == 0 {
                 return Err(BlobError::EmptyRange);
@@ -271,6 +303,14 @@ impl BlobStore {
         let mut targets = self.local.target_stats();
         self.object.describe(&mut targets);
         targets
+    }
+}
+
+/// The store's series on its service's metrics endpoint: what its calls did since it opened,
+/// and its targets' space now.
+impl tandem_metrics::Source for BlobStore {
+    fn collect(&self, scrape: &mut tandem_metrics::Scrape) {
+        self.counters.series(&self.targets(), scrape);
     }
 }
 

@@ -28,6 +28,8 @@ mod blob;
 mod clean;
 mod demo;
 mod info;
+mod metrics_arg;
+mod progress;
 mod run;
 mod share;
 mod status;

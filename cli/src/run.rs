@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::metrics_arg::MetricsArg;
 use clap::Args;
 use tandem_hal::GpuApi;
 use tandem_runtime::{on_best_backend, serve, Backend, Config, OnBackend, Registry, ServeOptions};
@@ -19,6 +20,8 @@ pub(crate) struct RunArgs {
     /// Stops (cleanly) when stdin closes, e.g. when the parent dies.
     #[arg(long)]
     exit_on_stdin_eof: bool,
+    #[command(flatten)]
+    metrics: MetricsArg,
 }
 
 impl OnBackend for RunArgs {
@@ -32,6 +35,7 @@ impl OnBackend for RunArgs {
         let options = ServeOptions {
             announce: self.announce,
             exit_on_stdin_eof: self.exit_on_stdin_eof,
+            metrics: self.metrics.metrics,
         };
         serve(api, backend, config, Registry::with_builtins(), options)
             .map_err(|e| format!("serving the runtime: {e}"))

@@ -1,13 +1,16 @@
 //! `tandem share`: the shared-buffer daemon (`serve`) and a look at what it
 //! holds (`ls`, `status`, `rm`).
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::metrics_arg::MetricsArg;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use tandem_hal::GpuApi;
+use tandem_metrics::MetricsServer;
 use tandem_process::{wake_on_stdin_eof, Termination, READY_PREFIX};
 use tandem_runtime::{on_backend, Backend, BackendChoice, OnBackend};
 use tandem_share::{default_socket_path, Daemon, Inspector, Limits, ObjectId, Polling};
@@ -95,6 +98,8 @@ pub(crate) struct ServeArgs {
     /// import then); 0 keeps none
     #[arg(long, value_name = "BYTES", default_value_t = Limits::DEFAULT_KEPT_BYTES)]
     keep_bytes: u64,
+    #[command(flatten)]
+    metrics: MetricsArg,
 }
 
 const DEFAULT_POLL_US: u64 = Polling::DEFAULT_WINDOW.as_micros() as u64;
@@ -170,6 +175,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         socket: args.socket.path(),
         announce: args.announce,
         exit_on_stdin_eof: args.exit_on_stdin_eof,
+        metrics: args.metrics.metrics,
     };
     on_backend(args.backend, work).map_err(|e| e.to_string())?
 }
@@ -181,6 +187,7 @@ struct Serve {
     socket: PathBuf,
     announce: bool,
     exit_on_stdin_eof: bool,
+    metrics: Option<SocketAddr>,
 }
 
 impl OnBackend for Serve {
@@ -193,6 +200,17 @@ impl OnBackend for Serve {
         let daemon = Daemon::bind_with(api, &self.socket, self.polling, self.limits)
             .map_err(|e| e.to_string())?;
         let running = daemon.start();
+        // Up before the ready line, so that whoever waits for it can scrape at once.
+        let _metrics = match self
+            .metrics
+            .map(|addr| MetricsServer::start(addr, running.metrics()))
+        {
+            Some(Err(e)) => {
+                running.stop();
+                return Err(e.to_string());
+            }
+            started => started.and_then(Result::ok),
+        };
         if self.announce {
             println!(
                 "{READY_PREFIX}{} {}",

@@ -15,12 +15,15 @@
 //! client_heap_bytes = 131072  # each client's heap in the CPU segment: its quota
 //! client_device_queues = 2    # device segments each client may hold (its kernels' queues)
 //! client_device_segment_size = 33554432  # bytes of each of those segments
+//! # metrics = "9464"          # Prometheus metrics on 127.0.0.1:9464 (or "IP:PORT"); default: none
 //! ```
 
+use std::net::SocketAddr;
 use std::path::Path;
 
 use serde::Deserialize;
 use tandem_hal::Backend;
+use tandem_metrics::parse_metrics_address;
 
 use crate::error::ConfigError;
 
@@ -90,6 +93,10 @@ pub struct Config {
     /// Bytes of each of those segments: its kernels' futures and buffers
     /// come from it, so it bounds what one client's kernels hold at once.
     pub client_device_segment_size: usize,
+    /// Where `tandem run` (and `tandem blob run`) serve Prometheus metrics, unless their
+    /// `--metrics` names another place; `None` (the default): nowhere. The file's `metrics`
+    /// key takes a port (on 127.0.0.1) or an `IP:PORT`.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -109,6 +116,7 @@ impl Default for Config {
             client_heap_bytes: 128 << 10,
             client_device_queues: 2,
             client_device_segment_size: 32 << 20,
+            metrics: None,
         }
     }
 }
@@ -131,6 +139,7 @@ struct ConfigFile {
     client_heap_bytes: Option<usize>,
     client_device_queues: Option<u32>,
     client_device_segment_size: Option<usize>,
+    metrics: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -191,6 +200,16 @@ impl Config {
                 why: "set either `workers` (in all) or `workers_per_device`, not both".into(),
             });
         }
+        let metrics = match file.metrics.as_deref().map(parse_metrics_address) {
+            Some(Err(e)) => {
+                return Err(ConfigError::Invalid {
+                    field: "metrics",
+                    why: e.to_string(),
+                })
+            }
+            Some(Ok(addr)) => Some(addr),
+            None => None,
+        };
         let config = Config {
             workers: file.workers.unwrap_or(d.workers),
             workers_per_device: file.workers_per_device,
@@ -208,6 +227,7 @@ impl Config {
             client_device_segment_size: file
                 .client_device_segment_size
                 .unwrap_or(d.client_device_segment_size),
+            metrics,
         };
         config.validate()?;
         Ok(config)
@@ -420,6 +440,9 @@ impl Config {
             // characters a segment name may hold.
             text.push_str(&format!("cpu_segment_name = {name:?}\n"));
         }
+        if let Some(addr) = self.metrics {
+            text.push_str(&format!("metrics = \"{addr}\"\n"));
+        }
         text
     }
 }
@@ -450,6 +473,18 @@ mod tests {
             (c.device_lanes(Backend::Host), c.device_lanes(Backend::Cuda)),
             (3, 5)
         );
+    }
+
+    #[test]
+    fn metrics_takes_a_port_or_an_address_and_round_trips() {
+        assert_eq!(Config::default().metrics, None);
+        let port = Config::from_toml("metrics = \"9464\"").expect("a port");
+        assert_eq!(port.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+        let any = Config::from_toml("metrics = \"0.0.0.0:9464\"").expect("an address");
+        assert_eq!(any.metrics, Some("0.0.0.0:9464".parse().unwrap()));
+        assert_eq!(Config::from_toml(&any.to_toml()).expect("round trip"), any);
+        let e = Config::from_toml("metrics = \"localhost\"").unwrap_err();
+        assert!(e.to_string().contains("`metrics`"), "{e}");
     }
 
     #[test]

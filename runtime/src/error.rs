@@ -136,6 +136,8 @@ pub enum RuntimeError {
         /// The process the client was made in.
         pid: u32,
     },
+    /// The metrics endpoint could not start ([`crate::ServeOptions::metrics`]).
+    Metrics(tandem_metrics::MetricsError),
 }
 
 impl fmt::Display for RuntimeError {
@@ -195,6 +197,7 @@ impl fmt::Display for RuntimeError {
                 f,
                 "a client holds at most {max} device queues at once: drop one, or raise client_device_queues in the runtime's config"
             ),
+            Self::Metrics(e) => e.fmt(f),
             Self::DeviceQueuesRefused { device, why } => {
                 write!(f, "the runtime refused device queues on device {device}: {why}")
             }
@@ -217,6 +220,7 @@ impl std::error::Error for RuntimeError {
             Self::Future(e) => Some(e),
             Self::Gpu(e) => Some(e),
             Self::Thread(e) => Some(e),
+            Self::Metrics(e) => Some(e),
             Self::BadSegment(_)
             | Self::Process(_)
             | Self::SegmentInUse { .. }

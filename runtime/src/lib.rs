@@ -63,7 +63,8 @@
 //!   [`StaleWhy`]), [`clean_stale_temp_folders`] the temporary folders
 //!   of dead owners ([`owned_temp_prefix`]); [`serve`] is `tandem run` for a
 //!   binary with pools of its own, on the backend [`on_best_backend`] picks
-//!   ([`OnBackend`], [`ServeOptions`]), stopping cleanly on SIGINT/SIGTERM.
+//!   ([`OnBackend`], [`ServeOptions`]), stopping cleanly on SIGINT/SIGTERM, with a
+//!   Prometheus endpoint if asked ([`serve_with_metrics`] adds a module's series to it).
 //!   A named segment of one's own format gets the same care through
 //!   [`create_owned_segment`] and an [`OwnerRecord`] at its start
 //!   ([`remove_stale_segment`] for a peer that saw it die):
@@ -99,7 +100,8 @@
 //! 5. `submit`, `janitor` (takes back dead clients' slots, answers their
 //!    device queue requests), `status`.
 //! 6. `runtime`, `client_queues` (a client's side of its device queues)
-//!    and `host_client`, then `gpu_service`, `serve` and `kernels`.
+//!    and `host_client`, then `gpu_service`, `metrics` (the status block's series),
+//!    `serve` and `kernels`.
 
 mod adopted;
 mod client_queues;
@@ -116,6 +118,7 @@ mod janitor;
 pub mod kernels;
 pub mod layout;
 mod liveness;
+mod metrics;
 mod registry;
 mod runtime;
 mod segment;
@@ -138,7 +141,7 @@ pub use liveness::{Liveness, HEARTBEAT_PERIOD, HEARTBEAT_STALE};
 pub use registry::{DuplicatePool, Handler, HandlerReply, Pool, Registry};
 pub use runtime::{DeviceQueues, NumaPlacement, PeerAccess, PeerRoute, Runtime};
 pub use segment::QueueSegment;
-pub use serve::{init_logging, serve, ServeOptions};
+pub use serve::{init_logging, serve, serve_with_metrics, ServeOptions};
 pub use stale::{
     clean_stale_segments, clean_stale_temp_folders, create_owned_segment, owned_temp_prefix,
     remove_stale_segment,

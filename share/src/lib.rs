@@ -61,7 +61,8 @@
 //! * **Running a daemon.** [`Daemon`] binds a socket
 //!   ([`default_socket_path`], in the user's private [`runtime_dir`]) and
 //!   serves it as a [`RunningDaemon`], within [`Limits`], polling for
-//!   requests as [`Polling`] says (`tandem share serve`).
+//!   requests as [`Polling`] says (`tandem share serve`); its
+//!   [`RunningDaemon::metrics`] are what `--metrics` serves to Prometheus.
 //!
 //! With the `testing` feature, `testing` speaks the wire by hand: for the
 //! tests of a daemon against clients that misbehave, which no client of this

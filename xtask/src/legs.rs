@@ -381,13 +381,16 @@ fn s3_commands(ctx: &TestContext<'_>) -> Result<Vec<Cmd>, String> {
     ])
 }
 
-/// The `lint` leg: formatting, `cargo xtask structure` and clippy with each feature set; clippy
+/// The `lint` leg: formatting, `cargo xtask structure`, `cargo xtask perf-report --check` and
+/// clippy with each feature set; clippy
 /// with the hip features where hipcc is found (else a note, or a failure under CI).
 fn lint_commands(ctx: &TestContext<'_>, notes: &mut Vec<String>) -> Result<Vec<Cmd>, String> {
     let cargo = || Cmd::cargo(ctx.metadata.workspace_root.as_path());
     let mut commands = vec![
         cargo().args(["fmt", "--all", "--check"]),
         cargo().args(["xtask", "structure"]),
+        // The perf plots and the README's plots section are what the records' blocks make.
+        cargo().args(["xtask", "perf-report", "--check"]),
         clippy(cargo(), Backend::Cuda),
         // The Python package has a `cuda` feature but no `hip` one, so it is not among
         // the backends' feature packages: its CUDA code is linted here.
@@ -732,15 +735,16 @@ mod tests {
         let mut notes = Vec::new();
         assert_eq!(leg_commands(&ctx, Leg::Hip, &mut notes).unwrap_err(), why);
         let lint = leg_commands(&ctx, Leg::Lint, &mut notes).unwrap();
-        assert_eq!(lint.len(), 4);
+        assert_eq!(lint.len(), 5);
         assert_eq!(lint[0].display(), "cargo fmt --all --check");
         assert_eq!(lint[1].display(), "cargo xtask structure");
-        assert!(lint[2].display().starts_with(
+        assert_eq!(lint[2].display(), "cargo xtask perf-report --check");
+        assert!(lint[3].display().starts_with(
             "cargo clippy --workspace --exclude tandem-hal-hip --all-targets --features"
         ));
-        assert!(lint[2].display().ends_with("-- -D warnings"));
+        assert!(lint[3].display().ends_with("-- -D warnings"));
         assert_eq!(
-            lint[3].display(),
+            lint[4].display(),
             "cargo clippy -p tandem-python --all-targets --features cuda -- -D warnings"
         );
         assert_eq!(notes.len(), 1);

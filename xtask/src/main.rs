@@ -10,7 +10,8 @@
 //! - `install-capi --prefix DIR [--debug]`: installs the C ABI's library, headers and CMake package;
 //! - `structure`: fails on a module circle inside a crate, an `allow` without a reason or a
 //!   function outside tests over 100 lines;
-//! - `no-libclang-check DIR`: the `no-libclang` leg's work, run in a private mount namespace.
+//! - `no-libclang-check DIR`: the `no-libclang` leg's work, run in a private mount namespace;
+//! - `perf-report [--check]`: plots docs/perf's records' summary blocks (or checks the plots).
 
 mod backend;
 mod bench;
@@ -23,6 +24,7 @@ mod error;
 mod legs;
 mod metadata;
 mod no_libclang;
+mod perf_report;
 mod python;
 mod structure;
 mod test_result;
@@ -62,6 +64,9 @@ commands:
                          tests over 100 lines
   no-libclang-check DIR  what the no-libclang leg runs in a private mount namespace: hide
                          libclang, build into DIR, check that drifted headers fail the build
+  perf-report [--check]  plot each figure's ratio over time from docs/perf's records'
+                         summary blocks into docs/perf/plots/ and docs/perf/README.md;
+                         --check only compares and fails on a difference
   help                   print this";
 
 /// A parsed command line.
@@ -75,6 +80,7 @@ enum Command {
     InstallCapi { prefix: PathBuf, debug: bool },
     Structure,
     NoLibclangCheck { dir: PathBuf },
+    PerfReport { check: bool },
     Help,
 }
 
@@ -104,6 +110,9 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Command, Xtask
             check: flag_given(args, "capi-header", "--check")?,
         }),
         "install-capi" => parse_install_capi(args),
+        "perf-report" => Ok(Command::PerfReport {
+            check: flag_given(args, "perf-report", "--check")?,
+        }),
         "structure" => match args.next() {
             None => Ok(Command::Structure),
             Some(arg) => Err(XtaskError::Usage(format!(
@@ -256,6 +265,10 @@ fn run(command: Command) -> Result<ExitCode, XtaskError> {
         }
         Command::Structure => structure::run(&metadata()?),
         Command::NoLibclangCheck { dir } => no_libclang::run(&dir),
+        Command::PerfReport { check } => {
+            perf_report::run(&repo_root(), check)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

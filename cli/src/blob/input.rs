@@ -11,6 +11,7 @@ use std::path::Path;
 use tandem_blob::FillError;
 
 use super::error::{AccessError, PutError};
+use crate::progress::Progress;
 
 /// The input `-` names: standard input.
 pub(super) const STDIN: &str = "-";
@@ -30,6 +31,8 @@ pub(super) struct Input {
     /// empty stream before the store is reached; given back by the first
     /// chunk.
     ahead: Option<u8>,
+    /// Counts the bytes read, for the bar on a terminal.
+    progress: Progress,
 }
 
 impl Input {
@@ -73,6 +76,7 @@ impl Input {
             sized,
             most,
             ahead: None,
+            progress: Progress::off(),
         };
         if input.sized.is_none() {
             let mut first = [0u8];
@@ -82,6 +86,12 @@ impl Input {
             }
         }
         Ok(input)
+    }
+
+    /// Shows the bytes read on `progress`.
+    pub(super) fn with_progress(mut self, progress: Progress) -> Input {
+        self.progress = progress;
+        self
     }
 
     /// A regular file's length; `None` for a stream.
@@ -95,7 +105,9 @@ impl Input {
         let start = self.sized.map_or(0, |(start, _)| start);
         self.file
             .read_exact_at(dst, start + at)
-            .map_err(|e| FillError(format!("reading {}: {e}", self.shown)))
+            .map_err(|e| FillError(format!("reading {}: {e}", self.shown)))?;
+        self.progress.add(dst.len() as u64);
+        Ok(())
     }
 
     /// Hands the input to `put(at, bytes)` in order, in chunks of at most
@@ -135,11 +147,15 @@ impl Input {
             *first = byte;
             self.ahead = None;
             filled = 1;
+            self.progress.add(1);
         }
         while filled < buf.len() {
             match self.file.read(&mut buf[filled..]) {
                 Ok(0) => break,
-                Ok(n) => filled += n,
+                Ok(n) => {
+                    filled += n;
+                    self.progress.add(n as u64);
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
                     return Err(AccessError::Failed(format!("reading {}: {e}", self.shown)));

@@ -5,11 +5,14 @@ use std::sync::Arc;
 use clap::Args;
 use tandem_blob::{pool, BlobStore};
 use tandem_hal::GpuApi;
-use tandem_runtime::{on_best_backend, serve, Backend, Config, OnBackend, Registry, ServeOptions};
+use tandem_runtime::{
+    on_best_backend, serve_with_metrics, Backend, Config, OnBackend, Registry, ServeOptions,
+};
 
 use super::config::{configs, with_copy_space};
 use super::direct::open_store;
 use super::ConfigArg;
+use crate::metrics_arg::MetricsArg;
 
 #[derive(Args, Debug)]
 pub(crate) struct RunArgs {
@@ -21,6 +24,8 @@ pub(crate) struct RunArgs {
     /// Stops (cleanly) when stdin closes, e.g. when the parent dies.
     #[arg(long)]
     exit_on_stdin_eof: bool,
+    #[command(flatten)]
+    metrics: MetricsArg,
 }
 
 /// `tandem blob run`.
@@ -30,6 +35,7 @@ pub(super) fn serve_store(args: RunArgs) -> Result<(), String> {
     let options = ServeOptions {
         announce: args.announce,
         exit_on_stdin_eof: args.exit_on_stdin_eof,
+        metrics: args.metrics.metrics,
     };
     on_best_backend(Serve {
         config: with_copy_space(configs.runtime, configs.copy_space_set),
@@ -51,8 +57,9 @@ impl OnBackend for Serve {
 
     fn run<A: GpuApi>(self, api: A, backend: Backend) -> Self::Output {
         let mut registry = Registry::with_builtins();
+        let metrics = Arc::clone(&self.store);
         pool::register(&mut registry, self.store).map_err(|e| e.to_string())?;
-        serve(api, backend, self.config, registry, self.options)
+        serve_with_metrics(api, backend, self.config, registry, self.options, metrics)
             .map_err(|e| format!("serving the runtime: {e}"))
     }
 }

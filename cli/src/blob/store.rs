@@ -17,6 +17,7 @@ use super::error::{AccessError, PutError};
 use super::find::{reach, Opening};
 use super::input::{Input, STDIN};
 use super::{ConfigArg, SegmentArg};
+use crate::progress::{Counted, Progress};
 
 #[derive(Args, Debug)]
 pub(crate) struct PutArgs {
@@ -47,6 +48,17 @@ pub(crate) struct PutArgs {
     /// temporary (a crash of the process, not a reboot) or long-term (a power loss).
     #[arg(long, default_value = "volatile", value_name = "LEVEL")]
     persistence: Persistence,
+    #[command(flatten)]
+    quiet: QuietArg,
+}
+
+/// `--quiet`, which put and get take.
+#[derive(Args, Debug)]
+pub(crate) struct QuietArg {
+    /// No progress bar (otherwise one shows on a terminal's stderr once a transfer has taken
+    /// a second: bytes, rate, time left)
+    #[arg(short, long)]
+    quiet: bool,
 }
 
 #[derive(Args, Debug)]
@@ -62,6 +74,8 @@ pub(crate) struct GetArgs {
     /// Bytes to read; default: to the blob's end.
     #[arg(long)]
     len: Option<u64>,
+    #[command(flatten)]
+    quiet: QuietArg,
 }
 
 #[derive(Args, Debug)]
@@ -173,7 +187,10 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
         .max_blob_size
         .saturating_sub(args.offset)
         .min(room);
-    let mut input = Input::open(&args.file, most)?;
+    let input = Input::open(&args.file, most)?;
+    let shown = format!("put {}/{name}", args.tag);
+    let progress = Progress::new(&shown, input.len(), args.quiet.quiet);
+    let mut input = input.with_progress(progress);
     let store = reach(
         &configs.store,
         args.runtime.segment.as_deref(),
@@ -199,6 +216,8 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
     let len = store
         .put(&put, &mut input)
         .map_err(|failure| failed_put(store, tag, &name, existed, failure))?;
+    // The bar leaves its line before the result's.
+    drop(input);
     let blob = store.stat(tag, &name).map_err(|e| e.to_string())?;
     if !blob.durable && !store.keeps_volatile_blobs() {
         tracing::warn!(
@@ -278,11 +297,17 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
             args.offset, args.blob.tag, args.blob.name
         ));
     }
-    let mut out: Box<dyn Write> = match &args.output {
+    let shown = format!("get {}/{}", args.blob.tag, args.blob.name);
+    let progress = Progress::new(&shown, Some(len), args.quiet.quiet);
+    let out: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(
             File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?,
         ),
         None => Box::new(std::io::stdout().lock()),
+    };
+    let mut out = Counted {
+        inner: out,
+        progress: &progress,
     };
     store
         .get(tag, &args.blob.name, args.offset, len, &mut out)
@@ -290,6 +315,7 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
     out.flush()
         .map_err(|e| format!("writing the output: {e}"))?;
     drop(out);
+    drop(progress);
     if let Some(path) = &args.output {
         println!(
             "got {}/{}: {len} bytes at offset {} to {}",

@@ -7,6 +7,8 @@
     reason = "each test file is its own crate and uses a part of this module"
 )]
 
+pub mod scrape;
+
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output};
@@ -141,6 +143,27 @@ pub fn fork_script(
     .expect("fork the runtime")
 }
 
+/// A tool the test needs: `$env` if set (which must then name it), else `name` on PATH; `None`
+/// (the test says it skipped, and why) when there is none, except under CI=true, where
+/// `.ci/run` installs it and its absence fails the test.
+pub fn tool_or_skip(name: &str, env: &str) -> Option<PathBuf> {
+    if let Some(named) = std::env::var_os(env) {
+        return Some(PathBuf::from(named));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "no {name} under CI=true: .ci/run installs it"
+        );
+        eprintln!("skipped: no {name} (install it, or name it with {env})");
+    }
+    found
+}
+
 /// Starts `command` (stdout piped), hands it to `cleanup` and waits for its
 /// line starting with `ready`; returns its pid.
 pub fn start_until_ready(mut command: Command, cleanup: &mut Cleanup) -> u32 {
@@ -154,6 +177,19 @@ pub fn start_until_ready(mut command: Command, cleanup: &mut Cleanup) -> u32 {
         .any(|line| line.starts_with("ready"));
     assert!(ready, "no ready line");
     pid
+}
+
+/// `tandem ARGS --announce --exit-on-stdin-eof` (no store from the environment), started
+/// until ready: a service that stops when the cleanup closes its stdin.
+pub fn start_service(args: &[&str], cleanup: &mut Cleanup) -> u32 {
+    let mut command = tandem();
+    command
+        .args(args)
+        .args(["--announce", "--exit-on-stdin-eof"])
+        .env_remove("TANDEM_BLOB_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    start_until_ready(command, cleanup)
 }
 
 /// Starts `command`, waits for its line starting with `ready`, kills it

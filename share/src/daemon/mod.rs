@@ -48,13 +48,15 @@
 //! logs once per [`QUIET_LOG`](limits::QUIET_LOG).
 //!
 //! # Files
-//! `ledger` keeps the books: buffers, leases, clients, kept allocations.
+//! `ledger` keeps the books: buffers, leases, clients, kept allocations;
+//! `metrics` shows them, and the refusals, to Prometheus.
 //! `serve` is the accept loop and a thread per connection, reading requests
 //! and writing replies; `requests` is what each request does to the books
 //! and the devices; `limits` holds the bounds above.
 
 mod ledger;
 mod limits;
+mod metrics;
 mod requests;
 mod serve;
 
@@ -74,6 +76,7 @@ use crate::wire::{DaemonStatus, ErrorCode, Reply, WireBackend};
 
 use self::ledger::Ledger;
 pub use self::limits::Limits;
+use self::metrics::DaemonCounters;
 use self::serve::accept_loop;
 
 type Buffer<A> = <<A as GpuApi>::Device as GpuDevice>::ShareableBuffer;
@@ -97,6 +100,8 @@ struct DaemonState<A: GpuApi> {
     /// a clone, to shut it at stop.
     connections: Mutex<HashMap<u64, (u32, UnixStream)>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Refusals and requests, for its metrics.
+    counters: DaemonCounters,
 }
 
 impl<A: GpuApi> DaemonState<A> {
@@ -190,6 +195,7 @@ impl<A: GpuApi> Daemon<A> {
                 limits,
                 connections: Mutex::new(HashMap::new()),
                 threads: Mutex::new(Vec::new()),
+                counters: DaemonCounters::default(),
             }),
             listener,
             path: socket.to_path_buf(),
@@ -242,6 +248,11 @@ impl<A: GpuApi> RunningDaemon<A> {
     /// What it holds now.
     pub fn status(&self) -> DaemonStatus {
         self.daemon.status()
+    }
+
+    /// Its Prometheus series, read at each scrape (`tandem share serve --metrics`).
+    pub fn metrics(&self) -> Arc<dyn tandem_metrics::Source> {
+        Arc::clone(&self.daemon) as Arc<dyn tandem_metrics::Source>
     }
 
     /// Stops: closes every connection (their leases go), frees every

@@ -13,6 +13,7 @@ use crate::transport;
 use crate::wire::{BufferHandle, ErrorCode, HandleForm, ObjectId, Reply, Request};
 
 use super::ledger::Kept;
+use super::metrics::Refusal;
 use super::{error, lock, DaemonState};
 
 /// How often an `Open` waiting for its seal checks that its opener is
@@ -81,6 +82,7 @@ impl<A: GpuApi> DaemonState<A> {
 
     fn create(&self, client: u64, device: u32, bytes: u64) -> (Reply, Option<OwnedFd>) {
         let at_limit = || {
+            self.counters.refused(Refusal::Buffers);
             error(
                 ErrorCode::Busy,
                 format!(

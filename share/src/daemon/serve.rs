@@ -16,6 +16,7 @@ use crate::wire::{ErrorCode, ObjectId, Reply, Request, WireBackend};
 
 use super::ledger::ClientEntry;
 use super::limits::QUIET_LOG;
+use super::metrics::Refusal;
 use super::{error, lock, DaemonState};
 
 /// Longest pause of the accept loop out of descriptors (it starts at a
@@ -87,7 +88,8 @@ pub(super) fn accept_loop<A: GpuApi>(daemon: &Arc<DaemonState<A>>, listener: &Un
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 if out_of_descriptors(&e) {
-                    shed_waiting(listener, &mut spare);
+                    daemon.counters.refused(Refusal::Descriptors);
+                    shed_waiting(daemon, listener, &mut spare);
                     short_log.warn(|| {
                         format!(
                             "out of file descriptors ({e}): refusing new connections as busy \
@@ -115,10 +117,15 @@ pub(super) fn accept_loop<A: GpuApi>(daemon: &Arc<DaemonState<A>>, listener: &Un
 /// Out of descriptors: frees the spare, takes each connection waiting on
 /// `listener` to refuse it with a reason (rather than leave it hanging),
 /// and takes the spare back.
-fn shed_waiting(listener: &UnixListener, spare: &mut Option<std::fs::File>) {
+fn shed_waiting<A: GpuApi>(
+    daemon: &DaemonState<A>,
+    listener: &UnixListener,
+    spare: &mut Option<std::fs::File>,
+) {
     drop(spare.take());
     if listener.set_nonblocking(true).is_ok() {
         while let Ok((stream, _)) = listener.accept() {
+            daemon.counters.refused(Refusal::Descriptors);
             refuse(
                 &stream,
                 ErrorCode::Busy,
@@ -142,6 +149,7 @@ impl<A: GpuApi> DaemonState<A> {
             }
         };
         if peer.uid != self.uid {
+            self.counters.refused(Refusal::OtherUser);
             refused_log.warn(|| format!("refused a connection from uid {}", peer.uid));
             refuse(
                 &stream,
@@ -155,6 +163,7 @@ impl<A: GpuApi> DaemonState<A> {
             Err(e) => {
                 refused_log.warn(|| format!("cannot serve a connection: {e}"));
                 let why = if out_of_descriptors(&e) {
+                    self.counters.refused(Refusal::Descriptors);
                     "the daemon is out of file descriptors".into()
                 } else {
                     format!("the daemon cannot serve it: {e}")
@@ -185,6 +194,7 @@ impl<A: GpuApi> DaemonState<A> {
             };
             if let Some(why) = over {
                 drop(connections);
+                self.counters.refused(Refusal::Connections);
                 refused_log.warn(|| format!("refused a connection: {why}"));
                 refuse(&stream, ErrorCode::Busy, why);
                 return;
@@ -302,7 +312,9 @@ impl<A: GpuApi> DaemonState<A> {
                 Err(e) => return self.report_recv(stream, e),
             };
             self.poller.saw_request();
+            let arrived = Instant::now();
             if received.fd.is_some() {
+                self.counters.refused(Refusal::BadFrame);
                 tracing::warn!("closing a connection: a client sent a descriptor");
                 Self::reply(
                     stream,
@@ -314,13 +326,16 @@ impl<A: GpuApi> DaemonState<A> {
             let request = match Request::decode(&received.frame) {
                 Ok(request) => request,
                 Err(e) => {
+                    self.counters.refused(Refusal::BadFrame);
                     tracing::warn!("closing a connection: {e}");
                     Self::reply(stream, &error(ErrorCode::Protocol, e.to_string()), None);
                     return;
                 }
             };
             let (reply, fd) = self.handle(stream, client, inspect, request);
-            if !Self::reply(stream, &reply, fd.as_ref()) {
+            let sent = Self::reply(stream, &reply, fd.as_ref());
+            self.counters.answered(arrived.elapsed());
+            if !sent {
                 return;
             }
         }
@@ -337,6 +352,7 @@ impl<A: GpuApi> DaemonState<A> {
             }
             RecvError::Io(e) => tracing::debug!("connection ended: {e}"),
             RecvError::Wire(e) => {
+                self.counters.refused(Refusal::BadFrame);
                 tracing::warn!("closing a connection: {e}");
                 Self::reply(stream, &error(ErrorCode::Protocol, e.to_string()), None);
             }

@@ -1,0 +1,196 @@
+//! The runtime's Prometheus series, read at each scrape from its status block: the workers'
+//! hot path keeps the counters it always kept, and nothing more.
+
+use tandem_metrics::{Labels, Scrape, Source, Unit};
+
+use crate::status::{read_status, StatusSnapshot};
+
+/// Reads the status block of the runtime whose CPU segment is `segment` at every scrape.
+pub(crate) struct RuntimeSource {
+    pub(crate) segment: String,
+}
+
+impl Source for RuntimeSource {
+    fn collect(&self, scrape: &mut Scrape) {
+        match read_status(&self.segment) {
+            Ok(status) => status_series(&status, scrape),
+            Err(e) => tracing::warn!("metrics: cannot read the status block: {e}"),
+        }
+    }
+}
+
+/// The series a status block gives: tasks by pool and by segment, queues, workers, clients.
+fn status_series(s: &StatusSnapshot, scrape: &mut Scrape) {
+    let info = vec![
+        ("segment", s.segment.clone()),
+        ("backend", s.runtime.backend.clone()),
+    ];
+    scrape.gauge(
+        "tandem_runtime_info",
+        "The runtime serving: its CPU segment and backend.",
+        None,
+        [(info, 1.0)],
+    );
+    scrape.gauge(
+        "tandem_runtime_uptime",
+        "Time since the runtime started.",
+        Some(Unit::Seconds),
+        [(vec![], s.runtime.uptime_s)],
+    );
+    pool_series(s, scrape);
+    segment_series(s, scrape);
+    worker_series(s, scrape);
+    client_series(s, scrape);
+}
+
+/// Tasks completed and failed by pool, and the records no task could be made of.
+fn pool_series(s: &StatusSnapshot, scrape: &mut Scrape) {
+    let pool = |name: &str, id: String| vec![("pool", name.to_owned()), ("pool_id", id)];
+    let mut completed: Vec<(Labels, u64)> = Vec::new();
+    let mut failed: Vec<(Labels, u64)> = Vec::new();
+    for p in &s.pools {
+        completed.push((pool(&p.name, p.id.to_string()), p.completed));
+        failed.push((pool(&p.name, p.id.to_string()), p.failed));
+    }
+    completed.push((pool("other", String::new()), s.other.completed));
+    failed.push((pool("other", String::new()), s.other.failed));
+    scrape.counter(
+        "tandem_tasks_completed",
+        "Tasks the CPU workers completed (failed ones included), by pool; `other` is pools past \
+         the status block's list and tasks no pool ran.",
+        None,
+        completed,
+    );
+    scrape.counter(
+        "tandem_tasks_failed",
+        "Tasks completed with a nonzero return code, by pool.",
+        None,
+        failed,
+    );
+    scrape.counter(
+        "tandem_tasks_bad_pointers",
+        "Records naming no future of their segment, skipped.",
+        None,
+        [(vec![], s.tasks.bad_pointers)],
+    );
+    scrape.counter(
+        "tandem_tasks_double_completions",
+        "Futures found already complete when a worker took them.",
+        None,
+        [(vec![], s.tasks.double_completions)],
+    );
+}
+
+/// Per segment: the route a record came by (host clients through the CPU segment, a device's
+/// kernels through its device segment), its queue depth and workers.
+fn segment_series(s: &StatusSnapshot, scrape: &mut Scrape) {
+    let labels = |kind: &str, device: Option<u32>| -> Labels {
+        let device = device.map_or_else(String::new, |d| d.to_string());
+        vec![("segment", kind.to_owned()), ("device", device)]
+    };
+    let rows = || {
+        s.segments
+            .iter()
+            .map(|seg| (labels(&seg.kind, seg.device), seg))
+    };
+    scrape.counter(
+        "tandem_segment_tasks",
+        "Records the CPU workers took from a segment: `cpu` from host clients, `device` from a \
+         device's kernels.",
+        None,
+        rows().map(|(l, seg)| (l, seg.tasks)).collect::<Vec<_>>(),
+    );
+    scrape.gauge(
+        "tandem_queue_depth",
+        "Records waiting in a segment's lanes.",
+        None,
+        rows()
+            .map(|(l, seg)| (l, seg.queued as f64))
+            .collect::<Vec<_>>(),
+    );
+    scrape.gauge(
+        "tandem_segment_workers",
+        "Workers polling a segment's lanes.",
+        None,
+        rows()
+            .map(|(l, seg)| (l, f64::from(seg.workers)))
+            .collect::<Vec<_>>(),
+    );
+    let queues = s.clients.iter().flat_map(|c| &c.device_queues);
+    scrape.counter(
+        "tandem_client_device_queue_tasks",
+        "Records the workers took from host clients' own device queues, by device.",
+        None,
+        queues
+            .map(|q| (vec![("device", q.device.to_string())], q.tasks))
+            .fold(Vec::<(Labels, u64)>::new(), sum_by_labels),
+    );
+}
+
+fn worker_series(s: &StatusSnapshot, scrape: &mut Scrape) {
+    scrape.gauge(
+        "tandem_workers",
+        "Worker threads running.",
+        None,
+        [(vec![], f64::from(s.workers.running))],
+    );
+    scrape.gauge(
+        "tandem_workers_busy",
+        "Workers that completed a task during the last heartbeat period.",
+        None,
+        [(vec![], f64::from(s.workers.busy))],
+    );
+}
+
+/// Client slots by state (`attached`, or `claiming`, `detaching`, `reclaiming` while a dead
+/// client's slot is taken back) and their heaps.
+fn client_series(s: &StatusSnapshot, scrape: &mut Scrape) {
+    scrape.gauge(
+        "tandem_clients_attached",
+        "Host clients holding a client slot.",
+        None,
+        [(vec![], f64::from(s.clients_attached.unwrap_or(0)))],
+    );
+    let mut by_state: Vec<(Labels, u64)> = ["claiming", "attached", "detaching", "reclaiming"]
+        .iter()
+        .map(|state| (vec![("state", (*state).to_owned())], 0))
+        .collect();
+    for c in &s.clients {
+        by_state = sum_by_labels(by_state, (vec![("state", c.state.clone())], 1));
+    }
+    scrape.gauge(
+        "tandem_client_slots",
+        "Client slots in use, by state; `reclaiming` is a dead client's slot being taken back.",
+        None,
+        by_state.into_iter().map(|(l, n)| (l, n as f64)),
+    );
+    let slot = |c: &crate::status::ClientStatus| vec![("slot", c.slot.to_string())];
+    scrape.gauge(
+        "tandem_client_heap",
+        "A client's heap, its quota, by slot",
+        Some(Unit::Bytes),
+        s.clients
+            .iter()
+            .map(|c| (slot(c), c.heap_bytes as f64))
+            .collect::<Vec<_>>(),
+    );
+    scrape.gauge(
+        "tandem_client_heap_used",
+        "Bytes in use in a client's heap, by slot: at its size, the client's requests fail \
+         with ClientQuota",
+        Some(Unit::Bytes),
+        s.clients
+            .iter()
+            .map(|c| (slot(c), c.in_use_bytes as f64))
+            .collect::<Vec<_>>(),
+    );
+}
+
+/// Adds `row` to the row of the same labels, or appends it.
+fn sum_by_labels(mut rows: Vec<(Labels, u64)>, row: (Labels, u64)) -> Vec<(Labels, u64)> {
+    match rows.iter_mut().find(|(labels, _)| *labels == row.0) {
+        Some((_, n)) => *n += row.1,
+        None => rows.push(row),
+    }
+    rows
+}
