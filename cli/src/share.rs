@@ -23,7 +23,8 @@ pub(crate) enum ShareCommand {
     Ls(LsArgs),
     /// The daemon's totals: buffers, bytes, leases, clients, allocations kept for reuse.
     Status(LookArgs),
-    /// Deletes a buffer (freed when its last lease goes).
+    /// Deletes a buffer, or a named set (`--set`), freed when the last
+    /// lease goes.
     Rm(RmArgs),
 }
 
@@ -159,7 +160,12 @@ pub(crate) struct RmArgs {
     #[command(flatten)]
     socket: SocketArg,
     /// The buffer's id.
-    id: u64,
+    #[arg(required_unless_present = "set", conflicts_with = "set")]
+    id: Option<u64>,
+    /// Deletes named set NAME, every version it keeps, instead of a buffer
+    /// (each freed when its last lease goes)
+    #[arg(long, value_name = "NAME")]
+    set: Option<String>,
 }
 
 pub(crate) fn run(command: ShareCommand) -> ExitCode {
@@ -168,7 +174,10 @@ pub(crate) fn run(command: ShareCommand) -> ExitCode {
         ShareCommand::Ls(args) => ls(&args),
         ShareCommand::Status(args) => status(&args),
         ShareCommand::Rm(args) => Inspector::connect(&args.socket.path())
-            .and_then(|inspector| inspector.delete(ObjectId(args.id)))
+            .and_then(|inspector| match (&args.set, args.id) {
+                (Some(set), _) => inspector.delete_set(set),
+                (None, id) => inspector.delete(ObjectId(id.unwrap_or_default())),
+            })
             .map_err(|e| e.to_string()),
     };
     match result {

@@ -105,6 +105,10 @@ fn a_set_is_bound_whole_looked_up_by_name_and_versioned() {
     assert_eq!(v2.version, 2);
     assert_eq!(client.lookup_set("model", None).unwrap(), v2);
     assert_eq!(client.lookup_set("model", Some(1)).unwrap(), v1);
+    assert_eq!(
+        code(client.lookup_set("model", Some(0)).unwrap_err()),
+        ErrorCode::UnknownSet
+    );
     // A third version retires the first: deleted, alive for its holder.
     let v3 = publish(&client, "model", b"three", &[4], |_| {}).expect("v3");
     assert_eq!(v3.version, 3);
@@ -303,7 +307,7 @@ fn sets_child_role() {
 }
 
 /// `tandem share ls` shows the sets after the buffers; `ls --sets` only
-/// them, `--json` as objects with the text's fields.
+/// them, `--json` as objects with the text's fields; `rm --set` deletes one.
 #[test]
 fn ls_shows_the_sets() {
     let client = daemon();
@@ -336,4 +340,23 @@ fn ls_shows_the_sets() {
     // The buffers' listing keeps its shape: one array of buffers.
     let buffers: serde_json::Value = serde_json::from_str(&ls(&["--json"])).unwrap();
     assert_eq!(buffers.as_array().map(Vec::len), Some(4));
+    let rm = |args: &[&str]| {
+        common::tandem()
+            .args(["share", "rm", "--socket", socket])
+            .args(args)
+            .output()
+            .expect("tandem share rm")
+    };
+    // A set's buffer goes with its set, not alone.
+    let refused = rm(&[&bound.buffers[0].0.to_string()]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(common::text(&refused.stderr).contains("delete the set"));
+    assert!(rm(&["--set", "ls-model"]).status.success());
+    assert!(client.list_sets().unwrap().is_empty());
+    let gone = rm(&["--set", "ls-model"]);
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(common::text(&gone.stderr).contains("no set \"ls-model\""));
+    // A buffer's id or a set, not both, not neither.
+    assert_eq!(rm(&["1", "--set", "x"]).status.code(), Some(2));
+    assert_eq!(rm(&[]).status.code(), Some(2));
 }

@@ -31,7 +31,8 @@ class RefusedError(ShareError, PermissionError):
 
 
 class BusyError(ShareError):
-    """The daemon is at a limit (connections, descriptors, buffers)."""
+    """The daemon is at a limit (connections, descriptors, buffers, named
+    sets)."""
 
 
 class UnknownIdError(ShareError, KeyError):

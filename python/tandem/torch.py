@@ -61,7 +61,10 @@ FORMAT = "tandem.torch/1"
 _ALIGN = 64
 # Tensors are packed into buffers of up to this many bytes (a larger tensor
 # gets one of its own): few buffers, each one lease, one mapping, one open.
+# A set of more than this many of them packs larger ones, so that it stays
+# within the daemon's buffers per set (two buffers hold more than a pack).
 _PACK_BYTES = 1 << 30
+_PACKS = 48
 # How long a load looks the set up and opens its buffers again when newer
 # versions retire the one it looked up before its buffers were opened (a
 # publisher binding faster than a reader opens).
@@ -143,13 +146,15 @@ def _plan(
     entries: List[Dict[str, Any]] = []
     buffers: List[Tuple[int, int]] = []
     open_buffer: Dict[int, int] = {}  # device -> index of the buffer being filled
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    pack = max(_PACK_BYTES, total // _PACKS + 1)
     for key, tensor in state.items():
         dtype = _dtype_name(key, tensor)
         nbytes = tensor.numel() * tensor.element_size()
         device = _device_of(tensor, backend)
         at = open_buffer.get(device)
         offset = 0 if at is None else -(-buffers[at][1] // _ALIGN) * _ALIGN
-        if at is None or (offset + nbytes > _PACK_BYTES and offset > 0):
+        if at is None or (offset + nbytes > pack and offset > 0):
             at, offset = len(buffers), 0
             buffers.append((device, 0))
             open_buffer[device] = at
@@ -186,7 +191,8 @@ def _seal(buffer: share.Buffer, base: torch.Tensor) -> None:
     """Seals a buffer written through `base` once the work queued on its
     device's current stream (the copies) is done."""
     if base.device.type == "cuda":
-        buffer.seal(stream=torch.cuda.current_stream(base.device).cuda_stream)
+        # The stream object, not its handle: a handle of 0 is ambiguous.
+        buffer.seal(stream=torch.cuda.current_stream(base.device))
     else:
         buffer.seal()
 

@@ -109,6 +109,16 @@ def test_manifests_list_every_tensor_and_fingerprint_its_bytes(client):
     tt.delete("manifest", client=client)
 
 
+def test_a_large_set_is_packed_into_several_buffers(client, monkeypatch):
+    monkeypatch.setattr(tt, "_PACK_BYTES", 4096)
+    state = {f"w{i}": torch.full((300,), float(i)) for i in range(10)}  # 1200 bytes each
+    state["huge"] = torch.arange(5000, dtype=torch.float64)  # more than a pack alone
+    info = tt.publish("packed", state, client=client)
+    assert len(info["buffers"]) == 5, "three tensors a pack, the huge one alone"
+    same(tt.load("packed", client=client, verify=True), state)
+    tt.delete("packed", client=client)
+
+
 def test_versions_keep_the_previous_and_outlive_their_retirement(client):
     net = model()
     v1 = tt.publish("versions", net, client=client)

@@ -254,6 +254,12 @@ impl Connections {
         name: &str,
         version: Option<u64>,
     ) -> Result<SetInfo, ShareError> {
+        // The wire's 0 asks for the latest.
+        if version == Some(0) {
+            return Err(ShareError::UnknownSet(format!(
+                "set {name:?} has no version 0: versions start at 1"
+            )));
+        }
         let request = Request::LookupSet {
             name: name.to_owned(),
             version,

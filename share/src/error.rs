@@ -29,8 +29,8 @@ pub enum ShareError {
     /// backend).
     Refused(String),
     /// The daemon is at a limit (connections in all, this process's
-    /// connections, its descriptors, or the buffers it holds) and refused
-    /// the connection or the create.
+    /// connections, its descriptors, the buffers or the named sets it
+    /// holds) and refused the connection, the create or the bind.
     Busy(String),
     /// No buffer has this id (never had, or freed).
     UnknownId(ObjectId),

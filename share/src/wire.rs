@@ -255,8 +255,9 @@ pub enum ErrorCode {
     /// What an inspecting client may not do.
     NotPermitted = 12,
     /// The daemon is at a limit: its connections, a client's connections
-    /// or its descriptors (the connection is then closed), or the buffers
-    /// it holds (a create). Try again later.
+    /// or its descriptors (the connection is then closed), the buffers it
+    /// holds (a create), or the named sets (a bind of a new name). Try
+    /// again later.
     Busy = 13,
     /// No set has this name (or it does not keep this version).
     UnknownSet = 14,
