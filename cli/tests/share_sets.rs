@@ -360,3 +360,40 @@ fn ls_shows_the_sets() {
     assert_eq!(rm(&["1", "--set", "x"]).status.code(), Some(2));
     assert_eq!(rm(&[]).status.code(), Some(2));
 }
+
+/// A daemon serving with `--max-sets 1` refuses a bind of a second name as
+/// busy, and binds it once the first is deleted; versions of a held name
+/// are no new set.
+#[test]
+fn binds_of_new_names_beyond_max_sets_are_busy() {
+    let socket =
+        tandem_share::runtime_dir().join(format!("share-sets-test-{}.sock", std::process::id()));
+    let mut child = common::tandem()
+        .args(["share", "serve", "--backend", "host", "--max-sets", "1"])
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--announce", "--exit-on-stdin-eof"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("starting the share daemon");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let ready = lines.next().and_then(Result::ok).unwrap_or_default();
+    let _cleanup = common::Cleanup {
+        children: vec![child],
+        files: vec![socket.clone()],
+    };
+    assert!(ready.starts_with("ready "), "{ready}");
+    let client = ShareClient::connect(HostApi::load().unwrap(), &socket).unwrap();
+    publish(&client, "first", b"m", &[1], |_| {}).expect("a first set");
+    publish(&client, "first", b"m", &[2], |_| {}).expect("its second version");
+    let refused = publish(&client, "second", b"m", &[3], |_| {}).unwrap_err();
+    assert!(matches!(refused, ShareError::Busy(_)), "{refused}");
+    client.delete_set("first").unwrap();
+    publish(&client, "second", b"m", &[3], |_| {}).expect("room again");
+    client.delete_set("second").unwrap();
+    assert!(
+        client.list().unwrap().is_empty(),
+        "the refused publish left nothing"
+    );
+}

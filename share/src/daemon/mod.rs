@@ -231,7 +231,7 @@ impl<A: GpuApi> Daemon<A> {
         let limits = self.daemon.limits;
         tracing::info!(
             "share daemon serving {} on {} device(s) of {:?}; polling for {:?} after a request on up to {} thread(s); \
-             at most {} connection(s), {} per client process, and {} buffer(s)",
+             at most {} connection(s), {} per client process, {} buffer(s) and {} named set(s)",
             self.path.display(),
             self.daemon.devices.len(),
             self.daemon.backend,
@@ -239,7 +239,8 @@ impl<A: GpuApi> Daemon<A> {
             polling.threads,
             limits.connections,
             limits.client_connections,
-            limits.buffers
+            limits.buffers,
+            limits.sets
         );
         RunningDaemon {
             daemon: self.daemon,
