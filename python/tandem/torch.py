@@ -35,7 +35,7 @@ import json
 import time
 import unicodedata
 from collections.abc import Mapping
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 
@@ -146,19 +146,28 @@ def _plan(
     entries: List[Dict[str, Any]] = []
     buffers: List[Tuple[int, int]] = []
     open_buffer: Dict[int, int] = {}  # device -> index of the buffer being filled
+    # A tensor under several names (tied weights) is stored once: every
+    # name views the same bytes, in the set as in the module.
+    placed: Dict[Tuple[Any, ...], Tuple[int, int]] = {}
     total = sum(t.numel() * t.element_size() for t in state.values())
     pack = max(_PACK_BYTES, total // _PACKS + 1)
     for key, tensor in state.items():
         dtype = _dtype_name(key, tensor)
         nbytes = tensor.numel() * tensor.element_size()
         device = _device_of(tensor, backend)
-        at = open_buffer.get(device)
-        offset = 0 if at is None else -(-buffers[at][1] // _ALIGN) * _ALIGN
-        if at is None or (offset + nbytes > pack and offset > 0):
-            at, offset = len(buffers), 0
-            buffers.append((device, 0))
-            open_buffer[device] = at
-        buffers[at] = (device, max(buffers[at][1], offset + nbytes))
+        same = (tensor.device, tensor.data_ptr(), nbytes)
+        if nbytes and same in placed:
+            at, offset = placed[same]
+        else:
+            filling = open_buffer.get(device)
+            at = len(buffers) if filling is None else filling
+            offset = 0 if filling is None else -(-buffers[at][1] // _ALIGN) * _ALIGN
+            if filling is None or (offset + nbytes > pack and offset > 0):
+                at, offset = len(buffers), 0
+                buffers.append((device, 0))
+                open_buffer[device] = at
+            buffers[at] = (device, max(buffers[at][1], offset + nbytes))
+            placed[same] = (at, offset)
         entries.append(
             {
                 "name": key,
@@ -220,8 +229,11 @@ def publish(
     # here on leaves nothing behind (the daemon frees what it staged).
     buffers = [_create_staged(client, name, size, device) for device, size in sizes]
     bases = [torch.from_dlpack(buffer) for buffer in buffers]
+    copied: Set[Tuple[int, int]] = set()
     for entry, tensor in zip(entries, tensors.values()):
-        if entry["nbytes"]:
+        place = (entry["buffer"], entry["offset"])
+        if entry["nbytes"] and place not in copied:
+            copied.add(place)
             start = entry["offset"]
             target = bases[entry["buffer"]][start : start + entry["nbytes"]]
             target.copy_(_bytes_of(tensor))

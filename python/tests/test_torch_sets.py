@@ -119,6 +119,19 @@ def test_a_large_set_is_packed_into_several_buffers(client, monkeypatch):
     tt.delete("packed", client=client)
 
 
+def test_tied_weights_are_stored_once_and_stay_tied(client):
+    embed = torch.nn.Embedding(64, 16)
+    head = torch.nn.Linear(16, 64, bias=False)
+    head.weight = embed.weight
+    net = torch.nn.ModuleDict({"embed": embed, "head": head})
+    info = tt.publish("tied", net, client=client)
+    assert info["nbytes"] < 2 * embed.weight.numel() * 4, "one copy of the tied weight"
+    loaded = tt.load("tied", client=client, verify=True)
+    assert loaded["embed.weight"].data_ptr() == loaded["head.weight"].data_ptr()
+    same(loaded, net.state_dict())
+    tt.delete("tied", client=client)
+
+
 def test_versions_keep_the_previous_and_outlive_their_retirement(client):
     net = model()
     v1 = tt.publish("versions", net, client=client)
