@@ -345,8 +345,7 @@ fn exchange(
 }
 
 /// A client that only looks: stat, list, status and delete (buffers and
-/// named sets), with no
-/// backend of its own (`tandem share ls`).
+/// named sets), with no backend of its own (`tandem share ls`).
 #[derive(Debug)]
 pub struct Inspector {
     connections: Connections,

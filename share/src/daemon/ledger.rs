@@ -145,7 +145,8 @@ impl<A: GpuApi> Ledger<A> {
                 );
                 // Other holders were leases; an abandoned buffer can still
                 // have readers' leases only if they never got one (an open
-                // waits for the seal and a staged buffer's bind), so none are left dangling.
+                // waits for the seal, and for a staged buffer's bind), so
+                // none are left dangling.
                 for client in self.clients.values_mut() {
                     client.leases.remove(&id);
                 }
