@@ -21,11 +21,13 @@ pub(crate) enum ShareCommand {
     /// Serves shared buffers on a UNIX socket (mode 0600) until SIGINT or
     /// SIGTERM; frees every buffer and removes the socket when it stops.
     Serve(ServeArgs),
-    /// Lists the buffers the daemon holds, with their leases.
-    Ls(LookArgs),
+    /// Lists the buffers the daemon holds, with their leases, then its
+    /// named sets.
+    Ls(LsArgs),
     /// The daemon's totals: buffers, bytes, leases, clients, allocations kept for reuse.
     Status(LookArgs),
-    /// Deletes a buffer (freed when its last lease goes).
+    /// Deletes a buffer, or a named set (`--set`), freed when the last
+    /// lease goes.
     Rm(RmArgs),
 }
 
@@ -45,6 +47,17 @@ pub(crate) struct LookArgs {
     /// Prints JSON: the fields of the text output (docs/shared-buffers.md).
     #[arg(long)]
     json: bool,
+}
+
+/// `tandem share ls`'s arguments.
+#[derive(Args, Debug)]
+pub(crate) struct LsArgs {
+    #[command(flatten)]
+    look: LookArgs,
+    /// Lists only the named sets (every version the daemon keeps): name,
+    /// version, tensors, bytes and buffers.
+    #[arg(long)]
+    sets: bool,
 }
 
 impl SocketArg {
@@ -93,6 +106,10 @@ pub(crate) struct ServeArgs {
     /// create beyond is refused as busy
     #[arg(long, value_name = "N", default_value_t = Limits::DEFAULT_BUFFERS)]
     max_buffers: usize,
+    /// Named sets held at once; a bind of a new name beyond is refused as
+    /// busy
+    #[arg(long, value_name = "N", default_value_t = Limits::DEFAULT_SETS)]
+    max_sets: usize,
     /// Bytes of deleted buffers' allocations kept for one client's next
     /// creates of the same device and length (no allocation, export or
     /// import then); 0 keeps none
@@ -138,6 +155,7 @@ impl ServeArgs {
             frame_timeout: Duration::from_millis(self.frame_timeout_ms),
             buffers: self.max_buffers,
             kept_bytes: self.keep_bytes,
+            sets: self.max_sets,
         })
     }
 }
@@ -147,7 +165,12 @@ pub(crate) struct RmArgs {
     #[command(flatten)]
     socket: SocketArg,
     /// The buffer's id.
-    id: u64,
+    #[arg(required_unless_present = "set", conflicts_with = "set")]
+    id: Option<u64>,
+    /// Deletes named set NAME, every version it keeps, instead of a buffer
+    /// (each freed when its last lease goes)
+    #[arg(long, value_name = "NAME")]
+    set: Option<String>,
 }
 
 pub(crate) fn run(command: ShareCommand) -> ExitCode {
@@ -156,7 +179,10 @@ pub(crate) fn run(command: ShareCommand) -> ExitCode {
         ShareCommand::Ls(args) => ls(&args),
         ShareCommand::Status(args) => status(&args),
         ShareCommand::Rm(args) => Inspector::connect(&args.socket.path())
-            .and_then(|inspector| inspector.delete(ObjectId(args.id)))
+            .and_then(|inspector| match (&args.set, args.id) {
+                (Some(set), _) => inspector.delete_set(set),
+                (None, id) => inspector.delete(ObjectId(id.unwrap_or_default())),
+            })
             .map_err(|e| e.to_string()),
     };
     match result {
@@ -283,6 +309,19 @@ struct BufferRow {
     leases: u32,
 }
 
+/// One version of a named set, as `tandem share ls` prints it.
+#[derive(Serialize)]
+struct SetRow {
+    name: String,
+    version: u64,
+    tensors: u32,
+    /// Bytes of its buffers, the manifest's included.
+    bytes: u64,
+    /// The manifest's buffer, then the others.
+    manifest: u64,
+    buffers: Vec<u64>,
+}
+
 /// The daemon's totals, as `tandem share status` prints them.
 #[derive(Serialize)]
 struct Totals {
@@ -306,8 +345,24 @@ fn print_json(value: &impl Serialize) -> Result<(), String> {
     Ok(())
 }
 
-fn ls(args: &LookArgs) -> Result<(), String> {
-    let inspector = Inspector::connect(&args.socket.path()).map_err(|e| e.to_string())?;
+fn ls(args: &LsArgs) -> Result<(), String> {
+    let inspector = Inspector::connect(&args.look.socket.path()).map_err(|e| e.to_string())?;
+    let sets: Vec<SetRow> = inspector
+        .list_sets()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .map(|s| SetRow {
+            name: s.name,
+            version: s.version,
+            tensors: s.tensors,
+            bytes: s.bytes,
+            manifest: s.manifest.0,
+            buffers: s.buffers.iter().map(|id| id.0).collect(),
+        })
+        .collect();
+    if args.sets {
+        return print_sets(&sets, args.look.json);
+    }
     let rows: Vec<BufferRow> = inspector
         .list()
         .map_err(|e| e.to_string())?
@@ -325,7 +380,7 @@ fn ls(args: &LookArgs) -> Result<(), String> {
             leases: o.leases,
         })
         .collect();
-    if args.json {
+    if args.look.json {
         return print_json(&rows);
     }
     println!(
@@ -336,6 +391,36 @@ fn ls(args: &LookArgs) -> Result<(), String> {
         println!(
             "{:>8} {:>6} {:>14} {:>14} {:>8} {:>6}",
             r.id, r.device, r.bytes, r.allocated, r.state, r.leases
+        );
+    }
+    if !sets.is_empty() {
+        println!();
+        print_sets(&sets, false)?;
+    }
+    Ok(())
+}
+
+/// The named sets' rows: a table, or a JSON array.
+fn print_sets(sets: &[SetRow], json: bool) -> Result<(), String> {
+    if json {
+        return print_json(&sets);
+    }
+    println!(
+        "{:<32} {:>7} {:>7} {:>14} buffers",
+        "set", "version", "tensors", "bytes"
+    );
+    for s in sets {
+        let buffers: Vec<String> = core::iter::once(s.manifest)
+            .chain(s.buffers.iter().copied())
+            .map(|id| id.to_string())
+            .collect();
+        println!(
+            "{:<32} {:>7} {:>7} {:>14} {}",
+            s.name,
+            s.version,
+            s.tensors,
+            s.bytes,
+            buffers.join(",")
         );
     }
     Ok(())

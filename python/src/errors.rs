@@ -28,6 +28,9 @@ pub(crate) enum Kind {
     NoDevice,
     Device,
     Protocol,
+    UnknownSet,
+    SetPublishing,
+    SetName,
     Share,
     Dtype,
     Shape,
@@ -61,6 +64,9 @@ impl Kind {
             Kind::NoDevice => "NoDeviceError",
             Kind::Device => "DeviceError",
             Kind::Protocol => "ProtocolError",
+            Kind::UnknownSet => "UnknownSetError",
+            Kind::SetPublishing => "SetPublishingError",
+            Kind::SetName => "SetNameError",
             Kind::Share => "ShareError",
             Kind::Dtype | Kind::Shape => "ViewError",
             Kind::Unsupported => "UnsupportedError",
@@ -132,6 +138,9 @@ impl From<ShareError> for Error {
             | ShareError::GpuInForkedChild { .. } => Kind::NoDevice,
             ShareError::Gpu(_) => Kind::Device,
             ShareError::Protocol(_) => Kind::Protocol,
+            ShareError::UnknownSet(_) => Kind::UnknownSet,
+            ShareError::SetPublishing(_) => Kind::SetPublishing,
+            ShareError::BadSetName(_) => Kind::SetName,
         };
         Error::new(kind, e.to_string())
     }

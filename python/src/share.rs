@@ -1,6 +1,7 @@
 //! `tandem.share`'s client: a connection to the share daemon (found on its
 //! socket or started for this process), creating, opening, listing and
-//! deleting buffers by id.
+//! deleting buffers by id, and binding, looking up, listing and deleting
+//! named sets of them.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,7 +11,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use tandem_hal::Backend;
 use tandem_runtime::BackendChoice;
-use tandem_share::{default_socket_path, AnyShareClient, ObjectId, ObjectInfo, ShareError};
+use tandem_share::{
+    default_socket_path, AnyShareClient, ObjectId, ObjectInfo, SetInfo, ShareError,
+};
 
 use crate::buffer::Buffer;
 use crate::core;
@@ -239,6 +242,86 @@ impl Client {
         Ok(buffer)
     }
 
+    /// Stages this client's unsealed buffer `id` for named set `name`, the
+    /// first step of publishing a set: nobody can open it until the set is
+    /// bound (`bind_set`), and it is freed if this process lets go of it,
+    /// or dies, before.
+    fn stage(&self, py: Python<'_>, id: i128, name: String) -> PyResult<()> {
+        let id = ObjectId(non_negative("id", id)?);
+        let inner = self.inner.clone();
+        Ok(py
+            .allow_threads(move || inner.stage(id, &name))
+            .map_err(Error::from)?)
+    }
+
+    /// Binds the next version of named set `name` to the sealed buffers
+    /// `manifest` and `buffers` (ids), which this client staged for it, all
+    /// at once; `tensors` is the count `tandem share ls` shows. Returns the
+    /// version bound, as `get_set` does.
+    fn bind_set<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        manifest: i128,
+        buffers: Vec<i128>,
+        tensors: i128,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let manifest = ObjectId(non_negative("manifest", manifest)?);
+        let buffers = buffers
+            .into_iter()
+            .map(|id| non_negative("buffers", id).map(ObjectId))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tensors = non_negative("tensors", tensors)?;
+        let inner = self.inner.clone();
+        let info = py
+            .allow_threads(move || inner.bind_set(&name, manifest, &buffers, tensors))
+            .map_err(Error::from)?;
+        set_dict(py, &info)
+    }
+
+    /// Version `version` of named set `name` (default: the latest): its
+    /// `name`, `version`, `manifest` (a buffer id), `buffers` (ids),
+    /// `tensors` and `nbytes`.
+    #[pyo3(signature = (name, version=None))]
+    fn get_set<'py>(
+        &self,
+        py: Python<'py>,
+        name: String,
+        version: Option<i128>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let version = match version {
+            Some(version) => match non_negative::<u64>("version", version)? {
+                0 => return Err(Error::new(Kind::Argument, "version: versions start at 1").into()),
+                version => Some(version),
+            },
+            None => None,
+        };
+        let inner = self.inner.clone();
+        let info = py
+            .allow_threads(move || inner.lookup_set(&name, version))
+            .map_err(Error::from)?;
+        set_dict(py, &info)
+    }
+
+    /// Every version of every named set the daemon keeps, as `get_set`
+    /// describes one.
+    fn list_sets<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let inner = self.inner.clone();
+        let sets = py
+            .allow_threads(move || inner.list_sets())
+            .map_err(Error::from)?;
+        sets.iter().map(|info| set_dict(py, info)).collect()
+    }
+
+    /// Deletes named set `name`: nobody can look it up any more; its
+    /// buffers are freed when the last process mapping them lets go.
+    fn delete_set(&self, py: Python<'_>, name: String) -> PyResult<()> {
+        let inner = self.inner.clone();
+        Ok(py
+            .allow_threads(move || inner.delete_set(&name))
+            .map_err(Error::from)?)
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "tandem.share.Client(socket={:?}, backend={:?}, daemon_pid={})",
@@ -276,6 +359,18 @@ fn check_not_empty(len: usize) -> Result<(), Error> {
         ));
     }
     Ok(())
+}
+
+fn set_dict<'py>(py: Python<'py>, info: &SetInfo) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("name", &info.name)?;
+    dict.set_item("version", info.version)?;
+    dict.set_item("manifest", info.manifest.0)?;
+    let buffers: Vec<u64> = info.buffers.iter().map(|id| id.0).collect();
+    dict.set_item("buffers", buffers)?;
+    dict.set_item("tensors", info.tensors)?;
+    dict.set_item("nbytes", info.bytes)?;
+    Ok(dict)
 }
 
 fn info_dict<'py>(py: Python<'py>, info: &ObjectInfo) -> PyResult<Bound<'py, PyDict>> {

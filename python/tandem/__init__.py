@@ -1,7 +1,9 @@
 """Tandem from Python: GPU (and CPU device) tensors shared between processes
-by id through the share daemon (:mod:`tandem.share`), the blob store
-(:mod:`tandem.blob`), and a runtime's status (:func:`status`). Memory reaches
-NumPy, PyTorch, CuPy and JAX through DLPack without a copy."""
+by id through the share daemon (:mod:`tandem.share`), PyTorch weight sets
+published once and loaded by name (:mod:`tandem.torch`, imported on its
+own: it needs PyTorch), the blob store (:mod:`tandem.blob`), and a runtime's
+status (:func:`status`). Memory reaches NumPy, PyTorch, CuPy and JAX through
+DLPack without a copy."""
 
 from __future__ import annotations
 
@@ -30,8 +32,14 @@ from .errors import (
     NoDeviceError,
     DeviceError,
     ProtocolError,
+    UnknownSetError,
+    SetPublishingError,
+    SetNameError,
+    ManifestError,
     ViewError,
     UnsupportedError,
+    NotContiguousError,
+    DtypeError,
     BlobError,
     BlobNotFoundError,
     BlobNameError,
@@ -62,8 +70,14 @@ __all__ = [
     "NoDeviceError",
     "DeviceError",
     "ProtocolError",
+    "UnknownSetError",
+    "SetPublishingError",
+    "SetNameError",
+    "ManifestError",
     "ViewError",
     "UnsupportedError",
+    "NotContiguousError",
+    "DtypeError",
     "BlobError",
     "BlobNotFoundError",
     "BlobNameError",

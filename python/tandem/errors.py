@@ -31,7 +31,8 @@ class RefusedError(ShareError, PermissionError):
 
 
 class BusyError(ShareError):
-    """The daemon is at a limit (connections, descriptors, buffers)."""
+    """The daemon is at a limit (connections, descriptors, buffers, named
+    sets)."""
 
 
 class UnknownIdError(ShareError, KeyError):
@@ -72,6 +73,25 @@ class ProtocolError(ShareError):
     """The daemon's wire was broken."""
 
 
+class UnknownSetError(ShareError, KeyError):
+    """No named set has this name, or it keeps no such version."""
+
+
+class SetPublishingError(ShareError):
+    """The named set has no version yet: one is being published (try again
+    once it is bound)."""
+
+
+class SetNameError(ShareError, ValueError):
+    """A set name that is empty, longer than 255 bytes, or has a control
+    character."""
+
+
+class ManifestError(ShareError):
+    """A named set's manifest this package cannot use: another format, a
+    fingerprint or a tensor's digest that does not match its bytes."""
+
+
 class ViewError(ShareError, ValueError):
     """A view's dtype is unknown, or its shape does not cover the buffer."""
 
@@ -79,6 +99,16 @@ class ViewError(ShareError, ValueError):
 class UnsupportedError(TandemError, TypeError):
     """An object Tandem cannot take: no DLPack nor buffer protocol, not
     contiguous, read-only where it is written, on an unknown device."""
+
+
+class NotContiguousError(UnsupportedError):
+    """A tensor that is not contiguous (or not strided): a named set stores
+    each tensor's bytes in one piece."""
+
+
+class DtypeError(UnsupportedError):
+    """A dtype a named set cannot carry (quantized, bits), or one the
+    PyTorch loading the set lacks."""
 
 
 class BlobError(TandemError):
@@ -127,8 +157,14 @@ __all__ = [
     "NoDeviceError",
     "DeviceError",
     "ProtocolError",
+    "UnknownSetError",
+    "SetPublishingError",
+    "SetNameError",
+    "ManifestError",
     "ViewError",
     "UnsupportedError",
+    "NotContiguousError",
+    "DtypeError",
     "BlobError",
     "BlobNotFoundError",
     "BlobNameError",

@@ -35,6 +35,13 @@ def shm_entries() -> set[str]:
     }
 
 
+@pytest.fixture
+def shm():
+    """`shm_entries`, for a test that checks what it left in /dev/shm
+    before the session ends."""
+    return shm_entries
+
+
 SHM_BEFORE = pytest.StashKey[set]()
 
 

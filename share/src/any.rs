@@ -16,7 +16,7 @@ use crate::client::ShareClient;
 use crate::connection::Inspector;
 use crate::error::ShareError;
 use crate::held::HeldBuffer;
-use crate::wire::{DaemonStatus, ObjectId, ObjectInfo};
+use crate::wire::{DaemonStatus, ObjectId, ObjectInfo, SetInfo};
 
 /// A [`ShareClient`] of the backend its daemon serves.
 #[derive(Clone)]
@@ -184,6 +184,37 @@ impl AnyShareClient {
     /// The daemon's totals.
     pub fn status(&self) -> Result<DaemonStatus, ShareError> {
         on_each!(AnyShareClient, self, client => client.status())
+    }
+
+    /// [`ShareClient::stage`].
+    pub fn stage(&self, id: ObjectId, name: &str) -> Result<(), ShareError> {
+        on_each!(AnyShareClient, self, client => client.stage(id, name))
+    }
+
+    /// [`ShareClient::bind_set`].
+    pub fn bind_set(
+        &self,
+        name: &str,
+        manifest: ObjectId,
+        buffers: &[ObjectId],
+        tensors: u32,
+    ) -> Result<SetInfo, ShareError> {
+        on_each!(AnyShareClient, self, client => client.bind_set(name, manifest, buffers, tensors))
+    }
+
+    /// [`ShareClient::lookup_set`].
+    pub fn lookup_set(&self, name: &str, version: Option<u64>) -> Result<SetInfo, ShareError> {
+        on_each!(AnyShareClient, self, client => client.lookup_set(name, version))
+    }
+
+    /// [`ShareClient::list_sets`].
+    pub fn list_sets(&self) -> Result<Vec<SetInfo>, ShareError> {
+        on_each!(AnyShareClient, self, client => client.list_sets())
+    }
+
+    /// [`ShareClient::delete_set`].
+    pub fn delete_set(&self, name: &str) -> Result<(), ShareError> {
+        on_each!(AnyShareClient, self, client => client.delete_set(name))
     }
 }
 

@@ -20,7 +20,8 @@ use crate::mapping::{Access, ClientInner, Lease, Mapping};
 use crate::poll::Polling;
 use crate::transport;
 use crate::wire::{
-    BufferHandle, DaemonStatus, HandleForm, ObjectId, ObjectInfo, Reply, Request, WireBackend,
+    BufferHandle, DaemonStatus, HandleForm, ObjectId, ObjectInfo, Reply, Request, SetInfo,
+    WireBackend, MAX_SET_BUFFERS,
 };
 
 /// A device and a stream of it ([`ShareClient::stream`]).
@@ -501,6 +502,65 @@ impl<A: GpuApi> ShareClient<A> {
     /// What the daemon knows of `id`.
     pub fn stat(&self, id: ObjectId) -> Result<ObjectInfo, ShareError> {
         self.inner.connections.stat(id)
+    }
+
+    /// Stages this client's unsealed buffer `id` for named set `name`, the
+    /// first step of publishing a set: nobody can open it until the set is
+    /// bound ([`bind_set`](Self::bind_set)), and it is freed if this client
+    /// lets go of it, or dies, before.
+    pub fn stage(&self, id: ObjectId, name: &str) -> Result<(), ShareError> {
+        let request = Request::Stage {
+            id,
+            name: name.to_owned(),
+        };
+        self.inner.connections.set_call(name, &request).map(drop)
+    }
+
+    /// Binds the next version of named set `name` to the sealed `manifest`
+    /// and `buffers`, which this client staged for it, all at once (a
+    /// reader sees the whole version or none); `tensors` is what `ls`
+    /// shows. The set outlives this client; its versions beyond those the
+    /// daemon keeps are deleted (alive for those who hold them).
+    pub fn bind_set(
+        &self,
+        name: &str,
+        manifest: ObjectId,
+        buffers: &[ObjectId],
+        tensors: u32,
+    ) -> Result<SetInfo, ShareError> {
+        if buffers.len() > MAX_SET_BUFFERS {
+            return Err(ShareError::Protocol(format!(
+                "a set of {} buffers: at most {MAX_SET_BUFFERS}",
+                buffers.len()
+            )));
+        }
+        let request = Request::BindSet {
+            name: name.to_owned(),
+            manifest,
+            buffers: buffers.to_vec(),
+            tensors,
+        };
+        self.inner
+            .connections
+            .set_call(name, &request)?
+            .ok_or_else(|| ShareError::Protocol("no set in the reply".into()))
+    }
+
+    /// Version `version` of named set `name` (`None`: the latest); open
+    /// its buffers by id.
+    pub fn lookup_set(&self, name: &str, version: Option<u64>) -> Result<SetInfo, ShareError> {
+        self.inner.connections.lookup_set(name, version)
+    }
+
+    /// Every version of every named set the daemon keeps.
+    pub fn list_sets(&self) -> Result<Vec<SetInfo>, ShareError> {
+        self.inner.connections.list_sets()
+    }
+
+    /// Deletes named set `name`: nobody can look it up any more, and its
+    /// buffers are freed when their last leases go.
+    pub fn delete_set(&self, name: &str) -> Result<(), ShareError> {
+        self.inner.connections.delete_set(name)
     }
 
     /// Every buffer the daemon holds.

@@ -15,7 +15,9 @@ use tandem_process::{lock_across_forks, ForkSafeGuard, MadeIn};
 
 use crate::error::ShareError;
 use crate::transport::{self, RecvError};
-use crate::wire::{DaemonStatus, ObjectId, ObjectInfo, Reply, Request, WireBackend};
+use crate::wire::{
+    check_set_name, DaemonStatus, ObjectId, ObjectInfo, Reply, Request, SetInfo, WireBackend,
+};
 
 /// A client token no other live client has: the pid (unique among live
 /// processes) beside a per-process counter and the clock.
@@ -230,6 +232,57 @@ impl Connections {
     pub(crate) fn delete(&self, id: ObjectId) -> Result<(), ShareError> {
         self.call(&Request::Delete { id }, Some(id)).map(drop)
     }
+
+    /// Sends a set's `request`, its name checked first (the wire cannot
+    /// carry a long one), and returns the set the reply names, if any.
+    pub(crate) fn set_call(
+        &self,
+        name: &str,
+        request: &Request,
+    ) -> Result<Option<SetInfo>, ShareError> {
+        check_set_name(name).map_err(ShareError::BadSetName)?;
+        match self.call(request, None)?.0 {
+            Reply::Set(info) => Ok(Some(info)),
+            Reply::Done => Ok(None),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Version `version` of set `name` (`None`: the latest).
+    pub(crate) fn lookup_set(
+        &self,
+        name: &str,
+        version: Option<u64>,
+    ) -> Result<SetInfo, ShareError> {
+        // The wire's 0 asks for the latest.
+        if version == Some(0) {
+            return Err(ShareError::UnknownSet(format!(
+                "set {name:?} has no version 0: versions start at 1"
+            )));
+        }
+        let request = Request::LookupSet {
+            name: name.to_owned(),
+            version,
+        };
+        self.set_call(name, &request)?
+            .ok_or_else(|| ShareError::Protocol("no set in the reply".into()))
+    }
+
+    /// Every version of every set.
+    pub(crate) fn list_sets(&self) -> Result<Vec<SetInfo>, ShareError> {
+        match self.call(&Request::ListSets, None)?.0 {
+            Reply::Sets(sets) => Ok(sets),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Deletes set `name`.
+    pub(crate) fn delete_set(&self, name: &str) -> Result<(), ShareError> {
+        let request = Request::DeleteSet {
+            name: name.to_owned(),
+        };
+        self.set_call(name, &request).map(drop)
+    }
 }
 
 /// How long a new connection waits for the daemon's Hello: it answers at
@@ -291,8 +344,8 @@ fn exchange(
     Ok((reply, received.fd))
 }
 
-/// A client that only looks: stat, list, status and delete, with no
-/// backend of its own (`tandem share ls`).
+/// A client that only looks: stat, list, status and delete (buffers and
+/// named sets), with no backend of its own (`tandem share ls`).
 #[derive(Debug)]
 pub struct Inspector {
     connections: Connections,
@@ -324,5 +377,20 @@ impl Inspector {
     /// Deletes `id` (freed when its last lease goes).
     pub fn delete(&self, id: ObjectId) -> Result<(), ShareError> {
         self.connections.delete(id)
+    }
+
+    /// Version `version` of named set `name` (`None`: the latest).
+    pub fn lookup_set(&self, name: &str, version: Option<u64>) -> Result<SetInfo, ShareError> {
+        self.connections.lookup_set(name, version)
+    }
+
+    /// Every version of every named set the daemon keeps.
+    pub fn list_sets(&self) -> Result<Vec<SetInfo>, ShareError> {
+        self.connections.list_sets()
+    }
+
+    /// Deletes named set `name` (its buffers freed when their last leases go).
+    pub fn delete_set(&self, name: &str) -> Result<(), ShareError> {
+        self.connections.delete_set(name)
     }
 }

@@ -29,8 +29,8 @@ pub enum ShareError {
     /// backend).
     Refused(String),
     /// The daemon is at a limit (connections in all, this process's
-    /// connections, its descriptors, or the buffers it holds) and refused
-    /// the connection or the create.
+    /// connections, its descriptors, the buffers or the named sets it
+    /// holds) and refused the connection, the create or the bind.
     Busy(String),
     /// No buffer has this id (never had, or freed).
     UnknownId(ObjectId),
@@ -84,6 +84,12 @@ pub enum ShareError {
         /// The process the client was made in.
         parent: u32,
     },
+    /// No named set has this name, or it keeps no such version.
+    UnknownSet(String),
+    /// The named set has no version yet: one is being published.
+    SetPublishing(String),
+    /// A set name that is empty, too long or has a control character.
+    BadSetName(String),
     /// A frame that is not this protocol, or a socket error mid-frame.
     Protocol(String),
     /// Anything else the daemon said no to, with its words.
@@ -107,6 +113,9 @@ impl ShareError {
             (ErrorCode::NoDevice, _) => Self::NoDevice(message),
             (ErrorCode::Device, _) => Self::Gpu(message),
             (ErrorCode::Protocol, _) => Self::Protocol(message),
+            (ErrorCode::UnknownSet, _) => Self::UnknownSet(message),
+            (ErrorCode::SetPublishing, _) => Self::SetPublishing(message),
+            (ErrorCode::BadSetName, _) => Self::BadSetName(message),
             _ => Self::Daemon { code, message },
         }
     }
@@ -158,6 +167,9 @@ impl fmt::Display for ShareError {
                  loaded, and a forked child cannot use it: start the process with the \
                  `spawn` method (Python's multiprocessing), or exec a new program"
             ),
+            Self::UnknownSet(why) => write!(f, "unknown set: {why}"),
+            Self::SetPublishing(why) => write!(f, "{why}: try again once it is bound"),
+            Self::BadSetName(why) => write!(f, "bad set name: {why}"),
             Self::Protocol(why) => write!(f, "share protocol error: {why}"),
             Self::Daemon { code, message } => write!(f, "share daemon: {message} ({code:?})"),
         }

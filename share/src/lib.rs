@@ -55,9 +55,17 @@
 //!   [`AnyHeldBuffer`]s. Every failure is a
 //!   [`ShareError`]; a refusal the client library has no variant for keeps
 //!   the daemon's [`ErrorCode`].
-//! * **Looking at a daemon.** [`Inspector`] stats, lists and deletes without
-//!   a backend (`tandem share ls`): [`ObjectId`], [`ObjectInfo`],
-//!   [`DaemonStatus`] (with the [`WireBackend`] it serves).
+//! * **Named sets.** A publisher stages buffers for a set name
+//!   ([`ShareClient::stage`]), seals them and binds them, with a manifest
+//!   buffer, as the set's next version ([`ShareClient::bind_set`]): a
+//!   reader looks the name up ([`ShareClient::lookup_set`], a [`SetInfo`])
+//!   and opens the buffers by id. A name is checked by [`check_set_name`]
+//!   (at most [`MAX_SET_NAME`] bytes; a version holds at most
+//!   [`MAX_SET_BUFFERS`] buffers besides its manifest).
+//! * **Looking at a daemon.** [`Inspector`] stats, lists and deletes
+//!   buffers and sets without a backend (`tandem share ls`): [`ObjectId`],
+//!   [`ObjectInfo`], [`SetInfo`], [`DaemonStatus`] (with the [`WireBackend`]
+//!   it serves).
 //! * **Running a daemon.** [`Daemon`] binds a socket
 //!   ([`default_socket_path`], in the user's private [`runtime_dir`]) and
 //!   serves it as a [`RunningDaemon`], within [`Limits`], polling for
@@ -111,4 +119,7 @@ pub use held::HeldBuffer;
 pub use mapping::Access;
 pub use poll::Polling;
 pub use transport::{default_socket_path, runtime_dir};
-pub use wire::{DaemonStatus, ErrorCode, ObjectId, ObjectInfo, WireBackend};
+pub use wire::{
+    check_set_name, DaemonStatus, ErrorCode, ObjectId, ObjectInfo, SetInfo, WireBackend,
+    MAX_SET_BUFFERS, MAX_SET_NAME,
+};

@@ -24,8 +24,8 @@ pub const MAGIC: [u8; 4] = *b"TDSH";
 /// open's reply says whether the seal's work had finished. 3: a daemon at
 /// its limits refuses a connection with [`ErrorCode::Busy`]. 4: a handle
 /// names its allocation, and the status counts the allocations kept for
-/// reuse.
-pub const VERSION: u16 = 4;
+/// reuse. 5: named sets (stage, bind, look up, list, delete).
+pub const VERSION: u16 = 5;
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 12;
 /// Largest payload either side sends or accepts.
@@ -36,6 +36,32 @@ pub const REPLY_BIT: u16 = 0x8000;
 pub const ERROR_OP: u16 = 0xffff;
 /// Most objects one [`Reply::List`] carries (it fits [`MAX_PAYLOAD`]).
 pub const MAX_LISTED: usize = 8192;
+/// Longest name of a set, in bytes.
+pub const MAX_SET_NAME: usize = 255;
+/// Most buffers one version of a set holds, its manifest aside: a
+/// publisher packs tensors into few buffers, and a listing of
+/// [`MAX_LISTED_SETS`] versions must fit [`MAX_PAYLOAD`].
+pub const MAX_SET_BUFFERS: usize = 128;
+/// Most set versions one [`Reply::Sets`] carries (it fits [`MAX_PAYLOAD`]).
+pub const MAX_LISTED_SETS: usize = 512;
+
+/// Why `name` cannot name a set: empty, longer than [`MAX_SET_NAME`]
+/// bytes, or with a control character (it is printed by `tandem share ls`).
+pub fn check_set_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("a set name is empty".into());
+    }
+    if name.len() > MAX_SET_NAME {
+        return Err(format!(
+            "a set name of {} bytes is longer than {MAX_SET_NAME}",
+            name.len()
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(format!("set name {name:?} has a control character"));
+    }
+    Ok(())
+}
 
 /// The name of a buffer the daemon holds; never reused by one daemon.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
@@ -181,6 +207,25 @@ pub struct DaemonStatus {
     pub kept_bytes: u64,
 }
 
+/// One version of a named set: a sealed manifest and the sealed buffers it
+/// describes, bound to a name at once.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SetInfo {
+    /// The set's name.
+    pub name: String,
+    /// Its version: 1 for the first bind of the name, one more for each bind after.
+    pub version: u64,
+    /// The buffer holding its manifest (the publisher's format; the daemon
+    /// never reads it).
+    pub manifest: ObjectId,
+    /// The buffers the manifest describes, in the publisher's order.
+    pub buffers: Vec<ObjectId>,
+    /// Tensors (or items) the manifest lists, as the publisher counted them.
+    pub tensors: u32,
+    /// Bytes of its buffers, the manifest's included.
+    pub bytes: u64,
+}
+
 /// Why the daemon refused a request.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[repr(u16)]
@@ -210,9 +255,16 @@ pub enum ErrorCode {
     /// What an inspecting client may not do.
     NotPermitted = 12,
     /// The daemon is at a limit: its connections, a client's connections
-    /// or its descriptors (the connection is then closed), or the buffers
-    /// it holds (a create). Try again later.
+    /// or its descriptors (the connection is then closed), the buffers it
+    /// holds (a create), or the named sets (a bind of a new name). Try
+    /// again later.
     Busy = 13,
+    /// No set has this name (or it does not keep this version).
+    UnknownSet = 14,
+    /// The set has no version yet, but one is being published.
+    SetPublishing = 15,
+    /// A set name that is empty, too long or has a control character.
+    BadSetName = 16,
 }
 
 impl ErrorCode {
@@ -231,6 +283,9 @@ impl ErrorCode {
             11 => Self::NoLease,
             12 => Self::NotPermitted,
             13 => Self::Busy,
+            14 => Self::UnknownSet,
+            15 => Self::SetPublishing,
+            16 => Self::BadSetName,
             _ => return Err(WireError::Malformed("error code")),
         })
     }
@@ -288,6 +343,43 @@ pub enum Request {
     List,
     /// The daemon's totals.
     Status,
+    /// Writer's buffer `id`, unsealed, is part of set `name`, which its
+    /// writer is publishing: nobody may open it until the set is bound, and
+    /// it is freed if its writer lets go of it before.
+    Stage {
+        /// The buffer.
+        id: ObjectId,
+        /// The set.
+        name: String,
+    },
+    /// Binds a new version of set `name` to sealed buffers this client
+    /// staged for it, all at once; older versions beyond those kept are
+    /// deleted (alive for those who hold them).
+    BindSet {
+        /// The set.
+        name: String,
+        /// The buffer holding its manifest.
+        manifest: ObjectId,
+        /// The buffers the manifest describes.
+        buffers: Vec<ObjectId>,
+        /// How many tensors the manifest lists.
+        tensors: u32,
+    },
+    /// A version of a set: the latest if `version` is `None`.
+    LookupSet {
+        /// The set.
+        name: String,
+        /// Which version.
+        version: Option<u64>,
+    },
+    /// Every version of every set the daemon keeps (up to [`MAX_LISTED_SETS`]).
+    ListSets,
+    /// Deletes a set: every version it keeps, whose buffers live on only
+    /// for those who hold them.
+    DeleteSet {
+        /// The set.
+        name: String,
+    },
 }
 
 /// The daemon's reply.
@@ -327,6 +419,10 @@ pub enum Reply {
     List(Vec<ObjectInfo>),
     /// To [`Request::Status`].
     Status(DaemonStatus),
+    /// To [`Request::BindSet`] (the version bound) and [`Request::LookupSet`].
+    Set(SetInfo),
+    /// To [`Request::ListSets`].
+    Sets(Vec<SetInfo>),
     /// Refused.
     Error {
         /// Why, for code.
@@ -410,6 +506,11 @@ mod op {
     pub const STAT: u16 = 7;
     pub const LIST: u16 = 8;
     pub const STATUS: u16 = 9;
+    pub const STAGE: u16 = 10;
+    pub const BIND_SET: u16 = 11;
+    pub const LOOKUP_SET: u16 = 12;
+    pub const LIST_SETS: u16 = 13;
+    pub const DELETE_SET: u16 = 14;
     /// Reply opcodes that answer no single request.
     pub const DONE: u16 = 0x10;
 }
@@ -474,6 +575,21 @@ impl Writer {
             .u64(h.len)
             .u64(h.allocation)
             .bytes64(&h.event)
+    }
+    fn ids(&mut self, ids: &[ObjectId]) -> &mut Self {
+        self.u32(ids.len() as u32);
+        for id in ids {
+            self.u64(id.0);
+        }
+        self
+    }
+    fn set(&mut self, s: &SetInfo) -> &mut Self {
+        self.str(&s.name)
+            .u64(s.version)
+            .u64(s.manifest.0)
+            .ids(&s.buffers)
+            .u32(s.tensors)
+            .u64(s.bytes)
     }
     fn finish(mut self) -> Vec<u8> {
         let payload = (self.0.len() - HEADER_BYTES) as u32;
@@ -571,6 +687,32 @@ impl<'a> Reader<'a> {
             event: self.bytes64()?,
         })
     }
+    /// A set name: a string no longer than [`MAX_SET_NAME`] (the daemon
+    /// checks the rest, to answer with a reason).
+    fn name(&mut self) -> Result<String, WireError> {
+        let name = self.str()?;
+        if name.len() > MAX_SET_NAME {
+            return Err(WireError::Malformed("set name"));
+        }
+        Ok(name)
+    }
+    fn ids(&mut self) -> Result<Vec<ObjectId>, WireError> {
+        let count = self.u32()? as usize;
+        if count > MAX_SET_BUFFERS {
+            return Err(WireError::Malformed("set buffer count"));
+        }
+        (0..count).map(|_| self.u64().map(ObjectId)).collect()
+    }
+    fn set(&mut self) -> Result<SetInfo, WireError> {
+        Ok(SetInfo {
+            name: self.name()?,
+            version: self.u64()?,
+            manifest: ObjectId(self.u64()?),
+            buffers: self.ids()?,
+            tensors: self.u32()?,
+            bytes: self.u64()?,
+        })
+    }
     fn end(self) -> Result<(), WireError> {
         match self.0.len() {
             0 => Ok(()),
@@ -623,6 +765,24 @@ impl Request {
             Self::Stat { id } => Writer::new(op::STAT).u64(id.0).finish_ref(),
             Self::List => Writer::new(op::LIST).finish(),
             Self::Status => Writer::new(op::STATUS).finish(),
+            Self::Stage { id, name } => Writer::new(op::STAGE).u64(id.0).str(name).finish_ref(),
+            Self::BindSet {
+                name,
+                manifest,
+                buffers,
+                tensors,
+            } => Writer::new(op::BIND_SET)
+                .str(name)
+                .u64(manifest.0)
+                .ids(buffers)
+                .u32(*tensors)
+                .finish_ref(),
+            Self::LookupSet { name, version } => Writer::new(op::LOOKUP_SET)
+                .str(name)
+                .u64(version.unwrap_or(0))
+                .finish_ref(),
+            Self::ListSets => Writer::new(op::LIST_SETS).finish(),
+            Self::DeleteSet { name } => Writer::new(op::DELETE_SET).str(name).finish_ref(),
         }
     }
 
@@ -658,6 +818,23 @@ impl Request {
             },
             op::LIST => Self::List,
             op::STATUS => Self::Status,
+            op::STAGE => Self::Stage {
+                id: ObjectId(r.u64()?),
+                name: r.name()?,
+            },
+            op::BIND_SET => Self::BindSet {
+                name: r.name()?,
+                manifest: ObjectId(r.u64()?),
+                buffers: r.ids()?,
+                tensors: r.u32()?,
+            },
+            // Versions start at 1: 0 asks for the latest.
+            op::LOOKUP_SET => Self::LookupSet {
+                name: r.name()?,
+                version: Some(r.u64()?).filter(|&v| v != 0),
+            },
+            op::LIST_SETS => Self::ListSets,
+            op::DELETE_SET => Self::DeleteSet { name: r.name()? },
             other => return Err(WireError::UnknownOp(other)),
         };
         r.end()?;
@@ -711,6 +888,16 @@ impl Reply {
                 .u32(s.kept)
                 .u64(s.kept_bytes)
                 .finish_ref(),
+            Self::Set(set) => reply(op::LOOKUP_SET).set(set).finish_ref(),
+            Self::Sets(sets) => {
+                let mut w = reply(op::LIST_SETS);
+                let listed = &sets[..sets.len().min(MAX_LISTED_SETS)];
+                w.u32(listed.len() as u32);
+                for set in listed {
+                    w.set(set);
+                }
+                w.finish()
+            }
             Self::Error { code, message } => Writer::new(ERROR_OP)
                 .u16(*code as u16)
                 .str(message)
@@ -764,6 +951,14 @@ impl Reply {
                     kept: r.u32()?,
                     kept_bytes: r.u64()?,
                 }),
+                op::LOOKUP_SET => Self::Set(r.set()?),
+                op::LIST_SETS => {
+                    let count = r.u32()? as usize;
+                    if count > MAX_LISTED_SETS {
+                        return Err(WireError::Malformed("set list count"));
+                    }
+                    Self::Sets((0..count).map(|_| r.set()).collect::<Result<_, _>>()?)
+                }
                 _ => return Err(WireError::UnknownOp(header.op)),
             }
         };
@@ -832,7 +1027,45 @@ mod tests {
             id().prop_map(|id| Request::Stat { id }),
             Just(Request::List),
             Just(Request::Status),
+            (id(), "[ -~]{1,40}").prop_map(|(id, name)| Request::Stage { id, name }),
+            (
+                "[ -~]{1,40}",
+                id(),
+                proptest::collection::vec(id(), 0..8),
+                any::<u32>()
+            )
+                .prop_map(|(name, manifest, buffers, tensors)| Request::BindSet {
+                    name,
+                    manifest,
+                    buffers,
+                    tensors
+                }),
+            ("[ -~]{1,40}", proptest::option::of(1..u64::MAX))
+                .prop_map(|(name, version)| Request::LookupSet { name, version }),
+            Just(Request::ListSets),
+            "[ -~]{1,40}".prop_map(|name| Request::DeleteSet { name }),
         ]
+    }
+
+    fn set() -> impl Strategy<Value = SetInfo> {
+        (
+            "[ -~]{1,40}",
+            1..u64::MAX,
+            id(),
+            proptest::collection::vec(id(), 0..8),
+            any::<u32>(),
+            any::<u64>(),
+        )
+            .prop_map(
+                |(name, version, manifest, buffers, tensors, bytes)| SetInfo {
+                    name,
+                    version,
+                    manifest,
+                    buffers,
+                    tensors,
+                    bytes,
+                },
+            )
     }
 
     fn info() -> impl Strategy<Value = ObjectInfo> {
@@ -910,7 +1143,9 @@ mod tests {
                 kept: n / 5,
                 kept_bytes: bytes / 2,
             })),
-            ("[ -~]{0,80}", 1u16..=13).prop_map(|(message, code)| Reply::Error {
+            set().prop_map(Reply::Set),
+            proptest::collection::vec(set(), 0..6).prop_map(Reply::Sets),
+            ("[ -~]{0,80}", 1u16..=16).prop_map(|(message, code)| Reply::Error {
                 code: ErrorCode::from_u16(code).unwrap(),
                 message,
             }),
@@ -959,6 +1194,23 @@ mod tests {
             let _ = Request::decode(&frame);
             let _ = Reply::decode(&frame);
         }
+    }
+
+    #[test]
+    fn set_names_are_checked() {
+        assert!(check_set_name("llama-7b/v2 (fp16)").is_ok());
+        assert!(check_set_name("").is_err());
+        assert!(check_set_name(&"x".repeat(MAX_SET_NAME)).is_ok());
+        assert!(check_set_name(&"x".repeat(MAX_SET_NAME + 1)).is_err());
+        assert!(check_set_name("a\nb").is_err());
+        // A name the wire cannot carry is malformed, not cut.
+        let long = Request::DeleteSet {
+            name: "x".repeat(MAX_SET_NAME + 1),
+        };
+        assert_eq!(
+            Request::decode(&long.encode()),
+            Err(WireError::Malformed("set name"))
+        );
     }
 
     #[test]

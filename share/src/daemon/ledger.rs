@@ -1,13 +1,14 @@
 //! The daemon's books: every buffer it holds, its leases, the clients
-//! holding them, and the allocations kept for their creators. Bookkeeping
-//! only: the callers hold the daemon's lock and do the devices' work.
+//! holding them, the allocations kept for their creators, and the named
+//! sets. Bookkeeping only: the callers hold the daemon's lock and do the
+//! devices' work.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::OwnedFd;
 
 use tandem_hal::GpuApi;
 
-use crate::wire::{BufferHandle, ObjectId, ObjectInfo};
+use crate::wire::{BufferHandle, ObjectId, ObjectInfo, SetInfo};
 
 use super::{micros_since_epoch, Buffer, Event};
 
@@ -36,6 +37,24 @@ pub(super) struct Object<A: GpuApi> {
     pub(super) creator: u64,
     pub(super) deleted: bool,
     pub(super) leases: u32,
+    /// The set it belongs to, if any.
+    pub(super) set: Option<Membership>,
+}
+
+/// How a buffer belongs to a named set.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(super) enum Membership {
+    /// Its creator is publishing the set: nobody opens it until the bind,
+    /// and it is freed if its creator lets go of it first.
+    Staged(String),
+    /// A version of the set holds it: only deleting the set deletes it.
+    Bound(String),
+}
+
+/// A named set: the versions it keeps, oldest first, and the next one's number.
+pub(super) struct NamedSet {
+    pub(super) versions: VecDeque<SetInfo>,
+    pub(super) next_version: u64,
 }
 
 /// A freed buffer's allocation, kept for its creator's next create of the
@@ -80,6 +99,8 @@ pub(super) struct Ledger<A: GpuApi> {
     pub(super) kept: HashMap<u64, Vec<Kept<A>>>,
     /// Bytes one client's kept allocations may span (0: none are kept).
     pub(super) kept_bytes: u64,
+    /// The named sets, by name.
+    pub(super) sets: BTreeMap<String, NamedSet>,
 }
 
 impl<A: GpuApi> Ledger<A> {
@@ -91,21 +112,23 @@ impl<A: GpuApi> Ledger<A> {
             next_id: 1,
             kept: HashMap::new(),
             kept_bytes,
+            sets: BTreeMap::new(),
         }
     }
 
     /// Frees `id` if nothing keeps it: deleted with no lease, or abandoned
-    /// by its writer before the seal.
+    /// by its creator before the seal or, staged for a set, before the bind.
     pub(super) fn free_if_unheld(&mut self, id: ObjectId) {
         let Some(object) = self.objects.get(&id) else {
             return;
         };
-        let writer_holds = object.writer.is_some_and(|w| {
-            self.clients
-                .get(&w)
-                .is_some_and(|c| c.leases.contains_key(&id))
-        });
-        let abandoned = object.writer.is_some() && !writer_holds;
+        let staged = matches!(object.set, Some(Membership::Staged(_)));
+        // The writer is the creator until the seal.
+        let creator_holds = self
+            .clients
+            .get(&object.creator)
+            .is_some_and(|c| c.leases.contains_key(&id));
+        let abandoned = (object.writer.is_some() || staged) && !creator_holds;
         if (object.deleted && object.leases == 0) || abandoned {
             let object = self.objects.remove(&id);
             if let Some(mut object) = object {
@@ -115,14 +138,15 @@ impl<A: GpuApi> Ledger<A> {
                     object.size,
                     object.device,
                     if abandoned {
-                        ", abandoned before its seal"
+                        ", abandoned before its seal or bind"
                     } else {
                         ""
                     }
                 );
                 // Other holders were leases; an abandoned buffer can still
                 // have readers' leases only if they never got one (an open
-                // waits for the seal), so none are left dangling.
+                // waits for the seal, and for a staged buffer's bind), so
+                // none are left dangling.
                 for client in self.clients.values_mut() {
                     client.leases.remove(&id);
                 }
@@ -199,6 +223,7 @@ impl<A: GpuApi> Ledger<A> {
                 creator: client,
                 deleted: false,
                 leases: 0,
+                set: None,
             },
         );
         self.lease(client, id);

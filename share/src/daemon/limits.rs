@@ -20,6 +20,10 @@ pub struct Limits {
     /// Bytes of freed allocations kept for one client's next creates (see
     /// the module docs, "Reuse"); 0 keeps none.
     pub kept_bytes: u64,
+    /// Named sets the daemon holds at once; a bind of a new name beyond is
+    /// refused as busy (each set keeps a few versions, whose buffers count
+    /// against [`Limits::buffers`]).
+    pub sets: usize,
 }
 
 impl Limits {
@@ -33,6 +37,8 @@ impl Limits {
     pub const DEFAULT_BUFFERS: usize = 4096;
     /// [`Limits::kept_bytes`] unless configured.
     pub const DEFAULT_KEPT_BYTES: u64 = 256 << 20;
+    /// [`Limits::sets`] unless configured.
+    pub const DEFAULT_SETS: usize = 256;
 
     /// Descriptors the daemon may need at these limits: two per
     /// connection, two per buffer (its export and its event), and a few of
@@ -50,6 +56,7 @@ impl Default for Limits {
             frame_timeout: Self::DEFAULT_FRAME_TIMEOUT,
             buffers: Self::DEFAULT_BUFFERS,
             kept_bytes: Self::DEFAULT_KEPT_BYTES,
+            sets: Self::DEFAULT_SETS,
         }
     }
 }

@@ -41,24 +41,41 @@
 //! What one client can take is bounded ([`Limits`]): the connections (and
 //! so the threads) in all and per client process, refused beyond with
 //! [`ErrorCode::Busy`]; the buffers held, a create beyond refused the same
-//! way; how long a new connection may take to say Hello and
-//! a started frame to finish; and an `Open` waiting for its seal ends when
+//! way; the sets held, a bind of a new name beyond refused too; how long a
+//! new connection may take to say Hello and a started frame to finish; and an `Open` waiting for its seal ends when
 //! its opener hangs up. Out of descriptors, the accept loop sheds the
 //! waiting connections with a spare descriptor kept for it, backs off, and
 //! logs once per [`QUIET_LOG`](limits::QUIET_LOG).
+//!
+//! # Named sets
+//! A set name maps to a few versions ([`KEPT_VERSIONS`](sets::KEPT_VERSIONS)),
+//! each a manifest buffer and the buffers it describes, all sealed. The
+//! daemon keeps the record (name, version, the ids, the publisher's tensor
+//! count, bytes) and never reads the manifest: its format is the
+//! publisher's. A publisher stages each buffer for the set before sealing
+//! it (`Stage`): nobody can open a staged buffer, and it is freed like an
+//! unsealed one if its creator lets go of it (or dies) before the bind.
+//! `BindSet` checks that every buffer is staged for that name by that
+//! client and sealed, then makes them the set's next version under the
+//! lock: a reader sees the whole version or none. Bound buffers outlive
+//! their publisher and are deleted only with their set, or when newer
+//! versions retire theirs; like any deleted buffer, they live on for those
+//! who hold leases on them.
 //!
 //! # Files
 //! `ledger` keeps the books: buffers, leases, clients, kept allocations;
 //! `metrics` shows them, and the refusals, to Prometheus.
 //! `serve` is the accept loop and a thread per connection, reading requests
 //! and writing replies; `requests` is what each request does to the books
-//! and the devices; `limits` holds the bounds above.
+//! and the devices; `sets` is what the named sets' requests do; `limits`
+//! holds the bounds above.
 
 mod ledger;
 mod limits;
 mod metrics;
 mod requests;
 mod serve;
+mod sets;
 
 use std::collections::HashMap;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -220,7 +237,7 @@ impl<A: GpuApi> Daemon<A> {
         let limits = self.daemon.limits;
         tracing::info!(
             "share daemon serving {} on {} device(s) of {:?}; polling for {:?} after a request on up to {} thread(s); \
-             at most {} connection(s), {} per client process, and {} buffer(s)",
+             at most {} connection(s), {} per client process, {} buffer(s) and {} named set(s)",
             self.path.display(),
             self.daemon.devices.len(),
             self.daemon.backend,
@@ -228,7 +245,8 @@ impl<A: GpuApi> Daemon<A> {
             polling.threads,
             limits.connections,
             limits.client_connections,
-            limits.buffers
+            limits.buffers,
+            limits.sets
         );
         RunningDaemon {
             daemon: self.daemon,

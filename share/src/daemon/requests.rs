@@ -1,5 +1,6 @@
 //! What each request does: creates, opens (waiting for the seal), seals,
-//! deletes, releases, stats and lists, against the books and the devices.
+//! deletes, releases, stats and lists, against the books and the devices;
+//! the named sets' requests are `sets`'s.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -12,7 +13,7 @@ use tandem_hal::{ErrorKind, EventFlags, GpuApi, GpuDevice, ShareableHandle};
 use crate::transport;
 use crate::wire::{BufferHandle, ErrorCode, HandleForm, ObjectId, Reply, Request};
 
-use super::ledger::Kept;
+use super::ledger::{Kept, Membership};
 use super::metrics::Refusal;
 use super::{error, lock, DaemonState};
 
@@ -34,6 +35,8 @@ impl<A: GpuApi> DaemonState<A> {
                 | Request::Open { .. }
                 | Request::Seal { .. }
                 | Request::Release { .. }
+                | Request::Stage { .. }
+                | Request::BindSet { .. }
         );
         if inspect && mutating {
             return (
@@ -77,6 +80,19 @@ impl<A: GpuApi> DaemonState<A> {
                 (Reply::List(infos), None)
             }
             Request::Status => (Reply::Status(self.status()), None),
+            Request::Stage { id, name } => (self.stage(client, id, &name), None),
+            Request::BindSet {
+                name,
+                manifest,
+                buffers,
+                tensors,
+            } => (
+                self.bind_set(client, name, manifest, buffers, tensors),
+                None,
+            ),
+            Request::LookupSet { name, version } => (self.lookup_set(&name, version), None),
+            Request::ListSets => (self.list_sets(), None),
+            Request::DeleteSet { name } => (self.delete_set(&name), None),
         }
     }
 
@@ -204,7 +220,8 @@ impl<A: GpuApi> DaemonState<A> {
                     None,
                 );
             }
-            if object.writer.is_none() {
+            // A staged buffer is opened once its set is bound.
+            if object.writer.is_none() && !matches!(object.set, Some(Membership::Staged(_))) {
                 break;
             }
             let now = Instant::now();
@@ -212,7 +229,7 @@ impl<A: GpuApi> DaemonState<A> {
                 return (
                     error(
                         ErrorCode::NotSealed,
-                        format!("buffer {id} was not sealed within {timeout:?}"),
+                        format!("buffer {id} was not sealed (or its set bound) within {timeout:?}"),
                     ),
                     None,
                 );
@@ -304,6 +321,12 @@ impl<A: GpuApi> DaemonState<A> {
             return error(
                 ErrorCode::Deleted,
                 format!("buffer {id} was deleted already"),
+            );
+        }
+        if let Some(Membership::Staged(set) | Membership::Bound(set)) = &object.set {
+            return error(
+                ErrorCode::NotPermitted,
+                format!("buffer {id} belongs to set {set:?}: delete the set"),
             );
         }
         object.deleted = true;
