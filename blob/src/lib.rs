@@ -171,7 +171,7 @@
 //!   and a [`Persistence`]); a put says what it did in a [`PutInfo`], and a blob and a target
 //!   are described by a [`BlobStat`] and a [`TargetStat`]. Data comes from a [`Fill`] and goes to
 //!   a [`Drain`] (each failing with a [`FillError`]), so a caller moves bytes without a copy of
-//!   its own. [`PAGE_SIZE`], [`MAX_NAME_LEN`] and [`MAX_TAG_LEN`] are the limits a caller sizes
+//!   its own; a streaming get names its bytes with a [`BlobRange`]. [`PAGE_SIZE`], [`MAX_NAME_LEN`] and [`MAX_TAG_LEN`] are the limits a caller sizes
 //!   by.
 //! * **Serving it to kernels and other processes.** [`pool`] makes the store a pool of the
 //!   runtime (`pool::register`) and holds its task types; [`wire`] is its wire format (pool and
@@ -192,7 +192,8 @@
 //! A module uses only modules of its own layer or the layers below. Bottom up:
 //!
 //! 1. `types`, `context`, `error`, `wire` and `config`: the values, put contexts, errors, wire
-//!    codes and settings, which name only one another.
+//!    codes and settings, which name only one another; `blob_put` and `blob_range`, the
+//!    requests made of them.
 //! 2. `compress` (frames and codecs), `extent` (extent maps and versions), `target` (RAM and file areas, free pages), `uring`
 //!    (the file data path's rings), `meta` (the redb tables, the version encoding, the group
 //!    committer).
@@ -208,6 +209,7 @@
 #![warn(missing_docs)]
 
 mod blob_put;
+mod blob_range;
 mod caller;
 mod compress;
 mod config;
@@ -236,6 +238,7 @@ mod uring;
 pub mod wire;
 
 pub use blob_put::BlobPut;
+pub use blob_range::BlobRange;
 pub use caller::{BlobCaller, CallError, Submitter};
 pub use config::{Limits, ObjectConfig, StoreConfig, TargetConfig, TargetKind};
 pub use context::{Codec, Compression, Persistence, Preset, PutContext};

@@ -15,7 +15,9 @@ use tandem_shm_core::impl_serialize_fields;
 use tandem_shm_core::{Deserialize, Reader, SerError, Serialize, Writer};
 
 use crate::wire::{self, code, SharedRef};
-use crate::{BlobStore, Codec, FillError, Persistence, PutContext, Score, StoreIdentity, TagId};
+use crate::{
+    BlobRange, BlobStore, Codec, FillError, Persistence, PutContext, Score, StoreIdentity, TagId,
+};
 
 /// `get_or_create_tag(name)`: the tag's id.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -322,7 +324,10 @@ fn get(store: &BlobStore, context: &TaskContext<'_>, t: &Get) -> Result<u64, i32
         .map_err(|_| code::BAD_POINTER)?;
     let mut drain = |at: u64, src: &[u8]| copied(out.copy_from(to_usize(at)?, src));
     store
-        .get_with(TagId(t.tag), &t.name, t.offset, t.len, &mut drain)
+        .get_with(
+            BlobRange::new(TagId(t.tag), &t.name, t.offset, t.len),
+            &mut drain,
+        )
         .map(|()| t.len)
         .map_err(|e| e.code())
 }

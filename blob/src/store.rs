@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::blob_put::BlobPut;
+use crate::blob_range::BlobRange;
 use crate::config::{Limits, StoreConfig, TargetKind};
 use crate::error::{BlobError, NameKind};
 use crate::local::{LocalStore, PutRequest};
@@ -230,48 +231,38 @@ impl BlobStore {
         offset: u64,
         out: &mut [u8],
     ) -> Result<(), BlobError> {
-        let len = out.len() as u64;
-        self.get_with(tag, name, offset, len, &mut |at, src| {
+        let range = BlobRange::new(tag, name, offset, out.len() as u64);
+        self.get_with(range, &mut |at, src| {
             out[at as usize..at as usize + src.len()].copy_from_slice(src);
             Ok(())
         })
     }
 
-    /// Reads `len` bytes at `offset` of blob `name`, handing them to `drain(offset_within,
+    /// Reads the bytes of `range`, handing them to `drain(offset_within,
     /// bytes)` in consecutive chunks, straight from the target's memory (RAM target) or from a
     /// bounce buffer (file target). A drain error aborts the get.
     ///
     /// `drain` runs while the get holds the blob's read lock: it must not put to or delete the
     /// same blob (the put would wait for this get to finish).
-    pub fn get_with(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        len: u64,
-        drain: &mut Drain<'_>,
-    ) -> Result<(), BlobError> {
+    pub fn get_with(&self, range: BlobRange<'_>, drain: &mut Drain<'_>) -> Result<(), BlobError> {
         let start = Instant::now();
-        let done = self.get_counted(tag, name, offset, len, drain);
-        self.counters.get_done(done.is_ok(), len, start.elapsed());
+        let done = self.get_counted(range, drain);
+        self.counters
+            .get_done(done.is_ok(), range.len, start.elapsed());
         done
     }
 
-    fn get_counted(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        len: u64,
-        drain: &mut Drain<'_>,
-    ) -> Result<(), BlobError> {
-        if let Some(blob) = self.object.answers_for(&self.local, tag, name)? {
-            if len == 0 {
+    fn get_counted(&self, range: BlobRange<'_>, drain: &mut Drain<'_>) -> Result<(), BlobError> {
+        if let Some(blob) = self
+            .object
+            .answers_for(&self.local, range.tag, range.name)?
+        {
+            if range.len == 0 {
                 return Err(BlobError::EmptyRange);
             }
-            return blob.get(offset, len, drain);
+            return blob.get(range.offset, range.len, drain);
         }
-        self.local.get(tag, name, offset, len, drain)
+        self.local.get(range, drain)
     }
 
     /// Size, class and targets of blob `name`.

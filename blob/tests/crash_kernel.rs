@@ -444,20 +444,4 @@ fn stream_runs_to_its_end_and_stops<A: GpuApi>(api: A) {
     runtime.shutdown().expect("shutdown");
 }
 
-macro_rules! backend_tests {
-    ($module:ident, $api:ty) => {
-        mod $module {
-            #[test]
-            fn stream_runs_to_its_end_and_stops() {
-                let label = "stream_runs_to_its_end_and_stops";
-                if let Some(api) = tandem_tests::gpu::api_or_skip::<$api>(label) {
-                    super::stream_runs_to_its_end_and_stops(api);
-                }
-            }
-        }
-    };
-}
-
-backend_tests!(host, tandem_hal::HostApi);
-#[cfg(feature = "cuda")]
-backend_tests!(cuda, tandem_hal_cuda::CudaApi);
+tandem_tests::backend_tests!(stream_runs_to_its_end_and_stops);

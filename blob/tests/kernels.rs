@@ -21,7 +21,7 @@ use tandem_blob::wire::{self, code, method, SharedRef};
 use tandem_blob::{
     BlobCaller, BlobStore, CallError, Persistence, PutContext, Score, StoreConfig, TagId,
 };
-use tandem_hal::GpuApi;
+use tandem_hal::{GpuApi, GpuResult};
 use tandem_runtime::{DeviceSelection, Runtime};
 use tandem_shm_core::{AllocatorId, ShmPtr};
 
@@ -323,7 +323,8 @@ fn kernels_share_blobs_through_the_object_tier<A: GpuApi>(api: A) {
 /// (device 0 a tag of its own, device 1 puts, gets and compares in another),
 /// and then while both get, each device's kernels read back byte for byte
 /// the blobs the other device's kernels put.
-fn kernels_on_two_devices_share_blobs<A: GpuApi>(api: A) {
+fn kernels_on_two_devices_share_blobs<A: GpuApi>(load: impl Fn() -> GpuResult<A>) {
+    let api = load().expect("the backend, loaded once already");
     let dir = tempfile::tempdir().expect("tempdir");
     let store = store(&dir);
     let runtime = runtime_on(api, &store, DeviceSelection::Only(vec![0, 1]));
@@ -420,74 +421,13 @@ fn kernels_put_compressed_blobs<A: GpuApi>(api: A) {
     runtime.shutdown().expect("shutdown");
 }
 
-macro_rules! backend_tests {
-    ($module:ident, $api:ty, $load_two:expr) => {
-        mod $module {
-            fn api(label: &str) -> Option<$api> {
-                tandem_tests::gpu::api_or_skip::<$api>(label)
-            }
-
-            #[test]
-            fn kernels_on_two_devices_share_blobs() {
-                let label = "kernels_on_two_devices_share_blobs";
-                if let Some(api) = tandem_tests::gpu::api_with_devices_or_skip(label, 2, $load_two)
-                {
-                    super::kernels_on_two_devices_share_blobs::<$api>(api);
-                }
-            }
-
-            #[test]
-            fn wire_matches_the_header() {
-                if let Some(api) = api("wire_matches_the_header") {
-                    super::wire_matches_the_header(api);
-                }
-            }
-
-            #[test]
-            fn kernel_threads_put_and_get_their_blobs() {
-                if let Some(api) = api("kernel_threads_put_and_get_their_blobs") {
-                    super::kernel_threads_put_and_get_their_blobs(api);
-                }
-            }
-
-            #[test]
-            fn kernels_put_compressed_blobs() {
-                if let Some(api) = api("kernels_put_compressed_blobs") {
-                    super::kernels_put_compressed_blobs(api);
-                }
-            }
-
-            #[test]
-            fn kernel_errors_come_back_as_codes() {
-                if let Some(api) = api("kernel_errors_come_back_as_codes") {
-                    super::kernel_errors_come_back_as_codes(api);
-                }
-            }
-
-            #[test]
-            fn kernels_share_blobs_through_the_object_tier() {
-                if let Some(api) = api("kernels_share_blobs_through_the_object_tier") {
-                    super::kernels_share_blobs_through_the_object_tier(api);
-                }
-            }
-        }
-    };
-}
-
-backend_tests!(host, tandem_hal::HostApi, || Ok(
-    tandem_hal::HostApi::with_devices(2)
-));
-#[cfg(feature = "cuda")]
-backend_tests!(
-    cuda,
-    tandem_hal_cuda::CudaApi,
-    <tandem_hal_cuda::CudaApi as tandem_hal::GpuApi>::load
-);
-#[cfg(feature = "hip")]
-backend_tests!(
-    hip,
-    tandem_hal_hip::HipApi,
-    <tandem_hal_hip::HipApi as tandem_hal::GpuApi>::load
+tandem_tests::backend_tests!(
+    wire_matches_the_header,
+    kernel_threads_put_and_get_their_blobs,
+    kernels_put_compressed_blobs,
+    kernel_errors_come_back_as_codes,
+    kernels_share_blobs_through_the_object_tier;
+    two_devices: kernels_on_two_devices_share_blobs,
 );
 
 /// Host code in the runtime's process, through the task path.

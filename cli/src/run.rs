@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
-use crate::metrics_arg::MetricsArg;
+use crate::service_args::RuntimeServiceArgs;
 use clap::Args;
 use tandem_hal::GpuApi;
-use tandem_runtime::{on_best_backend, serve, Backend, Config, OnBackend, Registry, ServeOptions};
+use tandem_runtime::{on_best_backend, serve, Backend, Config, OnBackend, Registry};
 
 /// `tandem run`'s options.
 #[derive(Args, Debug)]
@@ -14,14 +14,8 @@ pub(crate) struct RunArgs {
     /// A TOML configuration (see tandem.example.toml); defaults otherwise.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Prints `ready <cpu segment> <pid>` on stdout once serving.
-    #[arg(long)]
-    announce: bool,
-    /// Stops (cleanly) when stdin closes, e.g. when the parent dies.
-    #[arg(long)]
-    exit_on_stdin_eof: bool,
     #[command(flatten)]
-    metrics: MetricsArg,
+    service: RuntimeServiceArgs,
 }
 
 impl OnBackend for RunArgs {
@@ -32,13 +26,14 @@ impl OnBackend for RunArgs {
             Some(path) => Config::from_file(path).map_err(|e| e.to_string())?,
             None => Config::default(),
         };
-        let options = ServeOptions {
-            announce: self.announce,
-            exit_on_stdin_eof: self.exit_on_stdin_eof,
-            metrics: self.metrics.metrics,
-        };
-        serve(api, backend, config, Registry::with_builtins(), options)
-            .map_err(|e| format!("serving the runtime: {e}"))
+        serve(
+            api,
+            backend,
+            config,
+            Registry::with_builtins(),
+            self.service.options(),
+        )
+        .map_err(|e| format!("serving the runtime: {e}"))
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::metrics_arg::MetricsArg;
+use crate::service_args::MetricsArg;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use tandem_hal::GpuApi;

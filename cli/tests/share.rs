@@ -972,49 +972,16 @@ fn ls_and_status_print_json() {
     drop((sealed, writing));
 }
 
-macro_rules! backend_tests {
-    ($backend:ident, $api:ty, $load:expr) => {
-        mod $backend {
-            backend_tests!(@each $api:
-                round_trip_in_one_process,
-                freed_buffers_come_back_to_their_creator,
-                mirrors_round_trip,
-                producer_and_consumer_processes,
-                readers_wait_for_the_writers_work,
-                killed_client_leases_go,
-                killed_daemon,
-                bad_requests_are_refused,
-                garbage_closes_the_connection,
-                other_users_are_refused,
-            );
-            #[test]
-            fn buffer_opened_on_another_device() {
-                let label = stringify!(buffer_opened_on_another_device);
-                // Loaded once to decide, then by the test for each client.
-                if tandem_tests::gpu::api_with_devices_or_skip::<$api>(label, 2, $load).is_some() {
-                    super::buffer_opened_on_another_device::<$api>($load);
-                }
-            }
-        }
-    };
-    (@each $api:ty: $($behaviour:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $behaviour() {
-                if let Some(api) = tandem_tests::gpu::api_or_skip::<$api>(stringify!($behaviour)) {
-                    super::$behaviour(api);
-                }
-            }
-        )*
-    };
-}
-
-backend_tests!(host, tandem_hal::HostApi, || Ok(
-    tandem_hal::HostApi::with_devices(2)
-));
-#[cfg(feature = "cuda")]
-backend_tests!(
-    cuda,
-    tandem_hal_cuda::CudaApi,
-    <tandem_hal_cuda::CudaApi as tandem_hal::GpuApi>::load
+tandem_tests::backend_tests!(
+    round_trip_in_one_process,
+    freed_buffers_come_back_to_their_creator,
+    mirrors_round_trip,
+    producer_and_consumer_processes,
+    readers_wait_for_the_writers_work,
+    killed_client_leases_go,
+    killed_daemon,
+    bad_requests_are_refused,
+    garbage_closes_the_connection,
+    other_users_are_refused;
+    two_devices: buffer_opened_on_another_device,
 );

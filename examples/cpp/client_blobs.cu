@@ -39,24 +39,11 @@ TANDEM_HOST_DEVICE u8 pattern(u32 program, u64 rank, u64 i) {
 
 /// "c<program>-t<rank>" into `name` (at least 24 bytes); its length.
 TANDEM_DEVICE u32 blob_name(u32 program, u64 rank, char* name) {
-  u32 n = 0;
-  const auto number = [&](u64 v) {
-    char digits[20];
-    u32 count = 0;
-    do {
-      digits[count++] = static_cast<char>('0' + v % 10);
-      v /= 10;
-    } while (v != 0);
-    while (count > 0) {
-      name[n++] = digits[--count];
-    }
-  };
-  name[n++] = 'c';
-  number(program);
+  name[0] = 'c';
+  u32 n = tandem::blob::append_decimal(name, 1, program);
   name[n++] = '-';
   name[n++] = 't';
-  number(rank);
-  return n;
+  return tandem::blob::append_decimal(name, n, rank);
 }
 
 /// Every thread: rank + program on a CPU worker (math pool), the tag

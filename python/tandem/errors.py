@@ -140,36 +140,13 @@ class StatusError(TandemError):
     """No runtime's status could be read."""
 
 
+# Computed: nothing star-imports this module (the package imports each
+# class by name and lists them in its own `__all__`, which type checkers
+# read), so one written list of the names is enough.
 __all__ = [
-    "TandemError",
-    "ArgumentError",
-    "ShareError",
-    "NoDaemonError",
-    "DaemonGoneError",
-    "RefusedError",
-    "BusyError",
-    "UnknownIdError",
-    "DeletedError",
-    "NotSealedError",
-    "SealedError",
-    "InvalidSizeError",
-    "StreamError",
-    "NoDeviceError",
-    "DeviceError",
-    "ProtocolError",
-    "UnknownSetError",
-    "SetPublishingError",
-    "SetNameError",
-    "ManifestError",
-    "ViewError",
-    "UnsupportedError",
-    "NotContiguousError",
-    "DtypeError",
-    "BlobError",
-    "BlobNotFoundError",
-    "BlobNameError",
-    "BlobRangeError",
-    "BlobSpaceError",
-    "BlobRuntimeError",
-    "StatusError",
+    name
+    for name, value in list(globals().items())
+    if isinstance(value, type)
+    and issubclass(value, Exception)
+    and value.__module__ == __name__
 ]

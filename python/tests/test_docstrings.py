@@ -44,7 +44,7 @@ def test_every_module_lists_its_public_names():
 
 
 def test_every_exception_class_is_listed():
-    # `tandem.errors.__all__` is written out for type checkers: a class
+    # The package's `__all__` is written out for type checkers: a class
     # added without it would be missing from `from tandem import *`.
     classes = {
         name

@@ -18,7 +18,7 @@
 //! signal handler thread can remove them before the process exits
 //! ([`unlink_created_names`]).
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -267,25 +267,15 @@ impl Segment {
     pub fn create_named(name: &str, len: usize) -> Result<Segment, SegmentError> {
         let path = shm_path(name)?;
         let size = file_size(len)?;
-        // SAFETY: `path` is a NUL-terminated string that outlives the call.
-        let raw = unsafe {
-            libc::shm_open(
-                path.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-                0o600,
-            )
-        };
-        if raw < 0 {
-            let e = SegmentError::last_os("shm_open");
+        let fd = shm_open(&path, CREATE_EXCLUSIVE, 0o600).map_err(|e| {
             if e.raw_os_error() == Some(libc::EEXIST) {
-                return Err(SegmentError::Exists {
+                SegmentError::Exists {
                     name: name.to_owned(),
-                });
+                }
+            } else {
+                e
             }
-            return Err(e);
-        }
-        // SAFETY: `raw` is a freshly opened fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        })?;
         // The creator's lock (module docs). It can only be refused if a
         // prober took the fresh, empty name for a leftover in the instant
         // between shm_open and here: that prober removes it, so leave the
@@ -328,13 +318,7 @@ impl Segment {
     /// unlinked when this segment is dropped.
     pub fn open_named(name: &str) -> Result<Segment, SegmentError> {
         let path = shm_path(name)?;
-        // SAFETY: `path` is a NUL-terminated string that outlives the call.
-        let raw = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDWR, 0) };
-        if raw < 0 {
-            return Err(SegmentError::last_os("shm_open"));
-        }
-        // SAFETY: `raw` is a freshly opened fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = shm_open(&path, libc::O_RDWR, 0)?;
         let mut segment = Self::from_fd(fd)?;
         segment.name = Some(name.to_owned());
         Ok(segment)
@@ -500,13 +484,7 @@ impl SegmentProbe {
     /// is an error with `ENOENT`.
     pub fn open(name: &str) -> Result<Self, SegmentError> {
         let path = shm_path(name)?;
-        // SAFETY: `path` is a NUL-terminated string that outlives the call.
-        let raw = unsafe { libc::shm_open(path.as_ptr(), libc::O_RDONLY, 0) };
-        if raw < 0 {
-            return Err(SegmentError::last_os("shm_open"));
-        }
-        // SAFETY: `raw` is a freshly opened fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = shm_open(&path, libc::O_RDONLY, 0)?;
         let held = !try_lock(fd.as_fd());
         let (inode, len) = inode_and_size(fd.as_fd())?;
         Ok(Self {
@@ -579,6 +557,20 @@ impl SegmentProbe {
         }
         Ok(true)
     }
+}
+
+/// `shm_open`'s flags for a name that must be new.
+const CREATE_EXCLUSIVE: libc::c_int = libc::O_CREAT | libc::O_EXCL | libc::O_RDWR;
+
+/// `shm_open(path, flags, mode)`, the descriptor owned.
+fn shm_open(path: &CStr, flags: libc::c_int, mode: libc::mode_t) -> Result<OwnedFd, SegmentError> {
+    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    let raw = unsafe { libc::shm_open(path.as_ptr(), flags, mode) };
+    if raw < 0 {
+        return Err(SegmentError::last_os("shm_open"));
+    }
+    // SAFETY: `raw` is a freshly opened fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
 /// Checks a segment name and builds the `shm_open` path `/<name>`.
@@ -669,24 +661,14 @@ fn anonymous_fd() -> Result<OwnedFd, SegmentError> {
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
         let path = shm_path(&name)?;
-        // SAFETY: `path` is a NUL-terminated string that outlives the call.
-        let raw = unsafe {
-            libc::shm_open(
-                path.as_ptr(),
-                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
-                0o600,
-            )
-        };
-        if raw < 0 {
-            let e = SegmentError::last_os("shm_open");
-            // A stale object of a dead process with our pid: try the next name.
-            if e.raw_os_error() == Some(libc::EEXIST) {
-                continue;
+        match shm_open(&path, CREATE_EXCLUSIVE, 0o600) {
+            Ok(fd) => {
+                unlink(&path);
+                return Ok(fd);
             }
-            return Err(e);
+            // A stale object of a dead process with our pid: try the next name.
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+            Err(e) => return Err(e),
         }
-        unlink(&path);
-        // SAFETY: `raw` is a freshly opened fd that nothing else owns.
-        return Ok(unsafe { OwnedFd::from_raw_fd(raw) });
     }
 }

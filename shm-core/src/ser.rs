@@ -465,38 +465,35 @@ pub fn serialized_len<T: Serialize + ?Sized>(value: &T) -> Result<usize, SerErro
 macro_rules! impl_serialize_fields {
     ($name:ident < $lt:lifetime > { $($field:ident),* $(,)? }) => {
         impl<$lt> $crate::Serialize for $name<$lt> {
-            fn serialize(
-                &self,
-                w: &mut $crate::Writer<'_>,
-            ) -> ::core::result::Result<(), $crate::SerError> {
-                $( w.put(&self.$field)?; )*
-                ::core::result::Result::Ok(())
-            }
+            $crate::impl_serialize_fields!(@serialize $($field)*);
         }
         impl<$lt> $crate::Deserialize<$lt> for $name<$lt> {
-            fn deserialize(
-                r: &mut $crate::Reader<$lt>,
-            ) -> ::core::result::Result<Self, $crate::SerError> {
-                ::core::result::Result::Ok($name { $( $field: r.get()?, )* })
-            }
+            $crate::impl_serialize_fields!(@deserialize $lt; $($field)*);
         }
     };
     ($name:ident { $($field:ident),* $(,)? }) => {
         impl $crate::Serialize for $name {
-            fn serialize(
-                &self,
-                w: &mut $crate::Writer<'_>,
-            ) -> ::core::result::Result<(), $crate::SerError> {
-                $( w.put(&self.$field)?; )*
-                ::core::result::Result::Ok(())
-            }
+            $crate::impl_serialize_fields!(@serialize $($field)*);
         }
-        impl $crate::Deserialize<'_> for $name {
-            fn deserialize(
-                r: &mut $crate::Reader<'_>,
-            ) -> ::core::result::Result<Self, $crate::SerError> {
-                ::core::result::Result::Ok($name { $( $field: r.get()?, )* })
-            }
+        impl<'de> $crate::Deserialize<'de> for $name {
+            $crate::impl_serialize_fields!(@deserialize 'de; $($field)*);
+        }
+    };
+    // The two methods, which both forms share.
+    (@serialize $($field:ident)*) => {
+        fn serialize(
+            &self,
+            w: &mut $crate::Writer<'_>,
+        ) -> ::core::result::Result<(), $crate::SerError> {
+            $( w.put(&self.$field)?; )*
+            ::core::result::Result::Ok(())
+        }
+    };
+    (@deserialize $lt:lifetime; $($field:ident)*) => {
+        fn deserialize(
+            r: &mut $crate::Reader<$lt>,
+        ) -> ::core::result::Result<Self, $crate::SerError> {
+            ::core::result::Result::Ok(Self { $( $field: r.get()?, )* })
         }
     };
 }

@@ -119,3 +119,47 @@ pub fn one_at_a_time() -> MutexGuard<'static, ()> {
     // A failed test poisons the lock; the next one still runs.
     TURN.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// A module per backend this build has, `host` always and `cuda`/`hip` with the calling crate's
+/// features of those names, holding a `#[test]` per behaviour: each runs `super::behaviour(api)`
+/// on that backend, or says why it skipped ([`api_or_skip`]). The behaviours after
+/// `two_devices:` need two devices (the host backend is made with two) and take the backend's
+/// loader rather than an API, since some load once per client they connect.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($behaviour:ident),* $(,)? $(; two_devices: $($pair:ident),* $(,)?)?) => {
+        $crate::backend_tests!(@backend host, tandem_hal::HostApi,
+            || ::core::result::Result::Ok(tandem_hal::HostApi::with_devices(2));
+            [$($behaviour)*] [$($($pair)*)?]);
+        #[cfg(feature = "cuda")]
+        $crate::backend_tests!(@backend cuda, tandem_hal_cuda::CudaApi,
+            <tandem_hal_cuda::CudaApi as tandem_hal::GpuApi>::load;
+            [$($behaviour)*] [$($($pair)*)?]);
+        #[cfg(feature = "hip")]
+        $crate::backend_tests!(@backend hip, tandem_hal_hip::HipApi,
+            <tandem_hal_hip::HipApi as tandem_hal::GpuApi>::load;
+            [$($behaviour)*] [$($($pair)*)?]);
+    };
+    (@backend $backend:ident, $api:ty, $load:expr; [$($behaviour:ident)*] [$($pair:ident)*]) => {
+        mod $backend {
+            $(
+                #[test]
+                fn $behaviour() {
+                    let label = stringify!($behaviour);
+                    if let Some(api) = $crate::gpu::api_or_skip::<$api>(label) {
+                        super::$behaviour(api);
+                    }
+                }
+            )*
+            $(
+                #[test]
+                fn $pair() {
+                    let label = stringify!($pair);
+                    if $crate::gpu::api_with_devices_or_skip::<$api>(label, 2, $load).is_some() {
+                        super::$pair::<$api>($load);
+                    }
+                }
+            )*
+        }
+    };
+}

@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 
 use super::{not_found, LocalStore};
+use crate::blob_range::BlobRange;
 use crate::compress::{self, Packed};
 use crate::error::BlobError;
 use crate::extent::{Extent, Version};
@@ -16,16 +17,14 @@ use crate::uring::{Pipeline, Rings};
 static ZEROS: [u8; 65536] = [0; 65536];
 
 impl LocalStore {
-    /// Reads `len` bytes at `offset` of blob `name` into `drain` (see
-    /// [`crate::BlobStore::get_with`]).
-    pub(crate) fn get(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        len: u64,
-        drain: &mut Drain<'_>,
-    ) -> Result<(), BlobError> {
+    /// Reads the bytes of `range` into `drain` (see [`crate::BlobStore::get_with`]).
+    pub(crate) fn get(&self, range: BlobRange<'_>, drain: &mut Drain<'_>) -> Result<(), BlobError> {
+        let BlobRange {
+            tag,
+            name,
+            offset,
+            len,
+        } = range;
         let entry = self.published(tag, name)?;
         if len == 0 {
             return Err(BlobError::EmptyRange);

@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use tandem_blob::{BlobPut, Codec, Persistence, TagId};
+use tandem_blob::{BlobPut, BlobRange, Codec, Persistence, TagId};
 
 use super::error::{AccessError, PutError};
 use super::input::Input;
@@ -62,16 +62,8 @@ pub(super) trait StoreAccess {
     /// Writes `input` as `put` says (its offset where `input` starts); the
     /// bytes written.
     fn put(&self, put: &BlobPut<'_>, input: &mut Input) -> Result<u64, PutError>;
-    /// Writes `len` bytes at `offset` of blob `name` of `tag` to `out`, in
-    /// order.
-    fn get(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        len: u64,
-        out: &mut dyn Write,
-    ) -> Result<(), AccessError>;
+    /// Writes the bytes of `range` to `out`, in order.
+    fn get(&self, range: BlobRange<'_>, out: &mut dyn Write) -> Result<(), AccessError>;
     /// Whether a volatile (RAM) blob outlives this command: a runtime keeps
     /// it, a store opened by the command drops it at exit.
     fn keeps_volatile_blobs(&self) -> bool;

@@ -2,7 +2,7 @@
 //! serve it, and by the store commands when no runtime serves it.
 
 use std::io::Write;
-use tandem_blob::BlobPut;
+use tandem_blob::{BlobPut, BlobRange};
 
 use tandem_blob::{BlobError, BlobStat, BlobStore, FillError, StoreConfig, TagId};
 
@@ -92,25 +92,16 @@ impl StoreAccess for Direct {
         })
     }
 
-    fn get(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        len: u64,
-        out: &mut dyn Write,
-    ) -> Result<(), AccessError> {
+    fn get(&self, range: BlobRange<'_>, out: &mut dyn Write) -> Result<(), AccessError> {
         // Chunks come in order: written as they come.
         let mut drain = |_at: u64, src: &[u8]| {
             out.write_all(src)
                 .map_err(|e| FillError(format!("writing the output: {e}")))
         };
-        self.0
-            .get_with(tag, name, offset, len, &mut drain)
-            .map_err(|e| match e {
-                BlobError::Fill(FillError(why)) => AccessError::Failed(why),
-                e => refused(e),
-            })
+        self.0.get_with(range, &mut drain).map_err(|e| match e {
+            BlobError::Fill(FillError(why)) => AccessError::Failed(why),
+            e => refused(e),
+        })
     }
 
     fn keeps_volatile_blobs(&self) -> bool {

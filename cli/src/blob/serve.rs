@@ -12,31 +12,21 @@ use tandem_runtime::{
 use super::config::{configs, with_copy_space};
 use super::direct::open_store;
 use super::ConfigArg;
-use crate::metrics_arg::MetricsArg;
+use crate::service_args::RuntimeServiceArgs;
 
 #[derive(Args, Debug)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
     config: ConfigArg,
-    /// Prints `ready <cpu segment> <pid>` on stdout once serving.
-    #[arg(long)]
-    announce: bool,
-    /// Stops (cleanly) when stdin closes, e.g. when the parent dies.
-    #[arg(long)]
-    exit_on_stdin_eof: bool,
     #[command(flatten)]
-    metrics: MetricsArg,
+    service: RuntimeServiceArgs,
 }
 
 /// `tandem blob run`.
 pub(super) fn serve_store(args: RunArgs) -> Result<(), String> {
     let configs = configs(&args.config)?;
     let store = Arc::new(open_store(&configs.store)?);
-    let options = ServeOptions {
-        announce: args.announce,
-        exit_on_stdin_eof: args.exit_on_stdin_eof,
-        metrics: args.metrics.metrics,
-    };
+    let options = args.service.options();
     on_best_backend(Serve {
         config: with_copy_space(configs.runtime, configs.copy_space_set),
         store,

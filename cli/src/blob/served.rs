@@ -4,7 +4,7 @@
 //! quota (`client_heap_bytes`).
 
 use std::io::Write;
-use tandem_blob::BlobPut;
+use tandem_blob::{BlobPut, BlobRange};
 
 use tandem_blob::pool::BlobInfo;
 use tandem_blob::{BlobCaller, CallError, StoreIdentity, TagId};
@@ -147,14 +147,13 @@ impl StoreAccess for Served {
         })
     }
 
-    fn get(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        len: u64,
-        out: &mut dyn Write,
-    ) -> Result<(), AccessError> {
+    fn get(&self, range: BlobRange<'_>, out: &mut dyn Write) -> Result<(), AccessError> {
+        let BlobRange {
+            tag,
+            name,
+            offset,
+            len,
+        } = range;
         let caller = self.caller();
         let mut buffer = self.buffer()?;
         let mut staging = vec![0u8; buffer.len()];

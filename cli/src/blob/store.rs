@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use tandem_blob::{
-    BlobPut, Compression, Persistence, PutContext, Score, TagId, TargetConfig, TargetKind,
+    BlobPut, BlobRange, Compression, Persistence, PutContext, Score, TagId, TargetConfig,
+    TargetKind,
 };
 
 use super::access::StoreAccess;
@@ -25,9 +26,7 @@ pub(crate) struct PutArgs {
     /// `-` reads standard input (a pipe is read in chunks, never whole).
     file: PathBuf,
     #[command(flatten)]
-    config: ConfigArg,
-    #[command(flatten)]
-    runtime: SegmentArg,
+    store: StoreArgs,
     /// The tag (created if new).
     #[arg(long)]
     tag: String,
@@ -50,6 +49,15 @@ pub(crate) struct PutArgs {
     persistence: Persistence,
     #[command(flatten)]
     quiet: QuietArg,
+}
+
+/// Which store, reached how: what every command on a store takes.
+#[derive(Args, Debug)]
+pub(crate) struct StoreArgs {
+    #[command(flatten)]
+    config: ConfigArg,
+    #[command(flatten)]
+    runtime: SegmentArg,
 }
 
 /// `--quiet`, which put and get take.
@@ -81,9 +89,7 @@ pub(crate) struct GetArgs {
 #[derive(Args, Debug)]
 pub(crate) struct LsArgs {
     #[command(flatten)]
-    config: ConfigArg,
-    #[command(flatten)]
-    runtime: SegmentArg,
+    store: StoreArgs,
     /// Lists this tag's blobs (default: the tags).
     #[arg(long)]
     tag: Option<String>,
@@ -94,9 +100,7 @@ pub(crate) struct NameArgs {
     /// The blob's name.
     name: String,
     #[command(flatten)]
-    config: ConfigArg,
-    #[command(flatten)]
-    runtime: SegmentArg,
+    store: StoreArgs,
     /// The blob's tag.
     #[arg(long)]
     tag: String,
@@ -111,17 +115,13 @@ fn in_tag(e: AccessError, tag: &str, name: &str) -> String {
     }
 }
 
-/// The store `config` names, which must exist, reached as [`reach`] decides
-/// (through the runtime `runtime` names, if it names one), and its
-/// configurations.
-fn existing_store(
-    config: &ConfigArg,
-    runtime: &SegmentArg,
-) -> Result<(Configs, Box<dyn StoreAccess>), String> {
-    let configs = configs(config)?;
+/// The store `args` names, which must exist, reached as [`reach`] decides
+/// (through the runtime it names, if it names one), and its configurations.
+fn existing_store(args: &StoreArgs) -> Result<(Configs, Box<dyn StoreAccess>), String> {
+    let configs = configs(&args.config)?;
     let store = reach(
         &configs.store,
-        runtime.segment.as_deref(),
+        args.runtime.segment.as_deref(),
         Opening::Existing,
     )?;
     Ok((configs, store))
@@ -161,7 +161,7 @@ fn target_words(targets: &[TargetConfig], indices: &[usize]) -> String {
 
 /// `tandem blob put`.
 pub(super) fn put(args: PutArgs) -> Result<(), String> {
-    let configs = configs(&args.config)?;
+    let configs = configs(&args.store.config)?;
     let name = match args.name {
         Some(n) => n,
         None if args.file == Path::new(STDIN) => {
@@ -193,7 +193,7 @@ pub(super) fn put(args: PutArgs) -> Result<(), String> {
     let mut input = input.with_progress(progress);
     let store = reach(
         &configs.store,
-        args.runtime.segment.as_deref(),
+        args.store.runtime.segment.as_deref(),
         Opening::MayCreate,
     )?;
     let store = &*store;
@@ -280,7 +280,7 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
     if args.output.is_none() && crate::stdout::was_closed() {
         return Err("stdout is closed: nowhere to write the blob (pass -o OUT)".into());
     }
-    let (_, store) = existing_store(&args.blob.config, &args.blob.runtime)?;
+    let (_, store) = existing_store(&args.blob.store)?;
     let tag = existing_tag(&*store, &args.blob.tag)?;
     // Checked whole before the output is created: a get that cannot succeed
     // must not truncate OUT. (A store opened here stays as it is meanwhile;
@@ -310,7 +310,10 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
         progress: &progress,
     };
     store
-        .get(tag, &args.blob.name, args.offset, len, &mut out)
+        .get(
+            BlobRange::new(tag, &args.blob.name, args.offset, len),
+            &mut out,
+        )
         .map_err(|e| in_tag(e, &args.blob.tag, &args.blob.name))?;
     out.flush()
         .map_err(|e| format!("writing the output: {e}"))?;
@@ -330,7 +333,7 @@ pub(super) fn get(args: GetArgs) -> Result<(), String> {
 
 /// `tandem blob ls`.
 pub(super) fn ls(args: LsArgs) -> Result<(), String> {
-    let (configs, store) = existing_store(&args.config, &args.runtime)?;
+    let (configs, store) = existing_store(&args.store)?;
     let targets = &configs.store.targets;
     match &args.tag {
         Some(tag_name) => {
@@ -362,7 +365,7 @@ pub(super) fn ls(args: LsArgs) -> Result<(), String> {
 
 /// `tandem blob stat`.
 pub(super) fn stat(args: NameArgs) -> Result<(), String> {
-    let (configs, store) = existing_store(&args.config, &args.runtime)?;
+    let (configs, store) = existing_store(&args.store)?;
     let tag = existing_tag(&*store, &args.tag)?;
     let s = store
         .stat(tag, &args.name)
@@ -386,7 +389,7 @@ pub(super) fn stat(args: NameArgs) -> Result<(), String> {
 
 /// `tandem blob rm`.
 pub(super) fn rm(args: NameArgs) -> Result<(), String> {
-    let (_, store) = existing_store(&args.config, &args.runtime)?;
+    let (_, store) = existing_store(&args.store)?;
     let tag = existing_tag(&*store, &args.tag)?;
     store
         .delete(tag, &args.name)

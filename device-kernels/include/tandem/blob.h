@@ -157,6 +157,22 @@ TANDEM_DEVICE rt_status buffer_alloc(RtContext& ctx, u64 bytes, Buffer* out) {
   return rt_status::ok;
 }
 
+/// Writes `value` in decimal at `name + at` (at most 20 bytes) and returns
+/// the name's new length: how a kernel thread spells a blob name of its own
+/// from numbers such as its rank.
+TANDEM_HOST_DEVICE u32 append_decimal(char* name, u32 at, u64 value) {
+  char digits[20];
+  u32 count = 0;
+  do {
+    digits[count++] = static_cast<char>('0' + value % 10);
+    value /= 10;
+  } while (value != 0);
+  while (count > 0) {
+    name[at++] = digits[--count];
+  }
+  return at;
+}
+
 namespace detail {
 
 TANDEM_DEVICE ser_status put_name(Writer& w, const char* name, u32 name_len) {

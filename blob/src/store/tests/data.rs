@@ -2,7 +2,7 @@
 //! failing callbacks, deletes.
 
 use super::*;
-use crate::BlobPut;
+use crate::{BlobPut, BlobRange};
 
 #[test]
 fn put_get_round_trip_on_each_kind() {
@@ -202,7 +202,7 @@ fn get_with_and_put_with_chunks_cover_the_range() {
     })
     .unwrap();
     let mut next = 0;
-    s.get_with(t, "b", 9, len, &mut |at, src| {
+    s.get_with(BlobRange::new(t, "b", 9, len), &mut |at, src| {
         assert_eq!(at, next);
         for (i, &b) in src.iter().enumerate() {
             assert_eq!(b, ((at + i as u64) % 251) as u8);
@@ -213,7 +213,9 @@ fn get_with_and_put_with_chunks_cover_the_range() {
     .unwrap();
     assert_eq!(next, len);
     let e = s
-        .get_with(t, "b", 0, 10, &mut |_, _| Err(FillError("stop".into())))
+        .get_with(BlobRange::new(t, "b", 0, 10), &mut |_, _| {
+            Err(FillError("stop".into()))
+        })
         .unwrap_err();
     assert!(matches!(e, BlobError::Fill(_)));
 }
@@ -288,11 +290,14 @@ fn io_uring_and_pwrite_pread_move_the_same_bytes() {
             assert!(out == want, "depth {depth}");
             // Pipelined reads reach the drain in order, consecutive.
             let mut next = 0u64;
-            s.get_with(t, "big", 10, want.len() as u64 - 10, &mut |at, src| {
-                assert_eq!(at, next, "depth {depth}: chunks in order");
-                next += src.len() as u64;
-                Ok(())
-            })
+            s.get_with(
+                BlobRange::new(t, "big", 10, want.len() as u64 - 10),
+                &mut |at, src| {
+                    assert_eq!(at, next, "depth {depth}: chunks in order");
+                    next += src.len() as u64;
+                    Ok(())
+                },
+            )
             .unwrap();
             assert_eq!(next, want.len() as u64 - 10);
             // A failing fill mid-way through a pipelined put leaves nothing behind.

@@ -1,7 +1,7 @@
 //! Every error a call can return, and their codes.
 
 use super::*;
-use crate::BlobPut;
+use crate::{BlobPut, BlobRange};
 
 #[test]
 fn name_and_range_errors() {
@@ -127,7 +127,7 @@ fn name_and_range_errors() {
         Err(BlobError::OutOfRange { .. })
     ));
     // Absurd lengths are refused before any callback runs or anything is allocated.
-    let e = s.get_with(t, "a", 0, u64::MAX, &mut |_, _| {
+    let e = s.get_with(BlobRange::new(t, "a", 0, u64::MAX), &mut |_, _| {
         panic!("drain must not run")
     });
     assert!(
