@@ -215,17 +215,11 @@ impl<'s, S: Submitter> BlobCaller<'s, S> {
         self.call_with(&task, buffer)
     }
 
-    /// Reads `out.len()` bytes at `offset` of blob `name` of `tag`.
-    pub fn get(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        out: &mut [u8],
-    ) -> Result<(), CallError> {
+    /// Reads `out.len()` bytes from byte `at` of blob `name` of `tag`.
+    pub fn get(&self, tag: TagId, name: &str, at: u64, out: &mut [u8]) -> Result<(), CallError> {
         Self::check_name(name)?;
         let buffer = self.submitter.allocate_shared(out.len())?;
-        let buffer = self.get_into(tag, name, offset, buffer, out.len())?;
+        let buffer = self.get_into(tag, name, at, buffer, out.len())?;
         buffer.read(0, out);
         Ok(())
     }

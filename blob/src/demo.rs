@@ -228,6 +228,18 @@ impl<'q, A: GpuApi> BlobKernels<'q, A> {
             .collect())
     }
 
+    /// The arguments both blob kernels start with: the device segment (base, length), then
+    /// the launch's tag, blob size and rounds.
+    fn leading_args(&self, tag: TagId, blob_bytes: u64, rounds: u64) -> [KernelArg<'static>; 5] {
+        [
+            KernelArg::Ptr(self.queues.kernel_backend().base),
+            KernelArg::U64(self.queues.segment().len() as u64),
+            KernelArg::U64(tag.0),
+            KernelArg::U64(blob_bytes),
+            KernelArg::U64(rounds),
+        ]
+    }
+
     /// Runs `launch` to the end (a raised stop word ends the threads'
     /// waits).
     pub fn put_get(&mut self, launch: &PutGetLaunch) -> Result<PutGetOutcome, RuntimeError> {
@@ -240,21 +252,19 @@ impl<'q, A: GpuApi> BlobKernels<'q, A> {
             // serialised by `&mut self`.
             unsafe { self.queues.segment().reset_kernel_arena() };
         }
-        let segment = self.queues.segment();
         let args = [
-            KernelArg::Ptr(self.queues.kernel_backend().base),
-            KernelArg::U64(segment.len() as u64),
-            KernelArg::U64(launch.tag.0),
-            KernelArg::U64(launch.blob_bytes),
-            KernelArg::U64(launch.rounds),
-            KernelArg::U32(launch.mode as u32),
-            KernelArg::F32(launch.score.0),
-            KernelArg::U32(packed_context(&launch.context)),
-            KernelArg::Ptr(self.queues.stop_flag_device_ptr()),
-            KernelArg::U64(launch.spin_budget),
-            KernelArg::Ptr(status_at),
-            KernelArg::Ptr(codes_at),
-        ];
+            &self.leading_args(launch.tag, launch.blob_bytes, launch.rounds)[..],
+            &[
+                KernelArg::U32(launch.mode as u32),
+                KernelArg::F32(launch.score.0),
+                KernelArg::U32(packed_context(&launch.context)),
+                KernelArg::Ptr(self.queues.stop_flag_device_ptr()),
+                KernelArg::U64(launch.spin_budget),
+                KernelArg::Ptr(status_at),
+                KernelArg::Ptr(codes_at),
+            ],
+        ]
+        .concat();
         let device = self.queues.device();
         let started = Instant::now();
         // SAFETY: the segment stays registered while `queues` lives; the
@@ -326,16 +336,15 @@ impl<'q, A: GpuApi> BlobKernels<'q, A> {
             unsafe { segment.reset_kernel_arena() };
         }
         let args = [
-            KernelArg::Ptr(self.queues.kernel_backend().base),
-            KernelArg::U64(segment.len() as u64),
-            KernelArg::U64(launch.tag.0),
-            KernelArg::U64(launch.blob_bytes),
-            KernelArg::U64(launch.rounds),
-            KernelArg::F32(launch.score.0),
-            KernelArg::Ptr(self.queues.stop_flag_device_ptr()),
-            KernelArg::U64(launch.spin_budget),
-            KernelArg::Ptr(acks_at),
-        ];
+            &self.leading_args(launch.tag, launch.blob_bytes, launch.rounds)[..],
+            &[
+                KernelArg::F32(launch.score.0),
+                KernelArg::Ptr(self.queues.stop_flag_device_ptr()),
+                KernelArg::U64(launch.spin_budget),
+                KernelArg::Ptr(acks_at),
+            ],
+        ]
+        .concat();
         let device = self.queues.device();
         let done = device.create_event(EventFlags::default())?;
         // SAFETY: the segment stays registered while `queues` lives; `acks`

@@ -223,17 +223,11 @@ impl BlobStore {
         }
     }
 
-    /// Reads `out.len()` bytes at `offset` of blob `name` into `out`.
-    pub fn get(
-        &self,
-        tag: TagId,
-        name: &str,
-        offset: u64,
-        out: &mut [u8],
-    ) -> Result<(), BlobError> {
-        let range = BlobRange::new(tag, name, offset, out.len() as u64);
-        self.get_with(range, &mut |at, src| {
-            out[at as usize..at as usize + src.len()].copy_from_slice(src);
+    /// Reads `out.len()` bytes from byte `at` of blob `name` into `out`.
+    pub fn get(&self, tag: TagId, name: &str, at: u64, out: &mut [u8]) -> Result<(), BlobError> {
+        let range = BlobRange::new(tag, name, at, out.len() as u64);
+        self.get_with(range, &mut |within, src| {
+            out[within as usize..within as usize + src.len()].copy_from_slice(src);
             Ok(())
         })
     }

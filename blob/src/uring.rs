@@ -48,7 +48,7 @@ impl Rings {
 
 /// Which way a request moves bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Dir {
+pub(crate) enum Dir {
     Write,
     Read,
 }
@@ -108,31 +108,6 @@ impl<'a> Pipeline<'a> {
         &mut self.slots[slot].buf[..bytes]
     }
 
-    /// Starts writing the first `bytes` of `slot`'s buffer at page `page` of `file`.
-    pub(crate) fn submit(
-        &mut self,
-        slot: usize,
-        file: &'a FileArea,
-        page: u64,
-        bytes: usize,
-    ) -> Result<(), BlobError> {
-        self.start(Dir::Write, slot, file, page, bytes)
-    }
-
-    /// Starts reading `bytes` (whole pages) at page `page` of `file` into `slot`'s buffer; the
-    /// bytes are there once [`wait_read`](Self::wait_read) returns the slot. A slot for it comes
-    /// from [`read_slot`](Self::read_slot).
-    pub(crate) fn submit_read(
-        &mut self,
-        slot: usize,
-        file: &'a FileArea,
-        page: u64,
-        bytes: usize,
-    ) -> Result<(), BlobError> {
-        self.slots[slot].held = true;
-        self.start(Dir::Read, slot, file, page, bytes)
-    }
-
     /// A buffer of at least `bytes` bytes for a read, without waiting (`None`: all `depth` are
     /// in flight; reap one with [`wait_read`](Self::wait_read) first).
     pub(crate) fn read_slot(&mut self, bytes: usize) -> Option<usize> {
@@ -190,7 +165,11 @@ impl<'a> Pipeline<'a> {
         self.slots[slot].held = false;
     }
 
-    fn start(
+    /// Starts moving `bytes` (whole pages for a read) between `slot`'s buffer and page `page`
+    /// of `file`: a write sends the buffer's first `bytes`; a read's bytes are there once
+    /// [`wait_read`](Self::wait_read) returns the slot, which comes from
+    /// [`read_slot`](Self::read_slot) and is held until [`release_read`](Self::release_read).
+    pub(crate) fn submit(
         &mut self,
         dir: Dir,
         slot: usize,
@@ -198,6 +177,9 @@ impl<'a> Pipeline<'a> {
         page: u64,
         bytes: usize,
     ) -> Result<(), BlobError> {
+        if dir == Dir::Read {
+            self.slots[slot].held = true;
+        }
         let fd = file.fd_for_io();
         let off = page * PAGE_SIZE;
         let s = &mut self.slots[slot];

@@ -231,18 +231,16 @@ pub(crate) fn demo<A: GpuApi>(api: A, backend: &str, args: &DemoArgs) -> Result<
     let workers = workers::run(&demo, &mut kernels)?;
     let (running, services) = services::run(&demo, &mut kernels)?;
     let peers = peers::run(&demo, &mut kernels)?;
-    let served = services::stop(&demo, running)?;
-    let blob = blobs(&demo, &store)?;
-    let stop_flags = services::stop_flags(&demo, &mut kernels)?;
-    drop(kernels);
+    // In this order: the services stop before the blob phase, and stop flags come last.
     let phases = Phases {
         workers,
         services,
         peers,
-        served,
-        blob,
-        stop_flags,
+        served: services::stop(&demo, running)?,
+        blob: blobs(&demo, &store)?,
+        stop_flags: services::stop_flags(&demo, &mut kernels)?,
     };
+    drop(kernels);
     let report = Report::of(&demo, backend, phases);
     runtime.shutdown().map_err(|e| e.to_string())?;
     report.print()

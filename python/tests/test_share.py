@@ -17,6 +17,7 @@ import pytest
 
 import tandem
 from lines import readline_within
+from polling import freed, wait_for
 
 
 # NumPy imports DLPack writable from 2.1 on (versioned capsules); before, every
@@ -286,13 +287,6 @@ def test_delete_of_a_buffer_in_use_frees_it_at_the_last_release(client):
     assert wait_for(lambda: freed(client, buf_id))
 
 
-def freed(client, buf_id: int) -> bool:
-    try:
-        client.stat(buf_id)
-        return False
-    except tandem.UnknownIdError:
-        return True
-
 
 CONSUMER = """
     import sys, numpy as np, tandem
@@ -370,14 +364,6 @@ def test_a_consumer_killed_while_it_holds_a_view_gives_its_lease_and_memory_back
     assert wait_for(lambda: freed(client, buf_id)), "the daemon kept the killed consumer's lease"
     assert client.status()["bytes"] <= held - (1 << 21)
 
-
-def wait_for(condition, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 WAITER = """

@@ -247,7 +247,7 @@ impl Registry {
     ) -> (Option<usize>, HandlerReply) {
         match decode_task(task_bytes) {
             Some((header, args)) => {
-                self.call_indexed(context, header.pool, header.method, args, out)
+                self.call_indexed(context, (header.pool, header.method), args, out)
             }
             None => (None, HandlerReply::code(RC_BAD_TASK)),
         }
@@ -267,7 +267,7 @@ impl Registry {
         args: &[u8],
         out: &mut [u8],
     ) -> HandlerReply {
-        self.call_indexed(context, pool, method, args, out).1
+        self.call_indexed(context, (pool, method), args, out).1
     }
 
     /// [`call`](Self::call), also returning the pool's dense index (as
@@ -275,8 +275,7 @@ impl Registry {
     pub(crate) fn call_indexed(
         &self,
         context: &TaskContext<'_>,
-        pool: PoolId,
-        method: MethodId,
+        (pool, method): (PoolId, MethodId),
         args: &[u8],
         out: &mut [u8],
     ) -> (Option<usize>, HandlerReply) {

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use tandem_hal::numa::{
     allowed_cpus, bind_to_node, cpus_by_core, format_cpu_list, local_cpus_of_pci, node_of_address,
@@ -326,7 +327,7 @@ impl<A: GpuApi> DeviceQueues<A> {
     pub fn submit_to_gpu<T: Task>(
         &self,
         task: &T,
-        deadline: Option<std::time::Instant>,
+        deadline: Option<Instant>,
     ) -> Result<Pending<'_, T>, TaskError> {
         submit::submit_to_gpu(&self.segment, task, deadline)
     }
@@ -806,6 +807,24 @@ impl<A: GpuApi> Runtime<A> {
         StatsSnapshot::sum(self.stats.iter().map(|w| &**w))
     }
 
+    /// [`stats`](Self::stats) once `settled` holds of them, or when `timeout` has passed: a
+    /// worker counts a task just after its submitter can see it complete, so counts read at
+    /// once after the last completion may lag it.
+    pub fn stats_when(
+        &self,
+        settled: impl Fn(&StatsSnapshot) -> bool,
+        timeout: Duration,
+    ) -> StatsSnapshot {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let stats = self.stats();
+            if settled(&stats) || Instant::now() >= deadline {
+                return stats;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     /// Submits a copy-future task to the CPU queues from this process.
     pub fn submit<T: Task>(&self, route: Route, task: &T) -> Result<Pending<'_, T>, TaskError> {
         submit::submit(&self.cpu, route, task)
@@ -834,7 +853,7 @@ impl<A: GpuApi> Runtime<A> {
         &self,
         device: usize,
         task: &T,
-        deadline: Option<std::time::Instant>,
+        deadline: Option<Instant>,
     ) -> Result<Pending<'_, T>, TaskError> {
         let queues = self.devices.get(device).ok_or(TaskError::NoSuchDevice {
             device,

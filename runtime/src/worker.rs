@@ -582,7 +582,7 @@ fn run_inline_task(
             .flat_map(|w| w.to_le_bytes())
             .take(args_len),
     );
-    registry.call_indexed(context, pool, method, args, out)
+    registry.call_indexed(context, (pool, method), args, out)
 }
 
 /// Runs the task of one lane record and answers it: through its future and

@@ -147,22 +147,6 @@ impl<'a> KernelThread<'a> {
     }
 }
 
-/// The runtime's counts once `settled` holds them (or after 10 s): a worker
-/// counts a task just after the submitter can see it complete.
-fn settled_stats(
-    runtime: &Runtime<HostApi>,
-    settled: impl Fn(&tandem_runtime::StatsSnapshot) -> bool,
-) -> tandem_runtime::StatsSnapshot {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let stats = runtime.stats();
-        if settled(&stats) || Instant::now() > deadline {
-            return stats;
-        }
-        std::thread::yield_now();
-    }
-}
-
 fn assert_no_leak(runtime: &Runtime<HostApi>) {
     let stats = runtime.cpu_segment().heap().stats().expect("stats");
     assert_eq!(stats.free_bytes(), stats.carved_bytes, "heap blocks leaked");
@@ -262,7 +246,7 @@ fn errors_complete_with_codes_and_workers_live_on() {
         .expect("submit");
     assert_eq!(p.wait(&stop, None).expect("add"), 3);
     drop(p);
-    let stats = settled_stats(&runtime, |s| s.completed == 6);
+    let stats = runtime.stats_when(|s| s.completed == 6, SETTLE);
     assert_eq!(stats.completed, 6);
     assert_eq!(stats.failed, 5);
     assert_no_leak(&runtime);
@@ -483,7 +467,9 @@ fn garbage_task_record_does_not_kill_the_worker() {
         .expect("submit");
     assert_eq!(p.wait(&stop, None).expect("served"), 11);
     assert_eq!(
-        settled_stats(&runtime, |s| s.bad_pointers == 3).bad_pointers,
+        runtime
+            .stats_when(|s| s.bad_pointers == 3, SETTLE)
+            .bad_pointers,
         3
     );
 }
@@ -520,7 +506,7 @@ fn inline_records_run_and_malformed_ones_fail() {
             return_code: RC_BAD_TASK
         }
     );
-    assert_eq!(settled_stats(&runtime, |s| s.failed == 1).failed, 1);
+    assert_eq!(runtime.stats_when(|s| s.failed == 1, SETTLE).failed, 1);
 }
 
 /// A kernel thread's answer, as a worker stores it in the record's notify
@@ -550,7 +536,7 @@ fn notify_words_answer_kernel_records() {
     kernel.push(&[off, u32::MAX - 4, 9, math::POOL, math::NOOP, 0]);
     let outcome = stray.wait_timeout(&stop, Duration::from_secs(10));
     assert_eq!(outcome, WaitOutcome::Completed { return_code: 0 });
-    let stats = settled_stats(&runtime, |s| (s.completed, s.bad_pointers) == (3, 1));
+    let stats = runtime.stats_when(|s| (s.completed, s.bad_pointers) == (3, 1), SETTLE);
     assert_eq!((stats.completed, stats.bad_pointers), (3, 1));
 }
 
@@ -594,7 +580,7 @@ fn records_with_their_copy_space_leave_the_future_alone() {
             return_code: RC_BAD_TASK
         }
     );
-    let stats = settled_stats(&runtime, |s| (s.completed, s.failed) == (3, 1));
+    let stats = runtime.stats_when(|s| (s.completed, s.failed) == (3, 1), SETTLE);
     assert_eq!(
         (stats.completed, stats.failed, stats.bad_pointers),
         (3, 1, 0)
@@ -628,6 +614,9 @@ impl Task for Reverse {
     const METHOD: u32 = 0;
     type Output = u64;
 }
+/// How long a test waits for the workers' counts to settle.
+const SETTLE: Duration = Duration::from_secs(10);
+
 const BAD_POINTER: i32 = 77;
 
 fn reverse_registry() -> Registry {

@@ -252,12 +252,7 @@ impl Segment {
         let fd = anonymous_fd()?;
         resize(fd.as_fd(), size)?;
         let map = Mapping::new(fd.as_fd(), len)?;
-        Ok(Segment {
-            map,
-            fd,
-            name: None,
-            unlink_on_drop: None,
-        })
+        Ok(Self::unnamed(fd, map))
     }
 
     /// Creates the named segment `name` of `len` bytes (`shm_open` with
@@ -329,12 +324,7 @@ impl Segment {
     pub fn from_fd(fd: OwnedFd) -> Result<Segment, SegmentError> {
         let len = mapped_len(fd.as_fd())?;
         let map = Mapping::new(fd.as_fd(), len)?;
-        Ok(Segment {
-            map,
-            fd,
-            name: None,
-            unlink_on_drop: None,
-        })
+        Ok(Self::unnamed(fd, map))
     }
 
     /// [`from_fd`](Self::from_fd), mapped readable only: a store through
@@ -343,12 +333,18 @@ impl Segment {
     pub fn from_fd_read_only(fd: OwnedFd) -> Result<Segment, SegmentError> {
         let len = mapped_len(fd.as_fd())?;
         let map = Mapping::with_protection(fd.as_fd(), len, libc::PROT_READ)?;
-        Ok(Segment {
+        Ok(Self::unnamed(fd, map))
+    }
+
+    /// A segment of `fd` mapped at `map`, known by no name (a caller that opened it by name
+    /// sets that).
+    fn unnamed(fd: OwnedFd, map: Mapping) -> Segment {
+        Segment {
             map,
             fd,
             name: None,
             unlink_on_drop: None,
-        })
+        }
     }
 
     /// The base address of this segment's mapping (page-aligned).

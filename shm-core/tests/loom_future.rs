@@ -125,6 +125,22 @@ fn waiter_sees_what_the_completer_wrote() {
     });
 }
 
+/// A thread that completes `region`'s future with `return_code` and no output, then runs
+/// `then`; it is the future's only completer.
+fn completing(
+    region: &Arc<Region>,
+    return_code: i32,
+    then: impl FnOnce() + Send + 'static,
+) -> thread::JoinHandle<()> {
+    let region = Arc::clone(region);
+    thread::spawn(move || {
+        let future = region.attach();
+        // SAFETY: the caller starts no other completer.
+        unsafe { future.complete(return_code, |_| Ok::<_, ()>(0)) }.unwrap();
+        then();
+    })
+}
+
 #[test]
 fn stop_raised_after_completion_reports_completion() {
     loom::model(|| {
@@ -133,15 +149,9 @@ fn stop_raised_after_completion_reports_completion() {
         let stop = Arc::new(AtomicU32::new(0));
 
         let completer = {
-            let region = Arc::clone(&region);
             let stop = Arc::clone(&stop);
-            thread::spawn(move || {
-                let future = region.attach();
-                // SAFETY: this thread is the only completer.
-                unsafe { future.complete(7, |_| Ok::<_, ()>(0)) }.unwrap();
-                // Release: whoever sees the stop also sees the completion.
-                stop.store(1, Ordering::Release);
-            })
+            // Release: whoever sees the stop also sees the completion.
+            completing(&region, 7, move || stop.store(1, Ordering::Release))
         };
 
         // Seeing the stop means the completion happened before it, so the
@@ -162,14 +172,7 @@ fn racing_stop_and_completion_agree_with_what_was_seen() {
         let waiter = region.init(0);
         let stop = Arc::new(AtomicU32::new(0));
 
-        let completer = {
-            let region = Arc::clone(&region);
-            thread::spawn(move || {
-                let future = region.attach();
-                // SAFETY: this thread is the only completer.
-                unsafe { future.complete(9, |_| Ok::<_, ()>(0)) }.unwrap();
-            })
-        };
+        let completer = completing(&region, 9, || {});
         let stopper = {
             let stop = Arc::clone(&stop);
             thread::spawn(move || stop.store(1, Ordering::Release))

@@ -20,6 +20,9 @@ use tandem_runtime::{
 use tandem_shm_core::layout::{magic, LANE_QUEUE_RINGS_OFFSET};
 
 /// `rt_status::stopped` (tandem/runtime/context.h).
+/// How long a test waits for the workers' counts to settle.
+const SETTLE: Duration = Duration::from_secs(10);
+
 const RT_STOPPED: u32 = 7;
 /// `rt_status::bad_queue` (tandem/runtime/context.h).
 const RT_BAD_QUEUE: u32 = 2;
@@ -47,22 +50,6 @@ fn runtime_on_device_0<A: GpuApi>(api: A, workers: usize, depth: u32) -> Runtime
         Registry::with_builtins(),
     )
     .expect("start")
-}
-
-/// The runtime's counts once `settled` holds them (or after 10 s): a worker
-/// counts a task just after the kernel can see it complete.
-fn settled_stats<A: GpuApi>(
-    runtime: &Runtime<A>,
-    settled: impl Fn(&StatsSnapshot) -> bool,
-) -> StatsSnapshot {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let stats = runtime.stats();
-        if settled(&stats) || Instant::now() > deadline {
-            return stats;
-        }
-        std::thread::yield_now();
-    }
 }
 
 fn add_launch(blocks: u32, threads: u32, tasks: u64, priority: EchoPriority) -> EchoLaunch {
@@ -112,7 +99,7 @@ fn many_threads_every_task_once<A: GpuApi>(
             .expect("echo");
         assert_all_added(&outcome, tasks);
         let total = u64::from(blocks * threads) * tasks;
-        let after = settled_stats(&runtime, |s| s.completed - before.completed >= total);
+        let after = runtime.stats_when(|s| s.completed - before.completed >= total, SETTLE);
         assert_eq!(after.completed - before.completed, total);
         assert_eq!(after.failed, 0);
         assert_eq!(after.double_completions, 0);
@@ -153,7 +140,7 @@ fn direct_claims_wait_on_full_lanes<A: GpuApi>(api: A, blocks: u32, threads: u32
         .expect("echo");
     assert_all_added(&outcome, tasks);
     let total = u64::from(blocks * threads) * tasks;
-    assert_completed_once(settled_stats(&runtime, |s| s.completed >= total), total);
+    assert_completed_once(runtime.stats_when(|s| s.completed >= total, SETTLE), total);
 }
 
 /// Tasks too large for a lane record go through the future's copy space (a
@@ -172,7 +159,7 @@ fn large_and_inline_tasks_alternate<A: GpuApi>(api: A, blocks: u32, threads: u32
     assert_all_added(&outcome, tasks);
     let noops = tasks.div_ceil(2);
     let total = u64::from(blocks * threads) * (tasks + noops);
-    assert_completed_once(settled_stats(&runtime, |s| s.completed >= total), total);
+    assert_completed_once(runtime.stats_when(|s| s.completed >= total, SETTLE), total);
 }
 
 /// Unknown methods complete with an error code; the workers serve the next
@@ -193,7 +180,7 @@ fn unknown_method_is_an_error_code<A: GpuApi>(api: A) {
         .echo(&add_launch(2, 4, 10, EchoPriority::Low))
         .expect("echo");
     assert_all_added(&outcome, 10);
-    assert_eq!(settled_stats(&runtime, |s| s.failed >= 8).failed, 8);
+    assert_eq!(runtime.stats_when(|s| s.failed >= 8, SETTLE).failed, 8);
 }
 
 /// Kernel threads waiting on tasks no worker gets to, on every device of
@@ -660,7 +647,7 @@ fn noop_kernel_answers_every_task<A: GpuApi>(api: A, blocks: u32, threads: u32) 
     assert_rank_zero_timed(&phases, tasks, &outcome);
     assert_eq!(phases.output, Duration::ZERO, "a no-op has no output");
     let total = 2 * u64::from(blocks * threads) * tasks;
-    assert_completed_once(settled_stats(&runtime, |s| s.completed >= total), total);
+    assert_completed_once(runtime.stats_when(|s| s.completed >= total, SETTLE), total);
 }
 
 /// A device segment whose lane queue's first ring does not hold a ring's
@@ -879,7 +866,9 @@ fn host_several_devices_each_with_its_own_segment() {
     });
     let total = 3 * 4 * 8 * 20;
     assert_eq!(
-        settled_stats(&runtime, |s| s.completed >= total).completed,
+        runtime
+            .stats_when(|s| s.completed >= total, SETTLE)
+            .completed,
         total
     );
 }
@@ -932,7 +921,7 @@ fn kernels_on_two_devices_at_once<A: GpuApi>(api: A, blocks: u32, threads: u32, 
     });
     let per_device = u64::from(blocks * threads) * tasks;
     assert_completed_once(
-        settled_stats(&runtime, |s| s.completed >= 2 * per_device),
+        runtime.stats_when(|s| s.completed >= 2 * per_device, SETTLE),
         2 * per_device,
     );
     let name = runtime.cpu_segment().name().expect("a named CPU segment");

@@ -4,6 +4,7 @@
 //! redb: the in-memory index is the read path.
 
 use std::collections::VecDeque;
+use std::ops::Range;
 
 use super::{not_found, LocalStore};
 use crate::blob_range::BlobRange;
@@ -12,19 +13,14 @@ use crate::error::BlobError;
 use crate::extent::{Extent, Version};
 use crate::target::{AlignedBuf, Area, FileArea, Target};
 use crate::types::{Drain, Sink, TagId, CHUNK_PAGES, PAGE_SIZE};
-use crate::uring::{Pipeline, Rings};
+use crate::uring::{Dir, Pipeline, Rings};
 
 static ZEROS: [u8; 65536] = [0; 65536];
 
 impl LocalStore {
     /// Reads the bytes of `range` into `drain` (see [`crate::BlobStore::get_with`]).
     pub(crate) fn get(&self, range: BlobRange<'_>, drain: &mut Drain<'_>) -> Result<(), BlobError> {
-        let BlobRange {
-            tag,
-            name,
-            offset,
-            len,
-        } = range;
+        let (tag, name, offset, len) = (range.tag, range.name, range.offset, range.len);
         let entry = self.published(tag, name)?;
         if len == 0 {
             return Err(BlobError::EmptyRange);
@@ -41,23 +37,22 @@ impl LocalStore {
                 len,
             });
         }
-        self.read_version(v, (tag, name), offset, len, &mut |at, src| {
+        self.read_version(v, (tag, name), offset..offset + len, &mut |at, src| {
             drain(at, src).map_err(BlobError::Fill)
         })
     }
 
-    /// Streams the bytes `pos..pos+len` of `v` (within its size), a version of blob `blob`, to
+    /// Streams the bytes `range` of `v` (within its size), a version of blob `blob`, to
     /// `sink(offset_within, bytes)` in order; compressed frames decompressed, a damaged one
     /// [`BlobError::CorruptFrame`]. The caller keeps `v`'s pages from being freed.
     pub(crate) fn read_version(
         &self,
         v: &Version,
         blob: (TagId, &str),
-        pos: u64,
-        len: u64,
+        range: Range<u64>,
         sink: &mut Sink<'_>,
     ) -> Result<(), BlobError> {
-        let end = pos + len;
+        let (pos, end) = (range.start, range.end);
         let mut at = pos;
         let mut chunks = Chunks::new(self, pos);
         let mut i = v
@@ -218,7 +213,7 @@ impl<'a> Chunks<'a> {
             self.reads = self.rings.take().and_then(Pipeline::new).map(Reads::new);
         }
         if let Some(r) = self.reads.as_mut() {
-            return r.read(file, page, chunk, sink);
+            return r.read((file, page), chunk, sink);
         }
         if self.bounce.as_ref().is_none_or(|b| b.len() < chunk.bytes) {
             self.bounce = Some(AlignedBuf::new(chunk.bytes));
@@ -266,12 +261,11 @@ impl<'a> Reads<'a> {
         }
     }
 
-    /// Starts reading `chunk` at page `page` of `file`, sinking the oldest reads first when
-    /// every buffer is in use.
+    /// Starts reading `chunk` at `(file, page)`, sinking the oldest reads first when every
+    /// buffer is in use.
     fn read(
         &mut self,
-        file: &'a FileArea,
-        page: u64,
+        (file, page): (&'a FileArea, u64),
         chunk: ReadChunk,
         sink: &mut Sink<'_>,
     ) -> Result<(), BlobError> {
@@ -281,7 +275,7 @@ impl<'a> Reads<'a> {
             }
             self.sink_oldest(sink)?;
         };
-        self.pipe.submit_read(slot, file, page, chunk.bytes)?;
+        self.pipe.submit(Dir::Read, slot, file, page, chunk.bytes)?;
         self.queue.push_back((slot, chunk));
         Ok(())
     }

@@ -27,7 +27,7 @@ use crate::meta::{self, MetaOp, StoredExtent, StoredVersion};
 use crate::placement::{self, Reservation};
 use crate::target::{AlignedBuf, Area, FileArea};
 use crate::types::{Fill, PutInfo, TagId, CHUNK_PAGES, PAGE_SIZE};
-use crate::uring::{Pipeline, Rings};
+use crate::uring::{Dir, Pipeline, Rings};
 
 /// A put's blob, range, placement and context, checked by the store.
 pub(crate) struct PutRequest<'a> {
@@ -435,7 +435,7 @@ impl LocalStore {
         if have > 0 {
             let (head, _) = dst.split_at_mut(have);
             let blob = (content.tag, content.name);
-            self.read_version(v, blob, pos, have as u64, &mut |at, src| {
+            self.read_version(v, blob, pos..pos + have as u64, &mut |at, src| {
                 head[at as usize..at as usize + src.len()].copy_from_slice(src);
                 Ok(())
             })?;
@@ -490,7 +490,7 @@ impl<'a> FileWrites<'a> {
             // Compose this chunk while earlier ones are being written.
             let slot = p.free_slot(bytes)?;
             compose(p.buf(slot, bytes))?;
-            return p.submit(slot, file, ppage, bytes);
+            return p.submit(Dir::Write, slot, file, ppage, bytes);
         }
         if self.bounce.as_ref().is_none_or(|b| b.len() < bytes) {
             self.bounce = Some(AlignedBuf::new(bytes));

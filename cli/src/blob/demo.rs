@@ -159,16 +159,9 @@ pub(crate) fn demo_part<A: GpuApi>(
         let tag = store
             .get_or_create_tag(tag_name)
             .map_err(|e| e.to_string())?;
-        let launch = PutGetLaunch {
-            score,
-            ..PutGetLaunch::new(
-                (blocks, threads),
-                tag,
-                blob_bytes,
-                rounds,
-                PutGetMode::PutGetCheck,
-            )
-        };
+        let mode = PutGetMode::PutGetCheck;
+        let mut launch = PutGetLaunch::new((blocks, threads), tag, blob_bytes, rounds, mode);
+        launch.score = score;
         let n = u64::from(blocks * threads);
         say(format!(
             "kernel: {blocks} x {threads} threads x {rounds} rounds of put, get, compare; \

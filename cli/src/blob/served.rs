@@ -148,20 +148,14 @@ impl StoreAccess for Served {
     }
 
     fn get(&self, range: BlobRange<'_>, out: &mut dyn Write) -> Result<(), AccessError> {
-        let BlobRange {
-            tag,
-            name,
-            offset,
-            len,
-        } = range;
         let caller = self.caller();
         let mut buffer = self.buffer()?;
         let mut staging = vec![0u8; buffer.len()];
         let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(buffer.len() as u64) as usize;
+        while done < range.len {
+            let n = (range.len - done).min(buffer.len() as u64) as usize;
             buffer = caller
-                .get_into(tag, name, offset + done, buffer, n)
+                .get_into(range.tag, range.name, range.offset + done, buffer, n)
                 .map_err(|e| self.failed(e))?;
             buffer.read(0, &mut staging[..n]);
             out.write_all(&staging[..n])

@@ -6,12 +6,12 @@ producer's stream, blob put/get of CUDA tensors."""
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
 
 import tandem
 from children import expect, finish, python
+from polling import freed, wait_for
 
 pytestmark = pytest.mark.gpu
 
@@ -53,21 +53,6 @@ CONSUMER = """
 """
 
 
-def freed(client, buf_id: int) -> bool:
-    try:
-        client.stat(buf_id)
-        return False
-    except tandem.UnknownIdError:
-        return True
-
-
-def wait_for(condition, seconds: float = 30.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_torch_and_cupy_consumers_read_a_producers_tensor_in_place(daemon):
