@@ -32,6 +32,7 @@ mod metrics_arg;
 mod progress;
 mod run;
 mod share;
+mod share_config;
 mod status;
 mod stdout;
 
