@@ -99,8 +99,14 @@ fn kind_name(kind: TargetKind) -> &'static str {
 }
 
 impl BlobCounters {
-    /// The store's series: these counters, and `targets`' space.
-    pub(crate) fn series(&self, targets: &[TargetStat], scrape: &mut Scrape) {
+    /// The store's series: these counters, its `crash_recoveries` (over its life, from its
+    /// metadata), and `targets`' space.
+    pub(crate) fn series(
+        &self,
+        targets: &[TargetStat],
+        crash_recoveries: u64,
+        scrape: &mut Scrape,
+    ) {
         let c = self;
         let target = |i: usize| -> Labels {
             let kind = targets.get(i).map_or("", |t| kind_name(t.kind));
@@ -152,6 +158,13 @@ impl BlobCounters {
             "tandem_blob_latency",
             "Time a put or get took in the store, by operation",
             latency.map(|(op, h)| (vec![("op", op.to_owned())], h.snapshot())),
+        );
+        scrape.counter(
+            "tandem_blob_crash_recoveries",
+            "Opens of the store that recovered it after a crash (the last process holding it \
+             ended without closing it), over the store's life",
+            None,
+            [(vec![], crash_recoveries)],
         );
         let space = |f: fn(u64, u64) -> u64| {
             targets

@@ -68,12 +68,13 @@ fn open_creating(
     let recovered = local::recover(&db, &mut targets, &known, boot)?;
     let syncers = sync_handles(&targets)?;
     object.share_tags(&recovered.tag_names())?;
+    // Last of what may fail: from here the committer marks the store closed when it closes.
+    let crash_recoveries = meta::mark_open(&db)?;
     let rings = Rings::probe(config.limits.io_uring_depth);
     let committer = Committer::start(Arc::new(db), config.limits.max_commit_batch, syncers);
-    Ok((
-        LocalStore::new(targets, recovered, rings, committer, boot),
-        object,
-    ))
+    let mut local = LocalStore::new(targets, recovered, rings, committer, boot);
+    local.crash_recoveries = crash_recoveries;
+    Ok((local, object))
 }
 
 /// Checks every target's settings; returns the file targets' paths, as the metadata names them.

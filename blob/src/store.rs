@@ -295,7 +295,9 @@ impl BlobStore {
 /// and its targets' space now.
 impl tandem_metrics::Source for BlobStore {
     fn collect(&self, scrape: &mut tandem_metrics::Scrape) {
-        self.counters.series(&self.targets(), scrape);
+        let targets = self.targets();
+        self.counters
+            .series(&targets, self.local.crash_recoveries, scrape);
     }
 }
 

@@ -32,6 +32,7 @@ mod progress;
 mod run;
 mod service_args;
 mod share;
+mod share_config;
 mod status;
 mod stdout;
 

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::service_args::MetricsArg;
+use crate::share_config::ShareConfig;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use tandem_hal::GpuApi;
@@ -117,6 +118,9 @@ pub(crate) struct ServeArgs {
     keep_bytes: u64,
     #[command(flatten)]
     metrics: MetricsArg,
+    /// A TOML configuration (docs/configuration.md): its `metrics` key
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 const DEFAULT_POLL_US: u64 = Polling::DEFAULT_WINDOW.as_micros() as u64;
@@ -195,13 +199,17 @@ pub(crate) fn run(command: ShareCommand) -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
+    let config = match &args.config {
+        Some(path) => ShareConfig::from_file(path)?,
+        None => ShareConfig::default(),
+    };
     let work = Serve {
         polling: args.polling()?,
         limits: args.limits()?,
         socket: args.socket.path(),
         announce: args.announce,
         exit_on_stdin_eof: args.exit_on_stdin_eof,
-        metrics: args.metrics.metrics,
+        metrics: args.metrics.metrics.or(config.metrics),
     };
     on_backend(args.backend, work).map_err(|e| e.to_string())?
 }

@@ -110,6 +110,19 @@ fn wait_for(web: SocketAddr, q: &str, ok: impl Fn(f64) -> bool) -> f64 {
     }
 }
 
+/// Kills the service `pid` of `cleanup` with SIGKILL, reaps it and removes what it left in
+/// /dev/shm.
+fn kill_service(cleanup: &mut Cleanup, pid: u32) {
+    let child = cleanup
+        .children
+        .iter_mut()
+        .find(|c| c.id() == pid)
+        .expect("a service of this test");
+    child.kill().expect("kill");
+    child.wait().expect("reap");
+    tandem_process::remove_host_ipc_segments_of(pid);
+}
+
 /// Sends `per_second` math tasks a second for `how_long`: how many it sent.
 fn steady_tasks(client: &Client, per_second: u64, how_long: Duration) -> u64 {
     let stop = AtomicU32::new(0);
@@ -163,17 +176,15 @@ fn prometheus_scrapes_the_services_and_its_queries_match_the_work() {
     std::fs::write(&blob_toml, store).unwrap();
     let blob_metrics = blob_at.to_string();
     let blob_toml = blob_toml.to_str().unwrap();
-    start_service(
-        &[
-            "blob",
-            "run",
-            "--config",
-            blob_toml,
-            "--metrics",
-            &blob_metrics,
-        ],
-        &mut cleanup,
-    );
+    let blob_args = [
+        "blob",
+        "run",
+        "--config",
+        blob_toml,
+        "--metrics",
+        &blob_metrics,
+    ];
+    let blob_pid = start_service(&blob_args, &mut cleanup);
 
     let socket = dir.path().join("share.sock");
     let share_metrics = share_at.to_string();
@@ -220,6 +231,22 @@ fn prometheus_scrapes_the_services_and_its_queries_match_the_work() {
     wait_for(web, r#"tandem_clients_attached{job="runtime"}"#, |n| {
         n == 1.0
     });
+    // Every call was timed by its client: as many round trips as calls, of a sane length.
+    let round_trips = r#"tandem_client_task_round_trip_seconds_count{job="runtime"}"#;
+    wait_for(web, round_trips, |n| n == sent);
+    let p50 = r#"histogram_quantile(0.5, increase(tandem_client_task_round_trip_seconds_bucket{job="runtime"}[1m]))"#;
+    wait_for(web, p50, |s| s > 0.0 && s < 0.1);
+    // A client that detaches holding a future leaves its slot to be taken back.
+    let leaving = Client::attach(&segment).expect("attach a second client");
+    std::mem::forget(leaving.submit(Route::lane(0), &math::Add { a: 1, b: 1 }));
+    drop(leaving);
+    wait_for(web, r#"tandem_client_attaches_total{job="runtime"}"#, |n| {
+        n == 2.0
+    });
+    let detached = r#"tandem_clients_reclaimed_total{job="runtime",reason="detached"}"#;
+    wait_for(web, detached, |n| n == 1.0);
+    let gone = r#"tandem_clients_reclaimed_total{job="runtime",reason="gone"}"#;
+    wait_for(web, gone, |n| n == 0.0);
 
     // The blob store: puts of known sizes, whose time histogram_quantile reads.
     let file = dir.path().join("data.bin");
@@ -243,6 +270,12 @@ fn prometheus_scrapes_the_services_and_its_queries_match_the_work() {
     wait_for(web, p90, |s| s > 0.0 && s <= 1.0);
     let used = r#"tandem_blob_target_used_bytes{job="blob",target="0"}"#;
     wait_for(web, used, |n| n >= 1_000_000.0);
+    // Killed and started again on the same store: one crash recovery, where a new store had none.
+    let recoveries = r#"tandem_blob_crash_recoveries_total{job="blob"}"#;
+    wait_for(web, recoveries, |n| n == 0.0);
+    kill_service(&mut cleanup, blob_pid);
+    start_service(&blob_args, &mut cleanup);
+    wait_for(web, recoveries, |n| n == 1.0);
 
     // The share daemon: buffers held, and a create over its limit refused.
     let share = ShareClient::connect(HostApi::load().unwrap(), &socket).expect("connect");

@@ -13,6 +13,10 @@ pub const LATENCY_BOUNDS: [f64; 19] = [
 /// Durations counted into [`LATENCY_BOUNDS`]' buckets (and one past the last), with their sum.
 /// Relaxed counters: a scrape may see one observation's bucket before its sum, which the next
 /// scrape makes good; nothing orders other memory by them.
+///
+/// `repr(C)` and atomics alone, so that it may live in memory that processes share (a runtime's
+/// client slots): all-zero bytes are an empty histogram, and any process may observe into it.
+#[repr(C)]
 #[derive(Debug, Default)]
 pub struct LatencyHistogram {
     buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
@@ -29,6 +33,22 @@ pub struct HistogramSnapshot {
     pub count: u64,
     /// Their sum in seconds.
     pub sum_seconds: f64,
+}
+
+impl HistogramSnapshot {
+    /// No observation: what several histograms' [`add`](Self::add) starts from.
+    pub fn empty() -> Self {
+        LatencyHistogram::default().snapshot()
+    }
+
+    /// Adds `other`'s observations, bucket by bucket (both have [`LATENCY_BOUNDS`]' buckets).
+    pub fn add(&mut self, other: &HistogramSnapshot) {
+        for ((_, n), (_, m)) in self.buckets.iter_mut().zip(&other.buckets) {
+            *n += m;
+        }
+        self.count += other.count;
+        self.sum_seconds += other.sum_seconds;
+    }
 }
 
 impl LatencyHistogram {
@@ -76,5 +96,19 @@ mod tests {
         assert_eq!(s.buckets[ms], (0.001, 1));
         assert_eq!(*s.buckets.last().unwrap(), (f64::INFINITY, 1));
         assert!((s.sum_seconds - 60.001_005).abs() < 1e-9);
+    }
+
+    #[test]
+    fn snapshots_add_bucket_by_bucket() {
+        let (a, b) = (LatencyHistogram::default(), LatencyHistogram::default());
+        a.observe(Duration::from_micros(5));
+        b.observe(Duration::from_micros(5));
+        b.observe(Duration::from_secs(1));
+        let mut sum = HistogramSnapshot::empty();
+        sum.add(&a.snapshot());
+        sum.add(&b.snapshot());
+        assert_eq!(sum.count, 3);
+        assert_eq!(sum.buckets[0], (0.000_01, 2));
+        assert!((sum.sum_seconds - 1.000_01).abs() < 1e-9);
     }
 }

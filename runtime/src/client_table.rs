@@ -11,7 +11,8 @@
 //! host-only, so no C++ mirror) holds a [`ClientTableHeader`], then
 //! `max_clients` [`ClientSlot`]s of one cache line each, then
 //! `client_device_queues` [`DeviceQueueEntry`]s per slot (a client's device
-//! queues: `device_requests.rs`), then, from the next page, one heap of
+//! queues: `device_requests.rs`), then a [`ClientRoundTrips`] per slot (the
+//! round trips its tasks took), then, from the next page, one heap of
 //! `client_heap_bytes` per slot: a shm-core
 //! `SizeClassAllocator`. A slot's heap *is* its quota, and taking back
 //! everything a client held is re-initialising that allocator: no per-block
@@ -64,6 +65,7 @@
 use std::ptr::addr_of_mut;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
+use tandem_metrics::{HistogramSnapshot, LatencyHistogram};
 use tandem_process::ProcessIdentity;
 use tandem_shm_core::block_size;
 use tandem_shm_core::{AllocError, AllocatorId, ShmPtr, SizeClassAllocator};
@@ -135,7 +137,26 @@ pub(crate) struct ClientSlot {
     pub largest_servable_block: AtomicU64,
 }
 
+/// The round trips of the tasks a slot's clients submitted, one after another (never zeroed,
+/// so the sum over the slots only grows, as a Prometheus counter must, however clients come
+/// and go).
+///
+/// # Where a round trip is seen
+///
+/// From a host client's submit until its wait sees the task complete: only the submitter
+/// holds both ends (a record carries no submit time, and the workers see only their part). So
+/// the client counts it, in its own slot's lines in the CPU segment, where the runtime's
+/// metrics endpoint sums every slot's at a scrape. A client's threads share its lines and no
+/// other client's, so the two relaxed adds a task costs there are uncontended when each
+/// thread has its client. Kernels' round trips are left out: their clock is not the host's.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub(crate) struct ClientRoundTrips {
+    pub histogram: LatencyHistogram,
+}
+
 const _: () = assert!(size_of::<ClientTableHeader>() == 64);
+const _: () = assert!(size_of::<ClientRoundTrips>() == 192);
 const _: () = assert!(std::mem::offset_of!(ClientTableHeader, max_clients) == 8);
 const _: () = assert!(std::mem::offset_of!(ClientTableHeader, heap_bytes) == 16);
 const _: () = assert!(std::mem::offset_of!(ClientTableHeader, heaps_offset) == 24);
@@ -242,9 +263,15 @@ fn entries_offset(max_clients: u32) -> usize {
     size_of::<ClientTableHeader>() + max_clients as usize * size_of::<ClientSlot>()
 }
 
-fn heaps_offset(max_clients: u32, device_queues: u32) -> usize {
+fn round_trips_offset(max_clients: u32, device_queues: u32) -> usize {
     let entries = max_clients as usize * device_queues as usize;
     (entries_offset(max_clients) + entries * size_of::<DeviceQueueEntry>())
+        .next_multiple_of(align_of::<ClientRoundTrips>())
+}
+
+fn heaps_offset(max_clients: u32, device_queues: u32) -> usize {
+    let round_trips = max_clients as usize * size_of::<ClientRoundTrips>();
+    (round_trips_offset(max_clients, device_queues) + round_trips)
         .next_multiple_of(CLIENT_HEAP_ALIGN)
 }
 
@@ -255,6 +282,8 @@ pub struct ClientTable<'r> {
     pub(crate) slots: &'r [ClientSlot],
     /// Every slot's device queue entries, slot by slot.
     entries: &'r [DeviceQueueEntry],
+    /// Every slot's round trips.
+    round_trips: &'r [ClientRoundTrips],
     /// The region's start in this process.
     base: *mut u8,
     /// The region's offset in its segment.
@@ -326,6 +355,10 @@ impl<'r> ClientTable<'r> {
                 0,
                 max_clients as usize * device_queues as usize * size_of::<DeviceQueueEntry>(),
             );
+            // All-zero is an empty histogram: every word an atomic integer.
+            region
+                .add(round_trips_offset(max_clients, device_queues))
+                .write_bytes(0, max_clients as usize * size_of::<ClientRoundTrips>());
             Self::attach(region, len, region_offset)
         }
     }
@@ -385,10 +418,22 @@ impl<'r> ClientTable<'r> {
                 header.max_clients as usize * header.device_queues as usize,
             )
         };
+        // SAFETY: the round trips lie between the entries and the heaps
+        // (checked through heaps_offset), 64-aligned, were zeroed before
+        // publication, and are only used atomically.
+        let round_trips = unsafe {
+            std::slice::from_raw_parts(
+                region
+                    .add(round_trips_offset(header.max_clients, header.device_queues))
+                    .cast::<ClientRoundTrips>(),
+                header.max_clients as usize,
+            )
+        };
         Ok(Self {
             header,
             slots,
             entries,
+            round_trips,
             base: region,
             region_offset,
         })
@@ -426,6 +471,24 @@ impl<'r> ClientTable<'r> {
             .iter()
             .filter_map(DeviceQueueEntry::snapshot)
             .collect()
+    }
+
+    /// The round trips of every task the clients timed, all slots summed.
+    pub(crate) fn round_trips(&self) -> HistogramSnapshot {
+        let mut sum = HistogramSnapshot::empty();
+        for slot in self.round_trips {
+            sum.add(&slot.histogram.snapshot());
+        }
+        sum
+    }
+
+    /// Clients that attached since the runtime started: every slot's claims.
+    pub(crate) fn claims(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.slots
+            .iter()
+            .map(|s| s.claims.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Slot `index` as it is now.
@@ -605,6 +668,7 @@ impl<'r> ClientTable<'r> {
                 index: index as u32,
                 slot,
                 entries: self.entries(index as u32),
+                round_trips: &self.round_trips[index].histogram,
                 device_limits: self.device_queue_limits(),
                 heap,
                 heap_offset: self.region_offset + heap_offset,
@@ -644,6 +708,8 @@ pub(crate) struct ClientLease<'r> {
     slot: &'r ClientSlot,
     /// The slot's device queue entries.
     entries: &'r [DeviceQueueEntry],
+    /// Where the client times its tasks ([`ClientRoundTrips`]).
+    round_trips: &'r LatencyHistogram,
     device_limits: DeviceQueueLimits,
     heap: SizeClassAllocator<'r>,
     /// The heap's offset in the segment: its pointers are relative to it.
@@ -666,6 +732,11 @@ impl ClientLease<'_> {
     /// The slot's device queue entries.
     pub(crate) fn entries(&self) -> &[DeviceQueueEntry] {
         self.entries
+    }
+
+    /// Where the client counts its tasks' round trips.
+    pub(crate) fn round_trips(&self) -> &LatencyHistogram {
+        self.round_trips
     }
 
     /// What the runtime lets a client hold of device queues.

@@ -56,6 +56,15 @@ struct Reclaim {
     phase: Phase,
 }
 
+/// Slots the janitor took back since the runtime started, by why: for status and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Reclaimed {
+    /// Their client's process was gone (died attached, or while attaching).
+    pub gone: u64,
+    /// Their client detached with futures outstanding.
+    pub detached: u64,
+}
+
 /// What the janitor needs to serve clients' device queues.
 pub(crate) struct ClientDevices {
     /// The workers' poll set of client device segments.
@@ -77,6 +86,7 @@ pub(crate) struct Janitor {
     /// Per slot, the claim count last logged as attached: a claim seen
     /// anew is a client that attached since.
     announced: Vec<u64>,
+    reclaimed: Reclaimed,
     last_owner_check: Option<Instant>,
     /// Dead clients' device segments that were still held when their slot
     /// was taken back (a dying process keeps its mappings until its GPU
@@ -104,6 +114,7 @@ impl Janitor {
             devices,
             reclaims: (0..slots).map(|_| None).collect(),
             announced: vec![0; slots],
+            reclaimed: Reclaimed::default(),
             last_owner_check: None,
             unlinks: Vec::new(),
         })
@@ -148,6 +159,11 @@ impl Janitor {
                 }
             }
         }
+    }
+
+    /// The slots taken back so far.
+    pub(crate) fn reclaimed(&self) -> Reclaimed {
+        self.reclaimed
     }
 
     /// Answers slot `index`'s device queue requests and releases.
@@ -354,6 +370,7 @@ impl Janitor {
                         Ordering::Relaxed,
                     );
                     if freed.is_ok() {
+                        self.reclaimed.gone += 1;
                         tracing::info!("client pid {pid} died attaching: freed slot {index}");
                     }
                 }
@@ -450,6 +467,10 @@ impl Janitor {
                 .store(ClientState::Free.word(0), Ordering::Release);
             let (pid, why) = (reclaim.pid, reclaim.why);
             self.reclaims[index] = None;
+            match why {
+                Why::Gone => self.reclaimed.gone += 1,
+                Why::Detached => self.reclaimed.detached += 1,
+            }
             match why {
                 Why::Gone => tracing::info!(
                     "client pid {pid} gone: reclaimed slot {index} ({bytes} bytes, {futures} futures)"

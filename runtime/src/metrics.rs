@@ -1,9 +1,10 @@
-//! The runtime's Prometheus series, read at each scrape from its status block: the workers'
-//! hot path keeps the counters it always kept, and nothing more.
+//! The runtime's Prometheus series, read at each scrape from its status block and client
+//! table: the workers' hot path keeps the counters it always kept, and nothing more; the round
+//! trips are the host clients' own, counted in their slots (`client_table::ClientRoundTrips`).
 
-use tandem_metrics::{Labels, Scrape, Source, Unit};
+use tandem_metrics::{HistogramSnapshot, Labels, Scrape, Source, Unit};
 
-use crate::status::{read_status, StatusSnapshot};
+use crate::status::{read_runtime, StatusSnapshot};
 
 /// Reads the status block of the runtime whose CPU segment is `segment` at every scrape.
 pub(crate) struct RuntimeSource {
@@ -12,8 +13,11 @@ pub(crate) struct RuntimeSource {
 
 impl Source for RuntimeSource {
     fn collect(&self, scrape: &mut Scrape) {
-        match read_status(&self.segment) {
-            Ok(status) => status_series(&status, scrape),
+        match read_runtime(&self.segment) {
+            Ok((status, round_trips)) => {
+                status_series(&status, scrape);
+                round_trip_series(round_trips, scrape);
+            }
             Err(e) => tracing::warn!("metrics: cannot read the status block: {e}"),
         }
     }
@@ -151,6 +155,24 @@ fn client_series(s: &StatusSnapshot, scrape: &mut Scrape) {
         None,
         [(vec![], f64::from(s.clients_attached.unwrap_or(0)))],
     );
+    let totals = &s.client_totals;
+    scrape.counter(
+        "tandem_client_attaches",
+        "Host clients that attached since the runtime started.",
+        None,
+        [(vec![], totals.attached)],
+    );
+    let reasons = [
+        ("gone", totals.reclaimed_gone),
+        ("detached", totals.reclaimed_detached),
+    ];
+    scrape.counter(
+        "tandem_clients_reclaimed",
+        "Client slots the runtime took back, by reason: `gone`, its client's process died; \
+         `detached`, it detached with tasks outstanding.",
+        None,
+        reasons.map(|(why, n)| (vec![("reason", why.to_owned())], n)),
+    );
     let mut by_state: Vec<(Labels, u64)> = ["claiming", "attached", "detaching", "reclaiming"]
         .iter()
         .map(|state| (vec![("state", (*state).to_owned())], 0))
@@ -183,6 +205,14 @@ fn client_series(s: &StatusSnapshot, scrape: &mut Scrape) {
             .iter()
             .map(|c| (slot(c), c.in_use_bytes as f64))
             .collect::<Vec<_>>(),
+    );
+}
+
+fn round_trip_series(round_trips: HistogramSnapshot, scrape: &mut Scrape) {
+    scrape.histogram(
+        "tandem_client_task_round_trip",
+        "Time from a host client's submit until its wait saw the task complete",
+        [(vec![], round_trips)],
     );
 }
 

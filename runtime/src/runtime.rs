@@ -756,7 +756,7 @@ impl<A: GpuApi> Runtime<A> {
                     if let Some(janitor) = janitor.as_mut() {
                         janitor.tick();
                     }
-                    status.tick();
+                    status.tick(janitor.as_ref().map(Janitor::reclaimed));
                     std::thread::park_timeout(HEARTBEAT_PERIOD);
                 }
             })

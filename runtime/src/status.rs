@@ -23,11 +23,13 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tandem_hal::Backend;
+use tandem_metrics::HistogramSnapshot;
 use tandem_process::{ProcessIdentity, ProcessState};
 use tandem_shm_core::{Priority, Segment};
 
 use crate::client_table::{ClientState, ClientTable};
 use crate::config::Config;
+use crate::janitor::Reclaimed;
 use crate::layout::{
     runtime_state, segment_kind, SegmentHeader, SEGMENT_HEADER_RESERVED, SEGMENT_MAGIC,
     SEGMENT_VERSION,
@@ -43,8 +45,9 @@ pub(crate) const STATUS_MAGIC: u64 = 0x544e_444d_5354_4154;
 /// [`StatusBlock::version`]; bumped on any change to the block's layout or
 /// to what a word means (2: the reserved words of the block and of each
 /// segment's line hold `gpu_lanes` and the segment's lanes; 3: each
-/// segment's line counts its workers and the records they took).
-pub(crate) const STATUS_VERSION: u32 = 3;
+/// segment's line counts its workers and the records they took; 4: the
+/// client slots the janitor took back, at the end).
+pub(crate) const STATUS_VERSION: u32 = 4;
 /// Segments the block lists (the CPU one, then the first devices').
 pub const MAX_STATUS_SEGMENTS: usize = 9;
 /// Pools the block lists one by one (by the registry's dense index); the
@@ -161,6 +164,10 @@ pub(crate) struct StatusBlock {
     pub segments: [StatusSegment; MAX_STATUS_SEGMENTS],
     /// `pools_total.min(MAX_STATUS_POOLS)` of them are filled.
     pub pools: [StatusPool; MAX_STATUS_POOLS],
+    /// Client slots the janitor took back since the start: their client
+    /// gone, or detached with futures outstanding.
+    pub clients_reclaimed_gone: AtomicU64,
+    pub clients_reclaimed_detached: AtomicU64,
 }
 
 static_assertions::assert_eq_size!(StatusSegment, [u8; 48]);
@@ -207,6 +214,14 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, other_com
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, other_failed), 152);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, segments), 160);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, pools), 592);
+static_assertions::const_assert_eq!(
+    memoffset::offset_of!(StatusBlock, clients_reclaimed_gone),
+    1360
+);
+static_assertions::const_assert_eq!(
+    memoffset::offset_of!(StatusBlock, clients_reclaimed_detached),
+    1368
+);
 // The block lies in the header page, after the segment header, aligned.
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= STATUS_BLOCK_OFFSET);
 static_assertions::const_assert!(
@@ -393,8 +408,9 @@ impl StatusPublisher {
 
     /// Called by the heartbeat thread every beat: refreshes the block every
     /// [`STATUS_PERIOD`] and logs the throughput every
-    /// [`THROUGHPUT_LOG_PERIOD`].
-    pub(crate) fn tick(&mut self) {
+    /// [`THROUGHPUT_LOG_PERIOD`]. `reclaimed`: what the janitor took back
+    /// (None without a client table).
+    pub(crate) fn tick(&mut self, reclaimed: Option<Reclaimed>) {
         let now = Instant::now();
         let period = now.duration_since(self.last_refresh);
         if period < STATUS_PERIOD {
@@ -448,6 +464,9 @@ impl StatusPublisher {
                 let tasks = self.workers.iter().map(|w| w.segment_tasks(slot)).sum();
                 line.tasks.store(tasks, R);
             }
+            let reclaimed = reclaimed.unwrap_or_default();
+            b.clients_reclaimed_gone.store(reclaimed.gone, R);
+            b.clients_reclaimed_detached.store(reclaimed.detached, R);
             if let Some(table) = self.cpu.clients() {
                 let attached = table
                     .attached()
@@ -519,6 +538,22 @@ pub struct StatusSnapshot {
     /// from the JSON of runtimes from before it (read as empty).
     #[serde(default)]
     pub clients: Vec<ClientStatus>,
+    /// Clients over the runtime's life: attached, and taken back. Absent
+    /// from the JSON of runtimes from before it (read as zeros).
+    #[serde(default)]
+    pub client_totals: ClientTotals,
+}
+
+/// Host clients since the runtime started.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default, Serialize, Deserialize)]
+pub struct ClientTotals {
+    /// Clients that attached (claims of a slot).
+    pub attached: u64,
+    /// Slots the runtime took back from clients whose process was gone.
+    pub reclaimed_gone: u64,
+    /// Slots it took back from clients that detached with futures
+    /// outstanding.
+    pub reclaimed_detached: u64,
 }
 
 /// A client slot in use and its heap.
@@ -793,6 +828,13 @@ impl std::error::Error for StatusError {}
 /// Reads the status of the runtime whose CPU segment is `name`. Only reads
 /// the segment.
 pub fn read_status(name: &str) -> Result<StatusSnapshot, StatusError> {
+    read_runtime(name).map(|(status, _)| status)
+}
+
+/// [`read_status`], with the round trips the host clients timed, summed
+/// over their slots (empty without a client table): what the metrics
+/// endpoint shows.
+pub(crate) fn read_runtime(name: &str) -> Result<(StatusSnapshot, HistogramSnapshot), StatusError> {
     let memory = Segment::open_named(name).map_err(|e| StatusError::Open {
         name: name.into(),
         error: e.to_string(),
@@ -822,8 +864,12 @@ pub fn read_status(name: &str) -> Result<StatusSnapshot, StatusError> {
     };
     let snapshot = block.read(10_000, |b| snapshot_of(b, name, pid, state));
     let mut snapshot = snapshot.ok_or_else(|| StatusError::Torn { name: name.into() })?;
-    snapshot.clients = client_statuses(&memory, header);
-    Ok(snapshot)
+    let Some(table) = client_table(&memory, header) else {
+        return Ok((snapshot, HistogramSnapshot::empty()));
+    };
+    snapshot.clients = client_statuses(&table);
+    snapshot.client_totals.attached = table.claims();
+    Ok((snapshot, table.round_trips()))
 }
 
 /// What one read of the status block `b` says (the clients are read apart,
@@ -867,6 +913,11 @@ fn snapshot_of(b: &StatusBlock, name: &str, pid: u32, state: &str) -> StatusSnap
         segments: segment_statuses(b, segments_total),
         segments_total,
         clients: Vec::new(),
+        client_totals: ClientTotals {
+            attached: 0,
+            reclaimed_gone: b.clients_reclaimed_gone.load(R),
+            reclaimed_detached: b.clients_reclaimed_detached.load(R),
+        },
     }
 }
 
@@ -937,26 +988,26 @@ fn segment_statuses(b: &StatusBlock, total: u32) -> Vec<SegmentStatus> {
         .collect()
 }
 
-/// The client slots in use in the CPU segment `memory` with header
-/// `header`; none when it has no client table (or a malformed one).
-fn client_statuses(memory: &Segment, header: &SegmentHeader) -> Vec<ClientStatus> {
+/// The client table of the CPU segment `memory` with header `header`;
+/// None when it has none (or a malformed one).
+fn client_table<'m>(memory: &'m Segment, header: &SegmentHeader) -> Option<ClientTable<'m>> {
     let (offset, bytes) = (header.clients_offset, header.clients_bytes);
     let fits = offset
         .checked_add(bytes)
         .is_some_and(|end| end <= memory.len() as u64);
     if bytes == 0 || !fits || offset % 4096 != 0 {
-        return Vec::new();
+        return None;
     }
     // SAFETY: the region lies in the mapping (checked), page-aligned (its
     // offset is, and so is the mapping), and the segment is published
     // (`runtime_header` saw its magic with Acquire); only its slots'
     // atomics are read.
-    let table = unsafe {
-        ClientTable::attach(memory.as_ptr().add(offset as usize), bytes as usize, offset)
-    };
-    let Ok(table) = table else {
-        return Vec::new();
-    };
+    unsafe { ClientTable::attach(memory.as_ptr().add(offset as usize), bytes as usize, offset) }
+        .ok()
+}
+
+/// The client slots in use in `table`.
+fn client_statuses(table: &ClientTable<'_>) -> Vec<ClientStatus> {
     table
         .attached()
         .into_iter()

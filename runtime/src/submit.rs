@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use tandem_metrics::LatencyHistogram;
 use tandem_shm_core::layout::{FUTURE_COPY_SPACE_OFFSET, LL_RECORD_WORDS};
 use tandem_shm_core::FutureShm;
 use tandem_shm_core::{ll_tag, FillError, FutureError, LlRecord, Priority, ShmPtr, WaitOutcome};
@@ -198,6 +199,9 @@ pub struct Pending<'s, T: Task> {
     /// complete; and the tag of the record's position, which a tagged
     /// output's words carry.
     reply: Option<(&'s HostReply, u32)>,
+    /// A host client's task: when it was submitted, and the client's round trips, where the
+    /// wait that sees it complete counts it (`client_table::ClientRoundTrips` says why there).
+    timed: Option<(Instant, &'s LatencyHistogram)>,
     published: bool,
     runtime_dead: bool,
     _task: PhantomData<fn() -> T>,
@@ -278,8 +282,12 @@ pub(crate) fn submit_from<'s, T: Task>(
     route: Route,
     task: &T,
 ) -> Result<Pending<'s, T>, TaskError> {
+    let submitted = Instant::now();
     let mut pending = copy_future(segment, heap, task, segment.header().copy_space)?;
     pending.publish(route)?;
+    if let Heap::Client(lease) = heap {
+        pending.timed = Some((submitted, lease.round_trips()));
+    }
     Ok(pending)
 }
 
@@ -445,6 +453,7 @@ impl<'s, T: Task> Pending<'s, T> {
             future,
             payload: None,
             reply: None,
+            timed: None,
             published: false,
             runtime_dead: false,
             _task: PhantomData,
@@ -570,6 +579,11 @@ impl<'s, T: Task> Pending<'s, T> {
                 }
             }
         };
+        if let (WaitOutcome::Completed { .. }, Some((submitted, round_trips))) =
+            (&outcome, self.timed.take())
+        {
+            round_trips.observe(submitted.elapsed());
+        }
         match outcome {
             WaitOutcome::Completed { return_code: 0 } => {
                 let mut gathered = [0u8; host_reply::TAGGED_MAX as usize];

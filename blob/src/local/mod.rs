@@ -65,6 +65,9 @@ pub(crate) struct LocalStore {
     rings: Option<Rings>,
     /// This boot's id, which temporary versions are stamped with.
     boot: BootId,
+    /// Opens of the store, this one included, that found the last process to hold it had
+    /// ended without closing it, over the store's life (its metadata keeps the count).
+    pub(crate) crash_recoveries: u64,
     // Declared last: dropped after the index, joining the committer thread.
     committer: Committer,
 }
@@ -86,6 +89,7 @@ impl LocalStore {
             tag_create: Mutex::new(()),
             rings,
             boot,
+            crash_recoveries: 0,
             committer,
         }
     }

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 
 use redb::Database;
 
-use super::{BLOBS, TAGS};
+use super::{mark_closed, BLOBS, TAGS};
 use crate::error::{meta_err, BlobError};
 use crate::target::SyncHandle;
 
@@ -108,6 +108,10 @@ fn run(
         for r in batch {
             let _ = r.done.send(result.clone());
         }
+    }
+    // The channel closed: the store is closing, cleanly (a killed process never gets here).
+    if let Err(e) = mark_closed(&db) {
+        tracing::warn!("blob metadata: cannot mark the store closed: {e}");
     }
 }
 

@@ -34,6 +34,14 @@ pub(crate) const TAGS: TableDefinition<&str, u64> = TableDefinition::new("tags")
 pub(crate) const BLOBS: TableDefinition<(u64, &str), &[u8]> = TableDefinition::new("blobs");
 /// File target path -> the target's persistent id, which extent maps name it by.
 pub(crate) const TARGETS: TableDefinition<&str, u32> = TableDefinition::new("targets");
+/// The store's life: [`OPEN`] and [`CRASH_RECOVERIES`].
+const LIFE: TableDefinition<&str, u64> = TableDefinition::new("life");
+/// 1 from an open until the clean close that ends it: found at 1 at open, the last process
+/// that had the store open ended without closing it (killed, crashed, or the machine lost
+/// power).
+const OPEN: &str = "open";
+/// Opens that found [`OPEN`] at 1 and so recovered from a crash, over the store's life.
+const CRASH_RECOVERIES: &str = "crash_recoveries";
 
 /// An I/O error around the metadata file, as [`BlobError::Metadata`].
 pub(crate) fn meta_io(e: std::io::Error) -> BlobError {
@@ -142,6 +150,36 @@ pub(crate) fn register_targets(
     }
     txn.commit().map_err(meta_err)?;
     Ok(known)
+}
+
+/// Marks the store open, durably, and returns its crash recoveries so far, this open's
+/// included when the last one ended without closing the store ([`OPEN`]).
+pub(crate) fn mark_open(db: &Database) -> Result<u64, BlobError> {
+    let txn = db.begin_write().map_err(meta_err)?;
+    let recoveries = {
+        let mut life = txn.open_table(LIFE).map_err(meta_err)?;
+        let value = |key| -> Result<u64, BlobError> {
+            Ok(life.get(key).map_err(meta_err)?.map_or(0, |v| v.value()))
+        };
+        let crashed = value(OPEN)? == 1;
+        let recoveries = value(CRASH_RECOVERIES)? + u64::from(crashed);
+        life.insert(CRASH_RECOVERIES, recoveries)
+            .map_err(meta_err)?;
+        life.insert(OPEN, 1).map_err(meta_err)?;
+        recoveries
+    };
+    txn.commit().map_err(meta_err)?;
+    Ok(recoveries)
+}
+
+/// Marks the store closed cleanly: the last commit of its life in this process.
+pub(crate) fn mark_closed(db: &Database) -> Result<(), BlobError> {
+    let txn = db.begin_write().map_err(meta_err)?;
+    txn.open_table(LIFE)
+        .map_err(meta_err)?
+        .insert(OPEN, 0)
+        .map_err(meta_err)?;
+    txn.commit().map_err(meta_err)
 }
 
 /// Reads all tags and durable blobs.
