@@ -21,7 +21,9 @@ segments are the daemon's buffers) are published where they are: their
 segments join the set as they are, with no copy, and the manifest names
 each tensor's segment and offset. Their memory is the publisher's still:
 what it writes there after the publish, readers see (publish a copy of
-weights that training goes on changing). A segment already in a set (an
+weights that training goes on changing), and this module keeps those
+tensors for the publisher's life, as PyTorch would otherwise give their
+memory to new tensors. A segment already in a set (an
 earlier publish of the same tensors) is copied as any other tensor is.
 
 The manifest (JSON, in the set's first buffer) lists each tensor's name,
@@ -96,6 +98,10 @@ _client: Optional[share.Client] = None
 # each device, made once: its cached segments serve every later `pool()`.
 _pool_client: Optional[share.Client] = None
 _mem_pools: Dict[int, Any] = {}
+# Pool-born tensors published where they are, kept for the process's life:
+# once freed, PyTorch's caching allocator would hand their memory to new
+# tensors, and readers of the set would see those.
+_published: List[List[torch.Tensor]] = []
 
 
 def _check_name(name: Any) -> None:
@@ -381,6 +387,7 @@ def publish(
     bound = client.bind_set(name, manifest_buffer.id, ids, len(entries))
     bound["fingerprint"] = manifest["fingerprint"]
     bound["copied"] = sum(size for _, size in sizes)
+    _published.append([tensors[key] for key in pooled])
     return bound
 
 
