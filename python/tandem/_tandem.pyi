@@ -24,6 +24,10 @@ __all__ = [
     "fork",
     "status_json",
     "CUDA",
+    "_pool_attach",
+    "_pool_detach",
+    "_pool_find",
+    "_pool_status",
 ]
 
 # The pool's calls for tandem.torch (private: `tandem.torch.pool` is the API).
