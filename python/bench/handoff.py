@@ -214,14 +214,23 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        if os.environ.get("TANDEM_REQUIRE_GPU") == "1":
-            print("handoff: no CUDA device, and TANDEM_REQUIRE_GPU=1")
-            return 1
-        print("handoff: skipped: no CUDA device")
-        return 0
+    skipped = no_device("handoff")
+    if skipped is not None:
+        return skipped
     for line in table(args.mib, args.rounds, with_host=True):
         print(line)
+    return 0
+
+
+def no_device(bench: str):
+    """A bench's exit status on a machine without a CUDA device, saying so
+    (a failure under TANDEM_REQUIRE_GPU=1); None where there is one."""
+    if torch.cuda.is_available():
+        return None
+    if os.environ.get("TANDEM_REQUIRE_GPU") == "1":
+        print(f"{bench}: no CUDA device, and TANDEM_REQUIRE_GPU=1")
+        return 1
+    print(f"{bench}: skipped: no CUDA device")
     return 0
 
 

@@ -166,16 +166,23 @@ def expect(process: subprocess.Popen, word: str) -> List[str]:
     return line[1:]
 
 
-def timed(kind: str, *args) -> Tuple[float, float]:
-    """A fresh worker's (time, kernel time), its clock started once it is set up."""
+def took(kind: str, *args) -> List[float]:
+    """What a fresh worker measured (its "took" line), its clock started once
+    it is set up."""
     worker = start(kind, *args)
     expect(worker, "ready")
     worker.stdin.write("go\n")
     worker.stdin.flush()
-    took, kernel = map(float, expect(worker, "took"))
+    figures = [float(f) for f in expect(worker, "took")]
     worker.stdin.close()
     worker.wait(120)
-    return took, kernel
+    return figures
+
+
+def timed(kind: str, *args) -> Tuple[float, float]:
+    """A fresh worker's (time, kernel time)."""
+    took_s, kernel = took(kind, *args)
+    return took_s, kernel
 
 
 def plan(gib: float, count: int) -> Dict[str, Tuple[int, int]]:
@@ -322,13 +329,7 @@ def takeover_section(client, rounds: int) -> List[str]:
 
 
 def alloc_section(client, steps: int) -> List[str]:
-    worker = start("alloc", client.socket, steps, 68)
-    expect(worker, "ready")
-    worker.stdin.write("go\n")
-    worker.stdin.flush()
-    caching, pooled = map(float, expect(worker, "took"))
-    worker.stdin.close()
-    worker.wait(120)
+    caching, pooled = took("alloc", client.socket, steps, 68)
     return [
         f"allocator: a training-like loop of mixed sizes, {steps} steps each, interleaved; median step",
         f"  {'PyTorch caching allocator':<44} {caching * 1e3:10.3f} ms",
@@ -369,12 +370,12 @@ def main() -> int:
             raise SystemExit(f"weights: {missing}, and TANDEM_REQUIRE_GPU=1")
         print(f"weights: skipped: no CUDA device ({missing})")
         return 0
-    if not torch.cuda.is_available():
-        if os.environ.get("TANDEM_REQUIRE_GPU") == "1":
-            print("weights: no CUDA device, and TANDEM_REQUIRE_GPU=1")
-            return 1
-        print("weights: skipped: no CUDA device")
-        return 0
+    sys.path.insert(0, HERE)
+    import handoff
+
+    skipped = handoff.no_device("weights")
+    if skipped is not None:
+        return skipped
     import tandem
 
     os.environ.setdefault("RUST_LOG", "warn")
@@ -383,9 +384,6 @@ def main() -> int:
     lines += map_section(client, args)
     lines += takeover_section(client, args.rounds)
     lines += alloc_section(client, args.steps)
-    sys.path.insert(0, HERE)
-    import handoff
-
     lines += handoff.table(args.handoff_mib, args.rounds, with_host=True)
     print("\n".join(lines))
     return 0
