@@ -25,21 +25,6 @@ def tandem_bin() -> str:
     return found
 
 
-def import_torch():
-    """PyTorch, or the calling test module skipped where it is not installed
-    (CI installs it: there, its absence is a failure, not a skip)."""
-    try:
-        import torch
-    except ImportError:
-        if os.environ.get("CI") == "true":
-            raise
-        pytest.skip(
-            "PyTorch is not installed in this environment (CI's has it)",
-            allow_module_level=True,
-        )
-    return torch
-
-
 def shm_entries() -> set[str]:
     """Tandem's segments: runtimes' (`tandem-...`) and the CPU device's IPC
     segments (`tdm-...`)."""

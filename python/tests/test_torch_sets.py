@@ -21,7 +21,7 @@ import pytest
 
 import tandem
 
-from conftest import import_torch
+from torch_or_skip import import_torch
 
 torch = import_torch()
 
