@@ -133,6 +133,22 @@ typedef struct {
   uint32_t z;
 } tandem_dim3;
 
+// One version of a named set, as `tandem_share_lookup_set` and
+// `tandem_share_bind_set` say it: the buffer ids themselves go to an
+// array of the caller's.
+typedef struct {
+  // The version (from 1, rising with each bind of the name).
+  uint64_t version;
+  // The manifest buffer's id.
+  uint64_t manifest;
+  // Bytes of the manifest and buffers together.
+  uint64_t bytes;
+  // The publisher's tensor count.
+  uint32_t tensors;
+  // How many buffers it holds, the manifest aside.
+  uint32_t buffer_count;
+} tandem_share_set_version;
+
 // `uint32_t`.
 #define TANDEM_ARG_U32 0
 
@@ -312,6 +328,65 @@ tandem_status tandem_device_queues_check_runtime(const tandem_device_queues *que
 // pointers, each at a value of its parameter's kind; pointer arguments
 // address memory valid for what the kernel does until it returns.
 tandem_status tandem_device_queues_launch_cpu(const tandem_device_queues *queues, const tandem_host_kernel *kernel, tandem_dim3 grid, tandem_dim3 block, uint32_t shared_bytes, const void *const *args);
+
+// Stages buffer `id`, which this process created and has not sealed, for
+// set `name`: nobody can open it until the set is bound, and it is freed
+// if this process closes it, or dies, before. Blocks until the daemon
+// answers. A bad name is `TANDEM_STATUS_INVALID_ARGUMENT`; another's or a
+// sealed buffer `TANDEM_STATUS_REFUSED`.
+//
+// # Safety
+// `name` is null or NUL-terminated.
+tandem_status tandem_share_stage(const tandem_share *share, uint64_t id, const char *name);
+
+// Binds the next version of set `name` (1 for a new name) to the sealed
+// buffer `manifest` and the `count` sealed buffers at `buffers`, which
+// this process staged for it, all at once: a reader sees the whole
+// version or none. `tensors` is the count `tandem share ls` shows; `out`
+// (nullable) gets the version bound. Blocks until the daemon answers. A
+// buffer not staged for `name` by this process, unsealed, or named twice
+// is `TANDEM_STATUS_REFUSED`; a new name beyond the daemon's `--max-sets`
+// too.
+//
+// # Safety
+// `name` is null or NUL-terminated; `buffers` is null or readable for
+// `count` ids; `out` is null or writable.
+tandem_status tandem_share_bind_set(const tandem_share *share, const char *name, uint64_t manifest, const uint64_t *buffers, size_t count, uint32_t tensors, tandem_share_set_version *out);
+
+// Looks up version `version` of set `name` (0: the latest) into `out`,
+// and its buffers' ids into `buffers` (of `cap` ids; null when `cap` is
+// 0). A `cap` smaller than the version's buffers is
+// `TANDEM_STATUS_INVALID_ARGUMENT` with `*out` written all the same, its
+// `buffer_count` the `cap` needed. An unknown name or version is
+// `TANDEM_STATUS_NOT_FOUND`; a name whose first version is being
+// published `TANDEM_STATUS_REFUSED` (try again). Open the buffers with
+// `tandem_share_get`. Blocks until the daemon answers.
+//
+// # Safety
+// `name` is null or NUL-terminated; `out` is null or writable; `buffers`
+// is null or writable for `cap` ids.
+tandem_status tandem_share_lookup_set(const tandem_share *share, const char *name, uint64_t version, tandem_share_set_version *out, uint64_t *buffers, size_t cap);
+
+// Writes every version of every set the daemon keeps as
+// `tandem share ls --sets --json` prints them (an array of objects:
+// `name`, `version`, `tensors`, `bytes`, `manifest`, `buffers`),
+// NUL-terminated, into `buf` of `cap` bytes; `len` gets the bytes it
+// takes, the NUL included. A `cap` smaller is
+// `TANDEM_STATUS_INVALID_ARGUMENT` with `len` set all the same (`buf` may
+// then be null). Blocks until the daemon answers.
+//
+// # Safety
+// `buf` is null or writable for `cap` bytes; `len` is null or writable.
+tandem_status tandem_share_list_sets_json(const tandem_share *share, char *buf, size_t cap, size_t *len);
+
+// Deletes set `name` and every version it keeps: nobody can look it up
+// any more; its buffers are freed once the last process holding them
+// closes them. An unknown name is `TANDEM_STATUS_NOT_FOUND`. Blocks until
+// the daemon answers.
+//
+// # Safety
+// `name` is null or NUL-terminated.
+tandem_status tandem_share_delete_set(const tandem_share *share, const char *name);
 
 // Connects to the daemon serving the socket `socket` (`tandem share serve
 // --socket`), on the backend it serves: `TANDEM_STATUS_REFUSED` where this

@@ -99,6 +99,36 @@ pub(crate) unsafe fn write_out<T>(out: *mut T, value: T, what: &str) -> CapiResu
     Ok(())
 }
 
+/// Writes `text` NUL-terminated into `buf` of `cap` bytes, and the bytes it
+/// takes (the NUL included) to `len` first, so that a `cap` too small is
+/// `TANDEM_STATUS_INVALID_ARGUMENT` with `len` set all the same: a caller
+/// sizes its buffer by one call and fills it by the next.
+///
+/// # Safety
+/// `buf` is null or writable for `cap` bytes; `len` is null or writable.
+pub(crate) unsafe fn write_text(
+    text: &str,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+    what: &str,
+) -> CapiResult {
+    let needed = text.len() + 1;
+    // SAFETY: the caller's contract.
+    unsafe { write_out(len, needed, "len") }?;
+    if cap < needed {
+        return Err(CapiError::invalid(format!(
+            "cap: {cap} bytes, {what} takes {needed} with its NUL (now in len)"
+        )));
+    }
+    // SAFETY: `buf` is writable for `cap` bytes per the caller's contract
+    // (its null case is refused by `bytes_mut`).
+    let out = unsafe { bytes_mut(buf.cast(), cap, "buf") }?;
+    out[..text.len()].copy_from_slice(text.as_bytes());
+    out[text.len()] = 0;
+    Ok(())
+}
+
 /// Checks that an output argument is not null before the call does any
 /// work whose result it could not report.
 pub(crate) fn need_out<T>(out: *mut T, what: &str) -> CapiResult {

@@ -211,19 +211,7 @@ pub unsafe extern "C" fn tandem_status_json(
             .map_err(|e| CapiError::new(Status::NotFound, e.to_string()))?;
         let json = serde_json::to_string(&snapshot)
             .map_err(|e| CapiError::new(Status::Failed, e.to_string()))?;
-        let needed = json.len() + 1;
         // SAFETY: the caller's contract.
-        unsafe { args::write_out(len, needed, "len") }?;
-        if cap < needed {
-            return Err(CapiError::invalid(format!(
-                "cap: {cap} bytes, the status takes {needed} with its NUL (now in len)"
-            )));
-        }
-        // SAFETY: `buf` is writable for `cap` bytes per the caller's contract
-        // (its null case is refused by `bytes_mut`).
-        let out = unsafe { args::bytes_mut(buf.cast(), cap, "buf") }?;
-        out[..json.len()].copy_from_slice(json.as_bytes());
-        out[json.len()] = 0;
-        Ok(())
+        unsafe { args::write_text(&json, buf, cap, len, "the status") }
     })
 }

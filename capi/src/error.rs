@@ -127,16 +127,19 @@ impl From<ShareError> for CapiError {
     fn from(e: ShareError) -> Self {
         let status = match &e {
             ShareError::NoDaemon { .. } | ShareError::DaemonGone(_) => Status::RuntimeDead,
-            ShareError::UnknownId(_) | ShareError::Deleted(_) | ShareError::NoDevice(_) => {
-                Status::NotFound
-            }
+            ShareError::UnknownId(_)
+            | ShareError::Deleted(_)
+            | ShareError::NoDevice(_)
+            | ShareError::UnknownSet(_) => Status::NotFound,
             ShareError::NotSealed { .. } => Status::TimedOut,
-            ShareError::Refused(_) | ShareError::Busy(_) | ShareError::NotWriter(_) => {
-                Status::Refused
-            }
-            ShareError::InvalidSize { .. } | ShareError::OutOfRange { .. } => {
-                Status::InvalidArgument
-            }
+            ShareError::Refused(_)
+            | ShareError::Busy(_)
+            | ShareError::NotWriter(_)
+            | ShareError::SetPublishing(_)
+            | ShareError::Daemon { .. } => Status::Refused,
+            ShareError::InvalidSize { .. }
+            | ShareError::OutOfRange { .. }
+            | ShareError::BadSetName(_) => Status::InvalidArgument,
             ShareError::Gpu(_) => Status::Device,
             ShareError::GpuInForkedChild { .. } => Status::Unsupported,
             _ => Status::Failed,

@@ -71,6 +71,24 @@ pub struct QueueSegmentInfo {
     pub stop: u64,
 }
 
+/// One version of a named set, as `tandem_share_lookup_set` and
+/// `tandem_share_bind_set` say it: the buffer ids themselves go to an
+/// array of the caller's.
+#[repr(C)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct SetVersion {
+    /// The version (from 1, rising with each bind of the name).
+    pub version: u64,
+    /// The manifest buffer's id.
+    pub manifest: u64,
+    /// Bytes of the manifest and buffers together.
+    pub bytes: u64,
+    /// The publisher's tensor count.
+    pub tensors: u32,
+    /// How many buffers it holds, the manifest aside.
+    pub buffer_count: u32,
+}
+
 /// A kernel's parameter kind: `TANDEM_ARG_*`.
 pub type ArgKindCode = u32;
 /// `uint32_t`.
@@ -113,4 +131,5 @@ mod asserts {
     const_assert_eq!(core::mem::size_of::<Dim3>(), 12);
     const_assert_eq!(core::mem::size_of::<QueueSegmentInfo>(), 24);
     const_assert_eq!(core::mem::size_of::<HostKernel>(), 32);
+    const_assert_eq!(core::mem::size_of::<SetVersion>(), 32);
 }

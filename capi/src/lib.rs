@@ -34,7 +34,8 @@
 //! bottom up: `layout`, `error` (codes, messages,
 //! the guard), `args` (C arguments checked), `handles`; then `client` (attach,
 //! fork, tasks, status), `blob`, `queues` (device queues and the CPU
-//! device's launch), `share` and `version`.
+//! device's launch), `share` with `sets` (named sets of its buffers) and
+//! `version`.
 
 mod args;
 mod blob;
@@ -43,6 +44,7 @@ mod error;
 mod handles;
 pub mod layout;
 mod queues;
+mod sets;
 mod share;
 mod version;
 
@@ -59,6 +61,10 @@ pub use queues::{
     tandem_device_queues_check_runtime, tandem_device_queues_close,
     tandem_device_queues_launch_cpu, tandem_device_queues_open, tandem_device_queues_segment,
     tandem_device_queues_stop, DeviceQueuesHandle,
+};
+pub use sets::{
+    tandem_share_bind_set, tandem_share_delete_set, tandem_share_list_sets_json,
+    tandem_share_lookup_set, tandem_share_stage,
 };
 pub use share::{
     tandem_share_buffer_close, tandem_share_buffer_info, tandem_share_buffer_read,

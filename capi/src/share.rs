@@ -34,7 +34,7 @@ pub struct ShareBufferHandle {
     _opaque: [u8; 0],
 }
 
-static SHARES: Handles<AnyShareClient> = Handles::new("tandem_share", "share");
+pub(crate) static SHARES: Handles<AnyShareClient> = Handles::new("tandem_share", "share");
 static BUFFERS: Handles<AnyHeldBuffer> = Handles::new("tandem_share_buffer", "buffer");
 
 fn open_share(share: AnyShareClient, out: *mut *mut ShareHandle) -> CapiResult {

@@ -8,7 +8,7 @@
 use std::ffi::{c_char, CStr};
 use std::ptr::{null, null_mut};
 
-use tandem::layout::{Dim3, HostKernel, QueueSegmentInfo, Status};
+use tandem::layout::{Dim3, HostKernel, QueueSegmentInfo, SetVersion, Status};
 use tandem::*;
 
 mod common;
@@ -111,6 +111,38 @@ fn null_pointers_null_handles_included_are_null_pointer_naming_the_argument() {
             tandem_status_json(null(), null_mut(), 0, null_mut()),
             Status::NullPointer,
             "len",
+        );
+        // Named sets: the handle, the name, the outputs.
+        expect_naming(
+            tandem_share_stage(null(), 1, c"model".as_ptr()),
+            Status::NullPointer,
+            "share",
+        );
+        expect_naming(
+            tandem_share_bind_set(null(), null(), 1, null(), 0, 0, null_mut()),
+            Status::NullPointer,
+            "name",
+        );
+        let mut version = SetVersion::default();
+        expect_naming(
+            tandem_share_lookup_set(null(), c"model".as_ptr(), 0, null_mut(), null_mut(), 0),
+            Status::NullPointer,
+            "out",
+        );
+        expect_naming(
+            tandem_share_lookup_set(null(), c"model".as_ptr(), 0, &mut version, null_mut(), 0),
+            Status::NullPointer,
+            "share",
+        );
+        expect_naming(
+            tandem_share_list_sets_json(null(), null_mut(), 0, null_mut()),
+            Status::NullPointer,
+            "len",
+        );
+        expect_naming(
+            tandem_share_delete_set(null(), null()),
+            Status::NullPointer,
+            "name",
         );
     }
     // Closing null is a no-op, as free(NULL).

@@ -179,3 +179,26 @@ fn a_c_program_forks_with_its_share_handle_and_no_reader_writes_a_sealed_buffer(
     assert!(daemon.stop().expect("stopping the daemon").success());
     assert!(!socket.exists(), "the daemon left its socket");
 }
+
+/// `c_share_sets` (examples/cpp/c_share_sets.c) against a daemon: a named
+/// set published from C, looked up by name, read by id, listed and
+/// deleted, with bad names, unknown sets and unstaged buffers refused by
+/// code. The program checks each step; here its verdict is read back.
+#[test]
+fn a_c_program_publishes_looks_up_lists_and_deletes_a_named_set() {
+    let Some(build) = examples() else { return };
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let socket = dir.path().join("share.sock");
+    let daemon = share_daemon(&socket);
+    let run = Command::new(build.join("c_share_sets"))
+        .arg(&socket)
+        .output()
+        .expect("running c_share_sets");
+    let text = self::text(&run);
+    print!("{text}");
+    assert!(run.status.success(), "{text}");
+    assert!(text.contains("\"name\":\"c-model\""), "{text}");
+    assert!(text.contains("c_share_sets: ok"), "{text}");
+    assert!(daemon.stop().expect("stopping the daemon").success());
+    assert!(!socket.exists(), "the daemon left its socket");
+}

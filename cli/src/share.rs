@@ -344,6 +344,10 @@ struct Totals {
     /// Allocations of deleted buffers kept for reuse, and their bytes.
     kept: u32,
     kept_bytes: u64,
+    /// Named sets, the versions they keep, and those versions' bytes.
+    sets: u32,
+    set_versions: u32,
+    set_bytes: u64,
 }
 
 /// `value` as pretty JSON on stdout.
@@ -447,6 +451,9 @@ fn status(args: &LookArgs) -> Result<(), String> {
         clients: s.clients,
         kept: s.kept,
         kept_bytes: s.kept_bytes,
+        sets: s.sets,
+        set_versions: s.set_versions,
+        set_bytes: s.set_bytes,
     };
     if args.json {
         return print_json(&t);
@@ -459,5 +466,9 @@ fn status(args: &LookArgs) -> Result<(), String> {
     println!("leases    {}", t.leases);
     println!("clients   {}", t.clients);
     println!("kept      {} ({} bytes)", t.kept, t.kept_bytes);
+    println!(
+        "sets      {} ({} version(s), {} bytes)",
+        t.sets, t.set_versions, t.set_bytes
+    );
     Ok(())
 }

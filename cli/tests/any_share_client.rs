@@ -133,6 +133,9 @@ fn answer_as(mut stream: UnixStream, backend: WireBackend) {
                 clients: 1,
                 kept: 0,
                 kept_bytes: 0,
+                sets: 0,
+                set_versions: 0,
+                set_bytes: 0,
             }),
             _ => return,
         };

@@ -340,6 +340,20 @@ fn ls_shows_the_sets() {
     // The buffers' listing keeps its shape: one array of buffers.
     let buffers: serde_json::Value = serde_json::from_str(&ls(&["--json"])).unwrap();
     assert_eq!(buffers.as_array().map(Vec::len), Some(4));
+    // `status` counts the sets, their versions and their bytes.
+    publish(&client, "ls-model", b"m2", &[8], |_| {}).expect("a second version");
+    let status = common::tandem()
+        .args(["share", "status", "--json", "--socket", socket])
+        .output()
+        .expect("tandem share status");
+    let totals: serde_json::Value = serde_json::from_str(&common::text(&status.stdout)).unwrap();
+    let second = client
+        .lookup_set("ls-model", None)
+        .expect("the latest")
+        .bytes;
+    assert_eq!(totals["sets"], 1, "{totals}");
+    assert_eq!(totals["set_versions"], 2, "{totals}");
+    assert_eq!(totals["set_bytes"], bound.bytes + second, "{totals}");
     let rm = |args: &[&str]| {
         common::tandem()
             .args(["share", "rm", "--socket", socket])

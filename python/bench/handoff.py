@@ -1,8 +1,12 @@
 """Handing a 1 GiB CUDA tensor to another process, from the producer's data
 being ready (its fill kernel done) to the consumer's first kernel over it done:
-Tandem's share daemon against torch.multiprocessing (a CUDA tensor through a
-Queue, spawn) and against a copy through shared host memory. One run of
-ROUNDS hand-offs each; medians and ratios printed.
+Tandem's share daemon (the consumer opens the buffer by id and wraps it
+through DLPack, as a user's program does), a one-tensor weight set born in
+the pool (tandem.torch: the consumer loads it by name; ready is the bind,
+the publisher's digest of the bytes on the host not counted), against
+torch.multiprocessing (a CUDA tensor through a Queue, spawn) and a copy
+through shared host memory. One run of ROUNDS hand-offs each; medians and
+ratios printed.
 
     TANDEM_BIN=.../tandem python3 handoff.py [--mib 1024] [--rounds 5]
 """
@@ -89,6 +93,49 @@ def run_tandem(n, rounds):
     )
 
 
+# --- a weight set born in the pool (tandem.torch) ----------------------------
+
+
+def set_producer(socket, n, rounds, names, done):
+    import tandem
+    import tandem.torch as tt
+
+    client = tandem.share.connect(socket)
+    torch.cuda.init()
+    for r in range(rounds):
+        with tt.pool(client):
+            tensor = torch.empty(n, device="cuda", dtype=torch.float32)
+        tensor.fill_(float(r))
+        torch.cuda.synchronize()
+        tt.publish(f"handoff-{r}", {"x": tensor}, client=client)
+        names.put((f"handoff-{r}", now()))
+        done.get()
+        tt.delete(f"handoff-{r}", client=client)
+
+
+def set_consumer(socket, n, rounds, names, done, results):
+    import tandem
+    import tandem.torch as tt
+
+    client = tandem.share.connect(socket)
+    torch.zeros(1, device="cuda").sum()
+    for _ in range(rounds):
+        name, ready = names.get()
+        tensor = tt.load(name, client=client)["x"]
+        first_kernel(tensor)
+        results.put(now() - ready)
+        del tensor
+        done.put(True)
+
+
+def run_set(n, rounds):
+    import tandem
+
+    os.environ.setdefault("RUST_LOG", "warn")
+    daemon = tandem.share.spawn_daemon("cuda")
+    return run_pair(set_producer, set_consumer, (str(daemon.socket), n, rounds), rounds)
+
+
 # --- torch.multiprocessing ----------------------------------------------------
 
 
@@ -167,25 +214,46 @@ def main() -> int:
     parser.add_argument("--mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        if os.environ.get("TANDEM_REQUIRE_GPU") == "1":
-            print("handoff: no CUDA device, and TANDEM_REQUIRE_GPU=1")
-            return 1
-        print("handoff: skipped: no CUDA device")
-        return 0
-    n = args.mib * (1 << 20) // 4
+    skipped = no_device("handoff")
+    if skipped is not None:
+        return skipped
+    for line in table(args.mib, args.rounds, with_host=True):
+        print(line)
+    return 0
+
+
+def no_device(bench: str):
+    """A bench's exit status on a machine without a CUDA device, saying so
+    (a failure under TANDEM_REQUIRE_GPU=1); None where there is one."""
+    if torch.cuda.is_available():
+        return None
+    if os.environ.get("TANDEM_REQUIRE_GPU") == "1":
+        print(f"{bench}: no CUDA device, and TANDEM_REQUIRE_GPU=1")
+        return 1
+    print(f"{bench}: skipped: no CUDA device")
+    return 0
+
+
+def table(mib: int, rounds: int, with_host: bool) -> list:
+    """The hand-offs measured, as printed lines: each path's median and its
+    ratio to torch.multiprocessing's (what weights.py prints too)."""
+    n = mib * (1 << 20) // 4
     rows = [
-        ("tandem share daemon", run_tandem(n, args.rounds)),
-        ("torch.multiprocessing Queue (spawn)", run_torch(n, args.rounds)),
-        ("copy through shared host memory", run_host(n, args.rounds)),
+        ("tandem: open by id + DLPack", run_tandem(n, rounds)),
+        ("tandem.torch: set from the pool, by name", run_set(n, rounds)),
+        ("torch.multiprocessing Queue (spawn)", run_torch(n, rounds)),
     ]
-    print(f"handoff of a {args.mib} MiB CUDA tensor to another process, data ready to the")
-    print(f"consumer's first kernel done; median of {args.rounds} ({torch.cuda.get_device_name()})")
-    tandem_ms = statistics.median(rows[0][1]) * 1e3
+    if with_host:
+        rows.append(("copy through shared host memory", run_host(n, rounds)))
+    lines = [
+        f"handoff of a {mib} MiB CUDA tensor to another process, data ready to the",
+        f"consumer's first kernel done; median of {rounds} ({torch.cuda.get_device_name()})",
+    ]
+    torch_ms = statistics.median(rows[2][1]) * 1e3
     for name, times in rows:
         ms = statistics.median(times) * 1e3
-        print(f"  {name:<38} {ms:10.2f} ms  {ms / tandem_ms:7.2f}x tandem's")
-    return 0
+        lines.append(f"  {name:<42} {ms:10.2f} ms  {ms / torch_ms:7.2f}x torch.multiprocessing's")
+    return lines
 
 
 if __name__ == "__main__":

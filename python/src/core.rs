@@ -35,6 +35,9 @@ pub(crate) trait AnyBuffer: Send + Sync {
     fn write_host(&self, bytes: &[u8]) -> Result<(), Error>;
     /// Copies another library's memory in from the start; the writer's only.
     fn copy_in(&self, src: &Imported<'_>) -> Result<(), Error>;
+    /// Waits for all work queued on its device (what the pool's free waits
+    /// for before it unmaps, as `cudaFree` would).
+    fn synchronize_device(&self) -> Result<(), Error>;
 }
 
 /// The package's side of a held buffer: its backend's conventions over
@@ -142,5 +145,10 @@ impl<A: Backend> AnyBuffer for Core<A> {
         let (device, _stream) = self.held.client().stream(self.held.device())?;
         self.held
             .with_writable(|buffer| A::copy_in(&device, &*buffer, src))?
+    }
+
+    fn synchronize_device(&self) -> Result<(), Error> {
+        let device = self.held.client().device(self.held.device())?;
+        Ok(tandem_hal::GpuDevice::synchronize(&*device)?)
     }
 }

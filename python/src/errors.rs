@@ -98,6 +98,13 @@ impl Error {
     }
 }
 
+/// Its message: what the pool logs of a failure it cannot raise.
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 impl From<Error> for PyErr {
     fn from(e: Error) -> PyErr {
         Python::with_gil(|py| match class(py, e.kind) {

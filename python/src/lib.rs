@@ -15,6 +15,10 @@
 //! * **The blob store** (`tandem.blob`): [`attach`](blob::attach) and
 //!   [`fork`](blob::fork) give a `BlobClient`.
 //! * **Status** (`tandem.status`): [`status_json`](status::status_json).
+//! * **The pool** (`tandem.torch.pool`): the C entry points PyTorch's
+//!   pluggable allocator calls, `tandem_pool_alloc` and `tandem_pool_free`,
+//!   exported by this library; `_pool_attach`, `_pool_detach`,
+//!   `_pool_find` and `_pool_status` for `tandem.torch`.
 //!
 //! Failures are exceptions of `tandem.errors`, a class per kind
 //! (`errors`).
@@ -24,7 +28,7 @@
 //! Bottom up: `layout` (DLPack's structures), `pybuffer` (the buffer
 //! protocol's) and `errors`; `dtype`, `wait`, `host`; `dlpack`; `backend`;
 //! `core` (a buffer whatever its backend) with `share` (the client it
-//! belongs to); `buffer` with `host_buffer`, `blob`, `status`.
+//! belongs to); `buffer` with `host_buffer`, `blob`, `status`; `pool`.
 
 mod backend;
 mod blob;
@@ -36,6 +40,7 @@ mod errors;
 mod host;
 mod host_buffer;
 mod layout;
+mod pool;
 mod pybuffer;
 mod share;
 mod status;
@@ -56,6 +61,10 @@ fn _tandem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(blob::attach, m)?)?;
     m.add_function(wrap_pyfunction!(blob::fork, m)?)?;
     m.add_function(wrap_pyfunction!(status::status_json, m)?)?;
+    m.add_function(wrap_pyfunction!(pool::attach, m)?)?;
+    m.add_function(wrap_pyfunction!(pool::detach, m)?)?;
+    m.add_function(wrap_pyfunction!(pool::find, m)?)?;
+    m.add_function(wrap_pyfunction!(pool::status, m)?)?;
     m.add("CUDA", cfg!(feature = "cuda"))?;
     Ok(())
 }

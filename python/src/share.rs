@@ -31,6 +31,11 @@ pub(crate) struct Client {
 }
 
 impl Client {
+    /// The share crate's client (the pool allocates through it).
+    pub(crate) fn inner(&self) -> &AnyShareClient {
+        &self.inner
+    }
+
     /// `inner`, if this package supports its backend.
     fn of(inner: AnyShareClient) -> Result<Self, Error> {
         match inner.backend() {
@@ -203,6 +208,9 @@ impl Client {
         dict.set_item("clients", status.clients)?;
         dict.set_item("kept", status.kept)?;
         dict.set_item("kept_bytes", status.kept_bytes)?;
+        dict.set_item("sets", status.sets)?;
+        dict.set_item("set_versions", status.set_versions)?;
+        dict.set_item("set_bytes", status.set_bytes)?;
         Ok(dict)
     }
 

@@ -24,7 +24,17 @@ __all__ = [
     "fork",
     "status_json",
     "CUDA",
+    "_pool_attach",
+    "_pool_detach",
+    "_pool_find",
+    "_pool_status",
 ]
+
+# The pool's calls for tandem.torch (private: `tandem.torch.pool` is the API).
+def _pool_attach(client: Client) -> None: ...
+def _pool_detach() -> None: ...
+def _pool_find(ptr: int) -> Optional[tuple[Buffer, int]]: ...
+def _pool_status() -> dict[str, Any]: ...
 
 CUDA: bool
 

@@ -16,6 +16,16 @@ them: the tensors keep their buffers, and the daemon's leases on them,
 alive, so a version retired by a newer publish stays valid for whoever
 still holds its tensors.
 
+Tensors born in the pool (:func:`pool`: a PyTorch ``MemPool`` whose
+segments are the daemon's buffers) are published where they are: their
+segments join the set as they are, with no copy, and the manifest names
+each tensor's segment and offset. Their memory is the publisher's still:
+what it writes there after the publish, readers see (publish a copy of
+weights that training goes on changing), and this module keeps those
+tensors for the publisher's life, as PyTorch would otherwise give their
+memory to new tensors. A segment already in a set (an
+earlier publish of the same tensors) is copied as any other tensor is.
+
 The manifest (JSON, in the set's first buffer) lists each tensor's name,
 dtype, shape, strides, buffer, offset, length and digest (BLAKE2b of its
 bytes), and a fingerprint: BLAKE2b over the names, dtypes, shapes, strides
@@ -30,28 +40,31 @@ numbers it.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import hashlib
 import json
 import time
 import unicodedata
 from collections.abc import Mapping
-from typing import Any, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import torch
 
-from . import share
+from . import _tandem, share
 from .errors import (
     ArgumentError,
     DeletedError,
     DtypeError,
     ManifestError,
+    NoDeviceError,
     NotContiguousError,
     SetNameError,
+    ShareError,
     UnknownIdError,
     UnsupportedError,
 )
 
-__all__ = ["publish", "load", "list", "delete", "FORMAT"]
+__all__ = ["pool", "publish", "load", "list", "delete", "FORMAT"]
 
 #: The manifest format this module writes and reads.
 FORMAT = "tandem.torch/1"
@@ -81,6 +94,14 @@ _DTYPES = (
 )  # fmt: skip
 
 _client: Optional[share.Client] = None
+# The client the pool allocates through (one a process), and its MemPool on
+# each device, made once: its cached segments serve every later `pool()`.
+_pool_client: Optional[share.Client] = None
+_mem_pools: Dict[int, Any] = {}
+# Pool-born tensors published where they are, kept for the process's life:
+# once freed, PyTorch's caching allocator would hand their memory to new
+# tensors, and readers of the set would see those.
+_published: List[List[torch.Tensor]] = []
 
 
 def _check_name(name: Any) -> None:
@@ -99,6 +120,64 @@ def _default_client() -> share.Client:
     if _client is None:
         _client = share.connect()
     return _client
+
+
+def _cuda_index(device: Union[int, str, torch.device, None]) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    place = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if place.type != "cuda":
+        raise ArgumentError(f"the pool allocates on a CUDA device, not {place}")
+    return torch.cuda.current_device() if place.index is None else place.index
+
+
+def _attach_pool(client: share.Client) -> None:
+    """Makes ``client`` the one the pool's entry points allocate through
+    (what :func:`pool` does before PyTorch calls them)."""
+    global _pool_client
+    _tandem._pool_attach(client)
+    _pool_client = client
+
+
+def _detach_pool() -> None:
+    """Lets go of the pool's client once the pool holds no segment."""
+    global _pool_client
+    _tandem._pool_detach()
+    _pool_client = None
+
+
+@contextlib.contextmanager
+def pool(
+    client: Optional[share.Client] = None,
+    device: Union[int, str, torch.device, None] = None,
+) -> Iterator[Any]:
+    """Routes this thread's CUDA allocations on ``device`` (default: the
+    current one) to the daemon's memory while the ``with`` block runs:
+    tensors made inside live in shared buffers from their first byte, and
+    :func:`publish` shares them with no copy. Yields the
+    ``torch.cuda.MemPool``. PyTorch's caching allocator works above it as
+    for any pool (blocks, streams, reuse); each segment it asks for is a
+    buffer of ``client`` (default: the daemon on the default socket), so
+    the daemon's limits apply (a refusal is PyTorch's out-of-memory error)
+    and a process that dies gives its segments back. One client a process
+    serves the pool."""
+    client = client or _default_client()
+    if client.backend != "cuda":
+        raise UnsupportedError(
+            f"the pool allocates CUDA memory; this daemon serves the {client.backend} backend"
+        )
+    if not torch.cuda.is_available():
+        raise NoDeviceError("the pool allocates CUDA memory, and PyTorch sees no CUDA device")
+    index = _cuda_index(device)
+    _attach_pool(client)
+    mem_pool = _mem_pools.get(index)
+    if mem_pool is None:
+        allocator = torch.cuda.memory.CUDAPluggableAllocator(
+            _tandem.__file__, "tandem_pool_alloc", "tandem_pool_free"
+        )
+        mem_pool = _mem_pools[index] = torch.cuda.MemPool(allocator.allocator())
+    with torch.cuda.use_mem_pool(mem_pool, index):
+        yield mem_pool
 
 
 def _dtype_name(key: str, tensor: torch.Tensor) -> str:
@@ -139,24 +218,29 @@ def _device_of(tensor: torch.Tensor, backend: str) -> int:
 
 
 def _plan(
-    state: Dict[str, torch.Tensor], backend: str
+    state: Dict[str, torch.Tensor], backend: str, pooled: Dict[str, Tuple[int, int]]
 ) -> Tuple[List[Dict[str, Any]], List[Tuple[int, int]]]:
     """Where each tensor goes: its manifest entry (less its digest), and the
-    buffers to create, as (device, bytes)."""
+    buffers to create, as (device, bytes). A tensor in ``pooled`` stays
+    where it is: (the index of its segment among the pool's, its offset);
+    the pool's segments follow the created buffers."""
     entries: List[Dict[str, Any]] = []
     buffers: List[Tuple[int, int]] = []
     open_buffer: Dict[int, int] = {}  # device -> index of the buffer being filled
     # A tensor under several names (tied weights) is stored once: every
     # name views the same bytes, in the set as in the module.
     placed: Dict[Tuple[Any, ...], Tuple[int, int]] = {}
-    total = sum(t.numel() * t.element_size() for t in state.values())
+    total = sum(t.numel() * t.element_size() for k, t in state.items() if k not in pooled)
     pack = max(_PACK_BYTES, total // _PACKS + 1)
     for key, tensor in state.items():
         dtype = _dtype_name(key, tensor)
         nbytes = tensor.numel() * tensor.element_size()
         device = _device_of(tensor, backend)
         same = (tensor.device, tensor.data_ptr(), nbytes)
-        if nbytes and same in placed:
+        if key in pooled:
+            at, offset = pooled[key]
+            at = -1 - at  # told from a created buffer until they are counted
+        elif nbytes and same in placed:
             at, offset = placed[same]
         else:
             filling = open_buffer.get(device)
@@ -179,6 +263,9 @@ def _plan(
                 "nbytes": nbytes,
             }
         )
+    for entry in entries:
+        if entry["buffer"] < 0:
+            entry["buffer"] = len(buffers) - 1 - entry["buffer"]
     # A buffer holds at least a byte: a set of empty tensors gets one anyway.
     return entries, [(device, max(size, 1)) for device, size in buffers]
 
@@ -206,6 +293,40 @@ def _seal(buffer: share.Buffer, base: torch.Tensor) -> None:
         buffer.seal()
 
 
+def _pooled(
+    state: Dict[str, torch.Tensor], client: share.Client, name: str
+) -> Tuple[Dict[str, Tuple[int, int]], List[Tuple[share.Buffer, torch.Tensor]]]:
+    """The tensors born in this process's pool of ``client``, published
+    where they are: each tensor's (segment index, offset), and the
+    segments, each staged for ``name`` here, with a tensor of its device.
+    A segment the daemon will not stage (sealed in a set already, staged
+    by a publish that failed) leaves its tensors to be copied."""
+    if client is not _pool_client:
+        return {}, []
+    places: Dict[str, Tuple[int, int]] = {}
+    segments: List[Tuple[share.Buffer, torch.Tensor]] = []
+    index: Dict[int, int] = {}  # segment id -> its index, or -1: not staged
+    for key, tensor in state.items():
+        if not tensor.numel():
+            continue
+        found = _tandem._pool_find(tensor.data_ptr())
+        if found is None:
+            continue
+        segment, offset = found
+        if segment.id not in index:
+            index[segment.id] = -1
+            if not segment.sealed:
+                try:
+                    client.stage(segment.id, name)
+                except ShareError:
+                    continue
+                index[segment.id] = len(segments)
+                segments.append((segment, tensor))
+        if index[segment.id] >= 0:
+            places[key] = (index[segment.id], offset)
+    return places, segments
+
+
 def _create_staged(client: share.Client, name: str, nbytes: int, device: int) -> share.Buffer:
     buffer = client.create(nbytes, device)
     client.stage(buffer.id, name)
@@ -217,36 +338,43 @@ def publish(
 ) -> Dict[str, Any]:
     """Publishes ``state`` (a state dict, or a module's) as the next version
     of named set ``name``, through ``client`` (default: the daemon on the
-    default socket). Every tensor is copied once into a few shared buffers;
-    they, with the manifest, are bound to ``name`` at once. Returns the
-    version bound: ``name``, ``version``, ``manifest``, ``buffers`` (ids),
-    ``tensors``, ``nbytes`` and the manifest's ``fingerprint``."""
+    default socket). Every tensor is copied once into a few shared buffers,
+    but for those born in the :func:`pool` of the same client, which stay
+    where they are; they, with the manifest, are bound to ``name`` at once.
+    Returns the version bound: ``name``, ``version``, ``manifest``,
+    ``buffers`` (ids), ``tensors``, ``nbytes``, the manifest's
+    ``fingerprint``, and ``copied``, the bytes copied."""
     _check_name(name)
     client = client or _default_client()
     tensors = _state_of(state)
-    entries, sizes = _plan(tensors, client.backend)
-    # Each buffer is staged before it is written: a publisher killed from
-    # here on leaves nothing behind (the daemon frees what it staged).
+    # Each buffer is staged before it is written (a pool's segment before
+    # its seal): a publisher killed from here on leaves nothing behind (the
+    # daemon frees what it staged; a segment goes with its process).
+    pooled, segments = _pooled(tensors, client, name)
+    entries, sizes = _plan(tensors, client.backend, pooled)
     buffers = [_create_staged(client, name, size, device) for device, size in sizes]
     bases = [torch.from_dlpack(buffer) for buffer in buffers]
     copied: Set[Tuple[int, int]] = set()
     for entry, tensor in zip(entries, tensors.values()):
         place = (entry["buffer"], entry["offset"])
-        if entry["nbytes"] and place not in copied:
+        if entry["nbytes"] and place not in copied and entry["buffer"] < len(bases):
             copied.add(place)
             start = entry["offset"]
             target = bases[entry["buffer"]][start : start + entry["nbytes"]]
             target.copy_(_bytes_of(tensor))
-    for buffer, base in zip(buffers, bases):
+    for buffer, base in [*zip(buffers, bases), *segments]:
         _seal(buffer, base)
-    for entry in entries:
-        start = entry["offset"]
-        stored = bases[entry["buffer"]][start : start + entry["nbytes"]]
+    for entry, tensor in zip(entries, tensors.values()):
+        if entry["buffer"] < len(bases):
+            start = entry["offset"]
+            stored = bases[entry["buffer"]][start : start + entry["nbytes"]]
+        else:
+            stored = _bytes_of(tensor)
         digest = hashlib.blake2b(stored.cpu().numpy(), digest_size=16)
         entry["digest"] = digest.hexdigest()
     manifest = {
         "format": FORMAT,
-        "buffers": [size for _, size in sizes],
+        "buffers": [size for _, size in sizes] + [segment.nbytes for segment, _ in segments],
         "tensors": entries,
         "fingerprint": _fingerprint(entries),
     }
@@ -255,10 +383,11 @@ def publish(
     manifest_base = torch.from_dlpack(manifest_buffer)
     manifest_base.copy_(torch.frombuffer(bytearray(text), dtype=torch.uint8))
     _seal(manifest_buffer, manifest_base)
-    bound = client.bind_set(
-        name, manifest_buffer.id, [buffer.id for buffer in buffers], len(entries)
-    )
+    ids = [buffer.id for buffer in buffers] + [segment.id for segment, _ in segments]
+    bound = client.bind_set(name, manifest_buffer.id, ids, len(entries))
     bound["fingerprint"] = manifest["fingerprint"]
+    bound["copied"] = sum(size for _, size in sizes)
+    _published.append([tensors[key] for key in pooled])
     return bound
 
 

@@ -130,6 +130,23 @@ impl AnyShareClient {
         on_each!(AnyShareClient, self, _client => backend_of(_client))
     }
 
+    /// Whether `other` is this client or a clone of it
+    /// ([`ShareClient::same_client`]).
+    pub fn same_client(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Host(a), Self::Host(b)) => a.same_client(b),
+            #[cfg(feature = "cuda")]
+            (Self::Cuda(a), Self::Cuda(b)) => a.same_client(b),
+            #[cfg(feature = "hip")]
+            (Self::Hip(a), Self::Hip(b)) => a.same_client(b),
+            #[allow(
+                unreachable_patterns,
+                reason = "reached only in builds with more than one backend"
+            )]
+            _ => false,
+        }
+    }
+
     /// The daemon's process id.
     pub fn daemon_pid(&self) -> u32 {
         on_each!(AnyShareClient, self, client => client.daemon_pid())

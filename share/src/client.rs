@@ -139,6 +139,12 @@ impl<A: GpuApi> ShareClient<A> {
         }
     }
 
+    /// Whether `other` is this client or a clone of it: one token with the
+    /// daemon, so a buffer one creates is the other's to stage and bind.
+    pub fn same_client(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The daemon's process id.
     pub fn daemon_pid(&self) -> u32 {
         self.inner.connections.daemon_pid()

@@ -38,11 +38,13 @@ pub const ERROR_OP: u16 = 0xffff;
 pub const MAX_LISTED: usize = 8192;
 /// Longest name of a set, in bytes.
 pub const MAX_SET_NAME: usize = 255;
-/// Most buffers one version of a set holds, its manifest aside: a
-/// publisher packs tensors into few buffers, and a listing of
-/// [`MAX_LISTED_SETS`] versions must fit [`MAX_PAYLOAD`].
-pub const MAX_SET_BUFFERS: usize = 128;
-/// Most set versions one [`Reply::Sets`] carries (it fits [`MAX_PAYLOAD`]).
+/// Most buffers one version of a set holds, its manifest aside: enough for
+/// a model born in a pool (`tandem.torch.pool`), whose tensors sit in the
+/// allocator's segments, one buffer each, and are published where they
+/// are; a version of this many still fits one frame.
+pub const MAX_SET_BUFFERS: usize = 1024;
+/// Most set versions one [`Reply::Sets`] carries; it carries fewer where
+/// their buffers' ids would not fit [`MAX_PAYLOAD`].
 pub const MAX_LISTED_SETS: usize = 512;
 
 /// Why `name` cannot name a set: empty, longer than [`MAX_SET_NAME`]
@@ -205,6 +207,13 @@ pub struct DaemonStatus {
     pub kept: u32,
     /// Bytes of those allocations.
     pub kept_bytes: u64,
+    /// Named sets held.
+    pub sets: u32,
+    /// Versions those sets keep.
+    pub set_versions: u32,
+    /// Bytes of those versions' buffers, manifests included (what
+    /// `ListSets` says of each, summed).
+    pub set_bytes: u64,
 }
 
 /// One version of a named set: a sealed manifest and the sealed buffers it
@@ -887,11 +896,14 @@ impl Reply {
                 .u32(s.clients)
                 .u32(s.kept)
                 .u64(s.kept_bytes)
+                .u32(s.sets)
+                .u32(s.set_versions)
+                .u64(s.set_bytes)
                 .finish_ref(),
             Self::Set(set) => reply(op::LOOKUP_SET).set(set).finish_ref(),
             Self::Sets(sets) => {
                 let mut w = reply(op::LIST_SETS);
-                let listed = &sets[..sets.len().min(MAX_LISTED_SETS)];
+                let listed = &sets[..listed_sets(sets)];
                 w.u32(listed.len() as u32);
                 for set in listed {
                     w.set(set);
@@ -950,6 +962,9 @@ impl Reply {
                     clients: r.u32()?,
                     kept: r.u32()?,
                     kept_bytes: r.u64()?,
+                    sets: r.u32()?,
+                    set_versions: r.u32()?,
+                    set_bytes: r.u64()?,
                 }),
                 op::LOOKUP_SET => Self::Set(r.set()?),
                 op::LIST_SETS => {
@@ -974,6 +989,24 @@ impl Reply {
                 if handle.form == HandleForm::Fd
         )
     }
+}
+
+/// How many of `sets`, from the first, one [`Reply::Sets`] carries: at
+/// most [`MAX_LISTED_SETS`], and no more than their encoding (as
+/// `Writer::set` writes each) fits in [`MAX_PAYLOAD`] after the count.
+fn listed_sets(sets: &[SetInfo]) -> usize {
+    let mut room = MAX_PAYLOAD as usize - 4;
+    sets.iter()
+        .take(MAX_LISTED_SETS)
+        .take_while(|set| {
+            let bytes = 4 + set.name.len() + 8 + 8 + 4 + 8 * set.buffers.len() + 4 + 8;
+            room = match room.checked_sub(bytes) {
+                Some(left) => left,
+                None => return false,
+            };
+            true
+        })
+        .count()
 }
 
 impl Writer {
@@ -1142,6 +1175,9 @@ mod tests {
                 clients: 1,
                 kept: n / 5,
                 kept_bytes: bytes / 2,
+                sets: n / 7,
+                set_versions: n / 6,
+                set_bytes: bytes / 3,
             })),
             set().prop_map(Reply::Set),
             proptest::collection::vec(set(), 0..6).prop_map(Reply::Sets),
@@ -1211,6 +1247,29 @@ mod tests {
             Request::decode(&long.encode()),
             Err(WireError::Malformed("set name"))
         );
+    }
+
+    /// A listing of the largest versions is cut to what fits one frame, and
+    /// what it carries decodes whole.
+    #[test]
+    fn a_listing_of_large_sets_fits_one_frame() {
+        let largest = SetInfo {
+            name: "x".repeat(MAX_SET_NAME),
+            version: 1,
+            manifest: ObjectId(1),
+            buffers: (0..MAX_SET_BUFFERS as u64).map(ObjectId).collect(),
+            tensors: 1,
+            bytes: 1,
+        };
+        let sets = vec![largest; MAX_LISTED_SETS];
+        let frame = Reply::Sets(sets.clone()).encode();
+        assert!(frame.len() <= HEADER_BYTES + MAX_PAYLOAD as usize);
+        let Ok(Reply::Sets(listed)) = Reply::decode(&frame) else {
+            panic!("a listing decodes");
+        };
+        assert!(!listed.is_empty() && listed.len() < sets.len());
+        assert_eq!(listed[..], sets[..listed.len()]);
+        assert_eq!(listed_sets(&sets[..3]), 3);
     }
 
     #[test]

@@ -66,7 +66,7 @@ impl<A: GpuApi> Source for DaemonState<A> {
     fn collect(&self, scrape: &mut Scrape) {
         let status = self.status();
         let connections = lock(&self.connections).len();
-        let gauges: [(&str, &str, Option<Unit>, f64); 7] = [
+        let gauges: [(&str, &str, Option<Unit>, f64); 10] = [
             (
                 "tandem_share_buffers",
                 "Buffers held (deleted ones still leased included)",
@@ -108,6 +108,24 @@ impl<A: GpuApi> Source for DaemonState<A> {
                 "Bytes of those allocations",
                 Some(Unit::Bytes),
                 status.kept_bytes as f64,
+            ),
+            (
+                "tandem_share_sets",
+                "Named sets held",
+                None,
+                f64::from(status.sets),
+            ),
+            (
+                "tandem_share_set_versions",
+                "Versions the named sets keep",
+                None,
+                f64::from(status.set_versions),
+            ),
+            (
+                "tandem_share_set",
+                "Bytes of those versions' buffers",
+                Some(Unit::Bytes),
+                status.set_bytes as f64,
             ),
         ];
         for (name, help, unit, value) in gauges {

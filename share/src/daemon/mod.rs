@@ -124,6 +124,7 @@ struct DaemonState<A: GpuApi> {
 impl<A: GpuApi> DaemonState<A> {
     fn status(&self) -> DaemonStatus {
         let ledger = lock(&self.ledger);
+        let versions = ledger.sets.values().flat_map(|set| &set.versions);
         DaemonStatus {
             pid: std::process::id(),
             backend: self.backend,
@@ -134,6 +135,9 @@ impl<A: GpuApi> DaemonState<A> {
             clients: ledger.clients.len() as u32,
             kept: ledger.kept.values().map(Vec::len).sum::<usize>() as u32,
             kept_bytes: ledger.kept.values().flatten().map(|k| k.handle.size).sum(),
+            sets: ledger.sets.len() as u32,
+            set_versions: versions.clone().count() as u32,
+            set_bytes: versions.map(|v| v.bytes).sum(),
         }
     }
 }
