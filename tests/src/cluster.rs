@@ -1,0 +1,178 @@
+//! What the share daemon's cluster tests need: a real etcd on loopback, and NIXL's library.
+//!
+//! [`Etcd::start`] runs one etcd member on free loopback ports with its data in a temporary
+//! folder, and waits until it answers; [`Etcd::stop`] kills it (what "etcd went away" means
+//! to a test) and [`Etcd::restart`] brings it back on the same ports and data. Dropping it
+//! kills it and removes the folder. The etcd binary and the NIXL library come from
+//! environment variables only ([`needs_or_skip`]), so that which ones a run uses is explicit:
+//! the `cluster` leg of `cargo xtask test` sets them.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::garage::{free_ports, http_get};
+
+/// The etcd binary the tests run.
+pub const ETCD_ENV: &str = "TANDEM_ETCD";
+/// NIXL's `libnixl_capi.so` (what `tandem_nixl::LIBRARY_ENV` names: the daemons the tests
+/// start find it through the same variable).
+pub const NIXL_ENV: &str = "TANDEM_NIXL_LIBRARY";
+/// Set to `1` to make a missing etcd or NIXL fail the cluster tests instead of skipping them.
+pub const REQUIRE_CLUSTER_ENV: &str = "TANDEM_REQUIRE_CLUSTER";
+
+/// How long etcd may take to answer after a start.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a cluster test runs with.
+#[derive(Clone, Debug)]
+pub struct Needs {
+    /// The etcd binary.
+    pub etcd: PathBuf,
+    /// NIXL's C API library.
+    pub nixl: PathBuf,
+}
+
+fn file_from_env(name: &str) -> Result<PathBuf, String> {
+    match std::env::var_os(name).filter(|v| !v.is_empty()) {
+        Some(path) if Path::new(&path).is_file() => Ok(PathBuf::from(path)),
+        Some(path) => Err(format!(
+            "{name}={} is not a file",
+            Path::new(&path).display()
+        )),
+        None => Err(format!("{name} is not set")),
+    }
+}
+
+fn label() -> String {
+    // libtest names each test's thread after the test.
+    std::thread::current()
+        .name()
+        .unwrap_or("cluster")
+        .to_owned()
+}
+
+/// The NIXL library, or `None` after printing why the calling test is skipped; with
+/// `TANDEM_REQUIRE_CLUSTER=1` a missing library fails the test instead.
+pub fn nixl_or_skip() -> Option<PathBuf> {
+    match file_from_env(NIXL_ENV) {
+        Ok(path) => Some(path),
+        Err(why) => crate::skip_unless_required(
+            REQUIRE_CLUSTER_ENV,
+            &label(),
+            &format!("no NIXL ({why}; `pip install --no-deps nixl-cu13` has it)"),
+        ),
+    }
+}
+
+/// The etcd binary and the NIXL library, or `None` after printing why the calling test is
+/// skipped; with `TANDEM_REQUIRE_CLUSTER=1` a missing one fails the test instead.
+pub fn needs_or_skip() -> Option<Needs> {
+    let etcd = match file_from_env(ETCD_ENV) {
+        Ok(path) => path,
+        Err(why) => {
+            return crate::skip_unless_required(
+                REQUIRE_CLUSTER_ENV,
+                &label(),
+                &format!("no etcd ({why}; Debian's etcd-server has it)"),
+            )
+        }
+    };
+    let nixl = nixl_or_skip()?;
+    Some(Needs { etcd, nixl })
+}
+
+/// One etcd member on 127.0.0.1, its data in a temporary folder.
+pub struct Etcd {
+    binary: PathBuf,
+    client_port: u16,
+    peer_port: u16,
+    process: Option<Child>,
+    // Last: removed after the member has been killed.
+    dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    /// Starts a member and waits until it answers `/health`.
+    pub fn start(binary: &Path) -> Result<Self, String> {
+        let dir = tempfile::Builder::new()
+            .prefix("tandem-etcd-")
+            .tempdir()
+            .map_err(|e| format!("etcd: creating its folder: {e}"))?;
+        let ports = free_ports(2)?;
+        let mut etcd = Self {
+            binary: binary.to_path_buf(),
+            client_port: ports[0],
+            peer_port: ports[1],
+            process: None,
+            dir,
+        };
+        etcd.restart()?;
+        Ok(etcd)
+    }
+
+    /// Its client URL, what the daemons' `[cluster] etcd` lists.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Kills it (SIGKILL) and reaps it; its data stays for [`restart`](Self::restart).
+    pub fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            // Best effort: one that died already cannot be killed; wait reaps it either way.
+            let _ = process.kill();
+            let _ = process.wait();
+        }
+    }
+
+    /// Starts it (again) on its ports and data, and waits until it answers.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.stop();
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("etcd.log"))
+            .map_err(|e| format!("etcd: its log: {e}"))?;
+        let process = Command::new(&self.binary)
+            .arg("--name=tandem-test")
+            .arg(format!(
+                "--data-dir={}",
+                self.dir.path().join("data").display()
+            ))
+            .arg(format!("--listen-client-urls={}", self.endpoint()))
+            .arg(format!("--advertise-client-urls={}", self.endpoint()))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=tandem-test={peer}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| format!("etcd: its log: {e}"))?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("etcd: starting {}: {e}", self.binary.display()))?;
+        self.process = Some(process);
+        let started = Instant::now();
+        loop {
+            match http_get(self.client_port, "/health") {
+                Ok((200, body)) if body.contains("true") => return Ok(()),
+                _ if started.elapsed() > START_TIMEOUT => {
+                    let log = std::fs::read_to_string(self.dir.path().join("etcd.log"))
+                        .unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                    return Err(format!(
+                        "etcd did not answer within {START_TIMEOUT:?}; its log ends:\n{}",
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    ));
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
