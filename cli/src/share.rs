@@ -13,7 +13,11 @@ use tandem_hal::GpuApi;
 use tandem_metrics::MetricsServer;
 use tandem_process::{wake_on_stdin_eof, Termination, READY_PREFIX};
 use tandem_runtime::{on_backend, Backend, BackendChoice, OnBackend};
-use tandem_share::{default_socket_path, Daemon, Inspector, Limits, ObjectId, Polling};
+use tandem_share::{
+    default_socket_path, ClusterConfig, Daemon, Inspector, Limits, ObjectId, Polling,
+};
+
+use crate::cluster;
 
 /// `tandem share`'s subcommands.
 #[derive(Subcommand, Debug)]
@@ -24,11 +28,40 @@ pub(crate) enum ShareCommand {
     /// Lists the buffers the daemon holds, with their leases, then its
     /// named sets.
     Ls(LsArgs),
-    /// The daemon's totals: buffers, bytes, leases, clients, allocations kept for reuse.
+    /// The daemon's totals: buffers, bytes, leases, clients, allocations kept for reuse,
+    /// and its cluster state if it is a node of one.
     Status(LookArgs),
     /// Deletes a buffer, or a named set (`--set`), freed when the last
     /// lease goes.
     Rm(RmArgs),
+    /// Lets the other nodes of the daemon's cluster fetch a sealed buffer
+    /// (nothing leaves a node unless exported).
+    Export(IdArgs),
+    /// Copies buffer NODE/ID of another node of the daemon's cluster into a
+    /// new sealed buffer here, and prints its local id.
+    Fetch(FetchArgs),
+}
+
+/// A buffer of the daemon's.
+#[derive(Args, Debug)]
+pub(crate) struct IdArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// The buffer's id.
+    id: u64,
+}
+
+/// `tandem share fetch`'s arguments.
+#[derive(Args, Debug)]
+pub(crate) struct FetchArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// The buffer: its node's name and its id there.
+    #[arg(value_name = "NODE/ID")]
+    remote: String,
+    /// The local device the copy lives on.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    device: u32,
 }
 
 #[derive(Args, Debug)]
@@ -56,8 +89,12 @@ pub(crate) struct LsArgs {
     look: LookArgs,
     /// Lists only the named sets (every version the daemon keeps): name,
     /// version, tensors, bytes and buffers.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cluster")]
     sets: bool,
+    /// Lists the nodes of the daemon's cluster instead, each with the
+    /// buffers it exports.
+    #[arg(long)]
+    cluster: bool,
 }
 
 impl SocketArg {
@@ -70,6 +107,10 @@ impl SocketArg {
 pub(crate) struct ServeArgs {
     #[command(flatten)]
     socket: SocketArg,
+    /// A TOML file whose `[cluster]` makes the daemon a node of a cluster
+    /// (docs/cluster.md)
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// The backend the daemon allocates with: auto (CUDA, else HIP, else
     /// the CPU device: what this build has and finds), host, cuda or hip
     /// (a build with that feature). Clients use the same one.
@@ -184,6 +225,12 @@ pub(crate) fn run(command: ShareCommand) -> ExitCode {
                 (None, id) => inspector.delete(ObjectId(id.unwrap_or_default())),
             })
             .map_err(|e| e.to_string()),
+        ShareCommand::Export(args) => Inspector::connect(&args.socket.path())
+            .map_err(|e| e.to_string())
+            .and_then(|inspector| cluster::export(&inspector, args.id)),
+        ShareCommand::Fetch(args) => Inspector::connect(&args.socket.path())
+            .map_err(|e| e.to_string())
+            .and_then(|inspector| cluster::fetch(&inspector, &args.remote, args.device)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -195,7 +242,12 @@ pub(crate) fn run(command: ShareCommand) -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
+    let cluster = match &args.config {
+        Some(path) => cluster::read_config(path)?,
+        None => None,
+    };
     let work = Serve {
+        cluster,
         polling: args.polling()?,
         limits: args.limits()?,
         socket: args.socket.path(),
@@ -208,6 +260,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
 
 /// The daemon, on the backend chosen.
 struct Serve {
+    cluster: Option<ClusterConfig>,
     polling: Polling,
     limits: Limits,
     socket: PathBuf,
@@ -223,8 +276,11 @@ impl OnBackend for Serve {
         // Caught before binding: a signal during setup still cleans up.
         let mut termination = Termination::catch().map_err(|e| e.to_string())?;
         descriptors_for(&self.limits);
-        let daemon = Daemon::bind_with(api, &self.socket, self.polling, self.limits)
+        let mut daemon = Daemon::bind_with(api, &self.socket, self.polling, self.limits)
             .map_err(|e| e.to_string())?;
+        if let Some(cluster) = self.cluster {
+            daemon.join_cluster(cluster).map_err(|e| e.to_string())?;
+        }
         let running = daemon.start();
         // Up before the ready line, so that whoever waits for it can scrape at once.
         let _metrics = match self
@@ -336,6 +392,9 @@ struct Totals {
     /// Allocations of deleted buffers kept for reuse, and their bytes.
     kept: u32,
     kept_bytes: u64,
+    /// Its place in a cluster, if it is a node of one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<cluster::ClusterRow>,
 }
 
 /// `value` as pretty JSON on stdout.
@@ -347,6 +406,9 @@ fn print_json(value: &impl Serialize) -> Result<(), String> {
 
 fn ls(args: &LsArgs) -> Result<(), String> {
     let inspector = Inspector::connect(&args.look.socket.path()).map_err(|e| e.to_string())?;
+    if args.cluster {
+        return cluster::ls(&inspector, args.look.json);
+    }
     let sets: Vec<SetRow> = inspector
         .list_sets()
         .map_err(|e| e.to_string())?
@@ -439,6 +501,7 @@ fn status(args: &LookArgs) -> Result<(), String> {
         clients: s.clients,
         kept: s.kept,
         kept_bytes: s.kept_bytes,
+        cluster: cluster::status(&inspector)?,
     };
     if args.json {
         return print_json(&t);
@@ -451,5 +514,8 @@ fn status(args: &LookArgs) -> Result<(), String> {
     println!("leases    {}", t.leases);
     println!("clients   {}", t.clients);
     println!("kept      {} ({} bytes)", t.kept, t.kept_bytes);
+    if let Some(c) = &t.cluster {
+        cluster::print_status(c);
+    }
     Ok(())
 }

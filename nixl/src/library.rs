@@ -22,7 +22,6 @@ pub(crate) type Handle = *mut c_void;
 macro_rules! c_api {
     ($($name:ident: fn($($arg:ty),*);)*) => {
         /// The functions of `libnixl_capi.so` this crate calls.
-        #[allow(non_snake_case)]
         pub(crate) struct CApi {
             $(pub(crate) $name: unsafe extern "C" fn($($arg),*) -> Status,)*
             /// Keeps the functions above mapped.
