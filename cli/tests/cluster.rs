@@ -153,6 +153,8 @@ fn a_remote_daemon_killed_mid_fetch_is_remote_gone() {
     });
     let fetched = b.fetch(&remote, 0);
     killer.join().unwrap();
+    // What the killed daemon left in /dev/shm.
+    tandem_process::remove_host_ipc_segments_of(pid);
     match fetched {
         Err(ShareError::RemoteGone(_) | ShareError::UnknownNode(_)) => {}
         other => panic!("a fetch from a killed node: {:?}", other.map(|r| r.0)),
