@@ -10,11 +10,11 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::cluster::{check_pattern, fill_pattern, start_node, TwoNodes};
+use common::cluster::{start_node, TwoNodes};
 use common::{tandem, text};
 use tandem_hal::{GpuDevice, HostApi};
 use tandem_share::{HostMirror, Inspector, ObjectId, ShareClient, ShareError};
-use tandem_tests::cluster::needs_or_skip;
+use tandem_tests::cluster::{check_pattern, fill_pattern, needs_or_skip};
 
 fn client(socket: &std::path::Path) -> ShareClient<HostApi> {
     ShareClient::connect(HostApi::with_devices(1), socket).expect("connect to a node's daemon")

@@ -5,9 +5,13 @@
 //! to a test) and [`Etcd::restart`] brings it back on the same ports and data. Dropping it
 //! kills it and removes the folder. The etcd binary and the NIXL library come from
 //! environment variables only ([`needs_or_skip`]), so that which ones a run uses is explicit:
-//! the `cluster` leg of `cargo xtask test` sets them.
+//! the `cluster` leg of `cargo xtask test` sets them. [`node_files`] and [`serve_command`]
+//! make and start a node (`tandem share serve --config`), the pattern helpers fill and check
+//! the bytes a fetch moves.
 
 use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,6 +25,9 @@ pub const ETCD_ENV: &str = "TANDEM_ETCD";
 pub const NIXL_ENV: &str = "TANDEM_NIXL_LIBRARY";
 /// Set to `1` to make a missing etcd or NIXL fail the cluster tests instead of skipping them.
 pub const REQUIRE_CLUSTER_ENV: &str = "TANDEM_REQUIRE_CLUSTER";
+
+/// The cluster's token in the tests.
+pub const TOKEN: &str = "tandem-test-token";
 
 /// How long etcd may take to answer after a start.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -175,4 +182,108 @@ impl Drop for Etcd {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// A free port on `ip` (bound to port 0, then released for the daemon).
+pub fn free_port(ip: Ipv4Addr) -> u16 {
+    TcpListener::bind(SocketAddrV4::new(ip, 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A node's files: its folder (removed on drop), its `[cluster]` config, and the socket its
+/// daemon serves.
+pub struct NodeFiles {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub socket: PathBuf,
+}
+
+/// Writes node `name`'s config (etcd at `etcd`, listening on `ip`, with `token`, NIXL at
+/// `nixl`) into a new folder; `lease_ttl_s` is its record's lease.
+pub fn node_files(
+    name: &str,
+    ip: Ipv4Addr,
+    etcd: &str,
+    token: &str,
+    nixl: &Path,
+    lease_ttl_s: u64,
+) -> NodeFiles {
+    let dir = tempfile::Builder::new()
+        .prefix("tandem-node-")
+        .tempdir()
+        .expect("a node folder");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = dir.path().join("tandem.toml");
+    let listen = SocketAddrV4::new(ip, free_port(ip));
+    std::fs::write(
+        &config,
+        format!(
+            "[cluster]\netcd = [{etcd:?}]\nnode = {name:?}\nlisten = \"{listen}\"\n\
+             token_file = {token_file:?}\nlease_ttl_s = {lease_ttl_s}\nnixl_library = {nixl:?}\n"
+        ),
+    )
+    .unwrap();
+    let socket = dir.path().join("share.sock");
+    NodeFiles {
+        dir,
+        config,
+        socket,
+    }
+}
+
+/// `tandem share serve` (the binary `tandem`) for a node's files, UCX on TCP, announcing
+/// itself on stdout and stopping when stdin closes.
+pub fn serve_command(tandem: &Path, files: &NodeFiles) -> Command {
+    let mut command = Command::new(tandem);
+    command
+        .args([
+            "share",
+            "serve",
+            "--backend",
+            "host",
+            "--announce",
+            "--exit-on-stdin-eof",
+        ])
+        .arg("--socket")
+        .arg(&files.socket)
+        .arg("--config")
+        .arg(&files.config)
+        .env("UCX_TLS", "tcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    command
+}
+
+/// The byte at `offset` of the tests' pattern: no period a power of two divides.
+pub fn pattern(offset: usize) -> u8 {
+    ((offset % 251) as u8) ^ ((offset / 251 % 253) as u8)
+}
+
+/// Fills `bytes` with the pattern (quickly: a block of it copied).
+pub fn fill_pattern(bytes: &mut [u8]) {
+    let block: Vec<u8> = (0..251 * 253).map(pattern).collect();
+    for chunk in bytes.chunks_mut(block.len()) {
+        chunk.copy_from_slice(&block[..chunk.len()]);
+    }
+}
+
+/// Whether `bytes` hold the pattern, and where they first differ if not.
+pub fn check_pattern(bytes: &[u8]) -> Result<(), usize> {
+    let block: Vec<u8> = (0..251 * 253).map(pattern).collect();
+    for (i, chunk) in bytes.chunks(block.len()).enumerate() {
+        if chunk != &block[..chunk.len()] {
+            let at = chunk
+                .iter()
+                .zip(&block)
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
+            return Err(i * block.len() + at);
+        }
+    }
+    Ok(())
 }

@@ -3,87 +3,19 @@
 //! starts, each node's config, token and socket in a folder of its own, each daemon on its
 //! own loopback address, UCX forced to TCP.
 
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
 
-use tandem_tests::cluster::{Etcd, Needs};
+use tandem_tests::cluster::{node_files, serve_command, Etcd, Needs, NodeFiles, TOKEN};
 
-use super::{start_until_ready, tandem, Cleanup};
-
-/// The cluster's token in the tests.
-pub const TOKEN: &str = "tandem-test-token";
+use super::{start_until_ready, tandem_exe, Cleanup};
 
 /// One node: its folder (config, token, socket) and its daemon's pid.
 pub struct Node {
     pub name: String,
-    pub dir: tempfile::TempDir,
+    pub files: NodeFiles,
     pub socket: PathBuf,
-    pub config: PathBuf,
     pub pid: u32,
-}
-
-/// A free port on `ip` (bound to port 0, then released for the daemon).
-pub fn free_port(ip: Ipv4Addr) -> u16 {
-    TcpListener::bind(SocketAddrV4::new(ip, 0))
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-/// Writes node `name`'s config (etcd at `etcd`, listening on `ip`, with `token`) into a new
-/// folder; `lease_ttl_s` is its record's lease.
-pub fn node_files(
-    name: &str,
-    ip: Ipv4Addr,
-    etcd: &str,
-    token: &str,
-    nixl: &Path,
-    lease_ttl_s: u64,
-) -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let dir = tempfile::Builder::new()
-        .prefix("tandem-node-")
-        .tempdir()
-        .expect("a node folder");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, format!("{token}\n")).unwrap();
-    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let config = dir.path().join("tandem.toml");
-    let listen = SocketAddrV4::new(ip, free_port(ip));
-    std::fs::write(
-        &config,
-        format!(
-            "[cluster]\netcd = [{etcd:?}]\nnode = {name:?}\nlisten = \"{listen}\"\n\
-             token_file = {token_file:?}\nlease_ttl_s = {lease_ttl_s}\nnixl_library = {nixl:?}\n"
-        ),
-    )
-    .unwrap();
-    let socket = dir.path().join("share.sock");
-    (dir, config, socket)
-}
-
-/// `tandem share serve` for a node's files, UCX on TCP.
-pub fn serve_command(config: &Path, socket: &Path) -> Command {
-    let mut command = tandem();
-    command
-        .args([
-            "share",
-            "serve",
-            "--backend",
-            "host",
-            "--announce",
-            "--exit-on-stdin-eof",
-        ])
-        .arg("--socket")
-        .arg(socket)
-        .arg("--config")
-        .arg(config)
-        .env("UCX_TLS", "tcp")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    command
 }
 
 /// Starts node `name` on `ip` against `etcd`, with `token`, until it serves.
@@ -96,14 +28,14 @@ pub fn start_node(
     lease_ttl_s: u64,
     cleanup: &mut Cleanup,
 ) -> Node {
-    let (dir, config, socket) =
-        node_files(name, ip, &etcd.endpoint(), token, &needs.nixl, lease_ttl_s);
-    let pid = start_until_ready(serve_command(&config, &socket), cleanup);
+    let files = node_files(name, ip, &etcd.endpoint(), token, &needs.nixl, lease_ttl_s);
+    let mut command = serve_command(&tandem_exe(), &files);
+    command.env("RUST_LOG", "warn");
+    let pid = start_until_ready(command, cleanup);
     Node {
         name: name.to_owned(),
-        dir,
-        socket,
-        config,
+        socket: files.socket.clone(),
+        files,
         pid,
     }
 }
@@ -146,33 +78,4 @@ impl TwoNodes {
             etcd,
         }
     }
-}
-
-/// The byte at `offset` of the tests' pattern: no period a power of two divides.
-pub fn pattern(offset: usize) -> u8 {
-    ((offset % 251) as u8) ^ ((offset / 251 % 253) as u8)
-}
-
-/// Fills `bytes` with the pattern (quickly: a block of it copied).
-pub fn fill_pattern(bytes: &mut [u8]) {
-    let block: Vec<u8> = (0..251 * 253).map(pattern).collect();
-    for chunk in bytes.chunks_mut(block.len()) {
-        chunk.copy_from_slice(&block[..chunk.len()]);
-    }
-}
-
-/// Whether `bytes` hold the pattern, and where they first differ if not.
-pub fn check_pattern(bytes: &[u8]) -> Result<(), usize> {
-    let block: Vec<u8> = (0..251 * 253).map(pattern).collect();
-    for (i, chunk) in bytes.chunks(block.len()).enumerate() {
-        if chunk != &block[..chunk.len()] {
-            let at = chunk
-                .iter()
-                .zip(&block)
-                .position(|(a, b)| a != b)
-                .unwrap_or(0);
-            return Err(i * block.len() + at);
-        }
-    }
-    Ok(())
 }
