@@ -30,7 +30,7 @@ impl Drop for Daemon {
 }
 
 fn start(tandem: &std::path::Path, files: &NodeFiles) -> Daemon {
-    let mut command = serve_command(tandem, files);
+    let mut command = serve_command(tandem, files, "host");
     command.env("RUST_LOG", "warn");
     let mut child = command.spawn().expect("tandem share serve");
     let out = child.stdout.take().expect("stdout");

@@ -291,3 +291,69 @@ fn a_daemon_without_a_cluster_says_so() {
         Err(ShareError::NoCluster(_))
     ));
 }
+
+/// On a GPU machine: a buffer in GPU memory on one daemon fetched into GPU memory by another
+/// daemon's client (UCX picks the transport; the fetching daemon's log of UCX's protocol
+/// choices, `UCX_PROTO_INFO=y`, is printed to say which), and its bytes checked. Skipped
+/// without a CUDA device (`TANDEM_REQUIRE_GPU=1`: a failure), and without etcd and NIXL.
+#[cfg(feature = "cuda")]
+#[test]
+fn a_gpu_buffer_is_fetched_into_gpu_memory_of_another_node() {
+    use std::net::Ipv4Addr;
+    use tandem_hal::GpuApi;
+    use tandem_hal_cuda::CudaApi;
+    use tandem_tests::cluster::{node_files, serve_command, Etcd, TOKEN};
+
+    let label = "a_gpu_buffer_is_fetched_into_gpu_memory_of_another_node";
+    let Some(api) = tandem_tests::gpu::api_or_skip::<CudaApi>(label) else {
+        return;
+    };
+    let Some(needs) = needs_or_skip() else { return };
+    let etcd = Etcd::start(&needs.etcd).unwrap();
+    let mut cleanup = common::Cleanup::default();
+    let mut sockets = Vec::new();
+    let mut logs = Vec::new();
+    for (name, ip) in [
+        ("gpu-a", Ipv4Addr::LOCALHOST),
+        ("gpu-b", Ipv4Addr::new(127, 0, 0, 2)),
+    ] {
+        let files = node_files(name, ip, &etcd.endpoint(), TOKEN, &needs.nixl, 10);
+        let log = files.dir.path().join("daemon.log");
+        let mut command = serve_command(&common::tandem_exe(), &files, "cuda");
+        command
+            .env("UCX_PROTO_INFO", "y")
+            .env("RUST_LOG", "warn")
+            .stderr(std::fs::File::create(&log).unwrap());
+        common::start_until_ready(command, &mut cleanup);
+        sockets.push(files.socket.clone());
+        logs.push((log, files));
+    }
+    let a = ShareClient::connect(api, &sockets[0]).unwrap();
+    let b = ShareClient::connect(CudaApi::load().unwrap(), &sockets[1]).unwrap();
+    const BYTES: usize = 64 << 20;
+    let (id, mut buffer) = a.create_buffer(0, BYTES).unwrap();
+    fill_pattern(&mut HostMirror::new(&mut buffer, false).unwrap());
+    let (_device, stream) = a.stream(0).unwrap();
+    drop(a.seal(buffer, &stream).unwrap());
+    a.export(id).unwrap();
+    let started = Instant::now();
+    let (_local, copy) = b.fetch(&format!("gpu-a/{id}"), 0).unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        check_pattern(&HostMirror::new(&copy, true).unwrap()),
+        Ok(())
+    );
+    println!("{label}: 64 MiB GPU to GPU in {took:?}");
+    drop(copy);
+    drop(cleanup);
+    let log = std::fs::read_to_string(&logs[1].0).unwrap_or_default();
+    let protocols: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("get") || l.contains("cuda") || l.contains("rndv"))
+        .take(20)
+        .collect();
+    println!(
+        "{label}: UCX's protocol choices on the fetching node:\n{}",
+        protocols.join("\n")
+    );
+}

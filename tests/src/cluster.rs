@@ -236,24 +236,21 @@ pub fn node_files(
     }
 }
 
-/// `tandem share serve` (the binary `tandem`) for a node's files, UCX on TCP, announcing
-/// itself on stdout and stopping when stdin closes.
-pub fn serve_command(tandem: &Path, files: &NodeFiles) -> Command {
+/// `tandem share serve` (the binary `tandem`) on `backend` for a node's files, announcing
+/// itself on stdout and stopping when stdin closes. The host backend's nodes talk UCX over
+/// TCP (loopback nodes of one machine, as CI's); a GPU's let UCX pick.
+pub fn serve_command(tandem: &Path, files: &NodeFiles, backend: &str) -> Command {
     let mut command = Command::new(tandem);
+    if backend == "host" {
+        command.env("UCX_TLS", "tcp");
+    }
     command
-        .args([
-            "share",
-            "serve",
-            "--backend",
-            "host",
-            "--announce",
-            "--exit-on-stdin-eof",
-        ])
+        .args(["share", "serve", "--announce", "--exit-on-stdin-eof"])
+        .args(["--backend", backend])
         .arg("--socket")
         .arg(&files.socket)
         .arg("--config")
         .arg(&files.config)
-        .env("UCX_TLS", "tcp")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped());
     command

@@ -29,7 +29,7 @@ pub fn start_node(
     cleanup: &mut Cleanup,
 ) -> Node {
     let files = node_files(name, ip, &etcd.endpoint(), token, &needs.nixl, lease_ttl_s);
-    let mut command = serve_command(&tandem_exe(), &files);
+    let mut command = serve_command(&tandem_exe(), &files, "host");
     command.env("RUST_LOG", "warn");
     let pid = start_until_ready(command, cleanup);
     Node {
