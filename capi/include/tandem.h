@@ -70,6 +70,9 @@ typedef enum {
   TANDEM_STATUS_FAILED = 11,
   // Tandem panicked inside the call; the panic was caught at the boundary.
   TANDEM_STATUS_PANIC = 12,
+  // Another node of the share daemon's cluster, or the cluster's etcd,
+  // went away or did not answer (a fetch).
+  TANDEM_STATUS_UNREACHABLE = 13,
 } tandem_status;
 
 // A client of a runtime in another process. Thread-safe: calls on one
@@ -436,6 +439,25 @@ tandem_status tandem_share_create(const tandem_share *share, uint32_t device, si
 // # Safety
 // `out` is null or writable.
 tandem_status tandem_share_get(const tandem_share *share, uint64_t id, uint64_t wait_ms, tandem_share_buffer **out);
+
+// Lets the other nodes of the daemon's cluster fetch sealed buffer `id`
+// (nothing leaves a node unless exported); `TANDEM_STATUS_UNSUPPORTED`
+// when the daemon is in no cluster.
+tandem_status tandem_share_export(const tandem_share *share, uint64_t id);
+
+// Copies buffer `remote` (`"NODE/ID"`: sealed and exported on node NODE of
+// the daemon's cluster) into a new sealed buffer on the daemon's device
+// `device`, opened read-only into `*out` (its own local id). Blocks until
+// the bytes are all there. Fails with `TANDEM_STATUS_NOT_FOUND` (no such
+// node or buffer), `TANDEM_STATUS_REFUSED` (not exported, or the other
+// node holds another cluster token), `TANDEM_STATUS_UNREACHABLE` (etcd or
+// the other node went away), `TANDEM_STATUS_UNSUPPORTED` (the daemon is in
+// no cluster), `TANDEM_STATUS_INVALID_ARGUMENT` (not `NODE/ID`); nothing
+// of a failed fetch is left on either node.
+//
+// # Safety
+// `remote` is null or NUL-terminated; `out` is null or writable.
+tandem_status tandem_share_fetch(const tandem_share *share, const char *remote, uint32_t device, tandem_share_buffer **out);
 
 // Deletes buffer `id`: those who hold it keep it until they close it.
 tandem_status tandem_share_delete(const tandem_share *share, uint64_t id);

@@ -141,7 +141,16 @@ impl From<ShareError> for CapiError {
             | ShareError::OutOfRange { .. }
             | ShareError::BadSetName(_) => Status::InvalidArgument,
             ShareError::Gpu(_) => Status::Device,
-            ShareError::GpuInForkedChild { .. } => Status::Unsupported,
+            ShareError::GpuInForkedChild { .. } | ShareError::NoCluster(_) => Status::Unsupported,
+            ShareError::UnknownNode(_) => Status::NotFound,
+            ShareError::NotExported(_) | ShareError::ClusterRefused(_) => Status::Refused,
+            ShareError::RemoteGone(_) | ShareError::ClusterUnavailable(_) => Status::Unreachable,
+            ShareError::BadRemoteId(_) => Status::InvalidArgument,
+            // A remote id the other node does not know.
+            ShareError::Daemon {
+                code: tandem_share::ErrorCode::UnknownId,
+                ..
+            } => Status::NotFound,
             _ => Status::Failed,
         };
         Self::new(status, e.to_string())

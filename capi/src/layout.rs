@@ -43,6 +43,9 @@ pub enum Status {
     Failed = 11,
     /// Tandem panicked inside the call; the panic was caught at the boundary.
     Panic = 12,
+    /// Another node of the share daemon's cluster, or the cluster's etcd,
+    /// went away or did not answer (a fetch).
+    Unreachable = 13,
 }
 
 /// Three dimensions of a grid or block, as CUDA's `dim3`.

@@ -69,7 +69,7 @@ pub use sets::{
 pub use share::{
     tandem_share_buffer_close, tandem_share_buffer_info, tandem_share_buffer_read,
     tandem_share_buffer_seal, tandem_share_buffer_write, tandem_share_close, tandem_share_connect,
-    tandem_share_create, tandem_share_daemon_pid, tandem_share_delete, tandem_share_get,
-    tandem_share_spawn, ShareBufferHandle, ShareHandle,
+    tandem_share_create, tandem_share_daemon_pid, tandem_share_delete, tandem_share_export,
+    tandem_share_fetch, tandem_share_get, tandem_share_spawn, ShareBufferHandle, ShareHandle,
 };
 pub use version::{tandem_version, tandem_version_numbers};

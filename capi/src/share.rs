@@ -173,6 +173,43 @@ pub unsafe extern "C" fn tandem_share_get(
     })
 }
 
+/// Lets the other nodes of the daemon's cluster fetch sealed buffer `id`
+/// (nothing leaves a node unless exported); `TANDEM_STATUS_UNSUPPORTED`
+/// when the daemon is in no cluster.
+#[no_mangle]
+pub extern "C" fn tandem_share_export(share: *const ShareHandle, id: u64) -> Status {
+    guard(|| Ok(SHARES.get(share)?.export(ObjectId(id))?))
+}
+
+/// Copies buffer `remote` (`"NODE/ID"`: sealed and exported on node NODE of
+/// the daemon's cluster) into a new sealed buffer on the daemon's device
+/// `device`, opened read-only into `*out` (its own local id). Blocks until
+/// the bytes are all there. Fails with `TANDEM_STATUS_NOT_FOUND` (no such
+/// node or buffer), `TANDEM_STATUS_REFUSED` (not exported, or the other
+/// node holds another cluster token), `TANDEM_STATUS_UNREACHABLE` (etcd or
+/// the other node went away), `TANDEM_STATUS_UNSUPPORTED` (the daemon is in
+/// no cluster), `TANDEM_STATUS_INVALID_ARGUMENT` (not `NODE/ID`); nothing
+/// of a failed fetch is left on either node.
+///
+/// # Safety
+/// `remote` is null or NUL-terminated; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tandem_share_fetch(
+    share: *const ShareHandle,
+    remote: *const c_char,
+    device: u32,
+    out: *mut *mut ShareBufferHandle,
+) -> Status {
+    guard(|| {
+        args::need_out(out, "out")?;
+        // SAFETY: the caller's contract.
+        let remote = unsafe { args::c_str(remote, "remote") }?;
+        let buffer = SHARES.get(share)?.fetch(remote, device as usize)?;
+        // SAFETY: checked non-null above; writable per the caller.
+        unsafe { args::write_out(out, BUFFERS.insert(buffer), "out") }
+    })
+}
+
 /// Deletes buffer `id`: those who hold it keep it until they close it.
 #[no_mangle]
 pub extern "C" fn tandem_share_delete(share: *const ShareHandle, id: u64) -> Status {

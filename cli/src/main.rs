@@ -26,6 +26,7 @@
 
 mod blob;
 mod clean;
+mod cluster;
 mod demo;
 mod info;
 mod progress;

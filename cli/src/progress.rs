@@ -1,4 +1,4 @@
-//! A progress bar for `tandem blob put` and `get`: bytes, rate and time left on stderr, only
+//! A progress bar for `tandem blob put` and `get` (and a spinner for `tandem share fetch`): bytes, rate and time left on stderr, only
 //! when stderr is a terminal, only once a transfer has taken a second (a quick one leaves no
 //! trace), and never with `--quiet`. Scripts reading stderr get their logs alone.
 
@@ -58,6 +58,18 @@ impl Progress {
     pub(crate) fn add(&self, bytes: u64) {
         let Some(bar) = &self.bar else { return };
         bar.inc(bytes);
+        self.show_when_due(bar);
+    }
+
+    /// Time passed with no bytes counted here (a transfer another process makes): the
+    /// spinner turns, and the bar shows once due.
+    pub(crate) fn tick(&self) {
+        let Some(bar) = &self.bar else { return };
+        bar.tick();
+        self.show_when_due(bar);
+    }
+
+    fn show_when_due(&self, bar: &ProgressBar) {
         if bar.elapsed() >= SHOW_AFTER && !self.shown.swap(true, Ordering::Relaxed) {
             bar.set_draw_target(ProgressDrawTarget::stderr());
         }

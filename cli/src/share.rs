@@ -14,7 +14,11 @@ use tandem_hal::GpuApi;
 use tandem_metrics::MetricsServer;
 use tandem_process::{wake_on_stdin_eof, Termination, READY_PREFIX};
 use tandem_runtime::{on_backend, Backend, BackendChoice, OnBackend};
-use tandem_share::{default_socket_path, Daemon, Inspector, Limits, ObjectId, Polling};
+use tandem_share::{
+    default_socket_path, ClusterConfig, Daemon, Inspector, Limits, ObjectId, Polling,
+};
+
+use crate::cluster;
 
 /// `tandem share`'s subcommands.
 #[derive(Subcommand, Debug)]
@@ -25,11 +29,40 @@ pub(crate) enum ShareCommand {
     /// Lists the buffers the daemon holds, with their leases, then its
     /// named sets.
     Ls(LsArgs),
-    /// The daemon's totals: buffers, bytes, leases, clients, allocations kept for reuse.
+    /// The daemon's totals: buffers, bytes, leases, clients, allocations kept for reuse,
+    /// and its cluster state if it is a node of one.
     Status(LookArgs),
     /// Deletes a buffer, or a named set (`--set`), freed when the last
     /// lease goes.
     Rm(RmArgs),
+    /// Lets the other nodes of the daemon's cluster fetch a sealed buffer
+    /// (nothing leaves a node unless exported).
+    Export(IdArgs),
+    /// Copies buffer NODE/ID of another node of the daemon's cluster into a
+    /// new sealed buffer here, and prints its local id.
+    Fetch(FetchArgs),
+}
+
+/// A buffer of the daemon's.
+#[derive(Args, Debug)]
+pub(crate) struct IdArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// The buffer's id.
+    id: u64,
+}
+
+/// `tandem share fetch`'s arguments.
+#[derive(Args, Debug)]
+pub(crate) struct FetchArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// The buffer: its node's name and its id there.
+    #[arg(value_name = "NODE/ID")]
+    remote: String,
+    /// The local device the copy lives on.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    device: u32,
 }
 
 #[derive(Args, Debug)]
@@ -57,8 +90,12 @@ pub(crate) struct LsArgs {
     look: LookArgs,
     /// Lists only the named sets (every version the daemon keeps): name,
     /// version, tensors, bytes and buffers.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cluster")]
     sets: bool,
+    /// Lists the nodes of the daemon's cluster instead, each with the
+    /// buffers it exports.
+    #[arg(long)]
+    cluster: bool,
 }
 
 impl SocketArg {
@@ -118,7 +155,8 @@ pub(crate) struct ServeArgs {
     keep_bytes: u64,
     #[command(flatten)]
     metrics: MetricsArg,
-    /// A TOML configuration (docs/configuration.md): its `metrics` key
+    /// A TOML configuration (docs/configuration.md): its `metrics` key, and a `[cluster]`
+    /// that makes the daemon a node of a cluster (docs/cluster.md)
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }
@@ -188,6 +226,12 @@ pub(crate) fn run(command: ShareCommand) -> ExitCode {
                 (None, id) => inspector.delete(ObjectId(id.unwrap_or_default())),
             })
             .map_err(|e| e.to_string()),
+        ShareCommand::Export(args) => Inspector::connect(&args.socket.path())
+            .map_err(|e| e.to_string())
+            .and_then(|inspector| cluster::export(&inspector, args.id)),
+        ShareCommand::Fetch(args) => Inspector::connect(&args.socket.path())
+            .map_err(|e| e.to_string())
+            .and_then(|inspector| cluster::fetch(&inspector, &args.remote, args.device)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -204,6 +248,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         None => ShareConfig::default(),
     };
     let work = Serve {
+        cluster: config.cluster,
         polling: args.polling()?,
         limits: args.limits()?,
         socket: args.socket.path(),
@@ -216,6 +261,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
 
 /// The daemon, on the backend chosen.
 struct Serve {
+    cluster: Option<ClusterConfig>,
     polling: Polling,
     limits: Limits,
     socket: PathBuf,
@@ -231,8 +277,11 @@ impl OnBackend for Serve {
         // Caught before binding: a signal during setup still cleans up.
         let mut termination = Termination::catch().map_err(|e| e.to_string())?;
         descriptors_for(&self.limits);
-        let daemon = Daemon::bind_with(api, &self.socket, self.polling, self.limits)
+        let mut daemon = Daemon::bind_with(api, &self.socket, self.polling, self.limits)
             .map_err(|e| e.to_string())?;
+        if let Some(cluster) = self.cluster {
+            daemon.join_cluster(cluster).map_err(|e| e.to_string())?;
+        }
         let running = daemon.start();
         // Up before the ready line, so that whoever waits for it can scrape at once.
         let _metrics = match self
@@ -348,6 +397,9 @@ struct Totals {
     sets: u32,
     set_versions: u32,
     set_bytes: u64,
+    /// Its place in a cluster, if it is a node of one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<cluster::ClusterRow>,
 }
 
 /// `value` as pretty JSON on stdout.
@@ -359,6 +411,9 @@ fn print_json(value: &impl Serialize) -> Result<(), String> {
 
 fn ls(args: &LsArgs) -> Result<(), String> {
     let inspector = Inspector::connect(&args.look.socket.path()).map_err(|e| e.to_string())?;
+    if args.cluster {
+        return cluster::ls(&inspector, args.look.json);
+    }
     let sets: Vec<SetRow> = inspector
         .list_sets()
         .map_err(|e| e.to_string())?
@@ -454,6 +509,7 @@ fn status(args: &LookArgs) -> Result<(), String> {
         sets: s.sets,
         set_versions: s.set_versions,
         set_bytes: s.set_bytes,
+        cluster: cluster::status(&inspector)?,
     };
     if args.json {
         return print_json(&t);
@@ -470,5 +526,8 @@ fn status(args: &LookArgs) -> Result<(), String> {
         "sets      {} ({} version(s), {} bytes)",
         t.sets, t.set_versions, t.set_bytes
     );
+    if let Some(c) = &t.cluster {
+        cluster::print_status(c);
+    }
     Ok(())
 }

@@ -1,25 +1,32 @@
-//! `tandem share serve --config FILE`: the daemon's TOML configuration, whose keys stand in for
-//! flags an operator would rather keep in a file (a systemd unit's command line stays fixed).
+//! `tandem share serve --config FILE`: the daemon's TOML configuration: keys that stand in for
+//! flags an operator would rather keep in a file (a systemd unit's command line stays fixed),
+//! and the `[cluster]` that makes the daemon a node of a cluster (`cluster.rs`).
 
 use std::net::SocketAddr;
 use std::path::Path;
 
 use serde::Deserialize;
 use tandem_runtime::read_config_file;
+use tandem_share::ClusterConfig;
+
+use crate::cluster::{cluster_config, ClusterSection};
 
 /// The keys `tandem share serve --config` reads; every key optional, unknown keys refused.
 #[derive(Deserialize, Debug, Default)]
 #[serde(deny_unknown_fields)]
 struct ShareConfigFile {
     metrics: Option<String>,
+    cluster: Option<ClusterSection>,
 }
 
 /// What a share daemon's configuration file says.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub(crate) struct ShareConfig {
     /// Where to serve Prometheus metrics unless `--metrics` names another place: a port (on
     /// 127.0.0.1) or `IP:PORT`.
     pub(crate) metrics: Option<SocketAddr>,
+    /// The cluster the daemon is a node of (`[cluster]`), if any.
+    pub(crate) cluster: Option<ClusterConfig>,
 }
 
 impl ShareConfig {
@@ -36,7 +43,8 @@ impl ShareConfig {
             .map(|text| tandem_metrics::parse_metrics_address(&text))
             .transpose()
             .map_err(|e| format!("`metrics`: {e}"))?;
-        Ok(ShareConfig { metrics })
+        let cluster = file.cluster.map(cluster_config).transpose()?;
+        Ok(ShareConfig { metrics, cluster })
     }
 }
 
@@ -46,7 +54,8 @@ mod tests {
 
     #[test]
     fn metrics_takes_a_port_or_an_address() {
-        assert_eq!(ShareConfig::from_toml("").unwrap(), ShareConfig::default());
+        let empty = ShareConfig::from_toml("").unwrap();
+        assert!(empty.metrics.is_none() && empty.cluster.is_none());
         let port = ShareConfig::from_toml("metrics = \"9466\"").unwrap();
         assert_eq!(port.metrics, Some("127.0.0.1:9466".parse().unwrap()));
         let any = ShareConfig::from_toml("metrics = \"0.0.0.0:9466\"").unwrap();

@@ -163,6 +163,33 @@ impl Client {
         }
     }
 
+    /// Lets the other nodes of the daemon's cluster fetch sealed buffer `id`.
+    fn export(&self, py: Python<'_>, id: i128) -> PyResult<()> {
+        let id = non_negative("id", id)?;
+        let inner = self.inner.clone();
+        Ok(py
+            .allow_threads(move || inner.export(ObjectId(id)))
+            .map_err(Error::from)?)
+    }
+
+    /// Copies buffer `remote` (``"NODE/ID"``, exported on node NODE of the
+    /// daemon's cluster) into a new sealed buffer on `device` here, and
+    /// opens it (a local buffer from then on, its own id).
+    #[pyo3(signature = (remote, device=0))]
+    fn fetch<'py>(
+        &self,
+        py: Python<'py>,
+        remote: String,
+        device: i128,
+    ) -> PyResult<Bound<'py, Buffer>> {
+        let device = non_negative("device", device)?;
+        let inner = self.inner.clone();
+        let held = py
+            .allow_threads(move || inner.fetch(&remote, device))
+            .map_err(Error::from)?;
+        host_buffer::object(py, core::core_of(held)?)
+    }
+
     /// Deletes `id`: nobody can open it any more; it is freed when the
     /// last process mapping it lets go.
     fn delete(&self, py: Python<'_>, id: i128) -> PyResult<()> {
@@ -390,5 +417,6 @@ fn info_dict<'py>(py: Python<'py>, info: &ObjectInfo) -> PyResult<Bound<'py, PyD
     dict.set_item("sealed", info.sealed)?;
     dict.set_item("deleted", info.deleted)?;
     dict.set_item("leases", info.leases)?;
+    dict.set_item("exported", info.exported)?;
     Ok(dict)
 }

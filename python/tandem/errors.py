@@ -92,6 +92,40 @@ class ManifestError(ShareError):
     fingerprint or a tensor's digest that does not match its bytes."""
 
 
+class ClusterError(ShareError):
+    """A fetch from another node of the daemon's cluster failed; nothing of it
+    is left on either node."""
+
+
+class NoClusterError(ClusterError):
+    """The daemon is in no cluster (its config has no ``[cluster]``)."""
+
+
+class ClusterUnavailableError(ClusterError, ConnectionError):
+    """etcd, where the cluster's nodes are found, did not answer."""
+
+
+class UnknownNodeError(ClusterError, KeyError):
+    """No node of this name is in the cluster: never joined, or its lease
+    expired."""
+
+
+class NotExportedError(ClusterError, PermissionError):
+    """The buffer exists on its node, but was not exported."""
+
+
+class RemoteGoneError(ClusterError, ConnectionError):
+    """The node holding the buffer went away mid-fetch."""
+
+
+class ClusterRefusedError(ClusterError, PermissionError):
+    """The other node refused this one: a different cluster token."""
+
+
+class TransferError(ClusterError):
+    """NIXL failed to move the bytes, or not within the fetch's deadline."""
+
+
 class ViewError(ShareError, ValueError):
     """A view's dtype is unknown, or its shape does not cover the buffer."""
 

@@ -7,6 +7,8 @@ use what it made.
     torch.from_dlpack(buf.view("float32", (n,))).fill_(1.0)
     buf.seal()                                 # read-only from here on
     ... another process: client.get(buf.id)
+    client.export(buf.id)                      # other nodes may fetch it now
+    ... on another node: tandem.share.fetch(f"nodeA/{id}")
 
 A buffer on the CPU device is a :class:`HostBuffer`, which also has the buffer
 protocol (``memoryview(buf)``, ``numpy.asarray(buf)``: bytes in place, read-only
@@ -24,13 +26,30 @@ from ._tandem import Buffer, Client, HostBuffer, Mirror, View
 from ._tandem import connect as _connect
 from ._tandem import spawn_daemon as _spawn_daemon
 
-__all__ = ["Buffer", "Client", "HostBuffer", "Mirror", "View", "connect", "spawn_daemon"]
+__all__ = [
+    "Buffer",
+    "Client",
+    "HostBuffer",
+    "Mirror",
+    "View",
+    "connect",
+    "fetch",
+    "spawn_daemon",
+]
 
 
 def connect(socket: Optional[str | os.PathLike] = None) -> Client:
     """Connects to the daemon serving ``socket`` (default: the user's
     default socket, where ``tandem share serve`` listens)."""
     return _connect(None if socket is None else os.fspath(socket))
+
+
+def fetch(remote: str, device: int = 0, socket: Optional[str | os.PathLike] = None) -> Buffer:
+    """Copies buffer ``remote`` (``"NODE/ID"``, exported on node NODE of the
+    cluster of the daemon serving ``socket``) into a new sealed buffer on
+    ``device`` here: ``connect(socket).fetch(remote, device)``. A failure is
+    a :class:`tandem.errors.ClusterError` (or another ``ShareError``)."""
+    return connect(socket).fetch(remote, device)
 
 
 def spawn_daemon(

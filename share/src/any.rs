@@ -16,7 +16,7 @@ use crate::client::ShareClient;
 use crate::connection::Inspector;
 use crate::error::ShareError;
 use crate::held::HeldBuffer;
-use crate::wire::{DaemonStatus, ObjectId, ObjectInfo, SetInfo};
+use crate::wire::{ClusterInfo, DaemonStatus, ObjectId, ObjectInfo, SetInfo};
 
 /// A [`ShareClient`] of the backend its daemon serves.
 #[derive(Clone)]
@@ -232,6 +232,23 @@ impl AnyShareClient {
     /// [`ShareClient::delete_set`].
     pub fn delete_set(&self, name: &str) -> Result<(), ShareError> {
         on_each!(AnyShareClient, self, client => client.delete_set(name))
+    }
+
+    /// [`ShareClient::export`].
+    pub fn export(&self, id: ObjectId) -> Result<(), ShareError> {
+        on_each!(AnyShareClient, self, client => client.export(id))
+    }
+
+    /// [`ShareClient::fetch`]: the local copy, sealed.
+    pub fn fetch(&self, remote: &str, device: usize) -> Result<AnyHeldBuffer, ShareError> {
+        held_of_each!(self, client => client
+            .fetch(remote, device)
+            .map(|(_, buffer)| HeldBuffer::sealed(client.clone(), buffer)))
+    }
+
+    /// [`ShareClient::cluster_status`].
+    pub fn cluster_status(&self) -> Result<ClusterInfo, ShareError> {
+        on_each!(AnyShareClient, self, client => client.cluster_status())
     }
 }
 

@@ -20,8 +20,8 @@ use crate::mapping::{Access, ClientInner, Lease, Mapping};
 use crate::poll::Polling;
 use crate::transport;
 use crate::wire::{
-    BufferHandle, DaemonStatus, HandleForm, ObjectId, ObjectInfo, Reply, Request, SetInfo,
-    WireBackend, MAX_SET_BUFFERS,
+    BufferHandle, ClusterInfo, DaemonStatus, HandleForm, ObjectId, ObjectInfo, Reply, Request,
+    SetInfo, WireBackend, MAX_SET_BUFFERS,
 };
 
 /// A device and a stream of it ([`ShareClient::stream`]).
@@ -567,6 +567,48 @@ impl<A: GpuApi> ShareClient<A> {
     /// buffers are freed when their last leases go.
     pub fn delete_set(&self, name: &str) -> Result<(), ShareError> {
         self.inner.connections.delete_set(name)
+    }
+
+    /// Lets the other nodes of the daemon's cluster fetch sealed buffer
+    /// `id` (nothing leaves a node unless exported).
+    pub fn export(&self, id: ObjectId) -> Result<(), ShareError> {
+        self.inner.connections.export(id)
+    }
+
+    /// Copies buffer `remote` (`NODE/ID`: sealed and exported on node
+    /// `NODE` of the daemon's cluster) into a new sealed buffer on this
+    /// daemon's device `device`, and opens it: its local id and the
+    /// buffer, an ordinary local buffer from then on. The remote buffer
+    /// cannot be freed while the copy is made; a fetch that fails leaves
+    /// nothing behind on either node.
+    pub fn fetch(
+        &self,
+        remote: &str,
+        device: usize,
+    ) -> Result<(ObjectId, GpuBuffer<A>), ShareError> {
+        let gpu = self.device(device)?;
+        let (info, handle, fd) = self.inner.connections.fetch(remote, device as u32)?;
+        // The daemon took a lease for this client: given back if mapping fails.
+        let lease = Lease::new(info.id, Arc::clone(&self.inner));
+        self.inner.for_this_daemon();
+        let mapping = Arc::new(self.map(
+            lease,
+            &gpu,
+            &gpu,
+            handle,
+            fd,
+            MapFor::Reader { seal_done: true },
+        )?);
+        self.cache()
+            .entry(info.id)
+            .or_default()
+            .push(Arc::downgrade(&mapping));
+        Ok((info.id, GpuBuffer::new(mapping)))
+    }
+
+    /// The daemon's place in its cluster.
+    pub fn cluster_status(&self) -> Result<ClusterInfo, ShareError> {
+        self.inner.connections.cluster_status()
     }
 
     /// Every buffer the daemon holds.

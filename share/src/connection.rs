@@ -13,10 +13,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use tandem_process::{lock_across_forks, ForkSafeGuard, MadeIn};
 
+use crate::cluster::RemoteId;
 use crate::error::ShareError;
 use crate::transport::{self, RecvError};
 use crate::wire::{
-    check_set_name, DaemonStatus, ObjectId, ObjectInfo, Reply, Request, SetInfo, WireBackend,
+    check_set_name, BufferHandle, ClusterInfo, DaemonStatus, NodeInfo, ObjectId, ObjectInfo, Reply,
+    Request, SetInfo, WireBackend,
 };
 
 /// A client token no other live client has: the pid (unique among live
@@ -283,6 +285,44 @@ impl Connections {
         };
         self.set_call(name, &request).map(drop)
     }
+
+    pub(crate) fn export(&self, id: ObjectId) -> Result<(), ShareError> {
+        self.call(&Request::Export { id }, Some(id)).map(drop)
+    }
+
+    /// Fetches `remote` to device `device`: the local copy (leased to this
+    /// client), how to map it, and its descriptor.
+    pub(crate) fn fetch(
+        &self,
+        remote: &str,
+        device: u32,
+    ) -> Result<(ObjectInfo, BufferHandle, Option<OwnedFd>), ShareError> {
+        let remote: RemoteId = remote.parse().map_err(ShareError::BadRemoteId)?;
+        let request = Request::Fetch {
+            node: remote.node.clone(),
+            id: remote.id,
+            device,
+        };
+        // No id: the error names the remote buffer, not a local one.
+        match self.call(&request, None)? {
+            (Reply::Opened { info, handle, .. }, fd) => Ok((info, handle, fd)),
+            (reply, _) => Err(unexpected(&reply)),
+        }
+    }
+
+    pub(crate) fn cluster_status(&self) -> Result<ClusterInfo, ShareError> {
+        match self.call(&Request::ClusterStatus, None)?.0 {
+            Reply::Cluster(info) => Ok(info),
+            reply => Err(unexpected(&reply)),
+        }
+    }
+
+    pub(crate) fn cluster_nodes(&self) -> Result<Vec<NodeInfo>, ShareError> {
+        match self.call(&Request::ClusterList, None)?.0 {
+            Reply::Nodes(nodes) => Ok(nodes),
+            reply => Err(unexpected(&reply)),
+        }
+    }
 }
 
 /// How long a new connection waits for the daemon's Hello: it answers at
@@ -392,5 +432,29 @@ impl Inspector {
     /// Deletes named set `name` (its buffers freed when their last leases go).
     pub fn delete_set(&self, name: &str) -> Result<(), ShareError> {
         self.connections.delete_set(name)
+    }
+
+    /// Lets the other nodes of the daemon's cluster fetch sealed buffer `id`.
+    pub fn export(&self, id: ObjectId) -> Result<(), ShareError> {
+        self.connections.export(id)
+    }
+
+    /// Fetches `remote` (`NODE/ID`) into a new sealed buffer on the
+    /// daemon's device `device`, which outlives this inspector (a local
+    /// buffer like any other: `tandem share fetch`); what it is.
+    pub fn fetch(&self, remote: &str, device: u32) -> Result<ObjectInfo, ShareError> {
+        self.connections
+            .fetch(remote, device)
+            .map(|(info, ..)| info)
+    }
+
+    /// The daemon's place in its cluster.
+    pub fn cluster_status(&self) -> Result<ClusterInfo, ShareError> {
+        self.connections.cluster_status()
+    }
+
+    /// The cluster's nodes, each with what it exports.
+    pub fn cluster_nodes(&self) -> Result<Vec<NodeInfo>, ShareError> {
+        self.connections.cluster_nodes()
     }
 }

@@ -90,6 +90,25 @@ pub enum ShareError {
     SetPublishing(String),
     /// A set name that is empty, too long or has a control character.
     BadSetName(String),
+    /// The daemon is in no cluster (its config has no `[cluster]`).
+    NoCluster(String),
+    /// A `NODE/ID` that is not one: a node name with a bad character, an id
+    /// that is not a number.
+    BadRemoteId(String),
+    /// etcd, where the cluster's nodes are found, did not answer.
+    ClusterUnavailable(String),
+    /// No node of this name is in the cluster: never joined, or its lease
+    /// expired (it died, or stopped answering etcd).
+    UnknownNode(String),
+    /// The buffer exists on its node, but its creator did not export it.
+    NotExported(String),
+    /// The node holding the buffer went away (or stopped answering)
+    /// mid-fetch; nothing of the fetch is left on either node.
+    RemoteGone(String),
+    /// The other node refused this one: the two hold different cluster tokens.
+    ClusterRefused(String),
+    /// NIXL failed to move the bytes (or took longer than the fetch's deadline).
+    Transfer(String),
     /// A frame that is not this protocol, or a socket error mid-frame.
     Protocol(String),
     /// Anything else the daemon said no to, with its words.
@@ -116,6 +135,13 @@ impl ShareError {
             (ErrorCode::UnknownSet, _) => Self::UnknownSet(message),
             (ErrorCode::SetPublishing, _) => Self::SetPublishing(message),
             (ErrorCode::BadSetName, _) => Self::BadSetName(message),
+            (ErrorCode::NoCluster, _) => Self::NoCluster(message),
+            (ErrorCode::ClusterUnavailable, _) => Self::ClusterUnavailable(message),
+            (ErrorCode::UnknownNode, _) => Self::UnknownNode(message),
+            (ErrorCode::NotExported, _) => Self::NotExported(message),
+            (ErrorCode::RemoteGone, _) => Self::RemoteGone(message),
+            (ErrorCode::ClusterRefused, _) => Self::ClusterRefused(message),
+            (ErrorCode::Transfer, _) => Self::Transfer(message),
             _ => Self::Daemon { code, message },
         }
     }
@@ -170,6 +196,14 @@ impl fmt::Display for ShareError {
             Self::UnknownSet(why) => write!(f, "unknown set: {why}"),
             Self::SetPublishing(why) => write!(f, "{why}: try again once it is bound"),
             Self::BadSetName(why) => write!(f, "bad set name: {why}"),
+            Self::NoCluster(why) => write!(f, "no cluster: {why}"),
+            Self::BadRemoteId(why) => write!(f, "not a remote buffer id: {why}"),
+            Self::ClusterUnavailable(why) => write!(f, "the cluster's etcd is unavailable: {why}"),
+            Self::UnknownNode(why) => write!(f, "unknown node: {why}"),
+            Self::NotExported(why) => write!(f, "not exported: {why}"),
+            Self::RemoteGone(why) => write!(f, "the remote node is gone: {why}"),
+            Self::ClusterRefused(why) => write!(f, "refused by the cluster: {why}"),
+            Self::Transfer(why) => write!(f, "the transfer failed: {why}"),
             Self::Protocol(why) => write!(f, "share protocol error: {why}"),
             Self::Daemon { code, message } => write!(f, "share daemon: {message} ({code:?})"),
         }

@@ -96,6 +96,7 @@
 mod any;
 mod buffer;
 mod client;
+mod cluster;
 mod connection;
 mod daemon;
 mod error;
@@ -112,6 +113,7 @@ pub use buffer::{
     GpuBuffer, HostMirror, MirrorAccess, MirrorSource, MutableGpuBuffer, ReadOnly, WriteBack,
 };
 pub use client::{DeviceStream, ShareClient, DEFAULT_SEAL_WAIT};
+pub use cluster::{check_node_name, ClusterConfig, RemoteId, MAX_NODE_NAME};
 pub use connection::Inspector;
 pub use daemon::{Daemon, Limits, RunningDaemon};
 pub use error::ShareError;
@@ -120,6 +122,6 @@ pub use mapping::Access;
 pub use poll::Polling;
 pub use transport::{default_socket_path, runtime_dir};
 pub use wire::{
-    check_set_name, DaemonStatus, ErrorCode, ObjectId, ObjectInfo, SetInfo, WireBackend,
-    MAX_SET_BUFFERS, MAX_SET_NAME,
+    check_set_name, ClusterInfo, DaemonStatus, ErrorCode, NodeInfo, ObjectId, ObjectInfo, SetInfo,
+    WireBackend, MAX_SET_BUFFERS, MAX_SET_NAME,
 };

@@ -124,7 +124,7 @@ pub fn bind_owner_only(path: &Path) -> io::Result<UnixListener> {
 /// Shuts `listener`: an `accept` blocked on it in any thread returns
 /// (`EINVAL`), as does every later one, and connects are refused, whatever
 /// became of its socket file.
-pub(crate) fn shut_listener(listener: &UnixListener) {
+pub(crate) fn shut_listener(listener: &impl AsRawFd) {
     // SAFETY: shutdown(2) on the descriptor `listener` owns, open for the
     // call; it touches no memory of ours. It fails only for a descriptor
     // that is not a socket, which a listener's is.
@@ -221,8 +221,9 @@ pub fn send_frame(stream: &UnixStream, frame: &[u8], fd: Option<BorrowedFd<'_>>)
     send_all(stream, &frame[sent as usize..])
 }
 
-/// Writes all of `bytes` with `MSG_NOSIGNAL`.
-fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> io::Result<()> {
+/// Writes all of `bytes` with `MSG_NOSIGNAL` to a connected socket (the
+/// daemon's, or a TCP one between the daemons of a cluster).
+pub(crate) fn send_all(stream: &impl AsRawFd, mut bytes: &[u8]) -> io::Result<()> {
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a live slice of its length; send only reads it.
         let sent = unsafe {
@@ -356,14 +357,22 @@ fn read_exact_by(stream: &UnixStream, buf: &mut [u8], deadline: Option<Instant>)
 /// Whether the peer of `stream` closed its end (or the connection broke):
 /// what a daemon thread that waits on the peer's behalf checks, to stop
 /// waiting for someone who left.
-pub fn peer_hung_up(stream: &UnixStream) -> bool {
+pub fn peer_hung_up(stream: &impl AsRawFd) -> bool {
+    peer_hung_up_within(stream, Duration::ZERO)
+}
+
+/// Whether the peer of `stream` closes its end (or the connection breaks)
+/// within `wait`: what a fetch asks of a remote node's connection when its
+/// transfer failed, to tell a node that died from a transfer that did.
+pub fn peer_hung_up_within(stream: &impl AsRawFd, wait: Duration) -> bool {
     let mut poll = libc::pollfd {
         fd: stream.as_raw_fd(),
         events: libc::POLLRDHUP,
         revents: 0,
     };
-    // SAFETY: one valid pollfd, a zero timeout: poll only reports.
-    let rc = unsafe { libc::poll(&mut poll, 1, 0) };
+    let timeout = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: one valid pollfd; poll only reports.
+    let rc = unsafe { libc::poll(&mut poll, 1, timeout) };
     rc > 0 && poll.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 

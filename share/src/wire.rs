@@ -15,8 +15,16 @@
 //! of another version, with an unknown opcode, with bytes left over, or
 //! with a field out of range is a [`WireError`], and the daemon closes such
 //! a connection (after saying why) and serves on.
+//!
+//! The same frames travel between the daemons of a cluster over TCP: the
+//! `Peer*` requests, which only a daemon's cluster listener answers (and
+//! the local socket refuses); `cluster` holds the messages of a cluster.
+
+mod cluster;
 
 use core::fmt;
+
+pub use self::cluster::{ClusterInfo, LeasedRegion, NodeInfo, MAX_NODES};
 
 /// First bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"TDSH";
@@ -24,8 +32,10 @@ pub const MAGIC: [u8; 4] = *b"TDSH";
 /// open's reply says whether the seal's work had finished. 3: a daemon at
 /// its limits refuses a connection with [`ErrorCode::Busy`]. 4: a handle
 /// names its allocation, and the status counts the allocations kept for
-/// reuse. 5: named sets (stage, bind, look up, list, delete).
-pub const VERSION: u16 = 5;
+/// reuse. 5: named sets (stage, bind, look up, list, delete). 6: a cluster
+/// (export, fetch from another node, the cluster's state and nodes; the
+/// requests between daemons), and an object says whether it is exported.
+pub const VERSION: u16 = 6;
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 12;
 /// Largest payload either side sends or accepts.
@@ -182,8 +192,10 @@ pub struct ObjectInfo {
     pub sealed: bool,
     /// Whether it was deleted and waits for its last lease to go.
     pub deleted: bool,
-    /// Leases held on it, by every client.
+    /// Leases held on it, by every client (and by other nodes' fetches).
     pub leases: u32,
+    /// Whether other nodes of the cluster may fetch it.
+    pub exported: bool,
 }
 
 /// What the daemon holds, in total.
@@ -274,6 +286,20 @@ pub enum ErrorCode {
     SetPublishing = 15,
     /// A set name that is empty, too long or has a control character.
     BadSetName = 16,
+    /// The daemon is in no cluster (its config has no `[cluster]`).
+    NoCluster = 17,
+    /// etcd, where the cluster's nodes are found, does not answer.
+    ClusterUnavailable = 18,
+    /// No node of this name is in the cluster (never joined, or its lease expired).
+    UnknownNode = 19,
+    /// The buffer exists on its node but was not exported.
+    NotExported = 20,
+    /// The node holding the buffer went away (or stopped answering) mid-fetch.
+    RemoteGone = 21,
+    /// The other node refused this one: a wrong cluster token.
+    ClusterRefused = 22,
+    /// NIXL failed to move the bytes.
+    Transfer = 23,
 }
 
 impl ErrorCode {
@@ -295,6 +321,13 @@ impl ErrorCode {
             14 => Self::UnknownSet,
             15 => Self::SetPublishing,
             16 => Self::BadSetName,
+            17 => Self::NoCluster,
+            18 => Self::ClusterUnavailable,
+            19 => Self::UnknownNode,
+            20 => Self::NotExported,
+            21 => Self::RemoteGone,
+            22 => Self::ClusterRefused,
+            23 => Self::Transfer,
             _ => return Err(WireError::Malformed("error code")),
         })
     }
@@ -389,6 +422,47 @@ pub enum Request {
         /// The set.
         name: String,
     },
+    /// Lets other nodes of the cluster fetch sealed buffer `id`.
+    Export {
+        /// The buffer.
+        id: ObjectId,
+    },
+    /// Copies sealed, exported buffer `id` of node `node` into a new local
+    /// buffer on `device`, sealed, leased to this client: answered as an
+    /// [`Reply::Opened`] of the copy.
+    Fetch {
+        /// The node holding it.
+        node: String,
+        /// Its id there.
+        id: ObjectId,
+        /// The local device to copy it to.
+        device: u32,
+    },
+    /// The daemon's place in its cluster.
+    ClusterStatus,
+    /// The cluster's nodes and what each exports.
+    ClusterList,
+    /// A daemon of the cluster introduces itself (first frame on the
+    /// cluster listener): its node name and the cluster's token.
+    PeerHello {
+        /// Its node.
+        node: String,
+        /// The cluster's shared token.
+        token: String,
+    },
+    /// A lease on exported buffer `id` for the asking node, and where to
+    /// read it ([`Reply::Leased`]); held until released or the connection closes.
+    PeerLease {
+        /// The buffer.
+        id: ObjectId,
+    },
+    /// Gives back a [`Request::PeerLease`].
+    PeerRelease {
+        /// The buffer.
+        id: ObjectId,
+    },
+    /// The exported buffers ([`Reply::List`]).
+    PeerList,
 }
 
 /// The daemon's reply.
@@ -432,6 +506,12 @@ pub enum Reply {
     Set(SetInfo),
     /// To [`Request::ListSets`].
     Sets(Vec<SetInfo>),
+    /// To [`Request::ClusterStatus`].
+    Cluster(ClusterInfo),
+    /// To [`Request::ClusterList`].
+    Nodes(Vec<NodeInfo>),
+    /// To [`Request::PeerLease`].
+    Leased(LeasedRegion),
     /// Refused.
     Error {
         /// Why, for code.
@@ -520,6 +600,14 @@ mod op {
     pub const LOOKUP_SET: u16 = 12;
     pub const LIST_SETS: u16 = 13;
     pub const DELETE_SET: u16 = 14;
+    pub const EXPORT: u16 = 15;
+    pub const FETCH: u16 = 16;
+    pub const CLUSTER_STATUS: u16 = 17;
+    pub const CLUSTER_LIST: u16 = 18;
+    pub const PEER_HELLO: u16 = 0x20;
+    pub const PEER_LEASE: u16 = 0x21;
+    pub const PEER_RELEASE: u16 = 0x22;
+    pub const PEER_LIST: u16 = 0x23;
     /// Reply opcodes that answer no single request.
     pub const DONE: u16 = 0x10;
 }
@@ -572,7 +660,7 @@ impl Writer {
             .u32(i.device)
             .u64(i.len)
             .u64(i.size)
-            .u8(u8::from(i.sealed) | u8::from(i.deleted) << 1)
+            .u8(u8::from(i.sealed) | u8::from(i.deleted) << 1 | u8::from(i.exported) << 2)
             .u32(i.leases)
     }
     fn handle(&mut self, h: &BufferHandle) -> &mut Self {
@@ -658,7 +746,7 @@ impl<'a> Reader<'a> {
         let len = self.u64()?;
         let size = self.u64()?;
         let flags = self.u8()?;
-        if flags > 3 {
+        if flags > 7 {
             return Err(WireError::Malformed("object flags"));
         }
         if len > size {
@@ -672,6 +760,7 @@ impl<'a> Reader<'a> {
             sealed: flags & 1 != 0,
             deleted: flags & 2 != 0,
             leases: self.u32()?,
+            exported: flags & 4 != 0,
         })
     }
     fn handle(&mut self) -> Result<BufferHandle, WireError> {
@@ -792,6 +881,21 @@ impl Request {
                 .finish_ref(),
             Self::ListSets => Writer::new(op::LIST_SETS).finish(),
             Self::DeleteSet { name } => Writer::new(op::DELETE_SET).str(name).finish_ref(),
+            Self::Export { id } => Writer::new(op::EXPORT).u64(id.0).finish_ref(),
+            Self::Fetch { node, id, device } => Writer::new(op::FETCH)
+                .str(node)
+                .u64(id.0)
+                .u32(*device)
+                .finish_ref(),
+            Self::ClusterStatus => Writer::new(op::CLUSTER_STATUS).finish(),
+            Self::ClusterList => Writer::new(op::CLUSTER_LIST).finish(),
+            Self::PeerHello { node, token } => Writer::new(op::PEER_HELLO)
+                .str(node)
+                .str(token)
+                .finish_ref(),
+            Self::PeerLease { id } => Writer::new(op::PEER_LEASE).u64(id.0).finish_ref(),
+            Self::PeerRelease { id } => Writer::new(op::PEER_RELEASE).u64(id.0).finish_ref(),
+            Self::PeerList => Writer::new(op::PEER_LIST).finish(),
         }
     }
 
@@ -844,6 +948,27 @@ impl Request {
             },
             op::LIST_SETS => Self::ListSets,
             op::DELETE_SET => Self::DeleteSet { name: r.name()? },
+            op::EXPORT => Self::Export {
+                id: ObjectId(r.u64()?),
+            },
+            op::FETCH => Self::Fetch {
+                node: r.str()?,
+                id: ObjectId(r.u64()?),
+                device: r.u32()?,
+            },
+            op::CLUSTER_STATUS => Self::ClusterStatus,
+            op::CLUSTER_LIST => Self::ClusterList,
+            op::PEER_HELLO => Self::PeerHello {
+                node: r.str()?,
+                token: r.str()?,
+            },
+            op::PEER_LEASE => Self::PeerLease {
+                id: ObjectId(r.u64()?),
+            },
+            op::PEER_RELEASE => Self::PeerRelease {
+                id: ObjectId(r.u64()?),
+            },
+            op::PEER_LIST => Self::PeerList,
             other => return Err(WireError::UnknownOp(other)),
         };
         r.end()?;
@@ -910,6 +1035,17 @@ impl Reply {
                 }
                 w.finish()
             }
+            Self::Cluster(info) => reply(op::CLUSTER_STATUS).cluster(info).finish_ref(),
+            Self::Nodes(nodes) => {
+                let mut w = reply(op::CLUSTER_LIST);
+                let listed = &nodes[..nodes.len().min(MAX_NODES)];
+                w.u32(listed.len() as u32);
+                for node in listed {
+                    w.node(node);
+                }
+                w.finish()
+            }
+            Self::Leased(region) => reply(op::PEER_LEASE).leased(region).finish_ref(),
             Self::Error { code, message } => Writer::new(ERROR_OP)
                 .u16(*code as u16)
                 .str(message)
@@ -974,6 +1110,15 @@ impl Reply {
                     }
                     Self::Sets((0..count).map(|_| r.set()).collect::<Result<_, _>>()?)
                 }
+                op::CLUSTER_STATUS => Self::Cluster(r.cluster()?),
+                op::CLUSTER_LIST => {
+                    let count = r.u32()? as usize;
+                    if count > MAX_NODES {
+                        return Err(WireError::Malformed("node count"));
+                    }
+                    Self::Nodes((0..count).map(|_| r.node()).collect::<Result<_, _>>()?)
+                }
+                op::PEER_LEASE => Self::Leased(r.leased()?),
                 _ => return Err(WireError::UnknownOp(header.op)),
             }
         };
@@ -1077,6 +1222,16 @@ mod tests {
                 .prop_map(|(name, version)| Request::LookupSet { name, version }),
             Just(Request::ListSets),
             "[ -~]{1,40}".prop_map(|name| Request::DeleteSet { name }),
+            id().prop_map(|id| Request::Export { id }),
+            ("[a-z0-9.-]{1,20}", id(), any::<u32>())
+                .prop_map(|(node, id, device)| Request::Fetch { node, id, device }),
+            Just(Request::ClusterStatus),
+            Just(Request::ClusterList),
+            ("[a-z0-9]{1,20}", "[ -~]{0,64}")
+                .prop_map(|(node, token)| Request::PeerHello { node, token }),
+            id().prop_map(|id| Request::PeerLease { id }),
+            id().prop_map(|id| Request::PeerRelease { id }),
+            Just(Request::PeerList),
         ]
     }
 
@@ -1109,16 +1264,20 @@ mod tests {
             any::<bool>(),
             any::<bool>(),
             any::<u32>(),
+            any::<bool>(),
         )
-            .prop_map(|(id, device, len, sealed, deleted, leases)| ObjectInfo {
-                id,
-                device,
-                len,
-                size: len * 2,
-                sealed,
-                deleted,
-                leases,
-            })
+            .prop_map(
+                |(id, device, len, sealed, deleted, leases, exported)| ObjectInfo {
+                    id,
+                    device,
+                    len,
+                    size: len * 2,
+                    sealed,
+                    deleted,
+                    leases,
+                    exported,
+                },
+            )
     }
 
     fn handle() -> impl Strategy<Value = BufferHandle> {
@@ -1181,7 +1340,53 @@ mod tests {
             })),
             set().prop_map(Reply::Set),
             proptest::collection::vec(set(), 0..6).prop_map(Reply::Sets),
-            ("[ -~]{0,80}", 1u16..=16).prop_map(|(message, code)| Reply::Error {
+            ("[a-z]{1,9}", "[ -~]{0,30}", any::<bool>(), any::<u64>()).prop_map(
+                |(node, error, registered, fetches)| Reply::Cluster(ClusterInfo {
+                    node,
+                    listen: "127.0.0.1:7300".into(),
+                    etcd: "http://127.0.0.1:2379".into(),
+                    registered,
+                    error,
+                    exported: 3,
+                    fetches,
+                    fetched_bytes: fetches / 2,
+                    nixl: "/lib/libnixl_capi.so".into(),
+                })
+            ),
+            proptest::collection::vec(
+                (
+                    "[a-z]{1,9}",
+                    proptest::collection::vec(info(), 0..4),
+                    "[ -~]{0,20}"
+                ),
+                0..4
+            )
+            .prop_map(|nodes| Reply::Nodes(
+                nodes
+                    .into_iter()
+                    .map(|(node, exports, error)| NodeInfo {
+                        node,
+                        address: "127.0.0.2:7300".into(),
+                        exports,
+                        error,
+                    })
+                    .collect()
+            )),
+            (
+                1..u64::MAX,
+                any::<u64>(),
+                any::<bool>(),
+                proptest::collection::vec(any::<u8>(), 0..5000)
+            )
+                .prop_map(|(len, addr, gpu, metadata)| Reply::Leased(LeasedRegion {
+                    len,
+                    addr,
+                    device: 3,
+                    gpu,
+                    generation: len / 3,
+                    metadata,
+                })),
+            ("[ -~]{0,80}", 1u16..=23).prop_map(|(message, code)| Reply::Error {
                 code: ErrorCode::from_u16(code).unwrap(),
                 message,
             }),

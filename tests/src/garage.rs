@@ -482,17 +482,17 @@ impl Drop for Cluster {
 }
 
 /// `count` distinct ports that were free a moment ago: each bound to port 0 by the kernel,
-/// all held at once so that none repeats, then released for Garage to bind.
-fn free_ports(count: usize) -> Result<Vec<u16>, String> {
+/// all held at once so that none repeats, then released for a server (Garage, etcd) to bind.
+pub(crate) fn free_ports(count: usize) -> Result<Vec<u16>, String> {
     let listeners = (0..count)
         .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("garage: finding free ports: {e}"))?;
+        .map_err(|e| format!("finding free ports: {e}"))?;
     listeners
         .iter()
         .map(|listener| listener.local_addr().map(|addr| addr.port()))
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("garage: finding free ports: {e}"))
+        .map_err(|e| format!("finding free ports: {e}"))
 }
 
 /// `bytes` random bytes from the kernel, in hex: the RPC secret and the S3 key.
@@ -506,7 +506,7 @@ fn random_hex(bytes: usize) -> Result<String, String> {
 
 /// `GET path` on 127.0.0.1:`port` over HTTP/1.0: the status and body, or why there was no
 /// answer.
-fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
+pub(crate) fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let timeout = Duration::from_secs(5);
     let exchange = || -> std::io::Result<String> {

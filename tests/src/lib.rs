@@ -5,14 +5,16 @@
 //! ([`gpu`]), both sides of the two-process IPC test ([`ipc`]; the child is
 //! the `ipc_child` binary), kernels of client processes on device queues of
 //! their own ([`client_queues`]; the `client_queues_child` binary), the helpers tests and benches share
-//! ([`support`]), the benchmarks' yardsticks ([`measure`]), and a real
-//! Garage S3 cluster on loopback for the object-tier tests ([`garage`]).
+//! ([`support`]), the benchmarks' yardsticks ([`measure`]), a real
+//! Garage S3 cluster on loopback for the object-tier tests ([`garage`]),
+//! and an etcd and NIXL for the share daemon's cluster tests ([`cluster`]).
 //! Each suite file lists its behaviours in a macro at its bottom;
 //! [`conformance_tests!`] and [`cross_language_tests!`] stamp one `#[test]`
 //! per behaviour for a backend (`tests/conformance.rs`,
 //! `tests/cross_language.rs`).
 
 pub mod client_queues;
+pub mod cluster;
 pub mod conformance;
 pub mod cross_language;
 pub mod garage;

@@ -7,6 +7,7 @@
 use crate::{
     backend::{Backend, HipToolchain},
     bindings,
+    cluster::ClusterTools,
     cmd::{find_on_path, is_executable, Cmd},
     error::XtaskError,
     metadata::Metadata,
@@ -48,13 +49,17 @@ pub enum Leg {
     /// The Python package's pytest suite and stubtest, built with maturin into a virtual
     /// environment (needs one with maturin, pytest, NumPy and mypy: `.ci/run` makes it).
     Python,
+    /// The share daemon's cluster: two daemons as two nodes fetching from each other through
+    /// NIXL, from Rust, C and Python, against an etcd the tests start (needs etcd, and NIXL in
+    /// the Python environment: `.ci/run` installs both).
+    Cluster,
     /// rustfmt and clippy.
     Lint,
 }
 
 impl Leg {
     /// Every leg, in the order a plain `cargo xtask test` runs them.
-    pub const ALL: [Leg; 10] = [
+    pub const ALL: [Leg; 11] = [
         Leg::Host,
         Leg::Loom,
         Leg::Cuda,
@@ -64,6 +69,7 @@ impl Leg {
         Leg::NoLibclang,
         Leg::S3,
         Leg::Python,
+        Leg::Cluster,
         Leg::Lint,
     ];
 
@@ -79,6 +85,7 @@ impl Leg {
             Leg::NoLibclang => "no-libclang",
             Leg::S3 => "s3",
             Leg::Python => "python",
+            Leg::Cluster => "cluster",
             Leg::Lint => "lint",
         }
     }
@@ -185,6 +192,8 @@ pub struct TestContext<'a> {
     pub garage: Result<PathBuf, String>,
     /// The Python environment the python leg builds and tests in, or why there is none.
     pub python: Result<Venv, String>,
+    /// The etcd and NIXL the cluster leg runs with, or why there are none.
+    pub cluster: Result<ClusterTools, String>,
 }
 
 /// The environment variable that names the Garage binary (`tandem_tests::garage` reads it too).
@@ -291,6 +300,16 @@ fn leg_commands(
         Leg::Python => {
             let venv = ctx.python.as_ref().map_err(Clone::clone)?;
             Ok(venv.leg_commands(root, &ctx.metadata.target_directory))
+        }
+        Leg::Cluster => {
+            let tools = ctx.cluster.as_ref().map_err(Clone::clone)?;
+            let venv = ctx.python.as_ref().map_err(Clone::clone)?;
+            Ok(crate::cluster::leg_commands(
+                root,
+                &ctx.metadata.target_directory,
+                tools,
+                venv,
+            ))
         }
         Leg::Lint => lint_commands(ctx, notes),
     }
@@ -661,6 +680,7 @@ mod tests {
             hip,
             garage: Err("no Garage".into()),
             python: Err("no Python environment".into()),
+            cluster: Err("no etcd".into()),
         }
     }
 

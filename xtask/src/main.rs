@@ -19,6 +19,7 @@ mod bindings;
 mod bundle;
 mod capi;
 mod capi_install;
+mod cluster;
 mod cmd;
 mod error;
 mod legs;
@@ -43,9 +44,11 @@ usage: cargo xtask <command>
 
 commands:
   test [LEG...]          run test legs: host, loom, cuda, hip, bindings, no-libclang, s3,
-                         python, lint (default: all). s3 runs Garage from TANDEM_GARAGE or
-                         PATH; python builds and tests in the venv TANDEM_PYTHON_VENV names
-                         (default: target/python-venv, which .ci/run makes).
+                         python, cluster, lint (default: all). s3 runs Garage from
+                         TANDEM_GARAGE or PATH; python builds and tests in the venv
+                         TANDEM_PYTHON_VENV names (default: target/python-venv, which
+                         .ci/run makes); cluster runs etcd from TANDEM_ETCD or PATH and NIXL
+                         from TANDEM_NIXL_LIBRARY or that venv.
                          A leg that cannot run here is a note, or a failure when named
                          or when CI=true.
   bench [--gpu]          run every bench target; --gpu adds the CUDA variants
@@ -231,6 +234,7 @@ fn run(command: Command) -> Result<ExitCode, XtaskError> {
                 hip: HipToolchain::probe(),
                 garage: legs::find_garage(std::env::var_os("TANDEM_GARAGE")),
                 python: python::Venv::find(python::venv_dir(&metadata.target_directory)),
+                cluster: cluster::find(&python::venv_dir(&metadata.target_directory)),
             };
             Ok(legs::run(&ctx, &planned))
         }

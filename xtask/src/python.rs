@@ -74,6 +74,28 @@ impl Venv {
         self.bin("maturin")
     }
 
+    /// The cluster leg's Python part: the package built into the environment and its
+    /// two-node suite (`tests/test_cluster.py`), the `tandem` binary already built.
+    pub fn cluster_commands(&self, root: &Path, target_directory: &Path) -> Vec<Cmd> {
+        let package = root.join("python");
+        let tandem = target_directory.join("debug").join("tandem");
+        vec![
+            Cmd::new(self.maturin(), &package)
+                .args(["develop", "--profile", "dev"])
+                .env("VIRTUAL_ENV", &self.dir),
+            Cmd::new(self.python(), &package)
+                .args([
+                    "-m",
+                    "pytest",
+                    "-p",
+                    "no:cacheprovider",
+                    "-rs",
+                    "tests/test_cluster.py",
+                ])
+                .env("TANDEM_BIN", tandem),
+        ]
+    }
+
     /// The leg: the `tandem` binary the tests start daemons and runtimes with, the package
     /// built (debug) and installed into the environment in place, and pytest over
     /// `python/tests`, whose GPU files print `skipped: no CUDA device` here. Pytest's exit

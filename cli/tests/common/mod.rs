@@ -7,6 +7,7 @@
     reason = "each test file is its own crate and uses a part of this module"
 )]
 
+pub mod cluster;
 pub mod scrape;
 
 use std::io::{BufRead, BufReader};

@@ -8,12 +8,19 @@ use std::os::fd::OwnedFd;
 
 use tandem_hal::GpuApi;
 
-use crate::wire::{BufferHandle, ObjectId, ObjectInfo, SetInfo};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::wire::{BufferHandle, LeasedRegion, ObjectId, ObjectInfo, SetInfo};
 
 use super::{micros_since_epoch, Buffer, Event};
 
 /// One buffer the daemon holds.
 pub(super) struct Object<A: GpuApi> {
+    /// Its registration with the node's NIXL agent, once exported: other
+    /// nodes may then fetch it. The first field, so dropped (deregistered)
+    /// before the memory is freed or kept.
+    pub(super) export: Option<Export>,
     pub(super) device: u32,
     pub(super) len: u64,
     pub(super) size: u64,
@@ -39,6 +46,22 @@ pub(super) struct Object<A: GpuApi> {
     pub(super) leases: u32,
     /// The set it belongs to, if any.
     pub(super) set: Option<Membership>,
+}
+
+/// An exported buffer: registered with the node's agent, and what a
+/// fetching node is told to read it.
+pub(super) struct Export {
+    pub(super) _registration: tandem_nixl::Registration,
+    pub(super) region: LeasedRegion,
+    /// Counts the deregistration when dropped (see [`LeasedRegion::generation`]).
+    pub(super) deregistered: Arc<AtomicU64>,
+}
+
+impl Drop for Export {
+    fn drop(&mut self) {
+        // Relaxed: a count, read with no other data.
+        self.deregistered.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// How a buffer belongs to a named set.
@@ -77,6 +100,7 @@ impl<A: GpuApi> Object<A> {
             sealed: self.writer.is_none(),
             deleted: self.deleted,
             leases: self.leases,
+            exported: self.export.is_some(),
         }
     }
 }
@@ -132,6 +156,8 @@ impl<A: GpuApi> Ledger<A> {
         if (object.deleted && object.leases == 0) || abandoned {
             let object = self.objects.remove(&id);
             if let Some(mut object) = object {
+                // Deregistered while the memory is still mapped.
+                drop(object.export.take());
                 // Per buffer: debug, so a daemon's log at info is its life, not its traffic.
                 tracing::debug!(
                     "freed buffer {id} ({} bytes on device {}{})",
@@ -212,6 +238,7 @@ impl<A: GpuApi> Ledger<A> {
         self.objects.insert(
             id,
             Object {
+                export: None,
                 device: made.device,
                 len: made.handle.len,
                 size: made.handle.size,

@@ -62,22 +62,36 @@
 //! versions retire theirs; like any deleted buffer, they live on for those
 //! who hold leases on them.
 //!
+//! # A cluster
+//! With a [`ClusterConfig`] ([`Daemon::join_cluster`]) the daemon is a node:
+//! it registers in etcd, answers other nodes on a TCP listener (those that
+//! show the cluster's token), lets them lease the buffers its clients
+//! exported, and fetches theirs for its own clients through NIXL
+//! (docs/cluster.md). The local socket stays owner-only, and refuses the
+//! requests only other nodes may make.
+//!
 //! # Files
 //! `ledger` keeps the books: buffers, leases, clients, kept allocations;
 //! `metrics` shows them, and the refusals, to Prometheus.
 //! `serve` is the accept loop and a thread per connection, reading requests
 //! and writing replies; `requests` is what each request does to the books
 //! and the devices; `sets` is what the named sets' requests do; `limits`
-//! holds the bounds above.
+//! holds the bounds above. `node` is the daemon's cluster side (agent,
+//! etcd record, listener, token); `peers` serves other nodes; `fetch` is
+//! what export, fetch and the cluster's listings do.
 
+mod fetch;
 mod ledger;
 mod limits;
 mod metrics;
+mod node;
+mod peers;
 mod requests;
 mod serve;
 mod sets;
 
 use std::collections::HashMap;
+use std::net::TcpStream;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -86,6 +100,7 @@ use std::thread::JoinHandle;
 
 use tandem_hal::{GpuApi, GpuDevice};
 
+use crate::cluster::ClusterConfig;
 use crate::error::ShareError;
 use crate::poll::{Polling, RequestPoller};
 use crate::transport;
@@ -94,6 +109,7 @@ use crate::wire::{DaemonStatus, ErrorCode, Reply, WireBackend};
 use self::ledger::Ledger;
 pub use self::limits::Limits;
 use self::metrics::DaemonCounters;
+use self::node::ClusterNode;
 use self::serve::accept_loop;
 
 type Buffer<A> = <<A as GpuApi>::Device as GpuDevice>::ShareableBuffer;
@@ -119,6 +135,10 @@ struct DaemonState<A: GpuApi> {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Refusals and requests, for its metrics.
     counters: DaemonCounters,
+    /// Its cluster side, if it is a node of one.
+    cluster: Option<ClusterNode>,
+    /// Other nodes' open connections, to shut at stop.
+    peer_streams: Mutex<HashMap<u64, TcpStream>>,
 }
 
 impl<A: GpuApi> DaemonState<A> {
@@ -217,6 +237,8 @@ impl<A: GpuApi> Daemon<A> {
                 connections: Mutex::new(HashMap::new()),
                 threads: Mutex::new(Vec::new()),
                 counters: DaemonCounters::default(),
+                cluster: None,
+                peer_streams: Mutex::new(HashMap::new()),
             }),
             listener,
             path: socket.to_path_buf(),
@@ -228,6 +250,23 @@ impl<A: GpuApi> Daemon<A> {
         &self.path
     }
 
+    /// Makes the daemon a node of the cluster `config` describes: loads NIXL,
+    /// binds the listener for other nodes and registers in etcd (left at
+    /// stop). Fails, saying which step, if any of that cannot be done.
+    pub fn join_cluster(&mut self, config: ClusterConfig) -> Result<(), ShareError> {
+        let node = ClusterNode::join(config)?;
+        match Arc::get_mut(&mut self.daemon) {
+            Some(daemon) => {
+                daemon.cluster = Some(node);
+                Ok(())
+            }
+            None => {
+                node.leave();
+                Err(ShareError::CannotServe("the daemon serves already".into()))
+            }
+        }
+    }
+
     /// Serves on a thread of its own (one more per connection).
     pub fn start(self) -> RunningDaemon<A> {
         let daemon = Arc::clone(&self.daemon);
@@ -237,6 +276,17 @@ impl<A: GpuApi> Daemon<A> {
             .name("share-accept".into())
             .spawn(move || accept_loop(&daemon, &accepting))
             .ok();
+        if let Some(cluster) = &self.daemon.cluster {
+            let daemon = Arc::clone(&self.daemon);
+            let listener = Arc::clone(&cluster.listener);
+            let peers = std::thread::Builder::new()
+                .name("share-peers".into())
+                .spawn(move || daemon.accept_peers(&listener));
+            match peers {
+                Ok(thread) => lock(&self.daemon.threads).push(thread),
+                Err(e) => tracing::warn!("cannot serve other nodes: {e}"),
+            }
+        }
         let polling = self.daemon.poller.polling();
         let limits = self.daemon.limits;
         tracing::info!(
@@ -294,8 +344,15 @@ impl<A: GpuApi> RunningDaemon<A> {
         // Wakes the accept loop through the listening socket itself, not by
         // connecting to its file: that file may have been deleted under the
         // daemon, and a connect needs a descriptor the daemon may be out of.
-        transport::shut_listener(&self.listener);
+        transport::shut_listener(&*self.listener);
         let _ = accept.join();
+        if let Some(cluster) = &self.daemon.cluster {
+            cluster.leave();
+            transport::shut_listener(&*cluster.listener);
+            for stream in lock(&self.daemon.peer_streams).values() {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
         self.daemon.shut_connections();
         self.daemon.changed.notify_all();
         let threads = std::mem::take(&mut *lock(&self.daemon.threads));

@@ -1,6 +1,6 @@
 //! What each request does: creates, opens (waiting for the seal), seals,
 //! deletes, releases, stats and lists, against the books and the devices;
-//! the named sets' requests are `sets`'s.
+//! the named sets' requests are `sets`'s, the cluster's `fetch`'s.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -93,6 +93,20 @@ impl<A: GpuApi> DaemonState<A> {
             Request::LookupSet { name, version } => (self.lookup_set(&name, version), None),
             Request::ListSets => (self.list_sets(), None),
             Request::DeleteSet { name } => (self.delete_set(&name), None),
+            Request::Export { id } => (self.export(id), None),
+            Request::Fetch { node, id, device } => self.fetch(stream, client, &node, id, device),
+            Request::ClusterStatus => (self.cluster_status(), None),
+            Request::ClusterList => (self.cluster_list(), None),
+            Request::PeerHello { .. }
+            | Request::PeerLease { .. }
+            | Request::PeerRelease { .. }
+            | Request::PeerList => (
+                error(
+                    ErrorCode::NotPermitted,
+                    "only other nodes ask that, on the cluster listener",
+                ),
+                None,
+            ),
         }
     }
 
@@ -166,7 +180,7 @@ impl<A: GpuApi> DaemonState<A> {
 
     /// A fresh allocation of `bytes` on `gpu` (the daemon's `device`), its
     /// seal event and its export.
-    fn allocate(
+    pub(super) fn allocate(
         &self,
         gpu: &A::Device,
         device: u32,

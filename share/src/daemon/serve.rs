@@ -360,7 +360,7 @@ impl<A: GpuApi> DaemonState<A> {
     }
 
     /// The client's connection closed: with its last one, its leases go.
-    fn disconnect(&self, client: u64) {
+    pub(super) fn disconnect(&self, client: u64) {
         let mut ledger = lock(&self.ledger);
         let Some(entry) = ledger.clients.get_mut(&client) else {
             return;
