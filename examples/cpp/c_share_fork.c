@@ -51,14 +51,22 @@ static int failed(tandem_status status, const char *call) {
  * between pages, so a page mapped from the wrong place shows. */
 static uint8_t pattern(uint8_t seed, size_t i) { return (uint8_t)(seed + i * 7 + (i >> 12)); }
 
+/* LEN bytes of scratch memory, or NULL after saying so. */
+static uint8_t *scratch(void) {
+  uint8_t *bytes = malloc(LEN);
+  if (bytes == NULL) {
+    fprintf(stderr, "c_share_fork: out of memory\n");
+  }
+  return bytes;
+}
+
 /* Whether the whole of `buffer`, read through tandem_share_buffer_read,
  * holds seed's pattern; the first byte that differs is said. */
 static int holds(const tandem_share_buffer *buffer, uint8_t seed) {
-  uint8_t *bytes = malloc(LEN);
+  uint8_t *bytes = scratch();
   size_t i;
   int same = 0;
   if (bytes == NULL) {
-    fprintf(stderr, "c_share_fork: out of memory\n");
     return 0;
   }
   if (!failed(tandem_share_buffer_read(buffer, 0, bytes, LEN), "tandem_share_buffer_read")) {
@@ -78,12 +86,11 @@ static int holds(const tandem_share_buffer *buffer, uint8_t seed) {
  * its id, and its handle (the writer's, now sealed) in *out. */
 static int make_sealed(const tandem_share *share, uint8_t seed, uint64_t *id,
                        tandem_share_buffer **out) {
-  uint8_t *bytes = malloc(LEN);
+  uint8_t *bytes = scratch();
   size_t i;
   int ok = 0;
   *out = NULL;
   if (bytes == NULL) {
-    fprintf(stderr, "c_share_fork: out of memory\n");
     return 0;
   }
   for (i = 0; i < LEN; ++i) {
