@@ -127,30 +127,31 @@ impl From<ShareError> for CapiError {
     fn from(e: ShareError) -> Self {
         let status = match &e {
             ShareError::NoDaemon { .. } | ShareError::DaemonGone(_) => Status::RuntimeDead,
+            // A remote id the other node does not know; before the other refusals of a daemon.
+            ShareError::Daemon {
+                code: tandem_share::ErrorCode::UnknownId,
+                ..
+            } => Status::NotFound,
             ShareError::UnknownId(_)
             | ShareError::Deleted(_)
             | ShareError::NoDevice(_)
-            | ShareError::UnknownSet(_) => Status::NotFound,
+            | ShareError::UnknownSet(_)
+            | ShareError::UnknownNode(_) => Status::NotFound,
             ShareError::NotSealed { .. } => Status::TimedOut,
             ShareError::Refused(_)
             | ShareError::Busy(_)
             | ShareError::NotWriter(_)
             | ShareError::SetPublishing(_)
+            | ShareError::NotExported(_)
+            | ShareError::ClusterRefused(_)
             | ShareError::Daemon { .. } => Status::Refused,
             ShareError::InvalidSize { .. }
             | ShareError::OutOfRange { .. }
-            | ShareError::BadSetName(_) => Status::InvalidArgument,
+            | ShareError::BadSetName(_)
+            | ShareError::BadRemoteId(_) => Status::InvalidArgument,
             ShareError::Gpu(_) => Status::Device,
             ShareError::GpuInForkedChild { .. } | ShareError::NoCluster(_) => Status::Unsupported,
-            ShareError::UnknownNode(_) => Status::NotFound,
-            ShareError::NotExported(_) | ShareError::ClusterRefused(_) => Status::Refused,
             ShareError::RemoteGone(_) | ShareError::ClusterUnavailable(_) => Status::Unreachable,
-            ShareError::BadRemoteId(_) => Status::InvalidArgument,
-            // A remote id the other node does not know.
-            ShareError::Daemon {
-                code: tandem_share::ErrorCode::UnknownId,
-                ..
-            } => Status::NotFound,
             _ => Status::Failed,
         };
         Self::new(status, e.to_string())
