@@ -172,13 +172,26 @@ fn print_pools(s: &StatusSnapshot) {
 /// The segments' table.
 fn print_segments(s: &StatusSnapshot) {
     println!(
-        "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8} {:>8} {:>12}",
-        "segment", "device", "NUMA", "MiB", "lanes", "queued", "workers", "tasks"
+        "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8} {:>8} {:>12} {:>8} {:>12}",
+        "segment",
+        "device",
+        "NUMA",
+        "MiB",
+        "lanes",
+        "queued",
+        "workers",
+        "tasks",
+        "failed",
+        "gpu served"
     );
     let or_dash = |v: Option<u32>| v.map_or("-".to_string(), |v| v.to_string());
     for seg in &s.segments {
+        // The GPU services' tasks, both routes; a dash where none can run.
+        let served = seg.device.map_or("-".to_string(), |_| {
+            (seg.gpu_service.kernel_tasks + seg.gpu_service.host_tasks).to_string()
+        });
         println!(
-            "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8} {:>8} {:>12}",
+            "{:<8} {:>6} {:>6} {:>10} {:>6} {:>8} {:>8} {:>12} {:>8} {:>12}",
             seg.kind,
             or_dash(seg.device),
             or_dash(seg.numa_node),
@@ -186,7 +199,9 @@ fn print_segments(s: &StatusSnapshot) {
             seg.lanes,
             seg.queued,
             seg.workers,
-            seg.tasks
+            seg.tasks,
+            seg.failed,
+            served
         );
     }
     if (s.segments.len() as u32) < s.segments_total {

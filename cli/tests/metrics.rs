@@ -7,6 +7,7 @@ mod common;
 use common::scrape::{free_addr, scrape, value, wait_for};
 use common::{start_service, text, Cleanup};
 
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -67,6 +68,11 @@ fn the_runtime_shows_tasks_by_pool_and_segment_and_its_clients() {
         "{text}"
     );
     assert_eq!(
+        value(&text, &format!("tandem_segment_tasks_failed_total{cpu}")),
+        Some(5.0),
+        "{text}"
+    );
+    assert_eq!(
         value(&text, &format!("tandem_queue_depth{cpu}")),
         Some(0.0),
         "{text}"
@@ -83,8 +89,60 @@ fn the_runtime_shows_tasks_by_pool_and_segment_and_its_clients() {
     );
     let heap = value(&text, r#"tandem_client_heap_bytes{slot="0"}"#);
     assert_eq!(heap, Some(131_072.0), "the default quota: {text}");
+
+    // A client in another process, killed: the runtime takes its slot back and says why.
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_client", "--nocapture", "--test-threads=1"])
+        .env(CHILD_SEGMENT_ENV, &segment)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the child client");
+    let stdout = child.stdout.take().unwrap();
+    let attached = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.contains(CHILD_ATTACHED));
+    assert!(attached, "the child client attached");
+    wait_for(addr, "tandem_clients_attached", 2.0);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = wait_for(
+        addr,
+        r#"tandem_clients_reclaimed_total{reason="gone"}"#,
+        1.0,
+    );
+    assert_eq!(
+        value(&text, "tandem_client_attaches_total"),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"tandem_clients_reclaimed_total{reason="detached"}"#
+        ),
+        Some(0.0),
+        "{text}"
+    );
     drop(client);
     wait_for(addr, "tandem_clients_attached", 0.0);
+}
+
+/// Names the segment [`child_client`] attaches to; unset in a normal run.
+const CHILD_SEGMENT_ENV: &str = "TANDEM_METRICS_CHILD_SEGMENT";
+/// What the child prints once attached.
+const CHILD_ATTACHED: &str = "metrics child attached";
+
+/// The child side of the runtime's test: attaches to the segment `$TANDEM_METRICS_CHILD_SEGMENT`
+/// names, says so, and waits to be killed. Does nothing in a normal test run.
+#[test]
+fn child_client() {
+    let Ok(segment) = std::env::var(CHILD_SEGMENT_ENV) else {
+        return;
+    };
+    let _client = Client::attach(&segment).expect("the child attaches");
+    println!("{CHILD_ATTACHED}");
+    std::thread::sleep(std::time::Duration::from_secs(600));
 }
 
 #[test]

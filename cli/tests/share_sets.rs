@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use tandem_hal::{GpuApi, GpuDevice, HostApi};
+use tandem_hal::{GpuApi, HostApi};
 use tandem_share::{
     ErrorCode, HostMirror, Inspector, ObjectId, SetInfo, ShareClient, ShareError, MAX_SET_NAME,
 };
@@ -37,7 +37,7 @@ fn publish(
     fills: &[u8],
     mut at: impl FnMut(&str),
 ) -> Result<SetInfo, ShareError> {
-    let (device, stream) = client.stream(0)?;
+    let (_, stream) = client.stream(0)?;
     let mut made = Vec::new();
     for len in core::iter::once(manifest.len()).chain(fills.iter().map(|_| 4096)) {
         made.push(client.create_buffer(0, len)?);
@@ -58,10 +58,6 @@ fn publish(
     HostMirror::new(&mut manifest_buffer, false)?.copy_from_slice(manifest);
     let _manifest = client.seal(manifest_buffer, &stream)?;
     at(STEPS[3]);
-    // The seals complete on the stream, after `seal` returns: a set bound before they did,
-    // whose publisher is then killed, has buffers whose readers wait for events nobody will
-    // record. This publisher binds what it knows is done.
-    device.synchronize_stream(&stream)?;
     let ids: Vec<ObjectId> = sealed.iter().map(|(id, _)| *id).collect();
     let bound = client.bind_set(name, manifest_id, &ids, fills.len() as u32)?;
     at(STEPS[4]);

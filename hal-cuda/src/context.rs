@@ -104,8 +104,8 @@ impl Context {
     /// Binds (ignoring failure) and runs a release call whose status is
     /// ignored: used by `Drop`, which must neither fail nor panic. At process
     /// exit the driver may already be torn down; there is nothing to do then.
-    /// For the releases that return while kernels run (streams, events,
-    /// virtual-memory mappings); the others go through
+    /// For the releases that return while kernels run and that no queued
+    /// work can still need (streams, events); the others go through
     /// [`Context::release_when_idle`].
     pub(crate) fn release(&self, free: impl FnOnce() -> sys::CUresult) {
         let _ = self.bind();
@@ -115,7 +115,7 @@ impl Context {
     /// As [`Context::release`], for a release the driver makes wait for the
     /// whole device to go idle (freeing device, pinned or managed memory,
     /// unregistering host memory, closing an IPC mapping, unloading a
-    /// module): run now, or kept until the context's last resident kernel
+    /// module), or that waits for it itself (unmapping virtual memory): run now, or kept until the context's last resident kernel
     /// has ended (tandem_hal::ResidentKernels), whose wait it would otherwise
     /// join for good. `free` holds plain handles, not pointers into `self`:
     /// it may run on another thread, when its owner is long gone.

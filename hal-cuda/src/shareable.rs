@@ -406,11 +406,18 @@ impl VmmMapping {
 impl Drop for VmmMapping {
     fn drop(&mut self) {
         let (handle, ptr, size, mapped) = (self.handle, self.ptr, self.size, self.mapped);
-        self.ctx.release(|| {
+        // Unlike `cuMemFree`, `cuMemUnmap` does not wait for the work queued
+        // on the range: a kernel still reading it (a DLPack consumer's, whose
+        // tensor went before its stream ran) would fault and poison the
+        // context. So the device is waited for first, as a free would, and
+        // kept until a resident kernel has ended for the same reason.
+        self.ctx.release_when_idle(move || {
+            // SAFETY: no arguments; the closure runs with the context bound.
+            let _ = unsafe { sys::cuCtxSynchronize() };
             if mapped {
                 // SAFETY: `handle` is mapped at `ptr` for `size` bytes by
-                // this owner, unmapped only here; nothing uses the range
-                // after its owner is gone.
+                // this owner, unmapped only here, once the device's queued
+                // work (all that could use the range) is done.
                 let _ = unsafe { sys::cuMemUnmap(ptr, size) };
             }
             if ptr != 0 {

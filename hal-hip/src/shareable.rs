@@ -43,18 +43,18 @@ use core::ptr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use hip_runtime_sys::{
-    hipDeviceAttribute_t, hipDeviceGetAttribute, hipError_t, hipMemAccessDesc, hipMemAccessFlags,
-    hipMemAddressFree, hipMemAddressReserve, hipMemAllocationGranularity_flags,
-    hipMemAllocationHandleType, hipMemAllocationType, hipMemExportToShareableHandle,
-    hipMemGenericAllocationHandle_t, hipMemImportFromShareableHandle, hipMemLocation,
-    hipMemLocationType, hipMemMap, hipMemRelease, hipMemSetAccess, hipMemUnmap,
-    hipRuntimeGetVersion,
+    hipDeviceAttribute_t, hipDeviceGetAttribute, hipDeviceSynchronize, hipError_t,
+    hipMemAccessDesc, hipMemAccessFlags, hipMemAddressFree, hipMemAddressReserve,
+    hipMemAllocationGranularity_flags, hipMemAllocationHandleType, hipMemAllocationType,
+    hipMemExportToShareableHandle, hipMemGenericAllocationHandle_t,
+    hipMemImportFromShareableHandle, hipMemLocation, hipMemLocationType, hipMemMap, hipMemRelease,
+    hipMemSetAccess, hipMemUnmap, hipRuntimeGetVersion,
 };
 use tandem_hal::IpcOpenCache;
 use tandem_hal::{DeviceMemory, ErrorKind, GpuResult, IpcMemHandle, MemoryAccess, ShareableHandle};
 
 use crate::api::HipApi;
-use crate::context::bind_device;
+use crate::context::{bind_device, release_when_idle};
 use crate::error::{check, error_name, hip_error, vendor_kind};
 use crate::ipc::{self, HipIpcBuffer, IpcMapping};
 use crate::memory::{self, HipDeviceBuffer};
@@ -458,21 +458,40 @@ impl VmmMapping {
 
 impl Drop for VmmMapping {
     fn drop(&mut self) {
+        // As plain numbers: the closure may run on another thread.
+        let (ptr, size, handle, mapped) = (
+            self.ptr as usize,
+            self.size,
+            self.handle as usize,
+            self.mapped,
+        );
+        // `hipMemUnmap`, unlike `hipFree`, does not wait for the work queued
+        // on the range (a DLPack consumer's kernel, whose tensor went before
+        // its stream ran): the device is waited for first, as a free would,
+        // and kept until a resident kernel has ended for the same reason.
         // Errors cannot be reported from drop; a failed release leaks.
-        let _ = bind_device(self.ordinal);
-        if self.mapped {
-            // SAFETY: `handle` is mapped at `ptr` for `size` bytes by this
-            // owner and unmapped only here.
-            let _ = unsafe { hipMemUnmap(self.ptr, self.size) };
-        }
-        if !self.ptr.is_null() {
-            // SAFETY: this owner's reservation, freed only here, after the
-            // unmap above.
-            let _ = unsafe { hipMemAddressFree(self.ptr, self.size) };
-        }
-        // SAFETY: this owner's allocation handle, released only here; the
-        // memory lives on while another handle, mapping or fd refers to it.
-        let _ = unsafe { hipMemRelease(self.handle) };
+        release_when_idle(self.ordinal, move || {
+            let (ptr, handle) = (
+                ptr as *mut c_void,
+                handle as hipMemGenericAllocationHandle_t,
+            );
+            // SAFETY: no arguments; the device is current (release_when_idle).
+            let _ = unsafe { hipDeviceSynchronize() };
+            if mapped {
+                // SAFETY: `handle` is mapped at `ptr` for `size` bytes by
+                // this owner, unmapped only here, once the device's queued
+                // work (all that could use the range) is done.
+                let _ = unsafe { hipMemUnmap(ptr, size) };
+            }
+            if !ptr.is_null() {
+                // SAFETY: this owner's reservation, freed only here, after
+                // the unmap above.
+                let _ = unsafe { hipMemAddressFree(ptr, size) };
+            }
+            // SAFETY: this owner's allocation handle, released only here; the
+            // memory lives on while another handle, mapping or fd refers to it.
+            let _ = unsafe { hipMemRelease(handle) };
+        });
     }
 }
 

@@ -122,7 +122,8 @@ pub trait GpuDevice: Send + Sync + Sized {
     /// Memory another process can map through a [`ShareableHandle`]: made
     /// here by [`GpuDevice::alloc_shareable`] or imported by
     /// [`GpuDevice::import_shareable`]; unmapped (and, for the last holder,
-    /// freed) on drop.
+    /// freed) on drop, once the work queued on the device before the drop
+    /// is done, as a free waits for it.
     type ShareableBuffer: DeviceMemory<Api = Self::Api>;
     /// An in-order stream of work that does not synchronise with the
     /// synchronous calls (CUDA's and HIP's non-blocking streams).

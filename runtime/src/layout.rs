@@ -43,7 +43,7 @@ use tandem_shm_core::Reader;
 pub const SEGMENT_MAGIC: u64 = 0x544e_444d_5254_5347;
 /// Layout version; bumped on any change to this file or to what the
 /// segment's other shared words mean (client slots, heaps).
-pub const SEGMENT_VERSION: u32 = 15;
+pub const SEGMENT_VERSION: u32 = 16;
 /// Bytes reserved for the header at the start of a segment (one page, so
 /// the queue and allocators start page-aligned).
 pub const SEGMENT_HEADER_RESERVED: usize = 4096;
@@ -368,6 +368,22 @@ pub struct SegmentHeader {
     /// reply region carved by blocks are one epoch's, as a lease or a carve
     /// lasts as long as its block. 32 bits of it count.
     pub kernel_epoch: AtomicU64,
+    /// What the GPU services on this segment did, summed over their threads
+    /// and every service that ran: tasks run and answered from kernels (the
+    /// device inbox), and of those, answered with a nonzero return code.
+    /// The service's threads add to these counts now and then (`rt_serve`),
+    /// so they lag a busy service a little; the host only reads them. 0 in
+    /// the CPU segment.
+    pub service_kernel_tasks: AtomicU64,
+    /// See [`service_kernel_tasks`](Self::service_kernel_tasks).
+    pub service_kernel_failed: AtomicU64,
+    /// The same for tasks from the host (the from-host ring).
+    pub service_host_tasks: AtomicU64,
+    /// See [`service_host_tasks`](Self::service_host_tasks).
+    pub service_host_failed: AtomicU64,
+    /// Entries of either route that named no future of the segment
+    /// (skipped: nothing could be answered).
+    pub service_skipped: AtomicU64,
 }
 
 impl SegmentHeader {
@@ -552,6 +568,11 @@ static_assertions::const_assert_eq!(
 );
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, reserved), 200);
 static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, kernel_epoch), 208);
+static_assertions::const_assert_eq!(
+    memoffset::offset_of!(SegmentHeader, service_kernel_tasks),
+    216
+);
+static_assertions::const_assert_eq!(memoffset::offset_of!(SegmentHeader, service_skipped), 248);
 static_assertions::const_assert!(device_inbox::DEPTH.is_power_of_two());
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= SEGMENT_HEADER_RESERVED);
 
@@ -613,6 +634,11 @@ mod cpp_mirror {
             device_replies_bytes,
             reserved,
             kernel_epoch,
+            service_kernel_tasks,
+            service_kernel_failed,
+            service_host_tasks,
+            service_host_failed,
+            service_skipped,
         }
     );
     assert_same_layout!(

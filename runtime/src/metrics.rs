@@ -4,7 +4,7 @@
 
 use tandem_metrics::{HistogramSnapshot, Labels, Scrape, Source, Unit};
 
-use crate::status::{read_runtime, StatusSnapshot};
+use crate::status::{read_runtime, SegmentStatus, ServiceCounts, StatusSnapshot};
 
 /// Reads the status block of the runtime whose CPU segment is `segment` at every scrape.
 pub(crate) struct RuntimeSource {
@@ -104,6 +104,14 @@ fn segment_series(s: &StatusSnapshot, scrape: &mut Scrape) {
         None,
         rows().map(|(l, seg)| (l, seg.tasks)).collect::<Vec<_>>(),
     );
+    scrape.counter(
+        "tandem_segment_tasks_failed",
+        "Of the records the CPU workers took from a segment, tasks completed with a nonzero \
+         return code.",
+        None,
+        rows().map(|(l, seg)| (l, seg.failed)).collect::<Vec<_>>(),
+    );
+    gpu_service_series(&s.segments, scrape);
     scrape.gauge(
         "tandem_queue_depth",
         "Records waiting in a segment's lanes.",
@@ -128,6 +136,52 @@ fn segment_series(s: &StatusSnapshot, scrape: &mut Scrape) {
         queues
             .map(|q| (vec![("device", q.device.to_string())], q.tasks))
             .fold(Vec::<(Labels, u64)>::new(), sum_by_labels),
+    );
+}
+
+/// The GPU services' tasks per device, by route: `kernel`, sent by kernels to their device's
+/// service; `host`, sent by host threads to a device's service.
+fn gpu_service_series(segments: &[SegmentStatus], scrape: &mut Scrape) {
+    let devices = || {
+        segments
+            .iter()
+            .filter_map(|seg| seg.device.map(|d| (d.to_string(), seg.gpu_service)))
+    };
+    let by_route = |pick: fn(&ServiceCounts) -> [u64; 2]| {
+        devices()
+            .flat_map(|(device, counts)| {
+                let [kernel, host] = pick(&counts);
+                [("kernel", kernel), ("host", host)].map(|(route, n)| {
+                    (
+                        vec![("device", device.clone()), ("route", route.to_owned())],
+                        n,
+                    )
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    scrape.counter(
+        "tandem_gpu_service_tasks_completed",
+        "Tasks a device's GPU services ran and answered (failed ones included), by route: \
+         `kernel`, sent by kernels; `host`, sent by host threads. Each service thread adds its \
+         count every few thousand tasks and when it idles.",
+        None,
+        by_route(|c| [c.kernel_tasks, c.host_tasks]),
+    );
+    scrape.counter(
+        "tandem_gpu_service_tasks_failed",
+        "Tasks a device's GPU services answered with a nonzero return code, by route.",
+        None,
+        by_route(|c| [c.kernel_failed, c.host_failed]),
+    );
+    scrape.counter(
+        "tandem_gpu_service_tasks_skipped",
+        "Entries a device's GPU services could not run or answer: they named no future of the \
+         segment.",
+        None,
+        devices()
+            .map(|(device, c)| (vec![("device", device)], c.skipped))
+            .collect::<Vec<_>>(),
     );
 }
 
@@ -223,4 +277,55 @@ fn sum_by_labels(mut rows: Vec<(Labels, u64)>, row: (Labels, u64)) -> Vec<(Label
         None => rows.push(row),
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segment(device: Option<u32>, gpu_service: ServiceCounts) -> SegmentStatus {
+        SegmentStatus {
+            kind: if device.is_some() { "device" } else { "cpu" }.into(),
+            device,
+            numa_node: None,
+            bytes: 0,
+            lanes: 0,
+            queued: 0,
+            workers: 0,
+            tasks: 0,
+            failed: 0,
+            gpu_service,
+        }
+    }
+
+    #[test]
+    fn each_devices_service_counts_are_series_by_route() {
+        let counts = ServiceCounts {
+            kernel_tasks: 7,
+            kernel_failed: 2,
+            host_tasks: 5,
+            host_failed: 1,
+            skipped: 3,
+        };
+        let segments = [
+            segment(None, ServiceCounts::default()),
+            segment(Some(1), counts),
+        ];
+        let mut scrape = Scrape::default();
+        gpu_service_series(&segments, &mut scrape);
+        let text = scrape.encode();
+        for line in [
+            r#"tandem_gpu_service_tasks_completed_total{device="1",route="kernel"} 7"#,
+            r#"tandem_gpu_service_tasks_completed_total{device="1",route="host"} 5"#,
+            r#"tandem_gpu_service_tasks_failed_total{device="1",route="kernel"} 2"#,
+            r#"tandem_gpu_service_tasks_failed_total{device="1",route="host"} 1"#,
+            r#"tandem_gpu_service_tasks_skipped_total{device="1"} 3"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        assert!(
+            !text.contains(r#"device="""#),
+            "no series for the CPU segment:\n{text}"
+        );
+    }
 }

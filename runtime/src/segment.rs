@@ -538,6 +538,15 @@ unsafe fn write_header(
         addr_of_mut!((*h).device_replies_bytes).write(spec.device_replies_bytes);
         addr_of_mut!((*h).reserved).write(0);
         addr_of_mut!((*h).kernel_epoch).write(AtomicU64::new(0));
+        for counter in [
+            addr_of_mut!((*h).service_kernel_tasks),
+            addr_of_mut!((*h).service_kernel_failed),
+            addr_of_mut!((*h).service_host_tasks),
+            addr_of_mut!((*h).service_host_failed),
+            addr_of_mut!((*h).service_skipped),
+        ] {
+            counter.write(AtomicU64::new(0));
+        }
         addr_of_mut!((*h).clients_offset).write(geometry.clients_offset as u64);
         addr_of_mut!((*h).clients_bytes).write(geometry.clients_bytes as u64);
     }

@@ -46,8 +46,9 @@ pub(crate) const STATUS_MAGIC: u64 = 0x544e_444d_5354_4154;
 /// to what a word means (2: the reserved words of the block and of each
 /// segment's line hold `gpu_lanes` and the segment's lanes; 3: each
 /// segment's line counts its workers and the records they took; 4: the
-/// client slots the janitor took back, at the end).
-pub(crate) const STATUS_VERSION: u32 = 4;
+/// client slots the janitor took back, at the end; 5: each segment's line
+/// counts its failed tasks and its GPU services' tasks).
+pub(crate) const STATUS_VERSION: u32 = 5;
 /// Segments the block lists (the CPU one, then the first devices').
 pub const MAX_STATUS_SEGMENTS: usize = 9;
 /// Pools the block lists one by one (by the registry's dense index); the
@@ -91,6 +92,16 @@ pub(crate) struct StatusSegment {
     /// Records the workers took from its lanes (tasks sent to the CPU
     /// through it).
     pub tasks: AtomicU64,
+    /// Of those, tasks that completed with a nonzero return code.
+    pub failed: AtomicU64,
+    /// The segment header's counts of its GPU services
+    /// ([`SegmentHeader::service_kernel_tasks`] and the four after it),
+    /// copied at every refresh; 0 for the CPU segment.
+    pub service_kernel_tasks: AtomicU64,
+    pub service_kernel_failed: AtomicU64,
+    pub service_host_tasks: AtomicU64,
+    pub service_host_failed: AtomicU64,
+    pub service_skipped: AtomicU64,
 }
 
 /// One pool's line of the block.
@@ -170,7 +181,7 @@ pub(crate) struct StatusBlock {
     pub clients_reclaimed_detached: AtomicU64,
 }
 
-static_assertions::assert_eq_size!(StatusSegment, [u8; 48]);
+static_assertions::assert_eq_size!(StatusSegment, [u8; 96]);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, kind), 0);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, device_ordinal), 4);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, numa_node), 8);
@@ -179,12 +190,14 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, bytes),
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, queued), 24);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, workers), 32);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, tasks), 40);
+static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, failed), 48);
+static_assertions::const_assert_eq!(memoffset::offset_of!(StatusSegment, service_skipped), 88);
 static_assertions::assert_eq_size!(StatusPool, [u8; 48]);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusPool, id), 0);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusPool, name), 8);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusPool, completed), 32);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusPool, failed), 40);
-static_assertions::assert_eq_size!(StatusBlock, [u8; 1408]);
+static_assertions::assert_eq_size!(StatusBlock, [u8; 1856]);
 static_assertions::const_assert_eq!(core::mem::align_of::<StatusBlock>(), 64);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, magic), 0);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, version), 8);
@@ -213,14 +226,14 @@ static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, gpu_lanes
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, other_completed), 144);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, other_failed), 152);
 static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, segments), 160);
-static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, pools), 592);
+static_assertions::const_assert_eq!(memoffset::offset_of!(StatusBlock, pools), 1024);
 static_assertions::const_assert_eq!(
     memoffset::offset_of!(StatusBlock, clients_reclaimed_gone),
-    1360
+    1792
 );
 static_assertions::const_assert_eq!(
     memoffset::offset_of!(StatusBlock, clients_reclaimed_detached),
-    1368
+    1800
 );
 // The block lies in the header page, after the segment header, aligned.
 static_assertions::const_assert!(core::mem::size_of::<SegmentHeader>() <= STATUS_BLOCK_OFFSET);
@@ -461,8 +474,24 @@ impl StatusPublisher {
             }
             for (slot, (line, segment)) in b.segments.iter().zip(&self.segments).enumerate() {
                 line.queued.store(queued(segment), R);
-                let tasks = self.workers.iter().map(|w| w.segment_tasks(slot)).sum();
+                let (tasks, failed) = self
+                    .workers
+                    .iter()
+                    .map(|w| w.segment_tasks(slot))
+                    .fold((0, 0), |(t, f), (wt, wf)| (t + wt, f + wf));
                 line.tasks.store(tasks, R);
+                line.failed.store(failed, R);
+                let h = segment.header();
+                // Relaxed: statistics the services add to now and then.
+                for (to, from) in [
+                    (&line.service_kernel_tasks, &h.service_kernel_tasks),
+                    (&line.service_kernel_failed, &h.service_kernel_failed),
+                    (&line.service_host_tasks, &h.service_host_tasks),
+                    (&line.service_host_failed, &h.service_host_failed),
+                    (&line.service_skipped, &h.service_skipped),
+                ] {
+                    to.store(from.load(R), R);
+                }
             }
             let reclaimed = reclaimed.unwrap_or_default();
             b.clients_reclaimed_gone.store(reclaimed.gone, R);
@@ -707,6 +736,32 @@ pub struct SegmentStatus {
     /// (0 in the JSON of a version that did not publish it).
     #[serde(default)]
     pub tasks: u64,
+    /// Of those, tasks completed with a nonzero return code.
+    #[serde(default)]
+    pub failed: u64,
+    /// What the GPU services on a device segment did (all zero for the CPU
+    /// segment, or while none has run).
+    #[serde(default)]
+    pub gpu_service: ServiceCounts,
+}
+
+/// A device segment's GPU services' tasks, summed over every service that
+/// ran on it. They lag a busy service by a few thousand tasks a service
+/// thread.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct ServiceCounts {
+    /// Tasks kernels sent (`rt_send_to_gpu`), run and answered.
+    pub kernel_tasks: u64,
+    /// Of those, answered with a nonzero return code.
+    pub kernel_failed: u64,
+    /// Tasks host threads sent ([`crate::Runtime::submit_to_gpu`]), run and
+    /// answered.
+    pub host_tasks: u64,
+    /// Of those, answered with a nonzero return code.
+    pub host_failed: u64,
+    /// Entries of either route that named no future of the segment
+    /// (skipped: nothing could be answered).
+    pub skipped: u64,
 }
 
 /// Why no status could be read.
@@ -984,6 +1039,14 @@ fn segment_statuses(b: &StatusBlock, total: u32) -> Vec<SegmentStatus> {
             queued: s.queued.load(R),
             workers: s.workers.load(R),
             tasks: s.tasks.load(R),
+            failed: s.failed.load(R),
+            gpu_service: ServiceCounts {
+                kernel_tasks: s.service_kernel_tasks.load(R),
+                kernel_failed: s.service_kernel_failed.load(R),
+                host_tasks: s.service_host_tasks.load(R),
+                host_failed: s.service_host_failed.load(R),
+                skipped: s.service_skipped.load(R),
+            },
         })
         .collect()
 }

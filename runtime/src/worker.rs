@@ -40,11 +40,14 @@ pub(crate) struct WorkerStats {
     segments: Box<[SegmentCount]>,
 }
 
-/// One worker's count of records taken from one segment; two cache lines,
-/// for the reason [`PoolCounts`] is.
+/// One worker's count of records taken from one segment, and of those
+/// that failed; two cache lines, for the reason [`PoolCounts`] is.
 #[derive(Debug, Default)]
 #[repr(align(128))]
-struct SegmentCount(AtomicU64);
+struct SegmentCount {
+    taken: AtomicU64,
+    failed: AtomicU64,
+}
 
 /// One worker's counts for one pool (or the no-pool slot). Two cache lines
 /// each, for the reason [`WorkerStats`] is: another worker's slots may sit
@@ -68,11 +71,15 @@ impl WorkerStats {
     }
 
     /// Records this worker took from segment `slot` (the runtime's segment
-    /// order); 0 for a slot it does not have. `Relaxed`: statistics.
-    pub(crate) fn segment_tasks(&self, slot: usize) -> u64 {
-        self.segments
-            .get(slot)
-            .map_or(0, |c| c.0.load(Ordering::Relaxed))
+    /// order), and of their tasks those that failed; 0 for a slot it does
+    /// not have. `Relaxed`: statistics.
+    pub(crate) fn segment_tasks(&self, slot: usize) -> (u64, u64) {
+        self.segments.get(slot).map_or((0, 0), |c| {
+            (
+                c.taken.load(Ordering::Relaxed),
+                c.failed.load(Ordering::Relaxed),
+            )
+        })
     }
 
     /// Tasks completed and failed that pool `index` ran (the registry's
@@ -503,10 +510,15 @@ pub(crate) fn run(
                 Poll::Empty => {}
                 Poll::Took(record) => {
                     let source = &lane.source;
-                    if let Some(count) = stats.segments.get(source.slot) {
-                        bump(&count.0);
+                    let count = stats.segments.get(source.slot);
+                    if let Some(count) = count {
+                        bump(&count.taken);
                     }
-                    process(&source.segment, record, &registry, &stats, &mut scratch);
+                    if process(&source.segment, record, &registry, &stats, &mut scratch) {
+                        if let Some(count) = count {
+                            bump(&count.failed);
+                        }
+                    }
                     found = true;
                 }
             }
@@ -588,24 +600,26 @@ fn run_inline_task(
 /// Runs the task of one lane record and answers it: through its future and
 /// then its submitter's notify word, or, for an inline task answered with
 /// return code 0 and no output whose submitter has a notify word, through
-/// the word alone (layout.rs `notify_word::NO_OUTPUT`).
+/// the word alone (layout.rs `notify_word::NO_OUTPUT`). Returns whether
+/// the task completed with a nonzero return code (the caller counts those
+/// by segment).
 fn process(
     segment: &QueueSegment,
     record: LlRecord,
     registry: &Registry,
     stats: &WorkerStats,
     scratch: &mut Scratch,
-) {
+) -> bool {
     let words = record.words();
     let head = RecordHead::of(segment, words);
     let Some((pool, reply, attached)) = run_task(segment, words, head, registry, stats, scratch)
     else {
-        return;
+        return false;
     };
     if head.inline && answer_without_future(segment, head.notify, head.token, &reply) {
         bump(&stats.completed);
         stats.count_pool(pool, true);
-        return;
+        return false;
     }
     let future = match attached {
         Some(future) => future,
@@ -613,7 +627,7 @@ fn process(
             Ok(future) => future,
             Err(_) => {
                 bump(&stats.bad_pointers);
-                return;
+                return false;
             }
         },
     };
@@ -633,9 +647,10 @@ fn process(
     }
     let Some(succeeded) = complete(&future, reply, &scratch.output) else {
         bump(&stats.double_completions);
-        return;
+        return false;
     };
     notify_and_count(segment, head, &future, pool, succeeded, stats);
+    !succeeded
 }
 
 /// What a lane record says of its task besides the task itself: where its

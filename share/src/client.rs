@@ -527,6 +527,11 @@ impl<A: GpuApi> ShareClient<A> {
     /// reader sees the whole version or none); `tensors` is what `ls`
     /// shows. The set outlives this client; its versions beyond those the
     /// daemon keeps are deleted (alive for those who hold them).
+    ///
+    /// It first waits for the work the seals of those buffers wait for (those
+    /// this client maps): a set bound before its data is written, whose
+    /// publisher then dies, would hold buffers whose readers wait for
+    /// events nobody will record.
     pub fn bind_set(
         &self,
         name: &str,
@@ -540,6 +545,7 @@ impl<A: GpuApi> ShareClient<A> {
                 buffers.len()
             )));
         }
+        self.wait_for_seals(core::iter::once(&manifest).chain(buffers))?;
         let request = Request::BindSet {
             name: name.to_owned(),
             manifest,
@@ -619,6 +625,25 @@ impl<A: GpuApi> ShareClient<A> {
     /// The daemon's totals.
     pub fn status(&self) -> Result<DaemonStatus, ShareError> {
         self.inner.connections.status()
+    }
+
+    /// Blocks until the writers' work behind the seals of `ids` is done,
+    /// for those of them this client maps.
+    fn wait_for_seals<'i>(
+        &self,
+        ids: impl Iterator<Item = &'i ObjectId>,
+    ) -> Result<(), ShareError> {
+        // Taken out of the cache first: the waits must not hold its lock.
+        let mapped: Vec<Arc<Mapping<A>>> = {
+            let cache = self.cache();
+            ids.filter_map(|id| cache.get(id))
+                .flatten()
+                .filter_map(Weak::upgrade)
+                .collect()
+        };
+        mapped
+            .iter()
+            .try_for_each(|mapping| mapping.wait_for_seal())
     }
 
     fn cache(&self) -> ForkSafeGuard<'_, HashMap<ObjectId, Vec<Weak<Mapping<A>>>>> {

@@ -13,6 +13,7 @@ use tandem_runtime::kernels::{
     EchoLaunch, EchoOutcome, EchoPhases, EchoPriority, EchoRoute, NoopLaunch, RuntimeKernels,
     ECHO_MIXED, ECHO_NO_PEER_ACCESS, ECHO_TASK_FAILED,
 };
+use tandem_runtime::status::ServiceCounts;
 use tandem_runtime::{
     math, Config, DeviceSelection, GpuService, Pool, Registry, Runtime, RuntimeError,
     StatsSnapshot, RC_UNKNOWN_METHOD,
@@ -282,6 +283,39 @@ fn gpu_service_runs_tasks_routed_to_the_device<A: GpuApi>(api: A, blocks: u32, t
     assert_eq!(stats.served, host_tasks + kernel_tasks);
     assert_eq!(stats.bad_pointers, 0);
     assert_eq!(runtime.stats().completed, 0, "no task reached a CPU worker");
+    // What the metrics show of the service: each route's tasks, and the
+    // failed ones (the unknown method, once a thread), in the segment and
+    // then in the status block.
+    let expected = ServiceCounts {
+        kernel_tasks,
+        kernel_failed: u64::from(blocks * threads),
+        host_tasks,
+        host_failed: 0,
+        skipped: 0,
+    };
+    let h = queues.segment().header();
+    let seen = ServiceCounts {
+        kernel_tasks: h.service_kernel_tasks.load(Ordering::Relaxed),
+        kernel_failed: h.service_kernel_failed.load(Ordering::Relaxed),
+        host_tasks: h.service_host_tasks.load(Ordering::Relaxed),
+        host_failed: h.service_host_failed.load(Ordering::Relaxed),
+        skipped: h.service_skipped.load(Ordering::Relaxed),
+    };
+    assert_eq!(
+        seen, expected,
+        "the segment's counts once the service ended"
+    );
+    let name = runtime.cpu_segment().name().expect("a named CPU segment");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let shown = loop {
+        let status = tandem_runtime::status::read_status(name).expect("status");
+        let shown = status.segments[1].gpu_service;
+        if shown == expected || Instant::now() > deadline {
+            break shown;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(shown, expected, "the status block's, at a refresh");
 }
 
 /// Every thread of an [`ECHO_MIXED`] launch of `tasks` tasks a thread had

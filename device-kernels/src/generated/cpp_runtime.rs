@@ -32,7 +32,7 @@ pub mod root {
             ][::core::mem::offset_of!(AllocatorId, minor) - 4usize];
         };
         pub const RT_SEGMENT_MAGIC: root::tandem::u64_ = 6074868046253806407;
-        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 15;
+        pub const RT_SEGMENT_VERSION: root::tandem::u32_ = 16;
         pub const RT_TASK_VERSION: root::tandem::u32_ = 1;
         pub const RT_TASK_HEADER_BYTES: root::tandem::u64_ = 16;
         pub const RT_SEGMENT_HEADER_RESERVED: root::tandem::u64_ = 4096;
@@ -73,6 +73,11 @@ pub mod root {
             pub device_replies_bytes: root::tandem::u64_,
             pub reserved: root::tandem::u64_,
             pub kernel_epoch: root::tandem::u64_,
+            pub service_kernel_tasks: root::tandem::u64_,
+            pub service_kernel_failed: root::tandem::u64_,
+            pub service_host_tasks: root::tandem::u64_,
+            pub service_host_failed: root::tandem::u64_,
+            pub service_skipped: root::tandem::u64_,
         }
         #[allow(clippy::unnecessary_operation, clippy::identity_op)]
         const _: () = {
@@ -185,6 +190,25 @@ pub mod root {
             [
                 "Offset of field: RuntimeSegmentHeader::kernel_epoch",
             ][::core::mem::offset_of!(RuntimeSegmentHeader, kernel_epoch) - 208usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::service_kernel_tasks",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, service_kernel_tasks)
+                - 216usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::service_kernel_failed",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, service_kernel_failed)
+                - 224usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::service_host_tasks",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, service_host_tasks)
+                - 232usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::service_host_failed",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, service_host_failed)
+                - 240usize];
+            [
+                "Offset of field: RuntimeSegmentHeader::service_skipped",
+            ][::core::mem::offset_of!(RuntimeSegmentHeader, service_skipped) - 248usize];
         };
         pub const rt_priority_high: rt_priority = 0;
         pub const rt_priority_low: rt_priority = 1;

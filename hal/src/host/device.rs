@@ -11,7 +11,9 @@ use super::api::HostApi;
 use super::error::host_error;
 use super::event::HostEvent;
 use super::launch::LaunchSpec;
-use super::memory::{BufferKind, HostBuffer, HostIpcBuffer, HostRegistration, HostShareableBuffer};
+use super::memory::{
+    regions_holding, BufferKind, HostBuffer, HostIpcBuffer, HostRegistration, HostShareableBuffer,
+};
 use super::module::{HostKernelEntry, HostModule};
 use super::stream::{Command, HostStream, StreamShared};
 use crate::api::{DeviceMemory, GpuApi, GpuDevice};
@@ -475,7 +477,14 @@ impl GpuDevice for HostDevice {
             config.shared_mem_bytes,
             args,
         );
-        stream.shared.enqueue(Command::Launch(Arc::new(spec)));
+        let keep = regions_holding(args.iter().filter_map(|arg| match arg {
+            KernelArg::Ptr(ptr) => Some(*ptr),
+            _ => None,
+        }));
+        stream.shared.enqueue(Command::Launch {
+            spec: Arc::new(spec),
+            keep,
+        });
         Ok(())
     }
 

@@ -35,7 +35,7 @@ pub(crate) struct Region {
     base: *mut u8,
     len: usize,
     /// The mapping, if this region owns one (registered regions do not).
-    _segment: Option<Segment>,
+    segment: Option<Segment>,
 }
 
 // SAFETY: `base` is the address of a shared mapping (or a registered region
@@ -50,7 +50,7 @@ impl Region {
         Self {
             base: segment.as_ptr(),
             len: segment.len(),
-            _segment: Some(segment),
+            segment: Some(segment),
         }
     }
 }
@@ -101,6 +101,26 @@ fn register(call: &'static str, region: Region) -> GpuResult<Arc<Region>> {
 
 fn unregister(region: &Region) {
     registry().remove(&(region.base as usize));
+}
+
+/// The device's own mappings that `addresses` lie in, once each (a
+/// kernel's pointer arguments). Registered host memory is left out: it is
+/// its caller's mapping, which holding the region would not keep, and its
+/// registration's drop waits for every holder (a resident kernel's too).
+pub(crate) fn regions_holding(addresses: impl Iterator<Item = u64>) -> Vec<Arc<Region>> {
+    let registry = registry();
+    let mut held: Vec<Arc<Region>> = Vec::new();
+    for address in addresses {
+        let Ok(start) = usize::try_from(address) else {
+            continue;
+        };
+        if let Some(region) = containing(&registry, start, 1) {
+            if region.segment.is_some() && !held.iter().any(|r| Arc::ptr_eq(r, region)) {
+                held.push(Arc::clone(region));
+            }
+        }
+    }
+    held
 }
 
 /// The address of `[offset, offset + len)` of `memory` after checking it is
@@ -186,7 +206,7 @@ impl HostBuffer {
     /// An IPC handle for an exportable buffer (`NotExportable` otherwise).
     pub(crate) fn export(&self) -> GpuResult<IpcMemHandle> {
         const CALL: &str = "ipc_export_memory";
-        let name = match &self.region._segment {
+        let name = match &self.region.segment {
             Some(segment) if self.kind == BufferKind::Exportable => segment.name(),
             _ => None,
         };
@@ -264,7 +284,7 @@ impl HostRegistration {
         let region = Region {
             base: ptr,
             len,
-            _segment: None,
+            segment: None,
         };
         Ok(Self {
             region: register(CALL, region)?,
@@ -407,7 +427,7 @@ impl HostShareableBuffer {
         const CALL: &str = "export_shareable";
         let segment = self
             .region
-            ._segment
+            .segment
             .as_ref()
             .ok_or_else(|| host_error(CALL, ErrorKind::NotExportable))?;
         let fd = segment.fd().try_clone_to_owned().map_err(|e| {

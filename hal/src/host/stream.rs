@@ -53,7 +53,13 @@ pub(crate) enum Command {
         byte: u8,
         keep: Arc<Region>,
     },
-    Launch(Arc<LaunchSpec>),
+    /// A kernel, and the regions its pointer arguments lie in (those the
+    /// device knows of): as a GPU's frees and unmaps wait for the queued
+    /// work, a buffer dropped while its kernel waits stays mapped for it.
+    Launch {
+        spec: Arc<LaunchSpec>,
+        keep: Vec<Arc<Region>>,
+    },
     Record {
         event: Arc<EventCore>,
         sequence: u64,
@@ -167,7 +173,11 @@ impl Command {
                 drop(keep);
                 Ok(())
             }
-            Command::Launch(spec) => launch::execute(spec),
+            Command::Launch { spec, keep } => {
+                let ran = launch::execute(spec);
+                drop(keep);
+                ran
+            }
             Command::Record { event, sequence } => {
                 event.complete(sequence);
                 Ok(())

@@ -8,7 +8,9 @@ use tandem_hal::{
     MemoryAccess, ShareableHandle,
 };
 
-use crate::support::{assert_invalid_size, fill_u32_and_wait, kind, pattern, read_u32s};
+use crate::support::{
+    assert_invalid_size, fill_u32, fill_u32_and_wait, kernels, kind, pattern, read_u32s,
+};
 
 /// Opening a handle in the process that exported it is `IpcSameProcess`.
 pub fn ipc_same_process_open_is_refused<A: GpuApi>(device: &A::Device) {
@@ -132,6 +134,49 @@ pub fn shareable_memory_round_trips<A: GpuApi>(device: &A::Device) {
     );
 }
 
+/// An import dropped while kernels queued on a stream still write through
+/// it stays mapped until they are done: they finish without fault, the
+/// stream reports no error, and the owner sees their last value (a DLPack
+/// consumer drops its tensor as soon as its last kernel is queued).
+pub fn shareable_import_outlives_queued_kernels<A: GpuApi>(device: &A::Device) {
+    // Enough queued work that the drop comes while most of it waits.
+    const LEN: usize = 8 << 20;
+    const WORDS: usize = LEN / 4;
+    const LAUNCHES: u32 = 32;
+    let owner = device.alloc_shareable(LEN).unwrap();
+    let handle = device.export_shareable(&owner).unwrap();
+    if matches!(handle, ShareableHandle::Ipc { .. }) {
+        // A legacy handle cannot be imported by its exporter (see above).
+        return;
+    }
+    let import = device
+        .import_shareable(handle, MemoryAccess::ReadWrite)
+        .unwrap();
+    let module = kernels(device);
+    let stream = device.create_stream().unwrap();
+    let target = (import.device_ptr(), WORDS);
+    for value in 1..=LAUNCHES {
+        fill_u32(
+            device,
+            &module,
+            LaunchConfig::linear(64, 256),
+            target,
+            value,
+            &stream,
+        );
+    }
+    drop(import);
+    device
+        .synchronize_stream(&stream)
+        .expect("the kernels queued before the drop ran on mapped memory");
+    assert!(
+        read_u32s(device, &owner, WORDS)
+            .iter()
+            .all(|&v| v == LAUNCHES),
+        "every queued kernel wrote through the dropped import"
+    );
+}
+
 /// Zero, absurd and larger-than-the-device sizes are `InvalidSize`.
 pub fn shareable_bad_sizes_are_refused<A: GpuApi>(device: &A::Device) {
     let total = device.properties().unwrap().total_memory;
@@ -213,6 +258,7 @@ macro_rules! conformance_sharing_tests {
                 ipc_same_process_open_is_refused,
                 garbage_ipc_handles_are_invalid,
                 shareable_memory_round_trips,
+                shareable_import_outlives_queued_kernels,
                 shareable_bad_sizes_are_refused,
                 shareable_garbage_is_refused,
             ]);

@@ -463,11 +463,11 @@ TANDEM_DEVICE void rt_answer(const RtInboxTask& task, i32 rc, const u8* out, u32
   }
 }
 
-/// Runs a taken device-inbox task with `handle` and answers it. Returns
-/// false when its future offset names no future of the segment (answered
-/// RT_RC_BAD_TASK).
+/// Runs a taken device-inbox task with `handle` and answers it. Skipped
+/// when its future offset names no future of the segment (answered
+/// RT_RC_BAD_TASK, which its sender's wait reads).
 template <typename H>
-TANDEM_DEVICE bool rt_run_inbox_task(const RtContext& ctx, const RtInboxTask& task, H& handle) {
+TANDEM_DEVICE rt_ran rt_run_inbox_task(const RtContext& ctx, const RtInboxTask& task, H& handle) {
   u8 out[RT_DEVICE_OUTPUT_MAX];
   Writer w = Writer::over(out, RT_DEVICE_OUTPUT_MAX);
   i32 rc = RT_RC_BAD_TASK;
@@ -492,7 +492,7 @@ TANDEM_DEVICE bool rt_run_inbox_task(const RtContext& ctx, const RtInboxTask& ta
     rc = handle(task.pool, task.method, r, w);
   }
   rt_answer(task, rc, out, rc == 0 ? static_cast<u32>(w.pos) : 0);
-  return found;
+  return found ? rt_ran_with(rc) : rt_ran::skipped;
 }
 
 /// Whether the poll `head` of an inbox slot found a task's first word of the

@@ -29,29 +29,31 @@ TANDEM_DEVICE LlRing rt_inbox_from_host(const RtContext& ctx) {
 /// The host route for a task too large for its record: runs the task in
 /// the copy space of the future at segment offset `offset` with `handle` and
 /// completes the future (system-scope release: a host thread waits on it).
-/// Returns false when `offset` names no future of this segment (nothing to
-/// complete: a corrupt record), true otherwise.
+/// Skipped when `offset` names no future of this segment (nothing to
+/// complete: a corrupt record).
 template <typename H>
-TANDEM_DEVICE bool rt_run_on_device(const RtContext& ctx, u64 offset, H& handle) {
+TANDEM_DEVICE rt_ran rt_run_on_device(const RtContext& ctx, u64 offset, H& handle) {
   FutureView f;
   if (!rt_task_future(ctx, offset, &f)) {
-    return false;
+    return rt_ran::skipped;
   }
   u8 out[RT_DEVICE_OUTPUT_MAX];
   Writer w = Writer::over(out, RT_DEVICE_OUTPUT_MAX);
   const i32 rc = rt_run_future_task(f, handle, w);
   const u64 written = rc == 0 ? w.pos : 0;  // a failed task carries no output
+  bool fits = true;
   // A second completion (a duplicated pointer) is refused and changes nothing.
   (void)future_complete<scope::system>(f, rc, [&](u8* buf, u32 cap, u64* len) {
     *len = written;
-    if (written <= cap) {
+    fits = written <= cap;
+    if (fits) {
       for (u64 i = 0; i < written; ++i) {
         buf[i] = out[i];
       }
     }
     return true;  // too long: future_complete stores RC_OUTPUT_TOO_LARGE
   });
-  return true;
+  return fits ? rt_ran_with(rc) : rt_ran::failed;
 }
 
 /// A from-host record (rt_record's words), as rt_read_host_record found it.
@@ -174,8 +176,8 @@ TANDEM_DEVICE void rt_copy_to_host(u8* dst, const u8* src, u32 len) {
 /// future's copy space (rt_run_on_device). `segment_bytes` is the
 /// segment's length (read once by the caller: a read of the header here
 /// would be another PCIe round trip). Frees the slot in either case.
-/// Returns false for a record that names no future of the segment, or no
-/// reply the copy space holds: nothing can be answered then.
+/// Skipped for a record that names no future of the segment, or no reply
+/// the copy space holds: nothing can be answered then.
 ///
 /// An answer without output (a success with none, or a failure) is the
 /// answer word alone, RT_HOST_REPLY_NO_OUTPUT set, stored with no fence: the
@@ -193,7 +195,7 @@ TANDEM_DEVICE void rt_copy_to_host(u8* dst, const u8* src, u32 len) {
 /// with. The slot's release is a plain store after the record's values
 /// were used: its reads are done.
 template <typename H>
-TANDEM_DEVICE bool rt_run_host_record(const RtContext& ctx, const LlRing& ring, u64 ticket,
+TANDEM_DEVICE rt_ran rt_run_host_record(const RtContext& ctx, const LlRing& ring, u64 ticket,
                                       const RtHostRecord& record, u64 segment_bytes, H& handle) {
   const u64 offset = record.words[rt_record::FUTURE];
   if (record.len <= rt_record::IN_FUTURE_WORDS) {
@@ -201,7 +203,7 @@ TANDEM_DEVICE bool rt_run_host_record(const RtContext& ctx, const LlRing& ring, 
     // published before the record; and release for the slot.
     fence_acq_rel<scope::system>();
     rt_free_host_slot(ring, ticket);
-    return record.len == rt_record::IN_FUTURE_WORDS && rt_run_on_device(ctx, offset, handle);
+    return record.len == rt_record::IN_FUTURE_WORDS ? rt_run_on_device(ctx, offset, handle) : rt_ran::skipped;
   }
   const u32 lengths = record.words[rt_record::LENGTHS];
   const u64 copy_space = lengths >> rt_record::ARGS_LEN_BITS;
@@ -210,7 +212,7 @@ TANDEM_DEVICE bool rt_run_host_record(const RtContext& ctx, const LlRing& ring, 
   if (offset < RT_SEGMENT_HEADER_RESERVED || offset % alignof(FutureShmHeader) != 0 ||
       copy_space < RT_HOST_REPLY_BYTES || cell > segment_bytes || copy_space > segment_bytes - cell) {
     rt_free_host_slot(ring, ticket);
-    return false;
+    return rt_ran::skipped;
   }
   u8 out[RT_DEVICE_OUTPUT_MAX];
   Writer w = Writer::over(out, RT_DEVICE_OUTPUT_MAX);
@@ -252,7 +254,7 @@ TANDEM_DEVICE bool rt_run_host_record(const RtContext& ctx, const LlRing& ring, 
   }
   store_relaxed<scope::system>(&reply->answer, answer);
   rt_free_host_slot(ring, ticket);
-  return true;
+  return rt_ran_with(rc);
 }
 
 /// How long the GPU's host server waits after answering a record before it

@@ -16,7 +16,7 @@ namespace tandem {
 /// `SEGMENT_MAGIC` ("TNDMRTSG").
 constexpr u64 RT_SEGMENT_MAGIC = 0x544e444d52545347ull;
 /// `SEGMENT_VERSION`.
-constexpr u32 RT_SEGMENT_VERSION = 15;
+constexpr u32 RT_SEGMENT_VERSION = 16;
 /// `TASK_VERSION`.
 constexpr u32 RT_TASK_VERSION = 1;
 /// `TASK_HEADER_BYTES`.
@@ -83,6 +83,19 @@ struct alignas(64) RuntimeSegmentHeader {
   /// lease lasts as long as its block, and no block of an earlier launch
   /// runs after a reset. 32 bits of it count.
   u64 kernel_epoch;
+  /// What the GPU services on this segment did, summed over their threads
+  /// and every service that ran (rt_serve): tasks run and answered from
+  /// kernels (the device inbox) and of those, answered with a nonzero
+  /// return code; the same from the host (the from-host ring); and the
+  /// entries of either that named no future of the segment (skipped). Each
+  /// thread adds what it counted in registers now and then
+  /// (RT_SERVE_PUBLISH_EVERY, and when it idles), so they lag a busy
+  /// service a little; the host only reads them.
+  u64 service_kernel_tasks;
+  u64 service_kernel_failed;
+  u64 service_host_tasks;
+  u64 service_host_failed;
+  u64 service_skipped;
 };
 
 static_assert(sizeof(RuntimeSegmentHeader) == 256, "SegmentHeader size");
@@ -119,6 +132,11 @@ TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_replies, 184);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, device_replies_bytes, 192);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, reserved, 200);
 TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, kernel_epoch, 208);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, service_kernel_tasks, 216);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, service_kernel_failed, 224);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, service_host_tasks, 232);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, service_host_failed, 240);
+TANDEM_ASSERT_OFFSET(RuntimeSegmentHeader, service_skipped, 248);
 
 /// `lane_queue::Priority` (shm-core).
 enum class rt_priority : u32 { high = 0, low = 1 };

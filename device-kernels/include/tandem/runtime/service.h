@@ -219,6 +219,7 @@ TANDEM_DEVICE bool rt_serve_drained(const RtContext& ctx, const RtColdSweep* swe
 
 /// What rt_serve did, per thread.
 struct RtServeStats {
+  /// Tasks run and answered (with any return code).
   u64 served;
   /// Tasks that named no future of the segment (skipped: a host record,
   /// or a kernel's copy-space task, answered RT_RC_BAD_TASK).
@@ -228,17 +229,72 @@ struct RtServeStats {
   /// with the service's run time, how long a round takes.
   u64 rounds;
 
-  /// Counts a task taken: served, or `ran` false for a bad pointer.
-  TANDEM_DEVICE void count(bool ran) {
-    if (ran) {
-      ++served;
-    } else {
+  /// Counts a task taken: served, or skipped for a bad pointer.
+  TANDEM_DEVICE void count(rt_ran ran) {
+    if (ran == rt_ran::skipped) {
       ++bad_pointers;
+    } else {
+      ++served;
     }
   }
 };
 
 namespace detail {
+
+/// Tasks a service thread counts in registers before adding them to its
+/// segment's counters (RuntimeSegmentHeader::service_*): each add is an
+/// atomic on host memory, a PCIe round trip on a GPU, which a busy thread
+/// then makes once per this many tasks. An idle thread adds what it has
+/// once it stops spinning (RT_SERVE_SPIN_POLLS), when no task waits on it.
+constexpr u64 RT_SERVE_PUBLISH_EVERY = 4096;
+
+/// One route's counts of a service thread not yet added to the segment's
+/// (the kernels' through the device inbox, or the host's through the
+/// from-host ring).
+struct RtRouteTally {
+  /// Run and answered; of those, failed (a nonzero return code).
+  u64 tasks;
+  u64 failed;
+  u64 skipped;
+
+  TANDEM_DEVICE void count(rt_ran ran) {
+    if (ran == rt_ran::skipped) {
+      ++skipped;
+      return;
+    }
+    ++tasks;
+    if (ran == rt_ran::failed) {
+      ++failed;
+    }
+  }
+
+  TANDEM_DEVICE bool due() const { return tasks + skipped >= RT_SERVE_PUBLISH_EVERY; }
+
+  /// Adds the counts to the route's words of the segment header
+  /// (`tasks_word`, `failed_word`) and to its skipped entries, and starts
+  /// again from zero.
+  TANDEM_DEVICE void publish(RuntimeSegmentHeader* header, u64* tasks_word, u64* failed_word) {
+    // Relaxed: statistics, ordered with nothing; the host only reads them.
+    if (tasks != 0) {
+      (void)fetch_add<scope::system, order::relaxed>(tasks_word, tasks);
+    }
+    if (failed != 0) {
+      (void)fetch_add<scope::system, order::relaxed>(failed_word, failed);
+    }
+    if (skipped != 0) {
+      (void)fetch_add<scope::system, order::relaxed>(&header->service_skipped, skipped);
+    }
+    *this = RtRouteTally{0, 0, 0};
+  }
+
+  TANDEM_DEVICE void publish_kernel_route(RuntimeSegmentHeader* header) {
+    publish(header, &header->service_kernel_tasks, &header->service_kernel_failed);
+  }
+
+  TANDEM_DEVICE void publish_host_route(RuntimeSegmentHeader* header) {
+    publish(header, &header->service_host_tasks, &header->service_host_failed);
+  }
+};
 
 /// rt_serve's host server when it is a warp (rt_serve, "Who serves what"):
 /// every lane of warp 0 of block 0 polls the from-host ring together
@@ -262,12 +318,19 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
   const u64 segment_bytes = ctx.header->segment_bytes;
   bool stopping = false;
   RtHostPacing pacing;
+  // Counted by the leader, which alone runs the records.
+  RtRouteTally tally{0, 0, 0};
   for (u64 idle = 0;;) {
     RtHostRecord record;
     if (rt_read_host_record_warp(lanes, from_host, host_ticket, &record)) {
       pacing.found();
       if (leader) {
-        stats->count(rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle));
+        const rt_ran ran = rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle);
+        stats->count(ran);
+        tally.count(ran);
+        if (tally.due()) {
+          tally.publish_host_route(ctx.header);
+        }
       }
       ++host_ticket;
       idle = 0;
@@ -278,9 +341,14 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
     if (stopping) {
       const bool drained = leader && rt_serve_drained(ctx, nullptr, true, host_ticket);
       if (broadcast(lanes, drained ? 1 : 0, 0) != 0) {
+        if (leader) {
+          tally.publish_host_route(ctx.header);
+        }
         return rt_status::ok;
       }
-    } else if (++idle % RT_SERVE_STOP_POLL_EVERY == 0) {
+    } else if (++idle == RT_SERVE_SPIN_POLLS && leader) {
+      tally.publish_host_route(ctx.header);
+    } else if (idle % RT_SERVE_STOP_POLL_EVERY == 0) {
       const bool raised = leader && rt_service_stop_raised(ctx);
       stopping = broadcast(lanes, raised ? 1 : 0, 0) != 0;
     }
@@ -552,12 +620,17 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
   // Plain: the host wrote it before publishing the segment (rt_attach's
   // acquire), and never changes it.
   const u64 segment_bytes = ctx.header->segment_bytes;
+  // What this thread served of each route, not yet in the segment's counts.
+  detail::RtRouteTally kernel_tally{0, 0, 0};
+  detail::RtRouteTally host_tally{0, 0, 0};
   // Takes, runs and answers the task in a slot if there is one.
   const auto serve = [&](bool taken, const detail::RtInboxTask& task) {
     if (!taken) {
       return false;
     }
-    stats->count(detail::rt_run_inbox_task(ctx, task, handle));
+    const rt_ran ran = detail::rt_run_inbox_task(ctx, task, handle);
+    stats->count(ran);
+    kernel_tally.count(ran);
     return true;
   };
   // Kept in registers: one task's worth, which a lone sender's repeated
@@ -580,17 +653,28 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
     detail::RtHostRecord record;
     if (host_server && detail::rt_read_host_record(from_host, host_ticket, &record)) {
       worked = true;
-      stats->count(detail::rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle));
+      const rt_ran ran = detail::rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle);
+      stats->count(ran);
+      host_tally.count(ran);
       ++host_ticket;
     }
     if (worked) {
       idle = 0;
+      if (kernel_tally.due() || host_tally.due()) {
+        kernel_tally.publish_kernel_route(ctx.header);
+        host_tally.publish_host_route(ctx.header);
+      }
     } else if (stopping) {
       if (detail::rt_serve_drained(ctx, owns_slots ? &sweep : nullptr, host_server, host_ticket)) {
+        kernel_tally.publish_kernel_route(ctx.header);
+        host_tally.publish_host_route(ctx.header);
         stats->rounds = round + 1;
         return rt_status::ok;
       }
-    } else if (++idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && detail::rt_service_stop_raised(ctx)) {
+    } else if (++idle == detail::RT_SERVE_SPIN_POLLS) {
+      kernel_tally.publish_kernel_route(ctx.header);
+      host_tally.publish_host_route(ctx.header);
+    } else if (idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && detail::rt_service_stop_raised(ctx)) {
       stopping = true;
     }
     // Restless: a lane that works, stops, has idled no longer than the

@@ -65,6 +65,15 @@ constexpr u32 RT_FIRST_POLL_MAX_CYCLES = 4096;
 
 }  // namespace detail
 
+/// What a GPU service made of one task it took (rt_run_inbox_task,
+/// rt_run_host_record): ran it and answered return code 0, ran it and
+/// answered another, or skipped it: it named no future of the segment, so
+/// nothing could be answered.
+enum class rt_ran : u32 { ok = 0, failed = 1, skipped = 2 };
+
+/// The outcome of a task answered with `rc`.
+TANDEM_DEVICE rt_ran rt_ran_with(i32 rc) { return rc == 0 ? rt_ran::ok : rt_ran::failed; }
+
 /// A future the kernel owns: its view and its segment-relative pointer.
 struct RtFuture {
   FutureView view;
