@@ -200,6 +200,8 @@ impl<A: GpuApi> DaemonState<A> {
         device: u32,
     ) -> (Reply, Option<OwnedFd>) {
         let started = Instant::now();
+        // A span per step (debug): a subscriber that times spans shows where a fetch's time goes.
+        let _fetch = tracing::debug_span!("fetch", node, id = id.0).entered();
         let fetched = self.fetch_bytes(stream, node, id, device);
         let made = match fetched {
             Ok(made) => made,
@@ -213,6 +215,7 @@ impl<A: GpuApi> DaemonState<A> {
             Err(e) => return (error(ErrorCode::Device, format!("dup: {e}")), None),
         };
         let handle = made.handle;
+        let seal = tracing::debug_span!("seal").entered();
         let mut ledger = lock(&self.ledger);
         if ledger.objects.len() >= self.limits.buffers {
             return (
@@ -232,6 +235,7 @@ impl<A: GpuApi> DaemonState<A> {
         let info = object.info(local);
         drop(ledger);
         self.changed.notify_all();
+        drop(seal);
         if let Some(cluster) = &self.cluster {
             // Relaxed: counters, read for show.
             cluster.fetches.fetch_add(1, Ordering::Relaxed);
@@ -265,6 +269,7 @@ impl<A: GpuApi> DaemonState<A> {
                 format!("device {device} of {}", self.devices.len()),
             )
         })?;
+        let step = tracing::debug_span!("lookup").entered();
         let record: NodeRecord = membership::lookup(&cluster.etcd, node)
             .map_err(etcd_failed)?
             .ok_or_else(|| {
@@ -273,25 +278,36 @@ impl<A: GpuApi> DaemonState<A> {
                     format!("no node {node} in the cluster (never joined, or its lease expired)"),
                 )
             })?;
+        drop(step);
+        let step = tracing::debug_span!("connect").entered();
         let link = PeerLink::connect(node, &record.address, &cluster.config.node, &cluster.token)
             .map_err(|e| link_failed(node, e))?;
+        drop(step);
+        let step = tracing::debug_span!("lease").entered();
         let remote = link.lease(id).map_err(|e| link_failed(node, e))?;
+        drop(step);
+        let step = tracing::debug_span!("allocate").entered();
         let made = self.allocate(gpu, device, remote.len)?;
+        drop(step);
         let local = self.region(
             made.buffer.device_ptr(),
             remote.len,
             device,
             made.handle.allocation,
         );
-        // SAFETY: `made` owns the memory and outlives the registration (dropped in
-        // `transfer` before `made` is returned or dropped).
-        let registration = unsafe { cluster.agent.register(local) }
+        let registration = tracing::debug_span!("register")
+            .in_scope(|| {
+                // SAFETY: `made` owns the memory and outlives the registration (dropped
+                // below, before `made` is returned or dropped).
+                unsafe { cluster.agent.register(local) }
+            })
             .map_err(|e| (ErrorCode::Transfer, e.to_string()))?;
         let moved = self.transfer(cluster, stream, &link, &record, &local, &remote);
-        drop(registration);
+        tracing::debug_span!("deregister").in_scope(|| drop(registration));
         moved?;
         // Best effort: the connection's close releases it too.
-        let _ = link.release(id);
+        let _ = tracing::debug_span!("release").in_scope(|| link.release(id));
+        tracing::debug_span!("disconnect").in_scope(|| drop(link));
         Ok(made)
     }
 
@@ -308,8 +324,8 @@ impl<A: GpuApi> DaemonState<A> {
     ) -> Result<(), Failed> {
         let node = record.node.as_str();
         let nixl_failed = |e: tandem_nixl::NixlError| (ErrorCode::Transfer, e.to_string());
-        cluster
-            .prepare_remote(node, &record.agent, remote)
+        tracing::debug_span!("metadata")
+            .in_scope(|| cluster.prepare_remote(node, &record.agent, remote))
             .map_err(nixl_failed)?;
         let from = Region {
             addr: remote.addr,
@@ -321,6 +337,7 @@ impl<A: GpuApi> DaemonState<A> {
                 Memory::Host
             },
         };
+        let _read = tracing::debug_span!("read").entered();
         let mut transfer = cluster
             .agent
             .read(local, &from, node)
