@@ -74,11 +74,8 @@ fn buffers_of_every_size_arrive_byte_for_byte() {
             .stat(local)
             .unwrap();
         assert!(info.sealed && !info.exported && info.len == bytes as u64);
-        let original = Inspector::connect(&nodes.a.socket)
-            .unwrap()
-            .stat(id)
-            .unwrap();
-        assert_eq!(original.leases, 0, "the remote lease was given back");
+        // The remote lease is given back as the copy is answered, not awaited.
+        wait_held(&nodes.a.socket, (1, 0));
         drop(copy);
         b.delete(local).unwrap();
         a.delete(id).unwrap();
@@ -159,6 +156,66 @@ fn a_remote_daemon_killed_mid_fetch_is_remote_gone() {
         Err(ShareError::RemoteGone(_) | ShareError::UnknownNode(_)) => {}
         other => panic!("a fetch from a killed node: {:?}", other.map(|r| r.0)),
     }
+    wait_held(&nodes.b.socket, (0, 0));
+}
+
+#[test]
+fn fetches_from_one_node_share_one_link_that_holds_nothing() {
+    let Some(needs) = needs_or_skip() else { return };
+    let nodes = TwoNodes::start(&needs, 10);
+    let a = client(&nodes.a.socket);
+    let b = client(&nodes.b.socket);
+    let id = publish(&a, 64 << 10, true);
+    let inspector = Inspector::connect(&nodes.a.socket).unwrap();
+    let clients = || inspector.status().unwrap().clients;
+    let before = clients();
+    for _ in 0..5 {
+        let (local, copy) = b.fetch(&format!("node-a/{id}"), 0).unwrap();
+        check_pattern(&HostMirror::new(&copy, true).unwrap()).unwrap();
+        drop(copy);
+        b.delete(local).unwrap();
+    }
+    // node-b's one connection to node-a stays open between fetches, holding no lease.
+    assert_eq!(clients(), before + 1);
+    wait_held(&nodes.a.socket, (1, 0));
+}
+
+#[test]
+fn a_node_restarted_elsewhere_is_fetched_from_where_it_is_now() {
+    let Some(needs) = needs_or_skip() else { return };
+    let mut nodes = TwoNodes::start(&needs, 10);
+    let b = client(&nodes.b.socket);
+    let old = publish(&client(&nodes.a.socket), 4096, true);
+    let (local, copy) = b.fetch(&format!("node-a/{old}"), 0).unwrap();
+    drop(copy);
+    b.delete(local).unwrap();
+    // node-a dies: the link node-b kept to it breaks, and its record stays in etcd until
+    // its lease's TTL, naming an address nobody answers on.
+    // SAFETY: kill(2) of the daemon this test started.
+    unsafe { libc::kill(nodes.a.pid as i32, libc::SIGKILL) };
+    tandem_process::remove_host_ipc_segments_of(nodes.a.pid);
+    match b.fetch(&format!("node-a/{old}"), 0) {
+        Err(ShareError::RemoteGone(_) | ShareError::UnknownNode(_)) => {}
+        other => panic!("a fetch from a killed node: {:?}", other.map(|r| r.0)),
+    }
+    // node-a again, on another address with another agent.
+    let again = start_node(
+        "node-a",
+        std::net::Ipv4Addr::new(127, 0, 0, 4),
+        &nodes.etcd,
+        tandem_tests::cluster::TOKEN,
+        &needs,
+        10,
+        &mut nodes.cleanup,
+    );
+    let id = publish(&client(&again.socket), 64 << 10, true);
+    for _ in 0..2 {
+        let (local, copy) = b.fetch(&format!("node-a/{id}"), 0).unwrap();
+        check_pattern(&HostMirror::new(&copy, true).unwrap()).unwrap();
+        drop(copy);
+        b.delete(local).unwrap();
+    }
+    wait_held(&again.socket, (1, 0));
     wait_held(&nodes.b.socket, (0, 0));
 }
 

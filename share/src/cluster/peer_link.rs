@@ -1,6 +1,10 @@
 //! Frames between the daemons of a cluster, over TCP: reading and writing one, and the
 //! asking side of a link (a daemon that fetches from another: hello with the token, lease,
 //! release, list).
+//!
+//! A link answers its requests in order, so a release may be sent without waiting for its
+//! answer ([`PeerLink::release_later`]): the link reads the answers it owes before its next
+//! request's.
 
 use std::io::{self, Read};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -65,6 +69,8 @@ pub(crate) struct PeerLink {
     stream: TcpStream,
     /// The node it reaches (for messages).
     node: String,
+    /// Releases sent whose answers are still to be read.
+    unanswered: usize,
 }
 
 impl PeerLink {
@@ -85,9 +91,10 @@ impl PeerLink {
         stream.set_read_timeout(Some(PEER_TIMEOUT)).map_err(gone)?;
         // Small frames, each awaited: sent at once.
         stream.set_nodelay(true).map_err(gone)?;
-        let link = Self {
+        let mut link = Self {
             stream,
             node: node.to_owned(),
+            unanswered: 0,
         };
         let hello = Request::PeerHello {
             node: from.to_owned(),
@@ -104,11 +111,31 @@ impl PeerLink {
         &self.stream
     }
 
-    fn call(&self, request: &Request) -> Result<Reply, LinkError> {
-        let gone = |e: io::Error| LinkError::Gone(format!("node {}: {e}", self.node));
-        write_frame(&self.stream, &request.encode()).map_err(gone)?;
+    fn call(&mut self, request: &Request) -> Result<Reply, LinkError> {
+        write_frame(&self.stream, &request.encode()).map_err(|e| self.gone(&e))?;
+        while self.unanswered > 0 {
+            match self.answer() {
+                Ok(_) => {}
+                // A release refused: the node had forgotten the lease already (it goes
+                // with the connection anyway), nothing to undo here.
+                Err(LinkError::Refused { message, .. }) => {
+                    tracing::debug!("node {}: a release: {message}", self.node);
+                }
+                Err(gone) => return Err(gone),
+            }
+            self.unanswered -= 1;
+        }
+        self.answer()
+    }
+
+    fn gone(&self, e: &io::Error) -> LinkError {
+        LinkError::Gone(format!("node {}: {e}", self.node))
+    }
+
+    /// The next answer on the link.
+    fn answer(&self) -> Result<Reply, LinkError> {
         let frame = read_frame(&self.stream)
-            .map_err(gone)?
+            .map_err(|e| self.gone(&e))?
             .ok_or_else(|| LinkError::Gone(format!("node {} closed the connection", self.node)))?;
         match Reply::decode(&frame) {
             Ok(Reply::Error { code, message }) => Err(LinkError::Refused { code, message }),
@@ -122,23 +149,24 @@ impl PeerLink {
     }
 
     /// A lease on exported buffer `id`, and where to read it.
-    pub(crate) fn lease(&self, id: ObjectId) -> Result<LeasedRegion, LinkError> {
+    pub(crate) fn lease(&mut self, id: ObjectId) -> Result<LeasedRegion, LinkError> {
         match self.call(&Request::PeerLease { id })? {
             Reply::Leased(region) => Ok(region),
             other => Err(self.unexpected(&other)),
         }
     }
 
-    /// Gives the lease on `id` back.
-    pub(crate) fn release(&self, id: ObjectId) -> Result<(), LinkError> {
-        match self.call(&Request::PeerRelease { id })? {
-            Reply::Done => Ok(()),
-            other => Err(self.unexpected(&other)),
-        }
+    /// Gives the lease on `id` back without waiting for the node's answer (read before the
+    /// next request's).
+    pub(crate) fn release_later(&mut self, id: ObjectId) -> Result<(), LinkError> {
+        write_frame(&self.stream, &Request::PeerRelease { id }.encode())
+            .map_err(|e| self.gone(&e))?;
+        self.unanswered += 1;
+        Ok(())
     }
 
     /// The node's exported buffers.
-    pub(crate) fn list(&self) -> Result<Vec<ObjectInfo>, LinkError> {
+    pub(crate) fn list(&mut self) -> Result<Vec<ObjectInfo>, LinkError> {
         match self.call(&Request::PeerList)? {
             Reply::List(infos) => Ok(infos),
             other => Err(self.unexpected(&other)),

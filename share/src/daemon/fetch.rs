@@ -1,14 +1,17 @@
 //! The cluster's requests on the local socket: export a buffer, fetch one from another
 //! node, the cluster's state and its nodes.
 //!
-//! A fetch: look the node up in etcd, connect to it with the token, lease the buffer there,
-//! allocate the local copy, register it with this node's agent, and have NIXL READ the
-//! bytes through the remote agent; then release the remote lease and seal the copy, a local
+//! A fetch: take a link kept open to the node (`links`), or look the node up in etcd and
+//! connect to it with the token; lease the buffer there, allocate the local copy (one kept
+//! for the fetching client first), register it with this node's agent, and have NIXL READ
+//! the bytes through the remote agent; then send the release of the remote lease (its
+//! answer is read by the link's next request), keep the link, and seal the copy, a local
 //! buffer like any other, leased to the fetching client. While the bytes move, the thread
 //! watches the fetching client (gone: the fetch is given up) and the remote node's
 //! connection (gone: [`ErrorCode::RemoteGone`]). Nothing is in the books until the bytes are
-//! all there: a fetch that fails frees its allocation on the way out, and the remote node
-//! releases its lease when the connection closes, whatever happened here.
+//! all there: a fetch that fails frees its allocation on the way out and closes its link,
+//! and the remote node releases its lease when the connection closes, whatever happened
+//! here.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -25,6 +28,7 @@ use crate::transport;
 use crate::wire::{ErrorCode, LeasedRegion, NodeInfo, ObjectId, Reply};
 
 use super::ledger::{Export, Kept};
+use super::links::NodeLink;
 use super::node::ClusterNode;
 use super::{error, lock, DaemonState};
 
@@ -173,7 +177,7 @@ impl<A: GpuApi> DaemonState<A> {
                     &cluster.config.node,
                     &cluster.token,
                 )
-                .and_then(|link| link.list());
+                .and_then(|mut link| link.list());
                 let (exports, error) = match exports {
                     Ok(exports) => (exports, String::new()),
                     Err(e) => (Vec::new(), e.to_string()),
@@ -202,7 +206,7 @@ impl<A: GpuApi> DaemonState<A> {
         let started = Instant::now();
         // A span per step (debug): a subscriber that times spans shows where a fetch's time goes.
         let _fetch = tracing::debug_span!("fetch", node, id = id.0).entered();
-        let fetched = self.fetch_bytes(stream, node, id, device);
+        let fetched = self.fetch_bytes(stream, client, node, id, device);
         let made = match fetched {
             Ok(made) => made,
             Err((code, why)) => {
@@ -218,10 +222,8 @@ impl<A: GpuApi> DaemonState<A> {
         let seal = tracing::debug_span!("seal").entered();
         let mut ledger = lock(&self.ledger);
         if ledger.objects.len() >= self.limits.buffers {
-            return (
-                error(ErrorCode::Busy, "the daemon holds its limit of buffers"),
-                None,
-            );
+            let (code, why) = self.at_buffer_limit();
+            return (error(code, why), None);
         }
         let local = ledger.insert_created(client, made);
         let Some(object) = ledger.objects.get_mut(&local) else {
@@ -254,10 +256,11 @@ impl<A: GpuApi> DaemonState<A> {
         (reply, fd)
     }
 
-    /// The bytes of `node`'s buffer `id` in a fresh allocation on `device`.
+    /// The bytes of `node`'s buffer `id` in an allocation on `device` for `client`.
     fn fetch_bytes(
         &self,
         stream: &UnixStream,
+        client: u64,
         node: &str,
         id: ObjectId,
         device: u32,
@@ -269,25 +272,9 @@ impl<A: GpuApi> DaemonState<A> {
                 format!("device {device} of {}", self.devices.len()),
             )
         })?;
-        let step = tracing::debug_span!("lookup").entered();
-        let record: NodeRecord = membership::lookup(&cluster.etcd, node)
-            .map_err(etcd_failed)?
-            .ok_or_else(|| {
-                (
-                    ErrorCode::UnknownNode,
-                    format!("no node {node} in the cluster (never joined, or its lease expired)"),
-                )
-            })?;
-        drop(step);
-        let step = tracing::debug_span!("connect").entered();
-        let link = PeerLink::connect(node, &record.address, &cluster.config.node, &cluster.token)
-            .map_err(|e| link_failed(node, e))?;
-        drop(step);
-        let step = tracing::debug_span!("lease").entered();
-        let remote = link.lease(id).map_err(|e| link_failed(node, e))?;
-        drop(step);
+        let (mut peer, remote) = self.lease_remote(cluster, node, id)?;
         let step = tracing::debug_span!("allocate").entered();
-        let made = self.allocate(gpu, device, remote.len)?;
+        let made = self.allocation_for(client, gpu, device, remote.len)?;
         drop(step);
         let local = self.region(
             made.buffer.device_ptr(),
@@ -302,26 +289,84 @@ impl<A: GpuApi> DaemonState<A> {
                 unsafe { cluster.agent.register(local) }
             })
             .map_err(|e| (ErrorCode::Transfer, e.to_string()))?;
-        let moved = self.transfer(cluster, stream, &link, &record, &local, &remote);
+        let moved = self.transfer(cluster, stream, &peer, &local, &remote);
         tracing::debug_span!("deregister").in_scope(|| drop(registration));
+        // Failed: the link closes with `peer`, which releases the lease on the node.
         moved?;
-        // Best effort: the connection's close releases it too.
-        let _ = tracing::debug_span!("release").in_scope(|| link.release(id));
-        tracing::debug_span!("disconnect").in_scope(|| drop(link));
+        // Not awaited: the copy is whole and the node answers in order; a link that cannot
+        // take the release is closed, which releases the lease as well.
+        if tracing::debug_span!("release")
+            .in_scope(|| peer.link.release_later(id))
+            .is_ok()
+        {
+            cluster.links.keep(peer);
+        }
         Ok(made)
     }
 
-    /// Reads `remote` (leased over `link` from the node of `record`) into `local`, watching the asking client on
-    /// `stream` and the remote node on `link`.
+    /// A lease on `node`'s buffer `id`, over a link kept to the node if one is open, else
+    /// over a new one to where etcd says the node is now; the link with the lease.
+    fn lease_remote(
+        &self,
+        cluster: &ClusterNode,
+        node: &str,
+        id: ObjectId,
+    ) -> Result<(NodeLink, LeasedRegion), Failed> {
+        if let Some(mut peer) = cluster.links.take(node) {
+            let leased = tracing::debug_span!("lease").in_scope(|| peer.link.lease(id));
+            match leased {
+                Ok(remote) => return Ok((peer, remote)),
+                // The node went away (or restarted) since the link's last fetch: etcd
+                // says where it is now, if anywhere.
+                Err(LinkError::Gone(why)) => {
+                    tracing::debug!("a kept link to node {node}: {why}; looking it up again");
+                    cluster.forget(node);
+                }
+                Err(refused) => {
+                    cluster.links.keep(peer);
+                    return Err(link_failed(node, refused));
+                }
+            }
+        }
+        let step = tracing::debug_span!("lookup").entered();
+        let record: NodeRecord = membership::lookup(&cluster.etcd, node)
+            .map_err(etcd_failed)?
+            .ok_or_else(|| {
+                (
+                    ErrorCode::UnknownNode,
+                    format!("no node {node} in the cluster (never joined, or its lease expired)"),
+                )
+            })?;
+        drop(step);
+        let step = tracing::debug_span!("connect").entered();
+        let link = PeerLink::connect(node, &record.address, &cluster.config.node, &cluster.token)
+            .map_err(|e| link_failed(node, e))?;
+        drop(step);
+        let mut peer = NodeLink { link, record };
+        let leased = tracing::debug_span!("lease").in_scope(|| peer.link.lease(id));
+        match leased {
+            Ok(remote) => Ok((peer, remote)),
+            Err(e) => {
+                if matches!(e, LinkError::Refused { .. }) {
+                    // A refusal leaves the link as good as it was.
+                    cluster.links.keep(peer);
+                }
+                Err(link_failed(node, e))
+            }
+        }
+    }
+
+    /// Reads `remote` (leased over `peer`) into `local`, watching the asking client on
+    /// `stream` and the remote node on `peer`'s link.
     fn transfer(
         &self,
         cluster: &ClusterNode,
         stream: &UnixStream,
-        link: &PeerLink,
-        record: &NodeRecord,
+        peer: &NodeLink,
         local: &Region,
         remote: &LeasedRegion,
     ) -> Result<(), Failed> {
+        let NodeLink { link, record } = peer;
         let node = record.node.as_str();
         let nixl_failed = |e: tandem_nixl::NixlError| (ErrorCode::Transfer, e.to_string());
         tracing::debug_span!("metadata")

@@ -77,12 +77,14 @@
 //! and writing replies; `requests` is what each request does to the books
 //! and the devices; `sets` is what the named sets' requests do; `limits`
 //! holds the bounds above. `node` is the daemon's cluster side (agent,
-//! etcd record, listener, token); `peers` serves other nodes; `fetch` is
-//! what export, fetch and the cluster's listings do.
+//! etcd record, listener, token); `peers` serves other nodes; `links` keeps
+//! the links to them open between fetches; `fetch` is what export, fetch
+//! and the cluster's listings do.
 
 mod fetch;
 mod ledger;
 mod limits;
+mod links;
 mod metrics;
 mod node;
 mod peers;

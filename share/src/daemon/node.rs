@@ -1,7 +1,9 @@
 //! The daemon as a node of a cluster: its NIXL agent, its record in etcd, its listener for
-//! other nodes, the token they must show, and the remote agents it has loaded.
+//! other nodes, the token they must show, the remote agents and regions it has loaded, and
+//! the links to other nodes it keeps.
 
-use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -16,13 +18,21 @@ use crate::cluster::{check_node_name, ClusterConfig};
 use crate::error::ShareError;
 use crate::wire::{ClusterInfo, LeasedRegion};
 
+use super::links::KeptLinks;
 use super::lock;
+
+/// Regions' metadata remembered as loaded per remote agent; past it, the set starts over
+/// (reloading one costs a load, not a failure).
+const LOADED_REGIONS: usize = 1024;
 
 /// What a remote agent was loaded from: its connection metadata, and the owner's count of
 /// deregistrations then (past it, regions this agent knows of that node may be stale).
 struct LoadedRemote {
     connection: Vec<u8>,
     generation: u64,
+    /// The regions' metadata loaded since: each still describes a registration of that
+    /// node's agent (it deregistered nothing since), so loading it again is skipped.
+    regions: HashSet<Vec<u8>>,
 }
 
 /// A daemon's cluster side (see the module docs).
@@ -37,6 +47,8 @@ pub(super) struct ClusterNode {
     pub(super) listener: Arc<TcpListener>,
     /// The other nodes' agents this one has loaded, by node.
     remotes: Mutex<HashMap<String, LoadedRemote>>,
+    /// Links to other nodes, open between fetches.
+    pub(super) links: KeptLinks,
     /// Regions of this node's agent deregistered so far (told to fetching nodes).
     pub(super) deregistered: Arc<AtomicU64>,
     pub(super) fetches: AtomicU64,
@@ -116,14 +128,17 @@ impl ClusterNode {
             membership: Mutex::new(Some(membership)),
             listener: Arc::new(listener),
             remotes: Mutex::new(HashMap::new()),
+            links: KeptLinks::default(),
             deregistered: Arc::new(AtomicU64::new(0)),
             fetches: AtomicU64::new(0),
             fetched_bytes: AtomicU64::new(0),
         })
     }
 
-    /// Leaves etcd (deregisters); the listener is shut by the daemon's stop.
+    /// Leaves etcd (deregisters) and closes the links kept to other nodes; the listener is
+    /// shut by the daemon's stop.
     pub(super) fn leave(&self) {
+        self.links.clear();
         if let Some(membership) = lock(&self.membership).take() {
             membership.leave();
             tracing::info!("node {} left the cluster", self.config.node);
@@ -155,7 +170,8 @@ impl ClusterNode {
 
     /// Makes this node's agent able to read `region` of node `node` (whose record's agent
     /// metadata is `connection`): loads the node's agent if it is new, or changed (restarted),
-    /// or deregistered regions since it was loaded, then the region's metadata.
+    /// or deregistered regions since it was loaded, then the region's metadata unless it was
+    /// loaded since.
     pub(super) fn prepare_remote(
         &self,
         node: &str,
@@ -163,22 +179,27 @@ impl ClusterNode {
         region: &LeasedRegion,
     ) -> Result<(), tandem_nixl::NixlError> {
         let mut remotes = lock(&self.remotes);
-        let current = remotes.get(node).is_some_and(|loaded| {
-            loaded.connection == connection && loaded.generation == region.generation
+        let stale = remotes.get(node).is_some_and(|loaded| {
+            loaded.connection != connection || loaded.generation != region.generation
         });
-        if !current {
-            if remotes.remove(node).is_some() {
-                // Its old regions may name memory now registered anew.
-                let _ = self.agent.forget_remote(node);
-            }
-            self.agent.load_remote(connection)?;
-            remotes.insert(
-                node.to_owned(),
-                LoadedRemote {
+        if stale {
+            remotes.remove(node);
+            // Its old regions may name memory now registered anew.
+            let _ = self.agent.forget_remote(node);
+        }
+        let loaded = match remotes.entry(node.to_owned()) {
+            Entry::Occupied(loaded) => loaded.into_mut(),
+            Entry::Vacant(entry) => {
+                self.agent.load_remote(connection)?;
+                entry.insert(LoadedRemote {
                     connection: connection.to_vec(),
                     generation: region.generation,
-                },
-            );
+                    regions: HashSet::new(),
+                })
+            }
+        };
+        if loaded.regions.contains(&region.metadata) {
+            return Ok(());
         }
         if let Err(e) = self.agent.load_remote(&region.metadata) {
             // NIXL dropped what it knew of the node with the failed load.
@@ -186,11 +207,17 @@ impl ClusterNode {
             let _ = self.agent.forget_remote(node);
             return Err(e);
         }
+        if loaded.regions.len() >= LOADED_REGIONS {
+            loaded.regions.clear();
+        }
+        loaded.regions.insert(region.metadata.clone());
         Ok(())
     }
 
-    /// Forgets node `node`'s agent (it went away mid-fetch: its next incarnation is another).
+    /// Forgets node `node`'s agent and closes the links kept to it (it went away mid-fetch:
+    /// its next incarnation is another).
     pub(super) fn forget(&self, node: &str) {
+        self.links.forget(node);
         if lock(&self.remotes).remove(node).is_some() {
             let _ = self.agent.forget_remote(node);
         }

@@ -111,16 +111,6 @@ impl<A: GpuApi> DaemonState<A> {
     }
 
     fn create(&self, client: u64, device: u32, bytes: u64) -> (Reply, Option<OwnedFd>) {
-        let at_limit = || {
-            self.counters.refused(Refusal::Buffers);
-            error(
-                ErrorCode::Busy,
-                format!(
-                    "the daemon holds {} buffers, its limit",
-                    self.limits.buffers
-                ),
-            )
-        };
         let Some(gpu) = self.devices.get(device as usize) else {
             return (
                 error(
@@ -130,35 +120,9 @@ impl<A: GpuApi> DaemonState<A> {
                 None,
             );
         };
-        // An allocation kept for this client first: nothing to allocate,
-        // export or import.
-        let kept = lock(&self.ledger).take_kept(client, device, bytes);
-        let made = match kept {
-            Some(kept) => kept,
-            None => {
-                // Checked before allocating (the cost) and again when
-                // inserting (creates run on several threads at once); kept
-                // allocations give way first.
-                {
-                    let mut ledger = lock(&self.ledger);
-                    if ledger.held() >= self.limits.buffers {
-                        ledger.drop_kept();
-                        if ledger.held() >= self.limits.buffers {
-                            return (at_limit(), None);
-                        }
-                    }
-                }
-                let fresh = match self.allocate(gpu, device, bytes) {
-                    Err((ErrorCode::Device, _)) if lock(&self.ledger).drop_kept() => {
-                        self.allocate(gpu, device, bytes)
-                    }
-                    made => made,
-                };
-                match fresh {
-                    Ok(made) => made,
-                    Err((code, message)) => return (error(code, message), None),
-                }
-            }
+        let made = match self.allocation_for(client, gpu, device, bytes) {
+            Ok(made) => made,
+            Err((code, message)) => return (error(code, message), None),
         };
         let creator_fd = match made.fd.as_ref().map(OwnedFd::try_clone).transpose() {
             Ok(copy) => copy,
@@ -166,7 +130,8 @@ impl<A: GpuApi> DaemonState<A> {
         };
         let mut ledger = lock(&self.ledger);
         if ledger.objects.len() >= self.limits.buffers {
-            return (at_limit(), None);
+            let (code, message) = self.at_buffer_limit();
+            return (error(code, message), None);
         }
         let handle = made.handle;
         let id = ledger.insert_created(client, made);
@@ -176,6 +141,51 @@ impl<A: GpuApi> DaemonState<A> {
             handle.allocation
         );
         (Reply::Created { id, handle }, creator_fd)
+    }
+
+    /// The refusal of a new buffer at [`Limits::buffers`](super::Limits::buffers), counted.
+    pub(super) fn at_buffer_limit(&self) -> (ErrorCode, String) {
+        self.counters.refused(Refusal::Buffers);
+        (
+            ErrorCode::Busy,
+            format!(
+                "the daemon holds {} buffers, its limit",
+                self.limits.buffers
+            ),
+        )
+    }
+
+    /// An allocation of `bytes` on `gpu` (the daemon's `device`) for a new
+    /// buffer of `client`: one kept for that client first (nothing to
+    /// allocate, export or import), else a fresh one. Kept allocations give
+    /// way to the buffer limit and to a device out of memory.
+    pub(super) fn allocation_for(
+        &self,
+        client: u64,
+        gpu: &A::Device,
+        device: u32,
+        bytes: u64,
+    ) -> Result<Kept<A>, (ErrorCode, String)> {
+        if let Some(kept) = lock(&self.ledger).take_kept(client, device, bytes) {
+            return Ok(kept);
+        }
+        // Checked before allocating (the cost) and again when inserting
+        // (creates run on several threads at once).
+        {
+            let mut ledger = lock(&self.ledger);
+            if ledger.held() >= self.limits.buffers {
+                ledger.drop_kept();
+                if ledger.held() >= self.limits.buffers {
+                    return Err(self.at_buffer_limit());
+                }
+            }
+        }
+        match self.allocate(gpu, device, bytes) {
+            Err((ErrorCode::Device, _)) if lock(&self.ledger).drop_kept() => {
+                self.allocate(gpu, device, bytes)
+            }
+            made => made,
+        }
     }
 
     /// A fresh allocation of `bytes` on `gpu` (the daemon's `device`), its
