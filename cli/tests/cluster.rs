@@ -242,6 +242,12 @@ fn a_fetching_process_killed_mid_fetch_leaks_nothing() {
     // node-b frees the half-filled copy; node-a's lease goes with node-b's connection.
     wait_held(&nodes.b.socket, (0, 0));
     wait_held(&nodes.a.socket, (1, 0));
+    // Freed once the READ has ended: memory freed under it would crash node-b.
+    for node in [&nodes.a, &nodes.b] {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", node.pid)).unwrap();
+        let state = stat.rsplit(") ").next().and_then(|rest| rest.split(' ').next());
+        assert_ne!(state, Some("Z"), "{} died: {stat}", node.name);
+    }
 }
 
 #[test]

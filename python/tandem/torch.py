@@ -82,6 +82,8 @@ _PACKS = 48
 # versions retire the one it looked up before its buffers were opened (a
 # publisher binding faster than a reader opens).
 _RETRY_SECONDS = 10.0
+# Where publish puts a set's manifest, and where load opens it without asking.
+_MANIFEST_DEVICE = 0
 
 # The dtypes a set carries: plain elements whose bytes are the value.
 # Quantized and bit dtypes have no such bytes.
@@ -375,11 +377,13 @@ def publish(
     manifest = {
         "format": FORMAT,
         "buffers": [size for _, size in sizes] + [segment.nbytes for segment, _ in segments],
+        # Each buffer's device, so that a loader opens it without asking the daemon first.
+        "devices": [device for device, _ in sizes] + [base.device.index or 0 for _, base in segments],
         "tensors": entries,
         "fingerprint": _fingerprint(entries),
     }
     text = json.dumps(manifest, separators=(",", ":")).encode()
-    manifest_buffer = _create_staged(client, name, len(text), 0)
+    manifest_buffer = _create_staged(client, name, len(text), _MANIFEST_DEVICE)
     manifest_base = torch.from_dlpack(manifest_buffer)
     manifest_base.copy_(torch.frombuffer(bytearray(text), dtype=torch.uint8))
     _seal(manifest_buffer, manifest_base)
@@ -391,14 +395,25 @@ def publish(
     return bound
 
 
-def _open(client: share.Client, name: str, version: Optional[int]) -> List[share.Buffer]:
-    """The buffers of a version of the set (the manifest's first), opened."""
+def _open(
+    client: share.Client, name: str, version: Optional[int]
+) -> Tuple[Dict[str, Any], List[share.Buffer]]:
+    """A version of the set: its manifest, read, and its buffers, opened
+    each on the device the manifest names (an open that names none asks
+    the daemon where the buffer is first)."""
     deadline = time.monotonic() + _RETRY_SECONDS
     while True:
         info = client.get_set(name, version)
         try:
-            ids = [info["manifest"], *info["buffers"]]
-            return [client.get(id) for id in ids]
+            manifest = _manifest(client.get(info["manifest"], device=_MANIFEST_DEVICE))
+            devices = manifest.get("devices", [None] * len(info["buffers"]))
+            if len(devices) != len(info["buffers"]):
+                raise ManifestError(
+                    f"the manifest names {len(devices)} devices, the set {len(info['buffers'])} buffers"
+                )
+            return manifest, [
+                client.get(id, device=device) for id, device in zip(info["buffers"], devices)
+            ]
         except (DeletedError, UnknownIdError):
             # Retired by newer versions between the look-up and the opens.
             if version is not None or time.monotonic() > deadline:
@@ -442,9 +457,8 @@ def load(
     the daemon on the default socket)."""
     _check_name(name)
     client = client or _default_client()
-    buffers = _open(client, name, version)
-    manifest = _manifest(buffers[0])
-    bases = [torch.from_dlpack(buffer) for buffer in buffers[1:]]
+    manifest, buffers = _open(client, name, version)
+    bases = [torch.from_dlpack(buffer) for buffer in buffers]
     if len(bases) != len(manifest["buffers"]):
         raise ManifestError(
             f"the manifest names {len(manifest['buffers'])} buffers, the set {len(bases)}"

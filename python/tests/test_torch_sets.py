@@ -91,6 +91,7 @@ def test_manifests_list_every_tensor_and_fingerprint_its_bytes(client):
     assert manifest["format"] == tt.FORMAT
     assert [t["name"] for t in manifest["tensors"]] == list(state)
     assert len(manifest["buffers"]) == len(info["buffers"]) == 1, "packed into one buffer"
+    assert manifest["devices"] == [0], "each buffer's device, for loaders"
     for entry, tensor in zip(manifest["tensors"], state.values()):
         assert entry["dtype"] == str(tensor.dtype).removeprefix("torch.")
         assert entry["shape"] == list(tensor.shape) and entry["stride"] == list(tensor.stride())

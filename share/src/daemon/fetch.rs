@@ -44,6 +44,10 @@ const REMOTE_GONE_WAIT: Duration = Duration::from_secs(1);
 /// A fetch that failed: the reply that says why.
 type Failed = (ErrorCode, String);
 
+/// A transfer that did not bring the bytes: why, and whether NIXL may still write into the
+/// local copy (a READ cancelled in flight), which then must not be freed.
+type Unfinished = (Failed, bool);
+
 fn etcd_failed(e: EtcdError) -> Failed {
     match e {
         EtcdError::Unavailable(why) => (ErrorCode::ClusterUnavailable, why),
@@ -290,9 +294,21 @@ impl<A: GpuApi> DaemonState<A> {
             })
             .map_err(|e| (ErrorCode::Transfer, e.to_string()))?;
         let moved = self.transfer(cluster, stream, &peer, &local, &remote);
+        if let Err((failed, true)) = moved {
+            // NIXL may still be writing into the copy: unmapping or deregistering it under
+            // the transfer would crash the daemon, so both are kept for the daemon's life.
+            tracing::warn!(
+                "a READ from node {node} still in flight when given up: its {} bytes stay \
+                 allocated",
+                remote.len
+            );
+            std::mem::forget(registration);
+            std::mem::forget(made);
+            return Err(failed);
+        }
         tracing::debug_span!("deregister").in_scope(|| drop(registration));
         // Failed: the link closes with `peer`, which releases the lease on the node.
-        moved?;
+        moved.map_err(|(failed, _)| failed)?;
         // Not awaited: the copy is whole and the node answers in order; a link that cannot
         // take the release is closed, which releases the lease as well.
         if tracing::debug_span!("release")
@@ -357,7 +373,10 @@ impl<A: GpuApi> DaemonState<A> {
     }
 
     /// Reads `remote` (leased over `peer`) into `local`, watching the asking client on
-    /// `stream` and the remote node on `peer`'s link.
+    /// `stream` and the remote node on `peer`'s link. A client that hangs up does not end
+    /// the READ: it runs to its end (or failure) first, so that `local` is freed only once
+    /// nothing writes into it; only the fetch's deadline and the daemon's stop cancel one in
+    /// flight.
     fn transfer(
         &self,
         cluster: &ClusterNode,
@@ -365,10 +384,10 @@ impl<A: GpuApi> DaemonState<A> {
         peer: &NodeLink,
         local: &Region,
         remote: &LeasedRegion,
-    ) -> Result<(), Failed> {
+    ) -> Result<(), Unfinished> {
         let NodeLink { link, record } = peer;
         let node = record.node.as_str();
-        let nixl_failed = |e: tandem_nixl::NixlError| (ErrorCode::Transfer, e.to_string());
+        let nixl_failed = |e: tandem_nixl::NixlError| ((ErrorCode::Transfer, e.to_string()), false);
         tracing::debug_span!("metadata")
             .in_scope(|| cluster.prepare_remote(node, &record.agent, remote))
             .map_err(nixl_failed)?;
@@ -389,6 +408,9 @@ impl<A: GpuApi> DaemonState<A> {
             .map_err(nixl_failed)?;
         let started = Instant::now();
         let deadline = started + cluster.config.fetch_timeout;
+        // Set once the asking client hung up: the READ still runs to its end.
+        let mut abandoned = false;
+        let hung_up = || ((ErrorCode::RemoteGone, "the fetching client hung up".into()), false);
         loop {
             let done = transfer.poll();
             // A node that died shows on NIXL's side, or on the link's: whichever first. A
@@ -400,28 +422,37 @@ impl<A: GpuApi> DaemonState<A> {
             };
             let remote_gone = transport::peer_hung_up_within(link.stream(), wait);
             match done {
+                Ok(true) if abandoned => return Err(hung_up()),
                 Ok(true) => return Ok(()),
                 Err(_) | Ok(false) if remote_gone => {
                     drop(transfer);
                     cluster.forget(node);
                     return Err((
-                        ErrorCode::RemoteGone,
-                        format!("node {node} went away mid-fetch"),
+                        (
+                            ErrorCode::RemoteGone,
+                            format!("node {node} went away mid-fetch"),
+                        ),
+                        false,
                     ));
                 }
+                Err(_) if abandoned => return Err(hung_up()),
                 Err(e) => return Err(nixl_failed(e)),
                 Ok(false) => {}
             }
-            if transport::peer_hung_up(stream) {
-                return Err((ErrorCode::RemoteGone, "the fetching client hung up".into()));
+            if !abandoned && transport::peer_hung_up(stream) {
+                tracing::debug!("the client fetching from node {node} hung up: letting the READ end");
+                abandoned = true;
             }
             if Instant::now() > deadline || self.stopping.load(Ordering::SeqCst) {
                 return Err((
-                    ErrorCode::Transfer,
-                    format!(
-                        "the fetch from node {node} did not finish within {:?}",
-                        cluster.config.fetch_timeout
+                    (
+                        ErrorCode::Transfer,
+                        format!(
+                            "the fetch from node {node} did not finish within {:?}",
+                            cluster.config.fetch_timeout
+                        ),
                     ),
+                    true,
                 ));
             }
             if started.elapsed() > SPIN {

@@ -296,6 +296,43 @@ struct RtRouteTally {
   }
 };
 
+/// A service thread's counts of both routes not yet in the segment's.
+struct RtServiceTallies {
+  RtRouteTally kernel;
+  RtRouteTally host;
+
+  TANDEM_DEVICE bool due() const { return kernel.due() || host.due(); }
+
+  TANDEM_DEVICE void publish(RuntimeSegmentHeader* header) {
+    kernel.publish_kernel_route(header);
+    host.publish_host_route(header);
+  }
+};
+
+/// Where a service's host server resumes the from-host ring: where the last
+/// service left it (relaxed: written by that service, which ended before
+/// this launch).
+TANDEM_DEVICE u64 rt_host_ticket_resumed(const RtContext& ctx) {
+  return load_relaxed<scope::device>(&(ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes))->next);
+}
+
+/// rt_serve's host server when it is one thread: takes the from-host ring's
+/// record at `host_ticket` if there is one, runs and answers it, and counts
+/// it. Whether it took one.
+template <typename H>
+TANDEM_DEVICE bool rt_serve_host_record(RtContext& ctx, const LlRing& from_host, u64& host_ticket, u64 segment_bytes,
+                                        H& handle, RtServeStats* stats, RtRouteTally& tally) {
+  RtHostRecord record;
+  if (!rt_read_host_record(from_host, host_ticket, &record)) {
+    return false;
+  }
+  const rt_ran ran = rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle);
+  stats->count(ran);
+  tally.count(ran);
+  ++host_ticket;
+  return true;
+}
+
 /// rt_serve's host server when it is a warp (rt_serve, "Who serves what"):
 /// every lane of warp 0 of block 0 polls the from-host ring together
 /// (rt_read_host_record_warp), lane 0 runs and answers each record, and
@@ -311,8 +348,7 @@ TANDEM_DEVICE rt_status rt_serve_host_warp(RtContext& ctx, H& handle, RtServeSta
   const lane_mask lanes = width >= 64 ? ~lane_mask{0} : (lane_mask{1} << width) - 1;
   const bool leader = lane_id() == 0;
   const LlRing from_host = rt_inbox_from_host(ctx);
-  // Relaxed: written by the last service, which ended before this launch.
-  u64 host_ticket = load_relaxed<scope::device>(&(ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes))->next);
+  u64 host_ticket = rt_host_ticket_resumed(ctx);
   // Plain: the host wrote it before publishing the segment (rt_attach's
   // acquire), and never changes it.
   const u64 segment_bytes = ctx.header->segment_bytes;
@@ -607,22 +643,16 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
   const bool owns_cold = owns_slots && sweep.any();
   const detail::RtHotSlots hot_slots = detail::RtHotSlots::of(sweep, parts, servers, owns_slots);
   // Whether any block of another device has taken slots of the peer parts:
-  // until one has, their slots (system scope: polls that cost more) are not
-  // polled.
+  // until one has, their slots (system-scope polls, which cost more) wait.
   bool peers = detail::rt_inbox_has_peers(ctx);
   const LlRing from_host = detail::rt_inbox_from_host(ctx);
-  // The host server alone takes the from-host ring's records, in order,
-  // from where the last service left (relaxed: written by the last service,
-  // which ended before this launch).
-  u64 host_ticket =
-      host_server ? load_relaxed<scope::device>(&(ctx.tickets + RtTicket::inbox_from_host_consumers(ctx.num_lanes))->next)
-                  : 0;
+  // The host server alone takes the from-host ring's records, in order.
+  u64 host_ticket = host_server ? detail::rt_host_ticket_resumed(ctx) : 0;
   // Plain: the host wrote it before publishing the segment (rt_attach's
   // acquire), and never changes it.
   const u64 segment_bytes = ctx.header->segment_bytes;
   // What this thread served of each route, not yet in the segment's counts.
-  detail::RtRouteTally kernel_tally{0, 0, 0};
-  detail::RtRouteTally host_tally{0, 0, 0};
+  detail::RtServiceTallies tallies{};
   // Takes, runs and answers the task in a slot if there is one.
   const auto serve = [&](bool taken, const detail::RtInboxTask& task) {
     if (!taken) {
@@ -630,7 +660,7 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
     }
     const rt_ran ran = detail::rt_run_inbox_task(ctx, task, handle);
     stats->count(ran);
-    kernel_tally.count(ran);
+    tallies.kernel.count(ran);
     return true;
   };
   // Kept in registers: one task's worth, which a lone sender's repeated
@@ -650,30 +680,21 @@ TANDEM_DEVICE rt_status rt_serve(RtContext& ctx, H handle, RtServeStats* stats, 
         sweep.advance();
       }
     }
-    detail::RtHostRecord record;
-    if (host_server && detail::rt_read_host_record(from_host, host_ticket, &record)) {
-      worked = true;
-      const rt_ran ran = detail::rt_run_host_record(ctx, from_host, host_ticket, record, segment_bytes, handle);
-      stats->count(ran);
-      host_tally.count(ran);
-      ++host_ticket;
-    }
+    worked |= host_server && detail::rt_serve_host_record(ctx, from_host, host_ticket, segment_bytes, handle, stats,
+                                                          tallies.host);
     if (worked) {
       idle = 0;
-      if (kernel_tally.due() || host_tally.due()) {
-        kernel_tally.publish_kernel_route(ctx.header);
-        host_tally.publish_host_route(ctx.header);
+      if (tallies.due()) {
+        tallies.publish(ctx.header);
       }
     } else if (stopping) {
       if (detail::rt_serve_drained(ctx, owns_slots ? &sweep : nullptr, host_server, host_ticket)) {
-        kernel_tally.publish_kernel_route(ctx.header);
-        host_tally.publish_host_route(ctx.header);
+        tallies.publish(ctx.header);
         stats->rounds = round + 1;
         return rt_status::ok;
       }
     } else if (++idle == detail::RT_SERVE_SPIN_POLLS) {
-      kernel_tally.publish_kernel_route(ctx.header);
-      host_tally.publish_host_route(ctx.header);
+      tallies.publish(ctx.header);
     } else if (idle % detail::RT_SERVE_STOP_POLL_EVERY == 0 && detail::rt_service_stop_raised(ctx)) {
       stopping = true;
     }
