@@ -245,7 +245,10 @@ fn a_fetching_process_killed_mid_fetch_leaks_nothing() {
     // Freed once the READ has ended: memory freed under it would crash node-b.
     for node in [&nodes.a, &nodes.b] {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", node.pid)).unwrap();
-        let state = stat.rsplit(") ").next().and_then(|rest| rest.split(' ').next());
+        let state = stat
+            .rsplit(") ")
+            .next()
+            .and_then(|rest| rest.split(' ').next());
         assert_ne!(state, Some("Z"), "{} died: {stat}", node.name);
     }
 }

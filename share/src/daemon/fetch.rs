@@ -410,7 +410,12 @@ impl<A: GpuApi> DaemonState<A> {
         let deadline = started + cluster.config.fetch_timeout;
         // Set once the asking client hung up: the READ still runs to its end.
         let mut abandoned = false;
-        let hung_up = || ((ErrorCode::RemoteGone, "the fetching client hung up".into()), false);
+        let hung_up = || {
+            (
+                (ErrorCode::RemoteGone, "the fetching client hung up".into()),
+                false,
+            )
+        };
         loop {
             let done = transfer.poll();
             // A node that died shows on NIXL's side, or on the link's: whichever first. A
@@ -440,7 +445,9 @@ impl<A: GpuApi> DaemonState<A> {
                 Ok(false) => {}
             }
             if !abandoned && transport::peer_hung_up(stream) {
-                tracing::debug!("the client fetching from node {node} hung up: letting the READ end");
+                tracing::debug!(
+                    "the client fetching from node {node} hung up: letting the READ end"
+                );
                 abandoned = true;
             }
             if Instant::now() > deadline || self.stopping.load(Ordering::SeqCst) {
