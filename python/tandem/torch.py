@@ -407,10 +407,12 @@ def _open(
         try:
             manifest = _manifest(client.get(info["manifest"], device=_MANIFEST_DEVICE))
             devices = manifest.get("devices", [None] * len(info["buffers"]))
-            if len(devices) != len(info["buffers"]):
+            if not isinstance(devices, builtins.list) or len(devices) != len(info["buffers"]):
                 raise ManifestError(
-                    f"the manifest names {len(devices)} devices, the set {len(info['buffers'])} buffers"
+                    f"the manifest's devices do not name the set's {len(info['buffers'])} buffers"
                 )
+            if not all(d is None or (type(d) is int and d >= 0) for d in devices):
+                raise ManifestError(f"the manifest's devices are not device ordinals: {devices}")
             return manifest, [
                 client.get(id, device=device) for id, device in zip(info["buffers"], devices)
             ]

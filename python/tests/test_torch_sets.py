@@ -232,7 +232,11 @@ def test_a_dtype_this_pytorch_lacks_and_a_forged_manifest_are_refused(client):
     assert tt.load("tampered", client=client)["w"].tolist() == [0.0, 0.0]
     with pytest.raises(tandem.errors.ManifestError):
         tt.load("tampered", client=client, verify=True)
-    for name in ["future", "forged", "tampered"]:
+    for devices in (["x"], [-1], [0, 0], "0"):
+        publish_by_hand(client, "misplaced", dict(manifest, devices=devices), bytes(8))
+        with pytest.raises(tandem.errors.ManifestError):
+            tt.load("misplaced", client=client)
+    for name in ["future", "forged", "tampered", "misplaced"]:
         tt.delete(name, client=client)
 
 
